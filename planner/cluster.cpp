@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: MIT
+#include "cluster.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "errors.h"
+#include "json_fields.h"
+
+namespace pw::planner {
+
+using nlohmann::json;
+
+int Cluster::deviceCount() const
+{
+    int n = 0;
+    for (const auto& node : nodes)
+        n += node.count;
+    return n;
+}
+
+DeviceRef Cluster::device(int index) const
+{
+    if (index < 0)
+        throw std::out_of_range("device index " + std::to_string(index));
+    int rest = index;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+        if (rest < nodes[n].count)
+            return {static_cast<int>(n), rest, findType(nodes[n].device_type)};
+        rest -= nodes[n].count;
+    }
+    throw std::out_of_range("device index " + std::to_string(index) + " beyond the cluster's "
+                            + std::to_string(deviceCount()) + " devices");
+}
+
+std::vector<DeviceRef> Cluster::devices() const
+{
+    std::vector<DeviceRef> out;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+        int type = findType(nodes[n].device_type);
+        for (int k = 0; k < nodes[n].count; ++k)
+            out.push_back({static_cast<int>(n), k, type});
+    }
+    return out;
+}
+
+std::string Cluster::deviceName(int index) const
+{
+    auto d = device(index);
+    return nodes[d.node].name + "/" + (nodes[d.node].device_type == "cpu" ? "cpu" : "gpu") + std::to_string(d.local);
+}
+
+const DeviceType& Cluster::typeOf(int index) const
+{
+    auto d = device(index);
+    if (d.type < 0)
+        throw InputError({}, 0, "/nodes/" + std::to_string(d.node) + "/device_type",
+                         "unknown device type '" + nodes[d.node].device_type + "'");
+    return device_types[d.type];
+}
+
+int Cluster::findType(const std::string& name) const
+{
+    for (std::size_t i = 0; i < device_types.size(); ++i)
+        if (device_types[i].name == name)
+            return static_cast<int>(i);
+    return -1;
+}
+
+bool Cluster::sameNode(int a, int b) const { return device(a).node == device(b).node; }
+
+double Cluster::bandwidth(int a, int b) const
+{
+    auto da = device(a), db = device(b);
+    return da.node == db.node ? nodes[da.node].intra_bandwidth_bytes_per_s : inter_node_bandwidth_bytes_per_s;
+}
+
+double Cluster::latency(int a, int b) const
+{
+    auto da = device(a), db = device(b);
+    return da.node == db.node ? nodes[da.node].intra_latency_s : inter_node_latency_s;
+}
+
+double Cluster::groupBandwidth(const std::vector<int>& group) const
+{
+    if (group.size() < 2)
+        return 0;
+    std::set<int> nodeSet;
+    double bw = INFINITY;
+    for (int d : group) {
+        auto ref = device(d);
+        nodeSet.insert(ref.node);
+        bw = std::min(bw, nodes[ref.node].intra_bandwidth_bytes_per_s);
+    }
+    if (nodeSet.size() > 1)
+        bw = std::min(bw, inter_node_bandwidth_bytes_per_s);
+    return bw;
+}
+
+double Cluster::groupLatency(const std::vector<int>& group) const
+{
+    if (group.size() < 2)
+        return 0;
+    std::set<int> nodeSet;
+    double lat = 0;
+    for (int d : group) {
+        auto ref = device(d);
+        nodeSet.insert(ref.node);
+        lat = std::max(lat, nodes[ref.node].intra_latency_s);
+    }
+    if (nodeSet.size() > 1)
+        lat = std::max(lat, inter_node_latency_s);
+    return lat;
+}
+
+bool Cluster::isHomogeneous() const
+{
+    if (nodes.empty())
+        return true;
+    for (const auto& n : nodes)
+        if (n.device_type != nodes[0].device_type || n.count != nodes[0].count)
+            return false;
+    return true;
+}
+
+std::vector<HierarchyLevel> Cluster::hierarchy() const
+{
+    if (nodes.empty())
+        throw InputError({}, 0, "/nodes", "the cluster has no nodes");
+    for (std::size_t i = 1; i < nodes.size(); ++i)
+        if (nodes[i].count != nodes[0].count)
+            throw InputError({}, 0, "/nodes/" + std::to_string(i) + "/count",
+                             "PipeDream's hierarchy needs nodes of equal size (node '" + nodes[i].name + "' has "
+                                 + std::to_string(nodes[i].count) + " devices, '" + nodes[0].name + "' has "
+                                 + std::to_string(nodes[0].count) + "); plan with --flat instead");
+    double intra = INFINITY;
+    for (const auto& n : nodes)
+        intra = std::min(intra, n.intra_bandwidth_bytes_per_s);
+    std::vector<HierarchyLevel> levels{{nodes[0].count, intra}};
+    if (nodes.size() > 1)
+        levels.push_back({static_cast<int>(nodes.size()), inter_node_bandwidth_bytes_per_s});
+    return levels;
+}
+
+void Cluster::validate() const
+{
+    if (device_types.empty())
+        throw InputError({}, 0, "/device_types", "a cluster needs at least one device type");
+    std::set<std::string> typeNames;
+    for (std::size_t i = 0; i < device_types.size(); ++i) {
+        const auto& t = device_types[i];
+        auto path = "/device_types/" + std::to_string(i);
+        if (t.name.empty())
+            throw InputError({}, 0, path + "/name", "must not be empty");
+        if (!typeNames.insert(t.name).second)
+            throw InputError({}, 0, path + "/name", "device type '" + t.name + "' is defined twice");
+        if (!(t.memory_bytes > 0))
+            throw InputError({}, 0, path + "/memory_bytes", "must be > 0");
+        if (t.relative_speed && !(*t.relative_speed > 0))
+            throw InputError({}, 0, path + "/relative_speed", "must be > 0");
+    }
+    if (nodes.empty())
+        throw InputError({}, 0, "/nodes", "a cluster needs at least one node");
+    std::set<std::string> nodeNames;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const auto& n = nodes[i];
+        auto path = "/nodes/" + std::to_string(i);
+        if (n.name.empty())
+            throw InputError({}, 0, path + "/name", "must not be empty");
+        if (!nodeNames.insert(n.name).second)
+            throw InputError({}, 0, path + "/name", "node '" + n.name + "' is defined twice");
+        if (findType(n.device_type) < 0)
+            throw InputError({}, 0, path + "/device_type", "unknown device type '" + n.device_type + "'");
+        if (n.count < 1)
+            throw InputError({}, 0, path + "/count", "a node needs at least one device, got " + std::to_string(n.count));
+        if (n.count > 1 && !(n.intra_bandwidth_bytes_per_s > 0))
+            throw InputError({}, 0, path + "/intra_bandwidth_bytes_per_s", "must be > 0 for a node with several devices");
+        if (n.ssh_port < 1 || n.ssh_port > 65535)
+            throw InputError({}, 0, path + "/ssh_port", "must be a TCP port");
+    }
+    if (nodes.size() > 1 && !(inter_node_bandwidth_bytes_per_s > 0))
+        throw InputError({}, 0, "/inter_node_bandwidth_bytes_per_s", "must be > 0 for a cluster of several nodes");
+}
+
+json toJson(const Cluster& c)
+{
+    json types = json::array();
+    for (const auto& t : c.device_types) {
+        json jt = {{"name", t.name},
+                   {"memory_bytes", t.memory_bytes},
+                   {"peak_tflops", t.peak_tflops},
+                   {"memory_bandwidth_bytes_per_s", t.memory_bandwidth_bytes_per_s},
+                   {"price_per_hour", t.price_per_hour}};
+        if (t.relative_speed)
+            jt["relative_speed"] = *t.relative_speed;
+        types.push_back(std::move(jt));
+    }
+    json nodes = json::array();
+    for (const auto& n : c.nodes)
+        nodes.push_back({{"name", n.name},
+                         {"host", n.host},
+                         {"ssh_port", n.ssh_port},
+                         {"ssh_user", n.ssh_user},
+                         {"device_type", n.device_type},
+                         {"count", n.count},
+                         {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s},
+                         {"intra_latency_s", n.intra_latency_s}});
+    return {{"format_version", kClusterFormatVersion},
+            {"name", c.name},
+            {"device_types", std::move(types)},
+            {"nodes", std::move(nodes)},
+            {"inter_node_bandwidth_bytes_per_s", c.inter_node_bandwidth_bytes_per_s},
+            {"inter_node_latency_s", c.inter_node_latency_s}};
+}
+
+Cluster clusterFromJson(const json& j)
+{
+    namespace f = fields;
+    f::object(j, "");
+    f::checkVersion(j, "cluster", kClusterFormatVersion);
+    Cluster c;
+    c.name = f::stringOr(j, "name", "", "cluster");
+    const auto& types = f::array(j, "device_types", "");
+    for (std::size_t i = 0; i < types.size(); ++i) {
+        auto path = f::child("/device_types", i);
+        const auto& jt = f::object(types[i], path);
+        DeviceType t;
+        t.name = f::string(jt, "name", path);
+        t.memory_bytes = f::nonNegative(jt, "memory_bytes", path);
+        t.peak_tflops = f::nonNegativeOr(jt, "peak_tflops", path, 0);
+        t.memory_bandwidth_bytes_per_s = f::nonNegativeOr(jt, "memory_bandwidth_bytes_per_s", path, 0);
+        t.relative_speed = f::optionalNumber(jt, "relative_speed", path);
+        t.price_per_hour = f::nonNegativeOr(jt, "price_per_hour", path, 0);
+        c.device_types.push_back(std::move(t));
+    }
+    const auto& nodes = f::array(j, "nodes", "");
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        auto path = f::child("/nodes", i);
+        const auto& jn = f::object(nodes[i], path);
+        Node n;
+        n.name = f::string(jn, "name", path);
+        n.host = f::stringOr(jn, "host", path, n.name);
+        n.ssh_port = f::integerOr(jn, "ssh_port", path, 22);
+        n.ssh_user = f::stringOr(jn, "ssh_user", path, "");
+        n.device_type = f::string(jn, "device_type", path);
+        n.count = f::integer(jn, "count", path);
+        n.intra_bandwidth_bytes_per_s = f::nonNegativeOr(jn, "intra_bandwidth_bytes_per_s", path, 0);
+        n.intra_latency_s = f::nonNegativeOr(jn, "intra_latency_s", path, 0);
+        c.nodes.push_back(std::move(n));
+    }
+    c.inter_node_bandwidth_bytes_per_s = f::nonNegativeOr(j, "inter_node_bandwidth_bytes_per_s", "", 0);
+    c.inter_node_latency_s = f::nonNegativeOr(j, "inter_node_latency_s", "", 0);
+    c.validate();
+    return c;
+}
+
+} // namespace pw::planner

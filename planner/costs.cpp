@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: MIT
+#include "costs.h"
+
+#include <algorithm>
+
+namespace pw::planner {
+
+LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type)
+{
+    if (isDataSource(layer))
+        return {0, 0};
+    if (auto it = layer.device_times.find(type.name); it != layer.device_times.end())
+        return it->second;
+    double speed = type.relative_speed.value_or(1.0);
+    return {layer.forward_ms / speed, layer.backward_ms / speed};
+}
+
+double microbatchScale(const Plan& plan)
+{
+    if (plan.schedule.microbatch_size <= 0)
+        return 1.0;
+    return static_cast<double>(plan.schedule.microbatch_size) / std::max(1, plan.model.microbatch_size);
+}
+
+StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
+{
+    const auto& st = plan.stages[stage];
+    const double scale = microbatchScale(plan);
+    const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
+    StageTotals t;
+    for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
+        const auto& layer = plan.model.layers[plan.layerAt(pos)];
+        auto times = layerTimesOn(layer, type);
+        t.forward_s += times.forward_ms * 1e-3 * scale;
+        t.backward_s += times.backward_ms * 1e-3 * scale;
+        t.weight_bytes += layer.weight_bytes;
+        t.activation_bytes += layer.activation_bytes * scale;
+        t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
+    }
+    if (st.first_layer > 0) {
+        auto cut = plan.model.cutBytes(plan.layer_order);
+        t.input_bytes = cut[st.first_layer - 1] * scale;
+    }
+    return t;
+}
+
+double stageMemoryBytes(const std::string& kind, const StageMemoryInput& in)
+{
+    const int inFlight = std::max(1, in.in_flight);
+    int versions = 1;
+    if (kind == "pipedream")
+        versions = inFlight;
+    else if (kind == "2bw")
+        versions = 2;
+    int stashes = kind == "gpipe" ? std::max(1, in.microbatches) : inFlight;
+    if (kind != "gpipe" && kind != "pipedream" && kind != "2bw")
+        stashes = std::min(inFlight, std::max(1, in.microbatches));
+    double perStash = in.recompute ? in.input_bytes : in.activation_bytes;
+    double working = in.recompute ? in.activation_bytes : 0;
+    return versions * in.weight_bytes + in.weight_bytes + in.optimizer_bytes + stashes * perStash + working;
+}
+
+} // namespace pw::planner

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+// Known device types: memory, peak dense throughput, memory bandwidth, price.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "cluster.h"
+
+namespace pw::planner {
+
+/// H100, H200, A100, V100, the GPUs of HetPipe's Table 1 (TITAN V, TITAN RTX, RTX 2060, Quadro P4000),
+/// and "cpu" (a measured guess for this kind of machine). Names match case-insensitively.
+const std::vector<DeviceType>& devicePresets();
+std::optional<DeviceType> devicePreset(std::string_view name);
+
+} // namespace pw::planner

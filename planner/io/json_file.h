@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+// Reading and writing the planner's JSON files with errors that name the file, line and field.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "../cluster.h"
+#include "../model_profile.h"
+#include "../plan.h"
+
+namespace pw::planner {
+
+/// Parses a JSON file; syntax errors become InputError(file, line, "", what).
+nlohmann::json readJsonFile(const std::string& path);
+/// Writes `j` pretty-printed; throws InputError when the file cannot be written.
+void writeJsonFile(const std::string& path, const nlohmann::json& j);
+
+/// Line (1-based) where the value at `pointer` (an RFC 6901 JSON pointer such as "/layers/3/forward_ms")
+/// starts in `text`; 0 when it cannot be found.
+int lineOfJsonPointer(std::string_view text, std::string_view pointer);
+
+/// Load and validate; every error is an InputError naming the file, line and field.
+ModelProfile loadModel(const std::string& path);
+Cluster loadCluster(const std::string& path);
+Plan loadPlan(const std::string& path);
+
+} // namespace pw::planner

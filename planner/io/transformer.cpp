@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// Analytic GPT profile: Megatron's FLOP and parameter formulas turned into per-layer times and bytes.
+#include "transformer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "../errors.h"
+
+namespace pw::planner {
+
+namespace {
+
+void requirePositive(double value, const char* field)
+{
+    if (!(value > 0) || !std::isfinite(value))
+        throw InputError({}, 0, field, "must be > 0, got " + std::to_string(value));
+}
+
+void validateConfig(const TransformerConfig& c)
+{
+    requirePositive(c.layers, "layers");
+    requirePositive(c.hidden, "hidden");
+    requirePositive(c.heads, "heads");
+    requirePositive(c.sequence, "sequence");
+    requirePositive(c.vocab, "vocab");
+    requirePositive(c.microbatch, "microbatch");
+    requirePositive(c.bytes_per_element, "bytes_per_element");
+    if (c.hidden % c.heads != 0)
+        throw InputError({}, 0, "heads", "must divide hidden (" + std::to_string(c.hidden) + " is not a multiple of "
+                                             + std::to_string(c.heads) + ")");
+}
+
+std::string modelName(const TransformerConfig& c)
+{
+    double params = transformerParameterCount(c);
+    char size[32];
+    if (params >= 1e9)
+        std::snprintf(size, sizeof size, "%.1fB", params / 1e9);
+    else
+        std::snprintf(size, sizeof size, "%.0fM", params / 1e6);
+    return "gpt-" + std::string(size) + " (l=" + std::to_string(c.layers) + ", h=" + std::to_string(c.hidden)
+        + ", a=" + std::to_string(c.heads) + ", s=" + std::to_string(c.sequence) + ")";
+}
+
+} // namespace
+
+double transformerParameterCount(const TransformerConfig& config)
+{
+    validateConfig(config);
+    const double l = config.layers, h = config.hidden, V = config.vocab, s = config.sequence;
+    // Eq. 4.3: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) = 12lh^2 + 13lh + (V + s)h.
+    return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
+}
+
+ModelProfile transformerProfile(const TransformerConfig& config, const DeviceType& device,
+                                const TransformerProfileOptions& options)
+{
+    validateConfig(config);
+    requirePositive(device.peak_tflops, "peak_tflops");
+    if (!(options.efficiency > 0 && options.efficiency <= 1))
+        throw InputError({}, 0, "efficiency", "must be in (0, 1], got " + std::to_string(options.efficiency));
+    if (!(options.backward_factor >= 0) || !std::isfinite(options.backward_factor))
+        throw InputError({}, 0, "backward_factor", "must be a finite number >= 0");
+
+    const double B = config.microbatch, s = config.sequence, h = config.hidden, V = config.vocab;
+    const double bpe = config.bytes_per_element;
+    const double flopsPerMs = device.peak_tflops * 1e12 * options.efficiency / 1e3;
+    const double hiddenBytes = B * s * h * bpe; // one [B, s, h] activation tensor
+
+    auto makeLayer = [&](std::string name, std::string kind, double forwardFlops, double params, double outBytes) {
+        Layer layer;
+        layer.name = std::move(name);
+        layer.kind = std::move(kind);
+        layer.forward_flops = forwardFlops;
+        layer.forward_ms = forwardFlops / flopsPerMs;
+        layer.backward_ms = layer.forward_ms * options.backward_factor;
+        layer.weight_bytes = params * bpe;
+        layer.activation_bytes = outBytes;
+        return layer;
+    };
+
+    ModelProfile model;
+    model.name = modelName(config);
+    model.profiled_device = device.name;
+    model.microbatch_size = config.microbatch;
+    model.architecture = config;
+    model.layers.reserve(static_cast<std::size_t>(config.layers) + 2);
+
+    // Token + position lookup: no GEMM, so no FLOPs in Megatron's count (and none here, so that the FLOPs
+    // of the layers add up to Eq. 4.2). It is memory-bound: read the word and position rows, write their
+    // sum. Its time comes from memory bandwidth when the device has one, and is 0 otherwise.
+    Layer embedding = makeLayer("embedding", "embedding", 0.0, (V + s) * h, hiddenBytes);
+    if (device.memory_bandwidth_bytes_per_s > 0) {
+        embedding.forward_ms = 3.0 * hiddenBytes / device.memory_bandwidth_bytes_per_s * 1e3;
+        embedding.backward_ms = embedding.forward_ms * options.backward_factor;
+    }
+    model.layers.push_back(std::move(embedding));
+
+    // QKV 6Bsh^2 + scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2 + MLP 16Bsh^2.
+    const double layerFlops = 24.0 * B * s * h * h + 4.0 * B * s * s * h;
+    const double layerParams = 12.0 * h * h + 13.0 * h;
+    for (int i = 0; i < config.layers; ++i)
+        model.layers.push_back(
+            makeLayer("transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams, hiddenBytes));
+
+    // Final layer norm + logits (h -> V). Weights are tied to the word embedding, as in Megatron and GPT-2,
+    // so Eq. 4.3 counts that matrix once (in "embedding"). The head still records V*h weights: with more
+    // than one stage the last stage keeps its own copy of the word embedding (and its optimizer state),
+    // and a planner that left it out would under-count that stage's memory. Hence
+    // totalWeightBytes() = (Eq. 4.3 + V h + 2h) * bytes_per_element.
+    model.layers.push_back(makeLayer("head", "head", 2.0 * B * s * h * V, V * h + 2.0 * h, B * s * V * bpe));
+    return model;
+}
+
+} // namespace pw::planner

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// Internal helpers for reading typed fields out of JSON with errors that carry the JSON pointer.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "errors.h"
+
+namespace pw::planner::fields {
+
+/// "/layers/3" + "forward_ms" -> "/layers/3/forward_ms".
+inline std::string child(const std::string& path, const std::string& key) { return path + "/" + key; }
+inline std::string child(const std::string& path, std::size_t index) { return path + "/" + std::to_string(index); }
+
+[[noreturn]] inline void fail(const std::string& path, const std::string& message)
+{
+    throw InputError({}, 0, path.empty() ? "/" : path, message);
+}
+
+inline const nlohmann::json& object(const nlohmann::json& j, const std::string& path)
+{
+    if (!j.is_object())
+        fail(path, "expected an object");
+    return j;
+}
+
+inline const nlohmann::json& required(const nlohmann::json& obj, const std::string& key, const std::string& path)
+{
+    auto it = obj.find(key);
+    if (it == obj.end())
+        fail(child(path, key), "missing required field");
+    return *it;
+}
+
+double number(const nlohmann::json& obj, const std::string& key, const std::string& path);
+std::optional<double> optionalNumber(const nlohmann::json& obj, const std::string& key, const std::string& path);
+/// A finite number >= 0.
+double nonNegative(const nlohmann::json& obj, const std::string& key, const std::string& path);
+double nonNegativeOr(const nlohmann::json& obj, const std::string& key, const std::string& path, double fallback);
+int integer(const nlohmann::json& obj, const std::string& key, const std::string& path);
+int integerOr(const nlohmann::json& obj, const std::string& key, const std::string& path, int fallback);
+std::string string(const nlohmann::json& obj, const std::string& key, const std::string& path);
+std::string stringOr(const nlohmann::json& obj, const std::string& key, const std::string& path, std::string fallback);
+bool booleanOr(const nlohmann::json& obj, const std::string& key, const std::string& path, bool fallback);
+const nlohmann::json& array(const nlohmann::json& obj, const std::string& key, const std::string& path);
+/// Checks "format_version" when present: newer than `supported` is an error.
+void checkVersion(const nlohmann::json& obj, const std::string& what, int supported);
+
+} // namespace pw::planner::fields

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// ModelProfile: the per-layer costs of a model at one microbatch size, the planner's main input.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace pw::planner {
+
+inline constexpr int kModelFormatVersion = 1;
+
+/// @brief Forward and backward time of one layer on one device type, per microbatch.
+struct LayerTimes
+{
+    double forward_ms = 0;
+    double backward_ms = 0;
+};
+
+/// @brief One layer (or graph node) of the profile. Bytes are per microbatch of the profile's size.
+struct Layer
+{
+    std::string name;
+    std::string kind; ///< operator kind, e.g. "Conv2d", "transformer_layer", "embedding"
+    double forward_ms = 0;
+    double backward_ms = 0;
+    double activation_bytes = 0; ///< size of the layer's output (and of the gradient flowing back into it)
+    double weight_bytes = 0;
+    std::optional<double> optimizer_state_bytes; ///< when absent the plan's optimizer decides
+    std::optional<double> forward_flops;
+    std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
+    std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
+};
+
+/// @brief The shape of a GPT-style transformer, kept so that a plan made from it can later be trained.
+struct TransformerConfig
+{
+    int layers = 0;
+    int hidden = 0;
+    int heads = 0;
+    int sequence = 0;
+    int vocab = 0;
+    int microbatch = 1;
+    int bytes_per_element = 2;
+};
+
+/// @brief The per-layer profile of a model. Layers are in a topological order.
+///
+/// A profile is a chain unless `is_graph` is set, in which case every layer lists its producers in
+/// `inputs` (imported PipeDream graphs). Stage boundaries always cut this order into contiguous ranges.
+struct ModelProfile
+{
+    std::string name;
+    std::string profiled_device; ///< device type name the default times were measured on (may be empty)
+    int microbatch_size = 1;
+    bool is_graph = false;
+    std::vector<Layer> layers;
+    std::optional<TransformerConfig> architecture;
+
+    int layerCount() const { return static_cast<int>(layers.size()); }
+    double totalWeightBytes() const;
+    double totalComputeMs() const;
+
+    /// Bytes crossing a cut placed after layer `cut` in the given order (identity when empty): the outputs
+    /// of layers at or before the cut that a later layer reads. For a chain this is activation_bytes[cut].
+    std::vector<double> cutBytes(const std::vector<int>& order = {}) const;
+
+    /// Throws InputError naming the offending layer and field.
+    void validate() const;
+};
+
+/// PipeDream's data-loading nodes ("Input*" descriptions): their forward time is input loading, not
+/// compute, and planners count them as free.
+bool isDataSource(const Layer& layer);
+
+nlohmann::json toJson(const ModelProfile& model);
+/// Parses and validates; errors carry the JSON path of the bad field.
+ModelProfile modelFromJson(const nlohmann::json& j);
+
+} // namespace pw::planner

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+// PipeDream's hierarchical dynamic program (SOSP'19 §3.1, paper equations with the digest's errata fixes),
+// as a pure function on arrays so that tests can compare it with exhaustive search.
+#pragma once
+
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "../cluster.h"
+#include "../plan.h"
+
+namespace pw::planner {
+
+/// @brief One DP instance: a chain of layers and a hierarchy of levels.
+struct PipeDreamProblem
+{
+    std::vector<double> compute_s; ///< forward + backward seconds per layer (T_l)
+    std::vector<double> weight_bytes; ///< w_l
+    std::vector<double> cut_bytes; ///< a_s: bytes crossing a cut after layer s (activations; gradients alike)
+    std::vector<HierarchyLevel> levels; ///< innermost first; level 1 components are devices
+    bool straight = false; ///< every stage on exactly one worker
+    bool per_worker_allreduce = false; ///< 2(m-1)/m |w| / B instead of 2(m-1) |w| / B (errata §2.7 item 3)
+
+    // Optional memory constraint, checked for device-level stages (level 1).
+    double memory_capacity_bytes = 0; ///< 0: no constraint
+    std::vector<double> activation_bytes; ///< stashed bytes per layer per microbatch
+    std::vector<double> optimizer_bytes; ///< optimizer state per layer
+    std::string schedule_kind = "pipedream";
+    int microbatches = 1;
+    bool recompute = false;
+};
+
+struct PipeDreamSolution
+{
+    bool feasible = false;
+    double objective_s = 0; ///< A^L(0 -> N-1, m_L): the slowest stage's time per input
+    std::vector<PlanStage> stages; ///< device-level stages, devices numbered level by level from 0
+};
+
+struct PipeDreamSolveOptions
+{
+    bool prune = true; ///< false: the textbook recurrence over every row and every split (for tests, baselines)
+    std::function<void(double)> progress;
+    std::stop_token stop;
+};
+
+/// Exact optimum of the recurrence. With pruning only the top level's first row is solved and every split
+/// search is confined by monotone lower bounds (compute / workers on each side), so the result is the
+/// same value the textbook recurrence gives. Sets `cancelled` when the stop token fires.
+PipeDreamSolution solvePipeDream(const PipeDreamProblem& problem, const PipeDreamSolveOptions& options,
+                                 bool* cancelled = nullptr);
+
+} // namespace pw::planner

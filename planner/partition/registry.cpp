@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: MIT
+// The list of partitioners and the helpers they share.
+#include "partitioner.h"
+
+#include "../errors.h"
+#include "builtin.h"
+
+namespace pw::planner {
+
+bool PartitionResult::hasError() const
+{
+    for (const auto& d : diagnostics)
+        if (d.severity == Diagnostic::Severity::Error)
+            return true;
+    return false;
+}
+
+std::string PartitionResult::errorText() const
+{
+    std::string out;
+    for (const auto& d : diagnostics) {
+        if (d.severity != Diagnostic::Severity::Error)
+            continue;
+        if (!out.empty())
+            out += "; ";
+        out += d.message;
+    }
+    return out.empty() ? "no plan" : out;
+}
+
+const std::vector<const Partitioner*>& partitioners()
+{
+    static const std::vector<const Partitioner*> list = {
+        &pipeDreamPartitioner(),
+        &uniformPartitioner(),
+        &parametersPartitioner(),
+        &manualPartitioner(),
+    };
+    return list;
+}
+
+const Partitioner* findPartitioner(std::string_view name)
+{
+    for (const auto* p : partitioners())
+        if (p->name() == name)
+            return p;
+    return nullptr;
+}
+
+namespace detail {
+
+Plan basePlan(const PartitionRequest& request, std::string_view algorithm)
+{
+    Plan plan;
+    plan.model = request.model;
+    plan.cluster = request.cluster;
+    plan.algorithm = std::string(algorithm);
+    plan.schedule = request.options.schedule;
+    return plan;
+}
+
+std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Diagnostic>& diagnostics)
+{
+    const int total = request.cluster.deviceCount();
+    if (total < 1) {
+        diagnostics.push_back({Diagnostic::Severity::Error, "no-devices", "the cluster has no devices"});
+        return std::nullopt;
+    }
+    int n = request.options.devices > 0 ? request.options.devices : total;
+    if (n > total) {
+        diagnostics.push_back({Diagnostic::Severity::Error, "too-many-devices",
+                               "asked for " + std::to_string(n) + " devices but the cluster has "
+                                   + std::to_string(total)});
+        return std::nullopt;
+    }
+    if (request.model.layers.empty()) {
+        diagnostics.push_back({Diagnostic::Severity::Error, "empty-model", "the model has no layers"});
+        return std::nullopt;
+    }
+    return n;
+}
+
+PartitionResult failure(std::string code, std::string message)
+{
+    PartitionResult r;
+    r.diagnostics.push_back({Diagnostic::Severity::Error, std::move(code), std::move(message)});
+    return r;
+}
+
+} // namespace detail
+} // namespace pw::planner

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: MIT
+#include "plan.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <set>
+
+#include "errors.h"
+#include "json_fields.h"
+
+namespace pw::planner {
+
+using nlohmann::json;
+
+double optimizerStateFactor(const std::string& optimizer)
+{
+    if (optimizer == "sgd")
+        return 0;
+    if (optimizer == "momentum")
+        return 1;
+    if (optimizer == "adam")
+        return 2;
+    throw InputError({}, 0, "/schedule/optimizer", "unknown optimizer '" + optimizer + "' (sgd, momentum or adam)");
+}
+
+int Plan::pipelineDepth() const
+{
+    int v = std::max(1, schedule.chunks);
+    return stageCount() / v;
+}
+
+std::string Plan::configString() const
+{
+    std::string s;
+    for (int i = 0; i < pipelineDepth(); ++i) {
+        if (i)
+            s += "-";
+        s += std::to_string(stages[i].replicas());
+    }
+    return s;
+}
+
+void Plan::validate() const
+{
+    const int n = model.layerCount();
+    if (stages.empty())
+        throw InputError({}, 0, "/stages", "a plan needs at least one stage");
+    if (!layer_order.empty()) {
+        if (static_cast<int>(layer_order.size()) != n)
+            throw InputError({}, 0, "/layer_order", "must list all " + std::to_string(n) + " layers");
+        std::vector<bool> seen(n, false);
+        for (std::size_t i = 0; i < layer_order.size(); ++i) {
+            int l = layer_order[i];
+            if (l < 0 || l >= n || seen[l])
+                throw InputError({}, 0, "/layer_order/" + std::to_string(i), "not a permutation of the layers");
+            seen[l] = true;
+        }
+    }
+    const int devices = cluster.deviceCount();
+    int expectFirst = 0;
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+        const auto& st = stages[s];
+        auto path = "/stages/" + std::to_string(s);
+        if (st.first_layer != expectFirst)
+            throw InputError({}, 0, path + "/first_layer",
+                             "stages must be contiguous: expected " + std::to_string(expectFirst) + ", got "
+                                 + std::to_string(st.first_layer));
+        if (st.last_layer < st.first_layer || st.last_layer >= n)
+            throw InputError({}, 0, path + "/last_layer",
+                             "must be in [" + std::to_string(st.first_layer) + ", " + std::to_string(n - 1) + "], got "
+                                 + std::to_string(st.last_layer));
+        if (st.devices.empty())
+            throw InputError({}, 0, path + "/devices", "a stage needs at least one device");
+        std::set<int> unique;
+        for (std::size_t r = 0; r < st.devices.size(); ++r) {
+            int d = st.devices[r];
+            if (d < 0 || d >= devices)
+                throw InputError({}, 0, path + "/devices/" + std::to_string(r),
+                                 "device " + std::to_string(d) + " is not in the cluster (it has "
+                                     + std::to_string(devices) + ")");
+            if (!unique.insert(d).second)
+                throw InputError({}, 0, path + "/devices/" + std::to_string(r),
+                                 "device " + std::to_string(d) + " listed twice");
+        }
+        expectFirst = st.last_layer + 1;
+    }
+    if (expectFirst != n)
+        throw InputError({}, 0, "/stages", "stages cover layers 0.." + std::to_string(expectFirst - 1) + " of "
+                                               + std::to_string(n) + "; every layer must be placed");
+    const auto& o = schedule;
+    if (o.microbatches < 1)
+        throw InputError({}, 0, "/schedule/microbatches", "must be >= 1");
+    if (o.iterations < 1)
+        throw InputError({}, 0, "/schedule/iterations", "must be >= 1");
+    if (o.microbatch_size < 0)
+        throw InputError({}, 0, "/schedule/microbatch_size", "must be >= 0 (0 = the profile's)");
+    if (o.chunks < 1)
+        throw InputError({}, 0, "/schedule/chunks", "must be >= 1");
+    if (stageCount() % o.chunks != 0)
+        throw InputError({}, 0, "/schedule/chunks", std::to_string(stageCount()) + " virtual stages cannot form "
+                                                        + std::to_string(o.chunks) + " chunks per device");
+    optimizerStateFactor(o.optimizer);
+    // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's.
+    const int p = pipelineDepth();
+    std::set<int> used;
+    for (int s = 0; s < p; ++s)
+        for (int d : stages[s].devices)
+            if (!used.insert(d).second)
+                throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
+                                 "device " + std::to_string(d) + " is in two stages");
+    for (int s = p; s < stageCount(); ++s)
+        if (stages[s].devices != stages[s % p].devices)
+            throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
+                             "virtual stage " + std::to_string(s) + " must run on the devices of stage "
+                                 + std::to_string(s % p));
+}
+
+std::string digestOf(const json& j)
+{
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : j.dump()) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+
+json toJson(const Plan& plan)
+{
+    json stages = json::array();
+    for (const auto& s : plan.stages)
+        stages.push_back({{"first_layer", s.first_layer}, {"last_layer", s.last_layer}, {"devices", s.devices}});
+    const auto& o = plan.schedule;
+    json model = toJson(plan.model);
+    json cluster = toJson(plan.cluster);
+    json j = {{"format_version", kPlanFormatVersion},
+              {"config", plan.configString()},
+              {"stages", std::move(stages)},
+              {"algorithm", plan.algorithm},
+              {"algorithm_options", plan.algorithm_options},
+              {"objective_s", plan.objective_s},
+              {"schedule",
+               {{"kind", o.kind},
+                {"microbatches", o.microbatches},
+                {"microbatch_size", o.microbatch_size},
+                {"chunks", o.chunks},
+                {"iterations", o.iterations},
+                {"recompute", o.recompute},
+                {"optimizer", o.optimizer},
+                {"overlap_communication", o.overlap_communication}}},
+              {"provenance", {{"model_digest", digestOf(model)}, {"cluster_digest", digestOf(cluster)}}},
+              {"model", std::move(model)},
+              {"cluster", std::move(cluster)}};
+    if (!plan.layer_order.empty())
+        j["layer_order"] = plan.layer_order;
+    if (plan.predicted) {
+        const auto& p = *plan.predicted;
+        j["predicted"] = {{"iteration_time_s", p.iteration_time_s},
+                          {"throughput_samples_per_s", p.throughput_samples_per_s},
+                          {"bubble_fraction", p.bubble_fraction},
+                          {"stage_peak_memory_bytes", p.stage_peak_memory_bytes}};
+    }
+    return j;
+}
+
+Plan planFromJson(const json& j)
+{
+    namespace f = fields;
+    f::object(j, "");
+    f::checkVersion(j, "plan", kPlanFormatVersion);
+    Plan plan;
+    try {
+        plan.model = modelFromJson(f::required(j, "model", ""));
+    } catch (const InputError& e) {
+        throw InputError({}, 0, "/model" + e.field(), e.message());
+    }
+    try {
+        plan.cluster = clusterFromJson(f::required(j, "cluster", ""));
+    } catch (const InputError& e) {
+        throw InputError({}, 0, "/cluster" + e.field(), e.message());
+    }
+    const auto& stages = f::array(j, "stages", "");
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+        auto path = f::child("/stages", i);
+        const auto& js = f::object(stages[i], path);
+        PlanStage s;
+        s.first_layer = f::integer(js, "first_layer", path);
+        s.last_layer = f::integer(js, "last_layer", path);
+        const auto& devices = f::array(js, "devices", path);
+        for (std::size_t r = 0; r < devices.size(); ++r) {
+            if (!devices[r].is_number_integer())
+                f::fail(f::child(f::child(path, "devices"), r), "expected a device index");
+            s.devices.push_back(devices[r].get<int>());
+        }
+        plan.stages.push_back(std::move(s));
+    }
+    if (j.contains("layer_order")) {
+        const auto& order = f::array(j, "layer_order", "");
+        for (std::size_t i = 0; i < order.size(); ++i) {
+            if (!order[i].is_number_integer())
+                f::fail(f::child("/layer_order", i), "expected a layer index");
+            plan.layer_order.push_back(order[i].get<int>());
+        }
+    }
+    plan.algorithm = f::stringOr(j, "algorithm", "", "manual");
+    if (j.contains("algorithm_options"))
+        plan.algorithm_options = j.at("algorithm_options");
+    plan.objective_s = f::nonNegativeOr(j, "objective_s", "", 0);
+    if (j.contains("schedule")) {
+        const auto& js = f::object(j.at("schedule"), "/schedule");
+        auto& o = plan.schedule;
+        o.kind = f::stringOr(js, "kind", "/schedule", o.kind);
+        o.microbatches = f::integerOr(js, "microbatches", "/schedule", o.microbatches);
+        o.microbatch_size = f::integerOr(js, "microbatch_size", "/schedule", o.microbatch_size);
+        o.chunks = f::integerOr(js, "chunks", "/schedule", o.chunks);
+        o.iterations = f::integerOr(js, "iterations", "/schedule", o.iterations);
+        o.recompute = f::booleanOr(js, "recompute", "/schedule", o.recompute);
+        o.optimizer = f::stringOr(js, "optimizer", "/schedule", o.optimizer);
+        o.overlap_communication = f::booleanOr(js, "overlap_communication", "/schedule", o.overlap_communication);
+    }
+    plan.validate();
+    return plan;
+}
+
+} // namespace pw::planner

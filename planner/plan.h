@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// Plan: which layers run on which devices, and how the schedule is to run them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster.h"
+#include "model_profile.h"
+
+namespace pw::planner {
+
+inline constexpr int kPlanFormatVersion = 1;
+
+/// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.
+/// With interleaving these are virtual stages; virtual stage s runs on the devices of stage s mod p.
+struct PlanStage
+{
+    int first_layer = 0;
+    int last_layer = 0; ///< inclusive
+    std::vector<int> devices; ///< one entry per replica, global device indices
+
+    int layerCount() const { return last_layer - first_layer + 1; }
+    int replicas() const { return static_cast<int>(devices.size()); }
+};
+
+/// @brief How the schedule generator and simulator run the plan.
+struct ScheduleOptions
+{
+    std::string kind = "1f1b"; ///< gpipe | 1f1b | pipedream | 2bw | interleaved
+    int microbatches = 8; ///< per batch (per pipeline replica set); inputs simulated for pipedream
+    int microbatch_size = 0; ///< 0 = the profile's
+    int chunks = 1; ///< virtual stages per device (interleaved)
+    int iterations = 1; ///< batches to simulate
+    bool recompute = false; ///< activation recomputation
+    std::string optimizer = "adam"; ///< sgd | momentum | adam: bytes of optimizer state per weight byte
+    bool overlap_communication = true; ///< false: sends and receives block the compute lane
+};
+
+/// Optimizer state kept per weight byte (0 for SGD, 1 for momentum, 2 for Adam).
+double optimizerStateFactor(const std::string& optimizer);
+
+/// @brief Metrics predicted for the plan (filled by the simulator).
+struct PredictedMetrics
+{
+    double iteration_time_s = 0;
+    double throughput_samples_per_s = 0;
+    double bubble_fraction = 0;
+    std::vector<double> stage_peak_memory_bytes;
+};
+
+struct Plan
+{
+    ModelProfile model;
+    Cluster cluster;
+    std::vector<PlanStage> stages;
+    std::vector<int> layer_order; ///< permutation of layer indices; empty = the profile's order
+    std::string algorithm;
+    nlohmann::json algorithm_options = nlohmann::json::object();
+    double objective_s = 0; ///< the partitioner's own objective (PipeDream: bottleneck time per minibatch)
+    ScheduleOptions schedule;
+    std::optional<PredictedMetrics> predicted;
+
+    int stageCount() const { return static_cast<int>(stages.size()); }
+    /// Physical pipeline depth p: stages / chunks.
+    int pipelineDepth() const;
+    /// Layer index at position `pos` of the plan's order.
+    int layerAt(int pos) const { return layer_order.empty() ? pos : layer_order[pos]; }
+    /// The configuration string of the PipeDream papers: replicas per stage joined by '-', e.g. "15-1".
+    std::string configString() const;
+
+    /// Throws InputError when stages are not contiguous, leave layers out, use unknown devices, or the
+    /// schedule options are inconsistent with the stages.
+    void validate() const;
+};
+
+nlohmann::json toJson(const Plan& plan);
+Plan planFromJson(const nlohmann::json& j);
+
+/// Short hex digest of a JSON value's canonical dump (provenance of model and cluster).
+std::string digestOf(const nlohmann::json& j);
+
+} // namespace pw::planner

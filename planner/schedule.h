@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// Schedule: for every device, the ordered list of actions it executes. The simulator draws it and the
+// agents run it, so both agree by construction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace pw::planner {
+
+inline constexpr int kScheduleFormatVersion = 1;
+
+enum class ActionKind : std::uint8_t {
+    Forward,
+    Backward, ///< input and weight gradients together
+    BackwardWeight, ///< weight gradient alone (split backward; not generated yet)
+    SendActivation,
+    RecvActivation,
+    SendGradient,
+    RecvGradient,
+    AllReduce, ///< gradient all-reduce among the replicas of a stage
+    OptimizerStep,
+};
+
+std::string_view toString(ActionKind kind);
+/// Throws InputError for an unknown name.
+ActionKind actionKindFromString(std::string_view name);
+bool isCompute(ActionKind kind);
+bool isSend(ActionKind kind);
+bool isRecv(ActionKind kind);
+
+/// @brief One step of a device's program.
+///
+/// Semantics (what the agents implement and the simulator models): compute actions run in order on the
+/// device's compute stream; a send is posted when reached and completes in the background (sends to one
+/// peer keep their order); a receive blocks the device until the matching send's data has arrived;
+/// an all-reduce blocks until every replica of the stage has reached it.
+struct Action
+{
+    ActionKind kind = ActionKind::Forward;
+    std::int32_t stage = 0; ///< virtual stage
+    std::int32_t microbatch = 0; ///< -1 for per-batch actions (all-reduce, optimizer step)
+    std::int32_t peer = -1; ///< device at the other end of a send/receive
+    std::int32_t weight_version = 0; ///< version used by F/B; version produced by an optimizer step
+    std::int32_t group = -1; ///< all-reduce: index into Schedule::groups
+    double bytes = 0; ///< payload of a transfer or collective
+};
+
+/// @brief A set of devices that all-reduce together (the replicas of one stage).
+struct CollectiveGroup
+{
+    std::int32_t stage = 0;
+    std::vector<std::int32_t> devices;
+};
+
+struct Schedule
+{
+    std::string kind;
+    int num_devices = 0;
+    int num_stages = 0; ///< virtual stages
+    int microbatches = 0; ///< total microbatches in the schedule (all batches)
+    int microbatches_per_batch = 0;
+    int chunks = 1;
+    std::vector<CollectiveGroup> groups;
+    std::vector<std::vector<Action>> devices; ///< per device, in execution order
+
+    std::size_t actionCount() const;
+};
+
+nlohmann::json toJson(const Schedule& schedule);
+Schedule scheduleFromJson(const nlohmann::json& j);
+
+/// Compact text form of one action, torch.distributed.pipelining style: "3F12", "3SEND_F12", "1ALLREDUCE".
+std::string actionLabel(const Action& action);
+
+} // namespace pw::planner

@@ -1,0 +1,510 @@
+// SPDX-License-Identifier: MIT
+// Dataflow execution of a Schedule: each device runs its list in order; a blocked device waits on the
+// send, or the all-reduce, that releases it, so every action is handled once (O(actions)).
+#include "simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "../costs.h"
+#include "../errors.h"
+#include "../schedule/generator.h"
+
+namespace pw::planner {
+namespace {
+
+constexpr double kUnset = -1.0;
+
+struct Transfer
+{
+    double start = kUnset;
+    double arrival = kUnset;
+};
+
+struct Collective
+{
+    int arrived = 0;
+    double ready = 0;
+    double start = 0;
+    double end = kUnset;
+};
+
+struct DeviceState
+{
+    std::size_t pc = 0;
+    double compute_free = 0;
+    double send_free = 0;
+    bool registered = false; ///< has announced itself to the all-reduce it is waiting on
+    bool queued = false;
+    std::vector<int> collective_seq; ///< per group: all-reduces reached so far
+    double busy = 0;
+    double memory = 0;
+    double peak_memory = 0;
+    int stashed = 0;
+    int peak_stashed = 0;
+    int versions = 0;
+    int peak_versions = 0;
+};
+
+/// Weight versions alive for one (device, stage): reference counts of in-flight microbatches per version.
+struct VersionBook
+{
+    std::vector<int> refs;
+    std::vector<bool> alive;
+    int latest = 0;
+};
+
+class Simulation
+{
+public:
+    Simulation(const Plan& plan, const Schedule& schedule, const SimulationOptions& options)
+        : m_plan(plan)
+        , m_s(schedule)
+        , m_o(options)
+        , m_cost(CostModel::fromPlan(plan))
+    {
+        const int D = schedule.num_devices;
+        if (D != plan.cluster.deviceCount())
+            throw InputError("the schedule has " + std::to_string(D) + " devices, the plan's cluster "
+                             + std::to_string(plan.cluster.deviceCount()));
+        if (schedule.num_stages != plan.stageCount())
+            throw InputError("the schedule has " + std::to_string(schedule.num_stages) + " stages, the plan "
+                             + std::to_string(plan.stageCount()));
+        m_nodeOf.resize(D);
+        auto refs = plan.cluster.devices();
+        for (int d = 0; d < D; ++d)
+            m_nodeOf[d] = refs[d].node;
+        const int p = plan.pipelineDepth();
+        m_replicaOf.assign(D, -1);
+        for (int s = 0; s < p; ++s)
+            for (int r = 0; r < plan.stages[s].replicas(); ++r)
+                m_replicaOf[plan.stages[s].devices[r]] = r;
+        m_transfers.assign(static_cast<std::size_t>(2) * schedule.num_stages * std::max(1, schedule.microbatches), {});
+        m_waiter.assign(m_transfers.size(), -1);
+        m_devices.assign(D, {});
+        m_collectives.resize(schedule.groups.size());
+        for (auto& dev : m_devices)
+            dev.collective_seq.assign(schedule.groups.size(), 0);
+        m_books.resize(static_cast<std::size_t>(D) * schedule.num_stages);
+        m_lastStageDone.assign(std::max(1, schedule.microbatches), kUnset);
+        m_result.timeline.source = Timeline::Source::Predicted;
+        for (int d = 0; d < D; ++d)
+            m_result.timeline.device_names.push_back(plan.cluster.deviceName(d));
+        if (m_o.record_spans)
+            m_result.timeline.spans.reserve(schedule.actionCount());
+    }
+
+    SimulationResult run()
+    {
+        const int D = m_s.num_devices;
+        std::size_t total = m_s.actionCount();
+        initialMemory();
+        for (int d = D - 1; d >= 0; --d)
+            push(d);
+        while (!m_ready.empty()) {
+            int d = m_ready.back();
+            m_ready.pop_back();
+            m_devices[d].queued = false;
+            advance(d);
+        }
+        std::size_t done = 0;
+        for (int d = 0; d < D; ++d)
+            done += m_devices[d].pc;
+        if (done != total)
+            throw InputError(deadlockMessage());
+        m_result.simulated_actions = total;
+        std::stable_sort(m_result.timeline.memory.begin(), m_result.timeline.memory.end(),
+                         [](const MemorySample& a, const MemorySample& b) { return a.device < b.device; });
+        metrics();
+        return std::move(m_result);
+    }
+
+private:
+    std::size_t transferKey(const Action& a, bool gradient) const
+    {
+        return (static_cast<std::size_t>(gradient) * m_s.num_stages + a.stage) * std::max(1, m_s.microbatches)
+            + a.microbatch;
+    }
+
+    void push(int d)
+    {
+        if (!m_devices[d].queued) {
+            m_devices[d].queued = true;
+            m_ready.push_back(d);
+        }
+    }
+
+    double transferTime(int a, int b, double bytes) const
+    {
+        const auto& c = m_plan.cluster;
+        bool same = m_nodeOf[a] == m_nodeOf[b];
+        double bw = same ? c.nodes[m_nodeOf[a]].intra_bandwidth_bytes_per_s : c.inter_node_bandwidth_bytes_per_s;
+        double lat = same ? c.nodes[m_nodeOf[a]].intra_latency_s : c.inter_node_latency_s;
+        if (bytes <= 0)
+            return lat;
+        return lat + (bw > 0 ? bytes / bw : std::numeric_limits<double>::infinity());
+    }
+
+    void span(int d, Lane lane, const Action& a, std::size_t index, double t0, double t1)
+    {
+        if (m_o.record_spans)
+            m_result.timeline.spans.push_back({d, lane, a.kind, a.stage, a.microbatch, static_cast<std::int32_t>(index), t0, t1});
+    }
+
+    void memoryChange(int d, double t, double delta)
+    {
+        auto& dev = m_devices[d];
+        dev.memory += delta;
+        dev.peak_memory = std::max(dev.peak_memory, dev.memory);
+        if (m_o.record_memory) {
+            auto& mem = m_result.timeline.memory;
+            if (!mem.empty() && mem.back().device == d && mem.back().t == t)
+                mem.back().bytes = dev.memory;
+            else
+                mem.push_back({d, t, dev.memory});
+        }
+    }
+
+    void initialMemory()
+    {
+        // Every stage a device holds: weights (version 0), gradients and optimizer state.
+        for (int s = 0; s < m_plan.stageCount(); ++s) {
+            for (int d : m_plan.stages[s].devices) {
+                auto& book = m_books[static_cast<std::size_t>(d) * m_s.num_stages + s];
+                book.refs.assign(1, 0);
+                book.alive.assign(1, true);
+                m_devices[d].versions += 1;
+                m_devices[d].peak_versions = std::max(m_devices[d].peak_versions, m_devices[d].versions);
+                memoryChange(d, 0, 2 * m_cost.stage_weight_bytes[s] + m_cost.stage_optimizer_bytes[s]);
+            }
+        }
+    }
+
+    VersionBook& book(int d, int stage) { return m_books[static_cast<std::size_t>(d) * m_s.num_stages + stage]; }
+
+    void useVersion(int d, const Action& a, double t, int delta)
+    {
+        auto& b = book(d, a.stage);
+        const int v = a.weight_version;
+        if (v < 0 || v >= static_cast<int>(b.refs.size()) || !b.alive[v])
+            throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " uses weight version "
+                             + std::to_string(v) + ", which does not exist at that point");
+        b.refs[v] += delta;
+        if (delta < 0 && b.refs[v] == 0 && v != b.latest)
+            freeVersion(d, a.stage, v, t);
+    }
+
+    void freeVersion(int d, int stage, int v, double t)
+    {
+        auto& b = book(d, stage);
+        b.alive[v] = false;
+        m_devices[d].versions -= 1;
+        memoryChange(d, t, -m_cost.stage_weight_bytes[stage]);
+    }
+
+    void newVersion(int d, const Action& a, double t)
+    {
+        auto& b = book(d, a.stage);
+        const int v = a.weight_version;
+        if (v <= b.latest)
+            throw InputError(m_plan.cluster.deviceName(d) + ": optimizer step of stage " + std::to_string(a.stage)
+                             + " produces version " + std::to_string(v) + " after version " + std::to_string(b.latest));
+        b.refs.resize(v + 1, 0);
+        b.alive.resize(v + 1, false);
+        b.alive[v] = true;
+        int old = b.latest;
+        b.latest = v;
+        auto& dev = m_devices[d];
+        dev.versions += 1;
+        dev.peak_versions = std::max(dev.peak_versions, dev.versions);
+        memoryChange(d, t, m_cost.stage_weight_bytes[a.stage]);
+        if (b.refs[old] == 0)
+            freeVersion(d, a.stage, old, t);
+    }
+
+    double stash(int stage) const
+    {
+        return m_plan.schedule.recompute ? m_cost.stage_input_bytes[stage] : m_cost.stage_activation_bytes[stage];
+    }
+
+    /// Runs device d until it finishes or blocks.
+    void advance(int d)
+    {
+        auto& dev = m_devices[d];
+        const auto& list = m_s.devices[d];
+        const bool overlap = m_plan.schedule.overlap_communication;
+        while (dev.pc < list.size()) {
+            const Action& a = list[dev.pc];
+            switch (a.kind) {
+            case ActionKind::Forward: {
+                int r = replica(d, a);
+                double t0 = dev.compute_free, t1 = t0 + m_cost.forward(a.stage, r);
+                useVersion(d, a, t0, +1);
+                memoryChange(d, t0, stash(a.stage));
+                dev.stashed += 1;
+                dev.peak_stashed = std::max(dev.peak_stashed, dev.stashed);
+                compute(d, a, t0, t1);
+                break;
+            }
+            case ActionKind::Backward:
+            case ActionKind::BackwardWeight: {
+                int r = replica(d, a);
+                double t0 = dev.compute_free;
+                double dur = m_cost.backward(a.stage, r) + (m_plan.schedule.recompute ? m_cost.forward(a.stage, r) : 0);
+                double t1 = t0 + dur;
+                if (m_plan.schedule.recompute) {
+                    memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
+                    memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
+                }
+                compute(d, a, t0, t1);
+                memoryChange(d, t1, -stash(a.stage));
+                dev.stashed -= 1;
+                useVersion(d, a, t1, -1);
+                if (a.stage == m_s.num_stages - 1 && a.microbatch >= 0
+                    && a.microbatch < static_cast<int>(m_lastStageDone.size()))
+                    m_lastStageDone[a.microbatch] = t1;
+                break;
+            }
+            case ActionKind::OptimizerStep: {
+                const auto& type = m_plan.cluster.typeOf(d);
+                double bytes = 3 * m_cost.stage_weight_bytes[a.stage] + 2 * m_cost.stage_optimizer_bytes[a.stage];
+                double dur = type.memory_bandwidth_bytes_per_s > 0 ? bytes / type.memory_bandwidth_bytes_per_s : 0.0;
+                double t0 = dev.compute_free;
+                compute(d, a, t0, t0 + dur);
+                newVersion(d, a, t0 + dur);
+                break;
+            }
+            case ActionKind::SendActivation:
+            case ActionKind::SendGradient: {
+                auto& tr = m_transfers.at(transferKey(a, a.kind == ActionKind::SendGradient));
+                double start = std::max(dev.compute_free, dev.send_free);
+                double arrival = start + transferTime(d, a.peer, a.bytes);
+                tr.start = start;
+                tr.arrival = arrival;
+                double occupied = a.bytes > 0 ? arrival - transferTime(d, a.peer, 0) : start;
+                dev.send_free = overlap ? std::max(start, occupied) : arrival;
+                if (!overlap)
+                    dev.compute_free = arrival;
+                span(d, Lane::Send, a, dev.pc, start, arrival);
+                int& waiter = m_waiter[transferKey(a, a.kind == ActionKind::SendGradient)];
+                if (waiter >= 0) {
+                    push(waiter);
+                    waiter = -1;
+                }
+                break;
+            }
+            case ActionKind::RecvActivation:
+            case ActionKind::RecvGradient: {
+                std::size_t key = transferKey(a, a.kind == ActionKind::RecvGradient);
+                const auto& tr = m_transfers.at(key);
+                if (tr.arrival == kUnset) {
+                    m_waiter[key] = d;
+                    return;
+                }
+                double t0 = std::max(dev.compute_free, tr.start);
+                if (tr.arrival > dev.compute_free)
+                    span(d, Lane::Recv, a, dev.pc, t0, tr.arrival);
+                dev.compute_free = std::max(dev.compute_free, tr.arrival);
+                break;
+            }
+            case ActionKind::AllReduce: {
+                if (a.group < 0 || a.group >= static_cast<int>(m_collectives.size()))
+                    throw InputError(m_plan.cluster.deviceName(d) + ": all-reduce without a valid group");
+                auto& seqs = m_collectives[a.group];
+                const int seq = dev.collective_seq[a.group];
+                if (static_cast<int>(seqs.size()) <= seq)
+                    seqs.resize(seq + 1);
+                auto& c = seqs[seq];
+                const auto& members = m_s.groups[a.group].devices;
+                if (!dev.registered) {
+                    dev.registered = true;
+                    c.arrived += 1;
+                    c.ready = std::max(c.ready, dev.compute_free);
+                    if (c.arrived == static_cast<int>(members.size())) {
+                        const int n = static_cast<int>(members.size());
+                        std::vector<int> group(members.begin(), members.end());
+                        double bw = m_plan.cluster.groupBandwidth(group);
+                        double lat = m_plan.cluster.groupLatency(group);
+                        double dur = n > 1 ? 2.0 * (n - 1) / n * a.bytes / (bw > 0 ? bw : INFINITY) + 2.0 * (n - 1) * lat : 0;
+                        c.start = c.ready;
+                        c.end = c.ready + dur;
+                        for (int member : members)
+                            if (member != d)
+                                push(member);
+                    }
+                }
+                if (c.end == kUnset)
+                    return;
+                dev.registered = false;
+                dev.collective_seq[a.group] += 1;
+                span(d, Lane::Collective, a, dev.pc, c.start, c.end);
+                dev.compute_free = std::max(dev.compute_free, c.end);
+                break;
+            }
+            }
+            ++dev.pc;
+        }
+    }
+
+    int replica(int d, const Action& a) const
+    {
+        int r = m_replicaOf[d];
+        if (r < 0 || a.stage < 0 || a.stage >= m_plan.stageCount())
+            throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " is not for a stage it holds");
+        return r;
+    }
+
+    void compute(int d, const Action& a, double t0, double t1)
+    {
+        auto& dev = m_devices[d];
+        dev.compute_free = t1;
+        dev.busy += t1 - t0;
+        span(d, Lane::Compute, a, dev.pc, t0, t1);
+    }
+
+    std::string deadlockMessage() const
+    {
+        std::string msg = "the schedule deadlocks:";
+        int shown = 0;
+        for (int d = 0; d < m_s.num_devices && shown < 6; ++d) {
+            const auto& dev = m_devices[d];
+            if (dev.pc < m_s.devices[d].size()) {
+                msg += " " + m_plan.cluster.deviceName(d) + " waits at action " + std::to_string(dev.pc) + " ("
+                    + actionLabel(m_s.devices[d][dev.pc]) + ");";
+                ++shown;
+            }
+        }
+        return msg;
+    }
+
+    void metrics()
+    {
+        auto& r = m_result;
+        const int D = m_s.num_devices;
+        double makespan = 0;
+        for (const auto& dev : m_devices)
+            makespan = std::max({makespan, dev.compute_free, dev.send_free});
+        r.makespan_s = makespan;
+        r.devices.resize(D);
+        double bubbleSum = 0, overheadSum = 0;
+        int used = 0;
+        for (int d = 0; d < D; ++d) {
+            const auto& dev = m_devices[d];
+            auto& m = r.devices[d];
+            m.busy_s = dev.busy;
+            m.peak_memory_bytes = dev.peak_memory;
+            m.memory_capacity_bytes = m_plan.cluster.typeOf(d).memory_bytes;
+            m.peak_stashed_microbatches = dev.peak_stashed;
+            m.peak_weight_versions = dev.peak_versions;
+            if (m_s.devices[d].empty() || makespan <= 0)
+                continue;
+            m.bubble_fraction = 1.0 - dev.busy / makespan;
+            bubbleSum += m.bubble_fraction;
+            overheadSum += dev.busy > 0 ? (makespan - dev.busy) / dev.busy : 0;
+            ++used;
+        }
+        if (used) {
+            r.bubble_fraction = bubbleSum / used;
+            r.bubble_overhead = overheadSum / used;
+        }
+        r.stages.resize(m_plan.stageCount());
+        for (int s = 0; s < m_plan.stageCount(); ++s) {
+            auto& sm = r.stages[s];
+            sm.memory_capacity_bytes = std::numeric_limits<double>::infinity();
+            for (int d : m_plan.stages[s].devices) {
+                sm.peak_memory_bytes = std::max(sm.peak_memory_bytes, r.devices[d].peak_memory_bytes);
+                sm.memory_capacity_bytes = std::min(sm.memory_capacity_bytes, r.devices[d].memory_capacity_bytes);
+                sm.peak_stashed_microbatches = std::max(sm.peak_stashed_microbatches, r.devices[d].peak_stashed_microbatches);
+                sm.peak_weight_versions = std::max(sm.peak_weight_versions, r.devices[d].peak_weight_versions);
+            }
+        }
+        const int perBatch = std::max(1, m_s.microbatches_per_batch);
+        const int iterations = std::max(1, m_s.microbatches / perBatch);
+        r.iteration_time_s = makespan / iterations;
+        const bool async = m_s.kind == "pipedream" || m_s.kind == "2bw";
+        if (async) {
+            // Steady state: pace of the last stage after the pipeline has filled (the drain is excluded
+            // because the last stage finishes first).
+            const int K = m_s.microbatches;
+            const int k1 = std::min(K - 1, std::max(D, perBatch)), k2 = K - 1;
+            if (k2 > k1 && m_lastStageDone[k1] != kUnset && m_lastStageDone[k2] != kUnset) {
+                double lo = m_lastStageDone[k1], hi = m_lastStageDone[k2];
+                if (hi > lo)
+                    r.iteration_time_s = (hi - lo) / (k2 - k1) * perBatch;
+            }
+        }
+        const int mbSize = m_plan.schedule.microbatch_size > 0 ? m_plan.schedule.microbatch_size
+                                                              : std::max(1, m_plan.model.microbatch_size);
+        r.throughput_samples_per_s = r.iteration_time_s > 0 ? perBatch * mbSize / r.iteration_time_s : 0;
+        r.timeline.label = m_plan.algorithm + " " + m_s.kind;
+    }
+
+    const Plan& m_plan;
+    const Schedule& m_s;
+    const SimulationOptions& m_o;
+    CostModel m_cost;
+    std::vector<int> m_nodeOf, m_replicaOf;
+    std::vector<Transfer> m_transfers;
+    std::vector<int> m_waiter;
+    std::vector<DeviceState> m_devices;
+    std::vector<std::vector<Collective>> m_collectives;
+    std::vector<VersionBook> m_books;
+    std::vector<double> m_lastStageDone;
+    std::vector<int> m_ready;
+    SimulationResult m_result;
+};
+
+} // namespace
+
+CostModel CostModel::fromPlan(const Plan& plan)
+{
+    CostModel c;
+    const int S = plan.stageCount();
+    auto cut = plan.model.cutBytes(plan.layer_order);
+    const double scale = microbatchScale(plan);
+    for (int s = 0; s < S; ++s) {
+        c.stage_offset.push_back(static_cast<int>(c.forward_s.size()));
+        StageTotals first;
+        for (std::size_t r = 0; r < plan.stages[s].devices.size(); ++r) {
+            auto t = stageTotals(plan, s, plan.cluster.typeOf(plan.stages[s].devices[r]));
+            c.forward_s.push_back(t.forward_s);
+            c.backward_s.push_back(t.backward_s);
+            if (r == 0)
+                first = t;
+        }
+        c.stage_weight_bytes.push_back(first.weight_bytes);
+        c.stage_activation_bytes.push_back(first.activation_bytes);
+        c.stage_input_bytes.push_back(first.input_bytes);
+        c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
+        c.boundary_bytes.push_back(s + 1 < S ? cut[plan.stages[s].last_layer] * scale : 0.0);
+    }
+    for (int d = 0; d < plan.cluster.deviceCount(); ++d)
+        c.device_memory_capacity.push_back(plan.cluster.typeOf(d).memory_bytes);
+    c.samples_per_microbatch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size
+                                                                 : std::max(1, plan.model.microbatch_size);
+    return c;
+}
+
+bool SimulationResult::fitsMemory() const
+{
+    for (const auto& d : devices)
+        if (d.peak_memory_bytes > d.memory_capacity_bytes)
+            return false;
+    return true;
+}
+
+SimulationResult simulate(const Plan& plan, const Schedule& schedule, const SimulationOptions& options)
+{
+    Simulation sim(plan, schedule, options);
+    return sim.run();
+}
+
+SimulationResult simulate(const Plan& plan, const SimulationOptions& options)
+{
+    auto schedule = generateSchedule(plan);
+    return simulate(plan, schedule, options);
+}
+
+} // namespace pw::planner

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <tuple>
 #include <utility>
 
 #include "../errors.h"
@@ -67,7 +68,8 @@ std::vector<Placed> placeSpans(const Timeline& timeline, std::map<int, int>& row
         placed[i].t0 = toNs(spans[i].t0);
         placed[i].t1 = toNs(spans[i].t1);
         if (spans[i].device < 0 || !std::isfinite(spans[i].t0) || !(spans[i].t1 >= spans[i].t0))
-            throw InputError("chrome trace: span " + std::to_string(i) + " has a negative device or ends before it starts");
+            throw InputError("chrome trace: span " + std::to_string(i)
+                             + " has a negative device or ends before it starts");
     }
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         const auto& x = spans[a];
@@ -93,24 +95,30 @@ std::vector<Placed> placeSpans(const Timeline& timeline, std::map<int, int>& row
     return placed;
 }
 
-/// Pairs every send with its receive: same transfer kind and microbatch, a different device, the peers
-/// when the spans know them, and the receiver's stage one step on (torch's convention: each action carries
-/// the stage that runs it); a receive labelled with the sender's stage is accepted when no such one exists.
-/// Sends and receives are taken in time order, so repeated transfers between two devices pair up FIFO.
+/// Pairs every send with the slice its data lands in. That is its receive: same transfer kind, stage and
+/// microbatch (the schedule labels both ends of a transfer with the stage that produced the tensor:
+/// "2SEND_F5" on stage 2, "2RECV_F5" on stage 3), a different device, the peers when the spans know them.
+/// A timeline has no receive slice when the data was there before the receiver asked for it (the simulator
+/// records only waits); the arrow then ends on the compute that consumes the data: F of the next stage for
+/// an activation, B of the previous stage for a gradient. Candidates are taken in time order, so repeated
+/// transfers of one tensor between the same devices pair up first in, first out.
 std::vector<std::pair<std::size_t, std::size_t>> matchTransfers(const Timeline& timeline,
                                                                const std::vector<Placed>& placed)
 {
     const auto& spans = timeline.spans;
-    auto byStart = [&](std::size_t a, std::size_t b) { return placed[a].t0 < placed[b].t0; };
-    std::map<std::pair<int, int>, std::vector<std::size_t>> receives; // (recv kind, microbatch)
+    using Key = std::tuple<int, int, int>; // (kind, stage, microbatch)
+    std::map<Key, std::vector<std::size_t>> targets;
     std::vector<std::size_t> sends;
     for (std::size_t i = 0; i < spans.size(); ++i) {
-        if (isRecv(spans[i].kind))
-            receives[{static_cast<int>(spans[i].kind), spans[i].microbatch}].push_back(i);
-        else if (isSend(spans[i].kind))
+        const Span& s = spans[i];
+        bool consumer = s.lane == Lane::Compute && (s.kind == ActionKind::Forward || s.kind == ActionKind::Backward);
+        if (isRecv(s.kind) || consumer)
+            targets[{static_cast<int>(s.kind), s.stage, s.microbatch}].push_back(i);
+        else if (isSend(s.kind))
             sends.push_back(i);
     }
-    for (auto& [key, list] : receives)
+    auto byStart = [&](std::size_t a, std::size_t b) { return placed[a].t0 < placed[b].t0; };
+    for (auto& [key, list] : targets)
         std::stable_sort(list.begin(), list.end(), byStart);
     std::stable_sort(sends.begin(), sends.end(), byStart);
 
@@ -118,19 +126,21 @@ std::vector<std::pair<std::size_t, std::size_t>> matchTransfers(const Timeline& 
     std::vector<std::pair<std::size_t, std::size_t>> pairs;
     for (std::size_t si : sends) {
         const Span& send = spans[si];
-        bool activation = send.kind == ActionKind::SendActivation;
-        ActionKind recvKind = activation ? ActionKind::RecvActivation : ActionKind::RecvGradient;
-        auto it = receives.find({static_cast<int>(recvKind), send.microbatch});
-        if (it == receives.end())
-            continue;
-        auto fits = [&](std::size_t ri, int stage) {
-            const Span& recv = spans[ri];
-            return !used[ri] && recv.stage == stage && recv.device != send.device
-                && (send.peer < 0 || send.peer == recv.device) && (recv.peer < 0 || recv.peer == send.device)
-                && placed[ri].t1 >= placed[si].t0;
+        const bool activation = send.kind == ActionKind::SendActivation;
+        auto fits = [&](std::size_t ti) {
+            const Span& target = spans[ti];
+            return !used[ti] && target.device != send.device && (send.peer < 0 || send.peer == target.device)
+                && (target.peer < 0 || target.peer == send.device) && placed[ti].t1 >= placed[si].t0;
         };
-        for (int stage : {send.stage + (activation ? 1 : -1), send.stage}) {
-            auto found = std::find_if(it->second.begin(), it->second.end(), [&](std::size_t ri) { return fits(ri, stage); });
+        const Key receive{static_cast<int>(activation ? ActionKind::RecvActivation : ActionKind::RecvGradient),
+                          send.stage, send.microbatch};
+        const Key consume{static_cast<int>(activation ? ActionKind::Forward : ActionKind::Backward),
+                          send.stage + (activation ? 1 : -1), send.microbatch};
+        for (const Key& key : {receive, consume}) {
+            auto it = targets.find(key);
+            if (it == targets.end())
+                continue;
+            auto found = std::find_if(it->second.begin(), it->second.end(), fits);
             if (found != it->second.end()) {
                 used[*found] = true;
                 pairs.emplace_back(si, *found);
@@ -196,9 +206,9 @@ json chromeTrace(const Timeline& timeline)
                             {"action", s.action}}}});
     }
 
-    // Flow arrows: "s" on the send slice, "f" bound (bp "e") to the enclosing receive slice. A receive is
-    // often posted before the send starts; the "f" then sits at the send's start inside the receive slice,
-    // because a flow may not end before it begins.
+    // Flow arrows: "s" on the send slice, "f" bound (bp "e") to the enclosing receive (or consuming) slice.
+    // A receive is often posted before the send starts; the "f" then sits at the send's start inside the
+    // receive slice, because a flow may not end before it begins.
     int flowId = 0;
     for (const auto& [si, ri] : matchTransfers(timeline, placed)) {
         const Span& send = timeline.spans[si];

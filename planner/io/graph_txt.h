@@ -11,15 +11,20 @@
 
 namespace pw::planner {
 
-/// Reads a graph.txt. Nodes become layers in a topological order (ties broken by the node number of
-/// `node<k>`, then by file order); edges become Layer::inputs; the profile is marked as a graph.
-/// Layer::name is the node id, Layer::kind the module description. Times are ms, sizes bytes, as in
-/// the file; list-valued activation sizes are summed. Errors name `source`, the line and the field.
+/// Reads a graph.txt. Nodes become layers in a topological order (Kahn's algorithm; ties broken by the
+/// node number of `node<k>`, then by file order; other ids sort after all `node<k>`); edges become
+/// Layer::inputs (duplicate edges count once); the profile is marked as a graph and named after the
+/// directory of `source` (else its stem). Layer::name is the node id, Layer::kind the module
+/// description. Times are ms, sizes bytes, as in the file; list-valued activation sizes are summed;
+/// a `stage_id` suffix is checked and ignored. Throws InputError naming `source`, the line and the field
+/// for malformed lines, unknown nodes, duplicate ids, cycles and negative or non-finite numbers.
 ModelProfile readGraphTxt(std::istream& in, const std::string& source);
 ModelProfile loadGraphTxt(const std::string& path);
 
-/// Writes a graph.txt (node lines, then edge lines). With a plan, each node line ends in
-/// " -- stage_id=<k>" as the PipeDream optimizer's output does.
+/// Writes a graph.txt (node lines in layer order, then edge lines grouped by consumer); numbers with
+/// three decimals as PipeDream does, or exactly where three decimals would change them, so that reading
+/// the result gives the same profile. A chain profile gets edges between consecutive layers. With a plan
+/// (of the same model), each node line ends in " -- stage_id=<k>" as the PipeDream optimizer's output does.
 void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* plan = nullptr);
 
 } // namespace pw::planner

@@ -38,8 +38,10 @@ std::string modelName(const TransformerConfig& c)
     char size[32];
     if (params >= 1e9)
         std::snprintf(size, sizeof size, "%.1fB", params / 1e9);
-    else
+    else if (params >= 1e6)
         std::snprintf(size, sizeof size, "%.0fM", params / 1e6);
+    else
+        std::snprintf(size, sizeof size, "%.0fK", params / 1e3);
     return "gpt-" + std::string(size) + " (l=" + std::to_string(c.layers) + ", h=" + std::to_string(c.hidden)
         + ", a=" + std::to_string(c.heads) + ", s=" + std::to_string(c.sequence) + ")";
 }
@@ -102,8 +104,8 @@ ModelProfile transformerProfile(const TransformerConfig& config, const DeviceTyp
     const double layerFlops = 24.0 * B * s * h * h + 4.0 * B * s * s * h;
     const double layerParams = 12.0 * h * h + 13.0 * h;
     for (int i = 0; i < config.layers; ++i)
-        model.layers.push_back(
-            makeLayer("transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams, hiddenBytes));
+        model.layers.push_back(makeLayer("transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops,
+                                         layerParams, hiddenBytes));
 
     // Final layer norm + logits (h -> V). Weights are tied to the word embedding, as in Megatron and GPT-2,
     // so Eq. 4.3 counts that matrix once (in "embedding"). The head still records V*h weights: with more

@@ -1,0 +1,4 @@
+# Thin wrapper over packaging/dev.sh, for muscle memory.
+.PHONY: demo test bench asan
+demo test bench asan:
+	./packaging/dev.sh $@

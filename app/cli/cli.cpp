@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// Argument parsing (CLI11) and dispatch to the subcommands.
+#include "cli.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "planner/errors.h"
+
+namespace pw::cli {
+
+std::string demoDirectory()
+{
+    namespace fs = std::filesystem;
+    if (const char* env = std::getenv("PIPEWRIGHT_DEMO_DIR"); env && *env)
+        return env;
+    for (const char* dir : {PW_DEMO_DIR, PW_INSTALLED_DEMO_DIR})
+        if (fs::exists(fs::path(dir) / "gpt-demo.json"))
+            return dir;
+    std::error_code ec;
+    auto exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        auto shared = exe.parent_path().parent_path() / "share" / "pipewright" / "demo";
+        if (fs::exists(shared / "gpt-demo.json"))
+            return shared.string();
+    }
+    throw planner::InputError("cannot find the bundled demo; set PIPEWRIGHT_DEMO_DIR to resources/demo");
+}
+
+namespace {
+
+void addPlanOptions(CLI::App* cmd, PlanOptions& o)
+{
+    auto& p = o.partition;
+    cmd->add_option("--model", o.model, "model profile: native JSON or PipeDream graph.txt")->required();
+    cmd->add_option("--cluster", o.cluster, "cluster JSON")->required();
+    cmd->add_option("--algorithm", o.algorithm, "pipedream | uniform | parameters | manual")->required();
+    cmd->add_option("-o,--output", o.output, "write the plan JSON here");
+    cmd->add_option("--schedule", p.schedule.kind, "gpipe | 1f1b | pipedream | 2bw | interleaved")
+        ->capture_default_str();
+    cmd->add_option("--microbatches", p.schedule.microbatches, "microbatches per batch")->capture_default_str();
+    cmd->add_option("--microbatch-size", p.schedule.microbatch_size, "samples per microbatch (0 = the profile's)");
+    cmd->add_option("--chunks", p.schedule.chunks, "virtual stages per device (interleaved)")->capture_default_str();
+    cmd->add_option("--iterations", p.schedule.iterations, "batches to simulate")->capture_default_str();
+    cmd->add_flag("--recompute", p.schedule.recompute, "activation recomputation");
+    cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
+    cmd->add_flag("--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
+                  "sends and receives block compute");
+    cmd->add_option("--devices", p.devices, "use the first N devices (default: all)");
+    cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)");
+    cmd->add_flag("--straight", p.straight, "no replication: one device per stage");
+    cmd->add_flag("--memory-limit", p.memory_limit, "reject stages over device memory");
+    cmd->add_option("--pipedream-variant", p.pipedream_variant, "paper | reference")->capture_default_str();
+    cmd->add_option("--activation-compression-ratio", p.activation_compression_ratio,
+                    "reference variant: count stage-to-stage traffic divided by this ratio");
+    cmd->add_flag("--per-worker-allreduce", p.per_worker_allreduce, "read B_k as per-worker bandwidth");
+    cmd->add_flag("--flat", p.flat, "PipeDream: one level over all devices");
+    cmd->add_option("--boundaries", o.boundaries, "manual: last layer of every stage but the last, e.g. 5,11,17");
+    cmd->add_flag("--json", o.json, "print the result as JSON");
+}
+
+} // namespace
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
+{
+    CLI::App app{"pipewright-cli: plan, simulate and export pipeline-parallel training"};
+    app.name("pipewright-cli");
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string(PW_VERSION));
+
+    auto* profile = app.add_subcommand("profile", "create model profiles");
+    profile->require_subcommand(1);
+    ImportOptions importOpt;
+    auto* imp = profile->add_subcommand("import-pipedream", "convert a PipeDream graph.txt to a model JSON");
+    imp->add_option("graph", importOpt.input, "graph.txt")->required();
+    imp->add_option("-o,--output", importOpt.output, "model JSON to write")->required();
+    imp->add_option("--name", importOpt.name, "model name (default: the graph's folder)");
+    imp->add_flag("--json", importOpt.json, "print a JSON summary");
+    TransformerOptions tOpt;
+    auto* tr = profile->add_subcommand("transformer", "analytic profile of a GPT-style transformer");
+    tr->add_option("--layers", tOpt.layers, "transformer layers")->required();
+    tr->add_option("--hidden", tOpt.hidden, "hidden size")->required();
+    tr->add_option("--heads", tOpt.heads, "attention heads")->required();
+    tr->add_option("--seq", tOpt.seq, "sequence length")->required();
+    tr->add_option("--vocab", tOpt.vocab, "vocabulary size")->required();
+    tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
+    tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")->required();
+    tr->add_option("--bytes-per-element", tOpt.bytes_per_element, "2 for bf16/fp16, 4 for fp32")->capture_default_str();
+    tr->add_option("--efficiency", tOpt.efficiency, "share of peak the GEMMs sustain")->capture_default_str();
+    tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();
+    tr->add_flag("--json", tOpt.json, "print a JSON summary");
+
+    PlanOptions planOpt;
+    auto* planCmd = app.add_subcommand("plan", "partition a model over a cluster and predict its schedule");
+    addPlanOptions(planCmd, planOpt);
+
+    SimulateOptions simOpt;
+    auto* sim = app.add_subcommand("simulate", "simulate a plan's schedule");
+    sim->add_option("plan", simOpt.plan, "plan JSON")->required();
+    sim->add_option("--trace", simOpt.trace, "also write a Chrome trace (Perfetto) here");
+    sim->add_flag("--json", simOpt.json, "print the metrics as JSON");
+
+    ExportOptions expOpt;
+    auto* exp = app.add_subcommand("export", "export a plan's schedule or profile");
+    exp->add_option("plan", expOpt.plan, "plan JSON")->required();
+    exp->add_option("--format", expOpt.format, "chrome-trace | actions-csv | graph-txt | schedule-json")
+        ->required()
+        ->check(CLI::IsMember({"chrome-trace", "actions-csv", "graph-txt", "schedule-json"}));
+    exp->add_option("-o,--output", expOpt.output, "file to write")->required();
+
+    bool demoJson = false;
+    auto* demoCmd = app.add_subcommand("demo", "plan and simulate the bundled demo, print a summary");
+    demoCmd->add_flag("--json", demoJson, "print the results as JSON");
+
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    try {
+        app.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0)
+            return app.exit(e, out, err); // --help (of the selected subcommand) or --version
+        err << "pipewright-cli: error: " << e.what() << "\n";
+        return 2;
+    }
+
+    try {
+        if (imp->parsed())
+            importPipeDream(importOpt, out);
+        else if (tr->parsed())
+            transformer(tOpt, out);
+        else if (planCmd->parsed())
+            plan(planOpt, out);
+        else if (sim->parsed())
+            simulate(simOpt, out);
+        else if (exp->parsed())
+            exportPlan(expOpt, out);
+        else if (demoCmd->parsed())
+            demo(demoJson, out);
+    } catch (const planner::InputError& e) {
+        err << "pipewright-cli: error: " << e.what() << "\n";
+        return 1;
+    } catch (const std::exception& e) {
+        err << "pipewright-cli: error: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}
+
+} // namespace pw::cli

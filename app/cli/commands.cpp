@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+#include "commands.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli.h"
+#include "planner/device_presets.h"
+#include "planner/errors.h"
+#include "planner/io/chrome_trace.h"
+#include "planner/io/graph_txt.h"
+#include "planner/io/json_file.h"
+#include "planner/io/transformer.h"
+#include "planner/schedule/generator.h"
+#include "planner/sim/simulator.h"
+#include "report.h"
+
+namespace pw::cli {
+
+using nlohmann::json;
+using namespace pw::planner;
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void writeText(const std::string& path, const std::string& text)
+{
+    std::ofstream f(path, std::ios::binary);
+    if (!f)
+        throw InputError(path, 0, "", "cannot write the file");
+    f << text;
+    if (!f.flush())
+        throw InputError(path, 0, "", "write failed");
+}
+
+/// Generates, validates and simulates the plan's schedule; throws InputError on any problem.
+SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr)
+{
+    Schedule schedule = generateSchedule(plan);
+    auto report = validate(schedule, plan);
+    if (!report.ok)
+        throw InputError("the generated schedule is invalid: " + report.errors.front());
+    SimulationOptions options;
+    options.record_spans = spans;
+    options.record_memory = spans;
+    auto result = simulate(plan, schedule, options);
+    PredictedMetrics p;
+    p.iteration_time_s = result.iteration_time_s;
+    p.throughput_samples_per_s = result.throughput_samples_per_s;
+    p.bubble_fraction = result.bubble_fraction;
+    for (const auto& s : result.stages)
+        p.stage_peak_memory_bytes.push_back(s.peak_memory_bytes);
+    plan.predicted = p;
+    if (scheduleOut)
+        *scheduleOut = std::move(schedule);
+    return result;
+}
+
+DeviceType deviceFromArgument(const std::string& arg)
+{
+    if (auto preset = devicePreset(arg))
+        return *preset;
+    if (!std::filesystem::exists(arg))
+        throw InputError({}, 0, "--device", "'" + arg + "' is neither a device preset nor a device-type JSON file");
+    auto j = readJsonFile(arg);
+    // A device-type file is one entry of a cluster's device_types.
+    json cluster = {{"device_types", json::array({j})},
+                    {"nodes", json::array({{{"name", "n"}, {"device_type", j.value("name", "")}, {"count", 1}}})}};
+    try {
+        return clusterFromJson(cluster).device_types.at(0);
+    } catch (const InputError& e) {
+        std::string field = e.field().rfind("/device_types/0", 0) == 0 ? e.field().substr(15) : e.field();
+        throw InputError(arg, 0, field, e.message());
+    }
+}
+
+} // namespace
+
+ModelProfile loadAnyModel(const std::string& path)
+{
+    if (endsWith(path, ".txt")) {
+        auto m = loadGraphTxt(path);
+        return m;
+    }
+    return loadModel(path);
+}
+
+std::vector<int> parseBoundaries(const std::string& text)
+{
+    std::vector<int> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        try {
+            std::size_t used = 0;
+            int v = std::stoi(item, &used);
+            if (used != item.size())
+                throw std::invalid_argument(item);
+            out.push_back(v);
+        } catch (const std::exception&) {
+            throw InputError({}, 0, "--boundaries", "'" + item + "' is not a layer index");
+        }
+    }
+    return out;
+}
+
+void importPipeDream(const ImportOptions& o, std::ostream& out)
+{
+    auto model = loadGraphTxt(o.input);
+    if (!o.name.empty())
+        model.name = o.name;
+    writeJsonFile(o.output, toJson(model));
+    if (o.json)
+        out << json{{"model", model.name}, {"layers", model.layerCount()}, {"output", o.output}}.dump(2) << "\n";
+    else
+        out << "imported " << model.layerCount() << " layers of " << model.name << " -> " << o.output << "\n";
+}
+
+void transformer(const TransformerOptions& o, std::ostream& out)
+{
+    TransformerConfig c{o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch, o.bytes_per_element};
+    TransformerProfileOptions po;
+    po.efficiency = o.efficiency;
+    auto model = transformerProfile(c, deviceFromArgument(o.device), po);
+    writeJsonFile(o.output, toJson(model));
+    if (o.json)
+        out << json{{"model", model.name}, {"layers", model.layerCount()}, {"parameters", transformerParameterCount(c)},
+                    {"output", o.output}}
+                   .dump(2)
+            << "\n";
+    else
+        out << "wrote " << model.layerCount() << " layers (" << transformerParameterCount(c) / 1e9
+            << " B parameters) -> " << o.output << "\n";
+}
+
+void plan(const PlanOptions& o, std::ostream& out)
+{
+    auto model = loadAnyModel(o.model);
+    auto cluster = loadCluster(o.cluster);
+    const auto* partitioner = findPartitioner(o.algorithm);
+    if (!partitioner) {
+        std::string names;
+        for (const auto* p : partitioners())
+            names += (names.empty() ? "" : ", ") + std::string(p->name());
+        throw InputError({}, 0, "--algorithm", "unknown algorithm '" + o.algorithm + "' (known: " + names + ")");
+    }
+    PartitionRequest request{model, cluster, o.partition};
+    if (!o.boundaries.empty())
+        request.options.boundaries = parseBoundaries(o.boundaries);
+    auto result = partitioner->partition(request, {}, {});
+    if (!result.ok())
+        throw InputError(o.algorithm + ": " + result.errorText());
+    Plan plan = std::move(*result.plan);
+    auto sim = predict(plan, false);
+    if (!o.output.empty())
+        writeJsonFile(o.output, toJson(plan));
+    if (o.json) {
+        auto j = metricsJson(plan, sim);
+        json diags = json::array();
+        for (const auto& d : result.diagnostics)
+            diags.push_back({{"code", d.code}, {"message", d.message}});
+        j["diagnostics"] = diags;
+        out << j.dump(2) << "\n";
+    } else {
+        printDiagnostics(out, result.diagnostics);
+        printPlanSummary(out, plan, sim);
+        if (!o.output.empty())
+            out << "wrote " << o.output << "\n";
+    }
+    if (auto problem = memoryProblem(plan, sim); !problem.empty())
+        throw InputError(problem);
+}
+
+void simulate(const SimulateOptions& o, std::ostream& out)
+{
+    Plan plan = loadPlan(o.plan);
+    auto sim = predict(plan, !o.trace.empty());
+    if (!o.trace.empty())
+        writeJsonFile(o.trace, chromeTrace(sim.timeline));
+    if (o.json)
+        out << metricsJson(plan, sim).dump(2) << "\n";
+    else
+        printPlanSummary(out, plan, sim);
+    if (auto problem = memoryProblem(plan, sim); !problem.empty())
+        throw InputError(o.plan, 0, "", problem);
+}
+
+void exportPlan(const ExportOptions& o, std::ostream& out)
+{
+    Plan plan = loadPlan(o.plan);
+    if (o.format == "graph-txt") {
+        std::ostringstream text;
+        writeGraphTxt(text, plan.model, &plan);
+        writeText(o.output, text.str());
+    } else {
+        Schedule schedule;
+        auto sim = predict(plan, o.format == "chrome-trace", &schedule);
+        if (o.format == "chrome-trace")
+            writeJsonFile(o.output, chromeTrace(sim.timeline));
+        else if (o.format == "actions-csv")
+            writeText(o.output, actionsCsv(schedule));
+        else
+            writeJsonFile(o.output, toJson(schedule));
+    }
+    out << "wrote " << o.output << "\n";
+}
+
+} // namespace pw::cli

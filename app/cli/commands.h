@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// The CLI's subcommands, separated from argument parsing. Each throws planner::InputError on bad input.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "planner/partition/partitioner.h"
+
+namespace pw::cli {
+
+struct ImportOptions
+{
+    std::string input;
+    std::string output;
+    std::string name;
+    bool json = false;
+};
+
+struct TransformerOptions
+{
+    int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, microbatch = 1;
+    int bytes_per_element = 2;
+    double efficiency = 0.5;
+    std::string device;
+    std::string output;
+    bool json = false;
+};
+
+struct PlanOptions
+{
+    std::string model;
+    std::string cluster;
+    std::string algorithm;
+    std::string output;
+    std::string boundaries; ///< comma-separated, for manual
+    planner::PartitionOptions partition;
+    bool json = false;
+};
+
+struct SimulateOptions
+{
+    std::string plan;
+    std::string trace;
+    bool json = false;
+};
+
+struct ExportOptions
+{
+    std::string plan;
+    std::string format;
+    std::string output;
+};
+
+void importPipeDream(const ImportOptions& o, std::ostream& out);
+void transformer(const TransformerOptions& o, std::ostream& out);
+void plan(const PlanOptions& o, std::ostream& out);
+void simulate(const SimulateOptions& o, std::ostream& out);
+void exportPlan(const ExportOptions& o, std::ostream& out);
+void demo(bool json, std::ostream& out);
+
+/// Loads a model from native JSON or (by the .txt extension) PipeDream graph.txt.
+planner::ModelProfile loadAnyModel(const std::string& path);
+/// Parses "3,7,11" into layer indices; throws InputError naming --boundaries.
+std::vector<int> parseBoundaries(const std::string& text);
+
+} // namespace pw::cli

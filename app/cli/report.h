@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT
+// Human and JSON renderings of plans and simulation results for the CLI.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/partition/partitioner.h"
+#include "planner/sim/simulator.h"
+
+namespace pw::cli {
+
+std::string formatBytes(double bytes);
+std::string formatSeconds(double seconds);
+
+/// Metrics of a simulated plan as the `simulate --json` contract writes them.
+nlohmann::json metricsJson(const planner::Plan& plan, const planner::SimulationResult& result);
+void printPlanSummary(std::ostream& out, const planner::Plan& plan, const planner::SimulationResult& result);
+void printDiagnostics(std::ostream& out, const std::vector<planner::Diagnostic>& diagnostics);
+/// "" when every device fits, else a sentence naming the worst stage.
+std::string memoryProblem(const planner::Plan& plan, const planner::SimulationResult& result);
+
+} // namespace pw::cli

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// ScheduleBuilder: the plan checks and action insertion every generator shares.
+#include "builder.h"
+
+#include "../costs.h"
+#include "../errors.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+namespace pw::planner {
+
+ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
+{
+    plan.validate();
+    m_stages = plan.stageCount();
+    m_chunks = std::max(1, plan.schedule.chunks);
+    m_depth = plan.pipelineDepth();
+    m_perBatch = plan.schedule.microbatches;
+    m_batches = plan.schedule.iterations;
+    if (static_cast<long long>(m_perBatch) * m_batches > INT_MAX / 2)
+        throw InputError({}, 0, "/schedule/iterations",
+            "microbatches x iterations = " + std::to_string(static_cast<long long>(m_perBatch) * m_batches)
+                + " is too large");
+    const int numDevices = plan.cluster.deviceCount();
+
+    // Plan::validate() checks these as well; repeated here because the generators index by them.
+    std::vector<int> owner(numDevices, -1);
+    m_devices.resize(m_stages);
+    for (int s = 0; s < m_stages; ++s) {
+        const auto& st = plan.stages[s];
+        const std::string field = "/stages/" + std::to_string(s) + "/devices";
+        if (s >= m_depth && st.devices != plan.stages[s % m_depth].devices)
+            throw InputError({}, 0, field,
+                "with " + std::to_string(m_chunks) + " chunks virtual stage " + std::to_string(s)
+                    + " must run on the devices of stage " + std::to_string(s % m_depth));
+        for (int d : st.devices) {
+            if (d < 0 || d >= numDevices)
+                throw InputError({}, 0, field, "device " + std::to_string(d) + " is not in the cluster");
+            if (s < m_depth) {
+                if (owner[d] >= 0)
+                    throw InputError({}, 0, field,
+                        "device " + std::to_string(d) + " is in stages " + std::to_string(owner[d]) + " and "
+                            + std::to_string(s) + "; a device may hold one physical stage");
+                owner[d] = s;
+            }
+        }
+        m_devices[s] = st.devices;
+    }
+
+    const auto cut = plan.model.cutBytes(plan.layer_order);
+    const double scale = microbatchScale(plan);
+    m_cutBytes.assign(m_stages, 0.0);
+    m_weightBytes.assign(m_stages, 0.0);
+    m_group.assign(m_stages, -1);
+    for (int s = 0; s < m_stages; ++s) {
+        const auto& st = plan.stages[s];
+        if (s + 1 < m_stages)
+            m_cutBytes[s] = cut.at(st.last_layer) * scale;
+        for (int pos = st.first_layer; pos <= st.last_layer; ++pos)
+            m_weightBytes[s] += plan.model.layers.at(plan.layerAt(pos)).weight_bytes;
+        if (st.replicas() > 1) {
+            m_group[s] = static_cast<int>(m_schedule.groups.size());
+            m_schedule.groups.push_back({ s, std::vector<std::int32_t>(st.devices.begin(), st.devices.end()) });
+        }
+    }
+
+    m_inFlight.assign(m_stages, 1);
+    int downstream = 0; // devices of physical stages s..p-1
+    for (int s = m_depth - 1; s >= 0; --s) {
+        downstream += replicas(s);
+        m_inFlight[s] = (downstream + replicas(s) - 1) / replicas(s);
+    }
+    for (int s = m_depth; s < m_stages; ++s)
+        m_inFlight[s] = m_inFlight[s % m_depth];
+
+    m_schedule.kind = std::string(kind);
+    m_schedule.num_devices = numDevices;
+    m_schedule.num_stages = m_stages;
+    m_schedule.microbatches = totalMicrobatches();
+    m_schedule.microbatches_per_batch = m_perBatch;
+    m_schedule.chunks = m_chunks;
+    m_schedule.devices.resize(numDevices);
+    // Upper bound per device: F, B and four transfers per microbatch, an all-reduce and a step per backward.
+    std::vector<std::size_t> expect(numDevices, 0);
+    for (int s = 0; s < m_stages; ++s) {
+        const std::size_t local = (static_cast<std::size_t>(totalMicrobatches()) + replicas(s) - 1) / replicas(s);
+        for (int d : m_devices[s])
+            expect[d] += 8 * local + 2 * static_cast<std::size_t>(m_batches);
+    }
+    for (int d = 0; d < numDevices; ++d)
+        m_schedule.devices[d].reserve(expect[d]);
+}
+
+bool ScheduleBuilder::replicated() const { return !m_schedule.groups.empty(); }
+
+int ScheduleBuilder::inFlight(int stage) const { return m_inFlight[stage]; }
+
+void ScheduleBuilder::forward(int stage, int microbatch, int version)
+{
+    const int d = deviceOf(stage, microbatch);
+    if (stage > 0) {
+        const int src = deviceOf(stage - 1, microbatch);
+        if (src != d)
+            push(d, { ActionKind::RecvActivation, stage - 1, microbatch, src, 0, -1, m_cutBytes[stage - 1] });
+    }
+    push(d, { ActionKind::Forward, stage, microbatch, -1, version, -1, 0.0 });
+    if (stage + 1 < m_stages) {
+        const int dst = deviceOf(stage + 1, microbatch);
+        if (dst != d)
+            push(d, { ActionKind::SendActivation, stage, microbatch, dst, 0, -1, m_cutBytes[stage] });
+    }
+}
+
+void ScheduleBuilder::backward(int stage, int microbatch, int version)
+{
+    const int d = deviceOf(stage, microbatch);
+    if (stage + 1 < m_stages) {
+        const int src = deviceOf(stage + 1, microbatch);
+        if (src != d)
+            push(d, { ActionKind::RecvGradient, stage + 1, microbatch, src, 0, -1, m_cutBytes[stage] });
+    }
+    push(d, { ActionKind::Backward, stage, microbatch, -1, version, -1, 0.0 });
+    if (stage > 0) {
+        const int dst = deviceOf(stage - 1, microbatch);
+        if (dst != d)
+            push(d, { ActionKind::SendGradient, stage, microbatch, dst, 0, -1, m_cutBytes[stage - 1] });
+    }
+}
+
+void ScheduleBuilder::step(int device, int stage, int version)
+{
+    if (m_group[stage] >= 0)
+        push(device, { ActionKind::AllReduce, stage, -1, -1, 0, m_group[stage], m_weightBytes[stage] });
+    push(device, { ActionKind::OptimizerStep, stage, -1, -1, version, -1, 0.0 });
+}
+
+Schedule ScheduleBuilder::finish() { return std::move(m_schedule); }
+
+std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas)
+{
+    std::vector<int> ids;
+    int first = begin + ((replica - begin % replicas) % replicas + replicas) % replicas;
+    if (first < end)
+        ids.reserve(static_cast<std::size_t>((end - first + replicas - 1) / replicas));
+    for (int k = first; k < end; k += replicas)
+        ids.push_back(k);
+    return ids;
+}
+
+} // namespace pw::planner

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: MIT
+// ScheduleBuilder: turns each device's compute order into actions, inserting transfers, all-reduces and steps.
+#pragma once
+
+#include "generator.h"
+
+#include <string_view>
+#include <vector>
+
+namespace pw::planner {
+
+// Semantics shared by every generator (docs/formats.md is written from this block).
+//
+// Stages and devices
+// - plan.stages are virtual stages in model order, S = stages.size(), v = schedule.chunks, p = S / v.
+//   Virtual stage s runs on the devices of stage s mod p; chunk c of physical stage r is s = c*p + r.
+// - Microbatches carry a global 0-based id k over all batches (batch b holds ids b*m .. b*m+m-1).
+//   Microbatch k of stage s runs on replica k mod r_s, device plan.stages[s].devices[k % r_s] (1F1B-RR).
+// - Schedule::num_devices = cluster.deviceCount(); devices in no stage get empty lists.
+//
+// Transfers (stage = the stage whose compute produced the data, on both the send and the receive)
+// - F(s,k), s > 0, is preceded by RecvActivation{stage s-1, k, peer = device of F(s-1,k)}; F(s,k), s < S-1,
+//   is followed by SendActivation{stage s, k, peer = device of F(s+1,k)}.
+// - B(s,k), s < S-1, is preceded by RecvGradient{stage s+1, k, peer = device of B(s+1,k)}; B(s,k), s > 0, is
+//   followed by SendGradient{stage s, k, peer = device of B(s-1,k)}.
+// - Transfers between two virtual stages on the same device are left out.
+// - bytes = cutBytes(layer_order)[stages[s].last_layer] for the cut after stage s (both directions), times
+//   microbatchScale(plan) (schedule.microbatch_size / profile microbatch_size when set).
+//
+// Updates
+// - step(): for a stage with r_s > 1 an AllReduce{group, bytes = stage weight bytes} and then an
+//   OptimizerStep{weight_version = the version it produces}. One CollectiveGroup per replicated virtual stage.
+// - F/B weight_version: flush kinds use the batch index; "pipedream" the device's latest version when F runs
+//   (B reuses it: weight stashing); "2bw" max(k/m - 1, 0).
+//
+// 1F1B order of one replica (oneFOneB): n_s = ceil(W_s / r_s) microbatches in flight, W_s = devices of
+// physical stages s..p-1 (straight pipeline: n_s = p - s; NOAM = n_0). warm = min(n_s - 1, count) forwards,
+// then pairs F(warm+i), B(i), then the remaining backwards (Megatron's order).
+
+/// @brief Per-plan facts the generators share, and the per-device action lists being built.
+class ScheduleBuilder
+{
+public:
+    /// Checks the plan (stages, interleaving, devices) and sizes the schedule; throws InputError.
+    ScheduleBuilder(const Plan& plan, std::string_view kind);
+
+    int stageCount() const { return m_stages; }
+    int depth() const { return m_depth; }
+    int chunks() const { return m_chunks; }
+    int microbatchesPerBatch() const { return m_perBatch; }
+    int batches() const { return m_batches; }
+    int totalMicrobatches() const { return m_perBatch * m_batches; }
+    int replicas(int stage) const { return static_cast<int>(m_devices[stage].size()); }
+    int device(int stage, int replica) const { return m_devices[stage][replica]; }
+    int deviceOf(int stage, int microbatch) const
+    {
+        const auto& d = m_devices[stage];
+        return d[static_cast<std::size_t>(microbatch) % d.size()];
+    }
+    bool replicated() const;
+    /// Microbatches in flight on a replica of `stage` in steady 1F1B: ceil(W_s / r_s).
+    int inFlight(int stage) const;
+
+    /// Appends F(stage, microbatch) to its device with the receive before and the send after it.
+    void forward(int stage, int microbatch, int version);
+    /// Appends B(stage, microbatch) to its device with the receive before and the send after it.
+    void backward(int stage, int microbatch, int version);
+    /// Appends the AllReduce (replicated stages) and the OptimizerStep producing `version` on `device`.
+    void step(int device, int stage, int version);
+
+    /// Takes the built lists (the builder is spent).
+    Schedule finish();
+
+private:
+    void push(int device, const Action& action) { m_schedule.devices[device].push_back(action); }
+
+    Schedule m_schedule;
+    int m_stages = 0;
+    int m_depth = 0;
+    int m_chunks = 1;
+    int m_perBatch = 0;
+    int m_batches = 0;
+    std::vector<std::vector<int>> m_devices; ///< per virtual stage
+    std::vector<double> m_cutBytes; ///< per virtual stage: bytes crossing the cut after it
+    std::vector<double> m_weightBytes; ///< per virtual stage
+    std::vector<int> m_group; ///< per virtual stage: index into groups, -1 when not replicated
+    std::vector<int> m_inFlight; ///< per virtual stage
+};
+
+/// Global ids k in [begin, end) with k mod replicas == replica, in increasing order.
+std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas);
+
+/// The 1F1B order over `count` microbatches: warm forwards, pairs F(warm+i) B(i), then the remaining
+/// backwards. fwd(i) and bwd(i) receive local indices 0..count-1.
+template <class Fwd, class Bwd> void oneFOneB(int count, int warm, Fwd&& fwd, Bwd&& bwd)
+{
+    if (warm > count)
+        warm = count;
+    for (int i = 0; i < warm; ++i)
+        fwd(i);
+    for (int i = 0; i < count - warm; ++i) {
+        fwd(warm + i);
+        bwd(i);
+    }
+    for (int i = count - warm; i < count; ++i)
+        bwd(i);
+}
+
+/// 1F1B with a flush after every batch: "1f1b", and "interleaved" with one chunk.
+Schedule generateFlushedOneFOneB(const Plan& plan, std::string_view kind);
+
+// The built-in generators, listed by registry.cpp.
+const ScheduleGenerator& gpipeGenerator();
+const ScheduleGenerator& oneFOneBGenerator();
+const ScheduleGenerator& pipedreamGenerator();
+const ScheduleGenerator& twoBwGenerator();
+const ScheduleGenerator& interleavedGenerator();
+
+} // namespace pw::planner

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// The registry of schedule generators: every built-in kind, looked up by name.
+// The semantics all generators share (placement, transfers, versions, warm-up) are documented in builder.h.
+#include "../errors.h"
+#include "builder.h"
+
+#include <string>
+
+namespace pw::planner {
+
+const std::vector<const ScheduleGenerator*>& scheduleGenerators()
+{
+    static const std::vector<const ScheduleGenerator*> generators = {
+        &gpipeGenerator(),
+        &oneFOneBGenerator(),
+        &pipedreamGenerator(),
+        &twoBwGenerator(),
+        &interleavedGenerator(),
+    };
+    return generators;
+}
+
+const ScheduleGenerator* findScheduleGenerator(std::string_view name)
+{
+    for (const auto* g : scheduleGenerators())
+        if (g->name() == name)
+            return g;
+    return nullptr;
+}
+
+Schedule generateSchedule(const Plan& plan)
+{
+    const auto* g = findScheduleGenerator(plan.schedule.kind);
+    if (!g) {
+        std::string known;
+        for (const auto* k : scheduleGenerators())
+            known += (known.empty() ? "" : ", ") + std::string(k->name());
+        throw InputError(
+            {}, 0, "/schedule/kind", "unknown schedule kind '" + plan.schedule.kind + "' (known: " + known + ")");
+    }
+    return g->generate(plan);
+}
+
+} // namespace pw::planner

@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: MIT
+// validate(): proves a schedule complete, consistent and deadlock-free by executing it abstractly.
+#include "generator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace pw::planner {
+namespace {
+
+constexpr std::size_t kMaxErrors = 40;
+constexpr std::size_t kMaxStuckListed = 8;
+
+/// Where the F and B of one (stage, microbatch) are, and how often they occur.
+struct ComputeSlot
+{
+    std::int32_t f_device = -1, f_index = -1, b_device = -1, b_index = -1;
+    std::int32_t f_version = 0, b_version = 0;
+    std::int32_t f_count = 0, b_count = 0;
+};
+
+/// One transfer (activation or gradient of a stage's microbatch): its send and its receive.
+struct TransferSlot
+{
+    std::int32_t send_device = -1, send_index = -1, send_peer = -1, send_count = 0;
+    std::int32_t recv_device = -1, recv_index = -1, recv_peer = -1, recv_count = 0;
+    std::int32_t available = 0; ///< executed sends not yet received (abstract execution)
+    std::int32_t waiter = -1; ///< device blocked on this receive
+};
+
+class Validator
+{
+public:
+    Validator(const Schedule& schedule, const Plan& plan)
+        : m_s(schedule)
+        , m_plan(plan)
+    {
+    }
+
+    ValidationReport run()
+    {
+        if (shape()) {
+            collect();
+            checkCompute();
+            checkTransfers();
+            checkGroups();
+            execute();
+        }
+        if (m_dropped > 0)
+            m_report.errors.push_back("... and " + std::to_string(m_dropped) + " more errors");
+        m_report.ok = m_report.errors.empty();
+        return std::move(m_report);
+    }
+
+private:
+    void error(std::string message)
+    {
+        if (m_report.errors.size() < kMaxErrors)
+            m_report.errors.push_back(std::move(message));
+        else
+            ++m_dropped;
+    }
+
+    std::string where(int d, int index) const
+    {
+        return "device " + std::to_string(d) + " action #" + std::to_string(index) + " ("
+            + actionLabel(m_s.devices[d][index]) + ")";
+    }
+
+    static std::string fb(int stage, int mb, bool backward)
+    {
+        return std::string(backward ? "B" : "F") + "(stage " + std::to_string(stage) + ", microbatch "
+            + std::to_string(mb) + ")";
+    }
+
+    bool shape()
+    {
+        m_stages = m_plan.stageCount();
+        m_devices = static_cast<int>(m_s.devices.size());
+        m_microbatches = m_s.microbatches;
+        bool ok = true;
+        if (m_s.num_stages != m_stages) {
+            error(
+                "the schedule has " + std::to_string(m_s.num_stages) + " stages, the plan " + std::to_string(m_stages));
+            ok = false;
+        }
+        if (m_s.num_devices != m_devices)
+            error("num_devices is " + std::to_string(m_s.num_devices) + " but there are " + std::to_string(m_devices)
+                + " device lists");
+        if (m_devices != m_plan.cluster.deviceCount()) {
+            error("the schedule has " + std::to_string(m_devices) + " device lists, the cluster "
+                + std::to_string(m_plan.cluster.deviceCount()) + " devices");
+            ok = false;
+        }
+        if (m_microbatches < 0) {
+            error("microbatches is negative");
+            ok = false;
+        }
+        for (int s = 0; s < m_stages && ok; ++s) {
+            for (int d : m_plan.stages[s].devices)
+                if (d < 0 || d >= m_devices) {
+                    error("plan stage " + std::to_string(s) + " uses device " + std::to_string(d)
+                        + ", which the schedule does not have");
+                    ok = false;
+                }
+            if (m_plan.stages[s].devices.empty()) {
+                error("plan stage " + std::to_string(s) + " has no devices");
+                ok = false;
+            }
+        }
+        for (std::size_t g = 0; g < m_s.groups.size() && ok; ++g)
+            for (int d : m_s.groups[g].devices)
+                if (d < 0 || d >= m_devices) {
+                    error("all-reduce group " + std::to_string(g) + " names device " + std::to_string(d));
+                    ok = false;
+                }
+        return ok;
+    }
+
+    int expectedDevice(int stage, int mb) const
+    {
+        const auto& d = m_plan.stages[stage].devices;
+        return d[static_cast<std::size_t>(mb) % d.size()];
+    }
+
+    std::size_t slot(int stage, int mb) const { return static_cast<std::size_t>(stage) * m_microbatches + mb; }
+    std::size_t transfer(bool gradient, int stage, int mb) const
+    {
+        return (static_cast<std::size_t>(gradient) * m_stages + stage) * m_microbatches + mb;
+    }
+
+    /// False for actions whose stage, microbatch, peer or group cannot be placed (reported once, in collect()).
+    bool wellFormed(int d, const Action& a) const
+    {
+        switch (a.kind) {
+        case ActionKind::AllReduce:
+            return a.group >= 0 && a.group < static_cast<int>(m_s.groups.size());
+        case ActionKind::OptimizerStep:
+            return a.stage >= 0 && a.stage < m_stages;
+        default:
+            break;
+        }
+        if (a.stage < 0 || a.stage >= m_stages || a.microbatch < 0 || a.microbatch >= m_microbatches)
+            return false;
+        if (isSend(a.kind) || isRecv(a.kind))
+            return a.peer >= 0 && a.peer < m_devices && a.peer != d;
+        return true;
+    }
+
+    void collect()
+    {
+        m_compute.assign(static_cast<std::size_t>(m_stages) * m_microbatches, {});
+        m_transfers.assign(static_cast<std::size_t>(2) * m_stages * m_microbatches, {});
+        m_allReduces.assign(static_cast<std::size_t>(m_devices) * m_s.groups.size(), 0);
+        std::vector<std::int32_t> latest(m_stages, 0); // weight version per stage on the current device
+        for (int d = 0; d < m_devices; ++d) {
+            const auto& list = m_s.devices[d];
+            std::fill(latest.begin(), latest.end(), 0);
+            for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+                const Action& a = list[i];
+                if (!wellFormed(d, a)) {
+                    error(where(d, i) + ": stage, microbatch, peer or group out of range");
+                    continue;
+                }
+                switch (a.kind) {
+                case ActionKind::Forward: {
+                    auto& c = m_compute[slot(a.stage, a.microbatch)];
+                    if (++c.f_count == 1)
+                        c.f_device = d, c.f_index = i, c.f_version = a.weight_version;
+                    if (a.weight_version < 0 || a.weight_version > latest[a.stage])
+                        error(where(d, i) + " uses weight version " + std::to_string(a.weight_version)
+                            + ", which does not exist yet (latest is " + std::to_string(latest[a.stage]) + ")");
+                    break;
+                }
+                case ActionKind::OptimizerStep:
+                    if (a.weight_version <= latest[a.stage])
+                        error(where(d, i) + " produces version " + std::to_string(a.weight_version)
+                            + ", not newer than version " + std::to_string(latest[a.stage]));
+                    else
+                        latest[a.stage] = a.weight_version;
+                    break;
+                case ActionKind::Backward: {
+                    auto& c = m_compute[slot(a.stage, a.microbatch)];
+                    if (++c.b_count == 1)
+                        c.b_device = d, c.b_index = i, c.b_version = a.weight_version;
+                    break;
+                }
+                case ActionKind::SendActivation:
+                case ActionKind::SendGradient: {
+                    auto& t = m_transfers[transfer(a.kind == ActionKind::SendGradient, a.stage, a.microbatch)];
+                    if (++t.send_count == 1)
+                        t.send_device = d, t.send_index = i, t.send_peer = a.peer;
+                    break;
+                }
+                case ActionKind::RecvActivation:
+                case ActionKind::RecvGradient: {
+                    auto& t = m_transfers[transfer(a.kind == ActionKind::RecvGradient, a.stage, a.microbatch)];
+                    if (++t.recv_count == 1)
+                        t.recv_device = d, t.recv_index = i, t.recv_peer = a.peer;
+                    break;
+                }
+                case ActionKind::AllReduce: {
+                    ++m_allReduces[static_cast<std::size_t>(a.group) * m_devices + d];
+                    const auto& members = m_s.groups[a.group].devices;
+                    if (std::find(members.begin(), members.end(), d) == members.end())
+                        error(where(d, i) + ": device " + std::to_string(d) + " is not in all-reduce group "
+                            + std::to_string(a.group));
+                    break;
+                }
+                default:
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The data F(s,k) or B(s,k) needs from `from` (the stage that produced it) is available in time.
+    void checkInput(const ComputeSlot& producer, bool producerIsBackward, bool gradient, int stage, int mb, int d,
+        int index, bool backward)
+    {
+        const int pd = producerIsBackward ? producer.b_device : producer.f_device;
+        const int pi = producerIsBackward ? producer.b_index : producer.f_index;
+        if (pd < 0)
+            return; // the missing producer is reported on its own
+        const int fromStage = gradient ? stage + 1 : stage - 1;
+        if (pd == d) {
+            if (pi > index)
+                error(where(d, index) + " runs before " + fb(fromStage, mb, producerIsBackward)
+                    + " on the same device, whose output it needs");
+            return;
+        }
+        const auto& t = m_transfers[transfer(gradient, fromStage, mb)];
+        const std::string what
+            = std::string(gradient ? "gradient" : "activation") + " of " + fb(fromStage, mb, producerIsBackward);
+        if (t.recv_count == 0 || t.recv_device != d || t.recv_index > index)
+            error(where(d, index) + " has no receive of the " + what + " before it");
+        if (t.send_count == 0 || t.send_device != pd || t.send_index < pi)
+            error(fb(stage, mb, backward) + " on device " + std::to_string(d) + ": device " + std::to_string(pd)
+                + " does not send the " + what + " after computing it");
+        else if (t.send_peer != d)
+            error(where(t.send_device, t.send_index) + " sends to device " + std::to_string(t.send_peer) + " but "
+                + fb(stage, mb, backward) + " runs on device " + std::to_string(d));
+    }
+
+    void checkCompute()
+    {
+        for (int s = 0; s < m_stages; ++s) {
+            for (int k = 0; k < m_microbatches; ++k) {
+                const auto& c = m_compute[slot(s, k)];
+                const int want = expectedDevice(s, k);
+                for (int backward = 0; backward < 2; ++backward) {
+                    const int count = backward ? c.b_count : c.f_count;
+                    const int dev = backward ? c.b_device : c.f_device;
+                    const std::string name = fb(s, k, backward);
+                    if (count == 0)
+                        error(name + " is missing (expected on device " + std::to_string(want) + ")");
+                    else if (count > 1)
+                        error(name + " occurs " + std::to_string(count) + " times");
+                    else if (dev != want)
+                        error(name + " runs on device " + std::to_string(dev) + ", but microbatch " + std::to_string(k)
+                            + " belongs to device " + std::to_string(want) + " (replica "
+                            + std::to_string(k % m_plan.stages[s].replicas()) + " of stage " + std::to_string(s) + ")");
+                }
+                if (c.f_count == 0 || c.b_count == 0)
+                    continue;
+                if (c.f_device != c.b_device)
+                    error(fb(s, k, false) + " and its backward run on different devices (" + std::to_string(c.f_device)
+                        + " and " + std::to_string(c.b_device) + ")");
+                else if (c.b_index < c.f_index)
+                    error(where(c.b_device, c.b_index) + " comes before its forward (action #"
+                        + std::to_string(c.f_index) + ")");
+                if (c.b_version != c.f_version)
+                    error(fb(s, k, true) + " uses weight version " + std::to_string(c.b_version)
+                        + " but its forward used " + std::to_string(c.f_version)
+                        + " (the backward must use the stashed version)");
+                if (s > 0)
+                    checkInput(m_compute[slot(s - 1, k)], false, false, s, k, c.f_device, c.f_index, false);
+                if (s + 1 < m_stages)
+                    checkInput(m_compute[slot(s + 1, k)], true, true, s, k, c.b_device, c.b_index, true);
+            }
+        }
+    }
+
+    void checkTransfers()
+    {
+        for (std::size_t i = 0; i < m_transfers.size(); ++i) {
+            const auto& t = m_transfers[i];
+            if (t.send_count == 0 && t.recv_count == 0)
+                continue;
+            if (t.send_count > 1)
+                error(where(t.send_device, t.send_index) + " is sent " + std::to_string(t.send_count) + " times");
+            if (t.recv_count > 1)
+                error(where(t.recv_device, t.recv_index) + " is received " + std::to_string(t.recv_count) + " times");
+            if (t.recv_count == 0)
+                error(where(t.send_device, t.send_index) + " has no matching receive on device "
+                    + std::to_string(t.send_peer));
+            else if (t.send_count == 0)
+                error(where(t.recv_device, t.recv_index) + " has no matching send on device "
+                    + std::to_string(t.recv_peer));
+            else if (t.send_peer != t.recv_device || t.recv_peer != t.send_device)
+                error(where(t.send_device, t.send_index) + " and " + where(t.recv_device, t.recv_index)
+                    + " do not name each other as peers");
+        }
+    }
+
+    void checkGroups()
+    {
+        const auto& count = m_allReduces;
+        for (std::size_t g = 0; g < m_s.groups.size(); ++g) {
+            const auto& members = m_s.groups[g].devices;
+            if (members.empty())
+                continue;
+            const auto first = count[g * m_devices + members[0]];
+            for (int d : members)
+                if (count[g * m_devices + d] != first) {
+                    error("all-reduce group " + std::to_string(g) + " (stage " + std::to_string(m_s.groups[g].stage)
+                        + "): device " + std::to_string(members[0]) + " reaches " + std::to_string(first)
+                        + " all-reduces but device " + std::to_string(d) + " reaches "
+                        + std::to_string(count[g * m_devices + d]));
+                    break;
+                }
+        }
+    }
+
+    /// Runs every device until it blocks (sends complete at once; a receive waits for its send; an
+    /// all-reduce waits for every member of its group). Devices left unfinished are deadlocked.
+    void execute()
+    {
+        const int groups = static_cast<int>(m_s.groups.size());
+        std::vector<std::size_t> pc(m_devices, 0);
+        std::vector<std::int64_t> outstanding(m_devices, 0);
+        std::vector<char> registered(m_devices, 0);
+        std::vector<int> arrived(groups, 0);
+        std::vector<std::vector<int>> waiting(groups);
+        std::vector<int> ready;
+        ready.reserve(m_devices);
+        for (int d = m_devices - 1; d >= 0; --d)
+            ready.push_back(d);
+        std::int64_t peak = 0;
+        while (!ready.empty()) {
+            const int d = ready.back();
+            ready.pop_back();
+            const auto& list = m_s.devices[d];
+            std::size_t i = pc[d];
+            for (; i < list.size(); ++i) {
+                const Action& a = list[i];
+                if (!wellFormed(d, a))
+                    continue;
+                if (isSend(a.kind)) {
+                    auto& t = m_transfers[transfer(a.kind == ActionKind::SendGradient, a.stage, a.microbatch)];
+                    t.available += 1;
+                    peak = std::max(peak, ++outstanding[d]);
+                    if (t.waiter >= 0) {
+                        ready.push_back(t.waiter);
+                        t.waiter = -1;
+                    }
+                } else if (isRecv(a.kind)) {
+                    auto& t = m_transfers[transfer(a.kind == ActionKind::RecvGradient, a.stage, a.microbatch)];
+                    if (t.available == 0) {
+                        t.waiter = d;
+                        break;
+                    }
+                    t.available -= 1;
+                    if (t.send_device >= 0)
+                        outstanding[t.send_device] -= 1;
+                } else if (a.kind == ActionKind::AllReduce) {
+                    const int g = a.group;
+                    const int size = static_cast<int>(m_s.groups[g].devices.size());
+                    if (!registered[d]) {
+                        registered[d] = 1;
+                        arrived[g] += 1;
+                    }
+                    if (arrived[g] < size) {
+                        waiting[g].push_back(d);
+                        break;
+                    }
+                    arrived[g] = 0;
+                    registered[d] = 0;
+                    for (int w : waiting[g]) {
+                        registered[w] = 0;
+                        pc[w] += 1;
+                        ready.push_back(w);
+                    }
+                    waiting[g].clear();
+                }
+            }
+            pc[d] = i;
+        }
+        m_report.max_outstanding_sends = static_cast<std::size_t>(peak);
+        reportStuck(pc, arrived);
+    }
+
+    void reportStuck(const std::vector<std::size_t>& pc, const std::vector<int>& arrived)
+    {
+        std::string stuck;
+        int count = 0;
+        for (int d = 0; d < m_devices; ++d) {
+            if (pc[d] >= m_s.devices[d].size())
+                continue;
+            if (++count > static_cast<int>(kMaxStuckListed))
+                continue;
+            const Action& a = m_s.devices[d][pc[d]];
+            stuck += (stuck.empty() ? "" : "; ") + where(d, static_cast<int>(pc[d]));
+            if (isRecv(a.kind))
+                stuck += " waits for device " + std::to_string(a.peer) + " to send";
+            else if (a.kind == ActionKind::AllReduce)
+                stuck += " waits in all-reduce group " + std::to_string(a.group) + " ("
+                    + std::to_string(arrived[a.group]) + " of " + std::to_string(m_s.groups[a.group].devices.size())
+                    + " members arrived)";
+        }
+        if (count > 0)
+            error("deadlock: " + std::to_string(count) + " device(s) cannot finish: " + stuck
+                + (count > static_cast<int>(kMaxStuckListed) ? "; ..." : ""));
+    }
+
+    const Schedule& m_s;
+    const Plan& m_plan;
+    ValidationReport m_report;
+    std::size_t m_dropped = 0;
+    int m_stages = 0;
+    int m_devices = 0;
+    int m_microbatches = 0;
+    std::vector<ComputeSlot> m_compute;
+    std::vector<TransferSlot> m_transfers;
+    std::vector<std::int64_t> m_allReduces; ///< [group][device]: all-reduces the device reaches
+};
+
+} // namespace
+
+ValidationReport validate(const Schedule& schedule, const Plan& plan) { return Validator(schedule, plan).run(); }
+
+} // namespace pw::planner

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: MIT
+// pipewright-cli end to end: help, the demo, the file contracts, and clear errors on bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Outcome
+{
+    int code;
+    std::string out;
+    std::string err;
+};
+
+Outcome cli(std::vector<std::string> args)
+{
+    std::ostringstream out, err;
+    int code = pw::cli::run(args, out, err);
+    return {code, out.str(), err.str()};
+}
+
+fs::path tempDir()
+{
+    auto dir = fs::temp_directory_path() / ("pw-cli-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    return dir;
+}
+
+const std::string kData = PW_TEST_DATA_DIR;
+const std::string kDemo = PW_DEMO_DIR;
+const std::string kShared = PW_SHARED_DATA_DIR;
+
+} // namespace
+
+TEST_CASE("every subcommand has --help", "[cli]")
+{
+    for (auto args : std::vector<std::vector<std::string>>{{"--help"},
+                                                           {"plan", "--help"},
+                                                           {"simulate", "--help"},
+                                                           {"export", "--help"},
+                                                           {"demo", "--help"},
+                                                           {"profile", "import-pipedream", "--help"},
+                                                           {"profile", "transformer", "--help"}}) {
+        auto r = cli(args);
+        INFO(args.front() << " " << args.back());
+        CHECK(r.code == 0);
+        CHECK(r.out.find("Usage") != std::string::npos);
+    }
+    auto r = cli({"plan", "--help"});
+    CHECK(r.out.find("--pipedream-variant") != std::string::npos);
+}
+
+TEST_CASE("usage errors exit non-zero with one line", "[cli]")
+{
+    auto r = cli({"plan", "--model", "x.json"});
+    CHECK(r.code != 0);
+    CHECK(r.err.rfind("pipewright-cli: error:", 0) == 0);
+    auto unknown = cli({"frobnicate"});
+    CHECK(unknown.code != 0);
+}
+
+TEST_CASE("the demo plans and simulates", "[cli]")
+{
+    auto r = cli({"demo"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("interleaved") != std::string::npos);
+    CHECK(r.out.find("HetPipe cluster") != std::string::npos);
+    auto j = cli({"demo", "--json"});
+    REQUIRE(j.code == 0);
+    auto parsed = json::parse(j.out);
+    CHECK(parsed.at("runs").size() >= 9);
+    for (const auto& run : parsed.at("runs")) {
+        CHECK(run.at("throughput_samples_per_s").get<double>() > 0);
+        CHECK(run.at("fits_memory").get<bool>());
+    }
+}
+
+TEST_CASE("import, plan, simulate and export follow the contracts", "[cli]")
+{
+    auto dir = tempDir();
+    auto model = (dir / "vgg16.json").string();
+    auto r = cli({"profile", "import-pipedream", kShared + "/pipedream/vgg16/graph.txt", "-o", model});
+    REQUIRE(r.code == 0);
+    auto planPath = (dir / "plan.json").string();
+    r = cli({"plan", "--model", model, "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "pipedream",
+             "--schedule", "1f1b", "--microbatches", "8", "-o", planPath, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    auto plan = json::parse(std::ifstream(planPath));
+    REQUIRE(plan.at("stages").is_array());
+    int next = 0;
+    for (const auto& s : plan.at("stages")) {
+        CHECK(s.at("first_layer").get<int>() == next);
+        next = s.at("last_layer").get<int>() + 1;
+        CHECK(!s.at("devices").empty());
+    }
+    CHECK(plan.at("objective_s").get<double>() > 0);
+
+    auto sim = cli({"simulate", planPath, "--json", "--trace", (dir / "trace.json").string()});
+    REQUIRE(sim.code == 0);
+    auto metrics = json::parse(sim.out);
+    for (auto key : {"iteration_time_s", "throughput_samples_per_s", "bubble_fraction", "stages"})
+        CHECK(metrics.contains(key));
+    CHECK(metrics.at("stages").at(0).contains("peak_memory_bytes"));
+    CHECK(fs::file_size(dir / "trace.json") > 100);
+
+    for (auto format : {"chrome-trace", "actions-csv", "graph-txt", "schedule-json"}) {
+        auto out = (dir / (std::string("export.") + format)).string();
+        auto e = cli({"export", planPath, "--format", format, "-o", out});
+        INFO(format << ": " << e.err);
+        CHECK(e.code == 0);
+        CHECK(fs::file_size(out) > 0);
+    }
+    // The exported graph.txt carries the stages and reads back.
+    auto again = cli({"profile", "import-pipedream", (dir / "export.graph-txt").string(), "-o",
+                      (dir / "again.json").string()});
+    CHECK(again.code == 0);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("bad input names the file, the line and the field", "[cli]")
+{
+    auto cluster = kDemo + "/dgx-h100.json";
+    SECTION("truncated JSON")
+    {
+        auto r = cli({"plan", "--model", kData + "/bad/truncated-model.json", "--cluster", cluster, "--algorithm",
+                      "uniform"});
+        CHECK(r.code == 1);
+        CHECK(r.err.find("truncated-model.json:") != std::string::npos);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    }
+    SECTION("graph.txt with a malformed line")
+    {
+        auto r = cli({"plan", "--model", kData + "/bad/malformed-graph.txt", "--cluster", cluster, "--algorithm",
+                      "uniform"});
+        CHECK(r.code == 1);
+        CHECK(r.err.find("malformed-graph.txt:2") != std::string::npos);
+        CHECK(r.err.find("backward_compute_time") != std::string::npos);
+    }
+    SECTION("a cluster with zero devices")
+    {
+        auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kData + "/bad/zero-devices-cluster.json",
+                      "--algorithm", "pipedream"});
+        CHECK(r.code == 1);
+        CHECK(r.err.find("zero-devices-cluster.json:") != std::string::npos);
+        CHECK(r.err.find("/nodes/0/count") != std::string::npos);
+    }
+    SECTION("a plan that does not fit memory")
+    {
+        auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kData + "/bad/tiny-gpu-cluster.json",
+                      "--algorithm", "uniform"});
+        CHECK(r.code == 1);
+        CHECK(r.err.find("does not fit device memory") != std::string::npos);
+        auto limited = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster",
+                            kData + "/bad/tiny-gpu-cluster.json", "--algorithm", "pipedream", "--memory-limit"});
+        CHECK(limited.code == 1);
+        CHECK(limited.err.find("memory") != std::string::npos);
+    }
+    SECTION("a missing file")
+    {
+        auto r = cli({"simulate", "/nonexistent/plan.json"});
+        CHECK(r.code == 1);
+        CHECK(r.err.find("/nonexistent/plan.json") != std::string::npos);
+    }
+}
+
+TEST_CASE("the executable exits non-zero on bad input", "[cli]")
+{
+    std::string cmd = std::string(PW_CLI_EXE) + " simulate /nonexistent/plan.json 2>/dev/null";
+    int status = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 1);
+}

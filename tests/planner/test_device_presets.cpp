@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: MIT
+// Tests of the device preset table: HetPipe Table 1, the data-centre GPUs and loose name matching.
+#include <catch2/catch.hpp>
+
+#include "planner/device_presets.h"
+
+using namespace pw::planner;
+
+TEST_CASE("Device presets carry the papers' numbers and match names loosely", "[device_presets]")
+{
+    auto titanV = devicePreset("titan v");
+    REQUIRE(titanV);
+    CHECK(titanV->name == "TITAN V");
+    CHECK(titanV->peak_tflops == Approx(14.8992)); // 5120 cores x 2 x 1455 MHz
+    CHECK(titanV->memory_bytes == 12.0 * (1 << 30));
+    CHECK(titanV->memory_bandwidth_bytes_per_s == 653e9);
+    CHECK(devicePreset("TITAN RTX")->peak_tflops == Approx(16.31232));
+    CHECK(devicePreset("NVIDIA GeForce RTX 2060")->peak_tflops == Approx(6.4512));
+    CHECK(devicePreset("quadro-p4000")->memory_bytes == 8.0 * (1 << 30));
+    CHECK(devicePreset("Tesla V100")->peak_tflops == 125);
+    CHECK(devicePreset("A100")->peak_tflops == 312);
+    CHECK(devicePreset("H200")->memory_bandwidth_bytes_per_s == 4.8e12);
+    CHECK(devicePreset("CPU")->peak_tflops == Approx(0.1));
+    CHECK_FALSE(devicePreset("B200"));
+    CHECK_FALSE(devicePreset(""));
+    for (const auto& t : devicePresets()) {
+        INFO(t.name);
+        CHECK(t.memory_bytes > 0);
+        CHECK(t.peak_tflops > 0);
+        CHECK(t.memory_bandwidth_bytes_per_s > 0);
+        CHECK(t.price_per_hour >= 0);
+        CHECK(devicePreset(t.name)->name == t.name);
+    }
+}

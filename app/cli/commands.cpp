@@ -181,7 +181,7 @@ void simulate(const SimulateOptions& o, std::ostream& out)
     Plan plan = loadPlan(o.plan);
     auto sim = predict(plan, !o.trace.empty());
     if (!o.trace.empty())
-        writeJsonFile(o.trace, chromeTrace(sim.timeline));
+        writeJsonFile(o.trace, chromeTrace(sim.timeline), -1);
     if (o.json)
         out << metricsJson(plan, sim).dump(2) << "\n";
     else
@@ -201,7 +201,7 @@ void exportPlan(const ExportOptions& o, std::ostream& out)
         Schedule schedule;
         auto sim = predict(plan, o.format == "chrome-trace", &schedule);
         if (o.format == "chrome-trace")
-            writeJsonFile(o.output, chromeTrace(sim.timeline));
+            writeJsonFile(o.output, chromeTrace(sim.timeline), -1);
         else if (o.format == "actions-csv")
             writeText(o.output, actionsCsv(schedule));
         else

@@ -74,11 +74,12 @@ void demo(bool asJson, std::ostream& out)
     auto dgx = loadCluster((dir / "dgx-h100.json").string());
     auto het = loadCluster((dir / "hetpipe-cluster.json").string());
 
-    auto sched = [](std::string kind, int microbatches, int chunks = 1) {
+    auto sched = [](std::string kind, int microbatches, int chunks = 1, int iterations = 1) {
         ScheduleOptions s;
         s.kind = std::move(kind);
         s.microbatches = microbatches;
         s.chunks = chunks;
+        s.iterations = iterations;
         return s;
     };
     const std::vector<std::pair<const Cluster*, DemoRun>> runs = {
@@ -86,8 +87,8 @@ void demo(bool asJson, std::ostream& out)
         {&dgx, {"8 straight stages, GPipe", "uniform", sched("gpipe", 16)}},
         {&dgx, {"8 straight stages, 1F1B", "uniform", sched("1f1b", 16)}},
         {&dgx, {"8 stages x 2 chunks, interleaved", "uniform", sched("interleaved", 16, 2)}},
-        {&dgx, {"8 straight stages, PipeDream-2BW", "uniform", sched("2bw", 16)}},
-        {&dgx, {"8 straight stages, PipeDream async", "uniform", sched("pipedream", 32)}},
+        {&dgx, {"8 straight stages, PipeDream-2BW", "uniform", sched("2bw", 16, 1, 4)}},
+        {&dgx, {"8 straight stages, PipeDream async", "uniform", sched("pipedream", 16, 1, 4)}},
         {&het, {"HetPipe cluster: uniform, 1F1B", "uniform", sched("1f1b", 32)}},
         {&het, {"HetPipe cluster: parameters, 1F1B", "parameters", sched("1f1b", 32)}},
         {&het, {"HetPipe cluster: PipeDream DP (flat), 1F1B", "pipedream", sched("1f1b", 32), true}},

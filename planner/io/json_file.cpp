@@ -336,11 +336,11 @@ T loadFile(const std::string& path, FromJson fromJson)
 
 json readJsonFile(const std::string& path) { return parseText(path, readText(path)); }
 
-void writeJsonFile(const std::string& path, const json& j)
+void writeJsonFile(const std::string& path, const json& j, int indent)
 {
     std::string text;
     try {
-        text = j.dump(2) + "\n";
+        text = j.dump(indent) + "\n";
     } catch (const json::exception& e) {
         throw InputError(path, 0, "", "cannot serialize: " + stripExceptionTag(e.what()));
     }

@@ -15,8 +15,8 @@ namespace pw::planner {
 
 /// Parses a JSON file; syntax errors become InputError(file, line, "", what).
 nlohmann::json readJsonFile(const std::string& path);
-/// Writes `j` pretty-printed; throws InputError when the file cannot be written.
-void writeJsonFile(const std::string& path, const nlohmann::json& j);
+/// Writes `j` (indented by `indent`, or compact with -1); throws InputError when the file cannot be written.
+void writeJsonFile(const std::string& path, const nlohmann::json& j, int indent = 2);
 
 /// Line (1-based) where the value at `pointer` (an RFC 6901 JSON pointer such as "/layers/3/forward_ms")
 /// starts in `text`; 0 when it cannot be found.

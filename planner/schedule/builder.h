@@ -36,6 +36,21 @@ namespace pw::planner {
 // 1F1B order of one replica (oneFOneB): n_s = ceil(W_s / r_s) microbatches in flight, W_s = devices of
 // physical stages s..p-1 (straight pipeline: n_s = p - s; NOAM = n_0). warm = min(n_s - 1, count) forwards,
 // then pairs F(warm+i), B(i), then the remaining backwards (Megatron's order).
+//
+// Kinds (iterations batches of m = schedule.microbatches; each replica runs its ids k mod r_s of a batch)
+// - gpipe: per batch all F then all B, ids ascending (with chunks: F chunk 0..v-1, B chunk v-1..0); steps.
+// - 1f1b: oneFOneB per batch, then the step (version batch+1). Rejects chunks > 1.
+// - interleaved: chunks > 1: Megatron's interleaved order (interleaved.cpp), m % p == 0, no replicas;
+//   chunks == 1: the 1f1b schedule. One step per virtual stage per batch.
+// - pipedream: m * iterations inputs in one oneFOneB stream, a step after every B; inputs % r_s == 0.
+// - 2bw: as pipedream, but a step only after a device's last B of each batch; m >= p and m >= r_s.
+//
+// Validation (validator.cpp): every (s,k) has one F and one B on device of (s,k), F first, same version;
+// every F/B input arrives through a receive placed before it (or an earlier compute on the same device);
+// sends and receives pair up one to one; F versions exist when used; all-reduce counts agree per group;
+// an abstract run (sends never block, receives wait for their send, all-reduces for every member) finishes.
+// max_outstanding_sends is the peak of a device's unreceived sends in that run, which lets each device run
+// as far as it can before the next one moves (an eager, worst-case-leaning order).
 
 /// @brief Per-plan facts the generators share, and the per-device action lists being built.
 class ScheduleBuilder

@@ -39,6 +39,9 @@ public:
                         + std::to_string(b.replicas(s)) + " replicas but a batch only " + std::to_string(m)
                         + " microbatches");
         const int total = b.totalMicrobatches();
+        int pipelineDevices = 0;
+        for (int s = 0; s < b.stageCount(); ++s)
+            pipelineDevices += b.replicas(s);
         for (int s = 0; s < b.stageCount(); ++s) {
             const int r = b.replicas(s);
             for (int j = 0; j < r; ++j) {
@@ -54,7 +57,8 @@ public:
                             throw InputError({}, 0, "/schedule/microbatches",
                                 "'2bw': stage " + std::to_string(s) + " would run microbatch " + std::to_string(ids[i])
                                     + " before version " + std::to_string(version)
-                                    + " exists; use more microbatches per batch");
+                                    + " exists; use more microbatches per batch (as many as the "
+                                    + std::to_string(pipelineDevices) + " pipeline devices always work)");
                         b.forward(s, ids[i], version);
                     },
                     [&](int i) {

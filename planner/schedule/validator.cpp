@@ -97,6 +97,15 @@ private:
             error("microbatches is negative");
             ok = false;
         }
+        // A complete schedule holds an F and a B per (stage, microbatch); this also bounds the tables below.
+        const auto needed
+            = 2 * static_cast<std::uint64_t>(m_stages) * static_cast<std::uint64_t>(std::max(0, m_microbatches));
+        if (ok && needed > m_s.actionCount()) {
+            error("the schedule has " + std::to_string(m_s.actionCount()) + " actions, fewer than the "
+                + std::to_string(needed) + " forwards and backwards of " + std::to_string(m_stages) + " stages x "
+                + std::to_string(m_microbatches) + " microbatches");
+            ok = false;
+        }
         for (int s = 0; s < m_stages && ok; ++s) {
             for (int d : m_plan.stages[s].devices)
                 if (d < 0 || d >= m_devices) {

@@ -48,10 +48,12 @@ struct DeviceState
     int peak_versions = 0;
 };
 
-/// Weight versions alive for one (device, stage): reference counts of in-flight microbatches per version.
+/// Weight versions of one (device, stage): which are alive, and the last action that uses each. A version
+/// is freed once it is superseded and its last user has run (weight stashing and 2BW's shadow version
+/// both follow from this).
 struct VersionBook
 {
-    std::vector<int> refs;
+    std::vector<std::int64_t> last_use; ///< action index of the last F/B using the version, -1 when none
     std::vector<bool> alive;
     int latest = 0;
 };
@@ -88,6 +90,19 @@ public:
         for (auto& dev : m_devices)
             dev.collective_seq.assign(schedule.groups.size(), 0);
         m_books.resize(static_cast<std::size_t>(D) * schedule.num_stages);
+        for (int d = 0; d < D; ++d) {
+            const auto& list = schedule.devices[d];
+            for (std::size_t i = 0; i < list.size(); ++i) {
+                const auto& a = list[i];
+                if ((a.kind != ActionKind::Forward && a.kind != ActionKind::Backward) || a.stage < 0
+                    || a.stage >= schedule.num_stages || a.weight_version < 0)
+                    continue;
+                auto& uses = book(d, a.stage).last_use;
+                if (static_cast<int>(uses.size()) <= a.weight_version)
+                    uses.resize(a.weight_version + 1, -1);
+                uses[a.weight_version] = static_cast<std::int64_t>(i);
+            }
+        }
         m_lastStageDone.assign(std::max(1, schedule.microbatches), kUnset);
         m_result.timeline.source = Timeline::Source::Predicted;
         for (int d = 0; d < D; ++d)
@@ -150,7 +165,8 @@ private:
     void span(int d, Lane lane, const Action& a, std::size_t index, double t0, double t1)
     {
         if (m_o.record_spans)
-            m_result.timeline.spans.push_back({d, lane, a.kind, a.stage, a.microbatch, static_cast<std::int32_t>(index), t0, t1});
+            m_result.timeline.spans.push_back(
+                {d, lane, a.kind, a.stage, a.microbatch, static_cast<std::int32_t>(index), t0, t1, a.peer});
     }
 
     void memoryChange(int d, double t, double delta)
@@ -173,8 +189,9 @@ private:
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             for (int d : m_plan.stages[s].devices) {
                 auto& book = m_books[static_cast<std::size_t>(d) * m_s.num_stages + s];
-                book.refs.assign(1, 0);
                 book.alive.assign(1, true);
+                if (book.last_use.empty())
+                    book.last_use.assign(1, -1);
                 m_devices[d].versions += 1;
                 m_devices[d].peak_versions = std::max(m_devices[d].peak_versions, m_devices[d].versions);
                 memoryChange(d, 0, 2 * m_cost.stage_weight_bytes[s] + m_cost.stage_optimizer_bytes[s]);
@@ -184,15 +201,14 @@ private:
 
     VersionBook& book(int d, int stage) { return m_books[static_cast<std::size_t>(d) * m_s.num_stages + stage]; }
 
-    void useVersion(int d, const Action& a, double t, int delta)
+    void useVersion(int d, const Action& a, double t, bool finished)
     {
         auto& b = book(d, a.stage);
         const int v = a.weight_version;
-        if (v < 0 || v >= static_cast<int>(b.refs.size()) || !b.alive[v])
+        if (v < 0 || v >= static_cast<int>(b.alive.size()) || !b.alive[v])
             throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " uses weight version "
                              + std::to_string(v) + ", which does not exist at that point");
-        b.refs[v] += delta;
-        if (delta < 0 && b.refs[v] == 0 && v != b.latest)
+        if (finished && v != b.latest && b.last_use[v] == static_cast<std::int64_t>(m_devices[d].pc))
             freeVersion(d, a.stage, v, t);
     }
 
@@ -211,17 +227,19 @@ private:
         if (v <= b.latest)
             throw InputError(m_plan.cluster.deviceName(d) + ": optimizer step of stage " + std::to_string(a.stage)
                              + " produces version " + std::to_string(v) + " after version " + std::to_string(b.latest));
-        b.refs.resize(v + 1, 0);
+        if (static_cast<int>(b.last_use.size()) <= v)
+            b.last_use.resize(v + 1, -1);
         b.alive.resize(v + 1, false);
+        const int old = b.latest;
+        // The update writes the new version over the old one when no later action needs the old one.
+        if (b.last_use[old] < static_cast<std::int64_t>(m_devices[d].pc))
+            freeVersion(d, a.stage, old, t);
         b.alive[v] = true;
-        int old = b.latest;
         b.latest = v;
         auto& dev = m_devices[d];
         dev.versions += 1;
         dev.peak_versions = std::max(dev.peak_versions, dev.versions);
         memoryChange(d, t, m_cost.stage_weight_bytes[a.stage]);
-        if (b.refs[old] == 0)
-            freeVersion(d, a.stage, old, t);
     }
 
     double stash(int stage) const
@@ -241,7 +259,7 @@ private:
             case ActionKind::Forward: {
                 int r = replica(d, a);
                 double t0 = dev.compute_free, t1 = t0 + m_cost.forward(a.stage, r);
-                useVersion(d, a, t0, +1);
+                useVersion(d, a, t0, false);
                 memoryChange(d, t0, stash(a.stage));
                 dev.stashed += 1;
                 dev.peak_stashed = std::max(dev.peak_stashed, dev.stashed);
@@ -261,7 +279,7 @@ private:
                 compute(d, a, t0, t1);
                 memoryChange(d, t1, -stash(a.stage));
                 dev.stashed -= 1;
-                useVersion(d, a, t1, -1);
+                useVersion(d, a, t1, true);
                 if (a.stage == m_s.num_stages - 1 && a.microbatch >= 0
                     && a.microbatch < static_cast<int>(m_lastStageDone.size()))
                     m_lastStageDone[a.microbatch] = t1;
@@ -428,7 +446,7 @@ private:
             // Steady state: pace of the last stage after the pipeline has filled (the drain is excluded
             // because the last stage finishes first).
             const int K = m_s.microbatches;
-            const int k1 = std::min(K - 1, std::max(D, perBatch)), k2 = K - 1;
+            const int k1 = std::min(K - 1, D), k2 = K - 1;
             if (k2 > k1 && m_lastStageDone[k1] != kUnset && m_lastStageDone[k2] != kUnset) {
                 double lo = m_lastStageDone[k1], hi = m_lastStageDone[k2];
                 if (hi > lo)

@@ -351,3 +351,12 @@ TEST_CASE("generators produce millions of actions per second", "[.][schedule-per
         CHECK(report.ok);
     }
 }
+
+TEST_CASE("2bw rejects replicated plans whose batches are too small for the next version", "[schedule]")
+{
+    // 2-2-1: stage 0 keeps ceil(5/2) = 3 microbatches in flight, so microbatch 6 (batch 2) would need
+    // version 1 before its replica has finished batch 0.
+    CHECK_THROWS_WITH(generateSchedule(makePlan("2bw", {2, 2, 1}, 3, 1, 3)), Catch::Contains("5 pipeline devices"));
+    auto ok = makePlan("2bw", {2, 2, 1}, 5, 1, 3);
+    CHECK(validate(generateSchedule(ok), ok).ok);
+}

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: MIT
+// The simulator against closed forms and the digests' worked examples: makespans, stashes, weight
+// versions, memory, communication and all-reduce costs, deadlocks.
+#include <catch2/catch.hpp>
+
+#include "planner/costs.h"
+#include "planner/errors.h"
+#include "planner/schedule/generator.h"
+#include "planner/sim/simulator.h"
+
+using namespace pw::planner;
+
+namespace {
+
+/// p*v stages of one layer each (F, B in ms), one device per physical stage, free communication.
+Plan uniformPlan(int p, int m, std::string kind, double f = 1.0, double b = 2.0, int v = 1)
+{
+    Plan plan;
+    plan.model.name = "uniform";
+    for (int l = 0; l < p * v; ++l) {
+        Layer layer;
+        layer.name = "l" + std::to_string(l);
+        layer.forward_ms = f / v;
+        layer.backward_ms = b / v;
+        plan.model.layers.push_back(layer);
+    }
+    plan.cluster.device_types = {{"gpu", 1e12, 100, 0, {}, 0}};
+    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", p, 1e12, 0});
+    for (int s = 0; s < p * v; ++s)
+        plan.stages.push_back({s, s, {s % p}});
+    plan.schedule.kind = std::move(kind);
+    plan.schedule.microbatches = m;
+    plan.schedule.chunks = v;
+    plan.validate();
+    return plan;
+}
+
+SimulationResult run(const Plan& plan)
+{
+    auto schedule = generateSchedule(plan);
+    REQUIRE(validate(schedule, plan).ok);
+    return simulate(plan, schedule);
+}
+
+} // namespace
+
+TEST_CASE("GPipe and 1F1B take (m + p - 1)(F + B) on uniform stages", "[simulator]")
+{
+    for (const char* kind : {"gpipe", "1f1b"})
+        for (int p : {1, 2, 3, 4, 8})
+            for (int m : {1, 2, 4, 7, 8, 16, 32})
+                for (double ratio : {1.0, 2.0, 3.0}) {
+                    auto r = run(uniformPlan(p, m, kind, 1.0, ratio));
+                    INFO(kind << " p=" << p << " m=" << m << " B/F=" << ratio);
+                    CHECK(r.makespan_s * 1e3 == Approx((m + p - 1) * (1 + ratio)));
+                    CHECK(r.iteration_time_s == Approx(r.makespan_s));
+                    // Idle share of each device: (p-1)/(m+p-1); idle/busy is the papers' (p-1)/m.
+                    CHECK(r.bubble_fraction == Approx(double(p - 1) / (m + p - 1)));
+                    CHECK(r.bubble_overhead == Approx(double(p - 1) / m));
+                }
+}
+
+TEST_CASE("worked example: 4 stages x 8 microbatches, F=1 B=2 takes 33 with stashes 4,3,2,1", "[simulator]")
+{
+    auto r = run(uniformPlan(4, 8, "1f1b"));
+    CHECK(r.makespan_s * 1e3 == Approx(33));
+    CHECK(r.stages[0].peak_stashed_microbatches == 4);
+    CHECK(r.stages[1].peak_stashed_microbatches == 3);
+    CHECK(r.stages[2].peak_stashed_microbatches == 2);
+    CHECK(r.stages[3].peak_stashed_microbatches == 1);
+    auto g = run(uniformPlan(4, 8, "gpipe"));
+    CHECK(g.makespan_s * 1e3 == Approx(33));
+    for (const auto& s : g.stages)
+        CHECK(s.peak_stashed_microbatches == 8);
+    // Two flushed batches of 4 take 2 x 21 (digest §3.6).
+    auto plan = uniformPlan(4, 4, "1f1b");
+    plan.schedule.iterations = 2;
+    auto two = run(plan);
+    CHECK(two.makespan_s * 1e3 == Approx(42));
+    CHECK(two.iteration_time_s * 1e3 == Approx(21));
+}
+
+TEST_CASE("interleaved 1F1B: the bubble shrinks by v", "[simulator]")
+{
+    for (int p : {2, 3, 4, 8})
+        for (int v : {1, 2, 3, 4})
+            for (int mult : {1, 2, 3, 4, 8})
+                for (double ratio : {1.0, 2.0, 3.0}) {
+                    const int m = mult * p;
+                    auto r = run(uniformPlan(p, m, "interleaved", 1.0, ratio, v));
+                    INFO("p=" << p << " v=" << v << " m=" << m << " B/F=" << ratio);
+                    CHECK(r.makespan_s * 1e3 == Approx(m * (1 + ratio) + (p - 1) * (1 + ratio) / v));
+                }
+    // Megatron digest §1.4: p=4, v=2, m=8 with chunk F=1, B=2 ends at 57, each device idle 9; chunk stashes
+    // peak at 11, 9, 7, 5.
+    auto r = run(uniformPlan(4, 8, "interleaved", 2.0, 4.0, 2));
+    CHECK(r.makespan_s * 1e3 == Approx(57));
+    for (int d = 0; d < 4; ++d) {
+        CHECK((r.makespan_s - r.devices[d].busy_s) * 1e3 == Approx(9));
+        CHECK(r.devices[d].peak_stashed_microbatches == 11 - 2 * d);
+    }
+}
+
+TEST_CASE("weight versions: PipeDream keeps p-s, 2BW two, flush one", "[simulator]")
+{
+    auto pd = run(uniformPlan(4, 16, "pipedream"));
+    for (int s = 0; s < 4; ++s) {
+        CHECK(pd.stages[s].peak_weight_versions == 4 - s);
+        CHECK(pd.stages[s].peak_stashed_microbatches == 4 - s);
+    }
+    // No flush: the steady state runs one input per (F + B) on every stage.
+    CHECK(pd.iteration_time_s * 1e3 / 16 == Approx(3.0));
+    auto twobwPlan = uniformPlan(4, 4, "2bw");
+    twobwPlan.schedule.iterations = 3;
+    auto twobw = run(twobwPlan);
+    for (const auto& s : twobw.stages)
+        CHECK(s.peak_weight_versions <= 2);
+    CHECK(twobw.stages[0].peak_weight_versions == 2);
+    auto flush = run(uniformPlan(4, 8, "1f1b"));
+    for (const auto& s : flush.stages)
+        CHECK(s.peak_weight_versions == 1);
+}
+
+TEST_CASE("simulated peak memory matches the analytic stage memory", "[simulator]")
+{
+    for (const char* kind : {"gpipe", "1f1b", "pipedream"}) {
+        auto plan = uniformPlan(4, 8, kind);
+        for (auto& l : plan.model.layers) {
+            l.weight_bytes = 1000;
+            l.activation_bytes = 100;
+        }
+        auto r = run(plan);
+        for (int s = 0; s < 4; ++s) {
+            auto totals = stageTotals(plan, s, plan.cluster.device_types[0]);
+            StageMemoryInput in{totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
+                                totals.optimizer_bytes, 4 - s, 8, false};
+            INFO(kind << " stage " << s);
+            CHECK(r.stages[s].peak_memory_bytes == Approx(stageMemoryBytes(kind, in)));
+        }
+    }
+}
+
+TEST_CASE("transfers cost latency plus bytes over the link", "[simulator]")
+{
+    auto plan = uniformPlan(2, 1, "1f1b", 1.0, 2.0);
+    plan.model.layers[0].activation_bytes = 1e9;
+    plan.cluster.nodes[0].intra_bandwidth_bytes_per_s = 1e12; // 1 ms for 1 GB
+    plan.cluster.nodes[0].intra_latency_s = 1e-4;
+    auto r = run(plan);
+    // F0, send, F1, B1, send back, B0.
+    CHECK(r.makespan_s * 1e3 == Approx(1 + 1.1 + 1 + 2 + 1.1 + 2));
+    // Across nodes the slower inter-node link is used.
+    plan.cluster.nodes = {{"a", "", 22, "", "gpu", 1, 0, 0}, {"b", "", 22, "", "gpu", 1, 0, 0}};
+    plan.cluster.inter_node_bandwidth_bytes_per_s = 1e11; // 10 ms
+    plan.stages[1].devices = {1};
+    auto inter = run(plan);
+    CHECK(inter.makespan_s * 1e3 == Approx(1 + 10 + 1 + 2 + 10 + 2));
+    // Without overlap a send also blocks its device's compute; with one microbatch nothing changes.
+    plan.schedule.overlap_communication = false;
+    CHECK(run(plan).makespan_s == Approx(inter.makespan_s));
+}
+
+TEST_CASE("replicas all-reduce their gradients before the step", "[simulator]")
+{
+    auto plan = uniformPlan(1, 2, "1f1b");
+    plan.cluster.nodes[0].count = 2;
+    plan.cluster.nodes[0].intra_bandwidth_bytes_per_s = 1e9;
+    plan.model.layers[0].weight_bytes = 1e6; // ring: 2 (n-1)/n x 1 MB / 1 GB/s = 1 ms
+    plan.stages[0].devices = {0, 1};
+    auto r = run(plan);
+    CHECK(r.makespan_s * 1e3 == Approx(3 + 1));
+    CHECK(r.throughput_samples_per_s == Approx(2 / 4e-3));
+}
+
+TEST_CASE("slower device types take proportionally longer", "[simulator]")
+{
+    auto plan = uniformPlan(2, 1, "1f1b");
+    plan.cluster.device_types.push_back({"slow", 1e12, 50, 0, 0.5, 0});
+    plan.cluster.nodes = {{"fast", "", 22, "", "gpu", 1, 0, 0}, {"slow", "", 22, "", "slow", 1, 0, 0}};
+    plan.cluster.inter_node_bandwidth_bytes_per_s = 1e12;
+    plan.stages[1].devices = {1};
+    auto r = run(plan);
+    CHECK(r.makespan_s * 1e3 == Approx(1 + 2 + 4 + 2));
+}
+
+TEST_CASE("a deadlocked schedule is reported, not hung", "[simulator]")
+{
+    auto plan = uniformPlan(2, 1, "1f1b");
+    auto schedule = generateSchedule(plan);
+    // Device 0 waits for a gradient before it has sent the activation device 1 needs.
+    auto& d0 = schedule.devices[0];
+    auto recv = std::find_if(d0.begin(), d0.end(), [](const Action& a) { return a.kind == ActionKind::RecvGradient; });
+    REQUIRE(recv != d0.end());
+    Action moved = *recv;
+    d0.erase(recv);
+    d0.insert(d0.begin(), moved);
+    CHECK_THROWS_WITH(simulate(plan, schedule), Catch::Contains("deadlock"));
+}

@@ -2,6 +2,8 @@
 // PipeDream graph.txt import/export: every published profile, error reporting and round trips.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,7 +38,8 @@ struct TempDir
     fs::path path;
     TempDir()
     {
-        path = fs::temp_directory_path() / ("pw_graph_txt_" + std::to_string(::getpid()) + "_" + std::to_string(++counter()));
+        const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+        path = fs::temp_directory_path() / ("pw_graph_txt_" + std::to_string(stamp) + "_" + std::to_string(++counter()));
         fs::create_directories(path);
     }
     ~TempDir() { fs::remove_all(path); }

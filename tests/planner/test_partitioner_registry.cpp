@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// One walk over the partitioner registry checking the invariants every algorithm shares: contiguous stages,
+// every layer placed once, devices from the cluster, memory respected where the algorithm promises it.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "planner/device_presets.h"
+#include "planner/io/graph_txt.h"
+#include "planner/io/json_file.h"
+#include "planner/partition/partitioner.h"
+#include "planner/schedule/generator.h"
+#include "planner/sim/simulator.h"
+
+using namespace pw::planner;
+
+namespace {
+
+Cluster cluster(int nodes, int perNode, double memory)
+{
+    Cluster c;
+    auto h100 = *devicePreset("H100");
+    h100.memory_bytes = memory;
+    c.device_types = {h100};
+    for (int n = 0; n < nodes; ++n)
+        c.nodes.push_back({"n" + std::to_string(n), "", 22, "", h100.name, perNode, 4.5e11, 5e-6});
+    c.inter_node_bandwidth_bytes_per_s = 5e10;
+    return c;
+}
+
+PartitionOptions optionsFor(std::string_view algorithm, const ModelProfile& model, int devices)
+{
+    PartitionOptions o;
+    o.schedule.kind = "1f1b";
+    o.schedule.microbatches = 8;
+    if (algorithm == "manual") {
+        for (int s = 1; s < devices && s < model.layerCount(); ++s)
+            o.boundaries.push_back(s * model.layerCount() / devices - 1);
+    }
+    return o;
+}
+
+void checkInvariants(const Plan& plan, const ModelProfile& model, const Cluster& c)
+{
+    plan.validate();
+    int next = 0;
+    std::set<int> devices;
+    for (const auto& s : plan.stages) {
+        CHECK(s.first_layer == next);
+        CHECK(s.last_layer >= s.first_layer);
+        next = s.last_layer + 1;
+        for (int d : s.devices) {
+            CHECK(d >= 0);
+            CHECK(d < c.deviceCount());
+            CHECK(devices.insert(d).second);
+        }
+    }
+    CHECK(next == model.layerCount());
+    auto schedule = generateSchedule(plan);
+    CHECK(validate(schedule, plan).ok);
+}
+
+} // namespace
+
+TEST_CASE("every partitioner keeps the shared invariants", "[registry]")
+{
+    REQUIRE(partitioners().size() >= 4);
+    auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto vgg = loadGraphTxt(std::string(PW_SHARED_DATA_DIR) + "/pipedream/vgg16/graph.txt");
+    for (const auto* p : partitioners()) {
+        CHECK(findPartitioner(p->name()) == p);
+        CHECK(!p->description().empty());
+        for (const ModelProfile* model : {&gpt, &vgg})
+            for (auto [nodes, perNode] : std::vector<std::pair<int, int>>{{1, 1}, {1, 4}, {1, 8}, {2, 4}}) {
+                auto c = cluster(nodes, perNode, 1e15);
+                PartitionRequest request{*model, c, optionsFor(p->name(), *model, nodes * perNode)};
+                double last = -1;
+                auto result = p->partition(request, [&](double f) {
+                    CHECK(f >= last);
+                    CHECK(f <= 1.0);
+                    last = f;
+                }, {});
+                INFO(p->name() << " " << model->name << " " << nodes << "x" << perNode << ": " << result.errorText());
+                REQUIRE(result.ok());
+                CHECK_FALSE(result.hasError());
+                checkInvariants(*result.plan, *model, c);
+                CHECK(result.plan->algorithm == p->name());
+            }
+    }
+    CHECK(findPartitioner("no-such-algorithm") == nullptr);
+}
+
+TEST_CASE("partitioners report bad requests as diagnostics", "[registry]")
+{
+    auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto c = cluster(1, 4, 1e15);
+    for (const auto* p : partitioners()) {
+        PartitionOptions o;
+        o.devices = 64; // more than the cluster has
+        auto result = p->partition({gpt, c, o}, {}, {});
+        INFO(p->name());
+        CHECK_FALSE(result.ok());
+        CHECK(result.hasError());
+        CHECK(result.errorText().find("64") != std::string::npos);
+    }
+    PartitionOptions manual;
+    manual.boundaries = {10, 5};
+    auto bad = findPartitioner("manual")->partition({gpt, c, manual}, {}, {});
+    CHECK_FALSE(bad.ok());
+    CHECK(bad.errorText().find("increasing") != std::string::npos);
+}
+
+TEST_CASE("PipeDream's memory limit gives plans that fit in simulation", "[registry]")
+{
+    auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    for (const char* kind : {"1f1b", "pipedream", "gpipe"}) {
+        // Tight: the whole model's state does not fit one device.
+        auto c = cluster(1, 8, 1.6e9);
+        PartitionOptions o;
+        o.schedule.kind = kind;
+        // A multiple of every replica count PipeDream's async schedule may meet; GPipe stashes them all.
+        o.schedule.microbatches = std::string(kind) == "gpipe" ? 4 : 24;
+        auto blind = findPartitioner("pipedream")->partition({gpt, c, o}, {}, {});
+        o.memory_limit = true;
+        auto aware = findPartitioner("pipedream")->partition({gpt, c, o}, {}, {});
+        INFO(kind << ": " << aware.errorText());
+        REQUIRE(aware.ok());
+        auto sim = simulate(*aware.plan);
+        CHECK(sim.fitsMemory());
+        for (const auto& d : aware.diagnostics)
+            CHECK(d.code != "over-memory");
+        REQUIRE(blind.ok());
+        auto blindSim = simulate(*blind.plan);
+        // The memory-blind optimum does not fit here, and says so.
+        CHECK_FALSE(blindSim.fitsMemory());
+        bool flagged = false;
+        for (const auto& d : blind.diagnostics)
+            flagged = flagged || d.code == "over-memory";
+        CHECK(flagged);
+    }
+}
+
+TEST_CASE("a partitioner can be cancelled", "[registry]")
+{
+    auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto c = cluster(2, 8, 1e15);
+    std::stop_source stop;
+    stop.request_stop();
+    auto result = findPartitioner("pipedream")->partition({gpt, c, {}}, {}, stop.get_token());
+    CHECK_FALSE(result.ok());
+    CHECK(result.diagnostics.at(0).code == "cancelled");
+}

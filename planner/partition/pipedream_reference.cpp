@@ -165,10 +165,11 @@ ReferenceStateCosts stateCosts(const AntichainDag& dag, const ReducedGraph& g, c
 }
 
 /// Stage of every layer: each stage takes the nodes up to its last state's cut not taken before (as the
-/// reference assigns them); removed sources go to the first stage, removed sinks to the last. Returns
-/// false when a producer had to be moved into its consumer's stage to keep the order topological.
+/// reference assigns them); removed sources go to the first stage, removed sinks and nodes no state
+/// reaches (counted in `unreached`) to the last. Returns false when a consumer had to be moved into a
+/// later stage to keep the order topological.
 bool assignLayers(const AntichainDag& dag, const ReducedGraph& g, const std::vector<ReferenceStage>& stages,
-                  int layers, std::vector<int>& stageOf)
+                  int layers, std::vector<int>& stageOf, int& unreached)
 {
     const int last = static_cast<int>(stages.size()) - 1;
     stageOf.assign(layers, -1);
@@ -178,9 +179,14 @@ bool assignLayers(const AntichainDag& dag, const ReducedGraph& g, const std::vec
                 stageOf[g.kept[x]] = s;
     for (int v : g.removed_sources)
         stageOf[v] = 0;
+    for (int v : g.removed_sinks)
+        stageOf[v] = last;
+    unreached = 0;
     for (auto& s : stageOf)
-        if (s < 0)
+        if (s < 0) {
             s = last;
+            ++unreached;
+        }
     bool consistent = true;
     for (int v = 0; v < layers; ++v)
         for (int u : g.layer_inputs[v])
@@ -205,28 +211,33 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
 {
     const auto& opt = request.options;
     std::vector<Diagnostic> diag;
+    auto fail = [&diag](std::string code, std::string message) {
+        diag.push_back({Severity::Error, std::move(code), std::move(message)});
+        return PartitionResult{std::nullopt, diag};
+    };
     auto devices = detail::usableDevices(request, diag);
     if (!devices)
         return {std::nullopt, diag};
     if (opt.activation_compression_ratio && !(*opt.activation_compression_ratio > 0))
-        return detail::failure("bad-option", "--activation-compression-ratio must be > 0");
+        return fail("bad-option", "--activation-compression-ratio must be > 0");
     const auto& cluster = request.cluster;
     const auto& type = cluster.typeOf(0);
     double memory = type.memory_bytes;
+    bool mixed = false;
     for (int d = 1; d < *devices; ++d) {
-        const auto& t = cluster.typeOf(d);
-        memory = std::min(memory, t.memory_bytes);
-        if (t.name != type.name && !std::any_of(diag.begin(), diag.end(), [](auto& x) { return x.code == "heterogeneous"; }))
-            diag.push_back({Severity::Warning, "heterogeneous",
-                            "PipeDream's optimizer assumes one device type; costs use " + type.name});
+        memory = std::min(memory, cluster.typeOf(d).memory_bytes);
+        mixed = mixed || cluster.typeOf(d).name != type.name;
     }
+    if (mixed)
+        diag.push_back({Severity::Warning, "heterogeneous",
+                        "PipeDream's optimizer assumes one device type; costs use " + type.name});
     auto levels = levelsFor(request, *devices, diag);
     for (const auto& l : levels)
         if (l.machines > 1 && !(l.bandwidth_bytes_per_s > 0))
-            return detail::failure("bad-cluster", "PipeDream needs a bandwidth > 0 between the "
+            return fail("bad-cluster", "PipeDream needs a bandwidth > 0 between the "
                                                       + std::to_string(l.machines) + " workers of a level");
     if (opt.memory_limit && !(memory > 0))
-        return detail::failure("bad-cluster", "the memory constraint needs the device type's memory_bytes");
+        return fail("bad-cluster", "the memory constraint needs the device type's memory_bytes");
 
     Plan plan = detail::basePlan(request, "pipedream");
     if (plan.schedule.chunks > 1) {
@@ -235,14 +246,14 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     }
     const auto graph = reduceGraph(request.model);
     if (graph.kept.empty())
-        return detail::failure("empty-model", "the model has no layers besides its inputs");
+        return fail("empty-model", "the model has no layers besides its inputs");
 
     AntichainDag dag;
     auto status = dag.build(graph.inputs, kMaxStates, stop);
     if (status == AntichainDag::Status::Ok)
         status = dag.computeAncestors(kMaxAncestorEntries, stop);
     if (status == AntichainDag::Status::Cancelled)
-        return detail::failure("cancelled", "partitioning was cancelled");
+        return fail("cancelled", "partitioning was cancelled");
     const std::string modelName = request.model.name.empty() ? "the model" : "'" + request.model.name + "'";
     const std::string hint = "; compress its branches first (e.g. inception_v3_compressed for inception_v3) or use "
                              "--pipedream-variant paper";
@@ -251,11 +262,11 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
             ? withCommas(dag.stateCount()) + " states whose ancestor lists exceed "
                 + withCommas(static_cast<double>(kMaxAncestorEntries)) + " entries"
             : "more than " + withCommas(kMaxStates) + " states";
-        return detail::failure("too-many-states", "the antichain DAG of " + modelName + " has " + count + hint);
+        return fail("too-many-states", "the antichain DAG of " + modelName + " has " + count + hint);
     }
     const double work = ReferenceDp::estimatedWork(dag, levels, opt.straight);
     if (work > kMaxWork)
-        return detail::failure("too-many-states",
+        return fail("too-many-states",
                                "the antichain DAG of " + modelName + " has " + withCommas(dag.stateCount())
                                    + " states; the " + levelsText(levels) + " DP would need about "
                                    + withCommas(work) + " steps" + hint + ", or plan with --flat");
@@ -267,14 +278,14 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     settings.activation_compression_ratio = opt.activation_compression_ratio;
     ReferenceDp dp(dag, stateCosts(dag, graph, plan, type), levels, settings);
     if (!dp.solve(progress, stop))
-        return detail::failure("cancelled", "partitioning was cancelled");
+        return fail("cancelled", "partitioning was cancelled");
     auto objective = dp.objective();
     if (!objective) {
         std::string why = opt.memory_limit ? "no partition fits " + withCommas(memory) + " bytes per device"
                                            : "no partition exists";
-        if (opt.straight)
-            why += " (a straight pipeline needs at least one state per device: " + std::to_string(dag.stateCount())
-                + " states)";
+        if (opt.straight && dag.stateCount() < *devices)
+            why += " (a straight pipeline needs at least one antichain state per device; there are "
+                + std::to_string(dag.stateCount()) + " states for " + std::to_string(*devices) + " devices)";
         diag.push_back({Severity::Error, "infeasible", why});
         return {std::nullopt, diag};
     }
@@ -282,7 +293,14 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     const auto stages = dp.stages();
     const int layers = request.model.layerCount();
     std::vector<int> stageOf;
-    if (!assignLayers(dag, graph, stages, layers, stageOf))
+    int unreached = 0;
+    const bool consistent = assignLayers(dag, graph, stages, layers, stageOf, unreached);
+    if (unreached > 0)
+        diag.push_back({Severity::Warning, "unreached-layers",
+                        std::to_string(unreached) + " layer(s) lie outside every antichain state (the graph is "
+                            "not connected from its first source); the reference ignores their cost, they run "
+                            "in the last stage"});
+    if (!consistent)
         diag.push_back({Severity::Warning, "stage-order",
                         "some layers were moved to a later stage to keep the layer order topological; the "
                         "plan's stages differ from the reference's node assignment"});

@@ -178,7 +178,8 @@ bool ReferenceDp::solveRows(int level, int first, int count, std::vector<double>
                     const int minPrime = firstFeasible[m];
                     if (minPrime > maxPrime)
                         continue;
-                    const double bound = std::max(minCost[maxPrime], m_settings.straight ? prefix[m - 1] : prefixMin[m - minPrime]);
+                    const double prefixBound = m_settings.straight ? prefix[m - 1] : prefixMin[m - minPrime];
+                    const double bound = std::max(minCost[maxPrime], prefixBound);
                     if (bound >= best[m])
                         continue; // every candidate's time is at least the bound
                     // Candidates m' = maxPrime..minPrime as i = m - m' ascending: prefix[i], cost[m - i].

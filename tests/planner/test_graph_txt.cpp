@@ -39,7 +39,8 @@ struct TempDir
     TempDir()
     {
         const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-        path = fs::temp_directory_path() / ("pw_graph_txt_" + std::to_string(stamp) + "_" + std::to_string(++counter()));
+        const auto name = "pw_graph_txt_" + std::to_string(stamp) + "_" + std::to_string(++counter());
+        path = fs::temp_directory_path() / name;
         fs::create_directories(path);
     }
     ~TempDir() { fs::remove_all(path); }
@@ -72,6 +73,14 @@ void requireSameLayers(const ModelProfile& a, const ModelProfile& b)
         CHECK(x.weight_bytes == y.weight_bytes);
         CHECK(x.inputs == y.inputs);
     }
+}
+
+/// A node line with the given field texts.
+std::string nodeLine(const std::string& id, const std::string& fwd = "1", const std::string& bwd = "2",
+                     const std::string& act = "4", const std::string& par = "0")
+{
+    return id + " -- A -- forward_compute_time=" + fwd + ", backward_compute_time=" + bwd + ", activation_size=" + act
+        + ", parameter_size=" + par + "\n";
 }
 
 const char* kNode1 = "node1 -- Input -- forward_compute_time=0.000, backward_compute_time=0.000, "
@@ -127,18 +136,16 @@ TEST_CASE("graph.txt fields map onto layers", "[graph_txt]")
     REQUIRE(it != gnmt.layers.end());
     CHECK(it->activation_bytes == 6291456.0 + 131072.0 + 131072.0); // "[6291456.0; 131072.0; 131072.0]"
     // GNMT's file repeats "node1 -- node4": the edge counts once.
-    auto node4 = std::find_if(gnmt.layers.begin(), gnmt.layers.end(), [](const Layer& l) { return l.name == "node4"; });
+    auto node4 = std::find_if(gnmt.layers.begin(), gnmt.layers.end(), [](const Layer& l) {
+        return l.name == "node4";
+    });
     CHECK(node4->inputs.size() == 1);
 }
 
 TEST_CASE("ties in the topological order go by node number, then file order", "[graph_txt]")
 {
-    std::istringstream in("node3 -- C -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"
-                          "other -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"
-                          "node10 -- B -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"
-                          "node2 -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"
-                          "\tnode10 -- node3\n"
-                          "\tnode2 -- node3\n");
+    std::istringstream in(nodeLine("node3") + nodeLine("other") + nodeLine("node10") + nodeLine("node2")
+                          + "\tnode10 -- node3\n\tnode2 -- node3\n");
     auto model = readGraphTxt(in, "dir/ties/graph.txt");
     CHECK(model.name == "ties");
     std::vector<std::string> order;
@@ -162,31 +169,25 @@ TEST_CASE("bad graph.txt input names the file, the line and the field", "[graph_
     const std::vector<Case> cases = {
         {"too few fields", n1 + "node2 -- Conv2d\n", 2, "node line"},
         {"description with separator", "node1 -- A -- B -- C -- D -- E\n", 1, "node line"},
-        {"missing field", n1 + "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=4.0\n", 2,
+        {"missing field",
+         n1 + "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=4.0\n", 2,
          "parameter_size"},
-        {"misspelt field", "node1 -- A -- forward_time=1.0, backward_compute_time=1.0, activation_size=4.0, parameter_size=0\n",
-         1, "forward_compute_time"},
-        {"negative number", "node1 -- A -- forward_compute_time=1.0, backward_compute_time=-2.0, activation_size=4.0, parameter_size=0\n",
-         1, "backward_compute_time"},
-        {"NaN", "node1 -- A -- forward_compute_time=nan, backward_compute_time=2.0, activation_size=4.0, parameter_size=0\n", 1,
+        {"misspelt field",
+         "node1 -- A -- forward_time=1.0, backward_compute_time=1.0, activation_size=4.0, parameter_size=0\n", 1,
          "forward_compute_time"},
-        {"infinity", "node1 -- A -- forward_compute_time=1, backward_compute_time=2.0, activation_size=4.0, parameter_size=inf\n",
-         1, "parameter_size"},
-        {"not a number", n1 + "node2 -- A -- forward_compute_time=1, backward_compute_time=2, activation_size=4 bytes, parameter_size=0\n",
-         2, "activation_size"},
-        {"bad list", "node1 -- A -- forward_compute_time=1, backward_compute_time=2, activation_size=[1.0; x], parameter_size=0\n", 1,
-         "activation_size"},
-        {"unclosed list", "node1 -- A -- forward_compute_time=1, backward_compute_time=2, activation_size=[1.0; 2.0, parameter_size=0\n",
-         1, "activation_size"},
+        {"negative number", nodeLine("node1", "1.0", "-2.0"), 1, "backward_compute_time"},
+        {"NaN", nodeLine("node1", "nan"), 1, "forward_compute_time"},
+        {"infinity", nodeLine("node1", "1", "2", "4", "inf"), 1, "parameter_size"},
+        {"not a number", n1 + nodeLine("node2", "1", "2", "4 bytes"), 2, "activation_size"},
+        {"bad list", nodeLine("node1", "1", "2", "[1.0; x]"), 1, "activation_size"},
+        {"unclosed list", nodeLine("node1", "1", "2", "[1.0; 2.0"), 1, "activation_size"},
         {"bad stage id", n1 + n2.substr(0, n2.size() - 1) + " -- stage_id=x\n", 2, "stage_id"},
         {"duplicate node", n1 + n2 + n1, 3, "node_id"},
         {"unknown node in edge", n1 + n2 + "\tnode1 -- node9\n", 3, "edge"},
         {"edge before node", n1 + "\tnode1 -- node2\n" + n2, 2, "edge"},
         {"malformed edge", n1 + n2 + "\tnode1 node2\n", 3, "edge"},
         {"self loop", n1 + n2 + "\tnode2 -- node2\n", 3, "edge"},
-        {"cycle", n1 + n2 + "node3 -- A -- forward_compute_time=1, backward_compute_time=2, activation_size=4, parameter_size=0\n"
-                      + "\tnode1 -- node2\n\tnode2 -- node3\n\tnode3 -- node2\n",
-         2, "edge"},
+        {"cycle", n1 + n2 + nodeLine("node3") + "\tnode1 -- node2\n\tnode2 -- node3\n\tnode3 -- node2\n", 2, "edge"},
     };
     TempDir dir;
     for (std::size_t i = 0; i < cases.size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -229,4 +230,41 @@ TEST_CASE("reference variant on large graphs: fast, bounded, cancellable", "[pip
     auto cancelled = partitionPipeDreamReference(request, {}, stop.get_token());
     CHECK_FALSE(cancelled.ok());
     CHECK(cancelled.diagnostics.back().code == "cancelled");
+}
+
+TEST_CASE("reference variant on tiny and odd graphs", "[pipedream_reference]")
+{
+    auto parse = [](const std::string& text) {
+        std::istringstream in(text);
+        return readGraphTxt(in, "odd/graph.txt");
+    };
+    auto node = [](int k, const std::string& desc, double fwd) {
+        return "node" + std::to_string(k) + " -- " + desc + " -- forward_compute_time=" + std::to_string(fwd)
+            + ", backward_compute_time=1.0, activation_size=1000.0, parameter_size=4000.0\n";
+    };
+    // One layer besides the input: a single state, so one stage on the single device.
+    auto single = parse(node(1, "Input", 5) + node(2, "Linear", 3) + "\tnode1 -- node2\n");
+    auto one = run(single, cluster(1, 1, 0));
+    CHECK(objective(one) == Approx(0.004));
+    CHECK(one.plan->stageCount() == 1);
+    CHECK(one.plan->algorithm_options.at("states") == 1);
+
+    // Only inputs: nothing to plan.
+    auto inputs = run(parse(node(1, "Input0", 1) + node(2, "Input1", 1)), cluster(2, 1, 1e9));
+    CHECK_FALSE(inputs.ok());
+    CHECK(inputs.diagnostics.back().code == "empty-model");
+
+    // Two unconnected chains: the antichain DAG starts at the first source and never reaches the other.
+    auto split = parse(node(1, "A", 1) + node(2, "B", 1) + node(3, "C", 1) + node(4, "D", 1) + "\tnode1 -- node2\n"
+                       + "\tnode3 -- node4\n");
+    auto r = run(split, cluster(2, 1, 1e9));
+    REQUIRE(r.ok());
+    checkPlan(*r.plan);
+    CHECK(std::any_of(r.diagnostics.begin(), r.diagnostics.end(),
+                      [](const Diagnostic& d) { return d.code == "unreached-layers"; }));
+
+    // A level without a bandwidth cannot replicate.
+    auto noLink = run(profile("alexnet"), cluster(4, 1, 0));
+    CHECK_FALSE(noLink.ok());
+    CHECK(noLink.diagnostics.back().code == "bad-cluster");
 }

@@ -25,6 +25,13 @@ int requestedStages(const PartitionRequest& request, int devices);
 /// Boundaries of the contiguous partition into `parts` non-empty ranges minimising the largest sum of
 /// `weights` (exact: binary search over the bottleneck with a greedy check).
 std::vector<int> balancedBoundaries(const std::vector<double>& weights, int parts);
+/// PipeDream levels (innermost first) for the first `devices` devices: the cluster's hierarchy when they
+/// form whole nodes of equal size, one level inside a node, else one flat level at the slowest link (also
+/// when options.flat is set). Falling back to flat adds a warning.
+std::vector<HierarchyLevel> pipeDreamLevels(const PartitionRequest& request, int devices,
+                                            std::vector<Diagnostic>& diagnostics);
+/// "4 x 4".
+std::string levelsText(const std::vector<HierarchyLevel>& levels);
 } // namespace detail
 
 } // namespace pw::planner

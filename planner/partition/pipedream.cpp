@@ -14,52 +14,6 @@ namespace {
 
 using Severity = Diagnostic::Severity;
 
-/// Levels for the first `devices` devices: the cluster's hierarchy when they form whole nodes of equal
-/// size, one flat level at the slowest link otherwise (or when asked).
-std::vector<HierarchyLevel> levelsFor(const PartitionRequest& request, int devices, std::vector<Diagnostic>& diag)
-{
-    const auto& c = request.cluster;
-    auto flat = [&] {
-        std::vector<int> group(devices);
-        for (int d = 0; d < devices; ++d)
-            group[d] = d;
-        return std::vector<HierarchyLevel>{{devices, devices > 1 ? c.groupBandwidth(group) : 0.0}};
-    };
-    if (request.options.flat)
-        return flat();
-    std::vector<HierarchyLevel> levels;
-    try {
-        levels = c.hierarchy();
-    } catch (const InputError& e) {
-        diag.push_back({Severity::Warning, "flat-hierarchy", std::string(e.message()) + "; planning one flat level"});
-        return flat();
-    }
-    const int perNode = levels[0].count;
-    if (devices == c.deviceCount())
-        return levels;
-    if (devices % perNode == 0) {
-        int nodes = devices / perNode;
-        levels.resize(nodes > 1 ? 2 : 1);
-        if (nodes > 1)
-            levels[1].count = nodes;
-        return levels;
-    }
-    if (devices < perNode)
-        return {{devices, levels[0].bandwidth_bytes_per_s}};
-    diag.push_back({Severity::Warning, "flat-hierarchy",
-                    std::to_string(devices) + " devices are not whole nodes of " + std::to_string(perNode)
-                        + "; planning one flat level"});
-    return flat();
-}
-
-std::string levelsText(const std::vector<HierarchyLevel>& levels)
-{
-    std::string s;
-    for (const auto& l : levels)
-        s += (s.empty() ? "" : " x ") + std::to_string(l.count);
-    return s;
-}
-
 class PipeDreamPartitioner final : public Partitioner
 {
 public:
@@ -94,7 +48,7 @@ public:
             }
 
         PipeDreamProblem problem;
-        problem.levels = levelsFor(request, *devices, diag);
+        problem.levels = detail::pipeDreamLevels(request, *devices, diag);
         problem.straight = opt.straight;
         problem.per_worker_allreduce = opt.per_worker_allreduce;
         const double scale = microbatchScale(plan);
@@ -136,7 +90,7 @@ public:
         plan.stages = std::move(sol.stages);
         plan.objective_s = sol.objective_s;
         plan.algorithm_options = {{"variant", "paper"},
-                                  {"levels", levelsText(problem.levels)},
+                                  {"levels", detail::levelsText(problem.levels)},
                                   {"straight", opt.straight},
                                   {"per_worker_allreduce", opt.per_worker_allreduce},
                                   {"memory_limit", opt.memory_limit}};

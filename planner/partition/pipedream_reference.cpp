@@ -2,6 +2,7 @@
 // The "reference" variant of the pipedream partitioner: PipeDream's optimizer_graph_hierarchical.py as implemented.
 #include "pipedream_reference.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "antichain_dag.h"
+#include "builtin.h"
 #include "pipedream_reference_dp.h"
 
 namespace pw::planner {
@@ -31,49 +33,20 @@ std::string withCommas(double v)
     return s;
 }
 
-/// Levels for the first `devices` devices, innermost first: the cluster's hierarchy over whole nodes,
-/// one level inside a node, or one flat level at the slowest link (asked for, or no hierarchy fits).
 std::vector<ReferenceLevel> levelsFor(const PartitionRequest& request, int devices, std::vector<Diagnostic>& diag)
 {
-    const auto& c = request.cluster;
-    auto flat = [&] {
-        std::vector<int> group(devices);
-        for (int d = 0; d < devices; ++d)
-            group[d] = d;
-        return std::vector<ReferenceLevel>{{devices, devices > 1 ? c.groupBandwidth(group) : 0.0}};
-    };
-    if (request.options.flat)
-        return flat();
-    std::vector<HierarchyLevel> h;
-    try {
-        h = c.hierarchy();
-    } catch (const InputError& e) {
-        diag.push_back({Severity::Warning, "flat-hierarchy", e.message() + "; planning one flat level"});
-        return flat();
-    }
-    const int perNode = h[0].count;
     std::vector<ReferenceLevel> levels;
-    if (devices == c.deviceCount() || devices % perNode == 0) {
-        const int nodes = devices / perNode;
-        levels.push_back({perNode, h[0].bandwidth_bytes_per_s});
-        if (nodes > 1)
-            levels.push_back({nodes, h.size() > 1 ? h[1].bandwidth_bytes_per_s : 0.0});
-        return levels;
-    }
-    if (devices < perNode)
-        return {{devices, h[0].bandwidth_bytes_per_s}};
-    diag.push_back({Severity::Warning, "flat-hierarchy",
-                    std::to_string(devices) + " devices are not whole nodes of " + std::to_string(perNode)
-                        + "; planning one flat level"});
-    return flat();
+    for (const auto& l : detail::pipeDreamLevels(request, devices, diag))
+        levels.push_back({l.count, l.bandwidth_bytes_per_s});
+    return levels;
 }
 
 std::string levelsText(const std::vector<ReferenceLevel>& levels)
 {
-    std::string s;
+    std::vector<HierarchyLevel> h;
     for (const auto& l : levels)
-        s += (s.empty() ? "" : " x ") + std::to_string(l.machines);
-    return s;
+        h.push_back({l.machines, l.bandwidth_bytes_per_s});
+    return detail::levelsText(h);
 }
 
 /// The graph the optimizer sees: Input* sources and then __getitem__ sinks removed (§1.2 item 1).

@@ -34,7 +34,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
-        t.activation_bytes += layer.activation_bytes * scale;
+        t.activation_bytes += layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
     }
     if (st.first_layer > 0) {

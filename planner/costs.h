@@ -21,7 +21,7 @@ struct StageTotals
     double forward_s = 0;
     double backward_s = 0;
     double weight_bytes = 0;
-    double activation_bytes = 0; ///< all outputs produced inside the stage (stashed for the backward pass)
+    double activation_bytes = 0; ///< activation memory the stage keeps per microbatch for its backward pass
     double input_bytes = 0; ///< bytes received from the previous stage
     double optimizer_bytes = 0; ///< optimizer state (layer values where given, else factor x weights)
 };

@@ -84,6 +84,8 @@ void ModelProfile::validate() const
         check(l.weight_bytes, "weight_bytes");
         if (l.optimizer_state_bytes)
             check(*l.optimizer_state_bytes, "optimizer_state_bytes");
+        if (l.stashed_bytes)
+            check(*l.stashed_bytes, "stashed_bytes");
         for (const auto& [type, t] : l.device_times) {
             if (!std::isfinite(t.forward_ms) || t.forward_ms < 0 || !std::isfinite(t.backward_ms) || t.backward_ms < 0)
                 throw InputError({}, 0, path + "/device_times/" + type, "times must be finite numbers >= 0");
@@ -106,6 +108,8 @@ json toJson(const ModelProfile& model)
                    {"backward_ms", l.backward_ms},
                    {"activation_bytes", l.activation_bytes},
                    {"weight_bytes", l.weight_bytes}};
+        if (l.stashed_bytes)
+            jl["stashed_bytes"] = *l.stashed_bytes;
         if (l.optimizer_state_bytes)
             jl["optimizer_state_bytes"] = *l.optimizer_state_bytes;
         if (l.forward_flops)
@@ -161,6 +165,8 @@ ModelProfile modelFromJson(const json& j)
         l.backward_ms = f::nonNegative(jl, "backward_ms", path);
         l.activation_bytes = f::nonNegative(jl, "activation_bytes", path);
         l.weight_bytes = f::nonNegative(jl, "weight_bytes", path);
+        if (jl.contains("stashed_bytes"))
+            l.stashed_bytes = f::nonNegative(jl, "stashed_bytes", path);
         if (jl.contains("optimizer_state_bytes"))
             l.optimizer_state_bytes = f::nonNegative(jl, "optimizer_state_bytes", path);
         if (jl.contains("forward_flops"))

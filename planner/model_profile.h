@@ -29,6 +29,9 @@ struct Layer
     double backward_ms = 0;
     double activation_bytes = 0; ///< size of the layer's output (and of the gradient flowing back into it)
     double weight_bytes = 0;
+    /// Activation memory the layer keeps for its backward pass (all its intermediate tensors); when absent
+    /// its output (activation_bytes) is taken, which suits per-operator graphs such as PipeDream's.
+    std::optional<double> stashed_bytes;
     std::optional<double> optimizer_state_bytes; ///< when absent the plan's optimizer decides
     std::optional<double> forward_flops;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
@@ -67,6 +70,8 @@ struct ModelProfile
     /// Bytes crossing a cut placed after layer `cut` in the given order (identity when empty): the outputs
     /// of layers at or before the cut that a later layer reads. For a chain this is activation_bytes[cut].
     std::vector<double> cutBytes(const std::vector<int>& order = {}) const;
+
+    double stashedBytes(int layer) const { return layers[layer].stashed_bytes.value_or(layers[layer].activation_bytes); }
 
     /// Throws InputError naming the offending layer and field.
     void validate() const;

@@ -92,6 +92,14 @@ void Plan::validate() const
         throw InputError({}, 0, "/schedule/microbatches", "must be >= 1");
     if (o.iterations < 1)
         throw InputError({}, 0, "/schedule/iterations", "must be >= 1");
+    // Bounds that keep one simulated run within memory: a schedule holds about six actions per stage
+    // and microbatch.
+    if (static_cast<long long>(o.microbatches) * o.iterations > kMaxMicrobatches)
+        throw InputError({}, 0, "/schedule/microbatches", "microbatches x iterations must be at most "
+                                                              + std::to_string(kMaxMicrobatches));
+    if (static_cast<long long>(o.microbatches) * o.iterations * stageCount() > kMaxStageMicrobatches)
+        throw InputError({}, 0, "/schedule/microbatches",
+                         "stages x microbatches x iterations must be at most " + std::to_string(kMaxStageMicrobatches));
     if (o.microbatch_size < 0)
         throw InputError({}, 0, "/schedule/microbatch_size", "must be >= 0 (0 = the profile's)");
     if (o.chunks < 1)

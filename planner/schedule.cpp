@@ -103,9 +103,14 @@ Schedule scheduleFromJson(const json& j)
         for (std::size_t i = 0; i < groups.size(); ++i) {
             auto path = f::child("/groups", i);
             CollectiveGroup g;
+            f::object(groups[i], path);
             g.stage = f::integer(groups[i], "stage", path);
-            for (const auto& d : f::array(groups[i], "devices", path))
-                g.devices.push_back(d.get<int>());
+            const auto& devices = f::array(groups[i], "devices", path);
+            for (std::size_t k = 0; k < devices.size(); ++k) {
+                if (!devices[k].is_number_integer())
+                    f::fail(f::child(f::child(path, "devices"), k), "expected a device index");
+                g.devices.push_back(devices[k].get<int>());
+            }
             s.groups.push_back(std::move(g));
         }
     }

@@ -24,7 +24,7 @@ struct DemoRun
     std::string algorithm;
     ScheduleOptions schedule;
     bool flat = false;
-    bool straight = false;
+    bool memory_limit = false;
 };
 
 struct DemoOutcome
@@ -39,7 +39,7 @@ DemoOutcome runOne(const ModelProfile& model, const Cluster& cluster, const Demo
     PartitionOptions options;
     options.schedule = run.schedule;
     options.flat = run.flat;
-    options.straight = run.straight;
+    options.memory_limit = run.memory_limit;
     PartitionRequest request{model, cluster, options};
     auto partitioned = findPartitioner(run.algorithm)->partition(request, {}, {});
     if (!partitioned.ok())
@@ -74,8 +74,9 @@ void demo(bool asJson, std::ostream& out)
     auto dgx = loadCluster((dir / "dgx-h100.json").string());
     auto het = loadCluster((dir / "hetpipe-cluster.json").string());
 
-    auto sched = [](std::string kind, int microbatches, int chunks = 1, int iterations = 1) {
+    auto sched = [](std::string kind, int microbatches, int chunks = 1, int iterations = 1, bool recompute = false) {
         ScheduleOptions s;
+        s.recompute = recompute;
         s.kind = std::move(kind);
         s.microbatches = microbatches;
         s.chunks = chunks;
@@ -89,9 +90,10 @@ void demo(bool asJson, std::ostream& out)
         {&dgx, {"8 stages x 2 chunks, interleaved", "uniform", sched("interleaved", 16, 2)}},
         {&dgx, {"8 straight stages, PipeDream-2BW", "uniform", sched("2bw", 16, 1, 4)}},
         {&dgx, {"8 straight stages, PipeDream async", "uniform", sched("pipedream", 16, 1, 4)}},
-        {&het, {"HetPipe cluster: uniform, 1F1B", "uniform", sched("1f1b", 32)}},
-        {&het, {"HetPipe cluster: parameters, 1F1B", "parameters", sched("1f1b", 32)}},
-        {&het, {"HetPipe cluster: PipeDream DP (flat), 1F1B", "pipedream", sched("1f1b", 32), true}},
+        // The 6-24 GB GPUs of HetPipe's cluster hold this model's activations only with recomputation.
+        {&het, {"HetPipe cluster: uniform, 1F1B+recompute", "uniform", sched("1f1b", 32, 1, 1, true)}},
+        {&het, {"HetPipe cluster: parameters, 1F1B+recompute", "parameters", sched("1f1b", 32, 1, 1, true)}},
+        {&het, {"HetPipe cluster: PipeDream (flat, mem limit)", "pipedream", sched("1f1b", 32, 1, 1, true), true, true}},
     };
 
     json results = json::array();

@@ -75,6 +75,9 @@ json parseText(const std::string& path, const std::string& text)
             message = message.substr(colon + 2);
         message += " (column " + std::to_string(at - lineStart + 1) + ")";
         throw InputError(path, line, "", message);
+    } catch (const json::exception& e) {
+        // e.g. a number too large for a double; nlohmann gives no position for these.
+        throw InputError(path, 0, "", stripExceptionTag(e.what()));
     }
 }
 

@@ -103,9 +103,17 @@ ModelProfile transformerProfile(const TransformerConfig& config, const DeviceTyp
     // QKV 6Bsh^2 + scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2 + MLP 16Bsh^2.
     const double layerFlops = 24.0 * B * s * h * h + 4.0 * B * s * s * h;
     const double layerParams = 12.0 * h * h + 13.0 * h;
-    for (int i = 0; i < config.layers; ++i)
-        model.layers.push_back(makeLayer("transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops,
-                                         layerParams, hiddenBytes));
+    // What a layer keeps for its backward pass is far more than its output: Korthikanti et al. (2022,
+    // "Reducing Activation Recomputation in Large Transformer Models") count s b h (34 + 5 a s / h) bytes
+    // with 16-bit activations and 1-byte dropout masks; scaled here by bytes_per_element / 2.
+    const double a = config.heads;
+    const double layerStash = s * B * h * (34.0 + 5.0 * a * s / h) * (bpe / 2.0);
+    for (int i = 0; i < config.layers; ++i) {
+        auto layer = makeLayer("transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams,
+                               hiddenBytes);
+        layer.stashed_bytes = layerStash;
+        model.layers.push_back(std::move(layer));
+    }
 
     // Final layer norm + logits (h -> V). Weights are tied to the word embedding, as in Megatron and GPT-2,
     // so Eq. 4.3 counts that matrix once (in "embedding"). The head still records V*h weights: with more

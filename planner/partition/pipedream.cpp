@@ -60,7 +60,7 @@ public:
             auto t = layerTimesOn(layer, type);
             problem.compute_s.push_back((t.forward_ms + t.backward_ms) * 1e-3 * scale);
             problem.weight_bytes.push_back(layer.weight_bytes);
-            problem.activation_bytes.push_back(layer.activation_bytes * scale);
+            problem.activation_bytes.push_back(layer.stashed_bytes.value_or(layer.activation_bytes) * scale);
             problem.optimizer_bytes.push_back(layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes));
         }
         if (opt.memory_limit) {

@@ -11,6 +11,8 @@
 
 #include "planner/device_presets.h"
 #include "planner/io/chrome_trace.h"
+#include "planner/io/json_file.h"
+#include "planner/partition/partitioner.h"
 #include "planner/io/transformer.h"
 #include "planner/sim/simulator.h"
 
@@ -403,4 +405,26 @@ TEST_CASE("Actions CSV has one row per device in actionLabel form", "[chrome_tra
         == "0,0F0,0SEND_F0,0RECV_B0,0B0\n"
            "1,1RECV_F0,1F12,1B12,1ALLREDUCE,1OPTIMIZER_STEP\n");
     CHECK(actionsCsv(Schedule {}).empty());
+}
+
+TEST_CASE("Chrome trace of the demo plan obeys Perfetto's rules", "[chrome_trace]")
+{
+    auto model = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    for (const char* clusterFile : {"/dgx-h100.json", "/hetpipe-cluster.json"}) {
+        auto cluster = loadCluster(std::string(PW_DEMO_DIR) + clusterFile);
+        PartitionOptions options;
+        options.schedule.kind = "1f1b";
+        options.schedule.microbatches = 16;
+        options.flat = true;
+        auto result = findPartitioner("pipedream")->partition({model, cluster, options}, {}, {});
+        REQUIRE(result.ok());
+        auto sim = simulate(*result.plan);
+        // Through text and back, as Perfetto would read the file.
+        auto trace = json::parse(chromeTrace(sim.timeline).dump());
+        auto problems = perfettoProblems(trace);
+        INFO(clusterFile << ": " << (problems.empty() ? "" : problems.front()));
+        CHECK(problems.empty());
+        CHECK(eventsWith(trace, "X").size() == sim.timeline.spans.size());
+        CHECK(!eventsWith(trace, "C").empty());
+    }
 }

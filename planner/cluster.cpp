@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -34,7 +35,7 @@ DeviceRef Cluster::device(int index) const
         rest -= nodes[n].count;
     }
     throw std::out_of_range("device index " + std::to_string(index) + " beyond the cluster's "
-                            + std::to_string(deviceCount()) + " devices");
+        + std::to_string(deviceCount()) + " devices");
 }
 
 std::vector<DeviceRef> Cluster::devices() const
@@ -59,7 +60,7 @@ const DeviceType& Cluster::typeOf(int index) const
     auto d = device(index);
     if (d.type < 0)
         throw InputError({}, 0, "/nodes/" + std::to_string(d.node) + "/device_type",
-                         "unknown device type '" + nodes[d.node].device_type + "'");
+            "unknown device type '" + nodes[d.node].device_type + "'");
     return device_types[d.type];
 }
 
@@ -71,7 +72,10 @@ int Cluster::findType(const std::string& name) const
     return -1;
 }
 
-bool Cluster::sameNode(int a, int b) const { return device(a).node == device(b).node; }
+bool Cluster::sameNode(int a, int b) const
+{
+    return device(a).node == device(b).node;
+}
 
 double Cluster::bandwidth(int a, int b) const
 {
@@ -85,18 +89,28 @@ double Cluster::latency(int a, int b) const
     return da.node == db.node ? nodes[da.node].intra_latency_s : inter_node_latency_s;
 }
 
+namespace {
+/// Members per node of a group of devices.
+std::map<int, int> membersPerNode(const Cluster& c, const std::vector<int>& group)
+{
+    std::map<int, int> perNode;
+    for (int d : group)
+        ++perNode[c.device(d).node];
+    return perNode;
+}
+} // namespace
+
 double Cluster::groupBandwidth(const std::vector<int>& group) const
 {
     if (group.size() < 2)
         return 0;
-    std::set<int> nodeSet;
+    // A node's own links count only when at least two members sit on it.
+    auto perNode = membersPerNode(*this, group);
     double bw = INFINITY;
-    for (int d : group) {
-        auto ref = device(d);
-        nodeSet.insert(ref.node);
-        bw = std::min(bw, nodes[ref.node].intra_bandwidth_bytes_per_s);
-    }
-    if (nodeSet.size() > 1)
+    for (auto [node, members] : perNode)
+        if (members > 1)
+            bw = std::min(bw, nodes[node].intra_bandwidth_bytes_per_s);
+    if (perNode.size() > 1)
         bw = std::min(bw, inter_node_bandwidth_bytes_per_s);
     return bw;
 }
@@ -105,14 +119,12 @@ double Cluster::groupLatency(const std::vector<int>& group) const
 {
     if (group.size() < 2)
         return 0;
-    std::set<int> nodeSet;
+    auto perNode = membersPerNode(*this, group);
     double lat = 0;
-    for (int d : group) {
-        auto ref = device(d);
-        nodeSet.insert(ref.node);
-        lat = std::max(lat, nodes[ref.node].intra_latency_s);
-    }
-    if (nodeSet.size() > 1)
+    for (auto [node, members] : perNode)
+        if (members > 1)
+            lat = std::max(lat, nodes[node].intra_latency_s);
+    if (perNode.size() > 1)
         lat = std::max(lat, inter_node_latency_s);
     return lat;
 }
@@ -134,13 +146,13 @@ std::vector<HierarchyLevel> Cluster::hierarchy() const
     for (std::size_t i = 1; i < nodes.size(); ++i)
         if (nodes[i].count != nodes[0].count)
             throw InputError({}, 0, "/nodes/" + std::to_string(i) + "/count",
-                             "PipeDream's hierarchy needs nodes of equal size (node '" + nodes[i].name + "' has "
-                                 + std::to_string(nodes[i].count) + " devices, '" + nodes[0].name + "' has "
-                                 + std::to_string(nodes[0].count) + "); plan with --flat instead");
+                "PipeDream's hierarchy needs nodes of equal size (node '" + nodes[i].name + "' has "
+                    + std::to_string(nodes[i].count) + " devices, '" + nodes[0].name + "' has "
+                    + std::to_string(nodes[0].count) + "); plan with --flat instead");
     double intra = INFINITY;
     for (const auto& n : nodes)
         intra = std::min(intra, n.intra_bandwidth_bytes_per_s);
-    std::vector<HierarchyLevel> levels{{nodes[0].count, intra}};
+    std::vector<HierarchyLevel> levels {{nodes[0].count, intra}};
     if (nodes.size() > 1)
         levels.push_back({static_cast<int>(nodes.size()), inter_node_bandwidth_bytes_per_s});
     return levels;
@@ -176,12 +188,20 @@ void Cluster::validate() const
         if (findType(n.device_type) < 0)
             throw InputError({}, 0, path + "/device_type", "unknown device type '" + n.device_type + "'");
         if (n.count < 1)
-            throw InputError({}, 0, path + "/count", "a node needs at least one device, got " + std::to_string(n.count));
+            throw InputError(
+                {}, 0, path + "/count", "a node needs at least one device, got " + std::to_string(n.count));
         if (n.count > 1 && !(n.intra_bandwidth_bytes_per_s > 0))
-            throw InputError({}, 0, path + "/intra_bandwidth_bytes_per_s", "must be > 0 for a node with several devices");
+            throw InputError(
+                {}, 0, path + "/intra_bandwidth_bytes_per_s", "must be > 0 for a node with several devices");
         if (n.ssh_port < 1 || n.ssh_port > 65535)
             throw InputError({}, 0, path + "/ssh_port", "must be a TCP port");
     }
+    long long total = 0;
+    for (const auto& n : nodes)
+        total += n.count;
+    if (total > kMaxDevices)
+        throw InputError({}, 0, "/nodes", "at most " + std::to_string(kMaxDevices) + " devices in a cluster, got "
+                                              + std::to_string(total));
     if (nodes.size() > 1 && !(inter_node_bandwidth_bytes_per_s > 0))
         throw InputError({}, 0, "/inter_node_bandwidth_bytes_per_s", "must be > 0 for a cluster of several nodes");
 }
@@ -190,31 +210,20 @@ json toJson(const Cluster& c)
 {
     json types = json::array();
     for (const auto& t : c.device_types) {
-        json jt = {{"name", t.name},
-                   {"memory_bytes", t.memory_bytes},
-                   {"peak_tflops", t.peak_tflops},
-                   {"memory_bandwidth_bytes_per_s", t.memory_bandwidth_bytes_per_s},
-                   {"price_per_hour", t.price_per_hour}};
+        json jt = {{"name", t.name}, {"memory_bytes", t.memory_bytes}, {"peak_tflops", t.peak_tflops},
+            {"memory_bandwidth_bytes_per_s", t.memory_bandwidth_bytes_per_s}, {"price_per_hour", t.price_per_hour}};
         if (t.relative_speed)
             jt["relative_speed"] = *t.relative_speed;
         types.push_back(std::move(jt));
     }
     json nodes = json::array();
     for (const auto& n : c.nodes)
-        nodes.push_back({{"name", n.name},
-                         {"host", n.host},
-                         {"ssh_port", n.ssh_port},
-                         {"ssh_user", n.ssh_user},
-                         {"device_type", n.device_type},
-                         {"count", n.count},
-                         {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s},
-                         {"intra_latency_s", n.intra_latency_s}});
-    return {{"format_version", kClusterFormatVersion},
-            {"name", c.name},
-            {"device_types", std::move(types)},
-            {"nodes", std::move(nodes)},
-            {"inter_node_bandwidth_bytes_per_s", c.inter_node_bandwidth_bytes_per_s},
-            {"inter_node_latency_s", c.inter_node_latency_s}};
+        nodes.push_back({{"name", n.name}, {"host", n.host}, {"ssh_port", n.ssh_port}, {"ssh_user", n.ssh_user},
+            {"device_type", n.device_type}, {"count", n.count},
+            {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s}, {"intra_latency_s", n.intra_latency_s}});
+    return {{"format_version", kClusterFormatVersion}, {"name", c.name}, {"device_types", std::move(types)},
+        {"nodes", std::move(nodes)}, {"inter_node_bandwidth_bytes_per_s", c.inter_node_bandwidth_bytes_per_s},
+        {"inter_node_latency_s", c.inter_node_latency_s}};
 }
 
 Cluster clusterFromJson(const json& j)

@@ -11,6 +11,7 @@
 namespace pw::planner {
 
 inline constexpr int kClusterFormatVersion = 1;
+inline constexpr int kMaxDevices = 1'000'000;
 
 /// @brief A kind of accelerator (or CPU) with its capacity and speed.
 struct DeviceType

@@ -28,7 +28,10 @@ DeviceType preset(const char* name, double memoryGiB, double peakTflops, double 
 // HetPipe Table 1 lists CUDA cores and boost clock but no TFLOPS. Peak FP32 = cores x 2 FLOP x boost clock
 // (HetPipe trained in FP32). These peaks rank TITAN RTX above TITAN V, while the paper measured
 // V > R > G > Q, so plans for HetPipe's cluster should use measured per-layer times, not these peaks.
-double fp32Peak(int cudaCores, double boostMHz) { return cudaCores * 2.0 * boostMHz * 1e6 / 1e12; }
+double fp32Peak(int cudaCores, double boostMHz)
+{
+    return cudaCores * 2.0 * boostMHz * 1e6 / 1e12;
+}
 
 std::string normalized(std::string_view name)
 {

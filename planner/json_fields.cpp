@@ -63,6 +63,16 @@ int integerOr(const nlohmann::json& obj, const std::string& key, const std::stri
     return integer(obj, key, path);
 }
 
+int index(const nlohmann::json& v, const std::string& path)
+{
+    if (!v.is_number_integer())
+        fail(path, "expected an index (an integer >= 0), got " + v.dump());
+    if (v.is_number_unsigned() ? v.get<unsigned long long>() > static_cast<unsigned long long>(std::numeric_limits<int>::max())
+                               : (v.get<long long>() < 0 || v.get<long long>() > std::numeric_limits<int>::max()))
+        fail(path, "index out of range: " + v.dump());
+    return static_cast<int>(v.get<long long>());
+}
+
 std::string string(const nlohmann::json& obj, const std::string& key, const std::string& path)
 {
     const auto& v = required(obj, key, path);
@@ -102,8 +112,9 @@ void checkVersion(const nlohmann::json& obj, const std::string& what, int suppor
         return;
     int v = integer(obj, "format_version", "");
     if (v < 1 || v > supported)
-        fail("/format_version", what + " format version " + std::to_string(v) + " is not supported (this build reads up to "
-                 + std::to_string(supported) + ")");
+        fail("/format_version",
+            what + " format version " + std::to_string(v) + " is not supported (this build reads up to "
+                + std::to_string(supported) + ")");
 }
 
 } // namespace pw::planner::fields

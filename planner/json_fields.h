@@ -12,8 +12,14 @@
 namespace pw::planner::fields {
 
 /// "/layers/3" + "forward_ms" -> "/layers/3/forward_ms".
-inline std::string child(const std::string& path, const std::string& key) { return path + "/" + key; }
-inline std::string child(const std::string& path, std::size_t index) { return path + "/" + std::to_string(index); }
+inline std::string child(const std::string& path, const std::string& key)
+{
+    return path + "/" + key;
+}
+inline std::string child(const std::string& path, std::size_t index)
+{
+    return path + "/" + std::to_string(index);
+}
 
 [[noreturn]] inline void fail(const std::string& path, const std::string& message)
 {
@@ -42,6 +48,8 @@ double nonNegative(const nlohmann::json& obj, const std::string& key, const std:
 double nonNegativeOr(const nlohmann::json& obj, const std::string& key, const std::string& path, double fallback);
 int integer(const nlohmann::json& obj, const std::string& key, const std::string& path);
 int integerOr(const nlohmann::json& obj, const std::string& key, const std::string& path, int fallback);
+/// An array element that must be an integer index in [0, INT_MAX].
+int index(const nlohmann::json& v, const std::string& path);
 std::string string(const nlohmann::json& obj, const std::string& key, const std::string& path);
 std::string stringOr(const nlohmann::json& obj, const std::string& key, const std::string& path, std::string fallback);
 bool booleanOr(const nlohmann::json& obj, const std::string& key, const std::string& path, bool fallback);

@@ -13,7 +13,10 @@ namespace pw::planner {
 
 using nlohmann::json;
 
-bool isDataSource(const Layer& layer) { return layer.kind.rfind("Input", 0) == 0; }
+bool isDataSource(const Layer& layer)
+{
+    return layer.kind.rfind("Input", 0) == 0;
+}
 
 double ModelProfile::totalWeightBytes() const
 {
@@ -92,8 +95,9 @@ void ModelProfile::validate() const
         }
         for (int producer : l.inputs) {
             if (producer < 0 || producer >= static_cast<int>(i))
-                throw InputError({}, 0, path + "/inputs", "input " + std::to_string(producer)
-                                      + " is not an earlier layer (layers must be in topological order)");
+                throw InputError({}, 0, path + "/inputs",
+                    "input " + std::to_string(producer)
+                        + " is not an earlier layer (layers must be in topological order)");
         }
     }
 }
@@ -102,12 +106,8 @@ json toJson(const ModelProfile& model)
 {
     json layers = json::array();
     for (const auto& l : model.layers) {
-        json jl = {{"name", l.name},
-                   {"kind", l.kind},
-                   {"forward_ms", l.forward_ms},
-                   {"backward_ms", l.backward_ms},
-                   {"activation_bytes", l.activation_bytes},
-                   {"weight_bytes", l.weight_bytes}};
+        json jl = {{"name", l.name}, {"kind", l.kind}, {"forward_ms", l.forward_ms}, {"backward_ms", l.backward_ms},
+            {"activation_bytes", l.activation_bytes}, {"weight_bytes", l.weight_bytes}};
         if (l.stashed_bytes)
             jl["stashed_bytes"] = *l.stashed_bytes;
         if (l.optimizer_state_bytes)
@@ -124,22 +124,13 @@ json toJson(const ModelProfile& model)
         }
         layers.push_back(std::move(jl));
     }
-    json j = {{"format_version", kModelFormatVersion},
-              {"name", model.name},
-              {"profiled_device", model.profiled_device},
-              {"microbatch_size", model.microbatch_size},
-              {"is_graph", model.is_graph},
-              {"layers", std::move(layers)}};
+    json j = {{"format_version", kModelFormatVersion}, {"name", model.name}, {"profiled_device", model.profiled_device},
+        {"microbatch_size", model.microbatch_size}, {"is_graph", model.is_graph}, {"layers", std::move(layers)}};
     if (model.architecture) {
         const auto& a = *model.architecture;
-        j["architecture"] = {{"type", "gpt"},
-                             {"layers", a.layers},
-                             {"hidden", a.hidden},
-                             {"heads", a.heads},
-                             {"sequence", a.sequence},
-                             {"vocab", a.vocab},
-                             {"microbatch", a.microbatch},
-                             {"bytes_per_element", a.bytes_per_element}};
+        j["architecture"] = {{"type", "gpt"}, {"layers", a.layers}, {"hidden", a.hidden}, {"heads", a.heads},
+            {"sequence", a.sequence}, {"vocab", a.vocab}, {"microbatch", a.microbatch},
+            {"bytes_per_element", a.bytes_per_element}};
     }
     return j;
 }
@@ -174,9 +165,7 @@ ModelProfile modelFromJson(const json& j)
         if (jl.contains("inputs")) {
             const auto& in = f::array(jl, "inputs", path);
             for (std::size_t k = 0; k < in.size(); ++k) {
-                if (!in[k].is_number_integer())
-                    f::fail(f::child(f::child(path, "inputs"), k), "expected a layer index");
-                l.inputs.push_back(in[k].get<int>());
+                l.inputs.push_back(f::index(in[k], f::child(f::child(path, "inputs"), k)));
             }
         }
         if (jl.contains("device_times")) {

@@ -71,7 +71,10 @@ struct ModelProfile
     /// of layers at or before the cut that a later layer reads. For a chain this is activation_bytes[cut].
     std::vector<double> cutBytes(const std::vector<int>& order = {}) const;
 
-    double stashedBytes(int layer) const { return layers[layer].stashed_bytes.value_or(layers[layer].activation_bytes); }
+    double stashedBytes(int layer) const
+    {
+        return layers[layer].stashed_bytes.value_or(layers[layer].activation_bytes);
+    }
 
     /// Throws InputError naming the offending layer and field.
     void validate() const;

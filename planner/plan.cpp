@@ -55,6 +55,18 @@ void Plan::validate() const
                 throw InputError({}, 0, "/layer_order/" + std::to_string(i), "not a permutation of the layers");
             seen[l] = true;
         }
+        // The order must still be topological: every producer before its consumers (a chain keeps its order).
+        std::vector<int> position(n);
+        for (int pos = 0; pos < n; ++pos)
+            position[layer_order[pos]] = pos;
+        for (int l = 0; l < n; ++l) {
+            if (!model.is_graph && position[l] != l)
+                throw InputError({}, 0, "/layer_order/" + std::to_string(l), "a chain profile keeps its layer order");
+            for (int producer : model.layers[l].inputs)
+                if (position[producer] > position[l])
+                    throw InputError({}, 0, "/layer_order/" + std::to_string(position[l]),
+                        "layer " + std::to_string(l) + " comes before its input " + std::to_string(producer));
+        }
     }
     const int devices = cluster.deviceCount();
     int expectFirst = 0;
@@ -63,12 +75,12 @@ void Plan::validate() const
         auto path = "/stages/" + std::to_string(s);
         if (st.first_layer != expectFirst)
             throw InputError({}, 0, path + "/first_layer",
-                             "stages must be contiguous: expected " + std::to_string(expectFirst) + ", got "
-                                 + std::to_string(st.first_layer));
+                "stages must be contiguous: expected " + std::to_string(expectFirst) + ", got "
+                    + std::to_string(st.first_layer));
         if (st.last_layer < st.first_layer || st.last_layer >= n)
             throw InputError({}, 0, path + "/last_layer",
-                             "must be in [" + std::to_string(st.first_layer) + ", " + std::to_string(n - 1) + "], got "
-                                 + std::to_string(st.last_layer));
+                "must be in [" + std::to_string(st.first_layer) + ", " + std::to_string(n - 1) + "], got "
+                    + std::to_string(st.last_layer));
         if (st.devices.empty())
             throw InputError({}, 0, path + "/devices", "a stage needs at least one device");
         std::set<int> unique;
@@ -76,17 +88,17 @@ void Plan::validate() const
             int d = st.devices[r];
             if (d < 0 || d >= devices)
                 throw InputError({}, 0, path + "/devices/" + std::to_string(r),
-                                 "device " + std::to_string(d) + " is not in the cluster (it has "
-                                     + std::to_string(devices) + ")");
+                    "device " + std::to_string(d) + " is not in the cluster (it has " + std::to_string(devices) + ")");
             if (!unique.insert(d).second)
-                throw InputError({}, 0, path + "/devices/" + std::to_string(r),
-                                 "device " + std::to_string(d) + " listed twice");
+                throw InputError(
+                    {}, 0, path + "/devices/" + std::to_string(r), "device " + std::to_string(d) + " listed twice");
         }
         expectFirst = st.last_layer + 1;
     }
     if (expectFirst != n)
-        throw InputError({}, 0, "/stages", "stages cover layers 0.." + std::to_string(expectFirst - 1) + " of "
-                                               + std::to_string(n) + "; every layer must be placed");
+        throw InputError({}, 0, "/stages",
+            "stages cover layers 0.." + std::to_string(expectFirst - 1) + " of " + std::to_string(n)
+                + "; every layer must be placed");
     const auto& o = schedule;
     if (o.microbatches < 1)
         throw InputError({}, 0, "/schedule/microbatches", "must be >= 1");
@@ -95,18 +107,19 @@ void Plan::validate() const
     // Bounds that keep one simulated run within memory: a schedule holds about six actions per stage
     // and microbatch.
     if (static_cast<long long>(o.microbatches) * o.iterations > kMaxMicrobatches)
-        throw InputError({}, 0, "/schedule/microbatches", "microbatches x iterations must be at most "
-                                                              + std::to_string(kMaxMicrobatches));
+        throw InputError({}, 0, "/schedule/microbatches",
+            "microbatches x iterations must be at most " + std::to_string(kMaxMicrobatches));
     if (static_cast<long long>(o.microbatches) * o.iterations * stageCount() > kMaxStageMicrobatches)
         throw InputError({}, 0, "/schedule/microbatches",
-                         "stages x microbatches x iterations must be at most " + std::to_string(kMaxStageMicrobatches));
+            "stages x microbatches x iterations must be at most " + std::to_string(kMaxStageMicrobatches));
     if (o.microbatch_size < 0)
         throw InputError({}, 0, "/schedule/microbatch_size", "must be >= 0 (0 = the profile's)");
     if (o.chunks < 1)
         throw InputError({}, 0, "/schedule/chunks", "must be >= 1");
     if (stageCount() % o.chunks != 0)
-        throw InputError({}, 0, "/schedule/chunks", std::to_string(stageCount()) + " virtual stages cannot form "
-                                                        + std::to_string(o.chunks) + " chunks per device");
+        throw InputError({}, 0, "/schedule/chunks",
+            std::to_string(stageCount()) + " virtual stages cannot form " + std::to_string(o.chunks)
+                + " chunks per device");
     optimizerStateFactor(o.optimizer);
     // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's.
     const int p = pipelineDepth();
@@ -115,12 +128,11 @@ void Plan::validate() const
         for (int d : stages[s].devices)
             if (!used.insert(d).second)
                 throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
-                                 "device " + std::to_string(d) + " is in two stages");
+                    "device " + std::to_string(d) + " is in two stages");
     for (int s = p; s < stageCount(); ++s)
         if (stages[s].devices != stages[s % p].devices)
             throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
-                             "virtual stage " + std::to_string(s) + " must run on the devices of stage "
-                                 + std::to_string(s % p));
+                "virtual stage " + std::to_string(s) + " must run on the devices of stage " + std::to_string(s % p));
 }
 
 std::string digestOf(const json& j)
@@ -143,32 +155,21 @@ json toJson(const Plan& plan)
     const auto& o = plan.schedule;
     json model = toJson(plan.model);
     json cluster = toJson(plan.cluster);
-    json j = {{"format_version", kPlanFormatVersion},
-              {"config", plan.configString()},
-              {"stages", std::move(stages)},
-              {"algorithm", plan.algorithm},
-              {"algorithm_options", plan.algorithm_options},
-              {"objective_s", plan.objective_s},
-              {"schedule",
-               {{"kind", o.kind},
-                {"microbatches", o.microbatches},
-                {"microbatch_size", o.microbatch_size},
-                {"chunks", o.chunks},
-                {"iterations", o.iterations},
-                {"recompute", o.recompute},
-                {"optimizer", o.optimizer},
-                {"overlap_communication", o.overlap_communication}}},
-              {"provenance", {{"model_digest", digestOf(model)}, {"cluster_digest", digestOf(cluster)}}},
-              {"model", std::move(model)},
-              {"cluster", std::move(cluster)}};
+    json j = {{"format_version", kPlanFormatVersion}, {"config", plan.configString()}, {"stages", std::move(stages)},
+        {"algorithm", plan.algorithm}, {"algorithm_options", plan.algorithm_options}, {"objective_s", plan.objective_s},
+        {"schedule",
+            {{"kind", o.kind}, {"microbatches", o.microbatches}, {"microbatch_size", o.microbatch_size},
+                {"chunks", o.chunks}, {"iterations", o.iterations}, {"recompute", o.recompute},
+                {"optimizer", o.optimizer}, {"overlap_communication", o.overlap_communication}}},
+        {"provenance", {{"model_digest", digestOf(model)}, {"cluster_digest", digestOf(cluster)}}},
+        {"model", std::move(model)}, {"cluster", std::move(cluster)}};
     if (!plan.layer_order.empty())
         j["layer_order"] = plan.layer_order;
     if (plan.predicted) {
         const auto& p = *plan.predicted;
-        j["predicted"] = {{"iteration_time_s", p.iteration_time_s},
-                          {"throughput_samples_per_s", p.throughput_samples_per_s},
-                          {"bubble_fraction", p.bubble_fraction},
-                          {"stage_peak_memory_bytes", p.stage_peak_memory_bytes}};
+        j["predicted"]
+            = {{"iteration_time_s", p.iteration_time_s}, {"throughput_samples_per_s", p.throughput_samples_per_s},
+                {"bubble_fraction", p.bubble_fraction}, {"stage_peak_memory_bytes", p.stage_peak_memory_bytes}};
     }
     return j;
 }
@@ -198,18 +199,14 @@ Plan planFromJson(const json& j)
         s.last_layer = f::integer(js, "last_layer", path);
         const auto& devices = f::array(js, "devices", path);
         for (std::size_t r = 0; r < devices.size(); ++r) {
-            if (!devices[r].is_number_integer())
-                f::fail(f::child(f::child(path, "devices"), r), "expected a device index");
-            s.devices.push_back(devices[r].get<int>());
+            s.devices.push_back(f::index(devices[r], f::child(f::child(path, "devices"), r)));
         }
         plan.stages.push_back(std::move(s));
     }
     if (j.contains("layer_order")) {
         const auto& order = f::array(j, "layer_order", "");
         for (std::size_t i = 0; i < order.size(); ++i) {
-            if (!order[i].is_number_integer())
-                f::fail(f::child("/layer_order", i), "expected a layer index");
-            plan.layer_order.push_back(order[i].get<int>());
+            plan.layer_order.push_back(f::index(order[i], f::child("/layer_order", i)));
         }
     }
     plan.algorithm = f::stringOr(j, "algorithm", "", "manual");

@@ -15,7 +15,7 @@ namespace pw::planner {
 
 inline constexpr int kPlanFormatVersion = 1;
 inline constexpr long long kMaxMicrobatches = 1'000'000;
-inline constexpr long long kMaxStageMicrobatches = 50'000'000;
+inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.
 /// With interleaving these are virtual stages; virtual stage s runs on the devices of stage s mod p.

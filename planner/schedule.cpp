@@ -14,11 +14,22 @@ using nlohmann::json;
 
 namespace {
 constexpr std::array<std::string_view, 9> kKindNames = {
-    "F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE", "OPTIMIZER_STEP",
+    "F",
+    "B",
+    "W",
+    "SEND_F",
+    "RECV_F",
+    "SEND_B",
+    "RECV_B",
+    "ALLREDUCE",
+    "OPTIMIZER_STEP",
 };
 }
 
-std::string_view toString(ActionKind kind) { return kKindNames[static_cast<std::size_t>(kind)]; }
+std::string_view toString(ActionKind kind)
+{
+    return kKindNames[static_cast<std::size_t>(kind)];
+}
 
 ActionKind actionKindFromString(std::string_view name)
 {
@@ -34,8 +45,14 @@ bool isCompute(ActionKind kind)
         || kind == ActionKind::OptimizerStep;
 }
 
-bool isSend(ActionKind kind) { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
-bool isRecv(ActionKind kind) { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient; }
+bool isSend(ActionKind kind)
+{
+    return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient;
+}
+bool isRecv(ActionKind kind)
+{
+    return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient;
+}
 
 std::size_t Schedule::actionCount() const
 {
@@ -64,7 +81,7 @@ json toJson(const Schedule& s)
         json actions = json::array();
         for (const auto& a : list) {
             json ja = {{"kind", toString(a.kind)}, {"stage", a.stage}, {"microbatch", a.microbatch},
-                       {"weight_version", a.weight_version}};
+                {"weight_version", a.weight_version}};
             if (a.peer >= 0)
                 ja["peer"] = a.peer;
             if (a.group >= 0)
@@ -75,15 +92,10 @@ json toJson(const Schedule& s)
         }
         devices.push_back(std::move(actions));
     }
-    return {{"format_version", kScheduleFormatVersion},
-            {"kind", s.kind},
-            {"num_devices", s.num_devices},
-            {"num_stages", s.num_stages},
-            {"microbatches", s.microbatches},
-            {"microbatches_per_batch", s.microbatches_per_batch},
-            {"chunks", s.chunks},
-            {"groups", std::move(groups)},
-            {"devices", std::move(devices)}};
+    return {{"format_version", kScheduleFormatVersion}, {"kind", s.kind}, {"num_devices", s.num_devices},
+        {"num_stages", s.num_stages}, {"microbatches", s.microbatches},
+        {"microbatches_per_batch", s.microbatches_per_batch}, {"chunks", s.chunks}, {"groups", std::move(groups)},
+        {"devices", std::move(devices)}};
 }
 
 Schedule scheduleFromJson(const json& j)
@@ -107,9 +119,7 @@ Schedule scheduleFromJson(const json& j)
             g.stage = f::integer(groups[i], "stage", path);
             const auto& devices = f::array(groups[i], "devices", path);
             for (std::size_t k = 0; k < devices.size(); ++k) {
-                if (!devices[k].is_number_integer())
-                    f::fail(f::child(f::child(path, "devices"), k), "expected a device index");
-                g.devices.push_back(devices[k].get<int>());
+                g.devices.push_back(f::index(devices[k], f::child(f::child(path, "devices"), k)));
             }
             s.groups.push_back(std::move(g));
         }

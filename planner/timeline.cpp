@@ -25,7 +25,10 @@ Lane laneFromString(const std::string& name, const std::string& path)
 }
 } // namespace
 
-std::string_view toString(Lane lane) { return kLaneNames[static_cast<std::size_t>(lane)]; }
+std::string_view toString(Lane lane)
+{
+    return kLaneNames[static_cast<std::size_t>(lane)];
+}
 
 double Timeline::endTime() const
 {
@@ -46,13 +49,10 @@ json toJson(const Timeline& t)
     for (const auto& m : t.memory)
         memory.push_back({m.device, m.t, m.bytes});
     return {{"format_version", kTimelineFormatVersion},
-            {"source", t.source == Timeline::Source::Predicted ? "predicted" : "measured"},
-            {"label", t.label},
-            {"device_names", t.device_names},
-            {"span_columns", {"device", "lane", "kind", "stage", "microbatch", "action", "t0_s", "t1_s", "peer"}},
-            {"spans", std::move(spans)},
-            {"memory_columns", {"device", "t_s", "bytes"}},
-            {"memory", std::move(memory)}};
+        {"source", t.source == Timeline::Source::Predicted ? "predicted" : "measured"}, {"label", t.label},
+        {"device_names", t.device_names},
+        {"span_columns", {"device", "lane", "kind", "stage", "microbatch", "action", "t0_s", "t1_s", "peer"}},
+        {"spans", std::move(spans)}, {"memory_columns", {"device", "t_s", "bytes"}}, {"memory", std::move(memory)}};
 }
 
 Timeline timelineFromJson(const json& j)

@@ -48,15 +48,16 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
     cmd->add_option("--iterations", p.schedule.iterations, "batches to simulate")->capture_default_str();
     cmd->add_flag("--recompute", p.schedule.recompute, "activation recomputation");
     cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
-    cmd->add_flag("--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
-                  "sends and receives block compute");
+    cmd->add_flag(
+        "--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
+        "sends and receives block compute");
     cmd->add_option("--devices", p.devices, "use the first N devices (default: all)");
     cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)");
     cmd->add_flag("--straight", p.straight, "no replication: one device per stage");
     cmd->add_flag("--memory-limit", p.memory_limit, "reject stages over device memory");
     cmd->add_option("--pipedream-variant", p.pipedream_variant, "paper | reference")->capture_default_str();
     cmd->add_option("--activation-compression-ratio", p.activation_compression_ratio,
-                    "reference variant: count stage-to-stage traffic divided by this ratio");
+        "reference variant: count stage-to-stage traffic divided by this ratio");
     cmd->add_flag("--per-worker-allreduce", p.per_worker_allreduce, "read B_k as per-worker bandwidth");
     cmd->add_flag("--flat", p.flat, "PipeDream: one level over all devices");
     cmd->add_option("--boundaries", o.boundaries, "manual: last layer of every stage but the last, e.g. 5,11,17");
@@ -67,7 +68,7 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
 {
-    CLI::App app{"pipewright-cli: plan, simulate and export pipeline-parallel training"};
+    CLI::App app {"pipewright-cli: plan, simulate and export pipeline-parallel training"};
     app.name("pipewright-cli");
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string(PW_VERSION));
@@ -79,6 +80,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     imp->add_option("graph", importOpt.input, "graph.txt")->required();
     imp->add_option("-o,--output", importOpt.output, "model JSON to write")->required();
     imp->add_option("--name", importOpt.name, "model name (default: the graph's folder)");
+    imp->add_option("--batch-size", importOpt.batch_size,
+           "samples per profiled minibatch, for throughput in samples/s (graph.txt does not store it)")
+        ->check(CLI::PositiveNumber);
     imp->add_flag("--json", importOpt.json, "print a JSON summary");
     TransformerOptions tOpt;
     auto* tr = profile->add_subcommand("transformer", "analytic profile of a GPT-style transformer");
@@ -88,7 +92,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--seq", tOpt.seq, "sequence length")->required();
     tr->add_option("--vocab", tOpt.vocab, "vocabulary size")->required();
     tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
-    tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")->required();
+    tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")
+        ->required();
     tr->add_option("--bytes-per-element", tOpt.bytes_per_element, "2 for bf16/fp16, 4 for fp32")->capture_default_str();
     tr->add_option("--efficiency", tOpt.efficiency, "share of peak the GEMMs sustain")->capture_default_str();
     tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();

@@ -68,15 +68,39 @@ DeviceType deviceFromArgument(const std::string& arg)
     if (!std::filesystem::exists(arg))
         throw InputError({}, 0, "--device", "'" + arg + "' is neither a device preset nor a device-type JSON file");
     auto j = readJsonFile(arg);
+    if (!j.is_object())
+        throw InputError(arg, 1, "/", "a device-type file holds one object like a cluster's device_types entry");
+    if (!j.contains("name") || !j.at("name").is_string())
+        throw InputError(arg, 1, "/name", "a device type needs a name");
     // A device-type file is one entry of a cluster's device_types.
     json cluster = {{"device_types", json::array({j})},
-                    {"nodes", json::array({{{"name", "n"}, {"device_type", j.value("name", "")}, {"count", 1}}})}};
+        {"nodes", json::array({{{"name", "n"}, {"device_type", j.value("name", "")}, {"count", 1}}})}};
     try {
         return clusterFromJson(cluster).device_types.at(0);
     } catch (const InputError& e) {
         std::string field = e.field().rfind("/device_types/0", 0) == 0 ? e.field().substr(15) : e.field();
-        throw InputError(arg, 0, field, e.message());
+        if (field.empty())
+            field = "/";
+        std::ifstream f(arg, std::ios::binary);
+        std::stringstream text;
+        text << f.rdbuf();
+        throw InputError(arg, lineOfJsonPointer(text.str(), field), field, e.message());
     }
+}
+
+/// An error about a loaded plan's content, located in the plan's file (line of the field when known).
+InputError inPlanFile(const InputError& e, const std::string& path)
+{
+    if (!e.source().empty())
+        return e;
+    int line = 0;
+    if (!e.field().empty()) {
+        std::ifstream f(path, std::ios::binary);
+        std::stringstream text;
+        text << f.rdbuf();
+        line = lineOfJsonPointer(text.str(), e.field());
+    }
+    return InputError(path, line, e.field(), e.message());
 }
 
 } // namespace
@@ -114,23 +138,25 @@ void importPipeDream(const ImportOptions& o, std::ostream& out)
     auto model = loadGraphTxt(o.input);
     if (!o.name.empty())
         model.name = o.name;
+    if (o.batch_size > 0)
+        model.microbatch_size = o.batch_size;
     writeJsonFile(o.output, toJson(model));
     if (o.json)
-        out << json{{"model", model.name}, {"layers", model.layerCount()}, {"output", o.output}}.dump(2) << "\n";
+        out << json {{"model", model.name}, {"layers", model.layerCount()}, {"output", o.output}}.dump(2) << "\n";
     else
         out << "imported " << model.layerCount() << " layers of " << model.name << " -> " << o.output << "\n";
 }
 
 void transformer(const TransformerOptions& o, std::ostream& out)
 {
-    TransformerConfig c{o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch, o.bytes_per_element};
+    TransformerConfig c {o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch, o.bytes_per_element};
     TransformerProfileOptions po;
     po.efficiency = o.efficiency;
     auto model = transformerProfile(c, deviceFromArgument(o.device), po);
     writeJsonFile(o.output, toJson(model));
     if (o.json)
-        out << json{{"model", model.name}, {"layers", model.layerCount()}, {"parameters", transformerParameterCount(c)},
-                    {"output", o.output}}
+        out << json {{"model", model.name}, {"layers", model.layerCount()},
+            {"parameters", transformerParameterCount(c)}, {"output", o.output}}
                    .dump(2)
             << "\n";
     else
@@ -149,7 +175,7 @@ void plan(const PlanOptions& o, std::ostream& out)
             names += (names.empty() ? "" : ", ") + std::string(p->name());
         throw InputError({}, 0, "--algorithm", "unknown algorithm '" + o.algorithm + "' (known: " + names + ")");
     }
-    PartitionRequest request{model, cluster, o.partition};
+    PartitionRequest request {model, cluster, o.partition};
     if (!o.boundaries.empty())
         request.options.boundaries = parseBoundaries(o.boundaries);
     auto result = partitioner->partition(request, {}, {});
@@ -179,7 +205,12 @@ void plan(const PlanOptions& o, std::ostream& out)
 void simulate(const SimulateOptions& o, std::ostream& out)
 {
     Plan plan = loadPlan(o.plan);
-    auto sim = predict(plan, !o.trace.empty());
+    SimulationResult sim;
+    try {
+        sim = predict(plan, !o.trace.empty());
+    } catch (const InputError& e) {
+        throw inPlanFile(e, o.plan);
+    }
     if (!o.trace.empty())
         writeJsonFile(o.trace, chromeTrace(sim.timeline), -1);
     if (o.json)
@@ -199,7 +230,12 @@ void exportPlan(const ExportOptions& o, std::ostream& out)
         writeText(o.output, text.str());
     } else {
         Schedule schedule;
-        auto sim = predict(plan, o.format == "chrome-trace", &schedule);
+        SimulationResult sim;
+        try {
+            sim = predict(plan, o.format == "chrome-trace", &schedule);
+        } catch (const InputError& e) {
+            throw inPlanFile(e, o.plan);
+        }
         if (o.format == "chrome-trace")
             writeJsonFile(o.output, chromeTrace(sim.timeline), -1);
         else if (o.format == "actions-csv")

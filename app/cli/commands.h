@@ -16,6 +16,7 @@ struct ImportOptions
     std::string input;
     std::string output;
     std::string name;
+    int batch_size = 0; ///< samples per profiled minibatch (graph.txt does not store it)
     bool json = false;
 };
 

@@ -40,11 +40,11 @@ DemoOutcome runOne(const ModelProfile& model, const Cluster& cluster, const Demo
     options.schedule = run.schedule;
     options.flat = run.flat;
     options.memory_limit = run.memory_limit;
-    PartitionRequest request{model, cluster, options};
+    PartitionRequest request {model, cluster, options};
     auto partitioned = findPartitioner(run.algorithm)->partition(request, {}, {});
     if (!partitioned.ok())
         throw InputError("demo '" + run.title + "': " + partitioned.errorText());
-    DemoOutcome o{std::move(*partitioned.plan), {}, partitioned.diagnostics};
+    DemoOutcome o {std::move(*partitioned.plan), {}, partitioned.diagnostics};
     Schedule schedule = generateSchedule(o.plan);
     auto report = validate(schedule, o.plan);
     if (!report.ok)
@@ -93,7 +93,8 @@ void demo(bool asJson, std::ostream& out)
         // The 6-24 GB GPUs of HetPipe's cluster hold this model's activations only with recomputation.
         {&het, {"HetPipe cluster: uniform, 1F1B+recompute", "uniform", sched("1f1b", 32, 1, 1, true)}},
         {&het, {"HetPipe cluster: parameters, 1F1B+recompute", "parameters", sched("1f1b", 32, 1, 1, true)}},
-        {&het, {"HetPipe cluster: PipeDream (flat, mem limit)", "pipedream", sched("1f1b", 32, 1, 1, true), true, true}},
+        {&het,
+            {"HetPipe cluster: PipeDream (flat, mem limit)", "pipedream", sched("1f1b", 32, 1, 1, true), true, true}},
     };
 
     json results = json::array();
@@ -112,14 +113,14 @@ void demo(bool asJson, std::ostream& out)
             j["cluster"] = runs[i].first->name;
             results.push_back(std::move(j));
         }
-        out << json{{"model", model.name}, {"runs", results}}.dump(2) << "\n";
+        out << json {{"model", model.name}, {"runs", results}}.dump(2) << "\n";
         return;
     }
     printPlanSummary(out, outcomes[0].plan, outcomes[0].result);
     out << "\n";
     char line[256];
     std::snprintf(line, sizeof line, "%-44s %-16s %12s %12s %8s %9s\n", "run", "config", "iteration", "samples/s",
-                  "bubble", "peak mem");
+        "bubble", "peak mem");
     out << line;
     for (std::size_t i = 0; i < runs.size(); ++i) {
         const auto& o = outcomes[i];
@@ -127,8 +128,8 @@ void demo(bool asJson, std::ostream& out)
         if (config.size() > 16)
             config = config.substr(0, 13) + "...";
         std::snprintf(line, sizeof line, "%-44s %-16s %12s %12.1f %7.1f%% %8.0f%%\n", runs[i].second.title.c_str(),
-                      config.c_str(), formatSeconds(o.result.iteration_time_s).c_str(),
-                      o.result.throughput_samples_per_s, 100 * o.result.bubble_fraction, 100 * peakShare(o.result));
+            config.c_str(), formatSeconds(o.result.iteration_time_s).c_str(), o.result.throughput_samples_per_s,
+            100 * o.result.bubble_fraction, 100 * peakShare(o.result));
         out << line;
     }
     out << "\npeak mem is the fullest device's share of its memory. Plan your own with `pipewright-cli plan --help`.\n";

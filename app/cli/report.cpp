@@ -50,8 +50,8 @@ std::string memoryProblem(const Plan& plan, const SimulationResult& r)
         return {};
     const auto& st = r.stages[worst];
     return "the plan does not fit device memory: stage " + std::to_string(worst) + " needs "
-        + formatBytes(st.peak_memory_bytes) + " per device but " + plan.cluster.typeOf(plan.stages[worst].devices[0]).name
-        + " has " + formatBytes(st.memory_capacity_bytes);
+        + formatBytes(st.peak_memory_bytes) + " per device but "
+        + plan.cluster.typeOf(plan.stages[worst].devices[0]).name + " has " + formatBytes(st.memory_capacity_bytes);
 }
 
 json metricsJson(const Plan& plan, const SimulationResult& r)
@@ -60,39 +60,25 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& st = plan.stages[s];
         const auto& m = r.stages[s];
-        stages.push_back({{"stage", s},
-                          {"first_layer", st.first_layer},
-                          {"last_layer", st.last_layer},
-                          {"devices", st.devices},
-                          {"peak_memory_bytes", m.peak_memory_bytes},
-                          {"memory_capacity_bytes", m.memory_capacity_bytes},
-                          {"fits_memory", m.peak_memory_bytes <= m.memory_capacity_bytes},
-                          {"peak_stashed_microbatches", m.peak_stashed_microbatches},
-                          {"peak_weight_versions", m.peak_weight_versions}});
+        stages.push_back(
+            {{"stage", s}, {"first_layer", st.first_layer}, {"last_layer", st.last_layer}, {"devices", st.devices},
+                {"peak_memory_bytes", m.peak_memory_bytes}, {"memory_capacity_bytes", m.memory_capacity_bytes},
+                {"fits_memory", m.peak_memory_bytes <= m.memory_capacity_bytes},
+                {"peak_stashed_microbatches", m.peak_stashed_microbatches},
+                {"peak_weight_versions", m.peak_weight_versions}});
     }
     json devices = json::array();
     for (std::size_t d = 0; d < r.devices.size(); ++d) {
         const auto& m = r.devices[d];
-        devices.push_back({{"device", d},
-                           {"name", r.timeline.device_names[d]},
-                           {"busy_s", m.busy_s},
-                           {"bubble_fraction", m.bubble_fraction},
-                           {"peak_memory_bytes", m.peak_memory_bytes}});
+        devices.push_back({{"device", d}, {"name", r.timeline.device_names[d]}, {"busy_s", m.busy_s},
+            {"bubble_fraction", m.bubble_fraction}, {"peak_memory_bytes", m.peak_memory_bytes}});
     }
-    return {{"algorithm", plan.algorithm},
-            {"config", plan.configString()},
-            {"schedule", plan.schedule.kind},
-            {"microbatches", plan.schedule.microbatches},
-            {"objective_s", plan.objective_s},
-            {"iteration_time_s", r.iteration_time_s},
-            {"makespan_s", r.makespan_s},
-            {"throughput_samples_per_s", r.throughput_samples_per_s},
-            {"bubble_fraction", r.bubble_fraction},
-            {"bubble_overhead", r.bubble_overhead},
-            {"fits_memory", r.fitsMemory()},
-            {"simulated_actions", r.simulated_actions},
-            {"stages", std::move(stages)},
-            {"devices", std::move(devices)}};
+    return {{"algorithm", plan.algorithm}, {"config", plan.configString()}, {"schedule", plan.schedule.kind},
+        {"microbatches", plan.schedule.microbatches}, {"objective_s", plan.objective_s},
+        {"iteration_time_s", r.iteration_time_s}, {"makespan_s", r.makespan_s},
+        {"throughput_samples_per_s", r.throughput_samples_per_s}, {"bubble_fraction", r.bubble_fraction},
+        {"bubble_overhead", r.bubble_overhead}, {"fits_memory", r.fitsMemory()},
+        {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)}, {"devices", std::move(devices)}};
 }
 
 void printDiagnostics(std::ostream& out, const std::vector<Diagnostic>& diagnostics)
@@ -107,15 +93,14 @@ void printDiagnostics(std::ostream& out, const std::vector<Diagnostic>& diagnost
 
 void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResult& r)
 {
-    char line[256];
+    char line[1024];
     std::snprintf(line, sizeof line, "plan     %s on %s / %s (%d devices), config %s\n", plan.algorithm.c_str(),
-                  plan.model.name.c_str(), plan.cluster.name.c_str(), plan.cluster.deviceCount(),
-                  plan.configString().c_str());
+        plan.model.name.c_str(), plan.cluster.name.c_str(), plan.cluster.deviceCount(), plan.configString().c_str());
     out << line;
     std::snprintf(line, sizeof line, "schedule %s, %d microbatches x %d iteration(s)%s%s\n", plan.schedule.kind.c_str(),
-                  plan.schedule.microbatches, plan.schedule.iterations,
-                  plan.schedule.chunks > 1 ? (", " + std::to_string(plan.schedule.chunks) + " chunks").c_str() : "",
-                  plan.schedule.recompute ? ", recompute" : "");
+        plan.schedule.microbatches, plan.schedule.iterations,
+        plan.schedule.chunks > 1 ? (", " + std::to_string(plan.schedule.chunks) + " chunks").c_str() : "",
+        plan.schedule.recompute ? ", recompute" : "");
     out << line;
     if (plan.objective_s > 0)
         out << "objective " << formatSeconds(plan.objective_s) << " (the partitioner's slowest stage per microbatch)\n";
@@ -128,15 +113,15 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
             devs += " +" + std::to_string(st.replicas() - 1);
         const auto& m = r.stages[s];
         std::snprintf(line, sizeof line, "  %-5d  %-11s  %-8d  %-22s  %-11s  %s / %s%s\n", s,
-                      (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), st.replicas(),
-                      devs.c_str(), formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(),
-                      formatBytes(m.peak_memory_bytes).c_str(), formatBytes(m.memory_capacity_bytes).c_str(),
-                      m.peak_memory_bytes > m.memory_capacity_bytes ? "  OVER" : "");
+            (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), st.replicas(), devs.c_str(),
+            formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(), formatBytes(m.peak_memory_bytes).c_str(),
+            formatBytes(m.memory_capacity_bytes).c_str(),
+            m.peak_memory_bytes > m.memory_capacity_bytes ? "  OVER" : "");
         out << line;
     }
     std::snprintf(line, sizeof line, "iteration %s   throughput %.1f samples/s   bubble %.1f %%   %zu actions\n",
-                  formatSeconds(r.iteration_time_s).c_str(), r.throughput_samples_per_s, 100 * r.bubble_fraction,
-                  r.simulated_actions);
+        formatSeconds(r.iteration_time_s).c_str(), r.throughput_samples_per_s, 100 * r.bubble_fraction,
+        r.simulated_actions);
     out << line;
 }
 

@@ -22,8 +22,14 @@ constexpr int kLaneCount = 4;
 
 // Times are rounded to whole nanoseconds before anything is compared, so that slices placed back to back
 // by the simulator stay back to back (not overlapping by a rounding error) in the microseconds we write.
-std::int64_t toNs(double seconds) { return std::llround(seconds * 1e9); }
-double nsToUs(std::int64_t ns) { return static_cast<double>(ns) / 1e3; }
+std::int64_t toNs(double seconds)
+{
+    return std::llround(seconds * 1e9);
+}
+double nsToUs(std::int64_t ns)
+{
+    return static_cast<double>(ns) / 1e3;
+}
 
 std::string laneName(int lane, int row)
 {
@@ -63,13 +69,13 @@ std::vector<Placed> placeSpans(const Timeline& timeline, std::map<int, int>& row
     const auto& spans = timeline.spans;
     std::vector<Placed> placed(spans.size());
     std::vector<std::size_t> order(spans.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::iota(order.begin(), order.end(), std::size_t {0});
     for (std::size_t i = 0; i < spans.size(); ++i) {
         placed[i].t0 = toNs(spans[i].t0);
         placed[i].t1 = toNs(spans[i].t1);
         if (spans[i].device < 0 || !std::isfinite(spans[i].t0) || !(spans[i].t1 >= spans[i].t0))
-            throw InputError("chrome trace: span " + std::to_string(i)
-                             + " has a negative device or ends before it starts");
+            throw InputError(
+                "chrome trace: span " + std::to_string(i) + " has a negative device or ends before it starts");
     }
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         const auto& x = spans[a];
@@ -102,8 +108,8 @@ std::vector<Placed> placeSpans(const Timeline& timeline, std::map<int, int>& row
 /// records only waits); the arrow then ends on the compute that consumes the data: F of the next stage for
 /// an activation, B of the previous stage for a gradient. Candidates are taken in time order, so repeated
 /// transfers of one tensor between the same devices pair up first in, first out.
-std::vector<std::pair<std::size_t, std::size_t>> matchTransfers(const Timeline& timeline,
-                                                               const std::vector<Placed>& placed)
+std::vector<std::pair<std::size_t, std::size_t>> matchTransfers(
+    const Timeline& timeline, const std::vector<Placed>& placed)
 {
     const auto& spans = timeline.spans;
     using Key = std::tuple<int, int, int>; // (kind, stage, microbatch)
@@ -132,10 +138,10 @@ std::vector<std::pair<std::size_t, std::size_t>> matchTransfers(const Timeline& 
             return !used[ti] && target.device != send.device && (send.peer < 0 || send.peer == target.device)
                 && (target.peer < 0 || target.peer == send.device) && placed[ti].t1 >= placed[si].t0;
         };
-        const Key receive{static_cast<int>(activation ? ActionKind::RecvActivation : ActionKind::RecvGradient),
-                          send.stage, send.microbatch};
-        const Key consume{static_cast<int>(activation ? ActionKind::Forward : ActionKind::Backward),
-                          send.stage + (activation ? 1 : -1), send.microbatch};
+        const Key receive {static_cast<int>(activation ? ActionKind::RecvActivation : ActionKind::RecvGradient),
+            send.stage, send.microbatch};
+        const Key consume {static_cast<int>(activation ? ActionKind::Forward : ActionKind::Backward),
+            send.stage + (activation ? 1 : -1), send.microbatch};
         for (const Key& key : {receive, consume}) {
             auto it = targets.find(key);
             if (it == targets.end())
@@ -185,25 +191,18 @@ json chromeTrace(const Timeline& timeline)
     // Slices come before the flow events that bind to them: viewers that meet a flow and a slice at the same
     // timestamp handle them in file order.
     std::vector<std::size_t> order(timeline.spans.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::iota(order.begin(), order.end(), std::size_t {0});
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return std::tie(timeline.spans[a].device, placed[a].tid, placed[a].t0)
             < std::tie(timeline.spans[b].device, placed[b].tid, placed[b].t0);
     });
     for (std::size_t i : order) {
         const Span& s = timeline.spans[i];
-        events.push_back({{"ph", "X"},
-                          {"name", spanName(s)},
-                          {"cat", std::string(toString(s.lane)) + "," + std::string(toString(s.kind))},
-                          {"ts", nsToUs(placed[i].t0)},
-                          {"dur", nsToUs(placed[i].t1 - placed[i].t0)},
-                          {"pid", s.device},
-                          {"tid", placed[i].tid},
-                          {"args",
-                           {{"stage", s.stage},
-                            {"microbatch", s.microbatch},
-                            {"kind", toString(s.kind)},
-                            {"action", s.action}}}});
+        events.push_back({{"ph", "X"}, {"name", spanName(s)},
+            {"cat", std::string(toString(s.lane)) + "," + std::string(toString(s.kind))}, {"ts", nsToUs(placed[i].t0)},
+            {"dur", nsToUs(placed[i].t1 - placed[i].t0)}, {"pid", s.device}, {"tid", placed[i].tid},
+            {"args",
+                {{"stage", s.stage}, {"microbatch", s.microbatch}, {"kind", toString(s.kind)}, {"action", s.action}}}});
     }
 
     // Flow arrows: "s" on the send slice, "f" bound (bp "e") to the enclosing receive (or consuming) slice.
@@ -217,21 +216,19 @@ json chromeTrace(const Timeline& timeline)
         name += " mb" + std::to_string(send.microbatch);
         ++flowId;
         events.push_back({{"ph", "s"}, {"id", flowId}, {"name", name}, {"cat", "p2p"}, {"ts", nsToUs(placed[si].t0)},
-                          {"pid", send.device}, {"tid", placed[si].tid}});
+            {"pid", send.device}, {"tid", placed[si].tid}});
         events.push_back({{"ph", "f"}, {"bp", "e"}, {"id", flowId}, {"name", name}, {"cat", "p2p"},
-                          {"ts", nsToUs(std::max(placed[ri].t0, placed[si].t0))}, {"pid", recv.device},
-                          {"tid", placed[ri].tid}});
+            {"ts", nsToUs(std::max(placed[ri].t0, placed[si].t0))}, {"pid", recv.device}, {"tid", placed[ri].tid}});
     }
 
     for (const auto& m : timeline.memory)
         events.push_back({{"ph", "C"}, {"name", "memory"}, {"ts", nsToUs(toNs(m.t))}, {"pid", m.device},
-                          {"args", {{"bytes", m.bytes}}}});
+            {"args", {{"bytes", m.bytes}}}});
 
-    return {{"traceEvents", std::move(events)},
-            {"displayTimeUnit", "ms"},
-            {"otherData",
-             {{"label", timeline.label},
-              {"source", timeline.source == Timeline::Source::Predicted ? "predicted" : "measured"}}}};
+    return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"},
+        {"otherData",
+            {{"label", timeline.label},
+                {"source", timeline.source == Timeline::Source::Predicted ? "predicted" : "measured"}}}};
 }
 
 std::string actionsCsv(const Schedule& schedule)

@@ -24,9 +24,8 @@ constexpr std::string_view kSeparator = " -- ";
 
 std::string_view trim(std::string_view s)
 {
-    const auto isSpace = [](char c) {
-        return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v';
-    };
+    const auto isSpace
+        = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; };
     while (!s.empty() && isSpace(s.front()))
         s.remove_prefix(1);
     while (!s.empty() && isSpace(s.back()))
@@ -150,12 +149,12 @@ private:
         auto tokens = split(line, kSeparator);
         if (tokens.size() < 3)
             fail(lineNo, "node line",
-                 "expected '<node_id> -- <node_desc> -- <metadata>', found " + std::to_string(tokens.size())
-                     + " ' -- '-separated field(s)");
+                "expected '<node_id> -- <node_desc> -- <metadata>', found " + std::to_string(tokens.size())
+                    + " ' -- '-separated field(s)");
         if (tokens.size() > 4)
             fail(lineNo, "node line",
-                 "too many ' -- '-separated fields (" + std::to_string(tokens.size())
-                     + "); a node description must not contain ' -- '");
+                "too many ' -- '-separated fields (" + std::to_string(tokens.size())
+                    + "); a node description must not contain ' -- '");
         RawNode node;
         node.line = lineNo;
         node.layer.name = std::string(trim(tokens[0]));
@@ -164,21 +163,21 @@ private:
             fail(lineNo, "node_id", "empty node id");
         if (m_index.count(node.layer.name))
             fail(lineNo, "node_id",
-                 "node '" + node.layer.name + "' is defined twice (first on line "
-                     + std::to_string(m_nodes[m_index.at(node.layer.name)].line) + ")");
+                "node '" + node.layer.name + "' is defined twice (first on line "
+                    + std::to_string(m_nodes[m_index.at(node.layer.name)].line) + ")");
         node.number = nodeNumber(node.layer.name);
 
         auto fields = split(tokens[2], ", ");
-        static const char* const names[] = {"forward_compute_time", "backward_compute_time", "activation_size",
-                                            "parameter_size"};
+        static const char* const names[]
+            = {"forward_compute_time", "backward_compute_time", "activation_size", "parameter_size"};
         if (fields.size() != 4) {
             std::string missing;
             for (const char* n : names)
                 if (tokens[2].find(n) == std::string_view::npos)
                     missing = n;
             fail(lineNo, missing.empty() ? "metadata" : missing,
-                 missing.empty() ? "expected 4 ', '-separated fields, found " + std::to_string(fields.size())
-                                 : "missing field");
+                missing.empty() ? "expected 4 ', '-separated fields, found " + std::to_string(fields.size())
+                                : "missing field");
         }
         node.layer.forward_ms = parseNumber(keyValue(fields[0], names[0], lineNo), lineNo, names[0]);
         node.layer.backward_ms = parseNumber(keyValue(fields[1], names[1], lineNo), lineNo, names[1]);
@@ -215,7 +214,7 @@ private:
         auto it = m_index.find(std::string(id));
         if (it == m_index.end())
             fail(lineNo, "edge",
-                 "unknown node '" + std::string(id) + "' (nodes must be defined before the edges that use them)");
+                "unknown node '" + std::string(id) + "' (nodes must be defined before the edges that use them)");
         return it->second;
     }
 
@@ -266,7 +265,7 @@ private:
             while (position[culprit] >= 0)
                 ++culprit;
             fail(m_nodes[culprit].line, "edge",
-                 "the graph has a cycle through node '" + m_nodes[culprit].layer.name + "'");
+                "the graph has a cycle through node '" + m_nodes[culprit].layer.name + "'");
         }
         ModelProfile model;
         model.name = nameFromSource(m_source);
@@ -351,8 +350,7 @@ void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* pla
     if (plan) {
         if (plan->model.layerCount() != n)
             throw InputError("", 0, "plan",
-                             "the plan has " + std::to_string(plan->model.layerCount()) + " layers, the model "
-                                 + std::to_string(n));
+                "the plan has " + std::to_string(plan->model.layerCount()) + " layers, the model " + std::to_string(n));
         for (int s = 0; s < plan->stageCount(); ++s)
             for (int pos = plan->stages[s].first_layer; pos <= plan->stages[s].last_layer; ++pos)
                 if (pos >= 0 && pos < n)

@@ -180,11 +180,21 @@ private:
             }
             char e = m_text[m_pos++];
             switch (e) {
-            case 'b': out += '\b'; break;
-            case 'f': out += '\f'; break;
-            case 'n': out += '\n'; break;
-            case 'r': out += '\r'; break;
-            case 't': out += '\t'; break;
+            case 'b':
+                out += '\b';
+                break;
+            case 'f':
+                out += '\f';
+                break;
+            case 'n':
+                out += '\n';
+                break;
+            case 'r':
+                out += '\r';
+                break;
+            case 't':
+                out += '\t';
+                break;
             case 'u': {
                 unsigned cp = hex4();
                 if (cp >= 0xD800 && cp < 0xDC00 && m_text.substr(m_pos, 2) == "\\u") {
@@ -195,7 +205,9 @@ private:
                 appendUtf8(out, cp);
                 break;
             }
-            default: out += e; break; // \" \\ \/
+            default:
+                out += e;
+                break; // \" \\ \/
             }
         }
         ++m_pos; // closing quote
@@ -319,8 +331,7 @@ int lineOfNearest(std::string_view text, const std::string& pointer)
     }
 }
 
-template <typename T, typename FromJson>
-T loadFile(const std::string& path, FromJson fromJson)
+template <typename T, typename FromJson> T loadFile(const std::string& path, FromJson fromJson)
 {
     const std::string text = readText(path);
     const json j = parseText(path, text);
@@ -337,7 +348,10 @@ T loadFile(const std::string& path, FromJson fromJson)
 
 } // namespace
 
-json readJsonFile(const std::string& path) { return parseText(path, readText(path)); }
+json readJsonFile(const std::string& path)
+{
+    return parseText(path, readText(path));
+}
 
 void writeJsonFile(const std::string& path, const json& j, int indent)
 {
@@ -367,10 +381,19 @@ int lineOfJsonPointer(std::string_view text, std::string_view pointer)
     return at ? lineAt(text, *at) : 0;
 }
 
-ModelProfile loadModel(const std::string& path) { return loadFile<ModelProfile>(path, modelFromJson); }
+ModelProfile loadModel(const std::string& path)
+{
+    return loadFile<ModelProfile>(path, modelFromJson);
+}
 
-Cluster loadCluster(const std::string& path) { return loadFile<Cluster>(path, clusterFromJson); }
+Cluster loadCluster(const std::string& path)
+{
+    return loadFile<Cluster>(path, clusterFromJson);
+}
 
-Plan loadPlan(const std::string& path) { return loadFile<Plan>(path, planFromJson); }
+Plan loadPlan(const std::string& path)
+{
+    return loadFile<Plan>(path, planFromJson);
+}
 
 } // namespace pw::planner

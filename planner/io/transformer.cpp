@@ -28,8 +28,9 @@ void validateConfig(const TransformerConfig& c)
     requirePositive(c.microbatch, "microbatch");
     requirePositive(c.bytes_per_element, "bytes_per_element");
     if (c.hidden % c.heads != 0)
-        throw InputError({}, 0, "heads", "must divide hidden (" + std::to_string(c.hidden) + " is not a multiple of "
-                                             + std::to_string(c.heads) + ")");
+        throw InputError({}, 0, "heads",
+            "must divide hidden (" + std::to_string(c.hidden) + " is not a multiple of " + std::to_string(c.heads)
+                + ")");
 }
 
 std::string modelName(const TransformerConfig& c)
@@ -56,8 +57,8 @@ double transformerParameterCount(const TransformerConfig& config)
     return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
 }
 
-ModelProfile transformerProfile(const TransformerConfig& config, const DeviceType& device,
-                                const TransformerProfileOptions& options)
+ModelProfile transformerProfile(
+    const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options)
 {
     validateConfig(config);
     requirePositive(device.peak_tflops, "peak_tflops");
@@ -109,8 +110,8 @@ ModelProfile transformerProfile(const TransformerConfig& config, const DeviceTyp
     const double a = config.heads;
     const double layerStash = s * B * h * (34.0 + 5.0 * a * s / h) * (bpe / 2.0);
     for (int i = 0; i < config.layers; ++i) {
-        auto layer = makeLayer("transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams,
-                               hiddenBytes);
+        auto layer = makeLayer(
+            "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams, hiddenBytes);
         layer.stashed_bytes = layerStash;
         model.layers.push_back(std::move(layer));
     }

@@ -17,8 +17,8 @@ struct TransformerProfileOptions
 /// Layers: embedding, `layers` transformer layers, final layer norm + logits. Forward FLOPs per layer
 /// 24Bsh^2 + 4Bs^2h; logits 2BshV; parameters 12h^2 + 13h per layer and (V + s)h for the embeddings.
 /// The result records `config` as its architecture and `device.name` as the profiled device.
-ModelProfile transformerProfile(const TransformerConfig& config, const DeviceType& device,
-                                const TransformerProfileOptions& options = {});
+ModelProfile transformerProfile(
+    const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options = {});
 
 /// Total parameters by Eq. 4.3: 12lh^2 (1 + 13/(12h) + (V + s)/(12lh)).
 double transformerParameterCount(const TransformerConfig& config);

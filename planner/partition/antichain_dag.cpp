@@ -45,8 +45,8 @@ std::vector<int> NodeSet::members() const
     return out;
 }
 
-AntichainDag::Status AntichainDag::build(const std::vector<std::vector<int>>& inputs, int max_states,
-                                         std::stop_token stop)
+AntichainDag::Status AntichainDag::build(
+    const std::vector<std::vector<int>>& inputs, int max_states, std::stop_token stop)
 {
     m_inputs = inputs;
     m_augmented.clear();
@@ -149,7 +149,7 @@ AntichainDag::Status AntichainDag::build(const std::vector<std::vector<int>>& in
     std::vector<int> postorder;
     postorder.reserve(count);
     std::vector<char> visited(count, 0);
-    std::vector<std::pair<int, std::size_t>> stack{{0, 0}};
+    std::vector<std::pair<int, std::size_t>> stack {{0, 0}};
     visited[0] = 1;
     while (!stack.empty()) {
         auto& [s, next] = stack.back();

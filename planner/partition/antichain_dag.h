@@ -19,7 +19,7 @@ public:
     {
     }
 
-    void insert(int v) { m_words[v >> 6] |= std::uint64_t{1} << (v & 63); }
+    void insert(int v) { m_words[v >> 6] |= std::uint64_t {1} << (v & 63); }
     bool contains(int v) const { return (m_words[v >> 6] >> (v & 63)) & 1; }
     void unite(const NodeSet& other)
     {
@@ -71,7 +71,7 @@ public:
     std::span<const int> ancestors(int state) const
     {
         return {m_ancestors.data() + m_ancestorStart[state],
-                static_cast<std::size_t>(m_ancestorStart[state + 1] - m_ancestorStart[state])};
+            static_cast<std::size_t>(m_ancestorStart[state + 1] - m_ancestorStart[state])};
     }
     std::int64_t ancestorEntries() const { return m_ancestorStart.empty() ? 0 : m_ancestorStart.back(); }
 

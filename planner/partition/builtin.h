@@ -18,8 +18,8 @@ namespace detail {
 /// whose stages get the first `devices` devices: with chunks v the boundaries describe p*v virtual
 /// stages and virtual stage s runs on physical stage s mod p; physical stages get devices/p replicas each.
 /// Returns a failure result when the boundaries or the device count do not work.
-PartitionResult planFromBoundaries(const PartitionRequest& request, std::string_view algorithm,
-                                   const std::vector<int>& boundaries, int devices);
+PartitionResult planFromBoundaries(
+    const PartitionRequest& request, std::string_view algorithm, const std::vector<int>& boundaries, int devices);
 /// Number of stages the simple partitioners cut into (options.stages, else one per device; times chunks).
 int requestedStages(const PartitionRequest& request, int devices);
 /// Boundaries of the contiguous partition into `parts` non-empty ranges minimising the largest sum of
@@ -28,8 +28,8 @@ std::vector<int> balancedBoundaries(const std::vector<double>& weights, int part
 /// PipeDream levels (innermost first) for the first `devices` devices: the cluster's hierarchy when they
 /// form whole nodes of equal size, one level inside a node, else one flat level at the slowest link (also
 /// when options.flat is set). Falling back to flat adds a warning.
-std::vector<HierarchyLevel> pipeDreamLevels(const PartitionRequest& request, int devices,
-                                            std::vector<Diagnostic>& diagnostics);
+std::vector<HierarchyLevel> pipeDreamLevels(
+    const PartitionRequest& request, int devices, std::vector<Diagnostic>& diagnostics);
 /// "4 x 4".
 std::string levelsText(const std::vector<HierarchyLevel>& levels);
 } // namespace detail

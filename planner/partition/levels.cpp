@@ -14,7 +14,7 @@ std::vector<HierarchyLevel> pipeDreamLevels(const PartitionRequest& request, int
         std::vector<int> group(devices);
         for (int d = 0; d < devices; ++d)
             group[d] = d;
-        return std::vector<HierarchyLevel>{{devices, devices > 1 ? c.groupBandwidth(group) : 0.0}};
+        return std::vector<HierarchyLevel> {{devices, devices > 1 ? c.groupBandwidth(group) : 0.0}};
     };
     if (request.options.flat)
         return flat();
@@ -22,7 +22,8 @@ std::vector<HierarchyLevel> pipeDreamLevels(const PartitionRequest& request, int
     try {
         levels = c.hierarchy();
     } catch (const InputError& e) {
-        diag.push_back({Diagnostic::Severity::Warning, "flat-hierarchy", std::string(e.message()) + "; planning one flat level"});
+        diag.push_back(
+            {Diagnostic::Severity::Warning, "flat-hierarchy", std::string(e.message()) + "; planning one flat level"});
         return flat();
     }
     const int perNode = levels[0].count;
@@ -38,8 +39,8 @@ std::vector<HierarchyLevel> pipeDreamLevels(const PartitionRequest& request, int
     if (devices < perNode)
         return {{devices, levels[0].bandwidth_bytes_per_s}};
     diag.push_back({Diagnostic::Severity::Warning, "flat-hierarchy",
-                    std::to_string(devices) + " devices are not whole nodes of " + std::to_string(perNode)
-                        + "; planning one flat level"});
+        std::to_string(devices) + " devices are not whole nodes of " + std::to_string(perNode)
+            + "; planning one flat level"});
     return flat();
 }
 

@@ -11,8 +11,8 @@ public:
     std::string_view name() const override { return "manual"; }
     std::string_view description() const override { return "stage boundaries given by the user"; }
 
-    PartitionResult partition(const PartitionRequest& request, const ProgressFn& progress,
-                              std::stop_token) const override
+    PartitionResult partition(
+        const PartitionRequest& request, const ProgressFn& progress, std::stop_token) const override
     {
         std::vector<Diagnostic> diagnostics;
         auto devices = detail::usableDevices(request, diagnostics);

@@ -16,8 +16,8 @@ public:
         return "contiguous stages minimising the largest stage's parameter bytes (DeepSpeed 'parameters')";
     }
 
-    PartitionResult partition(const PartitionRequest& request, const ProgressFn& progress,
-                              std::stop_token) const override
+    PartitionResult partition(
+        const PartitionRequest& request, const ProgressFn& progress, std::stop_token) const override
     {
         std::vector<Diagnostic> diagnostics;
         auto devices = detail::usableDevices(request, diagnostics);
@@ -26,13 +26,13 @@ public:
         const int n = request.model.layerCount();
         const int stages = detail::requestedStages(request, *devices);
         if (stages > n)
-            return detail::failure("too-many-stages", std::to_string(stages) + " stages for "
-                                                          + std::to_string(n) + " layers");
+            return detail::failure(
+                "too-many-stages", std::to_string(stages) + " stages for " + std::to_string(n) + " layers");
         std::vector<double> weights;
         for (const auto& l : request.model.layers)
             weights.push_back(l.weight_bytes);
-        auto result = detail::planFromBoundaries(request, name(), detail::balancedBoundaries(weights, stages),
-                                                 *devices);
+        auto result
+            = detail::planFromBoundaries(request, name(), detail::balancedBoundaries(weights, stages), *devices);
         if (result.plan) {
             double worst = 0;
             for (const auto& st : result.plan->stages) {

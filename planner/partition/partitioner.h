@@ -65,8 +65,8 @@ public:
     virtual std::string_view name() const = 0;
     virtual std::string_view description() const = 0;
     /// Never throws for bad input: problems come back as Error diagnostics.
-    virtual PartitionResult partition(const PartitionRequest& request, const ProgressFn& progress,
-                                      std::stop_token stop) const = 0;
+    virtual PartitionResult partition(
+        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const = 0;
 };
 
 /// All partitioners, in a fixed order.

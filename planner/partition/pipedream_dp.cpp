@@ -239,8 +239,8 @@ private:
         }
     }
 
-    void searchPruned(int k, const Row& row, int i, int j, int m, int last, int q, double capk, double& best,
-                      Arg& arg) const
+    void searchPruned(
+        int k, const Row& row, int i, int j, int m, int last, int q, double capk, double& best, Arg& arg) const
     {
         if (j <= i)
             return;
@@ -286,7 +286,7 @@ private:
     std::vector<PlanStage> expand(int k, int first, int last, int m, int base, const Row* solved)
     {
         if (k == 0)
-            return {PlanStage{first, last, {base}}};
+            return {PlanStage {first, last, {base}}};
         Row local;
         if (!solved || solved->i != first) {
             local = solveRow(k, first);
@@ -322,8 +322,8 @@ private:
                     merged = std::move(pieces);
                 } else {
                     for (std::size_t p = 0; p < merged.size(); ++p)
-                        merged[p].devices.insert(merged[p].devices.end(), pieces[p].devices.begin(),
-                                                 pieces[p].devices.end());
+                        merged[p].devices.insert(
+                            merged[p].devices.end(), pieces[p].devices.begin(), pieces[p].devices.end());
                 }
             }
             offset += ls.workers;
@@ -344,8 +344,7 @@ private:
 
 } // namespace
 
-PipeDreamSolution solvePipeDream(const PipeDreamProblem& problem, const PipeDreamSolveOptions& options,
-                                 bool* cancelled)
+PipeDreamSolution solvePipeDream(const PipeDreamProblem& problem, const PipeDreamSolveOptions& options, bool* cancelled)
 {
     Solver solver(problem, options);
     auto sol = solver.solve();

@@ -49,7 +49,7 @@ struct PipeDreamSolveOptions
 /// Exact optimum of the recurrence. With pruning only the top level's first row is solved and every split
 /// search is confined by monotone lower bounds (compute / workers on each side), so the result is the
 /// same value the textbook recurrence gives. Sets `cancelled` when the stop token fires.
-PipeDreamSolution solvePipeDream(const PipeDreamProblem& problem, const PipeDreamSolveOptions& options,
-                                 bool* cancelled = nullptr);
+PipeDreamSolution solvePipeDream(
+    const PipeDreamProblem& problem, const PipeDreamSolveOptions& options, bool* cancelled = nullptr);
 
 } // namespace pw::planner

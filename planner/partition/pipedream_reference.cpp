@@ -2,7 +2,6 @@
 // The "reference" variant of the pipedream partitioner: PipeDream's optimizer_graph_hierarchical.py as implemented.
 #include "pipedream_reference.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -106,8 +105,7 @@ ReducedGraph reduceGraph(const ModelProfile& model)
     return g;
 }
 
-ReferenceStateCosts stateCosts(const AntichainDag& dag, const ReducedGraph& g, const Plan& plan,
-                               const DeviceType& type)
+ReferenceStateCosts stateCosts(const AntichainDag& dag, const ReducedGraph& g, const Plan& plan, const DeviceType& type)
 {
     const double scale = microbatchScale(plan);
     const int nodes = static_cast<int>(g.kept.size());
@@ -141,8 +139,8 @@ ReferenceStateCosts stateCosts(const AntichainDag& dag, const ReducedGraph& g, c
 /// reference assigns them); removed sources go to the first stage, removed sinks and nodes no state
 /// reaches (counted in `unreached`) to the last. Returns false when a consumer had to be moved into a
 /// later stage to keep the order topological.
-bool assignLayers(const AntichainDag& dag, const ReducedGraph& g, const std::vector<ReferenceStage>& stages,
-                  int layers, std::vector<int>& stageOf, int& unreached)
+bool assignLayers(const AntichainDag& dag, const ReducedGraph& g, const std::vector<ReferenceStage>& stages, int layers,
+    std::vector<int>& stageOf, int& unreached)
 {
     const int last = static_cast<int>(stages.size()) - 1;
     stageOf.assign(layers, -1);
@@ -179,14 +177,14 @@ std::string formatSeconds(double s)
 
 } // namespace
 
-PartitionResult partitionPipeDreamReference(const PartitionRequest& request, const ProgressFn& progress,
-                                            std::stop_token stop)
+PartitionResult partitionPipeDreamReference(
+    const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop)
 {
     const auto& opt = request.options;
     std::vector<Diagnostic> diag;
     auto fail = [&diag](std::string code, std::string message) {
         diag.push_back({Severity::Error, std::move(code), std::move(message)});
-        return PartitionResult{std::nullopt, diag};
+        return PartitionResult {std::nullopt, diag};
     };
     auto devices = detail::usableDevices(request, diag);
     if (!devices)
@@ -203,12 +201,12 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     }
     if (mixed)
         diag.push_back({Severity::Warning, "heterogeneous",
-                        "PipeDream's optimizer assumes one device type; costs use " + type.name});
+            "PipeDream's optimizer assumes one device type; costs use " + type.name});
     auto levels = levelsFor(request, *devices, diag);
     for (const auto& l : levels)
         if (l.machines > 1 && !(l.bandwidth_bytes_per_s > 0))
-            return fail("bad-cluster", "PipeDream needs a bandwidth > 0 between the "
-                                                      + std::to_string(l.machines) + " workers of a level");
+            return fail("bad-cluster",
+                "PipeDream needs a bandwidth > 0 between the " + std::to_string(l.machines) + " workers of a level");
     if (opt.memory_limit && !(memory > 0))
         return fail("bad-cluster", "the memory constraint needs the device type's memory_bytes");
 
@@ -240,9 +238,9 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     const double work = ReferenceDp::estimatedWork(dag, levels, opt.straight);
     if (work > kMaxWork)
         return fail("too-many-states",
-                               "the antichain DAG of " + modelName + " has " + withCommas(dag.stateCount())
-                                   + " states; the " + levelsText(levels) + " DP would need about "
-                                   + withCommas(work) + " steps" + hint + ", or plan with --flat");
+            "the antichain DAG of " + modelName + " has " + withCommas(dag.stateCount()) + " states; the "
+                + levelsText(levels) + " DP would need about " + withCommas(work) + " steps" + hint
+                + ", or plan with --flat");
 
     ReferenceDpSettings settings;
     settings.straight = opt.straight;
@@ -270,27 +268,28 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     const bool consistent = assignLayers(dag, graph, stages, layers, stageOf, unreached);
     if (unreached > 0)
         diag.push_back({Severity::Warning, "unreached-layers",
-                        std::to_string(unreached) + " layer(s) lie outside every antichain state (the graph is "
-                            "not connected from its first source); the reference ignores their cost, they run "
-                            "in the last stage"});
+            std::to_string(unreached)
+                + " layer(s) lie outside every antichain state (the graph is "
+                  "not connected from its first source); the reference ignores their cost, they run "
+                  "in the last stage"});
     if (!consistent)
         diag.push_back({Severity::Warning, "stage-order",
-                        "some layers were moved to a later stage to keep the layer order topological; the "
-                        "plan's stages differ from the reference's node assignment"});
+            "some layers were moved to a later stage to keep the layer order topological; the "
+            "plan's stages differ from the reference's node assignment"});
     std::vector<std::vector<int>> members(stages.size());
     for (int v : graph.removed_sources)
         members[0].push_back(v);
     for (int v = 0; v < layers; ++v)
-        if (!(stageOf[v] == 0 && std::find(graph.removed_sources.begin(), graph.removed_sources.end(), v)
-                                     != graph.removed_sources.end()))
+        if (!(stageOf[v] == 0
+                && std::find(graph.removed_sources.begin(), graph.removed_sources.end(), v)
+                    != graph.removed_sources.end()))
             members[stageOf[v]].push_back(v);
     int position = 0;
     for (std::size_t s = 0; s < stages.size(); ++s) {
         if (members[s].empty()) {
             diag.push_back({Severity::Error, "empty-stage",
-                            "the reference's stage " + std::to_string(s) + " (states "
-                                + std::to_string(stages[s].first_state) + ".." + std::to_string(stages[s].last_state)
-                                + ") holds no layer"});
+                "the reference's stage " + std::to_string(s) + " (states " + std::to_string(stages[s].first_state)
+                    + ".." + std::to_string(stages[s].last_state) + ") holds no layer"});
             return {std::nullopt, diag};
         }
         plan.stages.push_back({position, position + static_cast<int>(members[s].size()) - 1, stages[s].devices});
@@ -308,23 +307,20 @@ PartitionResult partitionPipeDreamReference(const PartitionRequest& request, con
     nlohmann::json bandwidths = nlohmann::json::array();
     for (const auto& l : levels)
         bandwidths.push_back(l.bandwidth_bytes_per_s);
-    plan.algorithm_options = {{"variant", "reference"},
-                              {"levels", levelsText(levels)},
-                              {"bandwidths_bytes_per_s", bandwidths},
-                              {"straight", opt.straight},
-                              {"memory_limit", opt.memory_limit},
-                              {"states", dag.stateCount()}};
+    plan.algorithm_options
+        = {{"variant", "reference"}, {"levels", levelsText(levels)}, {"bandwidths_bytes_per_s", bandwidths},
+            {"straight", opt.straight}, {"memory_limit", opt.memory_limit}, {"states", dag.stateCount()}};
     if (opt.memory_limit)
         plan.algorithm_options["memory_bytes"] = memory;
     plan.algorithm_options["activation_compression_ratio"]
         = opt.activation_compression_ratio ? nlohmann::json(*opt.activation_compression_ratio) : nlohmann::json();
     if (!opt.activation_compression_ratio)
         diag.push_back({Severity::Info, "no-communication",
-                        "as in the reference's default, stage-to-stage transfers are ignored (set an activation "
-                        "compression ratio, e.g. 1, to count them)"});
+            "as in the reference's default, stage-to-stage transfers are ignored (set an activation "
+            "compression ratio, e.g. 1, to count them)"});
     diag.push_back({Severity::Info, "objective",
-                    "time per stage in pipeline (reference objective): " + formatSeconds(*objective) + " s over "
-                        + std::to_string(dag.stateCount()) + " antichain states"});
+        "time per stage in pipeline (reference objective): " + formatSeconds(*objective) + " s over "
+            + std::to_string(dag.stateCount()) + " antichain states"});
     try {
         plan.validate();
     } catch (const InputError& e) {

@@ -16,7 +16,7 @@ namespace pw::planner {
 /// in pipeline"; stages are flattened to GPU level over global device indices, and plan.layer_order is a
 /// topological order in which every stage is a range (removed sources first, removed sinks last).
 /// Errors: "too-many-states" (e.g. raw inception_v3), "infeasible", "cancelled", "bad-cluster", "bad-option".
-PartitionResult partitionPipeDreamReference(const PartitionRequest& request, const ProgressFn& progress,
-                                            std::stop_token stop);
+PartitionResult partitionPipeDreamReference(
+    const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop);
 
 } // namespace pw::planner

@@ -12,9 +12,12 @@ namespace {
 constexpr double kNone = std::numeric_limits<double>::infinity();
 
 /// Rows of a lower level solved together share the last-stage costs; their tables take this many doubles.
-constexpr std::size_t kBlockDoubles = std::size_t{1} << 21;
+constexpr std::size_t kBlockDoubles = std::size_t {1} << 21;
 
-int ceilDiv(int a, int b) { return (a + b - 1) / b; }
+int ceilDiv(int a, int b)
+{
+    return (a + b - 1) / b;
+}
 
 /// min over i < count of max(a[i], b[i]), with independent chains so that it runs at full speed.
 double minOfMax(const double* a, const double* b, int count)
@@ -35,7 +38,7 @@ double minOfMax(const double* a, const double* b, int count)
 } // namespace
 
 ReferenceDp::ReferenceDp(const AntichainDag& dag, ReferenceStateCosts costs, std::vector<ReferenceLevel> levels,
-                         ReferenceDpSettings settings)
+    ReferenceDpSettings settings)
     : m_dag(dag)
     , m_costs(std::move(costs))
     , m_levels(std::move(levels))
@@ -70,8 +73,8 @@ double ReferenceDp::levelTime(int level, int a, int j) const
     return m_levelTimes[level][static_cast<std::size_t>(a) * m_states + j];
 }
 
-bool ReferenceDp::solveRows(int level, int first, int count, std::vector<double>& value,
-                            std::vector<Pointer>* pointers, std::stop_token stop) const
+bool ReferenceDp::solveRows(int level, int first, int count, std::vector<double>& value, std::vector<Pointer>* pointers,
+    std::stop_token stop) const
 {
     const int n = m_states;
     const int machines = m_levels[level].machines;
@@ -83,14 +86,12 @@ bool ReferenceDp::solveRows(int level, int first, int count, std::vector<double>
     const auto& act = m_costs.activation_bytes;
     const auto& par = m_costs.parameter_bytes;
     // Layout [state j][row][m]: for a split k the rows' prefixes lie side by side.
-    auto cell = [&](int j, int row) {
-        return &value[(static_cast<std::size_t>(j) * count + row) * machines];
-    };
+    auto cell = [&](int j, int row) { return &value[(static_cast<std::size_t>(j) * count + row) * machines]; };
     const std::size_t rowSize = static_cast<std::size_t>(n) * machines;
 
     value.assign(rowSize * count, kNone);
     if (pointers)
-        pointers->assign(rowSize, Pointer{});
+        pointers->assign(rowSize, Pointer {});
 
     // §2.3: one stage a..j replicated m+1 times.
     for (int r = 0; r < count; ++r) {
@@ -184,8 +185,8 @@ bool ReferenceDp::solveRows(int level, int first, int count, std::vector<double>
                         continue; // every candidate's time is at least the bound
                     // Candidates m' = maxPrime..minPrime as i = m - m' ascending: prefix[i], cost[m - i].
                     const int i0 = m - maxPrime;
-                    const double v = minOfMax(prefix + i0, costReversed.data() + (machines - 1 - m + i0),
-                                              maxPrime - minPrime + 1);
+                    const double v
+                        = minOfMax(prefix + i0, costReversed.data() + (machines - 1 - m + i0), maxPrime - minPrime + 1);
                     if (!(v < best[m]))
                         continue;
                     best[m] = v;
@@ -283,8 +284,8 @@ std::vector<std::array<int, 3>> ReferenceDp::split(int level, int start, int end
     return stages;
 }
 
-void ReferenceDp::flatten(int level, int start, int end, const std::vector<int>& units,
-                          std::vector<ReferenceStage>& out) const
+void ReferenceDp::flatten(
+    int level, int start, int end, const std::vector<int>& units, std::vector<ReferenceStage>& out) const
 {
     int stride = 1; // devices per worker of this level
     for (int l = 0; l < level; ++l)

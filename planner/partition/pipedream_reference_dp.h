@@ -58,7 +58,7 @@ class ReferenceDp
 {
 public:
     ReferenceDp(const AntichainDag& dag, ReferenceStateCosts costs, std::vector<ReferenceLevel> levels,
-                ReferenceDpSettings settings);
+        ReferenceDpSettings settings);
 
     /// Number of innermost candidate evaluations before pruning: the size of the problem.
     static double estimatedWork(const AntichainDag& dag, const std::vector<ReferenceLevel>& levels, bool straight);
@@ -86,11 +86,10 @@ private:
     /// Rows first..first+count-1 of a level into `value` (row-major: row, state j, m). Pointers only for
     /// a single row. Returns false when stopped.
     bool solveRows(int level, int first, int count, std::vector<double>& value, std::vector<Pointer>* pointers,
-                   std::stop_token stop = {}) const;
+        std::stop_token stop = {}) const;
     /// (first state, last state, workers) of the stages of row `start` ending at state end-1.
     std::vector<std::array<int, 3>> split(int level, int start, int end) const;
-    void flatten(int level, int start, int end, const std::vector<int>& units,
-                 std::vector<ReferenceStage>& out) const;
+    void flatten(int level, int start, int end, const std::vector<int>& units, std::vector<ReferenceStage>& out) const;
 
     const AntichainDag& m_dag;
     ReferenceStateCosts m_costs;

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The list of partitioners and the helpers they share.
-#include "partitioner.h"
-
 #include "../errors.h"
 #include "builtin.h"
+#include "partitioner.h"
 
 namespace pw::planner {
 
@@ -66,11 +65,15 @@ std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Di
         diagnostics.push_back({Diagnostic::Severity::Error, "no-devices", "the cluster has no devices"});
         return std::nullopt;
     }
+    if (request.options.devices < 0) {
+        diagnostics.push_back({Diagnostic::Severity::Error, "bad-option",
+            "the device count must be >= 0 (0 = all), got " + std::to_string(request.options.devices)});
+        return std::nullopt;
+    }
     int n = request.options.devices > 0 ? request.options.devices : total;
     if (n > total) {
         diagnostics.push_back({Diagnostic::Severity::Error, "too-many-devices",
-                               "asked for " + std::to_string(n) + " devices but the cluster has "
-                                   + std::to_string(total)});
+            "asked for " + std::to_string(n) + " devices but the cluster has " + std::to_string(total)});
         return std::nullopt;
     }
     if (request.model.layers.empty()) {

@@ -15,25 +15,27 @@ int requestedStages(const PartitionRequest& request, int devices)
     return p * std::max(1, request.options.schedule.chunks);
 }
 
-PartitionResult planFromBoundaries(const PartitionRequest& request, std::string_view algorithm,
-                                   const std::vector<int>& boundaries, int devices)
+PartitionResult planFromBoundaries(
+    const PartitionRequest& request, std::string_view algorithm, const std::vector<int>& boundaries, int devices)
 {
     const int n = request.model.layerCount();
     const int stages = static_cast<int>(boundaries.size()) + 1;
     const int v = std::max(1, request.options.schedule.chunks);
     if (stages % v != 0)
-        return failure("bad-chunks", std::to_string(stages) + " stages cannot be split into " + std::to_string(v)
-                                         + " chunks per device");
+        return failure("bad-chunks",
+            std::to_string(stages) + " stages cannot be split into " + std::to_string(v) + " chunks per device");
     const int p = stages / v;
     if (p > devices)
-        return failure("too-many-stages", std::to_string(p) + " pipeline stages need at least " + std::to_string(p)
-                                              + " devices, only " + std::to_string(devices) + " available");
+        return failure("too-many-stages",
+            std::to_string(p) + " pipeline stages need at least " + std::to_string(p) + " devices, only "
+                + std::to_string(devices) + " available");
     int prev = -1;
     for (std::size_t i = 0; i < boundaries.size(); ++i) {
         int b = boundaries[i];
         if (b <= prev || b >= n - 1)
-            return failure("bad-boundaries", "boundary " + std::to_string(i) + " (" + std::to_string(b)
-                                                 + ") must be increasing and within 0.." + std::to_string(n - 2));
+            return failure("bad-boundaries",
+                "boundary " + std::to_string(i) + " (" + std::to_string(b) + ") must be increasing and within 0.."
+                    + std::to_string(n - 2));
         prev = b;
     }
     Plan plan = basePlan(request, algorithm);
@@ -52,7 +54,7 @@ PartitionResult planFromBoundaries(const PartitionRequest& request, std::string_
     PartitionResult result;
     if (replicas * p < devices)
         result.diagnostics.push_back({Diagnostic::Severity::Info, "unused-devices",
-                                      std::to_string(devices - replicas * p) + " device(s) left unused"});
+            std::to_string(devices - replicas * p) + " device(s) left unused"});
     try {
         plan.validate();
     } catch (const InputError& e) {
@@ -96,7 +98,7 @@ std::vector<int> balancedBoundaries(const std::vector<double>& weights, int part
     cuts(hi, &out);
     // Fewer ranges than asked: split the widest ranges (never raises the bottleneck).
     while (static_cast<int>(out.size()) + 1 < parts) {
-        std::vector<int> starts{0};
+        std::vector<int> starts {0};
         for (int b : out)
             starts.push_back(b + 1);
         starts.push_back(n);

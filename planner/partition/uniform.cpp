@@ -11,8 +11,8 @@ public:
     std::string_view name() const override { return "uniform"; }
     std::string_view description() const override { return "equal number of layers per stage"; }
 
-    PartitionResult partition(const PartitionRequest& request, const ProgressFn& progress,
-                              std::stop_token) const override
+    PartitionResult partition(
+        const PartitionRequest& request, const ProgressFn& progress, std::stop_token) const override
     {
         std::vector<Diagnostic> diagnostics;
         auto devices = detail::usableDevices(request, diagnostics);
@@ -21,8 +21,8 @@ public:
         const int n = request.model.layerCount();
         const int stages = detail::requestedStages(request, *devices);
         if (stages > n)
-            return detail::failure("too-many-stages", std::to_string(stages) + " stages for "
-                                                          + std::to_string(n) + " layers");
+            return detail::failure(
+                "too-many-stages", std::to_string(stages) + " stages for " + std::to_string(n) + " layers");
         std::vector<int> boundaries;
         int last = -1;
         for (int s = 0; s + 1 < stages; ++s) {

@@ -2,12 +2,12 @@
 // ScheduleBuilder: the plan checks and action insertion every generator shares.
 #include "builder.h"
 
-#include "../costs.h"
-#include "../errors.h"
-
 #include <algorithm>
 #include <climits>
 #include <string>
+
+#include "../costs.h"
+#include "../errors.h"
 
 namespace pw::planner {
 
@@ -62,7 +62,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
             m_weightBytes[s] += plan.model.layers.at(plan.layerAt(pos)).weight_bytes;
         if (st.replicas() > 1) {
             m_group[s] = static_cast<int>(m_schedule.groups.size());
-            m_schedule.groups.push_back({ s, std::vector<std::int32_t>(st.devices.begin(), st.devices.end()) });
+            m_schedule.groups.push_back({s, std::vector<std::int32_t>(st.devices.begin(), st.devices.end())});
         }
     }
 
@@ -93,9 +93,15 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
         m_schedule.devices[d].reserve(expect[d]);
 }
 
-bool ScheduleBuilder::replicated() const { return !m_schedule.groups.empty(); }
+bool ScheduleBuilder::replicated() const
+{
+    return !m_schedule.groups.empty();
+}
 
-int ScheduleBuilder::inFlight(int stage) const { return m_inFlight[stage]; }
+int ScheduleBuilder::inFlight(int stage) const
+{
+    return m_inFlight[stage];
+}
 
 void ScheduleBuilder::forward(int stage, int microbatch, int version)
 {
@@ -103,13 +109,13 @@ void ScheduleBuilder::forward(int stage, int microbatch, int version)
     if (stage > 0) {
         const int src = deviceOf(stage - 1, microbatch);
         if (src != d)
-            push(d, { ActionKind::RecvActivation, stage - 1, microbatch, src, 0, -1, m_cutBytes[stage - 1] });
+            push(d, {ActionKind::RecvActivation, stage - 1, microbatch, src, 0, -1, m_cutBytes[stage - 1]});
     }
-    push(d, { ActionKind::Forward, stage, microbatch, -1, version, -1, 0.0 });
+    push(d, {ActionKind::Forward, stage, microbatch, -1, version, -1, 0.0});
     if (stage + 1 < m_stages) {
         const int dst = deviceOf(stage + 1, microbatch);
         if (dst != d)
-            push(d, { ActionKind::SendActivation, stage, microbatch, dst, 0, -1, m_cutBytes[stage] });
+            push(d, {ActionKind::SendActivation, stage, microbatch, dst, 0, -1, m_cutBytes[stage]});
     }
 }
 
@@ -119,24 +125,27 @@ void ScheduleBuilder::backward(int stage, int microbatch, int version)
     if (stage + 1 < m_stages) {
         const int src = deviceOf(stage + 1, microbatch);
         if (src != d)
-            push(d, { ActionKind::RecvGradient, stage + 1, microbatch, src, 0, -1, m_cutBytes[stage] });
+            push(d, {ActionKind::RecvGradient, stage + 1, microbatch, src, 0, -1, m_cutBytes[stage]});
     }
-    push(d, { ActionKind::Backward, stage, microbatch, -1, version, -1, 0.0 });
+    push(d, {ActionKind::Backward, stage, microbatch, -1, version, -1, 0.0});
     if (stage > 0) {
         const int dst = deviceOf(stage - 1, microbatch);
         if (dst != d)
-            push(d, { ActionKind::SendGradient, stage, microbatch, dst, 0, -1, m_cutBytes[stage - 1] });
+            push(d, {ActionKind::SendGradient, stage, microbatch, dst, 0, -1, m_cutBytes[stage - 1]});
     }
 }
 
 void ScheduleBuilder::step(int device, int stage, int version)
 {
     if (m_group[stage] >= 0)
-        push(device, { ActionKind::AllReduce, stage, -1, -1, 0, m_group[stage], m_weightBytes[stage] });
-    push(device, { ActionKind::OptimizerStep, stage, -1, -1, version, -1, 0.0 });
+        push(device, {ActionKind::AllReduce, stage, -1, -1, 0, m_group[stage], m_weightBytes[stage]});
+    push(device, {ActionKind::OptimizerStep, stage, -1, -1, version, -1, 0.0});
 }
 
-Schedule ScheduleBuilder::finish() { return std::move(m_schedule); }
+Schedule ScheduleBuilder::finish()
+{
+    return std::move(m_schedule);
+}
 
 std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas)
 {

@@ -2,10 +2,10 @@
 // ScheduleBuilder: turns each device's compute order into actions, inserting transfers, all-reduces and steps.
 #pragma once
 
-#include "generator.h"
-
 #include <string_view>
 #include <vector>
+
+#include "generator.h"
 
 namespace pw::planner {
 

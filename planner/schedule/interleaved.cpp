@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Interleaved 1F1B (Megatron-LM): v model chunks per device, flushed per batch.
-#include "../errors.h"
-#include "builder.h"
-
 #include <algorithm>
 #include <string>
+
+#include "../errors.h"
+#include "builder.h"
 
 namespace pw::planner {
 namespace {

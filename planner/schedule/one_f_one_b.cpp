@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // 1F1B with a flush after every batch: PipeDream-Flush / Megatron's default schedule, with 1F1B-RR replicas.
+#include <string>
+
 #include "../errors.h"
 #include "builder.h"
-
-#include <string>
 
 namespace pw::planner {
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // PipeDream: asynchronous 1F1B without flushes, one update per backward pass, weight stashing.
+#include <string>
+
 #include "../errors.h"
 #include "builder.h"
-
-#include <string>
 
 namespace pw::planner {
 namespace {

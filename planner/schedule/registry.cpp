@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The registry of schedule generators: every built-in kind, looked up by name.
 // The semantics all generators share (placement, transfers, versions, warm-up) are documented in builder.h.
+#include <string>
+
 #include "../errors.h"
 #include "builder.h"
-
-#include <string>
 
 namespace pw::planner {
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // PipeDream-2BW: 1F1B without flushes, gradients accumulated over a batch, two weight versions.
-#include "../errors.h"
-#include "builder.h"
-
 #include <algorithm>
 #include <string>
+
+#include "../errors.h"
+#include "builder.h"
 
 namespace pw::planner {
 namespace {

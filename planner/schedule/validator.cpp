@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // validate(): proves a schedule complete, consistent and deadlock-free by executing it abstractly.
-#include "generator.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <string>
+
+#include "generator.h"
 
 namespace pw::planner {
 namespace {
@@ -437,6 +437,9 @@ private:
 
 } // namespace
 
-ValidationReport validate(const Schedule& schedule, const Plan& plan) { return Validator(schedule, plan).run(); }
+ValidationReport validate(const Schedule& schedule, const Plan& plan)
+{
+    return Validator(schedule, plan).run();
+}
 
 } // namespace pw::planner

@@ -70,10 +70,10 @@ public:
         const int D = schedule.num_devices;
         if (D != plan.cluster.deviceCount())
             throw InputError("the schedule has " + std::to_string(D) + " devices, the plan's cluster "
-                             + std::to_string(plan.cluster.deviceCount()));
+                + std::to_string(plan.cluster.deviceCount()));
         if (schedule.num_stages != plan.stageCount())
             throw InputError("the schedule has " + std::to_string(schedule.num_stages) + " stages, the plan "
-                             + std::to_string(plan.stageCount()));
+                + std::to_string(plan.stageCount()));
         m_nodeOf.resize(D);
         auto refs = plan.cluster.devices();
         for (int d = 0; d < D; ++d)
@@ -131,14 +131,18 @@ public:
             throw InputError(deadlockMessage());
         m_result.simulated_actions = total;
         std::stable_sort(m_result.timeline.memory.begin(), m_result.timeline.memory.end(),
-                         [](const MemorySample& a, const MemorySample& b) { return a.device < b.device; });
+            [](const MemorySample& a, const MemorySample& b) { return a.device < b.device; });
         metrics();
         return std::move(m_result);
     }
 
 private:
-    std::size_t transferKey(const Action& a, bool gradient) const
+    std::size_t transferKey(int d, const Action& a, bool gradient) const
     {
+        if (a.stage < 0 || a.stage >= m_s.num_stages || a.microbatch < 0 || a.microbatch >= std::max(1, m_s.microbatches)
+            || a.peer < 0 || a.peer >= m_s.num_devices)
+            throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                + " names a stage, microbatch or peer outside the schedule");
         return (static_cast<std::size_t>(gradient) * m_s.num_stages + a.stage) * std::max(1, m_s.microbatches)
             + a.microbatch;
     }
@@ -207,7 +211,7 @@ private:
         const int v = a.weight_version;
         if (v < 0 || v >= static_cast<int>(b.alive.size()) || !b.alive[v])
             throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " uses weight version "
-                             + std::to_string(v) + ", which does not exist at that point");
+                + std::to_string(v) + ", which does not exist at that point");
         if (finished && v != b.latest && b.last_use[v] == static_cast<std::int64_t>(m_devices[d].pc))
             freeVersion(d, a.stage, v, t);
     }
@@ -226,7 +230,7 @@ private:
         const int v = a.weight_version;
         if (v <= b.latest)
             throw InputError(m_plan.cluster.deviceName(d) + ": optimizer step of stage " + std::to_string(a.stage)
-                             + " produces version " + std::to_string(v) + " after version " + std::to_string(b.latest));
+                + " produces version " + std::to_string(v) + " after version " + std::to_string(b.latest));
         if (static_cast<int>(b.last_use.size()) <= v)
             b.last_use.resize(v + 1, -1);
         b.alive.resize(v + 1, false);
@@ -266,8 +270,10 @@ private:
                 compute(d, a, t0, t1);
                 break;
             }
-            case ActionKind::Backward:
-            case ActionKind::BackwardWeight: {
+            case ActionKind::BackwardWeight:
+                throw InputError(m_plan.cluster.deviceName(d) + ": split weight-gradient actions (W) are not "
+                                                                  "simulated yet");
+            case ActionKind::Backward: {
                 int r = replica(d, a);
                 double t0 = dev.compute_free;
                 double dur = m_cost.backward(a.stage, r) + (m_plan.schedule.recompute ? m_cost.forward(a.stage, r) : 0);
@@ -286,6 +292,7 @@ private:
                 break;
             }
             case ActionKind::OptimizerStep: {
+                replica(d, a);
                 const auto& type = m_plan.cluster.typeOf(d);
                 double bytes = 3 * m_cost.stage_weight_bytes[a.stage] + 2 * m_cost.stage_optimizer_bytes[a.stage];
                 double dur = type.memory_bandwidth_bytes_per_s > 0 ? bytes / type.memory_bandwidth_bytes_per_s : 0.0;
@@ -296,7 +303,7 @@ private:
             }
             case ActionKind::SendActivation:
             case ActionKind::SendGradient: {
-                auto& tr = m_transfers.at(transferKey(a, a.kind == ActionKind::SendGradient));
+                auto& tr = m_transfers.at(transferKey(d, a, a.kind == ActionKind::SendGradient));
                 double start = std::max(dev.compute_free, dev.send_free);
                 double arrival = start + transferTime(d, a.peer, a.bytes);
                 tr.start = start;
@@ -306,7 +313,7 @@ private:
                 if (!overlap)
                     dev.compute_free = arrival;
                 span(d, Lane::Send, a, dev.pc, start, arrival);
-                int& waiter = m_waiter[transferKey(a, a.kind == ActionKind::SendGradient)];
+                int& waiter = m_waiter[transferKey(d, a, a.kind == ActionKind::SendGradient)];
                 if (waiter >= 0) {
                     push(waiter);
                     waiter = -1;
@@ -315,7 +322,7 @@ private:
             }
             case ActionKind::RecvActivation:
             case ActionKind::RecvGradient: {
-                std::size_t key = transferKey(a, a.kind == ActionKind::RecvGradient);
+                std::size_t key = transferKey(d, a, a.kind == ActionKind::RecvGradient);
                 const auto& tr = m_transfers.at(key);
                 if (tr.arrival == kUnset) {
                     m_waiter[key] = d;
@@ -345,7 +352,8 @@ private:
                         std::vector<int> group(members.begin(), members.end());
                         double bw = m_plan.cluster.groupBandwidth(group);
                         double lat = m_plan.cluster.groupLatency(group);
-                        double dur = n > 1 ? 2.0 * (n - 1) / n * a.bytes / (bw > 0 ? bw : INFINITY) + 2.0 * (n - 1) * lat : 0;
+                        double wire = a.bytes <= 0 ? 0.0 : bw > 0 ? a.bytes / bw : INFINITY;
+                        double dur = n > 1 ? 2.0 * (n - 1) / n * wire + 2.0 * (n - 1) * lat : 0;
                         c.start = c.ready;
                         c.end = c.ready + dur;
                         for (int member : members)
@@ -368,8 +376,9 @@ private:
 
     int replica(int d, const Action& a) const
     {
+        const int p = m_plan.pipelineDepth();
         int r = m_replicaOf[d];
-        if (r < 0 || a.stage < 0 || a.stage >= m_plan.stageCount())
+        if (r < 0 || a.stage < 0 || a.stage >= m_plan.stageCount() || m_plan.stages[a.stage % p].devices[r] != d)
             throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " is not for a stage it holds");
         return r;
     }
@@ -434,7 +443,8 @@ private:
             for (int d : m_plan.stages[s].devices) {
                 sm.peak_memory_bytes = std::max(sm.peak_memory_bytes, r.devices[d].peak_memory_bytes);
                 sm.memory_capacity_bytes = std::min(sm.memory_capacity_bytes, r.devices[d].memory_capacity_bytes);
-                sm.peak_stashed_microbatches = std::max(sm.peak_stashed_microbatches, r.devices[d].peak_stashed_microbatches);
+                sm.peak_stashed_microbatches
+                    = std::max(sm.peak_stashed_microbatches, r.devices[d].peak_stashed_microbatches);
                 sm.peak_weight_versions = std::max(sm.peak_weight_versions, r.devices[d].peak_weight_versions);
             }
         }
@@ -446,7 +456,7 @@ private:
             // Steady state: pace of the last stage after the pipeline has filled (the drain is excluded
             // because the last stage finishes first).
             const int K = m_s.microbatches;
-            const int k1 = std::min(K - 1, D), k2 = K - 1;
+            const int k1 = std::min(K - 1, m_plan.pipelineDepth()), k2 = K - 1;
             if (k2 > k1 && m_lastStageDone[k1] != kUnset && m_lastStageDone[k2] != kUnset) {
                 double lo = m_lastStageDone[k1], hi = m_lastStageDone[k2];
                 if (hi > lo)
@@ -454,7 +464,7 @@ private:
             }
         }
         const int mbSize = m_plan.schedule.microbatch_size > 0 ? m_plan.schedule.microbatch_size
-                                                              : std::max(1, m_plan.model.microbatch_size);
+                                                               : std::max(1, m_plan.model.microbatch_size);
         r.throughput_samples_per_s = r.iteration_time_s > 0 ? perBatch * mbSize / r.iteration_time_s : 0;
         r.timeline.label = m_plan.algorithm + " " + m_s.kind;
     }
@@ -500,8 +510,8 @@ CostModel CostModel::fromPlan(const Plan& plan)
     }
     for (int d = 0; d < plan.cluster.deviceCount(); ++d)
         c.device_memory_capacity.push_back(plan.cluster.typeOf(d).memory_bytes);
-    c.samples_per_microbatch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size
-                                                                 : std::max(1, plan.model.microbatch_size);
+    c.samples_per_microbatch
+        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model.microbatch_size);
     return c;
 }
 

@@ -67,11 +67,12 @@ void row(const char* what, const PipeDreamProblem& p, bool withBaseline)
     double tFast = solveTime(p, true, &fast);
     if (withBaseline) {
         double tSlow = solveTime(p, false, &slow, 1);
-        std::printf("%-28s %6zu %10s %12.4f %12.4f %9.1fx  %s\n", what, p.compute_s.size(), levelsText(p.levels).c_str(),
-                    tFast, tSlow, tSlow / tFast, fast == slow ? "same optimum" : "DIFFERENT OPTIMUM");
+        std::printf("%-28s %6zu %10s %12.4f %12.4f %9.1fx  %s\n", what, p.compute_s.size(),
+            levelsText(p.levels).c_str(), tFast, tSlow, tSlow / tFast,
+            fast == slow ? "same optimum" : "DIFFERENT OPTIMUM");
     } else {
         std::printf("%-28s %6zu %10s %12.4f %12s %10s  objective %.6g s\n", what, p.compute_s.size(),
-                    levelsText(p.levels).c_str(), tFast, "-", "-", fast);
+            levelsText(p.levels).c_str(), tFast, "-", "-", fast);
     }
 }
 
@@ -80,14 +81,15 @@ void row(const char* what, const PipeDreamProblem& p, bool withBaseline)
 int main()
 {
     std::printf("PipeDream DP (paper variant), best of 3; baseline = textbook recurrence in the same run\n");
-    std::printf("%-28s %6s %10s %12s %12s %10s\n", "instance", "layers", "devices", "pruned s", "textbook s", "speed-up");
+    std::printf(
+        "%-28s %6s %10s %12s %12s %10s\n", "instance", "layers", "devices", "pruned s", "textbook s", "speed-up");
     row("random chain", randomChain(100, {{8, 1e10}}, 1), true);
     row("random chain", randomChain(200, {{16, 1e10}}, 2), true);
     row("random chain (target <1s)", randomChain(400, {{16, 1e10}}, 3), true);
     row("random chain", randomChain(100, {{8, 3e11}, {8, 2.5e10}}, 4), true);
     row("random chain", randomChain(400, {{64, 1e10}}, 5), false);
 
-    TransformerConfig cfg{1000, 8192, 64, 2048, 51200, 1, 2};
+    TransformerConfig cfg {1000, 8192, 64, 2048, 51200, 1, 2};
     auto h100 = *devicePreset("H100");
     auto model = transformerProfile(cfg, h100);
     row("GPT 1000 layers (<10s)", fromModel(model, {{8, 4.5e11}, {128, 5e10}}), false);
@@ -97,7 +99,7 @@ int main()
     row("GPT 100 layers", fromModel(smallModel, {{8, 4.5e11}, {8, 5e10}}), true);
 
     std::printf("\nReference variant (antichain states), best of 3\n");
-    for (auto [name, levels] : std::vector<std::pair<std::string, std::vector<HierarchyLevel>>>{
+    for (auto [name, levels] : std::vector<std::pair<std::string, std::vector<HierarchyLevel>>> {
              {"densenet121", {{16, 1e10}}}, {"densenet121", {{8, 1e10}, {2, 1e9}}}, {"gnmt_large", {{16, 1e10}}}}) {
         ModelProfile m;
         try {
@@ -109,18 +111,19 @@ int main()
         Cluster c;
         c.device_types = {h100};
         for (int n = 0; n < (levels.size() > 1 ? levels[1].count : 1); ++n)
-            c.nodes.push_back({"n" + std::to_string(n), "", 22, "", "H100", levels[0].count, levels[0].bandwidth_bytes_per_s, 0});
+            c.nodes.push_back(
+                {"n" + std::to_string(n), "", 22, "", "H100", levels[0].count, levels[0].bandwidth_bytes_per_s, 0});
         c.inter_node_bandwidth_bytes_per_s = levels.size() > 1 ? levels[1].bandwidth_bytes_per_s : 0;
         PartitionOptions o;
         o.pipedream_variant = "reference";
-        PartitionRequest req{m, c, o};
+        PartitionRequest req {m, c, o};
         double objective = 0;
         double t = pw::bench::bestOf(3, [&] {
             auto r = partitionPipeDreamReference(req, {}, {});
             objective = r.plan ? r.plan->objective_s : -1;
         });
         std::printf("%-28s %6d %10s %12.4f   objective %.9g s (Python reference: ~11 s flat 16, >60 s 8x2)\n",
-                    name.c_str(), m.layerCount(), levelsText(levels).c_str(), t, objective);
+            name.c_str(), m.layerCount(), levelsText(levels).c_str(), t, objective);
     }
     return 0;
 }

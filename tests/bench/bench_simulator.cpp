@@ -18,7 +18,7 @@ Plan uniformPlan(int stages, int layersPerStage, int microbatches, const std::st
     plan.model.name = "bench";
     for (int l = 0; l < stages * layersPerStage * chunks; ++l)
         plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    DeviceType t{"gpu", 80e9, 100, 0, {}, 0};
+    DeviceType t {"gpu", 80e9, 100, 0, {}, 0};
     plan.cluster.device_types = {t};
     plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", stages, 1e11, 1e-6});
     for (int s = 0; s < stages * chunks; ++s)
@@ -42,22 +42,23 @@ void run(const char* what, const Plan& plan)
                 s += a.bytes + a.microbatch;
         sink = s;
     });
-    SimulationOptions metricsOnly{false, false};
+    SimulationOptions metricsOnly {false, false};
     SimulationResult r;
     double tSim = pw::bench::bestOf(3, [&] { r = simulate(plan, schedule, metricsOnly); });
     double tSpans = pw::bench::bestOf(3, [&] { r = simulate(plan, schedule); });
     double tValidate = pw::bench::bestOf(3, [&] { validate(schedule, plan); });
     std::printf("%-34s %10.0f %9.2f M/s %9.2f M/s %9.2f M/s %9.2f M/s %8.1fx\n", what, n, n / tGen / 1e6,
-                n / tValidate / 1e6, n / tSim / 1e6, n / tSpans / 1e6, tSim / tTouch);
+        n / tValidate / 1e6, n / tSim / 1e6, n / tSpans / 1e6, tSim / tTouch);
 }
 
 } // namespace
 
 int main()
 {
-    std::printf("Schedule generation, validation and simulation on one node, best of 3 (target: simulate > 5 M actions/s)\n");
+    std::printf(
+        "Schedule generation, validation and simulation on one node, best of 3 (target: simulate > 5 M actions/s)\n");
     std::printf("%-34s %10s %13s %13s %13s %13s %9s\n", "schedule", "actions", "generate", "validate", "simulate",
-                "sim+spans", "sim/touch");
+        "sim+spans", "sim/touch");
     run("1f1b, 8 stages x 4096 mb", uniformPlan(8, 4, 4096, "1f1b"));
     run("1f1b, 64 stages x 1024 mb", uniformPlan(64, 1, 1024, "1f1b"));
     run("gpipe, 16 stages x 2048 mb", uniformPlan(16, 2, 2048, "gpipe"));

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "app/cli/cli.h"
 
@@ -49,13 +49,9 @@ const std::string kShared = PW_SHARED_DATA_DIR;
 
 TEST_CASE("every subcommand has --help", "[cli]")
 {
-    for (auto args : std::vector<std::vector<std::string>>{{"--help"},
-                                                           {"plan", "--help"},
-                                                           {"simulate", "--help"},
-                                                           {"export", "--help"},
-                                                           {"demo", "--help"},
-                                                           {"profile", "import-pipedream", "--help"},
-                                                           {"profile", "transformer", "--help"}}) {
+    for (auto args : std::vector<std::vector<std::string>> {{"--help"}, {"plan", "--help"}, {"simulate", "--help"},
+             {"export", "--help"}, {"demo", "--help"}, {"profile", "import-pipedream", "--help"},
+             {"profile", "transformer", "--help"}}) {
         auto r = cli(args);
         INFO(args.front() << " " << args.back());
         CHECK(r.code == 0);
@@ -98,8 +94,8 @@ TEST_CASE("import, plan, simulate and export follow the contracts", "[cli]")
     auto r = cli({"profile", "import-pipedream", kShared + "/pipedream/vgg16/graph.txt", "-o", model});
     REQUIRE(r.code == 0);
     auto planPath = (dir / "plan.json").string();
-    r = cli({"plan", "--model", model, "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "pipedream",
-             "--schedule", "1f1b", "--microbatches", "8", "-o", planPath, "--json"});
+    r = cli({"plan", "--model", model, "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "pipedream", "--schedule",
+        "1f1b", "--microbatches", "8", "-o", planPath, "--json"});
     INFO(r.err);
     REQUIRE(r.code == 0);
     auto plan = json::parse(std::ifstream(planPath));
@@ -128,8 +124,8 @@ TEST_CASE("import, plan, simulate and export follow the contracts", "[cli]")
         CHECK(fs::file_size(out) > 0);
     }
     // The exported graph.txt carries the stages and reads back.
-    auto again = cli({"profile", "import-pipedream", (dir / "export.graph-txt").string(), "-o",
-                      (dir / "again.json").string()});
+    auto again = cli(
+        {"profile", "import-pipedream", (dir / "export.graph-txt").string(), "-o", (dir / "again.json").string()});
     CHECK(again.code == 0);
     fs::remove_all(dir);
 }
@@ -139,24 +135,24 @@ TEST_CASE("bad input names the file, the line and the field", "[cli]")
     auto cluster = kDemo + "/dgx-h100.json";
     SECTION("truncated JSON")
     {
-        auto r = cli({"plan", "--model", kData + "/bad/truncated-model.json", "--cluster", cluster, "--algorithm",
-                      "uniform"});
+        auto r = cli(
+            {"plan", "--model", kData + "/bad/truncated-model.json", "--cluster", cluster, "--algorithm", "uniform"});
         CHECK(r.code == 1);
         CHECK(r.err.find("truncated-model.json:") != std::string::npos);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
     SECTION("graph.txt with a malformed line")
     {
-        auto r = cli({"plan", "--model", kData + "/bad/malformed-graph.txt", "--cluster", cluster, "--algorithm",
-                      "uniform"});
+        auto r = cli(
+            {"plan", "--model", kData + "/bad/malformed-graph.txt", "--cluster", cluster, "--algorithm", "uniform"});
         CHECK(r.code == 1);
         CHECK(r.err.find("malformed-graph.txt:2") != std::string::npos);
         CHECK(r.err.find("backward_compute_time") != std::string::npos);
     }
     SECTION("a cluster with zero devices")
     {
-        auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kData + "/bad/zero-devices-cluster.json",
-                      "--algorithm", "pipedream"});
+        auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster",
+            kData + "/bad/zero-devices-cluster.json", "--algorithm", "pipedream"});
         CHECK(r.code == 1);
         CHECK(r.err.find("zero-devices-cluster.json:") != std::string::npos);
         CHECK(r.err.find("/nodes/0/count") != std::string::npos);
@@ -164,11 +160,11 @@ TEST_CASE("bad input names the file, the line and the field", "[cli]")
     SECTION("a plan that does not fit memory")
     {
         auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kData + "/bad/tiny-gpu-cluster.json",
-                      "--algorithm", "uniform"});
+            "--algorithm", "uniform"});
         CHECK(r.code == 1);
         CHECK(r.err.find("does not fit device memory") != std::string::npos);
         auto limited = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster",
-                            kData + "/bad/tiny-gpu-cluster.json", "--algorithm", "pipedream", "--memory-limit"});
+            kData + "/bad/tiny-gpu-cluster.json", "--algorithm", "pipedream", "--memory-limit"});
         CHECK(limited.code == 1);
         CHECK(limited.err.find("memory") != std::string::npos);
     }
@@ -186,4 +182,22 @@ TEST_CASE("the executable exits non-zero on bad input", "[cli]")
     int status = std::system(cmd.c_str());
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 1);
+}
+
+TEST_CASE("schedule problems of a loaded plan name the plan file and field", "[cli]")
+{
+    auto dir = tempDir();
+    auto planPath = (dir / "plan.json").string();
+    auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
+        "uniform", "--microbatches", "8", "-o", planPath});
+    REQUIRE(r.code == 0);
+    auto plan = json::parse(std::ifstream(planPath));
+    plan["schedule"]["kind"] = "2bw";
+    plan["schedule"]["microbatches"] = 2; // 2BW needs at least one microbatch per stage
+    std::ofstream(planPath) << plan.dump(2);
+    auto sim = cli({"simulate", planPath});
+    CHECK(sim.code == 1);
+    CHECK(sim.err.find(planPath + ":") != std::string::npos);
+    CHECK(sim.err.find("/schedule/microbatches") != std::string::npos);
+    fs::remove_all(dir);
 }

@@ -12,8 +12,8 @@
 #include "planner/device_presets.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/io/json_file.h"
-#include "planner/partition/partitioner.h"
 #include "planner/io/transformer.h"
+#include "planner/partition/partitioner.h"
 #include "planner/sim/simulator.h"
 
 using namespace pw::planner;
@@ -21,9 +21,18 @@ using nlohmann::json;
 
 namespace {
 
-bool isInt(const json& e, const char* key) { return e.contains(key) && e[key].is_number_integer(); }
-bool isNum(const json& e, const char* key) { return e.contains(key) && e[key].is_number(); }
-bool isStr(const json& e, const char* key) { return e.contains(key) && e[key].is_string(); }
+bool isInt(const json& e, const char* key)
+{
+    return e.contains(key) && e[key].is_number_integer();
+}
+bool isNum(const json& e, const char* key)
+{
+    return e.contains(key) && e[key].is_number();
+}
+bool isStr(const json& e, const char* key)
+{
+    return e.contains(key) && e[key].is_string();
+}
 
 /// What Perfetto's JSON importer (and chrome://tracing) needs from the events this exporter writes:
 /// required fields per phase, named processes and threads, no overlapping slices on one thread, and flows
@@ -35,7 +44,7 @@ std::vector<std::string> perfettoProblems(const json& trace)
         problems.push_back("event " + std::to_string(i) + ": " + what);
     };
     if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array())
-        return { "no traceEvents array" };
+        return {"no traceEvents array"};
     if (trace.contains("displayTimeUnit") && trace["displayTimeUnit"] != "ms" && trace["displayTimeUnit"] != "ns")
         problems.push_back("displayTimeUnit must be ms or ns");
 
@@ -67,7 +76,7 @@ std::vector<std::string> perfettoProblems(const json& trace)
             else if (e["ts"].get<double>() < 0 || e["dur"].get<double>() < 0)
                 bad(i, "X has a negative ts or dur");
             else
-                slices[{ e["pid"].get<long>(), e["tid"].get<long>() }].emplace_back(
+                slices[{e["pid"].get<long>(), e["tid"].get<long>()}].emplace_back(
                     e["ts"].get<double>(), e["dur"].get<double>());
             if (e.contains("args") && !e["args"].is_object())
                 bad(i, "args must be an object");
@@ -87,7 +96,7 @@ std::vector<std::string> perfettoProblems(const json& trace)
             if (name == "process_name")
                 namedProcesses.insert(e["pid"].get<long>());
             if (name == "thread_name" && isInt(e, "tid"))
-                namedThreads.insert({ e["pid"].get<long>(), e["tid"].get<long>() });
+                namedThreads.insert({e["pid"].get<long>(), e["tid"].get<long>()});
         } else if (ph == "C") {
             if (!isStr(e, "name") || !isNum(e, "ts") || !e.contains("args") || !e["args"].is_object())
                 bad(i, "C needs name, ts and args");
@@ -105,7 +114,7 @@ std::vector<std::string> perfettoProblems(const json& trace)
             auto& end = ph == "s" ? flows[e["id"].dump()].first : flows[e["id"].dump()].second;
             end.count++;
             end.ts = e["ts"].get<double>();
-            end.thread = { e["pid"].get<long>(), e["tid"].get<long>() };
+            end.thread = {e["pid"].get<long>(), e["tid"].get<long>()};
         } else {
             bad(i, "unexpected phase " + ph);
         }
@@ -163,7 +172,7 @@ Timeline sampleTimeline()
     using K = ActionKind;
     Timeline t;
     t.label = "hand-made";
-    t.device_names = { "n0/gpu0 (A100)", "n0/gpu1 (A100)", "n1/gpu0 (A100)" };
+    t.device_names = {"n0/gpu0 (A100)", "n0/gpu1 (A100)", "n1/gpu0 (A100)"};
     t.spans = {
         span(0, Lane::Compute, K::Forward, 0, 0, 0.0, 0.1),
         span(0, Lane::Compute, K::Forward, 0, 1, 0.1, 0.3), // back to back, times not exact in binary
@@ -180,7 +189,7 @@ Timeline sampleTimeline()
         span(0, Lane::Collective, K::AllReduce, 0, -1, 2.6, 3.0),
         span(0, Lane::Compute, K::OptimizerStep, 0, -1, 3.0, 3.1),
     };
-    t.memory = { { 0, 0.0, 1e9 }, { 0, 0.1e-3, 1.5e9 }, { 0, 2.6e-3, 1e9 }, { 1, 0.0, 2e9 } };
+    t.memory = {{0, 0.0, 1e9}, {0, 0.1e-3, 1.5e9}, {0, 2.6e-3, 1e9}, {1, 0.0, 2e9}};
     return t;
 }
 
@@ -213,7 +222,7 @@ TEST_CASE("Chrome trace of a hand-made timeline obeys Perfetto's rules", "[chrom
     CHECK(first["cat"] == "compute,F");
     CHECK(first["ts"] == 0.0);
     CHECK(first["dur"] == Approx(100.0)); // 0.1 ms in microseconds
-    CHECK(first["args"] == json { { "stage", 0 }, { "microbatch", 0 }, { "kind", "F" }, { "action", 0 } });
+    CHECK(first["args"] == json {{"stage", 0}, {"microbatch", 0}, {"kind", "F"}, {"action", 0}});
     auto allReduce
         = std::find_if(slices.begin(), slices.end(), [](const json& e) { return e["cat"] == "collective,ALLREDUCE"; });
     REQUIRE(allReduce != slices.end());
@@ -225,23 +234,23 @@ TEST_CASE("Chrome trace of a hand-made timeline obeys Perfetto's rules", "[chrom
     for (const auto& e : slices)
         if (e["pid"] == 0 && e["cat"] == "send,SEND_F")
             sendTids.insert(e["tid"].get<int>());
-    CHECK(sendTids == std::set<int> { 1, 5 });
+    CHECK(sendTids == std::set<int> {1, 5});
 
     std::map<std::pair<int, int>, std::string> threadNames;
     std::map<int, std::string> processNames;
     for (const auto& e : eventsWith(trace, "M")) {
         if (e["name"] == "thread_name")
-            threadNames[{ e["pid"].get<int>(), e["tid"].get<int>() }] = e["args"]["name"].get<std::string>();
+            threadNames[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"].get<std::string>();
         if (e["name"] == "process_name")
             processNames[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
     }
     CHECK(processNames
-        == std::map<int, std::string> { { 0, "n0/gpu0 (A100)" }, { 1, "n0/gpu1 (A100)" }, { 2, "n1/gpu0 (A100)" } });
-    CHECK(threadNames[{ 0, 0 }] == "compute");
-    CHECK(threadNames[{ 0, 1 }] == "send");
-    CHECK(threadNames[{ 0, 2 }] == "recv");
-    CHECK(threadNames[{ 0, 3 }] == "collective");
-    CHECK(threadNames[{ 0, 5 }] == "send 2");
+        == std::map<int, std::string> {{0, "n0/gpu0 (A100)"}, {1, "n0/gpu1 (A100)"}, {2, "n1/gpu0 (A100)"}});
+    CHECK(threadNames[{0, 0}] == "compute");
+    CHECK(threadNames[{0, 1}] == "send");
+    CHECK(threadNames[{0, 2}] == "recv");
+    CHECK(threadNames[{0, 3}] == "collective");
+    CHECK(threadNames[{0, 5}] == "send 2");
 }
 
 TEST_CASE("Chrome trace draws a flow from every send to its receive", "[chrome_trace]")
@@ -258,15 +267,15 @@ TEST_CASE("Chrome trace draws a flow from every send to its receive", "[chrome_t
         REQUIRE(f != ends.end());
         CHECK((*f)["bp"] == "e");
         CHECK((*f)["cat"] == s["cat"]);
-        arrows[{ s["pid"].get<int>(), s["ts"].get<double>() }]
-            = { (*f)["pid"].get<int>(), (*f)["tid"].get<int>(), (*f)["ts"].get<double>() };
+        arrows[{s["pid"].get<int>(), s["ts"].get<double>()}]
+            = {(*f)["pid"].get<int>(), (*f)["tid"].get<int>(), (*f)["ts"].get<double>()};
     }
     // mb0 forward: device 0 -> 1; the receive was posted at 50 us, so the arrow ends at the send's start.
-    CHECK(arrows.at({ 0, 100.0 }) == std::tuple<int, int, double> { 1, 2, 100.0 });
+    CHECK(arrows.at({0, 100.0}) == std::tuple<int, int, double> {1, 2, 100.0});
     // mb1 forward goes to the other replica, device 2 (the span's peer).
-    CHECK(arrows.at({ 0, 300.0 }) == std::tuple<int, int, double> { 2, 2, 300.0 });
+    CHECK(arrows.at({0, 300.0}) == std::tuple<int, int, double> {2, 2, 300.0});
     // mb0 gradient back to device 0.
-    CHECK(arrows.at({ 1, 2000.0 }) == std::tuple<int, int, double> { 0, 2, 2000.0 });
+    CHECK(arrows.at({1, 2000.0}) == std::tuple<int, int, double> {0, 2, 2000.0});
 }
 
 TEST_CASE("Chrome trace pairs transfers by stage and microbatch when peers are unknown", "[chrome_trace]")
@@ -275,12 +284,10 @@ TEST_CASE("Chrome trace pairs transfers by stage and microbatch when peers are u
     using K = ActionKind;
     Timeline t;
     t.spans = {
-        span(0, Lane::Send, K::SendActivation, 0, 7, 1.0, 2.0),
-        span(1, Lane::Recv, K::RecvActivation, 0, 7, 0.5, 2.0),
+        span(0, Lane::Send, K::SendActivation, 0, 7, 1.0, 2.0), span(1, Lane::Recv, K::RecvActivation, 0, 7, 0.5, 2.0),
         span(1, Lane::Send, K::SendActivation, 1, 7, 3.0, 4.0),
         span(2, Lane::Recv, K::RecvActivation, 1, 7, 0.2, 4.0), // posted long before its data: not stage 0's
-        span(2, Lane::Send, K::SendGradient, 2, 7, 5.0, 6.0),
-        span(1, Lane::Recv, K::RecvGradient, 2, 7, 4.5, 6.0),
+        span(2, Lane::Send, K::SendGradient, 2, 7, 5.0, 6.0), span(1, Lane::Recv, K::RecvGradient, 2, 7, 4.5, 6.0),
         span(1, Lane::Send, K::SendGradient, 1, 7, 6.5, 7.0), // arrived before asked for: no receive slice,
         span(0, Lane::Compute, K::Backward, 0, 7, 7.2, 8.0), // so the arrow ends on the B that consumes it
         span(0, Lane::Recv, K::RecvGradient, 1, 8, 6.5, 7.5), // another microbatch: no arrow
@@ -324,7 +331,7 @@ TEST_CASE("Chrome trace of simulated schedules obeys Perfetto's rules", "[chrome
     plan.cluster.nodes = {node};
     plan.schedule.microbatches = 8;
 
-    auto kind = GENERATE(as<std::string>{}, "gpipe", "1f1b", "interleaved");
+    auto kind = GENERATE(as<std::string> {}, "gpipe", "1f1b", "interleaved");
     INFO(kind);
     plan.schedule.kind = kind;
     const int stages = kind == "interleaved" ? 8 : 4;
@@ -352,9 +359,8 @@ TEST_CASE("Chrome trace writes memory as counters", "[chrome_trace]")
     const json trace = chromeTrace(sampleTimeline());
     auto counters = eventsWith(trace, "C");
     REQUIRE(counters.size() == 4);
-    CHECK(counters[1]
-        == json {
-            { "ph", "C" }, { "name", "memory" }, { "ts", 100.0 }, { "pid", 0 }, { "args", { { "bytes", 1.5e9 } } } });
+    CHECK(
+        counters[1] == json {{"ph", "C"}, {"name", "memory"}, {"ts", 100.0}, {"pid", 0}, {"args", {{"bytes", 1.5e9}}}});
     CHECK(counters[3]["pid"] == 1);
 }
 
@@ -397,9 +403,9 @@ TEST_CASE("Actions CSV has one row per device in actionLabel form", "[chrome_tra
     Schedule s;
     s.num_devices = 2;
     s.devices = {
-        { { K::Forward, 0, 0 }, { K::SendActivation, 0, 0, 1 }, { K::RecvGradient, 0, 0, 1 }, { K::Backward, 0, 0 } },
-        { { K::RecvActivation, 1, 0, 0 }, { K::Forward, 1, 12 }, { K::Backward, 1, 12 }, { K::AllReduce, 1, -1 },
-            { K::OptimizerStep, 1, -1 } },
+        {{K::Forward, 0, 0}, {K::SendActivation, 0, 0, 1}, {K::RecvGradient, 0, 0, 1}, {K::Backward, 0, 0}},
+        {{K::RecvActivation, 1, 0, 0}, {K::Forward, 1, 12}, {K::Backward, 1, 12}, {K::AllReduce, 1, -1},
+            {K::OptimizerStep, 1, -1}},
     };
     CHECK(actionsCsv(s)
         == "0,0F0,0SEND_F0,0RECV_B0,0B0\n"

@@ -30,7 +30,10 @@ std::vector<std::string> profileNames()
     return names;
 }
 
-std::string profilePath(const std::string& name) { return kProfiles + "/" + name + "/graph.txt"; }
+std::string profilePath(const std::string& name)
+{
+    return kProfiles + "/" + name + "/graph.txt";
+}
 
 /// A scratch directory removed at the end of the test.
 struct TempDir
@@ -77,7 +80,7 @@ void requireSameLayers(const ModelProfile& a, const ModelProfile& b)
 
 /// A node line with the given field texts.
 std::string nodeLine(const std::string& id, const std::string& fwd = "1", const std::string& bwd = "2",
-                     const std::string& act = "4", const std::string& par = "0")
+    const std::string& act = "4", const std::string& par = "0")
 {
     return id + " -- A -- forward_compute_time=" + fwd + ", backward_compute_time=" + bwd + ", activation_size=" + act
         + ", parameter_size=" + par + "\n";
@@ -122,7 +125,7 @@ TEST_CASE("graph.txt fields map onto layers", "[graph_txt]")
     CHECK(vgg.layers[0].name == "node1");
     CHECK(vgg.layers[0].kind == "Input");
     CHECK(vgg.layers[1].name == "node2");
-    CHECK(vgg.layers[1].inputs == std::vector<int>{0});
+    CHECK(vgg.layers[1].inputs == std::vector<int> {0});
     const auto& conv = vgg.layers[11]; // node12 -- Conv2d(128, 256, ...)
     CHECK(conv.name == "node12");
     CHECK(conv.kind == "Conv2d(128, 256, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))");
@@ -136,23 +139,21 @@ TEST_CASE("graph.txt fields map onto layers", "[graph_txt]")
     REQUIRE(it != gnmt.layers.end());
     CHECK(it->activation_bytes == 6291456.0 + 131072.0 + 131072.0); // "[6291456.0; 131072.0; 131072.0]"
     // GNMT's file repeats "node1 -- node4": the edge counts once.
-    auto node4 = std::find_if(gnmt.layers.begin(), gnmt.layers.end(), [](const Layer& l) {
-        return l.name == "node4";
-    });
+    auto node4 = std::find_if(gnmt.layers.begin(), gnmt.layers.end(), [](const Layer& l) { return l.name == "node4"; });
     CHECK(node4->inputs.size() == 1);
 }
 
 TEST_CASE("ties in the topological order go by node number, then file order", "[graph_txt]")
 {
     std::istringstream in(nodeLine("node3") + nodeLine("other") + nodeLine("node10") + nodeLine("node2")
-                          + "\tnode10 -- node3\n\tnode2 -- node3\n");
+        + "\tnode10 -- node3\n\tnode2 -- node3\n");
     auto model = readGraphTxt(in, "dir/ties/graph.txt");
     CHECK(model.name == "ties");
     std::vector<std::string> order;
     for (const auto& l : model.layers)
         order.push_back(l.name);
-    CHECK(order == std::vector<std::string>{"node2", "node10", "node3", "other"});
-    CHECK(model.layers[2].inputs == std::vector<int>{1, 0}); // edge order of the file
+    CHECK(order == std::vector<std::string> {"node2", "node10", "node3", "other"});
+    CHECK(model.layers[2].inputs == std::vector<int> {1, 0}); // edge order of the file
 }
 
 TEST_CASE("bad graph.txt input names the file, the line and the field", "[graph_txt]")
@@ -170,11 +171,11 @@ TEST_CASE("bad graph.txt input names the file, the line and the field", "[graph_
         {"too few fields", n1 + "node2 -- Conv2d\n", 2, "node line"},
         {"description with separator", "node1 -- A -- B -- C -- D -- E\n", 1, "node line"},
         {"missing field",
-         n1 + "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=4.0\n", 2,
-         "parameter_size"},
+            n1 + "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=4.0\n", 2,
+            "parameter_size"},
         {"misspelt field",
-         "node1 -- A -- forward_time=1.0, backward_compute_time=1.0, activation_size=4.0, parameter_size=0\n", 1,
-         "forward_compute_time"},
+            "node1 -- A -- forward_time=1.0, backward_compute_time=1.0, activation_size=4.0, parameter_size=0\n", 1,
+            "forward_compute_time"},
         {"negative number", nodeLine("node1", "1.0", "-2.0"), 1, "backward_compute_time"},
         {"NaN", nodeLine("node1", "nan"), 1, "forward_compute_time"},
         {"infinity", nodeLine("node1", "1", "2", "4", "inf"), 1, "parameter_size"},
@@ -256,7 +257,7 @@ TEST_CASE("graph.txt writing keeps values that three decimals would round", "[gr
     for (int i = 0; i < 3; ++i) {
         CHECK(back.layers[i].forward_ms == chain.layers[i].forward_ms);
         CHECK(back.layers[i].activation_bytes == chain.layers[i].activation_bytes);
-        CHECK(back.layers[i].inputs == (i == 0 ? std::vector<int>{} : std::vector<int>{i - 1}));
+        CHECK(back.layers[i].inputs == (i == 0 ? std::vector<int> {} : std::vector<int> {i - 1}));
     }
 }
 

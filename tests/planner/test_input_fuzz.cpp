@@ -8,9 +8,9 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "planner/errors.h"
 #include "planner/io/graph_txt.h"
@@ -40,19 +40,30 @@ std::string mutate(std::string s, std::mt19937& rng)
     for (int e = 0; e < edits && !s.empty(); ++e) {
         std::size_t at = rng() % s.size();
         switch (rng() % 6) {
-        case 0: s[at] = alphabet[rng() % alphabet.size()]; break;
-        case 1: s.erase(at, 1 + rng() % 16); break;
-        case 2: s.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-        case 3: s.insert(at, s.substr(rng() % s.size(), 1 + rng() % 32)); break;
-        case 4: s.resize(at); break;
-        default: s[at] = static_cast<char>(rng() % 256); break;
+        case 0:
+            s[at] = alphabet[rng() % alphabet.size()];
+            break;
+        case 1:
+            s.erase(at, 1 + rng() % 16);
+            break;
+        case 2:
+            s.insert(at, 1, alphabet[rng() % alphabet.size()]);
+            break;
+        case 3:
+            s.insert(at, s.substr(rng() % s.size(), 1 + rng() % 32));
+            break;
+        case 4:
+            s.resize(at);
+            break;
+        default:
+            s[at] = static_cast<char>(rng() % 256);
+            break;
         }
     }
     return s;
 }
 
-template <typename Fn>
-void fuzz(const std::string& seed, int rounds, unsigned salt, Fn&& load)
+template <typename Fn> void fuzz(const std::string& seed, int rounds, unsigned salt, Fn&& load)
 {
     std::mt19937 rng(1234 + salt);
     int accepted = 0, rejected = 0;
@@ -64,7 +75,8 @@ void fuzz(const std::string& seed, int rounds, unsigned salt, Fn&& load)
         } catch (const InputError&) {
             ++rejected;
         } catch (const std::exception& e) {
-            FAIL("round " << i << ": " << typeid(e).name() << ": " << e.what() << "\ninput:\n" << input.substr(0, 2000));
+            FAIL("round " << i << ": " << typeid(e).name() << ": " << e.what() << "\ninput:\n"
+                          << input.substr(0, 2000));
         }
     }
     CHECK(rejected > 0);
@@ -72,8 +84,7 @@ void fuzz(const std::string& seed, int rounds, unsigned salt, Fn&& load)
 }
 
 /// Writes the text to a file and loads it, as the CLI would.
-template <typename Loader>
-auto viaFile(const std::string& text, Loader&& loader)
+template <typename Loader> auto viaFile(const std::string& text, Loader&& loader)
 {
     auto path = fs::temp_directory_path() / ("pw-fuzz-" + std::to_string(::getpid()) + ".json");
     {
@@ -96,7 +107,7 @@ TEST_CASE("mutated model, cluster and graph files are loaded or rejected cleanly
 {
     fuzz(smallModelJson().dump(1), 1500, 1, [](const std::string& t) { viaFile(t, loadModel); });
     fuzz(readAll(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json"), 1500, 2,
-         [](const std::string& t) { viaFile(t, loadCluster); });
+        [](const std::string& t) { viaFile(t, loadCluster); });
     auto graph = readAll(std::string(PW_SHARED_DATA_DIR) + "/pipedream/alexnet/graph.txt");
     fuzz(graph, 1500, 3, [](const std::string& t) {
         std::istringstream in(t);
@@ -139,5 +150,5 @@ TEST_CASE("mutated schedules and timelines are rejected cleanly", "[fuzz]")
             simulate(*plan.plan, s, {false, false});
     });
     fuzz(toJson(sim.timeline).dump(1), 1500, 6,
-         [](const std::string& t) { timelineFromJson(viaFile(t, readJsonFile)); });
+        [](const std::string& t) { timelineFromJson(viaFile(t, readJsonFile)); });
 }

@@ -109,7 +109,7 @@ TEST_CASE("readJsonFile reports a missing file and reads a good one", "[json_fil
 TEST_CASE("writeJsonFile round-trips and reports unwritable paths", "[json_file]")
 {
     TempDir dir;
-    nlohmann::json j = { { "name", "m" }, { "values", { 1, 2.5, "three" } }, { "nested", { { "k", nullptr } } } };
+    nlohmann::json j = {{"name", "m"}, {"values", {1, 2.5, "three"}}, {"nested", {{"k", nullptr}}}};
     auto p = dir.path("out.json");
     writeJsonFile(p, j);
     CHECK(readJsonFile(p) == j);

@@ -13,9 +13,10 @@ using nlohmann::json;
 TEST_CASE("model JSON accepts the fixed contract and round-trips", "[model]")
 {
     json j = {{"name", "tiny"},
-              {"layers",
-               {{{"name", "a"}, {"forward_ms", 1.0}, {"backward_ms", 2.0}, {"activation_bytes", 10}, {"weight_bytes", 4}},
-                {{"name", "b"}, {"forward_ms", 3.0}, {"backward_ms", 6.0}, {"activation_bytes", 20}, {"weight_bytes", 8}}}}};
+        {"layers",
+            {{{"name", "a"}, {"forward_ms", 1.0}, {"backward_ms", 2.0}, {"activation_bytes", 10}, {"weight_bytes", 4}},
+                {{"name", "b"}, {"forward_ms", 3.0}, {"backward_ms", 6.0}, {"activation_bytes", 20},
+                    {"weight_bytes", 8}}}}};
     auto m = modelFromJson(j);
     REQUIRE(m.layerCount() == 2);
     CHECK(m.layers[1].backward_ms == 6.0);
@@ -26,8 +27,8 @@ TEST_CASE("model JSON accepts the fixed contract and round-trips", "[model]")
 
 TEST_CASE("model validation names the bad field", "[model]")
 {
-    json j = {{"layers", {{{"name", "a"}, {"forward_ms", -1.0}, {"backward_ms", 2.0}, {"activation_bytes", 1},
-                           {"weight_bytes", 1}}}}};
+    json j = {{"layers",
+        {{{"name", "a"}, {"forward_ms", -1.0}, {"backward_ms", 2.0}, {"activation_bytes", 1}, {"weight_bytes", 1}}}}};
     try {
         modelFromJson(j);
         FAIL("accepted a negative time");
@@ -36,9 +37,9 @@ TEST_CASE("model validation names the bad field", "[model]")
     }
     json missing = {{"layers", {{{"name", "a"}, {"forward_ms", 1.0}}}}};
     CHECK_THROWS_WITH(modelFromJson(missing), Catch::Contains("/layers/0/backward_ms"));
-    CHECK_THROWS_WITH(modelFromJson(json{{"layers", json::array()}}), Catch::Contains("at least one layer"));
-    CHECK_THROWS_WITH(modelFromJson(json{{"format_version", 99}, {"layers", json::array()}}),
-                      Catch::Contains("not supported"));
+    CHECK_THROWS_WITH(modelFromJson(json {{"layers", json::array()}}), Catch::Contains("at least one layer"));
+    CHECK_THROWS_WITH(
+        modelFromJson(json {{"format_version", 99}, {"layers", json::array()}}), Catch::Contains("not supported"));
 }
 
 TEST_CASE("cut bytes of a graph count every tensor live across the cut", "[model]")

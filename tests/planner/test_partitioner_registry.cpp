@@ -71,15 +71,17 @@ TEST_CASE("every partitioner keeps the shared invariants", "[registry]")
         CHECK(findPartitioner(p->name()) == p);
         CHECK(!p->description().empty());
         for (const ModelProfile* model : {&gpt, &vgg})
-            for (auto [nodes, perNode] : std::vector<std::pair<int, int>>{{1, 1}, {1, 4}, {1, 8}, {2, 4}}) {
+            for (auto [nodes, perNode] : std::vector<std::pair<int, int>> {{1, 1}, {1, 4}, {1, 8}, {2, 4}}) {
                 auto c = cluster(nodes, perNode, 1e15);
-                PartitionRequest request{*model, c, optionsFor(p->name(), *model, nodes * perNode)};
+                PartitionRequest request {*model, c, optionsFor(p->name(), *model, nodes * perNode)};
                 double last = -1;
-                auto result = p->partition(request, [&](double f) {
-                    CHECK(f >= last);
-                    CHECK(f <= 1.0);
-                    last = f;
-                }, {});
+                auto result = p->partition(request,
+                    [&](double f) {
+                        CHECK(f >= last);
+                        CHECK(f <= 1.0);
+                        last = f;
+                    },
+                    {});
                 INFO(p->name() << " " << model->name << " " << nodes << "x" << perNode << ": " << result.errorText());
                 REQUIRE(result.ok());
                 CHECK_FALSE(result.hasError());

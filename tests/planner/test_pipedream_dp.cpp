@@ -27,8 +27,8 @@ std::string config(const PipeDreamSolution& s)
     return out;
 }
 
-PipeDreamProblem chain(std::vector<double> t, std::vector<double> w, std::vector<double> a,
-                       std::vector<HierarchyLevel> levels)
+PipeDreamProblem chain(
+    std::vector<double> t, std::vector<double> w, std::vector<double> a, std::vector<HierarchyLevel> levels)
 {
     PipeDreamProblem p;
     p.compute_s = std::move(t);
@@ -50,7 +50,7 @@ PipeDreamSolution solve(const PipeDreamProblem& p, bool prune = true)
 /// Exhaustive search, written independently of the DP: enumerate the first stage (its end and replica
 /// count) and recurse on the rest with the workers left; every worker must be used.
 double exhaustive(const PipeDreamProblem& p, int level, int i, int j, int workers, int remaining,
-                  const std::function<double(int, int)>& inner)
+    const std::function<double(int, int)>& inner)
 {
     const auto& lv = p.levels[level - 1];
     double best = kInf;
@@ -67,8 +67,8 @@ double exhaustive(const PipeDreamProblem& p, int level, int i, int j, int worker
                 opt += p.optimizer_bytes[l];
             }
             if (level == 1 && p.memory_capacity_bytes > 0) {
-                StageMemoryInput in{w, act, i > 0 ? p.cut_bytes[i - 1] : 0.0, opt, (remaining + r - 1) / r,
-                                    (p.microbatches + r - 1) / r, p.recompute};
+                StageMemoryInput in {w, act, i > 0 ? p.cut_bytes[i - 1] : 0.0, opt, (remaining + r - 1) / r,
+                    (p.microbatches + r - 1) / r, p.recompute};
                 if (stageMemoryBytes(p.schedule_kind, in) > p.memory_capacity_bytes)
                     continue;
             }
@@ -99,9 +99,8 @@ double exhaustive(const PipeDreamProblem& p)
     };
     if (p.levels.size() == 1)
         return exhaustive(p, 1, 0, n - 1, p.levels[0].count, p.levels[0].count, level0);
-    std::function<double(int, int)> level1 = [&](int a, int b) {
-        return exhaustive(p, 1, a, b, p.levels[0].count, p.levels[0].count, level0);
-    };
+    std::function<double(int, int)> level1
+        = [&](int a, int b) { return exhaustive(p, 1, a, b, p.levels[0].count, p.levels[0].count, level0); };
     return exhaustive(p, 2, 0, n - 1, p.levels[1].count, p.levels[1].count, level1);
 }
 
@@ -169,7 +168,7 @@ TEST_CASE("the DP equals exhaustive search on 1,200 random small instances", "[p
         }
         if (twoLevels)
             p.levels = {{1 + static_cast<int>(rng() % 3), 200 + 2000 * u(rng)},
-                        {1 + static_cast<int>(rng() % 3), 20 + 200 * u(rng)}};
+                {1 + static_cast<int>(rng() % 3), 20 + 200 * u(rng)}};
         else
             p.levels = {{1 + static_cast<int>(rng() % 6), 50 + 1000 * u(rng)}};
         p.straight = trial % 5 == 0;
@@ -240,8 +239,8 @@ TEST_CASE("pruned search equals the textbook recurrence on larger instances", "[
 
 TEST_CASE("the solver honours its stop token", "[pipedream_dp]")
 {
-    PipeDreamProblem p = chain(std::vector<double>(200, 1.0), std::vector<double>(200, 1.0),
-                               std::vector<double>(200, 1.0), {{16, 1e9}});
+    PipeDreamProblem p = chain(
+        std::vector<double>(200, 1.0), std::vector<double>(200, 1.0), std::vector<double>(200, 1.0), {{16, 1e9}});
     std::stop_source stop;
     stop.request_stop();
     PipeDreamSolveOptions o;

@@ -43,12 +43,12 @@ TEST_CASE("every PipeDream profile partitions and simulates", "[pipedream_profil
         ++profiles;
         auto model = loadGraphTxt(graph.string());
         REQUIRE(model.layerCount() > 0);
-        for (auto [nodes, perNode] : std::vector<std::pair<int, int>>{{1, 4}, {1, 8}, {1, 16}, {4, 4}}) {
+        for (auto [nodes, perNode] : std::vector<std::pair<int, int>> {{1, 4}, {1, 8}, {1, 16}, {4, 4}}) {
             auto cluster = v100Cluster(nodes, perNode);
             PartitionOptions options;
             options.schedule.kind = "1f1b";
             options.schedule.microbatches = 16;
-            PartitionRequest request{model, cluster, options};
+            PartitionRequest request {model, cluster, options};
             auto result = findPartitioner("pipedream")->partition(request, {}, {});
             INFO(entry.path().filename().string() << " on " << cluster.name << ": " << result.errorText());
             REQUIRE(result.ok());

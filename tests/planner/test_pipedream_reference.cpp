@@ -49,7 +49,7 @@ struct Settings
 
 PartitionResult run(const ModelProfile& model, const Cluster& c, Settings s = {})
 {
-    PartitionRequest request{model, c, {}};
+    PartitionRequest request {model, c, {}};
     request.options.pipedream_variant = "reference";
     request.options.activation_compression_ratio = s.ratio;
     request.options.straight = s.straight;
@@ -109,7 +109,7 @@ TEST_CASE("reference objectives: VGG-16", "[pipedream_reference]")
     // -n 4 4 -b 1e10 1.25e9 --activation_compression_ratio 1: 3 servers x 4 GPUs of data parallelism first.
     auto twoLevel = run(vgg, cluster(4, 4, 1e10, 1.25e9), {.ratio = 1.0});
     CHECK(objective(twoLevel) == Approx(0.0671339969).epsilon(1e-6));
-    CHECK(twoLevel.plan->stages[0].devices == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    CHECK(twoLevel.plan->stages[0].devices == std::vector<int> {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
     CHECK(twoLevel.plan->algorithm_options.at("levels") == "4 x 4");
     // -n 4 -b 1e10 --straight_pipeline --activation_compression_ratio 1 (also on 8 or 16 GPUs).
     auto straight = run(vgg, cluster(4, 1, 1e10), {.ratio = 1.0, .straight = true});
@@ -121,10 +121,10 @@ TEST_CASE("reference objectives: AlexNet, ResNet-18, ResNet-50, GNMT", "[pipedre
 {
     // -n 4 4 -b 1e10 1.25e9 --activation_compression_ratio 1 (any intra bandwidth from 1e9 to 2.5e10).
     CHECK(objective(run(profile("alexnet"), cluster(4, 4, 1e10, 1.25e9), {.ratio = 1.0}))
-          == Approx(0.0150994944).epsilon(1e-6));
+        == Approx(0.0150994944).epsilon(1e-6));
     // -n 8 -b 1e10 --use_memory_constraint (-s 16e9, the default; ratio None and 1 agree).
     CHECK(objective(run(profile("resnet18"), cluster(8, 1, 1e10, 0, 16e9), {.memory = true}))
-          == Approx(0.0332803489).epsilon(1e-6));
+        == Approx(0.0332803489).epsilon(1e-6));
     // -n 4, ratio None ("without comm"); the bandwidth does not matter.
     CHECK(objective(run(profile("resnet50"), cluster(4, 1, 1e10))) == Approx(0.111497).epsilon(1e-6));
     CHECK(objective(run(profile("resnet50"), cluster(4, 1, 1e9))) == Approx(0.111497).epsilon(1e-6));
@@ -169,7 +169,7 @@ TEST_CASE("reference variant on chains, device subsets and flat levels", "[piped
 
     const auto vgg = profile("vgg16");
     const auto c = cluster(4, 4, 1e10, 1.25e9);
-    PartitionRequest request{vgg, c, {}};
+    PartitionRequest request {vgg, c, {}};
     request.options.pipedream_variant = "reference";
     request.options.devices = 8;
     auto half = partitionPipeDreamReference(request, {}, {});
@@ -196,7 +196,7 @@ TEST_CASE("reference variant through the pipedream partitioner", "[pipedream_ref
     REQUIRE(p != nullptr);
     const auto vgg = profile("vgg16");
     const auto c = cluster(4, 1, 1e9);
-    PartitionRequest request{vgg, c, {}};
+    PartitionRequest request {vgg, c, {}};
     request.options.pipedream_variant = "reference";
     request.options.activation_compression_ratio = 1.0;
     std::vector<double> progress;
@@ -225,7 +225,7 @@ TEST_CASE("reference variant on large graphs: fast, bounded, cancellable", "[pip
     std::stop_source stop;
     stop.request_stop();
     const auto twoLevel = cluster(8, 2, 1e10, 1e9);
-    PartitionRequest request{densenet, twoLevel, {}};
+    PartitionRequest request {densenet, twoLevel, {}};
     request.options.pipedream_variant = "reference";
     auto cancelled = partitionPipeDreamReference(request, {}, stop.get_token());
     CHECK_FALSE(cancelled.ok());
@@ -256,12 +256,12 @@ TEST_CASE("reference variant on tiny and odd graphs", "[pipedream_reference]")
 
     // Two unconnected chains: the antichain DAG starts at the first source and never reaches the other.
     auto split = parse(node(1, "A", 1) + node(2, "B", 1) + node(3, "C", 1) + node(4, "D", 1) + "\tnode1 -- node2\n"
-                       + "\tnode3 -- node4\n");
+        + "\tnode3 -- node4\n");
     auto r = run(split, cluster(2, 1, 1e9));
     REQUIRE(r.ok());
     checkPlan(*r.plan);
-    CHECK(std::any_of(r.diagnostics.begin(), r.diagnostics.end(),
-                      [](const Diagnostic& d) { return d.code == "unreached-layers"; }));
+    CHECK(std::any_of(
+        r.diagnostics.begin(), r.diagnostics.end(), [](const Diagnostic& d) { return d.code == "unreached-layers"; }));
 
     // A level without a bandwidth cannot replicate.
     auto noLink = run(profile("alexnet"), cluster(4, 1, 0));

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: MIT
 // Schedule generators: per-device orders against the papers' worked examples, transfers, replicas, versions.
-#include "planner/errors.h"
-#include "planner/schedule/generator.h"
+#include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
 #include <numeric>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "planner/errors.h"
+#include "planner/schedule/generator.h"
 
 using namespace pw::planner;
 
@@ -34,7 +35,7 @@ Plan makePlan(const std::string& kind, const std::vector<int>& replicas, int mic
         plan.model.layers.push_back(l);
     }
     const int devices = std::accumulate(replicas.begin(), replicas.end(), 0) + extraDevices;
-    plan.cluster.device_types.push_back({ "gpu", 80e9, 100, 0, std::nullopt, 0 });
+    plan.cluster.device_types.push_back({"gpu", 80e9, 100, 0, std::nullopt, 0});
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
@@ -46,7 +47,7 @@ Plan makePlan(const std::string& kind, const std::vector<int>& replicas, int mic
         for (int r = 0; r < replicas[j]; ++r)
             owned[j].push_back(next++);
     for (int s = 0; s < stages; ++s)
-        plan.stages.push_back({ 2 * s, 2 * s + 1, owned[s % p] });
+        plan.stages.push_back({2 * s, 2 * s + 1, owned[s % p]});
     plan.schedule.kind = kind;
     plan.schedule.microbatches = microbatches;
     plan.schedule.chunks = chunks;
@@ -132,20 +133,20 @@ std::string withoutSteps(std::string s)
 TEST_CASE("1F1B orders equal the worked example for 4 stages x 8 microbatches", "[schedule]")
 {
     // pipedream-2bw.md 3.2 (W1..W4) and megatron-gavel.md 1.3 (D1..D4) give the same orders.
-    for (const char* kind : { "1f1b", "pipedream", "2bw" }) {
+    for (const char* kind : {"1f1b", "pipedream", "2bw"}) {
         INFO(kind);
-        auto s = generateSchedule(makePlan(kind, { 1, 1, 1, 1 }, 8));
+        auto s = generateSchedule(makePlan(kind, {1, 1, 1, 1}, 8));
         for (int d = 0; d < 4; ++d)
             CHECK(withoutSteps(order(s, d)) == kStraight[d]);
     }
-    auto flush = generateSchedule(makePlan("1f1b", { 1, 1, 1, 1 }, 8));
+    auto flush = generateSchedule(makePlan("1f1b", {1, 1, 1, 1}, 8));
     CHECK(order(flush, 0) == std::string(kStraight[0]) + " U");
 }
 
 TEST_CASE("PipeDream-Flush runs two batches with a flush and a step after each", "[schedule]")
 {
     // pipedream-2bw.md 3.6: m = 4, two batches on 4 stages.
-    auto s = generateSchedule(makePlan("1f1b", { 1, 1, 1, 1 }, 4, 1, 2));
+    auto s = generateSchedule(makePlan("1f1b", {1, 1, 1, 1}, 4, 1, 2));
     CHECK(order(s, 0) == "F1 F2 F3 F4 B1 B2 B3 B4 U F5 F6 F7 F8 B5 B6 B7 B8 U");
     CHECK(order(s, 1) == "F1 F2 F3 B1 F4 B2 B3 B4 U F5 F6 F7 B5 F8 B6 B7 B8 U");
     CHECK(order(s, 2) == "F1 F2 B1 F3 B2 F4 B3 B4 U F5 F6 B5 F7 B6 F8 B7 B8 U");
@@ -159,10 +160,10 @@ TEST_CASE("PipeDream-Flush runs two batches with a flush and a step after each",
 
 TEST_CASE("GPipe runs all forwards, then all backwards in order", "[schedule]")
 {
-    auto s = generateSchedule(makePlan("gpipe", { 1, 1, 1, 1 }, 8));
+    auto s = generateSchedule(makePlan("gpipe", {1, 1, 1, 1}, 8));
     for (int d = 0; d < 4; ++d)
         CHECK(order(s, d) == "F1 F2 F3 F4 F5 F6 F7 F8 B1 B2 B3 B4 B5 B6 B7 B8 U");
-    auto v2 = generateSchedule(makePlan("gpipe", { 1, 1 }, 2, 2));
+    auto v2 = generateSchedule(makePlan("gpipe", {1, 1}, 2, 2));
     CHECK(order(v2, 0, 2, 2) == "F1a F2a F1b F2b B1b B2b B1a B2a U U");
 }
 
@@ -179,7 +180,7 @@ TEST_CASE("interleaved 1F1B equals Megatron's order for p=4, v=2, m=8", "[schedu
         "F1a F2a F3a F4a F1b B1b F2b B2b F3b B3b F4b B4b F5a B1a F6a B2a F7a B3a F8a B4a F5b B5b F6b B6b F7b B7b "
         "F8b B8b B5a B6a B7a B8a",
     };
-    auto s = generateSchedule(makePlan("interleaved", { 1, 1, 1, 1 }, 8, 2));
+    auto s = generateSchedule(makePlan("interleaved", {1, 1, 1, 1}, 8, 2));
     CHECK(s.chunks == 2);
     CHECK(s.num_stages == 8);
     for (int d = 0; d < 4; ++d)
@@ -193,7 +194,7 @@ TEST_CASE("interleaved 1F1B equals Megatron's order for p=4, v=2, m=8", "[schedu
 
 TEST_CASE("transfers surround compute actions with peers and cut bytes", "[schedule]")
 {
-    auto plan = makePlan("1f1b", { 1, 1 }, 2);
+    auto plan = makePlan("1f1b", {1, 1}, 2);
     auto s = generateSchedule(plan);
     CHECK(labels(s, 0) == "0F0 0SEND_F0 0F1 0SEND_F1 1RECV_B0 0B0 1RECV_B1 0B1 0OPTIMIZER_STEP");
     CHECK(labels(s, 1) == "0RECV_F0 1F0 1B0 1SEND_B0 0RECV_F1 1F1 1B1 1SEND_B1 1OPTIMIZER_STEP");
@@ -211,7 +212,7 @@ TEST_CASE("transfers surround compute actions with peers and cut bytes", "[sched
 
 TEST_CASE("schedule fields describe the run", "[schedule]")
 {
-    auto s = generateSchedule(makePlan("2bw", { 1, 1, 1 }, 4, 1, 3, 2));
+    auto s = generateSchedule(makePlan("2bw", {1, 1, 1}, 4, 1, 3, 2));
     CHECK(s.kind == "2bw");
     CHECK(s.num_devices == 5);
     CHECK(s.devices.size() == 5);
@@ -227,16 +228,16 @@ TEST_CASE("schedule fields describe the run", "[schedule]")
     std::set<std::string> names;
     for (const auto* g : scheduleGenerators())
         names.insert(std::string(g->name()));
-    CHECK(names == std::set<std::string> { "gpipe", "1f1b", "pipedream", "2bw", "interleaved" });
+    CHECK(names == std::set<std::string> {"gpipe", "1f1b", "pipedream", "2bw", "interleaved"});
 }
 
 TEST_CASE("replicated stages take microbatches round robin (1F1B-RR)", "[schedule]")
 {
     // 2-1 on 3 devices: worker 1 takes even ids, worker 2 odd ids, worker 3 all; NOAM = ceil(3/2) = 2.
-    auto s = generateSchedule(makePlan("pipedream", { 2, 1 }, 4, 1, 2));
+    auto s = generateSchedule(makePlan("pipedream", {2, 1}, 4, 1, 2));
     REQUIRE(s.groups.size() == 1);
     CHECK(s.groups[0].stage == 0);
-    CHECK(s.groups[0].devices == std::vector<std::int32_t> { 0, 1 });
+    CHECK(s.groups[0].devices == std::vector<std::int32_t> {0, 1});
     CHECK(withoutSteps(order(s, 0)) == "F1 F3 B1 F5 B3 F7 B5 B7");
     CHECK(withoutSteps(order(s, 1)) == "F2 F4 B2 F6 B4 F8 B6 B8");
     CHECK(withoutSteps(order(s, 2)) == "F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 F8 B8");
@@ -255,31 +256,31 @@ TEST_CASE("replicated stages take microbatches round robin (1F1B-RR)", "[schedul
         if (a.kind == ActionKind::SendGradient)
             CHECK(a.peer == a.microbatch % 2);
     // Flush: each replica steps once per batch after an all-reduce.
-    auto flush = generateSchedule(makePlan("1f1b", { 2, 1 }, 4, 1, 2));
+    auto flush = generateSchedule(makePlan("1f1b", {2, 1}, 4, 1, 2));
     CHECK(order(flush, 0) == "F1 F3 B1 B3 U F5 F7 B5 B7 U");
     CHECK(order(flush, 2) == "F1 B1 F2 B2 F3 B3 F4 B4 U F5 B5 F6 B6 F7 B7 F8 B8 U");
 }
 
 TEST_CASE("generators reject options they cannot run", "[schedule]")
 {
-    CHECK_THROWS_WITH(generateSchedule(makePlan("zigzag", { 1, 1 }, 4)), Catch::Contains("unknown schedule kind"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("interleaved", { 1, 1, 1, 1 }, 6, 2)), Catch::Contains("multiple"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("interleaved", { 2, 1 }, 4, 2)), Catch::Contains("replicated"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("2bw", { 1, 1, 1, 1 }, 3)), Catch::Contains("at least as many"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("pipedream", { 2, 1 }, 3)), Catch::Contains("multiple"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("1f1b", { 1, 1 }, 4, 2)), Catch::Contains("interleaved"));
-    CHECK_THROWS_AS(generateSchedule(makePlan("pipedream", { 1, 1 }, 4, 2)), InputError);
-    auto shared = makePlan("1f1b", { 1, 1 }, 4);
-    shared.stages[1].devices = { 0 };
+    CHECK_THROWS_WITH(generateSchedule(makePlan("zigzag", {1, 1}, 4)), Catch::Contains("unknown schedule kind"));
+    CHECK_THROWS_WITH(generateSchedule(makePlan("interleaved", {1, 1, 1, 1}, 6, 2)), Catch::Contains("multiple"));
+    CHECK_THROWS_WITH(generateSchedule(makePlan("interleaved", {2, 1}, 4, 2)), Catch::Contains("replicated"));
+    CHECK_THROWS_WITH(generateSchedule(makePlan("2bw", {1, 1, 1, 1}, 3)), Catch::Contains("at least as many"));
+    CHECK_THROWS_WITH(generateSchedule(makePlan("pipedream", {2, 1}, 3)), Catch::Contains("multiple"));
+    CHECK_THROWS_WITH(generateSchedule(makePlan("1f1b", {1, 1}, 4, 2)), Catch::Contains("interleaved"));
+    CHECK_THROWS_AS(generateSchedule(makePlan("pipedream", {1, 1}, 4, 2)), InputError);
+    auto shared = makePlan("1f1b", {1, 1}, 4);
+    shared.stages[1].devices = {0};
     CHECK_THROWS_AS(generateSchedule(shared), InputError);
-    auto wrongVirtual = makePlan("interleaved", { 1, 1 }, 4, 2);
-    wrongVirtual.stages[2].devices = { 1 };
+    auto wrongVirtual = makePlan("interleaved", {1, 1}, 4, 2);
+    wrongVirtual.stages[2].devices = {1};
     CHECK_THROWS_AS(generateSchedule(wrongVirtual), InputError);
 }
 
 TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one", "[schedule]")
 {
-    auto async = generateSchedule(makePlan("pipedream", { 1, 1, 1, 1 }, 8, 1, 2));
+    auto async = generateSchedule(makePlan("pipedream", {1, 1, 1, 1}, 8, 1, 2));
     for (int s = 0; s < 4; ++s)
         CHECK(peakLiveVersions(async, s, s) == 4 - s);
     // A forward uses the latest version: k - (p - s) updates, clamped at 0 (pipedream-2bw.md 3.4).
@@ -287,7 +288,7 @@ TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one",
         if (a.kind == ActionKind::Forward)
             CHECK(a.weight_version == std::max(0, a.microbatch - 3));
 
-    auto tbw = generateSchedule(makePlan("2bw", { 1, 1, 1, 1 }, 4, 1, 4));
+    auto tbw = generateSchedule(makePlan("2bw", {1, 1, 1, 1}, 4, 1, 4));
     for (int s = 0; s < 4; ++s)
         CHECK(peakLiveVersions(tbw, s, s) == 2);
     for (const auto& a : tbw.devices[1])
@@ -299,12 +300,12 @@ TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one",
         if (w1[i].kind == ActionKind::OptimizerStep && w1[i].weight_version == 1)
             CHECK(actionLabel(w1[i - 1]) == "0B3");
 
-    auto replicated = generateSchedule(makePlan("2bw", { 2, 2, 1 }, 6, 1, 4));
+    auto replicated = generateSchedule(makePlan("2bw", {2, 2, 1}, 6, 1, 4));
     for (int d = 0; d < 5; ++d)
         CHECK(peakLiveVersions(replicated, d, d < 2 ? 0 : d < 4 ? 1 : 2) <= 2);
 
-    for (const char* kind : { "gpipe", "1f1b" }) {
-        auto flush = generateSchedule(makePlan(kind, { 1, 1, 1 }, 4, 1, 3));
+    for (const char* kind : {"gpipe", "1f1b"}) {
+        auto flush = generateSchedule(makePlan(kind, {1, 1, 1}, 4, 1, 3));
         for (int s = 0; s < 3; ++s)
             CHECK(peakLiveVersions(flush, s, s) == 1);
     }
@@ -313,9 +314,9 @@ TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one",
 TEST_CASE("sends between two devices are received in the order they were posted", "[schedule]")
 {
     // Transports without tags (NCCL point-to-point) match messages per pair of devices in order.
-    for (const char* kind : { "gpipe", "1f1b", "pipedream", "2bw", "interleaved" })
-        for (int p : { 2, 3, 4 })
-            for (int v : { 1, 2, 3 }) {
+    for (const char* kind : {"gpipe", "1f1b", "pipedream", "2bw", "interleaved"})
+        for (int p : {2, 3, 4})
+            for (int v : {1, 2, 3}) {
                 if (v > 1 && std::string(kind) != "gpipe" && std::string(kind) != "interleaved")
                     continue;
                 auto s = generateSchedule(makePlan(kind, std::vector<int>(p, 1), 2 * p, v, 2));
@@ -326,9 +327,9 @@ TEST_CASE("sends between two devices are received in the order they were posted"
                             = std::to_string(static_cast<int>(isSend(a.kind) ? a.kind : ActionKind(int(a.kind) - 1)))
                             + ":" + std::to_string(a.stage) + ":" + std::to_string(a.microbatch);
                         if (isSend(a.kind))
-                            sent[{ d, a.peer }].push_back(key);
+                            sent[{d, a.peer}].push_back(key);
                         else if (isRecv(a.kind))
-                            received[{ a.peer, d }].push_back(key);
+                            received[{a.peer, d}].push_back(key);
                     }
                 INFO(kind << " p=" << p << " v=" << v);
                 CHECK(sent == received);
@@ -337,7 +338,7 @@ TEST_CASE("sends between two devices are received in the order they were posted"
 
 TEST_CASE("generators produce millions of actions per second", "[.][schedule-perf]")
 {
-    for (const char* kind : { "gpipe", "1f1b", "pipedream", "2bw", "interleaved" }) {
+    for (const char* kind : {"gpipe", "1f1b", "pipedream", "2bw", "interleaved"}) {
         auto plan = makePlan(kind, std::vector<int>(8, 1), 512, std::string(kind) == "interleaved" ? 2 : 1, 64);
         auto t0 = std::chrono::steady_clock::now();
         auto s = generateSchedule(plan);

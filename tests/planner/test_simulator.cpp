@@ -132,8 +132,8 @@ TEST_CASE("simulated peak memory matches the analytic stage memory", "[simulator
         auto r = run(plan);
         for (int s = 0; s < 4; ++s) {
             auto totals = stageTotals(plan, s, plan.cluster.device_types[0]);
-            StageMemoryInput in{totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
-                                totals.optimizer_bytes, 4 - s, 8, false};
+            StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
+                totals.optimizer_bytes, 4 - s, 8, false};
             INFO(kind << " stage " << s);
             CHECK(r.stages[s].peak_memory_bytes == Approx(stageMemoryBytes(kind, in)));
         }

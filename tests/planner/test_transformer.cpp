@@ -27,16 +27,16 @@ struct MegatronRow
 
 // megatron-gavel.md §4.2 (Table 4.1). V = 51,200 and s = 2048 for every row.
 const MegatronRow kTable41[] = {
-    { 1.7, 24, 2304, 24, 32, 512, 137, 3.5 },
-    { 3.6, 32, 3072, 30, 64, 512, 138, 3.7 },
-    { 7.5, 32, 4096, 36, 128, 512, 142, 3.7 },
-    { 18.4, 48, 6144, 40, 256, 1024, 135, 9.4 },
-    { 39.1, 64, 8192, 48, 512, 1536, 138, 14.5 },
-    { 76.1, 80, 10240, 60, 1024, 1792, 140, 16.1 },
-    { 145.6, 96, 12288, 80, 1536, 2304, 148, 24.8 },
-    { 310.1, 128, 16384, 96, 1920, 2160, 155, 37.6 },
-    { 529.6, 128, 20480, 105, 2520, 2520, 163, 54.1 },
-    { 1008.0, 160, 25600, 128, 3072, 3072, 163, 102.6 },
+    {1.7, 24, 2304, 24, 32, 512, 137, 3.5},
+    {3.6, 32, 3072, 30, 64, 512, 138, 3.7},
+    {7.5, 32, 4096, 36, 128, 512, 142, 3.7},
+    {18.4, 48, 6144, 40, 256, 1024, 135, 9.4},
+    {39.1, 64, 8192, 48, 512, 1536, 138, 14.5},
+    {76.1, 80, 10240, 60, 1024, 1792, 140, 16.1},
+    {145.6, 96, 12288, 80, 1536, 2304, 148, 24.8},
+    {310.1, 128, 16384, 96, 1920, 2160, 155, 37.6},
+    {529.6, 128, 20480, 105, 2520, 2520, 163, 54.1},
+    {1008.0, 160, 25600, 128, 3072, 3072, 163, 102.6},
 };
 
 TransformerConfig configOf(const MegatronRow& row, int microbatch = 1)
@@ -52,7 +52,10 @@ TransformerConfig configOf(const MegatronRow& row, int microbatch = 1)
     return c;
 }
 
-DeviceType a100() { return *devicePreset("A100"); }
+DeviceType a100()
+{
+    return *devicePreset("A100");
+}
 
 double sumForwardFlops(const ModelProfile& m, const char* kind)
 {
@@ -93,8 +96,8 @@ TEST_CASE("Eq. 4.3 equals 12lh^2 + 13lh + (V + s)h and the profile's weights", "
 
 TEST_CASE("Per-layer FLOPs add up to Eq. 4.2", "[transformer]")
 {
-    for (const auto& row : { kTable41[0], kTable41[6], kTable41[9] }) {
-        for (int b : { 1, 4 }) {
+    for (const auto& row : {kTable41[0], kTable41[6], kTable41[9]}) {
+        for (int b : {1, 4}) {
             INFO("model " << row.billions << "B, microbatch " << b);
             const auto c = configOf(row, b);
             const double B = b, l = c.layers, h = c.hidden, V = c.vocab, s = c.sequence;

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 // Schedule validator: accepts every generated schedule, rejects broken ones with a message that says why.
-#include "planner/errors.h"
-#include "planner/schedule/generator.h"
+#include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include "planner/errors.h"
+#include "planner/schedule/generator.h"
 
 using namespace pw::planner;
 
@@ -29,7 +30,7 @@ Plan makePlan(
         l.weight_bytes = 100;
         plan.model.layers.push_back(l);
     }
-    plan.cluster.device_types.push_back({ "gpu", 80e9, 100, 0, std::nullopt, 0 });
+    plan.cluster.device_types.push_back({"gpu", 80e9, 100, 0, std::nullopt, 0});
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
@@ -40,7 +41,7 @@ Plan makePlan(
         for (int r = 0; r < replicas[j]; ++r)
             owned[j].push_back(next++);
     for (int s = 0; s < stages; ++s)
-        plan.stages.push_back({ s, s, owned[s % p] });
+        plan.stages.push_back({s, s, owned[s % p]});
     plan.schedule.kind = kind;
     plan.schedule.microbatches = microbatches;
     plan.schedule.chunks = chunks;
@@ -85,10 +86,10 @@ std::string joined(const std::vector<std::string>& errors)
 
 void checkGrid(const std::vector<int>& replicas, const std::vector<int>& chunkValues)
 {
-    for (const char* kind : { "gpipe", "1f1b", "pipedream", "2bw", "interleaved" })
-        for (int m : { 1, 2, 3, 4, 8, 16 })
+    for (const char* kind : {"gpipe", "1f1b", "pipedream", "2bw", "interleaved"})
+        for (int m : {1, 2, 3, 4, 8, 16})
             for (int v : chunkValues)
-                for (int iterations : { 1, 2 }) {
+                for (int iterations : {1, 2}) {
                     auto plan = makePlan(kind, replicas, m, v, iterations);
                     INFO(kind << " config " << plan.configString() << " m=" << m << " v=" << v
                               << " iterations=" << iterations);
@@ -118,20 +119,20 @@ std::size_t find(const std::vector<Action>& list, ActionKind kind, int microbatc
 TEST_CASE("validator accepts every generated straight schedule", "[validator]")
 {
     for (int p = 1; p <= 8; ++p)
-        checkGrid(std::vector<int>(p, 1), { 1, 2, 3 });
+        checkGrid(std::vector<int>(p, 1), {1, 2, 3});
 }
 
 TEST_CASE("validator accepts every generated replicated schedule", "[validator]")
 {
-    const std::vector<std::vector<int>> configs = { { 2 }, { 2, 1 }, { 3, 1 }, { 1, 2 }, { 2, 2 }, { 2, 3 }, { 4, 1 },
-        { 2, 2, 1 }, { 3, 2, 1 }, { 1, 3, 2 }, { 2, 1, 1, 1 }, { 1, 1, 2 } };
+    const std::vector<std::vector<int>> configs = {
+        {2}, {2, 1}, {3, 1}, {1, 2}, {2, 2}, {2, 3}, {4, 1}, {2, 2, 1}, {3, 2, 1}, {1, 3, 2}, {2, 1, 1, 1}, {1, 1, 2}};
     for (const auto& c : configs)
-        checkGrid(c, { 1, 2 });
+        checkGrid(c, {1, 2});
 }
 
 TEST_CASE("validator measures the sends a device must buffer", "[validator]")
 {
-    auto plan = makePlan("1f1b", { 1, 1, 1, 1 }, 8);
+    auto plan = makePlan("1f1b", {1, 1, 1, 1}, 8);
     CHECK(validate(generateSchedule(plan), plan).max_outstanding_sends == 4);
     plan.schedule.kind = "gpipe";
     CHECK(validate(generateSchedule(plan), plan).max_outstanding_sends == 8);
@@ -139,7 +140,7 @@ TEST_CASE("validator measures the sends a device must buffer", "[validator]")
 
 TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
 {
-    auto plan = makePlan("1f1b", { 1, 1 }, 2);
+    auto plan = makePlan("1f1b", {1, 1}, 2);
     const auto good = generateSchedule(plan);
     REQUIRE(validate(good, plan).ok);
 
@@ -168,7 +169,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("two swapped receives on one device: deadlock")
     {
-        auto s = makePlan("1f1b", { 1, 1, 1 }, 3);
+        auto s = makePlan("1f1b", {1, 1, 1}, 3);
         auto sch = generateSchedule(s);
         auto& d1 = sch.devices[1];
         std::swap(d1[find(d1, ActionKind::RecvActivation, 0)], d1[find(d1, ActionKind::RecvGradient, 0)]);
@@ -209,7 +210,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("a forward on the wrong replica")
     {
-        auto rplan = makePlan("1f1b", { 2, 1 }, 2);
+        auto rplan = makePlan("1f1b", {2, 1}, 2);
         auto s = generateSchedule(rplan);
         std::swap(s.devices[0], s.devices[1]);
         CHECK_THAT(joined(validate(s, rplan).errors),
@@ -217,7 +218,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("an all-reduce one replica never reaches")
     {
-        auto rplan = makePlan("pipedream", { 2, 1 }, 4);
+        auto rplan = makePlan("pipedream", {2, 1}, 4);
         auto s = generateSchedule(rplan);
         auto& d1 = s.devices[1];
         for (std::size_t i = d1.size(); i-- > 0;)
@@ -232,7 +233,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("a schedule for another plan")
     {
-        auto other = makePlan("1f1b", { 1, 1, 1 }, 2);
+        auto other = makePlan("1f1b", {1, 1, 1}, 2);
         CHECK_FALSE(validate(good, other).ok);
     }
 }

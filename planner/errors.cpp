@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+// InputError: one-line messages "FILE:LINE: FIELD: message".
 #include "errors.h"
 
 namespace pw::planner {
@@ -7,16 +8,16 @@ std::string format(const std::string& source, int line, const std::string& field
 {
     std::string out;
     if (!source.empty()) {
-        out += source;
+        out.append(source);
         if (line > 0)
-            out += ":" + std::to_string(line);
-        out += ": ";
+            out.append(":").append(std::to_string(line));
+        out.append(": ");
     } else if (line > 0) {
-        out += "line " + std::to_string(line) + ": ";
+        out.append("line ").append(std::to_string(line)).append(": ");
     }
     if (!field.empty())
-        out += field + ": ";
-    out += message;
+        out.append(field).append(": ");
+    out.append(message);
     return out;
 }
 } // namespace

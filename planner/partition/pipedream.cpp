@@ -76,6 +76,14 @@ public:
             problem.recompute = plan.schedule.recompute;
         }
 
+        // Lower levels keep an N x N table per level; past this many layers that is gigabytes.
+        constexpr int kMaxHierarchicalLayers = 12'000;
+        if (problem.levels.size() > 1 && model.layerCount() > kMaxHierarchicalLayers) {
+            diag.push_back({Severity::Error, "too-large",
+                std::to_string(model.layerCount()) + " layers are too many for the hierarchical DP (at most "
+                    + std::to_string(kMaxHierarchicalLayers) + "); plan with --flat"});
+            return {std::nullopt, diag};
+        }
         PipeDreamSolveOptions solveOptions;
         solveOptions.progress = progress;
         solveOptions.stop = stop;

@@ -14,10 +14,11 @@
 #include "pipedream_dp.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <map>
+#include <thread>
 
 #include "../costs.h"
 
@@ -44,6 +45,7 @@ struct Row
     double& at(int j, int m) { return value[static_cast<std::size_t>(j - i) * M + (m - 1)]; }
     double at(int j, int m) const { return value[static_cast<std::size_t>(j - i) * M + (m - 1)]; }
     Arg& argAt(int j, int m) { return arg[static_cast<std::size_t>(j - i) * M + (m - 1)]; }
+    Arg argAt(int j, int m) const { return arg[static_cast<std::size_t>(j - i) * M + (m - 1)]; }
 };
 
 class Solver
@@ -82,16 +84,30 @@ public:
         for (int k = 1; k <= m_levels; ++k)
             total += k < m_levels || !m_o.prune ? m_n : 1;
         for (int k = 1; k < m_levels; ++k) {
-            // Lower levels: every row, keeping A(i, j, m_k) for the level above.
+            // Lower levels: every row, keeping A(i, j, m_k) for the level above. Rows are independent, so
+            // they are shared out among threads; the calling thread reports progress.
             m_full[k].assign(static_cast<std::size_t>(m_n) * m_n, kInf);
-            for (int i = 0; i < m_n; ++i) {
-                Row row = solveRow(k, i);
-                if (m_cancelled)
-                    return sol;
-                for (int j = i; j < m_n; ++j)
-                    m_full[k][static_cast<std::size_t>(i) * m_n + j] = row.at(j, levelSize(k));
-                report(++done / total);
-            }
+            std::atomic<int> next {0}, finished {0};
+            auto work = [&](bool reporter) {
+                for (int i = next++; i < m_n && !m_cancelled; i = next++) {
+                    Row row = solveRow(k, i);
+                    for (int j = i; j < m_n && !m_cancelled; ++j)
+                        m_full[k][static_cast<std::size_t>(i) * m_n + j] = row.at(j, levelSize(k));
+                    ++finished;
+                    if (reporter)
+                        report((done + finished) / total);
+                }
+            };
+            const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+            std::vector<std::thread> pool;
+            for (int t = 1; t < std::min(threads, m_n); ++t)
+                pool.emplace_back(work, false);
+            work(true);
+            for (auto& t : pool)
+                t.join();
+            if (m_cancelled)
+                return sol;
+            done += m_n;
         }
         const int top = m_levels;
         if (!m_o.prune) {
@@ -300,7 +316,7 @@ private:
         std::vector<LevelStage> levelStages;
         int j = last, mm = m;
         while (mm > 0) {
-            Arg a = const_cast<Row*>(solved)->argAt(j, mm);
+            Arg a = solved->argAt(j, mm);
             if (a.split < 0) {
                 levelStages.push_back({first, j, mm});
                 break;
@@ -314,17 +330,15 @@ private:
         int offset = 0;
         const int inner = k == 1 ? 1 : levelSize(k - 1);
         for (const auto& ls : levelStages) {
-            std::vector<PlanStage> merged;
-            for (int w = 0; w < ls.workers; ++w) {
-                const int worker = base + offset + w;
-                auto pieces = expand(k - 1, ls.a, ls.b, inner, worker * inner, nullptr);
-                if (merged.empty()) {
-                    merged = std::move(pieces);
-                } else {
-                    for (std::size_t p = 0; p < merged.size(); ++p)
-                        merged[p].devices.insert(
-                            merged[p].devices.end(), pieces[p].devices.begin(), pieces[p].devices.end());
-                }
+            // Every worker of a level stage runs the same inner pipeline: solve it once, then shift its devices.
+            const int first = base + offset;
+            std::vector<PlanStage> merged = expand(k - 1, ls.a, ls.b, inner, first * inner, nullptr);
+            const auto once = merged;
+            for (int w = 1; w < ls.workers; ++w) {
+                const int shift = static_cast<int>(w * m_cap[k]);
+                for (std::size_t p = 0; p < merged.size(); ++p)
+                    for (int d : once[p].devices)
+                        merged[p].devices.push_back(d + shift);
             }
             offset += ls.workers;
             out.insert(out.end(), merged.begin(), merged.end());
@@ -339,7 +353,7 @@ private:
     std::vector<double> m_cpre, m_wpre, m_apre, m_opre;
     std::vector<long long> m_cap;
     std::vector<std::vector<double>> m_full;
-    bool m_cancelled = false;
+    std::atomic<bool> m_cancelled {false};
 };
 
 } // namespace

@@ -116,6 +116,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         ->required()
         ->check(CLI::IsMember({"chrome-trace", "actions-csv", "graph-txt", "schedule-json"}));
     exp->add_option("-o,--output", expOpt.output, "file to write")->required();
+    exp->add_flag("--json", expOpt.json, "print a JSON summary");
 
     bool demoJson = false;
     auto* demoCmd = app.add_subcommand("demo", "plan and simulate the bundled demo, print a summary");

@@ -243,7 +243,11 @@ void exportPlan(const ExportOptions& o, std::ostream& out)
         else
             writeJsonFile(o.output, toJson(schedule));
     }
-    out << "wrote " << o.output << "\n";
+    if (o.json)
+        out << json {{"format", o.format}, {"output", o.output}, {"bytes", std::filesystem::file_size(o.output)}}.dump(2)
+            << "\n";
+    else
+        out << "wrote " << o.output << "\n";
 }
 
 } // namespace pw::cli

@@ -53,6 +53,7 @@ struct ExportOptions
     std::string plan;
     std::string format;
     std::string output;
+    bool json = false;
 };
 
 void importPipeDream(const ImportOptions& o, std::ostream& out);

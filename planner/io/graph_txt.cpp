@@ -359,7 +359,7 @@ void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* pla
     const auto ids = nodeIds(model);
     for (int i = 0; i < n; ++i) {
         const auto& l = model.layers[i];
-        out << ids[i] << kSeparator << sanitizeDescription(l.kind) << kSeparator
+        out << ids[i] << kSeparator << sanitizeDescription(l.kind.empty() ? l.name : l.kind) << kSeparator
             << "forward_compute_time=" << formatNumber(l.forward_ms)
             << ", backward_compute_time=" << formatNumber(l.backward_ms)
             << ", activation_size=" << formatNumber(l.activation_bytes)

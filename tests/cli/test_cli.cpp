@@ -201,3 +201,46 @@ TEST_CASE("schedule problems of a loaded plan name the plan file and field", "[c
     CHECK(sim.err.find("/schedule/microbatches") != std::string::npos);
     fs::remove_all(dir);
 }
+
+namespace {
+/// Compares `actual` with the golden file, or rewrites it when PW_UPDATE_GOLDEN is set.
+void checkGolden(const std::string& name, const std::string& actual)
+{
+    const auto path = fs::path(kData) / "golden" / name;
+    if (std::getenv("PW_UPDATE_GOLDEN")) {
+        std::ofstream(path, std::ios::binary) << actual;
+        return;
+    }
+    std::ifstream f(path, std::ios::binary);
+    REQUIRE(f);
+    std::stringstream expected;
+    expected << f.rdbuf();
+    CHECK(actual == expected.str());
+}
+
+std::string slurp(const fs::path& p)
+{
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+} // namespace
+
+TEST_CASE("plan summary, actions CSV and graph.txt match their golden files", "[cli][golden]")
+{
+    auto dir = tempDir();
+    const std::string golden = kData + "/golden/";
+    auto planPath = (dir / "plan.json").string();
+    auto r = cli({"plan", "--model", golden + "tiny-model.json", "--cluster", golden + "four-gpus.json", "--algorithm",
+        "manual", "--boundaries", "0,1,2", "--schedule", "1f1b", "--microbatches", "4", "-o", planPath});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    // The summary without its last line (which names the temporary file).
+    checkGolden("tiny-1f1b.summary.txt", r.out.substr(0, r.out.rfind("wrote ")));
+    REQUIRE(cli({"export", planPath, "--format", "actions-csv", "-o", (dir / "a.csv").string()}).code == 0);
+    checkGolden("tiny-1f1b.actions.csv", slurp(dir / "a.csv"));
+    REQUIRE(cli({"export", planPath, "--format", "graph-txt", "-o", (dir / "g.txt").string()}).code == 0);
+    checkGolden("tiny-1f1b.graph.txt", slurp(dir / "g.txt"));
+    fs::remove_all(dir);
+}

@@ -81,6 +81,8 @@ Plan basePlan(const PartitionRequest& request, std::string_view algorithm);
 /// Number of devices the request may use, or an error diagnostic.
 std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Diagnostic>& diagnostics);
 PartitionResult failure(std::string code, std::string message);
+/// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics`.
+PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
 } // namespace detail
 
 } // namespace pw::planner

@@ -106,13 +106,7 @@ public:
                 {"per_worker_allreduce", opt.per_worker_allreduce}, {"memory_limit", opt.memory_limit}};
         interleave(plan, diag);
         checkMemory(plan, diag);
-        try {
-            plan.validate();
-        } catch (const InputError& e) {
-            diag.push_back({Severity::Error, "invalid-plan", e.what()});
-            return {std::nullopt, diag};
-        }
-        return {std::move(plan), diag};
+        return detail::validated(std::move(plan), std::move(diag));
     }
 
 private:

@@ -321,13 +321,7 @@ PartitionResult partitionPipeDreamReference(
     diag.push_back({Severity::Info, "objective",
         "time per stage in pipeline (reference objective): " + formatSeconds(*objective) + " s over "
             + std::to_string(dag.stateCount()) + " antichain states"});
-    try {
-        plan.validate();
-    } catch (const InputError& e) {
-        diag.push_back({Severity::Error, "invalid-plan", e.what()});
-        return {std::nullopt, diag};
-    }
-    return {std::move(plan), diag};
+    return detail::validated(std::move(plan), std::move(diag));
 }
 
 } // namespace pw::planner

@@ -90,5 +90,16 @@ PartitionResult failure(std::string code, std::string message)
     return r;
 }
 
+PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics)
+{
+    try {
+        plan.validate();
+    } catch (const InputError& e) {
+        diagnostics.push_back({Diagnostic::Severity::Error, "invalid-plan", e.what()});
+        return {std::nullopt, std::move(diagnostics)};
+    }
+    return {std::move(plan), std::move(diagnostics)};
+}
+
 } // namespace detail
 } // namespace pw::planner

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "../errors.h"
 #include "builtin.h"
 
 namespace pw::planner::detail {
@@ -51,17 +50,11 @@ PartitionResult planFromBoundaries(
         first = st.last_layer + 1;
         plan.stages.push_back(std::move(st));
     }
-    PartitionResult result;
+    std::vector<Diagnostic> diagnostics;
     if (replicas * p < devices)
-        result.diagnostics.push_back({Diagnostic::Severity::Info, "unused-devices",
+        diagnostics.push_back({Diagnostic::Severity::Info, "unused-devices",
             std::to_string(devices - replicas * p) + " device(s) left unused"});
-    try {
-        plan.validate();
-    } catch (const InputError& e) {
-        return failure("invalid-plan", e.what());
-    }
-    result.plan = std::move(plan);
-    return result;
+    return validated(std::move(plan), std::move(diagnostics));
 }
 
 std::vector<int> balancedBoundaries(const std::vector<double>& weights, int parts)

@@ -303,7 +303,8 @@ private:
             }
             case ActionKind::SendActivation:
             case ActionKind::SendGradient: {
-                auto& tr = m_transfers.at(transferKey(d, a, a.kind == ActionKind::SendGradient));
+                const std::size_t key = transferKey(d, a, a.kind == ActionKind::SendGradient);
+                auto& tr = m_transfers[key];
                 double start = std::max(dev.compute_free, dev.send_free);
                 double arrival = start + transferTime(d, a.peer, a.bytes);
                 tr.start = start;
@@ -313,7 +314,7 @@ private:
                 if (!overlap)
                     dev.compute_free = arrival;
                 span(d, Lane::Send, a, dev.pc, start, arrival);
-                int& waiter = m_waiter[transferKey(d, a, a.kind == ActionKind::SendGradient)];
+                int& waiter = m_waiter[key];
                 if (waiter >= 0) {
                     push(waiter);
                     waiter = -1;
@@ -322,8 +323,8 @@ private:
             }
             case ActionKind::RecvActivation:
             case ActionKind::RecvGradient: {
-                std::size_t key = transferKey(d, a, a.kind == ActionKind::RecvGradient);
-                const auto& tr = m_transfers.at(key);
+                const std::size_t key = transferKey(d, a, a.kind == ActionKind::RecvGradient);
+                const auto& tr = m_transfers[key];
                 if (tr.arrival == kUnset) {
                     m_waiter[key] = d;
                     return;

@@ -121,6 +121,15 @@ void Plan::validate() const
             std::to_string(stageCount()) + " virtual stages cannot form " + std::to_string(o.chunks)
                 + " chunks per device");
     optimizerStateFactor(o.optimizer);
+    if (!o.in_flight.empty()) {
+        if (static_cast<int>(o.in_flight.size()) != stageCount())
+            throw InputError({}, 0, "/schedule/in_flight",
+                "has " + std::to_string(o.in_flight.size()) + " entries for " + std::to_string(stageCount())
+                    + " stages");
+        for (std::size_t s = 0; s < o.in_flight.size(); ++s)
+            if (o.in_flight[s] < 1)
+                throw InputError({}, 0, "/schedule/in_flight/" + std::to_string(s), "must be >= 1");
+    }
     // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's.
     const int p = pipelineDepth();
     std::set<int> used;
@@ -165,6 +174,8 @@ json toJson(const Plan& plan)
         {"model", std::move(model)}, {"cluster", std::move(cluster)}};
     if (!plan.layer_order.empty())
         j["layer_order"] = plan.layer_order;
+    if (!o.in_flight.empty())
+        j["schedule"]["in_flight"] = o.in_flight;
     if (plan.predicted) {
         const auto& p = *plan.predicted;
         j["predicted"]
@@ -224,6 +235,11 @@ Plan planFromJson(const json& j)
         o.recompute = f::booleanOr(js, "recompute", "/schedule", o.recompute);
         o.optimizer = f::stringOr(js, "optimizer", "/schedule", o.optimizer);
         o.overlap_communication = f::booleanOr(js, "overlap_communication", "/schedule", o.overlap_communication);
+        if (js.contains("in_flight")) {
+            const auto& a = f::array(js, "in_flight", "/schedule");
+            for (std::size_t i = 0; i < a.size(); ++i)
+                o.in_flight.push_back(f::index(a[i], "/schedule/in_flight/" + std::to_string(i)));
+        }
     }
     plan.validate();
     return plan;

@@ -40,6 +40,9 @@ struct ScheduleOptions
     bool recompute = false; ///< activation recomputation
     std::string optimizer = "adam"; ///< sgd | momentum | adam: bytes of optimizer state per weight byte
     bool overlap_communication = true; ///< false: sends and receives block the compute lane
+    /// Per virtual stage: microbatches a replica keeps in flight in the 1F1B order (warm-up forwards + 1).
+    /// Empty = the kind's default (ceil(W_s / r_s)); BaPipe's 1F1B-SO and MadPipe's 1F1B* set it.
+    std::vector<int> in_flight;
 };
 
 /// Optimizer state kept per weight byte (0 for SGD, 1 for momentum, 2 for Adam).

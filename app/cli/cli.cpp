@@ -38,7 +38,7 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
     auto& p = o.partition;
     cmd->add_option("--model", o.model, "model profile: native JSON or PipeDream graph.txt")->required();
     cmd->add_option("--cluster", o.cluster, "cluster JSON")->required();
-    cmd->add_option("--algorithm", o.algorithm, "pipedream | uniform | parameters | manual")->required();
+    cmd->add_option("--algorithm", o.algorithm, "partitioning algorithm (see `pipewright-cli algorithms`)")->required();
     cmd->add_option("-o,--output", o.output, "write the plan JSON here");
     cmd->add_option("--schedule", p.schedule.kind, "gpipe | 1f1b | pipedream | 2bw | interleaved")
         ->capture_default_str();
@@ -61,6 +61,7 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
     cmd->add_flag("--per-worker-allreduce", p.per_worker_allreduce, "read B_k as per-worker bandwidth");
     cmd->add_flag("--flat", p.flat, "PipeDream: one level over all devices");
     cmd->add_option("--boundaries", o.boundaries, "manual: last layer of every stage but the last, e.g. 5,11,17");
+    cmd->add_option("--set", o.settings, "algorithm option NAME=VALUE (repeatable; see `pipewright-cli algorithms`)");
     cmd->add_flag("--json", o.json, "print the result as JSON");
 }
 
@@ -118,6 +119,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     exp->add_option("-o,--output", expOpt.output, "file to write")->required();
     exp->add_flag("--json", expOpt.json, "print a JSON summary");
 
+    bool algorithmsJson = false;
+    auto* algoCmd = app.add_subcommand("algorithms", "list the partitioning algorithms and their options");
+    algoCmd->add_flag("--json", algorithmsJson, "print the list as JSON");
+
     bool demoJson = false;
     auto* demoCmd = app.add_subcommand("demo", "plan and simulate the bundled demo, print a summary");
     demoCmd->add_flag("--json", demoJson, "print the results as JSON");
@@ -143,6 +148,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             simulate(simOpt, out);
         else if (exp->parsed())
             exportPlan(expOpt, out);
+        else if (algoCmd->parsed())
+            listAlgorithms(algorithmsJson, out);
         else if (demoCmd->parsed())
             demo(demoJson, out);
     } catch (const planner::InputError& e) {

@@ -168,16 +168,11 @@ void plan(const PlanOptions& o, std::ostream& out)
 {
     auto model = loadAnyModel(o.model);
     auto cluster = loadCluster(o.cluster);
-    const auto* partitioner = findPartitioner(o.algorithm);
-    if (!partitioner) {
-        std::string names;
-        for (const auto* p : partitioners())
-            names += (names.empty() ? "" : ", ") + std::string(p->name());
-        throw InputError({}, 0, "--algorithm", "unknown algorithm '" + o.algorithm + "' (known: " + names + ")");
-    }
+    const auto* partitioner = &partitionerNamed(o.algorithm);
     PartitionRequest request {model, cluster, o.partition};
     if (!o.boundaries.empty())
         request.options.boundaries = parseBoundaries(o.boundaries);
+    request.options.params = parseSettings(*partitioner, o.settings);
     auto result = partitioner->partition(request, {}, {});
     if (!result.ok())
         throw InputError(o.algorithm + ": " + result.errorText());
@@ -200,6 +195,70 @@ void plan(const PlanOptions& o, std::ostream& out)
     }
     if (auto problem = memoryProblem(plan, sim); !problem.empty())
         throw InputError(problem);
+}
+
+const Partitioner& partitionerNamed(const std::string& name)
+{
+    if (const auto* p = findPartitioner(name))
+        return *p;
+    std::string names;
+    for (const auto* p : partitioners())
+        names += (names.empty() ? "" : ", ") + std::string(p->name());
+    throw InputError({}, 0, "--algorithm", "unknown algorithm '" + name + "' (known: " + names + ")");
+}
+
+json parseSettings(const Partitioner& partitioner, const std::vector<std::string>& settings)
+{
+    json params = json::object();
+    const auto specs = partitioner.options();
+    for (const auto& item : settings) {
+        const auto eq = item.find('=');
+        if (eq == std::string::npos || eq == 0)
+            throw InputError({}, 0, "--set", "'" + item + "' is not NAME=VALUE");
+        const std::string name = item.substr(0, eq);
+        const OptionSpec* spec = nullptr;
+        for (const auto& s : specs)
+            if (s.name == name)
+                spec = &s;
+        if (!spec) {
+            std::string known;
+            for (const auto& s : specs)
+                known += (known.empty() ? "" : ", ") + s.name;
+            throw InputError({}, 0, "--set",
+                "algorithm '" + std::string(partitioner.name()) + "' has no option '" + name + "'"
+                    + (known.empty() ? "" : " (known: " + known + ")"));
+        }
+        try {
+            params[name] = parseOptionValue(*spec, std::string_view(item).substr(eq + 1));
+        } catch (const InputError& e) {
+            throw InputError({}, 0, "--set " + name, e.message());
+        }
+    }
+    return params;
+}
+
+void listAlgorithms(bool asJson, std::ostream& out)
+{
+    json list = json::array();
+    for (const auto* p : partitioners()) {
+        json opts = json::array();
+        for (const auto& s : p->options())
+            opts.push_back({{"name", s.name}, {"type", describeType(s)}, {"default", s.default_value},
+                {"description", s.description}});
+        list.push_back({{"name", p->name()}, {"description", p->description()}, {"options", opts}});
+    }
+    if (asJson) {
+        out << list.dump(2) << "\n";
+        return;
+    }
+    for (const auto& a : list) {
+        out << a["name"].get<std::string>() << ": " << a["description"].get<std::string>() << "\n";
+        for (const auto& o : a["options"]) {
+            out << "    --set " << o["name"].get<std::string>() << "=<" << o["type"].get<std::string>() << ">";
+            out << "  (default " << (o["default"].is_null() ? std::string("auto") : o["default"].dump()) << ")\n";
+            out << "        " << o["description"].get<std::string>() << "\n";
+        }
+    }
 }
 
 void simulate(const SimulateOptions& o, std::ostream& out)

@@ -37,6 +37,7 @@ struct PlanOptions
     std::string algorithm;
     std::string output;
     std::string boundaries; ///< comma-separated, for manual
+    std::vector<std::string> settings; ///< --set NAME=VALUE, algorithm-specific options
     planner::PartitionOptions partition;
     bool json = false;
 };
@@ -62,10 +63,16 @@ void plan(const PlanOptions& o, std::ostream& out);
 void simulate(const SimulateOptions& o, std::ostream& out);
 void exportPlan(const ExportOptions& o, std::ostream& out);
 void demo(bool json, std::ostream& out);
+/// Lists the partitioners with their algorithm-specific options.
+void listAlgorithms(bool json, std::ostream& out);
 
 /// Loads a model from native JSON or (by the .txt extension) PipeDream graph.txt.
 planner::ModelProfile loadAnyModel(const std::string& path);
 /// Parses "3,7,11" into layer indices; throws InputError naming --boundaries.
 std::vector<int> parseBoundaries(const std::string& text);
+/// The partitioner by name; throws InputError listing the known ones.
+const planner::Partitioner& partitionerNamed(const std::string& name);
+/// Parses --set NAME=VALUE items against the partitioner's option specs into PartitionOptions::params.
+nlohmann::json parseSettings(const planner::Partitioner& partitioner, const std::vector<std::string>& settings);
 
 } // namespace pw::cli

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "../plan.h"
 
 namespace pw::planner {
@@ -20,6 +22,20 @@ struct Diagnostic
     Severity severity = Severity::Info;
     std::string code; ///< stable identifier, e.g. "infeasible", "over-memory", "cancelled"
     std::string message;
+};
+
+/// @brief An algorithm-specific option: what `pipewright-cli plan --set NAME=VALUE` and the app's option form
+/// offer. Values live in PartitionOptions::params, keyed by name, and are checked against the spec.
+struct OptionSpec
+{
+    enum class Type { Integer, Number, Boolean, Choice, IntegerList };
+    std::string name; ///< kebab-case, e.g. "staleness"
+    Type type = Type::Integer;
+    nlohmann::json default_value; ///< null: no fixed default (the algorithm chooses; shown as "auto")
+    std::string description;
+    std::optional<double> min; ///< Integer, Number, IntegerList elements
+    std::optional<double> max;
+    std::vector<std::string> choices; ///< Choice
 };
 
 struct PartitionOptions
@@ -36,6 +52,8 @@ struct PartitionOptions
     std::optional<double> activation_compression_ratio; ///< reference variant only
     std::vector<int> boundaries; ///< manual: last layer of every stage but the final one
     ScheduleOptions schedule; ///< copied into the plan; memory checks follow its kind
+    /// Algorithm-specific options by name (see Partitioner::options()); unknown names are errors.
+    nlohmann::json params = nlohmann::json::object();
 };
 
 struct PartitionRequest
@@ -45,10 +63,23 @@ struct PartitionRequest
     PartitionOptions options;
 };
 
+/// @brief One configuration a search algorithm evaluated, as its own cost model saw it (best first).
+struct Candidate
+{
+    std::string description; ///< e.g. "d=2 p=4 b=2 recompute"
+    nlohmann::json config = nlohmann::json::object(); ///< the choices, machine-readable
+    double throughput_samples_per_s = 0; ///< the algorithm's own prediction
+    double peak_memory_bytes = 0; ///< the most any device needs
+    double memory_capacity_bytes = 0; ///< of that device
+    bool feasible = true;
+    std::string reason; ///< why it is infeasible or was not chosen
+};
+
 struct PartitionResult
 {
     std::optional<Plan> plan;
     std::vector<Diagnostic> diagnostics;
+    std::vector<Candidate> candidates; ///< search algorithms: what they compared (the chosen one first)
 
     bool ok() const { return plan.has_value(); }
     bool hasError() const;
@@ -64,6 +95,8 @@ public:
     virtual ~Partitioner() = default;
     virtual std::string_view name() const = 0;
     virtual std::string_view description() const = 0;
+    /// The algorithm-specific options it reads from PartitionOptions::params.
+    virtual std::vector<OptionSpec> options() const { return {}; }
     /// Never throws for bad input: problems come back as Error diagnostics.
     virtual PartitionResult partition(
         const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const = 0;
@@ -83,6 +116,41 @@ std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Di
 PartitionResult failure(std::string code, std::string message);
 /// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics`.
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
+
+/// @brief Typed access to PartitionOptions::params after checking them against a partitioner's specs.
+class OptionValues
+{
+public:
+    /// Checks every given value (known name, type, range, choice); problems become "bad-option" errors.
+    /// ok() is false when any was found.
+    OptionValues(const std::vector<OptionSpec>& specs, const nlohmann::json& params,
+        std::vector<Diagnostic>& diagnostics);
+    bool ok() const { return m_ok; }
+    /// True when the user gave the option or its spec has a default.
+    bool has(std::string_view name) const;
+    bool given(std::string_view name) const; ///< set by the user
+    /// Accessors return the given value, else the default; they throw std::logic_error for an option that
+    /// has neither (check has() first) or is not in the specs.
+    int integer(std::string_view name) const;
+    double number(std::string_view name) const;
+    bool boolean(std::string_view name) const;
+    std::string choice(std::string_view name) const;
+    std::vector<int> integers(std::string_view name) const;
+    /// The effective values (given or default), for Plan::algorithm_options.
+    nlohmann::json effective() const;
+
+private:
+    const nlohmann::json& value(std::string_view name) const;
+    std::vector<OptionSpec> m_specs;
+    nlohmann::json m_params;
+    bool m_ok = true;
+};
 } // namespace detail
+
+/// Parses command-line text for an option ("4", "0.5", "true", "ed", "1,2,4") into its JSON value.
+/// Throws InputError naming the option when the text does not fit its type.
+nlohmann::json parseOptionValue(const OptionSpec& spec, std::string_view text);
+/// "integer >= 0", "one of np|ed|hd|custom", ...: for help texts.
+std::string describeType(const OptionSpec& spec);
 
 } // namespace pw::planner

@@ -74,6 +74,12 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
     }
     for (int s = m_depth; s < m_stages; ++s)
         m_inFlight[s] = m_inFlight[s % m_depth];
+    if (!plan.schedule.in_flight.empty()) {
+        if (static_cast<int>(plan.schedule.in_flight.size()) != m_stages)
+            throw InputError({}, 0, "/schedule/in_flight", "needs one entry per stage");
+        for (int s = 0; s < m_stages; ++s)
+            m_inFlight[s] = std::max(1, plan.schedule.in_flight[s]);
+    }
 
     m_schedule.kind = std::string(kind);
     m_schedule.num_devices = numDevices;

@@ -33,14 +33,10 @@ std::string demoDirectory()
 
 namespace {
 
-void addPlanOptions(CLI::App* cmd, PlanOptions& o)
+/// Schedule and device options shared by `plan` and `compare`.
+void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
 {
-    auto& p = o.partition;
-    cmd->add_option("--model", o.model, "model profile: native JSON or PipeDream graph.txt")->required();
-    cmd->add_option("--cluster", o.cluster, "cluster JSON")->required();
-    cmd->add_option("--algorithm", o.algorithm, "partitioning algorithm (see `pipewright-cli algorithms`)")->required();
-    cmd->add_option("-o,--output", o.output, "write the plan JSON here");
-    cmd->add_option("--schedule", p.schedule.kind, "gpipe | 1f1b | pipedream | 2bw | interleaved")
+    cmd->add_option("--schedule", p.schedule.kind, "schedule kind (gpipe, 1f1b, pipedream, 2bw, interleaved, ...)")
         ->capture_default_str();
     cmd->add_option("--microbatches", p.schedule.microbatches, "microbatches per batch")->capture_default_str();
     cmd->add_option("--microbatch-size", p.schedule.microbatch_size, "samples per microbatch (0 = the profile's)");
@@ -52,9 +48,19 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
         "--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
         "sends and receives block compute");
     cmd->add_option("--devices", p.devices, "use the first N devices (default: all)");
+    cmd->add_flag("--memory-limit", p.memory_limit, "reject stages over device memory");
+}
+
+void addPlanOptions(CLI::App* cmd, PlanOptions& o)
+{
+    auto& p = o.partition;
+    cmd->add_option("--model", o.model, "model profile: native JSON or PipeDream graph.txt")->required();
+    cmd->add_option("--cluster", o.cluster, "cluster JSON")->required();
+    cmd->add_option("--algorithm", o.algorithm, "partitioning algorithm (see `pipewright-cli algorithms`)")->required();
+    cmd->add_option("-o,--output", o.output, "write the plan JSON here");
+    addSharedPartitionOptions(cmd, p);
     cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)");
     cmd->add_flag("--straight", p.straight, "no replication: one device per stage");
-    cmd->add_flag("--memory-limit", p.memory_limit, "reject stages over device memory");
     cmd->add_option("--pipedream-variant", p.pipedream_variant, "paper | reference")->capture_default_str();
     cmd->add_option("--activation-compression-ratio", p.activation_compression_ratio,
         "reference variant: count stage-to-stage traffic divided by this ratio");
@@ -119,6 +125,33 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     exp->add_option("-o,--output", expOpt.output, "file to write")->required();
     exp->add_flag("--json", expOpt.json, "print a JSON summary");
 
+    CompareOptions cmpOpt;
+    auto* cmp = app.add_subcommand("compare", "run every applicable algorithm on one model and cluster, tabulate");
+    cmp->add_option("--model", cmpOpt.model, "model profile: native JSON or PipeDream graph.txt")->required();
+    cmp->add_option("--cluster", cmpOpt.cluster, "cluster JSON")->required();
+    cmp->add_option("--algorithms", cmpOpt.algorithms, "comma-separated subset (default: all but manual)")
+        ->delimiter(',');
+    addSharedPartitionOptions(cmp, cmpOpt.partition);
+    cmp->add_flag("--json", cmpOpt.json, "print the table as JSON");
+
+    AdviseOptions advOpt;
+    advOpt.partition.memory_limit = true;
+    auto* adv = app.add_subcommand("advise", "which GPUs to rent: rank allocations by cost, time or both");
+    adv->add_option("--model", advOpt.model, "model profile: native JSON or PipeDream graph.txt")->required();
+    adv->add_option("--offers", advOpt.offers, "offers JSON: device types, counts, node shape, prices")->required();
+    adv->add_option("--samples", advOpt.samples, "samples to train (for time and cost to train)")
+        ->check(CLI::NonNegativeNumber);
+    adv->add_option("--budget", advOpt.budget, "dollars: rank by time to train within the budget");
+    adv->add_option("--deadline-hours", advOpt.deadline_hours, "rank by cost among allocations finishing in time");
+    adv->add_option("--algorithms", advOpt.algorithms, "partitioners for one-type allocations (comma-separated)")
+        ->delimiter(',');
+    adv->add_option("--mixed-algorithms", advOpt.mixed_algorithms, "partitioners for two-type mixes")->delimiter(',');
+    adv->add_flag("--no-mixes", advOpt.no_mixes, "only allocations of one device type");
+    adv->add_option("--max-devices", advOpt.max_devices, "largest allocation considered")->capture_default_str();
+    adv->add_option("--top", advOpt.top, "rows to print")->capture_default_str();
+    addSharedPartitionOptions(adv, advOpt.partition);
+    adv->add_flag("--json", advOpt.json, "print the ranking as JSON");
+
     bool algorithmsJson = false;
     auto* algoCmd = app.add_subcommand("algorithms", "list the partitioning algorithms and their options");
     algoCmd->add_flag("--json", algorithmsJson, "print the list as JSON");
@@ -148,6 +181,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             simulate(simOpt, out);
         else if (exp->parsed())
             exportPlan(expOpt, out);
+        else if (adv->parsed())
+            advise(advOpt, out);
+        else if (cmp->parsed())
+            compare(cmpOpt, out);
         else if (algoCmd->parsed())
             listAlgorithms(algorithmsJson, out);
         else if (demoCmd->parsed())

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "planner/analysis/advisor.h"
 #include "planner/device_presets.h"
 #include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
@@ -237,6 +238,58 @@ json parseSettings(const Partitioner& partitioner, const std::vector<std::string
     return params;
 }
 
+void compare(const CompareOptions& o, std::ostream& out)
+{
+    const auto model = loadAnyModel(o.model);
+    const auto cluster = loadCluster(o.cluster);
+    ComparisonOptions options;
+    options.base = o.partition;
+    for (const auto& name : o.algorithms)
+        partitionerNamed(name); // unknown names are input errors, not rows
+    options.algorithms = o.algorithms;
+    const auto rows = compareAlgorithms(model, cluster, options);
+    if (o.json) {
+        out << json({{"model", model.name}, {"cluster", cluster.name}, {"devices", cluster.deviceCount()},
+                        {"rows", comparisonJson(rows)}})
+                   .dump(2)
+            << "\n";
+        return;
+    }
+    out << "model " << model.name << " (" << model.layerCount() << " layers) on " << cluster.name << " ("
+        << cluster.deviceCount() << " devices)\n";
+    printComparison(out, rows);
+}
+
+void advise(const AdviseOptions& o, std::ostream& out)
+{
+    const auto model = loadAnyModel(o.model);
+    const Market market = loadMarket(o.offers);
+    for (const auto* list : {&o.algorithms, &o.mixed_algorithms})
+        for (const auto& name : *list)
+            partitionerNamed(name);
+    AdvisorRequest request {model, market};
+    request.samples = o.samples;
+    request.budget = o.budget;
+    if (o.deadline_hours)
+        request.deadline_s = *o.deadline_hours * 3600.0;
+    request.algorithms = o.algorithms;
+    request.mixed_algorithms = o.mixed_algorithms;
+    request.mixes = !o.no_mixes;
+    request.max_devices = o.max_devices;
+    request.base = o.partition;
+    const auto result = pw::planner::advise(request);
+    if (result.allocations.empty())
+        throw InputError("advise: " + (result.diagnostics.empty() ? std::string("no allocation")
+                                                                  : result.diagnostics.back().message));
+    const int top = std::max(1, std::min<int>(o.top, static_cast<int>(result.allocations.size())));
+    if (o.json) {
+        out << adviceJson(result, top).dump(2) << "\n";
+        return;
+    }
+    printDiagnostics(out, result.diagnostics);
+    printAdvice(out, result, top, o.samples);
+}
+
 void listAlgorithms(bool asJson, std::ostream& out)
 {
     json list = json::array();
@@ -303,7 +356,8 @@ void exportPlan(const ExportOptions& o, std::ostream& out)
             writeJsonFile(o.output, toJson(schedule));
     }
     if (o.json)
-        out << json {{"format", o.format}, {"output", o.output}, {"bytes", std::filesystem::file_size(o.output)}}.dump(2)
+        out << json {{"format", o.format}, {"output", o.output}, {"bytes", std::filesystem::file_size(o.output)}}.dump(
+            2)
             << "\n";
     else
         out << "wrote " << o.output << "\n";

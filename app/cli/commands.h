@@ -42,6 +42,31 @@ struct PlanOptions
     bool json = false;
 };
 
+struct CompareOptions
+{
+    std::string model;
+    std::string cluster;
+    std::vector<std::string> algorithms;
+    planner::PartitionOptions partition;
+    bool json = false;
+};
+
+struct AdviseOptions
+{
+    std::string model;
+    std::string offers;
+    double samples = 0;
+    std::optional<double> budget;
+    std::optional<double> deadline_hours;
+    std::vector<std::string> algorithms;
+    std::vector<std::string> mixed_algorithms;
+    bool no_mixes = false;
+    int max_devices = 64;
+    int top = 10;
+    planner::PartitionOptions partition;
+    bool json = false;
+};
+
 struct SimulateOptions
 {
     std::string plan;
@@ -63,6 +88,10 @@ void plan(const PlanOptions& o, std::ostream& out);
 void simulate(const SimulateOptions& o, std::ostream& out);
 void exportPlan(const ExportOptions& o, std::ostream& out);
 void demo(bool json, std::ostream& out);
+/// Runs every applicable partitioner on one input and prints the comparison table.
+void compare(const CompareOptions& o, std::ostream& out);
+/// Ranks the allocations of an offers file for a model (GPU allocation advisor).
+void advise(const AdviseOptions& o, std::ostream& out);
 /// Lists the partitioners with their algorithm-specific options.
 void listAlgorithms(bool json, std::ostream& out);
 

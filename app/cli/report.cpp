@@ -125,4 +125,139 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
     out << line;
 }
 
+void printComparison(std::ostream& out, const std::vector<ComparisonRow>& rows)
+{
+    char line[1024];
+    std::snprintf(line, sizeof line, "%-14s %-16s %6s %-11s %9s %12s %7s %21s %9s\n", "algorithm", "config", "stages",
+        "schedule", "m x b", "samples/s", "bubble", "peak mem / capacity", "planning");
+    out << line;
+    for (const auto& r : rows) {
+        if (!r.ok) {
+            std::snprintf(line, sizeof line, "%-14s -- %s\n", r.algorithm.c_str(), r.error.c_str());
+            out << line;
+            continue;
+        }
+        std::string config = r.config.size() > 16 ? r.config.substr(0, 13) + "..." : r.config;
+        const std::string mb = std::to_string(r.microbatches) + " x " + std::to_string(r.microbatch_size);
+        const std::string mem = formatBytes(r.peak_memory_bytes) + " / " + formatBytes(r.memory_capacity_bytes);
+        std::snprintf(line, sizeof line, "%-14s %-16s %6d %-11s %9s %12.1f %6.1f%% %21s %9s%s\n", r.algorithm.c_str(),
+            config.c_str(), r.stages, r.schedule.c_str(), mb.c_str(), r.throughput_samples_per_s,
+            100 * r.bubble_fraction, mem.c_str(), formatSeconds(r.planning_time_s).c_str(),
+            r.memory_ratio > 1 ? "  OVER" : "");
+        out << line;
+    }
+}
+
+json comparisonJson(const std::vector<ComparisonRow>& rows)
+{
+    json out = json::array();
+    for (const auto& r : rows) {
+        json diags = json::array();
+        for (const auto& d : r.diagnostics)
+            diags.push_back({{"code", d.code}, {"message", d.message}});
+        json row = {
+            {"algorithm", r.algorithm}, {"ok", r.ok}, {"planning_time_s", r.planning_time_s}, {"diagnostics", diags}};
+        if (!r.ok) {
+            row["error"] = r.error;
+        } else {
+            row.update({{"config", r.config}, {"stages", r.stages}, {"pipelines", r.pipelines},
+                {"devices_used", r.devices_used}, {"schedule", r.schedule}, {"microbatches", r.microbatches},
+                {"microbatch_size", r.microbatch_size}, {"throughput_samples_per_s", r.throughput_samples_per_s},
+                {"iteration_time_s", r.iteration_time_s}, {"bubble_fraction", r.bubble_fraction},
+                {"peak_memory_bytes", r.peak_memory_bytes}, {"memory_capacity_bytes", r.memory_capacity_bytes},
+                {"memory_ratio", r.memory_ratio}, {"fits_memory", r.memory_ratio <= 1}});
+        }
+        out.push_back(std::move(row));
+    }
+    return out;
+}
+
+namespace {
+
+std::string formatDuration(double s)
+{
+    char buf[48];
+    if (s >= 86400)
+        std::snprintf(buf, sizeof buf, "%.1f days", s / 86400);
+    else if (s >= 3600)
+        std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+    else if (s >= 60)
+        std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
+    else
+        std::snprintf(buf, sizeof buf, "%.1f s", s);
+    return buf;
+}
+
+std::string formatDollars(double d)
+{
+    char buf[48];
+    std::snprintf(buf, sizeof buf, d >= 100 ? "$%.0f" : "$%.2f", d);
+    return buf;
+}
+
+} // namespace
+
+void printAdvice(std::ostream& out, const AdvisorResult& r, int top, double samples)
+{
+    char line[1024];
+    out << "ranked by " << r.objective << "; " << r.evaluated << " allocations planned, " << r.rejected
+        << " without a plan that fits memory\n";
+    std::snprintf(line, sizeof line, "%-4s %-26s %-13s %-16s %11s %9s %10s", "rank", "allocation", "algorithm",
+        "config", "samples/s", "$/h", "$/Msample");
+    out << line;
+    if (samples > 0)
+        out << "  time to train       cost";
+    out << "\n";
+    for (int i = 0; i < top; ++i) {
+        const auto& a = r.allocations[i];
+        std::string config = a.config.size() > 16 ? a.config.substr(0, 13) + "..." : a.config;
+        std::snprintf(line, sizeof line, "%-4d %-26s %-13s %-16s %11.1f %9.2f %10.3f", i + 1, a.label().c_str(),
+            a.algorithm.c_str(), config.c_str(), a.throughput_samples_per_s, a.price_per_hour,
+            a.cost_per_sample * 1e6);
+        out << line;
+        if (samples > 0) {
+            std::snprintf(line, sizeof line, "  %13s %10s%s", formatDuration(a.time_s).c_str(),
+                formatDollars(a.cost).c_str(), a.meets_constraints ? "" : "  (misses the constraint)");
+            out << line;
+        }
+        out << "\n";
+    }
+    if (r.time_share) {
+        out << "time share (cheaper than any single allocation): ";
+        for (std::size_t k = 0; k < r.time_share->parts.size(); ++k) {
+            const auto& [j, t] = r.time_share->parts[k];
+            out << (k ? " then " : "") << formatDuration(t) << " on " << r.allocations[j].label();
+        }
+        out << ": " << formatDuration(r.time_share->time_s) << ", " << formatDollars(r.time_share->cost) << "\n";
+    }
+}
+
+json adviceJson(const AdvisorResult& r, int top)
+{
+    json rows = json::array();
+    for (int i = 0; i < top; ++i) {
+        const auto& a = r.allocations[i];
+        json mix = json::array();
+        for (const auto& [type, count] : a.mix)
+            mix.push_back({{"device_type", type}, {"count", count}});
+        rows.push_back({{"rank", i + 1}, {"allocation", a.label()}, {"mix", mix}, {"devices", a.devices},
+            {"algorithm", a.algorithm}, {"config", a.config}, {"schedule", a.schedule},
+            {"throughput_samples_per_s", a.throughput_samples_per_s}, {"price_per_hour", a.price_per_hour},
+            {"cost_per_sample", a.cost_per_sample}, {"time_s", a.time_s}, {"cost", a.cost},
+            {"memory_ratio", a.memory_ratio}, {"meets_constraints", a.meets_constraints}});
+    }
+    json diags = json::array();
+    for (const auto& d : r.diagnostics)
+        diags.push_back({{"code", d.code}, {"message", d.message}});
+    json j = {{"objective", r.objective}, {"evaluated", r.evaluated}, {"rejected", r.rejected},
+        {"allocations", rows}, {"diagnostics", diags}};
+    if (r.time_share) {
+        json parts = json::array();
+        for (const auto& [idx, t] : r.time_share->parts)
+            parts.push_back({{"allocation", r.allocations[idx].label()}, {"rank", idx + 1}, {"time_s", t}});
+        j["time_share"] = {{"parts", parts}, {"time_s", r.time_share->time_s}, {"cost", r.time_share->cost}};
+    }
+    return j;
+}
+
 } // namespace pw::cli

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/analysis/advisor.h"
+#include "planner/analysis/compare.h"
 #include "planner/partition/partitioner.h"
 #include "planner/sim/simulator.h"
 
@@ -22,5 +24,13 @@ void printPlanSummary(std::ostream& out, const planner::Plan& plan, const planne
 void printDiagnostics(std::ostream& out, const std::vector<planner::Diagnostic>& diagnostics);
 /// "" when every device fits, else a sentence naming the worst stage.
 std::string memoryProblem(const planner::Plan& plan, const planner::SimulationResult& result);
+
+/// The `compare` table: one row per algorithm, failures with their reason.
+void printComparison(std::ostream& out, const std::vector<planner::ComparisonRow>& rows);
+nlohmann::json comparisonJson(const std::vector<planner::ComparisonRow>& rows);
+
+/// The `advise` ranking: the first `top` allocations and the time share when there is one.
+void printAdvice(std::ostream& out, const planner::AdvisorResult& result, int top, double samples);
+nlohmann::json adviceJson(const planner::AdvisorResult& result, int top);
 
 } // namespace pw::cli

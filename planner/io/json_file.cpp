@@ -2,6 +2,8 @@
 // JSON files on disk: nlohmann parses, a small position scanner maps JSON pointers back to source lines.
 #include "json_file.h"
 
+#include "../analysis/advisor.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -394,6 +396,11 @@ Cluster loadCluster(const std::string& path)
 Plan loadPlan(const std::string& path)
 {
     return loadFile<Plan>(path, planFromJson);
+}
+
+Market loadMarket(const std::string& path)
+{
+    return loadFile<Market>(path, marketFromJson);
 }
 
 } // namespace pw::planner

@@ -26,5 +26,8 @@ int lineOfJsonPointer(std::string_view text, std::string_view pointer);
 ModelProfile loadModel(const std::string& path);
 Cluster loadCluster(const std::string& path);
 Plan loadPlan(const std::string& path);
+/// An offers file for the GPU advisor (planner/analysis/advisor.h).
+struct Market;
+Market loadMarket(const std::string& path);
 
 } // namespace pw::planner

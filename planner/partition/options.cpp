@@ -115,9 +115,8 @@ std::string describeType(const OptionSpec& spec)
 
 json parseOptionValue(const OptionSpec& spec, std::string_view text)
 {
-    const auto bad = [&](const std::string& why) {
-        return InputError({}, 0, spec.name, "'" + std::string(text) + "' " + why);
-    };
+    const auto bad
+        = [&](const std::string& why) { return InputError({}, 0, spec.name, "'" + std::string(text) + "' " + why); };
     const auto parseInt = [&](std::string_view t) {
         long long v = 0;
         const auto* end = t.data() + t.size();
@@ -197,7 +196,8 @@ OptionValues::OptionValues(
             std::string known;
             for (const auto& s : m_specs)
                 known += (known.empty() ? "" : ", ") + s.name;
-            fail("unknown option '" + name + "'" + (known.empty() ? " (this algorithm has none)" : " (known: " + known + ")"));
+            fail("unknown option '" + name + "'"
+                + (known.empty() ? " (this algorithm has none)" : " (known: " + known + ")"));
             continue;
         }
         if (const auto why = problem(*spec, v); !why.empty()) {

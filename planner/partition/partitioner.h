@@ -123,8 +123,8 @@ class OptionValues
 public:
     /// Checks every given value (known name, type, range, choice); problems become "bad-option" errors.
     /// ok() is false when any was found.
-    OptionValues(const std::vector<OptionSpec>& specs, const nlohmann::json& params,
-        std::vector<Diagnostic>& diagnostics);
+    OptionValues(
+        const std::vector<OptionSpec>& specs, const nlohmann::json& params, std::vector<Diagnostic>& diagnostics);
     bool ok() const { return m_ok; }
     /// True when the user gave the option or its spec has a default.
     bool has(std::string_view name) const;

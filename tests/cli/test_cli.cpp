@@ -13,26 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "app/cli/cli.h"
+#include "cli_harness.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct Outcome
-{
-    int code;
-    std::string out;
-    std::string err;
-};
-
-Outcome cli(std::vector<std::string> args)
-{
-    std::ostringstream out, err;
-    int code = pw::cli::run(args, out, err);
-    return {code, out.str(), err.str()};
-}
+using namespace pw::cli::test;
 
 fs::path tempDir()
 {
@@ -41,17 +29,13 @@ fs::path tempDir()
     return dir;
 }
 
-const std::string kData = PW_TEST_DATA_DIR;
-const std::string kDemo = PW_DEMO_DIR;
-const std::string kShared = PW_SHARED_DATA_DIR;
-
 } // namespace
 
 TEST_CASE("every subcommand has --help", "[cli]")
 {
     for (auto args : std::vector<std::vector<std::string>> {{"--help"}, {"plan", "--help"}, {"simulate", "--help"},
-             {"export", "--help"}, {"demo", "--help"}, {"profile", "import-pipedream", "--help"},
-             {"profile", "transformer", "--help"}}) {
+             {"export", "--help"}, {"demo", "--help"}, {"compare", "--help"}, {"algorithms", "--help"},
+             {"profile", "import-pipedream", "--help"}, {"profile", "transformer", "--help"}}) {
         auto r = cli(args);
         INFO(args.front() << " " << args.back());
         CHECK(r.code == 0);

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// Runs every applicable partitioner on one model and cluster and tabulates what each predicts.
+#pragma once
+
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "../partition/partitioner.h"
+
+namespace pw::planner {
+
+/// @brief One algorithm's result on the shared input: its plan's shape and the simulator's prediction.
+struct ComparisonRow
+{
+    std::string algorithm;
+    bool ok = false;
+    std::string error; ///< why there is no plan (infeasible, not applicable, ...)
+    std::string config; ///< replicas per stage, "2-2-1-1"
+    int stages = 0; ///< virtual stages
+    int pipelines = 1;
+    int devices_used = 0;
+    std::string schedule; ///< schedule kind of the plan
+    int microbatches = 0;
+    int microbatch_size = 0;
+    double throughput_samples_per_s = 0;
+    double iteration_time_s = 0;
+    double bubble_fraction = 0;
+    double peak_memory_bytes = 0; ///< the device with the highest peak/capacity ratio
+    double memory_capacity_bytes = 0; ///< that device's capacity
+    double memory_ratio = 0; ///< its peak / capacity (> 1: does not fit)
+    double planning_time_s = 0; ///< wall time of the partitioner alone
+    std::vector<Diagnostic> diagnostics;
+    std::optional<Plan> plan;
+};
+
+struct ComparisonOptions
+{
+    /// Options every partitioner gets (devices, memory limit, schedule defaults); algorithm params are not
+    /// shared. Algorithms that choose their own schedule override its kind.
+    PartitionOptions base;
+    std::vector<std::string> algorithms; ///< empty = every registered one except "manual"
+    bool keep_plans = false;
+};
+
+/// Runs the algorithms one after another (planning times stay comparable) and simulates each plan.
+/// `progress` gets the share of algorithms done. Never throws for bad input: failures become rows.
+std::vector<ComparisonRow> compareAlgorithms(const ModelProfile& model, const Cluster& cluster,
+    const ComparisonOptions& options, const ProgressFn& progress = {}, std::stop_token stop = {});
+
+} // namespace pw::planner

@@ -279,8 +279,8 @@ void advise(const AdviseOptions& o, std::ostream& out)
     request.base = o.partition;
     const auto result = pw::planner::advise(request);
     if (result.allocations.empty())
-        throw InputError("advise: " + (result.diagnostics.empty() ? std::string("no allocation")
-                                                                  : result.diagnostics.back().message));
+        throw InputError("advise: "
+            + (result.diagnostics.empty() ? std::string("no allocation") : result.diagnostics.back().message));
     const int top = std::max(1, std::min<int>(o.top, static_cast<int>(result.allocations.size())));
     if (o.json) {
         out << adviceJson(result, top).dump(2) << "\n";

@@ -212,8 +212,7 @@ void printAdvice(std::ostream& out, const AdvisorResult& r, int top, double samp
         const auto& a = r.allocations[i];
         std::string config = a.config.size() > 16 ? a.config.substr(0, 13) + "..." : a.config;
         std::snprintf(line, sizeof line, "%-4d %-26s %-13s %-16s %11.1f %9.2f %10.3f", i + 1, a.label().c_str(),
-            a.algorithm.c_str(), config.c_str(), a.throughput_samples_per_s, a.price_per_hour,
-            a.cost_per_sample * 1e6);
+            a.algorithm.c_str(), config.c_str(), a.throughput_samples_per_s, a.price_per_hour, a.cost_per_sample * 1e6);
         out << line;
         if (samples > 0) {
             std::snprintf(line, sizeof line, "  %13s %10s%s", formatDuration(a.time_s).c_str(),
@@ -223,7 +222,9 @@ void printAdvice(std::ostream& out, const AdvisorResult& r, int top, double samp
         out << "\n";
     }
     if (r.time_share) {
-        out << "time share (cheaper than any single allocation): ";
+        out << (r.objective == "time within the budget"
+                ? "time share (faster than any single allocation within the budget): "
+                : "time share (cheaper than any single allocation in time): ");
         for (std::size_t k = 0; k < r.time_share->parts.size(); ++k) {
             const auto& [j, t] = r.time_share->parts[k];
             out << (k ? " then " : "") << formatDuration(t) << " on " << r.allocations[j].label();
@@ -249,8 +250,8 @@ json adviceJson(const AdvisorResult& r, int top)
     json diags = json::array();
     for (const auto& d : r.diagnostics)
         diags.push_back({{"code", d.code}, {"message", d.message}});
-    json j = {{"objective", r.objective}, {"evaluated", r.evaluated}, {"rejected", r.rejected},
-        {"allocations", rows}, {"diagnostics", diags}};
+    json j = {{"objective", r.objective}, {"evaluated", r.evaluated}, {"rejected", r.rejected}, {"allocations", rows},
+        {"diagnostics", diags}};
     if (r.time_share) {
         json parts = json::array();
         for (const auto& [idx, t] : r.time_share->parts)

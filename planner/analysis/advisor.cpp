@@ -55,8 +55,8 @@ DeviceType deviceTypeFrom(const json& v, const std::string& path)
     if (!(t.memory_bytes > 0))
         throw InputError({}, 0, path + "/memory_bytes", "must be > 0");
     t.peak_tflops = f::nonNegativeOr(o, "peak_tflops", path, t.peak_tflops);
-    t.memory_bandwidth_bytes_per_s =
-        f::nonNegativeOr(o, "memory_bandwidth_bytes_per_s", path, t.memory_bandwidth_bytes_per_s);
+    t.memory_bandwidth_bytes_per_s
+        = f::nonNegativeOr(o, "memory_bandwidth_bytes_per_s", path, t.memory_bandwidth_bytes_per_s);
     if (auto speed = f::optionalNumber(o, "relative_speed", path)) {
         if (!(*speed > 0))
             throw InputError({}, 0, path + "/relative_speed", "must be > 0");
@@ -150,8 +150,8 @@ std::vector<Offer> resolvedOffers(const ModelProfile& model, const Market& marke
                 char buf[160];
                 std::snprintf(buf, sizeof buf, "%.3g", *offer.type.relative_speed);
                 diags.push_back({Diagnostic::Severity::Warning, "estimated-speed",
-                    offer.type.name + ": the model was not profiled on it; its speed is estimated as " + buf
-                        + " x " + model.profiled_device + " from peak TFLOPS (give relative_speed in the offer "
+                    offer.type.name + ": the model was not profiled on it; its speed is estimated as " + buf + " x "
+                        + model.profiled_device + " from peak TFLOPS (give relative_speed in the offer "
                         + "or profile the model on it for a better estimate)"});
             } else {
                 diags.push_back({Diagnostic::Severity::Warning, "unknown-speed",
@@ -377,8 +377,8 @@ AdvisorResult advise(const AdvisorRequest& request, const ProgressFn& progress, 
 
     const auto single = request.algorithms.empty() ? defaultAlgorithms({"pipedream", "pipedream-2bw", "megatron"})
                                                    : request.algorithms;
-    const auto mixed = request.mixed_algorithms.empty() ? defaultAlgorithms({"bapipe", "hetpipe"})
-                                                        : request.mixed_algorithms;
+    const auto mixed
+        = request.mixed_algorithms.empty() ? defaultAlgorithms({"bapipe", "hetpipe"}) : request.mixed_algorithms;
     for (const auto* list : {&single, &mixed})
         for (const auto& name : *list)
             if (!findPartitioner(name))

@@ -2,8 +2,6 @@
 // JSON files on disk: nlohmann parses, a small position scanner maps JSON pointers back to source lines.
 #include "json_file.h"
 
-#include "../analysis/advisor.h"
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -13,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "../analysis/advisor.h"
 #include "../errors.h"
 
 namespace pw::planner {

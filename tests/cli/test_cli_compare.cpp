@@ -89,3 +89,27 @@ TEST_CASE("--set names an option of the chosen algorithm", "[cli][compare]")
     CHECK(malformed.code == 1);
     CHECK(malformed.err.find("NAME=VALUE") != std::string::npos);
 }
+
+TEST_CASE("advise ranks the demo offers and explains bad offers files", "[cli][advise]")
+{
+    auto r = cli({"advise", "--model", kDemo + "/gpt-demo.json", "--offers", kDemo + "/offers.json", "--samples",
+        "2e8", "--deadline-hours", "72", "--no-mixes", "--algorithms", "pipedream", "--json"});
+    REQUIRE(r.code == 0);
+    const auto j = json::parse(r.out);
+    CHECK(j["objective"] == "cost within the deadline");
+    REQUIRE(!j["allocations"].empty());
+    CHECK(j["allocations"][0]["meets_constraints"] == true);
+    CHECK(j["allocations"][0]["time_s"].get<double>() <= 72 * 3600.0);
+    CHECK(j["allocations"].size() <= 10);
+
+    auto text = cli({"advise", "--model", kDemo + "/gpt-demo.json", "--offers", kDemo + "/offers.json", "--samples",
+        "2e8", "--no-mixes", "--top", "3"});
+    REQUIRE(text.code == 0);
+    CHECK(text.out.find("ranked by cost per sample") != std::string::npos);
+    CHECK(text.out.find("time to train") != std::string::npos);
+
+    auto missing = cli({"advise", "--model", kDemo + "/gpt-demo.json", "--offers", kDemo + "/dgx-h100.json"});
+    CHECK(missing.code == 1);
+    CHECK(missing.err.find("dgx-h100.json") != std::string::npos);
+    CHECK(missing.err.find("offers") != std::string::npos);
+}

@@ -77,7 +77,7 @@ TEST_CASE("algorithms lists every partitioner with its options", "[cli][compare]
     CHECK(text.out.find("pipedream:") != std::string::npos);
 }
 
-TEST_CASE("--set names an option of the chosen algorithm", "[cli][compare]")
+TEST_CASE("set options name an option of the chosen algorithm", "[cli][compare]")
 {
     auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
         "uniform", "--set", "bogus=1"});

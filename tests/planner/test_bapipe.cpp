@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -192,3 +193,240 @@ TEST_CASE("the worked example N=3 M=8 F=1 B=2 SR=0.5 on the simulator's timeline
     CHECK(inFlight == std::vector<int> {6, 4, 2});
 }
 
+
+
+namespace {
+
+/// Every plan must validate, schedule, pass the schedule validator, simulate and fit memory (brief rules).
+SimulationResult checkPlan(const Plan& plan)
+{
+    plan.validate();
+    auto schedule = generateSchedule(plan);
+    auto report = validate(schedule, plan);
+    INFO((report.errors.empty() ? std::string() : report.errors.front()));
+    REQUIRE(report.ok);
+    auto sim = simulate(plan, schedule);
+    CHECK(sim.fitsMemory());
+    return sim;
+}
+
+PartitionResult plan(const ModelProfile& model, const Cluster& cluster, PartitionOptions options)
+{
+    return findPartitioner("bapipe")->partition({model, cluster, std::move(options)}, {}, {});
+}
+
+/// The bundled HetPipe cluster with `perNode` GPUs per node: all four types, chain V..V R..R G..G Q..Q.
+Cluster hetpipe(int perNode)
+{
+    auto c = loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
+    for (auto& n : c.nodes)
+        n.count = perNode;
+    return c;
+}
+
+/// Uniform chain: `layers` layers of F = 1 ms, B = 2 ms, `bytes` output each.
+ModelProfile uniformModel(int layers, double bytes = 1000, double stash = 1e6)
+{
+    ModelProfile m;
+    m.name = "uniform";
+    for (int i = 0; i < layers; ++i) {
+        Layer l;
+        l.name = "l" + std::to_string(i);
+        l.forward_ms = 1;
+        l.backward_ms = 2;
+        l.activation_bytes = bytes;
+        l.stashed_bytes = stash;
+        l.weight_bytes = 1e6;
+        m.layers.push_back(l);
+    }
+    return m;
+}
+
+Cluster gpus(const std::vector<double>& speeds, double memory = 80e9, double bandwidth = 1e11)
+{
+    Cluster c;
+    for (std::size_t i = 0; i < speeds.size(); ++i) {
+        DeviceType t;
+        t.name = "t" + std::to_string(i);
+        t.memory_bytes = memory;
+        t.relative_speed = speeds[i];
+        c.device_types.push_back(t);
+        Node n;
+        n.name = "n" + std::to_string(i);
+        n.device_type = t.name;
+        n.count = 1;
+        c.nodes.push_back(n);
+    }
+    c.inter_node_bandwidth_bytes_per_s = bandwidth;
+    return c;
+}
+
+std::vector<int> layersPerStage(const Plan& p)
+{
+    std::vector<int> out;
+    for (const auto& s : p.stages)
+        out.push_back(s.layerCount());
+    return out;
+}
+
+bool hasError(const PartitionResult& r, const std::string& code)
+{
+    for (const auto& d : r.diagnostics)
+        if (d.severity == Diagnostic::Severity::Error && d.code == code)
+            return true;
+    return false;
+}
+
+} // namespace
+
+TEST_CASE("Eq. 1: the speed-proportional split gives each device layers in proportion to its speed", "[bapipe]")
+{
+    // digest bapipe §2.4 step 1 [B:133-141]: T = 1 / sum(1/T_n), l_n = L T / T_n.
+    auto model = uniformModel(12);
+    auto cluster = gpus({1, 2, 1});
+    PartitionOptions o;
+    o.params = {{"local-search", false}};
+    auto r = plan(model, cluster, o);
+    REQUIRE(r.ok());
+    // T_n = 12 x 3 ms / speed = 36, 18, 36 ms -> T = 9 ms -> l = 3, 6, 3.
+    CHECK(layersPerStage(*r.plan) == std::vector<int> {3, 6, 3});
+    CHECK(r.candidates.front().config["ideal_stage_time_s"].get<double>() == Approx(0.009));
+    checkPlan(*r.plan);
+}
+
+TEST_CASE("the local search moves boundary layers while the slowest stage gets faster", "[bapipe]")
+{
+    // digest bapipe §2.4 step 1 (INF): greedy cumulative cut, then boundary moves while max stage time drops.
+    // Layers of F+B = 3t ms, t = 4, 2, 3, 1, 2, on speeds 4, 2, 1: T = 36 / 7 ms (Eq. 1); the greedy cut
+    // [4 2 | 3 | 1 2] takes 4.5, 4.5, 9 ms; one boundary move gives [4 2 | 3 1 | 2] = 4.5, 6, 6 ms, the
+    // optimum of this chain (checked by enumerating all cuts).
+    ModelProfile model;
+    for (double t : {4, 2, 3, 1, 2}) {
+        Layer l;
+        l.name = "l" + std::to_string(model.layers.size());
+        l.forward_ms = t;
+        l.backward_ms = 2 * t;
+        l.activation_bytes = 1000;
+        l.weight_bytes = 1000;
+        model.layers.push_back(l);
+    }
+    auto cluster = gpus({4, 2, 1});
+    PartitionOptions o;
+    o.params = {{"local-search", false}};
+    auto greedy = plan(model, cluster, o);
+    o.params = {{"local-search", true}};
+    auto searched = plan(model, cluster, o);
+    REQUIRE(greedy.ok());
+    REQUIRE(searched.ok());
+    CHECK(layersPerStage(*greedy.plan) == std::vector<int> {2, 1, 2});
+    CHECK(greedy.candidates.front().config["max_stage_time_s"].get<double>() == Approx(0.009));
+    CHECK(layersPerStage(*searched.plan) == std::vector<int> {2, 2, 1});
+    CHECK(searched.candidates.front().config["max_stage_time_s"].get<double>() == Approx(0.006));
+    CHECK(checkPlan(*searched.plan).throughput_samples_per_s > checkPlan(*greedy.plan).throughput_samples_per_s);
+}
+
+TEST_CASE("on the bundled heterogeneous cluster faster GPUs get more layers and BaPipe beats uniform", "[bapipe]")
+{
+    // digest bapipe §2.1/§2.4 (heterogeneous GPU mixes, speed-proportional split [B:18, 133-141]);
+    // resources/demo/hetpipe-cluster.json: V > R > G > Q by relative_speed.
+    auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    for (int perNode : {2, 4}) {
+        auto cluster = hetpipe(perNode);
+        PartitionOptions o;
+        o.schedule.microbatches = 32;
+        o.schedule.recompute = true;
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = plan(gpt, cluster, o);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        INFO(r.errorText());
+        REQUIRE(r.ok());
+        CHECK(seconds < 1.0);
+        auto layers = layersPerStage(*r.plan);
+        std::map<std::string, std::pair<int, int>> perType; // layers, stages
+        for (int s = 0; s < r.plan->stageCount(); ++s) {
+            auto& e = perType[cluster.typeOf(r.plan->stages[s].devices[0]).name];
+            e.first += layers[s];
+            e.second += 1;
+        }
+        auto mean = [&](const std::string& type) {
+            return static_cast<double>(perType[type].first) / perType[type].second;
+        };
+        INFO("layers per stage " << nlohmann::json(layers).dump());
+        CHECK(mean("TITAN V") > mean("TITAN RTX"));
+        CHECK(mean("TITAN RTX") >= mean("GeForce RTX 2060"));
+        CHECK(mean("GeForce RTX 2060") >= mean("Quadro P4000"));
+        CHECK(mean("TITAN V") > mean("Quadro P4000"));
+        auto mine = checkPlan(*r.plan);
+
+        o.schedule.kind = r.plan->schedule.kind;
+        auto u = findPartitioner("uniform")->partition({gpt, cluster, o}, {}, {});
+        REQUIRE(u.ok());
+        auto uniform = simulate(*u.plan);
+        INFO("bapipe " << mine.throughput_samples_per_s << " uniform " << uniform.throughput_samples_per_s);
+        CHECK(mine.throughput_samples_per_s > uniform.throughput_samples_per_s);
+        if (perNode == 2)
+            CHECK(mine.throughput_samples_per_s > 1.5 * uniform.throughput_samples_per_s);
+    }
+}
+
+TEST_CASE("memory-tight: BaPipe moves layers until the stages fit, and says when nothing fits", "[bapipe]")
+{
+    // digest bapipe §2.4 step 4 [B:131]: memory per stage 2w + (N-i+1)a or 2(N-i+1)a; move boundary layers
+    // until it fits, confirmed by the simulator. Without recomputation the 355M GPT's activations overflow
+    // the TITAN Vs (12 GB) under the uniform split and under 1F1B-SO's doubled stashes.
+    auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto cluster = hetpipe(4);
+    PartitionOptions o;
+    o.schedule.microbatches = 32;
+    auto r = plan(gpt, cluster, o);
+    INFO(r.errorText());
+    REQUIRE(r.ok());
+    auto sim = checkPlan(*r.plan);
+    CHECK(sim.fitsMemory());
+    CHECK(r.plan->schedule.kind == "1f1b");
+    bool soRejected = false;
+    for (const auto& c : r.candidates)
+        if (c.config.value("schedule", "") == "1F1B-SO" && !c.feasible)
+            soRejected = c.peak_memory_bytes > c.memory_capacity_bytes;
+    CHECK(soRejected);
+    CHECK(r.candidates.front().feasible);
+    CHECK(r.candidates.front().peak_memory_bytes <= r.candidates.front().memory_capacity_bytes);
+
+    auto u = findPartitioner("uniform")->partition({gpt, cluster, o}, {}, {});
+    REQUIRE(u.ok());
+    CHECK_FALSE(simulate(*u.plan).fitsMemory()); // the input really is memory-tight
+
+    // Nothing fits: every device far too small.
+    auto tiny = cluster;
+    for (auto& t : tiny.device_types)
+        t.memory_bytes = 1e9;
+    auto none = plan(gpt, tiny, o);
+    CHECK_FALSE(none.ok());
+    CHECK(hasError(none, "over-memory"));
+    CHECK_FALSE(none.candidates.empty());
+    for (const auto& c : none.candidates)
+        CHECK_FALSE(c.feasible);
+}
+
+TEST_CASE("schedule exploration: SNO vs SO and microbatch sizes, fastest fitting first", "[bapipe]")
+{
+    // digest bapipe §2.2 selection rule [B:107, 125] and §2.4 step 5 (INF: steps 1-4 per candidate).
+    // A slow link makes SO's overlap pay (Table II: SNO's 2SR term grows with M, SO's does not).
+    auto model = uniformModel(8, 2e6, 1e6); // 2 MB outputs over 1 GB/s: SR = 2 ms
+    auto cluster = gpus({1, 1, 1, 1}, 80e9, 1e9);
+    PartitionOptions o;
+    o.schedule.microbatches = 8;
+    o.params = {{"microbatch-sizes", {1, 2, 3}}, {"coarse", "off"}};
+    auto r = plan(model, cluster, o);
+    REQUIRE(r.ok());
+    CHECK(r.plan->schedule.kind == "1f1b-so");
+    // 2 schedules x 2 sizes that divide the mini-batch of 8 (size 3 does not) + the rejected size.
+    REQUIRE(r.candidates.size() == 5);
+    CHECK(r.plan->schedule.microbatches == 8); // size 1: M = 8 beats size 2, M = 4 (smaller bubble)
+    CHECK(r.candidates[0].feasible);
+    for (std::size_t i = 1; i < r.candidates.size(); ++i)
+        CHECK(r.candidates[i].throughput_samples_per_s <= r.candidates[0].throughput_samples_per_s);
+    CHECK(r.candidates.back().reason.find("does not divide") != std::string::npos);
+    auto sim = checkPlan(*r.plan);
+    CHECK(sim.throughput_samples_per_s == Approx(r.candidates[0].throughput_samples_per_s));
+}

@@ -16,9 +16,9 @@ namespace pw::planner {
 namespace {
 
 using Severity = Diagnostic::Severity;
-using nlohmann::json;
 using bapipe::Chain;
 using bapipe::Cuts;
+using nlohmann::json;
 
 /// A schedule BaPipe may choose: its name in the paper, the project's kind, and how the memory formula
 /// counts stashed microbatches (1: N-i+1, 2: 2(N-i+1)).
@@ -169,8 +169,8 @@ private:
         }
 
         // Microbatch sizes at a fixed mini-batch (BaPipe explores them, digest §2.4 step 5).
-        const int baseSize = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size
-                                                              : std::max(1, model.microbatch_size);
+        const int baseSize
+            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model.microbatch_size);
         const long long miniBatch = static_cast<long long>(baseSize) * opt.schedule.microbatches;
         std::vector<int> sizes {baseSize};
         std::vector<Candidate> rejectedSizes;
@@ -381,7 +381,8 @@ private:
     {
         const double scale = static_cast<double>(size) / std::max(1, request.model.microbatch_size);
         Chain chain = buildChain(request, N, sc, scale, M);
-        const std::string where = sc.paper + " microbatch size " + std::to_string(size) + " (M = " + std::to_string(M) + ")";
+        const std::string where
+            = sc.paper + " microbatch size " + std::to_string(size) + " (M = " + std::to_string(M) + ")";
 
         // Step 1: Eq. 1 and the greedy cumulative cut, then the local search on compute time.
         const auto everywhere = bapipe::allowedCuts(chain, std::numeric_limits<double>::infinity());
@@ -418,9 +419,9 @@ private:
             Cuts coarse = bapipe::speedProportionalCuts(chain, coarseAllowed);
             if (coarse.empty()) {
                 diag.push_back({Severity::Info, "coarse",
-                    where + ": communication is a bottleneck at boundary " + std::to_string(hot)
-                        + ", but fewer than " + std::to_string(N - 1) + " cut points have outputs under "
-                        + gb(threshold) + "; keeping the fine partition"});
+                    where + ": communication is a bottleneck at boundary " + std::to_string(hot) + ", but fewer than "
+                        + std::to_string(N - 1) + " cut points have outputs under " + gb(threshold)
+                        + "; keeping the fine partition"});
             } else {
                 if (settings.local_search)
                     bapipe::localSearch(chain, coarse, coarseAllowed, false);
@@ -471,7 +472,8 @@ private:
                 fits = fitMemory(local, part.cuts, part.allowed, settings);
             }
             if (!fits) {
-                why = "no boundary placement fits memory with " + std::to_string(sc.stash_factor) + "(N-i+1) stashed "
+                why = "no boundary placement fits memory with " + std::to_string(sc.stash_factor)
+                    + "(N-i+1) stashed "
                       "microbatches";
                 fillFormulaMemory(c, chain, part.cuts);
             }

@@ -168,7 +168,8 @@ TEST_CASE("the worked example N=3 M=8 F=1 B=2 SR=0.5 on the simulator's timeline
     // digest bapipe §2.3 "Worked example": makespans 36 and 32, in flight [3,2,1] and [6,4,2], op starts.
     auto sno = run(tablePlan("1f1b", 3, 8, 1, 2, 0.5));
     CHECK(sno.makespan_s == Approx(36).margin(1e-9));
-    CHECK(starts(sno, 0) == "F1@0 F2@1 F3@2 B1@9 F4@11 B2@12 F5@14 B3@16 F6@18 B4@20 F7@22 B5@23 F8@25 B6@27 B7@31 B8@34");
+    CHECK(starts(sno, 0)
+        == "F1@0 F2@1 F3@2 B1@9 F4@11 B2@12 F5@14 B3@16 F6@18 B4@20 F7@22 B5@23 F8@25 B6@27 B7@31 B8@34");
     CHECK(starts(sno, 1)
         == "F1@1.5 F2@2.5 B1@6.5 F3@8.5 B2@9.5 F4@12.5 B3@13.5 F5@15.5 B4@17.5 F6@19.5 B5@20.5 F7@23.5 B6@24.5 "
            "F8@26.5 B7@28.5 B8@31.5");
@@ -185,15 +186,13 @@ TEST_CASE("the worked example N=3 M=8 F=1 B=2 SR=0.5 on the simulator's timeline
     CHECK(starts(so, 1)
         == "F1@1.5 F2@2.5 F3@3.5 F4@4.5 B1@7.5 F5@9.5 B2@10.5 F6@12.5 B3@13.5 F7@15.5 B4@16.5 F8@18.5 B5@19.5 "
            "B6@22.5 B7@25.5 B8@27.5");
-    CHECK(starts(so, 2)
-        == "F1@3 F2@4 B1@5 F3@7 B2@8 F4@10 B3@11 F5@13 B4@14 F6@16 B5@17 F7@19 B6@20 F8@22 B7@23 B8@25");
+    CHECK(
+        starts(so, 2) == "F1@3 F2@4 B1@5 F3@7 B2@8 F4@10 B3@11 F5@13 B4@14 F6@16 B5@17 F7@19 B6@20 F8@22 B7@23 B8@25");
     inFlight.clear();
     for (const auto& d : so.devices)
         inFlight.push_back(d.peak_stashed_microbatches);
     CHECK(inFlight == std::vector<int> {6, 4, 2});
 }
-
-
 
 namespace {
 
@@ -348,9 +347,8 @@ TEST_CASE("on the bundled heterogeneous cluster faster GPUs get more layers and 
             e.first += layers[s];
             e.second += 1;
         }
-        auto mean = [&](const std::string& type) {
-            return static_cast<double>(perType[type].first) / perType[type].second;
-        };
+        auto mean
+            = [&](const std::string& type) { return static_cast<double>(perType[type].first) / perType[type].second; };
         INFO("layers per stage " << nlohmann::json(layers).dump());
         CHECK(mean("TITAN V") > mean("TITAN RTX"));
         CHECK(mean("TITAN RTX") >= mean("GeForce RTX 2060"));
@@ -429,4 +427,148 @@ TEST_CASE("schedule exploration: SNO vs SO and microbatch sizes, fastest fitting
     CHECK(r.candidates.back().reason.find("does not divide") != std::string::npos);
     auto sim = checkPlan(*r.plan);
     CHECK(sim.throughput_samples_per_s == Approx(r.candidates[0].throughput_samples_per_s));
+}
+
+TEST_CASE("a communication bottleneck triggers the coarse-grained partition", "[bapipe]")
+{
+    // digest bapipe §2.4 step 2 [B:131, 147-149]: a boundary transfer longer than a stage's computation ->
+    // cut only where outputs are below a_th = BW x threshold. 8 layers of 3 ms on two equal devices over
+    // 1 GB/s; every output is 50 MB (50 ms, far above the 4 ms forward of a stage) except layer 2's 1 KB.
+    auto model = uniformModel(8, 50e6);
+    model.layers[2].activation_bytes = 1000;
+    auto cluster = gpus({1, 1}, 80e9, 1e9);
+    PartitionOptions o;
+    o.schedule.microbatches = 8;
+    auto compare = plan(model, cluster, o);
+    REQUIRE(compare.ok());
+    CHECK(layersPerStage(*compare.plan) == std::vector<int> {3, 5}); // cut after the small output
+    CHECK(compare.plan->algorithm_options["chosen"]["partition"] == "coarse");
+    CHECK(compare.plan->algorithm_options["chosen"]["communication_bottleneck"] == true);
+    bool sawFine = false;
+    for (const auto& c : compare.candidates)
+        sawFine = sawFine || c.config.value("partition", "") == "fine";
+    CHECK(sawFine); // compare: both were simulated
+    auto coarseSim = checkPlan(*compare.plan);
+
+    o.params = {{"coarse", "off"}};
+    auto off = plan(model, cluster, o);
+    REQUIRE(off.ok());
+    CHECK(layersPerStage(*off.plan) == std::vector<int> {4, 4});
+    CHECK(checkPlan(*off.plan).throughput_samples_per_s < coarseSim.throughput_samples_per_s);
+
+    o.params = {{"coarse", "paper"}};
+    auto paper = plan(model, cluster, o);
+    REQUIRE(paper.ok());
+    for (const auto& c : paper.candidates)
+        CHECK(c.config.value("partition", "") == "coarse");
+
+    // A generous bottleneck ratio (transfers may take 100 forwards) turns the test off.
+    o.params = {{"bottleneck-ratio", 100.0}};
+    auto relaxed = plan(model, cluster, o);
+    REQUIRE(relaxed.ok());
+    CHECK(relaxed.plan->algorithm_options["chosen"]["communication_bottleneck"] == false);
+    CHECK(layersPerStage(*relaxed.plan) == std::vector<int> {4, 4});
+}
+
+namespace {
+
+Plan streamingPlan(int N, int M, double F, double B, double SR)
+{
+    Plan p = tablePlan("1f1b-as", N, M, F, B, SR);
+    p.cluster.device_types[0].streaming_execution = true;
+    return p;
+}
+
+} // namespace
+
+TEST_CASE("1F1B-AS on streaming accelerators: Table I's time, and only where devices stream", "[bapipe]")
+{
+    // digest bapipe §2.2 Table I [B:95-101]: 1F1B-AS takes (M+N-1)(F+B) (communication streamed and
+    // hidden); its bandwidth row a/F: with SR > F the stream cannot keep up and the time grows.
+    for (int N = 2; N <= 5; ++N)
+        for (int M = 1; M <= 12; ++M)
+            for (double SR : {0.0, 0.5, 1.0}) {
+                auto sim = run(streamingPlan(N, M, 1, 2, SR));
+                INFO("N=" << N << " M=" << M << " SR=" << SR);
+                CHECK(sim.makespan_s == Approx((M + N - 1) * 3.0).margin(1e-9));
+            }
+    CHECK(run(streamingPlan(3, 8, 1, 2, 1.5)).makespan_s > 30 + 1e-9);
+
+    // Not on GPUs: the generator refuses devices without streaming_execution.
+    CHECK_THROWS_AS(generateSchedule(tablePlan("1f1b-as", 3, 8, 1, 2, 0.5)), InputError);
+
+    // The partitioner offers the AS schedules only when every device streams; FBP-AS is listed in closed
+    // form and never chosen (the simulator cannot run F and B concurrently).
+    auto model = uniformModel(6);
+    auto cluster = gpus({1, 1, 1});
+    for (auto& t : cluster.device_types)
+        t.streaming_execution = true;
+    auto r = plan(model, cluster, {});
+    REQUIRE(r.ok());
+    CHECK(r.plan->schedule.kind == "1f1b-as");
+    checkPlan(*r.plan);
+    bool fbp = false;
+    for (const auto& c : r.candidates)
+        if (c.config.value("schedule", "") == "FBP-AS") {
+            fbp = true;
+            CHECK_FALSE(c.feasible);
+            CHECK(c.reason.find("closed form only") != std::string::npos);
+            CHECK(c.throughput_samples_per_s > 0);
+        }
+    CHECK(fbp);
+    auto gpuOnly = plan(model, gpus({1, 1, 1}), {});
+    REQUIRE(gpuOnly.ok());
+    for (const auto& c : gpuOnly.candidates)
+        CHECK(c.config.value("schedule", "").find("AS") == std::string::npos);
+}
+
+TEST_CASE("streaming_execution is optional in the cluster JSON and old files stay identical", "[bapipe]")
+{
+    // brief: the flag that lets a cluster declare streaming accelerators must not change existing files.
+    auto path = std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json";
+    auto c = loadCluster(path);
+    for (const auto& t : c.device_types)
+        CHECK_FALSE(t.streaming_execution);
+    auto j = toJson(c);
+    CHECK(j.dump().find("streaming_execution") == std::string::npos);
+    j["device_types"][0]["streaming_execution"] = true;
+    auto back = clusterFromJson(j);
+    CHECK(back.device_types[0].streaming_execution);
+    CHECK(toJson(back)["device_types"][0]["streaming_execution"] == true);
+    j["device_types"][0]["streaming_execution"] = "yes";
+    CHECK_THROWS_AS(clusterFromJson(j), InputError);
+}
+
+TEST_CASE("bad options and inputs give clear errors, never exceptions", "[bapipe]")
+{
+    // brief rules: partitioners never throw; negative/zero/absurd option values are "bad-option" errors.
+    auto model = uniformModel(6);
+    auto cluster = gpus({1, 2, 1});
+    for (const auto& params :
+        std::vector<nlohmann::json> {{{"bottleneck-ratio", 0}}, {{"bottleneck-ratio", -1}}, {{"coarse-threshold", 1e9}},
+            {{"schedule", "gpipe"}}, {{"microbatch-sizes", {0}}}, {{"microbatch-sizes", {3}}}, {{"nope", 1}},
+            {{"local-search", "yes"}}, {{"schedule", "1f1b-as"}}, {{"coarse", "sometimes"}}}) {
+        PartitionOptions o;
+        o.params = params;
+        PartitionResult r;
+        REQUIRE_NOTHROW(r = plan(model, cluster, o));
+        INFO(params.dump() << " -> " << r.errorText());
+        CHECK_FALSE(r.ok());
+        CHECK(hasError(r, "bad-option"));
+        CHECK(r.errorText().find(params.begin().key()) != std::string::npos);
+    }
+    PartitionOptions chunks;
+    chunks.schedule.chunks = 2;
+    CHECK(hasError(plan(model, cluster, chunks), "bad-option"));
+    PartitionOptions zero;
+    zero.schedule.microbatches = 0;
+    CHECK(hasError(plan(model, cluster, zero), "bad-option"));
+    PartitionOptions stages;
+    stages.stages = 5;
+    CHECK(hasError(plan(model, cluster, stages), "too-many-stages"));
+    CHECK(hasError(plan(uniformModel(2), cluster, {}), "too-many-stages"));
+    PartitionOptions negative;
+    negative.devices = -1;
+    CHECK(hasError(plan(model, cluster, negative), "bad-option"));
+    CHECK(hasError(plan(ModelProfile {}, cluster, {}), "empty-model"));
 }

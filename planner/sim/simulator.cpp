@@ -140,8 +140,8 @@ public:
 private:
     std::size_t transferKey(int d, const Action& a, bool gradient) const
     {
-        if (a.stage < 0 || a.stage >= m_s.num_stages || a.microbatch < 0
-            || a.microbatch >= std::max(1, m_s.microbatches) || a.peer < 0 || a.peer >= m_s.num_devices)
+        if (a.stage < 0 || a.stage >= m_s.num_stages || a.microbatch < 0 || a.microbatch >= std::max(1, m_s.microbatches)
+            || a.peer < 0 || a.peer >= m_s.num_devices)
             throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
                 + " names a stage, microbatch or peer outside the schedule");
         return (static_cast<std::size_t>(gradient) * m_s.num_stages + a.stage) * std::max(1, m_s.microbatches)
@@ -273,9 +273,8 @@ private:
                 break;
             }
             case ActionKind::BackwardWeight:
-                throw InputError(m_plan.cluster.deviceName(d)
-                    + ": split weight-gradient actions (W) are not "
-                      "simulated yet");
+                throw InputError(m_plan.cluster.deviceName(d) + ": split weight-gradient actions (W) are not "
+                                                                  "simulated yet");
             case ActionKind::Backward: {
                 int r = replica(d, a);
                 double t0 = dev.compute_free;
@@ -314,8 +313,8 @@ private:
                     // BaPipe's asynchronous mode: the output leaves while the op producing it runs; the last
                     // byte leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
                     start = std::max(dev.compute_start, dev.send_free);
-                    arrival = std::max(
-                        start + transferTime(d, a.peer, a.bytes), dev.compute_free + transferTime(d, a.peer, 0));
+                    arrival = std::max(start + transferTime(d, a.peer, a.bytes),
+                        dev.compute_free + transferTime(d, a.peer, 0));
                 }
                 tr.start = start;
                 tr.arrival = arrival;

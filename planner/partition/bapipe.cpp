@@ -265,7 +265,7 @@ private:
         options["chosen"] = chosen.config;
         options["device_order"] = "cluster order (BaPipe does not explore device orders)";
         plan.algorithm_options = std::move(options);
-        plan.objective_s = all[best].iteration_s;
+        plan.objective_s = all[best].candidate.config.value("max_stage_time_s", 0.0);
         diag.push_back({Severity::Info, "bapipe",
             "chose " + chosen.description + ": " + std::to_string(chosen.throughput_samples_per_s)
                 + " samples/s simulated"});
@@ -460,6 +460,7 @@ private:
                 fillMemory(c, sim);
                 c.throughput_samples_per_s = sim.throughput_samples_per_s;
                 e.iteration_s = sim.iteration_time_s;
+                c.config["simulated_batch_time_s"] = sim.iteration_time_s;
                 if (sim.fitsMemory())
                     break;
                 // The simulator's peak exceeds what the formula promised: tighten those devices and refit.

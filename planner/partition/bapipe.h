@@ -56,8 +56,9 @@ Cuts speedProportionalCuts(const Chain& chain, const std::vector<char>& allowed)
 /// Memory over capacity, summed over stages (0 when the partition fits).
 double memoryExcess(const Chain& chain, const Cuts& cuts);
 
-/// Local search: moves one boundary to the neighbouring allowed cut while that lowers (memory excess when
-/// `memory_aware`, then) the stage times sorted from the largest down. Returns the moves made.
+/// Local search: moves one layer from a stage to another (every boundary in between shifts by one allowed
+/// cut; neighbours are the simple boundary move) while that lowers (memory excess when `memory_aware`, then)
+/// the stage times sorted from the largest down. Returns the moves made.
 int localSearch(const Chain& chain, Cuts& cuts, const std::vector<char>& allowed, bool memory_aware);
 
 /// Exact fallback: the allowed partition minimising the slowest stage with every stage in memory (DP over

@@ -152,15 +152,27 @@ int localSearch(const Chain& chain, Cuts& cuts, const std::vector<char>& allowed
     while (moves < cap) {
         Cuts best;
         Score bestScore = current;
-        for (int k = 1; k < N; ++k) {
-            for (int dir : {-1, +1}) {
-                int p = cuts[k] + dir;
-                while (p > cuts[k - 1] && p < cuts[k + 1] && !allowed[p])
-                    p += dir;
-                if (p <= cuts[k - 1] || p >= cuts[k + 1])
+        // One layer from stage `from` to stage `to`: every boundary in between moves one allowed cut towards
+        // `from` (the neighbour moves are the cases |from - to| = 1).
+        for (int from = 0; from < N; ++from) {
+            for (int to = 0; to < N; ++to) {
+                if (to == from)
                     continue;
                 Cuts trial = cuts;
-                trial[k] = p;
+                bool ok = true;
+                const int dir = to > from ? -1 : +1;
+                const int lo = std::min(from, to) + 1, hi = std::max(from, to);
+                for (int k = lo; k <= hi && ok; ++k) {
+                    int p = trial[k] + dir;
+                    while (p > 0 && p < chain.layers && !allowed[p])
+                        p += dir;
+                    trial[k] = p;
+                    ok = p > 0 && p < chain.layers;
+                }
+                for (int k = 1; k <= N && ok; ++k)
+                    ok = trial[k] > trial[k - 1];
+                if (!ok)
+                    continue;
                 Score s = score(chain, trial, memoryAware);
                 if (s.better(bestScore)) {
                     bestScore = std::move(s);

@@ -214,6 +214,8 @@ json toJson(const Cluster& c)
             {"memory_bandwidth_bytes_per_s", t.memory_bandwidth_bytes_per_s}, {"price_per_hour", t.price_per_hour}};
         if (t.relative_speed)
             jt["relative_speed"] = *t.relative_speed;
+        if (t.streaming_execution)
+            jt["streaming_execution"] = true;
         types.push_back(std::move(jt));
     }
     json nodes = json::array();
@@ -244,6 +246,7 @@ Cluster clusterFromJson(const json& j)
         t.memory_bandwidth_bytes_per_s = f::nonNegativeOr(jt, "memory_bandwidth_bytes_per_s", path, 0);
         t.relative_speed = f::optionalNumber(jt, "relative_speed", path);
         t.price_per_hour = f::nonNegativeOr(jt, "price_per_hour", path, 0);
+        t.streaming_execution = f::booleanOr(jt, "streaming_execution", path, false);
         c.device_types.push_back(std::move(t));
     }
     const auto& nodes = f::array(j, "nodes", "");

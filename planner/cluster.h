@@ -24,6 +24,10 @@ struct DeviceType
     /// (or the layer's own times for this device type) are used as they are.
     std::optional<double> relative_speed;
     double price_per_hour = 0;
+    /// Streams its outputs while it computes (BaPipe's asynchronous execution mode, e.g. FPGA dataflow
+    /// accelerators): schedules that overlap a transfer with the op producing it ("1f1b-as") may run on
+    /// it. Written to JSON only when true.
+    bool streaming_execution = false;
 };
 
 /// @brief A machine holding `count` devices of one type.

@@ -32,7 +32,7 @@ struct PlanStage
 /// @brief How the schedule generator and simulator run the plan.
 struct ScheduleOptions
 {
-    std::string kind = "1f1b"; ///< gpipe | 1f1b | pipedream | 2bw | interleaved
+    std::string kind = "1f1b"; ///< gpipe | 1f1b | pipedream | 2bw | interleaved | 1f1b-so | 1f1b-as
     int microbatches = 8; ///< per batch (per pipeline replica set); inputs simulated for pipedream
     int microbatch_size = 0; ///< 0 = the profile's
     int chunks = 1; ///< virtual stages per device (interleaved)

@@ -12,6 +12,7 @@ const Partitioner& pipeDreamPartitioner();
 const Partitioner& uniformPartitioner();
 const Partitioner& parametersPartitioner();
 const Partitioner& manualPartitioner();
+const Partitioner& baPipePartitioner();
 
 namespace detail {
 /// Turns stage boundaries (last layer of each stage but the final one, increasing) into a validated plan

@@ -34,6 +34,7 @@ const std::vector<const Partitioner*>& partitioners()
         &uniformPartitioner(),
         &parametersPartitioner(),
         &manualPartitioner(),
+        &baPipePartitioner(),
     };
     return list;
 }

@@ -39,7 +39,12 @@ namespace pw::planner {
 //
 // Kinds (iterations batches of m = schedule.microbatches; each replica runs its ids k mod r_s of a batch)
 // - gpipe: per batch all F then all B, ids ascending (with chunks: F chunk 0..v-1, B chunk v-1..0); steps.
-// - 1f1b: oneFOneB per batch, then the step (version batch+1). Rejects chunks > 1.
+// - 1f1b: oneFOneB per batch, then the step (version batch+1). Rejects chunks > 1. This is BaPipe's 1F1B-SNO:
+//   stage i of N (1-based) runs N-i warm-up forwards and keeps N-i+1 microbatches in flight.
+// - 1f1b-so: as 1f1b with twice the in-flight count, 2 ceil(W_s / r_s) (BaPipe's 1F1B-SO: warm-up 2(N-i)+1,
+//   2(N-i+1) in flight); schedule.in_flight, when given, is used as is.
+// - 1f1b-as: the 1f1b order on streaming accelerators (every device type sets streaming_execution); the
+//   simulator starts each transfer with the op producing it (streamsTransfers).
 // - interleaved: chunks > 1: Megatron's interleaved order (interleaved.cpp), m % p == 0, no replicas;
 //   chunks == 1: the 1f1b schedule. One step per virtual stage per batch.
 // - pipedream: m * iterations inputs in one oneFOneB stream, a step after every B; inputs % r_s == 0.
@@ -130,5 +135,7 @@ const ScheduleGenerator& oneFOneBGenerator();
 const ScheduleGenerator& pipedreamGenerator();
 const ScheduleGenerator& twoBwGenerator();
 const ScheduleGenerator& interleavedGenerator();
+const ScheduleGenerator& oneFOneBSoGenerator();
+const ScheduleGenerator& oneFOneBAsGenerator();
 
 } // namespace pw::planner

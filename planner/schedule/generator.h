@@ -23,6 +23,9 @@ public:
 
 const std::vector<const ScheduleGenerator*>& scheduleGenerators();
 const ScheduleGenerator* findScheduleGenerator(std::string_view name);
+/// True for kinds whose transfers stream out while the producing op computes (BaPipe's asynchronous mode,
+/// "1f1b-as"): the simulator starts such a send with that op instead of after it.
+bool streamsTransfers(std::string_view kind);
 /// Generates the plan's schedule (plan.schedule.kind); throws InputError for an unknown kind.
 Schedule generateSchedule(const Plan& plan);
 

@@ -16,6 +16,8 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators()
         &pipedreamGenerator(),
         &twoBwGenerator(),
         &interleavedGenerator(),
+        &oneFOneBSoGenerator(),
+        &oneFOneBAsGenerator(),
     };
     return generators;
 }

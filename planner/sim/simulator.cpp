@@ -35,6 +35,7 @@ struct DeviceState
 {
     std::size_t pc = 0;
     double compute_free = 0;
+    double compute_start = 0; ///< start of the latest compute op (streamed transfers begin there)
     double send_free = 0;
     bool registered = false; ///< has announced itself to the all-reduce it is waiting on
     bool queued = false;
@@ -257,6 +258,7 @@ private:
         auto& dev = m_devices[d];
         const auto& list = m_s.devices[d];
         const bool overlap = m_plan.schedule.overlap_communication;
+        const bool streamed = streamsTransfers(m_s.kind);
         while (dev.pc < list.size()) {
             const Action& a = list[dev.pc];
             switch (a.kind) {
@@ -307,11 +309,18 @@ private:
                 auto& tr = m_transfers[key];
                 double start = std::max(dev.compute_free, dev.send_free);
                 double arrival = start + transferTime(d, a.peer, a.bytes);
+                if (streamed) {
+                    // BaPipe's asynchronous mode: the output leaves while the op producing it runs; the last
+                    // byte leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
+                    start = std::max(dev.compute_start, dev.send_free);
+                    arrival = std::max(start + transferTime(d, a.peer, a.bytes),
+                        dev.compute_free + transferTime(d, a.peer, 0));
+                }
                 tr.start = start;
                 tr.arrival = arrival;
                 double occupied = a.bytes > 0 ? arrival - transferTime(d, a.peer, 0) : start;
-                dev.send_free = overlap ? std::max(start, occupied) : arrival;
-                if (!overlap)
+                dev.send_free = overlap || streamed ? std::max(start, occupied) : arrival;
+                if (!overlap && !streamed)
                     dev.compute_free = arrival;
                 span(d, Lane::Send, a, dev.pc, start, arrival);
                 int& waiter = m_waiter[key];
@@ -387,6 +396,7 @@ private:
     void compute(int d, const Action& a, double t0, double t1)
     {
         auto& dev = m_devices[d];
+        dev.compute_start = t0;
         dev.compute_free = t1;
         dev.busy += t1 - t0;
         span(d, Lane::Compute, a, dev.pc, t0, t1);

@@ -9,6 +9,7 @@
 namespace pw::planner {
 
 const Partitioner& pipeDreamPartitioner();
+const Partitioner& pipeDream2BwPartitioner();
 const Partitioner& uniformPartitioner();
 const Partitioner& parametersPartitioner();
 const Partitioner& manualPartitioner();

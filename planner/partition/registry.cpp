@@ -31,6 +31,7 @@ const std::vector<const Partitioner*>& partitioners()
 {
     static const std::vector<const Partitioner*> list = {
         &pipeDreamPartitioner(),
+        &pipeDream2BwPartitioner(),
         &uniformPartitioner(),
         &parametersPartitioner(),
         &manualPartitioner(),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "../costs.h"
@@ -255,39 +256,110 @@ public:
     }
 
 private:
+    /// What the search may vary, read from the request and the options.
+    struct Space
+    {
+        int devices = 1;
+        int layers = 0;
+        long long batch = 0; ///< B
+        int base_size = 1; ///< the request's (else the profile's) microbatch size
+        std::vector<int> tensor, pipeline, chunks, microbatch_sizes; ///< empty microbatch_sizes = auto
+        std::vector<bool> recompute;
+        bool within_node = true;
+        bool straight = false;
+        int iterations = 1;
+    };
+
+    /// Configurations left out before estimation, for the diagnostics.
+    struct Skipped
+    {
+        int heads = 0, batch = 0, interleave = 0;
+    };
+
     PartitionResult run(const PartitionRequest& request, const detail::OptionValues& values, const int N,
         const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const
     {
+        Space space;
+        if (auto failed = readSpace(request, values, N, space, diag))
+            return std::move(*failed);
+        Skipped skipped;
+        std::vector<Entry> entries = enumerate(request, space, skipped);
+        if (skipped.heads > 0)
+            diag.push_back({Severity::Info, "heads",
+                std::to_string(skipped.heads) + " tensor-parallel size(s) skipped: t must divide the "
+                    + std::to_string(request.model.architecture->heads) + " attention heads"});
+        if (entries.empty()) {
+            std::string why = "no (p, t, d, b, v) configuration of " + std::to_string(N)
+                + " devices suits the global batch of " + std::to_string(space.batch) + " samples";
+            if (skipped.batch > 0)
+                why += ": B must be divisible by d x b (data-parallel size x microbatch size)";
+            if (skipped.interleave > 0)
+                why += "; interleaving needs p > 1, d = 1, m a multiple of p and p v <= " + std::to_string(space.layers)
+                    + " layers";
+            diag.push_back({Severity::Error, "bad-option", why});
+            return {std::nullopt, std::move(diag)};
+        }
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            if (stop.stop_requested())
+                return detail::failure("cancelled", "partitioning was cancelled");
+            estimateEntry(request, entries[i]);
+            if (progress)
+                progress(0.5 * static_cast<double>(i + 1) / entries.size());
+        }
+        std::vector<int> order(entries.size());
+        for (std::size_t i = 0; i < order.size(); ++i)
+            order[i] = static_cast<int>(i);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return better(entries[a], entries[b]); });
+        int best = -1;
+        if (!simulateLeaders(request, entries, order, values.integer("simulate-top"), progress, stop, best))
+            return detail::failure("cancelled", "partitioning was cancelled");
+        if (progress)
+            progress(1.0);
+        return finish(request, values, space, entries, order, best, std::move(diag));
+    }
+
+    /// Checks the request and fills the search space; a failure result for bad input.
+    static std::optional<PartitionResult> readSpace(const PartitionRequest& request, const detail::OptionValues& values,
+        int N, Space& space, std::vector<Diagnostic>& diag)
+    {
         const auto& opt = request.options;
         const auto& model = request.model;
-        const int L = model.layerCount();
         if (opt.schedule.microbatch_size < 0)
             return detail::failure("bad-option",
                 "the microbatch size must be >= 0 (0 = the profile's), got "
                     + std::to_string(opt.schedule.microbatch_size));
         if (opt.stages < 0)
             return detail::failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
-        const int baseSize
+        space.devices = N;
+        space.layers = model.layerCount();
+        space.base_size
             = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model.microbatch_size);
-        long long B = 0;
         if (values.has("global-batch")) {
-            B = values.integer("global-batch");
+            space.batch = values.integer("global-batch");
         } else {
             if (opt.schedule.microbatches < 1)
                 return detail::failure("bad-option",
                     "microbatches per batch must be >= 1, got " + std::to_string(opt.schedule.microbatches));
-            B = static_cast<long long>(opt.schedule.microbatches) * baseSize;
+            space.batch = static_cast<long long>(opt.schedule.microbatches) * space.base_size;
         }
-        if (B > 1'000'000'000)
-            return detail::failure("bad-option", "the global batch " + std::to_string(B) + " is too large");
-
-        // The search space (docs/algorithms/megatron.md "Search space").
-        const auto& arch = model.architecture;
-        std::vector<int> tensorSizes = values.has("tensor-sizes") ? values.integers("tensor-sizes") : divisors(N);
-        std::vector<int> pipelineSizes = values.has("pipeline-sizes") ? values.integers("pipeline-sizes") : divisors(N);
+        if (space.batch > 1'000'000'000)
+            return detail::failure("bad-option", "the global batch " + std::to_string(space.batch) + " is too large");
+        space.tensor = values.has("tensor-sizes") ? values.integers("tensor-sizes") : divisors(N);
+        space.pipeline = values.has("pipeline-sizes") ? values.integers("pipeline-sizes") : divisors(N);
         if (opt.stages > 0)
-            pipelineSizes = {opt.stages};
-        if (!arch && std::any_of(tensorSizes.begin(), tensorSizes.end(), [](int t) { return t > 1; }))
+            space.pipeline = {opt.stages};
+        space.chunks = values.has("chunks") ? values.integers("chunks") : std::vector<int> {1, 2, 3, 4};
+        if (values.has("microbatch-sizes"))
+            space.microbatch_sizes = values.integers("microbatch-sizes");
+        const std::string rc = values.choice("recompute");
+        if (rc != "on")
+            space.recompute.push_back(false);
+        if (rc != "off")
+            space.recompute.push_back(true);
+        space.within_node = values.boolean("tensor-within-node");
+        space.straight = opt.straight;
+        space.iterations = std::max(1, opt.schedule.iterations);
+        if (!model.architecture && std::any_of(space.tensor.begin(), space.tensor.end(), [](int t) { return t > 1; }))
             diag.push_back({Severity::Info, "no-architecture",
                 "the profile has no transformer architecture, so tensor parallelism cannot be split by heads: only "
                 "t = 1 is searched"});
@@ -297,170 +369,155 @@ private:
             diag.push_back({Severity::Warning, "heterogeneous",
                 "Megatron assumes identical devices: stages are balanced with the first device's type (the "
                 "simulator still uses each device's own)"});
-        std::vector<int> chunkList = values.has("chunks") ? values.integers("chunks") : std::vector<int> {1, 2, 3, 4};
-        const std::string rc = values.choice("recompute");
-        std::vector<bool> recomputes;
-        if (rc != "on")
-            recomputes.push_back(false);
-        if (rc != "off")
-            recomputes.push_back(true);
-        const bool withinNode = values.boolean("tensor-within-node");
+        return std::nullopt;
+    }
 
+    /// Why tensor-parallel groups of t consecutive devices break rule of thumb 1, or empty.
+    static std::string crossNodeGroup(const Cluster& cluster, int N, int t)
+    {
+        for (int g = 0; t > 1 && g < N; g += t)
+            for (int i = 1; i < t; ++i)
+                if (!cluster.sameNode(g, g + i))
+                    return "tensor-parallel group of devices " + std::to_string(g) + ".." + std::to_string(g + t - 1)
+                        + " spans nodes (rule of thumb 1: t within a node, Takeaway #1)";
+        return {};
+    }
+
+    /// Every structurally valid (p, t, d, b, v, recompute); rule-of-thumb and size problems are kept as
+    /// infeasible candidates, the rest is counted in `skipped`.
+    static std::vector<Entry> enumerate(const PartitionRequest& request, const Space& space, Skipped& skipped)
+    {
+        const int N = space.devices;
+        const auto& arch = request.model.architecture;
         std::vector<Entry> entries;
-        int skippedHeads = 0, skippedBatch = 0, skippedInterleave = 0;
-        for (int t : tensorSizes) {
-            if (N % t != 0 || (t > 1 && (!arch || opt.straight)))
+        for (int t : space.tensor) {
+            if (N % t != 0 || (t > 1 && (!arch || space.straight)))
                 continue;
             if (t > 1 && arch->heads % t != 0) {
-                ++skippedHeads;
+                ++skipped.heads;
                 continue;
             }
-            std::string ruleProblem;
-            if (t > 1)
-                for (int g = 0; g < N && ruleProblem.empty(); g += t)
-                    for (int i = 1; i < t; ++i)
-                        if (!request.cluster.sameNode(g, g + i)) {
-                            ruleProblem = "tensor-parallel group of devices " + std::to_string(g) + ".."
-                                + std::to_string(g + t - 1)
-                                + " spans nodes (rule of thumb 1: t within a node, Takeaway #1)";
-                            break;
-                        }
-            for (int p : pipelineSizes) {
-                if ((N / t) % p != 0 || p > L)
+            const std::string rule = space.within_node ? crossNodeGroup(request.cluster, N, t) : std::string();
+            for (int p : space.pipeline) {
+                if ((N / t) % p != 0 || p > space.layers)
                     continue;
                 const int d = N / (t * p);
-                if (opt.straight && d > 1)
+                if (space.straight && d > 1)
                     continue;
-                if (B % d != 0) {
-                    ++skippedBatch;
+                if (space.batch % d != 0) {
+                    ++skipped.batch;
                     continue;
                 }
-                std::vector<int> sizes;
-                if (values.has("microbatch-sizes")) {
-                    sizes = values.integers("microbatch-sizes");
-                } else {
-                    for (long long b = 1; b <= B / d; b *= 2)
-                        sizes.push_back(static_cast<int>(b));
-                    sizes.push_back(baseSize);
-                }
-                std::sort(sizes.begin(), sizes.end());
-                sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-                for (int b : sizes) {
-                    if ((B / d) % b != 0) {
-                        ++skippedBatch;
+                for (int b : microbatchSizes(space, d)) {
+                    if ((space.batch / d) % b != 0) {
+                        ++skipped.batch;
                         continue;
                     }
-                    const long long m = B / d / b;
-                    for (int v : chunkList) {
+                    const long long m = space.batch / d / b;
+                    for (int v : space.chunks) {
                         // The interleaved generator runs unreplicated stages only (d = 1).
-                        if (v > 1 && (p == 1 || d > 1 || m % p != 0 || p * v > L)) {
-                            ++skippedInterleave;
+                        if (v > 1 && (p == 1 || d > 1 || m % p != 0 || p * v > space.layers)) {
+                            ++skipped.interleave;
                             continue;
                         }
-                        if (v == 1 && p > L)
-                            continue;
-                        for (bool r : recomputes) {
-                            Entry e;
-                            e.config = {p, t, d, b, v, r, static_cast<int>(std::min<long long>(m, INT32_MAX))};
-                            e.candidate.description = e.config.text();
-                            e.candidate.config = {{"p", p}, {"t", t}, {"d", d}, {"b", b}, {"v", v}, {"m", m},
-                                {"recompute", r}, {"global_batch", B}};
-                            if (!ruleProblem.empty() && withinNode) {
-                                e.candidate.feasible = false;
-                                e.candidate.reason = ruleProblem;
-                            }
-                            const long long perBatch = m * d;
-                            if (perBatch * opt.schedule.iterations > kMaxMicrobatches
-                                || perBatch * opt.schedule.iterations * p * v > kMaxStageMicrobatches) {
-                                e.candidate.feasible = false;
-                                e.candidate.reason = std::to_string(m)
-                                    + " microbatches per pipeline are too many to "
-                                      "simulate";
-                            }
-                            entries.push_back(std::move(e));
-                        }
+                        for (bool r : space.recompute)
+                            entries.push_back(entry(
+                                {p, t, d, b, v, r, static_cast<int>(std::min<long long>(m, INT32_MAX))}, space, rule));
                     }
                 }
             }
         }
-        if (skippedHeads > 0)
-            diag.push_back({Severity::Info, "heads",
-                std::to_string(skippedHeads) + " tensor-parallel size(s) skipped: t must divide the "
-                    + std::to_string(arch->heads) + " attention heads"});
-        if (entries.empty()) {
-            std::string why = "no (p, t, d, b, v) configuration of " + std::to_string(N) + " devices suits the global "
-                + "batch of " + std::to_string(B) + " samples";
-            if (skippedBatch > 0)
-                why += ": B must be divisible by d x b (data-parallel size x microbatch size)";
-            if (skippedInterleave > 0)
-                why += "; interleaving needs p > 1, d = 1, m a multiple of p and p v <= " + std::to_string(L)
-                    + " layers";
-            diag.push_back({Severity::Error, "bad-option", why});
-            return {std::nullopt, std::move(diag)};
+        return entries;
+    }
+
+    /// b values for data-parallel size d: the option's, else powers of two up to B / d and the request's.
+    static std::vector<int> microbatchSizes(const Space& space, int d)
+    {
+        std::vector<int> sizes = space.microbatch_sizes;
+        if (sizes.empty()) {
+            for (long long b = 1; b <= space.batch / d; b *= 2)
+                sizes.push_back(static_cast<int>(b));
+            sizes.push_back(space.base_size);
         }
+        std::sort(sizes.begin(), sizes.end());
+        sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+        return sizes;
+    }
 
-        // The analytical model on every configuration.
-        const std::size_t total = entries.size();
-        std::size_t done = 0;
-        for (auto& e : entries) {
-            if (stop.stop_requested())
-                return detail::failure("cancelled", "partitioning was cancelled");
-            const Plan plan = megatron::configPlan(request, e.config);
-            e.estimate = megatron::estimate(plan, e.config);
-            auto& c = e.candidate;
-            c.throughput_samples_per_s = e.estimate.throughput_samples_per_s;
-            c.peak_memory_bytes = e.estimate.peak_memory_bytes;
-            c.memory_capacity_bytes = e.estimate.memory_capacity_bytes;
-            c.config["analytic_batch_time_s"] = e.estimate.batch_time_s;
-            c.config["analytic_throughput"] = e.estimate.throughput_samples_per_s;
-            c.config["bubble"] = megatron::bubbleFraction(e.config.p, e.config.v, e.config.m);
-            std::vector<int> layers;
-            for (const auto& st : plan.stages)
-                layers.push_back(st.layerCount());
-            c.config["layers_per_stage"] = layers;
-            if (c.feasible && !e.estimate.fits) {
-                c.feasible = false;
-                c.reason = "needs " + gb(e.estimate.peak_memory_bytes) + " of " + gb(e.estimate.memory_capacity_bytes)
-                    + " by the memory formula";
-            }
-            if (progress)
-                progress(0.5 * static_cast<double>(++done) / total);
+    static Entry entry(const Config& config, const Space& space, const std::string& rule)
+    {
+        Entry e;
+        e.config = config;
+        auto& c = e.candidate;
+        c.description = config.text();
+        c.config = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v},
+            {"m", config.m}, {"recompute", config.recompute}, {"global_batch", space.batch}};
+        if (!rule.empty()) {
+            c.feasible = false;
+            c.reason = rule;
         }
+        const long long perBatch = static_cast<long long>(config.m) * config.d * space.iterations;
+        if (perBatch > kMaxMicrobatches || perBatch * config.p * config.v > kMaxStageMicrobatches) {
+            c.feasible = false;
+            c.reason = std::to_string(config.m) + " microbatches per pipeline are too many to simulate";
+        }
+        return e;
+    }
 
-        // Analytical order (rule of thumb 2 breaks ties: the smaller model-parallel size t p first).
-        std::vector<int> order(entries.size());
-        for (std::size_t i = 0; i < order.size(); ++i)
-            order[i] = static_cast<int>(i);
-        const auto better = [&](int a, int b) {
-            const auto& x = entries[a];
-            const auto& y = entries[b];
-            if (x.candidate.feasible != y.candidate.feasible)
-                return x.candidate.feasible;
-            const double tx = x.candidate.throughput_samples_per_s, ty = y.candidate.throughput_samples_per_s;
-            if (std::abs(tx - ty) > 1e-9 * std::max(tx, ty))
-                return tx > ty;
-            if (x.config.t * x.config.p != y.config.t * y.config.p)
-                return x.config.t * x.config.p < y.config.t * y.config.p;
-            if (x.config.v != y.config.v)
-                return x.config.v < y.config.v;
-            return !x.config.recompute && y.config.recompute;
-        };
-        std::stable_sort(order.begin(), order.end(), better);
+    /// The analytical model on one configuration; over memory makes it infeasible.
+    static void estimateEntry(const PartitionRequest& request, Entry& e)
+    {
+        const Plan plan = megatron::configPlan(request, e.config);
+        e.estimate = megatron::estimate(plan, e.config);
+        auto& c = e.candidate;
+        c.throughput_samples_per_s = e.estimate.throughput_samples_per_s;
+        c.peak_memory_bytes = e.estimate.peak_memory_bytes;
+        c.memory_capacity_bytes = e.estimate.memory_capacity_bytes;
+        c.config["analytic_batch_time_s"] = e.estimate.batch_time_s;
+        c.config["analytic_throughput"] = e.estimate.throughput_samples_per_s;
+        c.config["bubble"] = megatron::bubbleFraction(e.config.p, e.config.v, e.config.m);
+        std::vector<int> layers;
+        for (const auto& st : plan.stages)
+            layers.push_back(st.layerCount());
+        c.config["layers_per_stage"] = layers;
+        if (c.feasible && !e.estimate.fits) {
+            c.feasible = false;
+            c.reason = "needs " + gb(e.estimate.peak_memory_bytes) + " of " + gb(e.estimate.memory_capacity_bytes)
+                + " by the memory formula";
+        }
+    }
 
-        // Simulate the analytical leaders (and on until one fits), choose by simulated throughput.
-        const int top = values.integer("simulate-top");
-        int simulated = 0, best = -1, simulatedFits = 0;
-        for (std::size_t k = 0; k < order.size(); ++k) {
-            auto& e = entries[order[k]];
-            if (!e.candidate.feasible || (simulated >= top && simulatedFits > 0))
+    /// Feasible first, then throughput; ties go to the smaller t p (rule of thumb 2), smaller v, no recompute.
+    static bool better(const Entry& x, const Entry& y)
+    {
+        if (x.candidate.feasible != y.candidate.feasible)
+            return x.candidate.feasible;
+        const double tx = x.candidate.throughput_samples_per_s, ty = y.candidate.throughput_samples_per_s;
+        if (std::abs(tx - ty) > 1e-9 * std::max(tx, ty))
+            return tx > ty;
+        if (x.config.t * x.config.p != y.config.t * y.config.p)
+            return x.config.t * x.config.p < y.config.t * y.config.p;
+        if (x.config.v != y.config.v)
+            return x.config.v < y.config.v;
+        return !x.config.recompute && y.config.recompute;
+    }
+
+    /// Simulates the analytical leaders in `order` (`top` of them, and on until one fits the simulator's
+    /// memory); `best` is the fastest simulated one that fits, or -1. False when cancelled.
+    static bool simulateLeaders(const PartitionRequest& request, std::vector<Entry>& entries,
+        const std::vector<int>& order, int top, const ProgressFn& progress, std::stop_token stop, int& best)
+    {
+        int simulated = 0, fits = 0;
+        for (int i : order) {
+            auto& e = entries[i];
+            if (!e.candidate.feasible || (simulated >= top && fits > 0))
                 break;
             if (stop.stop_requested())
-                return detail::failure("cancelled", "partitioning was cancelled");
-            const Plan plan = megatron::configPlan(request, e.config);
+                return false;
             ++simulated;
             SimulationResult sim;
             try {
-                sim = simulate(plan, SimulationOptions {false, false});
+                sim = simulate(megatron::configPlan(request, e.config), SimulationOptions {false, false});
             } catch (const InputError& err) {
                 e.candidate.feasible = false;
                 e.candidate.reason = std::string("does not simulate: ") + err.what();
@@ -483,13 +540,19 @@ private:
                 c.reason = "the simulator's peak memory exceeds a device's capacity";
                 continue;
             }
-            ++simulatedFits;
-            if (best < 0 || better(order[k], best))
-                best = order[k];
+            ++fits;
+            if (best < 0 || better(e, entries[best]))
+                best = i;
             if (progress)
                 progress(0.5 + 0.5 * std::min(1.0, static_cast<double>(simulated) / top));
         }
+        return true;
+    }
 
+    /// The chosen plan (or the over-memory error) with every candidate, the chosen one first.
+    PartitionResult finish(const PartitionRequest& request, const detail::OptionValues& values, const Space& space,
+        const std::vector<Entry>& entries, std::vector<int> order, int best, std::vector<Diagnostic> diag) const
+    {
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
             if (a == best || b == best)
                 return a == best && b != best;
@@ -499,7 +562,7 @@ private:
                 return x.candidate.feasible;
             if (x.simulated != y.simulated)
                 return x.simulated;
-            return better(a, b);
+            return better(x, y);
         });
         std::vector<Candidate> candidates;
         for (int i : order) {
@@ -509,9 +572,6 @@ private:
                                                 : "analytically slower than the simulated leaders";
             candidates.push_back(std::move(c));
         }
-        if (progress)
-            progress(1.0);
-
         if (best < 0) {
             std::string closest;
             for (const auto& c : candidates)
@@ -520,17 +580,17 @@ private:
                     break;
                 }
             diag.push_back({Severity::Error, "over-memory",
-                "no configuration of " + std::to_string(N) + " devices for a global batch of " + std::to_string(B)
-                    + " fits device memory" + (closest.empty() ? "" : " (e.g. " + closest + ")")});
+                "no configuration of " + std::to_string(space.devices) + " devices for a global batch of "
+                    + std::to_string(space.batch) + " fits device memory"
+                    + (closest.empty() ? "" : " (e.g. " + closest + ")")});
             PartitionResult r {std::nullopt, std::move(diag)};
             r.candidates = std::move(candidates);
             return r;
         }
-
         const auto& chosen = entries[best];
         Plan plan = megatron::configPlan(request, chosen.config);
         json options = values.effective();
-        options["global_batch"] = B;
+        options["global_batch"] = space.batch;
         options["chosen"] = chosen.candidate.config;
         plan.algorithm_options = std::move(options);
         plan.objective_s = chosen.estimate.stage_time_s; // slowest device per microbatch (F + B)
@@ -539,10 +599,11 @@ private:
                 + " configurations: " + std::to_string(chosen.candidate.throughput_samples_per_s)
                 + " samples/s simulated, " + std::to_string(chosen.estimate.throughput_samples_per_s)
                 + " analytically"});
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != plan.schedule.kind)
+        const auto& kind = request.options.schedule.kind;
+        if (kind != "1f1b" && kind != plan.schedule.kind)
             diag.push_back({Severity::Info, "schedule-kind",
-                "megatron chooses between 1f1b and interleaved; the requested kind '" + opt.schedule.kind
-                    + "' was replaced by '" + plan.schedule.kind + "'"});
+                "megatron chooses between 1f1b and interleaved; the requested kind '" + kind + "' was replaced by '"
+                    + plan.schedule.kind + "'"});
         auto result = detail::validated(std::move(plan), std::move(diag));
         result.candidates = std::move(candidates);
         return result;

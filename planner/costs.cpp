@@ -2,6 +2,7 @@
 #include "costs.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace pw::planner {
 
@@ -28,20 +29,75 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     const double scale = microbatchScale(plan);
     const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
     StageTotals t;
+    const int tp = std::max(1, plan.tensor_parallel);
+    const auto cut = plan.model.cutBytes(plan.layer_order);
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model.layers[plan.layerAt(pos)];
         auto times = layerTimesOn(layer, type);
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
-        t.activation_bytes += layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
+        if (tp == 1) {
+            t.activation_bytes += layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
+            continue;
+        }
+        t.activation_bytes += tensorParallelStash(layer, scale, tp);
+        const auto traffic = tensorParallelTraffic(layer, pos > 0 ? cut[pos - 1] : 0.0, scale, tp);
+        t.tp_forward_allreduces += traffic.forward_allreduces;
+        t.tp_forward_bytes += traffic.forward_bytes;
+        t.tp_backward_allreduces += traffic.backward_allreduces;
+        t.tp_backward_bytes += traffic.backward_bytes;
+    }
+    if (tp > 1) {
+        t.forward_s /= tp;
+        t.backward_s /= tp;
+        t.weight_bytes /= tp;
+        t.optimizer_bytes /= tp;
     }
     if (st.first_layer > 0) {
-        auto cut = plan.model.cutBytes(plan.layer_order);
         t.input_bytes = cut[st.first_layer - 1] * scale;
     }
     return t;
+}
+
+TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_bytes, double scale, int t)
+{
+    TensorParallelTraffic r;
+    if (t <= 1 || isDataSource(layer))
+        return r;
+    const double bytes = layer.activation_bytes * scale;
+    if (layer.kind == "embedding") {
+        r.forward_allreduces = 1;
+    } else if (layer.kind == "head") {
+        r.backward_allreduces = 1;
+    } else {
+        r.forward_allreduces = 2;
+        r.backward_allreduces = 2;
+    }
+    r.forward_bytes = r.forward_allreduces * bytes;
+    r.backward_bytes = r.backward_allreduces * bytes;
+    if (layer.kind == "head") // the all-reduced gradient is that of the head's input (b s h), not of the logits
+        r.backward_bytes = input_bytes * scale;
+    return r;
+}
+
+double tensorParallelTime(double bytes, int count, int t, double bandwidth, double latency)
+{
+    if (t <= 1 || count <= 0)
+        return 0;
+    const double wire = bytes <= 0 ? 0.0 : bandwidth > 0 ? bytes / bandwidth : std::numeric_limits<double>::infinity();
+    return 2.0 * (t - 1) / t * wire + 2.0 * (t - 1) * latency * count;
+}
+
+double tensorParallelStash(const Layer& layer, double scale, int t)
+{
+    const double stash = layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
+    if (t <= 1)
+        return stash;
+    const double output = layer.activation_bytes * scale;
+    const double replicated = std::min(stash, layer.kind == "transformer_layer" ? 5.0 * output : output);
+    return replicated + (stash - replicated) / t;
 }
 
 double stageMemoryBytes(const std::string& kind, const StageMemoryInput& in)

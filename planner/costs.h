@@ -24,9 +24,48 @@ struct StageTotals
     double activation_bytes = 0; ///< activation memory the stage keeps per microbatch for its backward pass
     double input_bytes = 0; ///< bytes received from the previous stage
     double optimizer_bytes = 0; ///< optimizer state (layer values where given, else factor x weights)
+    // Tensor parallelism (plan.tensor_parallel = t > 1; all zero when t = 1): the ring all-reduces a rank
+    // runs per microbatch inside its forward and backward passes, and their total payload.
+    int tp_forward_allreduces = 0;
+    double tp_forward_bytes = 0;
+    int tp_backward_allreduces = 0;
+    double tp_backward_bytes = 0;
 };
 
+/// Totals of one tensor-parallel rank. With t = plan.tensor_parallel > 1 compute, weights, optimizer state
+/// and the split part of the stashed activations are divided by t (tensorParallelStash); the stage input
+/// stays whole (replicated on every rank); the all-reduces come from tensorParallelTraffic. Their time
+/// depends on the group's links: see tensorParallelTime (CostModel::fromPlan adds it to F and B).
 StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type);
+
+// ---- Tensor parallelism (Megatron-LM, digest megatron-gavel.md §2.2-2.3) --------------------------------
+
+/// @brief Ring all-reduces of one layer on one tensor-parallel rank per microbatch.
+struct TensorParallelTraffic
+{
+    int forward_allreduces = 0;
+    double forward_bytes = 0; ///< total payload of the forward all-reduces
+    int backward_allreduces = 0;
+    double backward_bytes = 0;
+};
+
+/// Megatron's split: a transformer layer (and any layer that is not an embedding or a head) all-reduces its
+/// output (b s h values, activation_bytes x scale) twice in the forward (g after attention and after the MLP)
+/// and twice in the backward (f); a vocabulary-parallel embedding once in the forward (partial lookups are
+/// summed); the head (vocabulary-parallel logits) once in the backward: the gradient of its replicated
+/// input, `input_bytes` (the cut before it, at the profile's microbatch). Data sources have none. Zero
+/// traffic when t = 1.
+TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_bytes, double scale, int t);
+
+/// Time of `count` ring all-reduces moving `bytes` in total among t ranks:
+/// 2 (t-1)/t bytes / bandwidth + 2 (t-1) latency x count (0 when t = 1).
+double tensorParallelTime(double bytes, int count, int t, double bandwidth, double latency);
+
+/// Activation bytes one of t ranks stashes for `layer` per microbatch: a replicated part R plus (stash - R)/t.
+/// R for a transformer layer is 5 x its output bytes, Korthikanti et al. (2022) 10sbh of sbh(34 + 5as/h) at
+/// 2 bytes per value (layer-norm inputs, the attention and MLP inputs, dropout masks: what Megatron keeps
+/// whole without sequence parallelism); for any other layer its output (activation_bytes). t = 1: the stash.
+double tensorParallelStash(const Layer& layer, double scale, int t);
 
 /// @brief The memory a device of a stage needs at its peak under a schedule kind.
 struct StageMemoryInput

@@ -130,6 +130,13 @@ void Plan::validate() const
             if (o.in_flight[s] < 1)
                 throw InputError({}, 0, "/schedule/in_flight/" + std::to_string(s), "must be >= 1");
     }
+    if (tensor_parallel < 1)
+        throw InputError({}, 0, "/tensor_parallel", "must be >= 1, got " + std::to_string(tensor_parallel));
+    for (std::size_t s = 0; s < stages.size(); ++s)
+        if (stages[s].replicas() % tensor_parallel != 0)
+            throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
+                "has " + std::to_string(stages[s].replicas()) + " devices, not a multiple of tensor_parallel "
+                    + std::to_string(tensor_parallel));
     // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's.
     const int p = pipelineDepth();
     std::set<int> used;
@@ -174,6 +181,8 @@ json toJson(const Plan& plan)
         {"model", std::move(model)}, {"cluster", std::move(cluster)}};
     if (!plan.layer_order.empty())
         j["layer_order"] = plan.layer_order;
+    if (plan.tensor_parallel > 1)
+        j["tensor_parallel"] = plan.tensor_parallel;
     if (!o.in_flight.empty())
         j["schedule"]["in_flight"] = o.in_flight;
     if (plan.predicted) {
@@ -224,6 +233,7 @@ Plan planFromJson(const json& j)
     if (j.contains("algorithm_options"))
         plan.algorithm_options = j.at("algorithm_options");
     plan.objective_s = f::nonNegativeOr(j, "objective_s", "", 0);
+    plan.tensor_parallel = f::integerOr(j, "tensor_parallel", "", 1);
     if (j.contains("schedule")) {
         const auto& js = f::object(j.at("schedule"), "/schedule");
         auto& o = plan.schedule;

@@ -2,6 +2,7 @@
 // Plan: which layers run on which devices, and how the schedule is to run them.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,11 +68,16 @@ struct Plan
     nlohmann::json algorithm_options = nlohmann::json::object();
     double objective_s = 0; ///< the partitioner's own objective (PipeDream: bottleneck time per minibatch)
     ScheduleOptions schedule;
+    /// Tensor-parallel degree t (Megatron §4.2.3): a stage's devices are d*t entries, and each run of t
+    /// consecutive entries is one tensor-parallel group (one data-parallel replica). 1 = none.
+    int tensor_parallel = 1;
     std::optional<PredictedMetrics> predicted;
 
     int stageCount() const { return static_cast<int>(stages.size()); }
     /// Physical pipeline depth p: stages / chunks.
     int pipelineDepth() const;
+    /// Data-parallel replicas of a stage: its devices / tensor_parallel.
+    int dataReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
     /// Layer index at position `pos` of the plan's order.
     int layerAt(int pos) const { return layer_order.empty() ? pos : layer_order[pos]; }
     /// The configuration string of the PipeDream papers: replicas per stage joined by '-', e.g. "15-1".

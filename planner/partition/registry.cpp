@@ -36,6 +36,7 @@ const std::vector<const Partitioner*>& partitioners()
         &parametersPartitioner(),
         &manualPartitioner(),
         &baPipePartitioner(),
+        &megatronPartitioner(),
     };
     return list;
 }

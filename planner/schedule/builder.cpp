@@ -14,6 +14,9 @@ namespace pw::planner {
 ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
 {
     plan.validate();
+    if (plan.tensor_parallel > 1)
+        throw InputError({}, 0, "/tensor_parallel",
+            "generators build the logical plan (one device per tensor-parallel group); use generateSchedule()");
     m_stages = plan.stageCount();
     m_chunks = std::max(1, plan.schedule.chunks);
     m_depth = plan.pipelineDepth();

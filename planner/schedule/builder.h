@@ -57,6 +57,23 @@ namespace pw::planner {
 // max_outstanding_sends is the peak of a device's unreceived sends in that run, which lets each device run
 // as far as it can before the next one moves (an eager, worst-case-leaning order).
 
+// Tensor parallelism (plan.tensor_parallel = t > 1; tensor_parallel.cpp)
+// - generateSchedule() runs the generator on the logical plan tensorParallelRankPlan(plan, 0): every stage
+//   keeps the first device of each run of t (its group's rank 0); then expandTensorParallel() gives rank j
+//   of every group a copy of its group's list, with peers mapped to rank j of the peer group, transfer
+//   bytes / t (Megatron's scatter/gather: each rank sends its slice, the receiver all-gathers over its
+//   group's links, which is left out of the cost) and all-reduce group g * t + j among the rank-j replicas
+//   with bytes / t (each rank holds 1/t of the weights). The tensor-parallel all-reduces inside F and B
+//   are costs of those actions (costs.h), not actions.
+// - validate() checks each rank's view (tensorParallelRankPlan(plan, j) with the other ranks' lists
+//   emptied) and that the ranks of a group run the same F/B sequence (they meet in every all-reduce).
+
+/// The plan seen by tensor-parallel rank `rank`: each stage keeps the rank-th device of every group of t,
+/// tensor_parallel = 1. Throws InputError for a rank outside [0, t).
+Plan tensorParallelRankPlan(const Plan& plan, int rank);
+/// Expands a schedule generated for tensorParallelRankPlan(plan, 0) to all ranks (see above).
+Schedule expandTensorParallel(const Schedule& logical, const Plan& plan);
+
 /// @brief Per-plan facts the generators share, and the per-device action lists being built.
 class ScheduleBuilder
 {

@@ -40,6 +40,10 @@ Schedule generateSchedule(const Plan& plan)
         throw InputError(
             {}, 0, "/schedule/kind", "unknown schedule kind '" + plan.schedule.kind + "' (known: " + known + ")");
     }
+    if (plan.tensor_parallel > 1) {
+        plan.validate();
+        return expandTensorParallel(g->generate(tensorParallelRankPlan(plan, 0)), plan);
+    }
     return g->generate(plan);
 }
 

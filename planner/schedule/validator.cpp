@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "builder.h"
 #include "generator.h"
 
 namespace pw::planner {
@@ -437,8 +438,69 @@ private:
 
 } // namespace
 
+namespace {
+
+/// Tensor parallelism (builder.h): each rank's view must be a valid schedule of its rank plan, and the ranks
+/// of a group must run the same compute sequence, or their all-reduces inside F and B would not meet.
+ValidationReport validateTensorParallel(const Schedule& schedule, const Plan& plan)
+{
+    const int t = plan.tensor_parallel;
+    ValidationReport report;
+    const int D = static_cast<int>(schedule.devices.size());
+    std::vector<int> rankOf(D, -1);
+    for (int s = 0; s < plan.pipelineDepth(); ++s)
+        for (std::size_t i = 0; i < plan.stages[s].devices.size(); ++i)
+            if (int d = plan.stages[s].devices[i]; d >= 0 && d < D)
+                rankOf[d] = static_cast<int>(i % t);
+    for (int j = 0; j < t; ++j) {
+        Schedule view = schedule;
+        for (int d = 0; d < D; ++d)
+            if (rankOf[d] != j)
+                view.devices[d].clear();
+        auto sub = Validator(view, tensorParallelRankPlan(plan, j)).run();
+        for (auto& e : sub.errors)
+            report.errors.push_back("tensor-parallel rank " + std::to_string(j) + ": " + e);
+        report.max_outstanding_sends = std::max(report.max_outstanding_sends, sub.max_outstanding_sends);
+        if (report.errors.size() >= kMaxErrors)
+            break;
+    }
+    const auto sameCompute = [](const std::vector<Action>& a, const std::vector<Action>& b) {
+        std::size_t i = 0, k = 0;
+        while (true) {
+            while (i < a.size() && !isCompute(a[i].kind))
+                ++i;
+            while (k < b.size() && !isCompute(b[k].kind))
+                ++k;
+            if (i == a.size() || k == b.size())
+                return i == a.size() && k == b.size();
+            if (a[i].kind != b[k].kind || a[i].stage != b[k].stage || a[i].microbatch != b[k].microbatch)
+                return false;
+            ++i, ++k;
+        }
+    };
+    for (int s = 0; s < plan.pipelineDepth() && report.errors.size() < kMaxErrors; ++s) {
+        const auto& devices = plan.stages[s].devices;
+        for (std::size_t g = 0; g + t <= devices.size(); g += t)
+            for (int j = 1; j < t; ++j) {
+                const int lead = devices[g], other = devices[g + j];
+                if (lead < 0 || lead >= D || other < 0 || other >= D)
+                    continue;
+                if (!sameCompute(schedule.devices[lead], schedule.devices[other]))
+                    report.errors.push_back("tensor-parallel group of stage " + std::to_string(s) + ": device "
+                        + std::to_string(other) + " (rank " + std::to_string(j) + ") does not run the same forwards, "
+                        + "backwards and steps in the same order as device " + std::to_string(lead) + " (rank 0)");
+            }
+    }
+    report.ok = report.errors.empty();
+    return report;
+}
+
+} // namespace
+
 ValidationReport validate(const Schedule& schedule, const Plan& plan)
 {
+    if (plan.tensor_parallel > 1 && schedule.devices.size() == static_cast<std::size_t>(plan.cluster.deviceCount()))
+        return validateTensorParallel(schedule, plan);
     return Validator(schedule, plan).run();
 }
 

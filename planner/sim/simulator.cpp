@@ -81,10 +81,15 @@ public:
             m_nodeOf[d] = refs[d].node;
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);
+        m_tpRankOf.assign(D, 0);
+        const int tp = std::max(1, plan.tensor_parallel);
         for (int s = 0; s < p; ++s)
-            for (int r = 0; r < plan.stages[s].replicas(); ++r)
+            for (int r = 0; r < plan.stages[s].replicas(); ++r) {
                 m_replicaOf[plan.stages[s].devices[r]] = r;
-        m_transfers.assign(static_cast<std::size_t>(2) * schedule.num_stages * std::max(1, schedule.microbatches), {});
+                m_tpRankOf[plan.stages[s].devices[r]] = r % tp;
+            }
+        m_transfers.assign(
+            static_cast<std::size_t>(2) * tp * schedule.num_stages * std::max(1, schedule.microbatches), {});
         m_waiter.assign(m_transfers.size(), -1);
         m_devices.assign(D, {});
         m_collectives.resize(schedule.groups.size());
@@ -144,8 +149,9 @@ private:
             || a.peer < 0 || a.peer >= m_s.num_devices)
             throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
                 + " names a stage, microbatch or peer outside the schedule");
-        return (static_cast<std::size_t>(gradient) * m_s.num_stages + a.stage) * std::max(1, m_s.microbatches)
-            + a.microbatch;
+        // Every tensor-parallel rank moves its own slice: one transfer slot per (rank, direction, stage, mb).
+        const std::size_t lane = static_cast<std::size_t>(m_tpRankOf[d]) * 2 + (gradient ? 1 : 0);
+        return (lane * m_s.num_stages + a.stage) * std::max(1, m_s.microbatches) + a.microbatch;
     }
 
     void push(int d)
@@ -484,7 +490,7 @@ private:
     const Schedule& m_s;
     const SimulationOptions& m_o;
     CostModel m_cost;
-    std::vector<int> m_nodeOf, m_replicaOf;
+    std::vector<int> m_nodeOf, m_replicaOf, m_tpRankOf;
     std::vector<Transfer> m_transfers;
     std::vector<int> m_waiter;
     std::vector<DeviceState> m_devices;
@@ -503,11 +509,21 @@ CostModel CostModel::fromPlan(const Plan& plan)
     const int S = plan.stageCount();
     auto cut = plan.model.cutBytes(plan.layer_order);
     const double scale = microbatchScale(plan);
+    const int tp = std::max(1, plan.tensor_parallel);
     for (int s = 0; s < S; ++s) {
         c.stage_offset.push_back(static_cast<int>(c.forward_s.size()));
         StageTotals first;
-        for (std::size_t r = 0; r < plan.stages[s].devices.size(); ++r) {
-            auto t = stageTotals(plan, s, plan.cluster.typeOf(plan.stages[s].devices[r]));
+        const auto& devices = plan.stages[s].devices;
+        for (std::size_t r = 0; r < devices.size(); ++r) {
+            auto t = stageTotals(plan, s, plan.cluster.typeOf(devices[r]));
+            if (tp > 1) {
+                // Tensor parallelism: the rank's share of the compute plus its group's all-reduces (costs.h).
+                const std::size_t first = r - r % tp, last = std::min(devices.size(), first + tp);
+                const std::vector<int> group(devices.begin() + first, devices.begin() + last);
+                const double bw = plan.cluster.groupBandwidth(group), lat = plan.cluster.groupLatency(group);
+                t.forward_s += tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
+                t.backward_s += tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
+            }
             c.forward_s.push_back(t.forward_s);
             c.backward_s.push_back(t.backward_s);
             if (r == 0)
@@ -517,7 +533,8 @@ CostModel CostModel::fromPlan(const Plan& plan)
         c.stage_activation_bytes.push_back(first.activation_bytes);
         c.stage_input_bytes.push_back(first.input_bytes);
         c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
-        c.boundary_bytes.push_back(s + 1 < S ? cut[plan.stages[s].last_layer] * scale : 0.0);
+        // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
+        c.boundary_bytes.push_back(s + 1 < S ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
     }
     for (int d = 0; d < plan.cluster.deviceCount(); ++d)
         c.device_memory_capacity.push_back(plan.cluster.typeOf(d).memory_bytes);

@@ -152,3 +152,23 @@ TEST_CASE("mutated schedules and timelines are rejected cleanly", "[fuzz]")
     fuzz(toJson(sim.timeline).dump(1), 1500, 6,
         [](const std::string& t) { timelineFromJson(viaFile(t, readJsonFile)); });
 }
+
+TEST_CASE("mutated tensor-parallel plans are rejected or schedule and simulate", "[fuzz]")
+{
+    // Plan::tensor_parallel (docs/formats.md): a t = 2, p = 2 plan from the megatron search space.
+    auto model = modelFromJson(smallModelJson());
+    auto cluster = loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    PartitionOptions o;
+    o.devices = 4;
+    o.schedule.microbatches = 4;
+    o.params = {{"tensor-sizes", {2}}, {"pipeline-sizes", {2}}, {"global-batch", 16}};
+    auto plan = findPartitioner("megatron")->partition({model, cluster, o}, {}, {});
+    REQUIRE(plan.ok());
+    REQUIRE(plan.plan->tensor_parallel == 2);
+    fuzz(toJson(*plan.plan).dump(1), 1500, 7, [](const std::string& t) {
+        auto p = viaFile(t, loadPlan);
+        auto schedule = generateSchedule(p);
+        if (validate(schedule, p).ok)
+            simulate(p, schedule, {false, false});
+    });
+}

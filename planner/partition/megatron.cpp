@@ -1,0 +1,621 @@
+// SPDX-License-Identifier: MIT
+// The "megatron" partitioner: Megatron-LM's PTD-P configuration search (docs/algorithms/megatron.md).
+#include "megatron.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include "../costs.h"
+#include "../errors.h"
+#include "../sim/simulator.h"
+#include "builtin.h"
+
+namespace pw::planner {
+namespace megatron {
+
+double bubbleFraction(int p, int v, int m)
+{
+    return (p - 1.0) / (static_cast<double>(std::max(1, v)) * std::max(1, m));
+}
+
+double batchTime(int p, int v, int m, double forward_s, double backward_s)
+{
+    return (m + (p - 1.0) / std::max(1, v)) * (forward_s + backward_s);
+}
+
+double tensorParallelVolume(double b, double s, double h, int t)
+{
+    return 8.0 * b * s * h * (t - 1.0) / std::max(1, t);
+}
+
+int peakStashes(int p, int v, int m, int rank)
+{
+    if (v <= 1)
+        return std::max(1, std::min(p - rank, m));
+    if (m == p)
+        return m * v;
+    return std::min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
+}
+
+std::string Config::text() const
+{
+    return "p=" + std::to_string(p) + " t=" + std::to_string(t) + " d=" + std::to_string(d) + " b=" + std::to_string(b)
+        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (recompute ? " recompute" : "");
+}
+
+Plan configPlan(const PartitionRequest& request, const Config& c)
+{
+    const auto& model = request.model;
+    Plan plan = detail::basePlan(request, "megatron");
+    plan.tensor_parallel = c.t;
+    plan.schedule.kind = c.v > 1 ? "interleaved" : "1f1b";
+    plan.schedule.chunks = c.v;
+    plan.schedule.microbatches = c.m * c.d;
+    plan.schedule.recompute = c.recompute;
+    plan.schedule.in_flight.clear();
+    const int profileSize = std::max(1, model.microbatch_size);
+    plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
+
+    // Balance the p v virtual stages by a tensor-parallel rank's time per microbatch (its share of the
+    // compute plus its all-reduces): the embedding and head stages get fewer transformer layers.
+    const double scale = static_cast<double>(c.b) / profileSize;
+    const auto& type = request.cluster.typeOf(0);
+    std::vector<int> group;
+    for (int i = 0; i < c.t; ++i)
+        group.push_back(i);
+    const double bw = request.cluster.groupBandwidth(group), lat = request.cluster.groupLatency(group);
+    const auto cut = model.cutBytes();
+    std::vector<double> weights;
+    for (int l = 0; l < model.layerCount(); ++l) {
+        const auto& layer = model.layers[l];
+        const auto times = layerTimesOn(layer, type);
+        double w = (times.forward_ms * (c.recompute ? 2 : 1) + times.backward_ms) * 1e-3 * scale / c.t;
+        const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
+        w += tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat)
+            * (c.recompute ? 2 : 1);
+        w += tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
+        weights.push_back(w);
+    }
+    const auto bounds = detail::balancedBoundaries(weights, c.p * c.v);
+    const int perStage = c.d * c.t;
+    int first = 0;
+    for (int s = 0; s < c.p * c.v; ++s) {
+        const int last = s < static_cast<int>(bounds.size()) ? bounds[s] : model.layerCount() - 1;
+        PlanStage st {first, last, {}};
+        const int r = s % c.p;
+        for (int i = 0; i < perStage; ++i)
+            st.devices.push_back(r * perStage + i);
+        plan.stages.push_back(std::move(st));
+        first = last + 1;
+    }
+    return plan;
+}
+
+Estimate estimate(const Plan& plan, const Config& c)
+{
+    const CostModel cost = CostModel::fromPlan(plan);
+    const int p = plan.pipelineDepth(), S = plan.stageCount(), t = c.t;
+    const auto& cluster = plan.cluster;
+    Estimate e;
+    double worstRatio = -1;
+    for (int r = 0; r < p; ++r) {
+        const auto& devices = plan.stages[r].devices;
+        for (std::size_t i = 0; i < devices.size(); ++i) {
+            double time = 0;
+            for (int s = r; s < S; s += p)
+                time += cost.forward(s, static_cast<int>(i)) * (c.recompute ? 2 : 1)
+                    + cost.backward(s, static_cast<int>(i));
+            e.stage_time_s = std::max(e.stage_time_s, time);
+        }
+        // Rank 0 of each replica: the data-parallel all-reduce among the replicas holding the same slice.
+        double dp = 0, opt = 0, fixed = 0, stash = 0, working = 0;
+        std::vector<int> dpGroup;
+        for (int j = 0; j < c.d; ++j)
+            dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
+        const double bw = cluster.groupBandwidth(dpGroup), lat = cluster.groupLatency(dpGroup);
+        const auto& type = cluster.typeOf(devices[0]);
+        for (int s = r; s < S; s += p) {
+            const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
+            if (c.d > 1)
+                dp += 2.0 * (c.d - 1) / c.d * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
+                    + 2.0 * (c.d - 1) * lat;
+            if (type.memory_bandwidth_bytes_per_s > 0)
+                opt += (3 * w + 2 * o) / type.memory_bandwidth_bytes_per_s;
+            fixed += 2 * w + o;
+            stash = std::max(stash, c.recompute ? cost.stage_input_bytes[s] : cost.stage_activation_bytes[s]);
+            if (c.recompute)
+                working = std::max(working, cost.stage_activation_bytes[s]);
+        }
+        e.data_parallel_s = std::max(e.data_parallel_s, dp);
+        e.optimizer_s = std::max(e.optimizer_s, opt);
+        const double memory = fixed + peakStashes(p, c.v, c.m, r) * stash + working;
+        const double capacity = type.memory_bytes;
+        const double ratio = capacity > 0 ? memory / capacity : std::numeric_limits<double>::infinity();
+        if (ratio > worstRatio) {
+            worstRatio = ratio;
+            e.peak_memory_bytes = memory;
+            e.memory_capacity_bytes = capacity;
+        }
+    }
+    e.fits = worstRatio <= 1.0;
+    for (int s = 0; s + 1 < S; ++s) {
+        const int a = plan.stages[s].devices[0], b = plan.stages[s + 1].devices[0];
+        const double bw = cluster.bandwidth(a, b);
+        const double bytes = cost.boundary_bytes[s];
+        e.p2p_s = std::max(e.p2p_s,
+            cluster.latency(a, b)
+                + (bytes <= 0    ? 0.0
+                        : bw > 0 ? bytes / bw
+                                 : std::numeric_limits<double>::infinity()));
+    }
+    e.pipeline_s = batchTime(p, c.v, c.m, e.stage_time_s, 0) + 2.0 * (c.v * p - 1) * e.p2p_s;
+    if (!plan.schedule.overlap_communication)
+        e.pipeline_s += 2.0 * c.v * c.m * e.p2p_s; // blocking sends: every chunk sends both ways per microbatch
+    e.batch_time_s = e.pipeline_s + e.data_parallel_s + e.optimizer_s;
+    const double samples = static_cast<double>(c.m) * c.d * c.b;
+    e.throughput_samples_per_s = e.batch_time_s > 0 && std::isfinite(e.batch_time_s) ? samples / e.batch_time_s : 0;
+    return e;
+}
+
+} // namespace megatron
+
+namespace {
+
+using Severity = Diagnostic::Severity;
+using megatron::Config;
+using nlohmann::json;
+
+std::string gb(double bytes)
+{
+    std::ostringstream s;
+    s.precision(3);
+    s << bytes / 1e9 << " GB";
+    return s.str();
+}
+
+std::vector<int> divisors(int n)
+{
+    std::vector<int> out;
+    for (int i = 1; i <= n; ++i)
+        if (n % i == 0)
+            out.push_back(i);
+    return out;
+}
+
+/// One configuration the search looked at.
+struct Entry
+{
+    Config config;
+    megatron::Estimate estimate;
+    Candidate candidate;
+    bool simulated = false;
+};
+
+class MegatronPartitioner final : public Partitioner
+{
+public:
+    std::string_view name() const override { return "megatron"; }
+    std::string_view description() const override
+    {
+        return "Megatron-LM PTD-P: search pipeline x tensor x data sizes, microbatch size, interleaving and "
+               "recomputation with the closed-form bubble, communication and memory model (SC'21 §4.3); the best "
+               "analytical configurations are simulated";
+    }
+
+    std::vector<OptionSpec> options() const override
+    {
+        using T = OptionSpec::Type;
+        return {
+            {"global-batch", T::Integer, json(),
+                "global batch B in samples; auto: --microbatches x the microbatch size (the batch every other "
+                "algorithm plans)",
+                1, 1e9, {}},
+            {"microbatch-sizes", T::IntegerList, json(),
+                "microbatch sizes b to try; auto: powers of two and the request's size, each dividing B / d", 1,
+                1'000'000, {}},
+            {"tensor-sizes", T::IntegerList, json(),
+                "tensor-parallel sizes t to try; auto: every divisor of the devices (t = 1 without an architecture)", 1,
+                1'000'000, {}},
+            {"pipeline-sizes", T::IntegerList, json(),
+                "pipeline depths p to try; auto: every divisor (--stages fixes one)", 1, 1'000'000, {}},
+            {"chunks", T::IntegerList, json(),
+                "interleaving degrees v to try (v > 1 needs p > 1, d = 1 and m a multiple of p); auto: 1, 2, 3, 4", 1,
+                64, {}},
+            {"recompute", T::Choice, "auto", "activation recomputation: auto tries both", std::nullopt, std::nullopt,
+                {"auto", "on", "off"}},
+            {"tensor-within-node", T::Boolean, true,
+                "rule of thumb 1 (Takeaway #1) as a constraint: every tensor-parallel group inside one node",
+                std::nullopt, std::nullopt, {}},
+            {"simulate-top", T::Integer, 8,
+                "simulate the best configurations of the analytical ranking (at least one that fits) and choose by "
+                "simulated throughput",
+                1, 10'000, {}},
+        };
+    }
+
+    PartitionResult partition(
+        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const override
+    {
+        std::vector<Diagnostic> diag;
+        detail::OptionValues values(options(), request.options.params, diag);
+        if (!values.ok())
+            return {std::nullopt, diag};
+        auto devices = detail::usableDevices(request, diag);
+        if (!devices)
+            return {std::nullopt, diag};
+        try {
+            return run(request, values, *devices, progress, stop, std::move(diag));
+        } catch (const InputError& e) {
+            return detail::failure("invalid-input", e.what());
+        } catch (const std::exception& e) {
+            return detail::failure("internal-error", std::string("megatron: ") + e.what());
+        }
+    }
+
+private:
+    /// What the search may vary, read from the request and the options.
+    struct Space
+    {
+        int devices = 1;
+        int layers = 0;
+        long long batch = 0; ///< B
+        int base_size = 1; ///< the request's (else the profile's) microbatch size
+        std::vector<int> tensor, pipeline, chunks, microbatch_sizes; ///< empty microbatch_sizes = auto
+        std::vector<bool> recompute;
+        bool within_node = true;
+        bool straight = false;
+        int iterations = 1;
+    };
+
+    /// Configurations left out before estimation, for the diagnostics.
+    struct Skipped
+    {
+        int heads = 0, batch = 0, interleave = 0;
+    };
+
+    PartitionResult run(const PartitionRequest& request, const detail::OptionValues& values, const int N,
+        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const
+    {
+        Space space;
+        if (auto failed = readSpace(request, values, N, space, diag))
+            return std::move(*failed);
+        Skipped skipped;
+        std::vector<Entry> entries = enumerate(request, space, skipped);
+        if (skipped.heads > 0)
+            diag.push_back({Severity::Info, "heads",
+                std::to_string(skipped.heads) + " tensor-parallel size(s) skipped: t must divide the "
+                    + std::to_string(request.model.architecture->heads) + " attention heads"});
+        if (entries.empty()) {
+            std::string why = "no (p, t, d, b, v) configuration of " + std::to_string(N)
+                + " devices suits the global batch of " + std::to_string(space.batch) + " samples";
+            if (skipped.batch > 0)
+                why += ": B must be divisible by d x b (data-parallel size x microbatch size)";
+            if (skipped.interleave > 0)
+                why += "; interleaving needs p > 1, d = 1, m a multiple of p and p v <= " + std::to_string(space.layers)
+                    + " layers";
+            diag.push_back({Severity::Error, "bad-option", why});
+            return {std::nullopt, std::move(diag)};
+        }
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            if (stop.stop_requested())
+                return detail::failure("cancelled", "partitioning was cancelled");
+            estimateEntry(request, entries[i]);
+            if (progress)
+                progress(0.5 * static_cast<double>(i + 1) / entries.size());
+        }
+        std::vector<int> order(entries.size());
+        for (std::size_t i = 0; i < order.size(); ++i)
+            order[i] = static_cast<int>(i);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return better(entries[a], entries[b]); });
+        int best = -1;
+        if (!simulateLeaders(request, entries, order, values.integer("simulate-top"), progress, stop, best))
+            return detail::failure("cancelled", "partitioning was cancelled");
+        if (progress)
+            progress(1.0);
+        return finish(request, values, space, entries, order, best, std::move(diag));
+    }
+
+    /// Checks the request and fills the search space; a failure result for bad input.
+    static std::optional<PartitionResult> readSpace(const PartitionRequest& request, const detail::OptionValues& values,
+        int N, Space& space, std::vector<Diagnostic>& diag)
+    {
+        const auto& opt = request.options;
+        const auto& model = request.model;
+        if (opt.schedule.microbatch_size < 0)
+            return detail::failure("bad-option",
+                "the microbatch size must be >= 0 (0 = the profile's), got "
+                    + std::to_string(opt.schedule.microbatch_size));
+        if (opt.stages < 0)
+            return detail::failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
+        space.devices = N;
+        space.layers = model.layerCount();
+        space.base_size
+            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model.microbatch_size);
+        if (values.has("global-batch")) {
+            space.batch = values.integer("global-batch");
+        } else {
+            if (opt.schedule.microbatches < 1)
+                return detail::failure("bad-option",
+                    "microbatches per batch must be >= 1, got " + std::to_string(opt.schedule.microbatches));
+            space.batch = static_cast<long long>(opt.schedule.microbatches) * space.base_size;
+        }
+        if (space.batch > 1'000'000'000)
+            return detail::failure("bad-option", "the global batch " + std::to_string(space.batch) + " is too large");
+        space.tensor = values.has("tensor-sizes") ? values.integers("tensor-sizes") : divisors(N);
+        space.pipeline = values.has("pipeline-sizes") ? values.integers("pipeline-sizes") : divisors(N);
+        if (opt.stages > 0)
+            space.pipeline = {opt.stages};
+        space.chunks = values.has("chunks") ? values.integers("chunks") : std::vector<int> {1, 2, 3, 4};
+        if (values.has("microbatch-sizes"))
+            space.microbatch_sizes = values.integers("microbatch-sizes");
+        const std::string rc = values.choice("recompute");
+        if (rc != "on")
+            space.recompute.push_back(false);
+        if (rc != "off")
+            space.recompute.push_back(true);
+        space.within_node = values.boolean("tensor-within-node");
+        space.straight = opt.straight;
+        space.iterations = std::max(1, opt.schedule.iterations);
+        if (!model.architecture && std::any_of(space.tensor.begin(), space.tensor.end(), [](int t) { return t > 1; }))
+            diag.push_back({Severity::Info, "no-architecture",
+                "the profile has no transformer architecture, so tensor parallelism cannot be split by heads: only "
+                "t = 1 is searched"});
+        if (opt.straight)
+            diag.push_back({Severity::Info, "straight", "straight pipeline requested: only t = 1 and d = 1"});
+        if (!request.cluster.isHomogeneous())
+            diag.push_back({Severity::Warning, "heterogeneous",
+                "Megatron assumes identical devices: stages are balanced with the first device's type (the "
+                "simulator still uses each device's own)"});
+        return std::nullopt;
+    }
+
+    /// Why tensor-parallel groups of t consecutive devices break rule of thumb 1, or empty.
+    static std::string crossNodeGroup(const Cluster& cluster, int N, int t)
+    {
+        for (int g = 0; t > 1 && g < N; g += t)
+            for (int i = 1; i < t; ++i)
+                if (!cluster.sameNode(g, g + i))
+                    return "tensor-parallel group of devices " + std::to_string(g) + ".." + std::to_string(g + t - 1)
+                        + " spans nodes (rule of thumb 1: t within a node, Takeaway #1)";
+        return {};
+    }
+
+    /// Every structurally valid (p, t, d, b, v, recompute); rule-of-thumb and size problems are kept as
+    /// infeasible candidates, the rest is counted in `skipped`.
+    static std::vector<Entry> enumerate(const PartitionRequest& request, const Space& space, Skipped& skipped)
+    {
+        const int N = space.devices;
+        const auto& arch = request.model.architecture;
+        std::vector<Entry> entries;
+        for (int t : space.tensor) {
+            if (N % t != 0 || (t > 1 && (!arch || space.straight)))
+                continue;
+            if (t > 1 && arch->heads % t != 0) {
+                ++skipped.heads;
+                continue;
+            }
+            const std::string rule = space.within_node ? crossNodeGroup(request.cluster, N, t) : std::string();
+            for (int p : space.pipeline) {
+                if ((N / t) % p != 0 || p > space.layers)
+                    continue;
+                const int d = N / (t * p);
+                if (space.straight && d > 1)
+                    continue;
+                if (space.batch % d != 0) {
+                    ++skipped.batch;
+                    continue;
+                }
+                for (int b : microbatchSizes(space, d)) {
+                    if ((space.batch / d) % b != 0) {
+                        ++skipped.batch;
+                        continue;
+                    }
+                    const long long m = space.batch / d / b;
+                    for (int v : space.chunks) {
+                        // The interleaved generator runs unreplicated stages only (d = 1).
+                        if (v > 1 && (p == 1 || d > 1 || m % p != 0 || p * v > space.layers)) {
+                            ++skipped.interleave;
+                            continue;
+                        }
+                        for (bool r : space.recompute)
+                            entries.push_back(entry(
+                                {p, t, d, b, v, r, static_cast<int>(std::min<long long>(m, INT32_MAX))}, space, rule));
+                    }
+                }
+            }
+        }
+        return entries;
+    }
+
+    /// b values for data-parallel size d: the option's, else powers of two up to B / d and the request's.
+    static std::vector<int> microbatchSizes(const Space& space, int d)
+    {
+        std::vector<int> sizes = space.microbatch_sizes;
+        if (sizes.empty()) {
+            for (long long b = 1; b <= space.batch / d; b *= 2)
+                sizes.push_back(static_cast<int>(b));
+            sizes.push_back(space.base_size);
+        }
+        std::sort(sizes.begin(), sizes.end());
+        sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+        return sizes;
+    }
+
+    static Entry entry(const Config& config, const Space& space, const std::string& rule)
+    {
+        Entry e;
+        e.config = config;
+        auto& c = e.candidate;
+        c.description = config.text();
+        c.config = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v},
+            {"m", config.m}, {"recompute", config.recompute}, {"global_batch", space.batch}};
+        if (!rule.empty()) {
+            c.feasible = false;
+            c.reason = rule;
+        }
+        const long long perBatch = static_cast<long long>(config.m) * config.d * space.iterations;
+        if (perBatch > kMaxMicrobatches || perBatch * config.p * config.v > kMaxStageMicrobatches) {
+            c.feasible = false;
+            c.reason = std::to_string(config.m) + " microbatches per pipeline are too many to simulate";
+        }
+        return e;
+    }
+
+    /// The analytical model on one configuration; over memory makes it infeasible.
+    static void estimateEntry(const PartitionRequest& request, Entry& e)
+    {
+        const Plan plan = megatron::configPlan(request, e.config);
+        e.estimate = megatron::estimate(plan, e.config);
+        auto& c = e.candidate;
+        c.throughput_samples_per_s = e.estimate.throughput_samples_per_s;
+        c.peak_memory_bytes = e.estimate.peak_memory_bytes;
+        c.memory_capacity_bytes = e.estimate.memory_capacity_bytes;
+        c.config["analytic_batch_time_s"] = e.estimate.batch_time_s;
+        c.config["analytic_throughput"] = e.estimate.throughput_samples_per_s;
+        c.config["bubble"] = megatron::bubbleFraction(e.config.p, e.config.v, e.config.m);
+        std::vector<int> layers;
+        for (const auto& st : plan.stages)
+            layers.push_back(st.layerCount());
+        c.config["layers_per_stage"] = layers;
+        if (c.feasible && !e.estimate.fits) {
+            c.feasible = false;
+            c.reason = "needs " + gb(e.estimate.peak_memory_bytes) + " of " + gb(e.estimate.memory_capacity_bytes)
+                + " by the memory formula";
+        }
+    }
+
+    /// Feasible first, then throughput; ties go to the smaller t p (rule of thumb 2), smaller v, no recompute.
+    static bool better(const Entry& x, const Entry& y)
+    {
+        if (x.candidate.feasible != y.candidate.feasible)
+            return x.candidate.feasible;
+        const double tx = x.candidate.throughput_samples_per_s, ty = y.candidate.throughput_samples_per_s;
+        if (std::abs(tx - ty) > 1e-9 * std::max(tx, ty))
+            return tx > ty;
+        if (x.config.t * x.config.p != y.config.t * y.config.p)
+            return x.config.t * x.config.p < y.config.t * y.config.p;
+        if (x.config.v != y.config.v)
+            return x.config.v < y.config.v;
+        return !x.config.recompute && y.config.recompute;
+    }
+
+    /// Simulates the analytical leaders in `order` (`top` of them, and on until one fits the simulator's
+    /// memory); `best` is the fastest simulated one that fits, or -1. False when cancelled.
+    static bool simulateLeaders(const PartitionRequest& request, std::vector<Entry>& entries,
+        const std::vector<int>& order, int top, const ProgressFn& progress, std::stop_token stop, int& best)
+    {
+        int simulated = 0, fits = 0;
+        for (int i : order) {
+            auto& e = entries[i];
+            if (!e.candidate.feasible || (simulated >= top && fits > 0))
+                break;
+            if (stop.stop_requested())
+                return false;
+            ++simulated;
+            SimulationResult sim;
+            try {
+                sim = simulate(megatron::configPlan(request, e.config), SimulationOptions {false, false});
+            } catch (const InputError& err) {
+                e.candidate.feasible = false;
+                e.candidate.reason = std::string("does not simulate: ") + err.what();
+                continue;
+            }
+            e.simulated = true;
+            auto& c = e.candidate;
+            c.config["simulated_batch_time_s"] = sim.iteration_time_s;
+            c.config["simulated_bubble_overhead"] = sim.bubble_overhead;
+            c.throughput_samples_per_s = sim.throughput_samples_per_s;
+            double worst = -1;
+            for (const auto& dm : sim.devices)
+                if (dm.memory_capacity_bytes > 0 && dm.peak_memory_bytes / dm.memory_capacity_bytes > worst) {
+                    worst = dm.peak_memory_bytes / dm.memory_capacity_bytes;
+                    c.peak_memory_bytes = dm.peak_memory_bytes;
+                    c.memory_capacity_bytes = dm.memory_capacity_bytes;
+                }
+            if (!sim.fitsMemory()) {
+                c.feasible = false;
+                c.reason = "the simulator's peak memory exceeds a device's capacity";
+                continue;
+            }
+            ++fits;
+            if (best < 0 || better(e, entries[best]))
+                best = i;
+            if (progress)
+                progress(0.5 + 0.5 * std::min(1.0, static_cast<double>(simulated) / top));
+        }
+        return true;
+    }
+
+    /// The chosen plan (or the over-memory error) with every candidate, the chosen one first.
+    PartitionResult finish(const PartitionRequest& request, const detail::OptionValues& values, const Space& space,
+        const std::vector<Entry>& entries, std::vector<int> order, int best, std::vector<Diagnostic> diag) const
+    {
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+            if (a == best || b == best)
+                return a == best && b != best;
+            const auto& x = entries[a];
+            const auto& y = entries[b];
+            if (x.candidate.feasible != y.candidate.feasible)
+                return x.candidate.feasible;
+            if (x.simulated != y.simulated)
+                return x.simulated;
+            return better(x, y);
+        });
+        std::vector<Candidate> candidates;
+        for (int i : order) {
+            auto c = entries[i].candidate;
+            if (i != best && c.feasible && c.reason.empty())
+                c.reason = entries[i].simulated ? "slower in simulation than the chosen one"
+                                                : "analytically slower than the simulated leaders";
+            candidates.push_back(std::move(c));
+        }
+        if (best < 0) {
+            std::string closest;
+            for (const auto& c : candidates)
+                if (!c.reason.empty()) {
+                    closest = c.description + ": " + c.reason;
+                    break;
+                }
+            diag.push_back({Severity::Error, "over-memory",
+                "no configuration of " + std::to_string(space.devices) + " devices for a global batch of "
+                    + std::to_string(space.batch) + " fits device memory"
+                    + (closest.empty() ? "" : " (e.g. " + closest + ")")});
+            PartitionResult r {std::nullopt, std::move(diag)};
+            r.candidates = std::move(candidates);
+            return r;
+        }
+        const auto& chosen = entries[best];
+        Plan plan = megatron::configPlan(request, chosen.config);
+        json options = values.effective();
+        options["global_batch"] = space.batch;
+        options["chosen"] = chosen.candidate.config;
+        plan.algorithm_options = std::move(options);
+        plan.objective_s = chosen.estimate.stage_time_s; // slowest device per microbatch (F + B)
+        diag.push_back({Severity::Info, "megatron",
+            "chose " + chosen.config.text() + " (" + plan.schedule.kind + ") of " + std::to_string(entries.size())
+                + " configurations: " + std::to_string(chosen.candidate.throughput_samples_per_s)
+                + " samples/s simulated, " + std::to_string(chosen.estimate.throughput_samples_per_s)
+                + " analytically"});
+        const auto& kind = request.options.schedule.kind;
+        if (kind != "1f1b" && kind != plan.schedule.kind)
+            diag.push_back({Severity::Info, "schedule-kind",
+                "megatron chooses between 1f1b and interleaved; the requested kind '" + kind + "' was replaced by '"
+                    + plan.schedule.kind + "'"});
+        auto result = detail::validated(std::move(plan), std::move(diag));
+        result.candidates = std::move(candidates);
+        return result;
+    }
+};
+
+} // namespace
+
+const Partitioner& megatronPartitioner()
+{
+    static const MegatronPartitioner instance;
+    return instance;
+}
+
+} // namespace pw::planner

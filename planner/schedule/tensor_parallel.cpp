@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+// Tensor parallelism in schedules: generate on the logical plan (one device per tensor-parallel group),
+// then give every rank of a group a copy of the group's program (builder.h, "Tensor parallelism").
+#include <string>
+
+#include "../errors.h"
+#include "builder.h"
+
+namespace pw::planner {
+
+Plan tensorParallelRankPlan(const Plan& plan, int rank)
+{
+    const int t = std::max(1, plan.tensor_parallel);
+    if (rank < 0 || rank >= t)
+        throw InputError("tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(t));
+    Plan logical = plan;
+    logical.tensor_parallel = 1;
+    for (auto& stage : logical.stages) {
+        std::vector<int> devices;
+        for (std::size_t i = static_cast<std::size_t>(rank); i < stage.devices.size(); i += t)
+            devices.push_back(stage.devices[i]);
+        stage.devices = std::move(devices);
+    }
+    return logical;
+}
+
+Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
+{
+    const int t = std::max(1, plan.tensor_parallel);
+    if (t == 1)
+        return logical;
+    const int D = plan.cluster.deviceCount();
+    // member[leader * t + j]: rank j of the group whose rank 0 is `leader`.
+    std::vector<int> member(static_cast<std::size_t>(D) * t, -1);
+    for (int s = 0; s < plan.pipelineDepth(); ++s) {
+        const auto& devices = plan.stages[s].devices;
+        for (std::size_t g = 0; g + t <= devices.size(); g += t)
+            for (int j = 0; j < t; ++j)
+                member[static_cast<std::size_t>(devices[g]) * t + j] = devices[g + j];
+    }
+    const auto rankOf = [&](int leader, int j) {
+        const int d = leader >= 0 && leader < D ? member[static_cast<std::size_t>(leader) * t + j] : -1;
+        if (d < 0)
+            throw InputError("tensor parallelism: device " + std::to_string(leader)
+                + " of the logical schedule leads no tensor-parallel group");
+        return d;
+    };
+
+    Schedule out;
+    out.kind = logical.kind;
+    out.num_devices = logical.num_devices;
+    out.num_stages = logical.num_stages;
+    out.microbatches = logical.microbatches;
+    out.microbatches_per_batch = logical.microbatches_per_batch;
+    out.chunks = logical.chunks;
+    out.devices.resize(logical.devices.size());
+    // Data-parallel all-reduces run among the replicas that hold the same slice: group g of the logical
+    // schedule becomes t groups, g * t + j among the rank-j devices.
+    for (const auto& group : logical.groups)
+        for (int j = 0; j < t; ++j) {
+            CollectiveGroup g {group.stage, {}};
+            for (int d : group.devices)
+                g.devices.push_back(rankOf(d, j));
+            out.groups.push_back(std::move(g));
+        }
+    for (int leader = 0; leader < static_cast<int>(logical.devices.size()); ++leader) {
+        const auto& list = logical.devices[leader];
+        if (list.empty())
+            continue;
+        for (int j = 0; j < t; ++j) {
+            auto& copy = out.devices[rankOf(leader, j)];
+            copy = list;
+            for (auto& a : copy) {
+                if (isSend(a.kind) || isRecv(a.kind)) {
+                    a.peer = rankOf(a.peer, j);
+                    a.bytes /= t; // scatter/gather: each rank moves its 1/t slice (§4.4.1)
+                } else if (a.kind == ActionKind::AllReduce) {
+                    a.group = a.group * t + j;
+                    a.bytes /= t; // the rank's shard of the stage's weights
+                }
+            }
+        }
+    }
+    return out;
+}
+
+} // namespace pw::planner

@@ -15,6 +15,7 @@ const Partitioner& parametersPartitioner();
 const Partitioner& manualPartitioner();
 const Partitioner& baPipePartitioner();
 const Partitioner& megatronPartitioner();
+const Partitioner& madPipePartitioner();
 
 namespace detail {
 /// Turns stage boundaries (last layer of each stage but the final one, increasing) into a validated plan

@@ -37,6 +37,7 @@ const std::vector<const Partitioner*>& partitioners()
         &manualPartitioner(),
         &baPipePartitioner(),
         &megatronPartitioner(),
+        &madPipePartitioner(),
     };
     return list;
 }

@@ -13,6 +13,7 @@ const Partitioner& uniformPartitioner();
 const Partitioner& parametersPartitioner();
 const Partitioner& manualPartitioner();
 const Partitioner& baPipePartitioner();
+const Partitioner& hetPipePartitioner();
 
 namespace detail {
 /// Turns stage boundaries (last layer of each stage but the final one, increasing) into a validated plan

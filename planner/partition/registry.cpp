@@ -35,6 +35,7 @@ const std::vector<const Partitioner*>& partitioners()
         &parametersPartitioner(),
         &manualPartitioner(),
         &baPipePartitioner(),
+        &hetPipePartitioner(),
     };
     return list;
 }

@@ -154,7 +154,8 @@ void Plan::validate() const
                 + " chunks per device");
     optimizerStateFactor(o.optimizer);
     if (o.concurrent_minibatches < 0)
-        throw InputError({}, 0, "/schedule/concurrent_minibatches", "must be >= 0 (0 = the deepest pipeline's stage count)");
+        throw InputError(
+            {}, 0, "/schedule/concurrent_minibatches", "must be >= 0 (0 = the deepest pipeline's stage count)");
     if (o.staleness < 0)
         throw InputError({}, 0, "/schedule/staleness", "must be >= 0");
     if (!o.in_flight.empty()) {

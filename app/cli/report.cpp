@@ -106,8 +106,9 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
     out << line;
     if (plan.pipelineCount() > 1) {
         // HetPipe: independent pipelines (virtual workers); stage numbers below are global, "v/q" per pipeline.
-        std::snprintf(line, sizeof line, "pipelines %d (virtual workers), %d minibatches in flight each, staleness %d\n",
-            plan.pipelineCount(), plan.schedule.concurrent_minibatches, plan.schedule.staleness);
+        std::snprintf(line, sizeof line,
+            "pipelines %d (virtual workers), %d minibatches in flight each, staleness %d\n", plan.pipelineCount(),
+            plan.schedule.concurrent_minibatches, plan.schedule.staleness);
         out << line;
     }
     if (plan.objective_s > 0)

@@ -455,8 +455,8 @@ private:
                 objective = std::max(objective, part.objective_s);
                 int first = 0;
                 for (int q = 0; q < static_cast<int>(part.order.size()); ++q) {
-                    const int last = q + 1 < static_cast<int>(part.order.size()) ? part.boundaries[q]
-                                                                                : model.layerCount() - 1;
+                    const int last
+                        = q + 1 < static_cast<int>(part.order.size()) ? part.boundaries[q] : model.layerCount() - 1;
                     PlanStage st;
                     st.first_layer = first;
                     st.last_layer = last;

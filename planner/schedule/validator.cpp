@@ -359,9 +359,11 @@ private:
         if (m_s.kind != "wsp")
             return;
         const int D = m_plan.schedule.staleness;
+        int deepest = 1; // N_m = 0 means the deepest pipeline's stage count (plan.h)
+        for (int first = 0; first < m_stages; first = m_plan.pipelineEnd(first))
+            deepest = std::max(deepest, m_plan.pipelineEnd(first) - first);
+        const int nm = m_plan.schedule.concurrent_minibatches > 0 ? m_plan.schedule.concurrent_minibatches : deepest;
         for (int first = 0; first < m_stages; first = m_plan.pipelineEnd(first)) {
-            const int nm = m_plan.schedule.concurrent_minibatches > 0 ? m_plan.schedule.concurrent_minibatches
-                                                                     : m_plan.pipelineEnd(first) - first;
             for (int k = 0; k < m_microbatches; ++k) {
                 const auto& c = m_compute[slot(first, k)];
                 if (c.f_count != 1)
@@ -369,8 +371,8 @@ private:
                 const int need = (k + 1) / nm - 2 - D;
                 if (need >= 0 && c.f_pulled < need)
                     error(where(c.f_device, c.f_index) + " starts minibatch " + std::to_string(k)
-                        + " before pulling wave " + std::to_string(need) + " (staleness " + std::to_string(D)
-                        + ", " + std::to_string(nm) + " minibatches per wave)");
+                        + " before pulling wave " + std::to_string(need) + " (staleness " + std::to_string(D) + ", "
+                        + std::to_string(nm) + " minibatches per wave)");
                 if (k >= nm) {
                     const auto& done = m_compute[slot(first, k - nm)];
                     if (done.b_count == 1 && (done.b_device != c.f_device || done.b_index > c.f_index))

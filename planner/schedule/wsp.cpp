@@ -178,8 +178,7 @@ private:
 
     void emitSend(int s, ActionKind kind, int peerStage, int k, double bytes)
     {
-        m_b.append(m_st[s].device,
-            {kind, static_cast<std::int32_t>(s), k, m_st[peerStage].device, 0, -1, bytes});
+        m_b.append(m_st[s].device, {kind, static_cast<std::int32_t>(s), k, m_st[peerStage].device, 0, -1, bytes});
     }
 
     void runForward(int s, double start)

@@ -89,7 +89,7 @@ struct Plan
     {
         return stage + 1 >= stageCount() || stages[stage + 1].pipeline != stages[stage].pipeline;
     }
-    /// Physical pipeline depth p: stages / chunks.
+    /// Physical pipeline depth p: stages / chunks (all pipelines' stages together when there are several).
     int pipelineDepth() const;
     /// Layer index at position `pos` of the plan's order.
     int layerAt(int pos) const { return layer_order.empty() ? pos : layer_order[pos]; }

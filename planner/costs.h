@@ -84,4 +84,12 @@ struct StageMemoryInput
 /// stash is the stage input and one full set of activations is live during a backward pass.
 double stageMemoryBytes(const std::string& schedule_kind, const StageMemoryInput& in);
 
+// HetPipe (schedule "wsp"): parameter-server traffic.
+/// Seconds for `device` to push (or pull) `bytes` of its partition to (from) the parameter servers. One PS
+/// runs on every node and layers are spread round-robin over them (HetPipe's default placement, digest
+/// §1.2.6), so 1/H of the bytes go to the node's own PS over its intra-node link and (H-1)/H to the other
+/// H-1 nodes over the inter-node link; both legs run at once: latency + max(bytes / intra, (H-1)/H bytes /
+/// inter). The latency is the inter-node one when H > 1. A leg whose bandwidth is 0 is not modelled (free).
+double parameterServerSeconds(const Cluster& cluster, int device, double bytes);
+
 } // namespace pw::planner

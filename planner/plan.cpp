@@ -29,12 +29,26 @@ int Plan::pipelineDepth() const
     return stageCount() / v;
 }
 
+int Plan::pipelineBegin(int stage) const
+{
+    while (stage > 0 && !firstInPipeline(stage))
+        --stage;
+    return stage;
+}
+
+int Plan::pipelineEnd(int stage) const
+{
+    while (!lastInPipeline(stage))
+        ++stage;
+    return stage + 1;
+}
+
 std::string Plan::configString() const
 {
     std::string s;
     for (int i = 0; i < pipelineDepth(); ++i) {
         if (i)
-            s += "-";
+            s += firstInPipeline(i) ? "|" : "-";
         s += std::to_string(stages[i].replicas());
     }
     return s;
@@ -73,6 +87,21 @@ void Plan::validate() const
     for (std::size_t s = 0; s < stages.size(); ++s) {
         const auto& st = stages[s];
         auto path = "/stages/" + std::to_string(s);
+        // Several pipelines (HetPipe's virtual workers): numbered 0, 1, ... in order, each covering every layer.
+        const int previous = s == 0 ? -1 : stages[s - 1].pipeline;
+        if (st.pipeline != std::max(previous, 0) && st.pipeline != previous + 1)
+            throw InputError({}, 0, path + "/pipeline",
+                "pipelines must be numbered 0, 1, ... with each pipeline's stages together: expected "
+                    + std::to_string(std::max(previous, 0))
+                    + (previous >= 0 ? " or " + std::to_string(previous + 1) : std::string()) + ", got "
+                    + std::to_string(st.pipeline));
+        if (s > 0 && st.pipeline != previous) {
+            if (expectFirst != n)
+                throw InputError({}, 0, path + "/pipeline",
+                    "pipeline " + std::to_string(previous) + " covers layers 0.." + std::to_string(expectFirst - 1)
+                        + " of " + std::to_string(n) + "; every pipeline must place every layer");
+            expectFirst = 0;
+        }
         if (st.first_layer != expectFirst)
             throw InputError({}, 0, path + "/first_layer",
                 "stages must be contiguous: expected " + std::to_string(expectFirst) + ", got "
@@ -99,6 +128,9 @@ void Plan::validate() const
         throw InputError({}, 0, "/stages",
             "stages cover layers 0.." + std::to_string(expectFirst - 1) + " of " + std::to_string(n)
                 + "; every layer must be placed");
+    if (pipelineCount() > 1 && schedule.chunks != 1)
+        throw InputError({}, 0, "/schedule/chunks",
+            "a plan with " + std::to_string(pipelineCount()) + " pipelines does not interleave (chunks must be 1)");
     const auto& o = schedule;
     if (o.microbatches < 1)
         throw InputError({}, 0, "/schedule/microbatches", "must be >= 1");
@@ -121,6 +153,11 @@ void Plan::validate() const
             std::to_string(stageCount()) + " virtual stages cannot form " + std::to_string(o.chunks)
                 + " chunks per device");
     optimizerStateFactor(o.optimizer);
+    if (o.concurrent_minibatches < 0)
+        throw InputError(
+            {}, 0, "/schedule/concurrent_minibatches", "must be >= 0 (0 = the deepest pipeline's stage count)");
+    if (o.staleness < 0)
+        throw InputError({}, 0, "/schedule/staleness", "must be >= 0");
     if (!o.in_flight.empty()) {
         if (static_cast<int>(o.in_flight.size()) != stageCount())
             throw InputError({}, 0, "/schedule/in_flight",
@@ -132,6 +169,9 @@ void Plan::validate() const
     }
     if (tensor_parallel < 1)
         throw InputError({}, 0, "/tensor_parallel", "must be >= 1, got " + std::to_string(tensor_parallel));
+    if (tensor_parallel > 1 && pipelineCount() > 1)
+        throw InputError({}, 0, "/tensor_parallel",
+            "a plan with " + std::to_string(pipelineCount()) + " pipelines (virtual workers) has no tensor parallelism");
     for (std::size_t s = 0; s < stages.size(); ++s)
         if (stages[s].replicas() % tensor_parallel != 0)
             throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
@@ -166,8 +206,11 @@ std::string digestOf(const json& j)
 json toJson(const Plan& plan)
 {
     json stages = json::array();
-    for (const auto& s : plan.stages)
+    for (const auto& s : plan.stages) {
         stages.push_back({{"first_layer", s.first_layer}, {"last_layer", s.last_layer}, {"devices", s.devices}});
+        if (plan.pipelineCount() > 1)
+            stages.back()["pipeline"] = s.pipeline;
+    }
     const auto& o = plan.schedule;
     json model = toJson(plan.model);
     json cluster = toJson(plan.cluster);
@@ -185,6 +228,10 @@ json toJson(const Plan& plan)
         j["tensor_parallel"] = plan.tensor_parallel;
     if (!o.in_flight.empty())
         j["schedule"]["in_flight"] = o.in_flight;
+    if (o.concurrent_minibatches != 0)
+        j["schedule"]["concurrent_minibatches"] = o.concurrent_minibatches;
+    if (o.staleness != 0)
+        j["schedule"]["staleness"] = o.staleness;
     if (plan.predicted) {
         const auto& p = *plan.predicted;
         j["predicted"]
@@ -217,6 +264,7 @@ Plan planFromJson(const json& j)
         PlanStage s;
         s.first_layer = f::integer(js, "first_layer", path);
         s.last_layer = f::integer(js, "last_layer", path);
+        s.pipeline = f::integerOr(js, "pipeline", path, 0);
         const auto& devices = f::array(js, "devices", path);
         for (std::size_t r = 0; r < devices.size(); ++r) {
             s.devices.push_back(f::index(devices[r], f::child(f::child(path, "devices"), r)));
@@ -245,6 +293,8 @@ Plan planFromJson(const json& j)
         o.recompute = f::booleanOr(js, "recompute", "/schedule", o.recompute);
         o.optimizer = f::stringOr(js, "optimizer", "/schedule", o.optimizer);
         o.overlap_communication = f::booleanOr(js, "overlap_communication", "/schedule", o.overlap_communication);
+        o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", "/schedule", 0);
+        o.staleness = f::integerOr(js, "staleness", "/schedule", 0);
         if (js.contains("in_flight")) {
             const auto& a = f::array(js, "in_flight", "/schedule");
             for (std::size_t i = 0; i < a.size(); ++i)

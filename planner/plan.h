@@ -25,6 +25,10 @@ struct PlanStage
     int first_layer = 0;
     int last_layer = 0; ///< inclusive
     std::vector<int> devices; ///< one entry per replica, global device indices
+    /// Independent pipeline the stage belongs to (HetPipe's virtual workers): a plan's stages are grouped
+    /// pipeline after pipeline (0, 1, ...), and each pipeline's stages are contiguous and cover every layer
+    /// once. 0 for the usual single-pipeline plan; written to JSON only when the plan has several.
+    int pipeline = 0;
 
     int layerCount() const { return last_layer - first_layer + 1; }
     int replicas() const { return static_cast<int>(devices.size()); }
@@ -33,7 +37,7 @@ struct PlanStage
 /// @brief How the schedule generator and simulator run the plan.
 struct ScheduleOptions
 {
-    std::string kind = "1f1b"; ///< gpipe | 1f1b | pipedream | 2bw | interleaved | 1f1b-so | 1f1b-as
+    std::string kind = "1f1b"; ///< gpipe | 1f1b | pipedream | 2bw | interleaved | 1f1b-so | 1f1b-as | wsp
     int microbatches = 8; ///< per batch (per pipeline replica set); inputs simulated for pipedream
     int microbatch_size = 0; ///< 0 = the profile's
     int chunks = 1; ///< virtual stages per device (interleaved)
@@ -44,6 +48,11 @@ struct ScheduleOptions
     /// Per virtual stage: microbatches a replica keeps in flight in the 1F1B order (warm-up forwards + 1).
     /// Empty = the kind's default (ceil(W_s / r_s)); BaPipe's 1F1B-SO and MadPipe's 1F1B* set it.
     std::vector<int> in_flight;
+    // HetPipe ("wsp"): wave synchronous parallel across the plan's pipelines (virtual workers).
+    /// N_m: minibatches in flight per pipeline, which is also the wave size (the same in every pipeline);
+    /// 0 = the stage count of the deepest pipeline.
+    int concurrent_minibatches = 0;
+    int staleness = 0; ///< D: clock distance (in waves) a pipeline may run ahead of the slowest one
 };
 
 /// Optimizer state kept per weight byte (0 for SGD, 1 for momentum, 2 for Adam).
@@ -74,17 +83,29 @@ struct Plan
     std::optional<PredictedMetrics> predicted;
 
     int stageCount() const { return static_cast<int>(stages.size()); }
-    /// Physical pipeline depth p: stages / chunks.
+    /// Independent pipelines (1 + the last stage's pipeline index; 1 for an empty plan).
+    int pipelineCount() const { return stages.empty() ? 1 : stages.back().pipeline + 1; }
+    /// First stage of the pipeline holding `stage`, and one past its last.
+    int pipelineBegin(int stage) const;
+    int pipelineEnd(int stage) const;
+    bool firstInPipeline(int stage) const { return stage == 0 || stages[stage - 1].pipeline != stages[stage].pipeline; }
+    bool lastInPipeline(int stage) const
+    {
+        return stage + 1 >= stageCount() || stages[stage + 1].pipeline != stages[stage].pipeline;
+    }
+    /// Physical pipeline depth p: stages / chunks (all pipelines' stages together when there are several).
     int pipelineDepth() const;
     /// Data-parallel replicas of a stage: its devices / tensor_parallel.
     int dataReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
     /// Layer index at position `pos` of the plan's order.
     int layerAt(int pos) const { return layer_order.empty() ? pos : layer_order[pos]; }
-    /// The configuration string of the PipeDream papers: replicas per stage joined by '-', e.g. "15-1".
+    /// The configuration string of the PipeDream papers: replicas per stage joined by '-', e.g. "15-1";
+    /// several pipelines are joined by '|' ("1-1-1-1|1-1-1-1").
     std::string configString() const;
 
     /// Throws InputError when stages are not contiguous, leave layers out, use unknown devices, or the
-    /// schedule options are inconsistent with the stages.
+    /// schedule options are inconsistent with the stages. Each pipeline is checked on its own; pipelines
+    /// share no device and do not interleave (chunks 1).
     void validate() const;
 };
 

@@ -13,7 +13,7 @@ namespace pw::planner {
 using nlohmann::json;
 
 namespace {
-constexpr std::array<std::string_view, 9> kKindNames = {
+constexpr std::array<std::string_view, 11> kKindNames = {
     "F",
     "B",
     "W",
@@ -23,6 +23,8 @@ constexpr std::array<std::string_view, 9> kKindNames = {
     "RECV_B",
     "ALLREDUCE",
     "OPTIMIZER_STEP",
+    "WAVE_PUSH",
+    "WAVE_PULL",
 };
 }
 
@@ -54,6 +56,11 @@ bool isRecv(ActionKind kind)
     return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient;
 }
 
+bool isWaveSync(ActionKind kind)
+{
+    return kind == ActionKind::WavePush || kind == ActionKind::WavePull;
+}
+
 std::size_t Schedule::actionCount() const
 {
     std::size_t n = 0;
@@ -68,6 +75,8 @@ std::string actionLabel(const Action& a)
     s += toString(a.kind);
     if (a.microbatch >= 0 && a.kind != ActionKind::AllReduce && a.kind != ActionKind::OptimizerStep)
         s += std::to_string(a.microbatch);
+    if (isWaveSync(a.kind))
+        s += "_W" + std::to_string(a.wave);
     return s;
 }
 
@@ -88,6 +97,8 @@ json toJson(const Schedule& s)
                 ja["group"] = a.group;
             if (a.bytes > 0)
                 ja["bytes"] = a.bytes;
+            if (a.wave >= 0)
+                ja["wave"] = a.wave;
             actions.push_back(std::move(ja));
         }
         devices.push_back(std::move(actions));
@@ -148,6 +159,7 @@ Schedule scheduleFromJson(const json& j)
             a.group = f::integerOr(ja, "group", path, -1);
             a.weight_version = f::integerOr(ja, "weight_version", path, 0);
             a.bytes = f::nonNegativeOr(ja, "bytes", path, 0);
+            a.wave = f::integerOr(ja, "wave", path, -1);
             list.push_back(a);
         }
         s.devices.push_back(std::move(list));

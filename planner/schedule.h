@@ -24,6 +24,12 @@ enum class ActionKind : std::uint8_t {
     RecvGradient,
     AllReduce, ///< gradient all-reduce among the replicas of a stage
     OptimizerStep,
+    /// HetPipe's wave synchronous parallel (schedule "wsp"): the device pushes its partition's aggregated
+    /// update of wave `wave` to the parameter servers (send lane, bytes = the partition's weights).
+    WavePush,
+    /// Blocks until every WavePush of wave `wave` in the schedule has arrived at the parameter servers, then
+    /// pulls the partition's global weights (bytes = the partition's weights).
+    WavePull,
 };
 
 std::string_view toString(ActionKind kind);
@@ -32,6 +38,7 @@ ActionKind actionKindFromString(std::string_view name);
 bool isCompute(ActionKind kind);
 bool isSend(ActionKind kind);
 bool isRecv(ActionKind kind);
+bool isWaveSync(ActionKind kind); ///< WavePush or WavePull
 
 /// @brief One step of a device's program.
 ///
@@ -48,6 +55,7 @@ struct Action
     std::int32_t weight_version = 0; ///< version used by F/B; version produced by an optimizer step
     std::int32_t group = -1; ///< all-reduce: index into Schedule::groups
     double bytes = 0; ///< payload of a transfer or collective
+    std::int32_t wave = -1; ///< WavePush / WavePull: the wave (0-based); -1 otherwise
 };
 
 /// @brief A set of devices that all-reduce together (the replicas of one stage).

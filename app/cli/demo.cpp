@@ -95,6 +95,8 @@ void demo(bool asJson, std::ostream& out)
         {&het, {"HetPipe cluster: parameters, 1F1B+recompute", "parameters", sched("1f1b", 32, 1, 1, true)}},
         {&het,
             {"HetPipe cluster: PipeDream (flat, mem limit)", "pipedream", sched("1f1b", 32, 1, 1, true), true, true}},
+        // HetPipe itself: four ED virtual workers under WSP, N_m chosen within memory (no recomputation).
+        {&het, {"HetPipe cluster: HetPipe ED, WSP", "hetpipe", sched("wsp", 32)}},
     };
 
     json results = json::array();

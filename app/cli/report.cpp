@@ -66,6 +66,8 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
                 {"fits_memory", m.peak_memory_bytes <= m.memory_capacity_bytes},
                 {"peak_stashed_microbatches", m.peak_stashed_microbatches},
                 {"peak_weight_versions", m.peak_weight_versions}});
+        if (plan.pipelineCount() > 1)
+            stages.back()["pipeline"] = st.pipeline;
     }
     json devices = json::array();
     for (std::size_t d = 0; d < r.devices.size(); ++d) {
@@ -102,6 +104,13 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         plan.schedule.chunks > 1 ? (", " + std::to_string(plan.schedule.chunks) + " chunks").c_str() : "",
         plan.schedule.recompute ? ", recompute" : "");
     out << line;
+    if (plan.pipelineCount() > 1) {
+        // HetPipe: independent pipelines (virtual workers); stage numbers below are global, "v/q" per pipeline.
+        std::snprintf(line, sizeof line,
+            "pipelines %d (virtual workers), %d minibatches in flight each, staleness %d\n", plan.pipelineCount(),
+            plan.schedule.concurrent_minibatches, plan.schedule.staleness);
+        out << line;
+    }
     if (plan.objective_s > 0)
         out << "objective " << formatSeconds(plan.objective_s) << " (the partitioner's slowest stage per microbatch)\n";
     const auto cost = CostModel::fromPlan(plan);
@@ -112,7 +121,10 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         if (st.replicas() > 1)
             devs += " +" + std::to_string(st.replicas() - 1);
         const auto& m = r.stages[s];
-        std::snprintf(line, sizeof line, "  %-5d  %-11s  %-8d  %-22s  %-11s  %s / %s%s\n", s,
+        const std::string label = plan.pipelineCount() > 1
+            ? std::to_string(st.pipeline) + "/" + std::to_string(s - plan.pipelineBegin(s))
+            : std::to_string(s);
+        std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %s / %s%s\n", label.c_str(),
             (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), st.replicas(), devs.c_str(),
             formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(), formatBytes(m.peak_memory_bytes).c_str(),
             formatBytes(m.memory_capacity_bytes).c_str(),

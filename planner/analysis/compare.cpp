@@ -17,6 +17,7 @@ void fillPrediction(ComparisonRow& row, const Plan& plan)
 {
     row.config = plan.configString();
     row.stages = plan.stageCount();
+    row.pipelines = plan.pipelineCount(); // HetPipe: one per virtual worker
     std::set<int> used;
     for (const auto& s : plan.stages)
         for (int d : s.devices)

@@ -351,6 +351,10 @@ void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* pla
         if (plan->model.layerCount() != n)
             throw InputError("", 0, "plan",
                 "the plan has " + std::to_string(plan->model.layerCount()) + " layers, the model " + std::to_string(n));
+        if (plan->pipelineCount() > 1)
+            throw InputError("", 0, "plan",
+                "graph.txt gives each layer one stage_id, but the plan has " + std::to_string(plan->pipelineCount())
+                    + " pipelines (HetPipe virtual workers) that each place every layer");
         for (int s = 0; s < plan->stageCount(); ++s)
             for (int pos = plan->stages[s].first_layer; pos <= plan->stages[s].last_layer; ++pos)
                 if (pos >= 0 && pos < n)

@@ -24,7 +24,8 @@ ModelProfile loadGraphTxt(const std::string& path);
 /// Writes a graph.txt (node lines in layer order, then edge lines grouped by consumer); numbers with
 /// three decimals as PipeDream does, or exactly where three decimals would change them, so that reading
 /// the result gives the same profile. A chain profile gets edges between consecutive layers. With a plan
-/// (of the same model), each node line ends in " -- stage_id=<k>" as the PipeDream optimizer's output does.
+/// (of the same model), each node line ends in " -- stage_id=<k>" as the PipeDream optimizer's output does;
+/// a plan with several pipelines is refused (InputError).
 void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* plan = nullptr);
 
 } // namespace pw::planner

@@ -16,6 +16,7 @@ const Partitioner& manualPartitioner();
 const Partitioner& baPipePartitioner();
 const Partitioner& megatronPartitioner();
 const Partitioner& madPipePartitioner();
+const Partitioner& hetPipePartitioner();
 
 namespace detail {
 /// Turns stage boundaries (last layer of each stage but the final one, increasing) into a validated plan

@@ -38,6 +38,7 @@ const std::vector<const Partitioner*>& partitioners()
         &baPipePartitioner(),
         &megatronPartitioner(),
         &madPipePartitioner(),
+        &hetPipePartitioner(),
     };
     return list;
 }

@@ -27,6 +27,16 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
             "microbatches x iterations = " + std::to_string(static_cast<long long>(m_perBatch) * m_batches)
                 + " is too large");
     const int numDevices = plan.cluster.deviceCount();
+    if (plan.pipelineCount() > 1 && kind != "wsp")
+        throw InputError({}, 0, "/schedule/kind",
+            "schedule kind '" + std::string(kind) + "' runs one pipeline, but the plan has "
+                + std::to_string(plan.pipelineCount()) + " independent pipelines (virtual workers): use kind wsp");
+    m_first.resize(m_stages);
+    m_last.resize(m_stages);
+    for (int s = 0; s < m_stages; ++s) {
+        m_first[s] = plan.firstInPipeline(s);
+        m_last[s] = plan.lastInPipeline(s);
+    }
 
     // Plan::validate() checks these as well; repeated here because the generators index by them.
     std::vector<int> owner(numDevices, -1);
@@ -59,7 +69,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
     m_group.assign(m_stages, -1);
     for (int s = 0; s < m_stages; ++s) {
         const auto& st = plan.stages[s];
-        if (s + 1 < m_stages)
+        if (!m_last[s])
             m_cutBytes[s] = cut.at(st.last_layer) * scale;
         for (int pos = st.first_layer; pos <= st.last_layer; ++pos)
             m_weightBytes[s] += plan.model.layers.at(plan.layerAt(pos)).weight_bytes;
@@ -72,6 +82,8 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
     m_inFlight.assign(m_stages, 1);
     int downstream = 0; // devices of physical stages s..p-1
     for (int s = m_depth - 1; s >= 0; --s) {
+        if (m_last[s])
+            downstream = 0; // each pipeline counts its own stages
         downstream += replicas(s);
         m_inFlight[s] = (downstream + replicas(s) - 1) / replicas(s);
     }
@@ -115,13 +127,13 @@ int ScheduleBuilder::inFlight(int stage) const
 void ScheduleBuilder::forward(int stage, int microbatch, int version)
 {
     const int d = deviceOf(stage, microbatch);
-    if (stage > 0) {
+    if (!m_first[stage]) {
         const int src = deviceOf(stage - 1, microbatch);
         if (src != d)
             push(d, {ActionKind::RecvActivation, stage - 1, microbatch, src, 0, -1, m_cutBytes[stage - 1]});
     }
     push(d, {ActionKind::Forward, stage, microbatch, -1, version, -1, 0.0});
-    if (stage + 1 < m_stages) {
+    if (!m_last[stage]) {
         const int dst = deviceOf(stage + 1, microbatch);
         if (dst != d)
             push(d, {ActionKind::SendActivation, stage, microbatch, dst, 0, -1, m_cutBytes[stage]});
@@ -131,13 +143,13 @@ void ScheduleBuilder::forward(int stage, int microbatch, int version)
 void ScheduleBuilder::backward(int stage, int microbatch, int version)
 {
     const int d = deviceOf(stage, microbatch);
-    if (stage + 1 < m_stages) {
+    if (!m_last[stage]) {
         const int src = deviceOf(stage + 1, microbatch);
         if (src != d)
             push(d, {ActionKind::RecvGradient, stage + 1, microbatch, src, 0, -1, m_cutBytes[stage]});
     }
     push(d, {ActionKind::Backward, stage, microbatch, -1, version, -1, 0.0});
-    if (stage > 0) {
+    if (!m_first[stage]) {
         const int dst = deviceOf(stage - 1, microbatch);
         if (dst != d)
             push(d, {ActionKind::SendGradient, stage, microbatch, dst, 0, -1, m_cutBytes[stage - 1]});

@@ -49,6 +49,10 @@ namespace pw::planner {
 //   chunks == 1: the 1f1b schedule. One step per virtual stage per batch.
 // - pipedream: m * iterations inputs in one oneFOneB stream, a step after every B; inputs % r_s == 0.
 // - 2bw: as pipedream, but a step only after a device's last B of each batch; m >= p and m >= r_s.
+// - wsp: HetPipe (wsp.cpp). The plan's pipelines (virtual workers) each run microbatches x iterations
+//   minibatches with local ids 0.. (a stage's neighbours are the stages of its own pipeline); FIFO order per
+//   device from a simulation with predicted costs; a step after every B; WavePush / WavePull across
+//   pipelines with schedule.staleness. One replica per stage.
 //
 // Validation (validator.cpp): every (s,k) has one F and one B on device of (s,k), F first, same version;
 // every F/B input arrives through a receive placed before it (or an earlier compute on the same device);
@@ -107,6 +111,11 @@ public:
 
     /// Takes the built lists (the builder is spent).
     Schedule finish();
+    /// Appends an action as it is (wsp's wave push and pull).
+    void append(int device, const Action& action) { push(device, action); }
+    /// Bytes crossing the cut after `stage` per microbatch (0 after the last stage of a pipeline).
+    double cutBytes(int stage) const { return m_cutBytes[stage]; }
+    double weightBytes(int stage) const { return m_weightBytes[stage]; }
 
 private:
     void push(int device, const Action& action) { m_schedule.devices[device].push_back(action); }
@@ -122,6 +131,7 @@ private:
     std::vector<double> m_weightBytes; ///< per virtual stage
     std::vector<int> m_group; ///< per virtual stage: index into groups, -1 when not replicated
     std::vector<int> m_inFlight; ///< per virtual stage
+    std::vector<bool> m_first, m_last; ///< per stage: first / last of its pipeline (several only with "wsp")
 };
 
 /// Global ids k in [begin, end) with k mod replicas == replica, in increasing order.
@@ -154,5 +164,6 @@ const ScheduleGenerator& twoBwGenerator();
 const ScheduleGenerator& interleavedGenerator();
 const ScheduleGenerator& oneFOneBSoGenerator();
 const ScheduleGenerator& oneFOneBAsGenerator();
+const ScheduleGenerator& wspGenerator(); ///< HetPipe's FIFO pipelines under wave synchronous parallel
 
 } // namespace pw::planner

@@ -18,6 +18,7 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators()
         &interleavedGenerator(),
         &oneFOneBSoGenerator(),
         &oneFOneBAsGenerator(),
+        &wspGenerator(),
     };
     return generators;
 }

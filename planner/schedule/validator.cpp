@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "builder.h"
 #include "generator.h"
@@ -19,6 +20,7 @@ struct ComputeSlot
     std::int32_t f_device = -1, f_index = -1, b_device = -1, b_index = -1;
     std::int32_t f_version = 0, b_version = 0;
     std::int32_t f_count = 0, b_count = 0;
+    std::int32_t f_pulled = -1; ///< wsp: the newest wave its device pulled before the forward
 };
 
 /// One transfer (activation or gradient of a stage's microbatch): its send and its receive.
@@ -46,6 +48,7 @@ public:
             checkCompute();
             checkTransfers();
             checkGroups();
+            checkWaves();
             execute();
         }
         if (m_dropped > 0)
@@ -148,6 +151,10 @@ private:
             return a.group >= 0 && a.group < static_cast<int>(m_s.groups.size());
         case ActionKind::OptimizerStep:
             return a.stage >= 0 && a.stage < m_stages;
+        case ActionKind::WavePush:
+        case ActionKind::WavePull:
+            // A wave holds at least one microbatch, which bounds the wave table.
+            return a.stage >= 0 && a.stage < m_stages && a.wave >= 0 && a.wave < std::max(1, m_microbatches);
         default:
             break;
         }
@@ -163,10 +170,12 @@ private:
         m_compute.assign(static_cast<std::size_t>(m_stages) * m_microbatches, {});
         m_transfers.assign(static_cast<std::size_t>(2) * m_stages * m_microbatches, {});
         m_allReduces.assign(static_cast<std::size_t>(m_devices) * m_s.groups.size(), 0);
+        m_wavePushes.assign(std::max(1, m_microbatches), 0);
         std::vector<std::int32_t> latest(m_stages, 0); // weight version per stage on the current device
         for (int d = 0; d < m_devices; ++d) {
             const auto& list = m_s.devices[d];
             std::fill(latest.begin(), latest.end(), 0);
+            std::int32_t pulled = -1;
             for (int i = 0; i < static_cast<int>(list.size()); ++i) {
                 const Action& a = list[i];
                 if (!wellFormed(d, a)) {
@@ -177,7 +186,7 @@ private:
                 case ActionKind::Forward: {
                     auto& c = m_compute[slot(a.stage, a.microbatch)];
                     if (++c.f_count == 1)
-                        c.f_device = d, c.f_index = i, c.f_version = a.weight_version;
+                        c.f_device = d, c.f_index = i, c.f_version = a.weight_version, c.f_pulled = pulled;
                     if (a.weight_version < 0 || a.weight_version > latest[a.stage])
                         error(where(d, i) + " uses weight version " + std::to_string(a.weight_version)
                             + ", which does not exist yet (latest is " + std::to_string(latest[a.stage]) + ")");
@@ -210,6 +219,13 @@ private:
                         t.recv_device = d, t.recv_index = i, t.recv_peer = a.peer;
                     break;
                 }
+                case ActionKind::WavePush:
+                    ++m_wavePushes[a.wave];
+                    break;
+                case ActionKind::WavePull:
+                    pulled = std::max(pulled, a.wave);
+                    m_pulls.push_back({d, i});
+                    break;
                 case ActionKind::AllReduce: {
                     ++m_allReduces[static_cast<std::size_t>(a.group) * m_devices + d];
                     const auto& members = m_s.groups[a.group].devices;
@@ -284,9 +300,9 @@ private:
                     error(fb(s, k, true) + " uses weight version " + std::to_string(c.b_version)
                         + " but its forward used " + std::to_string(c.f_version)
                         + " (the backward must use the stashed version)");
-                if (s > 0)
+                if (!m_plan.firstInPipeline(s))
                     checkInput(m_compute[slot(s - 1, k)], false, false, s, k, c.f_device, c.f_index, false);
-                if (s + 1 < m_stages)
+                if (!m_plan.lastInPipeline(s))
                     checkInput(m_compute[slot(s + 1, k)], true, true, s, k, c.b_device, c.b_index, true);
             }
         }
@@ -333,8 +349,45 @@ private:
         }
     }
 
+    /// HetPipe (wsp): every pulled wave is pushed by someone; each pipeline admits minibatch k only after
+    /// k - N_m finished its backward on the first stage, and only after pulling wave floor((k+1)/N_m) - 2 - D
+    /// (digest §1.2.4 and §1.2.5, 1-based p = k + 1).
+    void checkWaves()
+    {
+        for (const auto& [d, i] : m_pulls)
+            if (m_wavePushes[m_s.devices[d][i].wave] == 0)
+                error(where(d, i) + " pulls a wave that no device pushes");
+        if (m_s.kind != "wsp")
+            return;
+        const int D = m_plan.schedule.staleness;
+        int deepest = 1; // N_m = 0 means the deepest pipeline's stage count (plan.h)
+        for (int first = 0; first < m_stages; first = m_plan.pipelineEnd(first))
+            deepest = std::max(deepest, m_plan.pipelineEnd(first) - first);
+        const int nm = m_plan.schedule.concurrent_minibatches > 0 ? m_plan.schedule.concurrent_minibatches : deepest;
+        for (int first = 0; first < m_stages; first = m_plan.pipelineEnd(first)) {
+            for (int k = 0; k < m_microbatches; ++k) {
+                const auto& c = m_compute[slot(first, k)];
+                if (c.f_count != 1)
+                    continue; // reported by checkCompute
+                const int need = (k + 1) / nm - 2 - D;
+                if (need >= 0 && c.f_pulled < need)
+                    error(where(c.f_device, c.f_index) + " starts minibatch " + std::to_string(k)
+                        + " before pulling wave " + std::to_string(need) + " (staleness " + std::to_string(D) + ", "
+                        + std::to_string(nm) + " minibatches per wave)");
+                if (k >= nm) {
+                    const auto& done = m_compute[slot(first, k - nm)];
+                    if (done.b_count == 1 && (done.b_device != c.f_device || done.b_index > c.f_index))
+                        error(where(c.f_device, c.f_index) + " starts minibatch " + std::to_string(k)
+                            + " before minibatch " + std::to_string(k - nm) + " completed (at most "
+                            + std::to_string(nm) + " in flight)");
+                }
+            }
+        }
+    }
+
     /// Runs every device until it blocks (sends complete at once; a receive waits for its send; an
-    /// all-reduce waits for every member of its group). Devices left unfinished are deadlocked.
+    /// all-reduce waits for every member of its group; a wave pull for every push of its wave). Devices left
+    /// unfinished are deadlocked.
     void execute()
     {
         const int groups = static_cast<int>(m_s.groups.size());
@@ -343,6 +396,8 @@ private:
         std::vector<char> registered(m_devices, 0);
         std::vector<int> arrived(groups, 0);
         std::vector<std::vector<int>> waiting(groups);
+        std::vector<std::int64_t> pushed(m_wavePushes.size(), 0);
+        std::vector<std::vector<int>> waveWaiters(m_wavePushes.size());
         std::vector<int> ready;
         ready.reserve(m_devices);
         for (int d = m_devices - 1; d >= 0; --d)
@@ -374,6 +429,17 @@ private:
                     t.available -= 1;
                     if (t.send_device >= 0)
                         outstanding[t.send_device] -= 1;
+                } else if (a.kind == ActionKind::WavePush) {
+                    if (++pushed[a.wave] == m_wavePushes[a.wave]) {
+                        for (int w : waveWaiters[a.wave])
+                            ready.push_back(w);
+                        waveWaiters[a.wave].clear();
+                    }
+                } else if (a.kind == ActionKind::WavePull) {
+                    if (pushed[a.wave] < m_wavePushes[a.wave]) {
+                        waveWaiters[a.wave].push_back(d);
+                        break;
+                    }
                 } else if (a.kind == ActionKind::AllReduce) {
                     const int g = a.group;
                     const int size = static_cast<int>(m_s.groups[g].devices.size());
@@ -414,6 +480,8 @@ private:
             stuck += (stuck.empty() ? "" : "; ") + where(d, static_cast<int>(pc[d]));
             if (isRecv(a.kind))
                 stuck += " waits for device " + std::to_string(a.peer) + " to send";
+            else if (a.kind == ActionKind::WavePull)
+                stuck += " waits for every push of wave " + std::to_string(a.wave);
             else if (a.kind == ActionKind::AllReduce)
                 stuck += " waits in all-reduce group " + std::to_string(a.group) + " ("
                     + std::to_string(arrived[a.group]) + " of " + std::to_string(m_s.groups[a.group].devices.size())
@@ -434,6 +502,8 @@ private:
     std::vector<ComputeSlot> m_compute;
     std::vector<TransferSlot> m_transfers;
     std::vector<std::int64_t> m_allReduces; ///< [group][device]: all-reduces the device reaches
+    std::vector<std::int64_t> m_wavePushes; ///< [wave]: WavePush actions in the schedule
+    std::vector<std::pair<int, int>> m_pulls; ///< (device, index) of every WavePull
 };
 
 } // namespace

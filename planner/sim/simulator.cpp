@@ -49,6 +49,16 @@ struct DeviceState
     int peak_versions = 0;
 };
 
+/// HetPipe's wave synchronous parallel: how many pushes of a wave the schedule holds, how many have
+/// arrived at the parameter servers and when the last did, and the devices waiting to pull it.
+struct Wave
+{
+    int expected = 0;
+    int pushed = 0;
+    double complete = 0;
+    std::vector<int> waiters;
+};
+
 /// Weight versions of one (device, stage): which are alive, and the last action that uses each. A version
 /// is freed once it is superseded and its last user has run (weight stashing and 2BW's shadow version
 /// both follow from this).
@@ -96,10 +106,20 @@ public:
         for (auto& dev : m_devices)
             dev.collective_seq.assign(schedule.groups.size(), 0);
         m_books.resize(static_cast<std::size_t>(D) * schedule.num_stages);
+        m_waves.resize(std::max(1, schedule.microbatches));
         for (int d = 0; d < D; ++d) {
             const auto& list = schedule.devices[d];
             for (std::size_t i = 0; i < list.size(); ++i) {
                 const auto& a = list[i];
+                if (isWaveSync(a.kind)) {
+                    if (a.wave < 0 || a.wave >= static_cast<int>(m_waves.size()) || a.stage < 0
+                        || a.stage >= schedule.num_stages)
+                        throw InputError(plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                            + " names a wave or stage outside the schedule");
+                    if (a.kind == ActionKind::WavePush)
+                        m_waves[a.wave].expected += 1;
+                    continue;
+                }
                 if ((a.kind != ActionKind::Forward && a.kind != ActionKind::Backward) || a.stage < 0
                     || a.stage >= schedule.num_stages || a.weight_version < 0)
                     continue;
@@ -350,6 +370,39 @@ private:
                 dev.compute_free = std::max(dev.compute_free, tr.arrival);
                 break;
             }
+            case ActionKind::WavePush: {
+                // HetPipe: the partition's aggregated update goes to the parameter servers on the send lane.
+                double start = std::max(dev.compute_free, dev.send_free);
+                double arrival = start + parameterServerSeconds(m_plan.cluster, d, a.bytes);
+                dev.send_free = arrival;
+                if (!overlap)
+                    dev.compute_free = arrival;
+                span(d, Lane::Send, a, dev.pc, start, arrival);
+                auto& w = m_waves[a.wave];
+                w.pushed += 1;
+                w.complete = std::max(w.complete, arrival);
+                if (w.pushed == w.expected) {
+                    for (int waiter : w.waiters)
+                        push(waiter);
+                    w.waiters.clear();
+                }
+                break;
+            }
+            case ActionKind::WavePull: {
+                auto& w = m_waves[a.wave];
+                if (w.pushed < w.expected || w.expected == 0) {
+                    if (w.expected == 0)
+                        throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                            + " pulls a wave that no device pushes");
+                    w.waiters.push_back(d);
+                    return;
+                }
+                double t0 = std::max(dev.compute_free, w.complete);
+                double t1 = t0 + parameterServerSeconds(m_plan.cluster, d, a.bytes);
+                span(d, Lane::Recv, a, dev.pc, dev.compute_free, t1);
+                dev.compute_free = t1;
+                break;
+            }
             case ActionKind::AllReduce: {
                 if (a.group < 0 || a.group >= static_cast<int>(m_collectives.size()))
                     throw InputError(m_plan.cluster.deviceName(d) + ": all-reduce without a valid group");
@@ -482,7 +535,9 @@ private:
         }
         const int mbSize = m_plan.schedule.microbatch_size > 0 ? m_plan.schedule.microbatch_size
                                                                : std::max(1, m_plan.model.microbatch_size);
-        r.throughput_samples_per_s = r.iteration_time_s > 0 ? perBatch * mbSize / r.iteration_time_s : 0;
+        // Independent pipelines (wsp) each run a batch of perBatch microbatches per iteration.
+        const double samples = static_cast<double>(perBatch) * mbSize * m_plan.pipelineCount();
+        r.throughput_samples_per_s = r.iteration_time_s > 0 ? samples / r.iteration_time_s : 0;
         r.timeline.label = m_plan.algorithm + " " + m_s.kind;
     }
 
@@ -496,6 +551,7 @@ private:
     std::vector<DeviceState> m_devices;
     std::vector<std::vector<Collective>> m_collectives;
     std::vector<VersionBook> m_books;
+    std::vector<Wave> m_waves; ///< wsp: per wave index
     std::vector<double> m_lastStageDone;
     std::vector<int> m_ready;
     SimulationResult m_result;
@@ -534,7 +590,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
         c.stage_input_bytes.push_back(first.input_bytes);
         c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
-        c.boundary_bytes.push_back(s + 1 < S ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
+        c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
     }
     for (int d = 0; d < plan.cluster.deviceCount(); ++d)
         c.device_memory_capacity.push_back(plan.cluster.typeOf(d).memory_bytes);

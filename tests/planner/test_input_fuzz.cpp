@@ -132,6 +132,32 @@ TEST_CASE("mutated plans are rejected or plan, schedule and simulate", "[fuzz]")
     });
 }
 
+TEST_CASE("mutated HetPipe plans and wsp schedules are rejected cleanly", "[fuzz]")
+{
+    // Several pipelines (stage "pipeline" fields), staleness, N_m and the wave push / pull actions.
+    auto model = modelFromJson(smallModelJson());
+    auto cluster = loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
+    PartitionOptions o;
+    o.devices = 8;
+    o.schedule.microbatches = 4;
+    o.params = {{"policy", "ed"}, {"virtual-workers", 2}, {"in-flight", 2}, {"staleness", 1}};
+    auto plan = findPartitioner("hetpipe")->partition({model, cluster, o}, {}, {});
+    INFO(plan.errorText());
+    REQUIRE(plan.ok());
+    fuzz(toJson(*plan.plan).dump(1), 1000, 7, [](const std::string& t) {
+        auto p = viaFile(t, loadPlan);
+        auto schedule = generateSchedule(p);
+        if (validate(schedule, p).ok)
+            simulate(p, schedule, {false, false});
+    });
+    auto schedule = generateSchedule(*plan.plan);
+    fuzz(toJson(schedule).dump(1), 1000, 8, [&](const std::string& t) {
+        auto s = scheduleFromJson(viaFile(t, readJsonFile));
+        if (validate(s, *plan.plan).ok)
+            simulate(*plan.plan, s, {false, false});
+    });
+}
+
 TEST_CASE("mutated schedules and timelines are rejected cleanly", "[fuzz]")
 {
     auto model = modelFromJson(smallModelJson());

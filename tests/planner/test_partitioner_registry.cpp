@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // One walk over the partitioner registry checking the invariants every algorithm shares: contiguous stages,
-// every layer placed once, devices from the cluster, memory respected where the algorithm promises it.
+// every layer placed once (per pipeline), devices from the cluster, memory respected where the algorithm promises it.
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -45,7 +45,12 @@ void checkInvariants(const Plan& plan, const ModelProfile& model, const Cluster&
     plan.validate();
     int next = 0;
     std::set<int> devices;
-    for (const auto& s : plan.stages) {
+    for (int i = 0; i < plan.stageCount(); ++i) {
+        const auto& s = plan.stages[i];
+        if (i > 0 && plan.firstInPipeline(i)) { // several pipelines (HetPipe): each places every layer
+            CHECK(next == model.layerCount());
+            next = 0;
+        }
         CHECK(s.first_layer == next);
         CHECK(s.last_layer >= s.first_layer);
         next = s.last_layer + 1;

@@ -32,13 +32,13 @@ const std::vector<const Partitioner*>& partitioners()
     static const std::vector<const Partitioner*> list = {
         &pipeDreamPartitioner(),
         &pipeDream2BwPartitioner(),
+        &megatronPartitioner(),
+        &hetPipePartitioner(),
+        &baPipePartitioner(),
+        &madPipePartitioner(),
         &uniformPartitioner(),
         &parametersPartitioner(),
         &manualPartitioner(),
-        &baPipePartitioner(),
-        &megatronPartitioner(),
-        &madPipePartitioner(),
-        &hetPipePartitioner(),
     };
     return list;
 }

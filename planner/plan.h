@@ -16,6 +16,9 @@ namespace pw::planner {
 
 inline constexpr int kPlanFormatVersion = 1;
 inline constexpr long long kMaxMicrobatches = 1'000'000;
+/// Batches the planners that emit "2bw" plans simulate at least: 2BW's steady state, with one weight update per
+/// batch, is measured from the end of the first batch on (one batch is only its fill and drain).
+inline constexpr int kTwoBwSteadyIterations = 3;
 inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.

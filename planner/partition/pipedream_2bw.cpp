@@ -267,6 +267,8 @@ public:
         }
         const long long m = m_settings.batch / (static_cast<long long>(c.d) * c.b);
         plan.schedule.kind = scheduleKind(c);
+        if (plan.schedule.kind == "2bw") // the steady state shows from the second batch on (simulator.cpp)
+            plan.schedule.iterations = std::max(plan.schedule.iterations, kTwoBwSteadyIterations);
         plan.schedule.chunks = 1;
         plan.schedule.microbatch_size = c.b;
         plan.schedule.microbatches = static_cast<int>(m * c.d); // the project counts a batch over all replicas

@@ -523,14 +523,21 @@ private:
         r.iteration_time_s = makespan / iterations;
         const bool async = m_s.kind == "pipedream" || m_s.kind == "2bw";
         if (async) {
-            // Steady state: pace of the last stage after the pipeline has filled (the drain is excluded
-            // because the last stage finishes first).
             const int K = m_s.microbatches;
-            const int k1 = std::min(K - 1, m_plan.pipelineDepth()), k2 = K - 1;
-            if (k2 > k1 && m_lastStageDone[k1] != kUnset && m_lastStageDone[k2] != kUnset) {
-                double lo = m_lastStageDone[k1], hi = m_lastStageDone[k2];
-                if (hi > lo)
-                    r.iteration_time_s = (hi - lo) / (k2 - k1) * perBatch;
+            auto done = [&](int k) { return k >= 0 && k < K ? m_lastStageDone[k] : kUnset; };
+            if (m_s.kind == "2bw") {
+                // 2BW: whole batches, from the end of the first to the end of the last on the last stage, so
+                // every batch in the window pays its weight update (all-reduce and optimizer step) once. One
+                // batch has no steady state: its makespan (fill and drain included) stands.
+                if (iterations >= 2 && done(perBatch - 1) != kUnset && done(K - 1) != kUnset
+                    && done(K - 1) > done(perBatch - 1))
+                    r.iteration_time_s = (done(K - 1) - done(perBatch - 1)) / (iterations - 1);
+            } else {
+                // PipeDream: pace of the last stage after the pipeline has filled (the drain is excluded
+                // because the last stage finishes first).
+                const int k1 = std::min(K - 1, m_plan.pipelineDepth()), k2 = K - 1;
+                if (k2 > k1 && done(k1) != kUnset && done(k2) != kUnset && done(k2) > done(k1))
+                    r.iteration_time_s = (done(k2) - done(k1)) / (k2 - k1) * perBatch;
             }
         }
         const int mbSize = m_plan.schedule.microbatch_size > 0 ? m_plan.schedule.microbatch_size

@@ -51,7 +51,7 @@ struct Evaluated
     double iteration_s = 0;
 };
 
-class BaPipePartitioner final : public Partitioner
+class BaPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "bapipe"; }
@@ -95,28 +95,9 @@ public:
         };
     }
 
-    PartitionResult partition(
-        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const override
-    {
-        std::vector<Diagnostic> diag;
-        detail::OptionValues values(options(), request.options.params, diag);
-        if (!values.ok())
-            return {std::nullopt, diag};
-        auto devices = detail::usableDevices(request, diag);
-        if (!devices)
-            return {std::nullopt, diag};
-        try {
-            return run(request, values, *devices, progress, stop, std::move(diag));
-        } catch (const InputError& e) {
-            return detail::failure("invalid-input", e.what());
-        } catch (const std::exception& e) {
-            return detail::failure("internal-error", std::string("bapipe: ") + e.what());
-        }
-    }
-
 private:
-    PartitionResult run(const PartitionRequest& request, const detail::OptionValues& values, int devices,
-        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const
+    PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, int devices,
+        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const override
     {
         const auto& opt = request.options;
         const auto& model = request.model;

@@ -307,7 +307,7 @@ std::string groupText(const Cluster& cluster, const std::vector<int>& group)
     return s;
 }
 
-class HetPipePartitioner final : public Partitioner
+class HetPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "hetpipe"; }
@@ -349,28 +349,9 @@ public:
         };
     }
 
-    PartitionResult partition(
-        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const override
-    {
-        std::vector<Diagnostic> diag;
-        detail::OptionValues values(options(), request.options.params, diag);
-        if (!values.ok())
-            return {std::nullopt, diag};
-        auto devices = detail::usableDevices(request, diag);
-        if (!devices)
-            return {std::nullopt, diag};
-        try {
-            return run(request, values, *devices, progress, stop, std::move(diag));
-        } catch (const InputError& e) {
-            return detail::failure("invalid-input", e.what());
-        } catch (const std::exception& e) {
-            return detail::failure("internal-error", std::string("hetpipe: ") + e.what());
-        }
-    }
-
 private:
-    PartitionResult run(const PartitionRequest& request, const detail::OptionValues& values, int devices,
-        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const
+    PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, int devices,
+        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const override
     {
         const auto& opt = request.options;
         const auto& model = request.model;

@@ -139,7 +139,7 @@ std::string rangeText(const std::vector<int>& starts, int first, int end)
     return a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b);
 }
 
-class MadPipePartitioner final : public Partitioner
+class MadPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "madpipe"; }
@@ -178,30 +178,9 @@ public:
         };
     }
 
-    PartitionResult partition(
-        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const override
-    {
-        std::vector<Diagnostic> diag;
-        detail::OptionValues values(options(), request.options.params, diag);
-        if (!values.ok())
-            return {std::nullopt, diag};
-        auto devices = detail::usableDevices(request, diag);
-        if (!devices)
-            return {std::nullopt, diag};
-        try {
-            return run(request, values, *devices, progress, stop, std::move(diag));
-        } catch (const madpipe::Cancelled&) {
-            return detail::failure("cancelled", "partitioning was cancelled");
-        } catch (const InputError& e) {
-            return detail::failure("invalid-input", e.what());
-        } catch (const std::exception& e) {
-            return detail::failure("internal-error", std::string("madpipe: ") + e.what());
-        }
-    }
-
 private:
-    PartitionResult run(const PartitionRequest& request, const detail::OptionValues& values, int devices,
-        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const
+    PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, int devices,
+        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const override
     {
         const auto& opt = request.options;
         const auto& model = request.model;

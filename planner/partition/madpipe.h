@@ -9,6 +9,8 @@
 #include <stop_token>
 #include <vector>
 
+#include "partitioner.h"
+
 namespace pw::planner::madpipe {
 
 /// @brief The chain MadPipe plans: per-layer costs as prefix sums, so that any range [first, end) costs O(1).
@@ -95,13 +97,7 @@ struct StarPeriod
 std::optional<StarPeriod> minimalStarPeriod(const Chain& chain, const Cuts& cuts);
 
 /// Thrown inside the searches when the stop token fires.
-struct Cancelled : std::runtime_error
-{
-    Cancelled()
-        : std::runtime_error("cancelled")
-    {
-    }
-};
+using Cancelled = PartitionCancelled;
 
 /// Exact search over contiguous allocations of at most `gpus` stages for the least valid 1F1B* period:
 /// bisection on T with an O(gpus L^2) feasibility DP keeping, per (layers placed from the end, stages used),

@@ -194,7 +194,7 @@ struct Entry
     bool simulated = false;
 };
 
-class MegatronPartitioner final : public Partitioner
+class MegatronPartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "megatron"; }
@@ -236,25 +236,6 @@ public:
         };
     }
 
-    PartitionResult partition(
-        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const override
-    {
-        std::vector<Diagnostic> diag;
-        detail::OptionValues values(options(), request.options.params, diag);
-        if (!values.ok())
-            return {std::nullopt, diag};
-        auto devices = detail::usableDevices(request, diag);
-        if (!devices)
-            return {std::nullopt, diag};
-        try {
-            return run(request, values, *devices, progress, stop, std::move(diag));
-        } catch (const InputError& e) {
-            return detail::failure("invalid-input", e.what());
-        } catch (const std::exception& e) {
-            return detail::failure("internal-error", std::string("megatron: ") + e.what());
-        }
-    }
-
 private:
     /// What the search may vary, read from the request and the options.
     struct Space
@@ -276,8 +257,8 @@ private:
         int heads = 0, batch = 0, interleave = 0;
     };
 
-    PartitionResult run(const PartitionRequest& request, const detail::OptionValues& values, const int N,
-        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const
+    PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, const int N,
+        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diag) const override
     {
         Space space;
         if (auto failed = readSpace(request, values, N, space, diag))

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -146,6 +147,30 @@ private:
     bool m_ok = true;
 };
 } // namespace detail
+
+/// @brief Thrown from deep inside a search when its stop token is set; OptionedPartitioner reports it.
+struct PartitionCancelled : std::runtime_error
+{
+    PartitionCancelled()
+        : std::runtime_error("partitioning was cancelled")
+    {
+    }
+};
+
+/// @brief A partitioner with typed options (the search algorithms): partition() checks the options against
+/// options() and the device count, then runs search(); PartitionCancelled, InputError and any other exception
+/// become error diagnostics ("cancelled", "invalid-input", "internal-error" naming the algorithm).
+class OptionedPartitioner : public Partitioner
+{
+public:
+    PartitionResult partition(
+        const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const final;
+
+protected:
+    /// `devices`: how many the request may use; `diagnostics`: what the checks found so far (warnings).
+    virtual PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, int devices,
+        const ProgressFn& progress, std::stop_token stop, std::vector<Diagnostic> diagnostics) const = 0;
+};
 
 /// Parses command-line text for an option ("4", "0.5", "true", "ed", "1,2,4") into its JSON value.
 /// Throws InputError naming the option when the text does not fit its type.

@@ -27,6 +27,27 @@ std::string PartitionResult::errorText() const
     return out.empty() ? "no plan" : out;
 }
 
+PartitionResult OptionedPartitioner::partition(
+    const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const
+{
+    std::vector<Diagnostic> diagnostics;
+    detail::OptionValues values(options(), request.options.params, diagnostics);
+    if (!values.ok())
+        return {std::nullopt, diagnostics};
+    auto devices = detail::usableDevices(request, diagnostics);
+    if (!devices)
+        return {std::nullopt, diagnostics};
+    try {
+        return search(request, values, *devices, progress, stop, std::move(diagnostics));
+    } catch (const PartitionCancelled&) {
+        return detail::failure("cancelled", "partitioning was cancelled");
+    } catch (const InputError& e) {
+        return detail::failure("invalid-input", e.what());
+    } catch (const std::exception& e) {
+        return detail::failure("internal-error", std::string(name()) + ": " + e.what());
+    }
+}
+
 const std::vector<const Partitioner*>& partitioners()
 {
     static const std::vector<const Partitioner*> list = {

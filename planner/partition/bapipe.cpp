@@ -101,28 +101,13 @@ private:
     {
         const auto& opt = request.options;
         const auto& model = request.model;
-        if (opt.schedule.chunks > 1)
-            return detail::failure("bad-option",
-                "bapipe plans one stage per device (chunks = 1), got chunks = " + std::to_string(opt.schedule.chunks));
-        if (opt.stages < 0)
-            return detail::failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
-        if (opt.stages > devices)
-            return detail::failure("too-many-stages",
-                std::to_string(opt.stages) + " stages need " + std::to_string(opt.stages) + " devices, only "
-                    + std::to_string(devices) + " available");
+        if (auto bad = detail::checkOneStagePerDevice(request, name(), devices))
+            return std::move(*bad);
         const int N = opt.stages > 0 ? opt.stages : devices;
         if (N > model.layerCount())
             return detail::failure("too-many-stages",
                 std::to_string(N) + " stages (one per device) for " + std::to_string(model.layerCount())
                     + " layers; use --devices or --stages to plan fewer");
-        if (opt.schedule.microbatches < 1 || opt.schedule.microbatches > kMaxMicrobatches)
-            return detail::failure("bad-option",
-                "microbatches per batch must be in [1, " + std::to_string(kMaxMicrobatches) + "], got "
-                    + std::to_string(opt.schedule.microbatches));
-        if (opt.schedule.microbatch_size < 0)
-            return detail::failure("bad-option",
-                "the microbatch size must be >= 0 (0 = the profile's), got "
-                    + std::to_string(opt.schedule.microbatch_size));
 
         // The chain is the cluster's device order: BaPipe balances a fixed daisy chain and explores no orders.
         bool allStreaming = true;

@@ -184,23 +184,8 @@ private:
     {
         const auto& opt = request.options;
         const auto& model = request.model;
-        if (opt.schedule.chunks > 1)
-            return detail::failure("bad-option",
-                "madpipe plans one stage per GPU (chunks = 1), got chunks = " + std::to_string(opt.schedule.chunks));
-        if (opt.stages < 0)
-            return detail::failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
-        if (opt.stages > devices)
-            return detail::failure("too-many-stages",
-                std::to_string(opt.stages) + " stages need " + std::to_string(opt.stages) + " devices, only "
-                    + std::to_string(devices) + " available");
-        if (opt.schedule.microbatches < 1 || opt.schedule.microbatches > kMaxMicrobatches)
-            return detail::failure("bad-option",
-                "microbatches per batch must be in [1, " + std::to_string(kMaxMicrobatches) + "], got "
-                    + std::to_string(opt.schedule.microbatches));
-        if (opt.schedule.microbatch_size < 0)
-            return detail::failure("bad-option",
-                "the microbatch size must be >= 0 (0 = the profile's), got "
-                    + std::to_string(opt.schedule.microbatch_size));
+        if (auto bad = detail::checkOneStagePerDevice(request, name(), devices))
+            return std::move(*bad);
         const int P = opt.stages > 0 ? opt.stages : devices;
         if (P > kMaxGpus)
             return detail::failure(

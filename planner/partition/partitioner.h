@@ -118,6 +118,12 @@ PartitionResult failure(std::string code, std::string message);
 /// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics`.
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
 
+/// The request checks the search partitioners share: one chunk per device, a stage count in [0, devices],
+/// microbatches in [1, kMaxMicrobatches] and a microbatch size >= 0. An error result naming `algorithm`, or
+/// nullopt when the request passes.
+std::optional<PartitionResult> checkOneStagePerDevice(
+    const PartitionRequest& request, std::string_view algorithm, int devices);
+
 /// @brief Typed access to PartitionOptions::params after checking them against a partitioner's specs.
 class OptionValues
 {

@@ -416,21 +416,8 @@ private:
     {
         const auto& opt = request.options;
         const auto& model = request.model;
-        if (opt.schedule.chunks > 1)
-            return detail::failure("bad-option",
-                "pipedream-2bw plans one stage per device (chunks = 1), got chunks = "
-                    + std::to_string(opt.schedule.chunks));
-        if (opt.schedule.microbatches < 1 || opt.schedule.microbatches > kMaxMicrobatches)
-            return detail::failure("bad-option",
-                "microbatches per batch must be in [1, " + std::to_string(kMaxMicrobatches) + "], got "
-                    + std::to_string(opt.schedule.microbatches));
-        if (opt.schedule.microbatch_size < 0)
-            return detail::failure("bad-option",
-                "the microbatch size must be >= 0 (0 = the profile's), got "
-                    + std::to_string(opt.schedule.microbatch_size));
-        if (opt.stages < 0 || opt.stages > N)
-            return detail::failure("bad-option",
-                "the stage count must be in [0, " + std::to_string(N) + "], got " + std::to_string(opt.stages));
+        if (auto bad = detail::checkOneStagePerDevice(request, name(), N))
+            return std::move(*bad);
         if (!request.cluster.isHomogeneous())
             diag.push_back({Severity::Warning, "heterogeneous",
                 "PipeDream-2BW's planner assumes identical workers: a stage is costed at its slowest replica and "

@@ -116,6 +116,30 @@ PartitionResult failure(std::string code, std::string message)
     return r;
 }
 
+std::optional<PartitionResult> checkOneStagePerDevice(
+    const PartitionRequest& request, std::string_view algorithm, int devices)
+{
+    const auto& opt = request.options;
+    if (opt.schedule.chunks > 1)
+        return failure("bad-option",
+            std::string(algorithm) + " plans one stage per device (chunks = 1), got chunks = "
+                + std::to_string(opt.schedule.chunks));
+    if (opt.stages < 0)
+        return failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
+    if (opt.stages > devices)
+        return failure("too-many-stages",
+            std::to_string(opt.stages) + " stages need " + std::to_string(opt.stages) + " devices, only "
+                + std::to_string(devices) + " available");
+    if (opt.schedule.microbatches < 1 || opt.schedule.microbatches > kMaxMicrobatches)
+        return failure("bad-option",
+            "microbatches per batch must be in [1, " + std::to_string(kMaxMicrobatches) + "], got "
+                + std::to_string(opt.schedule.microbatches));
+    if (opt.schedule.microbatch_size < 0)
+        return failure("bad-option",
+            "the microbatch size must be >= 0 (0 = the profile's), got " + std::to_string(opt.schedule.microbatch_size));
+    return std::nullopt;
+}
+
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics)
 {
     try {

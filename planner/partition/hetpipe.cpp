@@ -173,6 +173,17 @@ StageCosts::StageCosts(const Plan& base, const std::vector<int>& devices)
         m_time.push_back(std::move(t));
         m_step.push_back(type.memory_bandwidth_bytes_per_s > 0 ? 1.0 / type.memory_bandwidth_bytes_per_s : 0.0);
     }
+    const int k = static_cast<int>(devices.size());
+    m_latency.assign(k, std::vector<double>(k, 0.0));
+    m_bandwidth.assign(k, std::vector<double>(k, 0.0));
+    for (int a = 0; a < k; ++a) {
+        m_capacity.push_back(capacity(devices[a]));
+        for (int b = 0; b < k; ++b)
+            if (a != b) {
+                m_latency[a][b] = base.cluster.latency(devices[a], devices[b]);
+                m_bandwidth[a][b] = base.cluster.bandwidth(devices[a], devices[b]);
+            }
+    }
     auto cut = base.model.cutBytes(base.layer_order);
     m_cut.resize(L);
     for (int pos = 0; pos < L; ++pos)
@@ -196,20 +207,23 @@ double StageCosts::capacity(int device) const
 double StageCosts::stageSeconds(const std::vector<int>& order, int q, int first, int last) const
 {
     const int k = static_cast<int>(order.size());
-    const int me = order[q];
-    const int i = slot(me);
+    return stageSecondsAt(slot(order[q]), q > 0 ? slot(order[q - 1]) : -1, q + 1 < k ? slot(order[q + 1]) : -1,
+        first, last);
+}
+
+double StageCosts::stageSecondsAt(int me, int from, int to, int first, int last) const
+{
     const double weight = m_weight[last + 1] - m_weight[first];
     const double opt = m_opt[last + 1] - m_opt[first];
-    double e = m_time[i][last + 1] - m_time[i][first] + (3 * weight + 2 * opt) * m_step[i];
-    const auto& c = m_plan.cluster;
-    const auto receive = [&](int from, double bytes) {
-        const double lat = c.latency(from, me), bw = c.bandwidth(from, me);
+    double e = m_time[me][last + 1] - m_time[me][first] + (3 * weight + 2 * opt) * m_step[me];
+    const auto receive = [&](int peer, double bytes) {
+        const double lat = m_latency[peer][me], bw = m_bandwidth[peer][me];
         return bytes <= 0 ? lat : lat + (bw > 0 ? bytes / bw : kInf);
     };
-    if (q > 0)
-        e += receive(order[q - 1], m_cut[first - 1]);
-    if (q + 1 < k)
-        e += receive(order[q + 1], m_cut[last]);
+    if (from >= 0)
+        e += receive(from, m_cut[first - 1]);
+    if (to >= 0)
+        e += receive(to, m_cut[last]);
     return e;
 }
 
@@ -234,62 +248,86 @@ VwPartition partitionVirtualWorker(const Plan& base, const std::vector<int>& dev
         auto ref = base.cluster.device(d);
         byClass[{ref.type, ref.node}].push_back(d);
     }
-    std::vector<int> keys;
     std::vector<std::vector<int>> members;
-    for (auto& [key, list] : byClass) {
-        for (std::size_t i = 0; i < list.size(); ++i)
-            keys.push_back(static_cast<int>(members.size()));
+    for (auto& [key, list] : byClass)
         members.push_back(list);
-    }
-    std::vector<int> order(k);
-    std::vector<double> prev(L), cur(L);
+    const int classes = static_cast<int>(members.size());
+    std::vector<int> left(classes), order(k), slots(k);
+    for (int c = 0; c < classes; ++c)
+        left[c] = static_cast<int>(members[c].size());
+
+    // Depth-first over the distinct orders, sharing the DP rows of a common prefix. D[q][j]: the best bottleneck of
+    // stages 0..q covering positions 0..j (stage q ends at j). Stage q's cost needs its successor (the gradient
+    // comes from it), so row q is computed once position q + 1 is placed; the last row at the leaf. A prefix whose
+    // row minimum is no better than the best complete order cannot lead to a better one (the bottleneck only
+    // grows), so its subtree is skipped: the result is the same optimum as trying every order.
+    std::vector<std::vector<double>> D(k, std::vector<double>(L, kInf));
     std::vector<std::vector<int>> arg(k, std::vector<int>(L, -1));
     best.objective_s = kInf;
-    do {
-        if (best.orders_checked >= maxOrders) {
-            best.truncated = true;
-            break;
-        }
-        ++best.orders_checked;
-        std::vector<std::size_t> used(members.size(), 0);
-        for (int q = 0; q < k; ++q)
-            order[q] = members[keys[q]][used[keys[q]]++];
-        // D[q][j]: the best bottleneck of stages 0..q covering positions 0..j (stage q ends at j).
-        std::fill(prev.begin(), prev.end(), kInf);
-        for (int q = 0; q < k; ++q) {
-            std::fill(cur.begin(), cur.end(), kInf);
-            const double cap = costs.capacity(order[q]);
-            const int jMin = q, jMax = L - k + q;
-            for (int j = jMin; j <= jMax; ++j) {
-                for (int i = q; i <= j; ++i) { // stage q holds positions i..j
-                    const double before = q == 0 ? (i == 0 ? 0.0 : kInf) : prev[i - 1];
-                    if (before >= cur[j])
-                        continue;
-                    if (costs.stageMemoryBytes(k, q, i, j, nm) > cap)
-                        continue;
-                    const double v = std::max(before, costs.stageSeconds(order, q, i, j));
-                    if (v < cur[j]) {
-                        cur[j] = v;
-                        arg[q][j] = i;
-                    }
+    const auto computeRow = [&](int q, bool leaf) {
+        auto& cur = D[q];
+        std::fill(cur.begin(), cur.end(), kInf);
+        const double cap = costs.capacityAt(slots[q]);
+        const int from = q > 0 ? slots[q - 1] : -1, to = q + 1 < k ? slots[q + 1] : -1;
+        const int jMin = leaf ? L - 1 : q, jMax = L - k + q;
+        double rowMin = kInf;
+        const double bound = best.objective_s * (1 - 1e-12); // values at or above it cannot win
+        for (int j = jMin; j <= jMax; ++j) {
+            // Stage q holds positions i..j; its memory grows as i moves down, so the first i that does not fit
+            // ends the scan.
+            for (int i = j; i >= q; --i) {
+                if (costs.stageMemoryBytes(k, q, i, j, nm) > cap)
+                    break;
+                const double before = q == 0 ? (i == 0 ? 0.0 : kInf) : D[q - 1][i - 1];
+                if (before >= cur[j] || before >= bound)
+                    continue;
+                const double v = std::max(before, costs.stageSecondsAt(slots[q], from, to, i, j));
+                if (v < cur[j]) {
+                    cur[j] = v;
+                    arg[q][j] = i;
                 }
             }
-            std::swap(prev, cur);
+            rowMin = std::min(rowMin, cur[j]);
         }
-        const double value = prev[L - 1];
-        if (value < best.objective_s * (1 - 1e-12)) {
-            best.feasible = true;
-            best.objective_s = value;
-            best.order = order;
-            best.boundaries.assign(k - 1, 0);
-            int j = L - 1;
-            for (int q = k - 1; q > 0; --q) {
-                const int i = arg[q][j];
-                best.boundaries[q - 1] = i - 1;
-                j = i - 1;
+        return rowMin;
+    };
+    const auto place = [&](auto&& self, int q) -> void {
+        if (best.truncated)
+            return;
+        if (q == k) {
+            if (best.orders_checked >= maxOrders) {
+                best.truncated = true;
+                return;
             }
+            ++best.orders_checked;
+            const double value = computeRow(k - 1, true);
+            if (value < best.objective_s * (1 - 1e-12)) {
+                best.feasible = true;
+                best.objective_s = value;
+                best.order = order;
+                best.boundaries.assign(k - 1, 0);
+                int j = L - 1;
+                for (int r = k - 1; r > 0; --r) {
+                    const int i = arg[r][j];
+                    best.boundaries[r - 1] = i - 1;
+                    j = i - 1;
+                }
+            }
+            return;
         }
-    } while (std::next_permutation(keys.begin(), keys.end()));
+        for (int c = 0; c < classes; ++c) {
+            if (left[c] == 0)
+                continue;
+            order[q] = members[c][members[c].size() - left[c]];
+            slots[q] = costs.slot(order[q]);
+            --left[c];
+            // Row q - 1 is now complete; prune when it cannot beat the best order found.
+            if (q == 0 || computeRow(q - 1, false) < best.objective_s * (1 - 1e-12))
+                self(self, q + 1);
+            ++left[c];
+        }
+    };
+    place(place, 0);
     if (!best.feasible)
         best.objective_s = 0;
     return best;
@@ -417,6 +455,35 @@ private:
         bool truncated = false;
         const int total = static_cast<int>(candidatesNm.size() * groups.size());
         int done = 0;
+        // Larger N_m only tightens the memory limit (the feasible partitions are nested), so a VW's optimum for
+        // a smaller N_m that still fits is optimal for the larger one too: the DP reruns only when memory binds.
+        std::vector<std::optional<hetpipe::VwPartition>> previous(groups.size());
+        std::vector<std::optional<hetpipe::StageCosts>> vwCosts(groups.size());
+        int previousNm = 0;
+        // VWs whose devices have the same types on the same pattern of nodes cost the same in every order.
+        std::vector<std::vector<std::pair<int, int>>> signatures;
+        for (const auto& g : groups) {
+            signatures.emplace_back();
+            for (int d : g) {
+                const auto ref = base.cluster.device(d);
+                signatures.back().push_back({ref.type, ref.node});
+            }
+        }
+        std::vector<int> solvedAt(groups.size(), 0);
+        const auto stillFits = [&](std::size_t v, const hetpipe::VwPartition& part, int nm) {
+            if (!vwCosts[v])
+                vwCosts[v].emplace(base, groups[v]);
+            const auto& costs = *vwCosts[v];
+            const int k = static_cast<int>(part.order.size());
+            int first = 0;
+            for (int q = 0; q < k; ++q) {
+                const int last = q + 1 < k ? part.boundaries[q] : model.layerCount() - 1;
+                if (costs.stageMemoryBytes(k, q, first, last, nm) > costs.capacity(part.order[q]))
+                    return false;
+                first = last + 1;
+            }
+            return true;
+        };
         for (int nm : candidatesNm) {
             Plan plan = base;
             plan.schedule.concurrent_minibatches = nm;
@@ -425,7 +492,20 @@ private:
             for (std::size_t v = 0; v < groups.size(); ++v) {
                 if (stop.stop_requested())
                     return detail::failure("cancelled", "partitioning was cancelled");
-                auto part = hetpipe::partitionVirtualWorker(base, groups[v], nm, maxOrders);
+                const bool reuse = nm > previousNm && previous[v] && previous[v]->feasible && !previous[v]->truncated
+                    && stillFits(v, *previous[v], nm);
+                std::optional<hetpipe::VwPartition> same; // an identical VW's partition for this N_m (ED's are)
+                for (std::size_t u = 0; u < v && !reuse && !same; ++u)
+                    if (signatures[u] == signatures[v] && solvedAt[u] == nm && previous[u]) {
+                        same = *previous[u];
+                        for (int& d : same->order) // same position in the other VW's device list
+                            d = groups[v][std::find(groups[u].begin(), groups[u].end(), d) - groups[u].begin()];
+                    }
+                auto part = reuse ? *previous[v]
+                    : same        ? *same
+                                  : hetpipe::partitionVirtualWorker(base, groups[v], nm, maxOrders);
+                previous[v] = part;
+                solvedAt[v] = nm;
                 if (progress)
                     progress(static_cast<double>(++done) / total);
                 truncated = truncated || part.truncated;
@@ -447,6 +527,7 @@ private:
                     first = last + 1;
                 }
             }
+            previousNm = nm;
             Candidate c;
             c.description = "N_m=" + std::to_string(nm);
             c.config = {{"concurrent_minibatches", nm}};

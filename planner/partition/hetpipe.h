@@ -31,10 +31,14 @@ public:
     /// E_q of digest §1.2.2: F+B of positions [first, last] on `order[q]` plus its local update, plus the
     /// time to receive the activation from order[q-1] (q > 0) and the gradient from order[q+1] (q < k-1).
     double stageSeconds(const std::vector<int>& order, int q, int first, int last) const;
+    /// The same by slots (indices into the VW's devices): `from` / `to` are the neighbours' slots, -1 for none.
+    double stageSecondsAt(int me, int from, int to, int first, int last) const;
     /// Mem_q(N_m) of digest §1.2.2 with the conservative n_q (N_m before the last stage, 1 on it):
     /// weights x (n_q + 2) + optimizer state + n_q x stashed activations.
     double stageMemoryBytes(int k, int q, int first, int last, int nm) const;
     double capacity(int device) const; ///< memory of a device (infinite when the type gives none)
+    int slot(int device) const; ///< index of a device among the VW's devices
+    double capacityAt(int slot) const { return m_capacity[slot]; }
 
 private:
     const Plan& m_plan;
@@ -44,7 +48,8 @@ private:
     std::vector<double> m_step; ///< per VW device: local-update seconds per weight byte
     std::vector<double> m_weight, m_act, m_opt; ///< prefix sums
     std::vector<double> m_cut; ///< bytes crossing the cut after each position
-    int slot(int device) const;
+    std::vector<double> m_capacity; ///< per VW device
+    std::vector<std::vector<double>> m_latency, m_bandwidth; ///< [from slot][to slot]
 };
 
 /// @brief The best partition of one VW for N_m minibatches in flight.

@@ -87,9 +87,9 @@ double stageMemoryBytes(const std::string& schedule_kind, const StageMemoryInput
 // HetPipe (schedule "wsp"): parameter-server traffic.
 /// Seconds for `device` to push (or pull) `bytes` of its partition to (from) the parameter servers. One PS
 /// runs on every node and layers are spread round-robin over them (HetPipe's default placement, digest
-/// §1.2.6), so 1/H of the bytes go to the node's own PS over its intra-node link and (H-1)/H to the other
-/// H-1 nodes over the inter-node link; both legs run at once: latency + max(bytes / intra, (H-1)/H bytes /
-/// inter). The latency is the inter-node one when H > 1. A leg whose bandwidth is 0 is not modelled (free).
+/// §1.2.6). All the bytes leave the GPU over its intra-node link (PCIe: to the node's own PS or to the NIC),
+/// and (H-1)/H of them also cross the inter-node link to the other H-1 nodes' servers; both legs stream at
+/// once: latency + max(bytes / intra, (H-1)/H bytes / inter). The latency is the inter-node one when H > 1. A leg whose bandwidth is 0 is not modelled (free).
 double parameterServerSeconds(const Cluster& cluster, int device, double bytes);
 
 } // namespace pw::planner

@@ -43,14 +43,36 @@ int Plan::pipelineEnd(int stage) const
     return stage + 1;
 }
 
+int twoBwIterations(const Plan& plan)
+{
+    const long long m = std::max(1, plan.schedule.microbatches);
+    const long long stages = std::max(1, plan.stageCount());
+    int it = std::max(plan.schedule.iterations, kTwoBwSteadyIterations);
+    while (it > plan.schedule.iterations && (m * it > kMaxMicrobatches || m * it * stages > kMaxStageMicrobatches))
+        --it;
+    return it;
+}
+
+int Plan::effectiveConcurrentMinibatches() const
+{
+    if (schedule.concurrent_minibatches > 0)
+        return schedule.concurrent_minibatches;
+    int deepest = 1;
+    for (int s = 0; s < stageCount(); s = pipelineEnd(s))
+        deepest = std::max(deepest, pipelineEnd(s) - s);
+    return deepest;
+}
+
 std::string Plan::configString() const
 {
     std::string s;
     for (int i = 0; i < pipelineDepth(); ++i) {
         if (i)
             s += firstInPipeline(i) ? "|" : "-";
-        s += std::to_string(stages[i].replicas());
+        s += std::to_string(dataReplicas(i));
     }
+    if (tensor_parallel > 1)
+        s += " t=" + std::to_string(tensor_parallel);
     return s;
 }
 

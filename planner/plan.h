@@ -19,6 +19,10 @@ inline constexpr long long kMaxMicrobatches = 1'000'000;
 /// Batches the planners that emit "2bw" plans simulate at least: 2BW's steady state, with one weight update per
 /// batch, is measured from the end of the first batch on (one batch is only its fill and drain).
 inline constexpr int kTwoBwSteadyIterations = 3;
+struct Plan;
+/// The iterations a "2bw" plan simulates: its own, raised towards kTwoBwSteadyIterations as far as the plan's
+/// size limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
+int twoBwIterations(const Plan& plan);
 inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.
@@ -96,14 +100,17 @@ struct Plan
     {
         return stage + 1 >= stageCount() || stages[stage + 1].pipeline != stages[stage].pipeline;
     }
+    /// N_m of the "wsp" schedule: schedule.concurrent_minibatches, or when 0 the deepest pipeline's stage count.
+    int effectiveConcurrentMinibatches() const;
     /// Physical pipeline depth p: stages / chunks (all pipelines' stages together when there are several).
     int pipelineDepth() const;
     /// Data-parallel replicas of a stage: its devices / tensor_parallel.
     int dataReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
     /// Layer index at position `pos` of the plan's order.
     int layerAt(int pos) const { return layer_order.empty() ? pos : layer_order[pos]; }
-    /// The configuration string of the PipeDream papers: replicas per stage joined by '-', e.g. "15-1";
-    /// several pipelines are joined by '|' ("1-1-1-1|1-1-1-1").
+    /// The configuration string of the PipeDream papers: data-parallel replicas per stage joined by '-', e.g.
+    /// "15-1"; several pipelines are joined by '|' ("1-1-1-1|1-1-1-1"); tensor parallelism is appended
+    /// ("1-1 t=8": two stages, each one tensor-parallel group of 8 devices).
     std::string configString() const;
 
     /// Throws InputError when stages are not contiguous, leave layers out, use unknown devices, or the

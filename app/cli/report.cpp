@@ -75,12 +75,15 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
         devices.push_back({{"device", d}, {"name", r.timeline.device_names[d]}, {"busy_s", m.busy_s},
             {"bubble_fraction", m.bubble_fraction}, {"peak_memory_bytes", m.peak_memory_bytes}});
     }
-    return {{"algorithm", plan.algorithm}, {"config", plan.configString()}, {"schedule", plan.schedule.kind},
+    json j = {{"algorithm", plan.algorithm}, {"config", plan.configString()}, {"schedule", plan.schedule.kind},
         {"microbatches", plan.schedule.microbatches}, {"objective_s", plan.objective_s},
         {"iteration_time_s", r.iteration_time_s}, {"makespan_s", r.makespan_s},
         {"throughput_samples_per_s", r.throughput_samples_per_s}, {"bubble_fraction", r.bubble_fraction},
         {"bubble_overhead", r.bubble_overhead}, {"fits_memory", r.fitsMemory()},
         {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)}, {"devices", std::move(devices)}};
+    if (plan.tensor_parallel > 1)
+        j["tensor_parallel"] = plan.tensor_parallel;
+    return j;
 }
 
 void printDiagnostics(std::ostream& out, const std::vector<Diagnostic>& diagnostics)
@@ -108,9 +111,12 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         // HetPipe: independent pipelines (virtual workers); stage numbers below are global, "v/q" per pipeline.
         std::snprintf(line, sizeof line,
             "pipelines %d (virtual workers), %d minibatches in flight each, staleness %d\n", plan.pipelineCount(),
-            plan.schedule.concurrent_minibatches, plan.schedule.staleness);
+            plan.effectiveConcurrentMinibatches(), plan.schedule.staleness);
         out << line;
     }
+    if (plan.tensor_parallel > 1)
+        out << "tensor   " << plan.tensor_parallel
+            << "-way tensor parallelism: each replica below is a group of that many devices\n";
     if (plan.objective_s > 0)
         out << "objective " << formatSeconds(plan.objective_s) << " (the partitioner's slowest stage per microbatch)\n";
     const auto cost = CostModel::fromPlan(plan);
@@ -125,7 +131,7 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
             ? std::to_string(st.pipeline) + "/" + std::to_string(s - plan.pipelineBegin(s))
             : std::to_string(s);
         std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %s / %s%s\n", label.c_str(),
-            (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), st.replicas(), devs.c_str(),
+            (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), plan.dataReplicas(s), devs.c_str(),
             formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(), formatBytes(m.peak_memory_bytes).c_str(),
             formatBytes(m.memory_capacity_bytes).c_str(),
             m.peak_memory_bytes > m.memory_capacity_bytes ? "  OVER" : "");

@@ -413,10 +413,10 @@ AdvisorResult advise(const AdvisorRequest& request, const ProgressFn& progress, 
                     if (stop.stop_requested())
                         return;
                     planned[t] = planAllocation(request, offers, tasks[t], t < singles ? single : mixed, stop);
-                    const auto finished = ++done;
                     if (progress) {
+                        // Count and report under one lock, so that the reported share never goes back.
                         std::lock_guard lock(progressMutex);
-                        progress(static_cast<double>(finished) / static_cast<double>(tasks.size()));
+                        progress(static_cast<double>(++done) / static_cast<double>(tasks.size()));
                     }
                 }
             });

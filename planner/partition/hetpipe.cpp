@@ -553,7 +553,15 @@ private:
             }
             plan.algorithm_options["virtual_worker_devices"] = std::move(vws);
             plan.algorithm_options["concurrent_minibatches"] = nm;
-            const auto sim = simulate(plan, SimulationOptions {.record_spans = false, .record_memory = false});
+            SimulationResult sim;
+            try {
+                sim = simulate(plan, SimulationOptions {.record_spans = false, .record_memory = false});
+            } catch (const InputError& e) { // this N_m cannot run (e.g. its wave gates); others may
+                c.feasible = false;
+                c.reason = e.what();
+                rejected.push_back(std::move(c));
+                continue;
+            }
             c.throughput_samples_per_s = sim.throughput_samples_per_s;
             for (const auto& d : sim.devices)
                 if (d.memory_capacity_bytes > 0
@@ -569,6 +577,12 @@ private:
             for (const auto& st : sim.stages)
                 pm.stage_peak_memory_bytes.push_back(st.peak_memory_bytes);
             plan.predicted = pm;
+            if (!sim.fitsMemory()) { // the DP's memory bound did not hold in the simulation
+                c.feasible = false;
+                c.reason = "the simulator finds it over device memory";
+                rejected.push_back(std::move(c));
+                continue;
+            }
             // Ties go to the smaller N_m: less memory and less local staleness.
             if (!best || sim.throughput_samples_per_s > best->throughput * (1 + 1e-9)) {
                 if (best) {

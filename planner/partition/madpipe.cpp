@@ -439,8 +439,6 @@ private:
         (void)values;
         Plan plan = detail::basePlan(request, name());
         plan.schedule.kind = "2bw";
-        // 2BW's steady state (and its once-per-batch update) shows from the second batch on (simulator.cpp).
-        plan.schedule.iterations = std::max(plan.schedule.iterations, kTwoBwSteadyIterations);
         plan.schedule.chunks = 1;
         plan.schedule.in_flight = s.star.in_flight;
         const int n = static_cast<int>(s.cuts.size()) - 1;
@@ -459,6 +457,8 @@ private:
                         + " microbatches in flight and 2BW updates once per batch"});
             plan.schedule.microbatches = need;
         }
+        // 2BW's steady state (and its once-per-batch update) shows from the second batch on (simulator.cpp).
+        plan.schedule.iterations = twoBwIterations(plan);
         return plan;
     }
 };

@@ -222,7 +222,7 @@ public:
             {"pipeline-sizes", T::IntegerList, json(),
                 "pipeline depths p to try; auto: every divisor (--stages fixes one)", 1, 1'000'000, {}},
             {"chunks", T::IntegerList, json(),
-                "interleaving degrees v to try (v > 1 needs p > 1, d = 1 and m a multiple of p); auto: 1, 2, 3, 4", 1,
+                "interleaving degrees v to try (v > 1 needs p > 1 and m a multiple of p); auto: 1, 2, 3, 4", 1,
                 64, {}},
             {"recompute", T::Choice, "auto", "activation recomputation: auto tries both", std::nullopt, std::nullopt,
                 {"auto", "on", "off"}},
@@ -275,7 +275,7 @@ private:
             if (skipped.batch > 0)
                 why += ": B must be divisible by d x b (data-parallel size x microbatch size)";
             if (skipped.interleave > 0)
-                why += "; interleaving needs p > 1, d = 1, m a multiple of p and p v <= " + std::to_string(space.layers)
+                why += "; interleaving needs p > 1, m a multiple of p and p v <= " + std::to_string(space.layers)
                     + " layers";
             diag.push_back({Severity::Error, "bad-option", why});
             return {std::nullopt, std::move(diag)};
@@ -396,8 +396,8 @@ private:
                     }
                     const long long m = space.batch / d / b;
                     for (int v : space.chunks) {
-                        // The interleaved generator runs unreplicated stages only (d = 1).
-                        if (v > 1 && (p == 1 || d > 1 || m % p != 0 || p * v > space.layers)) {
+                        // Interleaving: m (per pipeline copy) a multiple of p (interleaved.cpp).
+                        if (v > 1 && (p == 1 || m % p != 0 || p * v > space.layers)) {
                             ++skipped.interleave;
                             continue;
                         }

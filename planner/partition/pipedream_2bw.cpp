@@ -158,9 +158,10 @@ public:
                 + " stages (2BW needs m >= p)";
             return e;
         }
-        if (m * c.d > kMaxMicrobatches) {
+        const long long simulated = m * c.d * std::max(1, m_request.options.schedule.iterations);
+        if (simulated > kMaxMicrobatches || simulated * c.p > kMaxStageMicrobatches) {
             cand.feasible = false;
-            cand.reason = "too many microbatches per batch";
+            cand.reason = "too many microbatches to simulate (" + std::to_string(simulated) + ")";
             return e;
         }
         auto bounds = boundaries(c.p, recompute);
@@ -268,7 +269,7 @@ public:
         const long long m = m_settings.batch / (static_cast<long long>(c.d) * c.b);
         plan.schedule.kind = scheduleKind(c);
         if (plan.schedule.kind == "2bw") // the steady state shows from the second batch on (simulator.cpp)
-            plan.schedule.iterations = std::max(plan.schedule.iterations, kTwoBwSteadyIterations);
+            plan.schedule.iterations = twoBwIterations(plan);
         plan.schedule.chunks = 1;
         plan.schedule.microbatch_size = c.b;
         plan.schedule.microbatches = static_cast<int>(m * c.d); // the project counts a batch over all replicas

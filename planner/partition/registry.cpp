@@ -37,14 +37,19 @@ PartitionResult OptionedPartitioner::partition(
     auto devices = detail::usableDevices(request, diagnostics);
     if (!devices)
         return {std::nullopt, diagnostics};
+    // What the checks found stays with the result when the search throws.
+    const auto failed = [&](std::string code, std::string message) {
+        diagnostics.push_back({Diagnostic::Severity::Error, std::move(code), std::move(message)});
+        return PartitionResult {std::nullopt, std::move(diagnostics)};
+    };
     try {
-        return search(request, values, *devices, progress, stop, std::move(diagnostics));
+        return search(request, values, *devices, progress, stop, diagnostics);
     } catch (const PartitionCancelled&) {
-        return detail::failure("cancelled", "partitioning was cancelled");
+        return failed("cancelled", "partitioning was cancelled");
     } catch (const InputError& e) {
-        return detail::failure("invalid-input", e.what());
+        return failed("invalid-input", e.what());
     } catch (const std::exception& e) {
-        return detail::failure("internal-error", std::string(name()) + ": " + e.what());
+        return failed("internal-error", std::string(name()) + ": " + e.what());
     }
 }
 

@@ -45,7 +45,8 @@ namespace pw::planner {
 //   2(N-i+1) in flight); schedule.in_flight, when given, is used as is.
 // - 1f1b-as: the 1f1b order on streaming accelerators (every device type sets streaming_execution); the
 //   simulator starts each transfer with the op producing it (streamsTransfers).
-// - interleaved: chunks > 1: Megatron's interleaved order (interleaved.cpp), m % p == 0, no replicas;
+// - interleaved: chunks > 1: Megatron's interleaved order (interleaved.cpp) per data-parallel copy of the
+//   pipeline (every stage on d replicas, (m / d) % p == 0);
 //   chunks == 1: the 1f1b schedule. One step per virtual stage per batch.
 // - pipedream: m * iterations inputs in one oneFOneB stream, a step after every B; inputs % r_s == 0.
 // - 2bw: as pipedream, but a step only after a device's last B of each batch; m >= p and m >= r_s.

@@ -360,10 +360,7 @@ private:
         if (m_s.kind != "wsp")
             return;
         const int D = m_plan.schedule.staleness;
-        int deepest = 1; // N_m = 0 means the deepest pipeline's stage count (plan.h)
-        for (int first = 0; first < m_stages; first = m_plan.pipelineEnd(first))
-            deepest = std::max(deepest, m_plan.pipelineEnd(first) - first);
-        const int nm = m_plan.schedule.concurrent_minibatches > 0 ? m_plan.schedule.concurrent_minibatches : deepest;
+        const int nm = m_plan.effectiveConcurrentMinibatches();
         for (int first = 0; first < m_stages; first = m_plan.pipelineEnd(first)) {
             for (int k = 0; k < m_microbatches; ++k) {
                 const auto& c = m_compute[slot(first, k)];
@@ -522,7 +519,12 @@ ValidationReport validateTensorParallel(const Schedule& schedule, const Plan& pl
         for (std::size_t i = 0; i < plan.stages[s].devices.size(); ++i)
             if (int d = plan.stages[s].devices[i]; d >= 0 && d < D)
                 rankOf[d] = static_cast<int>(i % t);
-    for (int j = 0; j < t; ++j) {
+    // A device outside every stage is in no rank's view: it must have nothing to do.
+    for (int d = 0; d < D; ++d)
+        if (rankOf[d] < 0 && !schedule.devices[d].empty())
+            report.errors.push_back("device " + std::to_string(d) + " holds no stage but has "
+                + std::to_string(schedule.devices[d].size()) + " action(s)");
+    for (int j = 0; j < t && report.errors.size() < kMaxErrors; ++j) {
         Schedule view = schedule;
         for (int d = 0; d < D; ++d)
             if (rankOf[d] != j)

@@ -50,10 +50,7 @@ public:
         const int S = plan.stageCount();
         m_M = builder.totalMicrobatches();
         m_D = plan.schedule.staleness;
-        int deepest = 1;
-        for (int s = 0; s < S; s = plan.pipelineEnd(s))
-            deepest = std::max(deepest, plan.pipelineEnd(s) - s);
-        m_nm = plan.schedule.concurrent_minibatches > 0 ? plan.schedule.concurrent_minibatches : deepest;
+        m_nm = plan.effectiveConcurrentMinibatches();
         m_waves = (m_M + m_nm - 1) / m_nm;
         const auto cost = CostModel::fromPlan(plan);
         const bool overlap = plan.schedule.overlap_communication;
@@ -272,6 +269,9 @@ public:
 
     Schedule generate(const Plan& plan) const override
     {
+        if (plan.schedule.chunks != 1)
+            throw InputError({}, 0, "/schedule/chunks",
+                "wsp runs one stage per device (chunks = 1), got " + std::to_string(plan.schedule.chunks));
         ScheduleBuilder builder(plan, name());
         for (int s = 0; s < plan.stageCount(); ++s)
             if (plan.stages[s].replicas() != 1)

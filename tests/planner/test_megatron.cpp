@@ -126,6 +126,36 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
     }
 }
 
+TEST_CASE("interleaving with data parallelism: every pipeline copy keeps (p-1)/(v m)", "[megatron]")
+{
+    // Megatron interleaves with d > 1 (digest §4.2, Table 4.1): each of the d copies runs its m microbatches in
+    // the interleaved order, so its makespan and stashes are those of §1.4 for m; the all-reduce of 1 kB
+    // weights adds nanoseconds.
+    for (int d : {2, 3})
+        for (int p : {2, 4})
+            for (int v : {2, 3}) {
+                const int m = 2 * p; // per copy
+                const auto model = uniformChain(p * v * 2);
+                const auto c = cluster(1, p * d, 1e15, 0.0);
+                PartitionRequest request {model, c, {}};
+                const megatron::Config config {p, 1, d, 1, v, false, m};
+                const Plan plan = megatron::configPlan(request, config);
+                INFO("d=" << d << " p=" << p << " v=" << v);
+                REQUIRE(plan.stages.front().replicas() == d);
+                const auto schedule = generateSchedule(plan);
+                const auto report = validate(schedule, plan);
+                INFO((report.errors.empty() ? "" : report.errors.front()));
+                REQUIRE(report.ok);
+                const auto sim = simulate(plan, schedule);
+                const double tf = 2e-3 * v, tb = 4e-3 * v;
+                CHECK(sim.makespan_s == Approx(megatron::batchTime(p, v, m, tf, tb)).epsilon(1e-6));
+                for (int r = 0; r < p; ++r)
+                    for (int j = 0; j < d; ++j)
+                        CHECK(sim.devices[plan.stages[r].devices[j]].peak_stashed_microbatches
+                            == megatron::peakStashes(p, v, m, r));
+            }
+}
+
 TEST_CASE("the chosen plan's simulated bubble is (p-1)/(v m)", "[megatron]")
 {
     // digest §1.4 L1460-1462 on the partitioner's own choice: 16 equal layers on 4 devices, p fixed to 4.

@@ -54,10 +54,15 @@ void checkInvariants(const Plan& plan, const ModelProfile& model, const Cluster&
         CHECK(s.first_layer == next);
         CHECK(s.last_layer >= s.first_layer);
         next = s.last_layer + 1;
-        for (int d : s.devices) {
+        for (std::size_t r = 0; r < s.devices.size(); ++r) {
+            const int d = s.devices[r];
             CHECK(d >= 0);
             CHECK(d < c.deviceCount());
-            CHECK(devices.insert(d).second);
+            // A device serves one physical stage; interleaved virtual stage s reuses stage s mod p's devices.
+            if (i < plan.pipelineDepth())
+                CHECK(devices.insert(d).second);
+            else
+                CHECK(d == plan.stages[i % plan.pipelineDepth()].devices.at(r));
         }
     }
     CHECK(next == model.layerCount());

@@ -61,12 +61,13 @@ int lcmOf(const std::vector<int>& values)
 bool accepts(const std::string& kind, const std::vector<int>& replicas, int m, int chunks, int iterations)
 {
     const int p = static_cast<int>(replicas.size());
-    const bool replicated = std::any_of(replicas.begin(), replicas.end(), [](int r) { return r > 1; });
     const int maxReplicas = *std::max_element(replicas.begin(), replicas.end());
     if (kind == "gpipe")
         return true;
-    if (kind == "interleaved")
-        return chunks == 1 || (m % p == 0 && !replicated);
+    if (kind == "interleaved") {
+        const bool equal = std::all_of(replicas.begin(), replicas.end(), [&](int r) { return r == replicas[0]; });
+        return chunks == 1 || (equal && m % replicas[0] == 0 && (m / replicas[0]) % p == 0);
+    }
     if (chunks > 1)
         return false;
     if (kind == "pipedream")

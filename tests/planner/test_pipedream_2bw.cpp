@@ -151,6 +151,37 @@ TEST_CASE("D:1197-1205: the pipelined time per microbatch is the simulator's 2BW
     CHECK(twobw::ringAllReduceBytes(800, 1) == 0);
 }
 
+TEST_CASE("the planner's closed-form time is the simulated 2BW steady state without communication", "[pipedream-2bw]")
+{
+    // D:1197-1205 through the planner itself: with nothing to send and nothing to all-reduce, every
+    // configuration's predicted time per microbatch times the microbatches of a pipeline is the simulator's
+    // batch time, and its throughput d b / t the simulated one (profile times scale linearly with b).
+    const auto base = chainPlan("2bw", 8, 4, 8, 1, 2, /*w=*/0, 1e3, /*out=*/0);
+    for (int stages : {1, 2, 4})
+        for (int b : {1, 2}) {
+            INFO("p=" << stages << " b=" << b);
+            PartitionOptions o;
+            o.stages = stages;
+            o.schedule.optimizer = "sgd";
+            o.params = {{"batch-size", 32}, {"microbatch-sizes", {b}}, {"recompute", "off"}, {"pipelining", "on"},
+                {"placement", "replicas-together"}};
+            auto r = findPartitioner("pipedream-2bw")->partition({base.model, base.cluster, o}, {}, {});
+            INFO(r.errorText());
+            REQUIRE(r.ok());
+            const auto& chosen = r.candidates.front();
+            REQUIRE(chosen.config["pipeline_depth"] == stages);
+            const int d = chosen.config["data_parallel"];
+            const double t = chosen.config["time_per_microbatch_s"];
+            CHECK(t == Approx(b * 3.0 * 8 / stages)); // (F + B) x b x layers per stage, F = 1 s, B = 2 s
+            CHECK(r.plan->schedule.iterations == kTwoBwSteadyIterations);
+            const auto sim = run(*r.plan);
+            const int m = chosen.config["microbatches_per_pipeline"];
+            CHECK(sim.iteration_time_s == Approx(m * t));
+            CHECK(sim.throughput_samples_per_s == Approx(chosen.throughput_samples_per_s));
+            CHECK(chosen.throughput_samples_per_s == Approx(d * b / t));
+        }
+}
+
 TEST_CASE("the search keeps only configurations that fit and picks the fastest", "[pipedream-2bw]")
 {
     auto model = demoModel();

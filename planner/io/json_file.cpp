@@ -382,6 +382,14 @@ int lineOfJsonPointer(std::string_view text, std::string_view pointer)
     return at ? lineAt(text, *at) : 0;
 }
 
+void convertJsonFile(const std::string& path, const std::function<void(const json&)>& convert)
+{
+    loadFile<bool>(path, [&](const json& j) {
+        convert(j);
+        return true;
+    });
+}
+
 ModelProfile loadModel(const std::string& path)
 {
     return loadFile<ModelProfile>(path, modelFromJson);

@@ -238,22 +238,13 @@ json toJson(const Plan& plan)
     json cluster = toJson(plan.cluster);
     json j = {{"format_version", kPlanFormatVersion}, {"config", plan.configString()}, {"stages", std::move(stages)},
         {"algorithm", plan.algorithm}, {"algorithm_options", plan.algorithm_options}, {"objective_s", plan.objective_s},
-        {"schedule",
-            {{"kind", o.kind}, {"microbatches", o.microbatches}, {"microbatch_size", o.microbatch_size},
-                {"chunks", o.chunks}, {"iterations", o.iterations}, {"recompute", o.recompute},
-                {"optimizer", o.optimizer}, {"overlap_communication", o.overlap_communication}}},
+        {"schedule", toJson(o)},
         {"provenance", {{"model_digest", digestOf(model)}, {"cluster_digest", digestOf(cluster)}}},
         {"model", std::move(model)}, {"cluster", std::move(cluster)}};
     if (!plan.layer_order.empty())
         j["layer_order"] = plan.layer_order;
     if (plan.tensor_parallel > 1)
         j["tensor_parallel"] = plan.tensor_parallel;
-    if (!o.in_flight.empty())
-        j["schedule"]["in_flight"] = o.in_flight;
-    if (o.concurrent_minibatches != 0)
-        j["schedule"]["concurrent_minibatches"] = o.concurrent_minibatches;
-    if (o.staleness != 0)
-        j["schedule"]["staleness"] = o.staleness;
     if (plan.predicted) {
         const auto& p = *plan.predicted;
         j["predicted"]
@@ -304,27 +295,47 @@ Plan planFromJson(const json& j)
         plan.algorithm_options = j.at("algorithm_options");
     plan.objective_s = f::nonNegativeOr(j, "objective_s", "", 0);
     plan.tensor_parallel = f::integerOr(j, "tensor_parallel", "", 1);
-    if (j.contains("schedule")) {
-        const auto& js = f::object(j.at("schedule"), "/schedule");
-        auto& o = plan.schedule;
-        o.kind = f::stringOr(js, "kind", "/schedule", o.kind);
-        o.microbatches = f::integerOr(js, "microbatches", "/schedule", o.microbatches);
-        o.microbatch_size = f::integerOr(js, "microbatch_size", "/schedule", o.microbatch_size);
-        o.chunks = f::integerOr(js, "chunks", "/schedule", o.chunks);
-        o.iterations = f::integerOr(js, "iterations", "/schedule", o.iterations);
-        o.recompute = f::booleanOr(js, "recompute", "/schedule", o.recompute);
-        o.optimizer = f::stringOr(js, "optimizer", "/schedule", o.optimizer);
-        o.overlap_communication = f::booleanOr(js, "overlap_communication", "/schedule", o.overlap_communication);
-        o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", "/schedule", 0);
-        o.staleness = f::integerOr(js, "staleness", "/schedule", 0);
-        if (js.contains("in_flight")) {
-            const auto& a = f::array(js, "in_flight", "/schedule");
-            for (std::size_t i = 0; i < a.size(); ++i)
-                o.in_flight.push_back(f::index(a[i], "/schedule/in_flight/" + std::to_string(i)));
-        }
-    }
+    if (j.contains("schedule"))
+        plan.schedule = scheduleOptionsFromJson(j.at("schedule"), "/schedule");
     plan.validate();
     return plan;
+}
+
+json toJson(const ScheduleOptions& o)
+{
+    json j = {{"kind", o.kind}, {"microbatches", o.microbatches}, {"microbatch_size", o.microbatch_size},
+        {"chunks", o.chunks}, {"iterations", o.iterations}, {"recompute", o.recompute}, {"optimizer", o.optimizer},
+        {"overlap_communication", o.overlap_communication}};
+    if (!o.in_flight.empty())
+        j["in_flight"] = o.in_flight;
+    if (o.concurrent_minibatches != 0)
+        j["concurrent_minibatches"] = o.concurrent_minibatches;
+    if (o.staleness != 0)
+        j["staleness"] = o.staleness;
+    return j;
+}
+
+ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
+{
+    namespace f = fields;
+    const auto& js = f::object(j, path);
+    ScheduleOptions o;
+    o.kind = f::stringOr(js, "kind", path, o.kind);
+    o.microbatches = f::integerOr(js, "microbatches", path, o.microbatches);
+    o.microbatch_size = f::integerOr(js, "microbatch_size", path, o.microbatch_size);
+    o.chunks = f::integerOr(js, "chunks", path, o.chunks);
+    o.iterations = f::integerOr(js, "iterations", path, o.iterations);
+    o.recompute = f::booleanOr(js, "recompute", path, o.recompute);
+    o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
+    o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
+    o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);
+    o.staleness = f::integerOr(js, "staleness", path, 0);
+    if (js.contains("in_flight")) {
+        const auto& a = f::array(js, "in_flight", path);
+        for (std::size_t i = 0; i < a.size(); ++i)
+            o.in_flight.push_back(f::index(a[i], path + "/in_flight/" + std::to_string(i)));
+    }
+    return o;
 }
 
 } // namespace pw::planner

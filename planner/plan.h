@@ -120,6 +120,10 @@ struct Plan
 };
 
 nlohmann::json toJson(const Plan& plan);
+nlohmann::json toJson(const ScheduleOptions& options);
+/// Parses the "schedule" object of a plan (or of another file, at JSON path `path`); range checks are
+/// Plan::validate()'s.
+ScheduleOptions scheduleOptionsFromJson(const nlohmann::json& j, const std::string& path);
 Plan planFromJson(const nlohmann::json& j);
 
 /// Short hex digest of a JSON value's canonical dump (provenance of model and cluster).

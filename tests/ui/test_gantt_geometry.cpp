@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: MIT
+// The Gantt's geometry without a widget: axis round trips, zoom about an anchor, pan clamping, row mapping,
+// interval queries and hit tests against a linear scan, and the folding's guarantees against a brute-force
+// rasterisation of the visible spans on random timelines.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "planner/schedule/generator.h"
+#include "planner/sim/simulator.h"
+#include "ui/gantt/geometry.h"
+
+using namespace pw::ui;
+using pw::planner::ActionKind;
+using pw::planner::Lane;
+using pw::planner::Span;
+using pw::planner::Timeline;
+
+namespace {
+
+/// Random spans on `devices` devices; `disjoint`: each lane's spans never overlap (as compute lanes).
+Timeline randomTimeline(std::mt19937& rng, int devices, int perLane, bool disjoint)
+{
+    Timeline t;
+    std::exponential_distribution<double> gap(50.0), len(20.0);
+    std::uniform_int_distribution<int> kind(0, 3), mb(0, 7), coin(0, 3);
+    for (int d = 0; d < devices; ++d)
+        for (Lane lane : {Lane::Compute, Lane::Send, Lane::Recv, Lane::Collective}) {
+            double t0 = 0;
+            for (int i = 0; i < perLane; ++i) {
+                // Mixed scales: long spans, slivers, zero-length spans and bursts.
+                double l = coin(rng) == 0 ? len(rng) * 20 : (coin(rng) == 0 ? 0.0 : len(rng) * 0.01);
+                Span s;
+                s.device = d;
+                s.lane = lane;
+                s.kind = static_cast<ActionKind>(kind(rng));
+                s.microbatch = mb(rng);
+                s.t0 = t0 + (coin(rng) == 0 ? gap(rng) * 10 : gap(rng) * 0.01);
+                s.t1 = s.t0 + l;
+                t.spans.push_back(s);
+                t0 = disjoint ? s.t1 : s.t0;
+            }
+        }
+    std::shuffle(t.spans.begin(), t.spans.end(), rng);
+    return t;
+}
+
+std::vector<std::uint32_t> linearScan(const Timeline& t, int row, double a, double b)
+{
+    std::vector<std::pair<std::pair<double, double>, std::uint32_t>> hits;
+    for (std::uint32_t i = 0; i < t.spans.size(); ++i) {
+        const auto& s = t.spans[i];
+        if (RowLayout::rowIndex(s.device, laneRowOf(s.lane)) == row && s.t0 <= b && s.t1 >= a)
+            hits.push_back({{s.t0, s.t1}, i});
+    }
+    std::sort(hits.begin(), hits.end());
+    std::vector<std::uint32_t> ids;
+    for (auto& h : hits)
+        ids.push_back(h.second);
+    return ids;
+}
+
+/// Pixel columns [k, k+1) that a closed extent [x0, x1] touches, within a view `width` columns wide.
+void rasterise(double x0, double x1, int width, std::set<int>& columns)
+{
+    int first = std::clamp(static_cast<int>(std::floor(x0)), 0, width - 1);
+    int last = std::clamp(static_cast<int>(std::floor(x1)), 0, width - 1);
+    for (int k = first; k <= last; ++k)
+        columns.insert(k);
+}
+
+/// Maximal idle intervals of the union of [x0, x1] extents within [0, width].
+std::vector<std::pair<double, double>> gaps(std::vector<DrawItem> items, double width)
+{
+    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.x0 < b.x0; });
+    std::vector<std::pair<double, double>> out;
+    double covered = 0;
+    for (const auto& it : items) {
+        if (it.x0 > covered)
+            out.push_back({covered, it.x0});
+        covered = std::max(covered, it.x1);
+    }
+    if (covered < width)
+        out.push_back({covered, width});
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("time axis: pixel and time round trips, whole range on construction", "[gantt]")
+{
+    TimeAxis axis(0.0, 12.5, 1920);
+    CHECK(axis.begin() == 0.0);
+    CHECK(axis.end() == 12.5);
+    CHECK(axis.toPixel(12.5) == Approx(1920).epsilon(1e-15));
+    CHECK(axis.toPixel(6.25) == Approx(960).epsilon(1e-15));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int i = 0; i < 1000; ++i) {
+        axis.setWindow(u(rng) * 12, 12.5);
+        axis.zoom(1 + u(rng) * 1000, u(rng) * 1920);
+        double t = axis.begin() + u(rng) * axis.duration();
+        CHECK(std::abs(axis.toTime(axis.toPixel(t)) - t) <= 4e-16 * 12.5);
+        double x = u(rng) * 1920;
+        CHECK(std::abs(axis.toPixel(axis.toTime(x)) - x) <= 1e-12 * 1920 / axis.duration() * 12.5);
+    }
+}
+
+TEST_CASE("time axis: wheel zoom keeps the time under the cursor", "[gantt]")
+{
+    TimeAxis axis(0.0, 10.0, 1000, 1e-6);
+    const double anchorPx = 300;
+    const double anchorT = axis.toTime(anchorPx); // 3 s
+    axis.zoom(4, anchorPx);
+    CHECK(axis.duration() == Approx(2.5));
+    CHECK(axis.toTime(anchorPx) == Approx(anchorT).epsilon(1e-14));
+    CHECK(axis.begin() == Approx(3.0 - 0.3 * 2.5));
+    for (int i = 0; i < 5; ++i)
+        axis.zoom(10, anchorPx); // 2.5 s / 1e5 = 25 us: still above the 1 us minimum
+    CHECK(axis.duration() == Approx(2.5e-5));
+    CHECK(std::abs(axis.toTime(anchorPx) - anchorT) < 1e-12);
+    axis.zoom(1000, anchorPx); // clamped to the minimum visible duration
+    CHECK(axis.duration() == Approx(1e-6));
+    CHECK(std::abs(axis.toTime(anchorPx) - anchorT) < 1e-12);
+    axis.zoom(1e-9, anchorPx); // zooming out is clamped to the data range
+    CHECK(axis.begin() == 0.0);
+    CHECK(axis.end() == Approx(10.0));
+}
+
+TEST_CASE("time axis: pan moves by pixels and clamps to the data range", "[gantt]")
+{
+    TimeAxis axis(0.0, 10.0, 1000);
+    axis.setWindow(4, 5); // 1000 px per second
+    axis.pan(-250); // drag left: later times
+    CHECK(axis.begin() == Approx(4.25));
+    CHECK(axis.end() == Approx(5.25));
+    axis.pan(1e6); // far right: clamped at the start, duration kept
+    CHECK(axis.begin() == 0.0);
+    CHECK(axis.duration() == Approx(1.0));
+    axis.pan(-1e7);
+    CHECK(axis.end() == Approx(10.0));
+    CHECK(axis.duration() == Approx(1.0));
+    axis.setWindow(-3, 20); // wider than the data: the data range
+    CHECK(axis.begin() == 0.0);
+    CHECK(axis.end() == 10.0);
+    axis.setWidth(500); // resizing keeps the time window
+    CHECK(axis.toPixel(10.0) == Approx(500));
+}
+
+TEST_CASE("row layout: device and lane from y, gaps and hidden rows hit nothing", "[gantt]")
+{
+    RowLayout layout(4, RowHeights {20, 8, 0, 4}, 10); // collectives hidden: 32 px per device from y = 10
+    CHECK(layout.rows() == 12);
+    CHECK(layout.height() == 128);
+    CHECK(layout.rowTop(2, LaneRow::PointToPoint) == 10 + 64 + 20);
+    auto hit = layout.rowAt(10 + 64 + 20 + 3);
+    REQUIRE(hit);
+    CHECK(hit->device == 2);
+    CHECK(hit->lane == LaneRow::PointToPoint);
+    CHECK(hit->row == RowLayout::rowIndex(2, LaneRow::PointToPoint));
+    CHECK(layout.rowAt(10 + 32 + 0.0)->lane == LaneRow::Compute);
+    CHECK(layout.rowAt(10 + 32 + 19.99)->lane == LaneRow::Compute);
+    CHECK_FALSE(layout.rowAt(10 + 32 + 29)); // the gap
+    CHECK_FALSE(layout.rowAt(9.9));
+    CHECK_FALSE(layout.rowAt(10 + 128));
+    for (int d = 0; d < 4; ++d)
+        for (LaneRow lane : {LaneRow::Compute, LaneRow::PointToPoint}) {
+            auto h = layout.rowAt(layout.rowTop(d, lane) + layout.laneHeight(lane) / 2);
+            REQUIRE(h);
+            CHECK(h->row == RowLayout::rowIndex(d, lane));
+        }
+    CHECK(laneRowOf(Lane::Send) == LaneRow::PointToPoint);
+    CHECK(laneRowOf(Lane::Recv) == LaneRow::PointToPoint);
+    CHECK(laneRowOf(Lane::Collective) == LaneRow::Collective);
+}
+
+TEST_CASE("gantt index: interval queries equal a linear scan on random timelines", "[gantt]")
+{
+    std::mt19937 rng(11);
+    for (bool disjoint : {true, false}) {
+        Timeline t = randomTimeline(rng, 3, 400, disjoint);
+        GanttIndex index(t);
+        CHECK(index.rows() == 9);
+        std::uniform_real_distribution<double> u(0, index.dataEnd());
+        for (int q = 0; q < 300; ++q) {
+            double a = u(rng), b = a + u(rng) * (q % 3 == 0 ? 1 : 0.01);
+            int row = q % index.rows();
+            CHECK(index.spansIn(row, a, b) == linearScan(t, row, a, b));
+        }
+    }
+}
+
+TEST_CASE("gantt index: hit test picks the span under the time, else the nearest within tolerance", "[gantt]")
+{
+    Timeline t;
+    t.spans = {{0, Lane::Compute, ActionKind::Forward, 0, 0, 0, 1.0, 2.0},
+        {0, Lane::Compute, ActionKind::Backward, 0, 0, 1, 3.0, 5.0},
+        {1, Lane::Send, ActionKind::SendActivation, 1, 0, 0, 1.5, 4.0},
+        {1, Lane::Recv, ActionKind::RecvGradient, 1, 0, 1, 2.0, 2.5}};
+    GanttIndex index(t);
+    CHECK(index.spanAt(0, LaneRow::Compute, 1.5, 0) == 0u);
+    CHECK(index.spanAt(0, LaneRow::Compute, 4.0, 0) == 1u);
+    CHECK(index.spanAt(0, LaneRow::Compute, 2.4, 0.5) == 0u); // 0.4 from span 0, 0.6 from span 1
+    CHECK(index.spanAt(0, LaneRow::Compute, 2.6, 0.5) == 1u);
+    CHECK_FALSE(index.spanAt(0, LaneRow::Compute, 2.5, 0.1)); // a bubble
+    CHECK_FALSE(index.spanAt(0, LaneRow::PointToPoint, 1.5, 1));
+    CHECK(index.spanAt(1, LaneRow::PointToPoint, 2.2, 0) == 3u); // the receive inside the send is on top
+    CHECK(index.spanAt(1, LaneRow::PointToPoint, 3.0, 0) == 2u);
+
+    // Random: the answer contains the time or is the nearest span, as a linear scan says.
+    std::mt19937 rng(5);
+    Timeline r = randomTimeline(rng, 2, 300, false);
+    GanttIndex ri(r);
+    std::uniform_real_distribution<double> u(0, ri.dataEnd());
+    for (int q = 0; q < 500; ++q) {
+        double time = u(rng), tol = 0.02;
+        int row = q % ri.rows();
+        double best = INFINITY;
+        for (const auto& s : r.spans)
+            if (RowLayout::rowIndex(s.device, laneRowOf(s.lane)) == row)
+                best = std::min(best, time < s.t0 ? s.t0 - time : std::max(0.0, time - s.t1));
+        auto hit = ri.spanAt(row, time, tol);
+        if (best > tol) {
+            CHECK_FALSE(hit);
+        } else {
+            REQUIRE(hit);
+            const auto& s = r.spans[*hit];
+            CHECK((time < s.t0 ? s.t0 - time : std::max(0.0, time - s.t1)) == best);
+        }
+    }
+}
+
+TEST_CASE("folding: exact pixel coverage, bubbles kept, at most two items per column", "[gantt]")
+{
+    std::mt19937 rng(3);
+    int checkedRows = 0, foldedItems = 0;
+    for (bool disjoint : {true, false}) {
+        Timeline t = randomTimeline(rng, 2, 3000, disjoint);
+        GanttIndex index(t);
+        for (double width : {1920.0, 333.0, 1000.5}) {
+            TimeAxis axis(index.dataBegin(), index.dataEnd(), width, 1e-7);
+            for (int zoom = 0; zoom < 12; ++zoom) {
+                const int columns = static_cast<int>(std::ceil(width));
+                for (int row = 0; row < index.rows(); ++row) {
+                    std::vector<DrawItem> all, items;
+                    visibleSpans(index, axis, row, all);
+                    fold(index, axis, row, items);
+                    std::set<int> spanColumns, itemColumns;
+                    for (const auto& s : all)
+                        rasterise(s.x0, s.x1, columns, spanColumns);
+                    for (const auto& it : items)
+                        rasterise(it.x0, it.x1, columns, itemColumns);
+                    CHECK(spanColumns == itemColumns);
+                    // Every bubble of >= 1 px between visible spans is free of items.
+                    for (auto [g0, g1] : gaps(all, width))
+                        if (g1 - g0 >= 1.0)
+                            for (const auto& it : items)
+                                CHECK((it.x1 <= g0 || it.x0 >= g1));
+                    CHECK(items.size() <= 2 * static_cast<std::size_t>(columns));
+                    // Items are in order, the counts add up to the visible spans, singles are spans.
+                    std::size_t counted = 0;
+                    for (std::size_t k = 0; k < items.size(); ++k) {
+                        counted += items[k].count;
+                        foldedItems += items[k].folded();
+                        if (k > 0)
+                            CHECK(items[k - 1].x0 <= items[k].x0);
+                        if (!items[k].folded()) {
+                            const auto& s = t.spans[items[k].span];
+                            CHECK(items[k].x0 == std::clamp(axis.toPixel(s.t0), 0.0, width));
+                        }
+                    }
+                    CHECK(counted >= all.size()); // spans hidden under a longer one at the left edge count too
+                    ++checkedRows;
+                }
+                axis.zoom(2.5, std::uniform_real_distribution<double>(0, width)(rng));
+            }
+        }
+    }
+    CHECK(checkedRows == 2 * 3 * 12 * 6);
+    CHECK(foldedItems > 0);
+}
+
+TEST_CASE("folding: wide spans stay themselves, slivers in one column fold with the dominant kind", "[gantt]")
+{
+    Timeline t;
+    auto add = [&](ActionKind k, double t0, double t1) {
+        t.spans.push_back({0, Lane::Compute, k, 0, static_cast<int>(t.spans.size()), 0, t0, t1});
+    };
+    // 100 px over 1 s: slivers of 1 ms in column 0 (2 F, 1 B), a gap of exactly 1 px, a 30 px backward.
+    add(ActionKind::Forward, 0.000, 0.001);
+    add(ActionKind::Backward, 0.002, 0.003);
+    add(ActionKind::Forward, 0.004, 0.005);
+    add(ActionKind::Backward, 0.015, 0.315);
+    add(ActionKind::Forward, 0.995, 1.0);
+    GanttIndex index(t);
+    TimeAxis axis(0, 1.0, 100);
+    auto items = fold(index, axis, 0);
+    REQUIRE(items.size() == 3);
+    CHECK(items[0].count == 3);
+    CHECK(items[0].kind == ActionKind::Forward);
+    CHECK(items[0].x0 == 0.0);
+    CHECK(items[0].x1 == Approx(0.5));
+    CHECK(items[1].count == 1);
+    CHECK(items[1].span == 3u);
+    CHECK(items[1].x0 == Approx(1.5));
+    CHECK(items[1].x1 == Approx(31.5));
+    CHECK(items[2].span == 4u);
+    axis.zoom(100, 0); // [0, 10 ms]: 10 px per ms, the three slivers are themselves
+    items = fold(index, axis, 0);
+    REQUIRE(items.size() == 3);
+    CHECK(items[1].x0 == Approx(20));
+    CHECK(std::none_of(items.begin(), items.end(), [](const DrawItem& i) { return i.folded(); }));
+}
+
+TEST_CASE("folding: a simulated 1F1B schedule draws at most rows x width items at every zoom", "[gantt]")
+{
+    using namespace pw::planner;
+    Plan plan;
+    plan.model.name = "chain";
+    for (int l = 0; l < 8; ++l)
+        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
+    plan.cluster.device_types = {DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
+    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 8, 1e11, 1e-6});
+    for (int s = 0; s < 8; ++s)
+        plan.stages.push_back({s, s, {s}});
+    plan.schedule.kind = "1f1b";
+    plan.schedule.microbatches = 2000;
+    auto sim = simulate(plan);
+    GanttIndex index(sim.timeline);
+    TimeAxis axis(index.dataBegin(), index.dataEnd(), 800, 1e-9);
+    for (int zoom = 0; zoom < 8; ++zoom) {
+        std::size_t items = 0, visible = 0;
+        std::vector<DrawItem> out, all;
+        for (int row = 0; row < index.rows(); ++row) {
+            out.clear();
+            fold(index, axis, row, out);
+            items += out.size();
+            visibleSpans(index, axis, row, all);
+        }
+        visible = all.size();
+        CHECK(items <= static_cast<std::size_t>(index.rows()) * 800);
+        CHECK(items <= visible);
+        if (zoom == 0)
+            CHECK(visible == sim.timeline.spans.size());
+        axis.zoom(4, 400);
+    }
+}

@@ -211,12 +211,7 @@ private:
             candidates.push_back(std::move(c));
 
         if (best < 0) {
-            std::string closest;
-            for (const auto& c : candidates)
-                if (!c.reason.empty()) {
-                    closest = c.description + ": " + c.reason;
-                    break;
-                }
+            const std::string closest = detail::firstReason(candidates);
             diag.push_back({Severity::Error, "over-memory",
                 "no schedule, microbatch size or partition of the " + std::to_string(N)
                     + "-device chain fits device memory" + (closest.empty() ? "" : " (" + closest + ")")});

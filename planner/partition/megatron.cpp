@@ -554,12 +554,7 @@ private:
             candidates.push_back(std::move(c));
         }
         if (best < 0) {
-            std::string closest;
-            for (const auto& c : candidates)
-                if (!c.reason.empty()) {
-                    closest = c.description + ": " + c.reason;
-                    break;
-                }
+            const std::string closest = detail::firstReason(candidates);
             diag.push_back({Severity::Error, "over-memory",
                 "no configuration of " + std::to_string(space.devices) + " devices for a global batch of "
                     + std::to_string(space.batch) + " fits device memory"

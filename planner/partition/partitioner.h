@@ -118,6 +118,10 @@ PartitionResult failure(std::string code, std::string message);
 /// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics`.
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
 
+/// "description: reason" of the first candidate that gives a reason (best first: the closest to working), or
+/// empty; for the error a search reports when nothing fits.
+std::string firstReason(const std::vector<Candidate>& candidates);
+
 /// The request checks the search partitioners share: one chunk per device, a stage count in [0, devices],
 /// microbatches in [1, kMaxMicrobatches] and a microbatch size >= 0. An error result naming `algorithm`, or
 /// nullopt when the request passes.

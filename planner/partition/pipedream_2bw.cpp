@@ -579,12 +579,7 @@ private:
         }
 
         if (!chosen) {
-            std::string closest;
-            for (const auto& c : candidates)
-                if (!c.reason.empty()) {
-                    closest = c.description + ": " + c.reason;
-                    break;
-                }
+            const std::string closest = detail::firstReason(candidates);
             diag.push_back({Severity::Error, "over-memory",
                 "no configuration of " + std::to_string(N) + " devices fits device memory"
                     + (closest.empty() ? "" : " (closest: " + closest + ")")});

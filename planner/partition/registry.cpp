@@ -121,6 +121,14 @@ PartitionResult failure(std::string code, std::string message)
     return r;
 }
 
+std::string firstReason(const std::vector<Candidate>& candidates)
+{
+    for (const auto& c : candidates)
+        if (!c.reason.empty())
+            return c.description + ": " + c.reason;
+    return {};
+}
+
 std::optional<PartitionResult> checkOneStagePerDevice(
     const PartitionRequest& request, std::string_view algorithm, int devices)
 {

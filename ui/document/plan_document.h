@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+// The plan being edited in the desktop app, its prediction and the one undo stack every plan edit goes through.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QUndoStack>
+#include <functional>
+#include <optional>
+
+#include "planner/plan.h"
+#include "planner/sim/simulator.h"
+
+namespace pw::ui {
+
+/// @brief The current plan and its simulated prediction; edits are undoable steps.
+///
+/// Every change of the plan re-simulates it (metrics, spans and memory for the views) and emits planChanged()
+/// then predictionChanged(). A boundary drag previews plans without touching the undo stack and commits the
+/// whole drag as one step.
+class PlanDocument : public QObject
+{
+    Q_OBJECT
+
+public:
+    explicit PlanDocument(QObject* parent = nullptr);
+
+    /// A new plan to edit (a project opened, a partitioner's plan applied outside the stack): clears the stack.
+    void reset(planner::Plan plan);
+    bool hasPlan() const { return m_plan.has_value(); }
+    const planner::Plan& plan() const { return *m_plan; }
+    /// The current plan's prediction; empty when it could not be simulated (predictionError() says why).
+    const std::optional<planner::SimulationResult>& prediction() const { return m_prediction; }
+    const QString& predictionError() const { return m_predictionError; }
+    QUndoStack* undoStack() { return &m_undo; }
+
+    using Edit = std::function<planner::Plan(const planner::Plan&)>;
+    /// Applies `edit` to the current plan as one undoable step named `text`. When the edit throws an
+    /// InputError nothing changes, `error` gets its message and the result is false.
+    bool apply(const QString& text, const Edit& edit, QString* error = nullptr);
+    /// Replaces the current plan by `plan` as one undoable step (a partitioner's candidate applied).
+    void replace(const QString& text, planner::Plan plan);
+
+    /// Shows `plan` (re-simulated) without an undo step: the steps of a drag.
+    void preview(planner::Plan plan);
+    bool previewing() const { return m_beforePreview.has_value(); }
+    /// Ends a drag: one undo step from the plan before the first preview to the one shown (none if equal).
+    void commitPreview(const QString& text);
+    /// Ends a drag without a step: the plan before the first preview comes back.
+    void cancelPreview();
+
+signals:
+    void planChanged();
+    void predictionChanged();
+
+private:
+    friend class PlanCommand;
+    void show(planner::Plan plan);
+
+    std::optional<planner::Plan> m_plan;
+    std::optional<planner::Plan> m_beforePreview;
+    std::optional<planner::SimulationResult> m_prediction;
+    QString m_predictionError;
+    QUndoStack m_undo;
+};
+
+} // namespace pw::ui

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: MIT
+#include "stage_model.h"
+
+#include <QBrush>
+#include <QColor>
+
+#include "planner/costs.h"
+#include "ui/document/plan_document.h"
+
+namespace pw::ui {
+namespace {
+
+QString bytesText(double bytes)
+{
+    return QString::number(bytes / double(1ull << 30), 'f', 2) + QStringLiteral(" GiB");
+}
+
+QString secondsText(double s)
+{
+    return s >= 1 ? QString::number(s, 'f', 3) + QStringLiteral(" s")
+                  : QString::number(s * 1e3, 'f', 3) + QStringLiteral(" ms");
+}
+
+} // namespace
+
+StageModel::StageModel(PlanDocument& document, QObject* parent)
+    : QAbstractTableModel(parent)
+    , m_document(document)
+{
+    connect(&document, &PlanDocument::predictionChanged, this, &StageModel::refresh);
+    m_rows = m_document.hasPlan() ? m_document.plan().stageCount() : 0;
+}
+
+void StageModel::refresh()
+{
+    const int rows = m_document.hasPlan() ? m_document.plan().stageCount() : 0;
+    if (rows != m_rows) {
+        beginResetModel();
+        m_rows = rows;
+        endResetModel();
+    } else if (rows > 0) {
+        emit dataChanged(index(0, 0), index(rows - 1, ColumnCount - 1));
+    }
+}
+
+int StageModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : m_rows;
+}
+
+int StageModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant StageModel::data(const QModelIndex& index, int role) const
+{
+    if (!index.isValid() || index.row() >= m_rows || !m_document.hasPlan())
+        return {};
+    const auto& plan = m_document.plan();
+    const int s = index.row();
+    const auto& st = plan.stages[s];
+    const auto& prediction = m_document.prediction();
+    const bool have = prediction && s < static_cast<int>(prediction->stages.size());
+    const double peak = have ? prediction->stages[s].peak_memory_bytes : 0;
+    const double capacity = have ? prediction->stages[s].memory_capacity_bytes : 0;
+    const bool over = have && peak > capacity;
+    double compute = 0;
+    if (!st.devices.empty()) {
+        const auto totals = planner::stageTotals(plan, s, plan.cluster.typeOf(st.devices[0]));
+        compute = totals.forward_s + totals.backward_s;
+    }
+    if (role == Qt::ForegroundRole && over && (index.column() == Memory || index.column() == Capacity))
+        return QBrush(QColor(200, 30, 30));
+    if (role == Qt::ToolTipRole && over)
+        return tr("Stage %1 needs %2 but its smallest device has %3").arg(s).arg(bytesText(peak), bytesText(capacity));
+    if (role == ValueRole) {
+        switch (index.column()) {
+        case Stage:
+            return s;
+        case Layers:
+            return st.layerCount();
+        case Devices:
+            return st.replicas();
+        case Compute:
+            return compute;
+        case Memory:
+            return have ? QVariant(peak) : QVariant();
+        case Capacity:
+            return have ? QVariant(capacity) : QVariant();
+        }
+    }
+    if (role != Qt::DisplayRole)
+        return {};
+    switch (index.column()) {
+    case Stage:
+        return QString::number(s);
+    case Layers:
+        return QStringLiteral("%1-%2").arg(st.first_layer).arg(st.last_layer);
+    case Devices: {
+        QString text = QString::fromStdString(plan.cluster.deviceName(st.devices.at(0)));
+        if (st.replicas() > 1)
+            text += QStringLiteral(" +%1").arg(st.replicas() - 1);
+        return text;
+    }
+    case Compute:
+        return secondsText(compute);
+    case Memory:
+        return have ? bytesText(peak) : tr("not simulated");
+    case Capacity:
+        return have ? bytesText(capacity) : QString();
+    }
+    return {};
+}
+
+QVariant StageModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
+        return QAbstractTableModel::headerData(section, orientation, role);
+    switch (section) {
+    case Stage:
+        return tr("Stage");
+    case Layers:
+        return tr("Layers");
+    case Devices:
+        return tr("Devices");
+    case Compute:
+        return tr("F+B per microbatch");
+    case Memory:
+        return tr("Peak memory");
+    case Capacity:
+        return tr("Capacity");
+    }
+    return {};
+}
+
+} // namespace pw::ui

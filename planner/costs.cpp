@@ -116,18 +116,18 @@ double stageMemoryBytes(const std::string& kind, const StageMemoryInput& in)
     return versions * in.weight_bytes + in.weight_bytes + in.optimizer_bytes + stashes * perStash + working;
 }
 
-double parameterServerSeconds(const Cluster& cluster, int device, double bytes)
+double parameterServerSeconds(const Cluster& cluster, int device, double bytes, bool local)
 {
-    const int H = static_cast<int>(cluster.nodes.size());
+    const int H = local ? 1 : static_cast<int>(cluster.nodes.size()); // local: one server, on this node
     const auto& node = cluster.nodes.at(cluster.device(device).node);
     const double latency = H > 1 ? cluster.inter_node_latency_s : node.intra_latency_s;
     if (bytes <= 0)
         return latency;
-    double local = node.intra_bandwidth_bytes_per_s > 0 ? bytes / node.intra_bandwidth_bytes_per_s : 0.0;
+    double pcie = node.intra_bandwidth_bytes_per_s > 0 ? bytes / node.intra_bandwidth_bytes_per_s : 0.0;
     double remote = H > 1 && cluster.inter_node_bandwidth_bytes_per_s > 0
         ? (H - 1.0) / H * bytes / cluster.inter_node_bandwidth_bytes_per_s
         : 0.0;
-    return latency + std::max(local, remote);
+    return latency + std::max(pcie, remote);
 }
 
 } // namespace pw::planner

@@ -180,6 +180,25 @@ void Plan::validate() const
             {}, 0, "/schedule/concurrent_minibatches", "must be >= 0 (0 = the deepest pipeline's stage count)");
     if (o.staleness < 0)
         throw InputError({}, 0, "/schedule/staleness", "must be >= 0");
+    if (o.local_parameter_servers) {
+        // ED-local placement: stage q of every pipeline holds the same layers on one node.
+        const auto field = "/schedule/local_parameter_servers";
+        const int depth = pipelineEnd(0);
+        for (int s = 0; s < stageCount(); ++s) {
+            const int q = s - pipelineBegin(s);
+            if (pipelineEnd(s) - pipelineBegin(s) != depth)
+                throw InputError({}, 0, field, "local parameter servers need pipelines of equal depth");
+            const auto& first = stages[q];
+            if (stages[s].first_layer != first.first_layer || stages[s].last_layer != first.last_layer)
+                throw InputError({}, 0, field,
+                    "local parameter servers need the same layers at stage " + std::to_string(q) + " of every pipeline");
+            for (int d : stages[s].devices)
+                if (d < 0 || d >= cluster.deviceCount() || first.devices.empty()
+                    || !cluster.sameNode(d, first.devices[0]))
+                    throw InputError({}, 0, field,
+                        "local parameter servers need stage " + std::to_string(q) + " of every pipeline on one node");
+        }
+    }
     if (!o.in_flight.empty()) {
         if (static_cast<int>(o.in_flight.size()) != stageCount())
             throw InputError({}, 0, "/schedule/in_flight",
@@ -312,6 +331,8 @@ json toJson(const ScheduleOptions& o)
         j["concurrent_minibatches"] = o.concurrent_minibatches;
     if (o.staleness != 0)
         j["staleness"] = o.staleness;
+    if (o.local_parameter_servers)
+        j["local_parameter_servers"] = true;
     return j;
 }
 
@@ -330,6 +351,7 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);
     o.staleness = f::integerOr(js, "staleness", path, 0);
+    o.local_parameter_servers = f::booleanOr(js, "local_parameter_servers", path, false);
     if (js.contains("in_flight")) {
         const auto& a = f::array(js, "in_flight", path);
         for (std::size_t i = 0; i < a.size(); ++i)

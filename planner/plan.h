@@ -60,6 +60,10 @@ struct ScheduleOptions
     /// 0 = the stage count of the deepest pipeline.
     int concurrent_minibatches = 0;
     int staleness = 0; ///< D: clock distance (in waves) a pipeline may run ahead of the slowest one
+    /// wsp: HetPipe's ED-local parameter placement: stage q's parameters live on the PS of the node holding
+    /// stage q of every pipeline, so pushes and pulls stay on intra-node links. Needs every pipeline to have
+    /// the same stages (layers) with stage q of all of them on one node. false: round-robin over all nodes.
+    bool local_parameter_servers = false;
 };
 
 /// Optimizer state kept per weight byte (0 for SGD, 1 for momentum, 2 for Adam).

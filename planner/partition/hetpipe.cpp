@@ -384,6 +384,11 @@ public:
                 1, 1'000'000, {}},
             {"max-orders", T::Integer, 40320, "at most this many distinct GPU orders per virtual worker in the DP", 1,
                 1e9, {}},
+            {"parameter-servers", T::Choice, "auto",
+                "where the parameters live: local (ED-local: stage q's on the node of stage q of every virtual "
+                "worker, pushes and pulls stay inside nodes), round-robin over all nodes, or auto (local when the "
+                "virtual workers allow it)",
+                std::nullopt, std::nullopt, {"auto", "local", "round-robin"}},
         };
     }
 
@@ -542,6 +547,22 @@ private:
                     break;
                 continue;
             }
+            const auto servers = values.choice("parameter-servers");
+            if (servers != "round-robin") {
+                plan.schedule.local_parameter_servers = true;
+                try {
+                    plan.validate(); // ED-local needs stage q of every VW on one node with the same layers
+                } catch (const InputError& e) {
+                    plan.schedule.local_parameter_servers = false;
+                    if (servers == "local") {
+                        c.feasible = false;
+                        c.reason = e.message();
+                        rejected.push_back(std::move(c));
+                        continue;
+                    }
+                }
+            }
+            c.config["parameter_servers"] = plan.schedule.local_parameter_servers ? "local" : "round-robin";
             plan.objective_s = objective;
             plan.algorithm_options = values.effective();
             nlohmann::json vws = nlohmann::json::array();
@@ -601,8 +622,10 @@ private:
                     + "; only the first were searched"});
         if (!best) {
             std::string why = rejected.empty() ? "no N_m to try" : rejected.front().reason;
-            diag.push_back({Diagnostic::Severity::Error, "infeasible", "no HetPipe plan fits memory: " + why});
-            return {std::nullopt, std::move(diag)};
+            diag.push_back({Diagnostic::Severity::Error, "infeasible", "no HetPipe plan can run: " + why});
+            PartitionResult failed {std::nullopt, std::move(diag)};
+            failed.candidates = std::move(rejected); // each N_m tried, with the reason it was rejected
+            return failed;
         }
         PartitionResult result = detail::validated(std::move(best->plan), std::move(diag));
         result.candidates.push_back(best->candidate);

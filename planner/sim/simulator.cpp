@@ -373,7 +373,7 @@ private:
             case ActionKind::WavePush: {
                 // HetPipe: the partition's aggregated update goes to the parameter servers on the send lane.
                 double start = std::max(dev.compute_free, dev.send_free);
-                double arrival = start + parameterServerSeconds(m_plan.cluster, d, a.bytes);
+                double arrival = start + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
                 dev.send_free = arrival;
                 if (!overlap)
                     dev.compute_free = arrival;
@@ -398,7 +398,7 @@ private:
                     return;
                 }
                 double t0 = std::max(dev.compute_free, w.complete);
-                double t1 = t0 + parameterServerSeconds(m_plan.cluster, d, a.bytes);
+                double t1 = t0 + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
                 span(d, Lane::Recv, a, dev.pc, dev.compute_free, t1);
                 dev.compute_free = t1;
                 break;

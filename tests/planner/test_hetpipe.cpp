@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "planner/costs.h"
 #include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/io/graph_txt.h"
@@ -563,4 +564,53 @@ TEST_CASE("HetPipe plans and wsp schedules round-trip and are checked", "[hetpip
     CHECK_FALSE(deadlock.ok);
     CHECK(deadlock.errors.back().find("deadlock") != std::string::npos);
     CHECK_THROWS_AS(simulate(plan, orphan), InputError);
+}
+
+TEST_CASE("ED-local parameter servers keep pushes and pulls inside nodes", "[hetpipe]")
+{
+    // digest §1.2.6: ED-local exists only for ED, where stage q of every VW sits on the same node, so its
+    // parameters are served by that node's PS; Table 4's HetPipe runs use it [H:270, 301].
+    const auto c = hetCluster();
+    auto local = planHetPipe(gpt(), c, {{"policy", "ed"}, {"in-flight", 4}}, 16);
+    INFO(local.errorText());
+    REQUIRE(local.ok());
+    const auto& plan = *local.plan;
+    CHECK(plan.schedule.local_parameter_servers); // auto chose it
+    CHECK(local.candidates.front().config["parameter_servers"] == "local");
+    auto robin = planHetPipe(gpt(), c, {{"policy", "ed"}, {"in-flight", 4}, {"parameter-servers", "round-robin"}}, 16);
+    REQUIRE(robin.ok());
+    CHECK_FALSE(robin.plan->schedule.local_parameter_servers);
+    // A push of B bytes takes latency + B / PCIe instead of latency + max(B / PCIe, 3/4 B / InfiniBand).
+    const double bytes = 1e9;
+    const int d = plan.stages[0].devices[0];
+    const auto& node = c.nodes[c.device(d).node];
+    CHECK(parameterServerSeconds(c, d, bytes, true)
+        == Approx(node.intra_latency_s + bytes / node.intra_bandwidth_bytes_per_s));
+    CHECK(parameterServerSeconds(c, d, bytes, false)
+        == Approx(c.inter_node_latency_s
+            + std::max(bytes / node.intra_bandwidth_bytes_per_s, 0.75 * bytes / c.inter_node_bandwidth_bytes_per_s)));
+    // The simulated pushes take exactly that, and the local run is no slower.
+    const auto sim = simulate(plan);
+    int pushes = 0;
+    for (const auto& s : sim.timeline.spans)
+        if (s.kind == ActionKind::WavePush) {
+            const auto& a = generateSchedule(plan).devices[s.device][s.action];
+            CHECK(s.t1 - s.t0 == Approx(parameterServerSeconds(c, s.device, a.bytes, true)));
+            if (++pushes >= 4)
+                break;
+        }
+    CHECK(pushes > 0);
+    CHECK(sim.throughput_samples_per_s >= simulate(*robin.plan).throughput_samples_per_s * (1 - 1e-9));
+    // The flag round-trips, and a plan whose VWs differ cannot claim it.
+    CHECK(planFromJson(toJson(plan)).schedule.local_parameter_servers);
+    auto np = planHetPipe(gpt(), c, {{"policy", "np"}, {"in-flight", 2}, {"parameter-servers", "local"}}, 16);
+    CHECK_FALSE(np.ok());
+    bool named = false;
+    for (const auto& cand : np.candidates)
+        named = named || cand.reason.find("local parameter servers") != std::string::npos;
+    CHECK(named);
+    auto broken = plan;
+    broken.stages[plan.pipelineEnd(0)].devices = {plan.stages[plan.pipelineEnd(0) + 1].devices[0]};
+    broken.stages[plan.pipelineEnd(0) + 1].devices = {plan.stages[plan.pipelineEnd(0)].devices[0]};
+    CHECK_THROWS_WITH(broken.validate(), Catch::Contains("local_parameter_servers"));
 }

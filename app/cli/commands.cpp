@@ -50,13 +50,7 @@ SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr
     options.record_spans = spans;
     options.record_memory = spans;
     auto result = simulate(plan, schedule, options);
-    PredictedMetrics p;
-    p.iteration_time_s = result.iteration_time_s;
-    p.throughput_samples_per_s = result.throughput_samples_per_s;
-    p.bubble_fraction = result.bubble_fraction;
-    for (const auto& s : result.stages)
-        p.stage_peak_memory_bytes.push_back(s.peak_memory_bytes);
-    plan.predicted = p;
+    plan.predicted = predictedMetrics(result);
     if (scheduleOut)
         *scheduleOut = std::move(schedule);
     return result;

@@ -591,13 +591,7 @@ private:
                     c.peak_memory_bytes = d.peak_memory_bytes;
                     c.memory_capacity_bytes = d.memory_capacity_bytes;
                 }
-            PredictedMetrics pm;
-            pm.iteration_time_s = sim.iteration_time_s;
-            pm.throughput_samples_per_s = sim.throughput_samples_per_s;
-            pm.bubble_fraction = sim.bubble_fraction;
-            for (const auto& st : sim.stages)
-                pm.stage_peak_memory_bytes.push_back(st.peak_memory_bytes);
-            plan.predicted = pm;
+            plan.predicted = predictedMetrics(sim);
             if (!sim.fitsMemory()) { // the DP's memory bound did not hold in the simulation
                 c.feasible = false;
                 c.reason = "the simulator finds it over device memory";

@@ -626,4 +626,15 @@ SimulationResult simulate(const Plan& plan, const SimulationOptions& options)
     return simulate(plan, schedule, options);
 }
 
+PredictedMetrics predictedMetrics(const SimulationResult& result)
+{
+    PredictedMetrics p;
+    p.iteration_time_s = result.iteration_time_s;
+    p.throughput_samples_per_s = result.throughput_samples_per_s;
+    p.bubble_fraction = result.bubble_fraction;
+    for (const auto& s : result.stages)
+        p.stage_peak_memory_bytes.push_back(s.peak_memory_bytes);
+    return p;
+}
+
 } // namespace pw::planner

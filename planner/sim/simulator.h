@@ -68,6 +68,9 @@ struct SimulationOptions
     bool record_memory = true;
 };
 
+/// The metrics a plan records of its simulation (Plan::predicted).
+PredictedMetrics predictedMetrics(const SimulationResult& result);
+
 /// Throws InputError when the schedule deadlocks or does not match the plan.
 SimulationResult simulate(const Plan& plan, const Schedule& schedule, const SimulationOptions& options = {});
 /// Generates the plan's schedule and simulates it.

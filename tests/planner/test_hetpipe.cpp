@@ -590,11 +590,12 @@ TEST_CASE("ED-local parameter servers keep pushes and pulls inside nodes", "[het
         == Approx(c.inter_node_latency_s
             + std::max(bytes / node.intra_bandwidth_bytes_per_s, 0.75 * bytes / c.inter_node_bandwidth_bytes_per_s)));
     // The simulated pushes take exactly that, and the local run is no slower.
-    const auto sim = simulate(plan);
+    const auto schedule = generateSchedule(plan);
+    const auto sim = simulate(plan, schedule);
     int pushes = 0;
     for (const auto& s : sim.timeline.spans)
         if (s.kind == ActionKind::WavePush) {
-            const auto& a = generateSchedule(plan).devices[s.device][s.action];
+            const auto& a = schedule.devices[s.device][s.action];
             CHECK(s.t1 - s.t0 == Approx(parameterServerSeconds(c, s.device, a.bytes, true)));
             if (++pushes >= 4)
                 break;

@@ -13,24 +13,6 @@
 
 namespace pw::cli {
 
-std::string demoDirectory()
-{
-    namespace fs = std::filesystem;
-    if (const char* env = std::getenv("PIPEWRIGHT_DEMO_DIR"); env && *env)
-        return env;
-    for (const char* dir : {PW_DEMO_DIR, PW_INSTALLED_DEMO_DIR})
-        if (fs::exists(fs::path(dir) / "gpt-demo.json"))
-            return dir;
-    std::error_code ec;
-    auto exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) {
-        auto shared = exe.parent_path().parent_path() / "share" / "pipewright" / "demo";
-        if (fs::exists(shared / "gpt-demo.json"))
-            return shared.string();
-    }
-    throw planner::InputError("cannot find the bundled demo; set PIPEWRIGHT_DEMO_DIR to resources/demo");
-}
-
 namespace {
 
 /// Schedule and device options shared by `plan` and `compare`.

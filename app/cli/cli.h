@@ -12,7 +12,5 @@ namespace pw::cli {
 /// 1 on bad input (one line "pipewright-cli: error: ..." on `err`), 2 on bad usage.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-/// Where the bundled demo lives: $PIPEWRIGHT_DEMO_DIR, the source tree, or the installed share folder.
-std::string demoDirectory();
 
 } // namespace pw::cli

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "app/project/demo_project.h"
 #include "cli.h"
 #include "commands.h"
 #include "planner/errors.h"
@@ -69,7 +70,7 @@ double peakShare(const SimulationResult& r)
 void demo(bool asJson, std::ostream& out)
 {
     namespace fs = std::filesystem;
-    const fs::path dir = demoDirectory();
+    const fs::path dir = app::demoDirectory();
     auto model = loadModel((dir / "gpt-demo.json").string());
     auto dgx = loadCluster((dir / "dgx-h100.json").string());
     auto het = loadCluster((dir / "hetpipe-cluster.json").string());

@@ -56,6 +56,17 @@ void PlanDocument::reset(planner::Plan plan)
     show(std::move(plan));
 }
 
+void PlanDocument::clear()
+{
+    m_beforePreview.reset();
+    m_undo.clear();
+    m_plan.reset();
+    m_prediction.reset();
+    m_predictionError.clear();
+    emit planChanged();
+    emit predictionChanged();
+}
+
 bool PlanDocument::apply(const QString& text, const Edit& edit, QString* error)
 {
     if (!m_plan)

@@ -27,12 +27,15 @@ public:
 
     /// A new plan to edit (a project opened, a partitioner's plan applied outside the stack): clears the stack.
     void reset(planner::Plan plan);
+    /// No plan (a project whose model could not be planned): clears the stack.
+    void clear();
     bool hasPlan() const { return m_plan.has_value(); }
     const planner::Plan& plan() const { return *m_plan; }
     /// The current plan's prediction; empty when it could not be simulated (predictionError() says why).
     const std::optional<planner::SimulationResult>& prediction() const { return m_prediction; }
     const QString& predictionError() const { return m_predictionError; }
     QUndoStack* undoStack() { return &m_undo; }
+    bool isClean() const { return m_undo.isClean(); }
 
     using Edit = std::function<planner::Plan(const planner::Plan&)>;
     /// Applies `edit` to the current plan as one undoable step named `text`. When the edit throws an

@@ -5,23 +5,10 @@
 #include <QColor>
 
 #include "planner/costs.h"
+#include "ui/models/format.h"
 #include "ui/document/plan_document.h"
 
 namespace pw::ui {
-namespace {
-
-QString bytesText(double bytes)
-{
-    return QString::number(bytes / double(1ull << 30), 'f', 2) + QStringLiteral(" GiB");
-}
-
-QString secondsText(double s)
-{
-    return s >= 1 ? QString::number(s, 'f', 3) + QStringLiteral(" s")
-                  : QString::number(s * 1e3, 'f', 3) + QStringLiteral(" ms");
-}
-
-} // namespace
 
 StageModel::StageModel(PlanDocument& document, QObject* parent)
     : QAbstractTableModel(parent)

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// pipewright: the desktop application. Opens the last project (the bundled demo on first start), or renders one
+// view to a PNG without a window: pipewright [--project P] --view NAME --screenshot FILE.png
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QEventLoop>
+#include <QPixmap>
+#include <QSettings>
+#include <cstdio>
+
+#include "ui/widgets/main_window.h"
+#include "ui/widgets/partition_panel.h"
+
+namespace {
+
+int fail(const QString& text, int code = 1)
+{
+    std::fprintf(stderr, "pipewright: error: %s\n", qPrintable(text));
+    return code;
+}
+
+bool hasDisplay()
+{
+    return !qEnvironmentVariableIsEmpty("DISPLAY") || !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY")
+        || !qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM");
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    bool screenshot = false;
+    for (int i = 1; i < argc; ++i)
+        screenshot = screenshot || QByteArray(argv[i]).startsWith("--screenshot");
+    if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen"); // screenshots need no display
+    if (!hasDisplay())
+        return fail(QStringLiteral("no display found. Run it under a desktop session, or `xvfb-run pipewright`; "
+                                   "`pipewright --view model --screenshot model.png` renders a view without one, and "
+                                   "`pipewright-cli demo` prints the demo's plans."));
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName(QStringLiteral("Pipewright"));
+    QApplication::setApplicationName(QStringLiteral("Pipewright"));
+    QApplication::setApplicationVersion(QStringLiteral(PW_VERSION));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral("Plan pipeline-parallel training: drag stage boundaries, run "
+                                                    "partitioners, read the schedule."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    const QCommandLineOption project({QStringLiteral("p"), QStringLiteral("project")},
+        QStringLiteral("Project file to open (default: the last one, or the bundled demo)."), QStringLiteral("FILE"));
+    const QCommandLineOption demo(QStringLiteral("demo"), QStringLiteral("Open the bundled demo project."));
+    const QCommandLineOption view(QStringLiteral("view"),
+        QStringLiteral("View to show: %1.").arg(pw::ui::MainWindow::viewNames().join(QStringLiteral(", "))),
+        QStringLiteral("NAME"));
+    const QCommandLineOption shot(QStringLiteral("screenshot"),
+        QStringLiteral("Render the view to a PNG file without showing a window, then exit."), QStringLiteral("FILE"));
+    const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size for screenshots (1920x1080)."),
+        QStringLiteral("WxH"), QStringLiteral("1920x1080"));
+    parser.addOptions({project, demo, view, shot, size});
+    parser.addPositionalArgument(QStringLiteral("project"), QStringLiteral("Project file to open."), QStringLiteral("[project]"));
+    parser.process(app);
+
+    const QString viewName = parser.value(view);
+    if (!viewName.isEmpty() && !pw::ui::MainWindow::viewNames().contains(viewName))
+        return fail(QStringLiteral("unknown view '%1': use one of %2")
+                        .arg(viewName, pw::ui::MainWindow::viewNames().join(QStringLiteral(", "))),
+            2);
+    QString projectPath = parser.value(project);
+    if (projectPath.isEmpty() && !parser.positionalArguments().isEmpty())
+        projectPath = parser.positionalArguments().front();
+
+    pw::ui::MainWindow window;
+    bool opened = false;
+    if (!projectPath.isEmpty()) {
+        opened = window.openProject(projectPath);
+        if (!opened && screenshot)
+            return fail(window.lastError());
+    } else if (!screenshot && !parser.isSet(demo)) {
+        const QString last = QSettings().value(QStringLiteral("lastProject")).toString();
+        opened = !last.isEmpty() && window.openProject(last);
+    }
+    if (!opened && !window.openDemo() && screenshot)
+        return fail(window.lastError());
+
+    if (!screenshot) {
+        if (!viewName.isEmpty())
+            window.showView(viewName);
+        window.show();
+        return QApplication::exec();
+    }
+    const QStringList wh = parser.value(size).split(QLatin1Char('x'));
+    if (wh.size() != 2 || wh[0].toInt() < 200 || wh[1].toInt() < 200)
+        return fail(QStringLiteral("--size wants WIDTHxHEIGHT, e.g. 1920x1080"), 2);
+    window.resize(wh[0].toInt(), wh[1].toInt());
+    window.show();
+    const QString name = viewName.isEmpty() ? QStringLiteral("model") : viewName;
+    window.showView(name);
+    if (name == QLatin1String("partition")) { // show what the panel is for: every algorithm's plan
+        QEventLoop loop;
+        QObject::connect(window.partitionPanel(), &pw::ui::PartitionPanel::finished, &loop, &QEventLoop::quit);
+        window.partitionPanel()->compareAll();
+        loop.exec();
+    }
+    window.replotAll();
+    const QPixmap pixmap = window.screenshotWidget(name)->grab();
+    if (!pixmap.save(parser.value(shot), "PNG"))
+        return fail(QStringLiteral("cannot write %1").arg(parser.value(shot)));
+    std::printf("wrote %s (%dx%d)\n", qPrintable(parser.value(shot)), pixmap.width(), pixmap.height());
+    return 0;
+}

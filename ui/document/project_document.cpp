@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: MIT
+#include "project_document.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <fstream>
+
+#include "planner/errors.h"
+#include "planner/io/graph_txt.h"
+#include "planner/io/json_file.h"
+#include "planner/partition/partitioner.h"
+
+namespace pw::ui {
+
+namespace {
+
+bool sameJson(const nlohmann::json& a, const nlohmann::json& b)
+{
+    return planner::digestOf(a) == planner::digestOf(b);
+}
+
+/// A PipeDream graph.txt by its suffix, or by content that does not start like JSON.
+bool looksLikeGraphTxt(const QString& path)
+{
+    if (QFileInfo(path).suffix().toLower() == QLatin1String("txt"))
+        return true;
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return false;
+    const QByteArray head = file.read(256).trimmed();
+    return !head.startsWith('{');
+}
+
+} // namespace
+
+ProjectDocument::ProjectDocument(QObject* parent)
+    : QObject(parent)
+{
+    connect(m_plan.undoStack(), &QUndoStack::cleanChanged, this, [this] { emit modifiedChanged(isModified()); });
+}
+
+app::Project ProjectDocument::snapshot() const
+{
+    app::Project p = m_project;
+    p.plan.reset();
+    if (m_plan.hasPlan())
+        p.plan = m_plan.plan();
+    return p;
+}
+
+void ProjectDocument::setProject(app::Project project, const QString& path)
+{
+    m_project = std::move(project);
+    m_path = path;
+    m_dirty = false;
+    std::optional<planner::Plan> plan = std::move(m_project.plan);
+    m_project.plan.reset();
+    if (!plan) {
+        QString note;
+        plan = planFresh(m_project, &note);
+        m_dirty = plan.has_value();
+    }
+    if (plan)
+        m_plan.reset(std::move(*plan));
+    else
+        m_plan.clear();
+    m_plan.undoStack()->setClean();
+    emit projectChanged();
+    emit scenariosChanged();
+    emit filePathChanged(m_path);
+    emit modifiedChanged(isModified());
+}
+
+bool ProjectDocument::open(const QString& path, QString* error)
+{
+    try {
+        setProject(app::loadProject(path.toStdString()), path);
+        return true;
+    } catch (const planner::InputError& e) {
+        if (error)
+            *error = QString::fromStdString(e.message());
+        return false;
+    }
+}
+
+bool ProjectDocument::save(const QString& path, QString* error)
+{
+    const QString target = path.isEmpty() ? m_path : path;
+    if (target.isEmpty()) {
+        if (error)
+            *error = tr("The project has no file yet: choose one with Save As");
+        return false;
+    }
+    try {
+        app::saveProject(target.toStdString(), snapshot());
+    } catch (const planner::InputError& e) {
+        if (error)
+            *error = QString::fromStdString(e.message());
+        return false;
+    }
+    m_dirty = false;
+    m_plan.undoStack()->setClean();
+    if (target != m_path) {
+        m_path = target;
+        emit filePathChanged(m_path);
+    }
+    emit modifiedChanged(false);
+    return true;
+}
+
+std::optional<planner::Plan> ProjectDocument::planFresh(const app::Project& project, QString* note) const
+{
+    planner::PartitionOptions options;
+    options.schedule = project.partition.schedule;
+    options.schedule.in_flight.clear();
+    for (const std::string& kind : {project.partition.schedule.kind, std::string("1f1b")}) {
+        options.schedule.kind = kind;
+        if (kind != "interleaved")
+            options.schedule.chunks = 1;
+        auto result = planner::findPartitioner("uniform")->partition({project.model, project.cluster, options}, {}, {});
+        if (result.ok())
+            return std::move(*result.plan);
+        if (note)
+            *note = QString::fromStdString(result.errorText());
+    }
+    return std::nullopt;
+}
+
+void ProjectDocument::keepAsScenario(app::Project& project, const QString& why) const
+{
+    if (!project.plan)
+        return;
+    std::string name = why.toStdString();
+    for (int k = 2; project.findScenario(name) >= 0; ++k)
+        name = why.toStdString() + " (" + std::to_string(k) + ")";
+    project.scenarios.push_back({name, "kept when the project changed", std::move(*project.plan)});
+    project.plan.reset();
+}
+
+void ProjectDocument::markDirty()
+{
+    m_dirty = true;
+    emit modifiedChanged(true);
+}
+
+bool ProjectDocument::importProfile(const QString& path, QString* error)
+{
+    planner::ModelProfile model;
+    try {
+        model = looksLikeGraphTxt(path) ? planner::loadGraphTxt(path.toStdString()) : planner::loadModel(path.toStdString());
+    } catch (const planner::InputError& e) {
+        if (error)
+            *error = QString::fromStdString(e.message());
+        return false;
+    }
+    app::Project next = snapshot();
+    keepAsScenario(next, tr("before importing %1").arg(QFileInfo(path).fileName()));
+    next.model = std::move(model);
+    next.plan = planFresh(next, nullptr);
+    const QString keepPath = m_path;
+    setProject(std::move(next), keepPath);
+    markDirty();
+    return true;
+}
+
+bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error)
+{
+    try {
+        cluster.validate();
+    } catch (const planner::InputError& e) {
+        if (error)
+            *error = QString::fromStdString(e.message());
+        return false;
+    }
+    app::Project next = snapshot();
+    next.cluster = cluster;
+    if (next.plan) {
+        planner::Plan kept = *next.plan;
+        kept.cluster = cluster;
+        kept.predicted.reset();
+        try {
+            kept.validate();
+            next.plan = std::move(kept);
+        } catch (const planner::InputError&) {
+            keepAsScenario(next, tr("before the cluster changed"));
+            next.plan = planFresh(next, nullptr);
+        }
+    }
+    const QString keepPath = m_path;
+    setProject(std::move(next), keepPath);
+    markDirty();
+    return true;
+}
+
+void ProjectDocument::setPartitionSettings(const app::PartitionSettings& settings)
+{
+    if (sameJson(settings.params, m_project.partition.params) && settings.algorithm == m_project.partition.algorithm
+        && sameJson(planner::toJson(settings.schedule), planner::toJson(m_project.partition.schedule)))
+        return;
+    m_project.partition = settings;
+    markDirty();
+}
+
+bool ProjectDocument::saveScenario(const QString& name, const QString& note, QString* error)
+{
+    const std::string n = name.trimmed().toStdString();
+    if (n.empty() || !m_plan.hasPlan()) {
+        if (error)
+            *error = n.empty() ? tr("A scenario needs a name") : tr("There is no plan to save");
+        return false;
+    }
+    app::Scenario scenario {n, note.toStdString(), m_plan.plan()};
+    if (m_plan.prediction())
+        scenario.plan.predicted = planner::predictedMetrics(*m_plan.prediction());
+    const int existing = m_project.findScenario(n);
+    if (existing >= 0)
+        m_project.scenarios[existing] = std::move(scenario);
+    else
+        m_project.scenarios.push_back(std::move(scenario));
+    markDirty();
+    emit scenariosChanged();
+    return true;
+}
+
+bool ProjectDocument::removeScenario(const QString& name)
+{
+    const int i = m_project.findScenario(name.toStdString());
+    if (i < 0)
+        return false;
+    m_project.scenarios.erase(m_project.scenarios.begin() + i);
+    markDirty();
+    emit scenariosChanged();
+    return true;
+}
+
+bool ProjectDocument::restoreScenario(const QString& name, QString* error)
+{
+    const int i = m_project.findScenario(name.toStdString());
+    if (i < 0) {
+        if (error)
+            *error = tr("No scenario named '%1'").arg(name);
+        return false;
+    }
+    const planner::Plan& plan = m_project.scenarios[i].plan;
+    if (!sameJson(planner::toJson(plan.model), planner::toJson(m_project.model))
+        || !sameJson(planner::toJson(plan.cluster), planner::toJson(m_project.cluster))) {
+        if (error)
+            *error = tr("Scenario '%1' was made for another model or cluster; it can be compared but not edited here")
+                         .arg(name);
+        return false;
+    }
+    m_plan.replace(tr("Restore scenario %1").arg(name), plan);
+    return true;
+}
+
+} // namespace pw::ui

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// The open project: its file, model, cluster, scenarios and partition settings, and the PlanDocument holding the
+// plan being edited. Opening, importing or applying a cluster either succeeds completely or changes nothing.
+#pragma once
+
+#include <QObject>
+#include <QString>
+
+#include "app/project/project.h"
+#include "ui/document/plan_document.h"
+
+namespace pw::ui {
+
+class ProjectDocument : public QObject
+{
+    Q_OBJECT
+
+public:
+    explicit ProjectDocument(QObject* parent = nullptr);
+
+    PlanDocument& planDocument() { return m_plan; }
+    /// The project as it would be saved: the current plan included.
+    app::Project snapshot() const;
+    const app::Project& project() const { return m_project; }
+    const QString& filePath() const { return m_path; }
+    bool isModified() const { return m_dirty || !m_plan.isClean(); }
+
+    /// Shows `project` (from `path`, empty for an unsaved one); the plan's undo history starts anew.
+    void setProject(app::Project project, const QString& path = {});
+    /// Loads a project file; on error nothing changes and `error` names the file, line and field.
+    bool open(const QString& path, QString* error = nullptr);
+    /// Saves atomically to `path` (empty: the current file); the old file survives a failed save.
+    bool save(const QString& path = {}, QString* error = nullptr);
+    /// Replaces the model by a profile (JSON or PipeDream graph.txt). The old plan is kept as a scenario and the
+    /// new model is planned with the partition settings (uniform when they fail). On error nothing changes.
+    bool importProfile(const QString& path, QString* error = nullptr);
+    /// Replaces the cluster. A plan whose stages still fit is kept; otherwise it becomes a scenario and the
+    /// model is re-planned. On error (the cluster does not validate) nothing changes.
+    bool setCluster(const planner::Cluster& cluster, QString* error = nullptr);
+    void setPartitionSettings(const app::PartitionSettings& settings);
+
+    /// Saves the current plan as scenario `name` (replacing one of that name).
+    bool saveScenario(const QString& name, const QString& note = {}, QString* error = nullptr);
+    bool removeScenario(const QString& name);
+    /// Makes scenario `name`'s plan the current one (an undoable step) when it matches the project's model and
+    /// cluster.
+    bool restoreScenario(const QString& name, QString* error = nullptr);
+
+signals:
+    /// The model, the cluster or the whole project changed (views rebuild).
+    void projectChanged();
+    void scenariosChanged();
+    void modifiedChanged(bool modified);
+    void filePathChanged(const QString& path);
+
+private:
+    /// Plans the project's model on its cluster with the partition settings, or uniformly when they fail.
+    std::optional<planner::Plan> planFresh(const app::Project& project, QString* note) const;
+    void keepAsScenario(app::Project& project, const QString& why) const;
+    void markDirty();
+
+    app::Project m_project;
+    QString m_path;
+    PlanDocument m_plan;
+    bool m_dirty = false;
+};
+
+} // namespace pw::ui

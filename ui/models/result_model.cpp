@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: MIT
+#include "result_model.h"
+
+#include <QBrush>
+#include <QColor>
+#include <QFont>
+
+#include "planner/errors.h"
+#include "planner/sim/simulator.h"
+#include "ui/models/format.h"
+
+namespace pw::ui {
+
+ResultModel::ResultModel(QObject* parent)
+    : QAbstractTableModel(parent)
+{
+}
+
+void ResultModel::setRows(std::vector<ResultRow> rows)
+{
+    beginResetModel();
+    m_rows = std::move(rows);
+    endResetModel();
+}
+
+int ResultModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_rows.size());
+}
+
+int ResultModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant ResultModel::data(const QModelIndex& index, int role) const
+{
+    if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
+        return {};
+    const ResultRow& r = m_rows[index.row()];
+    const bool over = r.capacity_bytes > 0 && r.peak_bytes > r.capacity_bytes;
+    if (role == Qt::DisplayRole) {
+        switch (index.column()) {
+        case Label: return r.label;
+        case Config: return r.config;
+        case Schedule: return r.schedule;
+        case Throughput: return r.throughput > 0 ? QString::number(r.throughput, 'f', 1) : QString();
+        case Iteration: return r.iteration_s > 0 ? secondsText(r.iteration_s) : QString();
+        case Bubble: return r.bubble >= 0 ? percentText(r.bubble) : QString();
+        case Memory:
+            return r.peak_bytes > 0 ? tr("%1 / %2").arg(bytesText(r.peak_bytes), bytesText(r.capacity_bytes)) : QString();
+        case Note: return r.note;
+        }
+    } else if (role == ValueRole) {
+        switch (index.column()) {
+        case Throughput: return r.throughput;
+        case Iteration: return r.iteration_s;
+        case Bubble: return r.bubble;
+        case Memory: return r.peak_bytes;
+        default: return data(index, Qt::DisplayRole);
+        }
+    } else if (role == Qt::ForegroundRole) {
+        if ((index.column() == Memory && over) || (index.column() == Note && !r.feasible))
+            return QBrush(QColor(198, 40, 40));
+        if (!r.plan && !r.current)
+            return QBrush(QColor(110, 110, 110));
+    } else if (role == Qt::FontRole && r.current) {
+        QFont f;
+        f.setBold(true);
+        return f;
+    } else if (role == Qt::ToolTipRole) {
+        if (index.column() == Note && !r.note.isEmpty())
+            return r.note;
+        if (!r.plan && !r.current)
+            return tr("A configuration the algorithm evaluated with its own cost model; only its chosen plan can be applied");
+    } else if (role == Qt::TextAlignmentRole && index.column() >= Throughput && index.column() <= Memory) {
+        return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+    }
+    return {};
+}
+
+QVariant ResultModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount)
+        return {};
+    static const char* names[] = {"Plan", "Config", "Schedule", "Samples/s", "Iteration", "Bubble", "Peak memory / capacity", "Note"};
+    return tr(names[section]);
+}
+
+ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, bool current)
+{
+    ResultRow row;
+    row.label = label;
+    row.current = current;
+    row.config = QString::fromStdString(plan.configString());
+    row.schedule = QString::fromStdString(plan.schedule.kind);
+    try {
+        const auto r = planner::simulate(plan, {false, true});
+        row.throughput = r.throughput_samples_per_s;
+        row.iteration_s = r.iteration_time_s;
+        row.bubble = r.bubble_fraction;
+        double worst = -1;
+        for (const auto& d : r.devices) {
+            const double ratio = d.memory_capacity_bytes > 0 ? d.peak_memory_bytes / d.memory_capacity_bytes : 0;
+            if (ratio > worst) {
+                worst = ratio;
+                row.peak_bytes = d.peak_memory_bytes;
+                row.capacity_bytes = d.memory_capacity_bytes;
+            }
+        }
+        if (worst > 1)
+            row.note = tr("over memory");
+    } catch (const planner::InputError& e) {
+        row.note = QString::fromStdString(e.message());
+        row.feasible = false;
+    }
+    row.plan = plan;
+    return row;
+}
+
+std::vector<ResultRow> ResultModel::runRows(const QString& algorithm, const planner::PartitionResult& result)
+{
+    std::vector<ResultRow> rows;
+    if (result.plan) {
+        ResultRow r = planRow(algorithm, *result.plan, false);
+        for (const auto& d : result.diagnostics)
+            if (d.severity == planner::Diagnostic::Severity::Warning)
+                r.note += (r.note.isEmpty() ? QString() : QStringLiteral("; ")) + QString::fromStdString(d.message);
+        rows.push_back(std::move(r));
+    } else {
+        ResultRow r;
+        r.label = algorithm;
+        r.feasible = false;
+        r.note = QString::fromStdString(result.errorText());
+        rows.push_back(std::move(r));
+    }
+    for (const auto& c : result.candidates) {
+        ResultRow r;
+        r.label = tr("candidate: %1").arg(QString::fromStdString(c.description));
+        r.throughput = c.throughput_samples_per_s;
+        r.peak_bytes = c.peak_memory_bytes;
+        r.capacity_bytes = c.memory_capacity_bytes;
+        r.feasible = c.feasible;
+        r.note = QString::fromStdString(c.reason);
+        rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
+ResultRow ResultModel::comparisonRow(const planner::ComparisonRow& c)
+{
+    ResultRow r;
+    r.label = QString::fromStdString(c.algorithm);
+    if (!c.ok) {
+        r.feasible = false;
+        r.note = QString::fromStdString(c.error);
+        return r;
+    }
+    r.config = QString::fromStdString(c.config);
+    r.schedule = QString::fromStdString(c.schedule);
+    r.throughput = c.throughput_samples_per_s;
+    r.iteration_s = c.iteration_time_s;
+    r.bubble = c.bubble_fraction;
+    r.peak_bytes = c.peak_memory_bytes;
+    r.capacity_bytes = c.memory_capacity_bytes;
+    if (c.memory_ratio > 1)
+        r.note = tr("over memory");
+    r.plan = c.plan;
+    return r;
+}
+
+} // namespace pw::ui

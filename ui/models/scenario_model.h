@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+// The project's scenarios side by side: a row per saved plan with its predicted metrics; the checked rows are the
+// ones the scenarios view stacks on one time axis.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QSet>
+
+#include "planner/sim/simulator.h"
+
+namespace pw::ui {
+
+class ProjectDocument;
+
+class ScenarioModel : public QAbstractTableModel
+{
+    Q_OBJECT
+
+public:
+    enum Column { Name, Config, Algorithm, Schedule, Throughput, Iteration, Bubble, Memory, Note, ColumnCount };
+    static constexpr int ValueRole = Qt::UserRole + 1; ///< the raw number behind a cell
+
+    explicit ScenarioModel(ProjectDocument& project, QObject* parent = nullptr);
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+    Qt::ItemFlags flags(const QModelIndex& index) const override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+    /// Names of the checked scenarios, in the project's order.
+    QStringList checkedNames() const;
+    void setChecked(const QString& name, bool checked);
+
+signals:
+    void checkedChanged();
+
+private:
+    struct Metrics
+    {
+        bool ok = false;
+        QString error;
+        double throughput = 0, iteration = 0, bubble = 0, peak = 0, capacity = 0;
+    };
+    void refresh();
+
+    ProjectDocument& m_project;
+    std::vector<Metrics> m_metrics;
+    QSet<QString> m_checked;
+};
+
+} // namespace pw::ui

@@ -1,0 +1,711 @@
+// SPDX-License-Identifier: MIT
+#include "gantt_view.h"
+
+#include <QCheckBox>
+#include <QEvent>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QKeyEvent>
+#include <QLabel>
+#include <QMouseEvent>
+#include <QPdfWriter>
+#include <QSplitter>
+#include <QSvgGenerator>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <qcustomplot.h>
+
+#include "planner/errors.h"
+#include "planner/io/chrome_trace.h"
+#include "planner/io/json_file.h"
+#include "ui/gantt/geometry.h"
+#include "ui/models/format.h"
+
+namespace pw::ui {
+
+using planner::ActionKind;
+
+namespace {
+
+constexpr double kTitleHeight = 18; // layout units above a titled block
+constexpr int kHues = 24;
+
+/// Microbatches get hues a golden angle apart, so neighbours differ; the kind sets lightness.
+QColor spanColor(ActionKind kind, int microbatch)
+{
+    const int hue = static_cast<int>(std::fmod(std::abs(microbatch) * 137.508, 360.0));
+    switch (kind) {
+    case ActionKind::Forward: return QColor::fromHsv(hue, 110, 245);
+    case ActionKind::Backward: return QColor::fromHsv(hue, 210, 185);
+    case ActionKind::BackwardWeight: return QColor::fromHsv(hue, 230, 120);
+    case ActionKind::SendActivation:
+    case ActionKind::RecvActivation: return QColor::fromHsv(hue, 90, 200);
+    case ActionKind::SendGradient:
+    case ActionKind::RecvGradient: return QColor::fromHsv(hue, 200, 150);
+    case ActionKind::AllReduce: return QColor(120, 70, 160);
+    case ActionKind::OptimizerStep: return QColor(90, 90, 90);
+    case ActionKind::WavePush:
+    case ActionKind::WavePull: return QColor(230, 140, 20);
+    }
+    return Qt::black;
+}
+
+QString laneName(planner::Lane lane)
+{
+    return QString::fromStdString(std::string(planner::toString(lane)));
+}
+
+/// Tick labels in seconds, milliseconds or microseconds, chosen from the visible range.
+class SecondsTicker : public QCPAxisTicker
+{
+protected:
+    QString getTickLabel(double tick, const QLocale&, QChar, int) override
+    {
+        return secondsText(tick, tick == 0 ? 0 : m_decimals);
+    }
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override
+    {
+        // Enough decimals to tell neighbouring ticks apart in the unit secondsText() will pick.
+        const double unit = std::max(std::abs(range.lower), std::abs(range.upper)) >= 1 ? 1
+            : std::max(std::abs(range.lower), std::abs(range.upper)) >= 1e-3             ? 1e-3
+                                                                                         : 1e-6;
+        m_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(tickStep / unit) - 1e-9)), 0, 6);
+        return QCPAxisTicker::createTickVector(tickStep, range);
+    }
+
+private:
+    int m_decimals = 1;
+};
+
+struct Arrow
+{
+    std::uint32_t send = 0;
+    std::uint32_t recv = 0;
+};
+
+} // namespace
+
+/// @brief One stacked timeline: its spans indexed by row, its rows' place, its send -> receive pairs.
+struct GanttBlockData
+{
+    QString title;
+    planner::Timeline timeline;
+    GanttIndex index;
+    RowLayout layout;
+    double top = 0;
+    double bottom = 0;
+    std::vector<Arrow> arrows;
+
+    GanttBlockData(GanttBlock block, double blockTop)
+        : title(std::move(block.title))
+        , timeline(std::move(block.timeline))
+        , index(timeline)
+        , layout(static_cast<int>(timeline.device_names.size()), RowHeights {},
+              blockTop + (title.isEmpty() ? 0 : kTitleHeight))
+        , top(blockTop)
+        , bottom(layout.deviceTop(0) + layout.height())
+    {
+        pairMessages();
+    }
+
+    /// Pairs every send with its receive: same ends, microbatch and direction, in order of start.
+    void pairMessages()
+    {
+        using Key = std::tuple<int, int, int, bool>; // sender, receiver, microbatch, activation
+        std::map<Key, std::vector<std::uint32_t>> sends, recvs;
+        for (std::uint32_t i = 0; i < timeline.spans.size(); ++i) {
+            const auto& s = timeline.spans[i];
+            if (s.peer < 0)
+                continue;
+            const bool act = s.kind == ActionKind::SendActivation || s.kind == ActionKind::RecvActivation;
+            if (planner::isSend(s.kind) && !planner::isWaveSync(s.kind))
+                sends[{s.device, s.peer, s.microbatch, act}].push_back(i);
+            else if (planner::isRecv(s.kind))
+                recvs[{s.peer, s.device, s.microbatch, act}].push_back(i);
+        }
+        auto byStart = [this](std::uint32_t a, std::uint32_t b) { return timeline.spans[a].t0 < timeline.spans[b].t0; };
+        for (auto& [key, list] : sends) {
+            auto it = recvs.find(key);
+            if (it == recvs.end())
+                continue;
+            std::sort(list.begin(), list.end(), byStart);
+            std::sort(it->second.begin(), it->second.end(), byStart);
+            for (std::size_t k = 0; k < std::min(list.size(), it->second.size()); ++k)
+                arrows.push_back({list[k], it->second[k]});
+        }
+    }
+};
+
+/// @brief The QCustomPlot plottable that paints the blocks: row backgrounds, folded spans, titles, arrows.
+class GanttPlottable : public QCPAbstractPlottable
+{
+public:
+    GanttPlottable(QCPAxis* keyAxis, QCPAxis* valueAxis)
+        : QCPAbstractPlottable(keyAxis, valueAxis)
+    {
+        setSelectable(QCP::stNone);
+        setAntialiasedFill(false);
+    }
+
+    std::vector<std::unique_ptr<GanttBlockData>> blocks;
+    QString emptyMessage;
+    bool arrows = false;
+    bool folding = true;
+    std::size_t painted = 0;
+
+    double dataBegin() const
+    {
+        double t = 0;
+        for (auto& b : blocks)
+            t = std::min(t, b->index.dataBegin());
+        return t;
+    }
+    double dataEnd() const
+    {
+        double t = 0;
+        for (auto& b : blocks)
+            t = std::max(t, b->index.dataEnd());
+        return t > dataBegin() ? t : dataBegin() + 1e-3;
+    }
+    double height() const { return blocks.empty() ? 1 : blocks.back()->bottom; }
+
+    TimeAxis axis() const
+    {
+        TimeAxis a(dataBegin(), dataEnd(), std::max(1, mKeyAxis->axisRect()->width()));
+        a.setWindow(mKeyAxis->range().lower, mKeyAxis->range().upper);
+        return a;
+    }
+
+    double selectTest(const QPointF&, bool, QVariant*) const override { return -1; }
+    QCPRange getKeyRange(bool& found, QCP::SignDomain) const override
+    {
+        found = !blocks.empty();
+        return {dataBegin(), dataEnd()};
+    }
+    QCPRange getValueRange(bool& found, QCP::SignDomain, const QCPRange&) const override
+    {
+        found = !blocks.empty();
+        return {0, height()};
+    }
+
+protected:
+    void drawLegendIcon(QCPPainter*, const QRectF&) const override { }
+
+    void draw(QCPPainter* painter) override
+    {
+        painted = 0;
+        const QRect rect = mKeyAxis->axisRect()->rect();
+        if (blocks.empty()) {
+            painter->setPen(QColor(90, 90, 90));
+            painter->drawText(rect, Qt::AlignCenter | Qt::TextWordWrap, emptyMessage);
+            return;
+        }
+        painter->setAntialiasing(false);
+        painter->setPen(Qt::NoPen);
+        const TimeAxis time = axis();
+        const double left = rect.left();
+        auto yOf = [this](double v) { return mValueAxis->coordToPixel(v); };
+        std::vector<DrawItem> items;
+        for (const auto& block : blocks) {
+            if (yOf(block->bottom) < rect.top() || yOf(block->top) > rect.bottom())
+                continue;
+            if (!block->title.isEmpty()) {
+                QFont bold = painter->font();
+                bold.setBold(true);
+                painter->setFont(bold);
+                painter->setPen(QColor(40, 40, 40));
+                painter->drawText(QRectF(left + 4, yOf(block->top), rect.width() - 8, yOf(block->top + kTitleHeight) - yOf(block->top)),
+                    Qt::AlignLeft | Qt::AlignVCenter, block->title);
+                painter->setPen(Qt::NoPen);
+                bold.setBold(false);
+                painter->setFont(bold);
+            }
+            for (int d = 0; d < block->layout.devices(); ++d) {
+                for (int l = 0; l < kLaneRows; ++l) {
+                    const auto lane = static_cast<LaneRow>(l);
+                    const double top = block->layout.rowTop(d, lane);
+                    const double y0 = std::round(yOf(top));
+                    const double y1 = std::round(yOf(top + block->layout.laneHeight(lane)));
+                    if (y1 - y0 < 1 || y1 < rect.top() || y0 > rect.bottom())
+                        continue;
+                    painter->fillRect(QRectF(left, y0, rect.width(), y1 - y0),
+                        lane == LaneRow::Compute ? QColor(236, 236, 236) : QColor(246, 246, 246));
+                    items.clear();
+                    const int row = RowLayout::rowIndex(d, lane);
+                    if (folding)
+                        fold(block->index, time, row, items);
+                    else
+                        visibleSpans(block->index, time, row, items);
+                    painted += items.size();
+                    for (const auto& it : items) {
+                        const double x0 = std::floor(left + it.x0);
+                        const double x1 = std::max(x0 + 1, std::ceil(left + it.x1));
+                        // Wide spans keep a 1 px gap at their start, so that neighbours stay apart.
+                        const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0;
+                        painter->fillRect(QRectF(x0 + gap, y0, x1 - x0 - gap, y1 - y0), spanColor(it.kind, it.microbatch));
+                    }
+                }
+            }
+            if (arrows)
+                drawArrows(painter, *block, time, left, yOf);
+        }
+    }
+
+    template <class YOf>
+    void drawArrows(QCPPainter* painter, const GanttBlockData& block, const TimeAxis& time, double left, YOf yOf)
+    {
+        constexpr std::size_t kMaxArrows = 3000;
+        std::vector<const Arrow*> shown;
+        for (const auto& a : block.arrows) {
+            const auto& s = block.timeline.spans[a.send];
+            const auto& r = block.timeline.spans[a.recv];
+            if (r.t1 >= time.begin() && s.t0 <= time.end())
+                shown.push_back(&a);
+            if (shown.size() > kMaxArrows)
+                break;
+        }
+        painter->setAntialiasing(true);
+        if (shown.size() > kMaxArrows) {
+            painter->setPen(QColor(120, 40, 40));
+            painter->drawText(QPointF(left + 8, yOf(block.top) + 14), QObject::tr("zoom in to see send → receive arrows"));
+            return;
+        }
+        painter->setPen(QPen(QColor(40, 40, 40, 170), 1));
+        painter->setBrush(QColor(40, 40, 40, 170));
+        for (const Arrow* a : shown) {
+            const auto& s = block.timeline.spans[a->send];
+            const auto& r = block.timeline.spans[a->recv];
+            const double h = block.layout.laneHeight(LaneRow::PointToPoint) / 2;
+            const QPointF from(left + time.toPixel(s.t0), yOf(block.layout.rowTop(s.device, LaneRow::PointToPoint) + h));
+            const QPointF to(left + time.toPixel(r.t1), yOf(block.layout.rowTop(r.device, LaneRow::PointToPoint) + h));
+            painter->drawLine(from, to);
+            const QLineF line(to, from);
+            const double angle = std::atan2(-line.dy(), line.dx());
+            const QPointF p1 = to + QPointF(std::sin(angle + M_PI / 3) * 6, std::cos(angle + M_PI / 3) * 6);
+            const QPointF p2 = to + QPointF(std::sin(angle + M_PI - M_PI / 3) * 6, std::cos(angle + M_PI - M_PI / 3) * 6);
+            painter->drawPolygon(QPolygonF({to, p1, p2}));
+        }
+        painter->setBrush(Qt::NoBrush);
+        painter->setAntialiasing(false);
+    }
+};
+
+GanttView::GanttView(QWidget* parent, bool withMemory)
+    : QWidget(parent)
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    auto* bar = new QHBoxLayout;
+    m_legend = new QLabel(this);
+    m_legend->setTextFormat(Qt::RichText);
+    m_legend->setWordWrap(true);
+    auto swatch = [](QColor c, const QString& text) {
+        return QStringLiteral("<span style='background-color:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp;&nbsp;")
+            .arg(c.name(), text);
+    };
+    m_legend->setText(swatch(spanColor(ActionKind::Forward, 0), tr("forward"))
+        + swatch(spanColor(ActionKind::Backward, 0), tr("backward"))
+        + swatch(spanColor(ActionKind::BackwardWeight, 0), tr("weight gradient"))
+        + swatch(spanColor(ActionKind::AllReduce, 0), tr("all-reduce"))
+        + swatch(spanColor(ActionKind::OptimizerStep, 0), tr("optimizer"))
+        + swatch(spanColor(ActionKind::WavePush, 0), tr("wave push/pull"))
+        + tr("· hue: microbatch · thin rows: send/receive, collectives · grey: idle (bubbles)"));
+    bar->addWidget(m_legend, 1);
+    m_arrows = new QCheckBox(tr("Send → receive arrows"), this);
+    connect(m_arrows, &QCheckBox::toggled, this, &GanttView::setArrowsVisible);
+    bar->addWidget(m_arrows);
+    layout->addLayout(bar);
+
+    m_gantt = new QCustomPlot(this);
+    m_gantt->setMouseTracking(true);
+    m_gantt->setFocusPolicy(Qt::StrongFocus);
+    m_gantt->installEventFilter(this);
+    m_plottable = new GanttPlottable(m_gantt->xAxis, m_gantt->yAxis);
+    m_gantt->yAxis->setRangeReversed(true);
+    m_gantt->yAxis->grid()->setVisible(false);
+    m_gantt->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_gantt->yAxis->setSubTicks(false);
+    m_gantt->yAxis->setTickLength(0, 0);
+    m_gantt->xAxis->setTicker(QSharedPointer<SecondsTicker>::create());
+    m_gantt->xAxis->grid()->setPen(QPen(QColor(0, 0, 0, 40), 1, Qt::DotLine));
+    m_gantt->xAxis->grid()->setLayer(QStringLiteral("main")); // the grid over the rows' backgrounds
+    m_gantt->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_gantt->axisRect()->setRangeDrag(Qt::Horizontal);
+    m_gantt->axisRect()->setRangeZoom(Qt::Horizontal);
+    connect(m_gantt->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { onRangeChanged(); });
+
+    QSplitter* splitter = nullptr;
+    if (withMemory) {
+        splitter = new QSplitter(Qt::Vertical, this);
+        splitter->addWidget(m_gantt);
+        m_memory = new QCustomPlot(this);
+        m_memory->setFocusPolicy(Qt::StrongFocus);
+        m_memory->installEventFilter(this);
+        m_memory->xAxis->setTicker(QSharedPointer<SecondsTicker>::create());
+        m_memory->yAxis->setLabel(tr("memory (GiB)"));
+        // The legend sits in a row above the plot, so that it hides no curve.
+        m_memory->plotLayout()->insertRow(0);
+        m_memory->plotLayout()->addElement(0, 0, m_memory->legend);
+        m_memory->plotLayout()->setRowStretchFactor(0, 0.001);
+        m_memory->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+        m_memory->legend->setWrap(8);
+        m_memory->legend->setBorderPen(Qt::NoPen);
+        m_memory->legend->setFont(QFont(font().family(), 8));
+        m_memory->legend->setMargins(QMargins(0, 0, 0, 0));
+        m_memory->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+        m_memory->axisRect()->setRangeDrag(Qt::Horizontal);
+        m_memory->axisRect()->setRangeZoom(Qt::Horizontal);
+        connect(m_memory->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this](const QCPRange& r) {
+            if (!m_adjusting)
+                setTimeWindow(r.lower, r.upper);
+        });
+        splitter->addWidget(m_memory);
+        splitter->setStretchFactor(0, 3);
+        splitter->setStretchFactor(1, 1);
+        layout->addWidget(splitter, 1);
+    } else {
+        layout->addWidget(m_gantt, 1);
+    }
+    setEmptyMessage(tr("No schedule to show"));
+}
+
+GanttView::~GanttView() = default;
+
+void GanttView::setBlocks(std::vector<GanttBlock> blocks)
+{
+    m_plottable->blocks.clear();
+    double top = 0;
+    for (auto& b : blocks) {
+        auto data = std::make_unique<GanttBlockData>(std::move(b), top);
+        top = data->bottom + 10;
+        m_plottable->blocks.push_back(std::move(data));
+    }
+    rebuild();
+}
+
+void GanttView::setEmptyMessage(const QString& message)
+{
+    m_plottable->emptyMessage = message;
+    m_plottable->blocks.clear();
+    rebuild();
+}
+
+int GanttView::blockCount() const
+{
+    return static_cast<int>(m_plottable->blocks.size());
+}
+
+void GanttView::rebuild()
+{
+    auto ticker = qSharedPointerCast<QCPAxisTickerText>(m_gantt->yAxis->ticker());
+    ticker->clear();
+    int devices = 0;
+    for (const auto& b : m_plottable->blocks)
+        devices += b->layout.devices();
+    // Label every device while they fit, else every k-th.
+    const int every = std::max(1, devices / 40 + 1);
+    for (const auto& b : m_plottable->blocks)
+        for (int d = 0; d < b->layout.devices(); d += every)
+            ticker->addTick(b->layout.rowTop(d, LaneRow::Compute) + b->layout.laneHeight(LaneRow::Compute) / 2,
+                QString::fromStdString(b->timeline.device_names[d]));
+    m_gantt->yAxis->setRange(0, m_plottable->height());
+    m_gantt->yAxis->setTickLabels(!m_plottable->blocks.empty());
+    m_gantt->xAxis->setTickLabels(!m_plottable->blocks.empty());
+    m_adjusting = true;
+    m_gantt->xAxis->setRange(m_plottable->dataBegin(), m_plottable->dataEnd());
+    m_adjusting = false;
+    rebuildMemory();
+    updateMargins();
+    onRangeChanged();
+    m_gantt->replot();
+}
+
+void GanttView::updateMargins()
+{
+    QFontMetrics fm(m_gantt->yAxis->tickLabelFont());
+    int width = 0;
+    for (const auto& b : m_plottable->blocks)
+        for (const auto& n : b->timeline.device_names)
+            width = std::max(width, fm.horizontalAdvance(QString::fromStdString(n)));
+    const int left = std::max(width + 18, 80);
+    for (QCustomPlot* plot : {m_gantt, m_memory}) {
+        if (!plot)
+            continue;
+        plot->axisRect()->setAutoMargins(QCP::msTop | QCP::msBottom | QCP::msRight);
+        plot->axisRect()->setMargins(QMargins(left, 0, 0, 0));
+        plot->axisRect()->setMinimumMargins(QMargins(0, 8, 16, 0));
+    }
+}
+
+void GanttView::rebuildMemory()
+{
+    if (!m_memory)
+        return;
+    m_memory->clearGraphs();
+    m_memory->clearItems();
+    m_memory->legend->setVisible(false);
+    if (m_plottable->blocks.empty()) {
+        m_memory->replot();
+        return;
+    }
+    const auto& tl = m_plottable->blocks.front()->timeline;
+    const int devices = static_cast<int>(tl.device_names.size());
+    std::vector<QVector<double>> keys(devices), values(devices);
+    double peak = 0;
+    for (const auto& m : tl.memory) {
+        if (m.device < 0 || m.device >= devices)
+            continue;
+        keys[m.device].push_back(m.t);
+        values[m.device].push_back(m.bytes / double(1ull << 30));
+        peak = std::max(peak, values[m.device].back());
+    }
+    const double end = m_plottable->dataEnd();
+    for (int d = 0; d < devices; ++d) {
+        if (keys[d].isEmpty())
+            continue;
+        keys[d].push_back(end);
+        values[d].push_back(values[d].back());
+        QCPGraph* g = m_memory->addGraph();
+        g->setName(QString::fromStdString(tl.device_names[d]));
+        g->setLineStyle(QCPGraph::lsStepLeft);
+        g->setPen(QPen(QColor::fromHsv((d * 360 / std::max(1, devices) + d % 2 * 20) % 360, 200, 190), 1.5));
+        g->setData(keys[d], values[d], true);
+    }
+    m_memory->yAxis->setRange(0, std::max(peak * 1.1, 0.01));
+    m_memory->legend->setVisible(m_memory->graphCount() > 0 && m_memory->graphCount() <= 16);
+    m_memory->replot();
+}
+
+double GanttView::windowBegin() const
+{
+    return m_gantt->xAxis->range().lower;
+}
+
+double GanttView::windowEnd() const
+{
+    return m_gantt->xAxis->range().upper;
+}
+
+void GanttView::setTimeWindow(double t0, double t1)
+{
+    m_gantt->xAxis->setRange(t0, t1); // onRangeChanged clamps it and follows with the memory plot
+}
+
+void GanttView::onRangeChanged()
+{
+    if (m_adjusting)
+        return;
+    m_adjusting = true;
+    if (!m_plottable->blocks.empty()) {
+        const TimeAxis axis = m_plottable->axis(); // clamped to the data and the deepest zoom
+        m_gantt->xAxis->setRange(axis.begin(), axis.end());
+    }
+    if (m_memory) {
+        m_memory->xAxis->setRange(m_gantt->xAxis->range());
+        m_memory->replot(QCustomPlot::rpQueuedReplot);
+    }
+    m_adjusting = false;
+    m_gantt->replot(QCustomPlot::rpQueuedReplot);
+    emit timeWindowChanged(windowBegin(), windowEnd());
+}
+
+void GanttView::zoom(double factor, double anchorPx)
+{
+    if (m_plottable->blocks.empty())
+        return;
+    TimeAxis axis = m_plottable->axis();
+    axis.zoom(factor, anchorPx);
+    setTimeWindow(axis.begin(), axis.end());
+}
+
+void GanttView::showAll()
+{
+    setTimeWindow(m_plottable->dataBegin(), m_plottable->dataEnd());
+}
+
+void GanttView::setArrowsVisible(bool visible)
+{
+    if (m_arrows->isChecked() != visible)
+        m_arrows->setChecked(visible);
+    m_plottable->arrows = visible;
+    m_gantt->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void GanttView::setFolding(bool enabled)
+{
+    m_plottable->folding = enabled;
+}
+
+std::size_t GanttView::lastPaintedItems() const
+{
+    return m_plottable->painted;
+}
+
+QPoint GanttView::pointOf(int device, double t) const
+{
+    if (m_plottable->blocks.empty())
+        return {};
+    const auto& layout = m_plottable->blocks.front()->layout;
+    const double y = layout.rowTop(device, LaneRow::Compute) + layout.laneHeight(LaneRow::Compute) / 2;
+    return QPoint(static_cast<int>(std::lround(m_gantt->xAxis->coordToPixel(t))),
+        static_cast<int>(std::lround(m_gantt->yAxis->coordToPixel(y))));
+}
+
+QString GanttView::toolTipAt(QPoint pos) const
+{
+    if (!m_gantt->axisRect()->rect().contains(pos))
+        return {};
+    const double t = m_gantt->xAxis->pixelToCoord(pos.x());
+    const double v = m_gantt->yAxis->pixelToCoord(pos.y());
+    const double pps = m_gantt->axisRect()->width() / std::max(1e-12, m_gantt->xAxis->range().size());
+    for (const auto& block : m_plottable->blocks) {
+        if (v < block->top || v > block->bottom)
+            continue;
+        const auto hit = block->layout.rowAt(v);
+        if (!hit)
+            return {};
+        const auto found = block->index.spanAt(hit->row, t, 3 / pps);
+        if (!found)
+            return {};
+        const auto& s = block->timeline.spans[*found];
+        const auto name = [&](int d) {
+            return d >= 0 && d < static_cast<int>(block->timeline.device_names.size())
+                ? QString::fromStdString(block->timeline.device_names[d])
+                : QString::number(d);
+        };
+        QString text = QStringLiteral("<b>%1</b> · microbatch %2 · stage %3<br>%4, %5 lane<br>%6 → %7 (%8)")
+                           .arg(QString::fromStdString(std::string(planner::toString(s.kind))))
+                           .arg(s.microbatch)
+                           .arg(s.stage)
+                           .arg(name(s.device), laneName(s.lane), secondsText(s.t0), secondsText(s.t1),
+                               secondsText(s.t1 - s.t0));
+        if (s.peer >= 0)
+            text += (planner::isSend(s.kind) ? tr("<br>to %1") : tr("<br>from %1")).arg(name(s.peer));
+        if (!block->title.isEmpty())
+            text = block->title.toHtmlEscaped() + QStringLiteral("<br>") + text;
+        return text;
+    }
+    return {};
+}
+
+bool GanttView::eventFilter(QObject* watched, QEvent* event)
+{
+    auto* plot = qobject_cast<QCustomPlot*>(watched);
+    if (!plot)
+        return QWidget::eventFilter(watched, event);
+    if (event->type() == QEvent::MouseMove && plot == m_gantt) {
+        auto* me = static_cast<QMouseEvent*>(event);
+        if (me->buttons() == Qt::NoButton) {
+            const QString text = toolTipAt(me->position().toPoint());
+            if (text.isEmpty())
+                QToolTip::hideText();
+            else
+                QToolTip::showText(me->globalPosition().toPoint(), text, m_gantt);
+        }
+    } else if (event->type() == QEvent::KeyPress) {
+        auto* ke = static_cast<QKeyEvent*>(event);
+        const double w = plot->axisRect()->width();
+        switch (ke->key()) {
+        case Qt::Key_Plus:
+        case Qt::Key_Equal: zoom(1.5, w / 2); return true;
+        case Qt::Key_Minus: zoom(1 / 1.5, w / 2); return true;
+        case Qt::Key_Left: {
+            TimeAxis axis = m_plottable->axis();
+            axis.pan(w / 8);
+            setTimeWindow(axis.begin(), axis.end());
+            return true;
+        }
+        case Qt::Key_Right: {
+            TimeAxis axis = m_plottable->axis();
+            axis.pan(-w / 8);
+            setTimeWindow(axis.begin(), axis.end());
+            return true;
+        }
+        case Qt::Key_Home:
+        case Qt::Key_0: showAll(); return true;
+        default: break;
+        }
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
+bool GanttView::exportImage(const QString& path, QString* error)
+{
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    const int w = std::max(m_gantt->width(), 200);
+    const int hg = std::max(m_gantt->height(), 200);
+    const int hm = m_memory ? std::max(m_memory->height(), 100) : 0;
+    auto paint = [&](QCPPainter& painter) {
+        m_gantt->toPainter(&painter, w, hg);
+        if (m_memory) {
+            painter.translate(0, hg);
+            m_memory->toPainter(&painter, w, hm);
+        }
+    };
+    auto fail = [&](const QString& message) {
+        if (error)
+            *error = message;
+        return false;
+    };
+    if (suffix == QLatin1String("png")) {
+        QImage image(w, hg + hm, QImage::Format_ARGB32_Premultiplied);
+        image.fill(Qt::white);
+        {
+            QCPPainter painter(&image);
+            paint(painter);
+        }
+        if (!image.save(path, "PNG"))
+            return fail(tr("Cannot write %1").arg(path));
+        return true;
+    }
+    if (suffix == QLatin1String("svg")) {
+        QSvgGenerator svg;
+        svg.setFileName(path);
+        svg.setSize(QSize(w, hg + hm));
+        svg.setViewBox(QRect(0, 0, w, hg + hm));
+        svg.setTitle(tr("Pipewright schedule"));
+        QCPPainter painter;
+        if (!painter.begin(&svg))
+            return fail(tr("Cannot write %1").arg(path));
+        painter.setMode(QCPPainter::pmVectorized);
+        paint(painter);
+        painter.end();
+        return QFileInfo(path).size() > 0 ? true : fail(tr("Cannot write %1").arg(path));
+    }
+    if (suffix == QLatin1String("pdf")) {
+        QPdfWriter pdf(path);
+        pdf.setPageSize(QPageSize(QSizeF(w, hg + hm), QPageSize::Point));
+        pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
+        pdf.setResolution(72);
+        QCPPainter painter;
+        if (!painter.begin(&pdf))
+            return fail(tr("Cannot write %1").arg(path));
+        painter.setMode(QCPPainter::pmVectorized);
+        paint(painter);
+        painter.end();
+        return true;
+    }
+    return fail(tr("Unknown image format '%1': use .png, .svg or .pdf").arg(suffix));
+}
+
+bool GanttView::exportChromeTrace(const QString& path, QString* error)
+{
+    if (m_plottable->blocks.empty()) {
+        if (error)
+            *error = tr("There is no schedule to export");
+        return false;
+    }
+    try {
+        planner::writeJsonFile(path.toStdString(), planner::chromeTrace(m_plottable->blocks.front()->timeline), -1);
+        return true;
+    } catch (const std::exception& e) {
+        if (error)
+            *error = QString::fromUtf8(e.what());
+        return false;
+    }
+}
+
+} // namespace pw::ui

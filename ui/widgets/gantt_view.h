@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+// The schedule view: a Gantt chart of one or more Timelines on one time axis (a lane per device, compute and
+// communication on separate sub-lanes) and, underneath, memory over time per device, sharing the time window.
+#pragma once
+
+#include <QString>
+#include <QWidget>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "planner/timeline.h"
+
+class QCustomPlot;
+class QCheckBox;
+class QLabel;
+
+namespace pw::ui {
+
+class GanttPlottable;
+
+/// @brief One Gantt chart stacked in the view: a timeline and the title shown above its lanes (empty: none).
+struct GanttBlock
+{
+    QString title;
+    planner::Timeline timeline;
+};
+
+/// @brief Gantt chart (a QCustomPlot custom plottable painting the level-of-detail folded spans of
+/// ui/gantt/geometry.h) with the memory plot underneath. Zoom with the wheel, +/- or Ctrl+wheel, pan by dragging
+/// or with the arrow keys, Home shows everything. Hovering a span shows its details.
+class GanttView : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit GanttView(QWidget* parent = nullptr, bool withMemory = true);
+    ~GanttView() override;
+
+    /// Shows these timelines stacked on one time axis (the first one's memory in the plot underneath), the
+    /// whole run in view.
+    void setBlocks(std::vector<GanttBlock> blocks);
+    void setTimeline(planner::Timeline timeline) { setBlocks({GanttBlock {{}, std::move(timeline)}}); }
+    /// Shows `message` instead of a chart (why there is no schedule).
+    void setEmptyMessage(const QString& message);
+    int blockCount() const;
+
+    double windowBegin() const;
+    double windowEnd() const;
+    /// Shows [t0, t1] (clamped to the data and to the deepest zoom).
+    void setTimeWindow(double t0, double t1);
+    void zoom(double factor, double anchorPx);
+    void showAll();
+    void setArrowsVisible(bool visible);
+
+    /// The hover text for a position in the Gantt plot's coordinates; empty over no span.
+    QString toolTipAt(QPoint pos) const;
+    /// The Gantt plot's pixel x of time t and the y of a device's compute lane (block 0), for tests.
+    QPoint pointOf(int device, double t) const;
+
+    /// Writes the chart (and the memory plot) as PNG, SVG or PDF, chosen by the suffix.
+    bool exportImage(const QString& path, QString* error = nullptr);
+    /// Writes the first block's timeline as Chrome trace JSON (opens in Perfetto).
+    bool exportChromeTrace(const QString& path, QString* error = nullptr);
+
+    QCustomPlot* ganttPlot() const { return m_gantt; }
+    QCustomPlot* memoryPlot() const { return m_memory; }
+    /// Rectangles the last repaint drew (after folding), for the benchmark.
+    std::size_t lastPaintedItems() const;
+    /// Paints only with folding off (every visible span its own rectangle): the benchmark's baseline.
+    void setFolding(bool enabled);
+
+signals:
+    void timeWindowChanged(double begin, double end);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
+private:
+    void rebuild();
+    void updateMargins();
+    void rebuildMemory();
+    void onRangeChanged();
+
+    QCustomPlot* m_gantt = nullptr;
+    QCustomPlot* m_memory = nullptr;
+    QLabel* m_legend = nullptr;
+    QCheckBox* m_arrows = nullptr;
+    GanttPlottable* m_plottable = nullptr;
+    bool m_adjusting = false;
+};
+
+} // namespace pw::ui

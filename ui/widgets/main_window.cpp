@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: MIT
+#include "main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QUndoStack>
+#include <qcustomplot.h>
+
+#include "app/project/demo_project.h"
+#include "planner/errors.h"
+#include "ui/document/project_document.h"
+#include "ui/widgets/cluster_editor.h"
+#include "ui/widgets/gantt_view.h"
+#include "ui/widgets/metrics_panel.h"
+#include "ui/widgets/model_view.h"
+#include "ui/widgets/partition_panel.h"
+#include "ui/widgets/scenarios_view.h"
+
+namespace pw::ui {
+
+namespace {
+
+constexpr int kMaxRecent = 8;
+const QString kRecentKey = QStringLiteral("recentFiles");
+const QString kProjectFilter = QStringLiteral("Pipewright projects (*.pwproj)");
+
+} // namespace
+
+QStringList MainWindow::viewNames()
+{
+    return {QStringLiteral("model"), QStringLiteral("cluster"), QStringLiteral("partition"), QStringLiteral("gantt"),
+        QStringLiteral("memory"), QStringLiteral("scenarios")};
+}
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent)
+    , m_document(new ProjectDocument(this))
+{
+    setAcceptDrops(true);
+    m_tabs = new QTabWidget(this);
+    m_modelView = new ModelView(m_document->planDocument(), m_tabs);
+    m_gantt = new GanttView(m_tabs);
+    m_scenarios = new ScenariosView(*m_document, m_tabs);
+    m_cluster = new ClusterEditor(m_tabs);
+    m_tabs->addTab(m_modelView, tr("Model"));
+    m_tabs->addTab(m_gantt, tr("Schedule"));
+    m_tabs->addTab(m_scenarios, tr("Scenarios"));
+    m_tabs->addTab(m_cluster, tr("Cluster"));
+    setCentralWidget(m_tabs);
+
+    m_metrics = new MetricsPanel(m_document->planDocument(), this);
+    auto* metricsDock = new QDockWidget(tr("Metrics"), this);
+    metricsDock->setObjectName(QStringLiteral("metricsDock"));
+    metricsDock->setWidget(m_metrics);
+    addDockWidget(Qt::RightDockWidgetArea, metricsDock);
+    m_partition = new PartitionPanel(*m_document, this);
+    auto* partitionDock = new QDockWidget(tr("Partition"), this);
+    partitionDock->setObjectName(QStringLiteral("partitionDock"));
+    partitionDock->setWidget(m_partition);
+    addDockWidget(Qt::LeftDockWidgetArea, partitionDock);
+    resizeDocks({partitionDock, metricsDock}, {520, 500}, Qt::Horizontal);
+
+    for (QObject* source : {static_cast<QObject*>(m_modelView), static_cast<QObject*>(m_partition),
+             static_cast<QObject*>(m_scenarios)})
+        connect(source, SIGNAL(message(QString)), statusBar(), SLOT(showMessage(QString)));
+    connect(&m_document->planDocument(), &PlanDocument::predictionChanged, this, [this] {
+        m_scheduleStale = true;
+        if (m_tabs->currentWidget() == m_gantt)
+            refreshSchedule();
+    });
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this] {
+        if (m_tabs->currentWidget() == m_gantt && m_scheduleStale)
+            refreshSchedule();
+    });
+    connect(m_document, &ProjectDocument::projectChanged, this, [this] {
+        m_cluster->setCluster(m_document->project().cluster);
+        refreshTitle();
+    });
+    connect(m_document, &ProjectDocument::modifiedChanged, this, &MainWindow::refreshTitle);
+    connect(m_document, &ProjectDocument::filePathChanged, this, &MainWindow::refreshTitle);
+    connect(m_cluster, &ClusterEditor::applyRequested, this, [this](const planner::Cluster& cluster) {
+        QString error;
+        if (!m_document->setCluster(cluster, &error))
+            showError(tr("Cluster not applied"), error);
+        else
+            statusBar()->showMessage(tr("Cluster applied; plans that no longer fit were kept as scenarios"));
+    });
+    buildMenus();
+    QSettings settings;
+    restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+    refreshTitle();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
+        if (!maybeSave())
+            return;
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open project"), {}, kProjectFilter);
+        if (!path.isEmpty())
+            openProject(path);
+    });
+    m_recent = file->addMenu(tr("Open &Recent"));
+    rebuildRecentMenu();
+    file->addAction(tr("Open the &demo project"), this, [this] {
+        if (maybeSave())
+            openDemo();
+    });
+    file->addAction(tr("&Import profile…"), QKeySequence(tr("Ctrl+I")), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Import a model profile"), {},
+            tr("Profiles (*.json graph.txt *.txt);;All files (*)"));
+        if (!path.isEmpty())
+            importProfile(path);
+    });
+    file->addSeparator();
+    file->addAction(tr("&Save"), QKeySequence::Save, this, [this] {
+        QString error;
+        if (m_document->filePath().isEmpty())
+            saveAs();
+        else if (!m_document->save({}, &error))
+            showError(tr("Not saved"), error);
+    });
+    file->addAction(tr("Save &As…"), QKeySequence::SaveAs, this, [this] { saveAs(); });
+    file->addSeparator();
+    file->addAction(tr("Export schedule &image…"), QKeySequence(tr("Ctrl+E")), this, [this] {
+        refreshSchedule();
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export schedule"), QStringLiteral("schedule.png"),
+            tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"));
+        QString error;
+        if (!path.isEmpty() && !m_gantt->exportImage(path, &error))
+            showError(tr("Not exported"), error);
+    });
+    file->addAction(tr("Export Chrome &trace…"), this, [this] {
+        refreshSchedule();
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export Chrome trace"), QStringLiteral("trace.json"),
+            tr("Chrome trace (*.json)"));
+        QString error;
+        if (!path.isEmpty() && !m_gantt->exportChromeTrace(path, &error))
+            showError(tr("Not exported"), error);
+    });
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    QUndoStack* undo = m_document->planDocument().undoStack();
+    QAction* undoAction = undo->createUndoAction(this, tr("&Undo"));
+    undoAction->setShortcuts(QKeySequence::Undo);
+    QAction* redoAction = undo->createRedoAction(this, tr("&Redo"));
+    redoAction->setShortcuts(QKeySequence::Redo);
+    edit->addAction(undoAction);
+    edit->addAction(redoAction);
+
+    QMenu* plan = menuBar()->addMenu(tr("&Plan"));
+    plan->addAction(tr("&Run partitioner"), QKeySequence(Qt::Key_F5), m_partition, &PartitionPanel::run);
+    plan->addAction(tr("&Compare all algorithms"), QKeySequence(tr("Shift+F5")), m_partition, &PartitionPanel::compareAll);
+    plan->addAction(tr("Ca&ncel partitioner"), QKeySequence(tr("Ctrl+.")), m_partition, &PartitionPanel::cancel);
+    plan->addSeparator();
+    plan->addAction(tr("Save as &scenario…"), QKeySequence(tr("Ctrl+Shift+N")), m_scenarios, &ScenariosView::saveCurrentAs);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    const QStringList tabs = {QStringLiteral("model"), QStringLiteral("gantt"), QStringLiteral("scenarios"),
+        QStringLiteral("cluster")};
+    const QStringList titles = {tr("&Model"), tr("&Schedule"), tr("S&cenarios"), tr("C&luster")};
+    for (int i = 0; i < tabs.size(); ++i)
+        view->addAction(titles[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), this,
+            [this, name = tabs[i]] { showView(name); });
+    view->addSeparator();
+    for (QDockWidget* dock : findChildren<QDockWidget*>())
+        view->addAction(dock->toggleViewAction());
+    view->addSeparator();
+    view->addAction(tr("Show the whole schedule"), QKeySequence(tr("Ctrl+0")), m_gantt, &GanttView::showAll);
+}
+
+bool MainWindow::openProject(const QString& path)
+{
+    QString error;
+    if (!m_document->open(path, &error)) {
+        showError(tr("Cannot open the project"), error);
+        return false;
+    }
+    addRecent(path);
+    QSettings().setValue(QStringLiteral("lastProject"), path);
+    statusBar()->showMessage(tr("Opened %1").arg(path));
+    return true;
+}
+
+bool MainWindow::openDemo()
+{
+    try {
+        m_document->setProject(app::demoProject());
+        QSettings().remove(QStringLiteral("lastProject"));
+        statusBar()->showMessage(tr("The demo project: drag a boundary in the model view, or run a partitioner (F5)"));
+        return true;
+    } catch (const planner::InputError& e) {
+        showError(tr("Cannot open the demo"), QString::fromStdString(e.message()));
+        return false;
+    }
+}
+
+bool MainWindow::importProfile(const QString& path)
+{
+    QString error;
+    if (!m_document->importProfile(path, &error)) {
+        showError(tr("Cannot import the profile"), error);
+        return false;
+    }
+    statusBar()->showMessage(
+        tr("Imported %1 and planned it uniformly; the old plan is a scenario now. Run a partitioner (F5) for a better plan")
+            .arg(QFileInfo(path).fileName()));
+    return true;
+}
+
+void MainWindow::showError(const QString& title, const QString& text)
+{
+    m_lastError = text;
+    statusBar()->showMessage(text);
+    auto* box = new QMessageBox(QMessageBox::Warning, title, text, QMessageBox::Ok, this);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->setObjectName(QStringLiteral("errorBox"));
+    box->open(); // window-modal, not blocking: the caller goes on and nothing waits on the box
+}
+
+bool MainWindow::showView(const QString& name)
+{
+    if (name == QLatin1String("model"))
+        m_tabs->setCurrentWidget(m_modelView);
+    else if (name == QLatin1String("gantt") || name == QLatin1String("memory"))
+        m_tabs->setCurrentWidget(m_gantt);
+    else if (name == QLatin1String("scenarios"))
+        m_tabs->setCurrentWidget(m_scenarios);
+    else if (name == QLatin1String("cluster"))
+        m_tabs->setCurrentWidget(m_cluster);
+    else if (name == QLatin1String("partition"))
+        m_partition->parentWidget()->show();
+    else
+        return false;
+    if (m_tabs->currentWidget() == m_gantt)
+        refreshSchedule();
+    return true;
+}
+
+QWidget* MainWindow::screenshotWidget(const QString& name)
+{
+    if (name == QLatin1String("memory"))
+        return m_gantt->memoryPlot();
+    return this;
+}
+
+void MainWindow::replotAll()
+{
+    QApplication::processEvents();
+    for (QCustomPlot* plot : findChildren<QCustomPlot*>())
+        if (plot->isVisible() && plot->width() > 0 && plot->height() > 0)
+            plot->replot(QCustomPlot::rpImmediateRefresh);
+}
+
+void MainWindow::refreshSchedule()
+{
+    if (!m_scheduleStale)
+        return;
+    m_scheduleStale = false;
+    const auto& doc = m_document->planDocument();
+    if (doc.prediction())
+        m_gantt->setTimeline(doc.prediction()->timeline);
+    else
+        m_gantt->setEmptyMessage(doc.hasPlan() ? tr("The plan cannot be simulated: %1").arg(doc.predictionError())
+                                               : tr("No plan yet: run a partitioner (F5) or open a project"));
+}
+
+void MainWindow::refreshTitle()
+{
+    const QString file = m_document->filePath().isEmpty() ? tr("unsaved") : QFileInfo(m_document->filePath()).fileName();
+    setWindowTitle(tr("%1 (%2)[*] — Pipewright").arg(QString::fromStdString(m_document->project().name), file));
+    setWindowModified(m_document->isModified());
+}
+
+void MainWindow::addRecent(const QString& path)
+{
+    QSettings settings;
+    QStringList recent = settings.value(kRecentKey).toStringList();
+    const QString absolute = QFileInfo(path).absoluteFilePath();
+    recent.removeAll(absolute);
+    recent.prepend(absolute);
+    while (recent.size() > kMaxRecent)
+        recent.removeLast();
+    settings.setValue(kRecentKey, recent);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu()
+{
+    m_recent->clear();
+    const QStringList recent = QSettings().value(kRecentKey).toStringList();
+    for (const QString& path : recent)
+        m_recent->addAction(path, this, [this, path] {
+            if (maybeSave())
+                openProject(path);
+        });
+    m_recent->setEnabled(!recent.isEmpty());
+}
+
+bool MainWindow::saveAs()
+{
+    QString path = QFileDialog::getSaveFileName(this, tr("Save project"), QString::fromStdString(m_document->project().name), kProjectFilter);
+    if (path.isEmpty())
+        return false;
+    if (!path.endsWith(QLatin1String(app::kProjectExtension)))
+        path += QLatin1String(app::kProjectExtension);
+    QString error;
+    if (!m_document->save(path, &error)) {
+        showError(tr("Not saved"), error);
+        return false;
+    }
+    addRecent(path);
+    QSettings().setValue(QStringLiteral("lastProject"), path);
+    return true;
+}
+
+bool MainWindow::maybeSave()
+{
+    if (!m_document->isModified())
+        return true;
+    const auto answer = QMessageBox::question(this, tr("Unsaved changes"),
+        tr("The project has unsaved changes. Save them first?"),
+        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+    if (answer == QMessageBox::Cancel)
+        return false;
+    if (answer == QMessageBox::Save) {
+        QString error;
+        if (m_document->filePath().isEmpty())
+            return saveAs();
+        if (!m_document->save({}, &error)) {
+            showError(tr("Not saved"), error);
+            return false;
+        }
+    }
+    return true;
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    if (!maybeSave()) {
+        event->ignore();
+        return;
+    }
+    QSettings settings;
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("window/state"), saveState());
+    event->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (event->mimeData()->hasUrls() && event->mimeData()->urls().front().isLocalFile())
+        event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    const QString path = event->mimeData()->urls().front().toLocalFile();
+    if (path.endsWith(QLatin1String(app::kProjectExtension))) {
+        if (maybeSave())
+            openProject(path);
+    } else {
+        importProfile(path);
+    }
+    event->acceptProposedAction();
+}
+
+} // namespace pw::ui

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// The main window: the model view, schedule (Gantt and memory), scenarios and cluster editor as tabs, the metrics
+// and partition panels as docks, menus with shortcuts, recent files, drag-and-drop and remembered settings.
+#pragma once
+
+#include <QMainWindow>
+
+class QMenu;
+class QTabWidget;
+
+namespace pw::ui {
+
+class ClusterEditor;
+class GanttView;
+class MetricsPanel;
+class ModelView;
+class PartitionPanel;
+class ProjectDocument;
+class ScenariosView;
+
+class MainWindow : public QMainWindow
+{
+    Q_OBJECT
+
+public:
+    /// The views `showView()` and `--view` know.
+    static QStringList viewNames();
+
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    ProjectDocument& document() { return *m_document; }
+    /// Opens a project file; on error shows it (without blocking) and leaves the open project as it was.
+    bool openProject(const QString& path);
+    /// Replaces the model by a profile (JSON or graph.txt); on error shows it and changes nothing.
+    bool importProfile(const QString& path);
+    /// Opens the bundled demo project.
+    bool openDemo();
+    /// Brings view `name` (see viewNames()) to the front; false for an unknown name.
+    bool showView(const QString& name);
+    /// The widget a screenshot of view `name` shows: the window, or the memory plot for "memory".
+    QWidget* screenshotWidget(const QString& name);
+    /// Replots every chart now (they repaint lazily), for screenshots.
+    void replotAll();
+    /// The text of the last error shown to the user (also in the status bar).
+    QString lastError() const { return m_lastError; }
+
+    ModelView* modelView() const { return m_modelView; }
+    MetricsPanel* metricsPanel() const { return m_metrics; }
+    PartitionPanel* partitionPanel() const { return m_partition; }
+    GanttView* ganttView() const { return m_gantt; }
+    ScenariosView* scenariosView() const { return m_scenarios; }
+    ClusterEditor* clusterEditor() const { return m_cluster; }
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
+private:
+    void buildMenus();
+    void showError(const QString& title, const QString& text);
+    void addRecent(const QString& path);
+    void rebuildRecentMenu();
+    void refreshTitle();
+    void refreshSchedule();
+    bool saveAs();
+    bool maybeSave();
+
+    ProjectDocument* m_document = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    ModelView* m_modelView = nullptr;
+    GanttView* m_gantt = nullptr;
+    ScenariosView* m_scenarios = nullptr;
+    ClusterEditor* m_cluster = nullptr;
+    MetricsPanel* m_metrics = nullptr;
+    PartitionPanel* m_partition = nullptr;
+    QMenu* m_recent = nullptr;
+    QString m_lastError;
+    bool m_scheduleStale = true;
+};
+
+} // namespace pw::ui

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+#include "metrics_panel.h"
+
+#include <QFormLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "ui/document/plan_document.h"
+#include "ui/models/format.h"
+#include "ui/models/stage_model.h"
+
+namespace pw::ui {
+
+MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
+    : QWidget(parent)
+    , m_document(document)
+{
+    auto* layout = new QVBoxLayout(this);
+    auto* form = new QFormLayout;
+    auto big = [this] {
+        auto* l = new QLabel(this);
+        QFont f = l->font();
+        f.setPointSizeF(f.pointSizeF() * 1.25);
+        f.setBold(true);
+        l->setFont(f);
+        l->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        return l;
+    };
+    m_plan = new QLabel(this);
+    m_plan->setWordWrap(true);
+    m_iteration = big();
+    m_throughput = big();
+    m_bubble = big();
+    m_memory = big();
+    form->addRow(tr("Plan"), m_plan);
+    form->addRow(tr("Iteration time"), m_iteration);
+    form->addRow(tr("Throughput"), m_throughput);
+    form->addRow(tr("Bubble"), m_bubble);
+    form->addRow(tr("Peak memory"), m_memory);
+    layout->addLayout(form);
+    m_error = new QLabel(this);
+    m_error->setWordWrap(true);
+    m_error->setStyleSheet(QStringLiteral("color: #b71c1c"));
+    layout->addWidget(m_error);
+    m_stages = new StageModel(document, this);
+    m_table = new QTableView(this);
+    m_table->setModel(m_stages);
+    m_table->verticalHeader()->hide();
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setSelectionMode(QAbstractItemView::NoSelection);
+    layout->addWidget(m_table, 1);
+    connect(&document, &PlanDocument::predictionChanged, this, &MetricsPanel::refresh);
+    refresh();
+}
+
+QString MetricsPanel::value(const QString& name) const
+{
+    const QLabel* l = name == QLatin1String("iteration") ? m_iteration
+        : name == QLatin1String("throughput")             ? m_throughput
+        : name == QLatin1String("bubble")                 ? m_bubble
+        : name == QLatin1String("memory")                 ? m_memory
+        : name == QLatin1String("plan")                   ? m_plan
+                                                          : nullptr;
+    return l ? l->text() : QString();
+}
+
+void MetricsPanel::refresh()
+{
+    if (!m_document.hasPlan()) {
+        for (QLabel* l : {m_plan, m_iteration, m_throughput, m_bubble, m_memory})
+            l->setText(QStringLiteral("–"));
+        m_error->setText(tr("No plan yet: run a partitioner or open a project."));
+        return;
+    }
+    const auto& plan = m_document.plan();
+    m_plan->setText(tr("%1 stages (%2), %3 × %4 microbatches, %5 schedule, by %6")
+                        .arg(plan.stageCount())
+                        .arg(QString::fromStdString(plan.configString()))
+                        .arg(plan.schedule.microbatches)
+                        .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
+                        .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
+    const auto& r = m_document.prediction();
+    if (!r) {
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory})
+            l->setText(QStringLiteral("–"));
+        m_error->setText(tr("The plan cannot be simulated: %1").arg(m_document.predictionError()));
+        return;
+    }
+    m_iteration->setText(secondsText(r->iteration_time_s));
+    m_throughput->setText(tr("%1 samples/s").arg(r->throughput_samples_per_s, 0, 'f', 1));
+    m_bubble->setText(percentText(r->bubble_fraction));
+    double worst = 0, peak = 0, capacity = 0;
+    for (const auto& d : r->devices) {
+        const double ratio = d.memory_capacity_bytes > 0 ? d.peak_memory_bytes / d.memory_capacity_bytes : 0;
+        if (ratio >= worst) {
+            worst = ratio;
+            peak = d.peak_memory_bytes;
+            capacity = d.memory_capacity_bytes;
+        }
+    }
+    m_memory->setText(tr("%1 of %2").arg(bytesText(peak), bytesText(capacity)));
+    m_memory->setStyleSheet(worst > 1 ? QStringLiteral("color: #c62828") : QString());
+    m_error->setText(worst > 1 ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst, 0)) : QString());
+}
+
+} // namespace pw::ui

@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: MIT
+#include "model_view.h"
+
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QKeyEvent>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenu>
+#include <QMouseEvent>
+#include <QVBoxLayout>
+#include <cmath>
+#include <qcustomplot.h>
+
+#include "planner/costs.h"
+#include "planner/edit.h"
+#include "planner/errors.h"
+#include "ui/document/plan_document.h"
+#include "ui/models/format.h"
+
+namespace pw::ui {
+
+namespace {
+
+constexpr int kGrabPixels = 6;
+
+QColor stageColor(int stage, bool over)
+{
+    if (over)
+        return QColor(230, 60, 50, 55);
+    static const QColor palette[] = {QColor(66, 133, 244, 38), QColor(52, 168, 83, 38), QColor(251, 188, 5, 45),
+        QColor(171, 71, 188, 38), QColor(0, 172, 193, 38), QColor(255, 112, 67, 38)};
+    return palette[stage % 6];
+}
+
+QString deviceList(const planner::Plan& plan, const std::vector<int>& devices)
+{
+    QStringList names;
+    for (int d : devices)
+        names << QString::fromStdString(plan.cluster.deviceName(d));
+    if (names.size() > 3)
+        return QObject::tr("%1 … %2 (%3 devices)").arg(names.front(), names.back()).arg(names.size());
+    return names.join(QStringLiteral(", "));
+}
+
+} // namespace
+
+ModelView::ModelView(PlanDocument& document, QWidget* parent)
+    : QWidget(parent)
+    , m_document(document)
+{
+    auto* layout = new QVBoxLayout(this);
+    m_caption = new QLabel(this);
+    m_caption->setWordWrap(true);
+    layout->addWidget(m_caption);
+    m_plot = new QCustomPlot(this);
+    m_plot->setMouseTracking(true);
+    m_plot->setFocusPolicy(Qt::StrongFocus);
+    m_plot->installEventFilter(this);
+    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
+    m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
+    m_plot->yAxis->setLabel(tr("time per microbatch (ms)"));
+    m_plot->yAxis2->setVisible(true);
+    m_plot->yAxis2->setLabel(tr("memory per layer (MiB)"));
+    m_plot->xAxis->setLabel(tr("layer"));
+    m_plot->legend->setVisible(true);
+    // The legend sits in a row above the plot, so that it hides no stage label.
+    m_plot->plotLayout()->insertRow(0);
+    m_plot->plotLayout()->addElement(0, 0, m_plot->legend);
+    m_plot->plotLayout()->setRowStretchFactor(0, 0.001);
+    m_plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    m_plot->legend->setWrap(4);
+    m_plot->legend->setBorderPen(Qt::NoPen);
+    layout->addWidget(m_plot, 1);
+    connect(&m_document, &PlanDocument::planChanged, this, &ModelView::rebuild);
+    rebuild();
+}
+
+void ModelView::rebuild()
+{
+    m_plot->clearPlottables();
+    m_plot->clearItems();
+    if (!m_document.hasPlan()) {
+        m_caption->setText(tr("No plan: open a project or import a profile (File menu, or drop a file here)."));
+        m_plot->replot();
+        return;
+    }
+    const planner::Plan& plan = m_document.plan();
+    const auto& prediction = m_document.prediction();
+    const int layers = plan.model.layerCount();
+    const double scale = planner::microbatchScale(plan);
+
+    QVector<double> keys, forward, backward, weights, stashed;
+    for (const auto& stage : plan.stages) {
+        const auto& type = plan.cluster.typeOf(stage.devices.front());
+        for (int p = stage.first_layer; p <= stage.last_layer; ++p) {
+            const auto& layer = plan.model.layers[plan.layerAt(p)];
+            const auto times = planner::layerTimesOn(layer, type);
+            keys << p + 0.5;
+            forward << times.forward_ms * scale;
+            backward << times.backward_ms * scale;
+            weights << layer.weight_bytes / (1 << 20);
+            stashed << plan.model.stashedBytes(plan.layerAt(p)) * scale / (1 << 20);
+        }
+    }
+    auto* fwd = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+    fwd->setName(tr("forward"));
+    fwd->setWidth(0.8);
+    fwd->setPen(Qt::NoPen);
+    fwd->setBrush(QColor(100, 150, 220));
+    fwd->setData(keys, forward, true);
+    auto* bwd = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+    bwd->setName(tr("backward"));
+    bwd->setWidth(0.8);
+    bwd->setPen(Qt::NoPen);
+    bwd->setBrush(QColor(30, 70, 140));
+    bwd->setData(keys, backward, true);
+    bwd->moveAbove(fwd);
+    auto* w = new QCPGraph(m_plot->xAxis, m_plot->yAxis2);
+    w->setName(tr("weights"));
+    w->setPen(QPen(QColor(200, 90, 30), 2));
+    w->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
+    w->setData(keys, weights, true);
+    auto* a = new QCPGraph(m_plot->xAxis, m_plot->yAxis2);
+    a->setName(tr("stashed activations / microbatch"));
+    a->setPen(QPen(QColor(40, 150, 70), 2, Qt::DashLine));
+    a->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, 5));
+    a->setData(keys, stashed, true);
+
+    double top = 0, memTop = 0;
+    for (int i = 0; i < keys.size(); ++i) {
+        top = std::max(top, forward[i] + backward[i]);
+        memTop = std::max({memTop, weights[i], stashed[i]});
+    }
+    m_plot->yAxis->setRange(0, std::max(top, 1e-6) * 1.35); // headroom for the stage labels
+    m_plot->yAxis2->setRange(0, std::max(memTop, 1e-6) * 1.35);
+    const bool keepX = m_plot->xAxis->range().lower >= 0 && m_plot->xAxis->range().upper <= layers
+        && m_plot->xAxis->range().size() < layers && m_drag >= 0;
+    if (!keepX)
+        m_plot->xAxis->setRange(0, layers);
+    auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
+    ticker->setTickStep(layers > 60 ? 10 : layers > 30 ? 5 : 1);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    m_plot->xAxis->setTicker(ticker);
+
+    // Stages as bands, labelled with their devices; red when over memory.
+    for (int s = 0; s < plan.stageCount(); ++s) {
+        const auto& st = plan.stages[s];
+        const bool over = prediction && s < static_cast<int>(prediction->stages.size())
+            && prediction->stages[s].peak_memory_bytes > prediction->stages[s].memory_capacity_bytes;
+        auto* band = new QCPItemRect(m_plot);
+        band->setLayer(QStringLiteral("background"));
+        band->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        band->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        band->topLeft->setCoords(st.first_layer, 0);
+        band->bottomRight->setCoords(st.last_layer + 1, 1);
+        band->setPen(Qt::NoPen);
+        band->setBrush(stageColor(s, over));
+        auto* label = new QCPItemText(m_plot);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords((st.first_layer + st.last_layer + 1) / 2.0, 0.02);
+        label->setPositionAlignment(Qt::AlignTop | Qt::AlignHCenter);
+        QString text = tr("stage %1\n%2").arg(s).arg(deviceList(plan, st.devices));
+        if (prediction && s < static_cast<int>(prediction->stages.size()))
+            text += QStringLiteral("\n") + bytesText(prediction->stages[s].peak_memory_bytes)
+                + (over ? tr(" > capacity") : QString());
+        label->setText(text);
+        label->setColor(over ? QColor(190, 20, 20) : QColor(40, 40, 40));
+        label->setClipToAxisRect(true);
+    }
+    // Boundaries as draggable handles.
+    const auto bounds = planner::edit::boundaries(plan);
+    const bool editable = planner::edit::whyNotEditable(plan).empty();
+    for (int b = 0; b < static_cast<int>(bounds.size()); ++b) {
+        const double x = bounds[b] + 1;
+        const QColor color = !editable ? QColor(150, 150, 150) : b == m_drag ? QColor(230, 120, 20)
+            : b == m_hover                                               ? QColor(240, 150, 40)
+                                                                         : QColor(50, 50, 50);
+        auto* line = new QCPItemLine(m_plot);
+        line->start->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        line->end->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        line->start->setCoords(x, 0);
+        line->end->setCoords(x, 1);
+        line->setPen(QPen(color, b == m_drag || b == m_hover ? 4 : 3));
+        auto* grip = new QCPItemText(m_plot);
+        grip->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        grip->position->setCoords(x, 0.5);
+        grip->setText(QStringLiteral("◀▶"));
+        grip->setColor(Qt::white);
+        grip->setBrush(color);
+        grip->setPadding(QMargins(2, 2, 2, 2));
+        grip->setClipToAxisRect(true);
+    }
+    const auto& type = plan.cluster.typeOf(plan.stages.front().devices.front());
+    QString caption = tr("<b>%1</b>: %2 layers, %3 stages (%4) on %5. Bars: time per microbatch of %6 on the device "
+                         "type of the layer's stage (%7 for stage 0).")
+                          .arg(QString::fromStdString(plan.model.name).toHtmlEscaped())
+                          .arg(layers)
+                          .arg(plan.stageCount())
+                          .arg(QString::fromStdString(plan.configString()))
+                          .arg(QString::fromStdString(plan.cluster.name).toHtmlEscaped())
+                          .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
+                          .arg(QString::fromStdString(type.name));
+    const std::string why = planner::edit::whyNotEditable(plan);
+    caption += why.empty() ? tr(" Drag a dark handle to move a boundary; right-click to split, merge or assign devices.")
+                           : tr(" <i>Not editable by hand: %1</i>").arg(QString::fromStdString(why).toHtmlEscaped());
+    m_caption->setText(caption);
+    m_plot->replot();
+}
+
+QPoint ModelView::handlePoint(int boundary) const
+{
+    const auto bounds = planner::edit::boundaries(m_document.plan());
+    const QRect r = m_plot->axisRect()->rect();
+    return QPoint(static_cast<int>(std::lround(m_plot->xAxis->coordToPixel(bounds.at(boundary) + 1))), r.center().y());
+}
+
+int ModelView::boundaryAt(QPoint pos) const
+{
+    if (!m_document.hasPlan() || !m_plot->axisRect()->rect().contains(pos))
+        return -1;
+    const auto bounds = planner::edit::boundaries(m_document.plan());
+    int best = -1;
+    double bestDistance = kGrabPixels + 0.5;
+    for (int b = 0; b < static_cast<int>(bounds.size()); ++b) {
+        const double d = std::abs(m_plot->xAxis->coordToPixel(bounds[b] + 1) - pos.x());
+        if (d < bestDistance) {
+            bestDistance = d;
+            best = b;
+        }
+    }
+    return best;
+}
+
+int ModelView::stageAt(double position) const
+{
+    const auto& plan = m_document.plan();
+    for (int s = 0; s < plan.stageCount(); ++s)
+        if (position < plan.stages[s].last_layer + 1)
+            return s;
+    return plan.stageCount() - 1;
+}
+
+bool ModelView::eventFilter(QObject* watched, QEvent* event)
+{
+    if (watched != m_plot || !m_document.hasPlan())
+        return QWidget::eventFilter(watched, event);
+    switch (event->type()) {
+    case QEvent::MouseButtonPress: {
+        auto* me = static_cast<QMouseEvent*>(event);
+        const int b = boundaryAt(me->position().toPoint());
+        if (me->button() != Qt::LeftButton || b < 0)
+            break;
+        const std::string why = planner::edit::whyNotEditable(m_document.plan());
+        if (!why.empty()) {
+            emit message(QString::fromStdString(why));
+            return true;
+        }
+        m_drag = b;
+        rebuild();
+        return true; // the plot must not start panning
+    }
+    case QEvent::MouseMove: {
+        auto* me = static_cast<QMouseEvent*>(event);
+        if (m_drag < 0) {
+            const int hover = boundaryAt(me->position().toPoint());
+            m_plot->setCursor(hover >= 0 ? Qt::SplitHCursor : Qt::ArrowCursor);
+            if (hover != m_hover) {
+                m_hover = hover;
+                rebuild();
+            }
+            break;
+        }
+        const auto& plan = m_document.plan();
+        const double position = m_plot->xAxis->pixelToCoord(me->position().x());
+        const int last = planner::edit::snapBoundary(plan, m_drag, position);
+        if (last != planner::edit::boundaries(plan)[m_drag])
+            m_document.preview(planner::edit::moveBoundary(plan, m_drag, last));
+        return true;
+    }
+    case QEvent::MouseButtonRelease: {
+        if (m_drag < 0)
+            break;
+        const int b = m_drag;
+        m_drag = -1;
+        m_document.commitPreview(tr("Move boundary %1").arg(b));
+        rebuild();
+        return true;
+    }
+    case QEvent::KeyPress:
+        if (m_drag >= 0 && static_cast<QKeyEvent*>(event)->key() == Qt::Key_Escape) {
+            m_drag = -1;
+            m_document.cancelPreview();
+            rebuild();
+            return true;
+        }
+        break;
+    case QEvent::ContextMenu: showContextMenu(static_cast<QContextMenuEvent*>(event)->pos()); return true;
+    default: break;
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
+void ModelView::showContextMenu(QPoint pos)
+{
+    const double position = m_plot->xAxis->pixelToCoord(pos.x());
+    const int s = stageAt(position);
+    QMenu menu(this);
+    const int layer = std::clamp(static_cast<int>(std::floor(position)), 0, m_document.plan().model.layerCount() - 1);
+    menu.addAction(tr("Split stage %1 after layer %2").arg(s).arg(layer), this, [this, position] { splitStageAt(position); });
+    if (s + 1 < m_document.plan().stageCount())
+        menu.addAction(tr("Merge stage %1 with stage %2").arg(s).arg(s + 1), this, [this, position] { mergeStageAt(position); });
+    menu.addAction(tr("Assign devices to stage %1…").arg(s), this, [this, position] { assignDevicesAt(position); });
+    menu.exec(m_plot->mapToGlobal(pos));
+}
+
+void ModelView::splitStageAt(double position)
+{
+    const auto& plan = m_document.plan();
+    const int s = stageAt(position);
+    const auto& stage = plan.stages[s];
+    int last = std::clamp(static_cast<int>(std::floor(position)), stage.first_layer, stage.last_layer);
+    if (last == stage.last_layer)
+        last -= 1;
+    const auto free = planner::edit::freeDevices(plan);
+    QString error;
+    bool ok = false;
+    if (!free.empty()) {
+        ok = m_document.apply(tr("Split stage %1").arg(s),
+            [&](const planner::Plan& p) { return planner::edit::splitStage(p, s, last, {free.front()}); }, &error);
+    } else if (stage.replicas() > 1) {
+        // No free device: the new stage takes the stage's last replica.
+        ok = m_document.apply(tr("Split stage %1").arg(s), [&](const planner::Plan& p) {
+            std::vector<int> keep = p.stages[s].devices;
+            const int moved = keep.back();
+            keep.pop_back();
+            return planner::edit::splitStage(planner::edit::assignDevices(p, s, keep), s, last, {moved});
+        }, &error);
+    } else {
+        error = tr("No free device for a new stage: merge two stages or take a replica off a stage first.");
+    }
+    if (!ok)
+        emit message(error);
+}
+
+void ModelView::mergeStageAt(double position)
+{
+    const int s = stageAt(position);
+    QString error;
+    if (!m_document.apply(tr("Merge stages %1 and %2").arg(s).arg(s + 1),
+            [s](const planner::Plan& p) { return planner::edit::mergeWithNext(p, s); }, &error))
+        emit message(error);
+}
+
+void ModelView::assignDevicesAt(double position)
+{
+    const auto& plan = m_document.plan();
+    const int s = stageAt(position);
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Devices of stage %1").arg(s));
+    auto* layout = new QVBoxLayout(&dialog);
+    layout->addWidget(new QLabel(tr("Replicas of stage %1 (its devices and the free ones):").arg(s), &dialog));
+    auto* list = new QListWidget(&dialog);
+    std::vector<int> candidates = plan.stages[s].devices;
+    for (int d : planner::edit::freeDevices(plan))
+        candidates.push_back(d);
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        auto* item = new QListWidgetItem(QStringLiteral("%1 (%2)").arg(
+            QString::fromStdString(plan.cluster.deviceName(candidates[i])),
+            QString::fromStdString(plan.cluster.typeOf(candidates[i]).name)));
+        item->setData(Qt::UserRole, candidates[i]);
+        item->setCheckState(i < plan.stages[s].devices.size() ? Qt::Checked : Qt::Unchecked);
+        list->addItem(item);
+    }
+    layout->addWidget(list);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    layout->addWidget(buttons);
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    std::vector<int> devices;
+    for (int i = 0; i < list->count(); ++i)
+        if (list->item(i)->checkState() == Qt::Checked)
+            devices.push_back(list->item(i)->data(Qt::UserRole).toInt());
+    QString error;
+    if (!m_document.apply(tr("Assign devices to stage %1").arg(s),
+            [&](const planner::Plan& p) { return planner::edit::assignDevices(p, s, devices); }, &error))
+        emit message(error);
+}
+
+} // namespace pw::ui

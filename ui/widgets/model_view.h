@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+// The model view: a bar per layer (forward and backward time stacked, on the device type of the layer's stage),
+// weight and stashed activation memory per layer as a second series, the stages as coloured bands, and the stage
+// boundaries as handles to drag. A drag previews the re-simulated plan live and lands as one undo step.
+#pragma once
+
+#include <QPoint>
+#include <QWidget>
+
+class QCustomPlot;
+class QLabel;
+
+namespace pw::ui {
+
+class PlanDocument;
+
+class ModelView : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit ModelView(PlanDocument& document, QWidget* parent = nullptr);
+
+    QCustomPlot* plot() const { return m_plot; }
+    /// The plot's pixel position of boundary `boundary`'s handle (its line's middle), for tests.
+    QPoint handlePoint(int boundary) const;
+    /// The boundary whose handle is within a few pixels of `pos`, or -1.
+    int boundaryAt(QPoint pos) const;
+    /// The boundary being dragged, or -1.
+    int draggedBoundary() const { return m_drag; }
+
+    /// Stage edits the context menu offers, also for the main window's Plan menu. Errors go to message().
+    void splitStageAt(double layerPosition);
+    void mergeStageAt(double layerPosition);
+    void assignDevicesAt(double layerPosition);
+
+signals:
+    /// A note for the status bar: why an edit could not be made.
+    void message(const QString& text);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
+private:
+    void rebuild();
+    void showContextMenu(QPoint pos);
+    int stageAt(double layerPosition) const;
+
+    PlanDocument& m_document;
+    QCustomPlot* m_plot = nullptr;
+    QLabel* m_caption = nullptr;
+    int m_drag = -1;
+    int m_hover = -1;
+};
+
+} // namespace pw::ui

@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: MIT
+#include "partition_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTableView>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "planner/errors.h"
+#include "ui/document/project_document.h"
+#include "ui/models/result_model.h"
+
+namespace pw::ui {
+
+namespace {
+
+const char* const kSchedules[] = {"1f1b", "gpipe", "interleaved", "pipedream", "2bw", "1f1b-so", "1f1b-as", "wsp"};
+
+/// An "auto" entry below the range stands for an option without a fixed default (the algorithm chooses).
+constexpr int kAutoInt = -1'000'000;
+
+} // namespace
+
+PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
+    : QWidget(parent)
+    , m_project(project)
+{
+    auto* layout = new QVBoxLayout(this);
+    auto* top = new QFormLayout;
+    m_algorithm = new QComboBox(this);
+    for (const auto* p : planner::partitioners())
+        if (p->name() != "manual")
+            m_algorithm->addItem(QString::fromUtf8(p->name().data(), static_cast<int>(p->name().size())));
+    top->addRow(tr("Algorithm"), m_algorithm);
+    m_description = new QLabel(this);
+    m_description->setWordWrap(true);
+    m_description->setStyleSheet(QStringLiteral("color: #555"));
+    top->addRow(m_description);
+    layout->addLayout(top);
+
+    auto* general = new QGroupBox(tr("Schedule and devices"), this);
+    auto* form = new QFormLayout(general);
+    m_schedule = new QComboBox(general);
+    for (const char* s : kSchedules)
+        m_schedule->addItem(QString::fromLatin1(s));
+    form->addRow(tr("Schedule"), m_schedule);
+    m_microbatches = new QSpinBox(general);
+    m_microbatches->setRange(1, 100000);
+    form->addRow(tr("Microbatches per batch"), m_microbatches);
+    m_microbatchSize = new QSpinBox(general);
+    m_microbatchSize->setRange(0, 65536);
+    m_microbatchSize->setSpecialValueText(tr("the profile's"));
+    form->addRow(tr("Microbatch size"), m_microbatchSize);
+    m_chunks = new QSpinBox(general);
+    m_chunks->setRange(1, 64);
+    form->addRow(tr("Chunks per device (interleaved)"), m_chunks);
+    m_devices = new QSpinBox(general);
+    m_devices->setRange(0, planner::kMaxDevices);
+    m_devices->setSpecialValueText(tr("all"));
+    form->addRow(tr("Devices to use"), m_devices);
+    m_recompute = new QCheckBox(tr("Recompute activations"), general);
+    form->addRow(m_recompute);
+    m_memoryLimit = new QCheckBox(tr("Reject stages over device memory (PipeDream, uniform)"), general);
+    form->addRow(m_memoryLimit);
+    layout->addWidget(general);
+
+    m_optionBox = new QGroupBox(tr("Algorithm options"), this);
+    m_optionForm = new QFormLayout(m_optionBox);
+    layout->addWidget(m_optionBox);
+
+    auto* buttons = new QHBoxLayout;
+    m_run = new QPushButton(tr("Run"), this);
+    m_run->setToolTip(tr("Run the algorithm in the background (F5)"));
+    m_compare = new QPushButton(tr("Compare all"), this);
+    m_compare->setToolTip(tr("Run every algorithm on this model and cluster and list their plans"));
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setEnabled(false);
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_compare);
+    buttons->addWidget(m_cancel);
+    layout->addLayout(buttons);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_progress->setTextVisible(false);
+    layout->addWidget(m_progress);
+    m_status = new QLabel(tr("Choose an algorithm and press Run."), this);
+    m_status->setWordWrap(true);
+    layout->addWidget(m_status);
+
+    m_results = new ResultModel(this);
+    m_table = new QTableView(this);
+    m_table->setModel(m_results);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_table->verticalHeader()->hide();
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setWordWrap(false);
+    layout->addWidget(m_table, 1);
+    m_apply = new QPushButton(tr("Apply selected plan"), this);
+    m_apply->setEnabled(false);
+    layout->addWidget(m_apply);
+
+    m_poll = new QTimer(this);
+    m_poll->setInterval(50);
+    connect(m_poll, &QTimer::timeout, this, [this] { m_progress->setValue(static_cast<int>(m_fraction.load() * 1000)); });
+    connect(m_algorithm, &QComboBox::currentTextChanged, this, &PartitionPanel::rebuildOptions);
+    connect(m_run, &QPushButton::clicked, this, &PartitionPanel::run);
+    connect(m_compare, &QPushButton::clicked, this, &PartitionPanel::compareAll);
+    connect(m_cancel, &QPushButton::clicked, this, &PartitionPanel::cancel);
+    connect(m_apply, &QPushButton::clicked, this, [this] {
+        const auto rows = m_table->selectionModel()->selectedRows();
+        if (!rows.isEmpty())
+            applyRow(rows.front().row());
+    });
+    connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& i) { applyRow(i.row()); });
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+        const auto rows = m_table->selectionModel()->selectedRows();
+        m_apply->setEnabled(!rows.isEmpty() && m_results->row(rows.front().row()).plan
+            && !m_results->row(rows.front().row()).current);
+    });
+    connect(&m_project, &ProjectDocument::projectChanged, this, [this] {
+        const auto& s = m_project.project().partition;
+        m_schedule->setCurrentText(QString::fromStdString(s.schedule.kind));
+        m_microbatches->setValue(s.schedule.microbatches);
+        m_microbatchSize->setValue(s.schedule.microbatch_size);
+        m_chunks->setValue(s.schedule.chunks);
+        m_recompute->setChecked(s.schedule.recompute);
+        setAlgorithm(QString::fromStdString(s.algorithm));
+        for (const auto& [name, value] : s.params.items())
+            setOption(QString::fromStdString(name), value);
+        showCurrent();
+    });
+    connect(&m_project.planDocument(), &PlanDocument::predictionChanged, this, [this] {
+        if (!isRunning() && m_results->rowCount() <= 1)
+            showCurrent();
+    });
+    rebuildOptions();
+    showCurrent();
+}
+
+PartitionPanel::~PartitionPanel()
+{
+    m_worker.request_stop(); // the jthread joins; a late result's queued call dies with this object
+}
+
+void PartitionPanel::setAlgorithm(const QString& name)
+{
+    const int i = m_algorithm->findText(name);
+    if (i >= 0)
+        m_algorithm->setCurrentIndex(i);
+}
+
+void PartitionPanel::rebuildOptions()
+{
+    while (m_optionForm->rowCount() > 0)
+        m_optionForm->removeRow(0);
+    m_optionEditors.clear();
+    const auto* p = planner::findPartitioner(m_algorithm->currentText().toStdString());
+    if (!p)
+        return;
+    m_description->setText(QString::fromUtf8(p->description().data(), static_cast<int>(p->description().size())));
+    const auto specs = p->options();
+    m_optionBox->setVisible(!specs.empty());
+    for (const auto& spec : specs) {
+        QWidget* editor = nullptr;
+        const bool auto_ = spec.default_value.is_null();
+        switch (spec.type) {
+        case planner::OptionSpec::Type::Integer: {
+            auto* box = new QSpinBox(m_optionBox);
+            const int lo = spec.min ? static_cast<int>(*spec.min) : -1'000'000;
+            box->setRange(auto_ ? lo - 1 : lo, spec.max ? static_cast<int>(*spec.max) : 1'000'000);
+            if (auto_) {
+                box->setSpecialValueText(tr("auto"));
+                box->setValue(box->minimum());
+            } else {
+                box->setValue(spec.default_value.get<int>());
+            }
+            editor = box;
+            break;
+        }
+        case planner::OptionSpec::Type::Number: {
+            auto* box = new QDoubleSpinBox(m_optionBox);
+            box->setDecimals(4);
+            const double lo = spec.min.value_or(-1e9);
+            box->setRange(auto_ ? lo - 1 : lo, spec.max.value_or(1e9));
+            if (auto_) {
+                box->setSpecialValueText(tr("auto"));
+                box->setValue(box->minimum());
+            } else {
+                box->setValue(spec.default_value.get<double>());
+            }
+            editor = box;
+            break;
+        }
+        case planner::OptionSpec::Type::Boolean: {
+            auto* box = new QCheckBox(m_optionBox);
+            box->setChecked(!auto_ && spec.default_value.get<bool>());
+            editor = box;
+            break;
+        }
+        case planner::OptionSpec::Type::Choice: {
+            auto* box = new QComboBox(m_optionBox);
+            if (auto_)
+                box->addItem(tr("auto"));
+            for (const auto& c : spec.choices)
+                box->addItem(QString::fromStdString(c));
+            if (!auto_)
+                box->setCurrentText(QString::fromStdString(spec.default_value.get<std::string>()));
+            editor = box;
+            break;
+        }
+        case planner::OptionSpec::Type::IntegerList: {
+            auto* edit = new QLineEdit(m_optionBox);
+            edit->setPlaceholderText(auto_ ? tr("auto (e.g. 1,2,4)") : QString::fromStdString(spec.default_value.dump()));
+            editor = edit;
+            break;
+        }
+        }
+        editor->setToolTip(QString::fromStdString(spec.description + " (" + planner::describeType(spec) + ")"));
+        editor->setObjectName(QString::fromStdString(spec.name));
+        m_optionForm->addRow(QString::fromStdString(spec.name), editor);
+        m_optionEditors.emplace_back(spec, editor);
+    }
+}
+
+void PartitionPanel::setOption(const QString& name, const nlohmann::json& value)
+{
+    for (auto& [spec, editor] : m_optionEditors) {
+        if (QString::fromStdString(spec.name) != name)
+            continue;
+        if (auto* box = qobject_cast<QSpinBox*>(editor); box && value.is_number())
+            box->setValue(value.get<int>());
+        else if (auto* dbox = qobject_cast<QDoubleSpinBox*>(editor); dbox && value.is_number())
+            dbox->setValue(value.get<double>());
+        else if (auto* check = qobject_cast<QCheckBox*>(editor); check && value.is_boolean())
+            check->setChecked(value.get<bool>());
+        else if (auto* combo = qobject_cast<QComboBox*>(editor); combo && value.is_string())
+            combo->setCurrentText(QString::fromStdString(value.get<std::string>()));
+        else if (auto* edit = qobject_cast<QLineEdit*>(editor); edit && value.is_array()) {
+            QStringList parts;
+            for (const auto& v : value)
+                parts << QString::number(v.get<int>());
+            edit->setText(parts.join(QLatin1Char(',')));
+        }
+    }
+}
+
+app::PartitionSettings PartitionPanel::settings() const
+{
+    app::PartitionSettings s;
+    s.algorithm = m_algorithm->currentText().toStdString();
+    s.schedule.kind = m_schedule->currentText().toStdString();
+    s.schedule.microbatches = m_microbatches->value();
+    s.schedule.microbatch_size = m_microbatchSize->value();
+    s.schedule.chunks = m_chunks->value();
+    s.schedule.recompute = m_recompute->isChecked();
+    for (const auto& [spec, editor] : m_optionEditors) {
+        const std::string& name = spec.name;
+        if (auto* box = qobject_cast<QSpinBox*>(editor)) {
+            if (!(spec.default_value.is_null() && box->value() == box->minimum()))
+                s.params[name] = box->value();
+        } else if (auto* dbox = qobject_cast<QDoubleSpinBox*>(editor)) {
+            if (!(spec.default_value.is_null() && dbox->value() == dbox->minimum()))
+                s.params[name] = dbox->value();
+        } else if (auto* check = qobject_cast<QCheckBox*>(editor)) {
+            if (!spec.default_value.is_null() || check->isChecked())
+                s.params[name] = check->isChecked();
+        } else if (auto* combo = qobject_cast<QComboBox*>(editor)) {
+            if (!(spec.default_value.is_null() && combo->currentIndex() == 0))
+                s.params[name] = combo->currentText().toStdString();
+        } else if (auto* edit = qobject_cast<QLineEdit*>(editor); edit && !edit->text().trimmed().isEmpty()) {
+            try {
+                s.params[name] = planner::parseOptionValue(spec, edit->text().trimmed().toStdString());
+            } catch (const planner::InputError&) {
+                s.params[name] = edit->text().trimmed().toStdString(); // the partitioner names the bad value
+            }
+        }
+    }
+    return s;
+}
+
+planner::PartitionOptions PartitionPanel::partitionOptions() const
+{
+    const auto s = settings();
+    planner::PartitionOptions o;
+    o.schedule = s.schedule;
+    o.params = s.params;
+    o.devices = m_devices->value();
+    o.memory_limit = m_memoryLimit->isChecked();
+    return o;
+}
+
+void PartitionPanel::showCurrent()
+{
+    std::vector<ResultRow> rows;
+    auto& doc = m_project.planDocument();
+    if (doc.hasPlan())
+        rows.push_back(ResultModel::planRow(tr("current plan"), doc.plan(), true));
+    m_results->setRows(std::move(rows));
+}
+
+void PartitionPanel::run()
+{
+    start(false);
+}
+
+void PartitionPanel::compareAll()
+{
+    start(true);
+}
+
+void PartitionPanel::start(bool compare)
+{
+    if (isRunning())
+        return;
+    if (m_worker.joinable())
+        m_worker.join();
+    m_project.setPartitionSettings(settings());
+    auto project = std::make_shared<const app::Project>(m_project.snapshot());
+    const auto options = partitionOptions();
+    m_runAlgorithm = m_algorithm->currentText();
+    m_comparing = compare;
+    m_cancelRequested = false;
+    m_result.reset();
+    m_comparison.clear();
+    m_fraction = 0;
+    m_done = false;
+    m_run->setEnabled(false);
+    m_compare->setEnabled(false);
+    m_cancel->setEnabled(true);
+    m_status->setText(compare ? tr("Comparing every algorithm…") : tr("Running %1…").arg(m_runAlgorithm));
+    m_poll->start();
+    const std::string algorithm = m_runAlgorithm.toStdString();
+    m_worker = std::jthread([this, project, options, algorithm, compare](std::stop_token stop) {
+        auto progress = [this](double f) { m_fraction = std::clamp(f, 0.0, 1.0); };
+        if (compare) {
+            planner::ComparisonOptions c;
+            c.base = options;
+            c.base.params = nlohmann::json::object(); // algorithm options are not shared
+            c.keep_plans = true;
+            m_comparison = planner::compareAlgorithms(project->model, project->cluster, c, progress, stop);
+        } else {
+            m_result = planner::findPartitioner(algorithm)->partition({project->model, project->cluster, options},
+                progress, stop);
+        }
+        m_done = true;
+        QMetaObject::invokeMethod(this, [this] { onFinished(); }, Qt::QueuedConnection);
+    });
+}
+
+void PartitionPanel::cancel()
+{
+    if (!isRunning())
+        return;
+    m_cancelRequested = true;
+    m_worker.request_stop();
+    m_cancel->setEnabled(false);
+    m_status->setText(tr("Cancelling…"));
+}
+
+void PartitionPanel::onFinished()
+{
+    if (m_worker.joinable())
+        m_worker.join();
+    m_poll->stop();
+    m_run->setEnabled(true);
+    m_compare->setEnabled(true);
+    m_cancel->setEnabled(false);
+    m_progress->setValue(m_cancelRequested ? 0 : 1000);
+    const bool sawStop = m_result && !m_result->ok()
+        && std::any_of(m_result->diagnostics.begin(), m_result->diagnostics.end(),
+            [](const planner::Diagnostic& d) { return d.code == "cancelled"; });
+    if (m_cancelRequested) {
+        m_outcome = sawStop || m_comparing ? QStringLiteral("cancelled") : QStringLiteral("discarded");
+        m_status->setText(tr("Cancelled: the plan is unchanged."));
+        showCurrent();
+        emit finished();
+        return;
+    }
+    std::vector<ResultRow> rows;
+    auto& doc = m_project.planDocument();
+    if (doc.hasPlan())
+        rows.push_back(ResultModel::planRow(tr("current plan"), doc.plan(), true));
+    if (m_comparing) {
+        int ok = 0;
+        for (const auto& c : m_comparison) {
+            rows.push_back(ResultModel::comparisonRow(c));
+            ok += c.ok;
+        }
+        m_outcome = QStringLiteral("done");
+        m_status->setText(tr("%1 of %2 algorithms produced a plan. Select one and Apply (or double-click).")
+                              .arg(ok)
+                              .arg(m_comparison.size()));
+    } else {
+        auto more = ResultModel::runRows(m_runAlgorithm, *m_result);
+        std::move(more.begin(), more.end(), std::back_inserter(rows));
+        m_outcome = m_result->ok() ? QStringLiteral("done") : QStringLiteral("failed");
+        m_status->setText(m_result->ok()
+                ? tr("%1 found a plan (%2 candidates compared). Apply it to edit it.")
+                      .arg(m_runAlgorithm)
+                      .arg(m_result->candidates.size())
+                : tr("%1 found no plan: %2").arg(m_runAlgorithm, QString::fromStdString(m_result->errorText())));
+    }
+    m_results->setRows(std::move(rows));
+    if (m_results->rowCount() > 1 && m_results->row(1).plan)
+        m_table->selectRow(1);
+    emit finished();
+}
+
+bool PartitionPanel::applyRow(int row)
+{
+    if (row < 0 || row >= m_results->rowCount() || !m_results->row(row).plan || m_results->row(row).current)
+        return false;
+    const ResultRow& r = m_results->row(row);
+    m_project.planDocument().replace(tr("Apply %1 plan").arg(r.label), *r.plan);
+    emit message(tr("Applied the %1 plan (%2). Undo with Ctrl+Z.").arg(r.label, r.config));
+    auto rows = std::vector<ResultRow>();
+    for (int i = 0; i < m_results->rowCount(); ++i) {
+        ResultRow copy = m_results->row(i);
+        copy.current = false;
+        if (i == 0 && copy.label == tr("current plan"))
+            copy.label = tr("previous plan");
+        rows.push_back(std::move(copy));
+    }
+    rows.insert(rows.begin(), ResultModel::planRow(tr("current plan"), m_project.planDocument().plan(), true));
+    m_results->setRows(std::move(rows));
+    return true;
+}
+
+} // namespace pw::ui

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// The partition panel: choose an algorithm and its options, run it in the background with progress and Cancel,
+// list its plan and candidates (or every algorithm's plan) next to the current plan, apply one as an undo step.
+#pragma once
+
+#include <QWidget>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+
+#include "app/project/project.h"
+#include "planner/analysis/compare.h"
+
+class QCheckBox;
+class QComboBox;
+class QFormLayout;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+class QTimer;
+
+namespace pw::ui {
+
+class ProjectDocument;
+class ResultModel;
+
+class PartitionPanel : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit PartitionPanel(ProjectDocument& project, QWidget* parent = nullptr);
+    ~PartitionPanel() override;
+
+    /// The settings as the form shows them.
+    app::PartitionSettings settings() const;
+    void setAlgorithm(const QString& name);
+    /// Sets an algorithm option's editor from a JSON value (tests, project settings).
+    void setOption(const QString& name, const nlohmann::json& value);
+
+    /// Runs the chosen algorithm in the background; finished() follows.
+    void run();
+    /// Runs every algorithm (pipewright-cli compare) in the background.
+    void compareAll();
+    /// Stops the run; its result is discarded and the plan stays as it is.
+    void cancel();
+    bool isRunning() const { return m_worker.joinable() && !m_done; }
+    /// How the last run ended: "done", "failed", "cancelled" (the partitioner stopped at the request) or
+    /// "discarded" (it finished before seeing the request).
+    QString lastOutcome() const { return m_outcome; }
+    QString status() const;
+    ResultModel* results() const { return m_results; }
+    /// Applies row `row` of the results (an undo step); false when it has no plan.
+    bool applyRow(int row);
+
+signals:
+    void finished();
+    void message(const QString& text);
+
+private:
+    void rebuildOptions();
+    void showCurrent();
+    void start(bool compare);
+    void onFinished();
+    planner::PartitionOptions partitionOptions() const;
+
+    ProjectDocument& m_project;
+    QComboBox* m_algorithm = nullptr;
+    QLabel* m_description = nullptr;
+    QFormLayout* m_optionForm = nullptr;
+    QWidget* m_optionBox = nullptr;
+    std::vector<std::pair<planner::OptionSpec, QWidget*>> m_optionEditors;
+    QComboBox* m_schedule = nullptr;
+    QSpinBox* m_microbatches = nullptr;
+    QSpinBox* m_microbatchSize = nullptr;
+    QSpinBox* m_chunks = nullptr;
+    QSpinBox* m_devices = nullptr;
+    QCheckBox* m_recompute = nullptr;
+    QCheckBox* m_memoryLimit = nullptr;
+    QPushButton* m_run = nullptr;
+    QPushButton* m_compare = nullptr;
+    QPushButton* m_cancel = nullptr;
+    QPushButton* m_apply = nullptr;
+    QProgressBar* m_progress = nullptr;
+    QLabel* m_status = nullptr;
+    QTableView* m_table = nullptr;
+    ResultModel* m_results = nullptr;
+    QTimer* m_poll = nullptr;
+
+    // The background run: the worker writes its outcome, the GUI thread reads it after `m_done`.
+    std::jthread m_worker;
+    std::atomic<double> m_fraction {0};
+    std::atomic<bool> m_done {true};
+    bool m_cancelRequested = false;
+    bool m_comparing = false;
+    QString m_runAlgorithm;
+    std::optional<planner::PartitionResult> m_result;
+    std::vector<planner::ComparisonRow> m_comparison;
+    QString m_outcome;
+};
+
+} // namespace pw::ui

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+#include "scenarios_view.h"
+
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QInputDialog>
+#include <QLabel>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "planner/errors.h"
+#include "ui/document/project_document.h"
+#include "ui/models/format.h"
+#include "ui/models/scenario_model.h"
+#include "ui/widgets/gantt_view.h"
+
+namespace pw::ui {
+
+ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
+    : QWidget(parent)
+    , m_project(project)
+{
+    auto* layout = new QVBoxLayout(this);
+    auto* hint = new QLabel(tr("Saved plans of this project. Tick the ones to compare: their schedules are stacked "
+                               "below on one time axis."),
+        this);
+    hint->setWordWrap(true);
+    layout->addWidget(hint);
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    auto* top = new QWidget(splitter);
+    auto* topLayout = new QVBoxLayout(top);
+    topLayout->setContentsMargins(0, 0, 0, 0);
+    m_model = new ScenarioModel(project, this);
+    m_table = new QTableView(top);
+    m_table->setModel(m_model);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_table->verticalHeader()->hide();
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    topLayout->addWidget(m_table);
+    auto* buttons = new QHBoxLayout;
+    auto* save = new QPushButton(tr("Save current plan as scenario…"), top);
+    auto* restore = new QPushButton(tr("Edit selected (make it the current plan)"), top);
+    auto* remove = new QPushButton(tr("Remove selected"), top);
+    buttons->addWidget(save);
+    buttons->addWidget(restore);
+    buttons->addWidget(remove);
+    buttons->addStretch(1);
+    topLayout->addLayout(buttons);
+    splitter->addWidget(top);
+    m_gantt = new GanttView(splitter, false);
+    splitter->addWidget(m_gantt);
+    splitter->setStretchFactor(0, 1);
+    splitter->setStretchFactor(1, 4);
+    splitter->setSizes({220, 880});
+    layout->addWidget(splitter, 1);
+
+    connect(save, &QPushButton::clicked, this, &ScenariosView::saveCurrentAs);
+    connect(restore, &QPushButton::clicked, this, [this] {
+        QString error;
+        const QString name = selectedName();
+        if (name.isEmpty())
+            emit message(tr("Select a scenario first"));
+        else if (!m_project.restoreScenario(name, &error))
+            emit message(error);
+        else
+            emit message(tr("Scenario '%1' is now the current plan (Ctrl+Z undoes it)").arg(name));
+    });
+    connect(remove, &QPushButton::clicked, this, [this] {
+        const QString name = selectedName();
+        if (!name.isEmpty())
+            m_project.removeScenario(name);
+    });
+    connect(m_model, &ScenarioModel::checkedChanged, this, &ScenariosView::refreshGantt);
+    refreshGantt();
+}
+
+QString ScenariosView::selectedName() const
+{
+    const auto rows = m_table->selectionModel()->selectedRows();
+    return rows.isEmpty() ? QString() : m_model->data(m_model->index(rows.front().row(), ScenarioModel::Name)).toString();
+}
+
+void ScenariosView::saveCurrentAs()
+{
+    bool ok = false;
+    const QString name = QInputDialog::getText(this, tr("Save scenario"), tr("Name of the scenario:"), QLineEdit::Normal,
+        tr("Scenario %1").arg(m_project.project().scenarios.size() + 1), &ok);
+    if (!ok)
+        return;
+    QString error;
+    if (!m_project.saveScenario(name, {}, &error))
+        emit message(error);
+}
+
+void ScenariosView::refreshGantt()
+{
+    std::vector<GanttBlock> blocks;
+    QStringList failed;
+    for (const QString& name : m_model->checkedNames()) {
+        const auto& s = m_project.project().scenarios[m_project.project().findScenario(name.toStdString())];
+        try {
+            auto r = planner::simulate(s.plan);
+            blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
+                                  .arg(name, QString::fromStdString(s.plan.configString()),
+                                      QString::fromStdString(s.plan.schedule.kind))
+                                  .arg(r.throughput_samples_per_s, 0, 'f', 1)
+                                  .arg(secondsText(r.iteration_time_s), percentText(r.bubble_fraction)),
+                std::move(r.timeline)});
+        } catch (const planner::InputError& e) {
+            failed << name + QStringLiteral(": ") + QString::fromStdString(e.message());
+        }
+    }
+    if (blocks.empty())
+        m_gantt->setEmptyMessage(m_project.project().scenarios.empty()
+                ? tr("No scenarios yet: save the current plan as a scenario (Plan ▸ Save as scenario) to compare plans.")
+                : failed.isEmpty() ? tr("Tick one or more scenarios above to see their schedules here.")
+                                   : tr("Cannot simulate: %1").arg(failed.join(QStringLiteral("; "))));
+    else
+        m_gantt->setBlocks(std::move(blocks));
+}
+
+} // namespace pw::ui

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # One entry point for people and CI: installs what is missing, builds, then runs the job asked for.
-#   demo   build and run `pipewright-cli demo` on the bundled demo
+#   demo   build and open the desktop app on the bundled demo project (without a display: the CLI demo, and
+#          screenshots of every view in build/screenshots/)
 #   test   build everything and run every test (what .ci/run calls)
 #   bench  build optimised and run the benchmarks in tests/bench
 #   asan   build with AddressSanitizer + UBSan and run every test
@@ -13,7 +14,6 @@ case "$job" in demo|test|bench|asan) ;; *) echo "usage: $0 demo|test|bench|asan"
 
 bash packaging/setup-deps.sh
 
-export QT_QPA_PLATFORM=${QT_QPA_PLATFORM:-offscreen}
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
@@ -21,11 +21,23 @@ configure() { # preset
   cmake --preset "$1" >/dev/null
 }
 
+# Tests and benchmarks draw widgets offscreen; only the demo may open a window.
+if [ "$job" != demo ]; then export QT_QPA_PLATFORM=${QT_QPA_PLATFORM:-offscreen}; fi
+
 case "$job" in
   demo)
     configure dev
-    cmake --build build/dev --target pipewright-cli -j"$jobs"
+    cmake --build build/dev --target pipewright pipewright-cli -j"$jobs"
+    if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+      exec build/dev/app/pipewright --demo
+    fi
+    echo "No display: here is the demo from the command line, and a screenshot of every view of the app."
     build/dev/app/pipewright-cli demo
+    mkdir -p build/screenshots
+    for view in model cluster partition gantt memory scenarios; do
+      build/dev/app/pipewright --demo --view "$view" --screenshot "build/screenshots/$view.png"
+    done
+    echo "Open the app on a desktop with: build/dev/app/pipewright   (or under Xvfb: xvfb-run build/dev/app/pipewright)"
     ;;
   test)
     configure dev

@@ -14,6 +14,7 @@ StageModel::StageModel(PlanDocument& document, QObject* parent)
     : QAbstractTableModel(parent)
     , m_document(document)
 {
+    connect(&document, &PlanDocument::planChanged, this, &StageModel::refresh);
     connect(&document, &PlanDocument::predictionChanged, this, &StageModel::refresh);
     m_rows = m_document.hasPlan() ? m_document.plan().stageCount() : 0;
 }
@@ -42,7 +43,8 @@ int StageModel::columnCount(const QModelIndex& parent) const
 
 QVariant StageModel::data(const QModelIndex& index, int role) const
 {
-    if (!index.isValid() || index.row() >= m_rows || !m_document.hasPlan())
+    // m_rows follows the plan on planChanged; the check on the plan itself guards views painting in between.
+    if (!index.isValid() || index.row() >= m_rows || !m_document.hasPlan() || index.row() >= m_document.plan().stageCount())
         return {};
     const auto& plan = m_document.plan();
     const int s = index.row();

@@ -34,9 +34,14 @@ constexpr double kTitleHeight = 18; // layout units above a titled block
 constexpr int kHues = 24;
 
 /// Microbatches get hues a golden angle apart, so neighbours differ; the kind sets lightness.
+int hueOf(int microbatch)
+{
+    return static_cast<int>(std::abs(static_cast<long long>(microbatch)) * 137508 / 1000 % 360);
+}
+
 QColor spanColor(ActionKind kind, int microbatch)
 {
-    const int hue = static_cast<int>(std::fmod(std::abs(microbatch) * 137.508, 360.0));
+    const int hue = hueOf(microbatch);
     switch (kind) {
     case ActionKind::Forward: return QColor::fromHsv(hue, 110, 245);
     case ActionKind::Backward: return QColor::fromHsv(hue, 210, 185);
@@ -51,6 +56,19 @@ QColor spanColor(ActionKind kind, int microbatch)
     case ActionKind::WavePull: return QColor(230, 140, 20);
     }
     return Qt::black;
+}
+
+/// spanColor() as an opaque pixel, cached per (kind, hue), which is all it depends on: the repaint of a million
+/// spans cannot afford an HSV conversion per span.
+QRgb spanRgb(ActionKind kind, int microbatch)
+{
+    constexpr int kKinds = static_cast<int>(ActionKind::WavePull) + 1;
+    static std::vector<QRgb> cache(kKinds * 360, 0);
+    const int index = static_cast<int>(kind) * 360 + hueOf(microbatch);
+    QRgb& c = cache[index];
+    if (c == 0)
+        c = spanColor(kind, microbatch).rgba();
+    return c;
 }
 
 QString laneName(planner::Lane lane)
@@ -208,7 +226,86 @@ protected:
         const TimeAxis time = axis();
         const double left = rect.left();
         auto yOf = [this](double v) { return mValueAxis->coordToPixel(v); };
+        // On screen the rectangles go straight into an image drawn once (a QPainter call per rectangle costs too
+        // much for a quarter of a million of them); exports to SVG and PDF get real rectangles.
+        const bool vector = painter->modes().testFlag(QCPPainter::pmVectorized);
+        const qreal dpr = vector ? 1.0 : painter->device()->devicePixelRatioF();
+        if (!vector) {
+            const QSize size(qCeil(rect.width() * dpr), qCeil(rect.height() * dpr));
+            if (m_image.size() != size)
+                m_image = QImage(size, QImage::Format_ARGB32_Premultiplied);
+            m_image.fill(Qt::white); // opaque: the image is copied, not blended (the grid is drawn above it)
+        }
+        uchar* const bits = vector ? nullptr : m_image.bits();
+        const qsizetype stride = vector ? 0 : m_image.bytesPerLine();
+        auto paintRect = [&](double x0, double y0, double x1, double y1, QRgb rgb) {
+            if (vector) {
+                painter->fillRect(QRectF(x0, y0, x1 - x0, y1 - y0), QColor::fromRgba(rgb));
+                return;
+            }
+            const int ix0 = std::clamp(static_cast<int>(std::lround((x0 - rect.left()) * dpr)), 0, m_image.width());
+            const int ix1 = std::clamp(static_cast<int>(std::lround((x1 - rect.left()) * dpr)), 0, m_image.width());
+            const int iy0 = std::clamp(static_cast<int>(std::lround((y0 - rect.top()) * dpr)), 0, m_image.height());
+            const int iy1 = std::clamp(static_cast<int>(std::lround((y1 - rect.top()) * dpr)), 0, m_image.height());
+            for (int y = iy0; y < iy1; ++y)
+                std::fill(reinterpret_cast<QRgb*>(bits + y * stride) + ix0, reinterpret_cast<QRgb*>(bits + y * stride) + ix1, rgb);
+        };
         std::vector<DrawItem> items;
+        for (const auto& block : blocks) {
+            if (yOf(block->bottom) < rect.top() || yOf(block->top) > rect.bottom())
+                continue;
+            for (int d = 0; d < block->layout.devices(); ++d) {
+                for (int l = 0; l < kLaneRows; ++l) {
+                    const auto lane = static_cast<LaneRow>(l);
+                    const double top = block->layout.rowTop(d, lane);
+                    const double y0 = std::round(yOf(top));
+                    const double y1 = std::round(yOf(top + block->layout.laneHeight(lane)));
+                    if (y1 - y0 < 1 || y1 < rect.top() || y0 > rect.bottom())
+                        continue;
+                    paintRect(left, y0, left + rect.width(), y1, lane == LaneRow::Compute ? qRgb(236, 236, 236) : qRgb(246, 246, 246));
+                    items.clear();
+                    const int row = RowLayout::rowIndex(d, lane);
+                    if (folding)
+                        fold(block->index, time, row, items);
+                    else
+                        visibleSpans(block->index, time, row, items);
+                    painted += items.size();
+                    if (vector) {
+                        for (const auto& it : items) {
+                            const double x0 = std::floor(left + it.x0);
+                            const double x1 = std::max(x0 + 1, std::ceil(left + it.x1));
+                            // Wide spans keep a 1 px gap at their start, so that neighbours stay apart.
+                            const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0;
+                            paintRect(x0 + gap, y0, x1, y1, colorOf(it));
+                        }
+                        continue;
+                    }
+                    // The raster path, in device pixels of the image: the same rectangles, written directly.
+                    const int width = m_image.width();
+                    const int iy0 = std::clamp(static_cast<int>((y0 - rect.top()) * dpr), 0, m_image.height());
+                    const int iy1 = std::clamp(static_cast<int>((y1 - rect.top()) * dpr), 0, m_image.height());
+                    for (const auto& it : items) {
+                        const double x0 = std::floor(it.x0);
+                        const double x1 = std::max(x0 + 1, std::ceil(it.x1));
+                        const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0;
+                        const int ix0 = std::clamp(static_cast<int>((x0 + gap) * dpr), 0, width);
+                        const int ix1 = std::clamp(static_cast<int>(x1 * dpr), 0, width);
+                        const QRgb rgb = colorOf(it);
+                        for (int y = iy0; y < iy1; ++y) {
+                            QRgb* line = reinterpret_cast<QRgb*>(bits + y * stride);
+                            for (int x = ix0; x < ix1; ++x)
+                                line[x] = rgb;
+                        }
+                    }
+                }
+            }
+        }
+        if (!vector) {
+            m_image.setDevicePixelRatio(dpr);
+            painter->setCompositionMode(QPainter::CompositionMode_Source);
+            painter->drawImage(QPointF(rect.topLeft()), m_image);
+            painter->setCompositionMode(QPainter::CompositionMode_SourceOver);
+        }
         for (const auto& block : blocks) {
             if (yOf(block->bottom) < rect.top() || yOf(block->top) > rect.bottom())
                 continue;
@@ -223,35 +320,36 @@ protected:
                 bold.setBold(false);
                 painter->setFont(bold);
             }
-            for (int d = 0; d < block->layout.devices(); ++d) {
-                for (int l = 0; l < kLaneRows; ++l) {
-                    const auto lane = static_cast<LaneRow>(l);
-                    const double top = block->layout.rowTop(d, lane);
-                    const double y0 = std::round(yOf(top));
-                    const double y1 = std::round(yOf(top + block->layout.laneHeight(lane)));
-                    if (y1 - y0 < 1 || y1 < rect.top() || y0 > rect.bottom())
-                        continue;
-                    painter->fillRect(QRectF(left, y0, rect.width(), y1 - y0),
-                        lane == LaneRow::Compute ? QColor(236, 236, 236) : QColor(246, 246, 246));
-                    items.clear();
-                    const int row = RowLayout::rowIndex(d, lane);
-                    if (folding)
-                        fold(block->index, time, row, items);
-                    else
-                        visibleSpans(block->index, time, row, items);
-                    painted += items.size();
-                    for (const auto& it : items) {
-                        const double x0 = std::floor(left + it.x0);
-                        const double x1 = std::max(x0 + 1, std::ceil(left + it.x1));
-                        // Wide spans keep a 1 px gap at their start, so that neighbours stay apart.
-                        const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0;
-                        painter->fillRect(QRectF(x0 + gap, y0, x1 - x0 - gap, y1 - y0), spanColor(it.kind, it.microbatch));
-                    }
-                }
-            }
             if (arrows)
                 drawArrows(painter, *block, time, left, yOf);
         }
+    }
+
+    QImage m_image; // the raster path's canvas, kept between frames
+    std::vector<QRgb> m_colors; // spanRgb() by kind x microbatch for the microbatches of the blocks
+    int m_colorStride = 0;
+
+public:
+    /// Fills the colour table for the blocks' microbatches (called when they change).
+    void buildColors()
+    {
+        int most = 0;
+        for (const auto& b : blocks)
+            for (const auto& sp : b->timeline.spans)
+                most = std::max(most, std::abs(sp.microbatch));
+        m_colorStride = most + 1;
+        constexpr int kKinds = static_cast<int>(ActionKind::WavePull) + 1;
+        m_colors.assign(static_cast<std::size_t>(kKinds) * m_colorStride, 0);
+        for (int k = 0; k < kKinds; ++k)
+            for (int m = 0; m < m_colorStride; ++m)
+                m_colors[static_cast<std::size_t>(k) * m_colorStride + m] = spanRgb(static_cast<ActionKind>(k), m);
+    }
+
+private:
+    QRgb colorOf(const DrawItem& it) const
+    {
+        const int m = std::abs(it.microbatch);
+        return m < m_colorStride ? m_colors[static_cast<std::size_t>(it.kind) * m_colorStride + m] : spanRgb(it.kind, m);
     }
 
     template <class YOf>
@@ -331,7 +429,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     m_gantt->yAxis->setTickLength(0, 0);
     m_gantt->xAxis->setTicker(QSharedPointer<SecondsTicker>::create());
     m_gantt->xAxis->grid()->setPen(QPen(QColor(0, 0, 0, 40), 1, Qt::DotLine));
-    m_gantt->xAxis->grid()->setLayer(QStringLiteral("main")); // the grid over the rows' backgrounds
+    m_gantt->xAxis->grid()->setLayer(QStringLiteral("overlay")); // the grid over the rows, faint
     m_gantt->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     m_gantt->axisRect()->setRangeDrag(Qt::Horizontal);
     m_gantt->axisRect()->setRangeZoom(Qt::Horizontal);
@@ -383,6 +481,7 @@ void GanttView::setBlocks(std::vector<GanttBlock> blocks)
         top = data->bottom + 10;
         m_plottable->blocks.push_back(std::move(data));
     }
+    m_plottable->buildColors();
     rebuild();
 }
 
@@ -420,7 +519,7 @@ void GanttView::rebuild()
     rebuildMemory();
     updateMargins();
     onRangeChanged();
-    m_gantt->replot();
+    m_gantt->replot(QCustomPlot::rpQueuedReplot); // never paint inside the caller's signal handlers
 }
 
 void GanttView::updateMargins()

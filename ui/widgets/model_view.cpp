@@ -206,7 +206,7 @@ void ModelView::rebuild()
     caption += why.empty() ? tr(" Drag a dark handle to move a boundary; right-click to split, merge or assign devices.")
                            : tr(" <i>Not editable by hand: %1</i>").arg(QString::fromStdString(why).toHtmlEscaped());
     m_caption->setText(caption);
-    m_plot->replot();
+    m_plot->replot(QCustomPlot::rpQueuedReplot); // never paint inside the document's signals
 }
 
 QPoint ModelView::handlePoint(int boundary) const

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+// The main window offscreen, driven like a person would: drag a stage boundary with the mouse, undo it, load a
+// malformed profile, and render every view.
+#include <catch2/catch.hpp>
+
+#include <QApplication>
+#include <QMessageBox>
+#include <QMouseEvent>
+#include <QTemporaryDir>
+#include <QUndoStack>
+#include <qcustomplot.h>
+#include <set>
+
+#include "planner/edit.h"
+#include "ui/document/project_document.h"
+#include "ui/models/stage_model.h"
+#include "ui/widgets/main_window.h"
+#include "ui/widgets/metrics_panel.h"
+#include "ui/widgets/model_view.h"
+
+using namespace pw;
+using namespace pw::ui;
+
+namespace {
+
+std::string planJson(ProjectDocument& doc)
+{
+    return planner::toJson(doc.planDocument().plan()).dump();
+}
+
+/// Sends a mouse event as the platform would (QTest::mouseMove carries no buttons).
+void mouse(QWidget* w, QEvent::Type type, QPoint pos, Qt::MouseButton button, Qt::MouseButtons buttons)
+{
+    QMouseEvent e(type, QPointF(pos), w->mapToGlobal(QPointF(pos)), button, buttons, Qt::NoModifier);
+    QApplication::sendEvent(w, &e);
+}
+
+struct Window
+{
+    MainWindow window;
+    Window()
+    {
+        REQUIRE(window.openDemo());
+        window.resize(1600, 1000);
+        window.show();
+        window.showView(QStringLiteral("model"));
+        window.replotAll();
+    }
+    ModelView* view() { return window.modelView(); }
+    QCustomPlot* plot() { return window.modelView()->plot(); }
+    int pixelOfLayerEdge(double position) { return static_cast<int>(std::lround(plot()->xAxis->coordToPixel(position))); }
+};
+
+} // namespace
+
+TEST_CASE("main window: dragging a boundary moves it, re-simulates live, and undo restores the plan exactly", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    const std::string before = planJson(doc);
+    const auto bounds = planner::edit::boundaries(doc.planDocument().plan());
+    REQUIRE(bounds.size() == 1); // the demo's PipeDream plan: 6-2, 22 layers | 4 layers
+    const int start = bounds[0];
+    const QString iterationBefore = w.window.metricsPanel()->value(QStringLiteral("iteration"));
+    const QString memoryBefore = w.window.metricsPanel()->value(QStringLiteral("memory"));
+    const int undoBefore = doc.planDocument().undoStack()->count();
+
+    const QPoint handle = w.view()->handlePoint(0);
+    REQUIRE(w.view()->boundaryAt(handle) == 0);
+    REQUIRE(w.view()->boundaryAt(handle + QPoint(40, 0)) == -1);
+    mouse(w.plot(), QEvent::MouseButtonPress, handle, Qt::LeftButton, Qt::LeftButton);
+    CHECK(w.view()->draggedBoundary() == 0);
+    // Drag left in steps; every step that crosses a layer edge previews a re-simulated plan.
+    std::set<QString> seen;
+    for (double position = start + 1; position >= 12; position -= 1.0) {
+        mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(position - 0.1), handle.y()), Qt::NoButton,
+            Qt::LeftButton);
+        seen.insert(w.window.metricsPanel()->value(QStringLiteral("iteration")));
+    }
+    CHECK(doc.planDocument().previewing());
+    CHECK(seen.size() > 3); // the metrics panel followed the drag
+    CHECK(doc.planDocument().undoStack()->count() == undoBefore); // no steps while dragging
+    mouse(w.plot(), QEvent::MouseButtonRelease, QPoint(w.pixelOfLayerEdge(11.9), handle.y()), Qt::LeftButton,
+        Qt::NoButton);
+
+    CHECK_FALSE(doc.planDocument().previewing());
+    CHECK(w.view()->draggedBoundary() == -1);
+    CHECK(doc.planDocument().undoStack()->count() == undoBefore + 1);
+    const auto moved = planner::edit::boundaries(doc.planDocument().plan());
+    CHECK(moved == std::vector<int> {11}); // snapped to the layer edge at 12: stage 0 = layers 0..11
+    CHECK(planJson(doc) != before);
+    CHECK(w.window.metricsPanel()->value(QStringLiteral("iteration")) != iterationBefore);
+    CHECK(w.window.metricsPanel()->value(QStringLiteral("memory")) != memoryBefore);
+    // The stage table follows too: stage 0 now holds 12 layers.
+    auto* stages = w.window.metricsPanel()->stageModel();
+    CHECK(stages->data(stages->index(0, StageModel::Layers), StageModel::ValueRole).toInt() == 12);
+    CHECK(doc.isModified());
+
+    doc.planDocument().undoStack()->undo();
+    CHECK(planJson(doc) == before);
+    CHECK(w.window.metricsPanel()->value(QStringLiteral("iteration")) == iterationBefore);
+    CHECK(w.window.metricsPanel()->value(QStringLiteral("memory")) == memoryBefore);
+    CHECK(stages->data(stages->index(0, StageModel::Layers), StageModel::ValueRole).toInt() == start + 1);
+    doc.planDocument().undoStack()->redo();
+    CHECK(planner::edit::boundaries(doc.planDocument().plan()) == std::vector<int> {11});
+}
+
+TEST_CASE("main window: a drag released where it started, or cancelled with Escape, leaves no step", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    const std::string before = planJson(doc);
+    const int undoBefore = doc.planDocument().undoStack()->count();
+    const QPoint handle = w.view()->handlePoint(0);
+
+    mouse(w.plot(), QEvent::MouseButtonPress, handle, Qt::LeftButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(15.2), handle.y()), Qt::NoButton, Qt::LeftButton);
+    CHECK(planJson(doc) != before);
+    mouse(w.plot(), QEvent::MouseMove, handle, Qt::NoButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseButtonRelease, handle, Qt::LeftButton, Qt::NoButton);
+    CHECK(planJson(doc) == before);
+    CHECK(doc.planDocument().undoStack()->count() == undoBefore);
+
+    mouse(w.plot(), QEvent::MouseButtonPress, handle, Qt::LeftButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(8.2), handle.y()), Qt::NoButton, Qt::LeftButton);
+    CHECK(planJson(doc) != before);
+    QKeyEvent escape(QEvent::KeyPress, Qt::Key_Escape, Qt::NoModifier);
+    QApplication::sendEvent(w.plot(), &escape);
+    CHECK(planJson(doc) == before);
+    CHECK_FALSE(doc.planDocument().previewing());
+    CHECK(doc.planDocument().undoStack()->count() == undoBefore);
+}
+
+TEST_CASE("main window: split and merge from the model view are undoable steps", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    const std::string before = planJson(doc);
+    // No device is free in the demo (6-2 on 8 GPUs): splitting stage 0 takes one of its replicas.
+    w.view()->splitStageAt(5.5);
+    REQUIRE(doc.planDocument().plan().stageCount() == 3);
+    CHECK(planner::edit::boundaries(doc.planDocument().plan()) == std::vector<int> {5, 21});
+    CHECK(doc.planDocument().plan().stages[0].replicas() == 5);
+    w.view()->mergeStageAt(1.0);
+    CHECK(doc.planDocument().plan().stageCount() == 2);
+    doc.planDocument().undoStack()->undo();
+    doc.planDocument().undoStack()->undo();
+    CHECK(planJson(doc) == before);
+}
+
+TEST_CASE("main window: a malformed profile shows an error and leaves the project untouched", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    const std::string before = app::toJson(doc.snapshot()).dump();
+    const int undoBefore = doc.planDocument().undoStack()->count();
+    const bool modifiedBefore = doc.isModified();
+
+    QTemporaryDir dir;
+    const QString bad = dir.filePath(QStringLiteral("broken.json"));
+    {
+        QFile f(bad);
+        REQUIRE(f.open(QIODevice::WriteOnly));
+        f.write("{\n  \"format_version\": 1,\n  \"name\": \"broken\",\n  \"layers\": [\n    {\"name\": \"l0\", "
+                "\"forward_ms\": \"fast\"}\n  ]\n}\n");
+    }
+    CHECK_FALSE(w.window.importProfile(bad));
+    const QString error = w.window.lastError();
+    CHECK(error.contains(QStringLiteral("broken.json")));
+    CHECK(error.contains(QStringLiteral("line 5")));
+    CHECK(error.contains(QStringLiteral("forward_ms")));
+    auto boxes = w.window.findChildren<QMessageBox*>(QStringLiteral("errorBox"));
+    REQUIRE_FALSE(boxes.isEmpty());
+    CHECK(boxes.back()->text() == error);
+    CHECK(boxes.back()->isVisible());
+    CHECK(app::toJson(doc.snapshot()).dump() == before);
+    CHECK(doc.planDocument().undoStack()->count() == undoBefore);
+    CHECK(doc.isModified() == modifiedBefore);
+
+    CHECK_FALSE(w.window.importProfile(QStringLiteral(PW_DEMO_DIR "/../../tests/data/bad/malformed-graph.txt")));
+    CHECK(w.window.lastError().contains(QStringLiteral("malformed-graph.txt")));
+    CHECK(app::toJson(doc.snapshot()).dump() == before);
+    CHECK_FALSE(w.window.openProject(dir.filePath(QStringLiteral("missing.pwproj"))));
+    CHECK(app::toJson(doc.snapshot()).dump() == before);
+}
+
+TEST_CASE("main window: every view renders, and the screenshots show content", "[ui]")
+{
+    Window w;
+    for (const QString& name : MainWindow::viewNames()) {
+        INFO(name.toStdString());
+        REQUIRE(w.window.showView(name));
+        w.window.replotAll();
+        const QImage image = w.window.screenshotWidget(name)->grab().toImage();
+        REQUIRE_FALSE(image.isNull());
+        // Something is drawn: many colours, not a blank or one-colour image.
+        std::set<QRgb> colours;
+        for (int y = 0; y < image.height(); y += 7)
+            for (int x = 0; x < image.width(); x += 7)
+                colours.insert(image.pixel(x, y));
+        CHECK(colours.size() > 20);
+    }
+    CHECK_FALSE(w.window.showView(QStringLiteral("no-such-view")));
+}

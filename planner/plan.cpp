@@ -316,6 +316,23 @@ Plan planFromJson(const json& j)
     plan.tensor_parallel = f::integerOr(j, "tensor_parallel", "", 1);
     if (j.contains("schedule"))
         plan.schedule = scheduleOptionsFromJson(j.at("schedule"), "/schedule");
+    if (j.contains("predicted")) { // written by toJson(); read back so that a saved plan keeps its prediction
+        const auto& pj = f::object(j.at("predicted"), "/predicted");
+        PredictedMetrics p;
+        p.iteration_time_s = f::nonNegative(pj, "iteration_time_s", "/predicted");
+        p.throughput_samples_per_s = f::nonNegative(pj, "throughput_samples_per_s", "/predicted");
+        p.bubble_fraction = f::nonNegative(pj, "bubble_fraction", "/predicted");
+        if (pj.contains("stage_peak_memory_bytes")) {
+            const auto& peaks = f::array(pj, "stage_peak_memory_bytes", "/predicted");
+            for (std::size_t i = 0; i < peaks.size(); ++i) {
+                const std::string path = f::child("/predicted/stage_peak_memory_bytes", i);
+                if (!peaks[i].is_number() || !(peaks[i].get<double>() >= 0))
+                    f::fail(path, "expected a number >= 0");
+                p.stage_peak_memory_bytes.push_back(peaks[i].get<double>());
+            }
+        }
+        plan.predicted = std::move(p);
+    }
     plan.validate();
     return plan;
 }

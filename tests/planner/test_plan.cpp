@@ -49,6 +49,20 @@ TEST_CASE("plan JSON round-trips and carries its model and cluster", "[plan]")
     CHECK(j.at("config") == "1-1");
     CHECK(j.at("provenance").at("model_digest").get<std::string>().size() == 16);
     CHECK(toJson(planFromJson(j)) == j);
+
+    // The prediction a planner or the app recorded comes back too (it was written but not read before).
+    p.predicted = PredictedMetrics {0.25, 512, 0.125, {1e9, 2.5e9}};
+    j = toJson(p);
+    const Plan back = planFromJson(j);
+    REQUIRE(back.predicted.has_value());
+    CHECK(back.predicted->throughput_samples_per_s == 512);
+    CHECK(back.predicted->stage_peak_memory_bytes == std::vector<double> {1e9, 2.5e9});
+    CHECK(toJson(back) == j);
+    j["predicted"]["stage_peak_memory_bytes"][1] = "big";
+    CHECK(fieldOf(j) == "/predicted/stage_peak_memory_bytes/1");
+    j["predicted"].erase("stage_peak_memory_bytes");
+    j["predicted"]["bubble_fraction"] = -1;
+    CHECK(fieldOf(j) == "/predicted/bubble_fraction");
 }
 
 TEST_CASE("plan validation rejects what cannot run, naming the field", "[plan]")

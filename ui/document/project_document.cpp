@@ -3,6 +3,7 @@
 
 #include <QFile>
 #include <QFileInfo>
+#include <algorithm>
 #include <fstream>
 
 #include "planner/errors.h"
@@ -29,6 +30,19 @@ bool looksLikeGraphTxt(const QString& path)
         return false;
     const QByteArray head = file.read(256).trimmed();
     return !head.startsWith('{');
+}
+
+/// "FILE, line N: FIELD: message", the parts that are known.
+QString errorText(const planner::InputError& e)
+{
+    QString text = QString::fromStdString(e.source());
+    if (e.line() > 0)
+        text += (text.isEmpty() ? QString() : QStringLiteral(", ")) + ProjectDocument::tr("line %1").arg(e.line());
+    if (!text.isEmpty())
+        text += QStringLiteral(": ");
+    if (!e.field().empty())
+        text += QString::fromStdString(e.field()) + QStringLiteral(": ");
+    return text + QString::fromStdString(e.message());
 }
 
 } // namespace
@@ -78,7 +92,7 @@ bool ProjectDocument::open(const QString& path, QString* error)
         return true;
     } catch (const planner::InputError& e) {
         if (error)
-            *error = QString::fromStdString(e.message());
+            *error = errorText(e);
         return false;
     }
 }
@@ -95,7 +109,7 @@ bool ProjectDocument::save(const QString& path, QString* error)
         app::saveProject(target.toStdString(), snapshot());
     } catch (const planner::InputError& e) {
         if (error)
-            *error = QString::fromStdString(e.message());
+            *error = errorText(e);
         return false;
     }
     m_dirty = false;
@@ -117,6 +131,10 @@ std::optional<planner::Plan> ProjectDocument::planFresh(const app::Project& proj
         options.schedule.kind = kind;
         if (kind != "interleaved")
             options.schedule.chunks = 1;
+        // A stage per device, or per layer when the model has fewer layers than that (replicated stages).
+        const int chunks = std::max(1, options.schedule.chunks);
+        const int layers = project.model.layerCount();
+        options.stages = layers < project.cluster.deviceCount() * chunks ? std::max(1, layers / chunks) : 0;
         auto result = planner::findPartitioner("uniform")->partition({project.model, project.cluster, options}, {}, {});
         if (result.ok())
             return std::move(*result.plan);
@@ -150,7 +168,7 @@ bool ProjectDocument::importProfile(const QString& path, QString* error)
         model = looksLikeGraphTxt(path) ? planner::loadGraphTxt(path.toStdString()) : planner::loadModel(path.toStdString());
     } catch (const planner::InputError& e) {
         if (error)
-            *error = QString::fromStdString(e.message());
+            *error = errorText(e);
         return false;
     }
     app::Project next = snapshot();
@@ -169,7 +187,7 @@ bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error
         cluster.validate();
     } catch (const planner::InputError& e) {
         if (error)
-            *error = QString::fromStdString(e.message());
+            *error = errorText(e);
         return false;
     }
     app::Project next = snapshot();

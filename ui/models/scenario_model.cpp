@@ -66,7 +66,8 @@ int ScenarioModel::columnCount(const QModelIndex& parent) const
 
 Qt::ItemFlags ScenarioModel::flags(const QModelIndex& index) const
 {
-    if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
+    // Views and the model tester ask the root's flags: no item, and no checkIndex() warning either.
+    if (!index.isValid() || !checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
         return Qt::NoItemFlags;
     Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable;
     if (index.column() == Name)

@@ -418,6 +418,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     layout->addLayout(bar);
 
     m_gantt = new QCustomPlot(this);
+    m_gantt->setMinimumSize(200, 120); // QCustomPlot cannot paint into an empty buffer
     m_gantt->setMouseTracking(true);
     m_gantt->setFocusPolicy(Qt::StrongFocus);
     m_gantt->installEventFilter(this);
@@ -440,6 +441,8 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
         splitter = new QSplitter(Qt::Vertical, this);
         splitter->addWidget(m_gantt);
         m_memory = new QCustomPlot(this);
+        m_memory->setMinimumSize(200, 100);
+        splitter->setChildrenCollapsible(false);
         m_memory->setFocusPolicy(Qt::StrongFocus);
         m_memory->installEventFilter(this);
         m_memory->xAxis->setTicker(QSharedPointer<SecondsTicker>::create());
@@ -590,6 +593,10 @@ double GanttView::windowEnd() const
 
 void GanttView::setTimeWindow(double t0, double t1)
 {
+    if (!(t1 > t0)) { // an empty window: the deepest zoom about t0 (the plot refuses empty ranges)
+        t1 = t0 + TimeAxis::kDefaultMinDuration / 2;
+        t0 -= TimeAxis::kDefaultMinDuration / 2;
+    }
     m_gantt->xAxis->setRange(t0, t1); // onRangeChanged clamps it and follows with the memory plot
 }
 

@@ -54,6 +54,7 @@ ModelView::ModelView(PlanDocument& document, QWidget* parent)
     m_caption->setWordWrap(true);
     layout->addWidget(m_caption);
     m_plot = new QCustomPlot(this);
+    m_plot->setMinimumSize(200, 150); // QCustomPlot cannot paint into an empty buffer
     m_plot->setMouseTracking(true);
     m_plot->setFocusPolicy(Qt::StrongFocus);
     m_plot->installEventFilter(this);

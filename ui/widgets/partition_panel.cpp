@@ -130,7 +130,8 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
         m_apply->setEnabled(!rows.isEmpty() && m_results->row(rows.front().row()).plan
             && !m_results->row(rows.front().row()).current);
     });
-    connect(&m_project, &ProjectDocument::projectChanged, this, [this] {
+    // The form follows the project's partition settings: now (a panel made on an open project) and on every change.
+    const auto showSettings = [this] {
         const auto& s = m_project.project().partition;
         m_schedule->setCurrentText(QString::fromStdString(s.schedule.kind));
         m_microbatches->setValue(s.schedule.microbatches);
@@ -138,21 +139,27 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
         m_chunks->setValue(s.schedule.chunks);
         m_recompute->setChecked(s.schedule.recompute);
         setAlgorithm(QString::fromStdString(s.algorithm));
+        rebuildOptions(); // the defaults, also when the algorithm stayed: options the project does not set are reset
         for (const auto& [name, value] : s.params.items())
             setOption(QString::fromStdString(name), value);
         showCurrent();
-    });
+    };
+    connect(&m_project, &ProjectDocument::projectChanged, this, showSettings);
     connect(&m_project.planDocument(), &PlanDocument::predictionChanged, this, [this] {
         if (!isRunning() && m_results->rowCount() <= 1)
             showCurrent();
     });
-    rebuildOptions();
-    showCurrent();
+    showSettings();
 }
 
 PartitionPanel::~PartitionPanel()
 {
     m_worker.request_stop(); // the jthread joins; a late result's queued call dies with this object
+}
+
+QString PartitionPanel::status() const
+{
+    return m_status->text();
 }
 
 void PartitionPanel::setAlgorithm(const QString& name)

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: MIT
+// The schedule view on the demo's simulated timeline, offscreen: hover text over a span and over a bubble, the
+// time window (clamping, anchored zoom, keys), image and Chrome trace exports, and what it paints.
+#include <catch2/catch.hpp>
+
+#include <QFile>
+#include <QFileInfo>
+#include <QImage>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+#include <qcustomplot.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "app/project/demo_project.h"
+#include "planner/io/chrome_trace.h"
+#include "planner/sim/simulator.h"
+#include "ui/widgets/gantt_view.h"
+
+using namespace pw;
+
+namespace {
+
+const app::Project& demo()
+{
+    static const app::Project project = app::demoProject();
+    return project;
+}
+
+const planner::Timeline& demoTimeline()
+{
+    static const planner::Timeline timeline = planner::simulate(*demo().plan).timeline;
+    return timeline;
+}
+
+/// A GanttView 1200x700 on screen (offscreen platform) showing `timeline`, laid out.
+struct ShownView
+{
+    ui::GanttView view;
+
+    explicit ShownView(const planner::Timeline& timeline)
+    {
+        view.resize(1200, 700);
+        view.show();
+        REQUIRE(QTest::qWaitForWindowExposed(&view));
+        view.setTimeline(timeline);
+        view.ganttPlot()->replot();
+    }
+
+    double axisWidth() const { return view.ganttPlot()->axisRect()->width(); }
+    double duration() const { return view.windowEnd() - view.windowBegin(); }
+};
+
+/// Compute-lane spans of one device, by start.
+std::vector<planner::Span> computeSpans(const planner::Timeline& timeline, int device)
+{
+    std::vector<planner::Span> spans;
+    for (const auto& s : timeline.spans)
+        if (s.device == device && s.lane == planner::Lane::Compute)
+            spans.push_back(s);
+    std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.t0 < b.t0; });
+    return spans;
+}
+
+QString kindName(planner::ActionKind kind)
+{
+    return QString::fromStdString(std::string(planner::toString(kind)));
+}
+
+} // namespace
+
+TEST_CASE("gantt view: hovering a span names its kind and microbatch; a bubble shows nothing", "[ui]")
+{
+    const auto& timeline = demoTimeline();
+    ShownView shown(timeline);
+    auto& view = shown.view;
+    REQUIRE(view.blockCount() == 1);
+    const double pps = shown.axisWidth() / shown.duration();
+    const int devices = static_cast<int>(timeline.device_names.size());
+    REQUIRE(devices == 8);
+
+    int spansChecked = 0;
+    for (int d : {0, devices - 1}) {
+        const auto spans = computeSpans(timeline, d);
+        REQUIRE_FALSE(spans.empty());
+        // Forward and backward spans wide enough to hit (at least 12 px).
+        for (const auto& s : spans) {
+            if ((s.t1 - s.t0) * pps < 12
+                || (s.kind != planner::ActionKind::Forward && s.kind != planner::ActionKind::Backward))
+                continue;
+            const QString text = view.toolTipAt(view.pointOf(d, (s.t0 + s.t1) / 2));
+            INFO("device " << d << " " << text.toStdString());
+            CHECK(text.contains(QStringLiteral("<b>%1</b>").arg(kindName(s.kind))));
+            CHECK(text.contains(QStringLiteral("microbatch %1 ").arg(s.microbatch)));
+            CHECK(text.contains(QStringLiteral("stage %1").arg(s.stage)));
+            CHECK(text.contains(QString::fromStdString(timeline.device_names[d])));
+            ++spansChecked;
+        }
+
+        // The widest idle gap of the compute lane (from the start of the run on).
+        double gapBegin = 0, gapEnd = 0, reached = 0;
+        for (const auto& s : spans) {
+            if (s.t0 - reached > gapEnd - gapBegin) {
+                gapBegin = reached;
+                gapEnd = s.t0;
+            }
+            reached = std::max(reached, s.t1);
+        }
+        INFO("device " << d << " gap " << gapBegin << " .. " << gapEnd);
+        REQUIRE((gapEnd - gapBegin) * pps > 12);
+        CHECK(view.toolTipAt(view.pointOf(d, (gapBegin + gapEnd) / 2)).isEmpty());
+    }
+    CHECK(spansChecked >= 4);
+    // Outside the plot: nothing.
+    CHECK(view.toolTipAt(QPoint(-5, -5)).isEmpty());
+    CHECK(view.toolTipAt(QPoint(2, view.pointOf(0, 0).y())).isEmpty()); // over the device names
+}
+
+TEST_CASE("gantt view: the time window is clamped to the data and zoom keeps the time under the cursor", "[ui]")
+{
+    const auto& timeline = demoTimeline();
+    ShownView shown(timeline);
+    auto& view = shown.view;
+    const double end = timeline.endTime();
+    REQUIRE(end > 0);
+    CHECK(view.windowBegin() == Approx(0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(end));
+
+    QSignalSpy changed(&view, &ui::GanttView::timeWindowChanged);
+    view.setTimeWindow(-end, 3 * end);
+    CHECK(view.windowBegin() == Approx(0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(end));
+    CHECK(changed.count() >= 1);
+
+    // Past the end: shifted back into the data, the duration kept.
+    view.setTimeWindow(end * 0.9, end * 1.1);
+    CHECK(view.windowEnd() == Approx(end));
+    CHECK(shown.duration() == Approx(end * 0.2));
+    // Before the start.
+    view.setTimeWindow(-end * 0.25, end * 0.25);
+    CHECK(view.windowBegin() == Approx(0).margin(1e-12));
+    CHECK(shown.duration() == Approx(end * 0.5));
+    // Not below the deepest zoom (1 us).
+    view.setTimeWindow(end / 2, end / 2 + 1e-9);
+    CHECK(shown.duration() == Approx(1e-6));
+    CHECK(view.windowBegin() <= end / 2);
+    CHECK(view.windowEnd() >= end / 2);
+
+    // Anchored zoom: the time under x stays under x.
+    view.showAll();
+    CHECK(shown.duration() == Approx(end));
+    const double w = shown.axisWidth();
+    for (double x : {w / 3, w / 2, 0.8 * w}) {
+        view.showAll();
+        const double under = view.windowBegin() + x / w * shown.duration();
+        view.zoom(2, x);
+        CHECK(shown.duration() == Approx(end / 2));
+        CHECK(view.windowBegin() + x / w * shown.duration() == Approx(under));
+        view.zoom(2, x);
+        CHECK(shown.duration() == Approx(end / 4));
+        CHECK(view.windowBegin() + x / w * shown.duration() == Approx(under));
+    }
+    // Zooming out past everything shows everything.
+    view.zoom(0.01, w / 2);
+    CHECK(view.windowBegin() == Approx(0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(end));
+}
+
+TEST_CASE("gantt view: keys zoom, pan and show everything", "[ui]")
+{
+    const auto& timeline = demoTimeline();
+    ShownView shown(timeline);
+    auto& view = shown.view;
+    auto* plot = view.ganttPlot();
+    const double end = timeline.endTime();
+    const double begin0 = view.windowBegin(), end0 = view.windowEnd();
+
+    QTest::keyClick(plot, Qt::Key_Plus);
+    CHECK(shown.duration() == Approx(end / 1.5));
+    QTest::keyClick(plot, Qt::Key_Minus);
+    CHECK(view.windowBegin() == Approx(begin0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(end0));
+
+    QTest::keyClick(plot, Qt::Key_Plus);
+    QTest::keyClick(plot, Qt::Key_Plus);
+    const double zoomed = shown.duration();
+    CHECK(zoomed == Approx(end / 2.25));
+    const double centre = (view.windowBegin() + view.windowEnd()) / 2;
+    CHECK(centre == Approx(end / 2)); // zoomed about the middle
+    const double before = view.windowBegin();
+    QTest::keyClick(plot, Qt::Key_Left);
+    CHECK(view.windowBegin() < before);
+    CHECK(view.windowBegin() == Approx(before - zoomed / 8));
+    CHECK(shown.duration() == Approx(zoomed));
+    QTest::keyClick(plot, Qt::Key_Right);
+    CHECK(view.windowBegin() == Approx(before));
+
+    QTest::keyClick(plot, Qt::Key_Home);
+    CHECK(view.windowBegin() == Approx(begin0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(end0));
+    // Left at the start of the run stays there.
+    QTest::keyClick(plot, Qt::Key_Left);
+    CHECK(view.windowBegin() == Approx(begin0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(end0));
+}
+
+TEST_CASE("gantt view: exports images and the Chrome trace", "[ui]")
+{
+    const auto& timeline = demoTimeline();
+    ShownView shown(timeline);
+    auto& view = shown.view;
+    QTemporaryDir dir;
+    REQUIRE(dir.isValid());
+
+    QString error;
+    const QString png = dir.filePath(QStringLiteral("schedule.png"));
+    REQUIRE(view.exportImage(png, &error));
+    CHECK(error.isEmpty());
+    const QImage image(png);
+    REQUIRE_FALSE(image.isNull());
+    const int w = std::max(view.ganttPlot()->width(), 200);
+    const int h = std::max(view.ganttPlot()->height(), 200) + std::max(view.memoryPlot()->height(), 100);
+    CHECK(image.size() == QSize(w, h));
+    // Not blank: the spans have colour.
+    int coloured = 0;
+    for (int y = 0; y < image.height(); y += 7)
+        for (int x = 0; x < image.width(); x += 7) {
+            const QColor c = image.pixelColor(x, y);
+            coloured += c.saturation() > 60;
+        }
+    CHECK(coloured > 50);
+
+    const QString svg = dir.filePath(QStringLiteral("schedule.svg"));
+    REQUIRE(view.exportImage(svg, &error));
+    QFile svgFile(svg);
+    REQUIRE(svgFile.open(QIODevice::ReadOnly));
+    const QByteArray svgText = svgFile.readAll();
+    CHECK(svgText.size() > 1000);
+    CHECK((svgText.startsWith("<?xml") || svgText.contains("<svg")));
+
+    const QString pdf = dir.filePath(QStringLiteral("schedule.PDF"));
+    REQUIRE(view.exportImage(pdf, &error));
+    QFile pdfFile(pdf);
+    REQUIRE(pdfFile.open(QIODevice::ReadOnly));
+    CHECK(pdfFile.size() > 1000);
+    CHECK(pdfFile.read(5) == QByteArray("%PDF-"));
+
+    const QString bmp = dir.filePath(QStringLiteral("schedule.bmp"));
+    CHECK_FALSE(view.exportImage(bmp, &error));
+    CHECK(error.contains(QStringLiteral("bmp")));
+    CHECK_FALSE(QFileInfo::exists(bmp));
+    error.clear();
+    CHECK_FALSE(view.exportImage(dir.filePath(QStringLiteral("no-folder/schedule.png")), &error));
+    CHECK_FALSE(error.isEmpty());
+
+    const QString trace = dir.filePath(QStringLiteral("trace.json"));
+    REQUIRE(view.exportChromeTrace(trace, &error));
+    QFile traceFile(trace);
+    REQUIRE(traceFile.open(QIODevice::ReadOnly));
+    const auto j = nlohmann::json::parse(traceFile.readAll().toStdString());
+    REQUIRE(j.contains("traceEvents"));
+    const auto expected = planner::chromeTrace(timeline);
+    CHECK(j["traceEvents"].size() == expected["traceEvents"].size());
+    CHECK(j["traceEvents"].size() > timeline.spans.size() / 2);
+    error.clear();
+    CHECK_FALSE(view.exportChromeTrace(dir.filePath(QStringLiteral("no-folder/trace.json")), &error));
+    CHECK_FALSE(error.isEmpty());
+}
+
+TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "[ui]")
+{
+    const auto& timeline = demoTimeline();
+    ShownView shown(timeline);
+    auto& view = shown.view;
+    view.ganttPlot()->replot();
+    CHECK(view.lastPaintedItems() > 0);
+    CHECK(view.lastPaintedItems() <= timeline.spans.size());
+    // Zoomed in, fewer spans are in view.
+    const auto whole = view.lastPaintedItems();
+    view.setTimeWindow(0, timeline.endTime() / 50);
+    view.ganttPlot()->replot();
+    CHECK(view.lastPaintedItems() > 0);
+    CHECK(view.lastPaintedItems() < whole);
+
+    view.setEmptyMessage(QStringLiteral("no plan"));
+    CHECK(view.blockCount() == 0);
+    view.ganttPlot()->replot();
+    CHECK(view.lastPaintedItems() == 0);
+    CHECK(view.toolTipAt(QPoint(600, 200)).isEmpty());
+    QTemporaryDir dir;
+    QString error;
+    CHECK_FALSE(view.exportChromeTrace(dir.filePath(QStringLiteral("trace.json")), &error));
+    CHECK_FALSE(error.isEmpty());
+    view.zoom(2, 100); // nothing to zoom: no crash
+    QTest::keyClick(view.ganttPlot(), Qt::Key_Plus);
+
+    // Two timelines on one axis: the longer one sets the window.
+    const auto& scenarios = demo().scenarios;
+    const auto gpipe = planner::simulate(scenarios[1].plan).timeline;
+    view.setBlocks({ui::GanttBlock {QStringLiteral("PipeDream"), timeline}, ui::GanttBlock {QStringLiteral("GPipe"), gpipe}});
+    CHECK(view.blockCount() == 2);
+    CHECK(view.windowEnd() == Approx(std::max(timeline.endTime(), gpipe.endTime())));
+    view.ganttPlot()->replot();
+    CHECK(view.lastPaintedItems() > 0);
+    CHECK(view.lastPaintedItems() <= timeline.spans.size() + gpipe.spans.size());
+    // The first block's titled hover text.
+    const auto spans = computeSpans(timeline, 0);
+    const auto widest = *std::max_element(spans.begin(), spans.end(),
+        [](const auto& a, const auto& b) { return a.t1 - a.t0 < b.t1 - b.t0; });
+    const QString text = view.toolTipAt(view.pointOf(0, (widest.t0 + widest.t1) / 2));
+    CHECK(text.startsWith(QStringLiteral("PipeDream<br>")));
+    CHECK(text.contains(QStringLiteral("microbatch %1 ").arg(widest.microbatch)));
+
+    view.setTimeline(timeline);
+    CHECK(view.blockCount() == 1);
+}

@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: MIT
+// The partition panel: runs a partitioner (or all of them) in the background, lists its plan next to the current
+// one, applies a plan as one undo step, cancels a long search without touching the plan, and reports a bad
+// option value by name.
+#include <catch2/catch.hpp>
+
+#include <QCoreApplication>
+#include <QDeadlineTimer>
+#include <QSet>
+#include <QSignalSpy>
+#include <QSpinBox>
+
+#include <nlohmann/json.hpp>
+
+#include "app/project/demo_project.h"
+#include "planner/io/json_file.h"
+#include "planner/io/transformer.h"
+#include "planner/partition/partitioner.h"
+#include "ui/document/project_document.h"
+#include "ui/models/result_model.h"
+#include "ui/widgets/partition_panel.h"
+
+using namespace pw;
+
+namespace {
+
+const app::Project& demo()
+{
+    static const app::Project project = app::demoProject();
+    return project;
+}
+
+/// Processes events until `done` holds or `seconds` pass; true when it holds.
+template <class F>
+bool waitFor(F done, int seconds = 120)
+{
+    QDeadlineTimer deadline(seconds * 1000);
+    while (!done() && !deadline.hasExpired())
+        QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
+    return done();
+}
+
+bool waitFinished(QSignalSpy& spy, int count = 1)
+{
+    return waitFor([&] { return spy.count() >= count; });
+}
+
+std::string planJson(ui::ProjectDocument& doc)
+{
+    return planner::toJson(doc.planDocument().plan()).dump();
+}
+
+/// A 160-layer GPT on the HetPipe cluster: MadPipe takes seconds to plan it.
+app::Project bigProject()
+{
+    auto cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
+    REQUIRE(cluster.deviceCount() == 16);
+    planner::TransformerConfig config {160, 1024, 16, 1024, 50257, 1, 2};
+    auto model = planner::transformerProfile(config, cluster.device_types[0]);
+    REQUIRE(model.layerCount() == 162);
+    auto project = app::newProject(std::move(model), std::move(cluster));
+    project.partition.algorithm = "madpipe";
+    return project;
+}
+
+} // namespace
+
+TEST_CASE("partition panel: the form shows the project's partition settings", "[ui]")
+{
+    ui::ProjectDocument doc;
+    auto project = demo();
+    project.partition.algorithm = "pipedream-2bw";
+    project.partition.schedule.microbatches = 24;
+    project.partition.params = {{"recompute", "on"}};
+
+    SECTION("panel made before the project is opened")
+    {
+        ui::PartitionPanel panel(doc);
+        doc.setProject(project);
+        const auto s = panel.settings();
+        CHECK(s.algorithm == "pipedream-2bw");
+        CHECK(s.schedule.microbatches == 24);
+        CHECK(s.params.value("recompute", "") == "on");
+        // Another project with the same algorithm and no options: the form shows the defaults again.
+        project.partition.params = nlohmann::json::object();
+        doc.setProject(project);
+        CHECK(panel.settings().params.value("recompute", "") == "auto");
+    }
+    SECTION("panel made on an open project")
+    {
+        doc.setProject(project);
+        ui::PartitionPanel panel(doc);
+        const auto s = panel.settings();
+        CHECK(s.algorithm == "pipedream-2bw");
+        CHECK(s.schedule.microbatches == 24);
+        CHECK(s.params.value("recompute", "") == "on");
+        REQUIRE(panel.results()->rowCount() == 1);
+        CHECK(panel.results()->row(0).current);
+    }
+}
+
+TEST_CASE("partition panel: a PipeDream run lists its plan; applying it is one undo step", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    doc.setProject(demo());
+    auto* undo = doc.planDocument().undoStack();
+    // Start from another plan than PipeDream's, so that applying its plan changes something.
+    REQUIRE(doc.restoreScenario(QStringLiteral("8 stages, 1F1B")));
+    REQUIRE(undo->count() == 1);
+    const std::string before = planJson(doc);
+    REQUIRE(panel.results()->rowCount() == 1);
+    CHECK(panel.results()->row(0).current);
+
+    panel.setAlgorithm(QStringLiteral("pipedream"));
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.run();
+    REQUIRE(waitFinished(finished));
+    CHECK(finished.count() == 1);
+    CHECK_FALSE(panel.isRunning());
+    CHECK(panel.lastOutcome() == QStringLiteral("done"));
+    CHECK(panel.status().contains(QStringLiteral("pipedream")));
+    auto* results = panel.results();
+    REQUIRE(results->rowCount() >= 2);
+    CHECK(results->row(0).current);
+    REQUIRE(results->row(0).plan);
+    CHECK(planner::toJson(*results->row(0).plan).dump() == before);
+    CHECK(results->row(1).label == QStringLiteral("pipedream"));
+    REQUIRE(results->row(1).plan);
+    CHECK_FALSE(results->row(1).current);
+    CHECK(results->row(1).plan->algorithm == "pipedream");
+    CHECK(results->row(1).throughput > 0);
+    CHECK(undo->count() == 1); // a run alone changes no plan
+    CHECK(planJson(doc) == before);
+
+    // A row without a plan, the current row and rows out of range are not applied.
+    CHECK_FALSE(panel.applyRow(0));
+    CHECK_FALSE(panel.applyRow(results->rowCount()));
+    CHECK_FALSE(panel.applyRow(-1));
+    CHECK(undo->count() == 1);
+
+    const std::string pipedream = planner::toJson(*results->row(1).plan).dump();
+    QSignalSpy message(&panel, &ui::PartitionPanel::message);
+    REQUIRE(panel.applyRow(1));
+    CHECK(message.count() == 1);
+    CHECK(undo->count() == 2);
+    CHECK(planJson(doc) == pipedream);
+    CHECK(planJson(doc) != before);
+    CHECK(doc.isModified());
+    // The table now shows the applied plan as the current one.
+    CHECK(results->row(0).current);
+    CHECK(planner::toJson(*results->row(0).plan).dump() == pipedream);
+    CHECK(results->row(1).label == QStringLiteral("previous plan"));
+
+    undo->undo();
+    CHECK(planJson(doc) == before);
+    undo->redo();
+    CHECK(planJson(doc) == pipedream);
+}
+
+TEST_CASE("partition panel: compare all lists a row per algorithm", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    doc.setProject(demo());
+    const std::string before = planJson(doc);
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.compareAll();
+    REQUIRE(waitFinished(finished));
+    CHECK(panel.lastOutcome() == QStringLiteral("done"));
+    QSet<QString> expected;
+    for (const auto* p : planner::partitioners())
+        if (p->name() != "manual")
+            expected.insert(QString::fromUtf8(p->name().data(), static_cast<int>(p->name().size())));
+    auto* results = panel.results();
+    REQUIRE(results->rowCount() == expected.size() + 1);
+    CHECK(results->row(0).current);
+    QSet<QString> labels;
+    int withPlan = 0;
+    for (int r = 1; r < results->rowCount(); ++r) {
+        labels.insert(results->row(r).label);
+        withPlan += results->row(r).plan.has_value();
+        CHECK(results->row(r).plan.has_value() == results->row(r).feasible);
+    }
+    CHECK(labels == expected);
+    CHECK(withPlan >= 3);
+    CHECK(panel.status().contains(QStringLiteral("%1 of %2").arg(withPlan).arg(expected.size())));
+    CHECK(planJson(doc) == before);
+    CHECK(doc.planDocument().undoStack()->count() == 0);
+}
+
+TEST_CASE("partition panel: cancel stops a long MadPipe search and leaves the plan alone", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    doc.setProject(bigProject());
+    REQUIRE(doc.planDocument().hasPlan());
+    const std::string before = planJson(doc);
+    auto* undo = doc.planDocument().undoStack();
+    const int steps = undo->count();
+    panel.setAlgorithm(QStringLiteral("madpipe"));
+    REQUIRE(panel.settings().algorithm == "madpipe");
+
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.run();
+    REQUIRE(panel.isRunning());
+    panel.cancel();
+    REQUIRE(waitFinished(finished));
+    CHECK(finished.count() == 1);
+    CHECK_FALSE(panel.isRunning());
+    CHECK(panel.lastOutcome() == QStringLiteral("cancelled")); // MadPipe itself saw the stop token
+    CHECK(panel.status().contains(QStringLiteral("Cancelled")));
+    CHECK(planJson(doc) == before);
+    CHECK(undo->count() == steps);
+    REQUIRE(panel.results()->rowCount() == 1);
+    CHECK(panel.results()->row(0).current);
+
+    // Cancelling when nothing runs does nothing; a new run works after a cancelled one.
+    panel.cancel();
+    CHECK(panel.lastOutcome() == QStringLiteral("cancelled"));
+    panel.setAlgorithm(QStringLiteral("uniform"));
+    panel.run();
+    REQUIRE(waitFinished(finished, 2));
+    CHECK(panel.lastOutcome() == QStringLiteral("done"));
+    CHECK(planJson(doc) == before);
+}
+
+TEST_CASE("partition panel: a bad option value fails the run and names the option", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    doc.setProject(demo());
+    const std::string before = planJson(doc);
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+
+    SECTION("a number editor cannot hold a negative batch: it clamps to auto")
+    {
+        panel.setAlgorithm(QStringLiteral("pipedream-2bw"));
+        panel.setOption(QStringLiteral("batch-size"), -64);
+        CHECK_FALSE(panel.settings().params.contains("batch-size"));
+        panel.setOption(QStringLiteral("batch-size"), 64);
+        CHECK(panel.settings().params.value("batch-size", 0) == 64);
+    }
+    SECTION("a negative microbatch size in a list")
+    {
+        panel.setAlgorithm(QStringLiteral("megatron"));
+        panel.setOption(QStringLiteral("microbatch-sizes"), nlohmann::json::array({2, -4}));
+        panel.run();
+        REQUIRE(waitFinished(finished));
+        CHECK(panel.lastOutcome() == QStringLiteral("failed"));
+        INFO(panel.status().toStdString());
+        CHECK(panel.status().contains(QStringLiteral("microbatch-sizes")));
+        REQUIRE(panel.results()->rowCount() == 2);
+        CHECK_FALSE(panel.results()->row(1).plan);
+        CHECK_FALSE(panel.results()->row(1).feasible);
+        CHECK(panel.results()->row(1).note.contains(QStringLiteral("microbatch-sizes")));
+        CHECK_FALSE(panel.applyRow(1));
+    }
+    SECTION("a list that is not a list")
+    {
+        panel.setAlgorithm(QStringLiteral("pipedream-2bw"));
+        auto* edit = panel.findChild<QWidget*>(QStringLiteral("microbatch-sizes"));
+        REQUIRE(edit != nullptr);
+        REQUIRE(edit->metaObject()->indexOfProperty("text") >= 0);
+        edit->setProperty("text", QStringLiteral("two"));
+        panel.run();
+        REQUIRE(waitFinished(finished));
+        CHECK(panel.lastOutcome() == QStringLiteral("failed"));
+        INFO(panel.status().toStdString());
+        CHECK(panel.status().contains(QStringLiteral("microbatch-sizes")));
+    }
+    CHECK(planJson(doc) == before);
+    CHECK(doc.planDocument().undoStack()->count() == 0);
+}

@@ -317,3 +317,25 @@ TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "
     view.setTimeline(timeline);
     CHECK(view.blockCount() == 1);
 }
+
+TEST_CASE("gantt view: send -> receive arrows, one per message, only on demand", "[ui]")
+{
+    ShownView shown(demoTimeline());
+    std::size_t messages = 0;
+    for (const auto& s : demoTimeline().spans)
+        messages += planner::isSend(s.kind) && !planner::isWaveSync(s.kind) && s.peer >= 0;
+    REQUIRE(messages > 0);
+    CHECK(shown.view.lastPaintedArrows() == 0); // off by default
+    shown.view.setArrowsVisible(true);
+    shown.view.ganttPlot()->replot();
+    // The whole run is in view: an arrow per message, from its send to the peer.
+    CHECK(shown.view.lastPaintedArrows() == messages);
+    // Zoomed into the first tenth, fewer arrows, still some.
+    shown.view.setTimeWindow(shown.view.windowBegin(), shown.view.windowBegin() + shown.duration() / 10);
+    shown.view.ganttPlot()->replot();
+    CHECK(shown.view.lastPaintedArrows() > 0);
+    CHECK(shown.view.lastPaintedArrows() < messages);
+    shown.view.setArrowsVisible(false);
+    shown.view.ganttPlot()->replot();
+    CHECK(shown.view.lastPaintedArrows() == 0);
+}

@@ -14,8 +14,11 @@
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <thread>
+#include <atomic>
 #include <cmath>
-#include <map>
+#include <cstring>
+#include <tuple>
 #include <qcustomplot.h>
 
 #include "planner/errors.h"
@@ -98,11 +101,6 @@ private:
     int m_decimals = 1;
 };
 
-struct Arrow
-{
-    std::uint32_t send = 0;
-    std::uint32_t recv = 0;
-};
 
 } // namespace
 
@@ -115,8 +113,6 @@ struct GanttBlockData
     RowLayout layout;
     double top = 0;
     double bottom = 0;
-    std::vector<Arrow> arrows;
-
     GanttBlockData(GanttBlock block, double blockTop)
         : title(std::move(block.title))
         , timeline(std::move(block.timeline))
@@ -126,35 +122,28 @@ struct GanttBlockData
         , top(blockTop)
         , bottom(layout.deviceTop(0) + layout.height())
     {
-        pairMessages();
     }
 
-    /// Pairs every send with its receive: same ends, microbatch and direction, in order of start.
-    void pairMessages()
+    /// The point-to-point messages, as their sends (the transfer leaves the sender at t0 and has arrived at the
+    /// peer at t1; the receiver records a receive span only when it had to wait). Collected when arrows are
+    /// first shown.
+    const std::vector<std::uint32_t>& messages()
     {
-        using Key = std::tuple<int, int, int, bool>; // sender, receiver, microbatch, activation
-        std::map<Key, std::vector<std::uint32_t>> sends, recvs;
+        if (paired)
+            return sends;
+        paired = true;
         for (std::uint32_t i = 0; i < timeline.spans.size(); ++i) {
             const auto& s = timeline.spans[i];
-            if (s.peer < 0)
-                continue;
-            const bool act = s.kind == ActionKind::SendActivation || s.kind == ActionKind::RecvActivation;
-            if (planner::isSend(s.kind) && !planner::isWaveSync(s.kind))
-                sends[{s.device, s.peer, s.microbatch, act}].push_back(i);
-            else if (planner::isRecv(s.kind))
-                recvs[{s.peer, s.device, s.microbatch, act}].push_back(i);
+            if (s.peer >= 0 && s.peer < static_cast<int>(timeline.device_names.size()) && planner::isSend(s.kind)
+                && !planner::isWaveSync(s.kind))
+                sends.push_back(i);
         }
-        auto byStart = [this](std::uint32_t a, std::uint32_t b) { return timeline.spans[a].t0 < timeline.spans[b].t0; };
-        for (auto& [key, list] : sends) {
-            auto it = recvs.find(key);
-            if (it == recvs.end())
-                continue;
-            std::sort(list.begin(), list.end(), byStart);
-            std::sort(it->second.begin(), it->second.end(), byStart);
-            for (std::size_t k = 0; k < std::min(list.size(), it->second.size()); ++k)
-                arrows.push_back({list[k], it->second[k]});
-        }
+        return sends;
     }
+
+private:
+    bool paired = false;
+    std::vector<std::uint32_t> sends;
 };
 
 /// @brief The QCustomPlot plottable that paints the blocks: row backgrounds, folded spans, titles, arrows.
@@ -173,6 +162,7 @@ public:
     bool arrows = false;
     bool folding = true;
     std::size_t painted = 0;
+    std::size_t paintedArrows = 0;
 
     double dataBegin() const
     {
@@ -212,9 +202,19 @@ public:
 protected:
     void drawLegendIcon(QCPPainter*, const QRectF&) const override { }
 
+    /// A lane on screen: its block, row and pixel rows (y0 inclusive, y1 exclusive, in the plot's coordinates).
+    struct RowJob
+    {
+        const GanttBlockData* block = nullptr;
+        int row = 0;
+        double y0 = 0, y1 = 0;
+        QRgb background = 0;
+    };
+
     void draw(QCPPainter* painter) override
     {
         painted = 0;
+        paintedArrows = 0;
         const QRect rect = mKeyAxis->axisRect()->rect();
         if (blocks.empty()) {
             painter->setPen(QColor(90, 90, 90));
@@ -226,31 +226,7 @@ protected:
         const TimeAxis time = axis();
         const double left = rect.left();
         auto yOf = [this](double v) { return mValueAxis->coordToPixel(v); };
-        // On screen the rectangles go straight into an image drawn once (a QPainter call per rectangle costs too
-        // much for a quarter of a million of them); exports to SVG and PDF get real rectangles.
-        const bool vector = painter->modes().testFlag(QCPPainter::pmVectorized);
-        const qreal dpr = vector ? 1.0 : painter->device()->devicePixelRatioF();
-        if (!vector) {
-            const QSize size(qCeil(rect.width() * dpr), qCeil(rect.height() * dpr));
-            if (m_image.size() != size)
-                m_image = QImage(size, QImage::Format_ARGB32_Premultiplied);
-            m_image.fill(Qt::white); // opaque: the image is copied, not blended (the grid is drawn above it)
-        }
-        uchar* const bits = vector ? nullptr : m_image.bits();
-        const qsizetype stride = vector ? 0 : m_image.bytesPerLine();
-        auto paintRect = [&](double x0, double y0, double x1, double y1, QRgb rgb) {
-            if (vector) {
-                painter->fillRect(QRectF(x0, y0, x1 - x0, y1 - y0), QColor::fromRgba(rgb));
-                return;
-            }
-            const int ix0 = std::clamp(static_cast<int>(std::lround((x0 - rect.left()) * dpr)), 0, m_image.width());
-            const int ix1 = std::clamp(static_cast<int>(std::lround((x1 - rect.left()) * dpr)), 0, m_image.width());
-            const int iy0 = std::clamp(static_cast<int>(std::lround((y0 - rect.top()) * dpr)), 0, m_image.height());
-            const int iy1 = std::clamp(static_cast<int>(std::lround((y1 - rect.top()) * dpr)), 0, m_image.height());
-            for (int y = iy0; y < iy1; ++y)
-                std::fill(reinterpret_cast<QRgb*>(bits + y * stride) + ix0, reinterpret_cast<QRgb*>(bits + y * stride) + ix1, rgb);
-        };
-        std::vector<DrawItem> items;
+        std::vector<RowJob> jobs;
         for (const auto& block : blocks) {
             if (yOf(block->bottom) < rect.top() || yOf(block->top) > rect.bottom())
                 continue;
@@ -262,45 +238,50 @@ protected:
                     const double y1 = std::round(yOf(top + block->layout.laneHeight(lane)));
                     if (y1 - y0 < 1 || y1 < rect.top() || y0 > rect.bottom())
                         continue;
-                    paintRect(left, y0, left + rect.width(), y1, lane == LaneRow::Compute ? qRgb(236, 236, 236) : qRgb(246, 246, 246));
-                    items.clear();
-                    const int row = RowLayout::rowIndex(d, lane);
-                    if (folding)
-                        fold(block->index, time, row, items);
-                    else
-                        visibleSpans(block->index, time, row, items);
-                    painted += items.size();
-                    if (vector) {
-                        for (const auto& it : items) {
-                            const double x0 = std::floor(left + it.x0);
-                            const double x1 = std::max(x0 + 1, std::ceil(left + it.x1));
-                            // Wide spans keep a 1 px gap at their start, so that neighbours stay apart.
-                            const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0;
-                            paintRect(x0 + gap, y0, x1, y1, colorOf(it));
-                        }
-                        continue;
-                    }
-                    // The raster path, in device pixels of the image: the same rectangles, written directly.
-                    const int width = m_image.width();
-                    const int iy0 = std::clamp(static_cast<int>((y0 - rect.top()) * dpr), 0, m_image.height());
-                    const int iy1 = std::clamp(static_cast<int>((y1 - rect.top()) * dpr), 0, m_image.height());
-                    for (const auto& it : items) {
-                        const double x0 = std::floor(it.x0);
-                        const double x1 = std::max(x0 + 1, std::ceil(it.x1));
-                        const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0;
-                        const int ix0 = std::clamp(static_cast<int>((x0 + gap) * dpr), 0, width);
-                        const int ix1 = std::clamp(static_cast<int>(x1 * dpr), 0, width);
-                        const QRgb rgb = colorOf(it);
-                        for (int y = iy0; y < iy1; ++y) {
-                            QRgb* line = reinterpret_cast<QRgb*>(bits + y * stride);
-                            for (int x = ix0; x < ix1; ++x)
-                                line[x] = rgb;
-                        }
-                    }
+                    jobs.push_back({block.get(), RowLayout::rowIndex(d, lane), y0, y1,
+                        lane == LaneRow::Compute ? qRgb(236, 236, 236) : qRgb(246, 246, 246)});
                 }
             }
         }
-        if (!vector) {
+        // Exports to SVG and PDF get real rectangles. On screen the rectangles go straight into an image drawn
+        // once (a QPainter call per rectangle costs too much for a quarter of a million of them), lanes spread
+        // over the cores: they write disjoint pixel rows and only read the index.
+        if (painter->modes().testFlag(QCPPainter::pmVectorized)) {
+            std::vector<DrawItem> items;
+            for (const RowJob& job : jobs) {
+                painter->fillRect(QRectF(left, job.y0, rect.width(), job.y1 - job.y0), QColor::fromRgb(job.background));
+                rowItems(job, time, items);
+                painted += items.size();
+                for (const auto& it : items) {
+                    const double x0 = std::floor(left + it.x0);
+                    const double x1 = std::max(x0 + 1, std::ceil(left + it.x1));
+                    const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0; // neighbours stay apart
+                    painter->fillRect(QRectF(x0 + gap, job.y0, x1 - x0 - gap, job.y1 - job.y0), QColor::fromRgba(colorOf(it)));
+                }
+            }
+        } else {
+            const qreal dpr = painter->device()->devicePixelRatioF();
+            const QSize size(qCeil(rect.width() * dpr), qCeil(rect.height() * dpr));
+            if (m_image.size() != size)
+                m_image = QImage(size, QImage::Format_ARGB32_Premultiplied);
+            m_image.fill(Qt::white); // opaque: the image is copied, not blended (the grid is drawn above it)
+            uchar* const bits = m_image.bits();
+            const int threads = jobs.size() >= 24 ? static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) : 1;
+            std::atomic<std::size_t> total {0};
+            auto work = [&](int first) {
+                std::vector<DrawItem> items;
+                std::size_t n = 0;
+                for (std::size_t i = first; i < jobs.size(); i += threads)
+                    n += rasterRow(jobs[i], time, rect, dpr, bits, items);
+                total += n;
+            };
+            {
+                std::vector<std::jthread> pool;
+                for (int k = 1; k < threads; ++k)
+                    pool.emplace_back(work, k);
+                work(0);
+            }
+            painted = total;
             m_image.setDevicePixelRatio(dpr);
             painter->setCompositionMode(QPainter::CompositionMode_Source);
             painter->drawImage(QPointF(rect.topLeft()), m_image);
@@ -323,6 +304,42 @@ protected:
             if (arrows)
                 drawArrows(painter, *block, time, left, yOf);
         }
+    }
+
+    void rowItems(const RowJob& job, const TimeAxis& time, std::vector<DrawItem>& items) const
+    {
+        items.clear();
+        if (folding)
+            fold(job.block->index, time, job.row, items);
+        else
+            visibleSpans(job.block->index, time, job.row, items);
+    }
+
+    /// Paints one lane into the image: its rectangles all span the lane's height, so they are written into the
+    /// lane's first pixel row (1 or 2 pixels each when zoomed out), which is then copied to the others.
+    std::size_t rasterRow(const RowJob& job, const TimeAxis& time, const QRect& rect, qreal dpr, uchar* bits,
+        std::vector<DrawItem>& items) const
+    {
+        const int width = m_image.width();
+        const qsizetype stride = m_image.bytesPerLine();
+        const int iy0 = std::clamp(static_cast<int>((job.y0 - rect.top()) * dpr), 0, m_image.height());
+        const int iy1 = std::clamp(static_cast<int>((job.y1 - rect.top()) * dpr), 0, m_image.height());
+        if (iy1 <= iy0)
+            return 0;
+        rowItems(job, time, items);
+        QRgb* const scan = reinterpret_cast<QRgb*>(bits + iy0 * stride);
+        std::fill(scan, scan + width, job.background);
+        for (const auto& it : items) {
+            const double x0 = std::floor(it.x0);
+            const double x1 = std::max(x0 + 1, std::ceil(it.x1));
+            const double gap = x1 - x0 >= 4 && !it.folded() ? 1 : 0; // neighbours stay apart
+            const int ix0 = std::clamp(static_cast<int>((x0 + gap) * dpr), 0, width);
+            const int ix1 = std::clamp(static_cast<int>(x1 * dpr), 0, width);
+            std::fill(scan + ix0, scan + ix1, colorOf(it));
+        }
+        for (int y = iy0 + 1; y < iy1; ++y)
+            std::memcpy(bits + y * stride, scan, static_cast<std::size_t>(width) * sizeof(QRgb));
+        return items.size();
     }
 
     QImage m_image; // the raster path's canvas, kept between frames
@@ -349,19 +366,20 @@ private:
     QRgb colorOf(const DrawItem& it) const
     {
         const int m = std::abs(it.microbatch);
-        return m < m_colorStride ? m_colors[static_cast<std::size_t>(it.kind) * m_colorStride + m] : spanRgb(it.kind, m);
+        // Beyond the table (not reached: it covers the blocks' microbatches) without the cache, thread-safe.
+        return m < m_colorStride ? m_colors[static_cast<std::size_t>(it.kind) * m_colorStride + m]
+                                 : spanColor(it.kind, m).rgba();
     }
 
     template <class YOf>
-    void drawArrows(QCPPainter* painter, const GanttBlockData& block, const TimeAxis& time, double left, YOf yOf)
+    void drawArrows(QCPPainter* painter, GanttBlockData& block, const TimeAxis& time, double left, YOf yOf)
     {
         constexpr std::size_t kMaxArrows = 3000;
-        std::vector<const Arrow*> shown;
-        for (const auto& a : block.arrows) {
-            const auto& s = block.timeline.spans[a.send];
-            const auto& r = block.timeline.spans[a.recv];
-            if (r.t1 >= time.begin() && s.t0 <= time.end())
-                shown.push_back(&a);
+        std::vector<std::uint32_t> shown;
+        for (std::uint32_t m : block.messages()) {
+            const auto& s = block.timeline.spans[m];
+            if (s.t1 >= time.begin() && s.t0 <= time.end())
+                shown.push_back(m);
             if (shown.size() > kMaxArrows)
                 break;
         }
@@ -371,14 +389,14 @@ private:
             painter->drawText(QPointF(left + 8, yOf(block.top) + 14), QObject::tr("zoom in to see send → receive arrows"));
             return;
         }
+        paintedArrows += shown.size();
         painter->setPen(QPen(QColor(40, 40, 40, 170), 1));
         painter->setBrush(QColor(40, 40, 40, 170));
-        for (const Arrow* a : shown) {
-            const auto& s = block.timeline.spans[a->send];
-            const auto& r = block.timeline.spans[a->recv];
-            const double h = block.layout.laneHeight(LaneRow::PointToPoint) / 2;
+        const double h = block.layout.laneHeight(LaneRow::PointToPoint) / 2;
+        for (std::uint32_t m : shown) {
+            const auto& s = block.timeline.spans[m];
             const QPointF from(left + time.toPixel(s.t0), yOf(block.layout.rowTop(s.device, LaneRow::PointToPoint) + h));
-            const QPointF to(left + time.toPixel(r.t1), yOf(block.layout.rowTop(r.device, LaneRow::PointToPoint) + h));
+            const QPointF to(left + time.toPixel(s.t1), yOf(block.layout.rowTop(s.peer, LaneRow::PointToPoint) + h));
             painter->drawLine(from, to);
             const QLineF line(to, from);
             const double angle = std::atan2(-line.dy(), line.dx());
@@ -648,6 +666,11 @@ void GanttView::setFolding(bool enabled)
 std::size_t GanttView::lastPaintedItems() const
 {
     return m_plottable->painted;
+}
+
+std::size_t GanttView::lastPaintedArrows() const
+{
+    return m_plottable->paintedArrows;
 }
 
 QPoint GanttView::pointOf(int device, double t) const

@@ -67,6 +67,8 @@ public:
     QCustomPlot* memoryPlot() const { return m_memory; }
     /// Rectangles the last repaint drew (after folding), for the benchmark.
     std::size_t lastPaintedItems() const;
+    /// Send -> receive arrows the last repaint drew (0 when they are off or too many to show).
+    std::size_t lastPaintedArrows() const;
     /// Paints only with folding off (every visible span its own rectangle): the benchmark's baseline.
     void setFolding(bool enabled);
 

@@ -26,6 +26,8 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
         f.setBold(true);
         l->setFont(f);
         l->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        // New numbers on every drag step must not re-layout the window around them.
+        l->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
         return l;
     };
     m_plan = new QLabel(this);
@@ -48,12 +50,15 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     m_table = new QTableView(this);
     m_table->setModel(m_stages);
     m_table->verticalHeader()->hide();
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    // Columns fit their contents when the stages change, not on every drag step (that re-measures every cell).
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
     m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->setSelectionMode(QAbstractItemView::NoSelection);
+    connect(m_stages, &QAbstractItemModel::modelReset, m_table, &QTableView::resizeColumnsToContents);
     layout->addWidget(m_table, 1);
     connect(&document, &PlanDocument::predictionChanged, this, &MetricsPanel::refresh);
     refresh();
+    m_table->resizeColumnsToContents();
 }
 
 QString MetricsPanel::value(const QString& name) const

@@ -24,12 +24,13 @@ namespace {
 
 constexpr int kGrabPixels = 6;
 
+/// Opaque tints (blending a band over the whole plot height on every drag step costs more than it shows).
 QColor stageColor(int stage, bool over)
 {
     if (over)
-        return QColor(230, 60, 50, 55);
-    static const QColor palette[] = {QColor(66, 133, 244, 38), QColor(52, 168, 83, 38), QColor(251, 188, 5, 45),
-        QColor(171, 71, 188, 38), QColor(0, 172, 193, 38), QColor(255, 112, 67, 38)};
+        return QColor(250, 214, 211);
+    static const QColor palette[] = {QColor(226, 236, 253), QColor(224, 242, 228), QColor(254, 243, 212),
+        QColor(240, 226, 243), QColor(217, 241, 245), QColor(255, 231, 224)};
     return palette[stage % 6];
 }
 
@@ -55,6 +56,7 @@ ModelView::ModelView(PlanDocument& document, QWidget* parent)
     layout->addWidget(m_caption);
     m_plot = new QCustomPlot(this);
     m_plot->setMinimumSize(200, 150); // QCustomPlot cannot paint into an empty buffer
+    m_plot->setAttribute(Qt::WA_OpaquePaintEvent); // it paints every pixel: nothing to clear beneath it
     m_plot->setMouseTracking(true);
     m_plot->setFocusPolicy(Qt::StrongFocus);
     m_plot->installEventFilter(this);
@@ -80,9 +82,10 @@ ModelView::ModelView(PlanDocument& document, QWidget* parent)
 
 void ModelView::rebuild()
 {
-    m_plot->clearPlottables();
     m_plot->clearItems();
     if (!m_document.hasPlan()) {
+        m_plot->clearPlottables();
+        m_series.clear();
         m_caption->setText(tr("No plan: open a project or import a profile (File menu, or drop a file here)."));
         m_plot->replot();
         return;
@@ -105,45 +108,59 @@ void ModelView::rebuild()
             stashed << plan.model.stashedBytes(plan.layerAt(p)) * scale / (1 << 20);
         }
     }
-    auto* fwd = new QCPBars(m_plot->xAxis, m_plot->yAxis);
-    fwd->setName(tr("forward"));
-    fwd->setWidth(0.8);
-    fwd->setPen(Qt::NoPen);
-    fwd->setBrush(QColor(100, 150, 220));
-    fwd->setData(keys, forward, true);
-    auto* bwd = new QCPBars(m_plot->xAxis, m_plot->yAxis);
-    bwd->setName(tr("backward"));
-    bwd->setWidth(0.8);
-    bwd->setPen(Qt::NoPen);
-    bwd->setBrush(QColor(30, 70, 140));
-    bwd->setData(keys, backward, true);
-    bwd->moveAbove(fwd);
-    auto* w = new QCPGraph(m_plot->xAxis, m_plot->yAxis2);
-    w->setName(tr("weights"));
-    w->setPen(QPen(QColor(200, 90, 30), 2));
-    w->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
-    w->setData(keys, weights, true);
-    auto* a = new QCPGraph(m_plot->xAxis, m_plot->yAxis2);
-    a->setName(tr("stashed activations / microbatch"));
-    a->setPen(QPen(QColor(40, 150, 70), 2, Qt::DashLine));
-    a->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, 5));
-    a->setData(keys, stashed, true);
+    // The series change only when layers move to a stage of another device type: a drag on one type keeps them
+    // (rebuilding the plottables on every step of a drag costs more than the re-simulation).
+    std::vector<QVector<double>> series {keys, forward, backward, weights, stashed};
+    if (series != m_series || m_plot->plottableCount() == 0) {
+        m_plot->clearPlottables();
+        m_series = series;
+        auto* fwd = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+        fwd->setName(tr("forward"));
+        fwd->setWidth(0.8);
+        fwd->setPen(Qt::NoPen);
+        fwd->setBrush(QColor(100, 150, 220));
+        fwd->setAntialiased(false); // axis-aligned boxes
+        fwd->setAntialiasedFill(false);
+        fwd->setData(keys, forward, true);
+        auto* bwd = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+        bwd->setName(tr("backward"));
+        bwd->setWidth(0.8);
+        bwd->setPen(Qt::NoPen);
+        bwd->setBrush(QColor(30, 70, 140));
+        bwd->setAntialiased(false);
+        bwd->setAntialiasedFill(false);
+        bwd->setData(keys, backward, true);
+        bwd->moveAbove(fwd);
+        auto* w = new QCPGraph(m_plot->xAxis, m_plot->yAxis2);
+        w->setName(tr("weights"));
+        w->setPen(QPen(QColor(200, 90, 30), 2));
+        const bool markers = layers <= 64; // markers on hundreds of layers are noise, and slow to draw
+        if (markers)
+            w->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
+        w->setData(keys, weights, true);
+        auto* a = new QCPGraph(m_plot->xAxis, m_plot->yAxis2);
+        a->setName(tr("stashed activations / microbatch"));
+        a->setPen(QPen(QColor(40, 150, 70), 2, Qt::DashLine));
+        if (markers)
+            a->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, 5));
+        a->setData(keys, stashed, true);
 
-    double top = 0, memTop = 0;
-    for (int i = 0; i < keys.size(); ++i) {
-        top = std::max(top, forward[i] + backward[i]);
-        memTop = std::max({memTop, weights[i], stashed[i]});
+        double top = 0, memTop = 0;
+        for (int i = 0; i < keys.size(); ++i) {
+            top = std::max(top, forward[i] + backward[i]);
+            memTop = std::max({memTop, weights[i], stashed[i]});
+        }
+        m_plot->yAxis->setRange(0, std::max(top, 1e-6) * 1.35); // headroom for the stage labels
+        m_plot->yAxis2->setRange(0, std::max(memTop, 1e-6) * 1.35);
+        auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
+        ticker->setTickStep(layers > 60 ? 10 : layers > 30 ? 5 : 1);
+        ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+        m_plot->xAxis->setTicker(ticker);
     }
-    m_plot->yAxis->setRange(0, std::max(top, 1e-6) * 1.35); // headroom for the stage labels
-    m_plot->yAxis2->setRange(0, std::max(memTop, 1e-6) * 1.35);
     const bool keepX = m_plot->xAxis->range().lower >= 0 && m_plot->xAxis->range().upper <= layers
         && m_plot->xAxis->range().size() < layers && m_drag >= 0;
     if (!keepX)
         m_plot->xAxis->setRange(0, layers);
-    auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
-    ticker->setTickStep(layers > 60 ? 10 : layers > 30 ? 5 : 1);
-    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    m_plot->xAxis->setTicker(ticker);
 
     // Stages as bands, labelled with their devices; red when over memory.
     for (int s = 0; s < plan.stageCount(); ++s) {

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <QPoint>
+#include <QVector>
 #include <QWidget>
+#include <vector>
 
 class QCustomPlot;
 class QLabel;
@@ -49,6 +51,7 @@ private:
     PlanDocument& m_document;
     QCustomPlot* m_plot = nullptr;
     QLabel* m_caption = nullptr;
+    std::vector<QVector<double>> m_series; ///< the plotted per-layer series, to rebuild them only when they change
     int m_drag = -1;
     int m_hover = -1;
 };

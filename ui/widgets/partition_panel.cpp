@@ -146,7 +146,8 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     };
     connect(&m_project, &ProjectDocument::projectChanged, this, showSettings);
     connect(&m_project.planDocument(), &PlanDocument::predictionChanged, this, [this] {
-        if (!isRunning() && m_results->rowCount() <= 1)
+        // Not during a drag: the metrics panel follows the mouse, this table the committed plan.
+        if (!isRunning() && m_results->rowCount() <= 1 && !m_project.planDocument().previewing())
             showCurrent();
     });
     showSettings();

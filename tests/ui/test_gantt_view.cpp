@@ -339,3 +339,26 @@ TEST_CASE("gantt view: send -> receive arrows, one per message, only on demand",
     shown.view.ganttPlot()->replot();
     CHECK(shown.view.lastPaintedArrows() == 0);
 }
+
+TEST_CASE("gantt view: hovering a memory curve names a device and its memory then", "[ui]")
+{
+    ShownView shown(demoTimeline());
+    QCustomPlot* plot = shown.view.memoryPlot();
+    REQUIRE(plot);
+    plot->replot();
+    // The last memory sample of device 7 before the middle of the run: its level holds at the middle.
+    const double mid = (shown.view.windowBegin() + shown.view.windowEnd()) / 2;
+    const planner::MemorySample* level = nullptr;
+    for (const auto& m : demoTimeline().memory)
+        if (m.device == 7 && m.t <= mid)
+            level = &m;
+    REQUIRE(level);
+    const double gib = level->bytes / double(1ull << 30);
+    const QPoint on(static_cast<int>(plot->xAxis->coordToPixel(mid)), static_cast<int>(plot->yAxis->coordToPixel(gib)));
+    const QString text = shown.view.memoryToolTipAt(on);
+    CHECK(text.contains(QStringLiteral("dgx0/gpu")));
+    CHECK(text.contains(QString::number(gib, 'f', 2) + QStringLiteral(" GiB at")));
+    // Far above every curve: nothing.
+    const QPoint above(on.x(), static_cast<int>(plot->yAxis->coordToPixel(plot->yAxis->range().upper * 0.999)));
+    CHECK(shown.view.memoryToolTipAt(above).isEmpty());
+}

@@ -48,7 +48,10 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
         case Iteration: return r.iteration_s > 0 ? secondsText(r.iteration_s) : QString();
         case Bubble: return r.bubble >= 0 ? percentText(r.bubble) : QString();
         case Memory:
-            return r.peak_bytes > 0 ? tr("%1 / %2").arg(bytesText(r.peak_bytes), bytesText(r.capacity_bytes)) : QString();
+            return r.peak_bytes > 0 ? tr("%1 / %2 GiB")
+                                          .arg(r.peak_bytes / double(1ull << 30), 0, 'f', 1)
+                                          .arg(r.capacity_bytes / double(1ull << 30), 0, 'f', 0)
+                                    : QString();
         case Note: return r.note;
         }
     } else if (role == ValueRole) {
@@ -83,7 +86,7 @@ QVariant ResultModel::headerData(int section, Qt::Orientation orientation, int r
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount)
         return {};
-    static const char* names[] = {"Plan", "Config", "Schedule", "Samples/s", "Iteration", "Bubble", "Peak memory / capacity", "Note"};
+    static const char* names[] = {"Plan", "Config", "Schedule", "Samples/s", "Iteration", "Bubble", "Memory", "Note"};
     return tr(names[section]);
 }
 

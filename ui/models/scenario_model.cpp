@@ -151,7 +151,7 @@ QVariant ScenarioModel::headerData(int section, Qt::Orientation orientation, int
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount)
         return {};
     static const char* names[] = {"Scenario", "Config", "Algorithm", "Schedule", "Samples/s", "Iteration", "Bubble",
-        "Peak memory / capacity", "Note"};
+        "Memory / capacity", "Note"};
     return tr(names[section]);
 }
 

@@ -104,6 +104,8 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
 
 QVariant StageModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
+    if (orientation == Qt::Horizontal && role == Qt::ToolTipRole && section == Compute)
+        return tr("Forward + backward time of one microbatch on the stage's device");
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
         return QAbstractTableModel::headerData(section, orientation, role);
     switch (section) {
@@ -114,7 +116,7 @@ QVariant StageModel::headerData(int section, Qt::Orientation orientation, int ro
     case Devices:
         return tr("Devices");
     case Compute:
-        return tr("F+B per microbatch");
+        return tr("F+B");
     case Memory:
         return tr("Peak memory");
     case Capacity:

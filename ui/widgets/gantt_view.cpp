@@ -109,6 +109,7 @@ struct GanttBlockData
 {
     QString title;
     planner::Timeline timeline;
+    std::vector<double> capacity; ///< bytes per device; empty when unknown
     GanttIndex index;
     RowLayout layout;
     double top = 0;
@@ -116,6 +117,7 @@ struct GanttBlockData
     GanttBlockData(GanttBlock block, double blockTop)
         : title(std::move(block.title))
         , timeline(std::move(block.timeline))
+        , capacity(std::move(block.memory_capacity_bytes))
         , index(timeline)
         , layout(static_cast<int>(timeline.device_names.size()), RowHeights {},
               blockTop + (title.isEmpty() ? 0 : kTitleHeight))
@@ -415,6 +417,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     auto* bar = new QHBoxLayout;
+    bar->setContentsMargins(6, 2, 6, 0);
     m_legend = new QLabel(this);
     m_legend->setTextFormat(Qt::RichText);
     m_legend->setWordWrap(true);
@@ -460,6 +463,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
         splitter->addWidget(m_gantt);
         m_memory = new QCustomPlot(this);
         m_memory->setMinimumSize(200, 100);
+        m_memory->setMouseTracking(true);
         splitter->setChildrenCollapsible(false);
         m_memory->setFocusPolicy(Qt::StrongFocus);
         m_memory->installEventFilter(this);
@@ -484,6 +488,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
         splitter->addWidget(m_memory);
         splitter->setStretchFactor(0, 3);
         splitter->setStretchFactor(1, 1);
+        m_splitter = splitter;
         layout->addWidget(splitter, 1);
     } else {
         layout->addWidget(m_gantt, 1);
@@ -532,8 +537,9 @@ void GanttView::rebuild()
             ticker->addTick(b->layout.rowTop(d, LaneRow::Compute) + b->layout.laneHeight(LaneRow::Compute) / 2,
                 QString::fromStdString(b->timeline.device_names[d]));
     m_gantt->yAxis->setRange(0, m_plottable->height());
-    m_gantt->yAxis->setTickLabels(!m_plottable->blocks.empty());
-    m_gantt->xAxis->setTickLabels(!m_plottable->blocks.empty());
+    const bool empty = m_plottable->blocks.empty(); // the message alone, no axes
+    m_gantt->yAxis->setVisible(!empty);
+    m_gantt->xAxis->setVisible(!empty);
     m_adjusting = true;
     m_gantt->xAxis->setRange(m_plottable->dataBegin(), m_plottable->dataEnd());
     m_adjusting = false;
@@ -594,8 +600,29 @@ void GanttView::rebuildMemory()
         g->setPen(QPen(QColor::fromHsv((d * 360 / std::max(1, devices) + d % 2 * 20) % 360, 200, 190), 1.5));
         g->setData(keys[d], values[d], true);
     }
-    m_memory->yAxis->setRange(0, std::max(peak * 1.1, 0.01));
-    m_memory->legend->setVisible(m_memory->graphCount() > 0 && m_memory->graphCount() <= 16);
+    // Each distinct capacity as a limit line, so that over-memory devices show as curves crossing it.
+    std::vector<double> limits;
+    for (double c : m_plottable->blocks.front()->capacity)
+        if (c > 0 && std::find(limits.begin(), limits.end(), c) == limits.end())
+            limits.push_back(c);
+    double top = peak;
+    for (double c : limits) {
+        const double gib = c / double(1ull << 30);
+        top = std::max(top, gib);
+        auto* line = new QCPItemStraightLine(m_memory);
+        line->point1->setCoords(0, gib);
+        line->point2->setCoords(1, gib);
+        line->setPen(QPen(QColor(198, 40, 40, 160), 1, Qt::DashLine));
+        auto* label = new QCPItemText(m_memory);
+        label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(0.995, gib);
+        label->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+        label->setText(tr("capacity %1").arg(bytesText(c)));
+        label->setColor(QColor(160, 30, 30));
+        label->setClipToAxisRect(true);
+    }
+    m_memory->yAxis->setRange(0, std::max(top * 1.1, 0.01));
+    fitMemoryLegend();
     m_memory->replot();
 }
 
@@ -656,6 +683,15 @@ void GanttView::setArrowsVisible(bool visible)
         m_arrows->setChecked(visible);
     m_plottable->arrows = visible;
     m_gantt->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void GanttView::setMemoryShare(double share)
+{
+    if (!m_splitter)
+        return;
+    const int total = std::max(400, m_splitter->height());
+    const int memory = static_cast<int>(total * std::clamp(share, 0.1, 0.9));
+    m_splitter->setSizes({total - memory, memory});
 }
 
 void GanttView::setFolding(bool enabled)
@@ -720,11 +756,49 @@ QString GanttView::toolTipAt(QPoint pos) const
     return {};
 }
 
+void GanttView::fitMemoryLegend()
+{
+    // One row of entries while they fit; beyond 8 devices the legend would be cut off, and hovering a curve
+    // names its device instead (memoryToolTipAt).
+    m_memory->legend->setWrap(std::max(1, m_memory->graphCount()));
+    m_memory->legend->setVisible(m_memory->graphCount() > 0 && m_memory->graphCount() <= 8);
+}
+
+QString GanttView::memoryToolTipAt(QPoint pos) const
+{
+    if (!m_memory || !m_memory->axisRect()->rect().contains(pos))
+        return {};
+    const double t = m_memory->xAxis->pixelToCoord(pos.x());
+    QString best;
+    double bestDistance = 6; // pixels
+    for (int i = 0; i < m_memory->graphCount(); ++i) {
+        const QCPGraph* g = m_memory->graph(i);
+        auto it = g->data()->findEnd(t, false); // first point after t: the step before it holds at t
+        if (it == g->data()->constBegin())
+            continue;
+        --it;
+        const double distance = std::abs(m_memory->yAxis->coordToPixel(it->value) - pos.y());
+        if (distance < bestDistance) {
+            bestDistance = distance;
+            best = tr("%1: %2 GiB at %3").arg(g->name()).arg(it->value, 0, 'f', 2).arg(secondsText(t));
+        }
+    }
+    return best;
+}
+
 bool GanttView::eventFilter(QObject* watched, QEvent* event)
 {
     auto* plot = qobject_cast<QCustomPlot*>(watched);
     if (!plot)
         return QWidget::eventFilter(watched, event);
+    if (event->type() == QEvent::MouseMove && plot == m_memory) {
+        auto* me = static_cast<QMouseEvent*>(event);
+        const QString text = me->buttons() == Qt::NoButton ? memoryToolTipAt(me->position().toPoint()) : QString();
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(me->globalPosition().toPoint(), text, m_memory);
+    }
     if (event->type() == QEvent::MouseMove && plot == m_gantt) {
         auto* me = static_cast<QMouseEvent*>(event);
         if (me->buttons() == Qt::NoButton) {

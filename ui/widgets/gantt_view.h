@@ -14,6 +14,7 @@
 class QCustomPlot;
 class QCheckBox;
 class QLabel;
+class QSplitter;
 
 namespace pw::ui {
 
@@ -24,6 +25,8 @@ struct GanttBlock
 {
     QString title;
     planner::Timeline timeline;
+    /// Memory capacity per device of the timeline (bytes), drawn as limits in the memory plot; empty: unknown.
+    std::vector<double> memory_capacity_bytes = {};
 };
 
 /// @brief Gantt chart (a QCustomPlot custom plottable painting the level-of-detail folded spans of
@@ -40,7 +43,10 @@ public:
     /// Shows these timelines stacked on one time axis (the first one's memory in the plot underneath), the
     /// whole run in view.
     void setBlocks(std::vector<GanttBlock> blocks);
-    void setTimeline(planner::Timeline timeline) { setBlocks({GanttBlock {{}, std::move(timeline)}}); }
+    void setTimeline(planner::Timeline timeline, std::vector<double> capacityBytes = {})
+    {
+        setBlocks({GanttBlock {{}, std::move(timeline), std::move(capacityBytes)}});
+    }
     /// Shows `message` instead of a chart (why there is no schedule).
     void setEmptyMessage(const QString& message);
     int blockCount() const;
@@ -52,9 +58,14 @@ public:
     void zoom(double factor, double anchorPx);
     void showAll();
     void setArrowsVisible(bool visible);
+    /// The share of the height the memory plot gets (0.25 by default).
+    void setMemoryShare(double share);
 
     /// The hover text for a position in the Gantt plot's coordinates; empty over no span.
     QString toolTipAt(QPoint pos) const;
+    /// The memory plot's hover text at a position in its coordinates: the device whose curve is under it and its
+    /// memory then; empty when no curve is within a few pixels.
+    QString memoryToolTipAt(QPoint pos) const;
     /// The Gantt plot's pixel x of time t and the y of a device's compute lane (block 0), for tests.
     QPoint pointOf(int device, double t) const;
 
@@ -82,12 +93,14 @@ private:
     void rebuild();
     void updateMargins();
     void rebuildMemory();
+    void fitMemoryLegend();
     void onRangeChanged();
 
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
     QLabel* m_legend = nullptr;
     QCheckBox* m_arrows = nullptr;
+    QSplitter* m_splitter = nullptr;
     GanttPlottable* m_plottable = nullptr;
     bool m_adjusting = false;
 };

@@ -245,19 +245,24 @@ bool MainWindow::showView(const QString& name)
         m_tabs->setCurrentWidget(m_scenarios);
     else if (name == QLatin1String("cluster"))
         m_tabs->setCurrentWidget(m_cluster);
-    else if (name == QLatin1String("partition"))
-        m_partition->parentWidget()->show();
+    else if (name == QLatin1String("partition")) { // the panel, wide enough for its results table
+        auto* dock = qobject_cast<QDockWidget*>(m_partition->parentWidget());
+        dock->show();
+        resizeDocks({dock}, {std::max(dock->width(), width() / 2 - 40)}, Qt::Horizontal);
+    }
     else
         return false;
-    if (m_tabs->currentWidget() == m_gantt)
+    if (m_tabs->currentWidget() == m_gantt) {
         refreshSchedule();
+        m_gantt->setMemoryShare(name == QLatin1String("memory") ? 0.55 : 0.25);
+    }
     return true;
 }
 
 QWidget* MainWindow::screenshotWidget(const QString& name)
 {
     if (name == QLatin1String("memory"))
-        return m_gantt->memoryPlot();
+        return m_gantt; // the memory plot large, under the Gantt on the same time axis
     return this;
 }
 
@@ -275,11 +280,15 @@ void MainWindow::refreshSchedule()
         return;
     m_scheduleStale = false;
     const auto& doc = m_document->planDocument();
-    if (doc.prediction())
-        m_gantt->setTimeline(doc.prediction()->timeline);
-    else
+    if (!doc.prediction()) {
         m_gantt->setEmptyMessage(doc.hasPlan() ? tr("The plan cannot be simulated: %1").arg(doc.predictionError())
                                                : tr("No plan yet: run a partitioner (F5) or open a project"));
+        return;
+    }
+    std::vector<double> capacity;
+    for (const auto& d : doc.prediction()->devices)
+        capacity.push_back(d.memory_capacity_bytes);
+    m_gantt->setTimeline(doc.prediction()->timeline, std::move(capacity));
 }
 
 void MainWindow::refreshTitle()

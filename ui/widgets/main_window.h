@@ -38,7 +38,8 @@ public:
     bool openDemo();
     /// Brings view `name` (see viewNames()) to the front; false for an unknown name.
     bool showView(const QString& name);
-    /// The widget a screenshot of view `name` shows: the window, or the memory plot for "memory".
+    /// The widget a screenshot of view `name` shows: the window, or for "memory" the schedule view with the
+    /// memory plot given most of the height.
     QWidget* screenshotWidget(const QString& name);
     /// Replots every chart now (they repaint lazily), for screenshots.
     void replotAll();

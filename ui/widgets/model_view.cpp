@@ -34,14 +34,18 @@ QColor stageColor(int stage, bool over)
     return palette[stage % 6];
 }
 
+/// A stage's devices in a few words: "dgx0/gpu0", or "6 x H100 (dgx0/gpu0-5)" for replicas.
 QString deviceList(const planner::Plan& plan, const std::vector<int>& devices)
 {
-    QStringList names;
-    for (int d : devices)
-        names << QString::fromStdString(plan.cluster.deviceName(d));
-    if (names.size() > 3)
-        return QObject::tr("%1 … %2 (%3 devices)").arg(names.front(), names.back()).arg(names.size());
-    return names.join(QStringLiteral(", "));
+    if (devices.size() == 1)
+        return QString::fromStdString(plan.cluster.deviceName(devices.front()));
+    QString types;
+    for (int d : devices) {
+        const QString t = QString::fromStdString(plan.cluster.typeOf(d).name);
+        if (!types.split(QStringLiteral("/")).contains(t))
+            types += (types.isEmpty() ? QString() : QStringLiteral("/")) + t;
+    }
+    return QObject::tr("%1 × %2").arg(devices.size()).arg(types);
 }
 
 } // namespace

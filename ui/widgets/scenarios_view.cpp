@@ -40,6 +40,7 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
     m_table->verticalHeader()->hide();
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setWordWrap(false);
     topLayout->addWidget(m_table);
     auto* buttons = new QHBoxLayout;
     auto* save = new QPushButton(tr("Save current plan as scenario…"), top);

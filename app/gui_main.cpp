@@ -19,6 +19,20 @@ int fail(const QString& text, int code = 1)
     return code;
 }
 
+QtMessageHandler g_previousHandler = nullptr;
+
+/// The offscreen platform (screenshots) warns that it cannot pass size hints to a window system it does not
+/// have; that line is noise for a person reading the output.
+void quietOffscreen(QtMsgType type, const QMessageLogContext& context, const QString& message)
+{
+    if (message.contains(QLatin1String("does not support propagateSizeHints")))
+        return;
+    if (g_previousHandler)
+        g_previousHandler(type, context, message);
+    else
+        std::fprintf(stderr, "%s\n", qPrintable(qFormatLogMessage(type, context, message)));
+}
+
 bool hasDisplay()
 {
     return !qEnvironmentVariableIsEmpty("DISPLAY") || !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY")
@@ -34,6 +48,8 @@ int main(int argc, char** argv)
         screenshot = screenshot || QByteArray(argv[i]).startsWith("--screenshot");
     if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen"); // screenshots need no display
+    if (screenshot)
+        g_previousHandler = qInstallMessageHandler(quietOffscreen);
     if (!hasDisplay())
         return fail(QStringLiteral("no display found. Run it under a desktop session, or `xvfb-run pipewright`; "
                                    "`pipewright --view model --screenshot model.png` renders a view without one, and "

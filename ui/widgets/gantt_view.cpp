@@ -477,7 +477,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
         m_memory->legend->setWrap(8);
         m_memory->legend->setBorderPen(Qt::NoPen);
         m_memory->legend->setFont(QFont(font().family(), 8));
-        m_memory->legend->setMargins(QMargins(0, 0, 0, 0));
+        m_memory->legend->setMargins(QMargins(8, 2, 8, 0));
         m_memory->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
         m_memory->axisRect()->setRangeDrag(Qt::Horizontal);
         m_memory->axisRect()->setRangeZoom(Qt::Horizontal);

@@ -103,7 +103,13 @@ MainWindow::MainWindow(QWidget* parent)
     refreshTitle();
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow()
+{
+    // The document is a child and dies in ~QObject, after this destructor: its undo stack's last signals must
+    // not reach a window that is no longer a MainWindow (UBSan saw refreshTitle() called on the bare QWidget).
+    disconnect(m_document, nullptr, this, nullptr);
+    disconnect(&m_document->planDocument(), nullptr, this, nullptr);
+}
 
 void MainWindow::buildMenus()
 {

@@ -4,8 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <QApplication>
+#include <QDragEnterEvent>
+#include <QFileInfo>
 #include <QMessageBox>
+#include <QMimeData>
 #include <QMouseEvent>
+#include <QSettings>
 #include <QTemporaryDir>
 #include <QUndoStack>
 #include <qcustomplot.h>
@@ -201,4 +205,40 @@ TEST_CASE("main window: every view renders, and the screenshots show content", "
         CHECK(colours.size() > 20);
     }
     CHECK_FALSE(w.window.showView(QStringLiteral("no-such-view")));
+}
+
+TEST_CASE("main window: a profile dropped on the window replaces the model; opened projects become recent files",
+    "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    const std::string oldPlan = planJson(doc);
+    const std::size_t scenarios = doc.project().scenarios.size();
+
+    // Drag and drop of a profile: the model is replaced, the old plan kept as a scenario.
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(QStringLiteral(PW_DEMO_DIR "/../../tests/data/golden/tiny-model.json"))});
+    QDragEnterEvent enter(QPoint(400, 300), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&w.window, &enter);
+    CHECK(enter.isAccepted());
+    QDropEvent drop(QPointF(400, 300), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&w.window, &drop);
+    CHECK(doc.project().model.name == "tiny");
+    REQUIRE(doc.planDocument().hasPlan());
+    CHECK(doc.planDocument().plan().model.name == "tiny");
+    REQUIRE(doc.project().scenarios.size() == scenarios + 1);
+    CHECK(planner::toJson(doc.project().scenarios.back().plan).dump() == oldPlan);
+    CHECK(doc.isModified());
+
+    // Save, open: the file is the first of the recent files, and the last project for the next start.
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("tiny.pwproj"));
+    REQUIRE(doc.save(path));
+    CHECK_FALSE(doc.isModified());
+    REQUIRE(w.window.openProject(path));
+    const QStringList recent = QSettings().value(QStringLiteral("recentFiles")).toStringList();
+    REQUIRE_FALSE(recent.isEmpty());
+    CHECK(recent.front() == QFileInfo(path).absoluteFilePath());
+    CHECK(QSettings().value(QStringLiteral("lastProject")).toString() == path);
+    CHECK(w.window.windowTitle().contains(QStringLiteral("tiny.pwproj")));
 }

@@ -82,6 +82,9 @@ public:
     std::size_t lastPaintedArrows() const;
     /// Paints only with folding off (every visible span its own rectangle): the benchmark's baseline.
     void setFolding(bool enabled);
+    /// On screen, with many spans in view, the items are written into an image drawn once; off, each is always a
+    /// QPainter::fillRect (the benchmark's other baseline; exports to SVG and PDF always paint rectangles).
+    void setImagePainting(bool enabled);
 
 signals:
     void timeWindowChanged(double begin, double end);

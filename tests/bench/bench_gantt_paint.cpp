@@ -13,31 +13,12 @@
 
 using namespace pw::planner;
 
-namespace {
-
-Plan chainPlan(int stages, int microbatches)
-{
-    Plan plan;
-    plan.model.name = "bench";
-    for (int l = 0; l < stages; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    plan.cluster.device_types = {DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", stages, 1e11, 1e-6});
-    for (int s = 0; s < stages; ++s)
-        plan.stages.push_back({s, s, {s}});
-    plan.schedule.kind = "1f1b";
-    plan.schedule.microbatches = microbatches;
-    return plan;
-}
-
-} // namespace
-
 int main(int argc, char** argv)
 {
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
     QApplication app(argc, argv);
-    const SimulationResult sim = simulate(chainPlan(64, 2900));
+    const SimulationResult sim = simulate(pw::bench::chainPlan(64, 2900));
     const std::size_t spans = sim.timeline.spans.size();
     pw::ui::GanttView view(nullptr, false);
     view.resize(1920, 1080);

@@ -362,3 +362,39 @@ TEST_CASE("gantt view: hovering a memory curve names a device and its memory the
     const QPoint above(on.x(), static_cast<int>(plot->yAxis->coordToPixel(plot->yAxis->range().upper * 0.999)));
     CHECK(shown.view.memoryToolTipAt(above).isEmpty());
 }
+
+TEST_CASE("gantt view: the image path paints the same pixels as a fillRect per item", "[ui]")
+{
+    // 16 stages x 700 microbatches of 1F1B: about 45,000 spans, above the threshold where the view writes the
+    // lanes into an image on several threads instead of a fillRect per item.
+    planner::Plan plan;
+    plan.model.name = "chain";
+    for (int l = 0; l < 16; ++l)
+        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
+    plan.cluster.device_types = {planner::DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
+    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 16, 1e11, 1e-6});
+    for (int s = 0; s < 16; ++s)
+        plan.stages.push_back({s, s, {s}});
+    plan.schedule.microbatches = 700;
+    const auto timeline = planner::simulate(plan).timeline;
+    REQUIRE(timeline.spans.size() > 40000);
+    ShownView shown(timeline);
+    auto render = [&](bool image) {
+        shown.view.setImagePainting(image);
+        shown.view.ganttPlot()->replot();
+        return shown.view.ganttPlot()->grab().toImage().convertToFormat(QImage::Format_RGB32);
+    };
+    for (double share : {1.0, 0.3, 0.05}) { // whole run (folded to about 2 items a pixel), then zoomed in
+        INFO(share);
+        shown.view.setTimeWindow(shown.view.windowBegin(), shown.view.windowBegin() + share * (timeline.endTime()));
+        const QImage rects = render(false);
+        const QImage image = render(true);
+        REQUIRE(rects.size() == image.size());
+        CHECK(shown.view.lastPaintedItems() > 0);
+        long long different = 0;
+        for (int y = 0; y < image.height(); ++y)
+            for (int x = 0; x < image.width(); ++x)
+                different += image.pixel(x, y) != rects.pixel(x, y);
+        CHECK(different == 0);
+    }
+}

@@ -20,7 +20,11 @@
 #include "ui/models/stage_model.h"
 #include "ui/widgets/main_window.h"
 #include "ui/widgets/metrics_panel.h"
+#include "ui/widgets/cluster_editor.h"
+#include "ui/widgets/gantt_view.h"
 #include "ui/widgets/model_view.h"
+#include "ui/widgets/partition_panel.h"
+#include "ui/widgets/scenarios_view.h"
 
 using namespace pw;
 using namespace pw::ui;
@@ -197,6 +201,19 @@ TEST_CASE("main window: every view renders, and the screenshots show content", "
         w.window.replotAll();
         const QImage image = w.window.screenshotWidget(name)->grab().toImage();
         REQUIRE_FALSE(image.isNull());
+        // What this view is for is there.
+        if (name == QLatin1String("model"))
+            CHECK(w.window.modelView()->plot()->plottableCount() == 4); // forward, backward, weights, activations
+        if (name == QLatin1String("gantt"))
+            CHECK(w.window.ganttView()->blockCount() == 1);
+        if (name == QLatin1String("memory"))
+            CHECK(w.window.ganttView()->memoryPlot()->graphCount() == 8); // a curve per GPU of the DGX
+        if (name == QLatin1String("scenarios"))
+            CHECK(w.window.scenariosView()->gantt()->blockCount() == 2); // the first two, ticked by default
+        if (name == QLatin1String("cluster"))
+            CHECK(w.window.clusterEditor()->cluster().deviceCount() == 8);
+        if (name == QLatin1String("partition"))
+            CHECK(w.window.partitionPanel()->isVisible());
         // Something is drawn: many colours, not a blank or one-colour image.
         std::set<QRgb> colours;
         for (int y = 0; y < image.height(); y += 7)
@@ -241,4 +258,36 @@ TEST_CASE("main window: a profile dropped on the window replaces the model; open
     CHECK(recent.front() == QFileInfo(path).absoluteFilePath());
     CHECK(QSettings().value(QStringLiteral("lastProject")).toString() == path);
     CHECK(w.window.windowTitle().contains(QStringLiteral("tiny.pwproj")));
+}
+
+TEST_CASE("main window: undo in the middle of a drag ends the drag and undoes the step before it", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    const std::string original = planJson(doc);
+    QPoint handle = w.view()->handlePoint(0);
+    // A first drag, committed.
+    mouse(w.plot(), QEvent::MouseButtonPress, handle, Qt::LeftButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(15.2), handle.y()), Qt::NoButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseButtonRelease, QPoint(w.pixelOfLayerEdge(15.2), handle.y()), Qt::LeftButton,
+        Qt::NoButton);
+    REQUIRE(doc.planDocument().undoStack()->count() == 1);
+    const std::string first = planJson(doc);
+    // A second drag, and Ctrl+Z while the mouse is still down.
+    handle = w.view()->handlePoint(0);
+    mouse(w.plot(), QEvent::MouseButtonPress, handle, Qt::LeftButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(8.2), handle.y()), Qt::NoButton, Qt::LeftButton);
+    REQUIRE(doc.planDocument().previewing());
+    doc.planDocument().undoStack()->undo();
+    CHECK_FALSE(doc.planDocument().previewing());
+    CHECK(w.view()->draggedBoundary() == -1);
+    CHECK(planJson(doc) == original);
+    // The rest of the gesture does nothing.
+    mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(5.2), handle.y()), Qt::NoButton, Qt::LeftButton);
+    mouse(w.plot(), QEvent::MouseButtonRelease, QPoint(w.pixelOfLayerEdge(5.2), handle.y()), Qt::LeftButton,
+        Qt::NoButton);
+    CHECK(planJson(doc) == original);
+    CHECK(doc.planDocument().undoStack()->count() == 1);
+    doc.planDocument().undoStack()->redo();
+    CHECK(planJson(doc) == first);
 }

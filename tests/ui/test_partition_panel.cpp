@@ -147,15 +147,20 @@ TEST_CASE("partition panel: a PipeDream run lists its plan; applying it is one u
     CHECK(planJson(doc) == pipedream);
     CHECK(planJson(doc) != before);
     CHECK(doc.isModified());
-    // The table now shows the applied plan as the current one.
+    // The table now shows the applied plan as the current one, the run's rows below it.
     CHECK(results->row(0).current);
     CHECK(planner::toJson(*results->row(0).plan).dump() == pipedream);
-    CHECK(results->row(1).label == QStringLiteral("previous plan"));
+    CHECK(results->row(1).label == QStringLiteral("pipedream"));
 
+    // Row 0 follows the document (undo, redo) and keeps the run's rows.
+    const int rows = results->rowCount();
     undo->undo();
     CHECK(planJson(doc) == before);
+    CHECK(planner::toJson(*results->row(0).plan).dump() == before);
+    CHECK(results->rowCount() == rows);
     undo->redo();
     CHECK(planJson(doc) == pipedream);
+    CHECK(planner::toJson(*results->row(0).plan).dump() == pipedream);
 }
 
 TEST_CASE("partition panel: compare all lists a row per algorithm", "[ui]")
@@ -270,5 +275,19 @@ TEST_CASE("partition panel: a bad option value fails the run and names the optio
         CHECK(panel.status().contains(QStringLiteral("microbatch-sizes")));
     }
     CHECK(planJson(doc) == before);
+    CHECK(doc.planDocument().undoStack()->count() == 0);
+}
+
+TEST_CASE("partition panel: closing the panel during a run stops and joins its worker", "[ui]")
+{
+    ui::ProjectDocument doc;
+    doc.setProject(app::demoProject());
+    const std::string before = planner::toJson(doc.planDocument().plan()).dump();
+    for (int i = 0; i < 3; ++i) {
+        ui::PartitionPanel panel(doc);
+        panel.compareAll(); // runs every algorithm: still running when the panel goes
+        CHECK(panel.isRunning());
+    } // ~PartitionPanel must join before the results it writes are destroyed (ASan checks this)
+    CHECK(planner::toJson(doc.planDocument().plan()).dump() == before);
     CHECK(doc.planDocument().undoStack()->count() == 0);
 }

@@ -19,8 +19,18 @@ public:
     {
     }
 
-    void redo() override { m_document.show(m_after); }
-    void undo() override { m_document.show(m_before); }
+    // Undo or redo in the middle of a drag (Ctrl+Z with the mouse held) ends the drag first: its preview was
+    // built on the plan the step replaces.
+    void redo() override
+    {
+        m_document.abortPreview();
+        m_document.show(m_after);
+    }
+    void undo() override
+    {
+        m_document.abortPreview();
+        m_document.show(m_before);
+    }
 
 private:
     PlanDocument& m_document;
@@ -49,16 +59,24 @@ PlanDocument::PlanDocument(QObject* parent)
 {
 }
 
+void PlanDocument::abortPreview()
+{
+    if (!m_beforePreview)
+        return;
+    m_beforePreview.reset();
+    emit previewAborted();
+}
+
 void PlanDocument::reset(planner::Plan plan)
 {
-    m_beforePreview.reset();
+    abortPreview();
     m_undo.clear();
     show(std::move(plan));
 }
 
 void PlanDocument::clear()
 {
-    m_beforePreview.reset();
+    abortPreview();
     m_undo.clear();
     m_plan.reset();
     m_prediction.reset();
@@ -118,6 +136,7 @@ void PlanDocument::cancelPreview()
         return;
     planner::Plan before = std::move(*m_beforePreview);
     m_beforePreview.reset();
+    emit previewAborted();
     show(std::move(before));
 }
 

@@ -55,10 +55,14 @@ public:
 signals:
     void planChanged();
     void predictionChanged();
+    /// A drag's preview ended without being committed: cancelled, or cut short by undo, redo or a new plan.
+    void previewAborted();
 
 private:
     friend class PlanCommand;
     void show(planner::Plan plan);
+    /// Forgets the plan before the preview (the caller shows another plan); emits previewAborted().
+    void abortPreview();
 
     std::optional<planner::Plan> m_plan;
     std::optional<planner::Plan> m_beforePreview;

@@ -73,6 +73,10 @@ void ProjectDocument::setProject(app::Project project, const QString& path)
         QString note;
         plan = planFresh(m_project, &note);
         m_dirty = plan.has_value();
+        if (!plan)
+            emit notice(tr("No plan for %1 on %2: %3. Change the cluster or run a partitioner.")
+                            .arg(QString::fromStdString(m_project.model.name), QString::fromStdString(m_project.cluster.name),
+                                note));
     }
     if (plan)
         m_plan.reset(std::move(*plan));
@@ -174,7 +178,7 @@ bool ProjectDocument::importProfile(const QString& path, QString* error)
     app::Project next = snapshot();
     keepAsScenario(next, tr("before importing %1").arg(QFileInfo(path).fileName()));
     next.model = std::move(model);
-    next.plan = planFresh(next, nullptr);
+    next.plan.reset(); // setProject() plans the new model, and says so when it cannot
     const QString keepPath = m_path;
     setProject(std::move(next), keepPath);
     markDirty();
@@ -200,8 +204,7 @@ bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error
             kept.validate();
             next.plan = std::move(kept);
         } catch (const planner::InputError&) {
-            keepAsScenario(next, tr("before the cluster changed"));
-            next.plan = planFresh(next, nullptr);
+            keepAsScenario(next, tr("before the cluster changed")); // setProject() re-plans
         }
     }
     const QString keepPath = m_path;

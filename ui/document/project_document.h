@@ -52,6 +52,8 @@ signals:
     void scenariosChanged();
     void modifiedChanged(bool modified);
     void filePathChanged(const QString& path);
+    /// Something the user must know that is not an error of the call: the project could not be planned.
+    void notice(const QString& text);
 
 private:
     /// Plans the project's model on its cluster with the partition settings, or uniformly when they fail.

@@ -102,16 +102,10 @@ ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, 
         row.throughput = r.throughput_samples_per_s;
         row.iteration_s = r.iteration_time_s;
         row.bubble = r.bubble_fraction;
-        double worst = -1;
-        for (const auto& d : r.devices) {
-            const double ratio = d.memory_capacity_bytes > 0 ? d.peak_memory_bytes / d.memory_capacity_bytes : 0;
-            if (ratio > worst) {
-                worst = ratio;
-                row.peak_bytes = d.peak_memory_bytes;
-                row.capacity_bytes = d.memory_capacity_bytes;
-            }
-        }
-        if (worst > 1)
+        const auto worst = worstMemory(r);
+        row.peak_bytes = worst.peak_bytes;
+        row.capacity_bytes = worst.capacity_bytes;
+        if (worst.over())
             row.note = tr("over memory");
     } catch (const planner::InputError& e) {
         row.note = QString::fromStdString(e.message());

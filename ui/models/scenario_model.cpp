@@ -32,15 +32,9 @@ void ScenarioModel::refresh()
             m.throughput = r.throughput_samples_per_s;
             m.iteration = r.iteration_time_s;
             m.bubble = r.bubble_fraction;
-            double worst = -1;
-            for (const auto& d : r.devices) {
-                const double ratio = d.memory_capacity_bytes > 0 ? d.peak_memory_bytes / d.memory_capacity_bytes : 0;
-                if (ratio > worst) {
-                    worst = ratio;
-                    m.peak = d.peak_memory_bytes;
-                    m.capacity = d.memory_capacity_bytes;
-                }
-            }
+            const auto worst = worstMemory(r);
+            m.peak = worst.peak_bytes;
+            m.capacity = worst.capacity_bytes;
         } catch (const planner::InputError& e) {
             m.error = QString::fromStdString(e.message());
         }

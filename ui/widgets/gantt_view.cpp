@@ -237,9 +237,10 @@ protected:
                 for (int l = 0; l < kLaneRows; ++l) {
                     const auto lane = static_cast<LaneRow>(l);
                     const double top = block->layout.rowTop(d, lane);
-                    const double y0 = std::round(yOf(top));
-                    const double y1 = std::round(yOf(top + block->layout.laneHeight(lane)));
-                    if (y1 - y0 < 1 || y1 < rect.top() || y0 > rect.bottom())
+                    // Clipped to the axis rect (QCustomPlot maps the range's edge to the pixel outside it).
+                    const double y0 = std::max<double>(std::round(yOf(top)), rect.top());
+                    const double y1 = std::min<double>(std::round(yOf(top + block->layout.laneHeight(lane))), rect.bottom() + 1);
+                    if (y1 - y0 < 1)
                         continue;
                     jobs.push_back({block.get(), RowLayout::rowIndex(d, lane), y0, y1,
                         lane == LaneRow::Compute ? qRgb(236, 236, 236) : qRgb(246, 246, 246)});

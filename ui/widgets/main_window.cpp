@@ -88,6 +88,7 @@ MainWindow::MainWindow(QWidget* parent)
         refreshTitle();
     });
     connect(m_document, &ProjectDocument::modifiedChanged, this, &MainWindow::refreshTitle);
+    connect(m_document, &ProjectDocument::notice, this, [this](const QString& text) { showError(tr("No plan"), text); });
     connect(m_document, &ProjectDocument::filePathChanged, this, &MainWindow::refreshTitle);
     connect(m_cluster, &ClusterEditor::applyRequested, this, [this](const planner::Cluster& cluster) {
         QString error;
@@ -225,9 +226,10 @@ bool MainWindow::importProfile(const QString& path)
         showError(tr("Cannot import the profile"), error);
         return false;
     }
-    statusBar()->showMessage(
-        tr("Imported %1 and planned it uniformly; the old plan is a scenario now. Run a partitioner (F5) for a better plan")
-            .arg(QFileInfo(path).fileName()));
+    if (m_document->planDocument().hasPlan()) // else the document's notice said why there is no plan
+        statusBar()->showMessage(tr("Imported %1 and planned it uniformly; the old plan is a scenario now. Run a "
+                                    "partitioner (F5) for a better plan")
+                                     .arg(QFileInfo(path).fileName()));
     return true;
 }
 
@@ -348,6 +350,13 @@ bool MainWindow::saveAs()
 
 bool MainWindow::maybeSave()
 {
+    if (m_cluster->isModified()) {
+        const auto answer = QMessageBox::question(this, tr("Unapplied cluster edits"),
+            tr("The cluster editor has edits that were not applied to the project. Discard them?"),
+            QMessageBox::Discard | QMessageBox::Cancel);
+        if (answer == QMessageBox::Cancel)
+            return false;
+    }
     if (!m_document->isModified())
         return true;
     const auto answer = QMessageBox::question(this, tr("Unsaved changes"),

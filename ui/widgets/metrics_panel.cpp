@@ -97,18 +97,11 @@ void MetricsPanel::refresh()
     m_iteration->setText(secondsText(r->iteration_time_s));
     m_throughput->setText(tr("%1 samples/s").arg(r->throughput_samples_per_s, 0, 'f', 1));
     m_bubble->setText(percentText(r->bubble_fraction));
-    double worst = 0, peak = 0, capacity = 0;
-    for (const auto& d : r->devices) {
-        const double ratio = d.memory_capacity_bytes > 0 ? d.peak_memory_bytes / d.memory_capacity_bytes : 0;
-        if (ratio >= worst) {
-            worst = ratio;
-            peak = d.peak_memory_bytes;
-            capacity = d.memory_capacity_bytes;
-        }
-    }
-    m_memory->setText(tr("%1 of %2").arg(bytesText(peak), bytesText(capacity)));
-    m_memory->setStyleSheet(worst > 1 ? QStringLiteral("color: #c62828") : QString());
-    m_error->setText(worst > 1 ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst, 0)) : QString());
+    const auto worst = worstMemory(*r);
+    m_memory->setText(tr("%1 of %2").arg(bytesText(worst.peak_bytes), bytesText(worst.capacity_bytes)));
+    m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
+    m_error->setText(worst.over() ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))
+                                  : QString());
 }
 
 } // namespace pw::ui

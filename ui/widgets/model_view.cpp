@@ -81,6 +81,8 @@ ModelView::ModelView(PlanDocument& document, QWidget* parent)
     m_plot->legend->setBorderPen(Qt::NoPen);
     layout->addWidget(m_plot, 1);
     connect(&m_document, &PlanDocument::planChanged, this, &ModelView::rebuild);
+    // Undo, redo or a new plan in the middle of a drag end it: the dragged boundary may not exist any more.
+    connect(&m_document, &PlanDocument::previewAborted, this, [this] { m_drag = -1; });
     rebuild();
 }
 
@@ -161,10 +163,11 @@ void ModelView::rebuild()
         ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
         m_plot->xAxis->setTicker(ticker);
     }
-    const bool keepX = m_plot->xAxis->range().lower >= 0 && m_plot->xAxis->range().upper <= layers
-        && m_plot->xAxis->range().size() < layers && m_drag >= 0;
-    if (!keepX)
+    // The zoom stays while the model does (a new model shows all its layers).
+    if (layers != m_shownLayers) {
+        m_shownLayers = layers;
         m_plot->xAxis->setRange(0, layers);
+    }
 
     // Stages as bands, labelled with their devices; red when over memory.
     for (int s = 0; s < plan.stageCount(); ++s) {
@@ -296,9 +299,13 @@ bool ModelView::eventFilter(QObject* watched, QEvent* event)
         }
         const auto& plan = m_document.plan();
         const double position = m_plot->xAxis->pixelToCoord(me->position().x());
-        const int last = planner::edit::snapBoundary(plan, m_drag, position);
-        if (last != planner::edit::boundaries(plan)[m_drag])
-            m_document.preview(planner::edit::moveBoundary(plan, m_drag, last));
+        try {
+            const int last = planner::edit::snapBoundary(plan, m_drag, position);
+            if (last != planner::edit::boundaries(plan)[m_drag])
+                m_document.preview(planner::edit::moveBoundary(plan, m_drag, last));
+        } catch (const planner::InputError& e) { // no exception may leave an event handler
+            emit message(QString::fromStdString(e.message()));
+        }
         return true;
     }
     case QEvent::MouseButtonRelease: {

@@ -31,7 +31,7 @@ public:
     /// The boundary being dragged, or -1.
     int draggedBoundary() const { return m_drag; }
 
-    /// Stage edits the context menu offers, also for the main window's Plan menu. Errors go to message().
+    /// Stage edits the context menu offers at a layer position (also for tests). Errors go to message().
     void splitStageAt(double layerPosition);
     void mergeStageAt(double layerPosition);
     void assignDevicesAt(double layerPosition);
@@ -53,6 +53,7 @@ private:
     QLabel* m_caption = nullptr;
     std::vector<QVector<double>> m_series; ///< the plotted per-layer series, to rebuild them only when they change
     int m_drag = -1;
+    int m_shownLayers = -1; ///< layers of the model the x range was last fitted to
     int m_hover = -1;
 };
 

@@ -147,15 +147,19 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     connect(&m_project, &ProjectDocument::projectChanged, this, showSettings);
     connect(&m_project.planDocument(), &PlanDocument::predictionChanged, this, [this] {
         // Not during a drag: the metrics panel follows the mouse, this table the committed plan.
-        if (!isRunning() && m_results->rowCount() <= 1 && !m_project.planDocument().previewing())
-            showCurrent();
+        if (!m_project.planDocument().previewing())
+            refreshCurrentRow();
     });
+    connect(m_results, &QAbstractItemModel::modelReset, this, [this] { m_apply->setEnabled(false); });
     showSettings();
 }
 
 PartitionPanel::~PartitionPanel()
 {
-    m_worker.request_stop(); // the jthread joins; a late result's queued call dies with this object
+    // Stop and join before any member the worker writes is destroyed; its queued call dies with this object.
+    m_worker.request_stop();
+    if (m_worker.joinable())
+        m_worker.join();
 }
 
 QString PartitionPanel::status() const
@@ -319,6 +323,19 @@ void PartitionPanel::showCurrent()
     m_results->setRows(std::move(rows));
 }
 
+void PartitionPanel::refreshCurrentRow()
+{
+    // Row 0 is the current plan; the rows of the last run stay below it.
+    std::vector<ResultRow> rows;
+    auto& doc = m_project.planDocument();
+    if (doc.hasPlan())
+        rows.push_back(ResultModel::planRow(tr("current plan"), doc.plan(), true));
+    for (int i = 0; i < m_results->rowCount(); ++i)
+        if (!m_results->row(i).current)
+            rows.push_back(m_results->row(i));
+    m_results->setRows(std::move(rows));
+}
+
 void PartitionPanel::run()
 {
     start(false);
@@ -344,7 +361,7 @@ void PartitionPanel::start(bool compare)
     m_result.reset();
     m_comparison.clear();
     m_fraction = 0;
-    m_done = false;
+    m_running = true;
     m_run->setEnabled(false);
     m_compare->setEnabled(false);
     m_cancel->setEnabled(true);
@@ -363,7 +380,6 @@ void PartitionPanel::start(bool compare)
             m_result = planner::findPartitioner(algorithm)->partition({project->model, project->cluster, options},
                 progress, stop);
         }
-        m_done = true;
         QMetaObject::invokeMethod(this, [this] { onFinished(); }, Qt::QueuedConnection);
     });
 }
@@ -381,7 +397,8 @@ void PartitionPanel::cancel()
 void PartitionPanel::onFinished()
 {
     if (m_worker.joinable())
-        m_worker.join();
+        m_worker.join(); // the worker's last act was to queue this call: the join is immediate
+    m_running = false;
     m_poll->stop();
     m_run->setEnabled(true);
     m_compare->setEnabled(true);
@@ -431,19 +448,9 @@ bool PartitionPanel::applyRow(int row)
 {
     if (row < 0 || row >= m_results->rowCount() || !m_results->row(row).plan || m_results->row(row).current)
         return false;
-    const ResultRow& r = m_results->row(row);
+    const ResultRow r = m_results->row(row); // a copy: replacing the plan refreshes the rows
     m_project.planDocument().replace(tr("Apply %1 plan").arg(r.label), *r.plan);
     emit message(tr("Applied the %1 plan (%2). Undo with Ctrl+Z.").arg(r.label, r.config));
-    auto rows = std::vector<ResultRow>();
-    for (int i = 0; i < m_results->rowCount(); ++i) {
-        ResultRow copy = m_results->row(i);
-        copy.current = false;
-        if (i == 0 && copy.label == tr("current plan"))
-            copy.label = tr("previous plan");
-        rows.push_back(std::move(copy));
-    }
-    rows.insert(rows.begin(), ResultModel::planRow(tr("current plan"), m_project.planDocument().plan(), true));
-    m_results->setRows(std::move(rows));
     return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include <QWidget>
 #include <atomic>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -48,7 +49,7 @@ public:
     void compareAll();
     /// Stops the run; its result is discarded and the plan stays as it is.
     void cancel();
-    bool isRunning() const { return m_worker.joinable() && !m_done; }
+    bool isRunning() const { return m_running; }
     /// How the last run ended: "done", "failed", "cancelled" (the partitioner stopped at the request) or
     /// "discarded" (it finished before seeing the request).
     QString lastOutcome() const { return m_outcome; }
@@ -64,6 +65,7 @@ signals:
 private:
     void rebuildOptions();
     void showCurrent();
+    void refreshCurrentRow();
     void start(bool compare);
     void onFinished();
     planner::PartitionOptions partitionOptions() const;
@@ -91,16 +93,17 @@ private:
     ResultModel* m_results = nullptr;
     QTimer* m_poll = nullptr;
 
-    // The background run: the worker writes its outcome, the GUI thread reads it after `m_done`.
-    std::jthread m_worker;
+    // The background run: the worker writes its outcome, the GUI thread reads it in onFinished() (queued by the
+    // worker as its last act). m_running is the GUI thread's: set by start(), cleared by onFinished().
     std::atomic<double> m_fraction {0};
-    std::atomic<bool> m_done {true};
+    bool m_running = false;
     bool m_cancelRequested = false;
     bool m_comparing = false;
     QString m_runAlgorithm;
     std::optional<planner::PartitionResult> m_result;
     std::vector<planner::ComparisonRow> m_comparison;
     QString m_outcome;
+    std::jthread m_worker; // last: destroyed (joined) before everything the worker writes
 };
 
 } // namespace pw::ui

@@ -5,6 +5,7 @@
 #include <QHeaderView>
 #include <QInputDialog>
 #include <QLabel>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSplitter>
 #include <QTableView>
@@ -72,7 +73,9 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
     });
     connect(remove, &QPushButton::clicked, this, [this] {
         const QString name = selectedName();
-        if (!name.isEmpty())
+        if (!name.isEmpty()
+            && QMessageBox::question(this, tr("Remove scenario"), tr("Remove scenario '%1'? This cannot be undone.").arg(name))
+                == QMessageBox::Yes)
             m_project.removeScenario(name);
     });
     connect(m_model, &ScenarioModel::checkedChanged, this, &ScenariosView::refreshGantt);
@@ -87,10 +90,18 @@ QString ScenariosView::selectedName() const
 
 void ScenariosView::saveCurrentAs()
 {
+    QString proposal;
+    for (std::size_t k = m_project.project().scenarios.size() + 1; proposal.isEmpty(); ++k)
+        if (m_project.project().findScenario(tr("Scenario %1").arg(k).toStdString()) < 0)
+            proposal = tr("Scenario %1").arg(k);
     bool ok = false;
     const QString name = QInputDialog::getText(this, tr("Save scenario"), tr("Name of the scenario:"), QLineEdit::Normal,
-        tr("Scenario %1").arg(m_project.project().scenarios.size() + 1), &ok);
+        proposal, &ok);
     if (!ok)
+        return;
+    if (m_project.project().findScenario(name.trimmed().toStdString()) >= 0
+        && QMessageBox::question(this, tr("Replace scenario"), tr("A scenario named '%1' exists. Replace it?").arg(name.trimmed()))
+            != QMessageBox::Yes)
         return;
     QString error;
     if (!m_project.saveScenario(name, {}, &error))

@@ -8,6 +8,7 @@
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QInputDialog>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
@@ -18,6 +19,7 @@
 #include <qcustomplot.h>
 
 #include "app/project/demo_project.h"
+#include "planner/edit.h"
 #include "planner/errors.h"
 #include "ui/document/project_document.h"
 #include "ui/widgets/cluster_editor.h"
@@ -176,6 +178,40 @@ void MainWindow::buildMenus()
     plan->addAction(tr("&Run partitioner"), QKeySequence(Qt::Key_F5), m_partition, &PartitionPanel::run);
     plan->addAction(tr("&Compare all algorithms"), QKeySequence(tr("Shift+F5")), m_partition, &PartitionPanel::compareAll);
     plan->addAction(tr("Ca&ncel partitioner"), QKeySequence(tr("Ctrl+.")), m_partition, &PartitionPanel::cancel);
+    plan->addSeparator();
+    // The model view's context menu, by keyboard: a layer (split after it) or a stage (merge, assign) to act on.
+    plan->addAction(tr("Split a stage after layer…"), QKeySequence(tr("Ctrl+K")), this, [this] {
+        if (!m_document->planDocument().hasPlan())
+            return;
+        bool ok = false;
+        const int layers = m_document->planDocument().plan().model.layerCount();
+        const int layer = QInputDialog::getInt(this, tr("Split a stage"), tr("New boundary after layer:"), layers / 2, 0,
+            layers - 2, 1, &ok);
+        const auto bounds = planner::edit::boundaries(m_document->planDocument().plan());
+        if (ok && std::find(bounds.begin(), bounds.end(), layer) != bounds.end())
+            statusBar()->showMessage(tr("Layer %1 already ends a stage").arg(layer));
+        else if (ok)
+            m_modelView->splitStageAt(layer + 0.5);
+    });
+    plan->addAction(tr("Merge a stage with the next…"), QKeySequence(tr("Ctrl+J")), this, [this] {
+        if (!m_document->planDocument().hasPlan() || m_document->planDocument().plan().stageCount() < 2)
+            return;
+        const auto& p = m_document->planDocument().plan();
+        bool ok = false;
+        const int stage = QInputDialog::getInt(this, tr("Merge stages"), tr("Merge stage (with the next one):"), 0, 0,
+            p.stageCount() - 2, 1, &ok);
+        if (ok)
+            m_modelView->mergeStageAt(p.stages[stage].first_layer + 0.5);
+    });
+    plan->addAction(tr("Assign devices to a stage…"), this, [this] {
+        if (!m_document->planDocument().hasPlan())
+            return;
+        const auto& p = m_document->planDocument().plan();
+        bool ok = false;
+        const int stage = QInputDialog::getInt(this, tr("Assign devices"), tr("Stage:"), 0, 0, p.stageCount() - 1, 1, &ok);
+        if (ok)
+            m_modelView->assignDevicesAt(p.stages[stage].first_layer + 0.5);
+    });
     plan->addSeparator();
     plan->addAction(tr("Save as &scenario…"), QKeySequence(tr("Ctrl+Shift+N")), m_scenarios, &ScenariosView::saveCurrentAs);
 

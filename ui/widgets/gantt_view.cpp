@@ -610,15 +610,24 @@ void GanttView::rebuildMemory()
         g->setPen(QPen(QColor::fromHsv((d * 360 / std::max(1, devices) + d % 2 * 20) % 360, 200, 190), 1.5));
         g->setData(keys[d], values[d], true);
     }
-    // Each distinct capacity as a limit line, so that over-memory devices show as curves crossing it.
+    // Each distinct capacity as a limit line, so that over-memory devices show as curves crossing it. Limits far
+    // above every curve (80 GiB against 20 used) would squash the curves: they are named at the top instead.
     std::vector<double> limits;
     for (double c : m_plottable->blocks.front()->capacity)
         if (c > 0 && std::find(limits.begin(), limits.end(), c) == limits.end())
             limits.push_back(c);
+    std::sort(limits.begin(), limits.end());
     double top = peak;
+    for (double c : limits)
+        if (c / double(1ull << 30) <= 2 * peak)
+            top = std::max(top, c / double(1ull << 30));
+    QStringList above;
     for (double c : limits) {
         const double gib = c / double(1ull << 30);
-        top = std::max(top, gib);
+        if (gib > top) {
+            above << bytesText(c);
+            continue;
+        }
         auto* line = new QCPItemStraightLine(m_memory);
         line->point1->setCoords(0, gib);
         line->point2->setCoords(1, gib);
@@ -630,6 +639,14 @@ void GanttView::rebuildMemory()
         label->setText(tr("capacity %1").arg(bytesText(c)));
         label->setColor(QColor(160, 30, 30));
         label->setClipToAxisRect(true);
+    }
+    if (!above.isEmpty()) {
+        auto* label = new QCPItemText(m_memory);
+        label->position->setType(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(0.995, 0.02);
+        label->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
+        label->setText(tr("capacity %1 (above the scale)").arg(above.join(QStringLiteral(", "))));
+        label->setColor(QColor(160, 30, 30));
     }
     m_memory->yAxis->setRange(0, std::max(top * 1.1, 0.01));
     fitMemoryLegend();

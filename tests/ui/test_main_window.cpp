@@ -11,12 +11,14 @@
 #include <QMouseEvent>
 #include <QSettings>
 #include <QTemporaryDir>
+#include <QTest>
 #include <QUndoStack>
 #include <qcustomplot.h>
 #include <set>
 
 #include "planner/edit.h"
 #include "ui/document/project_document.h"
+#include "ui/models/cluster_models.h"
 #include "ui/models/stage_model.h"
 #include "ui/widgets/main_window.h"
 #include "ui/widgets/metrics_panel.h"
@@ -290,4 +292,29 @@ TEST_CASE("main window: undo in the middle of a drag ends the drag and undoes th
     CHECK(doc.planDocument().undoStack()->count() == 1);
     doc.planDocument().undoStack()->redo();
     CHECK(planJson(doc) == first);
+}
+
+TEST_CASE("main window: unapplied cluster edits survive a profile import; shortcuts reach the undo stack", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document();
+    auto* editor = w.window.clusterEditor();
+    editor->setCluster(doc.project().cluster); // the editor's base is the project's cluster
+    REQUIRE(editor->nodeModel()->setData(editor->nodeModel()->index(0, 0), QStringLiteral("dgx-renamed")));
+    REQUIRE(editor->isModified());
+    REQUIRE(w.window.importProfile(QStringLiteral(PW_DEMO_DIR "/../../tests/data/golden/tiny-model.json")));
+    CHECK(editor->isModified()); // the import did not touch the cluster: the edit is still there
+    CHECK(editor->cluster().nodes.front().name == "dgx-renamed");
+
+    // Keyboard: Ctrl+Z and Ctrl+Shift+Z go through the Edit menu's actions to the one undo stack.
+    w.window.activateWindow();
+    QApplication::setActiveWindow(&w.window);
+    const int steps = doc.planDocument().undoStack()->count();
+    w.view()->mergeStageAt(0.5);
+    const std::string merged = planJson(doc);
+    REQUIRE(doc.planDocument().undoStack()->count() == steps + 1);
+    QTest::keyClick(&w.window, Qt::Key_Z, Qt::ControlModifier);
+    CHECK(planJson(doc) != merged);
+    QTest::keyClick(&w.window, Qt::Key_Z, Qt::ControlModifier | Qt::ShiftModifier);
+    CHECK(planJson(doc) == merged);
 }

@@ -37,6 +37,8 @@ public:
     QString validationError() const;
     /// Whether the edited cluster differs from the one last set or applied.
     bool isModified() const;
+    /// The cluster last set or applied: what Revert goes back to.
+    const planner::Cluster& baseCluster() const { return m_original; }
 
     /// The tables' models (for tests).
     DeviceTypeModel* deviceTypeModel();

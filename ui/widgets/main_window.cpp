@@ -86,7 +86,11 @@ MainWindow::MainWindow(QWidget* parent)
             refreshSchedule();
     });
     connect(m_document, &ProjectDocument::projectChanged, this, [this] {
-        m_cluster->setCluster(m_document->project().cluster);
+        // Unapplied edits survive changes that leave the cluster alone (an imported profile); opening another
+        // project asked about them first (maybeSave).
+        const bool sameCluster = planner::toJson(m_cluster->baseCluster()) == planner::toJson(m_document->project().cluster);
+        if (!(sameCluster && m_cluster->isModified()))
+            m_cluster->setCluster(m_document->project().cluster);
         refreshTitle();
     });
     connect(m_document, &ProjectDocument::modifiedChanged, this, &MainWindow::refreshTitle);

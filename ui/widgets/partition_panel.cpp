@@ -20,6 +20,7 @@
 #include "planner/errors.h"
 #include "ui/document/project_document.h"
 #include "ui/models/result_model.h"
+#include "ui/widgets/tables.h"
 
 namespace pw::ui {
 
@@ -99,14 +100,7 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     layout->addWidget(m_status);
 
     m_results = new ResultModel(this);
-    m_table = new QTableView(this);
-    m_table->setModel(m_results);
-    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
-    m_table->verticalHeader()->hide();
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setStretchLastSection(true);
-    m_table->setWordWrap(false);
+    m_table = rowPickingTable(m_results, this);
     layout->addWidget(m_table, 1);
     m_apply = new QPushButton(tr("Apply selected plan"), this);
     m_apply->setEnabled(false);

@@ -16,6 +16,7 @@
 #include "ui/models/format.h"
 #include "ui/models/scenario_model.h"
 #include "ui/widgets/gantt_view.h"
+#include "ui/widgets/tables.h"
 
 namespace pw::ui {
 
@@ -34,14 +35,7 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
     auto* topLayout = new QVBoxLayout(top);
     topLayout->setContentsMargins(0, 0, 0, 0);
     m_model = new ScenarioModel(project, this);
-    m_table = new QTableView(top);
-    m_table->setModel(m_model);
-    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
-    m_table->verticalHeader()->hide();
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setStretchLastSection(true);
-    m_table->setWordWrap(false);
+    m_table = rowPickingTable(m_model, top);
     topLayout->addWidget(m_table);
     auto* buttons = new QHBoxLayout;
     auto* save = new QPushButton(tr("Save current plan as scenario…"), top);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/timeline.h"
+#include "ui/widgets/gantt_scene.h"
 
 class QCustomPlot;
 class QCheckBox;
@@ -18,16 +19,6 @@ class QSplitter;
 
 namespace pw::ui {
 
-class GanttPlottable;
-
-/// @brief One Gantt chart stacked in the view: a timeline and the title shown above its lanes (empty: none).
-struct GanttBlock
-{
-    QString title;
-    planner::Timeline timeline;
-    /// Memory capacity per device of the timeline (bytes), drawn as limits in the memory plot; empty: unknown.
-    std::vector<double> memory_capacity_bytes = {};
-};
 
 /// @brief Gantt chart (a QCustomPlot custom plottable painting the level-of-detail folded spans of
 /// ui/gantt/geometry.h) with the memory plot underneath. Zoom with the wheel, +/- or Ctrl+wheel, pan by dragging
@@ -98,13 +89,15 @@ private:
     void rebuildMemory();
     void fitMemoryLegend();
     void onRangeChanged();
+    /// The plot's visible window as a TimeAxis (clamped to the data and the deepest zoom).
+    TimeAxis timeAxis() const;
 
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
     QLabel* m_legend = nullptr;
     QCheckBox* m_arrows = nullptr;
     QSplitter* m_splitter = nullptr;
-    GanttPlottable* m_plottable = nullptr;
+    std::unique_ptr<GanttScene> m_scene; ///< what the plot shows; the plottable paints it
     bool m_adjusting = false;
 };
 

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT
+#include "gantt_scene.h"
+
+#include <QCoreApplication>
+#include <algorithm>
+#include <cmath>
+
+#include "ui/models/format.h"
+
+namespace pw::ui {
+
+using planner::ActionKind;
+
+namespace {
+
+constexpr int kKinds = static_cast<int>(ActionKind::WavePull) + 1;
+
+int hueOf(int microbatch)
+{
+    return static_cast<int>(std::abs(static_cast<long long>(microbatch)) * 137508 / 1000 % 360);
+}
+
+QString tr(const char* text)
+{
+    return QCoreApplication::translate("pw::ui::GanttScene", text);
+}
+
+} // namespace
+
+QColor spanColor(ActionKind kind, int microbatch)
+{
+    const int hue = hueOf(microbatch);
+    switch (kind) {
+    case ActionKind::Forward: return QColor::fromHsv(hue, 110, 245);
+    case ActionKind::Backward: return QColor::fromHsv(hue, 210, 185);
+    case ActionKind::BackwardWeight: return QColor::fromHsv(hue, 230, 120);
+    case ActionKind::SendActivation:
+    case ActionKind::RecvActivation: return QColor::fromHsv(hue, 90, 200);
+    case ActionKind::SendGradient:
+    case ActionKind::RecvGradient: return QColor::fromHsv(hue, 200, 150);
+    case ActionKind::AllReduce: return QColor(120, 70, 160);
+    case ActionKind::OptimizerStep: return QColor(90, 90, 90);
+    case ActionKind::WavePush:
+    case ActionKind::WavePull: return QColor(230, 140, 20);
+    }
+    return Qt::black;
+}
+
+GanttBlockData::GanttBlockData(GanttBlock block, double blockTop)
+    : title(std::move(block.title))
+    , timeline(std::move(block.timeline))
+    , capacity(std::move(block.memory_capacity_bytes))
+    , index(timeline)
+    , layout(static_cast<int>(timeline.device_names.size()), RowHeights {},
+          blockTop + (title.isEmpty() ? 0 : kTitleHeight))
+    , top(blockTop)
+    , bottom(layout.deviceTop(0) + layout.height())
+{
+}
+
+const std::vector<std::uint32_t>& GanttBlockData::messages() const
+{
+    if (m_paired)
+        return m_sends;
+    m_paired = true;
+    for (std::uint32_t i = 0; i < timeline.spans.size(); ++i) {
+        const auto& s = timeline.spans[i];
+        if (s.peer >= 0 && s.peer < static_cast<int>(timeline.device_names.size()) && planner::isSend(s.kind)
+            && !planner::isWaveSync(s.kind))
+            m_sends.push_back(i);
+    }
+    return m_sends;
+}
+
+void GanttScene::setBlocks(std::vector<GanttBlock> blocks)
+{
+    m_blocks.clear();
+    double top = 0;
+    for (auto& b : blocks) {
+        m_blocks.push_back(std::make_unique<GanttBlockData>(std::move(b), top));
+        top = m_blocks.back()->bottom + 10;
+    }
+    // The repaint of a million spans cannot afford an HSV conversion per span: a pixel per (kind, microbatch).
+    int most = 0;
+    for (const auto& b : m_blocks)
+        for (const auto& s : b->timeline.spans)
+            most = std::max(most, std::abs(s.microbatch));
+    m_colorStride = most + 1;
+    m_colors.assign(static_cast<std::size_t>(kKinds) * m_colorStride, 0);
+    for (int k = 0; k < kKinds; ++k)
+        for (int m = 0; m < m_colorStride; ++m)
+            m_colors[static_cast<std::size_t>(k) * m_colorStride + m] = spanColor(static_cast<ActionKind>(k), m).rgba();
+}
+
+void GanttScene::clear(const QString& message)
+{
+    m_blocks.clear();
+    m_emptyMessage = message;
+}
+
+double GanttScene::dataBegin() const
+{
+    double t = 0;
+    for (const auto& b : m_blocks)
+        t = std::min(t, b->index.dataBegin());
+    return t;
+}
+
+double GanttScene::dataEnd() const
+{
+    double t = 0;
+    for (const auto& b : m_blocks)
+        t = std::max(t, b->index.dataEnd());
+    return t > dataBegin() ? t : dataBegin() + 1e-3;
+}
+
+TimeAxis GanttScene::axis(double begin, double end, double widthPx) const
+{
+    TimeAxis a(dataBegin(), dataEnd(), std::max(1.0, widthPx));
+    a.setWindow(begin, end);
+    return a;
+}
+
+QRgb GanttScene::colorOf(const DrawItem& item) const
+{
+    const int m = std::abs(item.microbatch);
+    return m < m_colorStride ? m_colors[static_cast<std::size_t>(item.kind) * m_colorStride + m]
+                             : spanColor(item.kind, m).rgba(); // not reached: the table covers the blocks
+}
+
+QString GanttScene::toolTip(double t, double y, double tolerance) const
+{
+    for (const auto& block : m_blocks) {
+        if (y < block->top || y > block->bottom)
+            continue;
+        const auto hit = block->layout.rowAt(y);
+        const auto found = hit ? block->index.spanAt(hit->row, t, tolerance) : std::nullopt;
+        if (!found)
+            return {};
+        const auto& s = block->timeline.spans[*found];
+        const auto name = [&](int d) {
+            return d >= 0 && d < static_cast<int>(block->timeline.device_names.size())
+                ? QString::fromStdString(block->timeline.device_names[d])
+                : QString::number(d);
+        };
+        QString text = QStringLiteral("<b>%1</b> · microbatch %2 · stage %3<br>%4, %5 lane<br>%6 → %7 (%8)")
+                           .arg(QString::fromStdString(std::string(planner::toString(s.kind))))
+                           .arg(s.microbatch)
+                           .arg(s.stage)
+                           .arg(name(s.device), QString::fromStdString(std::string(planner::toString(s.lane))),
+                               secondsText(s.t0), secondsText(s.t1), secondsText(s.t1 - s.t0));
+        if (s.peer >= 0)
+            text += (planner::isSend(s.kind) ? tr("<br>to %1") : tr("<br>from %1")).arg(name(s.peer));
+        if (!block->title.isEmpty())
+            text = block->title.toHtmlEscaped() + QStringLiteral("<br>") + text;
+        return text;
+    }
+    return {};
+}
+
+} // namespace pw::ui

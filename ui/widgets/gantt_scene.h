@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: MIT
+// What the schedule view shows, without the plot: the stacked timelines (each indexed, laid out in rows), their
+// colours, the time range, and the hover text under a point. The plottable (gantt_plottable.h) paints it; the view
+// (gantt_view.h) owns it and maps the mouse to it.
+#pragma once
+
+#include <QColor>
+#include <QString>
+#include <memory>
+#include <vector>
+
+#include "planner/timeline.h"
+#include "ui/gantt/geometry.h"
+
+namespace pw::ui {
+
+/// @brief One Gantt chart stacked in the view: a timeline and the title shown above its lanes (empty: none).
+struct GanttBlock
+{
+    QString title;
+    planner::Timeline timeline;
+    /// Memory capacity per device of the timeline (bytes), drawn as limits in the memory plot; empty: unknown.
+    std::vector<double> memory_capacity_bytes = {};
+};
+
+/// The colour of a span: a hue per microbatch (a golden angle apart, so neighbours differ), the kind's lightness.
+QColor spanColor(planner::ActionKind kind, int microbatch);
+
+/// @brief One stacked timeline: its spans indexed by row and its rows' place in the scene's layout units.
+struct GanttBlockData
+{
+    static constexpr double kTitleHeight = 18; ///< layout units above a titled block
+
+    QString title;
+    planner::Timeline timeline;
+    std::vector<double> capacity; ///< bytes per device; empty when unknown
+    GanttIndex index;
+    RowLayout layout;
+    double top = 0;
+    double bottom = 0;
+
+    GanttBlockData(GanttBlock block, double blockTop);
+
+    /// The point-to-point messages, as their sends (the transfer leaves the sender at t0 and has arrived at the
+    /// peer at t1; the receiver records a receive span only when it had to wait). Collected when first asked
+    /// for (arrows shown), from the GUI thread.
+    const std::vector<std::uint32_t>& messages() const;
+
+private:
+    mutable bool m_paired = false;
+    mutable std::vector<std::uint32_t> m_sends;
+};
+
+/// @brief The blocks on one time axis, stacked top to bottom, with what painting them needs and reports.
+class GanttScene
+{
+public:
+    /// What the plottable paints: folded items (else every visible span), an image for many spans (else a
+    /// fillRect each), send -> receive arrows.
+    struct Settings
+    {
+        bool folding = true;
+        bool image = true;
+        bool arrows = false;
+    };
+    /// What the last repaint drew.
+    struct Stats
+    {
+        std::size_t items = 0;
+        std::size_t arrows = 0;
+    };
+
+    void setBlocks(std::vector<GanttBlock> blocks);
+    /// No blocks: `message` says why.
+    void clear(const QString& message);
+
+    const std::vector<std::unique_ptr<GanttBlockData>>& blocks() const { return m_blocks; }
+    bool empty() const { return m_blocks.empty(); }
+    const QString& emptyMessage() const { return m_emptyMessage; }
+    double dataBegin() const;
+    double dataEnd() const;
+    /// Layout units from the top of the first block to the bottom of the last (1 when empty).
+    double height() const { return m_blocks.empty() ? 1 : m_blocks.back()->bottom; }
+    /// The time axis of a view `widthPx` wide showing [begin, end], clamped to the data.
+    TimeAxis axis(double begin, double end, double widthPx) const;
+
+    /// spanColor() of an item as a pixel, from a table per (kind, microbatch) of the blocks.
+    QRgb colorOf(const DrawItem& item) const;
+    /// The hover text at time `t` and layout coordinate `y`: the span there (or within `tolerance` seconds).
+    QString toolTip(double t, double y, double tolerance) const;
+
+    Settings settings;
+    mutable Stats stats; ///< written by the painting
+
+private:
+    std::vector<std::unique_ptr<GanttBlockData>> m_blocks;
+    QString m_emptyMessage;
+    std::vector<QRgb> m_colors; ///< [kind * m_colorStride + microbatch]
+    int m_colorStride = 0;
+};
+
+} // namespace pw::ui

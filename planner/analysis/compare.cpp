@@ -31,18 +31,10 @@ void fillPrediction(ComparisonRow& row, const Plan& plan)
     row.throughput_samples_per_s = sim.throughput_samples_per_s;
     row.iteration_time_s = sim.iteration_time_s;
     row.bubble_fraction = sim.bubble_fraction;
-    row.memory_ratio = -1;
-    for (const auto& d : sim.devices) {
-        if (d.memory_capacity_bytes <= 0 || d.peak_memory_bytes <= 0)
-            continue;
-        const double ratio = d.peak_memory_bytes / d.memory_capacity_bytes;
-        if (ratio > row.memory_ratio) {
-            row.memory_ratio = ratio;
-            row.peak_memory_bytes = d.peak_memory_bytes;
-            row.memory_capacity_bytes = d.memory_capacity_bytes;
-        }
-    }
-    row.memory_ratio = std::max(row.memory_ratio, 0.0);
+    const MemoryPeak worst = worstMemory(sim);
+    row.memory_ratio = worst.ratio;
+    row.peak_memory_bytes = worst.peak_bytes;
+    row.memory_capacity_bytes = worst.capacity_bytes;
 }
 
 } // namespace

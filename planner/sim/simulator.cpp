@@ -606,6 +606,19 @@ CostModel CostModel::fromPlan(const Plan& plan)
     return c;
 }
 
+MemoryPeak worstMemory(const SimulationResult& result)
+{
+    MemoryPeak worst;
+    for (const auto& d : result.devices) {
+        if (d.memory_capacity_bytes <= 0 || d.peak_memory_bytes <= 0)
+            continue;
+        const double ratio = d.peak_memory_bytes / d.memory_capacity_bytes;
+        if (ratio > worst.ratio)
+            worst = {d.peak_memory_bytes, d.memory_capacity_bytes, ratio};
+    }
+    return worst;
+}
+
 bool SimulationResult::fitsMemory() const
 {
     for (const auto& d : devices)

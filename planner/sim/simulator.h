@@ -68,6 +68,19 @@ struct SimulationOptions
     bool record_memory = true;
 };
 
+/// @brief The device closest to (or furthest over) its memory capacity: what "peak memory" means in a summary.
+struct MemoryPeak
+{
+    double peak_bytes = 0;
+    double capacity_bytes = 0;
+    double ratio = 0; ///< peak / capacity; > 1: does not fit
+    bool over() const { return ratio > 1; }
+};
+
+/// The first device with the highest peak / capacity ratio; devices without a capacity or without memory in use
+/// are passed over (all zero when none is left).
+MemoryPeak worstMemory(const SimulationResult& result);
+
 /// The metrics a plan records of its simulation (Plan::predicted).
 PredictedMetrics predictedMetrics(const SimulationResult& result);
 

@@ -196,3 +196,28 @@ TEST_CASE("a deadlocked schedule is reported, not hung", "[simulator]")
     d0.insert(d0.begin(), moved);
     CHECK_THROWS_WITH(simulate(plan, schedule), Catch::Contains("deadlock"));
 }
+
+TEST_CASE("worstMemory names the device closest to or over its capacity", "[simulator]")
+{
+    SimulationResult r;
+    CHECK(worstMemory(r).ratio == 0); // nothing to report
+    r.devices.resize(4);
+    r.devices[0].peak_memory_bytes = 30;
+    r.devices[0].memory_capacity_bytes = 100;
+    r.devices[1].peak_memory_bytes = 9; // the highest ratio
+    r.devices[1].memory_capacity_bytes = 10;
+    r.devices[2].peak_memory_bytes = 50; // no capacity: passed over
+    r.devices[3].peak_memory_bytes = 9; // ties with device 1: the first one wins
+    r.devices[3].memory_capacity_bytes = 10;
+    auto w = worstMemory(r);
+    CHECK(w.peak_bytes == 9);
+    CHECK(w.capacity_bytes == 10);
+    CHECK(w.ratio == Approx(0.9));
+    CHECK_FALSE(w.over());
+    CHECK(r.fitsMemory() == false); // device 2 has no capacity at all
+    r.devices[0].peak_memory_bytes = 120;
+    w = worstMemory(r);
+    CHECK(w.over());
+    CHECK(w.peak_bytes == 120);
+    CHECK(w.ratio == Approx(1.2));
+}

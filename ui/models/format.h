@@ -1,12 +1,9 @@
 // SPDX-License-Identifier: MIT
-// How the desktop app writes seconds, bytes and rates, and which device's memory it reports: one place, so every
-// view reads the same.
+// How the desktop app writes seconds, bytes and rates: one place, so every view reads the same.
 #pragma once
 
 #include <QString>
 #include <cmath>
-
-#include "planner/sim/simulator.h"
 
 namespace pw::ui {
 
@@ -33,30 +30,6 @@ inline QString bytesText(double bytes)
 inline QString percentText(double fraction, int decimals = 1)
 {
     return QString::number(fraction * 100, 'f', decimals) + QLatin1Char('%');
-}
-
-/// @brief The device closest to (or furthest over) its memory capacity: what "peak memory" means in every view.
-struct WorstMemory
-{
-    double peak_bytes = 0;
-    double capacity_bytes = 0;
-    double ratio = 0; ///< peak / capacity; > 1: does not fit (0 when no device has a capacity)
-    bool over() const { return ratio > 1; }
-};
-
-/// The first device with the highest peak / capacity ratio (devices without a capacity count as 0).
-inline WorstMemory worstMemory(const planner::SimulationResult& result)
-{
-    WorstMemory worst;
-    bool found = false;
-    for (const auto& d : result.devices) {
-        const double ratio = d.memory_capacity_bytes > 0 ? d.peak_memory_bytes / d.memory_capacity_bytes : 0;
-        if (!found || ratio > worst.ratio) {
-            worst = {d.peak_memory_bytes, d.memory_capacity_bytes, ratio};
-            found = true;
-        }
-    }
-    return worst;
 }
 
 } // namespace pw::ui

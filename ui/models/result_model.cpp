@@ -102,7 +102,7 @@ ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, 
         row.throughput = r.throughput_samples_per_s;
         row.iteration_s = r.iteration_time_s;
         row.bubble = r.bubble_fraction;
-        const auto worst = worstMemory(r);
+        const auto worst = planner::worstMemory(r);
         row.peak_bytes = worst.peak_bytes;
         row.capacity_bytes = worst.capacity_bytes;
         if (worst.over())

@@ -32,7 +32,7 @@ void ScenarioModel::refresh()
             m.throughput = r.throughput_samples_per_s;
             m.iteration = r.iteration_time_s;
             m.bubble = r.bubble_fraction;
-            const auto worst = worstMemory(r);
+            const auto worst = planner::worstMemory(r);
             m.peak = worst.peak_bytes;
             m.capacity = worst.capacity_bytes;
         } catch (const planner::InputError& e) {

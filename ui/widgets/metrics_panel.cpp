@@ -97,7 +97,7 @@ void MetricsPanel::refresh()
     m_iteration->setText(secondsText(r->iteration_time_s));
     m_throughput->setText(tr("%1 samples/s").arg(r->throughput_samples_per_s, 0, 'f', 1));
     m_bubble->setText(percentText(r->bubble_fraction));
-    const auto worst = worstMemory(*r);
+    const auto worst = planner::worstMemory(*r);
     m_memory->setText(tr("%1 of %2").arg(bytesText(worst.peak_bytes), bytesText(worst.capacity_bytes)));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
     m_error->setText(worst.over() ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))

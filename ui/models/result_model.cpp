@@ -92,26 +92,35 @@ QVariant ResultModel::headerData(int section, Qt::Orientation orientation, int r
 
 ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, bool current)
 {
+    try {
+        return planRow(label, plan, current, planner::simulate(plan, {false, true}), {});
+    } catch (const planner::InputError& e) {
+        return planRow(label, plan, current, std::nullopt, QString::fromStdString(e.message()));
+    }
+}
+
+ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, bool current,
+    const std::optional<planner::SimulationResult>& result, const QString& error)
+{
     ResultRow row;
     row.label = label;
     row.current = current;
     row.config = QString::fromStdString(plan.configString());
     row.schedule = QString::fromStdString(plan.schedule.kind);
-    try {
-        const auto r = planner::simulate(plan, {false, true});
-        row.throughput = r.throughput_samples_per_s;
-        row.iteration_s = r.iteration_time_s;
-        row.bubble = r.bubble_fraction;
-        const auto worst = planner::worstMemory(r);
-        row.peak_bytes = worst.peak_bytes;
-        row.capacity_bytes = worst.capacity_bytes;
-        if (worst.over())
-            row.note = tr("over memory");
-    } catch (const planner::InputError& e) {
-        row.note = QString::fromStdString(e.message());
-        row.feasible = false;
-    }
     row.plan = plan;
+    if (!result) {
+        row.note = error;
+        row.feasible = false;
+        return row;
+    }
+    row.throughput = result->throughput_samples_per_s;
+    row.iteration_s = result->iteration_time_s;
+    row.bubble = result->bubble_fraction;
+    const auto worst = planner::worstMemory(*result);
+    row.peak_bytes = worst.peak_bytes;
+    row.capacity_bytes = worst.capacity_bytes;
+    if (worst.over())
+        row.note = tr("over memory");
     return row;
 }
 

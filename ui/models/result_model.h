@@ -9,6 +9,7 @@
 
 #include "planner/analysis/compare.h"
 #include "planner/partition/partitioner.h"
+#include "planner/sim/simulator.h"
 
 namespace pw::ui {
 
@@ -46,8 +47,11 @@ public:
     QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
-    /// Rows for a plan and its simulation (the current plan, an algorithm's plan).
+    /// The row of a plan, simulated here (an algorithm's plan).
     static ResultRow planRow(const QString& label, const planner::Plan& plan, bool current);
+    /// The row of a plan simulated already (the document's current plan); no result: `error` says why.
+    static ResultRow planRow(const QString& label, const planner::Plan& plan, bool current,
+        const std::optional<planner::SimulationResult>& result, const QString& error);
     /// The rows of a partitioner run: its plan (simulated), then every candidate it compared.
     static std::vector<ResultRow> runRows(const QString& algorithm, const planner::PartitionResult& result);
     static ResultRow comparisonRow(const planner::ComparisonRow& row);

@@ -27,7 +27,9 @@ void ScenarioModel::refresh()
         names.insert(QString::fromStdString(s.name));
         Metrics m;
         try {
-            const auto r = planner::simulate(s.plan, {false, true});
+            // With spans: the scenarios view stacks these timelines, no second simulation.
+            m.result = planner::simulate(s.plan);
+            const auto& r = *m.result;
             m.ok = true;
             m.throughput = r.throughput_samples_per_s;
             m.iteration = r.iteration_time_s;
@@ -38,7 +40,7 @@ void ScenarioModel::refresh()
         } catch (const planner::InputError& e) {
             m.error = QString::fromStdString(e.message());
         }
-        m_metrics.push_back(m);
+        m_metrics.push_back(std::move(m));
     }
     m_checked.intersect(names);
     if (m_checked.isEmpty()) // first look: the first two side by side
@@ -129,6 +131,16 @@ void ScenarioModel::setChecked(const QString& name, bool checked)
         m_checked.remove(name);
     emit dataChanged(index(row, Name), index(row, Name), {Qt::CheckStateRole});
     emit checkedChanged();
+}
+
+const std::optional<planner::SimulationResult>& ScenarioModel::simulation(int row) const
+{
+    return m_metrics.at(row).result;
+}
+
+QString ScenarioModel::simulationError(int row) const
+{
+    return m_metrics.at(row).error;
 }
 
 QStringList ScenarioModel::checkedNames() const

@@ -5,6 +5,7 @@
 
 #include <QAbstractTableModel>
 #include <QSet>
+#include <optional>
 
 #include "planner/sim/simulator.h"
 
@@ -29,6 +30,10 @@ public:
     Qt::ItemFlags flags(const QModelIndex& index) const override;
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
+    /// The simulation of the scenario in `row` (spans and memory included); empty when it failed, and
+    /// simulationError() says why.
+    const std::optional<planner::SimulationResult>& simulation(int row) const;
+    QString simulationError(int row) const;
     /// Names of the checked scenarios, in the project's order.
     QStringList checkedNames() const;
     void setChecked(const QString& name, bool checked);
@@ -42,6 +47,7 @@ private:
         bool ok = false;
         QString error;
         double throughput = 0, iteration = 0, bubble = 0, peak = 0, capacity = 0;
+        std::optional<planner::SimulationResult> result;
     };
     void refresh();
 

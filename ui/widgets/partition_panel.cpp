@@ -308,22 +308,24 @@ planner::PartitionOptions PartitionPanel::partitionOptions() const
     return o;
 }
 
+std::vector<ResultRow> PartitionPanel::currentRows() const
+{
+    // The document has simulated its plan already.
+    auto& doc = m_project.planDocument();
+    if (!doc.hasPlan())
+        return {};
+    return {ResultModel::planRow(tr("current plan"), doc.plan(), true, doc.prediction(), doc.predictionError())};
+}
+
 void PartitionPanel::showCurrent()
 {
-    std::vector<ResultRow> rows;
-    auto& doc = m_project.planDocument();
-    if (doc.hasPlan())
-        rows.push_back(ResultModel::planRow(tr("current plan"), doc.plan(), true));
-    m_results->setRows(std::move(rows));
+    m_results->setRows(currentRows());
 }
 
 void PartitionPanel::refreshCurrentRow()
 {
     // Row 0 is the current plan; the rows of the last run stay below it.
-    std::vector<ResultRow> rows;
-    auto& doc = m_project.planDocument();
-    if (doc.hasPlan())
-        rows.push_back(ResultModel::planRow(tr("current plan"), doc.plan(), true));
+    std::vector<ResultRow> rows = currentRows();
     for (int i = 0; i < m_results->rowCount(); ++i)
         if (!m_results->row(i).current)
             rows.push_back(m_results->row(i));
@@ -408,10 +410,7 @@ void PartitionPanel::onFinished()
         emit finished();
         return;
     }
-    std::vector<ResultRow> rows;
-    auto& doc = m_project.planDocument();
-    if (doc.hasPlan())
-        rows.push_back(ResultModel::planRow(tr("current plan"), doc.plan(), true));
+    std::vector<ResultRow> rows = currentRows();
     if (m_comparing) {
         int ok = 0;
         for (const auto& c : m_comparison) {

@@ -28,6 +28,7 @@ namespace pw::ui {
 
 class ProjectDocument;
 class ResultModel;
+struct ResultRow;
 
 class PartitionPanel : public QWidget
 {
@@ -65,6 +66,8 @@ signals:
 private:
     void rebuildOptions();
     void showCurrent();
+    /// The document's current plan as row 0 (none without a plan).
+    std::vector<ResultRow> currentRows() const;
     void refreshCurrentRow();
     void start(bool compare);
     void onFinished();

@@ -11,7 +11,6 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
-#include "planner/errors.h"
 #include "ui/document/project_document.h"
 #include "ui/models/format.h"
 #include "ui/models/scenario_model.h"
@@ -107,18 +106,19 @@ void ScenariosView::refreshGantt()
     std::vector<GanttBlock> blocks;
     QStringList failed;
     for (const QString& name : m_model->checkedNames()) {
-        const auto& s = m_project.project().scenarios[m_project.project().findScenario(name.toStdString())];
-        try {
-            auto r = planner::simulate(s.plan);
-            blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
-                                  .arg(name, QString::fromStdString(s.plan.configString()),
-                                      QString::fromStdString(s.plan.schedule.kind))
-                                  .arg(r.throughput_samples_per_s, 0, 'f', 1)
-                                  .arg(secondsText(r.iteration_time_s), percentText(r.bubble_fraction)),
-                std::move(r.timeline)});
-        } catch (const planner::InputError& e) {
-            failed << name + QStringLiteral(": ") + QString::fromStdString(e.message());
+        const int row = m_project.project().findScenario(name.toStdString());
+        const auto& plan = m_project.project().scenarios[row].plan;
+        const auto& r = m_model->simulation(row); // simulated once, by the model
+        if (!r) {
+            failed << name + QStringLiteral(": ") + m_model->simulationError(row);
+            continue;
         }
+        blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
+                              .arg(name, QString::fromStdString(plan.configString()),
+                                  QString::fromStdString(plan.schedule.kind))
+                              .arg(r->throughput_samples_per_s, 0, 'f', 1)
+                              .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
+            r->timeline});
     }
     if (blocks.empty())
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()

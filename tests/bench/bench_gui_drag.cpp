@@ -97,9 +97,6 @@ int main(int argc, char** argv)
             // The queued replot, the panels' updates and the window's repaint: until the model view has painted.
             for (int k = 0; k < 100 && counter.paints == before; ++k)
                 QApplication::processEvents();
-            if (qEnvironmentVariableIsSet("PW_BENCH_DEBUG"))
-                std::printf("step %d x=%d boundary=%d paints %d\n", i, p.x(),
-                    planner::edit::boundaries(window.document().planDocument().plan())[3], counter.paints - before);
         }));
     }
     const int paints = counter.paints;

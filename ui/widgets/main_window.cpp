@@ -73,9 +73,10 @@ MainWindow::MainWindow(QWidget* parent)
     addDockWidget(Qt::LeftDockWidgetArea, partitionDock);
     resizeDocks({partitionDock, metricsDock}, {520, 500}, Qt::Horizontal);
 
-    for (QObject* source : {static_cast<QObject*>(m_modelView), static_cast<QObject*>(m_partition),
-             static_cast<QObject*>(m_scenarios)})
-        connect(source, SIGNAL(message(QString)), statusBar(), SLOT(showMessage(QString)));
+    const auto toStatusBar = [this](const QString& text) { statusBar()->showMessage(text); };
+    connect(m_modelView, &ModelView::message, this, toStatusBar);
+    connect(m_partition, &PartitionPanel::message, this, toStatusBar);
+    connect(m_scenarios, &ScenariosView::message, this, toStatusBar);
     connect(&m_document->planDocument(), &PlanDocument::predictionChanged, this, [this] {
         m_scheduleStale = true;
         if (m_tabs->currentWidget() == m_gantt)

@@ -18,20 +18,12 @@
 #include <QVBoxLayout>
 
 #include "planner/errors.h"
+#include "planner/schedule/generator.h"
 #include "ui/document/project_document.h"
 #include "ui/models/result_model.h"
 #include "ui/widgets/tables.h"
 
 namespace pw::ui {
-
-namespace {
-
-const char* const kSchedules[] = {"1f1b", "gpipe", "interleaved", "pipedream", "2bw", "1f1b-so", "1f1b-as", "wsp"};
-
-/// An "auto" entry below the range stands for an option without a fixed default (the algorithm chooses).
-constexpr int kAutoInt = -1'000'000;
-
-} // namespace
 
 PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     : QWidget(parent)
@@ -53,8 +45,8 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     auto* general = new QGroupBox(tr("Schedule and devices"), this);
     auto* form = new QFormLayout(general);
     m_schedule = new QComboBox(general);
-    for (const char* s : kSchedules)
-        m_schedule->addItem(QString::fromLatin1(s));
+    for (const auto* g : planner::scheduleGenerators()) // every kind the planner has, in its order
+        m_schedule->addItem(QString::fromUtf8(g->name().data(), static_cast<int>(g->name().size())));
     form->addRow(tr("Schedule"), m_schedule);
     m_microbatches = new QSpinBox(general);
     m_microbatches->setRange(1, 100000);

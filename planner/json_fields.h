@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Internal helpers for reading typed fields out of JSON with errors that carry the JSON pointer.
+// Typed field readers for every Pipewright JSON format (profiles, clusters, plans, the app's project files):
+// a wrong or missing field throws InputError naming its JSON pointer, so all formats report errors alike.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // PipeDream's antichain DAG of a layer graph: the cut states its reference optimizer partitions between.
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 #pragma once
 
 #include <cstdint>

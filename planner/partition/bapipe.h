@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // BaPipe's balanced-partition steps on a chain of layers over a fixed order of (possibly different) devices.
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 #pragma once
 
 #include <string>

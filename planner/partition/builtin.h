@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Internal: the built-in partitioners (one file each) and helpers shared by the simple ones.
+// The built-in partitioners (one file each) and helpers shared by the simple ones.
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 #pragma once
 
 #include <vector>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // HetPipe (Park et al., ATC'20): virtual workers of possibly different GPUs, each partitioned by an exact
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 // min-max DP over its GPU orders, run as independent pipelines under wave synchronous parallel.
 // The pieces are public for the tests; the partitioner ("hetpipe") is in the registry.
 #pragma once

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // MadPipe (Beaumont, Eyraud-Dubois, Shilova): the 1F1B* periodic schedule, the memory-aware phase-1 DP and its
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 // outer bisection (Algorithm 1), on a chain of layers over identical GPUs (docs/algorithms/madpipe.md).
 #pragma once
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Megatron-LM PTD-P configuration search: the closed forms of the digest (megatron-gavel.md §1-2) and the
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 // analytical estimate of one (p, t, d, b, v, recompute) configuration (docs/algorithms/megatron.md).
 #pragma once
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // PipeDream-2BW's planner (Narayanan's dissertation Ch. 3, D:1144-1239): the closed-form throughput and memory
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 // cost functions it searches with, exposed for tests and for the design notes (docs/algorithms/pipedream-2bw.md).
 #pragma once
 

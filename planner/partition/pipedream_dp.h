@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // PipeDream's hierarchical dynamic program (SOSP'19 §3.1, paper equations with the digest's errata fixes),
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 // as a pure function on arrays so that tests can compare it with exhaustive search.
 #pragma once
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // PipeDream's reference optimizer (optimizer_graph_hierarchical.py) as implemented, antichain states included.
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 #pragma once
 
 #include <stop_token>

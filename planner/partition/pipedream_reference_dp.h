@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The dynamic program of PipeDream's optimizer_graph_hierarchical.py over antichain states, level by level.
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 #pragma once
 
 #include <array>

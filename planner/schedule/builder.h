@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // ScheduleBuilder: turns each device's compute order into actions, inserting transfers, all-reduces and steps.
+// Internal to planner/: its algorithms and the white-box tests use it; other layers go through partitioner.h,
+// generator.h and the registries.
 #pragma once
 
 #include <string_view>

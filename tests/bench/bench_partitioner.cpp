@@ -103,7 +103,7 @@ int main()
              {"densenet121", {{16, 1e10}}}, {"densenet121", {{8, 1e10}, {2, 1e9}}}, {"gnmt_large", {{16, 1e10}}}}) {
         ModelProfile m;
         try {
-            m = loadGraphTxt(std::string(PW_SHARED_DATA_DIR) + "/pipedream/" + name + "/graph.txt");
+            m = loadGraphTxt(std::string(PW_PROFILES_DIR) + "/pipedream/" + name + "/graph.txt");
         } catch (const std::exception& e) {
             std::printf("%-28s skipped: %s\n", name.c_str(), e.what());
             continue;

@@ -26,6 +26,6 @@ inline Outcome cli(std::vector<std::string> args)
 
 inline const std::string kData = PW_TEST_DATA_DIR;
 inline const std::string kDemo = PW_DEMO_DIR;
-inline const std::string kShared = PW_SHARED_DATA_DIR;
+inline const std::string kProfiles = PW_PROFILES_DIR;
 
 } // namespace pw::cli::test

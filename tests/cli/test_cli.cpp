@@ -75,7 +75,7 @@ TEST_CASE("import, plan, simulate and export follow the contracts", "[cli]")
 {
     auto dir = tempDir();
     auto model = (dir / "vgg16.json").string();
-    auto r = cli({"profile", "import-pipedream", kShared + "/pipedream/vgg16/graph.txt", "-o", model});
+    auto r = cli({"profile", "import-pipedream", kProfiles + "/pipedream/vgg16/graph.txt", "-o", model});
     REQUIRE(r.code == 0);
     auto planPath = (dir / "plan.json").string();
     r = cli({"plan", "--model", model, "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "pipedream", "--schedule",

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kProfiles = PW_SHARED_DATA_DIR "/pipedream";
+const std::string kProfiles = PW_PROFILES_DIR "/pipedream";
 
 std::vector<std::string> profileNames()
 {

@@ -108,7 +108,7 @@ TEST_CASE("mutated model, cluster and graph files are loaded or rejected cleanly
     fuzz(smallModelJson().dump(1), 1500, 1, [](const std::string& t) { viaFile(t, loadModel); });
     fuzz(readAll(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json"), 1500, 2,
         [](const std::string& t) { viaFile(t, loadCluster); });
-    auto graph = readAll(std::string(PW_SHARED_DATA_DIR) + "/pipedream/alexnet/graph.txt");
+    auto graph = readAll(std::string(PW_PROFILES_DIR) + "/pipedream/alexnet/graph.txt");
     fuzz(graph, 1500, 3, [](const std::string& t) {
         std::istringstream in(t);
         readGraphTxt(in, "fuzz.txt");

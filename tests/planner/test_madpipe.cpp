@@ -494,7 +494,7 @@ TEST_CASE("madpipe plans the demo GPT and PipeDream profiles that fit and valida
     auto dgx = loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
     std::vector<std::pair<std::string, ModelProfile>> models {{"gpt-demo", gpt}};
     for (const char* name : {"vgg16", "resnet50", "gnmt"})
-        models.emplace_back(name, loadGraphTxt(std::string(PW_SHARED_DATA_DIR) + "/pipedream/" + name + "/graph.txt"));
+        models.emplace_back(name, loadGraphTxt(std::string(PW_PROFILES_DIR) + "/pipedream/" + name + "/graph.txt"));
     for (const auto& [name, model] : models) {
         PartitionOptions o;
         o.schedule.microbatches = 16;

@@ -76,7 +76,7 @@ TEST_CASE("every partitioner keeps the shared invariants", "[registry]")
 {
     REQUIRE(partitioners().size() >= 4);
     auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
-    auto vgg = loadGraphTxt(std::string(PW_SHARED_DATA_DIR) + "/pipedream/vgg16/graph.txt");
+    auto vgg = loadGraphTxt(std::string(PW_PROFILES_DIR) + "/pipedream/vgg16/graph.txt");
     for (const auto* p : partitioners()) {
         CHECK(findPartitioner(p->name()) == p);
         CHECK(!p->description().empty());

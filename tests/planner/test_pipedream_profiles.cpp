@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Every PipeDream profile in shared/data imports, partitions for 4, 8 and 16 workers (one level) and 4 x 4
+// Every PipeDream profile in resources/profiles imports, partitions for 4, 8 and 16 workers (one level) and 4 x 4
 // (two levels), and its plan's schedule validates and simulates.
 #include <catch2/catch.hpp>
 
@@ -33,7 +33,7 @@ Cluster v100Cluster(int nodes, int perNode)
 
 TEST_CASE("every PipeDream profile partitions and simulates", "[pipedream_profiles]")
 {
-    const fs::path root = fs::path(PW_SHARED_DATA_DIR) / "pipedream";
+    const fs::path root = fs::path(PW_PROFILES_DIR) / "pipedream";
     REQUIRE(fs::exists(root));
     int profiles = 0;
     for (const auto& entry : fs::directory_iterator(root)) {

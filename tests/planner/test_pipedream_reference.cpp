@@ -19,7 +19,7 @@ namespace {
 
 ModelProfile profile(const std::string& name)
 {
-    return loadGraphTxt(PW_SHARED_DATA_DIR "/pipedream/" + name + "/graph.txt");
+    return loadGraphTxt(PW_PROFILES_DIR "/pipedream/" + name + "/graph.txt");
 }
 
 /// `nodes` nodes of `perNode` devices: intra-node links at `intra`, inter-node at `inter` (bytes/s).

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+// The layer rules of docs/build.md, checked on the source tree: planner/ is pure C++ (no Qt, CUDA, NCCL,
+// cuBLAS, SQLite or libssh header, nothing of the layers above it), and headers marked "Internal to <folder>/"
+// are included only from their own folder and from white-box tests and benchmarks. The build enforces most of
+// this already (each target's include root holds only its folder's public headers); this test also catches
+// relative paths ("../app/...") that include roots cannot stop.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSource = PW_SOURCE_DIR;
+
+struct Include
+{
+    std::string target; ///< what is between the quotes or angle brackets
+    bool angled = false;
+    int line = 0;
+};
+
+std::vector<Include> includesOf(const std::string& text)
+{
+    static const std::regex re(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");
+    std::vector<Include> out;
+    std::istringstream in(text);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+        std::smatch m;
+        if (std::regex_search(line, m, re))
+            out.push_back({m[2].str(), m[1].str() == "<", n});
+    }
+    return out;
+}
+
+std::string readFile(const fs::path& p)
+{
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+/// Headers a pure C++ layer may not include (Qt, CUDA and its libraries, SQLite, libssh).
+bool forbiddenInPlanner(const Include& inc)
+{
+    if (!inc.angled)
+        return false;
+    static const std::regex re(R"(^(Q[A-Za-z]+|Qt[A-Za-z]+/.*|cuda.*|cublas.*|nccl.*|curand.*|sqlite3\.h|libssh/.*|gloo/.*)$)");
+    return std::regex_match(inc.target, re);
+}
+
+/// The project path a quoted include of `from` resolves to (relative to its file first, then to the source root,
+/// which is where every include root points), or empty when it names no file of the project.
+fs::path resolve(const fs::path& from, const Include& inc)
+{
+    if (inc.angled)
+        return {};
+    for (const fs::path& base : {from.parent_path(), kSource}) {
+        const fs::path p = (base / inc.target).lexically_normal();
+        if (fs::exists(p))
+            return fs::relative(p, kSource);
+    }
+    return {};
+}
+
+std::string topFolder(const fs::path& rel) { return rel.empty() ? std::string() : rel.begin()->string(); }
+
+bool isInternal(const fs::path& file)
+{
+    std::ifstream in(kSource / file);
+    std::string line;
+    for (int n = 0; n < 5 && std::getline(in, line); ++n)
+        if (line.find("Internal to " + topFolder(file) + "/") != std::string::npos)
+            return true;
+    return false;
+}
+
+std::vector<fs::path> sources(const std::string& folder)
+{
+    std::vector<fs::path> out;
+    for (const auto& e : fs::recursive_directory_iterator(kSource / folder)) {
+        const auto ext = e.path().extension();
+        if (e.is_regular_file() && (ext == ".h" || ext == ".cpp" || ext == ".cu" || ext == ".cuh"))
+            out.push_back(fs::relative(e.path(), kSource));
+    }
+    return out;
+}
+
+/// Which top-level folders a folder may include from (its own, and the layers below it).
+const std::map<std::string, std::vector<std::string>> kMayInclude = {
+    {"planner", {"planner"}},
+    {"app", {"app", "planner"}},
+    {"ui", {"ui", "app", "planner"}},
+};
+
+} // namespace
+
+TEST_CASE("the include scanner finds forbidden and cross-layer includes", "[layers]")
+{
+    const auto incs = includesOf("#include <QWidget>\n  # include \"../app/project/project.h\"\n#include <vector>\n"
+                                 "#include <cuda_runtime.h>\n#include <sqlite3.h>\n#include <libssh/libssh.h>\n");
+    REQUIRE(incs.size() == 6);
+    CHECK(forbiddenInPlanner(incs[0]));
+    CHECK_FALSE(forbiddenInPlanner(incs[1]));
+    CHECK_FALSE(forbiddenInPlanner(incs[2]));
+    CHECK(forbiddenInPlanner(incs[3]));
+    CHECK(forbiddenInPlanner(incs[4]));
+    CHECK(forbiddenInPlanner(incs[5]));
+    CHECK(incs[1].line == 2);
+    CHECK(topFolder(resolve(kSource / "planner/plan.h", {"../app/project/project.h", false, 1})) == "app");
+    CHECK(isInternal("planner/schedule/builder.h"));
+    CHECK_FALSE(isInternal("planner/plan.h"));
+}
+
+TEST_CASE("planner/ includes no Qt, CUDA, SQLite or libssh header", "[layers]")
+{
+    const auto files = sources("planner");
+    REQUIRE(files.size() > 50);
+    for (const auto& file : files)
+        for (const auto& inc : includesOf(readFile(kSource / file))) {
+            INFO(file.string() << ":" << inc.line << ": #include <" << inc.target << ">");
+            CHECK_FALSE(forbiddenInPlanner(inc));
+        }
+}
+
+TEST_CASE("each layer includes only itself and the layers below it", "[layers]")
+{
+    for (const auto& [folder, allowed] : kMayInclude)
+        for (const auto& file : sources(folder))
+            for (const auto& inc : includesOf(readFile(kSource / file))) {
+                const auto target = resolve(kSource / file, inc);
+                if (target.empty())
+                    continue;
+                INFO(file.string() << ":" << inc.line << " includes " << target.string());
+                CHECK(std::find(allowed.begin(), allowed.end(), topFolder(target)) != allowed.end());
+            }
+}
+
+TEST_CASE("internal headers are included only from their own folder", "[layers]")
+{
+    int internal = 0;
+    for (const auto& [folder, allowed] : kMayInclude)
+        for (const auto& file : sources(folder))
+            for (const auto& inc : includesOf(readFile(kSource / file))) {
+                const auto target = resolve(kSource / file, inc);
+                if (target.empty() || !isInternal(target))
+                    continue;
+                ++internal;
+                INFO(file.string() << ":" << inc.line << " includes the internal header " << target.string());
+                CHECK(topFolder(target) == folder);
+            }
+    CHECK(internal > 10); // the planner's algorithms include their own internal headers
+}

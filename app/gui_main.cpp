@@ -75,7 +75,8 @@ int main(int argc, char** argv)
     const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size for screenshots (1920x1080)."),
         QStringLiteral("WxH"), QStringLiteral("1920x1080"));
     parser.addOptions({project, demo, view, shot, size});
-    parser.addPositionalArgument(QStringLiteral("project"), QStringLiteral("Project file to open."), QStringLiteral("[project]"));
+    parser.addPositionalArgument(
+        QStringLiteral("project"), QStringLiteral("Project file to open."), QStringLiteral("[project]"));
     parser.process(app);
 
     const QString viewName = parser.value(view);

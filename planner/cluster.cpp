@@ -200,8 +200,8 @@ void Cluster::validate() const
     for (const auto& n : nodes)
         total += n.count;
     if (total > kMaxDevices)
-        throw InputError({}, 0, "/nodes", "at most " + std::to_string(kMaxDevices) + " devices in a cluster, got "
-                                              + std::to_string(total));
+        throw InputError({}, 0, "/nodes",
+            "at most " + std::to_string(kMaxDevices) + " devices in a cluster, got " + std::to_string(total));
     if (nodes.size() > 1 && !(inter_node_bandwidth_bytes_per_s > 0))
         throw InputError({}, 0, "/inter_node_bandwidth_bytes_per_s", "must be > 0 for a cluster of several nodes");
 }

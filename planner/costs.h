@@ -89,9 +89,9 @@ double stageMemoryBytes(const std::string& schedule_kind, const StageMemoryInput
 /// runs on every node and layers are spread round-robin over them (HetPipe's default placement, digest
 /// §1.2.6). All the bytes leave the GPU over its intra-node link (PCIe: to the node's own PS or to the NIC),
 /// and (H-1)/H of them also cross the inter-node link to the other H-1 nodes' servers; both legs stream at
-/// once: latency + max(bytes / intra, (H-1)/H bytes / inter). The latency is the inter-node one when H > 1. A leg whose bandwidth is 0 is not modelled (free).
-/// With `local` (ED-local placement) the partition's parameters live on the device's own node: latency + bytes /
-/// intra over the intra-node link only.
+/// once: latency + max(bytes / intra, (H-1)/H bytes / inter). The latency is the inter-node one when H > 1. A leg whose
+/// bandwidth is 0 is not modelled (free). With `local` (ED-local placement) the partition's parameters live on the
+/// device's own node: latency + bytes / intra over the intra-node link only.
 double parameterServerSeconds(const Cluster& cluster, int device, double bytes, bool local = false);
 
 } // namespace pw::planner

@@ -67,8 +67,9 @@ int index(const nlohmann::json& v, const std::string& path)
 {
     if (!v.is_number_integer())
         fail(path, "expected an index (an integer >= 0), got " + v.dump());
-    if (v.is_number_unsigned() ? v.get<unsigned long long>() > static_cast<unsigned long long>(std::numeric_limits<int>::max())
-                               : (v.get<long long>() < 0 || v.get<long long>() > std::numeric_limits<int>::max()))
+    if (v.is_number_unsigned()
+            ? v.get<unsigned long long>() > static_cast<unsigned long long>(std::numeric_limits<int>::max())
+            : (v.get<long long>() < 0 || v.get<long long>() > std::numeric_limits<int>::max()))
         fail(path, "index out of range: " + v.dump());
     return static_cast<int>(v.get<long long>());
 }

@@ -191,7 +191,8 @@ void Plan::validate() const
             const auto& first = stages[q];
             if (stages[s].first_layer != first.first_layer || stages[s].last_layer != first.last_layer)
                 throw InputError({}, 0, field,
-                    "local parameter servers need the same layers at stage " + std::to_string(q) + " of every pipeline");
+                    "local parameter servers need the same layers at stage " + std::to_string(q)
+                        + " of every pipeline");
             for (int d : stages[s].devices)
                 if (d < 0 || d >= cluster.deviceCount() || first.devices.empty()
                     || !cluster.sameNode(d, first.devices[0]))
@@ -212,7 +213,8 @@ void Plan::validate() const
         throw InputError({}, 0, "/tensor_parallel", "must be >= 1, got " + std::to_string(tensor_parallel));
     if (tensor_parallel > 1 && pipelineCount() > 1)
         throw InputError({}, 0, "/tensor_parallel",
-            "a plan with " + std::to_string(pipelineCount()) + " pipelines (virtual workers) has no tensor parallelism");
+            "a plan with " + std::to_string(pipelineCount())
+                + " pipelines (virtual workers) has no tensor parallelism");
     for (std::size_t s = 0; s < stages.size(); ++s)
         if (stages[s].replicas() % tensor_parallel != 0)
             throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",

@@ -12,5 +12,4 @@ namespace pw::cli {
 /// 1 on bad input (one line "pipewright-cli: error: ..." on `err`), 2 on bad usage.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-
 } // namespace pw::cli

@@ -131,9 +131,9 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
             ? std::to_string(st.pipeline) + "/" + std::to_string(s - plan.pipelineBegin(s))
             : std::to_string(s);
         std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %s / %s%s\n", label.c_str(),
-            (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), plan.dataReplicas(s), devs.c_str(),
-            formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(), formatBytes(m.peak_memory_bytes).c_str(),
-            formatBytes(m.memory_capacity_bytes).c_str(),
+            (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), plan.dataReplicas(s),
+            devs.c_str(), formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(),
+            formatBytes(m.peak_memory_bytes).c_str(), formatBytes(m.memory_capacity_bytes).c_str(),
             m.peak_memory_bytes > m.memory_capacity_bytes ? "  OVER" : "");
         out << line;
     }

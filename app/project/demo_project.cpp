@@ -53,18 +53,20 @@ Project demoProject()
 {
     namespace fs = std::filesystem;
     const fs::path dir = demoDirectory();
-    Project project = newProject(planner::loadModel((dir / "gpt-demo.json").string()),
-        planner::loadCluster((dir / "dgx-h100.json").string()));
+    Project project = newProject(
+        planner::loadModel((dir / "gpt-demo.json").string()), planner::loadCluster((dir / "dgx-h100.json").string()));
     project.name = "Demo: " + project.model.name + " on " + project.cluster.name;
     project.partition.algorithm = "pipedream";
     project.partition.schedule.kind = "1f1b";
     project.partition.schedule.microbatches = 16;
     project.plan = planWith(project, "pipedream", "1f1b");
     project.scenarios.push_back({"PipeDream, 1F1B", "PipeDream's DP with replication", *project.plan});
-    project.scenarios.push_back({"8 stages, GPipe", "uniform layers, one stage per GPU", planWith(project, "uniform", "gpipe")});
-    project.scenarios.push_back({"8 stages, 1F1B", "uniform layers, one stage per GPU", planWith(project, "uniform", "1f1b")});
     project.scenarios.push_back(
-        {"8 stages x 2, interleaved", "uniform layers, two chunks per GPU", planWith(project, "uniform", "interleaved", 2)});
+        {"8 stages, GPipe", "uniform layers, one stage per GPU", planWith(project, "uniform", "gpipe")});
+    project.scenarios.push_back(
+        {"8 stages, 1F1B", "uniform layers, one stage per GPU", planWith(project, "uniform", "1f1b")});
+    project.scenarios.push_back({"8 stages x 2, interleaved", "uniform layers, two chunks per GPU",
+        planWith(project, "uniform", "interleaved", 2)});
     project.validate();
     return project;
 }

@@ -207,8 +207,8 @@ double StageCosts::capacity(int device) const
 double StageCosts::stageSeconds(const std::vector<int>& order, int q, int first, int last) const
 {
     const int k = static_cast<int>(order.size());
-    return stageSecondsAt(slot(order[q]), q > 0 ? slot(order[q - 1]) : -1, q + 1 < k ? slot(order[q + 1]) : -1,
-        first, last);
+    return stageSecondsAt(
+        slot(order[q]), q > 0 ? slot(order[q - 1]) : -1, q + 1 < k ? slot(order[q + 1]) : -1, first, last);
 }
 
 double StageCosts::stageSecondsAt(int me, int from, int to, int first, int last) const

@@ -135,8 +135,8 @@ std::optional<PartitionResult> checkOneStagePerDevice(
     const auto& opt = request.options;
     if (opt.schedule.chunks > 1)
         return failure("bad-option",
-            std::string(algorithm) + " plans one stage per device (chunks = 1), got chunks = "
-                + std::to_string(opt.schedule.chunks));
+            std::string(algorithm)
+                + " plans one stage per device (chunks = 1), got chunks = " + std::to_string(opt.schedule.chunks));
     if (opt.stages < 0)
         return failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
     if (opt.stages > devices)
@@ -149,7 +149,8 @@ std::optional<PartitionResult> checkOneStagePerDevice(
                 + std::to_string(opt.schedule.microbatches));
     if (opt.schedule.microbatch_size < 0)
         return failure("bad-option",
-            "the microbatch size must be >= 0 (0 = the profile's), got " + std::to_string(opt.schedule.microbatch_size));
+            "the microbatch size must be >= 0 (0 = the profile's), got "
+                + std::to_string(opt.schedule.microbatch_size));
     return std::nullopt;
 }
 

@@ -36,8 +36,8 @@ namespace pw::planner {
 //   (B reuses it: weight stashing); "2bw" max(k/m - 1, 0).
 //
 // 1F1B order of one replica (oneFOneB): n_s = ceil(W_s / r_s) microbatches in flight, W_s = devices of
-// physical stages s..p-1 (straight pipeline: n_s = p - s; NOAM = n_0), or schedule.in_flight[s] when given. warm = min(n_s - 1, count) forwards,
-// then pairs F(warm+i), B(i), then the remaining backwards (Megatron's order).
+// physical stages s..p-1 (straight pipeline: n_s = p - s; NOAM = n_0), or schedule.in_flight[s] when given. warm =
+// min(n_s - 1, count) forwards, then pairs F(warm+i), B(i), then the remaining backwards (Megatron's order).
 //
 // Kinds (iterations batches of m = schedule.microbatches; each replica runs its ids k mod r_s of a batch)
 // - gpipe: per batch all F then all B, ids ascending (with chunks: F chunk 0..v-1, B chunk v-1..0); steps.

@@ -72,7 +72,8 @@ public:
                 st.act_out = transfer(d, plan.stages[s + 1].devices[0], builder.cutBytes(s));
             if (!st.is_first)
                 st.grad_out = transfer(d, plan.stages[s - 1].devices[0], builder.cutBytes(s - 1));
-            st.ps = parameterServerSeconds(plan.cluster, d, builder.weightBytes(s), plan.schedule.local_parameter_servers);
+            st.ps = parameterServerSeconds(
+                plan.cluster, d, builder.weightBytes(s), plan.schedule.local_parameter_servers);
             st.f_arrive.assign(m_M, kUnknown);
             st.b_arrive.assign(m_M, kUnknown);
             st.step_end.assign(m_M, kUnknown);

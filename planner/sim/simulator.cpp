@@ -165,8 +165,8 @@ public:
 private:
     std::size_t transferKey(int d, const Action& a, bool gradient) const
     {
-        if (a.stage < 0 || a.stage >= m_s.num_stages || a.microbatch < 0 || a.microbatch >= std::max(1, m_s.microbatches)
-            || a.peer < 0 || a.peer >= m_s.num_devices)
+        if (a.stage < 0 || a.stage >= m_s.num_stages || a.microbatch < 0
+            || a.microbatch >= std::max(1, m_s.microbatches) || a.peer < 0 || a.peer >= m_s.num_devices)
             throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
                 + " names a stage, microbatch or peer outside the schedule");
         // Every tensor-parallel rank moves its own slice: one transfer slot per (rank, direction, stage, mb).
@@ -299,8 +299,9 @@ private:
                 break;
             }
             case ActionKind::BackwardWeight:
-                throw InputError(m_plan.cluster.deviceName(d) + ": split weight-gradient actions (W) are not "
-                                                                  "simulated yet");
+                throw InputError(m_plan.cluster.deviceName(d)
+                    + ": split weight-gradient actions (W) are not "
+                      "simulated yet");
             case ActionKind::Backward: {
                 int r = replica(d, a);
                 double t0 = dev.compute_free;
@@ -339,8 +340,8 @@ private:
                     // BaPipe's asynchronous mode: the output leaves while the op producing it runs; the last
                     // byte leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
                     start = std::max(dev.compute_start, dev.send_free);
-                    arrival = std::max(start + transferTime(d, a.peer, a.bytes),
-                        dev.compute_free + transferTime(d, a.peer, 0));
+                    arrival = std::max(
+                        start + transferTime(d, a.peer, a.bytes), dev.compute_free + transferTime(d, a.peer, 0));
                 }
                 tr.start = start;
                 tr.arrival = arrival;
@@ -373,7 +374,8 @@ private:
             case ActionKind::WavePush: {
                 // HetPipe: the partition's aggregated update goes to the parameter servers on the send lane.
                 double start = std::max(dev.compute_free, dev.send_free);
-                double arrival = start + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
+                double arrival = start
+                    + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
                 dev.send_free = arrival;
                 if (!overlap)
                     dev.compute_free = arrival;
@@ -398,7 +400,8 @@ private:
                     return;
                 }
                 double t0 = std::max(dev.compute_free, w.complete);
-                double t1 = t0 + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
+                double t1
+                    = t0 + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
                 span(d, Lane::Recv, a, dev.pc, dev.compute_free, t1);
                 dev.compute_free = t1;
                 break;

@@ -5,6 +5,7 @@
 // items painted with one QPainter::fillRect each instead of written into the image.
 #include <QApplication>
 #include <cstdio>
+
 #include <qcustomplot.h>
 
 #include "bench_common.h"
@@ -26,8 +27,8 @@ int main(int argc, char** argv)
     const double tSet = pw::bench::bestOf(1, [&] { view.setTimeline(sim.timeline); });
     QApplication::processEvents();
     QCustomPlot* plot = view.ganttPlot();
-    std::printf("1F1B, 64 stages x 2900 microbatches: %zu spans; view %dx%d px (plot %dx%d), set up in %.0f ms\n", spans,
-        view.width(), view.height(), plot->axisRect()->width(), plot->axisRect()->height(), tSet * 1e3);
+    std::printf("1F1B, 64 stages x 2900 microbatches: %zu spans; view %dx%d px (plot %dx%d), set up in %.0f ms\n",
+        spans, view.width(), view.height(), plot->axisRect()->width(), plot->axisRect()->height(), tSet * 1e3);
     std::printf("replot (QPainter, raster, offscreen), best of 5 (target < 16 ms)\n");
     std::printf("%-12s %10s %12s %12s %14s %12s %9s\n", "window", "rects", "unfolded ms", "rects", "fillRect ms",
         "folded ms", "speed-up");

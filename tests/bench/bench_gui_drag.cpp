@@ -7,8 +7,9 @@
 #include <QMouseEvent>
 #include <algorithm>
 #include <cstdio>
-#include <qcustomplot.h>
 #include <vector>
+
+#include <qcustomplot.h>
 
 #include "app/project/project.h"
 #include "bench_common.h"
@@ -93,7 +94,8 @@ int main(int argc, char** argv)
         const QPoint p(xOf(position(i)), handle.y());
         steps.push_back(pw::bench::bestOf(1, [&] {
             const int before = counter.paints;
-            events.push_back(pw::bench::bestOf(1, [&] { mouse(plot, QEvent::MouseMove, p, Qt::NoButton, Qt::LeftButton); }));
+            events.push_back(
+                pw::bench::bestOf(1, [&] { mouse(plot, QEvent::MouseMove, p, Qt::NoButton, Qt::LeftButton); }));
             // The queued replot, the panels' updates and the window's repaint: until the model view has painted.
             for (int k = 0; k < 100 && counter.paints == before; ++k)
                 QApplication::processEvents();
@@ -115,13 +117,15 @@ int main(int argc, char** argv)
     double mean = 0;
     for (double s : steps)
         mean += s / kSteps;
-    std::printf("boundary drag in the main window (offscreen 1920x1080): %d layers, %d stages, 64 microbatches, %d steps%s\n",
+    std::printf(
+        "boundary drag in the main window (offscreen 1920x1080): %d layers, %d stages, 64 microbatches, %d steps%s\n",
         start.model.layerCount(), start.stageCount(), kSteps, moved ? "" : " (DRAG DID NOT LAND)");
     std::printf("  model view repainted %d times in %d steps\n", paints, kSteps);
     std::printf("  planner only: move + simulate (baseline)  %7.3f ms/step\n", planner * 1e3);
     std::printf("  of which the mouse event (re-simulate, documents, models, widgets updated): median %7.3f ms\n",
         events[kSteps / 2] * 1e3);
-    std::printf("  GUI step: event, re-simulate, panels, repaint  median %7.3f ms, mean %7.3f ms, max %7.3f ms (%.1fx the baseline)\n",
+    std::printf("  GUI step: event, re-simulate, panels, repaint  median %7.3f ms, mean %7.3f ms, max %7.3f ms (%.1fx "
+                "the baseline)\n",
         steps[kSteps / 2] * 1e3, mean * 1e3, steps.back() * 1e3, mean / planner);
     return sink > 0 && moved && paints >= kSteps ? 0 : 1;
 }

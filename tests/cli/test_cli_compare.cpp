@@ -92,8 +92,8 @@ TEST_CASE("set options name an option of the chosen algorithm", "[cli][compare]"
 
 TEST_CASE("advise ranks the demo offers and explains bad offers files", "[cli][advise]")
 {
-    auto r = cli({"advise", "--model", kDemo + "/gpt-demo.json", "--offers", kDemo + "/offers.json", "--samples",
-        "2e8", "--deadline-hours", "72", "--no-mixes", "--algorithms", "pipedream", "--json"});
+    auto r = cli({"advise", "--model", kDemo + "/gpt-demo.json", "--offers", kDemo + "/offers.json", "--samples", "2e8",
+        "--deadline-hours", "72", "--no-mixes", "--algorithms", "pipedream", "--json"});
     REQUIRE(r.code == 0);
     const auto j = json::parse(r.out);
     CHECK(j["objective"] == "cost within the deadline");

@@ -13,8 +13,7 @@ using nlohmann::json;
 namespace {
 json twoNodes()
 {
-    return {{"name", "c"},
-        {"device_types", {{{"name", "A"}, {"memory_bytes", 8e9}, {"peak_tflops", 10}}}},
+    return {{"name", "c"}, {"device_types", {{{"name", "A"}, {"memory_bytes", 8e9}, {"peak_tflops", 10}}}},
         {"nodes",
             {{{"name", "n0"}, {"device_type", "A"}, {"count", 4}, {"intra_bandwidth_bytes_per_s", 1e11}},
                 {{"name", "n1"}, {"device_type", "A"}, {"count", 4}, {"intra_bandwidth_bytes_per_s", 1e11}}}},

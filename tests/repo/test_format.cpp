@@ -47,8 +47,8 @@ std::vector<fs::path> cppFiles()
 TEST_CASE("clang-format finds a badly formatted file", "[format]")
 {
     const fs::path bad = fs::temp_directory_path() / "pw_format_probe.cpp";
-    fs::copy_file(kSource / ".clang-format", fs::temp_directory_path() / ".clang-format",
-                  fs::copy_options::overwrite_existing);
+    fs::copy_file(
+        kSource / ".clang-format", fs::temp_directory_path() / ".clang-format", fs::copy_options::overwrite_existing);
     std::ofstream(bad) << "int  main( ){return 0;}\n";
     std::string out;
     CHECK(run(std::string(PW_CLANG_FORMAT) + " --dry-run -Werror " + bad.string(), out) != 0);

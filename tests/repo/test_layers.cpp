@@ -54,7 +54,8 @@ bool forbiddenInPlanner(const Include& inc)
 {
     if (!inc.angled)
         return false;
-    static const std::regex re(R"(^(Q[A-Za-z]+|Qt[A-Za-z]+/.*|cuda.*|cublas.*|nccl.*|curand.*|sqlite3\.h|libssh/.*|gloo/.*)$)");
+    static const std::regex re(
+        R"(^(Q[A-Za-z]+|Qt[A-Za-z]+/.*|cuda.*|cublas.*|nccl.*|curand.*|sqlite3\.h|libssh/.*|gloo/.*)$)");
     return std::regex_match(inc.target, re);
 }
 
@@ -72,7 +73,10 @@ fs::path resolve(const fs::path& from, const Include& inc)
     return {};
 }
 
-std::string topFolder(const fs::path& rel) { return rel.empty() ? std::string() : rel.begin()->string(); }
+std::string topFolder(const fs::path& rel)
+{
+    return rel.empty() ? std::string() : rel.begin()->string();
+}
 
 bool isInternal(const fs::path& file)
 {

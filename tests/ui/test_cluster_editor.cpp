@@ -3,10 +3,6 @@
 // removals; presets, validation, Revert and Apply work; the demo clusters round-trip exactly; nothing is clipped.
 #include <catch2/catch.hpp>
 
-#include <QTemporaryDir>
-
-#include <optional>
-
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QBrush>
@@ -19,7 +15,9 @@
 #include <QScrollBar>
 #include <QSignalSpy>
 #include <QTableView>
+#include <QTemporaryDir>
 #include <QTest>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -46,8 +44,7 @@ std::string json(const planner::Cluster& c)
     return planner::toJson(c).dump();
 }
 
-template<class W>
-W* child(ui::ClusterEditor& editor, const char* name)
+template <class W> W* child(ui::ClusterEditor& editor, const char* name)
 {
     auto* w = editor.findChild<W*>(QString::fromLatin1(name));
     REQUIRE(w != nullptr);
@@ -260,8 +257,7 @@ TEST_CASE("cluster editor: invalid edits are reported naming the node or type an
 
         REQUIRE(nodes->setData(nodes->index(0, NodeModel::Count), 1));
         REQUIRE(nodes->setData(nodes->index(0, NodeModel::IntraBandwidth), -5));
-        CHECK(editor.validationError()
-            == "Node 'v-node', Intra-node bandwidth (GB/s): must not be negative");
+        CHECK(editor.validationError() == "Node 'v-node', Intra-node bandwidth (GB/s): must not be negative");
         REQUIRE(nodes->setData(nodes->index(0, NodeModel::Count), 4));
         CHECK(editor.validationError().contains(QStringLiteral("Intra-node bandwidth (GB/s): must be > 0")));
         REQUIRE(nodes->setData(nodes->index(0, NodeModel::IntraBandwidth), 10));

@@ -9,11 +9,10 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
-#include <qcustomplot.h>
-
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
+#include <qcustomplot.h>
 
 #include "app/project/demo_project.h"
 #include "planner/io/chrome_trace.h"
@@ -300,7 +299,8 @@ TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "
     // Two timelines on one axis: the longer one sets the window.
     const auto& scenarios = demo().scenarios;
     const auto gpipe = planner::simulate(scenarios[1].plan).timeline;
-    view.setBlocks({ui::GanttBlock {QStringLiteral("PipeDream"), timeline}, ui::GanttBlock {QStringLiteral("GPipe"), gpipe}});
+    view.setBlocks(
+        {ui::GanttBlock {QStringLiteral("PipeDream"), timeline}, ui::GanttBlock {QStringLiteral("GPipe"), gpipe}});
     CHECK(view.blockCount() == 2);
     CHECK(view.windowEnd() == Approx(std::max(timeline.endTime(), gpipe.endTime())));
     view.ganttPlot()->replot();
@@ -308,8 +308,8 @@ TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "
     CHECK(view.lastPaintedItems() <= timeline.spans.size() + gpipe.spans.size());
     // The first block's titled hover text.
     const auto spans = computeSpans(timeline, 0);
-    const auto widest = *std::max_element(spans.begin(), spans.end(),
-        [](const auto& a, const auto& b) { return a.t1 - a.t0 < b.t1 - b.t0; });
+    const auto widest = *std::max_element(
+        spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.t1 - a.t0 < b.t1 - b.t0; });
     const QString text = view.toolTipAt(view.pointOf(0, (widest.t0 + widest.t1) / 2));
     CHECK(text.startsWith(QStringLiteral("PipeDream<br>")));
     CHECK(text.contains(QStringLiteral("microbatch %1 ").arg(widest.microbatch)));

@@ -13,17 +13,18 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QUndoStack>
-#include <qcustomplot.h>
 #include <set>
+
+#include <qcustomplot.h>
 
 #include "planner/edit.h"
 #include "ui/document/project_document.h"
 #include "ui/models/cluster_models.h"
 #include "ui/models/stage_model.h"
-#include "ui/widgets/main_window.h"
-#include "ui/widgets/metrics_panel.h"
 #include "ui/widgets/cluster_editor.h"
 #include "ui/widgets/gantt_view.h"
+#include "ui/widgets/main_window.h"
+#include "ui/widgets/metrics_panel.h"
 #include "ui/widgets/model_view.h"
 #include "ui/widgets/partition_panel.h"
 #include "ui/widgets/scenarios_view.h"
@@ -58,7 +59,10 @@ struct Window
     }
     ModelView* view() { return window.modelView(); }
     QCustomPlot* plot() { return window.modelView()->plot(); }
-    int pixelOfLayerEdge(double position) { return static_cast<int>(std::lround(plot()->xAxis->coordToPixel(position))); }
+    int pixelOfLayerEdge(double position)
+    {
+        return static_cast<int>(std::lround(plot()->xAxis->coordToPixel(position)));
+    }
 };
 
 } // namespace
@@ -226,8 +230,8 @@ TEST_CASE("main window: every view renders, and the screenshots show content", "
     CHECK_FALSE(w.window.showView(QStringLiteral("no-such-view")));
 }
 
-TEST_CASE("main window: a profile dropped on the window replaces the model; opened projects become recent files",
-    "[ui]")
+TEST_CASE(
+    "main window: a profile dropped on the window replaces the model; opened projects become recent files", "[ui]")
 {
     Window w;
     auto& doc = w.window.document();

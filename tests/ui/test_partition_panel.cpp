@@ -31,8 +31,7 @@ const app::Project& demo()
 }
 
 /// Processes events until `done` holds or `seconds` pass; true when it holds.
-template <class F>
-bool waitFor(F done, int seconds = 120)
+template <class F> bool waitFor(F done, int seconds = 120)
 {
     QDeadlineTimer deadline(seconds * 1000);
     while (!done() && !deadline.hasExpired())

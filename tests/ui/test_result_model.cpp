@@ -32,8 +32,8 @@ planner::Cluster demoCluster(const char* file = "dgx-h100.json")
     return planner::loadCluster(std::string(PW_DEMO_DIR) + "/" + file);
 }
 
-planner::PartitionResult partition(const char* algorithm, const planner::ModelProfile& model,
-    const planner::Cluster& cluster, int microbatches = 16)
+planner::PartitionResult partition(
+    const char* algorithm, const planner::ModelProfile& model, const planner::Cluster& cluster, int microbatches = 16)
 {
     planner::PartitionOptions o;
     o.schedule.microbatches = microbatches;

@@ -55,7 +55,8 @@ TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "
         const auto& s = scenarios[r];
         INFO(s.name);
         const auto sim = planner::simulate(s.plan, {false, true});
-        auto value = [&](int column) { return model.data(model.index(r, column), ScenarioModel::ValueRole).toDouble(); };
+        auto value
+            = [&](int column) { return model.data(model.index(r, column), ScenarioModel::ValueRole).toDouble(); };
         CHECK(value(ScenarioModel::Throughput) == sim.throughput_samples_per_s);
         CHECK(value(ScenarioModel::Iteration) == sim.iteration_time_s);
         CHECK(value(ScenarioModel::Bubble) == sim.bubble_fraction);
@@ -67,8 +68,10 @@ TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "
             }
         CHECK(value(ScenarioModel::Memory) == peak);
         CHECK(model.data(model.index(r, ScenarioModel::Name)).toString() == QString::fromStdString(s.name));
-        CHECK(model.data(model.index(r, ScenarioModel::Algorithm)).toString() == QString::fromStdString(s.plan.algorithm));
-        CHECK(model.data(model.index(r, ScenarioModel::Config)).toString() == QString::fromStdString(s.plan.configString()));
+        CHECK(model.data(model.index(r, ScenarioModel::Algorithm)).toString()
+            == QString::fromStdString(s.plan.algorithm));
+        CHECK(model.data(model.index(r, ScenarioModel::Config)).toString()
+            == QString::fromStdString(s.plan.configString()));
         CHECK(model.data(model.index(r, ScenarioModel::Note)).toString() == QString::fromStdString(s.note));
         CHECK(model.data(model.index(r, ScenarioModel::Throughput)).toString()
             == QString::number(sim.throughput_samples_per_s, 'f', 1));
@@ -89,7 +92,9 @@ TEST_CASE("scenario model: the first two are checked; setData and the project's 
     QAbstractItemModelTester tester(&model, kFatal);
     const auto& p = doc.project();
     REQUIRE(model.rowCount() == 4);
-    auto state = [&](int r) { return model.data(model.index(r, ScenarioModel::Name), Qt::CheckStateRole).value<Qt::CheckState>(); };
+    auto state = [&](int r) {
+        return model.data(model.index(r, ScenarioModel::Name), Qt::CheckStateRole).value<Qt::CheckState>();
+    };
     CHECK(state(0) == Qt::Checked);
     CHECK(state(1) == Qt::Checked);
     CHECK(state(2) == Qt::Unchecked);

@@ -75,8 +75,8 @@ void ProjectDocument::setProject(app::Project project, const QString& path)
         m_dirty = plan.has_value();
         if (!plan)
             emit notice(tr("No plan for %1 on %2: %3. Change the cluster or run a partitioner.")
-                            .arg(QString::fromStdString(m_project.model.name), QString::fromStdString(m_project.cluster.name),
-                                note));
+                            .arg(QString::fromStdString(m_project.model.name),
+                                QString::fromStdString(m_project.cluster.name), note));
     }
     if (plan)
         m_plan.reset(std::move(*plan));
@@ -169,7 +169,8 @@ bool ProjectDocument::importProfile(const QString& path, QString* error)
 {
     planner::ModelProfile model;
     try {
-        model = looksLikeGraphTxt(path) ? planner::loadGraphTxt(path.toStdString()) : planner::loadModel(path.toStdString());
+        model = looksLikeGraphTxt(path) ? planner::loadGraphTxt(path.toStdString())
+                                        : planner::loadModel(path.toStdString());
     } catch (const planner::InputError& e) {
         if (error)
             *error = errorText(e);

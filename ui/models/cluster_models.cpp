@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "cluster_models.h"
 
-#include <cmath>
-
 #include <QBrush>
 #include <QColor>
+#include <cmath>
 
 namespace pw::ui {
 namespace {
@@ -65,8 +64,8 @@ QString editNumber(double v)
 bool parseNumber(const QVariant& value, double& out)
 {
     bool ok = false;
-    const double d = value.typeId() == QMetaType::QString ? value.toString().trimmed().toDouble(&ok)
-                                                          : value.toDouble(&ok);
+    const double d
+        = value.typeId() == QMetaType::QString ? value.toString().trimmed().toDouble(&ok) : value.toDouble(&ok);
     if (!ok || !std::isfinite(d))
         return false;
     out = d;
@@ -423,7 +422,8 @@ QVariant NodeModel::data(const QModelIndex& index, int role) const
     case Count:
         return n.count;
     case IntraBandwidth:
-        return value ? QVariant(n.intra_bandwidth_bytes_per_s) : numberCell(n.intra_bandwidth_bytes_per_s, Unit::GBps, role);
+        return value ? QVariant(n.intra_bandwidth_bytes_per_s)
+                     : numberCell(n.intra_bandwidth_bytes_per_s, Unit::GBps, role);
     case IntraLatency:
         return value ? QVariant(n.intra_latency_s) : numberCell(n.intra_latency_s, Unit::Us, role);
     }

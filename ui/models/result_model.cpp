@@ -41,26 +41,38 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
     const bool over = r.capacity_bytes > 0 && r.peak_bytes > r.capacity_bytes;
     if (role == Qt::DisplayRole) {
         switch (index.column()) {
-        case Label: return r.label;
-        case Config: return r.config;
-        case Schedule: return r.schedule;
-        case Throughput: return r.throughput > 0 ? QString::number(r.throughput, 'f', 1) : QString();
-        case Iteration: return r.iteration_s > 0 ? secondsText(r.iteration_s) : QString();
-        case Bubble: return r.bubble >= 0 ? percentText(r.bubble) : QString();
+        case Label:
+            return r.label;
+        case Config:
+            return r.config;
+        case Schedule:
+            return r.schedule;
+        case Throughput:
+            return r.throughput > 0 ? QString::number(r.throughput, 'f', 1) : QString();
+        case Iteration:
+            return r.iteration_s > 0 ? secondsText(r.iteration_s) : QString();
+        case Bubble:
+            return r.bubble >= 0 ? percentText(r.bubble) : QString();
         case Memory:
             return r.peak_bytes > 0 ? tr("%1 / %2 GiB")
                                           .arg(r.peak_bytes / double(1ull << 30), 0, 'f', 1)
                                           .arg(r.capacity_bytes / double(1ull << 30), 0, 'f', 0)
                                     : QString();
-        case Note: return r.note;
+        case Note:
+            return r.note;
         }
     } else if (role == ValueRole) {
         switch (index.column()) {
-        case Throughput: return r.throughput;
-        case Iteration: return r.iteration_s;
-        case Bubble: return r.bubble;
-        case Memory: return r.peak_bytes;
-        default: return data(index, Qt::DisplayRole);
+        case Throughput:
+            return r.throughput;
+        case Iteration:
+            return r.iteration_s;
+        case Bubble:
+            return r.bubble;
+        case Memory:
+            return r.peak_bytes;
+        default:
+            return data(index, Qt::DisplayRole);
         }
     } else if (role == Qt::ForegroundRole) {
         if ((index.column() == Memory && over) || (index.column() == Note && !r.feasible))
@@ -75,7 +87,8 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
         if (index.column() == Note && !r.note.isEmpty())
             return r.note;
         if (!r.plan && !r.current)
-            return tr("A configuration the algorithm evaluated with its own cost model; only its chosen plan can be applied");
+            return tr(
+                "A configuration the algorithm evaluated with its own cost model; only its chosen plan can be applied");
     } else if (role == Qt::TextAlignmentRole && index.column() >= Throughput && index.column() <= Memory) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
     }

@@ -82,25 +82,38 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
         return m_checked.contains(name) ? Qt::Checked : Qt::Unchecked;
     if (role == Qt::DisplayRole) {
         switch (index.column()) {
-        case Name: return name;
-        case Config: return QString::fromStdString(s.plan.configString());
-        case Algorithm: return QString::fromStdString(s.plan.algorithm);
+        case Name:
+            return name;
+        case Config:
+            return QString::fromStdString(s.plan.configString());
+        case Algorithm:
+            return QString::fromStdString(s.plan.algorithm);
         case Schedule:
             return QString::fromStdString(s.plan.schedule.kind)
                 + (s.plan.schedule.chunks > 1 ? QStringLiteral(" ×%1").arg(s.plan.schedule.chunks) : QString());
-        case Throughput: return m.ok ? QString::number(m.throughput, 'f', 1) : QString();
-        case Iteration: return m.ok ? secondsText(m.iteration) : QString();
-        case Bubble: return m.ok ? percentText(m.bubble) : QString();
-        case Memory: return m.ok ? tr("%1 / %2").arg(bytesText(m.peak), bytesText(m.capacity)) : QString();
-        case Note: return m.ok ? QString::fromStdString(s.note) : m.error;
+        case Throughput:
+            return m.ok ? QString::number(m.throughput, 'f', 1) : QString();
+        case Iteration:
+            return m.ok ? secondsText(m.iteration) : QString();
+        case Bubble:
+            return m.ok ? percentText(m.bubble) : QString();
+        case Memory:
+            return m.ok ? tr("%1 / %2").arg(bytesText(m.peak), bytesText(m.capacity)) : QString();
+        case Note:
+            return m.ok ? QString::fromStdString(s.note) : m.error;
         }
     } else if (role == ValueRole) {
         switch (index.column()) {
-        case Throughput: return m.throughput;
-        case Iteration: return m.iteration;
-        case Bubble: return m.bubble;
-        case Memory: return m.peak;
-        default: return data(index, Qt::DisplayRole);
+        case Throughput:
+            return m.throughput;
+        case Iteration:
+            return m.iteration;
+        case Bubble:
+            return m.bubble;
+        case Memory:
+            return m.peak;
+        default:
+            return data(index, Qt::DisplayRole);
         }
     } else if (role == Qt::ForegroundRole) {
         if ((index.column() == Memory && m.peak > m.capacity) || (index.column() == Note && !m.ok))
@@ -156,8 +169,8 @@ QVariant ScenarioModel::headerData(int section, Qt::Orientation orientation, int
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount)
         return {};
-    static const char* names[] = {"Scenario", "Config", "Algorithm", "Schedule", "Samples/s", "Iteration", "Bubble",
-        "Memory / capacity", "Note"};
+    static const char* names[] = {
+        "Scenario", "Config", "Algorithm", "Schedule", "Samples/s", "Iteration", "Bubble", "Memory / capacity", "Note"};
     return tr(names[section]);
 }
 

@@ -5,8 +5,8 @@
 #include <QColor>
 
 #include "planner/costs.h"
-#include "ui/models/format.h"
 #include "ui/document/plan_document.h"
+#include "ui/models/format.h"
 
 namespace pw::ui {
 
@@ -44,7 +44,8 @@ int StageModel::columnCount(const QModelIndex& parent) const
 QVariant StageModel::data(const QModelIndex& index, int role) const
 {
     // m_rows follows the plan on planChanged; the check on the plan itself guards views painting in between.
-    if (!index.isValid() || index.row() >= m_rows || !m_document.hasPlan() || index.row() >= m_document.plan().stageCount())
+    if (!index.isValid() || index.row() >= m_rows || !m_document.hasPlan()
+        || index.row() >= m_document.plan().stageCount())
         return {};
     const auto& plan = m_document.plan();
     const int s = index.row();

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "cluster_editor.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
@@ -19,6 +16,8 @@
 #include <QStyledItemDelegate>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -258,12 +257,14 @@ QString summaryText(const planner::Cluster& c)
         }
     }
     const double gib = memory / kGiB;
-    const QString memoryText = gib >= 10240 ? QString::number(gib / 1024, 'f', 1) + QStringLiteral(" TiB")
-                                            : QString::number(gib, 'f', gib == std::round(gib) ? 0 : 1)
-            + QStringLiteral(" GiB");
+    const QString memoryText = gib >= 10240
+        ? QString::number(gib / 1024, 'f', 1) + QStringLiteral(" TiB")
+        : QString::number(gib, 'f', gib == std::round(gib) ? 0 : 1) + QStringLiteral(" GiB");
     const QString sep = QStringLiteral(" \u00b7 ");
-    return ClusterEditor::tr("%1 on %2").arg(plural(devices, ClusterEditor::tr("device"), ClusterEditor::tr("devices")),
-               plural(static_cast<long long>(c.nodes.size()), ClusterEditor::tr("node"), ClusterEditor::tr("nodes")))
+    return ClusterEditor::tr("%1 on %2")
+               .arg(plural(devices, ClusterEditor::tr("device"), ClusterEditor::tr("devices")),
+                   plural(
+                       static_cast<long long>(c.nodes.size()), ClusterEditor::tr("node"), ClusterEditor::tr("nodes")))
         + sep
         + plural(static_cast<long long>(c.device_types.size()), ClusterEditor::tr("device type"),
             ClusterEditor::tr("device types"))
@@ -279,7 +280,8 @@ ClusterEditor::ClusterEditor(QWidget* parent)
     , m_nodes(new NodeModel(m_cluster, this))
 {
     connect(m_types, &DeviceTypeModel::typesChanged, m_nodes, &NodeModel::deviceTypesChanged);
-    for (QAbstractItemModel* model : {static_cast<QAbstractItemModel*>(m_types), static_cast<QAbstractItemModel*>(m_nodes)}) {
+    for (QAbstractItemModel* model :
+        {static_cast<QAbstractItemModel*>(m_types), static_cast<QAbstractItemModel*>(m_nodes)}) {
         connect(model, &QAbstractItemModel::dataChanged, this, &ClusterEditor::edited);
         connect(model, &QAbstractItemModel::rowsInserted, this, &ClusterEditor::edited);
         connect(model, &QAbstractItemModel::rowsRemoved, this, &ClusterEditor::edited);
@@ -476,7 +478,7 @@ void ClusterEditor::addType()
     const auto& presets = planner::devicePresets();
     const int choice = m_presets->currentIndex();
     const int row = choice >= 0 && choice < static_cast<int>(presets.size()) ? m_types->appendType(presets[choice])
-                                                                              : m_types->appendType({});
+                                                                             : m_types->appendType({});
     m_typeView->setCurrentIndex(m_types->index(row, DeviceTypeModel::Name));
 }
 

@@ -5,8 +5,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <qcustomplot.h>
 #include <thread>
+
+#include <qcustomplot.h>
 
 #include "ui/widgets/gantt_scene.h"
 
@@ -83,7 +84,8 @@ protected:
                     const double top = block->layout.rowTop(d, lane);
                     // Clipped to the axis rect (QCustomPlot maps the range's edge to the pixel outside it).
                     const double y0 = std::max<double>(std::round(yOf(top)), rect.top());
-                    const double y1 = std::min<double>(std::round(yOf(top + block->layout.laneHeight(lane))), rect.bottom() + 1);
+                    const double y1
+                        = std::min<double>(std::round(yOf(top + block->layout.laneHeight(lane))), rect.bottom() + 1);
                     if (y1 - y0 < 1)
                         continue;
                     jobs.push_back({block.get(), RowLayout::rowIndex(d, lane), y0, y1,
@@ -110,7 +112,8 @@ protected:
                 m_scene.stats.items += items.size();
                 for (const auto& it : items) {
                     const auto [x0, x1] = pixelExtent(it);
-                    painter->fillRect(QRectF(left + x0, job.y0, x1 - x0, job.y1 - job.y0), QColor::fromRgba(m_scene.colorOf(it)));
+                    painter->fillRect(
+                        QRectF(left + x0, job.y0, x1 - x0, job.y1 - job.y0), QColor::fromRgba(m_scene.colorOf(it)));
                 }
             }
         } else {
@@ -120,7 +123,8 @@ protected:
                 m_image = QImage(size, QImage::Format_ARGB32_Premultiplied);
             m_image.fill(Qt::white); // opaque: the image is copied, not blended (the grid is drawn above it)
             uchar* const bits = m_image.bits();
-            const int threads = jobs.size() >= 24 ? static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) : 1;
+            const int threads
+                = jobs.size() >= 24 ? static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) : 1;
             std::atomic<std::size_t> total {0};
             auto work = [&](int first) {
                 std::vector<DrawItem> items;
@@ -149,7 +153,8 @@ protected:
                 bold.setBold(true);
                 painter->setFont(bold);
                 painter->setPen(QColor(40, 40, 40));
-                painter->drawText(QRectF(left + 4, yOf(block->top), rect.width() - 8, yOf(block->top + GanttBlockData::kTitleHeight) - yOf(block->top)),
+                painter->drawText(QRectF(left + 4, yOf(block->top), rect.width() - 8,
+                                      yOf(block->top + GanttBlockData::kTitleHeight) - yOf(block->top)),
                     Qt::AlignLeft | Qt::AlignVCenter, block->title);
                 painter->setPen(Qt::NoPen);
                 bold.setBold(false);
@@ -210,7 +215,8 @@ private:
         painter->setAntialiasing(true);
         if (shown.size() > kMaxArrows) {
             painter->setPen(QColor(120, 40, 40));
-            painter->drawText(QPointF(left + 8, yOf(block.top) + 14), QObject::tr("zoom in to see send → receive arrows"));
+            painter->drawText(
+                QPointF(left + 8, yOf(block.top) + 14), QObject::tr("zoom in to see send → receive arrows"));
             return;
         }
         m_scene.stats.arrows += shown.size();
@@ -219,13 +225,15 @@ private:
         const double h = block.layout.laneHeight(LaneRow::PointToPoint) / 2;
         for (std::uint32_t m : shown) {
             const auto& s = block.timeline.spans[m];
-            const QPointF from(left + time.toPixel(s.t0), yOf(block.layout.rowTop(s.device, LaneRow::PointToPoint) + h));
+            const QPointF from(
+                left + time.toPixel(s.t0), yOf(block.layout.rowTop(s.device, LaneRow::PointToPoint) + h));
             const QPointF to(left + time.toPixel(s.t1), yOf(block.layout.rowTop(s.peer, LaneRow::PointToPoint) + h));
             painter->drawLine(from, to);
             const QLineF line(to, from);
             const double angle = std::atan2(-line.dy(), line.dx());
             const QPointF p1 = to + QPointF(std::sin(angle + M_PI / 3) * 6, std::cos(angle + M_PI / 3) * 6);
-            const QPointF p2 = to + QPointF(std::sin(angle + M_PI - M_PI / 3) * 6, std::cos(angle + M_PI - M_PI / 3) * 6);
+            const QPointF p2
+                = to + QPointF(std::sin(angle + M_PI - M_PI / 3) * 6, std::cos(angle + M_PI - M_PI / 3) * 6);
             painter->drawPolygon(QPolygonF({to, p1, p2}));
         }
         painter->setBrush(Qt::NoBrush);

@@ -31,17 +31,25 @@ QColor spanColor(ActionKind kind, int microbatch)
 {
     const int hue = hueOf(microbatch);
     switch (kind) {
-    case ActionKind::Forward: return QColor::fromHsv(hue, 110, 245);
-    case ActionKind::Backward: return QColor::fromHsv(hue, 210, 185);
-    case ActionKind::BackwardWeight: return QColor::fromHsv(hue, 230, 120);
+    case ActionKind::Forward:
+        return QColor::fromHsv(hue, 110, 245);
+    case ActionKind::Backward:
+        return QColor::fromHsv(hue, 210, 185);
+    case ActionKind::BackwardWeight:
+        return QColor::fromHsv(hue, 230, 120);
     case ActionKind::SendActivation:
-    case ActionKind::RecvActivation: return QColor::fromHsv(hue, 90, 200);
+    case ActionKind::RecvActivation:
+        return QColor::fromHsv(hue, 90, 200);
     case ActionKind::SendGradient:
-    case ActionKind::RecvGradient: return QColor::fromHsv(hue, 200, 150);
-    case ActionKind::AllReduce: return QColor(120, 70, 160);
-    case ActionKind::OptimizerStep: return QColor(90, 90, 90);
+    case ActionKind::RecvGradient:
+        return QColor::fromHsv(hue, 200, 150);
+    case ActionKind::AllReduce:
+        return QColor(120, 70, 160);
+    case ActionKind::OptimizerStep:
+        return QColor(90, 90, 90);
     case ActionKind::WavePush:
-    case ActionKind::WavePull: return QColor(230, 140, 20);
+    case ActionKind::WavePull:
+        return QColor(230, 140, 20);
     }
     return Qt::black;
 }

@@ -15,14 +15,15 @@
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+
 #include <qcustomplot.h>
 
 #include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/io/json_file.h"
 #include "ui/gantt/geometry.h"
-#include "ui/widgets/gantt_plottable.h"
 #include "ui/models/format.h"
+#include "ui/widgets/gantt_plottable.h"
 
 namespace pw::ui {
 
@@ -42,8 +43,8 @@ protected:
     {
         // Enough decimals to tell neighbouring ticks apart in the unit secondsText() will pick.
         const double unit = std::max(std::abs(range.lower), std::abs(range.upper)) >= 1 ? 1
-            : std::max(std::abs(range.lower), std::abs(range.upper)) >= 1e-3             ? 1e-3
-                                                                                         : 1e-6;
+            : std::max(std::abs(range.lower), std::abs(range.upper)) >= 1e-3            ? 1e-3
+                                                                                        : 1e-6;
         m_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(tickStep / unit) - 1e-9)), 0, 6);
         return QCPAxisTicker::createTickVector(tickStep, range);
     }
@@ -51,7 +52,6 @@ protected:
 private:
     int m_decimals = 1;
 };
-
 
 } // namespace
 
@@ -67,7 +67,8 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     m_legend->setTextFormat(Qt::RichText);
     m_legend->setWordWrap(true);
     auto swatch = [](QColor c, const QString& text) {
-        return QStringLiteral("<span style='background-color:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp;&nbsp;")
+        return QStringLiteral(
+            "<span style='background-color:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp;&nbsp;")
             .arg(c.name(), text);
     };
     m_legend->setText(swatch(spanColor(ActionKind::Forward, 0), tr("forward"))
@@ -448,8 +449,12 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
         const double w = plot->axisRect()->width();
         switch (ke->key()) {
         case Qt::Key_Plus:
-        case Qt::Key_Equal: zoom(1.5, w / 2); return true;
-        case Qt::Key_Minus: zoom(1 / 1.5, w / 2); return true;
+        case Qt::Key_Equal:
+            zoom(1.5, w / 2);
+            return true;
+        case Qt::Key_Minus:
+            zoom(1 / 1.5, w / 2);
+            return true;
         case Qt::Key_Left: {
             TimeAxis axis = timeAxis();
             axis.pan(w / 8);
@@ -463,8 +468,11 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
             return true;
         }
         case Qt::Key_Home:
-        case Qt::Key_0: showAll(); return true;
-        default: break;
+        case Qt::Key_0:
+            showAll();
+            return true;
+        default:
+            break;
         }
     }
     return QWidget::eventFilter(watched, event);

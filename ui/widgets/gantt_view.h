@@ -19,7 +19,6 @@ class QSplitter;
 
 namespace pw::ui {
 
-
 /// @brief Gantt chart (a QCustomPlot custom plottable painting the level-of-detail folded spans of
 /// ui/gantt/geometry.h) with the memory plot underneath. Zoom with the wheel, +/- or Ctrl+wheel, pan by dragging
 /// or with the arrow keys, Home shows everything. Hovering a span shows its details.

@@ -16,6 +16,7 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QUndoStack>
+
 #include <qcustomplot.h>
 
 #include "app/project/demo_project.h"
@@ -89,13 +90,15 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_document, &ProjectDocument::projectChanged, this, [this] {
         // Unapplied edits survive changes that leave the cluster alone (an imported profile); opening another
         // project asked about them first (maybeSave).
-        const bool sameCluster = planner::toJson(m_cluster->baseCluster()) == planner::toJson(m_document->project().cluster);
+        const bool sameCluster
+            = planner::toJson(m_cluster->baseCluster()) == planner::toJson(m_document->project().cluster);
         if (!(sameCluster && m_cluster->isModified()))
             m_cluster->setCluster(m_document->project().cluster);
         refreshTitle();
     });
     connect(m_document, &ProjectDocument::modifiedChanged, this, &MainWindow::refreshTitle);
-    connect(m_document, &ProjectDocument::notice, this, [this](const QString& text) { showError(tr("No plan"), text); });
+    connect(
+        m_document, &ProjectDocument::notice, this, [this](const QString& text) { showError(tr("No plan"), text); });
     connect(m_document, &ProjectDocument::filePathChanged, this, &MainWindow::refreshTitle);
     connect(m_cluster, &ClusterEditor::applyRequested, this, [this](const planner::Cluster& cluster) {
         QString error;
@@ -136,8 +139,8 @@ void MainWindow::buildMenus()
             openDemo();
     });
     file->addAction(tr("&Import profile…"), QKeySequence(tr("Ctrl+I")), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Import a model profile"), {},
-            tr("Profiles (*.json graph.txt *.txt);;All files (*)"));
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Import a model profile"), {}, tr("Profiles (*.json graph.txt *.txt);;All files (*)"));
         if (!path.isEmpty())
             importProfile(path);
     });
@@ -153,16 +156,16 @@ void MainWindow::buildMenus()
     file->addSeparator();
     file->addAction(tr("Export schedule &image…"), QKeySequence(tr("Ctrl+E")), this, [this] {
         refreshSchedule();
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export schedule"), QStringLiteral("schedule.png"),
-            tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"));
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export schedule"), QStringLiteral("schedule.png"), tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"));
         QString error;
         if (!path.isEmpty() && !m_gantt->exportImage(path, &error))
             showError(tr("Not exported"), error);
     });
     file->addAction(tr("Export Chrome &trace…"), this, [this] {
         refreshSchedule();
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export Chrome trace"), QStringLiteral("trace.json"),
-            tr("Chrome trace (*.json)"));
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export Chrome trace"), QStringLiteral("trace.json"), tr("Chrome trace (*.json)"));
         QString error;
         if (!path.isEmpty() && !m_gantt->exportChromeTrace(path, &error))
             showError(tr("Not exported"), error);
@@ -181,7 +184,8 @@ void MainWindow::buildMenus()
 
     QMenu* plan = menuBar()->addMenu(tr("&Plan"));
     plan->addAction(tr("&Run partitioner"), QKeySequence(Qt::Key_F5), m_partition, &PartitionPanel::run);
-    plan->addAction(tr("&Compare all algorithms"), QKeySequence(tr("Shift+F5")), m_partition, &PartitionPanel::compareAll);
+    plan->addAction(
+        tr("&Compare all algorithms"), QKeySequence(tr("Shift+F5")), m_partition, &PartitionPanel::compareAll);
     plan->addAction(tr("Ca&ncel partitioner"), QKeySequence(tr("Ctrl+.")), m_partition, &PartitionPanel::cancel);
     plan->addSeparator();
     // The model view's context menu, by keyboard: a layer (split after it) or a stage (merge, assign) to act on.
@@ -190,8 +194,8 @@ void MainWindow::buildMenus()
             return;
         bool ok = false;
         const int layers = m_document->planDocument().plan().model.layerCount();
-        const int layer = QInputDialog::getInt(this, tr("Split a stage"), tr("New boundary after layer:"), layers / 2, 0,
-            layers - 2, 1, &ok);
+        const int layer = QInputDialog::getInt(
+            this, tr("Split a stage"), tr("New boundary after layer:"), layers / 2, 0, layers - 2, 1, &ok);
         const auto bounds = planner::edit::boundaries(m_document->planDocument().plan());
         if (ok && std::find(bounds.begin(), bounds.end(), layer) != bounds.end())
             statusBar()->showMessage(tr("Layer %1 already ends a stage").arg(layer));
@@ -203,8 +207,8 @@ void MainWindow::buildMenus()
             return;
         const auto& p = m_document->planDocument().plan();
         bool ok = false;
-        const int stage = QInputDialog::getInt(this, tr("Merge stages"), tr("Merge stage (with the next one):"), 0, 0,
-            p.stageCount() - 2, 1, &ok);
+        const int stage = QInputDialog::getInt(
+            this, tr("Merge stages"), tr("Merge stage (with the next one):"), 0, 0, p.stageCount() - 2, 1, &ok);
         if (ok)
             m_modelView->mergeStageAt(p.stages[stage].first_layer + 0.5);
     });
@@ -213,16 +217,18 @@ void MainWindow::buildMenus()
             return;
         const auto& p = m_document->planDocument().plan();
         bool ok = false;
-        const int stage = QInputDialog::getInt(this, tr("Assign devices"), tr("Stage:"), 0, 0, p.stageCount() - 1, 1, &ok);
+        const int stage
+            = QInputDialog::getInt(this, tr("Assign devices"), tr("Stage:"), 0, 0, p.stageCount() - 1, 1, &ok);
         if (ok)
             m_modelView->assignDevicesAt(p.stages[stage].first_layer + 0.5);
     });
     plan->addSeparator();
-    plan->addAction(tr("Save as &scenario…"), QKeySequence(tr("Ctrl+Shift+N")), m_scenarios, &ScenariosView::saveCurrentAs);
+    plan->addAction(
+        tr("Save as &scenario…"), QKeySequence(tr("Ctrl+Shift+N")), m_scenarios, &ScenariosView::saveCurrentAs);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
-    const QStringList tabs = {QStringLiteral("model"), QStringLiteral("gantt"), QStringLiteral("scenarios"),
-        QStringLiteral("cluster")};
+    const QStringList tabs
+        = {QStringLiteral("model"), QStringLiteral("gantt"), QStringLiteral("scenarios"), QStringLiteral("cluster")};
     const QStringList titles = {tr("&Model"), tr("&Schedule"), tr("S&cenarios"), tr("C&luster")};
     for (int i = 0; i < tabs.size(); ++i)
         view->addAction(titles[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), this,
@@ -298,8 +304,7 @@ bool MainWindow::showView(const QString& name)
         auto* dock = qobject_cast<QDockWidget*>(m_partition->parentWidget());
         dock->show();
         resizeDocks({dock}, {std::max(dock->width(), width() / 2 - 40)}, Qt::Horizontal);
-    }
-    else
+    } else
         return false;
     if (m_tabs->currentWidget() == m_gantt) {
         refreshSchedule();
@@ -342,7 +347,8 @@ void MainWindow::refreshSchedule()
 
 void MainWindow::refreshTitle()
 {
-    const QString file = m_document->filePath().isEmpty() ? tr("unsaved") : QFileInfo(m_document->filePath()).fileName();
+    const QString file
+        = m_document->filePath().isEmpty() ? tr("unsaved") : QFileInfo(m_document->filePath()).fileName();
     setWindowTitle(tr("%1 (%2)[*] — Pipewright").arg(QString::fromStdString(m_document->project().name), file));
     setWindowModified(m_document->isModified());
 }
@@ -374,7 +380,8 @@ void MainWindow::rebuildRecentMenu()
 
 bool MainWindow::saveAs()
 {
-    QString path = QFileDialog::getSaveFileName(this, tr("Save project"), QString::fromStdString(m_document->project().name), kProjectFilter);
+    QString path = QFileDialog::getSaveFileName(
+        this, tr("Save project"), QString::fromStdString(m_document->project().name), kProjectFilter);
     if (path.isEmpty())
         return false;
     if (!path.endsWith(QLatin1String(app::kProjectExtension)))
@@ -400,9 +407,9 @@ bool MainWindow::maybeSave()
     }
     if (!m_document->isModified())
         return true;
-    const auto answer = QMessageBox::question(this, tr("Unsaved changes"),
-        tr("The project has unsaved changes. Save them first?"),
-        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+    const auto answer
+        = QMessageBox::question(this, tr("Unsaved changes"), tr("The project has unsaved changes. Save them first?"),
+            QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
     if (answer == QMessageBox::Cancel)
         return false;
     if (answer == QMessageBox::Save) {

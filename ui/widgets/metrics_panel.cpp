@@ -64,11 +64,11 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
 QString MetricsPanel::value(const QString& name) const
 {
     const QLabel* l = name == QLatin1String("iteration") ? m_iteration
-        : name == QLatin1String("throughput")             ? m_throughput
-        : name == QLatin1String("bubble")                 ? m_bubble
-        : name == QLatin1String("memory")                 ? m_memory
-        : name == QLatin1String("plan")                   ? m_plan
-                                                          : nullptr;
+        : name == QLatin1String("throughput")            ? m_throughput
+        : name == QLatin1String("bubble")                ? m_bubble
+        : name == QLatin1String("memory")                ? m_memory
+        : name == QLatin1String("plan")                  ? m_plan
+                                                         : nullptr;
     return l ? l->text() : QString();
 }
 
@@ -81,12 +81,13 @@ void MetricsPanel::refresh()
         return;
     }
     const auto& plan = m_document.plan();
-    m_plan->setText(tr("%1 stages (%2), %3 × %4 microbatches, %5 schedule, by %6")
-                        .arg(plan.stageCount())
-                        .arg(QString::fromStdString(plan.configString()))
-                        .arg(plan.schedule.microbatches)
-                        .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
-                        .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
+    m_plan->setText(
+        tr("%1 stages (%2), %3 × %4 microbatches, %5 schedule, by %6")
+            .arg(plan.stageCount())
+            .arg(QString::fromStdString(plan.configString()))
+            .arg(plan.schedule.microbatches)
+            .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
+            .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
     const auto& r = m_document.prediction();
     if (!r) {
         for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory})
@@ -100,8 +101,9 @@ void MetricsPanel::refresh()
     const auto worst = planner::worstMemory(*r);
     m_memory->setText(tr("%1 of %2").arg(bytesText(worst.peak_bytes), bytesText(worst.capacity_bytes)));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
-    m_error->setText(worst.over() ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))
-                                  : QString());
+    m_error->setText(worst.over()
+            ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))
+            : QString());
 }
 
 } // namespace pw::ui

@@ -10,6 +10,7 @@
 #include <QMouseEvent>
 #include <QVBoxLayout>
 #include <cmath>
+
 #include <qcustomplot.h>
 
 #include "planner/costs.h"
@@ -199,9 +200,10 @@ void ModelView::rebuild()
     const bool editable = planner::edit::whyNotEditable(plan).empty();
     for (int b = 0; b < static_cast<int>(bounds.size()); ++b) {
         const double x = bounds[b] + 1;
-        const QColor color = !editable ? QColor(150, 150, 150) : b == m_drag ? QColor(230, 120, 20)
-            : b == m_hover                                               ? QColor(240, 150, 40)
-                                                                         : QColor(50, 50, 50);
+        const QColor color = !editable ? QColor(150, 150, 150)
+            : b == m_drag              ? QColor(230, 120, 20)
+            : b == m_hover             ? QColor(240, 150, 40)
+                                       : QColor(50, 50, 50);
         auto* line = new QCPItemLine(m_plot);
         line->start->setTypeY(QCPItemPosition::ptAxisRectRatio);
         line->end->setTypeY(QCPItemPosition::ptAxisRectRatio);
@@ -218,18 +220,20 @@ void ModelView::rebuild()
         grip->setClipToAxisRect(true);
     }
     const auto& type = plan.cluster.typeOf(plan.stages.front().devices.front());
-    QString caption = tr("<b>%1</b>: %2 layers, %3 stages (%4) on %5. Bars: time per microbatch of %6 on the device "
-                         "type of the layer's stage (%7 for stage 0).")
-                          .arg(QString::fromStdString(plan.model.name).toHtmlEscaped())
-                          .arg(layers)
-                          .arg(plan.stageCount())
-                          .arg(QString::fromStdString(plan.configString()))
-                          .arg(QString::fromStdString(plan.cluster.name).toHtmlEscaped())
-                          .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
-                          .arg(QString::fromStdString(type.name));
+    QString caption
+        = tr("<b>%1</b>: %2 layers, %3 stages (%4) on %5. Bars: time per microbatch of %6 on the device "
+             "type of the layer's stage (%7 for stage 0).")
+              .arg(QString::fromStdString(plan.model.name).toHtmlEscaped())
+              .arg(layers)
+              .arg(plan.stageCount())
+              .arg(QString::fromStdString(plan.configString()))
+              .arg(QString::fromStdString(plan.cluster.name).toHtmlEscaped())
+              .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
+              .arg(QString::fromStdString(type.name));
     const std::string why = planner::edit::whyNotEditable(plan);
-    caption += why.empty() ? tr(" Drag a dark handle to move a boundary; right-click to split, merge or assign devices.")
-                           : tr(" <i>Not editable by hand: %1</i>").arg(QString::fromStdString(why).toHtmlEscaped());
+    caption += why.empty()
+        ? tr(" Drag a dark handle to move a boundary; right-click to split, merge or assign devices.")
+        : tr(" <i>Not editable by hand: %1</i>").arg(QString::fromStdString(why).toHtmlEscaped());
     m_caption->setText(caption);
     m_plot->replot(QCustomPlot::rpQueuedReplot); // never paint inside the document's signals
 }
@@ -325,8 +329,11 @@ bool ModelView::eventFilter(QObject* watched, QEvent* event)
             return true;
         }
         break;
-    case QEvent::ContextMenu: showContextMenu(static_cast<QContextMenuEvent*>(event)->pos()); return true;
-    default: break;
+    case QEvent::ContextMenu:
+        showContextMenu(static_cast<QContextMenuEvent*>(event)->pos());
+        return true;
+    default:
+        break;
     }
     return QWidget::eventFilter(watched, event);
 }
@@ -337,9 +344,11 @@ void ModelView::showContextMenu(QPoint pos)
     const int s = stageAt(position);
     QMenu menu(this);
     const int layer = std::clamp(static_cast<int>(std::floor(position)), 0, m_document.plan().model.layerCount() - 1);
-    menu.addAction(tr("Split stage %1 after layer %2").arg(s).arg(layer), this, [this, position] { splitStageAt(position); });
+    menu.addAction(
+        tr("Split stage %1 after layer %2").arg(s).arg(layer), this, [this, position] { splitStageAt(position); });
     if (s + 1 < m_document.plan().stageCount())
-        menu.addAction(tr("Merge stage %1 with stage %2").arg(s).arg(s + 1), this, [this, position] { mergeStageAt(position); });
+        menu.addAction(
+            tr("Merge stage %1 with stage %2").arg(s).arg(s + 1), this, [this, position] { mergeStageAt(position); });
     menu.addAction(tr("Assign devices to stage %1…").arg(s), this, [this, position] { assignDevicesAt(position); });
     menu.exec(m_plot->mapToGlobal(pos));
 }
@@ -356,16 +365,20 @@ void ModelView::splitStageAt(double position)
     QString error;
     bool ok = false;
     if (!free.empty()) {
-        ok = m_document.apply(tr("Split stage %1").arg(s),
+        ok = m_document.apply(
+            tr("Split stage %1").arg(s),
             [&](const planner::Plan& p) { return planner::edit::splitStage(p, s, last, {free.front()}); }, &error);
     } else if (stage.replicas() > 1) {
         // No free device: the new stage takes the stage's last replica.
-        ok = m_document.apply(tr("Split stage %1").arg(s), [&](const planner::Plan& p) {
-            std::vector<int> keep = p.stages[s].devices;
-            const int moved = keep.back();
-            keep.pop_back();
-            return planner::edit::splitStage(planner::edit::assignDevices(p, s, keep), s, last, {moved});
-        }, &error);
+        ok = m_document.apply(
+            tr("Split stage %1").arg(s),
+            [&](const planner::Plan& p) {
+                std::vector<int> keep = p.stages[s].devices;
+                const int moved = keep.back();
+                keep.pop_back();
+                return planner::edit::splitStage(planner::edit::assignDevices(p, s, keep), s, last, {moved});
+            },
+            &error);
     } else {
         error = tr("No free device for a new stage: merge two stages or take a replica off a stage first.");
     }
@@ -377,7 +390,8 @@ void ModelView::mergeStageAt(double position)
 {
     const int s = stageAt(position);
     QString error;
-    if (!m_document.apply(tr("Merge stages %1 and %2").arg(s).arg(s + 1),
+    if (!m_document.apply(
+            tr("Merge stages %1 and %2").arg(s).arg(s + 1),
             [s](const planner::Plan& p) { return planner::edit::mergeWithNext(p, s); }, &error))
         emit message(error);
 }
@@ -395,9 +409,9 @@ void ModelView::assignDevicesAt(double position)
     for (int d : planner::edit::freeDevices(plan))
         candidates.push_back(d);
     for (std::size_t i = 0; i < candidates.size(); ++i) {
-        auto* item = new QListWidgetItem(QStringLiteral("%1 (%2)").arg(
-            QString::fromStdString(plan.cluster.deviceName(candidates[i])),
-            QString::fromStdString(plan.cluster.typeOf(candidates[i]).name)));
+        auto* item = new QListWidgetItem(
+            QStringLiteral("%1 (%2)").arg(QString::fromStdString(plan.cluster.deviceName(candidates[i])),
+                QString::fromStdString(plan.cluster.typeOf(candidates[i]).name)));
         item->setData(Qt::UserRole, candidates[i]);
         item->setCheckState(i < plan.stages[s].devices.size() ? Qt::Checked : Qt::Unchecked);
         list->addItem(item);
@@ -414,7 +428,8 @@ void ModelView::assignDevicesAt(double position)
         if (list->item(i)->checkState() == Qt::Checked)
             devices.push_back(list->item(i)->data(Qt::UserRole).toInt());
     QString error;
-    if (!m_document.apply(tr("Assign devices to stage %1").arg(s),
+    if (!m_document.apply(
+            tr("Assign devices to stage %1").arg(s),
             [&](const planner::Plan& p) { return planner::edit::assignDevices(p, s, devices); }, &error))
         emit message(error);
 }

@@ -100,7 +100,8 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
 
     m_poll = new QTimer(this);
     m_poll->setInterval(50);
-    connect(m_poll, &QTimer::timeout, this, [this] { m_progress->setValue(static_cast<int>(m_fraction.load() * 1000)); });
+    connect(
+        m_poll, &QTimer::timeout, this, [this] { m_progress->setValue(static_cast<int>(m_fraction.load() * 1000)); });
     connect(m_algorithm, &QComboBox::currentTextChanged, this, &PartitionPanel::rebuildOptions);
     connect(m_run, &QPushButton::clicked, this, &PartitionPanel::run);
     connect(m_compare, &QPushButton::clicked, this, &PartitionPanel::compareAll);
@@ -113,8 +114,8 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& i) { applyRow(i.row()); });
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
         const auto rows = m_table->selectionModel()->selectedRows();
-        m_apply->setEnabled(!rows.isEmpty() && m_results->row(rows.front().row()).plan
-            && !m_results->row(rows.front().row()).current);
+        m_apply->setEnabled(
+            !rows.isEmpty() && m_results->row(rows.front().row()).plan && !m_results->row(rows.front().row()).current);
     });
     // The form follows the project's partition settings: now (a panel made on an open project) and on every change.
     const auto showSettings = [this] {
@@ -221,7 +222,8 @@ void PartitionPanel::rebuildOptions()
         }
         case planner::OptionSpec::Type::IntegerList: {
             auto* edit = new QLineEdit(m_optionBox);
-            edit->setPlaceholderText(auto_ ? tr("auto (e.g. 1,2,4)") : QString::fromStdString(spec.default_value.dump()));
+            edit->setPlaceholderText(
+                auto_ ? tr("auto (e.g. 1,2,4)") : QString::fromStdString(spec.default_value.dump()));
             editor = edit;
             break;
         }
@@ -365,10 +367,11 @@ void PartitionPanel::start(bool compare)
             c.keep_plans = true;
             m_comparison = planner::compareAlgorithms(project->model, project->cluster, c, progress, stop);
         } else {
-            m_result = planner::findPartitioner(algorithm)->partition({project->model, project->cluster, options},
-                progress, stop);
+            m_result = planner::findPartitioner(algorithm)->partition(
+                {project->model, project->cluster, options}, progress, stop);
         }
-        QMetaObject::invokeMethod(this, [this] { onFinished(); }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            this, [this] { onFinished(); }, Qt::QueuedConnection);
     });
 }
 

@@ -5,9 +5,9 @@
 
 #include <QWidget>
 #include <atomic>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 

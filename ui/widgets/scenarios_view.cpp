@@ -67,7 +67,8 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
     connect(remove, &QPushButton::clicked, this, [this] {
         const QString name = selectedName();
         if (!name.isEmpty()
-            && QMessageBox::question(this, tr("Remove scenario"), tr("Remove scenario '%1'? This cannot be undone.").arg(name))
+            && QMessageBox::question(
+                   this, tr("Remove scenario"), tr("Remove scenario '%1'? This cannot be undone.").arg(name))
                 == QMessageBox::Yes)
             m_project.removeScenario(name);
     });
@@ -78,7 +79,8 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
 QString ScenariosView::selectedName() const
 {
     const auto rows = m_table->selectionModel()->selectedRows();
-    return rows.isEmpty() ? QString() : m_model->data(m_model->index(rows.front().row(), ScenarioModel::Name)).toString();
+    return rows.isEmpty() ? QString()
+                          : m_model->data(m_model->index(rows.front().row(), ScenarioModel::Name)).toString();
 }
 
 void ScenariosView::saveCurrentAs()
@@ -88,12 +90,13 @@ void ScenariosView::saveCurrentAs()
         if (m_project.project().findScenario(tr("Scenario %1").arg(k).toStdString()) < 0)
             proposal = tr("Scenario %1").arg(k);
     bool ok = false;
-    const QString name = QInputDialog::getText(this, tr("Save scenario"), tr("Name of the scenario:"), QLineEdit::Normal,
-        proposal, &ok);
+    const QString name = QInputDialog::getText(
+        this, tr("Save scenario"), tr("Name of the scenario:"), QLineEdit::Normal, proposal, &ok);
     if (!ok)
         return;
     if (m_project.project().findScenario(name.trimmed().toStdString()) >= 0
-        && QMessageBox::question(this, tr("Replace scenario"), tr("A scenario named '%1' exists. Replace it?").arg(name.trimmed()))
+        && QMessageBox::question(
+               this, tr("Replace scenario"), tr("A scenario named '%1' exists. Replace it?").arg(name.trimmed()))
             != QMessageBox::Yes)
         return;
     QString error;
@@ -113,16 +116,17 @@ void ScenariosView::refreshGantt()
             failed << name + QStringLiteral(": ") + m_model->simulationError(row);
             continue;
         }
-        blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
-                              .arg(name, QString::fromStdString(plan.configString()),
-                                  QString::fromStdString(plan.schedule.kind))
-                              .arg(r->throughput_samples_per_s, 0, 'f', 1)
-                              .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
-            r->timeline});
+        blocks.push_back(
+            {tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
+                    .arg(name, QString::fromStdString(plan.configString()), QString::fromStdString(plan.schedule.kind))
+                    .arg(r->throughput_samples_per_s, 0, 'f', 1)
+                    .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
+                r->timeline});
     }
     if (blocks.empty())
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()
-                ? tr("No scenarios yet: save the current plan as a scenario (Plan ▸ Save as scenario) to compare plans.")
+                ? tr(
+                    "No scenarios yet: save the current plan as a scenario (Plan ▸ Save as scenario) to compare plans.")
                 : failed.isEmpty() ? tr("Tick one or more scenarios above to see their schedules here.")
                                    : tr("Cannot simulate: %1").arg(failed.join(QStringLiteral("; "))));
     else

@@ -167,8 +167,9 @@ json chromeTrace(const Timeline& timeline)
     int devices = static_cast<int>(timeline.device_names.size());
     for (const auto& s : timeline.spans)
         devices = std::max(devices, s.device + 1);
-    for (const auto& m : timeline.memory)
-        devices = std::max(devices, m.device + 1);
+    for (const auto& c : timeline.counters)
+        for (const auto& m : c.samples)
+            devices = std::max(devices, m.device + 1);
 
     json events = json::array();
     for (int d = 0; d < devices; ++d) {
@@ -221,9 +222,13 @@ json chromeTrace(const Timeline& timeline)
             {"ts", nsToUs(std::max(placed[ri].t0, placed[si].t0))}, {"pid", recv.device}, {"tid", placed[ri].tid}});
     }
 
-    for (const auto& m : timeline.memory)
-        events.push_back({{"ph", "C"}, {"name", "memory"}, {"ts", nsToUs(toNs(m.t))}, {"pid", m.device},
-            {"args", {{"bytes", m.bytes}}}});
+    // One counter track per (device, counter); its series is named after the unit ("bytes" for memory).
+    for (const auto& c : timeline.counters) {
+        const std::string series = c.unit == "B" ? "bytes" : c.unit.empty() ? "value" : c.unit;
+        for (const auto& m : c.samples)
+            events.push_back({{"ph", "C"}, {"name", c.name}, {"ts", nsToUs(toNs(m.t))}, {"pid", m.device},
+                {"args", {{series, m.value}}}});
+    }
 
     return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"},
         {"otherData",

@@ -156,8 +156,11 @@ public:
         if (done != total)
             throw InputError(deadlockMessage());
         m_result.simulated_actions = total;
-        std::stable_sort(m_result.timeline.memory.begin(), m_result.timeline.memory.end(),
-            [](const MemorySample& a, const MemorySample& b) { return a.device < b.device; });
+        if (m_o.record_memory) {
+            auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
+            std::stable_sort(mem.begin(), mem.end(),
+                [](const CounterSample& a, const CounterSample& b) { return a.device < b.device; });
+        }
         metrics();
         return std::move(m_result);
     }
@@ -206,9 +209,9 @@ private:
         dev.memory += delta;
         dev.peak_memory = std::max(dev.peak_memory, dev.memory);
         if (m_o.record_memory) {
-            auto& mem = m_result.timeline.memory;
+            auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
             if (!mem.empty() && mem.back().device == d && mem.back().t == t)
-                mem.back().bytes = dev.memory;
+                mem.back().value = dev.memory;
             else
                 mem.push_back({d, t, dev.memory});
         }

@@ -189,7 +189,7 @@ Timeline sampleTimeline()
         span(0, Lane::Collective, K::AllReduce, 0, -1, 2.6, 3.0),
         span(0, Lane::Compute, K::OptimizerStep, 0, -1, 3.0, 3.1),
     };
-    t.memory = {{0, 0.0, 1e9}, {0, 0.1e-3, 1.5e9}, {0, 2.6e-3, 1e9}, {1, 0.0, 2e9}};
+    t.counter(kMemoryCounter, "B").samples = {{0, 0.0, 1e9}, {0, 0.1e-3, 1.5e9}, {0, 2.6e-3, 1e9}, {1, 0.0, 2e9}};
     return t;
 }
 

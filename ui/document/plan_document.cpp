@@ -146,7 +146,7 @@ void PlanDocument::show(planner::Plan plan)
     m_prediction.reset();
     m_predictionError.clear();
     try {
-        m_prediction = planner::simulate(*m_plan);
+        m_prediction = std::make_shared<const planner::SimulationResult>(planner::simulate(*m_plan));
     } catch (const planner::InputError& e) {
         m_predictionError = QString::fromStdString(e.message());
     }

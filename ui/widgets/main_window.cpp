@@ -342,7 +342,7 @@ void MainWindow::refreshSchedule()
     std::vector<double> capacity;
     for (const auto& d : doc.prediction()->devices)
         capacity.push_back(d.memory_capacity_bytes);
-    m_gantt->setTimeline(doc.prediction()->timeline, std::move(capacity));
+    m_gantt->setTimeline({doc.prediction(), &doc.prediction()->timeline}, std::move(capacity)); // shared, not copied
 }
 
 void MainWindow::refreshTitle()

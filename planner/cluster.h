@@ -28,6 +28,8 @@ struct DeviceType
     /// accelerators): schedules that overlap a transfer with the op producing it ("1f1b-as") may run on
     /// it. Written to JSON only when true.
     bool streaming_execution = false;
+
+    bool operator==(const DeviceType&) const = default;
 };
 
 /// @brief A machine holding `count` devices of one type.
@@ -41,6 +43,8 @@ struct Node
     int count = 0;
     double intra_bandwidth_bytes_per_s = 0;
     double intra_latency_s = 0;
+
+    bool operator==(const Node&) const = default;
 };
 
 /// @brief One device of the cluster, by global index (nodes in order, devices within a node in order).
@@ -49,6 +53,8 @@ struct DeviceRef
     int node = 0;
     int local = 0;
     int type = 0; ///< index into Cluster::device_types
+
+    bool operator==(const DeviceRef&) const = default;
 };
 
 /// @brief A level of PipeDream's hierarchy: `count` components of the level below joined by `bandwidth`.
@@ -56,6 +62,8 @@ struct HierarchyLevel
 {
     int count = 1;
     double bandwidth_bytes_per_s = 0;
+
+    bool operator==(const HierarchyLevel&) const = default;
 };
 
 struct Cluster
@@ -87,6 +95,8 @@ struct Cluster
     std::vector<HierarchyLevel> hierarchy() const;
 
     void validate() const;
+
+    bool operator==(const Cluster&) const = default;
 };
 
 nlohmann::json toJson(const Cluster& cluster);

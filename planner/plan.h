@@ -39,6 +39,8 @@ struct PlanStage
 
     int layerCount() const { return last_layer - first_layer + 1; }
     int replicas() const { return static_cast<int>(devices.size()); }
+
+    bool operator==(const PlanStage&) const = default;
 };
 
 /// @brief How the schedule generator and simulator run the plan.
@@ -64,6 +66,8 @@ struct ScheduleOptions
     /// stage q of every pipeline, so pushes and pulls stay on intra-node links. Needs every pipeline to have
     /// the same stages (layers) with stage q of all of them on one node. false: round-robin over all nodes.
     bool local_parameter_servers = false;
+
+    bool operator==(const ScheduleOptions&) const = default;
 };
 
 /// Optimizer state kept per weight byte (0 for SGD, 1 for momentum, 2 for Adam).
@@ -76,6 +80,8 @@ struct PredictedMetrics
     double throughput_samples_per_s = 0;
     double bubble_fraction = 0;
     std::vector<double> stage_peak_memory_bytes;
+
+    bool operator==(const PredictedMetrics&) const = default;
 };
 
 struct Plan
@@ -121,6 +127,8 @@ struct Plan
     /// schedule options are inconsistent with the stages. Each pipeline is checked on its own; pipelines
     /// share no device and do not interleave (chunks 1).
     void validate() const;
+
+    bool operator==(const Plan&) const = default;
 };
 
 nlohmann::json toJson(const Plan& plan);

@@ -15,11 +15,6 @@ namespace pw::ui {
 
 namespace {
 
-bool sameJson(const nlohmann::json& a, const nlohmann::json& b)
-{
-    return planner::digestOf(a) == planner::digestOf(b);
-}
-
 /// A PipeDream graph.txt by its suffix, or by content that does not start like JSON.
 bool looksLikeGraphTxt(const QString& path)
 {
@@ -216,8 +211,8 @@ bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error
 
 void ProjectDocument::setPartitionSettings(const app::PartitionSettings& settings)
 {
-    if (sameJson(settings.params, m_project.partition.params) && settings.algorithm == m_project.partition.algorithm
-        && sameJson(planner::toJson(settings.schedule), planner::toJson(m_project.partition.schedule)))
+    if (settings.params == m_project.partition.params && settings.algorithm == m_project.partition.algorithm
+        && settings.schedule == m_project.partition.schedule)
         return;
     m_project.partition = settings;
     markDirty();
@@ -264,8 +259,7 @@ bool ProjectDocument::restoreScenario(const QString& name, QString* error)
         return false;
     }
     const planner::Plan& plan = m_project.scenarios[i].plan;
-    if (!sameJson(planner::toJson(plan.model), planner::toJson(m_project.model))
-        || !sameJson(planner::toJson(plan.cluster), planner::toJson(m_project.cluster))) {
+    if (plan.model != m_project.model || plan.cluster != m_project.cluster) {
         if (error)
             *error = tr("Scenario '%1' was made for another model or cluster; it can be compared but not edited here")
                          .arg(name);

@@ -2,17 +2,90 @@
 #include "costs.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <limits>
+#include <string_view>
+
+#include "device_presets.h"
 
 namespace pw::planner {
 
-LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type)
+namespace {
+
+bool sameName(std::string_view a, std::string_view b)
+{
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+        return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    });
+}
+
+/// Peak TFLOP/s of the profile's device: a type of that name in `types`, else a preset; 0 when unknown.
+double profiledPeak(const ModelProfile& model, const std::vector<DeviceType>& types)
+{
+    if (model.profiled_device.empty())
+        return 0;
+    for (const auto& t : types)
+        if (sameName(t.name, model.profiled_device) && t.peak_tflops > 0)
+            return t.peak_tflops;
+    auto preset = devicePreset(model.profiled_device);
+    return preset ? preset->peak_tflops : 0;
+}
+
+} // namespace
+
+DeviceSpeed deviceSpeed(const DeviceType& type, const ModelProfile& model, const std::vector<DeviceType>& types)
+{
+    using Source = DeviceSpeed::Source;
+    double profiled = 0, measured = 0;
+    bool anyMeasured = false;
+    for (const auto& layer : model.layers) {
+        if (layer.device_times.empty() || isDataSource(layer))
+            continue;
+        if (auto it = layer.device_times.find(type.name); it != layer.device_times.end()) {
+            anyMeasured = true;
+            profiled += layer.forward_ms + layer.backward_ms;
+            measured += it->second.forward_ms + it->second.backward_ms;
+        }
+    }
+    if (type.relative_speed)
+        return {*type.relative_speed, Source::Relative};
+    if (anyMeasured)
+        return {profiled > 0 && measured > 0 ? profiled / measured : 1.0, Source::Measured};
+    if (!model.profiled_device.empty() && sameName(type.name, model.profiled_device))
+        return {1.0, Source::Profiled};
+    const double peak = profiledPeak(model, types);
+    if (peak > 0 && type.peak_tflops > 0)
+        return {type.peak_tflops / peak, Source::PeakRatio};
+    return {1.0, Source::Unknown};
+}
+
+std::vector<DeviceSpeed> deviceSpeeds(const ModelProfile& model, const Cluster& cluster)
+{
+    std::vector<DeviceSpeed> out;
+    out.reserve(cluster.device_types.size());
+    for (const auto& type : cluster.device_types)
+        out.push_back(deviceSpeed(type, model, cluster.device_types));
+    return out;
+}
+
+std::string speedNote(const DeviceType& type, const ModelProfile& model, const DeviceSpeed& speed)
+{
+    if (!speed.estimated())
+        return {};
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.3g", speed.factor);
+    return type.name + ": the model was not profiled on it; its speed is estimated as " + factor + " x "
+        + model.profiled_device + " from peak TFLOP/s (give relative_speed or profile the model on it for a "
+        + "better estimate)";
+}
+
+LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type, double speed)
 {
     if (isDataSource(layer))
         return {0, 0};
     if (auto it = layer.device_times.find(type.name); it != layer.device_times.end())
         return it->second;
-    double speed = type.relative_speed.value_or(1.0);
     return {layer.forward_ms / speed, layer.backward_ms / speed};
 }
 
@@ -29,11 +102,12 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     const double scale = microbatchScale(plan);
     const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
     StageTotals t;
+    const double speed = deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
     const int tp = std::max(1, plan.tensor_parallel);
     const auto cut = plan.model.cutBytes(plan.layer_order);
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model.layers[plan.layerAt(pos)];
-        auto times = layerTimesOn(layer, type);
+        auto times = layerTimesOn(layer, type, speed);
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;

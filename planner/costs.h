@@ -8,9 +8,36 @@
 
 namespace pw::planner {
 
+/// @brief How fast a device type runs a model, relative to the device its profile was measured on.
+struct DeviceSpeed
+{
+    /// Where the factor comes from, best first.
+    enum class Source {
+        Relative, ///< the type's relative_speed
+        Measured, ///< layers carry device_times for this type: profile time / measured time over those layers
+        Profiled, ///< the type is the profile's device (profiled_device, case-insensitive)
+        PeakRatio, ///< peak_tflops over the profiled device's: a roofline guess (diagnostic "estimated-speed")
+        Unknown, ///< nothing known: the profile's times are used as they are (factor 1)
+    };
+    double factor = 1.0; ///< the profile's times are divided by it
+    Source source = Source::Unknown;
+    bool estimated() const { return source == Source::PeakRatio; }
+};
+
+/// The speed of `type` on `model`, for the layers without their own device_times for it (those always win,
+/// see layerTimesOn): relative_speed, else the ratio of profile to measured times over the layers that have
+/// them, else 1 on the profiled device, else the ratio of peak_tflops to the profiled device's peak (looked up
+/// by name in `types`, e.g. the cluster's device types, then among the device presets), else 1 (Unknown).
+DeviceSpeed deviceSpeed(const DeviceType& type, const ModelProfile& model, const std::vector<DeviceType>& types = {});
+/// deviceSpeed of every type of the cluster, indexed like cluster.device_types.
+std::vector<DeviceSpeed> deviceSpeeds(const ModelProfile& model, const Cluster& cluster);
+/// One sentence for a speed that was guessed from peak FLOP/s ("estimated-speed" diagnostics, the cluster
+/// editor's tooltip); empty when the speed is not an estimate.
+std::string speedNote(const DeviceType& type, const ModelProfile& model, const DeviceSpeed& speed);
+
 /// Times of `layer` on `type`: the layer's own times for that type when profiled, else the profile's
-/// times divided by the type's relative_speed (when given). Data-source layers cost nothing.
-LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type);
+/// times divided by `speed` (deviceSpeed(type, model).factor). Data-source layers cost nothing.
+LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type, double speed);
 
 /// Factor from the profile's microbatch to the plan's (times and bytes scale linearly).
 double microbatchScale(const Plan& plan);
@@ -32,10 +59,11 @@ struct StageTotals
     double tp_backward_bytes = 0;
 };
 
-/// Totals of one tensor-parallel rank. With t = plan.tensor_parallel > 1 compute, weights, optimizer state
-/// and the split part of the stashed activations are divided by t (tensorParallelStash); the stage input
-/// stays whole (replicated on every rank); the all-reduces come from tensorParallelTraffic. Their time
-/// depends on the group's links: see tensorParallelTime (CostModel::fromPlan adds it to F and B).
+/// Totals of one tensor-parallel rank on `type` (at deviceSpeed(type, plan.model, plan.cluster.device_types)). With t =
+/// plan.tensor_parallel > 1 compute, weights, optimizer state and the split part of the stashed activations are divided
+/// by t (tensorParallelStash); the stage input stays whole (replicated on every rank); the all-reduces come from
+/// tensorParallelTraffic. Their time depends on the group's links: see tensorParallelTime (CostModel::fromPlan adds it
+/// to F and B).
 StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type);
 
 // ---- Tensor parallelism (Megatron-LM, digest megatron-gavel.md §2.2-2.3) --------------------------------

@@ -120,45 +120,24 @@ Cluster clusterFor(const Market& market, const Task& task)
     return c;
 }
 
-bool profiledOn(const ModelProfile& model, const DeviceType& type)
-{
-    if (!model.profiled_device.empty() && lower(model.profiled_device) == lower(type.name))
-        return true;
-    for (const auto& l : model.layers)
-        if (l.device_times.count(type.name))
-            return true;
-    return false;
-}
-
-/// Makes every offer's speed on this model known: its own relative_speed or profile times, else the ratio of
-/// peak throughput to the profiled device's (a roofline guess, flagged), else the offer is dropped.
+/// Makes every offer's speed on this model known (deviceSpeed): its own relative_speed or profile times, else
+/// the ratio of peak throughput to the profiled device's (a roofline guess, flagged), else the offer is dropped.
 std::vector<Offer> resolvedOffers(const ModelProfile& model, const Market& market, std::vector<Diagnostic>& diags)
 {
-    std::optional<DeviceType> profiled;
-    if (!model.profiled_device.empty()) {
-        for (const auto& o : market.offers)
-            if (lower(o.type.name) == lower(model.profiled_device))
-                profiled = o.type;
-        if (!profiled)
-            profiled = devicePreset(model.profiled_device);
-    }
+    std::vector<DeviceType> types;
+    for (const auto& o : market.offers)
+        types.push_back(o.type);
     std::vector<Offer> out;
     for (auto offer : market.offers) {
-        if (!offer.type.relative_speed && !profiledOn(model, offer.type)) {
-            if (profiled && profiled->peak_tflops > 0 && offer.type.peak_tflops > 0) {
-                offer.type.relative_speed = offer.type.peak_tflops / profiled->peak_tflops;
-                char buf[160];
-                std::snprintf(buf, sizeof buf, "%.3g", *offer.type.relative_speed);
-                diags.push_back({Diagnostic::Severity::Warning, "estimated-speed",
-                    offer.type.name + ": the model was not profiled on it; its speed is estimated as " + buf + " x "
-                        + model.profiled_device + " from peak TFLOPS (give relative_speed in the offer "
-                        + "or profile the model on it for a better estimate)"});
-            } else {
-                diags.push_back({Diagnostic::Severity::Warning, "unknown-speed",
-                    offer.type.name + ": left out, the model's speed on it is unknown (give relative_speed in "
-                        + "the offer or profile the model on it)"});
-                continue;
-            }
+        const auto speed = deviceSpeed(offer.type, model, types);
+        if (speed.estimated()) {
+            offer.type.relative_speed = speed.factor;
+            diags.push_back({Diagnostic::Severity::Warning, "estimated-speed", speedNote(offer.type, model, speed)});
+        } else if (speed.source == DeviceSpeed::Source::Unknown) {
+            diags.push_back({Diagnostic::Severity::Warning, "unknown-speed",
+                offer.type.name + ": left out, the model's speed on it is unknown (give relative_speed in "
+                    + "the offer or profile the model on it)"});
+            continue;
         }
         out.push_back(std::move(offer));
     }

@@ -264,8 +264,9 @@ private:
         c.forward_prefix.assign(N, std::vector<double>(L + 1, 0.0));
         for (int n = 0; n < N; ++n) {
             const auto& type = request.cluster.typeOf(n);
+            const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
             for (int l = 0; l < L; ++l) {
-                auto t = layerTimesOn(model.layers[l], type);
+                auto t = layerTimesOn(model.layers[l], type, speed);
                 const double f = t.forward_ms * 1e-3 * scale, b = t.backward_ms * 1e-3 * scale;
                 c.forward_prefix[n][l + 1] = c.forward_prefix[n][l] + f;
                 c.time_prefix[n][l + 1] = c.time_prefix[n][l] + (so.recompute ? 2 * f : f) + b;

@@ -39,11 +39,12 @@ std::vector<std::vector<int>> nodeGroups(const Cluster& cluster, int devices)
 }
 
 /// Seconds of one forward and backward of the whole model on a device's type: HD's speed ranking.
-double modelSeconds(const ModelProfile& model, const DeviceType& type)
+double modelSeconds(const ModelProfile& model, const Cluster& cluster, const DeviceType& type)
 {
+    const double speed = deviceSpeed(type, model, cluster.device_types).factor;
     double t = 0;
     for (const auto& layer : model.layers) {
-        auto lt = layerTimesOn(layer, type);
+        auto lt = layerTimesOn(layer, type, speed);
         t += lt.forward_ms + lt.backward_ms;
     }
     return t;
@@ -107,7 +108,7 @@ std::vector<std::vector<int>> allocateVirtualWorkers(const ModelProfile& model, 
         const int k = devices / N;
         std::vector<std::pair<double, int>> ranked;
         for (int d = 0; d < devices; ++d)
-            ranked.push_back({modelSeconds(model, cluster.typeOf(d)), d});
+            ranked.push_back({modelSeconds(model, cluster, cluster.typeOf(d)), d});
         std::stable_sort(ranked.begin(), ranked.end());
         std::size_t front = 0, back = ranked.size();
         out.resize(N);
@@ -165,9 +166,10 @@ StageCosts::StageCosts(const Plan& base, const std::vector<int>& devices)
     }
     for (int d : devices) {
         const auto& type = base.cluster.typeOf(d);
+        const double speed = deviceSpeed(type, base.model, base.cluster.device_types).factor;
         std::vector<double> t(L + 1, 0);
         for (int pos = 0; pos < L; ++pos) {
-            auto lt = layerTimesOn(base.model.layers[base.layerAt(pos)], type);
+            auto lt = layerTimesOn(base.model.layers[base.layerAt(pos)], type, speed);
             t[pos + 1] = t[pos] + (lt.forward_ms + lt.backward_ms) * 1e-3 * scale;
         }
         m_time.push_back(std::move(t));

@@ -50,11 +50,12 @@ Layers layerCosts(const PartitionRequest& request, const DeviceType& type)
     const double scale
         = so.microbatch_size > 0 ? static_cast<double>(so.microbatch_size) / std::max(1, model.microbatch_size) : 1.0;
     const double optFactor = optimizerStateFactor(so.optimizer);
+    const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
     Layers c;
     const auto cut = model.cutBytes();
     for (int l = 0; l < model.layerCount(); ++l) {
         const auto& layer = model.layers[l];
-        const auto t = layerTimesOn(layer, type);
+        const auto t = layerTimesOn(layer, type, speed);
         const double f = t.forward_ms * 1e-3 * scale;
         c.forward.push_back(f);
         c.backward.push_back(t.backward_ms * 1e-3 * scale + (so.recompute ? f : 0.0));

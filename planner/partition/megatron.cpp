@@ -68,10 +68,11 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
         group.push_back(i);
     const double bw = request.cluster.groupBandwidth(group), lat = request.cluster.groupLatency(group);
     const auto cut = model.cutBytes();
+    const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
     std::vector<double> weights;
     for (int l = 0; l < model.layerCount(); ++l) {
         const auto& layer = model.layers[l];
-        const auto times = layerTimesOn(layer, type);
+        const auto times = layerTimesOn(layer, type, speed);
         double w = (times.forward_ms * (c.recompute ? 2 : 1) + times.backward_ms) * 1e-3 * scale / c.t;
         const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
         w += tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat)

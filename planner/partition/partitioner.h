@@ -115,7 +115,8 @@ Plan basePlan(const PartitionRequest& request, std::string_view algorithm);
 /// Number of devices the request may use, or an error diagnostic.
 std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Diagnostic>& diagnostics);
 PartitionResult failure(std::string code, std::string message);
-/// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics`.
+/// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics` and adds
+/// an "estimated-speed" warning for every device type the plan uses whose speed is a peak-FLOP/s guess.
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
 
 /// "description: reason" of the first candidate that gives a reason (best first: the closest to working), or

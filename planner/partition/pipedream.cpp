@@ -57,8 +57,9 @@ public:
         problem.cut_bytes = model.cutBytes();
         for (auto& b : problem.cut_bytes)
             b *= scale;
+        const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
         for (const auto& layer : model.layers) {
-            auto t = layerTimesOn(layer, type);
+            auto t = layerTimesOn(layer, type, speed);
             // Recomputation runs the forward pass again before every backward pass.
             const double forwards = plan.schedule.recompute ? 2.0 : 1.0;
             problem.compute_s.push_back((forwards * t.forward_ms + t.backward_ms) * 1e-3 * scale);
@@ -126,9 +127,10 @@ private:
             return;
         }
         const auto& type = plan.cluster.typeOf(plan.stages[0].devices[0]);
+        const double speed = deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
         std::vector<double> compute;
         for (const auto& l : plan.model.layers) {
-            auto t = layerTimesOn(l, type);
+            auto t = layerTimesOn(l, type, speed);
             compute.push_back((plan.schedule.recompute ? 2 : 1) * t.forward_ms + t.backward_ms);
         }
         auto cuts = detail::balancedBoundaries(compute, p * v);

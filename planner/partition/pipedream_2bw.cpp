@@ -119,6 +119,7 @@ public:
         , m_baseSize(std::max(1, request.model.microbatch_size))
         , m_optFactor(optimizerStateFactor(request.options.schedule.optimizer))
         , m_cutBytes(request.model.cutBytes())
+        , m_speeds(deviceSpeeds(request.model, request.cluster))
     {
     }
 
@@ -182,9 +183,10 @@ public:
             double compute = 0, capacity = std::numeric_limits<double>::infinity();
             for (int dev : devs) {
                 const auto& type = m_cluster.typeOf(dev);
+                const double speed = m_speeds[m_cluster.device(dev).type].factor;
                 double t = 0;
                 for (int l = first; l <= last; ++l) {
-                    auto lt = layerTimesOn(m_model.layers[l], type);
+                    auto lt = layerTimesOn(m_model.layers[l], type, speed);
                     t += (recompute ? 2 * lt.forward_ms : lt.forward_ms) + lt.backward_ms;
                 }
                 compute = std::max(compute, t * 1e-3 * scale);
@@ -346,9 +348,10 @@ private:
             return out;
         }
         const auto& type = m_cluster.typeOf(0);
+        const double speed = m_speeds[m_cluster.device(0).type].factor;
         std::vector<double> weights(L);
         for (int l = 0; l < L; ++l) {
-            auto t = layerTimesOn(m_model.layers[l], type);
+            auto t = layerTimesOn(m_model.layers[l], type, speed);
             weights[l] = (recompute ? 2 * t.forward_ms : t.forward_ms) + t.backward_ms;
         }
         return detail::balancedBoundaries(weights, p);
@@ -362,6 +365,7 @@ private:
     int m_baseSize;
     double m_optFactor;
     std::vector<double> m_cutBytes;
+    std::vector<DeviceSpeed> m_speeds; ///< by device type index
 };
 
 class PipeDream2BwPartitioner final : public OptionedPartitioner

@@ -110,9 +110,10 @@ ReferenceStateCosts stateCosts(const AntichainDag& dag, const ReducedGraph& g, c
     const double scale = microbatchScale(plan);
     const int nodes = static_cast<int>(g.kept.size());
     std::vector<double> compute(nodes), activation(nodes), parameters(nodes);
+    const double speed = deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
     for (int x = 0; x < nodes; ++x) {
         const auto& layer = plan.model.layers[g.kept[x]];
-        auto t = layerTimesOn(layer, type);
+        auto t = layerTimesOn(layer, type, speed);
         compute[x] = (t.forward_ms * scale + t.backward_ms * scale) / 1000.0;
         activation[x] = layer.activation_bytes * scale;
         parameters[x] = layer.weight_bytes;

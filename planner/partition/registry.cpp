@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The list of partitioners and the helpers they share.
+#include "../costs.h"
 #include "../errors.h"
 #include "builtin.h"
 #include "partitioner.h"
@@ -162,6 +163,15 @@ PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics)
         diagnostics.push_back({Diagnostic::Severity::Error, "invalid-plan", e.what()});
         return {std::nullopt, std::move(diagnostics)};
     }
+    const auto speeds = deviceSpeeds(plan.model, plan.cluster);
+    std::vector<bool> used(speeds.size(), false);
+    for (const auto& stage : plan.stages)
+        for (int d : stage.devices)
+            used[plan.cluster.device(d).type] = true;
+    for (std::size_t t = 0; t < speeds.size(); ++t)
+        if (used[t] && speeds[t].estimated())
+            diagnostics.push_back({Diagnostic::Severity::Warning, "estimated-speed",
+                speedNote(plan.cluster.device_types[t], plan.model, speeds[t])});
     return {std::move(plan), std::move(diagnostics)};
 }
 

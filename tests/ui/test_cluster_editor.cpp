@@ -89,11 +89,12 @@ TEST_CASE("cluster editor: both models pass the model tester through loads, edit
     CHECK(nodes->index(0, NodeModel::IntraLatency).data(NodeModel::ValueRole).toDouble() == 1e-5);
     CHECK(nodes->index(0, NodeModel::Host).data().toString() == "v-node"); // the default host is the name
 
-    // Writing back every cell's own edit text changes nothing (an editor opened and closed).
+    // Writing back every editable cell's own edit text changes nothing (an editor opened and closed).
     for (QAbstractItemModel* model : {static_cast<QAbstractItemModel*>(types), static_cast<QAbstractItemModel*>(nodes)})
         for (int r = 0; r < model->rowCount(); ++r)
             for (int c = 0; c < model->columnCount(); ++c)
-                REQUIRE(model->setData(model->index(r, c), model->index(r, c).data(Qt::EditRole)));
+                if (model->flags(model->index(r, c)) & Qt::ItemIsEditable)
+                    REQUIRE(model->setData(model->index(r, c), model->index(r, c).data(Qt::EditRole)));
     CHECK(json(editor.cluster()) == json(demo("hetpipe-cluster.json")));
     CHECK_FALSE(editor.isModified());
 
@@ -371,4 +372,37 @@ TEST_CASE("cluster editor: renders at 1200x700 with nothing clipped", "[ui]")
     CHECK(shot.width() == 1200);
     QTemporaryDir dir;
     CHECK(shot.save(dir.filePath(QStringLiteral("cluster-editor.png"))));
+}
+
+TEST_CASE("cluster editor: the speed vs profiled device column follows the model and the type's numbers", "[ui]")
+{
+    // issue 10 item 1: a type without relative_speed or measured times runs at its peak ratio, and says so.
+    ui::ClusterEditor editor;
+    editor.setCluster(demo("dgx-h100.json"));
+    auto* types = editor.deviceTypeModel();
+    QAbstractItemModelTester tester(types, kFatal);
+    addPreset(editor, "A100");
+    REQUIRE(types->rowCount() == 2);
+    const auto speed
+        = [&](int row, int role = Qt::DisplayRole) { return types->index(row, DeviceTypeModel::Speed).data(role); };
+    CHECK(types->headerData(DeviceTypeModel::Speed, Qt::Horizontal).toString() == "Speed vs profiled device");
+    CHECK_FALSE(types->flags(types->index(0, DeviceTypeModel::Speed)) & Qt::ItemIsEditable);
+    // No model yet: nothing to compare with.
+    CHECK(speed(1).toString() == "1x");
+
+    QSignalSpy changed(types, &QAbstractItemModel::dataChanged);
+    editor.setModel(planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json")); // profiled on H100
+    CHECK(changed.count() == 1);
+    CHECK(speed(0).toString() == "1x");
+    CHECK(speed(0, Qt::ToolTipRole).toString().contains("profiled on this type"));
+    CHECK(speed(1, DeviceTypeModel::ValueRole).toDouble() == Approx(312.0 / 989.0));
+    CHECK(speed(1).toString() == "0.315x (estimate)");
+    CHECK(speed(1, Qt::ToolTipRole).toString().contains("estimated"));
+
+    // A relative speed replaces the estimate; the peak of the profiled type moves every estimate.
+    REQUIRE(types->setData(types->index(1, DeviceTypeModel::RelativeSpeed), "0.5"));
+    CHECK(speed(1).toString() == "0.5x");
+    REQUIRE(types->setData(types->index(1, DeviceTypeModel::RelativeSpeed), ""));
+    REQUIRE(types->setData(types->index(0, DeviceTypeModel::PeakTflops), "624"));
+    CHECK(speed(1).toString() == "0.5x (estimate)");
 }

@@ -5,6 +5,8 @@
 #include <QColor>
 #include <cmath>
 
+#include "planner/costs.h"
+
 namespace pw::ui {
 namespace {
 
@@ -149,11 +151,15 @@ QVariant DeviceTypeModel::data(const QModelIndex& index, int role) const
             return t.memory_bandwidth_bytes_per_s;
         case RelativeSpeed:
             return t.relative_speed ? QVariant(*t.relative_speed) : QVariant();
+        case Speed:
+            return planner::deviceSpeed(t, m_model, m_cluster.device_types).factor;
         case Price:
             return t.price_per_hour;
         }
         return {};
     }
+    if (column == Speed && (role == Qt::ToolTipRole || role == Qt::ForegroundRole || role == Qt::DisplayRole))
+        return speedCell(t, role);
     if (role == Qt::TextAlignmentRole && column != Name)
         return QVariant(Qt::AlignRight | Qt::AlignVCenter);
     if (role == Qt::ToolTipRole && column == RelativeSpeed && !t.relative_speed)
@@ -196,6 +202,9 @@ QVariant DeviceTypeModel::headerData(int section, Qt::Orientation orientation, i
         case RelativeSpeed:
             return tr("Speed relative to the profile's device: times are divided by it.\n"
                       "Empty: the profile's times are used as they are.");
+        case Speed:
+            return tr("The speed the planners use, against the device the model was profiled on:\n"
+                      "relative speed, else measured per-layer times, else the ratio of peak TFLOPS (an estimate)");
         case Price:
             return tr("Price of one device per hour");
         }
@@ -214,6 +223,8 @@ QVariant DeviceTypeModel::headerData(int section, Qt::Orientation orientation, i
         return tr("Memory bandwidth (GB/s)");
     case RelativeSpeed:
         return tr("Relative speed");
+    case Speed:
+        return tr("Speed vs profiled device");
     case Price:
         return tr("Price ($/h)");
     }
@@ -224,6 +235,8 @@ Qt::ItemFlags DeviceTypeModel::flags(const QModelIndex& index) const
 {
     if (!index.isValid())
         return Qt::NoItemFlags;
+    if (index.column() == Speed)
+        return Qt::ItemIsSelectable | Qt::ItemIsEnabled;
     return Qt::ItemIsSelectable | Qt::ItemIsEnabled | Qt::ItemIsEditable;
 }
 
@@ -290,8 +303,49 @@ bool DeviceTypeModel::setData(const QModelIndex& index, const QVariant& value, i
         emit dataChanged(index, index);
         if (index.column() == Name)
             emit typesChanged();
+        if (index.column() == Name || index.column() == PeakTflops || index.column() == RelativeSpeed)
+            speedsChanged();
     }
     return true;
+}
+
+void DeviceTypeModel::setModel(const planner::ModelProfile& model)
+{
+    m_model = model;
+    speedsChanged();
+}
+
+void DeviceTypeModel::speedsChanged()
+{
+    if (rowCount() > 0)
+        emit dataChanged(index(0, Speed), index(rowCount() - 1, Speed));
+}
+
+QVariant DeviceTypeModel::speedCell(const planner::DeviceType& type, int role) const
+{
+    using Source = planner::DeviceSpeed::Source;
+    const auto speed = planner::deviceSpeed(type, m_model, m_cluster.device_types);
+    if (role == Qt::DisplayRole)
+        return QString::number(speed.factor, 'g', 3) + QStringLiteral("x")
+            + (speed.estimated() ? tr(" (estimate)") : QString());
+    if (role == Qt::ForegroundRole)
+        return speed.estimated() ? QVariant(QColor(Qt::darkYellow)) : QVariant();
+    const QString device = QString::fromStdString(m_model.profiled_device);
+    switch (speed.source) {
+    case Source::Relative:
+        return tr("From the relative speed");
+    case Source::Measured:
+        return tr("From the model's per-layer times measured on this type");
+    case Source::Profiled:
+        return tr("The model was profiled on this type (%1)").arg(device);
+    case Source::PeakRatio:
+        return QString::fromStdString(planner::speedNote(type, m_model, speed));
+    case Source::Unknown:
+        break;
+    }
+    return device.isEmpty()
+        ? tr("Unknown: the model names no profiled device; its times are used as they are")
+        : tr("Unknown: no peak TFLOPS to compare with %1; the model's times are used as they are").arg(device);
 }
 
 std::string DeviceTypeModel::uniqueName(const std::string& base) const

@@ -6,21 +6,23 @@
 #include <QStringList>
 
 #include "planner/cluster.h"
+#include "planner/model_profile.h"
 
 namespace pw::ui {
 
 /// @brief The device types of a cluster, one row each, editable. The cluster is not owned: it belongs to the
 /// editor, which shares it with a NodeModel. Cells show human units (GiB = 2^30 bytes, GB/s = 1e9 bytes/s);
 /// ValueRole gives the raw SI number and setData accepts either (Qt::EditRole in the shown unit, as a number or
-/// text; ValueRole in SI). Renaming a type renames it in the nodes that use it.
+/// text; ValueRole in SI). Renaming a type renames it in the nodes that use it. The read-only Speed column is
+/// planner::deviceSpeed of the type on the model set with setModel (1x for every type until one is set).
 class DeviceTypeModel : public QAbstractTableModel
 {
     Q_OBJECT
 
 public:
-    enum Column { Name, Memory, PeakTflops, MemoryBandwidth, RelativeSpeed, Price, ColumnCount };
-    /// Qt::UserRole + 1: the raw number behind a cell (bytes, bytes/s, TFLOPS, $/h; an invalid QVariant for an
-    /// empty relative speed), or the name.
+    enum Column { Name, Memory, PeakTflops, MemoryBandwidth, RelativeSpeed, Speed, Price, ColumnCount };
+    /// Qt::UserRole + 1: the raw number behind a cell (bytes, bytes/s, TFLOPS, $/h, the speed factor; an invalid
+    /// QVariant for an empty relative speed), or the name.
     static constexpr int ValueRole = Qt::UserRole + 1;
 
     explicit DeviceTypeModel(planner::Cluster& cluster, QObject* parent = nullptr);
@@ -41,6 +43,8 @@ public:
     int appendType(planner::DeviceType type);
     /// The names of the cluster's types, in order.
     QStringList typeNames() const;
+    /// The model whose speed on each type the Speed column shows (against its profiled device).
+    void setModel(const planner::ModelProfile& model);
 
     /// Replacing the whole cluster: call begin, assign the cluster, call end.
     void beginClusterReset();
@@ -52,7 +56,10 @@ signals:
 
 private:
     planner::Cluster& m_cluster;
+    planner::ModelProfile m_model;
     std::string uniqueName(const std::string& base) const;
+    void speedsChanged();
+    QVariant speedCell(const planner::DeviceType& type, int role) const;
 };
 
 /// @brief The nodes of a cluster, one row each, editable, over the same cluster as a DeviceTypeModel. GB/s =

@@ -439,6 +439,11 @@ void ClusterEditor::setCluster(const planner::Cluster& cluster)
     edited();
 }
 
+void ClusterEditor::setModel(const planner::ModelProfile& model)
+{
+    m_types->setModel(model);
+}
+
 planner::Cluster ClusterEditor::cluster() const
 {
     return m_cluster;

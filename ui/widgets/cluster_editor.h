@@ -5,6 +5,7 @@
 #include <QWidget>
 
 #include "planner/cluster.h"
+#include "planner/model_profile.h"
 
 class QComboBox;
 class QDoubleSpinBox;
@@ -31,6 +32,8 @@ public:
 
     /// Shows `cluster` for editing; the editor is then not modified.
     void setCluster(const planner::Cluster& cluster);
+    /// The project's model: the device types' "speed vs profiled device" column is its speed on each type.
+    void setModel(const planner::ModelProfile& model);
     /// The cluster as edited (exactly the one set while nothing was edited).
     planner::Cluster cluster() const;
     /// Empty when the edited cluster validates; otherwise one line naming the type or node and the field.

@@ -94,6 +94,7 @@ MainWindow::MainWindow(QWidget* parent)
             = planner::toJson(m_cluster->baseCluster()) == planner::toJson(m_document->project().cluster);
         if (!(sameCluster && m_cluster->isModified()))
             m_cluster->setCluster(m_document->project().cluster);
+        m_cluster->setModel(m_document->project().model);
         refreshTitle();
     });
     connect(m_document, &ProjectDocument::modifiedChanged, this, &MainWindow::refreshTitle);

@@ -105,9 +105,10 @@ void ModelView::rebuild()
     QVector<double> keys, forward, backward, weights, stashed;
     for (const auto& stage : plan.stages) {
         const auto& type = plan.cluster.typeOf(stage.devices.front());
+        const double speed = planner::deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
         for (int p = stage.first_layer; p <= stage.last_layer; ++p) {
             const auto& layer = plan.model.layers[plan.layerAt(p)];
-            const auto times = planner::layerTimesOn(layer, type);
+            const auto times = planner::layerTimesOn(layer, type, speed);
             keys << p + 0.5;
             forward << times.forward_ms * scale;
             backward << times.backward_ms * scale;

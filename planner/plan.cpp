@@ -43,11 +43,11 @@ int Plan::pipelineEnd(int stage) const
     return stage + 1;
 }
 
-int twoBwIterations(const Plan& plan)
+int steadyIterations(const Plan& plan, int minimum)
 {
     const long long m = std::max(1, plan.schedule.microbatches);
     const long long stages = std::max(1, plan.stageCount());
-    int it = std::max(plan.schedule.iterations, kTwoBwSteadyIterations);
+    int it = std::max(plan.schedule.iterations, minimum);
     while (it > plan.schedule.iterations && (m * it > kMaxMicrobatches || m * it * stages > kMaxStageMicrobatches))
         --it;
     return it;

@@ -16,13 +16,11 @@ namespace pw::planner {
 
 inline constexpr int kPlanFormatVersion = 1;
 inline constexpr long long kMaxMicrobatches = 1'000'000;
-/// Batches the planners that emit "2bw" plans simulate at least: 2BW's steady state, with one weight update per
-/// batch, is measured from the end of the first batch on (one batch is only its fill and drain).
-inline constexpr int kTwoBwSteadyIterations = 3;
 struct Plan;
-/// The iterations a "2bw" plan simulates: its own, raised towards kTwoBwSteadyIterations as far as the plan's
-/// size limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
-int twoBwIterations(const Plan& plan);
+/// The iterations a plan simulates: its own, raised towards `minimum` (its schedule kind's
+/// ScheduleTraits::min_iterations, see simulatedIterations in schedule/generator.h) as far as the plan's size
+/// limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
+int steadyIterations(const Plan& plan, int minimum);
 inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.

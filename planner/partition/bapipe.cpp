@@ -230,7 +230,7 @@ private:
         diag.push_back({Severity::Info, "bapipe",
             "chose " + chosen.description + ": " + std::to_string(chosen.throughput_samples_per_s)
                 + " samples/s simulated"});
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != plan.schedule.kind)
+        if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "bapipe chooses its own schedule; the requested kind '" + opt.schedule.kind + "' was replaced by '"
                     + plan.schedule.kind + "' (fix it with --set schedule=...)"});

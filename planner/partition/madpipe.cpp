@@ -10,6 +10,7 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/generator.h"
 #include "../sim/simulator.h"
 #include "builtin.h"
 
@@ -414,7 +415,7 @@ private:
             {"in_flight", chosen->star.in_flight}, {"blocks", chain.layers}};
         plan->algorithm_options = std::move(options);
         plan->objective_s = chosen->star.period;
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != "2bw")
+        if (detail::replacesRequestedKind(request, plan->schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "madpipe runs 1F1B* as the '2bw' kind with per-stage in-flight counts; the requested kind '"
                     + opt.schedule.kind + "' was replaced"});
@@ -459,7 +460,7 @@ private:
             plan.schedule.microbatches = need;
         }
         // 2BW's steady state (and its once-per-batch update) shows from the second batch on (simulator.cpp).
-        plan.schedule.iterations = twoBwIterations(plan);
+        plan.schedule.iterations = simulatedIterations(plan);
         return plan;
     }
 };

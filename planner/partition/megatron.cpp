@@ -576,7 +576,7 @@ private:
                 + " samples/s simulated, " + std::to_string(chosen.estimate.throughput_samples_per_s)
                 + " analytically"});
         const auto& kind = request.options.schedule.kind;
-        if (kind != "1f1b" && kind != plan.schedule.kind)
+        if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "megatron chooses between 1f1b and interleaved; the requested kind '" + kind + "' was replaced by '"
                     + plan.schedule.kind + "'"});

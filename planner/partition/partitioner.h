@@ -118,6 +118,9 @@ PartitionResult failure(std::string code, std::string message);
 /// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics` and adds
 /// an "estimated-speed" warning for every device type the plan uses whose speed is a peak-FLOP/s guess.
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
+/// True when the request asked for a schedule kind (other than the default) that differs from `chosen`: the
+/// partitioners that pick their own kind say so in a diagnostic.
+bool replacesRequestedKind(const PartitionRequest& request, std::string_view chosen);
 
 /// "description: reason" of the first candidate that gives a reason (best first: the closest to working), or
 /// empty; for the error a search reports when nothing fits.

@@ -11,6 +11,7 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/generator.h"
 #include "../sim/simulator.h"
 #include "builtin.h"
 
@@ -270,8 +271,7 @@ public:
         }
         const long long m = m_settings.batch / (static_cast<long long>(c.d) * c.b);
         plan.schedule.kind = scheduleKind(c);
-        if (plan.schedule.kind == "2bw") // the steady state shows from the second batch on (simulator.cpp)
-            plan.schedule.iterations = twoBwIterations(plan);
+        plan.schedule.iterations = simulatedIterations(plan); // 2BW's steady state needs batches (traits)
         plan.schedule.chunks = 1;
         plan.schedule.microbatch_size = c.b;
         plan.schedule.microbatches = static_cast<int>(m * c.d); // the project counts a batch over all replicas
@@ -602,7 +602,7 @@ private:
                 + " samples/s by the " + (settings.rank_by_simulation ? "simulator" : "closed-form model") + ", "
                 + std::to_string(static_cast<long long>(best.candidate.config.value("global_batch", 0LL)))
                 + " samples per batch"});
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != chosen->schedule.kind)
+        if (detail::replacesRequestedKind(request, chosen->schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "pipedream-2bw chooses its own schedule; the requested kind '" + opt.schedule.kind
                     + "' was replaced by '" + chosen->schedule.kind + "' (set flush=true for PipeDream-Flush)"});

@@ -90,6 +90,12 @@ Plan basePlan(const PartitionRequest& request, std::string_view algorithm)
     return plan;
 }
 
+bool replacesRequestedKind(const PartitionRequest& request, std::string_view chosen)
+{
+    const auto& requested = request.options.schedule.kind;
+    return requested != ScheduleOptions {}.kind && requested != chosen;
+}
+
 std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Diagnostic>& diagnostics)
 {
     const int total = request.cluster.deviceCount();

@@ -267,6 +267,18 @@ public:
         return "HetPipe: every pipeline (virtual worker) runs FIFO pipelined model parallelism with N_m "
                "minibatches in flight; pipelines synchronise per wave through parameter servers (WSP, staleness D)";
     }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.synchronous = false,
+            .flush_per_batch = false,
+            .update_per_backward = true,
+            .weight_versions = WeightVersions::InFlight,
+            .stash = StashDepth::InFlight,
+            .in_flight_limit = InFlightLimit::ConcurrentMinibatches,
+            .replicated_stages = false,
+            .wave_synchronous = true};
+        return traits;
+    }
 
     Schedule generate(const Plan& plan) const override
     {

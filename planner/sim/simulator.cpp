@@ -69,6 +69,13 @@ struct VersionBook
     int latest = 0;
 };
 
+/// The traits of the schedule's kind; a schedule of an unknown kind (read from a file) runs as a flushed one.
+ScheduleTraits traitsOf(const Schedule& schedule)
+{
+    const auto* traits = findScheduleTraits(schedule.kind);
+    return traits ? *traits : ScheduleTraits {};
+}
+
 class Simulation
 {
 public:
@@ -77,6 +84,7 @@ public:
         , m_s(schedule)
         , m_o(options)
         , m_cost(CostModel::fromPlan(plan))
+        , m_traits(traitsOf(schedule))
     {
         const int D = schedule.num_devices;
         if (D != plan.cluster.deviceCount())
@@ -287,7 +295,7 @@ private:
         auto& dev = m_devices[d];
         const auto& list = m_s.devices[d];
         const bool overlap = m_plan.schedule.overlap_communication;
-        const bool streamed = streamsTransfers(m_s.kind);
+        const bool streamed = m_traits.streams_transfers;
         while (dev.pc < list.size()) {
             const Action& a = list[dev.pc];
             switch (a.kind) {
@@ -527,11 +535,10 @@ private:
         const int perBatch = std::max(1, m_s.microbatches_per_batch);
         const int iterations = std::max(1, m_s.microbatches / perBatch);
         r.iteration_time_s = makespan / iterations;
-        const bool async = m_s.kind == "pipedream" || m_s.kind == "2bw";
-        if (async) {
+        if (m_traits.steady_state != SteadyState::Makespan) {
             const int K = m_s.microbatches;
             auto done = [&](int k) { return k >= 0 && k < K ? m_lastStageDone[k] : kUnset; };
-            if (m_s.kind == "2bw") {
+            if (m_traits.steady_state == SteadyState::BatchToBatch) {
                 // 2BW: whole batches, from the end of the first to the end of the last on the last stage, so
                 // every batch in the window pays its weight update (all-reduce and optimizer step) once. One
                 // batch has no steady state: its makespan (fill and drain included) stands.
@@ -558,6 +565,7 @@ private:
     const Schedule& m_s;
     const SimulationOptions& m_o;
     CostModel m_cost;
+    ScheduleTraits m_traits;
     std::vector<int> m_nodeOf, m_replicaOf, m_tpRankOf;
     std::vector<Transfer> m_transfers;
     std::vector<int> m_waiter;

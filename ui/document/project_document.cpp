@@ -10,6 +10,7 @@
 #include "planner/io/graph_txt.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
+#include "planner/schedule/traits.h"
 
 namespace pw::ui {
 
@@ -128,7 +129,8 @@ std::optional<planner::Plan> ProjectDocument::planFresh(const app::Project& proj
     options.schedule.in_flight.clear();
     for (const std::string& kind : {project.partition.schedule.kind, std::string("1f1b")}) {
         options.schedule.kind = kind;
-        if (kind != "interleaved")
+        const auto* traits = planner::findScheduleTraits(kind);
+        if (!traits || traits->chunks == planner::ChunkRule::None)
             options.schedule.chunks = 1;
         // A stage per device, or per layer when the model has fewer layers than that (replicated stages).
         const int chunks = std::max(1, options.schedule.chunks);

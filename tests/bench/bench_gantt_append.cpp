@@ -35,7 +35,7 @@ std::size_t foldAll(const GanttIndex& index, std::vector<DrawItem>& out)
 
 int main()
 {
-    const SimulationResult sim = simulate(pw::bench::chainPlan(64, 2900));
+    const SimulationResult sim = simulate(pw::test::chainPlan(64, 2900));
     // Arrival order: a device reports a span when it ends; the devices' reports interleave by time.
     std::vector<Span> arrivals = sim.timeline.spans;
     std::stable_sort(arrivals.begin(), arrivals.end(), [](const Span& a, const Span& b) { return a.t1 < b.t1; });

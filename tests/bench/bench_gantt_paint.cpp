@@ -19,7 +19,7 @@ int main(int argc, char** argv)
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
     QApplication app(argc, argv);
-    const auto sim = std::make_shared<const SimulationResult>(simulate(pw::bench::chainPlan(64, 2900)));
+    const auto sim = std::make_shared<const SimulationResult>(simulate(pw::test::chainPlan(64, 2900)));
     const std::size_t spans = sim->timeline.spans.size();
     pw::ui::GanttView view(nullptr, false);
     view.resize(1920, 1080);

@@ -5,6 +5,7 @@
 
 #include "planner/plan.h"
 #include "planner/schedule.h"
+#include "tests/planner/fixtures.h"
 
 using namespace pw::planner;
 
@@ -12,14 +13,7 @@ namespace {
 
 Plan smallPlan()
 {
-    Plan plan;
-    plan.model.name = "chain";
-    for (int l = 0; l < 4; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    plan.cluster.device_types = {DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 4, 1e11, 1e-6});
-    for (int s = 0; s < 4; ++s)
-        plan.stages.push_back({s, s, {s}});
+    Plan plan = pw::test::chainPlan(4, 8);
     plan.algorithm_options = {{"straight", true}};
     return plan;
 }

@@ -13,6 +13,7 @@
 
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 #include "ui/gantt/geometry.h"
 
 using namespace pw::ui;
@@ -320,17 +321,7 @@ TEST_CASE("folding: wide spans stay themselves, slivers in one column fold with 
 TEST_CASE("folding: a simulated 1F1B schedule draws at most rows x width items at every zoom", "[gantt]")
 {
     using namespace pw::planner;
-    Plan plan;
-    plan.model.name = "chain";
-    for (int l = 0; l < 8; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    plan.cluster.device_types = {DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 8, 1e11, 1e-6});
-    for (int s = 0; s < 8; ++s)
-        plan.stages.push_back({s, s, {s}});
-    plan.schedule.kind = "1f1b";
-    plan.schedule.microbatches = 2000;
-    auto sim = simulate(plan);
+    auto sim = simulate(pw::test::chainPlan(8, 2000));
     GanttIndex index(sim.timeline);
     TimeAxis axis(index.dataBegin(), index.dataEnd(), 800, 1e-9);
     for (int zoom = 0; zoom < 8; ++zoom) {
@@ -433,16 +424,7 @@ TEST_CASE("GanttIndex grows with its timeline: extended step by step it equals o
     SECTION("a run's report: each device in order of start, devices interleaved at random")
     {
         using namespace pw::planner;
-        Plan plan;
-        for (int l = 0; l < 4; ++l)
-            plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-        plan.cluster.device_types = {DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-        plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 4, 1e11, 1e-6});
-        for (int s = 0; s < 4; ++s)
-            plan.stages.push_back({s, s, {s}});
-        plan.schedule.kind = "1f1b";
-        plan.schedule.microbatches = 24;
-        const auto sim = simulate(plan);
+        const auto sim = simulate(pw::test::chainPlan(4, 24));
         // Per device in order of start; then the devices' streams merged in a random order.
         std::vector<std::vector<Span>> perDevice(4);
         for (const auto& s : sim.timeline.spans)

@@ -17,6 +17,7 @@
 #include "app/project/demo_project.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 #include "ui/widgets/gantt_view.h"
 
 using namespace pw;
@@ -372,16 +373,7 @@ TEST_CASE("gantt view: the image path paints the same pixels as a fillRect per i
 {
     // 16 stages x 700 microbatches of 1F1B: about 45,000 spans, above the threshold where the view writes the
     // lanes into an image on several threads instead of a fillRect per item.
-    planner::Plan plan;
-    plan.model.name = "chain";
-    for (int l = 0; l < 16; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    plan.cluster.device_types = {planner::DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 16, 1e11, 1e-6});
-    for (int s = 0; s < 16; ++s)
-        plan.stages.push_back({s, s, {s}});
-    plan.schedule.microbatches = 700;
-    const auto timeline = planner::simulate(plan).timeline;
+    const auto timeline = planner::simulate(pw::test::chainPlan(16, 700)).timeline;
     REQUIRE(timeline.spans.size() > 40000);
     ShownView shown(timeline);
     auto render = [&](bool image) {

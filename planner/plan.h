@@ -127,6 +127,13 @@ struct Plan
     void validate() const;
 
     bool operator==(const Plan&) const = default;
+
+private:
+    // The parts of validate(), in the order it runs them.
+    void validateLayerOrder() const;
+    void validateStages() const;
+    void validateSchedule() const;
+    void validateParallelism() const;
 };
 
 nlohmann::json toJson(const Plan& plan);

@@ -172,7 +172,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         else if (demoCmd->parsed())
             demo(demoJson, out);
     } catch (const planner::InputError& e) {
-        err << "pipewright-cli: error: " << e.what() << "\n";
+        err << "pipewright-cli: error: " << planner::formatInputError(e) << "\n";
         return 1;
     } catch (const std::exception& e) {
         err << "pipewright-cli: error: " << e.what() << "\n";

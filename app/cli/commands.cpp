@@ -24,11 +24,6 @@ using namespace pw::planner;
 
 namespace {
 
-bool endsWith(const std::string& s, const std::string& suffix)
-{
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 void writeText(const std::string& path, const std::string& text)
 {
     std::ofstream f(path, std::ios::binary);
@@ -99,15 +94,6 @@ InputError inPlanFile(const InputError& e, const std::string& path)
 }
 
 } // namespace
-
-ModelProfile loadAnyModel(const std::string& path)
-{
-    if (endsWith(path, ".txt")) {
-        auto m = loadGraphTxt(path);
-        return m;
-    }
-    return loadModel(path);
-}
 
 std::vector<int> parseBoundaries(const std::string& text)
 {

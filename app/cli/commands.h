@@ -95,8 +95,6 @@ void advise(const AdviseOptions& o, std::ostream& out);
 /// Lists the partitioners with their algorithm-specific options.
 void listAlgorithms(bool json, std::ostream& out);
 
-/// Loads a model from native JSON or (by the .txt extension) PipeDream graph.txt.
-planner::ModelProfile loadAnyModel(const std::string& path);
 /// Parses "3,7,11" into layer indices; throws InputError naming --boundaries.
 std::vector<int> parseBoundaries(const std::string& text);
 /// The partitioner by name; throws InputError listing the known ones.

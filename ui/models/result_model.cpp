@@ -108,7 +108,7 @@ ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, 
     try {
         return planRow(label, plan, current, planner::simulate(plan, {false, true}), {});
     } catch (const planner::InputError& e) {
-        return planRow(label, plan, current, std::nullopt, QString::fromStdString(e.message()));
+        return planRow(label, plan, current, std::nullopt, QString::fromStdString(planner::formatInputError(e)));
     }
 }
 

@@ -175,7 +175,7 @@ void plan(const PlanOptions& o, std::ostream& out)
             out << "wrote " << o.output << "\n";
     }
     if (auto problem = memoryProblem(plan, sim); !problem.empty())
-        throw InputError(problem);
+        throw DoesNotFit(problem);
 }
 
 const Partitioner& partitionerNamed(const std::string& name)
@@ -310,7 +310,7 @@ void simulate(const SimulateOptions& o, std::ostream& out)
     else
         printPlanSummary(out, plan, sim);
     if (auto problem = memoryProblem(plan, sim); !problem.empty())
-        throw InputError(o.plan, 0, "", problem);
+        throw DoesNotFit(o.plan, 0, "", problem);
 }
 
 void exportPlan(const ExportOptions& o, std::ostream& out)

@@ -7,9 +7,25 @@
 #include <string>
 #include <vector>
 
+#include "planner/errors.h"
 #include "planner/partition/partitioner.h"
 
 namespace pw::cli {
+
+/// @brief The command wrote and printed its plan, but the plan does not fit device memory: exit status 3.
+class DoesNotFit : public planner::InputError
+{
+public:
+    using planner::InputError::InputError;
+};
+
+/// The exit statuses scripts can rely on (README "Exit status", `pipewright-cli --help`).
+enum ExitStatus : int {
+    kExitOk = 0, ///< done
+    kExitError = 1, ///< bad input or a failure: nothing (or nothing valid) was written
+    kExitUsage = 2, ///< the command line is wrong
+    kExitDoesNotFit = 3, ///< the plan was written and printed, but it does not fit device memory
+};
 
 struct ImportOptions
 {

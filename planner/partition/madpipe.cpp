@@ -11,6 +11,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -337,8 +338,8 @@ private:
         }
         if (!chosen) {
             diag.push_back({Severity::Error, "over-memory",
-                "no contiguous allocation of the model over " + std::to_string(P) + " GPUs of " + num(capacity / 1e9)
-                    + " GB fits memory with 1F1B* (3W + optimizer state + g activations"
+                "no contiguous allocation of the model over " + std::to_string(P) + " GPUs of " + formatBytes(capacity)
+                    + " fits memory with 1F1B* (3W + optimizer state + g activations"
                     + (chain.comm_buffers ? " + buffers" : std::string()) + " per stage)"});
             PartitionResult r {std::nullopt, std::move(diag)};
             r.candidates = std::move(candidates);

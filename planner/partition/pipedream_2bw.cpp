@@ -12,6 +12,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -98,14 +99,6 @@ struct Settings
     bool input_term = true;
     bool rank_by_simulation = false;
 };
-
-std::string gb(double bytes)
-{
-    std::ostringstream s;
-    s.precision(3);
-    s << bytes / 1e9 << " GB";
-    return s.str();
-}
 
 class TwoBwPlanner
 {
@@ -247,7 +240,7 @@ public:
             cand.config["paper_memory_bytes"] = paperPeak;
         if (!fits) {
             cand.feasible = false;
-            cand.reason = "needs " + gb(peak) + " on a device of " + gb(capacityAtPeak);
+            cand.reason = "needs " + formatBytes(peak) + " on a device of " + formatBytes(capacityAtPeak);
         }
         return e;
     }

@@ -248,6 +248,18 @@ std::vector<HierarchyLevel> Cluster::hierarchy() const
     return levels;
 }
 
+namespace {
+/// A link bandwidth is 0 (no link) or at least 1 byte/s: below that, transfer times overflow to infinity and
+/// the value is almost surely in the wrong unit (#10 item 4).
+void checkBandwidth(double bytesPerS, const std::string& field)
+{
+    if (bytesPerS > 0 && bytesPerS < 1)
+        throw InputError({}, 0, field,
+            "must be 0 or at least 1 byte/s, got " + std::to_string(bytesPerS)
+                + " (bandwidths are in bytes/s: 1e10 is 10 GB/s)");
+}
+} // namespace
+
 void Cluster::validate() const
 {
     if (device_types.empty())
@@ -264,6 +276,7 @@ void Cluster::validate() const
             throw InputError({}, 0, path + "/memory_bytes", "must be > 0");
         if (t.relative_speed && !(*t.relative_speed > 0))
             throw InputError({}, 0, path + "/relative_speed", "must be > 0");
+        checkBandwidth(t.memory_bandwidth_bytes_per_s, path + "/memory_bandwidth_bytes_per_s");
     }
     if (nodes.empty())
         throw InputError({}, 0, "/nodes", "a cluster needs at least one node");
@@ -283,6 +296,7 @@ void Cluster::validate() const
         if (n.count > 1 && !(n.intra_bandwidth_bytes_per_s > 0))
             throw InputError(
                 {}, 0, path + "/intra_bandwidth_bytes_per_s", "must be > 0 for a node with several devices");
+        checkBandwidth(n.intra_bandwidth_bytes_per_s, path + "/intra_bandwidth_bytes_per_s");
         if (n.ssh_port < 1 || n.ssh_port > 65535)
             throw InputError({}, 0, path + "/ssh_port", "must be a TCP port");
     }
@@ -292,6 +306,7 @@ void Cluster::validate() const
     if (total > kMaxDevices)
         throw InputError({}, 0, "/nodes",
             "at most " + std::to_string(kMaxDevices) + " devices in a cluster, got " + std::to_string(total));
+    checkBandwidth(inter_node_bandwidth_bytes_per_s, "/inter_node_bandwidth_bytes_per_s");
     if (nodes.size() > 1 && !(inter_node_bandwidth_bytes_per_s > 0))
         throw InputError({}, 0, "/inter_node_bandwidth_bytes_per_s", "must be > 0 for a cluster of several nodes");
 }

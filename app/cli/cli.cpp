@@ -46,7 +46,8 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
     cmd->add_option("--algorithm", o.algorithm, "partitioning algorithm (see `pipewright-cli algorithms`)")->required();
     cmd->add_option("-o,--output", o.output, "write the plan JSON here");
     addSharedPartitionOptions(cmd, p);
-    cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)");
+    cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)")
+        ->check(CLI::PositiveNumber);
     cmd->add_flag("--straight", p.straight, "no replication: one device per stage");
     cmd->add_option("--pipedream-variant", p.pipedream_variant, "paper | reference")->capture_default_str();
     cmd->add_option("--activation-compression-ratio", p.activation_compression_ratio,
@@ -180,6 +181,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     } catch (const DoesNotFit& e) {
         err << "pipewright-cli: " << planner::formatInputError(e) << "\n";
         return kExitDoesNotFit;
+    } catch (const UsageError& e) {
+        err << "pipewright-cli: error: " << planner::formatInputError(e) << "\n";
+        return kExitUsage;
     } catch (const planner::InputError& e) {
         err << "pipewright-cli: error: " << planner::formatInputError(e) << "\n";
         return kExitError;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "commands.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,6 +46,10 @@ SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr
     options.record_spans = spans;
     options.record_memory = spans;
     auto result = simulate(plan, schedule, options);
+    if (!std::isfinite(result.iteration_time_s) || !std::isfinite(result.bubble_fraction))
+        throw InputError("the predicted iteration time is not finite (" + formatSeconds(result.iteration_time_s)
+            + "): a layer time or a transfer over a link overflows; check the model's times (ms) and the cluster's "
+              "bandwidths (bytes/s)");
     plan.predicted = predictedMetrics(result);
     if (scheduleOut)
         *scheduleOut = std::move(schedule);
@@ -147,9 +152,11 @@ void transformer(const TransformerOptions& o, std::ostream& out)
 
 void plan(const PlanOptions& o, std::ostream& out)
 {
+    const auto* partitioner = &partitionerNamed(o.algorithm);
+    if (auto unused = unusedSharedOptions(*partitioner, o.partition); !unused.empty())
+        throw UsageError({}, 0, unused.front(), "means nothing to algorithm '" + o.algorithm + "'; leave it out");
     auto model = loadAnyModel(o.model);
     auto cluster = loadCluster(o.cluster);
-    const auto* partitioner = &partitionerNamed(o.algorithm);
     PartitionRequest request {model, cluster, o.partition};
     if (!o.boundaries.empty())
         request.options.boundaries = parseBoundaries(o.boundaries);

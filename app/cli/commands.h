@@ -12,6 +12,13 @@
 
 namespace pw::cli {
 
+/// @brief A command line that means nothing (an option the chosen algorithm does not read): exit status 2.
+class UsageError : public planner::InputError
+{
+public:
+    using planner::InputError::InputError;
+};
+
 /// @brief The command wrote and printed its plan, but the plan does not fit device memory: exit status 3.
 class DoesNotFit : public planner::InputError
 {

@@ -48,6 +48,7 @@ class BaPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "bapipe"; }
+    SharedOptionUse sharedOptions() const override { return {true, false, false}; }
     std::string_view description() const override
     {
         return "BaPipe: speed-proportional balanced partition over the cluster's device order, memory fitting, "

@@ -144,6 +144,7 @@ class MadPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "madpipe"; }
+    SharedOptionUse sharedOptions() const override { return {true, false, false}; }
     std::string_view description() const override
     {
         return "MadPipe: memory-aware DP over allocations with one special GPU (Algorithm 1 over the target "

@@ -191,6 +191,7 @@ class MegatronPartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "megatron"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
         return "Megatron-LM PTD-P: search pipeline x tensor x data sizes, microbatch size, interleaving and "

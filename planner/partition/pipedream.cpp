@@ -20,6 +20,7 @@ class PipeDreamPartitioner final : public Partitioner
 {
 public:
     std::string_view name() const override { return "pipedream"; }
+    SharedOptionUse sharedOptions() const override { return {false, true, true}; }
     std::string_view description() const override
     {
         return "PipeDream's hierarchical DP: stages and replication minimising the slowest stage";

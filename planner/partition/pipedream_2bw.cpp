@@ -361,6 +361,7 @@ class PipeDream2BwPartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "pipedream-2bw"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
         return "PipeDream-2BW's planner: data-parallel width x pipeline depth x microbatch size x recomputation "

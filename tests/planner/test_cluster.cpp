@@ -165,3 +165,29 @@ TEST_CASE("device lookups on one cluster from several threads agree", "[cluster]
     CHECK(wrong == std::vector<int>(4, 0));
     CHECK(c.nodes.indexBuilds() == 1);
 }
+
+// #10 item 4: a bandwidth of 1e-320 bytes/s turned every transfer into `inf s` and the bubble into `-nan %`.
+TEST_CASE("a bandwidth below 1 byte/s is an error naming the field", "[cluster]")
+{
+    auto expectBad = [](json j, const std::string& field) {
+        try {
+            clusterFromJson(j);
+            FAIL("accepted a bandwidth below 1 byte/s at " << field);
+        } catch (const InputError& e) {
+            CHECK(e.field() == field);
+            CHECK(e.message().find("at least 1 byte/s") != std::string::npos);
+        }
+    };
+    auto j = twoNodes();
+    j["nodes"][1]["intra_bandwidth_bytes_per_s"] = 1e-320;
+    expectBad(j, "/nodes/1/intra_bandwidth_bytes_per_s");
+    j = twoNodes();
+    j["inter_node_bandwidth_bytes_per_s"] = 0.5;
+    expectBad(j, "/inter_node_bandwidth_bytes_per_s");
+    j = twoNodes();
+    j["device_types"][0]["memory_bandwidth_bytes_per_s"] = 1e-9;
+    expectBad(j, "/device_types/0/memory_bandwidth_bytes_per_s");
+    j = twoNodes();
+    j["inter_node_bandwidth_bytes_per_s"] = 1; // slow but meant
+    CHECK_NOTHROW(clusterFromJson(j));
+}

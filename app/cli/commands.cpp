@@ -311,7 +311,7 @@ void simulate(const SimulateOptions& o, std::ostream& out)
         throw inPlanFile(e, o.plan);
     }
     if (!o.trace.empty())
-        writeJsonFile(o.trace, chromeTrace(sim.timeline), -1);
+        writeChromeTraceFile(o.trace, sim.timeline);
     if (o.json)
         out << metricsJson(plan, sim).dump(2) << "\n";
     else
@@ -336,7 +336,7 @@ void exportPlan(const ExportOptions& o, std::ostream& out)
             throw inPlanFile(e, o.plan);
         }
         if (o.format == "chrome-trace")
-            writeJsonFile(o.output, chromeTrace(sim.timeline), -1);
+            writeChromeTraceFile(o.output, sim.timeline);
         else if (o.format == "actions-csv")
             writeText(o.output, actionsCsv(schedule));
         else

@@ -53,6 +53,10 @@ struct TransformerConfig
     int microbatch = 1;
     int bytes_per_element = 2;
 
+    /// Every size > 0 and hidden a multiple of heads; throws InputError naming `path`/field (just the field
+    /// name when `path` is empty, as the CLI's options are named).
+    void validate(const std::string& path = "") const;
+
     bool operator==(const TransformerConfig&) const = default;
 };
 

@@ -12,6 +12,7 @@
 #include "../errors.h"
 #include "../schedule/generator.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -145,6 +146,7 @@ class MadPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "madpipe"; }
+    SharedOptionUse sharedOptions() const override { return {true, false, false}; }
     std::string_view description() const override
     {
         return "MadPipe: memory-aware DP over allocations with one special GPU (Algorithm 1 over the target "
@@ -339,8 +341,8 @@ private:
         }
         if (!chosen) {
             diag.push_back({Severity::Error, "over-memory",
-                "no contiguous allocation of the model over " + std::to_string(P) + " GPUs of " + num(capacity / 1e9)
-                    + " GB fits memory with 1F1B* (3W + optimizer state + g activations"
+                "no contiguous allocation of the model over " + std::to_string(P) + " GPUs of " + formatBytes(capacity)
+                    + " fits memory with 1F1B* (3W + optimizer state + g activations"
                     + (chain.comm_buffers ? " + buffers" : std::string()) + " per stage)"});
             PartitionResult r {std::nullopt, std::move(diag)};
             r.candidates = std::move(candidates);

@@ -6,6 +6,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 #include "pipedream_dp.h"
 #include "pipedream_reference.h"
@@ -19,6 +20,7 @@ class PipeDreamPartitioner final : public Partitioner
 {
 public:
     std::string_view name() const override { return "pipedream"; }
+    SharedOptionUse sharedOptions() const override { return {false, true, true}; }
     std::string_view description() const override
     {
         return "PipeDream's hierarchical DP: stages and replication minimising the slowest stage";
@@ -153,8 +155,8 @@ private:
     {
         auto report = [&](int s, double need, double capacity, const std::string& type) {
             diag.push_back({Severity::Warning, "over-memory",
-                "stage " + std::to_string(s) + " needs " + std::to_string(need / 1e9) + " GB per device, " + type
-                    + " has " + std::to_string(capacity / 1e9) + " GB"});
+                "stage " + std::to_string(s) + " needs " + formatBytes(need) + " per device, " + type + " has "
+                    + formatBytes(capacity)});
         };
         try {
             auto sim = simulate(plan, SimulationOptions {false, false});

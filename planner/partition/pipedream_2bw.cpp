@@ -13,6 +13,7 @@
 #include "../errors.h"
 #include "../schedule/generator.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -99,14 +100,6 @@ struct Settings
     bool input_term = true;
     bool rank_by_simulation = false;
 };
-
-std::string gb(double bytes)
-{
-    std::ostringstream s;
-    s.precision(3);
-    s << bytes / 1e9 << " GB";
-    return s.str();
-}
 
 class TwoBwPlanner
 {
@@ -250,7 +243,7 @@ public:
             cand.config["paper_memory_bytes"] = paperPeak;
         if (!fits) {
             cand.feasible = false;
-            cand.reason = "needs " + gb(peak) + " on a device of " + gb(capacityAtPeak);
+            cand.reason = "needs " + formatBytes(peak) + " on a device of " + formatBytes(capacityAtPeak);
         }
         return e;
     }
@@ -372,6 +365,7 @@ class PipeDream2BwPartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "pipedream-2bw"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
         return "PipeDream-2BW's planner: data-parallel width x pipeline depth x microbatch size x recomputation "

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "project_document.h"
 
-#include <QFile>
 #include <QFileInfo>
 #include <algorithm>
 #include <fstream>
@@ -16,29 +15,10 @@ namespace pw::ui {
 
 namespace {
 
-/// A PipeDream graph.txt by its suffix, or by content that does not start like JSON.
-bool looksLikeGraphTxt(const QString& path)
-{
-    if (QFileInfo(path).suffix().toLower() == QLatin1String("txt"))
-        return true;
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly))
-        return false;
-    const QByteArray head = file.read(256).trimmed();
-    return !head.startsWith('{');
-}
-
-/// "FILE, line N: FIELD: message", the parts that are known.
+/// "FILE:LINE: FIELD: message", the parts that are known, as the CLI prints it.
 QString errorText(const planner::InputError& e)
 {
-    QString text = QString::fromStdString(e.source());
-    if (e.line() > 0)
-        text += (text.isEmpty() ? QString() : QStringLiteral(", ")) + ProjectDocument::tr("line %1").arg(e.line());
-    if (!text.isEmpty())
-        text += QStringLiteral(": ");
-    if (!e.field().empty())
-        text += QString::fromStdString(e.field()) + QStringLiteral(": ");
-    return text + QString::fromStdString(e.message());
+    return QString::fromStdString(planner::formatInputError(e));
 }
 
 } // namespace
@@ -166,8 +146,7 @@ bool ProjectDocument::importProfile(const QString& path, QString* error)
 {
     planner::ModelProfile model;
     try {
-        model = looksLikeGraphTxt(path) ? planner::loadGraphTxt(path.toStdString())
-                                        : planner::loadModel(path.toStdString());
+        model = planner::loadAnyModel(path.toStdString());
     } catch (const planner::InputError& e) {
         if (error)
             *error = errorText(e);

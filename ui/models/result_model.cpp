@@ -109,7 +109,7 @@ ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, 
         return planRow(label, plan, current,
             std::make_shared<const planner::SimulationResult>(planner::simulate(plan, {false, true})), {});
     } catch (const planner::InputError& e) {
-        return planRow(label, plan, current, nullptr, QString::fromStdString(e.message()));
+        return planRow(label, plan, current, nullptr, QString::fromStdString(planner::formatInputError(e)));
     }
 }
 

@@ -38,7 +38,7 @@ void ScenarioModel::refresh()
             m.peak = worst.peak_bytes;
             m.capacity = worst.capacity_bytes;
         } catch (const planner::InputError& e) {
-            m.error = QString::fromStdString(e.message());
+            m.error = QString::fromStdString(planner::formatInputError(e));
         }
         m_metrics.push_back(std::move(m));
     }

@@ -573,7 +573,7 @@ bool GanttView::exportChromeTrace(const QString& path, QString* error)
         return false;
     }
     try {
-        planner::writeJsonFile(path.toStdString(), planner::chromeTrace(*m_scene->blocks().front()->timeline), -1);
+        planner::writeChromeTraceFile(path.toStdString(), *m_scene->blocks().front()->timeline);
         return true;
     } catch (const std::exception& e) {
         if (error)

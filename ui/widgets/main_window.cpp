@@ -262,7 +262,7 @@ bool MainWindow::openDemo()
         statusBar()->showMessage(tr("The demo project: drag a boundary in the model view, or run a partitioner (F5)"));
         return true;
     } catch (const planner::InputError& e) {
-        showError(tr("Cannot open the demo"), QString::fromStdString(e.message()));
+        showError(tr("Cannot open the demo"), QString::fromStdString(planner::formatInputError(e)));
         return false;
     }
 }

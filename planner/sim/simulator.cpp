@@ -13,6 +13,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../schedule/generator.h"
+#include "link_calendar.h"
 
 namespace pw::planner {
 namespace {
@@ -39,57 +40,6 @@ struct LastBackward
 {
     double end = kUnset;
     double backward_s = 0;
-};
-
-/// When a node's uplink is busy: disjoint intervals [start, end) in time order. Transfers are booked as the
-/// dataflow reaches them, which is not time order, so a transfer fills the free time from its start on (and may
-/// be split around earlier bookings): the link carries one transfer at a time at full bandwidth.
-class LinkCalendar
-{
-public:
-    /// Books `seconds` of wire time from `t` on; returns when the last byte leaves.
-    double book(double t, double seconds)
-    {
-        std::vector<std::pair<double, double>> pieces;
-        auto it = m_busy.upper_bound(t);
-        if (it != m_busy.begin())
-            t = std::max(t, std::prev(it)->second);
-        double at = t, end = t;
-        while (seconds > 0) {
-            while (it != m_busy.end() && it->first <= at) {
-                at = std::max(at, it->second);
-                ++it;
-            }
-            const double gapEnd = it == m_busy.end() ? std::numeric_limits<double>::infinity() : it->first;
-            const double use = std::min(seconds, gapEnd - at);
-            pieces.emplace_back(at, at + use);
-            seconds -= use;
-            end = at + use;
-            at = gapEnd;
-        }
-        for (auto [a, b] : pieces)
-            insert(a, b);
-        return end;
-    }
-
-private:
-    void insert(double a, double b)
-    {
-        auto it = m_busy.lower_bound(a);
-        if (it != m_busy.begin() && std::prev(it)->second >= a) {
-            auto prev = std::prev(it);
-            a = prev->first;
-            b = std::max(b, prev->second);
-            it = m_busy.erase(prev);
-        }
-        while (it != m_busy.end() && it->first <= b) {
-            b = std::max(b, it->second);
-            it = m_busy.erase(it);
-        }
-        m_busy.emplace(a, b);
-    }
-
-    std::map<double, double> m_busy;
 };
 
 struct DeviceState
@@ -284,19 +234,9 @@ private:
                     + std::to_string(c.node_links.size()));
     }
 
-    /// Arrival of a transfer posted at `start` from device a to b. Inter-node transfers book the sending node's
-    /// uplink when its devices share it (CostModel::shared_node_uplink).
     double transferArrival(int a, int b, double bytes, double start)
     {
-        const LinkCost& link = m_cost.link(a, b);
-        const double arrival = start + link.seconds(bytes);
-        if (!m_cost.shared_node_uplink || m_cost.sameNode(a, b) || bytes <= 0 || link.bandwidth_bytes_per_s <= 0)
-            return arrival;
-        const double wire = link.wireSeconds(bytes);
-        const double booked = m_uplinks[m_cost.device_node[a]].book(start, wire);
-        if (booked <= start + wire)
-            return arrival; // the uplink was free: exactly the uncontended time
-        return booked + link.latency_s;
+        return bookedArrival(m_cost, m_uplinks, a, b, bytes, start);
     }
 
     /// An overlapped all-reduce: when each bucket of `stage` is final on device d (from its last backward of the

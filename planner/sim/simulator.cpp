@@ -661,6 +661,16 @@ namespace {
 
 constexpr std::size_t kMaxBuckets = 32;
 
+/// A layer's backward time on `type` up to a factor common to the stage's layers (only the shares matter): its
+/// measured time for that type when profiled, else the profile's.
+double backwardShare(const Layer& layer, const DeviceType& type)
+{
+    if (isDataSource(layer))
+        return 0;
+    const auto it = layer.device_times.find(type.name);
+    return it != layer.device_times.end() ? it->second.backward_ms : layer.backward_ms;
+}
+
 /// A stage's all-reduce buckets: one per layer with weights, in backward order (last layer first), each final when
 /// the backward has run the layers from the stage's end down to it; merged to at most kMaxBuckets.
 std::vector<GradientBucket> gradientBuckets(const Plan& plan, int s)
@@ -673,7 +683,7 @@ std::vector<GradientBucket> gradientBuckets(const Plan& plan, int s)
     double weights = 0, backward = 0;
     for (int pos = stage.last_layer; pos >= stage.first_layer; --pos) {
         const auto& layer = plan.model.layers[plan.layerAt(pos)];
-        backward += layerTimesOn(layer, type).backward_ms;
+        backward += backwardShare(layer, type);
         if (layer.weight_bytes > 0) {
             layers.emplace_back(layer.weight_bytes, backward);
             weights += layer.weight_bytes;

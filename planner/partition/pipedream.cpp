@@ -170,6 +170,7 @@ private:
         } catch (const InputError&) {
         }
         const int p = plan.pipelineDepth();
+        const auto& traits = scheduleTraits(plan.schedule.kind);
         int after = 0;
         for (int s = p - 1; s >= 0; --s) {
             const auto& st = plan.stages[s];
@@ -177,9 +178,9 @@ private:
             const auto& type = plan.cluster.typeOf(st.devices[0]);
             auto totals = stageTotals(plan, s, type);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
-                totals.optimizer_bytes, (after + st.replicas() - 1) / st.replicas(),
+                totals.optimizer_bytes, traits.in_flight_factor * ((after + st.replicas() - 1) / st.replicas()),
                 (plan.schedule.microbatches + st.replicas() - 1) / st.replicas(), plan.schedule.recompute};
-            double need = stageMemoryBytes(plan.schedule.kind, in);
+            double need = stageMemoryBytes(traits, in);
             if (need > type.memory_bytes)
                 report(s, need, type.memory_bytes, type.name);
         }

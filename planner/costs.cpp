@@ -93,7 +93,7 @@ double microbatchScale(const Plan& plan)
 {
     if (plan.schedule.microbatch_size <= 0)
         return 1.0;
-    return static_cast<double>(plan.schedule.microbatch_size) / std::max(1, plan.model.microbatch_size);
+    return static_cast<double>(plan.schedule.microbatch_size) / std::max(1, plan.model->microbatch_size);
 }
 
 StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
@@ -102,11 +102,11 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     const double scale = microbatchScale(plan);
     const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
     StageTotals t;
-    const double speed = deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
+    const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
     const int tp = std::max(1, plan.tensor_parallel);
-    const auto cut = plan.model.cutBytes(plan.layer_order);
+    const auto cut = plan.model->cutBytes(plan.layer_order);
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
-        const auto& layer = plan.model.layers[plan.layerAt(pos)];
+        const auto& layer = plan.model->layers[plan.layerAt(pos)];
         auto times = layerTimesOn(layer, type, speed);
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;

@@ -45,7 +45,7 @@ void requireFree(const Plan& plan, const std::vector<int>& devices, int except)
         throw InputError({}, 0, "/stages", "a stage needs at least one device");
     std::set<int> seen;
     for (int d : devices) {
-        if (d < 0 || d >= plan.cluster.deviceCount())
+        if (d < 0 || d >= plan.cluster->deviceCount())
             throw InputError({}, 0, "/stages", "device " + std::to_string(d) + " is not in the cluster");
         if (!seen.insert(d).second)
             throw InputError({}, 0, "/stages", "device " + std::to_string(d) + " is listed twice");
@@ -54,7 +54,7 @@ void requireFree(const Plan& plan, const std::vector<int>& devices, int except)
                 for (int used : plan.stages[s].devices)
                     if (used == d)
                         throw InputError({}, 0, "/stages",
-                            "device " + plan.cluster.deviceName(d) + " already runs stage " + std::to_string(s));
+                            "device " + plan.cluster->deviceName(d) + " already runs stage " + std::to_string(s));
     }
 }
 
@@ -146,7 +146,7 @@ Plan assignDevices(const Plan& plan, int stage, const std::vector<int>& devices)
 
 std::vector<int> freeDevices(const Plan& plan)
 {
-    std::vector<bool> used(plan.cluster.deviceCount(), false);
+    std::vector<bool> used(plan.cluster->deviceCount(), false);
     for (const auto& st : plan.stages)
         for (int d : st.devices)
             if (d >= 0 && d < static_cast<int>(used.size()))

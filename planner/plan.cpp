@@ -90,7 +90,7 @@ void Plan::validateLayerOrder() const
 {
     if (layer_order.empty())
         return;
-    const int n = model.layerCount();
+    const int n = model->layerCount();
     if (static_cast<int>(layer_order.size()) != n)
         throw InputError({}, 0, "/layer_order", "must list all " + std::to_string(n) + " layers");
     std::vector<bool> seen(n, false);
@@ -105,9 +105,9 @@ void Plan::validateLayerOrder() const
     for (int pos = 0; pos < n; ++pos)
         position[layer_order[pos]] = pos;
     for (int l = 0; l < n; ++l) {
-        if (!model.is_graph && position[l] != l)
+        if (!model->is_graph && position[l] != l)
             throw InputError({}, 0, "/layer_order/" + std::to_string(l), "a chain profile keeps its layer order");
-        for (int producer : model.layers[l].inputs)
+        for (int producer : model->layers[l].inputs)
             if (position[producer] > position[l])
                 throw InputError({}, 0, "/layer_order/" + std::to_string(position[l]),
                     "layer " + std::to_string(l) + " comes before its input " + std::to_string(producer));
@@ -117,8 +117,8 @@ void Plan::validateLayerOrder() const
 /// Stages: contiguous, covering every layer once per pipeline, on distinct devices of the cluster.
 void Plan::validateStages() const
 {
-    const int n = model.layerCount();
-    const int devices = cluster.deviceCount();
+    const int n = model->layerCount();
+    const int devices = cluster->deviceCount();
     int expectFirst = 0;
     for (std::size_t s = 0; s < stages.size(); ++s) {
         const auto& st = stages[s];
@@ -213,8 +213,8 @@ void Plan::validateSchedule() const
                     "local parameter servers need the same layers at stage " + std::to_string(q)
                         + " of every pipeline");
             for (int d : stages[s].devices)
-                if (d < 0 || d >= cluster.deviceCount() || first.devices.empty()
-                    || !cluster.sameNode(d, first.devices[0]))
+                if (d < 0 || d >= cluster->deviceCount() || first.devices.empty()
+                    || !cluster->sameNode(d, first.devices[0]))
                     throw InputError({}, 0, field,
                         "local parameter servers need stage " + std::to_string(q) + " of every pipeline on one node");
         }

@@ -11,6 +11,7 @@
 
 #include "cluster.h"
 #include "model_profile.h"
+#include "shared.h"
 
 namespace pw::planner {
 
@@ -84,8 +85,10 @@ struct PredictedMetrics
 
 struct Plan
 {
-    ModelProfile model;
-    Cluster cluster;
+    /// The model and cluster the plan was made for, shared with every copy of the plan (and with the project,
+    /// the undo steps, scenarios and result rows): copying a plan copies no profile. Change through edit().
+    Shared<ModelProfile> model;
+    Shared<Cluster> cluster;
     std::vector<PlanStage> stages;
     std::vector<int> layer_order; ///< permutation of layer indices; empty = the profile's order
     std::string algorithm;

@@ -26,7 +26,7 @@ std::string memoryProblem(const Plan& plan, const SimulationResult& r)
     const auto& st = r.stages[worst];
     return "the plan does not fit device memory: stage " + std::to_string(worst) + " needs "
         + formatBytes(st.peak_memory_bytes) + " per device but "
-        + plan.cluster.typeOf(plan.stages[worst].devices[0]).name + " has " + formatBytes(st.memory_capacity_bytes);
+        + plan.cluster->typeOf(plan.stages[worst].devices[0]).name + " has " + formatBytes(st.memory_capacity_bytes);
 }
 
 json metricsJson(const Plan& plan, const SimulationResult& r)
@@ -75,7 +75,7 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
 {
     char line[1024];
     std::snprintf(line, sizeof line, "plan     %s on %s / %s (%d devices), config %s\n", plan.algorithm.c_str(),
-        plan.model.name.c_str(), plan.cluster.name.c_str(), plan.cluster.deviceCount(), plan.configString().c_str());
+        plan.model->name.c_str(), plan.cluster->name.c_str(), plan.cluster->deviceCount(), plan.configString().c_str());
     out << line;
     std::snprintf(line, sizeof line, "schedule %s, %d microbatches x %d iteration(s)%s%s\n", plan.schedule.kind.c_str(),
         plan.schedule.microbatches, plan.schedule.iterations,

@@ -55,7 +55,7 @@ Project demoProject()
     const fs::path dir = demoDirectory();
     Project project = newProject(
         planner::loadModel((dir / "gpt-demo.json").string()), planner::loadCluster((dir / "dgx-h100.json").string()));
-    project.name = "Demo: " + project.model.name + " on " + project.cluster.name;
+    project.name = "Demo: " + project.model->name + " on " + project.cluster->name;
     project.partition.algorithm = "pipedream";
     project.partition.schedule.kind = "1f1b";
     project.partition.schedule.microbatches = 16;

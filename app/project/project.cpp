@@ -108,6 +108,17 @@ Project projectFromJson(const json& j)
             p.scenarios.push_back(std::move(s));
         }
     }
+    // Plans embed their model and cluster in the file; in memory, those equal to the project's share its instance.
+    auto share = [&](planner::Plan& plan) {
+        if (plan.model == p.model)
+            plan.model = p.model;
+        if (plan.cluster == p.cluster)
+            plan.cluster = p.cluster;
+    };
+    if (p.plan)
+        share(*p.plan);
+    for (auto& s : p.scenarios)
+        share(s.plan);
     p.validate();
     return p;
 }

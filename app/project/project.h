@@ -35,8 +35,8 @@ struct PartitionSettings
 struct Project
 {
     std::string name;
-    planner::ModelProfile model;
-    planner::Cluster cluster;
+    planner::Shared<planner::ModelProfile> model; ///< shared with the plans made for it (planner/shared.h)
+    planner::Shared<planner::Cluster> cluster;
     /// The plan being edited; its model and cluster are the project's (a plan made before the model or the
     /// cluster changed is kept as a scenario instead).
     std::optional<planner::Plan> plan;

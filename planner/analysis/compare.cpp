@@ -26,7 +26,7 @@ void fillPrediction(ComparisonRow& row, const Plan& plan)
     row.schedule = plan.schedule.kind;
     row.microbatches = plan.schedule.microbatches;
     row.microbatch_size
-        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size;
+        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     const auto sim = simulate(plan, SimulationOptions {.record_spans = false, .record_memory = false});
     row.throughput_samples_per_s = sim.throughput_samples_per_s;
     row.iteration_time_s = sim.iteration_time_s;

@@ -378,9 +378,10 @@ void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* pla
     const int n = model.layerCount();
     std::vector<int> stage(n, -1);
     if (plan) {
-        if (plan->model.layerCount() != n)
+        if (plan->model->layerCount() != n)
             throw InputError("", 0, "plan",
-                "the plan has " + std::to_string(plan->model.layerCount()) + " layers, the model " + std::to_string(n));
+                "the plan has " + std::to_string(plan->model->layerCount()) + " layers, the model "
+                    + std::to_string(n));
         if (plan->pipelineCount() > 1)
             throw InputError("", 0, "plan",
                 "graph.txt gives each layer one stage_id, but the plan has " + std::to_string(plan->pipelineCount())

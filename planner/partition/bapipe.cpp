@@ -98,15 +98,15 @@ private:
         if (auto bad = detail::checkOneStagePerDevice(request, name(), devices))
             return std::move(*bad);
         const int N = opt.stages > 0 ? opt.stages : devices;
-        if (N > model.layerCount())
+        if (N > model->layerCount())
             return detail::failure("too-many-stages",
-                std::to_string(N) + " stages (one per device) for " + std::to_string(model.layerCount())
+                std::to_string(N) + " stages (one per device) for " + std::to_string(model->layerCount())
                     + " layers; use --devices or --stages to plan fewer");
 
         // The chain is the cluster's device order: BaPipe balances a fixed daisy chain and explores no orders.
         bool allStreaming = true;
         for (int d = 0; d < N; ++d)
-            allStreaming = allStreaming && request.cluster.typeOf(d).streaming_execution;
+            allStreaming = allStreaming && request.cluster->typeOf(d).streaming_execution;
 
         std::vector<ScheduleChoice> schedules;
         const std::string wanted = values.choice("schedule");
@@ -130,7 +130,7 @@ private:
 
         // Microbatch sizes at a fixed mini-batch (BaPipe explores them, digest §2.4 step 5).
         const int baseSize
-            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model.microbatch_size);
+            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model->microbatch_size);
         const long long miniBatch = static_cast<long long>(baseSize) * opt.schedule.microbatches;
         std::vector<int> sizes {baseSize};
         std::vector<Candidate> rejectedSizes;
@@ -245,7 +245,7 @@ private:
     static Chain buildChain(const PartitionRequest& request, int N, const ScheduleChoice& sc, double scale, int M)
     {
         const auto& model = request.model;
-        const int L = model.layerCount();
+        const int L = model->layerCount();
         const auto& so = request.options.schedule;
         const double optFactor = optimizerStateFactor(so.optimizer);
         Chain c;
@@ -257,10 +257,10 @@ private:
         c.time_prefix.assign(N, std::vector<double>(L + 1, 0.0));
         c.forward_prefix.assign(N, std::vector<double>(L + 1, 0.0));
         for (int n = 0; n < N; ++n) {
-            const auto& type = request.cluster.typeOf(n);
-            const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
+            const auto& type = request.cluster->typeOf(n);
+            const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
             for (int l = 0; l < L; ++l) {
-                auto t = layerTimesOn(model.layers[l], type, speed);
+                auto t = layerTimesOn(model->layers[l], type, speed);
                 const double f = t.forward_ms * 1e-3 * scale, b = t.backward_ms * 1e-3 * scale;
                 c.forward_prefix[n][l + 1] = c.forward_prefix[n][l] + f;
                 c.time_prefix[n][l + 1] = c.time_prefix[n][l] + (so.recompute ? 2 * f : f) + b;
@@ -272,13 +272,13 @@ private:
         c.stash_prefix.assign(L + 1, 0.0);
         c.optimizer_prefix.assign(L + 1, 0.0);
         for (int l = 0; l < L; ++l) {
-            const auto& layer = model.layers[l];
+            const auto& layer = model->layers[l];
             c.weight_prefix[l + 1] = c.weight_prefix[l] + layer.weight_bytes;
-            c.stash_prefix[l + 1] = c.stash_prefix[l] + model.stashedBytes(l) * scale;
+            c.stash_prefix[l + 1] = c.stash_prefix[l] + model->stashedBytes(l) * scale;
             c.optimizer_prefix[l + 1]
                 = c.optimizer_prefix[l] + layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
         }
-        c.cut_bytes = model.cutBytes();
+        c.cut_bytes = model->cutBytes();
         for (auto& b : c.cut_bytes)
             b *= scale;
         return c;
@@ -288,8 +288,8 @@ private:
     static double linkTime(const PartitionRequest& request, const Chain& chain, const Cuts& cuts, int k)
     {
         const double bytes = chain.cut_bytes[cuts[k + 1] - 1];
-        const double bw = request.cluster.bandwidth(k, k + 1);
-        const double lat = request.cluster.latency(k, k + 1);
+        const double bw = request.cluster->bandwidth(k, k + 1);
+        const double lat = request.cluster->latency(k, k + 1);
         return lat + (bytes <= 0 ? 0.0 : bw > 0 ? bytes / bw : std::numeric_limits<double>::infinity());
     }
 
@@ -335,7 +335,7 @@ private:
     std::vector<Evaluated> evaluate(const PartitionRequest& request, const Settings& settings, int N,
         const ScheduleChoice& sc, int size, int M, std::vector<Diagnostic>& diag) const
     {
-        const double scale = static_cast<double>(size) / std::max(1, request.model.microbatch_size);
+        const double scale = static_cast<double>(size) / std::max(1, request.model->microbatch_size);
         Chain chain = buildChain(request, N, sc, scale, M);
         const std::string where
             = sc.paper + " microbatch size " + std::to_string(size) + " (M = " + std::to_string(M) + ")";
@@ -361,8 +361,8 @@ private:
         if (hot >= 0 && settings.coarse != "off") {
             double minBw = std::numeric_limits<double>::infinity(), maxLat = 0;
             for (int k = 0; k + 1 < N; ++k) {
-                minBw = std::min(minBw, request.cluster.bandwidth(k, k + 1));
-                maxLat = std::max(maxLat, request.cluster.latency(k, k + 1));
+                minBw = std::min(minBw, request.cluster->bandwidth(k, k + 1));
+                maxLat = std::max(maxLat, request.cluster->latency(k, k + 1));
             }
             double forwardInverse = 0;
             for (int n = 0; n < N; ++n) {
@@ -485,7 +485,7 @@ private:
         plan.schedule.microbatches = M;
         plan.schedule.chunks = 1;
         plan.schedule.in_flight.clear();
-        const int profileSize = std::max(1, request.model.microbatch_size);
+        const int profileSize = std::max(1, request.model->microbatch_size);
         plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && size == profileSize ? 0 : size;
         for (int s = 0; s + 1 < static_cast<int>(cuts.size()); ++s)
             plan.stages.push_back({cuts[s], cuts[s + 1] - 1, {s}});

@@ -149,7 +149,7 @@ std::vector<std::vector<int>> allocateVirtualWorkers(const ModelProfile& model, 
 
 StageCosts::StageCosts(const Plan& base, const std::vector<int>& devices)
     : m_plan(base)
-    , m_layers(base.model.layerCount())
+    , m_layers(base.model->layerCount())
     , m_devices(devices)
 {
     const double scale = microbatchScale(base);
@@ -159,17 +159,17 @@ StageCosts::StageCosts(const Plan& base, const std::vector<int>& devices)
     m_act.assign(L + 1, 0);
     m_opt.assign(L + 1, 0);
     for (int pos = 0; pos < L; ++pos) {
-        const auto& layer = base.model.layers[base.layerAt(pos)];
+        const auto& layer = base.model->layers[base.layerAt(pos)];
         m_weight[pos + 1] = m_weight[pos] + layer.weight_bytes;
         m_act[pos + 1] = m_act[pos] + layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
         m_opt[pos + 1] = m_opt[pos] + layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
     }
     for (int d : devices) {
-        const auto& type = base.cluster.typeOf(d);
-        const double speed = deviceSpeed(type, base.model, base.cluster.device_types).factor;
+        const auto& type = base.cluster->typeOf(d);
+        const double speed = deviceSpeed(type, base.model, base.cluster->device_types).factor;
         std::vector<double> t(L + 1, 0);
         for (int pos = 0; pos < L; ++pos) {
-            auto lt = layerTimesOn(base.model.layers[base.layerAt(pos)], type, speed);
+            auto lt = layerTimesOn(base.model->layers[base.layerAt(pos)], type, speed);
             t[pos + 1] = t[pos] + (lt.forward_ms + lt.backward_ms) * 1e-3 * scale;
         }
         m_time.push_back(std::move(t));
@@ -182,11 +182,11 @@ StageCosts::StageCosts(const Plan& base, const std::vector<int>& devices)
         m_capacity.push_back(capacity(devices[a]));
         for (int b = 0; b < k; ++b)
             if (a != b) {
-                m_latency[a][b] = base.cluster.latency(devices[a], devices[b]);
-                m_bandwidth[a][b] = base.cluster.bandwidth(devices[a], devices[b]);
+                m_latency[a][b] = base.cluster->latency(devices[a], devices[b]);
+                m_bandwidth[a][b] = base.cluster->bandwidth(devices[a], devices[b]);
             }
     }
-    auto cut = base.model.cutBytes(base.layer_order);
+    auto cut = base.model->cutBytes(base.layer_order);
     m_cut.resize(L);
     for (int pos = 0; pos < L; ++pos)
         m_cut[pos] = cut[pos] * scale;
@@ -202,7 +202,7 @@ int StageCosts::slot(int device) const
 
 double StageCosts::capacity(int device) const
 {
-    const double m = m_plan.cluster.typeOf(device).memory_bytes;
+    const double m = m_plan.cluster->typeOf(device).memory_bytes;
     return m > 0 ? m : kInf;
 }
 
@@ -240,14 +240,14 @@ VwPartition partitionVirtualWorker(const Plan& base, const std::vector<int>& dev
 {
     VwPartition best;
     const int k = static_cast<int>(devices.size());
-    const int L = base.model.layerCount();
+    const int L = base.model->layerCount();
     if (k < 1 || k > L)
         return best;
     StageCosts costs(base, devices);
     // Devices of one type on one node are interchangeable: permute classes, not devices.
     std::map<std::pair<int, int>, std::vector<int>> byClass;
     for (int d : devices) {
-        auto ref = base.cluster.device(d);
+        auto ref = base.cluster->device(d);
         byClass[{ref.type, ref.node}].push_back(d);
     }
     std::vector<std::vector<int>> members;
@@ -426,10 +426,10 @@ private:
         for (std::size_t v = 0; v < groups.size(); ++v) {
             const int k = static_cast<int>(groups[v].size());
             kMax = std::max(kMax, k);
-            if (k > model.layerCount())
+            if (k > model->layerCount())
                 return detail::failure("too-many-stages",
                     "virtual worker " + std::to_string(v) + " has " + std::to_string(k) + " GPUs but the model only "
-                        + std::to_string(model.layerCount()) + " layers (every GPU needs a non-empty partition)");
+                        + std::to_string(model->layerCount()) + " layers (every GPU needs a non-empty partition)");
         }
 
         Plan base = detail::basePlan(request, name());
@@ -472,7 +472,7 @@ private:
         for (const auto& g : groups) {
             signatures.emplace_back();
             for (int d : g) {
-                const auto ref = base.cluster.device(d);
+                const auto ref = base.cluster->device(d);
                 signatures.back().push_back({ref.type, ref.node});
             }
         }
@@ -484,7 +484,7 @@ private:
             const int k = static_cast<int>(part.order.size());
             int first = 0;
             for (int q = 0; q < k; ++q) {
-                const int last = q + 1 < k ? part.boundaries[q] : model.layerCount() - 1;
+                const int last = q + 1 < k ? part.boundaries[q] : model->layerCount() - 1;
                 if (costs.stageMemoryBytes(k, q, first, last, nm) > costs.capacity(part.order[q]))
                     return false;
                 first = last + 1;
@@ -524,7 +524,7 @@ private:
                 int first = 0;
                 for (int q = 0; q < static_cast<int>(part.order.size()); ++q) {
                     const int last
-                        = q + 1 < static_cast<int>(part.order.size()) ? part.boundaries[q] : model.layerCount() - 1;
+                        = q + 1 < static_cast<int>(part.order.size()) ? part.boundaries[q] : model->layerCount() - 1;
                     PlanStage st;
                     st.first_layer = first;
                     st.last_layer = last;

@@ -14,20 +14,20 @@ std::vector<HierarchyLevel> pipeDreamLevels(const PartitionRequest& request, int
         std::vector<int> group(devices);
         for (int d = 0; d < devices; ++d)
             group[d] = d;
-        return std::vector<HierarchyLevel> {{devices, devices > 1 ? c.groupBandwidth(group) : 0.0}};
+        return std::vector<HierarchyLevel> {{devices, devices > 1 ? c->groupBandwidth(group) : 0.0}};
     };
     if (request.options.flat)
         return flat();
     std::vector<HierarchyLevel> levels;
     try {
-        levels = c.hierarchy();
+        levels = c->hierarchy();
     } catch (const InputError& e) {
         diag.push_back(
             {Diagnostic::Severity::Warning, "flat-hierarchy", std::string(e.message()) + "; planning one flat level"});
         return flat();
     }
     const int perNode = levels[0].count;
-    if (devices == c.deviceCount())
+    if (devices == c->deviceCount())
         return levels;
     if (devices % perNode == 0) {
         int nodes = devices / perNode;

@@ -50,20 +50,20 @@ Layers layerCosts(const PartitionRequest& request, const DeviceType& type)
     const auto& model = request.model;
     const auto& so = request.options.schedule;
     const double scale
-        = so.microbatch_size > 0 ? static_cast<double>(so.microbatch_size) / std::max(1, model.microbatch_size) : 1.0;
+        = so.microbatch_size > 0 ? static_cast<double>(so.microbatch_size) / std::max(1, model->microbatch_size) : 1.0;
     const double optFactor = optimizerStateFactor(so.optimizer);
-    const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
+    const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
     Layers c;
-    const auto cut = model.cutBytes();
-    for (int l = 0; l < model.layerCount(); ++l) {
-        const auto& layer = model.layers[l];
+    const auto cut = model->cutBytes();
+    for (int l = 0; l < model->layerCount(); ++l) {
+        const auto& layer = model->layers[l];
         const auto t = layerTimesOn(layer, type, speed);
         const double f = t.forward_ms * 1e-3 * scale;
         c.forward.push_back(f);
         c.backward.push_back(t.backward_ms * 1e-3 * scale + (so.recompute ? f : 0.0));
         c.weight.push_back(layer.weight_bytes);
         c.optimizer.push_back(layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes));
-        c.stash.push_back(model.stashedBytes(l) * scale);
+        c.stash.push_back(model->stashedBytes(l) * scale);
         c.cut.push_back(cut[l] * scale);
     }
     return c;
@@ -201,10 +201,10 @@ private:
         bool mixed = false;
         for (int d = 0; d < P; ++d) {
             group.push_back(d);
-            capacity = std::min(capacity, request.cluster.typeOf(d).memory_bytes);
-            mixed = mixed || request.cluster.typeOf(d).name != request.cluster.typeOf(0).name;
+            capacity = std::min(capacity, request.cluster->typeOf(d).memory_bytes);
+            mixed = mixed || request.cluster->typeOf(d).name != request.cluster->typeOf(0).name;
         }
-        const auto& type = request.cluster.typeOf(0);
+        const auto& type = request.cluster->typeOf(0);
         if (mixed)
             diag.push_back({Severity::Warning, "heterogeneous",
                 "MadPipe assumes identical GPUs: planning with " + type.name
@@ -217,13 +217,13 @@ private:
         const auto starts = blockStarts(layers, values.integer("max-blocks"));
         Chain chain = blockChain(layers, starts);
         chain.capacity = capacity;
-        chain.bandwidth = P > 1 ? request.cluster.groupBandwidth(group) : kInf;
-        chain.latency = P > 1 ? request.cluster.groupLatency(group) : 0.0;
+        chain.bandwidth = P > 1 ? request.cluster->groupBandwidth(group) : kInf;
+        chain.latency = P > 1 ? request.cluster->groupLatency(group) : 0.0;
         chain.recompute = opt.schedule.recompute;
         chain.comm_buffers = values.boolean("comm-buffers");
-        if (chain.layers < model.layerCount())
+        if (chain.layers < model->layerCount())
             diag.push_back({Severity::Info, "blocks",
-                std::to_string(model.layerCount()) + " layers grouped into " + std::to_string(chain.layers)
+                std::to_string(model->layerCount()) + " layers grouped into " + std::to_string(chain.layers)
                     + " blocks of about equal time (max-blocks); stages cut between blocks"});
 
         // Phase 1: Algorithm 1 around MadPipe-DP.
@@ -434,7 +434,7 @@ private:
     static double samples(const PartitionRequest& request)
     {
         const auto& so = request.options.schedule;
-        return so.microbatch_size > 0 ? so.microbatch_size : std::max(1, request.model.microbatch_size);
+        return so.microbatch_size > 0 ? so.microbatch_size : std::max(1, request.model->microbatch_size);
     }
 
     Plan makePlan(const PartitionRequest& request, const detail::OptionValues& values, const std::vector<int>& starts,

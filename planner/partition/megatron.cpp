@@ -57,22 +57,22 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     plan.schedule.microbatches = c.m * c.d;
     plan.schedule.recompute = c.recompute;
     plan.schedule.in_flight.clear();
-    const int profileSize = std::max(1, model.microbatch_size);
+    const int profileSize = std::max(1, model->microbatch_size);
     plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
 
     // Balance the p v virtual stages by a tensor-parallel rank's time per microbatch (its share of the
     // compute plus its all-reduces): the embedding and head stages get fewer transformer layers.
     const double scale = static_cast<double>(c.b) / profileSize;
-    const auto& type = request.cluster.typeOf(0);
+    const auto& type = request.cluster->typeOf(0);
     std::vector<int> group;
     for (int i = 0; i < c.t; ++i)
         group.push_back(i);
-    const double bw = request.cluster.groupBandwidth(group), lat = request.cluster.groupLatency(group);
-    const auto cut = model.cutBytes();
-    const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
+    const double bw = request.cluster->groupBandwidth(group), lat = request.cluster->groupLatency(group);
+    const auto cut = model->cutBytes();
+    const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
     std::vector<double> weights;
-    for (int l = 0; l < model.layerCount(); ++l) {
-        const auto& layer = model.layers[l];
+    for (int l = 0; l < model->layerCount(); ++l) {
+        const auto& layer = model->layers[l];
         const auto times = layerTimesOn(layer, type, speed);
         double w = (times.forward_ms * (c.recompute ? 2 : 1) + times.backward_ms) * 1e-3 * scale / c.t;
         const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
@@ -85,7 +85,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     const int perStage = c.d * c.t;
     int first = 0;
     for (int s = 0; s < c.p * c.v; ++s) {
-        const int last = s < static_cast<int>(bounds.size()) ? bounds[s] : model.layerCount() - 1;
+        const int last = s < static_cast<int>(bounds.size()) ? bounds[s] : model->layerCount() - 1;
         PlanStage st {first, last, {}};
         const int r = s % c.p;
         for (int i = 0; i < perStage; ++i)
@@ -117,8 +117,8 @@ Estimate estimate(const Plan& plan, const Config& c)
         std::vector<int> dpGroup;
         for (int j = 0; j < c.d; ++j)
             dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
-        const double bw = cluster.groupBandwidth(dpGroup), lat = cluster.groupLatency(dpGroup);
-        const auto& type = cluster.typeOf(devices[0]);
+        const double bw = cluster->groupBandwidth(dpGroup), lat = cluster->groupLatency(dpGroup);
+        const auto& type = cluster->typeOf(devices[0]);
         for (int s = r; s < S; s += p) {
             const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
             if (c.d > 1)
@@ -145,10 +145,10 @@ Estimate estimate(const Plan& plan, const Config& c)
     e.fits = worstRatio <= 1.0;
     for (int s = 0; s + 1 < S; ++s) {
         const int a = plan.stages[s].devices[0], b = plan.stages[s + 1].devices[0];
-        const double bw = cluster.bandwidth(a, b);
+        const double bw = cluster->bandwidth(a, b);
         const double bytes = cost.boundary_bytes[s];
         e.p2p_s = std::max(e.p2p_s,
-            cluster.latency(a, b)
+            cluster->latency(a, b)
                 + (bytes <= 0    ? 0.0
                         : bw > 0 ? bytes / bw
                                  : std::numeric_limits<double>::infinity()));
@@ -262,7 +262,7 @@ private:
         if (skipped.heads > 0)
             diag.push_back({Severity::Info, "heads",
                 std::to_string(skipped.heads) + " tensor-parallel size(s) skipped: t must divide the "
-                    + std::to_string(request.model.architecture->heads) + " attention heads"});
+                    + std::to_string(request.model->architecture->heads) + " attention heads"});
         if (entries.empty()) {
             std::string why = "no (p, t, d, b, v) configuration of " + std::to_string(N)
                 + " devices suits the global batch of " + std::to_string(space.batch) + " samples";
@@ -306,9 +306,9 @@ private:
         if (opt.stages < 0)
             return detail::failure("bad-option", "the stage count must be >= 0, got " + std::to_string(opt.stages));
         space.devices = N;
-        space.layers = model.layerCount();
+        space.layers = model->layerCount();
         space.base_size
-            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model.microbatch_size);
+            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model->microbatch_size);
         if (values.has("global-batch")) {
             space.batch = values.integer("global-batch");
         } else {
@@ -334,13 +334,13 @@ private:
         space.within_node = values.boolean("tensor-within-node");
         space.straight = opt.straight;
         space.iterations = std::max(1, opt.schedule.iterations);
-        if (!model.architecture && std::any_of(space.tensor.begin(), space.tensor.end(), [](int t) { return t > 1; }))
+        if (!model->architecture && std::any_of(space.tensor.begin(), space.tensor.end(), [](int t) { return t > 1; }))
             diag.push_back({Severity::Info, "no-architecture",
                 "the profile has no transformer architecture, so tensor parallelism cannot be split by heads: only "
                 "t = 1 is searched"});
         if (opt.straight)
             diag.push_back({Severity::Info, "straight", "straight pipeline requested: only t = 1 and d = 1"});
-        if (!request.cluster.isHomogeneous())
+        if (!request.cluster->isHomogeneous())
             diag.push_back({Severity::Warning, "heterogeneous",
                 "Megatron assumes identical devices: stages are balanced with the first device's type (the "
                 "simulator still uses each device's own)"});
@@ -363,7 +363,7 @@ private:
     static std::vector<Entry> enumerate(const PartitionRequest& request, const Space& space, Skipped& skipped)
     {
         const int N = space.devices;
-        const auto& arch = request.model.architecture;
+        const auto& arch = request.model->architecture;
         std::vector<Entry> entries;
         for (int t : space.tensor) {
             if (N % t != 0 || (t > 1 && (!arch || space.straight)))

@@ -24,13 +24,13 @@ public:
         auto devices = detail::usableDevices(request, diagnostics);
         if (!devices)
             return {std::nullopt, diagnostics};
-        const int n = request.model.layerCount();
+        const int n = request.model->layerCount();
         const int stages = detail::requestedStages(request, *devices);
         if (stages > n)
             return detail::failure(
                 "too-many-stages", std::to_string(stages) + " stages for " + std::to_string(n) + " layers");
         std::vector<double> weights;
-        for (const auto& l : request.model.layers)
+        for (const auto& l : request.model->layers)
             weights.push_back(l.weight_bytes);
         auto result
             = detail::planFromBoundaries(request, name(), detail::balancedBoundaries(weights, stages), *devices);

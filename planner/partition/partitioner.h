@@ -57,10 +57,11 @@ struct PartitionOptions
     nlohmann::json params = nlohmann::json::object();
 };
 
+/// @brief What to partition. The model and cluster are shared with every plan the partitioner makes.
 struct PartitionRequest
 {
-    const ModelProfile& model;
-    const Cluster& cluster;
+    Shared<ModelProfile> model;
+    Shared<Cluster> cluster;
     PartitionOptions options;
 };
 

@@ -41,9 +41,9 @@ public:
             return {std::nullopt, diag};
         Plan plan = detail::basePlan(request, name());
         const auto& model = request.model;
-        const auto& type = request.cluster.typeOf(0);
+        const auto& type = request.cluster->typeOf(0);
         for (int d = 1; d < *devices; ++d)
-            if (request.cluster.typeOf(d).name != type.name) {
+            if (request.cluster->typeOf(d).name != type.name) {
                 diag.push_back({Severity::Warning, "heterogeneous",
                     "PipeDream's DP assumes one device type; costs use " + type.name
                         + " (try hetpipe or bapipe for mixed clusters)"});
@@ -56,11 +56,11 @@ public:
         problem.per_worker_allreduce = opt.per_worker_allreduce;
         const double scale = microbatchScale(plan);
         const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
-        problem.cut_bytes = model.cutBytes();
+        problem.cut_bytes = model->cutBytes();
         for (auto& b : problem.cut_bytes)
             b *= scale;
-        const double speed = deviceSpeed(type, model, request.cluster.device_types).factor;
-        for (const auto& layer : model.layers) {
+        const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
+        for (const auto& layer : model->layers) {
             auto t = layerTimesOn(layer, type, speed);
             // Recomputation runs the forward pass again before every backward pass.
             const double forwards = plan.schedule.recompute ? 2.0 : 1.0;
@@ -73,7 +73,7 @@ public:
             problem.memory_capacity_bytes = type.memory_bytes;
             for (int d = 1; d < *devices; ++d)
                 problem.memory_capacity_bytes
-                    = std::min(problem.memory_capacity_bytes, request.cluster.typeOf(d).memory_bytes);
+                    = std::min(problem.memory_capacity_bytes, request.cluster->typeOf(d).memory_bytes);
             problem.schedule_kind = plan.schedule.kind;
             problem.microbatches = plan.schedule.microbatches;
             problem.recompute = plan.schedule.recompute;
@@ -81,9 +81,9 @@ public:
 
         // Lower levels keep an N x N table per level; past this many layers that is gigabytes.
         constexpr int kMaxHierarchicalLayers = 12'000;
-        if (problem.levels.size() > 1 && model.layerCount() > kMaxHierarchicalLayers) {
+        if (problem.levels.size() > 1 && model->layerCount() > kMaxHierarchicalLayers) {
             diag.push_back({Severity::Error, "too-large",
-                std::to_string(model.layerCount()) + " layers are too many for the hierarchical DP (at most "
+                std::to_string(model->layerCount()) + " layers are too many for the hierarchical DP (at most "
                     + std::to_string(kMaxHierarchicalLayers) + "); plan with --flat"});
             return {std::nullopt, diag};
         }
@@ -95,7 +95,7 @@ public:
         if (cancelled)
             return detail::failure("cancelled", "partitioning was cancelled");
         if (!sol.feasible) {
-            std::string why = opt.straight && model.layerCount() < *devices
+            std::string why = opt.straight && model->layerCount() < *devices
                 ? "a straight pipeline needs at least one layer per device"
                 : opt.memory_limit ? "no partition fits device memory"
                                    : "no finite-cost partition exists";
@@ -121,17 +121,17 @@ private:
         if (v == 1)
             return;
         const int p = plan.stageCount();
-        const int n = plan.model.layerCount();
+        const int n = plan.model->layerCount();
         if (p * v > n) {
             plan.schedule.chunks = 1;
             diag.push_back({Severity::Warning, "chunks",
                 "too few layers for " + std::to_string(v) + " chunks per stage; planning without interleaving"});
             return;
         }
-        const auto& type = plan.cluster.typeOf(plan.stages[0].devices[0]);
-        const double speed = deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
+        const auto& type = plan.cluster->typeOf(plan.stages[0].devices[0]);
+        const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
         std::vector<double> compute;
-        for (const auto& l : plan.model.layers) {
+        for (const auto& l : plan.model->layers) {
             auto t = layerTimesOn(l, type, speed);
             compute.push_back((plan.schedule.recompute ? 2 : 1) * t.forward_ms + t.backward_ms);
         }
@@ -164,7 +164,7 @@ private:
                 const auto& m = sim.stages[s];
                 if (m.peak_memory_bytes > m.memory_capacity_bytes)
                     report(s, m.peak_memory_bytes, m.memory_capacity_bytes,
-                        plan.cluster.typeOf(plan.stages[s].devices[0]).name);
+                        plan.cluster->typeOf(plan.stages[s].devices[0]).name);
             }
             return;
         } catch (const InputError&) {
@@ -175,7 +175,7 @@ private:
         for (int s = p - 1; s >= 0; --s) {
             const auto& st = plan.stages[s];
             after += st.replicas();
-            const auto& type = plan.cluster.typeOf(st.devices[0]);
+            const auto& type = plan.cluster->typeOf(st.devices[0]);
             auto totals = stageTotals(plan, s, type);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
                 totals.optimizer_bytes, traits.in_flight_factor * ((after + st.replicas() - 1) / st.replicas()),

@@ -110,9 +110,9 @@ public:
         , m_cluster(request.cluster)
         , m_settings(settings)
         , m_devices(devices)
-        , m_baseSize(std::max(1, request.model.microbatch_size))
+        , m_baseSize(std::max(1, request.model->microbatch_size))
         , m_optFactor(optimizerStateFactor(request.options.schedule.optimizer))
-        , m_cutBytes(request.model.cutBytes())
+        , m_cutBytes(request.model->cutBytes())
         , m_speeds(deviceSpeeds(request.model, request.cluster))
     {
     }
@@ -417,14 +417,14 @@ private:
         const auto& model = request.model;
         if (auto bad = detail::checkOneStagePerDevice(request, name(), N))
             return std::move(*bad);
-        if (!request.cluster.isHomogeneous())
+        if (!request.cluster->isHomogeneous())
             diag.push_back({Severity::Warning, "heterogeneous",
                 "PipeDream-2BW's planner assumes identical workers: a stage is costed at its slowest replica and "
                 "its smallest memory, and stages are balanced for the first device's type"});
 
         Settings settings;
         const int baseSize
-            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model.microbatch_size);
+            = opt.schedule.microbatch_size > 0 ? opt.schedule.microbatch_size : std::max(1, model->microbatch_size);
         settings.batch = values.given("batch-size") ? values.integer("batch-size")
                                                     : static_cast<long long>(opt.schedule.microbatches) * baseSize;
         settings.flush = values.boolean("flush");
@@ -439,8 +439,8 @@ private:
         } else {
             for (long long b = 1; b <= settings.batch; b *= 2)
                 sizes.push_back(static_cast<int>(b));
-            if (settings.batch >= std::max(1, model.microbatch_size))
-                sizes.push_back(std::max(1, model.microbatch_size));
+            if (settings.batch >= std::max(1, model->microbatch_size))
+                sizes.push_back(std::max(1, model->microbatch_size));
         }
         std::sort(sizes.begin(), sizes.end());
         sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
@@ -469,7 +469,7 @@ private:
             const int p = N / d;
             if (opt.stages > 0 && p != opt.stages)
                 continue;
-            if (p > model.layerCount())
+            if (p > model->layerCount())
                 continue;
             if (opt.straight && d > 1)
                 continue;
@@ -490,7 +490,7 @@ private:
         if (configs.empty())
             return detail::failure("no-configuration",
                 "no (d, p, b) with d x p = " + std::to_string(N)
-                    + " devices, p <= " + std::to_string(model.layerCount()) + " layers and d x b <= the batch of "
+                    + " devices, p <= " + std::to_string(model->layerCount()) + " layers and d x b <= the batch of "
                     + std::to_string(settings.batch) + " samples; raise --microbatches or batch-size");
 
         std::vector<TwoBwPlanner::Evaluated> all;

@@ -110,9 +110,9 @@ ReferenceStateCosts stateCosts(const AntichainDag& dag, const ReducedGraph& g, c
     const double scale = microbatchScale(plan);
     const int nodes = static_cast<int>(g.kept.size());
     std::vector<double> compute(nodes), activation(nodes), parameters(nodes);
-    const double speed = deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
+    const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
     for (int x = 0; x < nodes; ++x) {
-        const auto& layer = plan.model.layers[g.kept[x]];
+        const auto& layer = plan.model->layers[g.kept[x]];
         auto t = layerTimesOn(layer, type, speed);
         compute[x] = (t.forward_ms * scale + t.backward_ms * scale) / 1000.0;
         activation[x] = layer.activation_bytes * scale;
@@ -193,12 +193,12 @@ PartitionResult partitionPipeDreamReference(
     if (opt.activation_compression_ratio && !(*opt.activation_compression_ratio > 0))
         return fail("bad-option", "--activation-compression-ratio must be > 0");
     const auto& cluster = request.cluster;
-    const auto& type = cluster.typeOf(0);
+    const auto& type = cluster->typeOf(0);
     double memory = type.memory_bytes;
     bool mixed = false;
     for (int d = 1; d < *devices; ++d) {
-        memory = std::min(memory, cluster.typeOf(d).memory_bytes);
-        mixed = mixed || cluster.typeOf(d).name != type.name;
+        memory = std::min(memory, cluster->typeOf(d).memory_bytes);
+        mixed = mixed || cluster->typeOf(d).name != type.name;
     }
     if (mixed)
         diag.push_back({Severity::Warning, "heterogeneous",
@@ -226,7 +226,7 @@ PartitionResult partitionPipeDreamReference(
         status = dag.computeAncestors(kMaxAncestorEntries, stop);
     if (status == AntichainDag::Status::Cancelled)
         return fail("cancelled", "partitioning was cancelled");
-    const std::string modelName = request.model.name.empty() ? "the model" : "'" + request.model.name + "'";
+    const std::string modelName = request.model->name.empty() ? "the model" : "'" + request.model->name + "'";
     const std::string hint = "; compress its branches first (e.g. inception_v3_compressed for inception_v3) or use "
                              "--pipedream-variant paper";
     if (status == AntichainDag::Status::TooLarge) {
@@ -263,7 +263,7 @@ PartitionResult partitionPipeDreamReference(
     }
 
     const auto stages = dp.stages();
-    const int layers = request.model.layerCount();
+    const int layers = request.model->layerCount();
     std::vector<int> stageOf;
     int unreached = 0;
     const bool consistent = assignLayers(dag, graph, stages, layers, stageOf, unreached);

@@ -111,7 +111,7 @@ bool replacesRequestedKind(const PartitionRequest& request, std::string_view cho
 
 std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Diagnostic>& diagnostics)
 {
-    const int total = request.cluster.deviceCount();
+    const int total = request.cluster->deviceCount();
     if (total < 1) {
         diagnostics.push_back({Diagnostic::Severity::Error, "no-devices", "the cluster has no devices"});
         return std::nullopt;
@@ -127,7 +127,7 @@ std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Di
             "asked for " + std::to_string(n) + " devices but the cluster has " + std::to_string(total)});
         return std::nullopt;
     }
-    if (request.model.layers.empty()) {
+    if (request.model->layers.empty()) {
         diagnostics.push_back({Diagnostic::Severity::Error, "empty-model", "the model has no layers"});
         return std::nullopt;
     }
@@ -186,11 +186,11 @@ PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics)
     std::vector<bool> used(speeds.size(), false);
     for (const auto& stage : plan.stages)
         for (int d : stage.devices)
-            used[plan.cluster.device(d).type] = true;
+            used[plan.cluster->device(d).type] = true;
     for (std::size_t t = 0; t < speeds.size(); ++t)
         if (used[t] && speeds[t].estimated())
             diagnostics.push_back({Diagnostic::Severity::Warning, "estimated-speed",
-                speedNote(plan.cluster.device_types[t], plan.model, speeds[t])});
+                speedNote(plan.cluster->device_types[t], plan.model, speeds[t])});
     return {std::move(plan), std::move(diagnostics)};
 }
 

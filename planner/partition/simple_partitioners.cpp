@@ -17,7 +17,7 @@ int requestedStages(const PartitionRequest& request, int devices)
 PartitionResult planFromBoundaries(
     const PartitionRequest& request, std::string_view algorithm, const std::vector<int>& boundaries, int devices)
 {
-    const int n = request.model.layerCount();
+    const int n = request.model->layerCount();
     const int stages = static_cast<int>(boundaries.size()) + 1;
     const int v = std::max(1, request.options.schedule.chunks);
     if (stages % v != 0)

@@ -19,7 +19,7 @@ public:
         auto devices = detail::usableDevices(request, diagnostics);
         if (!devices)
             return {std::nullopt, diagnostics};
-        const int n = request.model.layerCount();
+        const int n = request.model->layerCount();
         const int stages = detail::requestedStages(request, *devices);
         if (stages > n)
             return detail::failure(

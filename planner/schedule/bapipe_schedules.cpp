@@ -75,9 +75,9 @@ public:
     {
         for (std::size_t s = 0; s < plan.stages.size(); ++s)
             for (int d : plan.stages[s].devices) {
-                if (d < 0 || d >= plan.cluster.deviceCount())
+                if (d < 0 || d >= plan.cluster->deviceCount())
                     continue; // the builder reports it
-                const auto& type = plan.cluster.typeOf(d);
+                const auto& type = plan.cluster->typeOf(d);
                 if (!type.streaming_execution)
                     throw InputError({}, 0, "/schedule/kind",
                         "'1f1b-as' needs streaming accelerators, but stage " + std::to_string(s) + " runs on '"

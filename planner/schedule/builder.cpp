@@ -26,7 +26,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
         throw InputError({}, 0, "/schedule/iterations",
             "microbatches x iterations = " + std::to_string(static_cast<long long>(m_perBatch) * m_batches)
                 + " is too large");
-    const int numDevices = plan.cluster.deviceCount();
+    const int numDevices = plan.cluster->deviceCount();
     const auto* traits = findScheduleTraits(kind);
     if (plan.pipelineCount() > 1 && !(traits && traits->wave_synchronous))
         throw InputError({}, 0, "/schedule/kind",
@@ -63,7 +63,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
         m_devices[s] = st.devices;
     }
 
-    const auto cut = plan.model.cutBytes(plan.layer_order);
+    const auto cut = plan.model->cutBytes(plan.layer_order);
     const double scale = microbatchScale(plan);
     m_cutBytes.assign(m_stages, 0.0);
     m_weightBytes.assign(m_stages, 0.0);
@@ -73,7 +73,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
         if (!m_last[s])
             m_cutBytes[s] = cut.at(st.last_layer) * scale;
         for (int pos = st.first_layer; pos <= st.last_layer; ++pos)
-            m_weightBytes[s] += plan.model.layers.at(plan.layerAt(pos)).weight_bytes;
+            m_weightBytes[s] += plan.model->layers.at(plan.layerAt(pos)).weight_bytes;
         if (st.replicas() > 1) {
             m_group[s] = static_cast<int>(m_schedule.groups.size());
             m_schedule.groups.push_back({s, std::vector<std::int32_t>(st.devices.begin(), st.devices.end())});

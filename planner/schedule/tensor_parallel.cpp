@@ -29,7 +29,7 @@ Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
     const int t = std::max(1, plan.tensor_parallel);
     if (t == 1)
         return logical;
-    const int D = plan.cluster.deviceCount();
+    const int D = plan.cluster->deviceCount();
     // member[leader * t + j]: rank j of the group whose rank 0 is `leader`.
     std::vector<int> member(static_cast<std::size_t>(D) * t, -1);
     for (int s = 0; s < plan.pipelineDepth(); ++s) {

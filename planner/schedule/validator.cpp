@@ -92,9 +92,9 @@ private:
         if (m_s.num_devices != m_devices)
             error("num_devices is " + std::to_string(m_s.num_devices) + " but there are " + std::to_string(m_devices)
                 + " device lists");
-        if (m_devices != m_plan.cluster.deviceCount()) {
+        if (m_devices != m_plan.cluster->deviceCount()) {
             error("the schedule has " + std::to_string(m_devices) + " device lists, the cluster "
-                + std::to_string(m_plan.cluster.deviceCount()) + " devices");
+                + std::to_string(m_plan.cluster->deviceCount()) + " devices");
             ok = false;
         }
         if (m_microbatches < 0) {
@@ -572,7 +572,7 @@ ValidationReport validateTensorParallel(const Schedule& schedule, const Plan& pl
 
 ValidationReport validate(const Schedule& schedule, const Plan& plan)
 {
-    if (plan.tensor_parallel > 1 && schedule.devices.size() == static_cast<std::size_t>(plan.cluster.deviceCount()))
+    if (plan.tensor_parallel > 1 && schedule.devices.size() == static_cast<std::size_t>(plan.cluster->deviceCount()))
         return validateTensorParallel(schedule, plan);
     return Validator(schedule, plan).run();
 }

@@ -98,9 +98,9 @@ public:
         , m_traits(traitsOf(schedule))
     {
         const int D = schedule.num_devices;
-        if (D != plan.cluster.deviceCount())
+        if (D != plan.cluster->deviceCount())
             throw InputError("the schedule has " + std::to_string(D) + " devices, the plan's cluster "
-                + std::to_string(plan.cluster.deviceCount()));
+                + std::to_string(plan.cluster->deviceCount()));
         if (schedule.num_stages != plan.stageCount())
             throw InputError("the schedule has " + std::to_string(schedule.num_stages) + " stages, the plan "
                 + std::to_string(plan.stageCount()));
@@ -133,7 +133,7 @@ public:
                 if (isWaveSync(a.kind)) {
                     if (a.wave < 0 || a.wave >= static_cast<int>(m_waves.size()) || a.stage < 0
                         || a.stage >= schedule.num_stages)
-                        throw InputError(plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                        throw InputError(plan.cluster->deviceName(d) + ": " + actionLabel(a)
                             + " names a wave or stage outside the schedule");
                     if (a.kind == ActionKind::WavePush)
                         m_waves[a.wave].expected += 1;
@@ -151,7 +151,7 @@ public:
         m_lastStageDone.assign(std::max(1, schedule.microbatches), kUnset);
         m_result.timeline.source = Timeline::Source::Predicted;
         for (int d = 0; d < D; ++d)
-            m_result.timeline.device_names.push_back(plan.cluster.deviceName(d));
+            m_result.timeline.device_names.push_back(plan.cluster->deviceName(d));
         if (m_o.record_spans)
             m_result.timeline.spans.reserve(schedule.actionCount());
     }
@@ -189,7 +189,7 @@ private:
     {
         if (a.stage < 0 || a.stage >= m_s.num_stages || a.microbatch < 0
             || a.microbatch >= std::max(1, m_s.microbatches) || a.peer < 0 || a.peer >= m_s.num_devices)
-            throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
+            throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a)
                 + " names a stage, microbatch or peer outside the schedule");
         // Every tensor-parallel rank moves its own slice: one transfer slot per (rank, direction, stage, mb).
         const std::size_t lane = static_cast<std::size_t>(m_tpRankOf[d]) * 2 + (gradient ? 1 : 0);
@@ -327,7 +327,7 @@ private:
         auto& b = book(d, a.stage);
         const int v = a.weight_version;
         if (v < 0 || v >= static_cast<int>(b.alive.size()) || !b.alive[v])
-            throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " uses weight version "
+            throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " uses weight version "
                 + std::to_string(v) + ", which does not exist at that point");
         if (finished && v != b.latest && b.last_use[v] == static_cast<std::int64_t>(m_devices[d].pc))
             freeVersion(d, a.stage, v, t);
@@ -346,7 +346,7 @@ private:
         auto& b = book(d, a.stage);
         const int v = a.weight_version;
         if (v <= b.latest)
-            throw InputError(m_plan.cluster.deviceName(d) + ": optimizer step of stage " + std::to_string(a.stage)
+            throw InputError(m_plan.cluster->deviceName(d) + ": optimizer step of stage " + std::to_string(a.stage)
                 + " produces version " + std::to_string(v) + " after version " + std::to_string(b.latest));
         if (static_cast<int>(b.last_use.size()) <= v)
             b.last_use.resize(v + 1, -1);
@@ -389,7 +389,7 @@ private:
                 break;
             }
             case ActionKind::BackwardWeight:
-                throw InputError(m_plan.cluster.deviceName(d)
+                throw InputError(m_plan.cluster->deviceName(d)
                     + ": split weight-gradient actions (W) are not "
                       "simulated yet");
             case ActionKind::Backward: {
@@ -482,7 +482,7 @@ private:
                 auto& w = m_waves[a.wave];
                 if (w.pushed < w.expected || w.expected == 0) {
                     if (w.expected == 0)
-                        throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                        throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a)
                             + " pulls a wave that no device pushes");
                     w.waiters.push_back(d);
                     return;
@@ -495,7 +495,7 @@ private:
             }
             case ActionKind::AllReduce: {
                 if (a.group < 0 || a.group >= static_cast<int>(m_collectives.size()))
-                    throw InputError(m_plan.cluster.deviceName(d) + ": all-reduce without a valid group");
+                    throw InputError(m_plan.cluster->deviceName(d) + ": all-reduce without a valid group");
                 auto& seqs = m_collectives[a.group];
                 const int seq = dev.collective_seq[a.group];
                 if (static_cast<int>(seqs.size()) <= seq)
@@ -507,7 +507,7 @@ private:
                     c.arrived += 1;
                     c.ready = std::max(c.ready, dev.compute_free);
                     if (a.stage < 0 || a.stage >= m_s.num_stages)
-                        throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                        throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a)
                             + " names a stage outside the schedule");
                     if (overlapsAllReduce(a.stage))
                         noteBuckets(c, d, a.stage);
@@ -539,7 +539,7 @@ private:
         const int p = m_plan.pipelineDepth();
         int r = m_replicaOf[d];
         if (r < 0 || a.stage < 0 || a.stage >= m_plan.stageCount() || m_plan.stages[a.stage % p].devices[r] != d)
-            throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a) + " is not for a stage it holds");
+            throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " is not for a stage it holds");
         return r;
     }
 
@@ -559,7 +559,7 @@ private:
         for (int d = 0; d < m_s.num_devices && shown < 6; ++d) {
             const auto& dev = m_devices[d];
             if (dev.pc < m_s.devices[d].size()) {
-                msg += " " + m_plan.cluster.deviceName(d) + " waits at action " + std::to_string(dev.pc) + " ("
+                msg += " " + m_plan.cluster->deviceName(d) + " waits at action " + std::to_string(dev.pc) + " ("
                     + actionLabel(m_s.devices[d][dev.pc]) + ");";
                 ++shown;
             }
@@ -631,7 +631,7 @@ private:
             }
         }
         const int mbSize = m_plan.schedule.microbatch_size > 0 ? m_plan.schedule.microbatch_size
-                                                               : std::max(1, m_plan.model.microbatch_size);
+                                                               : std::max(1, m_plan.model->microbatch_size);
         // Independent pipelines (wsp) each run a batch of perBatch microbatches per iteration.
         const double samples = static_cast<double>(perBatch) * mbSize * m_plan.pipelineCount();
         r.throughput_samples_per_s = r.iteration_time_s > 0 ? samples / r.iteration_time_s : 0;
@@ -681,11 +681,11 @@ std::vector<GradientBucket> gradientBuckets(const Plan& plan, int s)
     const auto& stage = plan.stages[s];
     if (stage.devices.empty())
         return {GradientBucket {}};
-    const auto& type = plan.cluster.typeOf(stage.devices[0]);
+    const auto& type = plan.cluster->typeOf(stage.devices[0]);
     std::vector<std::pair<double, double>> layers; // (weight bytes, backward ms up to and including it)
     double weights = 0, backward = 0;
     for (int pos = stage.last_layer; pos >= stage.first_layer; --pos) {
-        const auto& layer = plan.model.layers[plan.layerAt(pos)];
+        const auto& layer = plan.model->layers[plan.layerAt(pos)];
         backward += backwardShare(layer, type);
         if (layer.weight_bytes > 0) {
             layers.emplace_back(layer.weight_bytes, backward);
@@ -776,7 +776,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
 {
     CostModel c;
     const int S = plan.stageCount();
-    auto cut = plan.model.cutBytes(plan.layer_order);
+    auto cut = plan.model->cutBytes(plan.layer_order);
     const double scale = microbatchScale(plan);
     const int tp = std::max(1, plan.tensor_parallel);
     for (int s = 0; s < S; ++s) {
@@ -784,12 +784,12 @@ CostModel CostModel::fromPlan(const Plan& plan)
         StageTotals first;
         const auto& devices = plan.stages[s].devices;
         for (std::size_t r = 0; r < devices.size(); ++r) {
-            auto t = stageTotals(plan, s, plan.cluster.typeOf(devices[r]));
+            auto t = stageTotals(plan, s, plan.cluster->typeOf(devices[r]));
             if (tp > 1) {
                 // Tensor parallelism: the rank's share of the compute plus its group's all-reduces (costs.h).
                 const std::size_t first = r - r % tp, last = std::min(devices.size(), first + tp);
                 const std::vector<int> group(devices.begin() + first, devices.begin() + last);
-                const double bw = plan.cluster.groupBandwidth(group), lat = plan.cluster.groupLatency(group);
+                const double bw = plan.cluster->groupBandwidth(group), lat = plan.cluster->groupLatency(group);
                 t.forward_s += tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
                 t.backward_s += tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
             }
@@ -805,20 +805,20 @@ CostModel CostModel::fromPlan(const Plan& plan)
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
         c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
     }
-    const auto refs = plan.cluster.devices();
+    const auto refs = plan.cluster->devices();
     for (const auto& ref : refs) {
-        const auto& type = plan.cluster.device_types[ref.type];
+        const auto& type = plan.cluster->device_types[ref.type];
         c.device_memory_capacity.push_back(type.memory_bytes);
         c.device_memory_bandwidth.push_back(type.memory_bandwidth_bytes_per_s);
         c.device_node.push_back(ref.node);
     }
-    for (const auto& node : plan.cluster.nodes)
+    for (const auto& node : plan.cluster->nodes)
         c.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
-    c.inter_node = {plan.cluster.inter_node_bandwidth_bytes_per_s, plan.cluster.inter_node_latency_s};
+    c.inter_node = {plan.cluster->inter_node_bandwidth_bytes_per_s, plan.cluster->inter_node_latency_s};
     for (int s = 0; s < S; ++s)
         c.stage_buckets.push_back(gradientBuckets(plan, s));
     c.samples_per_microbatch
-        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model.microbatch_size);
+        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model->microbatch_size);
     return c;
 }
 

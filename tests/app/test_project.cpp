@@ -74,6 +74,10 @@ TEST_CASE("a project round-trips with its plan, scenarios and partition settings
     CHECK(back.partition.algorithm == "bapipe");
     CHECK(back.partition.params["schedule"] == "1f1b-so");
     CHECK(back.partition.schedule.microbatches == 24);
+    // In memory the plans made for the project's model and cluster share its instances (nothing copied).
+    CHECK(back.plan->model.sameInstance(back.model));
+    CHECK(back.plan->cluster.sameInstance(back.cluster));
+    CHECK(back.scenarios[0].plan.model.sameInstance(back.model));
     CHECK_FALSE(fs::exists(path + ".saving"));
     fs::remove_all(dir);
 }

@@ -56,9 +56,9 @@ int main(int argc, char** argv)
     TransformerConfig gpt {198, 2048, 16, 2048, 51200, 1, 2}; // + embedding + head = 200 layers
     const auto h100 = *devicePreset("H100");
     app::Project project = app::newProject(transformerProfile(gpt, h100), {});
-    project.cluster.name = "8 x H100";
-    project.cluster.device_types = {h100};
-    project.cluster.nodes.push_back({"n0", "", 22, "", "H100", 8, 4.5e11, 5e-6});
+    project.cluster.edit().name = "8 x H100";
+    project.cluster.edit().device_types = {h100};
+    project.cluster.edit().nodes.push_back({"n0", "", 22, "", "H100", 8, 4.5e11, 5e-6});
     PartitionOptions o;
     o.schedule.microbatches = 64;
     auto r = findPartitioner("uniform")->partition({project.model, project.cluster, o}, {}, {});
@@ -119,7 +119,7 @@ int main(int argc, char** argv)
         mean += s / kSteps;
     std::printf(
         "boundary drag in the main window (offscreen 1920x1080): %d layers, %d stages, 64 microbatches, %d steps%s\n",
-        start.model.layerCount(), start.stageCount(), kSteps, moved ? "" : " (DRAG DID NOT LAND)");
+        start.model->layerCount(), start.stageCount(), kSteps, moved ? "" : " (DRAG DID NOT LAND)");
     std::printf("  model view repainted %d times in %d steps\n", paints, kSteps);
     std::printf("  planner only: move + simulate (baseline)  %7.3f ms/step\n", planner * 1e3);
     std::printf("  of which the mouse event (re-simulate, documents, models, widgets updated): median %7.3f ms\n",

@@ -24,10 +24,10 @@ double everyOrder(const Plan& base, const std::vector<int>& devices, int nm, lon
 {
     const hetpipe::StageCosts costs(base, devices);
     const int k = static_cast<int>(devices.size());
-    const int L = base.model.layerCount();
+    const int L = base.model->layerCount();
     std::map<std::pair<int, int>, std::vector<int>> byClass;
     for (int d : devices) {
-        auto ref = base.cluster.device(d);
+        auto ref = base.cluster->device(d);
         byClass[{ref.type, ref.node}].push_back(d);
     }
     std::vector<int> keys;
@@ -73,12 +73,13 @@ Plan setting(int layers, int nodes, int perNode)
     for (int t = 0; t < 4; ++t) {
         auto type = *devicePreset(types[t]);
         type.relative_speed = type.peak_tflops / devicePreset("TITAN V")->peak_tflops; // the profile's device
-        base.cluster.device_types.push_back(type);
+        base.cluster.edit().device_types.push_back(type);
     }
     for (int n = 0; n < nodes; ++n)
-        base.cluster.nodes.push_back({"n" + std::to_string(n), "", 22, "", types[n % 4], perNode, 15.75e9, 1e-5});
-    base.cluster.inter_node_bandwidth_bytes_per_s = 7e9;
-    base.cluster.inter_node_latency_s = 5e-6;
+        base.cluster.edit().nodes.push_back(
+            {"n" + std::to_string(n), "", 22, "", types[n % 4], perNode, 15.75e9, 1e-5});
+    base.cluster.edit().inter_node_bandwidth_bytes_per_s = 7e9;
+    base.cluster.edit().inter_node_latency_s = 5e-6;
     return base;
 }
 

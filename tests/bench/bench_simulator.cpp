@@ -18,16 +18,16 @@ Plan uniformPlan(int stages, int layersPerStage, int microbatches, const std::st
     int nodes = 1, int replicas = 1)
 {
     Plan plan;
-    plan.model.name = "bench";
+    plan.model.edit().name = "bench";
     for (int l = 0; l < stages * layersPerStage * chunks; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
+        plan.model.edit().layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
     DeviceType t {"gpu", 80e9, 100, 0, {}, 0};
-    plan.cluster.device_types = {t};
+    plan.cluster.edit().device_types = {t};
     const int devices = stages * replicas;
     for (int n = 0; n < nodes; ++n)
-        plan.cluster.nodes.push_back({"n" + std::to_string(n), "", 22, "", "gpu", devices / nodes, 1e11, 1e-6});
-    plan.cluster.inter_node_bandwidth_bytes_per_s = 1e10;
-    plan.cluster.inter_node_latency_s = 1e-5;
+        plan.cluster.edit().nodes.push_back({"n" + std::to_string(n), "", 22, "", "gpu", devices / nodes, 1e11, 1e-6});
+    plan.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e10;
+    plan.cluster.edit().inter_node_latency_s = 1e-5;
     for (int s = 0; s < stages * chunks; ++s) {
         PlanStage st {s * layersPerStage, (s + 1) * layersPerStage - 1, {}};
         for (int r = 0; r < replicas; ++r)

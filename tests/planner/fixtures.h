@@ -71,7 +71,7 @@ inline planner::Plan chainPlan(int stages, int microbatches, std::string kind = 
 {
     planner::Plan plan;
     plan.model = uniformChain(stages, layer);
-    plan.model.name = "chain";
+    plan.model.edit().name = "chain";
     plan.cluster = uniformCluster(1, stages, node);
     for (int s = 0; s < stages; ++s)
         plan.stages.push_back({s, s, {s}});

@@ -36,18 +36,18 @@ Plan tablePlan(const std::string& kind, int N, int M, double F, double B, double
         l.backward_ms = B * 1000;
         l.activation_bytes = SR * kBandwidth;
         l.weight_bytes = 1000;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
     DeviceType gpu;
     gpu.name = "gpu";
     gpu.memory_bytes = 1e15;
-    plan.cluster.device_types.push_back(gpu);
+    plan.cluster.edit().device_types.push_back(gpu);
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
     node.count = N;
     node.intra_bandwidth_bytes_per_s = kBandwidth;
-    plan.cluster.nodes.push_back(node);
+    plan.cluster.edit().nodes.push_back(node);
     for (int s = 0; s < N; ++s)
         plan.stages.push_back({s, s, {s}});
     plan.schedule.kind = kind;
@@ -460,7 +460,7 @@ namespace {
 Plan streamingPlan(int N, int M, double F, double B, double SR)
 {
     Plan p = tablePlan("1f1b-as", N, M, F, B, SR);
-    p.cluster.device_types[0].streaming_execution = true;
+    p.cluster.edit().device_types[0].streaming_execution = true;
     return p;
 }
 

@@ -326,14 +326,14 @@ TEST_CASE("Chrome trace of simulated schedules obeys Perfetto's rules", "[chrome
     config.vocab = 100;
     Plan plan;
     plan.model = transformerProfile(config, *devicePreset("cpu")); // 8 layers
-    plan.cluster.device_types = {*devicePreset("cpu")};
+    plan.cluster.edit().device_types = {*devicePreset("cpu")};
     Node node;
     node.name = "n0";
     node.device_type = "cpu";
     node.count = 4;
     node.intra_bandwidth_bytes_per_s = 1e8;
     node.intra_latency_s = 1e-5;
-    plan.cluster.nodes = {node};
+    plan.cluster.edit().nodes = {node};
     plan.schedule.microbatches = 8;
 
     auto kind = GENERATE(as<std::string> {}, "gpipe", "1f1b", "interleaved");

@@ -26,10 +26,10 @@ Plan replicatedPlan(int replicas, int layers, double f, double b, double weights
         layer.forward_ms = f;
         layer.backward_ms = b;
         layer.weight_bytes = weights;
-        plan.model.layers.push_back(layer);
+        plan.model.edit().layers.push_back(layer);
     }
-    plan.cluster.device_types = {{"gpu", 1e12, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", replicas, bandwidth, latency});
+    plan.cluster.edit().device_types = {{"gpu", 1e12, 100, 0, {}, 0}};
+    plan.cluster.edit().nodes.push_back({"n0", "", 22, "", "gpu", replicas, bandwidth, latency});
     PlanStage stage {0, layers - 1, {}};
     for (int r = 0; r < replicas; ++r)
         stage.devices.push_back(r);
@@ -51,13 +51,13 @@ Plan twoNodePlan(int k, double bytes, double interBandwidth, double interLatency
         layer.forward_ms = 1;
         layer.backward_ms = 2;
         layer.activation_bytes = bytes;
-        plan.model.layers.push_back(layer);
+        plan.model.edit().layers.push_back(layer);
     }
-    plan.cluster.device_types = {{"gpu", 1e12, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", k, 1e15, 0});
-    plan.cluster.nodes.push_back({"n1", "", 22, "", "gpu", k, 1e15, 0});
-    plan.cluster.inter_node_bandwidth_bytes_per_s = interBandwidth;
-    plan.cluster.inter_node_latency_s = interLatency;
+    plan.cluster.edit().device_types = {{"gpu", 1e12, 100, 0, {}, 0}};
+    plan.cluster.edit().nodes.push_back({"n0", "", 22, "", "gpu", k, 1e15, 0});
+    plan.cluster.edit().nodes.push_back({"n1", "", 22, "", "gpu", k, 1e15, 0});
+    plan.cluster.edit().inter_node_bandwidth_bytes_per_s = interBandwidth;
+    plan.cluster.edit().inter_node_latency_s = interLatency;
     PlanStage first {0, 0, {}}, second {1, 1, {}};
     for (int r = 0; r < k; ++r) {
         first.devices.push_back(r);
@@ -157,7 +157,7 @@ TEST_CASE("transfers inside a node do not share the uplink", "[cost-model]")
 {
     // Both stages on one node of 4 devices: the same two-stage plan, no inter-node link in use.
     auto plan = twoNodePlan(2, 1e8, 1e10, 1e-5);
-    plan.cluster.nodes = {{"n0", "", 22, "", "gpu", 4, 1e10, 0}};
+    plan.cluster.edit().nodes = {{"n0", "", 22, "", "gpu", 4, 1e10, 0}};
     for (double t : activationArrivals(simulate(plan)))
         CHECK(t == Approx(1e-3 + 1e8 / 1e10));
 }
@@ -174,7 +174,7 @@ TEST_CASE("simulate takes an injected cost model", "[cost-model]")
     for (auto& t : measured.forward_s)
         t *= 2;
     CHECK(simulate(plan, schedule, measured).iteration_time_s
-        == Approx(base.iteration_time_s + plan.model.layers.size() * 1e-3));
+        == Approx(base.iteration_time_s + plan.model->layers.size() * 1e-3));
 
     auto broken = CostModel::fromPlan(plan);
     broken.device_node.pop_back();
@@ -187,8 +187,8 @@ TEST_CASE("simulate takes an injected cost model", "[cost-model]")
 TEST_CASE("fromPlan buckets a stage's gradients by layer, last layer first", "[cost-model]")
 {
     auto plan = replicatedPlan(2, 3, 1.0, 2.0, 100, 1e10, 0);
-    plan.model.layers[0].weight_bytes = 300; // the first layer's gradients are final last
-    plan.model.layers[2].backward_ms = 4.0; // the last layer runs its backward first
+    plan.model.edit().layers[0].weight_bytes = 300; // the first layer's gradients are final last
+    plan.model.edit().layers[2].backward_ms = 4.0; // the last layer runs its backward first
     const auto cost = CostModel::fromPlan(plan);
     REQUIRE(cost.stage_buckets[0].size() == 3);
     const auto& b = cost.stage_buckets[0];

@@ -59,7 +59,7 @@ std::vector<int> layersOn(const Plan& plan, const std::string& type)
 {
     std::vector<int> out;
     for (const auto& st : plan.stages)
-        if (plan.cluster.typeOf(st.devices[0]).name == type)
+        if (plan.cluster->typeOf(st.devices[0]).name == type)
             out.push_back(st.layerCount());
     return out;
 }

@@ -286,7 +286,7 @@ TEST_CASE("graph.txt writing with a plan adds stage ids", "[graph_txt]")
     requireSameLayers(model, readGraphTxt(in, "alexnet/gpus=2.txt"));
 
     Plan wrong;
-    wrong.model.layers.resize(3);
+    wrong.model.edit().layers.resize(3);
     std::ostringstream sink;
     CHECK_THROWS_AS(writeGraphTxt(sink, model, &wrong), InputError);
 }

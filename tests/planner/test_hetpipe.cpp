@@ -38,15 +38,15 @@ Plan toyPlan(const std::vector<double>& slowdown, int k, int nm, int staleness, 
         l.name = "layer" + std::to_string(i);
         l.forward_ms = 1000;
         l.backward_ms = 2000;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
     for (std::size_t v = 0; v < slowdown.size(); ++v) {
         DeviceType t;
         t.name = "gpu" + std::to_string(v);
         t.memory_bytes = 1e15;
         t.relative_speed = 1.0 / slowdown[v];
-        plan.cluster.device_types.push_back(t);
-        plan.cluster.nodes.push_back({"n" + std::to_string(v), "", 22, "", t.name, k, 1e9, 0});
+        plan.cluster.edit().device_types.push_back(t);
+        plan.cluster.edit().nodes.push_back({"n" + std::to_string(v), "", 22, "", t.name, k, 1e9, 0});
         for (int q = 0; q < k; ++q) {
             PlanStage st;
             st.first_layer = st.last_layer = q;
@@ -55,7 +55,7 @@ Plan toyPlan(const std::vector<double>& slowdown, int k, int nm, int staleness, 
             plan.stages.push_back(st);
         }
     }
-    plan.cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    plan.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e9;
     plan.schedule.kind = "wsp";
     plan.schedule.optimizer = "sgd";
     plan.schedule.microbatches = minibatches;
@@ -246,11 +246,11 @@ TEST_CASE("the simulator replays wsp's order as FIFO with real link costs", "[he
     // The toy with transfers (0.3 units, latency 0.05), a 1.5x slower second VW and a slower second stage
     // (F = 2, B = 4: inputs queue there); no pulls (D large).
     auto toy = toyPlan({1.0, 1.5}, 4, 4, 100, 24);
-    for (auto& l : toy.model.layers)
+    for (auto& l : toy.model.edit().layers)
         l.activation_bytes = 3e8;
-    toy.model.layers[1].forward_ms = 2000;
-    toy.model.layers[1].backward_ms = 4000;
-    for (auto& n : toy.cluster.nodes)
+    toy.model.edit().layers[1].forward_ms = 2000;
+    toy.model.edit().layers[1].backward_ms = 4000;
+    for (auto& n : toy.cluster.edit().nodes)
         n.intra_latency_s = 0.05;
     CHECK(fifo(toy, 24) > 10);
 
@@ -259,13 +259,13 @@ TEST_CASE("the simulator replays wsp's order as FIFO with real link costs", "[he
     for (double bytes : {3e8, 6e8, 1e9, 1.5e9}) {
         INFO("activations of " << bytes << " bytes");
         auto shared = toyPlan({1.0, 1.5}, 4, 4, 100, 24);
-        for (auto& l : shared.model.layers)
+        for (auto& l : shared.model.edit().layers)
             l.activation_bytes = bytes;
         const std::vector<std::vector<int>> devices = {{0}, {1}, {4}, {5}, {2}, {3}, {6}, {7}};
         for (int s = 0; s < 8; ++s)
             shared.stages[s].devices = devices[s];
-        shared.model.layers[2].forward_ms = 2000;
-        shared.model.layers[2].backward_ms = 4000;
+        shared.model.edit().layers[2].forward_ms = 2000;
+        shared.model.edit().layers[2].backward_ms = 4000;
         CHECK(fifo(shared, 24) > 10);
     }
 }
@@ -317,14 +317,14 @@ TEST_CASE("the per-VW DP equals brute force on small instances", "[hetpipe]")
             l.backward_ms = 20 * u(rng);
             l.activation_bytes = 1e6 * u(rng);
             l.weight_bytes = 1e6 * u(rng);
-            base.model.layers.push_back(l);
+            base.model.edit().layers.push_back(l);
         }
         const double cap = 4e6 + 2e7 * u(rng);
-        base.cluster.device_types = {{"fast", cap, 0, 1e11, 2.0}, {"slow", cap * 0.6, 0, 5e10, 0.7}};
-        base.cluster.nodes.push_back({"a", "", 22, "", "fast", 2, 1e9, 1e-4});
-        base.cluster.nodes.push_back({"b", "", 22, "", "slow", 2, 1e9, 1e-4});
-        base.cluster.inter_node_bandwidth_bytes_per_s = 2e8;
-        base.cluster.inter_node_latency_s = 1e-3;
+        base.cluster.edit().device_types = {{"fast", cap, 0, 1e11, 2.0}, {"slow", cap * 0.6, 0, 5e10, 0.7}};
+        base.cluster.edit().nodes.push_back({"a", "", 22, "", "fast", 2, 1e9, 1e-4});
+        base.cluster.edit().nodes.push_back({"b", "", 22, "", "slow", 2, 1e9, 1e-4});
+        base.cluster.edit().inter_node_bandwidth_bytes_per_s = 2e8;
+        base.cluster.edit().inter_node_latency_s = 1e-3;
         base.schedule.optimizer = "momentum";
         std::vector<int> devices;
         for (int d = 0; d < 4; ++d)
@@ -387,18 +387,18 @@ TEST_CASE("the per-VW DP equals brute force on small instances", "[hetpipe]")
     // E_q by hand (digest §1.2.2): two layers on two GPUs of different nodes. Stage 0 = layer 0 on the fast
     // GPU receives the gradient over the inter-node link, stage 1 the activation.
     Plan base;
-    base.model.layers = {Layer {}, Layer {}};
-    base.model.layers[0].name = "a";
-    base.model.layers[0].forward_ms = 4;
-    base.model.layers[0].backward_ms = 6;
-    base.model.layers[0].activation_bytes = 2e6;
-    base.model.layers[1].name = "b";
-    base.model.layers[1].forward_ms = 4;
-    base.model.layers[1].backward_ms = 6;
-    base.cluster.device_types = {{"fast", 1e9, 0, 0, 2.0}, {"slow", 1e9, 0, 0, 0.5}};
-    base.cluster.nodes = {{"a", "", 22, "", "fast", 1, 0, 0}, {"b", "", 22, "", "slow", 1, 0, 0}};
-    base.cluster.inter_node_bandwidth_bytes_per_s = 1e9;
-    base.cluster.inter_node_latency_s = 1e-3;
+    base.model.edit().layers = {Layer {}, Layer {}};
+    base.model.edit().layers[0].name = "a";
+    base.model.edit().layers[0].forward_ms = 4;
+    base.model.edit().layers[0].backward_ms = 6;
+    base.model.edit().layers[0].activation_bytes = 2e6;
+    base.model.edit().layers[1].name = "b";
+    base.model.edit().layers[1].forward_ms = 4;
+    base.model.edit().layers[1].backward_ms = 6;
+    base.cluster.edit().device_types = {{"fast", 1e9, 0, 0, 2.0}, {"slow", 1e9, 0, 0, 0.5}};
+    base.cluster.edit().nodes = {{"a", "", 22, "", "fast", 1, 0, 0}, {"b", "", 22, "", "slow", 1, 0, 0}};
+    base.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e9;
+    base.cluster.edit().inter_node_latency_s = 1e-3;
     hetpipe::StageCosts costs(base, {0, 1});
     CHECK(costs.stageSeconds({0, 1}, 0, 0, 0) == Approx(0.005 + 0.001 + 0.002)); // 10 ms / 2 + 1 ms + 2 MB / 1 GB/s
     CHECK(costs.stageSeconds({0, 1}, 1, 1, 1) == Approx(0.020 + 0.001 + 0.002)); // 10 ms / 0.5 + the same
@@ -420,7 +420,7 @@ TEST_CASE("HetPipe gives faster GPUs more work and beats uniform on the 4x4 clus
     for (int first = 0; first < plan.stageCount(); first = plan.pipelineEnd(first)) {
         std::map<std::string, int> layers;
         for (int s = first; s < plan.pipelineEnd(first); ++s)
-            layers[plan.cluster.typeOf(plan.stages[s].devices[0]).name] += plan.stages[s].layerCount();
+            layers[plan.cluster->typeOf(plan.stages[s].devices[0]).name] += plan.stages[s].layerCount();
         REQUIRE(layers.size() == 4);
         CHECK(layers["TITAN V"] > layers["Quadro P4000"]);
         CHECK(layers["TITAN V"] >= layers["TITAN RTX"]);

@@ -39,18 +39,18 @@ Plan starPlan(const std::vector<double>& F, const std::vector<double>& B, const 
         l.backward_ms = B[i] * 1000;
         l.activation_bytes = 0;
         l.weight_bytes = 1000;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
     DeviceType gpu;
     gpu.name = "gpu";
     gpu.memory_bytes = 1e15;
-    plan.cluster.device_types.push_back(gpu);
+    plan.cluster.edit().device_types.push_back(gpu);
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
     node.count = n;
     node.intra_bandwidth_bytes_per_s = 1e12;
-    plan.cluster.nodes.push_back(node);
+    plan.cluster.edit().nodes.push_back(node);
     for (int s = 0; s < n; ++s)
         plan.stages.push_back({s, s, {s}});
     plan.schedule.kind = "2bw";

@@ -34,13 +34,13 @@ Plan chainPlan(const std::string& kind, int L, int p, int m, double F, double B,
         l.activation_bytes = out;
         l.stashed_bytes = stash;
         l.weight_bytes = w;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
     DeviceType gpu;
     gpu.name = "gpu";
     gpu.memory_bytes = 1e15;
-    plan.cluster.device_types.push_back(gpu);
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", p, bandwidth, 0});
+    plan.cluster.edit().device_types.push_back(gpu);
+    plan.cluster.edit().nodes.push_back({"n0", "", 22, "", "gpu", p, bandwidth, 0});
     for (int s = 0; s < p; ++s)
         plan.stages.push_back({s * L / p, (s + 1) * L / p - 1, {s}});
     plan.schedule.kind = kind;

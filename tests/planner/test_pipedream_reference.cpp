@@ -67,9 +67,9 @@ void checkPlan(const Plan& plan)
     std::multiset<int> used;
     for (const auto& s : plan.stages)
         used.insert(s.devices.begin(), s.devices.end());
-    CHECK(static_cast<int>(used.size()) == plan.cluster.deviceCount());
-    CHECK(static_cast<int>(std::set<int>(used.begin(), used.end()).size()) == plan.cluster.deviceCount());
-    const int n = plan.model.layerCount();
+    CHECK(static_cast<int>(used.size()) == plan.cluster->deviceCount());
+    CHECK(static_cast<int>(std::set<int>(used.begin(), used.end()).size()) == plan.cluster->deviceCount());
+    const int n = plan.model->layerCount();
     std::vector<int> position(n), stage(n);
     for (int s = 0; s < plan.stageCount(); ++s)
         for (int pos = plan.stages[s].first_layer; pos <= plan.stages[s].last_layer; ++pos) {
@@ -77,9 +77,9 @@ void checkPlan(const Plan& plan)
             stage[plan.layerAt(pos)] = s;
         }
     for (int v = 0; v < n; ++v) {
-        for (int u : plan.model.layers[v].inputs)
+        for (int u : plan.model->layers[v].inputs)
             CHECK(position[u] < position[v]);
-        if (isDataSource(plan.model.layers[v]) && plan.model.layers[v].inputs.empty())
+        if (isDataSource(plan.model->layers[v]) && plan.model->layers[v].inputs.empty())
             CHECK(stage[v] == 0);
     }
 }
@@ -135,8 +135,8 @@ TEST_CASE("reference objectives: AlexNet, ResNet-18, ResNet-50, GNMT", "[pipedre
     // Removed __getitem__ sinks are placed in the last stage.
     const auto& plan = *gnmt.plan;
     const auto& last = plan.stages.back();
-    for (int pos = 0; pos < plan.model.layerCount(); ++pos) {
-        const auto& layer = plan.model.layers[plan.layerAt(pos)];
+    for (int pos = 0; pos < plan.model->layerCount(); ++pos) {
+        const auto& layer = plan.model->layers[plan.layerAt(pos)];
         if (layer.name == "node9" || layer.name == "node46")
             CHECK(pos >= last.first_layer);
     }

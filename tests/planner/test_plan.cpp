@@ -14,7 +14,7 @@ namespace {
 Plan threeLayerPlan(bool graph)
 {
     Plan p;
-    p.model.is_graph = graph;
+    p.model.edit().is_graph = graph;
     for (int i = 0; i < 3; ++i) {
         Layer l;
         l.name = "l" + std::to_string(i);
@@ -22,10 +22,10 @@ Plan threeLayerPlan(bool graph)
         l.backward_ms = 2;
         if (graph && i > 0)
             l.inputs = {i - 1};
-        p.model.layers.push_back(l);
+        p.model.edit().layers.push_back(l);
     }
-    p.cluster.device_types = {{"gpu", 1e9, 1, 0, {}, 0}};
-    p.cluster.nodes = {{"n", "n", 22, "", "gpu", 2, 1e10, 0}};
+    p.cluster.edit().device_types = {{"gpu", 1e9, 1, 0, {}, 0}};
+    p.cluster.edit().nodes = {{"n", "n", 22, "", "gpu", 2, 1e10, 0}};
     p.stages = {{0, 1, {0}}, {2, 2, {1}}};
     return p;
 }

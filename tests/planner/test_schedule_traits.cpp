@@ -33,17 +33,17 @@ Plan makePlan(
         l.backward_ms = 2;
         l.activation_bytes = 1000;
         l.weight_bytes = 100'000;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
     DeviceType gpu {"gpu", 80e9, 100, 0, std::nullopt, 0};
     gpu.streaming_execution = g.traits().streams_transfers;
-    plan.cluster.device_types.push_back(gpu);
+    plan.cluster.edit().device_types.push_back(gpu);
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
     node.count = std::accumulate(replicas.begin(), replicas.end(), 0);
     node.intra_bandwidth_bytes_per_s = 1e11;
-    plan.cluster.nodes.push_back(node);
+    plan.cluster.edit().nodes.push_back(node);
     std::vector<std::vector<int>> owned(p);
     for (int j = 0, next = 0; j < p; ++j)
         for (int r = 0; r < replicas[j]; ++r)
@@ -224,7 +224,7 @@ TEST_CASE("every generator keeps its traits on a straight pipeline", "[schedule-
             CHECK(sim.stages[s].peak_weight_versions == c.peak_versions);
 
             // The memory model (costs.h) follows the same traits as the simulated peak.
-            auto totals = stageTotals(plan, s, plan.cluster.device_types[0]);
+            auto totals = stageTotals(plan, s, plan.cluster->device_types[0]);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
                 totals.optimizer_bytes, limit, m, false};
             const double model = stageMemoryBytes(t, in);
@@ -259,7 +259,7 @@ TEST_CASE("every generator accepts and rejects the plans its traits say", "[sche
         CHECK(generates(makePlan(*g, {1, 1}, 3, 2)) == (t.chunks == ChunkRule::Any));
         // Streamed transfers need streaming devices.
         auto plain = makePlan(*g, {1, 1}, 4);
-        plain.cluster.device_types[0].streaming_execution = false;
+        plain.cluster.edit().device_types[0].streaming_execution = false;
         CHECK(generates(plain) == !t.streams_transfers);
         // Several pipelines run only under wave synchronous parallel.
         auto two = makePlan(*g, {1, 1, 1, 1}, 4);

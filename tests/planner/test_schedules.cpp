@@ -32,16 +32,16 @@ Plan makePlan(const std::string& kind, const std::vector<int>& replicas, int mic
         l.backward_ms = 2;
         l.activation_bytes = 1000 + i;
         l.weight_bytes = 100;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
     const int devices = std::accumulate(replicas.begin(), replicas.end(), 0) + extraDevices;
-    plan.cluster.device_types.push_back({"gpu", 80e9, 100, 0, std::nullopt, 0});
+    plan.cluster.edit().device_types.push_back({"gpu", 80e9, 100, 0, std::nullopt, 0});
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
     node.count = devices;
     node.intra_bandwidth_bytes_per_s = 1e11;
-    plan.cluster.nodes.push_back(node);
+    plan.cluster.edit().nodes.push_back(node);
     std::vector<std::vector<int>> owned(p);
     for (int j = 0, next = 0; j < p; ++j)
         for (int r = 0; r < replicas[j]; ++r)
@@ -204,7 +204,7 @@ TEST_CASE("transfers surround compute actions with peers and cut bytes", "[sched
                 CHECK(a.peer == 1 - d);
                 CHECK(a.bytes == 1001.0); // activation of layer 1, the last of stage 0
             }
-    plan.model.microbatch_size = 2;
+    plan.model.edit().microbatch_size = 2;
     plan.schedule.microbatch_size = 6;
     auto scaled = generateSchedule(plan);
     CHECK(scaled.devices[0][1].bytes == 3003.0);

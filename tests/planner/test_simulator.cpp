@@ -118,13 +118,13 @@ TEST_CASE("simulated peak memory matches the analytic stage memory", "[simulator
 {
     for (const char* kind : {"gpipe", "1f1b", "pipedream"}) {
         auto plan = uniformPlan(4, 8, kind);
-        for (auto& l : plan.model.layers) {
+        for (auto& l : plan.model.edit().layers) {
             l.weight_bytes = 1000;
             l.activation_bytes = 100;
         }
         auto r = run(plan);
         for (int s = 0; s < 4; ++s) {
-            auto totals = stageTotals(plan, s, plan.cluster.device_types[0]);
+            auto totals = stageTotals(plan, s, plan.cluster->device_types[0]);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
                 totals.optimizer_bytes, 4 - s, 8, false};
             INFO(kind << " stage " << s);
@@ -136,15 +136,15 @@ TEST_CASE("simulated peak memory matches the analytic stage memory", "[simulator
 TEST_CASE("transfers cost latency plus bytes over the link", "[simulator]")
 {
     auto plan = uniformPlan(2, 1, "1f1b", 1.0, 2.0);
-    plan.model.layers[0].activation_bytes = 1e9;
-    plan.cluster.nodes[0].intra_bandwidth_bytes_per_s = 1e12; // 1 ms for 1 GB
-    plan.cluster.nodes[0].intra_latency_s = 1e-4;
+    plan.model.edit().layers[0].activation_bytes = 1e9;
+    plan.cluster.edit().nodes[0].intra_bandwidth_bytes_per_s = 1e12; // 1 ms for 1 GB
+    plan.cluster.edit().nodes[0].intra_latency_s = 1e-4;
     auto r = run(plan);
     // F0, send, F1, B1, send back, B0.
     CHECK(r.makespan_s * 1e3 == Approx(1 + 1.1 + 1 + 2 + 1.1 + 2));
     // Across nodes the slower inter-node link is used.
-    plan.cluster.nodes = {{"a", "", 22, "", "gpu", 1, 0, 0}, {"b", "", 22, "", "gpu", 1, 0, 0}};
-    plan.cluster.inter_node_bandwidth_bytes_per_s = 1e11; // 10 ms
+    plan.cluster.edit().nodes = {{"a", "", 22, "", "gpu", 1, 0, 0}, {"b", "", 22, "", "gpu", 1, 0, 0}};
+    plan.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e11; // 10 ms
     plan.stages[1].devices = {1};
     auto inter = run(plan);
     CHECK(inter.makespan_s * 1e3 == Approx(1 + 10 + 1 + 2 + 10 + 2));
@@ -156,9 +156,9 @@ TEST_CASE("transfers cost latency plus bytes over the link", "[simulator]")
 TEST_CASE("replicas all-reduce their gradients before the step", "[simulator]")
 {
     auto plan = uniformPlan(1, 2, "1f1b");
-    plan.cluster.nodes[0].count = 2;
-    plan.cluster.nodes[0].intra_bandwidth_bytes_per_s = 1e9;
-    plan.model.layers[0].weight_bytes = 1e6; // ring: 2 (n-1)/n x 1 MB / 1 GB/s = 1 ms
+    plan.cluster.edit().nodes[0].count = 2;
+    plan.cluster.edit().nodes[0].intra_bandwidth_bytes_per_s = 1e9;
+    plan.model.edit().layers[0].weight_bytes = 1e6; // ring: 2 (n-1)/n x 1 MB / 1 GB/s = 1 ms
     plan.stages[0].devices = {0, 1};
     auto r = run(plan);
     CHECK(r.makespan_s * 1e3 == Approx(3 + 1));
@@ -168,9 +168,9 @@ TEST_CASE("replicas all-reduce their gradients before the step", "[simulator]")
 TEST_CASE("slower device types take proportionally longer", "[simulator]")
 {
     auto plan = uniformPlan(2, 1, "1f1b");
-    plan.cluster.device_types.push_back({"slow", 1e12, 50, 0, 0.5, 0});
-    plan.cluster.nodes = {{"fast", "", 22, "", "gpu", 1, 0, 0}, {"slow", "", 22, "", "slow", 1, 0, 0}};
-    plan.cluster.inter_node_bandwidth_bytes_per_s = 1e12;
+    plan.cluster.edit().device_types.push_back({"slow", 1e12, 50, 0, 0.5, 0});
+    plan.cluster.edit().nodes = {{"fast", "", 22, "", "gpu", 1, 0, 0}, {"slow", "", 22, "", "slow", 1, 0, 0}};
+    plan.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e12;
     plan.stages[1].devices = {1};
     auto r = run(plan);
     CHECK(r.makespan_s * 1e3 == Approx(1 + 2 + 4 + 2));

@@ -28,15 +28,15 @@ Plan makePlan(
         l.backward_ms = 2;
         l.activation_bytes = 1000;
         l.weight_bytes = 100;
-        plan.model.layers.push_back(l);
+        plan.model.edit().layers.push_back(l);
     }
-    plan.cluster.device_types.push_back({"gpu", 80e9, 100, 0, std::nullopt, 0});
+    plan.cluster.edit().device_types.push_back({"gpu", 80e9, 100, 0, std::nullopt, 0});
     Node node;
     node.name = "n0";
     node.device_type = "gpu";
     node.count = std::accumulate(replicas.begin(), replicas.end(), 0);
     node.intra_bandwidth_bytes_per_s = 1e11; // wsp derives its order from a timed run: links must be finite
-    plan.cluster.nodes.push_back(node);
+    plan.cluster.edit().nodes.push_back(node);
     std::vector<std::vector<int>> owned(p);
     for (int j = 0, next = 0; j < p; ++j)
         for (int r = 0; r < replicas[j]; ++r)
@@ -95,7 +95,7 @@ void checkGrid(const std::vector<int>& replicas, const std::vector<int>& chunkVa
             for (int v : chunkValues)
                 for (int iterations : {1, 2}) {
                     auto plan = makePlan(kind, replicas, m, v, iterations);
-                    plan.cluster.device_types[0].streaming_execution = traits.streams_transfers;
+                    plan.cluster.edit().device_types[0].streaming_execution = traits.streams_transfers;
                     INFO(kind << " config " << plan.configString() << " m=" << m << " v=" << v
                               << " iterations=" << iterations);
                     if (!accepts(traits, replicas, m, v, iterations)) {

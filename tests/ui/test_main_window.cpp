@@ -245,9 +245,9 @@ TEST_CASE(
     CHECK(enter.isAccepted());
     QDropEvent drop(QPointF(400, 300), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
     QApplication::sendEvent(&w.window, &drop);
-    CHECK(doc.project().model.name == "tiny");
+    CHECK(doc.project().model->name == "tiny");
     REQUIRE(doc.planDocument().hasPlan());
-    CHECK(doc.planDocument().plan().model.name == "tiny");
+    CHECK(doc.planDocument().plan().model->name == "tiny");
     REQUIRE(doc.project().scenarios.size() == scenarios + 1);
     CHECK(planner::toJson(doc.project().scenarios.back().plan).dump() == oldPlan);
     CHECK(doc.isModified());

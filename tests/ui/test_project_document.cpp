@@ -213,7 +213,7 @@ TEST_CASE("project document: importing a profile keeps the old plan as a scenari
     CHECK(doc.isModified());
     REQUIRE(modified.count() >= 1);
     CHECK(modified.last().at(0).toBool());
-    CHECK(doc.project().model.layerCount() == 12);
+    CHECK(doc.project().model->layerCount() == 12);
     CHECK(planner::toJson(doc.project().model) == planner::toJson(model));
 
     // The old plan is a scenario, exactly as it was.
@@ -225,7 +225,7 @@ TEST_CASE("project document: importing a profile keeps the old plan as a scenari
     // The new plan covers the new model on the same cluster.
     REQUIRE(doc.planDocument().hasPlan());
     const auto& plan = doc.planDocument().plan();
-    CHECK(plan.model.layerCount() == 12);
+    CHECK(plan.model->layerCount() == 12);
     REQUIRE_FALSE(plan.stages.empty());
     CHECK(plan.stages.front().first_layer == 0);
     CHECK(plan.stages.back().last_layer == 11);
@@ -247,7 +247,7 @@ TEST_CASE("project document: importing a model with fewer layers than devices st
     doc.setProject(demo());
     QString error;
     REQUIRE(doc.importProfile(testData("golden/tiny-model.json"), &error));
-    CHECK(doc.project().model.layerCount() == 5);
+    CHECK(doc.project().model->layerCount() == 5);
     REQUIRE(doc.planDocument().hasPlan());
     CHECK(doc.planDocument().plan().stages.back().last_layer == 4);
     CHECK(doc.isModified());
@@ -261,8 +261,8 @@ TEST_CASE("project document: an invalid cluster is refused and nothing changes",
     const State before(doc);
     QSignalSpy changed(&doc, &ui::ProjectDocument::projectChanged);
     auto cluster = demo().cluster;
-    REQUIRE_FALSE(cluster.nodes.empty());
-    cluster.nodes[0].count = 0;
+    REQUIRE_FALSE(cluster->nodes.empty());
+    cluster.edit().nodes[0].count = 0;
     QString error;
     CHECK_FALSE(doc.setCluster(cluster, &error));
     CHECK_FALSE(error.isEmpty());
@@ -277,15 +277,15 @@ TEST_CASE("project document: a compatible cluster change keeps the stages", "[ui
     const auto stagesBefore = planner::toJson(doc.planDocument().plan()).at("stages");
     const auto scenariosBefore = doc.project().scenarios.size();
     auto cluster = demo().cluster;
-    cluster.name = "dgx-renamed";
-    cluster.nodes[0].intra_bandwidth_bytes_per_s *= 0.5;
+    cluster.edit().name = "dgx-renamed";
+    cluster.edit().nodes[0].intra_bandwidth_bytes_per_s *= 0.5;
     QString error;
     REQUIRE(doc.setCluster(cluster, &error));
     CHECK(doc.isModified());
-    CHECK(doc.project().cluster.name == "dgx-renamed");
+    CHECK(doc.project().cluster->name == "dgx-renamed");
     REQUIRE(doc.planDocument().hasPlan());
     CHECK(planner::toJson(doc.planDocument().plan()).at("stages") == stagesBefore);
-    CHECK(doc.planDocument().plan().cluster.name == "dgx-renamed");
+    CHECK(doc.planDocument().plan().cluster->name == "dgx-renamed");
     CHECK(planner::toJson(doc.planDocument().plan().cluster) == planner::toJson(cluster));
     CHECK(doc.project().scenarios.size() == scenariosBefore);
     CHECK_NOTHROW(doc.snapshot().validate());
@@ -305,20 +305,20 @@ TEST_CASE("project document: a cluster too small for the plan keeps it as a scen
     REQUIRE(used > 4);
     const auto scenariosBefore = doc.project().scenarios.size();
     auto cluster = demo().cluster;
-    cluster.nodes[0].count = 4;
+    cluster.edit().nodes[0].count = 4;
     QString error;
     REQUIRE(doc.setCluster(cluster, &error));
     CHECK(doc.isModified());
-    CHECK(doc.project().cluster.deviceCount() == 4);
+    CHECK(doc.project().cluster->deviceCount() == 4);
     REQUIRE(doc.project().scenarios.size() == scenariosBefore + 1);
     CHECK(planJson(doc.project().scenarios.back().plan) == oldPlan);
     REQUIRE(doc.planDocument().hasPlan());
     const auto& plan = doc.planDocument().plan();
-    CHECK(plan.cluster.deviceCount() == 4);
+    CHECK(plan.cluster->deviceCount() == 4);
     for (const auto& s : plan.stages)
         for (int d : s.devices)
             CHECK(d < 4);
-    CHECK(plan.stages.back().last_layer == demo().model.layerCount() - 1);
+    CHECK(plan.stages.back().last_layer == demo().model->layerCount() - 1);
     CHECK_NOTHROW(doc.snapshot().validate());
     // The kept plan needs the old cluster: not restorable here.
     CHECK_FALSE(doc.restoreScenario(QString::fromStdString(doc.project().scenarios.back().name), &error));
@@ -476,7 +476,7 @@ TEST_CASE("project document: scenarios are saved, removed and restored as one un
 
     // A scenario made for another cluster is refused, with a message; the plan stays.
     auto other = demo().cluster;
-    other.nodes[0].intra_bandwidth_bytes_per_s *= 2;
+    other.edit().nodes[0].intra_bandwidth_bytes_per_s *= 2;
     REQUIRE(doc.setCluster(other));
     const std::string afterCluster = planJson(doc.planDocument().plan());
     const int steps = undo->count();

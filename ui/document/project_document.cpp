@@ -51,8 +51,8 @@ void ProjectDocument::setProject(app::Project project, const QString& path)
         m_dirty = plan.has_value();
         if (!plan)
             emit notice(tr("No plan for %1 on %2: %3. Change the cluster or run a partitioner.")
-                            .arg(QString::fromStdString(m_project.model.name),
-                                QString::fromStdString(m_project.cluster.name), note));
+                            .arg(QString::fromStdString(m_project.model->name),
+                                QString::fromStdString(m_project.cluster->name), note));
     }
     if (plan)
         m_plan.reset(std::move(*plan));
@@ -114,8 +114,8 @@ std::optional<planner::Plan> ProjectDocument::planFresh(const app::Project& proj
             options.schedule.chunks = 1;
         // A stage per device, or per layer when the model has fewer layers than that (replicated stages).
         const int chunks = std::max(1, options.schedule.chunks);
-        const int layers = project.model.layerCount();
-        options.stages = layers < project.cluster.deviceCount() * chunks ? std::max(1, layers / chunks) : 0;
+        const int layers = project.model->layerCount();
+        options.stages = layers < project.cluster->deviceCount() * chunks ? std::max(1, layers / chunks) : 0;
         auto result = planner::findPartitioner("uniform")->partition({project.model, project.cluster, options}, {}, {});
         if (result.ok())
             return std::move(*result.plan);

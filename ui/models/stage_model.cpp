@@ -57,7 +57,7 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
     const bool over = have && peak > capacity;
     double compute = 0;
     if (!st.devices.empty()) {
-        const auto totals = planner::stageTotals(plan, s, plan.cluster.typeOf(st.devices[0]));
+        const auto totals = planner::stageTotals(plan, s, plan.cluster->typeOf(st.devices[0]));
         compute = totals.forward_s + totals.backward_s;
     }
     if (role == Qt::ForegroundRole && over && (index.column() == Memory || index.column() == Capacity))
@@ -88,7 +88,7 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
     case Layers:
         return QStringLiteral("%1-%2").arg(st.first_layer).arg(st.last_layer);
     case Devices: {
-        QString text = QString::fromStdString(plan.cluster.deviceName(st.devices.at(0)));
+        QString text = QString::fromStdString(plan.cluster->deviceName(st.devices.at(0)));
         if (st.replicas() > 1)
             text += QStringLiteral(" +%1").arg(st.replicas() - 1);
         return text;

@@ -194,7 +194,7 @@ void MainWindow::buildMenus()
         if (!m_document->planDocument().hasPlan())
             return;
         bool ok = false;
-        const int layers = m_document->planDocument().plan().model.layerCount();
+        const int layers = m_document->planDocument().plan().model->layerCount();
         const int layer = QInputDialog::getInt(
             this, tr("Split a stage"), tr("New boundary after layer:"), layers / 2, 0, layers - 2, 1, &ok);
         const auto bounds = planner::edit::boundaries(m_document->planDocument().plan());

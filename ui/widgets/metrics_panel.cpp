@@ -86,7 +86,7 @@ void MetricsPanel::refresh()
             .arg(plan.stageCount())
             .arg(QString::fromStdString(plan.configString()))
             .arg(plan.schedule.microbatches)
-            .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
+            .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
             .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
     const auto& r = m_document.prediction();
     if (!r) {

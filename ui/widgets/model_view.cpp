@@ -39,10 +39,10 @@ QColor stageColor(int stage, bool over)
 QString deviceList(const planner::Plan& plan, const std::vector<int>& devices)
 {
     if (devices.size() == 1)
-        return QString::fromStdString(plan.cluster.deviceName(devices.front()));
+        return QString::fromStdString(plan.cluster->deviceName(devices.front()));
     QString types;
     for (int d : devices) {
-        const QString t = QString::fromStdString(plan.cluster.typeOf(d).name);
+        const QString t = QString::fromStdString(plan.cluster->typeOf(d).name);
         if (!types.split(QStringLiteral("/")).contains(t))
             types += (types.isEmpty() ? QString() : QStringLiteral("/")) + t;
     }
@@ -99,21 +99,21 @@ void ModelView::rebuild()
     }
     const planner::Plan& plan = m_document.plan();
     const auto& prediction = m_document.prediction();
-    const int layers = plan.model.layerCount();
+    const int layers = plan.model->layerCount();
     const double scale = planner::microbatchScale(plan);
 
     QVector<double> keys, forward, backward, weights, stashed;
     for (const auto& stage : plan.stages) {
-        const auto& type = plan.cluster.typeOf(stage.devices.front());
-        const double speed = planner::deviceSpeed(type, plan.model, plan.cluster.device_types).factor;
+        const auto& type = plan.cluster->typeOf(stage.devices.front());
+        const double speed = planner::deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
         for (int p = stage.first_layer; p <= stage.last_layer; ++p) {
-            const auto& layer = plan.model.layers[plan.layerAt(p)];
+            const auto& layer = plan.model->layers[plan.layerAt(p)];
             const auto times = planner::layerTimesOn(layer, type, speed);
             keys << p + 0.5;
             forward << times.forward_ms * scale;
             backward << times.backward_ms * scale;
             weights << layer.weight_bytes / (1 << 20);
-            stashed << plan.model.stashedBytes(plan.layerAt(p)) * scale / (1 << 20);
+            stashed << plan.model->stashedBytes(plan.layerAt(p)) * scale / (1 << 20);
         }
     }
     // The series change only when layers move to a stage of another device type: a drag on one type keeps them
@@ -220,16 +220,16 @@ void ModelView::rebuild()
         grip->setPadding(QMargins(2, 2, 2, 2));
         grip->setClipToAxisRect(true);
     }
-    const auto& type = plan.cluster.typeOf(plan.stages.front().devices.front());
+    const auto& type = plan.cluster->typeOf(plan.stages.front().devices.front());
     QString caption
         = tr("<b>%1</b>: %2 layers, %3 stages (%4) on %5. Bars: time per microbatch of %6 on the device "
              "type of the layer's stage (%7 for stage 0).")
-              .arg(QString::fromStdString(plan.model.name).toHtmlEscaped())
+              .arg(QString::fromStdString(plan.model->name).toHtmlEscaped())
               .arg(layers)
               .arg(plan.stageCount())
               .arg(QString::fromStdString(plan.configString()))
-              .arg(QString::fromStdString(plan.cluster.name).toHtmlEscaped())
-              .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model.microbatch_size)
+              .arg(QString::fromStdString(plan.cluster->name).toHtmlEscaped())
+              .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
               .arg(QString::fromStdString(type.name));
     const std::string why = planner::edit::whyNotEditable(plan);
     caption += why.empty()
@@ -344,7 +344,7 @@ void ModelView::showContextMenu(QPoint pos)
     const double position = m_plot->xAxis->pixelToCoord(pos.x());
     const int s = stageAt(position);
     QMenu menu(this);
-    const int layer = std::clamp(static_cast<int>(std::floor(position)), 0, m_document.plan().model.layerCount() - 1);
+    const int layer = std::clamp(static_cast<int>(std::floor(position)), 0, m_document.plan().model->layerCount() - 1);
     menu.addAction(
         tr("Split stage %1 after layer %2").arg(s).arg(layer), this, [this, position] { splitStageAt(position); });
     if (s + 1 < m_document.plan().stageCount())
@@ -411,8 +411,8 @@ void ModelView::assignDevicesAt(double position)
         candidates.push_back(d);
     for (std::size_t i = 0; i < candidates.size(); ++i) {
         auto* item = new QListWidgetItem(
-            QStringLiteral("%1 (%2)").arg(QString::fromStdString(plan.cluster.deviceName(candidates[i])),
-                QString::fromStdString(plan.cluster.typeOf(candidates[i]).name)));
+            QStringLiteral("%1 (%2)").arg(QString::fromStdString(plan.cluster->deviceName(candidates[i])),
+                QString::fromStdString(plan.cluster->typeOf(candidates[i]).name)));
         item->setData(Qt::UserRole, candidates[i]);
         item->setCheckState(i < plan.stages[s].devices.size() ? Qt::Checked : Qt::Unchecked);
         list->addItem(item);

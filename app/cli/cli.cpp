@@ -26,6 +26,12 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_option("--iterations", p.schedule.iterations, "batches to simulate")->capture_default_str();
     cmd->add_flag("--recompute", p.schedule.recompute, "activation recomputation");
     cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
+    cmd->add_option("--precision", p.schedule.precision,
+        "weights: fp32 | bf16 | fp16 (default: the profile's; below fp32 the optimizer keeps fp32 master weights)");
+    cmd->add_option(
+        "--gradient-precision", p.schedule.gradient_precision, "gradients: fp32 | bf16 | fp16 (default: the weights')");
+    cmd->add_flag("--distributed-optimizer", p.schedule.distributed_optimizer,
+        "shard master weights and optimizer moments over a stage's data-parallel replicas (Megatron, ZeRO-1)");
     cmd->add_flag(
         "--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
         "sends and receives block compute");

@@ -53,7 +53,8 @@ public:
         problem.straight = opt.straight;
         problem.per_worker_allreduce = opt.per_worker_allreduce;
         const double scale = microbatchScale(plan);
-        const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
+        // Replication is what the DP decides: it plans without sharding the optimizer (the simulator shards it).
+        const double optFactor = optimizerStateFactor(plan.schedule, model);
         problem.cut_bytes = model.cutBytes();
         for (auto& b : problem.cut_bytes)
             b *= scale;

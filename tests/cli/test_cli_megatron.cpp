@@ -46,3 +46,40 @@ TEST_CASE("megatron plans the demo and its tensor-parallel plans simulate and ex
     CHECK(bad.code != 0);
     CHECK(bad.err.find("global-batch") != std::string::npos);
 }
+
+TEST_CASE("plan --json and compare --json report tensor parallelism, chunks, microbatch size, recomputation and MFU",
+    "[cli][megatron]")
+{
+    // issue 10 item 8: these fields were missing; MFU appears wherever the profile gives FLOPs.
+    auto r = cli({"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--set", "tensor-sizes=2", "--set", "pipeline-sizes=2", "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto plan = json::parse(r.out);
+    CHECK(plan.at("tensor_parallel") == 2);
+    CHECK(plan.at("chunks").get<int>() >= 1);
+    CHECK(plan.at("microbatch_size").get<int>() >= 1);
+    CHECK(plan.at("recompute").is_boolean());
+    const double perGpu = plan.at("model_flops_per_s_per_gpu").get<double>();
+    CHECK(plan.at("mfu").get<double>() == Approx(perGpu / 989e12));
+    CHECK(plan.at("mfu").get<double>() > 0);
+    CHECK(plan.at("mfu").get<double>() < 1);
+
+    auto text = cli({"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json"});
+    CHECK(text.out.find("MFU") != std::string::npos);
+
+    auto c = cli({"compare", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--json"});
+    INFO(c.err);
+    REQUIRE(c.code == 0);
+    for (const auto& row : json::parse(c.out).at("rows")) {
+        INFO(row.at("algorithm"));
+        if (!row.at("ok").get<bool>())
+            continue;
+        for (const char* key :
+            {"tensor_parallel", "chunks", "microbatch_size", "recompute", "model_flops_per_s_per_gpu", "mfu"})
+            CHECK(row.contains(key));
+        if (row.at("algorithm") == "megatron")
+            CHECK(row.at("chunks").get<int>() > 1); // the demo's megatron plan interleaves
+    }
+}

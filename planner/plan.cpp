@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <numeric>
 #include <set>
 
 #include "errors.h"
@@ -91,6 +92,20 @@ int twoBwIterations(const Plan& plan)
     while (it > plan.schedule.iterations && (m * it > kMaxMicrobatches || m * it * stages > kMaxStageMicrobatches))
         --it;
     return it;
+}
+
+int pipeDreamMicrobatches(const Plan& plan)
+{
+    long long L = 1;
+    for (const auto& st : plan.stages) {
+        L = std::lcm(L, static_cast<long long>(std::max(1, st.replicas())));
+        if (L > kMaxMicrobatches * std::max(1, plan.schedule.iterations))
+            return -1;
+    }
+    // m x iterations must be a multiple of L: m a multiple of L / gcd(L, iterations).
+    const long long step = L / std::gcd(L, static_cast<long long>(std::max(1, plan.schedule.iterations)));
+    const long long m = (std::max(1, plan.schedule.microbatches) + step - 1) / step * step;
+    return m > kMaxMicrobatches ? -1 : static_cast<int>(m);
 }
 
 int Plan::effectiveConcurrentMinibatches() const

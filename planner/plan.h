@@ -24,6 +24,10 @@ struct Plan;
 /// size limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
 int twoBwIterations(const Plan& plan);
 inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
+/// The "pipedream" schedule deals inputs round-robin over a stage's replicas: the smallest microbatch count >=
+/// the plan's for which microbatches x iterations is a multiple of every stage's replica count; -1 when that
+/// exceeds kMaxMicrobatches.
+int pipeDreamMicrobatches(const Plan& plan);
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.
 /// With interleaving these are virtual stages; virtual stage s runs on the devices of stage s mod p.

@@ -54,6 +54,8 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
         "reference variant: count stage-to-stage traffic divided by this ratio");
     cmd->add_flag("--per-worker-allreduce", p.per_worker_allreduce, "read B_k as per-worker bandwidth");
     cmd->add_flag("--flat", p.flat, "PipeDream: one level over all devices");
+    cmd->add_flag("--use-fewer-machines", p.use_fewer_machines,
+        "PipeDream: leave out replicas that do not make their stage faster than the slowest one");
     cmd->add_option("--boundaries", o.boundaries, "manual: last layer of every stage but the last, e.g. 5,11,17");
     cmd->add_option("--set", o.settings, "algorithm option NAME=VALUE (repeatable; see `pipewright-cli algorithms`)");
     cmd->add_flag("--json", o.json, "print the result as JSON");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -16,26 +17,115 @@ namespace pw::planner {
 
 using nlohmann::json;
 
+NodeList::NodeList(std::initializer_list<Node> nodes)
+    : m_nodes(nodes)
+{
+}
+
+NodeList::NodeList(std::vector<Node> nodes)
+    : m_nodes(std::move(nodes))
+{
+}
+
+NodeList::NodeList(const NodeList& other)
+    : m_nodes(other.m_nodes)
+{
+    std::lock_guard lock(other.m_mutex);
+    if (other.m_ready.load(std::memory_order_acquire)) {
+        m_index = other.m_index;
+        m_ready.store(m_index.get(), std::memory_order_release);
+    }
+}
+
+NodeList::NodeList(NodeList&& other) noexcept
+    : m_nodes(std::move(other.m_nodes))
+{
+    if (other.m_ready.load(std::memory_order_acquire)) {
+        m_index = std::move(other.m_index);
+        m_ready.store(m_index.get(), std::memory_order_release);
+    }
+    other.m_ready.store(nullptr, std::memory_order_relaxed);
+}
+
+NodeList& NodeList::operator=(const NodeList& other)
+{
+    if (this != &other)
+        *this = NodeList(other);
+    return *this;
+}
+
+NodeList& NodeList::operator=(NodeList&& other) noexcept
+{
+    if (this == &other)
+        return *this;
+    m_nodes = std::move(other.m_nodes);
+    const bool ready = other.m_ready.load(std::memory_order_acquire) != nullptr;
+    m_index = ready ? std::move(other.m_index) : nullptr;
+    m_ready.store(ready ? m_index.get() : nullptr, std::memory_order_release);
+    other.m_ready.store(nullptr, std::memory_order_relaxed);
+    return *this;
+}
+
+const NodeList::Index& NodeList::index() const
+{
+    if (const Index* ready = m_ready.load(std::memory_order_acquire))
+        return *ready;
+    std::lock_guard lock(m_mutex);
+    if (const Index* ready = m_ready.load(std::memory_order_acquire))
+        return *ready;
+    auto index = std::make_shared<Index>();
+    index->first.resize(m_nodes.size() + 1, 0);
+    for (std::size_t n = 0; n < m_nodes.size(); ++n)
+        index->first[n + 1] = index->first[n] + std::max(m_nodes[n].count, 0);
+    // A per-device table only for clusters validate() accepts; a larger (invalid) one is searched instead.
+    if (index->first.back() <= kMaxDevices) {
+        index->nodeOf.reserve(static_cast<std::size_t>(index->first.back()));
+        for (std::size_t n = 0; n < m_nodes.size(); ++n)
+            index->nodeOf.insert(index->nodeOf.end(), std::max(m_nodes[n].count, 0), static_cast<int>(n));
+    }
+    m_index = std::move(index);
+    m_builds.fetch_add(1, std::memory_order_relaxed);
+    m_ready.store(m_index.get(), std::memory_order_release);
+    return *m_index;
+}
+
+long long NodeList::deviceCount() const
+{
+    return index().first.back();
+}
+
+long long NodeList::firstDevice(size_type node) const
+{
+    return index().first.at(node);
+}
+
+std::pair<int, int> NodeList::locate(long long device) const
+{
+    const Index& ix = index();
+    if (device < 0 || device >= ix.first.back())
+        return {-1, -1};
+    int node = 0;
+    if (!ix.nodeOf.empty()) {
+        node = ix.nodeOf[static_cast<std::size_t>(device)];
+    } else {
+        auto it = std::upper_bound(ix.first.begin(), ix.first.end(), device);
+        node = static_cast<int>(it - ix.first.begin()) - 1;
+    }
+    return {node, static_cast<int>(device - ix.first[static_cast<std::size_t>(node)])};
+}
+
 int Cluster::deviceCount() const
 {
-    int n = 0;
-    for (const auto& node : nodes)
-        n += node.count;
-    return n;
+    return static_cast<int>(std::min<long long>(nodes.deviceCount(), std::numeric_limits<int>::max()));
 }
 
 DeviceRef Cluster::device(int index) const
 {
-    if (index < 0)
-        throw std::out_of_range("device index " + std::to_string(index));
-    int rest = index;
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
-        if (rest < nodes[n].count)
-            return {static_cast<int>(n), rest, findType(nodes[n].device_type)};
-        rest -= nodes[n].count;
-    }
-    throw std::out_of_range("device index " + std::to_string(index) + " beyond the cluster's "
-        + std::to_string(deviceCount()) + " devices");
+    auto [node, local] = nodes.locate(index);
+    if (node < 0)
+        throw std::out_of_range("device index " + std::to_string(index) + " outside the cluster's "
+            + std::to_string(deviceCount()) + " devices");
+    return {node, local, findType(nodes[static_cast<std::size_t>(node)].device_type)};
 }
 
 std::vector<DeviceRef> Cluster::devices() const
@@ -158,6 +248,18 @@ std::vector<HierarchyLevel> Cluster::hierarchy() const
     return levels;
 }
 
+namespace {
+/// A link bandwidth is 0 (no link) or at least 1 byte/s: below that, transfer times overflow to infinity and
+/// the value is almost surely in the wrong unit (#10 item 4).
+void checkBandwidth(double bytesPerS, const std::string& field)
+{
+    if (bytesPerS > 0 && bytesPerS < 1)
+        throw InputError({}, 0, field,
+            "must be 0 or at least 1 byte/s, got " + std::to_string(bytesPerS)
+                + " (bandwidths are in bytes/s: 1e10 is 10 GB/s)");
+}
+} // namespace
+
 void Cluster::validate() const
 {
     if (device_types.empty())
@@ -174,6 +276,7 @@ void Cluster::validate() const
             throw InputError({}, 0, path + "/memory_bytes", "must be > 0");
         if (t.relative_speed && !(*t.relative_speed > 0))
             throw InputError({}, 0, path + "/relative_speed", "must be > 0");
+        checkBandwidth(t.memory_bandwidth_bytes_per_s, path + "/memory_bandwidth_bytes_per_s");
     }
     if (nodes.empty())
         throw InputError({}, 0, "/nodes", "a cluster needs at least one node");
@@ -193,6 +296,7 @@ void Cluster::validate() const
         if (n.count > 1 && !(n.intra_bandwidth_bytes_per_s > 0))
             throw InputError(
                 {}, 0, path + "/intra_bandwidth_bytes_per_s", "must be > 0 for a node with several devices");
+        checkBandwidth(n.intra_bandwidth_bytes_per_s, path + "/intra_bandwidth_bytes_per_s");
         if (n.ssh_port < 1 || n.ssh_port > 65535)
             throw InputError({}, 0, path + "/ssh_port", "must be a TCP port");
     }
@@ -202,6 +306,7 @@ void Cluster::validate() const
     if (total > kMaxDevices)
         throw InputError({}, 0, "/nodes",
             "at most " + std::to_string(kMaxDevices) + " devices in a cluster, got " + std::to_string(total));
+    checkBandwidth(inter_node_bandwidth_bytes_per_s, "/inter_node_bandwidth_bytes_per_s");
     if (nodes.size() > 1 && !(inter_node_bandwidth_bytes_per_s > 0))
         throw InputError({}, 0, "/inter_node_bandwidth_bytes_per_s", "must be > 0 for a cluster of several nodes");
 }

@@ -2,8 +2,14 @@
 // Cluster: device types, nodes and links. Heterogeneous clusters are the normal case.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -28,6 +34,8 @@ struct DeviceType
     /// accelerators): schedules that overlap a transfer with the op producing it ("1f1b-as") may run on
     /// it. Written to JSON only when true.
     bool streaming_execution = false;
+
+    bool operator==(const DeviceType&) const = default;
 };
 
 /// @brief A machine holding `count` devices of one type.
@@ -41,6 +49,98 @@ struct Node
     int count = 0;
     double intra_bandwidth_bytes_per_s = 0;
     double intra_latency_s = 0;
+
+    bool operator==(const Node&) const = default;
+};
+
+/// @brief The nodes of a cluster: a std::vector<Node> that also knows, in constant time, how many devices
+/// the nodes hold and which node holds device i.
+///
+/// The index (first device of every node, node of every device) is built once, on the first lookup after
+/// a change, in O(nodes + devices); every lookup after that is O(1). Reading through a const NodeList never
+/// touches the index. Any non-const access (operator[], at, front, back, begin, end, push_back, insert,
+/// erase, ...) may change a count, so it drops the index and the next lookup rebuilds it. A `Node&` taken by
+/// a non-const access must therefore not be kept across a lookup and used to change a count afterwards.
+/// Lookups on a const NodeList are safe from several threads at once (the rebuild takes a lock).
+class NodeList
+{
+public:
+    using value_type = Node;
+    using size_type = std::size_t;
+    using iterator = std::vector<Node>::iterator;
+    using const_iterator = std::vector<Node>::const_iterator;
+
+    NodeList() = default;
+    NodeList(std::initializer_list<Node> nodes);
+    NodeList(std::vector<Node> nodes); // NOLINT(google-explicit-constructor): a vector of nodes is a NodeList
+    NodeList(const NodeList& other);
+    NodeList(NodeList&& other) noexcept;
+    NodeList& operator=(const NodeList& other);
+    NodeList& operator=(NodeList&& other) noexcept;
+    ~NodeList() = default;
+
+    // Reading: never touches the index.
+    size_type size() const { return m_nodes.size(); }
+    bool empty() const { return m_nodes.empty(); }
+    const Node& operator[](size_type i) const { return m_nodes[i]; }
+    const Node& at(size_type i) const { return m_nodes.at(i); }
+    const Node& front() const { return m_nodes.front(); }
+    const Node& back() const { return m_nodes.back(); }
+    const_iterator begin() const { return m_nodes.begin(); }
+    const_iterator end() const { return m_nodes.end(); }
+    const_iterator cbegin() const { return m_nodes.cbegin(); }
+    const_iterator cend() const { return m_nodes.cend(); }
+    const std::vector<Node>& vector() const { return m_nodes; }
+
+    // Writing: drops the index.
+    Node& operator[](size_type i) { return changed()[i]; }
+    Node& at(size_type i) { return changed().at(i); }
+    Node& front() { return changed().front(); }
+    Node& back() { return changed().back(); }
+    iterator begin() { return changed().begin(); }
+    iterator end() { return changed().end(); }
+    void push_back(Node node) { changed().push_back(std::move(node)); }
+    template <class... Args> Node& emplace_back(Args&&... args)
+    {
+        return changed().emplace_back(std::forward<Args>(args)...);
+    }
+    iterator insert(const_iterator pos, Node node) { return changed().insert(pos, std::move(node)); }
+    iterator erase(const_iterator pos) { return changed().erase(pos); }
+    iterator erase(const_iterator first, const_iterator last) { return changed().erase(first, last); }
+    void clear() { changed().clear(); }
+    void reserve(size_type n) { m_nodes.reserve(n); }
+    void resize(size_type n) { changed().resize(n); }
+
+    /// Devices in all nodes (a node's negative count counts as 0). O(1) once indexed.
+    long long deviceCount() const;
+    /// Node holding device `index` and its place in the node; {-1, -1} outside [0, deviceCount()). O(1) once
+    /// indexed (O(log nodes) beyond kMaxDevices, where no per-device table is kept).
+    std::pair<int, int> locate(long long index) const;
+    /// Global index of the first device of node `node` (deviceCount() for node == size()).
+    long long firstDevice(size_type node) const;
+    /// How many times the index was built (for tests: loading and looking up builds it once).
+    long long indexBuilds() const { return m_builds.load(std::memory_order_relaxed); }
+
+    friend bool operator==(const NodeList& a, const NodeList& b) { return a.m_nodes == b.m_nodes; }
+
+private:
+    struct Index
+    {
+        std::vector<long long> first; ///< size()+1 prefix sums of the counts
+        std::vector<int> nodeOf; ///< node of every device; empty beyond kMaxDevices
+    };
+    std::vector<Node>& changed()
+    {
+        m_ready.store(nullptr, std::memory_order_relaxed);
+        return m_nodes;
+    }
+    const Index& index() const;
+
+    std::vector<Node> m_nodes;
+    mutable std::shared_ptr<const Index> m_index; ///< shared by copies until one of them changes
+    mutable std::atomic<const Index*> m_ready {nullptr}; ///< m_index.get() while it matches m_nodes
+    mutable std::mutex m_mutex;
+    mutable std::atomic<long long> m_builds {0};
 };
 
 /// @brief One device of the cluster, by global index (nodes in order, devices within a node in order).
@@ -49,6 +149,8 @@ struct DeviceRef
     int node = 0;
     int local = 0;
     int type = 0; ///< index into Cluster::device_types
+
+    bool operator==(const DeviceRef&) const = default;
 };
 
 /// @brief A level of PipeDream's hierarchy: `count` components of the level below joined by `bandwidth`.
@@ -56,13 +158,15 @@ struct HierarchyLevel
 {
     int count = 1;
     double bandwidth_bytes_per_s = 0;
+
+    bool operator==(const HierarchyLevel&) const = default;
 };
 
 struct Cluster
 {
     std::string name;
     std::vector<DeviceType> device_types;
-    std::vector<Node> nodes;
+    NodeList nodes;
     double inter_node_bandwidth_bytes_per_s = 0;
     double inter_node_latency_s = 0;
 
@@ -87,6 +191,8 @@ struct Cluster
     std::vector<HierarchyLevel> hierarchy() const;
 
     void validate() const;
+
+    bool operator==(const Cluster&) const = default;
 };
 
 nlohmann::json toJson(const Cluster& cluster);

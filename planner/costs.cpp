@@ -174,20 +174,28 @@ double tensorParallelStash(const Layer& layer, double scale, int t)
     return replicated + (stash - replicated) / t;
 }
 
-double stageMemoryBytes(const std::string& kind, const StageMemoryInput& in)
+double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in)
 {
     const int inFlight = std::max(1, in.in_flight);
+    const int microbatches = std::max(1, in.microbatches);
     int versions = 1;
-    if (kind == "pipedream")
+    if (traits.weight_versions == WeightVersions::InFlight)
         versions = inFlight;
-    else if (kind == "2bw")
+    else if (traits.weight_versions == WeightVersions::Two)
         versions = 2;
-    int stashes = kind == "gpipe" ? std::max(1, in.microbatches) : inFlight;
-    if (kind != "gpipe" && kind != "pipedream" && kind != "2bw")
-        stashes = std::min(inFlight, std::max(1, in.microbatches));
+    int stashes = inFlight;
+    if (traits.stash == StashDepth::Batch)
+        stashes = microbatches;
+    else if (traits.stash == StashDepth::InFlightInBatch)
+        stashes = std::min(inFlight, microbatches);
     double perStash = in.recompute ? in.input_bytes : in.activation_bytes;
     double working = in.recompute ? in.activation_bytes : 0;
     return versions * in.weight_bytes + in.weight_bytes + in.optimizer_bytes + stashes * perStash + working;
+}
+
+double stageMemoryBytes(std::string_view kind, const StageMemoryInput& in)
+{
+    return stageMemoryBytes(scheduleTraits(kind), in);
 }
 
 double parameterServerSeconds(const Cluster& cluster, int device, double bytes, bool local)

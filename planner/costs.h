@@ -5,6 +5,7 @@
 #include "cluster.h"
 #include "model_profile.h"
 #include "plan.h"
+#include "schedule/traits.h"
 
 namespace pw::planner {
 
@@ -107,10 +108,13 @@ struct StageMemoryInput
     bool recompute = false;
 };
 
-/// Weights x versions kept + gradients + optimizer state + stashed activations. Versions: PipeDream
-/// in_flight, 2BW 2, others 1. Stashes: GPipe all microbatches, others in_flight. With recomputation a
-/// stash is the stage input and one full set of activations is live during a backward pass.
-double stageMemoryBytes(const std::string& schedule_kind, const StageMemoryInput& in);
+/// Weights x versions kept + gradients + optimizer state + stashed activations, by the schedule's traits.
+/// Versions (traits.weight_versions): 1, 2 or in_flight. Stashes (traits.stash): all microbatches, in_flight,
+/// or in_flight at most microbatches. With recomputation a stash is the stage input and one full set of
+/// activations is live during a backward pass.
+double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in);
+/// The same for a registered schedule kind; throws InputError for an unknown kind.
+double stageMemoryBytes(std::string_view schedule_kind, const StageMemoryInput& in);
 
 // HetPipe (schedule "wsp"): parameter-server traffic.
 /// Seconds for `device` to push (or pull) `bytes` of its partition to (from) the parameter servers. One PS

@@ -3,8 +3,8 @@
 #include "errors.h"
 
 namespace pw::planner {
-namespace {
-std::string format(const std::string& source, int line, const std::string& field, const std::string& message)
+
+std::string formatInputError(const std::string& source, int line, const std::string& field, const std::string& message)
 {
     std::string out;
     if (!source.empty()) {
@@ -20,10 +20,14 @@ std::string format(const std::string& source, int line, const std::string& field
     out.append(message);
     return out;
 }
-} // namespace
+
+std::string formatInputError(const InputError& error)
+{
+    return formatInputError(error.source(), error.line(), error.field(), error.message());
+}
 
 InputError::InputError(std::string source, int line, std::string field, const std::string& message)
-    : std::runtime_error(format(source, line, field, message))
+    : std::runtime_error(formatInputError(source, line, field, message))
     , m_source(std::move(source))
     , m_line(line)
     , m_field(std::move(field))

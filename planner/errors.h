@@ -30,4 +30,10 @@ private:
     std::string m_message;
 };
 
+/// The one rendering of an input error, used wherever one is shown (CLI, app, UI): "FILE:LINE: FIELD: message",
+/// "line LINE: FIELD: message" without a file, leaving out the parts that are unknown. InputError::what() is
+/// this text too.
+std::string formatInputError(const std::string& source, int line, const std::string& field, const std::string& message);
+std::string formatInputError(const InputError& error);
+
 } // namespace pw::planner

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -102,6 +103,19 @@ void ModelProfile::validate() const
     }
 }
 
+void TransformerConfig::validate(const std::string& path) const
+{
+    auto field = [&](const char* name) { return path.empty() ? std::string(name) : path + "/" + name; };
+    for (auto [name, value] :
+        {std::pair {"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"sequence", sequence}, {"vocab", vocab},
+            {"microbatch", microbatch}, {"bytes_per_element", bytes_per_element}})
+        if (value <= 0)
+            throw InputError({}, 0, field(name), "must be > 0, got " + std::to_string(value));
+    if (hidden % heads != 0)
+        throw InputError({}, 0, field("heads"),
+            "must divide hidden (" + std::to_string(hidden) + " is not a multiple of " + std::to_string(heads) + ")");
+}
+
 json toJson(const ModelProfile& model)
 {
     json layers = json::array();
@@ -188,6 +202,7 @@ ModelProfile modelFromJson(const json& j)
         c.vocab = f::integer(a, "vocab", "/architecture");
         c.microbatch = f::integerOr(a, "microbatch", "/architecture", 1);
         c.bytes_per_element = f::integerOr(a, "bytes_per_element", "/architecture", 2);
+        c.validate("/architecture");
         m.architecture = c;
     }
     if (!m.is_graph) {

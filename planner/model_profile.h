@@ -18,6 +18,8 @@ struct LayerTimes
 {
     double forward_ms = 0;
     double backward_ms = 0;
+
+    bool operator==(const LayerTimes&) const = default;
 };
 
 /// @brief One layer (or graph node) of the profile. Bytes are per microbatch of the profile's size.
@@ -36,6 +38,8 @@ struct Layer
     std::optional<double> forward_flops;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
     std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
+
+    bool operator==(const Layer&) const = default;
 };
 
 /// @brief The shape of a GPT-style transformer, kept so that a plan made from it can later be trained.
@@ -48,6 +52,12 @@ struct TransformerConfig
     int vocab = 0;
     int microbatch = 1;
     int bytes_per_element = 2;
+
+    /// Every size > 0 and hidden a multiple of heads; throws InputError naming `path`/field (just the field
+    /// name when `path` is empty, as the CLI's options are named).
+    void validate(const std::string& path = "") const;
+
+    bool operator==(const TransformerConfig&) const = default;
 };
 
 /// @brief The per-layer profile of a model. Layers are in a topological order.
@@ -78,6 +88,8 @@ struct ModelProfile
 
     /// Throws InputError naming the offending layer and field.
     void validate() const;
+
+    bool operator==(const ModelProfile&) const = default;
 };
 
 /// PipeDream's data-loading nodes ("Input*" descriptions): their forward time is input loading, not

@@ -84,11 +84,11 @@ int Plan::pipelineEnd(int stage) const
     return stage + 1;
 }
 
-int twoBwIterations(const Plan& plan)
+int steadyIterations(const Plan& plan, int minimum)
 {
     const long long m = std::max(1, plan.schedule.microbatches);
     const long long stages = std::max(1, plan.stageCount());
-    int it = std::max(plan.schedule.iterations, kTwoBwSteadyIterations);
+    int it = std::max(plan.schedule.iterations, minimum);
     while (it > plan.schedule.iterations && (m * it > kMaxMicrobatches || m * it * stages > kMaxStageMicrobatches))
         --it;
     return it;
@@ -133,32 +133,46 @@ std::string Plan::configString() const
 
 void Plan::validate() const
 {
-    const int n = model.layerCount();
     if (stages.empty())
         throw InputError({}, 0, "/stages", "a plan needs at least one stage");
-    if (!layer_order.empty()) {
-        if (static_cast<int>(layer_order.size()) != n)
-            throw InputError({}, 0, "/layer_order", "must list all " + std::to_string(n) + " layers");
-        std::vector<bool> seen(n, false);
-        for (std::size_t i = 0; i < layer_order.size(); ++i) {
-            int l = layer_order[i];
-            if (l < 0 || l >= n || seen[l])
-                throw InputError({}, 0, "/layer_order/" + std::to_string(i), "not a permutation of the layers");
-            seen[l] = true;
-        }
-        // The order must still be topological: every producer before its consumers (a chain keeps its order).
-        std::vector<int> position(n);
-        for (int pos = 0; pos < n; ++pos)
-            position[layer_order[pos]] = pos;
-        for (int l = 0; l < n; ++l) {
-            if (!model.is_graph && position[l] != l)
-                throw InputError({}, 0, "/layer_order/" + std::to_string(l), "a chain profile keeps its layer order");
-            for (int producer : model.layers[l].inputs)
-                if (position[producer] > position[l])
-                    throw InputError({}, 0, "/layer_order/" + std::to_string(position[l]),
-                        "layer " + std::to_string(l) + " comes before its input " + std::to_string(producer));
-        }
+    validateLayerOrder();
+    validateStages();
+    validateSchedule();
+    validateParallelism();
+}
+
+void Plan::validateLayerOrder() const
+{
+    if (layer_order.empty())
+        return;
+    const int n = model.layerCount();
+    if (static_cast<int>(layer_order.size()) != n)
+        throw InputError({}, 0, "/layer_order", "must list all " + std::to_string(n) + " layers");
+    std::vector<bool> seen(n, false);
+    for (std::size_t i = 0; i < layer_order.size(); ++i) {
+        int l = layer_order[i];
+        if (l < 0 || l >= n || seen[l])
+            throw InputError({}, 0, "/layer_order/" + std::to_string(i), "not a permutation of the layers");
+        seen[l] = true;
     }
+    // The order must still be topological: every producer before its consumers (a chain keeps its order).
+    std::vector<int> position(n);
+    for (int pos = 0; pos < n; ++pos)
+        position[layer_order[pos]] = pos;
+    for (int l = 0; l < n; ++l) {
+        if (!model.is_graph && position[l] != l)
+            throw InputError({}, 0, "/layer_order/" + std::to_string(l), "a chain profile keeps its layer order");
+        for (int producer : model.layers[l].inputs)
+            if (position[producer] > position[l])
+                throw InputError({}, 0, "/layer_order/" + std::to_string(position[l]),
+                    "layer " + std::to_string(l) + " comes before its input " + std::to_string(producer));
+    }
+}
+
+/// Stages: contiguous, covering every layer once per pipeline, on distinct devices of the cluster.
+void Plan::validateStages() const
+{
+    const int n = model.layerCount();
     const int devices = cluster.deviceCount();
     int expectFirst = 0;
     for (std::size_t s = 0; s < stages.size(); ++s) {
@@ -205,6 +219,11 @@ void Plan::validate() const
         throw InputError({}, 0, "/stages",
             "stages cover layers 0.." + std::to_string(expectFirst - 1) + " of " + std::to_string(n)
                 + "; every layer must be placed");
+}
+
+/// The schedule options: counts in range, the size limits of one simulated run, the kind's extras.
+void Plan::validateSchedule() const
+{
     if (pipelineCount() > 1 && schedule.chunks != 1)
         throw InputError({}, 0, "/schedule/chunks",
             "a plan with " + std::to_string(pipelineCount()) + " pipelines does not interleave (chunks must be 1)");
@@ -270,6 +289,11 @@ void Plan::validate() const
             if (o.in_flight[s] < 1)
                 throw InputError({}, 0, "/schedule/in_flight/" + std::to_string(s), "must be >= 1");
     }
+}
+
+/// Tensor parallelism, and devices owned by one physical stage each (virtual stages reuse them).
+void Plan::validateParallelism() const
+{
     if (tensor_parallel < 1)
         throw InputError({}, 0, "/tensor_parallel", "must be >= 1, got " + std::to_string(tensor_parallel));
     if (tensor_parallel > 1 && pipelineCount() > 1)

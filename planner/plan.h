@@ -16,13 +16,11 @@ namespace pw::planner {
 
 inline constexpr int kPlanFormatVersion = 1;
 inline constexpr long long kMaxMicrobatches = 1'000'000;
-/// Batches the planners that emit "2bw" plans simulate at least: 2BW's steady state, with one weight update per
-/// batch, is measured from the end of the first batch on (one batch is only its fill and drain).
-inline constexpr int kTwoBwSteadyIterations = 3;
 struct Plan;
-/// The iterations a "2bw" plan simulates: its own, raised towards kTwoBwSteadyIterations as far as the plan's
-/// size limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
-int twoBwIterations(const Plan& plan);
+/// The iterations a plan simulates: its own, raised towards `minimum` (its schedule kind's
+/// ScheduleTraits::min_iterations, see simulatedIterations in schedule/generator.h) as far as the plan's size
+/// limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
+int steadyIterations(const Plan& plan, int minimum);
 inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
 /// The "pipedream" schedule deals inputs round-robin over a stage's replicas: the smallest microbatch count >=
 /// the plan's for which microbatches x iterations is a multiple of every stage's replica count; -1 when that
@@ -43,6 +41,8 @@ struct PlanStage
 
     int layerCount() const { return last_layer - first_layer + 1; }
     int replicas() const { return static_cast<int>(devices.size()); }
+
+    bool operator==(const PlanStage&) const = default;
 };
 
 /// @brief How the schedule generator and simulator run the plan.
@@ -75,6 +75,8 @@ struct ScheduleOptions
     /// stage q of every pipeline, so pushes and pulls stay on intra-node links. Needs every pipeline to have
     /// the same stages (layers) with stage q of all of them on one node. false: round-robin over all nodes.
     bool local_parameter_servers = false;
+
+    bool operator==(const ScheduleOptions&) const = default;
 };
 
 /// Bytes per value of "fp32" (4), "bf16" or "fp16" (2); throws InputError at JSON path `path` for other names.
@@ -100,6 +102,8 @@ struct PredictedMetrics
     double throughput_samples_per_s = 0;
     double bubble_fraction = 0;
     std::vector<double> stage_peak_memory_bytes;
+
+    bool operator==(const PredictedMetrics&) const = default;
 };
 
 struct Plan
@@ -145,6 +149,15 @@ struct Plan
     /// schedule options are inconsistent with the stages. Each pipeline is checked on its own; pipelines
     /// share no device and do not interleave (chunks 1).
     void validate() const;
+
+    bool operator==(const Plan&) const = default;
+
+private:
+    // The parts of validate(), in the order it runs them.
+    void validateLayerOrder() const;
+    void validateStages() const;
+    void validateSchedule() const;
+    void validateParallelism() const;
 };
 
 nlohmann::json toJson(const Plan& plan);

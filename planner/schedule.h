@@ -56,6 +56,8 @@ struct Action
     std::int32_t group = -1; ///< all-reduce: index into Schedule::groups
     double bytes = 0; ///< payload of a transfer or collective
     std::int32_t wave = -1; ///< WavePush / WavePull: the wave (0-based); -1 otherwise
+
+    bool operator==(const Action&) const = default;
 };
 
 /// @brief A set of devices that all-reduce together (the replicas of one stage).
@@ -63,6 +65,8 @@ struct CollectiveGroup
 {
     std::int32_t stage = 0;
     std::vector<std::int32_t> devices;
+
+    bool operator==(const CollectiveGroup&) const = default;
 };
 
 struct Schedule
@@ -77,6 +81,8 @@ struct Schedule
     std::vector<std::vector<Action>> devices; ///< per device, in execution order
 
     std::size_t actionCount() const;
+
+    bool operator==(const Schedule&) const = default;
 };
 
 nlohmann::json toJson(const Schedule& schedule);

@@ -15,6 +15,7 @@ using nlohmann::json;
 
 namespace {
 constexpr std::array<std::string_view, 4> kLaneNames = {"compute", "send", "recv", "collective"};
+constexpr std::array<std::string_view, 3> kClockNames = {"simulated", "host", "aligned"};
 
 Lane laneFromString(const std::string& name, const std::string& path)
 {
@@ -30,12 +31,45 @@ std::string_view toString(Lane lane)
     return kLaneNames[static_cast<std::size_t>(lane)];
 }
 
+std::string_view toString(ClockDomain clock)
+{
+    return kClockNames[static_cast<std::size_t>(clock)];
+}
+
 double Timeline::endTime() const
 {
     double end = 0;
     for (const auto& s : spans)
         end = std::max(end, s.t1);
     return end;
+}
+
+void Timeline::append(std::span<const Span> more)
+{
+    spans.insert(spans.end(), more.begin(), more.end());
+    for (const auto& s : more)
+        while (s.device >= 0 && static_cast<std::size_t>(s.device) >= device_names.size())
+            device_names.push_back("device " + std::to_string(device_names.size()));
+}
+
+const Counter* Timeline::counter(std::string_view name) const
+{
+    auto it = std::find_if(counters.begin(), counters.end(), [&](const Counter& c) { return c.name == name; });
+    return it == counters.end() ? nullptr : &*it;
+}
+
+Counter& Timeline::counter(std::string_view name, std::string_view unit)
+{
+    auto it = std::find_if(counters.begin(), counters.end(), [&](const Counter& c) { return c.name == name; });
+    if (it != counters.end())
+        return *it;
+    return counters.emplace_back(Counter {std::string(name), std::string(unit), {}});
+}
+
+std::span<const CounterSample> Timeline::memory() const
+{
+    const Counter* c = counter(kMemoryCounter);
+    return c ? std::span<const CounterSample>(c->samples) : std::span<const CounterSample>();
 }
 
 json toJson(const Timeline& t)
@@ -45,14 +79,20 @@ json toJson(const Timeline& t)
     for (const auto& s : t.spans)
         spans.push_back(
             {s.device, toString(s.lane), toString(s.kind), s.stage, s.microbatch, s.action, s.t0, s.t1, s.peer});
-    json memory = json::array();
-    for (const auto& m : t.memory)
-        memory.push_back({m.device, m.t, m.bytes});
+    json counters = json::array();
+    for (const auto& c : t.counters) {
+        json samples = json::array();
+        for (const auto& m : c.samples)
+            samples.push_back({m.device, m.t, m.value});
+        counters.push_back({{"name", c.name}, {"unit", c.unit}, {"sample_columns", {"device", "t_s", "value"}},
+            {"samples", std::move(samples)}});
+    }
     return {{"format_version", kTimelineFormatVersion},
-        {"source", t.source == Timeline::Source::Predicted ? "predicted" : "measured"}, {"label", t.label},
+        {"source", t.source == Timeline::Source::Predicted ? "predicted" : "measured"}, {"run_id", t.run_id},
+        {"label", t.label}, {"clock", toString(t.clock)}, {"epoch_unix_s", t.epoch_unix_s},
         {"device_names", t.device_names},
         {"span_columns", {"device", "lane", "kind", "stage", "microbatch", "action", "t0_s", "t1_s", "peer"}},
-        {"spans", std::move(spans)}, {"memory_columns", {"device", "t_s", "bytes"}}, {"memory", std::move(memory)}};
+        {"spans", std::move(spans)}, {"counters", std::move(counters)}};
 }
 
 Timeline timelineFromJson(const json& j)
@@ -65,7 +105,14 @@ Timeline timelineFromJson(const json& j)
     if (source != "predicted" && source != "measured")
         f::fail("/source", "must be 'predicted' or 'measured'");
     t.source = source == "predicted" ? Timeline::Source::Predicted : Timeline::Source::Measured;
+    t.run_id = f::stringOr(j, "run_id", "", "");
     t.label = f::stringOr(j, "label", "", "");
+    const auto clock = f::stringOr(j, "clock", "", "simulated");
+    const auto clockAt = std::find(kClockNames.begin(), kClockNames.end(), clock);
+    if (clockAt == kClockNames.end())
+        f::fail("/clock", "unknown clock '" + clock + "': use simulated, host or aligned");
+    t.clock = static_cast<ClockDomain>(clockAt - kClockNames.begin());
+    t.epoch_unix_s = f::nonNegativeOr(j, "epoch_unix_s", "", 0.0);
     if (j.contains("device_names"))
         for (const auto& n : f::array(j, "device_names", "")) {
             if (!n.is_string())
@@ -100,13 +147,29 @@ Timeline timelineFromJson(const json& j)
             f::fail(f::child(path, 7), "span ends before it starts");
         t.spans.push_back(s);
     }
-    if (j.contains("memory")) {
-        const auto& mem = f::array(j, "memory", "");
-        for (std::size_t i = 0; i < mem.size(); ++i) {
-            const auto& r = mem[i];
-            if (!r.is_array() || r.size() != 3 || !r[0].is_number() || !r[1].is_number() || !r[2].is_number())
-                f::fail(f::child("/memory", i), "expected [device, t_s, bytes]");
-            t.memory.push_back({r[0].get<int>(), r[1].get<double>(), r[2].get<double>()});
+    // Samples as [device, t_s, value] rows; version 1 had only memory, at the top level.
+    auto readSamples = [](const json& rows, const std::string& path, Counter& into) {
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const auto& r = rows[i];
+            if (!r.is_array() || r.size() != 3 || !r[0].is_number_integer() || !r[1].is_number() || !r[2].is_number())
+                f::fail(f::child(path, i), "expected [device, t_s, value]");
+            into.samples.push_back({r[0].get<int>(), r[1].get<double>(), r[2].get<double>()});
+        }
+    };
+    if (j.contains("memory"))
+        readSamples(f::array(j, "memory", ""), "/memory", t.counter(kMemoryCounter, "B"));
+    if (j.contains("counters")) {
+        const auto& counters = f::array(j, "counters", "");
+        for (std::size_t i = 0; i < counters.size(); ++i) {
+            const auto path = f::child("/counters", i);
+            f::object(counters[i], path);
+            const auto name = f::string(counters[i], "name", path);
+            if (name.empty())
+                f::fail(path + "/name", "a counter needs a name");
+            if (t.counter(name))
+                f::fail(path + "/name", "counter '" + name + "' appears twice");
+            auto& c = t.counter(name, f::stringOr(counters[i], "unit", path, ""));
+            readSamples(f::array(counters[i], "samples", path), path + "/samples", c);
         }
     }
     return t;

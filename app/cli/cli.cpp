@@ -15,6 +15,11 @@ namespace pw::cli {
 
 namespace {
 
+constexpr const char* kExitStatusHelp = "Exit status: 0 done; 1 error (bad input, no plan); 2 usage error (a wrong "
+                                        "or meaningless option); 3 the plan was written and printed but does not "
+                                        "fit device memory.\nMemory is shown in GiB (2^30 bytes), bandwidth in "
+                                        "GB/s (1e9 bytes/s).";
+
 /// Schedule and device options shared by `plan` and `compare`.
 void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
 {
@@ -47,7 +52,8 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
     cmd->add_option("--algorithm", o.algorithm, "partitioning algorithm (see `pipewright-cli algorithms`)")->required();
     cmd->add_option("-o,--output", o.output, "write the plan JSON here");
     addSharedPartitionOptions(cmd, p);
-    cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)");
+    cmd->add_option("--stages", p.stages, "stage count for uniform/parameters (default: one per device)")
+        ->check(CLI::PositiveNumber);
     cmd->add_flag("--straight", p.straight, "no replication: one device per stage");
     cmd->add_option("--pipedream-variant", p.pipedream_variant, "paper | reference")->capture_default_str();
     cmd->add_option("--activation-compression-ratio", p.activation_compression_ratio,
@@ -69,6 +75,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     app.name("pipewright-cli");
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string(PW_VERSION));
+    app.footer(kExitStatusHelp);
 
     auto* profile = app.add_subcommand("profile", "create model profiles");
     profile->require_subcommand(1);
@@ -157,7 +164,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         if (e.get_exit_code() == 0)
             return app.exit(e, out, err); // --help (of the selected subcommand) or --version
         err << "pipewright-cli: error: " << e.what() << "\n";
-        return 2;
+        return kExitUsage;
     }
 
     try {
@@ -179,14 +186,20 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             listAlgorithms(algorithmsJson, out);
         else if (demoCmd->parsed())
             demo(demoJson, out);
+    } catch (const DoesNotFit& e) {
+        err << "pipewright-cli: " << planner::formatInputError(e) << "\n";
+        return kExitDoesNotFit;
+    } catch (const UsageError& e) {
+        err << "pipewright-cli: error: " << planner::formatInputError(e) << "\n";
+        return kExitUsage;
     } catch (const planner::InputError& e) {
-        err << "pipewright-cli: error: " << e.what() << "\n";
-        return 1;
+        err << "pipewright-cli: error: " << planner::formatInputError(e) << "\n";
+        return kExitError;
     } catch (const std::exception& e) {
         err << "pipewright-cli: error: " << e.what() << "\n";
-        return 1;
+        return kExitError;
     }
-    return 0;
+    return kExitOk;
 }
 
 } // namespace pw::cli

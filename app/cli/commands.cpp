@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "commands.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,11 +25,6 @@ using namespace pw::planner;
 
 namespace {
 
-bool endsWith(const std::string& s, const std::string& suffix)
-{
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 void writeText(const std::string& path, const std::string& text)
 {
     std::ofstream f(path, std::ios::binary);
@@ -50,6 +46,10 @@ SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr
     options.record_spans = spans;
     options.record_memory = spans;
     auto result = simulate(plan, schedule, options);
+    if (!std::isfinite(result.iteration_time_s) || !std::isfinite(result.bubble_fraction))
+        throw InputError("the predicted iteration time is not finite (" + formatSeconds(result.iteration_time_s)
+            + "): a layer time or a transfer over a link overflows; check the model's times (ms) and the cluster's "
+              "bandwidths (bytes/s)");
     plan.predicted = predictedMetrics(result);
     if (scheduleOut)
         *scheduleOut = std::move(schedule);
@@ -99,15 +99,6 @@ InputError inPlanFile(const InputError& e, const std::string& path)
 }
 
 } // namespace
-
-ModelProfile loadAnyModel(const std::string& path)
-{
-    if (endsWith(path, ".txt")) {
-        auto m = loadGraphTxt(path);
-        return m;
-    }
-    return loadModel(path);
-}
 
 std::vector<int> parseBoundaries(const std::string& text)
 {
@@ -161,9 +152,11 @@ void transformer(const TransformerOptions& o, std::ostream& out)
 
 void plan(const PlanOptions& o, std::ostream& out)
 {
+    const auto* partitioner = &partitionerNamed(o.algorithm);
+    if (auto unused = unusedSharedOptions(*partitioner, o.partition); !unused.empty())
+        throw UsageError({}, 0, unused.front(), "means nothing to algorithm '" + o.algorithm + "'; leave it out");
     auto model = loadAnyModel(o.model);
     auto cluster = loadCluster(o.cluster);
-    const auto* partitioner = &partitionerNamed(o.algorithm);
     PartitionRequest request {model, cluster, o.partition};
     if (!o.boundaries.empty())
         request.options.boundaries = parseBoundaries(o.boundaries);
@@ -189,7 +182,7 @@ void plan(const PlanOptions& o, std::ostream& out)
             out << "wrote " << o.output << "\n";
     }
     if (auto problem = memoryProblem(plan, sim); !problem.empty())
-        throw InputError(problem);
+        throw DoesNotFit(problem);
 }
 
 const Partitioner& partitionerNamed(const std::string& name)
@@ -318,13 +311,13 @@ void simulate(const SimulateOptions& o, std::ostream& out)
         throw inPlanFile(e, o.plan);
     }
     if (!o.trace.empty())
-        writeJsonFile(o.trace, chromeTrace(sim.timeline), -1);
+        writeChromeTraceFile(o.trace, sim.timeline);
     if (o.json)
         out << metricsJson(plan, sim).dump(2) << "\n";
     else
         printPlanSummary(out, plan, sim);
     if (auto problem = memoryProblem(plan, sim); !problem.empty())
-        throw InputError(o.plan, 0, "", problem);
+        throw DoesNotFit(o.plan, 0, "", problem);
 }
 
 void exportPlan(const ExportOptions& o, std::ostream& out)
@@ -343,7 +336,7 @@ void exportPlan(const ExportOptions& o, std::ostream& out)
             throw inPlanFile(e, o.plan);
         }
         if (o.format == "chrome-trace")
-            writeJsonFile(o.output, chromeTrace(sim.timeline), -1);
+            writeChromeTraceFile(o.output, sim.timeline);
         else if (o.format == "actions-csv")
             writeText(o.output, actionsCsv(schedule));
         else

@@ -7,9 +7,32 @@
 #include <string>
 #include <vector>
 
+#include "planner/errors.h"
 #include "planner/partition/partitioner.h"
 
 namespace pw::cli {
+
+/// @brief A command line that means nothing (an option the chosen algorithm does not read): exit status 2.
+class UsageError : public planner::InputError
+{
+public:
+    using planner::InputError::InputError;
+};
+
+/// @brief The command wrote and printed its plan, but the plan does not fit device memory: exit status 3.
+class DoesNotFit : public planner::InputError
+{
+public:
+    using planner::InputError::InputError;
+};
+
+/// The exit statuses scripts can rely on (README "Exit status", `pipewright-cli --help`).
+enum ExitStatus : int {
+    kExitOk = 0, ///< done
+    kExitError = 1, ///< bad input or a failure: nothing (or nothing valid) was written
+    kExitUsage = 2, ///< the command line is wrong
+    kExitDoesNotFit = 3, ///< the plan was written and printed, but it does not fit device memory
+};
 
 struct ImportOptions
 {
@@ -95,8 +118,6 @@ void advise(const AdviseOptions& o, std::ostream& out);
 /// Lists the partitioners with their algorithm-specific options.
 void listAlgorithms(bool json, std::ostream& out);
 
-/// Loads a model from native JSON or (by the .txt extension) PipeDream graph.txt.
-planner::ModelProfile loadAnyModel(const std::string& path);
 /// Parses "3,7,11" into layer indices; throws InputError naming --boundaries.
 std::vector<int> parseBoundaries(const std::string& text);
 /// The partitioner by name; throws InputError listing the known ones.

@@ -11,31 +11,6 @@ namespace pw::cli {
 using nlohmann::json;
 using namespace pw::planner;
 
-std::string formatBytes(double bytes)
-{
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) {
-        bytes /= 1024;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-    return buf;
-}
-
-std::string formatSeconds(double s)
-{
-    char buf[32];
-    if (s >= 1)
-        std::snprintf(buf, sizeof buf, "%.3f s", s);
-    else if (s >= 1e-3)
-        std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-    else
-        std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
-    return buf;
-}
-
 std::string memoryProblem(const Plan& plan, const SimulationResult& r)
 {
     int worst = -1;

@@ -12,11 +12,12 @@
 #include "planner/analysis/compare.h"
 #include "planner/partition/partitioner.h"
 #include "planner/sim/simulator.h"
+#include "planner/units.h"
 
 namespace pw::cli {
 
-std::string formatBytes(double bytes);
-std::string formatSeconds(double seconds);
+using planner::formatBytes; // memory in GiB & co. (planner/units.h), the one memory unit everywhere
+using planner::formatSeconds;
 
 /// Metrics of a simulated plan as the `simulate --json` contract writes them.
 nlohmann::json metricsJson(const planner::Plan& plan, const planner::SimulationResult& result);

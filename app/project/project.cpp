@@ -40,9 +40,9 @@ void Project::validate() const
             throw InputError({}, 0, path, "two scenarios are named '" + scenarios[i].name + "'");
     }
     if (plan) {
-        if (planner::digestOf(planner::toJson(plan->model)) != planner::digestOf(planner::toJson(model)))
+        if (plan->model != model)
             throw InputError({}, 0, "/plan/model", "the current plan was made for another model than the project's");
-        if (planner::digestOf(planner::toJson(plan->cluster)) != planner::digestOf(planner::toJson(cluster)))
+        if (plan->cluster != cluster)
             throw InputError(
                 {}, 0, "/plan/cluster", "the current plan was made for another cluster than the project's");
         nested("/plan", [&] { plan->validate(); });

@@ -3,6 +3,7 @@
 #include "graph_txt.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <unordered_map>
 
 #include "../errors.h"
+#include "json_file.h"
 
 namespace pw::planner {
 namespace {
@@ -337,10 +339,38 @@ ModelProfile readGraphTxt(std::istream& in, const std::string& source)
 
 ModelProfile loadGraphTxt(const std::string& path)
 {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw InputError(path, 0, "", "is a directory, not a file");
     std::ifstream in(path);
     if (!in)
         throw InputError(path, 0, "", "cannot open file");
     return readGraphTxt(in, path);
+}
+
+bool isGraphTxtFile(const std::string& path)
+{
+    std::string suffix = std::filesystem::path(path).extension().string();
+    std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (suffix == ".txt")
+        return true;
+    if (suffix == ".json")
+        return false;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        return false;
+    std::ifstream in(path, std::ios::binary);
+    char c = 0;
+    while (in.get(c))
+        if (!std::isspace(static_cast<unsigned char>(c)))
+            return c != '{' && c != '\xEF'; // '\xEF': a UTF-8 byte-order mark before JSON
+    return false;
+}
+
+ModelProfile loadAnyModel(const std::string& path)
+{
+    return isGraphTxtFile(path) ? loadGraphTxt(path) : loadModel(path);
 }
 
 void writeGraphTxt(std::ostream& out, const ModelProfile& model, const Plan* plan)

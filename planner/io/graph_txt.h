@@ -21,6 +21,14 @@ namespace pw::planner {
 ModelProfile readGraphTxt(std::istream& in, const std::string& source);
 ModelProfile loadGraphTxt(const std::string& path);
 
+/// Whether `path` holds a PipeDream graph.txt rather than a native JSON model: the one rule the CLI and the
+/// app share. A ".txt" suffix means graph.txt and ".json" means JSON (either case); for any other name the
+/// content decides: a first non-blank character other than '{' means graph.txt. A file that cannot be read
+/// counts as JSON, whose loader then reports it.
+bool isGraphTxtFile(const std::string& path);
+/// A model profile from a PipeDream graph.txt or a native JSON model, as isGraphTxtFile() tells them apart.
+ModelProfile loadAnyModel(const std::string& path);
+
 /// Writes a graph.txt (node lines in layer order, then edge lines grouped by consumer); numbers with
 /// three decimals as PipeDream does, or exactly where three decimals would change them, so that reading
 /// the result gives the same profile. A chain profile gets edges between consecutive layers. With a plan

@@ -6,9 +6,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <unordered_set>
 #include <vector>
 
 #include "../analysis/advisor.h"
@@ -32,6 +34,9 @@ int lineAt(std::string_view text, std::size_t offset)
 
 std::string readText(const std::string& path)
 {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw InputError(path, 0, "", "is a directory, not a file");
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw InputError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
@@ -54,10 +59,24 @@ std::string stripExceptionTag(const char* what)
     return std::string(s);
 }
 
+/// A key given twice in one object: nlohmann keeps the last one silently.
+struct DuplicateKey
+{
+    std::string pointer; ///< e.g. "/nodes/0/count"
+    std::string key;
+    int line = 0; ///< of the repetition
+};
+/// The first duplicate key of valid JSON text (defined with the scanner below).
+std::optional<DuplicateKey> findDuplicateKey(std::string_view text);
+
 json parseText(const std::string& path, const std::string& text)
 {
     try {
-        return json::parse(text);
+        json j = json::parse(text);
+        if (auto dup = findDuplicateKey(text))
+            throw InputError(path, dup->line, dup->pointer,
+                "duplicate key '" + dup->key + "': it appears more than once in the same object");
+        return j;
     } catch (const json::parse_error& e) {
         // e.byte is the 1-based index of the last character read; the error sits on that character.
         std::size_t at = std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
@@ -113,7 +132,100 @@ public:
         return atEnd() ? std::nullopt : std::optional<std::size_t>(m_pos);
     }
 
+    /// Walks the whole (valid) text once and returns the first key given twice in one object.
+    std::optional<DuplicateKey> firstDuplicateKey()
+    {
+        struct Frame
+        {
+            bool object = false;
+            bool expectKey = false; ///< objects: the next string is a key
+            std::size_t index = 0; ///< arrays: the element being read
+            std::string current; ///< objects: the member being read
+            std::vector<std::string> few; ///< objects: keys so far, searched linearly while few ...
+            std::unordered_set<std::string> many; ///< ... and hashed beyond that
+
+            bool add(const std::string& key) ///< false when `key` was seen before in this object
+            {
+                constexpr std::size_t kFew = 16;
+                if (many.empty()) {
+                    if (std::find(few.begin(), few.end(), key) != few.end())
+                        return false;
+                    few.push_back(key);
+                    if (few.size() > kFew)
+                        many.insert(few.begin(), few.end());
+                    return true;
+                }
+                return many.insert(key).second;
+            }
+        };
+        std::vector<Frame> stack;
+        int line = 1;
+        while (!atEnd()) {
+            const char c = peek();
+            if (c == '"') {
+                Frame* top = stack.empty() ? nullptr : &stack.back();
+                if (top && top->object && top->expectKey) {
+                    std::string key = readString();
+                    top->expectKey = false;
+                    if (!top->add(key))
+                        return DuplicateKey {pointerOf(stack) + "/" + escapedToken(key), key, line};
+                    top->current = std::move(key);
+                } else {
+                    skipString(line);
+                }
+                continue;
+            }
+            ++m_pos;
+            if (c == '\n') {
+                ++line;
+            } else if (c == '{' || c == '[') {
+                stack.emplace_back();
+                stack.back().object = c == '{';
+                stack.back().expectKey = c == '{';
+            } else if (c == '}' || c == ']') {
+                if (!stack.empty())
+                    stack.pop_back();
+            } else if (c == ',' && !stack.empty()) {
+                if (stack.back().object)
+                    stack.back().expectKey = true;
+                else
+                    ++stack.back().index;
+            }
+        }
+        return std::nullopt;
+    }
+
 private:
+    /// Skips a string literal at m_pos (on its opening quote), counting the (escaped) newlines it holds.
+    void skipString(int& line)
+    {
+        ++m_pos;
+        while (!atEnd() && peek() != '"') {
+            if (peek() == '\\')
+                ++m_pos;
+            else if (peek() == '\n')
+                ++line; // not valid JSON, but keeps lines right should a parser accept it
+            ++m_pos;
+        }
+        ++m_pos;
+    }
+
+    template <typename Frames> static std::string pointerOf(const Frames& stack)
+    {
+        std::string out;
+        for (std::size_t i = 0; i + 1 < stack.size(); ++i)
+            out += "/" + (stack[i].object ? escapedToken(stack[i].current) : std::to_string(stack[i].index));
+        return out;
+    }
+
+    static std::string escapedToken(const std::string& key)
+    {
+        std::string out;
+        for (char c : key)
+            out += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+        return out;
+    }
+
     bool atEnd() const { return m_pos >= m_text.size(); }
     char peek() const { return m_text[m_pos]; }
 
@@ -292,6 +404,11 @@ private:
     std::string_view m_text;
     std::size_t m_pos = 0;
 };
+
+std::optional<DuplicateKey> findDuplicateKey(std::string_view text)
+{
+    return Scanner(text).firstDuplicateKey();
+}
 
 /// RFC 6901 tokens of a pointer ("~1" is '/', "~0" is '~'); nullopt when it does not start with '/'.
 std::optional<std::vector<std::string>> pointerTokens(std::string_view pointer)

@@ -20,17 +20,7 @@ void requirePositive(double value, const char* field)
 
 void validateConfig(const TransformerConfig& c)
 {
-    requirePositive(c.layers, "layers");
-    requirePositive(c.hidden, "hidden");
-    requirePositive(c.heads, "heads");
-    requirePositive(c.sequence, "sequence");
-    requirePositive(c.vocab, "vocab");
-    requirePositive(c.microbatch, "microbatch");
-    requirePositive(c.bytes_per_element, "bytes_per_element");
-    if (c.hidden % c.heads != 0)
-        throw InputError({}, 0, "heads",
-            "must divide hidden (" + std::to_string(c.hidden) + " is not a multiple of " + std::to_string(c.heads)
-                + ")");
+    c.validate();
 }
 
 std::string modelName(const TransformerConfig& c)

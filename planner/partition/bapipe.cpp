@@ -10,6 +10,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -35,14 +36,6 @@ const ScheduleChoice kSo {"1F1B-SO", "1f1b-so", 2, false};
 const ScheduleChoice kAs {"1F1B-AS", "1f1b-as", 1, true};
 const ScheduleChoice kFbp {"FBP-AS", "", 2, true};
 
-std::string gb(double bytes)
-{
-    std::ostringstream s;
-    s.precision(3);
-    s << bytes / 1e9 << " GB";
-    return s.str();
-}
-
 /// What one (schedule, microbatch size, partition) came to.
 struct Evaluated
 {
@@ -55,6 +48,7 @@ class BaPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "bapipe"; }
+    SharedOptionUse sharedOptions() const override { return {true, false, false}; }
     std::string_view description() const override
     {
         return "BaPipe: speed-proportional balanced partition over the cluster's device order, memory fitting, "
@@ -230,7 +224,7 @@ private:
         diag.push_back({Severity::Info, "bapipe",
             "chose " + chosen.description + ": " + std::to_string(chosen.throughput_samples_per_s)
                 + " samples/s simulated"});
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != plan.schedule.kind)
+        if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "bapipe chooses its own schedule; the requested kind '" + opt.schedule.kind + "' was replaced by '"
                     + plan.schedule.kind + "' (fix it with --set schedule=...)"});
@@ -382,7 +376,7 @@ private:
             if (coarse.empty()) {
                 diag.push_back({Severity::Info, "coarse",
                     where + ": communication is a bottleneck at boundary " + std::to_string(hot) + ", but fewer than "
-                        + std::to_string(N - 1) + " cut points have outputs under " + gb(threshold)
+                        + std::to_string(N - 1) + " cut points have outputs under " + formatBytes(threshold)
                         + "; keeping the fine partition"});
             } else {
                 if (settings.local_search)

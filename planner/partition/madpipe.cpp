@@ -10,7 +10,9 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/generator.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -144,6 +146,7 @@ class MadPipePartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "madpipe"; }
+    SharedOptionUse sharedOptions() const override { return {true, false, false}; }
     std::string_view description() const override
     {
         return "MadPipe: memory-aware DP over allocations with one special GPU (Algorithm 1 over the target "
@@ -338,8 +341,8 @@ private:
         }
         if (!chosen) {
             diag.push_back({Severity::Error, "over-memory",
-                "no contiguous allocation of the model over " + std::to_string(P) + " GPUs of " + num(capacity / 1e9)
-                    + " GB fits memory with 1F1B* (3W + optimizer state + g activations"
+                "no contiguous allocation of the model over " + std::to_string(P) + " GPUs of " + formatBytes(capacity)
+                    + " fits memory with 1F1B* (3W + optimizer state + g activations"
                     + (chain.comm_buffers ? " + buffers" : std::string()) + " per stage)"});
             PartitionResult r {std::nullopt, std::move(diag)};
             r.candidates = std::move(candidates);
@@ -414,7 +417,7 @@ private:
             {"in_flight", chosen->star.in_flight}, {"blocks", chain.layers}};
         plan->algorithm_options = std::move(options);
         plan->objective_s = chosen->star.period;
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != "2bw")
+        if (detail::replacesRequestedKind(request, plan->schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "madpipe runs 1F1B* as the '2bw' kind with per-stage in-flight counts; the requested kind '"
                     + opt.schedule.kind + "' was replaced"});
@@ -459,7 +462,7 @@ private:
             plan.schedule.microbatches = need;
         }
         // 2BW's steady state (and its once-per-batch update) shows from the second batch on (simulator.cpp).
-        plan.schedule.iterations = twoBwIterations(plan);
+        plan.schedule.iterations = simulatedIterations(plan);
         return plan;
     }
 };

@@ -9,6 +9,7 @@ class ManualPartitioner final : public Partitioner
 {
 public:
     std::string_view name() const override { return "manual"; }
+    SharedOptionUse sharedOptions() const override { return {false, true, false}; }
     std::string_view description() const override { return "stage boundaries given by the user"; }
 
     PartitionResult partition(

@@ -11,6 +11,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -169,14 +170,6 @@ using Severity = Diagnostic::Severity;
 using megatron::Config;
 using nlohmann::json;
 
-std::string gb(double bytes)
-{
-    std::ostringstream s;
-    s.precision(3);
-    s << bytes / 1e9 << " GB";
-    return s.str();
-}
-
 std::vector<int> divisors(int n)
 {
     std::vector<int> out;
@@ -199,6 +192,7 @@ class MegatronPartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "megatron"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
         return "Megatron-LM PTD-P: search pipeline x tensor x data sizes, microbatch size, interleaving and "
@@ -463,8 +457,8 @@ private:
         c.config["layers_per_stage"] = layers;
         if (c.feasible && !e.estimate.fits) {
             c.feasible = false;
-            c.reason = "needs " + gb(e.estimate.peak_memory_bytes) + " of " + gb(e.estimate.memory_capacity_bytes)
-                + " by the memory formula";
+            c.reason = "needs " + formatBytes(e.estimate.peak_memory_bytes) + " of "
+                + formatBytes(e.estimate.memory_capacity_bytes) + " by the memory formula";
         }
     }
 
@@ -576,7 +570,7 @@ private:
                 + " samples/s simulated, " + std::to_string(chosen.estimate.throughput_samples_per_s)
                 + " analytically"});
         const auto& kind = request.options.schedule.kind;
-        if (kind != "1f1b" && kind != plan.schedule.kind)
+        if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "megatron chooses between 1f1b and interleaved; the requested kind '" + kind + "' was replaced by '"
                     + plan.schedule.kind + "'"});

@@ -11,6 +11,7 @@ class ParametersPartitioner final : public Partitioner
 {
 public:
     std::string_view name() const override { return "parameters"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
         return "contiguous stages minimising the largest stage's parameter bytes (DeepSpeed 'parameters')";

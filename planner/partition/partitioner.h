@@ -94,6 +94,15 @@ struct PartitionResult
 /// Progress in [0, 1]. Called from the partitioner's thread.
 using ProgressFn = std::function<void(double)>;
 
+/// @brief Which of PartitionOptions' shared fields an algorithm reads (besides devices, memory_limit and the
+/// schedule, which all read). Front ends reject the others when given instead of ignoring them (#10 item 4).
+struct SharedOptionUse
+{
+    bool stages = false; ///< PartitionOptions::stages
+    bool straight = false; ///< PartitionOptions::straight
+    bool flat = false; ///< PartitionOptions::flat
+};
+
 class Partitioner
 {
 public:
@@ -102,10 +111,16 @@ public:
     virtual std::string_view description() const = 0;
     /// The algorithm-specific options it reads from PartitionOptions::params.
     virtual std::vector<OptionSpec> options() const { return {}; }
+    /// The shared options it reads (see SharedOptionUse).
+    virtual SharedOptionUse sharedOptions() const { return {}; }
     /// Never throws for bad input: problems come back as Error diagnostics.
     virtual PartitionResult partition(
         const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const = 0;
 };
+
+/// The shared options set in `options` (stages > 0, straight, flat) that `partitioner` does not read, as
+/// their command-line names ("--straight"); empty when all of them mean something to it.
+std::vector<std::string> unusedSharedOptions(const Partitioner& partitioner, const PartitionOptions& options);
 
 /// All partitioners, in a fixed order.
 const std::vector<const Partitioner*>& partitioners();
@@ -122,6 +137,9 @@ PartitionResult failure(std::string code, std::string message);
 /// The finished plan when it passes Plan::validate(), else an "invalid-plan" error; keeps `diagnostics` and adds
 /// an "estimated-speed" warning for every device type the plan uses whose speed is a peak-FLOP/s guess.
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics);
+/// True when the request asked for a schedule kind (other than the default) that differs from `chosen`: the
+/// partitioners that pick their own kind say so in a diagnostic.
+bool replacesRequestedKind(const PartitionRequest& request, std::string_view chosen);
 
 /// "description: reason" of the first candidate that gives a reason (best first: the closest to working), or
 /// empty; for the error a search reports when nothing fits.

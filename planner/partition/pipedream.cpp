@@ -6,7 +6,9 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/traits.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 #include "pipedream_dp.h"
 #include "pipedream_reference.h"
@@ -20,6 +22,7 @@ class PipeDreamPartitioner final : public Partitioner
 {
 public:
     std::string_view name() const override { return "pipedream"; }
+    SharedOptionUse sharedOptions() const override { return {false, true, true}; }
     std::string_view description() const override
     {
         return "PipeDream's hierarchical DP: stages and replication minimising the slowest stage";
@@ -212,12 +215,13 @@ private:
                     + "; --use-fewer-machines leaves them out"});
     }
 
-    /// The asynchronous "pipedream" schedule deals the inputs round-robin over a stage's replicas, so every
-    /// replica count must divide microbatches x iterations: raise the microbatches to the next count that does.
-    // TODO(issue 10 item 9): ask the schedule's traits ("replicas must divide inputs") instead of its kind.
+    /// Schedules whose traits say replicas_divide_inputs ("pipedream": inputs dealt round-robin over a stage's
+    /// replicas) need every replica count to divide microbatches x iterations: raise the microbatches to the
+    /// next count that does.
     static void fitMicrobatches(Plan& plan, std::vector<Diagnostic>& diag)
     {
-        if (plan.schedule.kind != "pipedream")
+        const auto* traits = findScheduleTraits(plan.schedule.kind);
+        if (!traits || !traits->replicas_divide_inputs)
             return;
         const int m = plan.schedule.microbatches;
         const int valid = pipeDreamMicrobatches(plan);
@@ -226,14 +230,16 @@ private:
         if (valid <= 0 || valid > kMaxMicrobatches
             || static_cast<long long>(valid) * plan.schedule.iterations * plan.stageCount() > kMaxStageMicrobatches) {
             diag.push_back({Severity::Warning, "microbatches",
-                "'pipedream' needs microbatches x iterations to be a multiple of every stage's replica count; no "
-                "count within the plan's limits is"});
+                "'" + plan.schedule.kind
+                    + "' needs microbatches x iterations to be a multiple of every stage's replica count; no count "
+                      "within the plan's limits is"});
             return;
         }
         plan.schedule.microbatches = valid;
         diag.push_back({Severity::Info, "microbatches",
             "microbatches raised from " + std::to_string(m) + " to " + std::to_string(valid)
-                + " so that every stage's replica count divides the inputs of the 'pipedream' schedule"});
+                + " so that every stage's replica count divides the inputs of the '" + plan.schedule.kind
+                + "' schedule"});
     }
     /// With chunks v > 1 the DP's p stages keep their devices and the layers are re-cut into p*v virtual
     /// stages of balanced compute (the DP has no notion of chunks).
@@ -277,8 +283,8 @@ private:
     {
         auto report = [&](int s, double need, double capacity, const std::string& type) {
             diag.push_back({Severity::Warning, "over-memory",
-                "stage " + std::to_string(s) + " needs " + std::to_string(need / 1e9) + " GB per device, " + type
-                    + " has " + std::to_string(capacity / 1e9) + " GB"});
+                "stage " + std::to_string(s) + " needs " + formatBytes(need) + " per device, " + type + " has "
+                    + formatBytes(capacity)});
         };
         try {
             auto sim = simulate(plan, SimulationOptions {false, false});
@@ -292,6 +298,7 @@ private:
         } catch (const InputError&) {
         }
         const int p = plan.pipelineDepth();
+        const auto& traits = scheduleTraits(plan.schedule.kind);
         int after = 0;
         for (int s = p - 1; s >= 0; --s) {
             const auto& st = plan.stages[s];
@@ -299,9 +306,9 @@ private:
             const auto& type = plan.cluster.typeOf(st.devices[0]);
             auto totals = stageTotals(plan, s, type);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
-                totals.optimizer_bytes, (after + st.replicas() - 1) / st.replicas(),
+                totals.optimizer_bytes, traits.in_flight_factor * ((after + st.replicas() - 1) / st.replicas()),
                 (plan.schedule.microbatches + st.replicas() - 1) / st.replicas(), plan.schedule.recompute};
-            double need = stageMemoryBytes(plan.schedule.kind, in);
+            double need = stageMemoryBytes(traits, in);
             if (need > type.memory_bytes)
                 report(s, need, type.memory_bytes, type.name);
         }

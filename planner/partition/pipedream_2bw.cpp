@@ -11,7 +11,9 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/generator.h"
 #include "../sim/simulator.h"
+#include "../units.h"
 #include "builtin.h"
 
 namespace pw::planner {
@@ -98,14 +100,6 @@ struct Settings
     bool input_term = true;
     bool rank_by_simulation = false;
 };
-
-std::string gb(double bytes)
-{
-    std::ostringstream s;
-    s.precision(3);
-    s << bytes / 1e9 << " GB";
-    return s.str();
-}
 
 class TwoBwPlanner
 {
@@ -249,7 +243,7 @@ public:
             cand.config["paper_memory_bytes"] = paperPeak;
         if (!fits) {
             cand.feasible = false;
-            cand.reason = "needs " + gb(peak) + " on a device of " + gb(capacityAtPeak);
+            cand.reason = "needs " + formatBytes(peak) + " on a device of " + formatBytes(capacityAtPeak);
         }
         return e;
     }
@@ -270,8 +264,7 @@ public:
         }
         const long long m = m_settings.batch / (static_cast<long long>(c.d) * c.b);
         plan.schedule.kind = scheduleKind(c);
-        if (plan.schedule.kind == "2bw") // the steady state shows from the second batch on (simulator.cpp)
-            plan.schedule.iterations = twoBwIterations(plan);
+        plan.schedule.iterations = simulatedIterations(plan); // 2BW's steady state needs batches (traits)
         plan.schedule.chunks = 1;
         plan.schedule.microbatch_size = c.b;
         plan.schedule.microbatches = static_cast<int>(m * c.d); // the project counts a batch over all replicas
@@ -371,6 +364,7 @@ class PipeDream2BwPartitioner final : public OptionedPartitioner
 {
 public:
     std::string_view name() const override { return "pipedream-2bw"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
         return "PipeDream-2BW's planner: data-parallel width x pipeline depth x microbatch size x recomputation "
@@ -601,7 +595,7 @@ private:
                 + " samples/s by the " + (settings.rank_by_simulation ? "simulator" : "closed-form model") + ", "
                 + std::to_string(static_cast<long long>(best.candidate.config.value("global_batch", 0LL)))
                 + " samples per batch"});
-        if (opt.schedule.kind != "1f1b" && opt.schedule.kind != chosen->schedule.kind)
+        if (detail::replacesRequestedKind(request, chosen->schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
                 "pipedream-2bw chooses its own schedule; the requested kind '" + opt.schedule.kind
                     + "' was replaced by '" + chosen->schedule.kind + "' (set flush=true for PipeDream-Flush)"});

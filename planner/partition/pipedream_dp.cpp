@@ -63,6 +63,8 @@ public:
                 out[l + 1] = out[l] + (l < static_cast<int>(v.size()) ? v[l] : 0.0);
             return out;
         };
+        if (p.memory_capacity_bytes > 0) // the memory rules of the schedule's kind (throws for an unknown one)
+            m_traits = scheduleTraits(p.schedule_kind);
         m_cpre = prefix(p.compute_s);
         m_wpre = prefix(p.weight_bytes);
         m_apre = prefix(p.activation_bytes);
@@ -186,10 +188,10 @@ private:
         in.activation_bytes = m_apre[j + 1] - m_apre[i];
         in.input_bytes = i > 0 && i - 1 < static_cast<int>(m_p.cut_bytes.size()) ? m_p.cut_bytes[i - 1] : 0;
         in.optimizer_bytes = m_opre[j + 1] - m_opre[i];
-        in.in_flight = inFlight;
+        in.in_flight = inFlight * m_traits.in_flight_factor; // 1F1B-SO keeps twice the warm-up in flight
         in.microbatches = (m_p.microbatches + replicas - 1) / replicas;
         in.recompute = m_p.recompute;
-        return stageMemoryBytes(m_p.schedule_kind, in) <= m_p.memory_capacity_bytes;
+        return stageMemoryBytes(m_traits, in) <= m_p.memory_capacity_bytes;
     }
 
     /// T^k(i, j, m) for a last stage of a sub-pipeline using `used` workers of the level's M.
@@ -347,6 +349,7 @@ private:
     }
 
     const PipeDreamProblem& m_p;
+    ScheduleTraits m_traits;
     const PipeDreamSolveOptions& m_o;
     int m_n;
     int m_levels;

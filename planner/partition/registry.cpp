@@ -28,6 +28,19 @@ std::string PartitionResult::errorText() const
     return out.empty() ? "no plan" : out;
 }
 
+std::vector<std::string> unusedSharedOptions(const Partitioner& partitioner, const PartitionOptions& options)
+{
+    const auto use = partitioner.sharedOptions();
+    std::vector<std::string> unused;
+    if (options.stages != 0 && !use.stages)
+        unused.emplace_back("--stages");
+    if (options.straight && !use.straight)
+        unused.emplace_back("--straight");
+    if (options.flat && !use.flat)
+        unused.emplace_back("--flat");
+    return unused;
+}
+
 PartitionResult OptionedPartitioner::partition(
     const PartitionRequest& request, const ProgressFn& progress, std::stop_token stop) const
 {
@@ -88,6 +101,12 @@ Plan basePlan(const PartitionRequest& request, std::string_view algorithm)
     plan.algorithm = std::string(algorithm);
     plan.schedule = request.options.schedule;
     return plan;
+}
+
+bool replacesRequestedKind(const PartitionRequest& request, std::string_view chosen)
+{
+    const auto& requested = request.options.schedule.kind;
+    return requested != ScheduleOptions {}.kind && requested != chosen;
 }
 
 std::optional<int> usableDevices(const PartitionRequest& request, std::vector<Diagnostic>& diagnostics)

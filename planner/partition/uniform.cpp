@@ -9,6 +9,7 @@ class UniformPartitioner final : public Partitioner
 {
 public:
     std::string_view name() const override { return "uniform"; }
+    SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override { return "equal number of layers per stage"; }
 
     PartitionResult partition(

@@ -22,6 +22,11 @@ public:
         return "BaPipe's 1F1B-SO: 1F1B with a flush per batch and twice the warm-up (2(p-s) in flight) so that "
                "communication overlaps computation; twice 1f1b's stashed activations";
     }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.in_flight_factor = 2};
+        return traits;
+    }
 
     Schedule generate(const Plan& plan) const override
     {
@@ -49,7 +54,7 @@ public:
 
 // BaPipe's asynchronous mode (Table I, digest §2.2): an accelerator streams its output while computing, so a
 // transfer overlaps the op that produces it. The op order is the flushed 1F1B's; the simulator times the
-// transfers of this kind as streamed (see streamsTransfers). Every device of the plan must declare
+// transfers of this kind as streamed (ScheduleTraits::streams_transfers). Every device of the plan must declare
 // streaming_execution in its device type.
 class OneFOneBAsGenerator final : public ScheduleGenerator
 {
@@ -59,6 +64,11 @@ public:
     {
         return "BaPipe's 1F1B-AS: flushed 1F1B on streaming accelerators (device types with streaming_execution); "
                "transfers overlap the op producing them";
+    }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.streams_transfers = true};
+        return traits;
     }
 
     Schedule generate(const Plan& plan) const override
@@ -78,11 +88,6 @@ public:
 };
 
 } // namespace
-
-bool streamsTransfers(std::string_view kind)
-{
-    return kind == "1f1b-as";
-}
 
 const ScheduleGenerator& oneFOneBSoGenerator()
 {

@@ -27,7 +27,8 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
             "microbatches x iterations = " + std::to_string(static_cast<long long>(m_perBatch) * m_batches)
                 + " is too large");
     const int numDevices = plan.cluster.deviceCount();
-    if (plan.pipelineCount() > 1 && kind != "wsp")
+    const auto* traits = findScheduleTraits(kind);
+    if (plan.pipelineCount() > 1 && !(traits && traits->wave_synchronous))
         throw InputError({}, 0, "/schedule/kind",
             "schedule kind '" + std::string(kind) + "' runs one pipeline, but the plan has "
                 + std::to_string(plan.pipelineCount()) + " independent pipelines (virtual workers): use kind wsp");

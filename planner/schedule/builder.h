@@ -46,7 +46,7 @@ namespace pw::planner {
 // - 1f1b-so: as 1f1b with twice the in-flight count, 2 ceil(W_s / r_s) (BaPipe's 1F1B-SO: warm-up 2(N-i)+1,
 //   2(N-i+1) in flight); schedule.in_flight, when given, is used as is.
 // - 1f1b-as: the 1f1b order on streaming accelerators (every device type sets streaming_execution); the
-//   simulator starts each transfer with the op producing it (streamsTransfers).
+//   simulator starts each transfer with the op producing it (ScheduleTraits::streams_transfers).
 // - interleaved: chunks > 1: Megatron's interleaved order (interleaved.cpp) per data-parallel copy of the
 //   pipeline (every stage on d replicas, (m / d) % p == 0);
 //   chunks == 1: the 1f1b schedule. One step per virtual stage per batch.

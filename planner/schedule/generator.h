@@ -8,6 +8,7 @@
 
 #include "../plan.h"
 #include "../schedule.h"
+#include "traits.h"
 
 namespace pw::planner {
 
@@ -17,17 +18,19 @@ public:
     virtual ~ScheduleGenerator() = default;
     virtual std::string_view name() const = 0;
     virtual std::string_view description() const = 0;
+    /// What every schedule this generator produces promises (traits.h).
+    virtual const ScheduleTraits& traits() const = 0;
     /// Throws InputError when the plan's options do not suit this schedule.
     virtual Schedule generate(const Plan& plan) const = 0;
 };
 
 const std::vector<const ScheduleGenerator*>& scheduleGenerators();
 const ScheduleGenerator* findScheduleGenerator(std::string_view name);
-/// True for kinds whose transfers stream out while the producing op computes (BaPipe's asynchronous mode,
-/// "1f1b-as"): the simulator starts such a send with that op instead of after it.
-bool streamsTransfers(std::string_view kind);
 /// Generates the plan's schedule (plan.schedule.kind); throws InputError for an unknown kind.
 Schedule generateSchedule(const Plan& plan);
+/// The plan's schedule.iterations raised to its kind's min_iterations (steadyIterations in plan.h); an unknown kind
+/// keeps its own.
+int simulatedIterations(const Plan& plan);
 
 /// @brief What the validator found.
 struct ValidationReport

@@ -16,6 +16,11 @@ public:
         return "GPipe: all forwards then all backwards per batch, a flush and one optimizer step; stashes all "
                "m microbatches";
     }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.stash = StashDepth::Batch, .chunks = ChunkRule::Any};
+        return traits;
+    }
 
     Schedule generate(const Plan& plan) const override
     {

@@ -23,6 +23,11 @@ public:
         return "Interleaved 1F1B (Megatron-LM): v chunks per device shrink the flush bubble by v; microbatches "
                "per pipeline copy must be a multiple of the pipeline depth";
     }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.chunks = ChunkRule::WholeRounds};
+        return traits;
+    }
 
     Schedule generate(const Plan& plan) const override
     {

@@ -43,6 +43,11 @@ public:
         return "1F1B with a pipeline flush per batch (PipeDream-Flush, Megatron): one weight version, at most "
                "p stashed microbatches";
     }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {};
+        return traits;
+    }
     Schedule generate(const Plan& plan) const override { return generateFlushedOneFOneB(plan, name()); }
 };
 

@@ -21,6 +21,17 @@ public:
         return "PipeDream: asynchronous 1F1B, an update after every backward, weight stashing (stage s keeps "
                "up to p-s versions)";
     }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.synchronous = false,
+            .flush_per_batch = false,
+            .update_per_backward = true,
+            .weight_versions = WeightVersions::InFlight,
+            .stash = StashDepth::InFlight,
+            .steady_state = SteadyState::LastStagePace,
+            .replicas_divide_inputs = true};
+        return traits;
+    }
 
     Schedule generate(const Plan& plan) const override
     {

@@ -31,16 +31,43 @@ const ScheduleGenerator* findScheduleGenerator(std::string_view name)
     return nullptr;
 }
 
-Schedule generateSchedule(const Plan& plan)
+namespace {
+
+const ScheduleGenerator& generatorOrThrow(std::string_view kind)
 {
-    const auto* g = findScheduleGenerator(plan.schedule.kind);
+    const auto* g = findScheduleGenerator(kind);
     if (!g) {
         std::string known;
         for (const auto* k : scheduleGenerators())
             known += (known.empty() ? "" : ", ") + std::string(k->name());
         throw InputError(
-            {}, 0, "/schedule/kind", "unknown schedule kind '" + plan.schedule.kind + "' (known: " + known + ")");
+            {}, 0, "/schedule/kind", "unknown schedule kind '" + std::string(kind) + "' (known: " + known + ")");
     }
+    return *g;
+}
+
+} // namespace
+
+const ScheduleTraits* findScheduleTraits(std::string_view kind)
+{
+    const auto* g = findScheduleGenerator(kind);
+    return g ? &g->traits() : nullptr;
+}
+
+const ScheduleTraits& scheduleTraits(std::string_view kind)
+{
+    return generatorOrThrow(kind).traits();
+}
+
+int simulatedIterations(const Plan& plan)
+{
+    const auto* traits = findScheduleTraits(plan.schedule.kind);
+    return steadyIterations(plan, traits ? traits->min_iterations : 1);
+}
+
+Schedule generateSchedule(const Plan& plan)
+{
+    const auto* g = &generatorOrThrow(plan.schedule.kind);
     if (plan.tensor_parallel > 1) {
         plan.validate();
         return expandTensorParallel(g->generate(tensorParallelRankPlan(plan, 0)), plan);

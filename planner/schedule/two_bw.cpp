@@ -9,6 +9,10 @@
 namespace pw::planner {
 namespace {
 
+/// Batches a 2BW plan simulates at least: its steady state, with one weight update per batch, is measured from
+/// the end of the first batch on (one batch is only its fill and drain).
+constexpr int kSteadyIterations = 3;
+
 // Microbatch k (global, 0-based) of batch t = k / m runs F and B with version max(t - 1, 0). The backward that
 // finishes batch t on a device (its last microbatch of t) is followed by the all-reduce (replicated stages)
 // and the step producing version t + 1.
@@ -20,6 +24,17 @@ public:
     {
         return "PipeDream-2BW: 1F1B without flushes, one update per batch of m >= p microbatches, at most two "
                "weight versions";
+    }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.synchronous = false,
+            .flush_per_batch = false,
+            .weight_versions = WeightVersions::Two,
+            .stash = StashDepth::InFlight,
+            .steady_state = SteadyState::BatchToBatch,
+            .min_iterations = kSteadyIterations,
+            .batch_covers_pipeline = true};
+        return traits;
     }
 
     Schedule generate(const Plan& plan) const override

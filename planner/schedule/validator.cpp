@@ -357,7 +357,8 @@ private:
         for (const auto& [d, i] : m_pulls)
             if (m_wavePushes[m_s.devices[d][i].wave] == 0)
                 error(where(d, i) + " pulls a wave that no device pushes");
-        if (m_s.kind != "wsp")
+        const auto* traits = findScheduleTraits(m_s.kind);
+        if (!traits || !traits->wave_synchronous)
             return;
         const int D = m_plan.schedule.staleness;
         const int nm = m_plan.effectiveConcurrentMinibatches();

@@ -15,6 +15,7 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../sim/link_calendar.h"
 #include "../sim/simulator.h"
 #include "builder.h"
 
@@ -31,7 +32,7 @@ struct StageState
     int first = 0; ///< first stage of its pipeline
     bool is_first = false, is_last = false;
     double forward = 0, backward = 0, step = 0;
-    double act_out = 0, grad_out = 0; ///< seconds of the activation sent on / the gradient sent back
+    int act_peer = -1, grad_peer = -1; ///< devices the activation goes on to / the gradient goes back to
     double ps = 0; ///< seconds of one push or pull of the partition
     double free = 0, send_free = 0;
     int next_f = 0, next_b = 0;
@@ -46,13 +47,15 @@ public:
     Wsp(const Plan& plan, ScheduleBuilder& builder)
         : m_plan(plan)
         , m_b(builder)
+        , m_cost(CostModel::fromPlan(plan))
     {
         const int S = plan.stageCount();
         m_M = builder.totalMicrobatches();
         m_D = plan.schedule.staleness;
         m_nm = plan.effectiveConcurrentMinibatches();
         m_waves = (m_M + m_nm - 1) / m_nm;
-        const auto cost = CostModel::fromPlan(plan);
+        const auto& cost = m_cost;
+        m_uplinks.resize(cost.node_links.size());
         const bool overlap = plan.schedule.overlap_communication;
         m_overlap = overlap;
         m_st.resize(S);
@@ -65,15 +68,12 @@ public:
             st.is_last = plan.lastInPipeline(s);
             st.forward = cost.forward(s, 0);
             st.backward = cost.backward(s, 0);
-            const auto& type = plan.cluster.typeOf(d);
-            const double stepBytes = 3 * cost.stage_weight_bytes[s] + 2 * cost.stage_optimizer_bytes[s];
-            st.step = type.memory_bandwidth_bytes_per_s > 0 ? stepBytes / type.memory_bandwidth_bytes_per_s : 0.0;
+            st.step = cost.optimizerStepSeconds(d, s);
             if (!st.is_last)
-                st.act_out = transfer(d, plan.stages[s + 1].devices[0], builder.cutBytes(s));
+                st.act_peer = plan.stages[s + 1].devices[0];
             if (!st.is_first)
-                st.grad_out = transfer(d, plan.stages[s - 1].devices[0], builder.cutBytes(s - 1));
-            st.ps = parameterServerSeconds(
-                plan.cluster, d, builder.weightBytes(s), plan.schedule.local_parameter_servers);
+                st.grad_peer = plan.stages[s - 1].devices[0];
+            st.ps = cost.parameterServerSeconds(d, builder.weightBytes(s), plan.schedule.local_parameter_servers);
             st.f_arrive.assign(m_M, kUnknown);
             st.b_arrive.assign(m_M, kUnknown);
             st.step_end.assign(m_M, kUnknown);
@@ -125,16 +125,6 @@ public:
     }
 
 private:
-    double transfer(int a, int b, double bytes) const
-    {
-        // As the simulator's link model: latency + bytes / bandwidth of the link the two devices share.
-        const auto& c = m_plan.cluster;
-        const double lat = c.latency(a, b), bw = c.bandwidth(a, b);
-        if (bytes <= 0)
-            return lat;
-        return lat + (bw > 0 ? bytes / bw : kNever);
-    }
-
     /// The wave minibatch k must have pulled before it starts: floor(p / N_m) - 2 - D with p = k + 1 (digest
     /// §1.2.5); a pull is placed before the first minibatch of each such wave only. -1: none here.
     int pullWave(int k) const
@@ -163,12 +153,13 @@ private:
         return ready;
     }
 
-    /// A send on the send lane after the compute that produced it (the simulator's rule).
-    double send(StageState& st, double seconds, double latency)
+    /// A send of `bytes` to device `peer` on the send lane after the compute that produced it, booking the node's
+    /// uplink as the simulator does (link_calendar.h).
+    double send(StageState& st, int peer, double bytes)
     {
         const double start = std::max(st.free, st.send_free);
-        const double arrival = start + seconds;
-        st.send_free = std::max(start, arrival - latency);
+        const double arrival = bookedArrival(m_cost, m_uplinks, st.device, peer, bytes, start);
+        st.send_free = std::max(start, arrival - m_cost.link(st.device, peer).latency_s);
         if (!m_overlap)
             st.free = arrival;
         return arrival;
@@ -198,7 +189,7 @@ private:
         st.free = t + st.forward;
         if (!st.is_last) {
             emitSend(s, ActionKind::SendActivation, s + 1, k, m_b.cutBytes(s));
-            m_st[s + 1].f_arrive[k] = send(st, st.act_out, m_plan.cluster.latency(d, m_st[s + 1].device));
+            m_st[s + 1].f_arrive[k] = send(st, st.act_peer, m_b.cutBytes(s));
             return;
         }
         // The last partition runs F and B of a minibatch as one task (digest §1.2.4 rule 4).
@@ -223,7 +214,7 @@ private:
         st.free = start + st.backward;
         if (!st.is_first) {
             emitSend(s, ActionKind::SendGradient, s - 1, k, m_b.cutBytes(s - 1));
-            m_st[s - 1].b_arrive[k] = send(st, st.grad_out, m_plan.cluster.latency(d, m_st[s - 1].device));
+            m_st[s - 1].b_arrive[k] = send(st, st.grad_peer, m_b.cutBytes(s - 1));
         }
         // Local update w_local += u_k (HetPipe applies one per minibatch, digest §1.2.4).
         st.version += 1;
@@ -250,6 +241,8 @@ private:
 
     const Plan& m_plan;
     ScheduleBuilder& m_b;
+    CostModel m_cost;
+    std::vector<LinkCalendar> m_uplinks; ///< per node, as in the simulator
     int m_M = 0, m_D = 0, m_nm = 1, m_waves = 0;
     bool m_overlap = true;
     std::vector<StageState> m_st;
@@ -266,6 +259,18 @@ public:
     {
         return "HetPipe: every pipeline (virtual worker) runs FIFO pipelined model parallelism with N_m "
                "minibatches in flight; pipelines synchronise per wave through parameter servers (WSP, staleness D)";
+    }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.synchronous = false,
+            .flush_per_batch = false,
+            .update_per_backward = true,
+            .weight_versions = WeightVersions::InFlight,
+            .stash = StashDepth::InFlight,
+            .in_flight_limit = InFlightLimit::ConcurrentMinibatches,
+            .replicated_stages = false,
+            .wave_synchronous = true};
+        return traits;
     }
 
     Schedule generate(const Plan& plan) const override

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "../costs.h"
 #include "../errors.h"
 #include "../schedule/generator.h"
+#include "link_calendar.h"
 
 namespace pw::planner {
 namespace {
@@ -29,6 +32,14 @@ struct Collective
     double ready = 0;
     double start = 0;
     double end = kUnset;
+    std::vector<double> bucket_ready; ///< overlapped all-reduce: when each bucket is final on every member
+};
+
+/// The last backward of a (device, stage): its end and its backward part (without recomputation).
+struct LastBackward
+{
+    double end = kUnset;
+    double backward_s = 0;
 };
 
 struct DeviceState
@@ -69,14 +80,22 @@ struct VersionBook
     int latest = 0;
 };
 
+/// The traits of the schedule's kind; a schedule of an unknown kind (read from a file) runs as a flushed one.
+ScheduleTraits traitsOf(const Schedule& schedule)
+{
+    const auto* traits = findScheduleTraits(schedule.kind);
+    return traits ? *traits : ScheduleTraits {};
+}
+
 class Simulation
 {
 public:
-    Simulation(const Plan& plan, const Schedule& schedule, const SimulationOptions& options)
+    Simulation(const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options)
         : m_plan(plan)
         , m_s(schedule)
         , m_o(options)
-        , m_cost(CostModel::fromPlan(plan))
+        , m_cost(cost)
+        , m_traits(traitsOf(schedule))
     {
         const int D = schedule.num_devices;
         if (D != plan.cluster.deviceCount())
@@ -85,10 +104,10 @@ public:
         if (schedule.num_stages != plan.stageCount())
             throw InputError("the schedule has " + std::to_string(schedule.num_stages) + " stages, the plan "
                 + std::to_string(plan.stageCount()));
-        m_nodeOf.resize(D);
-        auto refs = plan.cluster.devices();
-        for (int d = 0; d < D; ++d)
-            m_nodeOf[d] = refs[d].node;
+        checkCostModel();
+        m_uplinks.resize(m_cost.node_links.size());
+        m_collectiveFree.assign(D, 0.0);
+        m_lastBackward.assign(static_cast<std::size_t>(D) * schedule.num_stages, {});
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);
         m_tpRankOf.assign(D, 0);
@@ -156,8 +175,11 @@ public:
         if (done != total)
             throw InputError(deadlockMessage());
         m_result.simulated_actions = total;
-        std::stable_sort(m_result.timeline.memory.begin(), m_result.timeline.memory.end(),
-            [](const MemorySample& a, const MemorySample& b) { return a.device < b.device; });
+        if (m_o.record_memory) {
+            auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
+            std::stable_sort(mem.begin(), mem.end(),
+                [](const CounterSample& a, const CounterSample& b) { return a.device < b.device; });
+        }
         metrics();
         return std::move(m_result);
     }
@@ -182,15 +204,83 @@ private:
         }
     }
 
-    double transferTime(int a, int b, double bytes) const
+    /// Throws InputError when an injected cost model does not describe this plan and schedule.
+    void checkCostModel() const
     {
-        const auto& c = m_plan.cluster;
-        bool same = m_nodeOf[a] == m_nodeOf[b];
-        double bw = same ? c.nodes[m_nodeOf[a]].intra_bandwidth_bytes_per_s : c.inter_node_bandwidth_bytes_per_s;
-        double lat = same ? c.nodes[m_nodeOf[a]].intra_latency_s : c.inter_node_latency_s;
-        if (bytes <= 0)
-            return lat;
-        return lat + (bw > 0 ? bytes / bw : std::numeric_limits<double>::infinity());
+        const auto& c = m_cost;
+        const std::size_t S = m_plan.stageCount(), D = m_s.num_devices;
+        std::size_t replicas = 0;
+        for (const auto& st : m_plan.stages)
+            replicas += st.devices.size();
+        auto bad = [](const std::string& what, std::size_t has, std::size_t needs) {
+            throw InputError(
+                "the cost model has " + std::to_string(has) + " " + what + ", the plan needs " + std::to_string(needs));
+        };
+        if (c.stage_offset.size() != S)
+            bad("stage offsets", c.stage_offset.size(), S);
+        if (c.forward_s.size() != replicas || c.backward_s.size() != replicas)
+            bad("forward/backward times", std::min(c.forward_s.size(), c.backward_s.size()), replicas);
+        for (auto* v : {&c.stage_weight_bytes, &c.stage_activation_bytes, &c.stage_input_bytes,
+                 &c.stage_optimizer_bytes, &c.boundary_bytes})
+            if (v->size() != S)
+                bad("per-stage byte counts", v->size(), S);
+        if (!c.stage_buckets.empty() && c.stage_buckets.size() != S)
+            bad("stages of gradient buckets", c.stage_buckets.size(), S);
+        for (auto* v : {&c.device_memory_capacity, &c.device_memory_bandwidth})
+            if (v->size() != D)
+                bad("per-device values", v->size(), D);
+        if (c.device_node.size() != D)
+            bad("device nodes", c.device_node.size(), D);
+        for (int node : c.device_node)
+            if (node < 0 || static_cast<std::size_t>(node) >= c.node_links.size())
+                throw InputError("the cost model places a device on node " + std::to_string(node) + " of "
+                    + std::to_string(c.node_links.size()));
+    }
+
+    double transferArrival(int a, int b, double bytes, double start)
+    {
+        return bookedArrival(m_cost, m_uplinks, a, b, bytes, start);
+    }
+
+    /// An overlapped all-reduce: when each bucket of `stage` is final on device d (from its last backward of the
+    /// stage, and not before d's previous all-reduce has left the link).
+    void noteBuckets(Collective& c, int d, int stage) const
+    {
+        const auto& buckets = m_cost.stage_buckets[stage];
+        if (c.bucket_ready.empty())
+            c.bucket_ready.assign(buckets.size(), 0.0);
+        const auto& last = m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + stage];
+        for (std::size_t j = 0; j < buckets.size(); ++j) {
+            const double ready = last.end == kUnset ? m_devices[d].compute_free
+                                                    : last.end - (1.0 - buckets[j].ready_fraction) * last.backward_s;
+            c.bucket_ready[j] = std::max({c.bucket_ready[j], ready, m_collectiveFree[d]});
+        }
+    }
+
+    /// Start and end of an all-reduce of `bytes` whose last member has arrived.
+    void scheduleAllReduce(Collective& c, const std::vector<int>& group, int stage, double bytes) const
+    {
+        const int n = static_cast<int>(group.size());
+        if (!overlapsAllReduce(stage) || n < 2) {
+            c.start = c.ready;
+            c.end = c.ready + m_cost.allReduceSeconds(group, bytes);
+            return;
+        }
+        // Buckets follow each other on the ring; the latency steps are paid once, with the first bucket.
+        const LinkCost link = m_cost.groupLink(group);
+        const auto& buckets = m_cost.stage_buckets[stage];
+        const double share = 2.0 * (n - 1) / n;
+        double t = c.bucket_ready[0] + 2.0 * (n - 1) * link.latency_s;
+        for (std::size_t j = 0; j < buckets.size(); ++j)
+            t = std::max(t, c.bucket_ready[j]) + share * link.wireSeconds(bytes * buckets[j].bytes_fraction);
+        c.start = c.bucket_ready[0];
+        c.end = t;
+    }
+
+    bool overlapsAllReduce(int stage) const
+    {
+        return m_cost.overlap_gradient_allreduce && !m_cost.stage_buckets.empty()
+            && !m_cost.stage_buckets[stage].empty();
     }
 
     void span(int d, Lane lane, const Action& a, std::size_t index, double t0, double t1)
@@ -206,9 +296,9 @@ private:
         dev.memory += delta;
         dev.peak_memory = std::max(dev.peak_memory, dev.memory);
         if (m_o.record_memory) {
-            auto& mem = m_result.timeline.memory;
+            auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
             if (!mem.empty() && mem.back().device == d && mem.back().t == t)
-                mem.back().bytes = dev.memory;
+                mem.back().value = dev.memory;
             else
                 mem.push_back({d, t, dev.memory});
         }
@@ -284,7 +374,7 @@ private:
         auto& dev = m_devices[d];
         const auto& list = m_s.devices[d];
         const bool overlap = m_plan.schedule.overlap_communication;
-        const bool streamed = streamsTransfers(m_s.kind);
+        const bool streamed = m_traits.streams_transfers;
         while (dev.pc < list.size()) {
             const Action& a = list[dev.pc];
             switch (a.kind) {
@@ -312,6 +402,8 @@ private:
                     memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
                 }
                 compute(d, a, t0, t1);
+                m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + a.stage]
+                    = {t1, m_cost.backward(a.stage, r)};
                 memoryChange(d, t1, -stash(a.stage));
                 dev.stashed -= 1;
                 useVersion(d, a, t1, true);
@@ -322,9 +414,7 @@ private:
             }
             case ActionKind::OptimizerStep: {
                 replica(d, a);
-                const auto& type = m_plan.cluster.typeOf(d);
-                double bytes = 3 * m_cost.stage_weight_bytes[a.stage] + 2 * m_cost.stage_optimizer_bytes[a.stage];
-                double dur = type.memory_bandwidth_bytes_per_s > 0 ? bytes / type.memory_bandwidth_bytes_per_s : 0.0;
+                const double dur = m_cost.optimizerStepSeconds(d, a.stage);
                 double t0 = dev.compute_free;
                 compute(d, a, t0, t0 + dur);
                 newVersion(d, a, t0 + dur);
@@ -334,18 +424,16 @@ private:
             case ActionKind::SendGradient: {
                 const std::size_t key = transferKey(d, a, a.kind == ActionKind::SendGradient);
                 auto& tr = m_transfers[key];
-                double start = std::max(dev.compute_free, dev.send_free);
-                double arrival = start + transferTime(d, a.peer, a.bytes);
-                if (streamed) {
-                    // BaPipe's asynchronous mode: the output leaves while the op producing it runs; the last
-                    // byte leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
-                    start = std::max(dev.compute_start, dev.send_free);
-                    arrival = std::max(
-                        start + transferTime(d, a.peer, a.bytes), dev.compute_free + transferTime(d, a.peer, 0));
-                }
+                // BaPipe's asynchronous mode (streamed): the output leaves while the op producing it runs; the last
+                // byte leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
+                double start
+                    = streamed ? std::max(dev.compute_start, dev.send_free) : std::max(dev.compute_free, dev.send_free);
+                double arrival = transferArrival(d, a.peer, a.bytes, start);
+                if (streamed)
+                    arrival = std::max(arrival, dev.compute_free + m_cost.transferSeconds(d, a.peer, 0));
                 tr.start = start;
                 tr.arrival = arrival;
-                double occupied = a.bytes > 0 ? arrival - transferTime(d, a.peer, 0) : start;
+                double occupied = a.bytes > 0 ? arrival - m_cost.link(d, a.peer).latency_s : start;
                 dev.send_free = overlap || streamed ? std::max(start, occupied) : arrival;
                 if (!overlap && !streamed)
                     dev.compute_free = arrival;
@@ -374,8 +462,8 @@ private:
             case ActionKind::WavePush: {
                 // HetPipe: the partition's aggregated update goes to the parameter servers on the send lane.
                 double start = std::max(dev.compute_free, dev.send_free);
-                double arrival = start
-                    + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
+                double arrival
+                    = start + m_cost.parameterServerSeconds(d, a.bytes, m_plan.schedule.local_parameter_servers);
                 dev.send_free = arrival;
                 if (!overlap)
                     dev.compute_free = arrival;
@@ -400,8 +488,7 @@ private:
                     return;
                 }
                 double t0 = std::max(dev.compute_free, w.complete);
-                double t1
-                    = t0 + parameterServerSeconds(m_plan.cluster, d, a.bytes, m_plan.schedule.local_parameter_servers);
+                double t1 = t0 + m_cost.parameterServerSeconds(d, a.bytes, m_plan.schedule.local_parameter_servers);
                 span(d, Lane::Recv, a, dev.pc, dev.compute_free, t1);
                 dev.compute_free = t1;
                 break;
@@ -419,18 +506,19 @@ private:
                     dev.registered = true;
                     c.arrived += 1;
                     c.ready = std::max(c.ready, dev.compute_free);
+                    if (a.stage < 0 || a.stage >= m_s.num_stages)
+                        throw InputError(m_plan.cluster.deviceName(d) + ": " + actionLabel(a)
+                            + " names a stage outside the schedule");
+                    if (overlapsAllReduce(a.stage))
+                        noteBuckets(c, d, a.stage);
                     if (c.arrived == static_cast<int>(members.size())) {
-                        const int n = static_cast<int>(members.size());
-                        std::vector<int> group(members.begin(), members.end());
-                        double bw = m_plan.cluster.groupBandwidth(group);
-                        double lat = m_plan.cluster.groupLatency(group);
-                        double wire = a.bytes <= 0 ? 0.0 : bw > 0 ? a.bytes / bw : INFINITY;
-                        double dur = n > 1 ? 2.0 * (n - 1) / n * wire + 2.0 * (n - 1) * lat : 0;
-                        c.start = c.ready;
-                        c.end = c.ready + dur;
-                        for (int member : members)
+                        const std::vector<int> group(members.begin(), members.end());
+                        scheduleAllReduce(c, group, a.stage, a.bytes);
+                        for (int member : members) {
+                            m_collectiveFree[member] = std::max(m_collectiveFree[member], c.end);
                             if (member != d)
                                 push(member);
+                        }
                     }
                 }
                 if (c.end == kUnset)
@@ -495,7 +583,7 @@ private:
             auto& m = r.devices[d];
             m.busy_s = dev.busy;
             m.peak_memory_bytes = dev.peak_memory;
-            m.memory_capacity_bytes = m_plan.cluster.typeOf(d).memory_bytes;
+            m.memory_capacity_bytes = m_cost.device_memory_capacity[d];
             m.peak_stashed_microbatches = dev.peak_stashed;
             m.peak_weight_versions = dev.peak_versions;
             if (m_s.devices[d].empty() || makespan <= 0)
@@ -524,11 +612,10 @@ private:
         const int perBatch = std::max(1, m_s.microbatches_per_batch);
         const int iterations = std::max(1, m_s.microbatches / perBatch);
         r.iteration_time_s = makespan / iterations;
-        const bool async = m_s.kind == "pipedream" || m_s.kind == "2bw";
-        if (async) {
+        if (m_traits.steady_state != SteadyState::Makespan) {
             const int K = m_s.microbatches;
             auto done = [&](int k) { return k >= 0 && k < K ? m_lastStageDone[k] : kUnset; };
-            if (m_s.kind == "2bw") {
+            if (m_traits.steady_state == SteadyState::BatchToBatch) {
                 // 2BW: whole batches, from the end of the first to the end of the last on the last stage, so
                 // every batch in the window pays its weight update (all-reduce and optimizer step) once. One
                 // batch has no steady state: its makespan (fill and drain included) stands.
@@ -554,8 +641,12 @@ private:
     const Plan& m_plan;
     const Schedule& m_s;
     const SimulationOptions& m_o;
-    CostModel m_cost;
-    std::vector<int> m_nodeOf, m_replicaOf, m_tpRankOf;
+    const CostModel& m_cost;
+    ScheduleTraits m_traits;
+    std::vector<int> m_replicaOf, m_tpRankOf;
+    std::vector<LinkCalendar> m_uplinks; ///< per node: its inter-node uplink
+    std::vector<double> m_collectiveFree; ///< per device: when its latest all-reduce has left the link
+    std::vector<LastBackward> m_lastBackward; ///< per (device, stage)
     std::vector<Transfer> m_transfers;
     std::vector<int> m_waiter;
     std::vector<DeviceState> m_devices;
@@ -568,6 +659,118 @@ private:
 };
 
 } // namespace
+
+namespace {
+
+constexpr std::size_t kMaxBuckets = 32;
+
+/// A layer's backward time on `type` up to a factor common to the stage's layers (only the shares matter): its
+/// measured time for that type when profiled, else the profile's.
+double backwardShare(const Layer& layer, const DeviceType& type)
+{
+    if (isDataSource(layer))
+        return 0;
+    const auto it = layer.device_times.find(type.name);
+    return it != layer.device_times.end() ? it->second.backward_ms : layer.backward_ms;
+}
+
+/// A stage's all-reduce buckets: one per layer with weights, in backward order (last layer first), each final when
+/// the backward has run the layers from the stage's end down to it; merged to at most kMaxBuckets.
+std::vector<GradientBucket> gradientBuckets(const Plan& plan, int s)
+{
+    const auto& stage = plan.stages[s];
+    if (stage.devices.empty())
+        return {GradientBucket {}};
+    const auto& type = plan.cluster.typeOf(stage.devices[0]);
+    std::vector<std::pair<double, double>> layers; // (weight bytes, backward ms up to and including it)
+    double weights = 0, backward = 0;
+    for (int pos = stage.last_layer; pos >= stage.first_layer; --pos) {
+        const auto& layer = plan.model.layers[plan.layerAt(pos)];
+        backward += backwardShare(layer, type);
+        if (layer.weight_bytes > 0) {
+            layers.emplace_back(layer.weight_bytes, backward);
+            weights += layer.weight_bytes;
+        }
+    }
+    if (layers.empty() || weights <= 0)
+        return {GradientBucket {}};
+    const std::size_t per = (layers.size() + kMaxBuckets - 1) / kMaxBuckets;
+    std::vector<GradientBucket> buckets;
+    for (std::size_t i = 0; i < layers.size(); i += per) {
+        GradientBucket b {0, 1};
+        const std::size_t end = std::min(layers.size(), i + per);
+        for (std::size_t j = i; j < end; ++j)
+            b.bytes_fraction += layers[j].first / weights;
+        b.ready_fraction = backward > 0 ? std::min(1.0, layers[end - 1].second / backward) : 1.0;
+        buckets.push_back(b);
+    }
+    return buckets;
+}
+
+} // namespace
+
+double LinkCost::wireSeconds(double bytes) const
+{
+    if (bytes <= 0)
+        return 0;
+    return bandwidth_bytes_per_s > 0 ? bytes / bandwidth_bytes_per_s : std::numeric_limits<double>::infinity();
+}
+
+const LinkCost& CostModel::link(int a, int b) const
+{
+    return sameNode(a, b) ? node_links[device_node[a]] : inter_node;
+}
+
+LinkCost CostModel::groupLink(const std::vector<int>& group) const
+{
+    if (group.size() < 2)
+        return {};
+    std::map<int, int> perNode;
+    for (int d : group)
+        perNode[device_node.at(d)] += 1;
+    LinkCost slowest {std::numeric_limits<double>::infinity(), 0};
+    for (auto [node, members] : perNode)
+        if (members > 1) {
+            slowest.bandwidth_bytes_per_s
+                = std::min(slowest.bandwidth_bytes_per_s, node_links[node].bandwidth_bytes_per_s);
+            slowest.latency_s = std::max(slowest.latency_s, node_links[node].latency_s);
+        }
+    if (perNode.size() > 1) {
+        slowest.bandwidth_bytes_per_s = std::min(slowest.bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s);
+        slowest.latency_s = std::max(slowest.latency_s, inter_node.latency_s);
+    }
+    return slowest;
+}
+
+double CostModel::allReduceSeconds(const std::vector<int>& group, double bytes) const
+{
+    const int n = static_cast<int>(group.size());
+    if (n < 2)
+        return 0;
+    const LinkCost link = groupLink(group);
+    return 2.0 * (n - 1) / n * link.wireSeconds(bytes) + 2.0 * (n - 1) * link.latency_s;
+}
+
+double CostModel::parameterServerSeconds(int device, double bytes, bool local) const
+{
+    const int H = local ? 1 : static_cast<int>(node_links.size()); // local: one server, on this node
+    const auto& node = node_links.at(device_node.at(device));
+    const double latency = H > 1 ? inter_node.latency_s : node.latency_s;
+    if (bytes <= 0)
+        return latency;
+    double pcie = node.bandwidth_bytes_per_s > 0 ? bytes / node.bandwidth_bytes_per_s : 0.0;
+    double remote = H > 1 && inter_node.bandwidth_bytes_per_s > 0
+        ? (H - 1.0) / H * bytes / inter_node.bandwidth_bytes_per_s
+        : 0.0;
+    return latency + std::max(pcie, remote);
+}
+
+double CostModel::optimizerStepSeconds(int device, int stage) const
+{
+    const double bandwidth = device_memory_bandwidth[device];
+    const double bytes = 3 * stage_weight_bytes[stage] + 2 * stage_optimizer_bytes[stage];
+    return bandwidth > 0 ? bytes / bandwidth : 0.0;
+}
 
 CostModel CostModel::fromPlan(const Plan& plan)
 {
@@ -602,8 +805,18 @@ CostModel CostModel::fromPlan(const Plan& plan)
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
         c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
     }
-    for (int d = 0; d < plan.cluster.deviceCount(); ++d)
-        c.device_memory_capacity.push_back(plan.cluster.typeOf(d).memory_bytes);
+    const auto refs = plan.cluster.devices();
+    for (const auto& ref : refs) {
+        const auto& type = plan.cluster.device_types[ref.type];
+        c.device_memory_capacity.push_back(type.memory_bytes);
+        c.device_memory_bandwidth.push_back(type.memory_bandwidth_bytes_per_s);
+        c.device_node.push_back(ref.node);
+    }
+    for (const auto& node : plan.cluster.nodes)
+        c.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
+    c.inter_node = {plan.cluster.inter_node_bandwidth_bytes_per_s, plan.cluster.inter_node_latency_s};
+    for (int s = 0; s < S; ++s)
+        c.stage_buckets.push_back(gradientBuckets(plan, s));
     c.samples_per_microbatch
         = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model.microbatch_size);
     return c;
@@ -630,10 +843,16 @@ bool SimulationResult::fitsMemory() const
     return true;
 }
 
+SimulationResult simulate(
+    const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options)
+{
+    Simulation sim(plan, schedule, cost, options);
+    return sim.run();
+}
+
 SimulationResult simulate(const Plan& plan, const Schedule& schedule, const SimulationOptions& options)
 {
-    Simulation sim(plan, schedule, options);
-    return sim.run();
+    return simulate(plan, schedule, CostModel::fromPlan(plan), options);
 }
 
 SimulationResult simulate(const Plan& plan, const SimulationOptions& options)

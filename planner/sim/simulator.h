@@ -10,7 +10,30 @@
 
 namespace pw::planner {
 
-/// @brief Costs of one plan on its cluster, in seconds and bytes per microbatch.
+/// @brief One link: a transfer of b bytes takes latency + b / bandwidth (bandwidth 0: unknown, never arrives).
+struct LinkCost
+{
+    double bandwidth_bytes_per_s = 0;
+    double latency_s = 0;
+
+    /// Seconds on the wire alone (bytes / bandwidth; infinite for a bandwidth of 0 with bytes to move).
+    double wireSeconds(double bytes) const;
+    double seconds(double bytes) const { return latency_s + wireSeconds(bytes); }
+    bool operator==(const LinkCost&) const = default;
+};
+
+/// @brief A share of a stage's gradients that is all-reduced as one piece (a bucket), and when it is final: the
+/// share of the stage's backward pass done by then. The backward frees the last layer's gradients first.
+struct GradientBucket
+{
+    double bytes_fraction = 1; ///< of the stage's all-reduced bytes
+    double ready_fraction = 1; ///< of the backward pass (1: at its end)
+    bool operator==(const GradientBucket&) const = default;
+};
+
+/// @brief Costs of one plan on its cluster, in seconds and bytes per microbatch: the compute, memory, link and
+/// collective costs the simulator asks for. fromPlan derives them from the plan's profile and cluster; a model
+/// calibrated from measured runs fills the same fields (simulate(plan, schedule, cost)).
 struct CostModel
 {
     std::vector<double> forward_s; ///< [stage][replica index] flattened by stageReplicaIndex
@@ -24,9 +47,39 @@ struct CostModel
     std::vector<double> device_memory_capacity;
     int samples_per_microbatch = 1;
 
+    // Links and collectives.
+    std::vector<int> device_node; ///< node of every device
+    std::vector<LinkCost> node_links; ///< per node: the link between two of its devices
+    LinkCost inter_node; ///< between devices of different nodes: each node's uplink
+    std::vector<double> device_memory_bandwidth; ///< per device, bytes/s of the optimizer step (0: free)
+    /// Per stage, in the order its backward frees them: the buckets of its data-parallel all-reduce.
+    std::vector<std::vector<GradientBucket>> stage_buckets;
+    /// Data-parallel all-reduces overlap the backward pass before them (PyTorch DDP, Megatron's
+    /// overlap_grad_reduce): each bucket starts once its gradients are final on every replica, the buckets follow
+    /// each other on the group's link, and only what is left after the backward shows. false: the all-reduce
+    /// starts when the last replica reaches it.
+    bool overlap_gradient_allreduce = true;
+    /// Devices of one node share the node's uplink: concurrent inter-node sends from one node take turns on it
+    /// (k equal transfers end after k times one transfer). false: every device has the uplink to itself.
+    bool shared_node_uplink = true;
+
     static CostModel fromPlan(const Plan& plan);
     double forward(int stage, int replica) const { return forward_s[stage_offset[stage] + replica]; }
     double backward(int stage, int replica) const { return backward_s[stage_offset[stage] + replica]; }
+    /// The link from device a to device b (a node's own link, or the inter-node one).
+    const LinkCost& link(int a, int b) const;
+    bool sameNode(int a, int b) const { return device_node[a] == device_node[b]; }
+    double transferSeconds(int a, int b, double bytes) const { return link(a, b).seconds(bytes); }
+    /// The slowest link a group's ring crosses: a node's own link where two members share it, the inter-node link
+    /// where the group spans nodes (Cluster::groupBandwidth / groupLatency).
+    LinkCost groupLink(const std::vector<int>& group) const;
+    /// Ring all-reduce of `bytes` among the group: 2 (n-1)/n bytes / bandwidth + 2 (n-1) latency (0 for n < 2).
+    double allReduceSeconds(const std::vector<int>& group, double bytes) const;
+    /// HetPipe's push (or pull) of `bytes` between `device` and the parameter servers (parameterServerSeconds in
+    /// costs.h, on this model's links).
+    double parameterServerSeconds(int device, double bytes, bool local) const;
+    /// The optimizer step of `stage` on `device`: (3 W + 2 O) / memory bandwidth (0 when unknown).
+    double optimizerStepSeconds(int device, int stage) const;
 };
 
 struct DeviceMetrics
@@ -86,6 +139,10 @@ PredictedMetrics predictedMetrics(const SimulationResult& result);
 
 /// Throws InputError when the schedule deadlocks or does not match the plan.
 SimulationResult simulate(const Plan& plan, const Schedule& schedule, const SimulationOptions& options = {});
+/// The same under a given cost model (CostModel::fromPlan is the default); throws InputError when its sizes do not
+/// match the plan.
+SimulationResult simulate(
+    const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options = {});
 /// Generates the plan's schedule and simulates it.
 SimulationResult simulate(const Plan& plan, const SimulationOptions& options = {});
 

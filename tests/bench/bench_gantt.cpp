@@ -17,7 +17,7 @@ int main()
 {
     const double width = 1920;
     Schedule schedule;
-    Plan plan = pw::bench::chainPlan(64, 2900);
+    Plan plan = pw::test::chainPlan(64, 2900);
     SimulationResult sim;
     double tSim = pw::bench::bestOf(1, [&] { sim = simulate(plan); });
     double tIndex = 0;

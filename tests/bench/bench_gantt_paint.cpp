@@ -19,12 +19,12 @@ int main(int argc, char** argv)
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
     QApplication app(argc, argv);
-    const SimulationResult sim = simulate(pw::bench::chainPlan(64, 2900));
-    const std::size_t spans = sim.timeline.spans.size();
+    const auto sim = std::make_shared<const SimulationResult>(simulate(pw::test::chainPlan(64, 2900)));
+    const std::size_t spans = sim->timeline.spans.size();
     pw::ui::GanttView view(nullptr, false);
     view.resize(1920, 1080);
     view.show();
-    const double tSet = pw::bench::bestOf(1, [&] { view.setTimeline(sim.timeline); });
+    const double tSet = pw::bench::bestOf(1, [&] { view.setTimeline({sim, &sim->timeline}); });
     QApplication::processEvents();
     QCustomPlot* plot = view.ganttPlot();
     std::printf("1F1B, 64 stages x 2900 microbatches: %zu spans; view %dx%d px (plot %dx%d), set up in %.0f ms\n",

@@ -16,6 +16,7 @@
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 
 using namespace pw::planner;
 
@@ -225,19 +226,7 @@ Cluster hetpipe(int perNode)
 /// Uniform chain: `layers` layers of F = 1 ms, B = 2 ms, `bytes` output each.
 ModelProfile uniformModel(int layers, double bytes = 1000, double stash = 1e6)
 {
-    ModelProfile m;
-    m.name = "uniform";
-    for (int i = 0; i < layers; ++i) {
-        Layer l;
-        l.name = "l" + std::to_string(i);
-        l.forward_ms = 1;
-        l.backward_ms = 2;
-        l.activation_bytes = bytes;
-        l.stashed_bytes = stash;
-        l.weight_bytes = 1e6;
-        m.layers.push_back(l);
-    }
-    return m;
+    return pw::test::uniformChain(layers, {1, 2, bytes, 1e6, stash});
 }
 
 Cluster gpus(const std::vector<double>& speeds, double memory = 80e9, double bandwidth = 1e11)

@@ -3,13 +3,18 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
 #include "planner/device_presets.h"
+#include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/io/json_file.h"
 #include "planner/io/transformer.h"
@@ -189,7 +194,7 @@ Timeline sampleTimeline()
         span(0, Lane::Collective, K::AllReduce, 0, -1, 2.6, 3.0),
         span(0, Lane::Compute, K::OptimizerStep, 0, -1, 3.0, 3.1),
     };
-    t.memory = {{0, 0.0, 1e9}, {0, 0.1e-3, 1.5e9}, {0, 2.6e-3, 1e9}, {1, 0.0, 2e9}};
+    t.counter(kMemoryCounter, "B").samples = {{0, 0.0, 1e9}, {0, 0.1e-3, 1.5e9}, {0, 2.6e-3, 1e9}, {1, 0.0, 2e9}};
     return t;
 }
 
@@ -433,4 +438,53 @@ TEST_CASE("Chrome trace of the demo plan obeys Perfetto's rules", "[chrome_trace
         CHECK(eventsWith(trace, "X").size() == sim.timeline.spans.size());
         CHECK(!eventsWith(trace, "C").empty());
     }
+}
+
+// #10 item 7: the export built the whole trace as a JSON document first (2.95 GB for a 261 MB file); it streams now.
+TEST_CASE("the streamed Chrome trace file is valid JSON equal to the trace document", "[chrome_trace]")
+{
+    Timeline t = sampleTimeline();
+    t.label = "plan \"A\\B\"\n\ttab \x01 and caf\xc3\xa9"; // quotes, backslash, control characters, UTF-8
+    t.device_names[0] = "n0/\"gpu0\"";
+    const auto dir = std::filesystem::temp_directory_path() / ("pw_trace_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto path = (dir / "trace.json").string();
+    writeChromeTraceFile(path, t);
+    const json fromFile = readJsonFile(path);
+    CHECK(fromFile == chromeTrace(t));
+    CHECK(fromFile.at("otherData").at("label") == t.label);
+    CHECK(perfettoProblems(fromFile).empty());
+    const auto slices = eventsWith(fromFile, "X");
+    REQUIRE(slices.size() == t.spans.size());
+    for (const auto& e : slices) {
+        CHECK(e.at("ts").is_number());
+        CHECK(e.at("dur").get<double>() >= 0);
+    }
+    CHECK_FALSE(std::filesystem::exists(path + ".partial"));
+
+    // A target that cannot be written names the file and leaves nothing behind.
+    CHECK_THROWS_AS(writeChromeTraceFile((dir / "missing" / "t.json").string(), t), InputError);
+    // A span that ends before it starts: no half-written file replaces a good one.
+    Timeline bad = t;
+    bad.spans[0].t1 = bad.spans[0].t0 - 1;
+    CHECK_THROWS_AS(writeChromeTraceFile(path, bad), InputError);
+    CHECK(readJsonFile(path) == fromFile);
+    CHECK_FALSE(std::filesystem::exists(path + ".partial"));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the trace writer writes times exactly as a JSON document would", "[chrome_trace]")
+{
+    Timeline t;
+    t.device_names = {"d"};
+    // Whole, fractional, tiny and huge microsecond values.
+    for (double t0 : {0.0, 1e-6, 1.5e-6, 123.456789e-3, 1e-9, 3600.0, 1e6})
+        t.spans.push_back({0, Lane::Compute, ActionKind::Forward, 0, 0, 0, t0, t0 + 2e-6, -1});
+    std::stringstream text;
+    writeChromeTrace(text, t);
+    const json parsed = json::parse(text.str());
+    std::multiset<double> ts;
+    for (const auto& e : eventsWith(parsed, "X"))
+        ts.insert(e.at("ts").get<double>());
+    CHECK(ts == std::multiset<double> {0.0, 1.0, 1.5, 123456.789, 0.001, 3.6e9, 1e12});
 }

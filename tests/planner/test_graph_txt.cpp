@@ -290,3 +290,25 @@ TEST_CASE("graph.txt writing with a plan adds stage ids", "[graph_txt]")
     std::ostringstream sink;
     CHECK_THROWS_AS(writeGraphTxt(sink, model, &wrong), InputError);
 }
+
+// #10 item 15: the CLI went by the ".txt" suffix alone, the app also by content; one rule now serves both.
+TEST_CASE("one rule tells a graph.txt from a JSON model: the suffix, else the first character", "[graph_txt]")
+{
+    TempDir dir;
+    const std::string graph = "node1 -- Input0 -- forward_compute_time=0.0, backward_compute_time=0.0, "
+                              "activation_size=4.0, parameter_size=0.0\n";
+    const std::string model = R"({"layers": [{"name": "a", "forward_ms": 1, "backward_ms": 2, )"
+                              R"("activation_bytes": 1, "weight_bytes": 1}]})";
+    CHECK(isGraphTxtFile(dir.write("graph.txt", graph)));
+    CHECK(isGraphTxtFile(dir.write("GRAPH.TXT", graph)));
+    CHECK_FALSE(isGraphTxtFile(dir.write("model.json", model)));
+    CHECK_FALSE(isGraphTxtFile(dir.write("model.JSON", "  \n" + graph))); // the suffix wins
+    CHECK(isGraphTxtFile(dir.write("profile.graph", graph))); // no known suffix: the content decides
+    CHECK(isGraphTxtFile(dir.write("profile", "\n\n" + graph)));
+    CHECK_FALSE(isGraphTxtFile(dir.write("profile.model", "\n  " + model)));
+    CHECK_FALSE(isGraphTxtFile(dir.write("bom.model", "\xEF\xBB\xBF" + model)));
+    CHECK_FALSE(isGraphTxtFile((dir.path / "missing").string()));
+    CHECK(loadAnyModel(dir.write("p.graph", graph)).is_graph);
+    CHECK_FALSE(loadAnyModel(dir.write("p.model", model)).is_graph);
+    CHECK_THROWS_WITH(loadGraphTxt(dir.path.string()), Catch::Contains("is a directory"));
+}

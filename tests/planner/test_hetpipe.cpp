@@ -254,6 +254,21 @@ TEST_CASE("the simulator replays wsp's order as FIFO with real link costs", "[he
     for (auto& n : toy.cluster.nodes)
         n.intra_latency_s = 0.05;
     CHECK(fifo(toy, 24) > 10);
+
+    // Both VWs cross from node n0 (stages 0-1) to n1 (stages 2-3) at once: their sends share n0's and n1's uplinks,
+    // and wsp's order follows the same booking (issue 10, item 10).
+    for (double bytes : {3e8, 6e8, 1e9, 1.5e9}) {
+        INFO("activations of " << bytes << " bytes");
+        auto shared = toyPlan({1.0, 1.5}, 4, 4, 100, 24);
+        for (auto& l : shared.model.layers)
+            l.activation_bytes = bytes;
+        const std::vector<std::vector<int>> devices = {{0}, {1}, {4}, {5}, {2}, {3}, {6}, {7}};
+        for (int s = 0; s < 8; ++s)
+            shared.stages[s].devices = devices[s];
+        shared.model.layers[2].forward_ms = 2000;
+        shared.model.layers[2].backward_ms = 4000;
+        CHECK(fifo(shared, 24) > 10);
+    }
 }
 
 TEST_CASE("NP, ED and HD group the 4x4 cluster as Table 3", "[hetpipe]")

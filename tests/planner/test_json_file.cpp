@@ -245,3 +245,42 @@ TEST_CASE("loadCluster and loadPlan locate errors too", "[json_file]")
 
     CHECK(errorOf([&] { loadPlan(dir.path("nothing.json")); }).message().rfind("cannot open", 0) == 0);
 }
+
+// #10 item 4: nlohmann keeps the last of two equal keys without a word, so a typo'd copy silently won.
+TEST_CASE("a key given twice in one object is an error naming the file, line and key", "[json_file]")
+{
+    TempDir dir;
+    const auto path = dir.write("dup.json",
+        "{\n  \"name\": \"c\",\n  \"nodes\": [\n    {\"name\": \"n0\", \"count\": 4},\n"
+        "    {\"name\": \"n1\",\n     \"count\": 4,\n     \"count\": 8}\n  ]\n}\n");
+    try {
+        readJsonFile(path);
+        FAIL("accepted a duplicate key");
+    } catch (const InputError& e) {
+        CHECK(e.source() == path);
+        CHECK(e.line() == 7);
+        CHECK(e.field() == "/nodes/1/count");
+        CHECK(e.message().find("duplicate key 'count'") != std::string::npos);
+    }
+    // The same key in different objects, and keys that need escaping in a pointer, are fine or located.
+    CHECK_NOTHROW(readJsonFile(dir.write("ok.json", R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})")));
+    CHECK_THROWS_WITH(readJsonFile(dir.write("slash.json", "{\"a/b\": {\"k\": 1,\n\"k\": 2}}")),
+        Catch::Contains(":2: /a~1b/k: duplicate key 'k'"));
+    // Many keys in one object: still found.
+    std::string many = "{";
+    for (int i = 0; i < 100; ++i)
+        many += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ",\n";
+    many += "\"k42\": 0}";
+    CHECK_THROWS_WITH(readJsonFile(dir.write("many.json", many)), Catch::Contains(":101: /k42: duplicate key"));
+}
+
+TEST_CASE("a directory given as a file says so instead of a JSON syntax error", "[json_file]")
+{
+    TempDir dir;
+    const auto folder = dir.path("folder.json");
+    fs::create_directories(folder);
+    CHECK_THROWS_WITH(readJsonFile(folder), Catch::Contains("is a directory, not a file"));
+    CHECK_THROWS_WITH(loadModel(folder), Catch::Contains(folder + ": is a directory"));
+    CHECK_THROWS_WITH(loadCluster(folder), Catch::Contains("is a directory"));
+    CHECK_THROWS_WITH(loadPlan(folder), Catch::Contains("is a directory"));
+}

@@ -18,6 +18,7 @@
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 
 using namespace pw::planner;
 using nlohmann::json;
@@ -37,22 +38,6 @@ Cluster cluster(int nodes, int perNode, double memory, double latency = 5e-6)
     c.inter_node_bandwidth_bytes_per_s = 2.5e10;
     c.inter_node_latency_s = latency;
     return c;
-}
-
-/// `layers` identical layers of F = 1 ms and B = 2 ms, nothing to transfer: the digest's §1.4 test vector.
-ModelProfile uniformChain(int layers)
-{
-    ModelProfile m;
-    m.name = "uniform";
-    for (int i = 0; i < layers; ++i) {
-        Layer l;
-        l.name = "layer" + std::to_string(i);
-        l.forward_ms = 1;
-        l.backward_ms = 2;
-        l.weight_bytes = 1000;
-        m.layers.push_back(l);
-    }
-    return m;
 }
 
 ModelProfile gpt(int layers, int hidden, int heads, int seq, int microbatch = 1)
@@ -91,7 +76,7 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
         for (int v : {1, 2, 3, 4})
             for (int k : {1, 2, 4}) {
                 const int m = k * p;
-                const auto model = uniformChain(p * v * 2);
+                const auto model = pw::test::uniformChain(p * v * 2);
                 const auto c = cluster(1, p, 1e15, 0.0);
                 PartitionRequest request {model, c, {}};
                 const megatron::Config config {p, 1, 1, 1, v, false, m};
@@ -113,7 +98,7 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
     // non-interleaved 66, and "Peak in-flight chunk stashes: 11, 9, 7, 5", in the formula and the simulator.
     CHECK(megatron::batchTime(4, 2, 8, 2, 4) == Approx(57));
     CHECK(megatron::batchTime(4, 1, 8, 2, 4) == Approx(66));
-    const auto model = uniformChain(8);
+    const auto model = pw::test::uniformChain(8);
     const auto c = cluster(1, 4, 1e15, 0.0);
     PartitionRequest request {model, c, {}};
     const auto sim = simulate(megatron::configPlan(request, {4, 1, 1, 1, 2, false, 8}));
@@ -135,7 +120,7 @@ TEST_CASE("interleaving with data parallelism: every pipeline copy keeps (p-1)/(
         for (int p : {2, 4})
             for (int v : {2, 3}) {
                 const int m = 2 * p; // per copy
-                const auto model = uniformChain(p * v * 2);
+                const auto model = pw::test::uniformChain(p * v * 2);
                 const auto c = cluster(1, p * d, 1e15, 0.0);
                 PartitionRequest request {model, c, {}};
                 const megatron::Config config {p, 1, d, 1, v, false, m};
@@ -159,7 +144,7 @@ TEST_CASE("interleaving with data parallelism: every pipeline copy keeps (p-1)/(
 TEST_CASE("the chosen plan's simulated bubble is (p-1)/(v m)", "[megatron]")
 {
     // digest §1.4 L1460-1462 on the partitioner's own choice: 16 equal layers on 4 devices, p fixed to 4.
-    const auto model = uniformChain(16);
+    const auto model = pw::test::uniformChain(16);
     const auto c = cluster(1, 4, 1e15, 0.0);
     for (int v : {1, 2}) {
         auto r = runMegatron(model, c, {{"pipeline-sizes", {4}}, {"chunks", {v}}, {"recompute", "off"}}, 16);
@@ -405,7 +390,7 @@ TEST_CASE("rules of thumb: t within a node and t divides the heads", "[megatron]
 
 TEST_CASE("profiles without an architecture are searched with t = 1", "[megatron]")
 {
-    const auto model = uniformChain(12);
+    const auto model = pw::test::uniformChain(12);
     auto r = runMegatron(model, cluster(1, 4, 1e15), json::object());
     REQUIRE(r.ok());
     CHECK(hasCode(r, "no-architecture"));

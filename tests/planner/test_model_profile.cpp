@@ -61,3 +61,30 @@ TEST_CASE("cut bytes of a graph count every tensor live across the cut", "[model
     CHECK(cut[2] == 30 + 10);
     CHECK(cut[3] == 0);
 }
+
+// #10 item 4: the architecture block took zero heads, negative layers and hidden sizes the heads do not divide.
+TEST_CASE("the architecture block is checked like the transformer generator's options", "[model]")
+{
+    json j = {
+        {"layers",
+            {{{"name", "a"}, {"forward_ms", 1.0}, {"backward_ms", 2.0}, {"activation_bytes", 1}, {"weight_bytes", 1}}}},
+        {"architecture",
+            {{"type", "gpt"}, {"layers", 2}, {"hidden", 64}, {"heads", 4}, {"sequence", 16}, {"vocab", 100}}}};
+    CHECK_NOTHROW(modelFromJson(j));
+    auto expect = [&](const char* key, int value, const std::string& field, const std::string& text) {
+        json bad = j;
+        bad["architecture"][key] = value;
+        try {
+            modelFromJson(bad);
+            FAIL("accepted " << key << " = " << value);
+        } catch (const InputError& e) {
+            CHECK(e.field() == field);
+            CHECK(e.message().find(text) != std::string::npos);
+        }
+    };
+    expect("heads", 0, "/architecture/heads", "must be > 0, got 0");
+    expect("layers", -3, "/architecture/layers", "must be > 0, got -3");
+    expect("heads", 5, "/architecture/heads", "must divide hidden (64 is not a multiple of 5)");
+    expect("microbatch", 0, "/architecture/microbatch", "must be > 0");
+    expect("bytes_per_element", -2, "/architecture/bytes_per_element", "must be > 0");
+}

@@ -173,7 +173,7 @@ TEST_CASE("the planner's closed-form time is the simulated 2BW steady state with
             const int d = chosen.config["data_parallel"];
             const double t = chosen.config["time_per_microbatch_s"];
             CHECK(t == Approx(b * 3.0 * 8 / stages)); // (F + B) x b x layers per stage, F = 1 s, B = 2 s
-            CHECK(r.plan->schedule.iterations == kTwoBwSteadyIterations);
+            CHECK(r.plan->schedule.iterations == scheduleTraits("2bw").min_iterations);
             const auto sim = run(*r.plan);
             const int m = chosen.config["microbatches_per_pipeline"];
             CHECK(sim.iteration_time_s == Approx(m * t));

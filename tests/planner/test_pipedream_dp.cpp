@@ -67,7 +67,8 @@ double exhaustive(const PipeDreamProblem& p, int level, int i, int j, int worker
                 opt += p.optimizer_bytes[l];
             }
             if (level == 1 && p.memory_capacity_bytes > 0) {
-                StageMemoryInput in {w, act, i > 0 ? p.cut_bytes[i - 1] : 0.0, opt, (remaining + r - 1) / r,
+                const int factor = scheduleTraits(p.schedule_kind).in_flight_factor;
+                StageMemoryInput in {w, act, i > 0 ? p.cut_bytes[i - 1] : 0.0, opt, factor * ((remaining + r - 1) / r),
                     (p.microbatches + r - 1) / r, p.recompute};
                 if (stageMemoryBytes(p.schedule_kind, in) > p.memory_capacity_bytes)
                     continue;
@@ -175,7 +176,8 @@ TEST_CASE("the DP equals exhaustive search on 1,200 random small instances", "[p
         p.per_worker_allreduce = trial % 7 == 0;
         if (trial % 3 == 0) {
             p.memory_capacity_bytes = 2000 + 6000 * u(rng);
-            p.schedule_kind = trial % 2 ? "pipedream" : "1f1b";
+            const char* kinds[] = {"pipedream", "1f1b", "1f1b-so", "gpipe"};
+            p.schedule_kind = kinds[(trial / 3) % 4];
             p.microbatches = 4;
         }
         double expect = exhaustive(p);

@@ -7,6 +7,7 @@
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 
 using namespace pw::planner;
 
@@ -16,16 +17,8 @@ namespace {
 Plan uniformPlan(int p, int m, std::string kind, double f = 1.0, double b = 2.0, int v = 1)
 {
     Plan plan;
-    plan.model.name = "uniform";
-    for (int l = 0; l < p * v; ++l) {
-        Layer layer;
-        layer.name = "l" + std::to_string(l);
-        layer.forward_ms = f / v;
-        layer.backward_ms = b / v;
-        plan.model.layers.push_back(layer);
-    }
-    plan.cluster.device_types = {{"gpu", 1e12, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", p, 1e12, 0});
+    plan.model = pw::test::uniformChain(p * v, {f / v, b / v, 0, 0});
+    plan.cluster = pw::test::uniformCluster(1, p, {1e12, 100, 1e12, 0});
     for (int s = 0; s < p * v; ++s)
         plan.stages.push_back({s, s, {s % p}});
     plan.schedule.kind = std::move(kind);

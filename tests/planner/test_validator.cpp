@@ -35,6 +35,7 @@ Plan makePlan(
     node.name = "n0";
     node.device_type = "gpu";
     node.count = std::accumulate(replicas.begin(), replicas.end(), 0);
+    node.intra_bandwidth_bytes_per_s = 1e11; // wsp derives its order from a timed run: links must be finite
     plan.cluster.nodes.push_back(node);
     std::vector<std::vector<int>> owned(p);
     for (int j = 0, next = 0; j < p; ++j)
@@ -57,24 +58,24 @@ int lcmOf(const std::vector<int>& values)
     return l;
 }
 
-/// Whether a kind is documented to accept this configuration.
-bool accepts(const std::string& kind, const std::vector<int>& replicas, int m, int chunks, int iterations)
+/// Whether a kind's traits say it accepts this configuration.
+bool accepts(const ScheduleTraits& t, const std::vector<int>& replicas, int m, int chunks, int iterations)
 {
     const int p = static_cast<int>(replicas.size());
     const int maxReplicas = *std::max_element(replicas.begin(), replicas.end());
-    if (kind == "gpipe")
-        return true;
-    if (kind == "interleaved") {
-        const bool equal = std::all_of(replicas.begin(), replicas.end(), [&](int r) { return r == replicas[0]; });
-        return chunks == 1 || (equal && m % replicas[0] == 0 && (m / replicas[0]) % p == 0);
-    }
-    if (chunks > 1)
+    const bool equal = std::all_of(replicas.begin(), replicas.end(), [&](int r) { return r == replicas[0]; });
+    if (!t.replicated_stages && maxReplicas > 1)
         return false;
-    if (kind == "pipedream")
-        return (m * iterations) % lcmOf(replicas) == 0;
-    if (kind == "2bw")
-        return m >= p && m >= maxReplicas;
-    return true; // 1f1b
+    if (chunks > 1 && t.chunks == ChunkRule::None)
+        return false;
+    if (chunks > 1 && t.chunks == ChunkRule::WholeRounds
+        && !(equal && m % replicas[0] == 0 && (m / replicas[0]) % p == 0))
+        return false;
+    if (t.replicas_divide_inputs && (m * iterations) % lcmOf(replicas) != 0)
+        return false;
+    if (t.batch_covers_pipeline && (m < p || m < maxReplicas))
+        return false;
+    return true;
 }
 
 std::string joined(const std::vector<std::string>& errors)
@@ -87,14 +88,17 @@ std::string joined(const std::vector<std::string>& errors)
 
 void checkGrid(const std::vector<int>& replicas, const std::vector<int>& chunkValues)
 {
-    for (const char* kind : {"gpipe", "1f1b", "pipedream", "2bw", "interleaved"})
+    for (const auto* generator : scheduleGenerators()) {
+        const std::string kind(generator->name());
+        const auto& traits = generator->traits();
         for (int m : {1, 2, 3, 4, 8, 16})
             for (int v : chunkValues)
                 for (int iterations : {1, 2}) {
                     auto plan = makePlan(kind, replicas, m, v, iterations);
+                    plan.cluster.device_types[0].streaming_execution = traits.streams_transfers;
                     INFO(kind << " config " << plan.configString() << " m=" << m << " v=" << v
                               << " iterations=" << iterations);
-                    if (!accepts(kind, replicas, m, v, iterations)) {
+                    if (!accepts(traits, replicas, m, v, iterations)) {
                         CHECK_THROWS_AS(generateSchedule(plan), InputError);
                         continue;
                     }
@@ -104,6 +108,7 @@ void checkGrid(const std::vector<int>& replicas, const std::vector<int>& chunkVa
                     CHECK(report.ok);
                     CHECK(report.errors.empty());
                 }
+    }
 }
 
 std::size_t find(const std::vector<Action>& list, ActionKind kind, int microbatch)

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 #include "ui/gantt/geometry.h"
 
 using namespace pw::ui;
@@ -319,17 +321,7 @@ TEST_CASE("folding: wide spans stay themselves, slivers in one column fold with 
 TEST_CASE("folding: a simulated 1F1B schedule draws at most rows x width items at every zoom", "[gantt]")
 {
     using namespace pw::planner;
-    Plan plan;
-    plan.model.name = "chain";
-    for (int l = 0; l < 8; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    plan.cluster.device_types = {DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 8, 1e11, 1e-6});
-    for (int s = 0; s < 8; ++s)
-        plan.stages.push_back({s, s, {s}});
-    plan.schedule.kind = "1f1b";
-    plan.schedule.microbatches = 2000;
-    auto sim = simulate(plan);
+    auto sim = simulate(pw::test::chainPlan(8, 2000));
     GanttIndex index(sim.timeline);
     TimeAxis axis(index.dataBegin(), index.dataEnd(), 800, 1e-9);
     for (int zoom = 0; zoom < 8; ++zoom) {
@@ -347,5 +339,118 @@ TEST_CASE("folding: a simulated 1F1B schedule draws at most rows x width items a
         if (zoom == 0)
             CHECK(visible == sim.timeline.spans.size());
         axis.zoom(4, 400);
+    }
+}
+
+namespace {
+
+/// The row as the index must hold it, computed from its definition: the row's spans sorted by (t0, t1, index),
+/// the running maximum of the ends, the kinds in order of first appearance and their prefix counts.
+GanttIndex::Row referenceRow(const Timeline& t, int row)
+{
+    std::vector<std::uint32_t> ids;
+    for (std::uint32_t i = 0; i < t.spans.size(); ++i)
+        if (t.spans[i].device >= 0 && RowLayout::rowIndex(t.spans[i].device, laneRowOf(t.spans[i].lane)) == row)
+            ids.push_back(i);
+    std::sort(ids.begin(), ids.end(), [&](std::uint32_t x, std::uint32_t y) {
+        const auto &a = t.spans[x], &b = t.spans[y];
+        return std::tie(a.t0, a.t1, x) < std::tie(b.t0, b.t1, y);
+    });
+    GanttIndex::Row r;
+    for (auto i : ids) {
+        const auto& s = t.spans[i];
+        r.t0.push_back(s.t0);
+        r.t1.push_back(s.t1);
+        r.max_t1.push_back(r.max_t1.empty() ? s.t1 : std::max(r.max_t1.back(), s.t1));
+        r.span.push_back(i);
+        r.microbatch.push_back(s.microbatch);
+        r.kind.push_back(s.kind);
+        if (std::find(r.kinds.begin(), r.kinds.end(), s.kind) == r.kinds.end())
+            r.kinds.push_back(s.kind);
+    }
+    const std::size_t k = r.kinds.size();
+    r.kind_prefix.assign((ids.size() + 1) * k, 0);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+        for (std::size_t j = 0; j < k; ++j)
+            r.kind_prefix[(i + 1) * k + j] = r.kind_prefix[i * k + j] + (r.kind[i] == r.kinds[j] ? 1 : 0);
+    return r;
+}
+
+/// The grown index holds exactly the reference rows of the timeline, and folds as one built at once.
+void checkSameIndex(const GanttIndex& grown, const Timeline& t)
+{
+    const GanttIndex built(t);
+    REQUIRE(grown.rows() == built.rows());
+    CHECK(grown.dataBegin() == built.dataBegin());
+    CHECK(grown.dataEnd() == built.dataEnd());
+    for (int r = 0; r < built.rows(); ++r) {
+        INFO("row " << r);
+        CHECK(grown.row(r) == referenceRow(t, r));
+        CHECK(built.row(r) == referenceRow(t, r));
+    }
+    TimeAxis axis(built.dataBegin(), built.dataEnd(), 640, 1e-9);
+    for (int zoom = 0; zoom < 4; ++zoom, axis.zoom(5, 200))
+        for (int r = 0; r < built.rows(); ++r) {
+            const auto a = fold(grown, axis, r), b = fold(built, axis, r);
+            REQUIRE(a.size() == b.size());
+            for (std::size_t i = 0; i < a.size(); ++i)
+                CHECK((a[i].x0 == b[i].x0 && a[i].x1 == b[i].x1 && a[i].span == b[i].span && a[i].count == b[i].count
+                    && a[i].kind == b[i].kind));
+        }
+}
+
+/// Appends `all`'s spans to an empty timeline in random batches, extending `index` after each; checks the
+/// index against one built at once on the same prefix after every batch.
+void growInBatches(std::mt19937& rng, const Timeline& all, std::size_t maxBatch)
+{
+    Timeline live;
+    GanttIndex index(live);
+    std::uniform_int_distribution<std::size_t> batch(1, maxBatch);
+    for (std::size_t at = 0; at < all.spans.size();) {
+        const std::size_t n = std::min(batch(rng), all.spans.size() - at);
+        live.append(std::span<const Span>(all.spans).subspan(at, n));
+        at += n;
+        index.extend(live);
+        CHECK(index.indexedSpans() == live.spans.size());
+        checkSameIndex(index, live);
+    }
+}
+
+} // namespace
+
+TEST_CASE("GanttIndex grows with its timeline: extended step by step it equals one built at once", "[gantt]")
+{
+    std::mt19937 rng(11);
+    SECTION("a run's report: each device in order of start, devices interleaved at random")
+    {
+        using namespace pw::planner;
+        const auto sim = simulate(pw::test::chainPlan(4, 24));
+        // Per device in order of start; then the devices' streams merged in a random order.
+        std::vector<std::vector<Span>> perDevice(4);
+        for (const auto& s : sim.timeline.spans)
+            perDevice[s.device].push_back(s);
+        for (auto& d : perDevice)
+            std::stable_sort(d.begin(), d.end(), [](const Span& a, const Span& b) { return a.t0 < b.t0; });
+        Timeline arrival;
+        std::vector<std::size_t> next(4, 0);
+        for (std::size_t left = sim.timeline.spans.size(); left > 0; --left) {
+            int d;
+            do
+                d = std::uniform_int_distribution<int>(0, 3)(rng);
+            while (next[d] == perDevice[d].size());
+            arrival.spans.push_back(perDevice[d][next[d]++]);
+        }
+        growInBatches(rng, arrival, 40);
+    }
+    SECTION("spans out of order within rows (a late report): the rows re-sort")
+    {
+        growInBatches(rng, randomTimeline(rng, 3, 60, false), 50);
+    }
+    SECTION("new devices and new kinds arrive late")
+    {
+        Timeline t = randomTimeline(rng, 5, 30, true);
+        std::stable_sort(t.spans.begin(), t.spans.end(),
+            [](const Span& a, const Span& b) { return a.device != b.device ? a.device < b.device : a.kind < b.kind; });
+        growInBatches(rng, t, 25);
     }
 }

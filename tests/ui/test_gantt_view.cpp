@@ -17,6 +17,7 @@
 #include "app/project/demo_project.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/sim/simulator.h"
+#include "tests/planner/fixtures.h"
 #include "ui/widgets/gantt_view.h"
 
 using namespace pw;
@@ -35,6 +36,11 @@ const planner::Timeline& demoTimeline()
     return timeline;
 }
 
+std::shared_ptr<const planner::Timeline> shared(const planner::Timeline& timeline)
+{
+    return std::make_shared<const planner::Timeline>(timeline);
+}
+
 /// A GanttView 1200x700 on screen (offscreen platform) showing `timeline`, laid out.
 struct ShownView
 {
@@ -45,7 +51,7 @@ struct ShownView
         view.resize(1200, 700);
         view.show();
         REQUIRE(QTest::qWaitForWindowExposed(&view));
-        view.setTimeline(timeline);
+        view.setTimeline(shared(timeline));
         view.ganttPlot()->replot();
     }
 
@@ -299,8 +305,8 @@ TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "
     // Two timelines on one axis: the longer one sets the window.
     const auto& scenarios = demo().scenarios;
     const auto gpipe = planner::simulate(scenarios[1].plan).timeline;
-    view.setBlocks(
-        {ui::GanttBlock {QStringLiteral("PipeDream"), timeline}, ui::GanttBlock {QStringLiteral("GPipe"), gpipe}});
+    view.setBlocks({ui::GanttBlock {QStringLiteral("PipeDream"), shared(timeline)},
+        ui::GanttBlock {QStringLiteral("GPipe"), shared(gpipe)}});
     CHECK(view.blockCount() == 2);
     CHECK(view.windowEnd() == Approx(std::max(timeline.endTime(), gpipe.endTime())));
     view.ganttPlot()->replot();
@@ -314,7 +320,7 @@ TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "
     CHECK(text.startsWith(QStringLiteral("PipeDream<br>")));
     CHECK(text.contains(QStringLiteral("microbatch %1 ").arg(widest.microbatch)));
 
-    view.setTimeline(timeline);
+    view.setTimeline(shared(timeline));
     CHECK(view.blockCount() == 1);
 }
 
@@ -348,12 +354,12 @@ TEST_CASE("gantt view: hovering a memory curve names a device and its memory the
     plot->replot();
     // The last memory sample of device 7 before the middle of the run: its level holds at the middle.
     const double mid = (shown.view.windowBegin() + shown.view.windowEnd()) / 2;
-    const planner::MemorySample* level = nullptr;
-    for (const auto& m : demoTimeline().memory)
+    const planner::CounterSample* level = nullptr;
+    for (const auto& m : demoTimeline().memory())
         if (m.device == 7 && m.t <= mid)
             level = &m;
     REQUIRE(level);
-    const double gib = level->bytes / double(1ull << 30);
+    const double gib = level->value / double(1ull << 30);
     const QPoint on(static_cast<int>(plot->xAxis->coordToPixel(mid)), static_cast<int>(plot->yAxis->coordToPixel(gib)));
     const QString text = shown.view.memoryToolTipAt(on);
     CHECK(text.contains(QStringLiteral("dgx0/gpu")));
@@ -367,16 +373,7 @@ TEST_CASE("gantt view: the image path paints the same pixels as a fillRect per i
 {
     // 16 stages x 700 microbatches of 1F1B: about 45,000 spans, above the threshold where the view writes the
     // lanes into an image on several threads instead of a fillRect per item.
-    planner::Plan plan;
-    plan.model.name = "chain";
-    for (int l = 0; l < 16; ++l)
-        plan.model.layers.push_back({"l" + std::to_string(l), "layer", 1.0, 2.0, 1e6, 1e6, {}, {}, {}, {}});
-    plan.cluster.device_types = {planner::DeviceType {"gpu", 80e9, 100, 0, {}, 0}};
-    plan.cluster.nodes.push_back({"n0", "", 22, "", "gpu", 16, 1e11, 1e-6});
-    for (int s = 0; s < 16; ++s)
-        plan.stages.push_back({s, s, {s}});
-    plan.schedule.microbatches = 700;
-    const auto timeline = planner::simulate(plan).timeline;
+    const auto timeline = planner::simulate(pw::test::chainPlan(16, 700)).timeline;
     REQUIRE(timeline.spans.size() > 40000);
     ShownView shown(timeline);
     auto render = [&](bool image) {
@@ -397,4 +394,59 @@ TEST_CASE("gantt view: the image path paints the same pixels as a fillRect per i
                 different += image.pixel(x, y) != rects.pixel(x, y);
         CHECK(different == 0);
     }
+}
+
+TEST_CASE("gantt view: a live timeline grows in place; the view indexes what is new and follows the run", "[ui]")
+{
+    // The demo's spans as a run reports them: each device in order of start, in batches of 20 to 40.
+    auto all = demoTimeline().spans;
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.t0 < b.t0; });
+    REQUIRE(all.size() > 100);
+    auto live = std::make_shared<planner::Timeline>();
+    live->device_names = {demoTimeline().device_names.front()}; // the other devices announce themselves
+    ui::GanttView view;
+    view.resize(1200, 700);
+    view.show();
+    REQUIRE(QTest::qWaitForWindowExposed(&view));
+    view.setTimeline(live);
+    std::size_t at = 0;
+    auto grow = [&](std::size_t n) {
+        n = std::min(n, all.size() - at);
+        live->append(std::span<const planner::Span>(all).subspan(at, n));
+        at += n;
+        view.timelineGrew();
+        view.ganttPlot()->replot();
+    };
+    grow(20);
+    const double firstEnd = view.windowEnd();
+    CHECK(firstEnd == Approx(live->endTime()));
+    CHECK(view.lastPaintedItems() > 0);
+    grow(30);
+    // The whole run was in view: it still is, and the window grew with the run.
+    CHECK(view.windowEnd() == Approx(live->endTime()));
+    CHECK(view.windowEnd() > firstEnd);
+    CHECK(view.windowBegin() == Approx(0).margin(1e-12));
+
+    // Zoomed onto the live edge: the window keeps its length and follows the latest span.
+    const double length = view.windowEnd() / 4;
+    view.setTimeWindow(view.windowEnd() - length, view.windowEnd());
+    grow(40);
+    CHECK(view.windowEnd() == Approx(live->endTime()));
+    CHECK(view.windowEnd() - view.windowBegin() == Approx(length));
+
+    // Looking at the past: the window stays.
+    view.setTimeWindow(0, length);
+    grow(all.size());
+    CHECK(at == all.size());
+    CHECK(view.windowBegin() == Approx(0).margin(1e-12));
+    CHECK(view.windowEnd() == Approx(length));
+
+    // Every device arrived, with a row of its own; a span appended last is under the mouse.
+    CHECK(live->device_names.size() == demoTimeline().device_names.size());
+    const auto lastCompute = computeSpans(*live, 7).back();
+    const double len = lastCompute.t1 - lastCompute.t0;
+    view.setTimeWindow(lastCompute.t0 - len, lastCompute.t1 + len);
+    view.ganttPlot()->replot();
+    const QString text = view.toolTipAt(view.pointOf(7, (lastCompute.t0 + lastCompute.t1) / 2));
+    CHECK(text.contains(QStringLiteral("microbatch %1 ").arg(lastCompute.microbatch)));
 }

@@ -94,7 +94,7 @@ bool PlanDocument::apply(const QString& text, const Edit& edit, QString* error)
         return true;
     } catch (const planner::InputError& e) {
         if (error)
-            *error = QString::fromStdString(e.message());
+            *error = QString::fromStdString(planner::formatInputError(e));
         return false;
     }
 }
@@ -146,9 +146,9 @@ void PlanDocument::show(planner::Plan plan)
     m_prediction.reset();
     m_predictionError.clear();
     try {
-        m_prediction = planner::simulate(*m_plan);
+        m_prediction = std::make_shared<const planner::SimulationResult>(planner::simulate(*m_plan));
     } catch (const planner::InputError& e) {
-        m_predictionError = QString::fromStdString(e.message());
+        m_predictionError = QString::fromStdString(planner::formatInputError(e));
     }
     emit planChanged();
     emit predictionChanged();

@@ -6,6 +6,7 @@
 #include <QString>
 #include <QUndoStack>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "planner/plan.h"
@@ -32,7 +33,7 @@ public:
     bool hasPlan() const { return m_plan.has_value(); }
     const planner::Plan& plan() const { return *m_plan; }
     /// The current plan's prediction; empty when it could not be simulated (predictionError() says why).
-    const std::optional<planner::SimulationResult>& prediction() const { return m_prediction; }
+    const std::shared_ptr<const planner::SimulationResult>& prediction() const { return m_prediction; }
     const QString& predictionError() const { return m_predictionError; }
     QUndoStack* undoStack() { return &m_undo; }
     bool isClean() const { return m_undo.isClean(); }
@@ -66,7 +67,7 @@ private:
 
     std::optional<planner::Plan> m_plan;
     std::optional<planner::Plan> m_beforePreview;
-    std::optional<planner::SimulationResult> m_prediction;
+    std::shared_ptr<const planner::SimulationResult> m_prediction;
     QString m_predictionError;
     QUndoStack m_undo;
 };

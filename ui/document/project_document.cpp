@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "project_document.h"
 
-#include <QFile>
 #include <QFileInfo>
 #include <algorithm>
 #include <fstream>
@@ -10,39 +9,16 @@
 #include "planner/io/graph_txt.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
+#include "planner/schedule/traits.h"
 
 namespace pw::ui {
 
 namespace {
 
-bool sameJson(const nlohmann::json& a, const nlohmann::json& b)
-{
-    return planner::digestOf(a) == planner::digestOf(b);
-}
-
-/// A PipeDream graph.txt by its suffix, or by content that does not start like JSON.
-bool looksLikeGraphTxt(const QString& path)
-{
-    if (QFileInfo(path).suffix().toLower() == QLatin1String("txt"))
-        return true;
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly))
-        return false;
-    const QByteArray head = file.read(256).trimmed();
-    return !head.startsWith('{');
-}
-
-/// "FILE, line N: FIELD: message", the parts that are known.
+/// "FILE:LINE: FIELD: message", the parts that are known, as the CLI prints it.
 QString errorText(const planner::InputError& e)
 {
-    QString text = QString::fromStdString(e.source());
-    if (e.line() > 0)
-        text += (text.isEmpty() ? QString() : QStringLiteral(", ")) + ProjectDocument::tr("line %1").arg(e.line());
-    if (!text.isEmpty())
-        text += QStringLiteral(": ");
-    if (!e.field().empty())
-        text += QString::fromStdString(e.field()) + QStringLiteral(": ");
-    return text + QString::fromStdString(e.message());
+    return QString::fromStdString(planner::formatInputError(e));
 }
 
 } // namespace
@@ -133,7 +109,8 @@ std::optional<planner::Plan> ProjectDocument::planFresh(const app::Project& proj
     options.schedule.in_flight.clear();
     for (const std::string& kind : {project.partition.schedule.kind, std::string("1f1b")}) {
         options.schedule.kind = kind;
-        if (kind != "interleaved")
+        const auto* traits = planner::findScheduleTraits(kind);
+        if (!traits || traits->chunks == planner::ChunkRule::None)
             options.schedule.chunks = 1;
         // A stage per device, or per layer when the model has fewer layers than that (replicated stages).
         const int chunks = std::max(1, options.schedule.chunks);
@@ -169,8 +146,7 @@ bool ProjectDocument::importProfile(const QString& path, QString* error)
 {
     planner::ModelProfile model;
     try {
-        model = looksLikeGraphTxt(path) ? planner::loadGraphTxt(path.toStdString())
-                                        : planner::loadModel(path.toStdString());
+        model = planner::loadAnyModel(path.toStdString());
     } catch (const planner::InputError& e) {
         if (error)
             *error = errorText(e);
@@ -216,8 +192,8 @@ bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error
 
 void ProjectDocument::setPartitionSettings(const app::PartitionSettings& settings)
 {
-    if (sameJson(settings.params, m_project.partition.params) && settings.algorithm == m_project.partition.algorithm
-        && sameJson(planner::toJson(settings.schedule), planner::toJson(m_project.partition.schedule)))
+    if (settings.params == m_project.partition.params && settings.algorithm == m_project.partition.algorithm
+        && settings.schedule == m_project.partition.schedule)
         return;
     m_project.partition = settings;
     markDirty();
@@ -264,8 +240,7 @@ bool ProjectDocument::restoreScenario(const QString& name, QString* error)
         return false;
     }
     const planner::Plan& plan = m_project.scenarios[i].plan;
-    if (!sameJson(planner::toJson(plan.model), planner::toJson(m_project.model))
-        || !sameJson(planner::toJson(plan.cluster), planner::toJson(m_project.cluster))) {
+    if (plan.model != m_project.model || plan.cluster != m_project.cluster) {
         if (error)
             *error = tr("Scenario '%1' was made for another model or cluster; it can be compared but not edited here")
                          .arg(name);

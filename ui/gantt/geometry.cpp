@@ -121,60 +121,106 @@ std::optional<RowHit> RowLayout::rowAt(double y) const
 
 GanttIndex::GanttIndex(const planner::Timeline& timeline)
 {
-    int devices = static_cast<int>(timeline.device_names.size());
-    double begin = 0, end = 0;
-    bool first = true;
-    for (const auto& s : timeline.spans) {
+    extend(timeline);
+}
+
+void GanttIndex::extend(const planner::Timeline& timeline)
+{
+    const auto& spans = timeline.spans;
+    const std::size_t from = std::min(m_indexed, spans.size());
+    int devices = std::max(m_devices, static_cast<int>(timeline.device_names.size()));
+    for (std::size_t i = from; i < spans.size(); ++i) {
+        const auto& s = spans[i];
         devices = std::max(devices, s.device + 1);
-        begin = first ? s.t0 : std::min(begin, s.t0);
-        end = first ? s.t1 : std::max(end, s.t1);
-        first = false;
+        m_dataBegin = std::min(m_dataBegin, s.t0);
+        m_dataEnd = std::max(m_dataEnd, s.t1);
     }
     m_devices = devices;
-    m_dataBegin = std::min(begin, 0.0);
-    m_dataEnd = end;
     m_rows.resize(static_cast<std::size_t>(rows()));
 
-    std::vector<std::vector<std::uint32_t>> members(m_rows.size());
-    for (std::size_t i = 0; i < timeline.spans.size(); ++i) {
-        const auto& s = timeline.spans[i];
-        if (s.device >= 0)
-            members[RowLayout::rowIndex(s.device, laneRowOf(s.lane))].push_back(static_cast<std::uint32_t>(i));
-    }
-    for (std::size_t r = 0; r < m_rows.size(); ++r) {
-        auto& ids = members[r];
-        std::sort(ids.begin(), ids.end(), [&](std::uint32_t x, std::uint32_t y) {
-            const auto& a = timeline.spans[x];
-            const auto& b = timeline.spans[y];
-            return a.t0 != b.t0 ? a.t0 < b.t0 : (a.t1 != b.t1 ? a.t1 < b.t1 : x < y);
-        });
+    // A span that starts no earlier than the last one of its row is appended; one that does not marks the row
+    // for one re-sort at the end (a row's spans arrive in order of start from one device, so this is rare).
+    std::vector<char> unsorted(m_rows.size(), 0);
+    for (std::size_t i = from; i < spans.size(); ++i) {
+        const auto& s = spans[i];
+        if (s.device < 0)
+            continue;
+        const auto r = static_cast<std::size_t>(RowLayout::rowIndex(s.device, laneRowOf(s.lane)));
         Row& row = m_rows[r];
-        const std::size_t n = ids.size();
-        row.t0.resize(n);
-        row.t1.resize(n);
-        row.max_t1.resize(n);
-        row.microbatch.resize(n);
-        row.kind.resize(n);
-        row.span = ids;
-        double runningMax = -INFINITY;
-        for (std::size_t i = 0; i < n; ++i) {
-            const auto& s = timeline.spans[ids[i]];
-            row.t0[i] = s.t0;
-            row.t1[i] = std::max(s.t0, s.t1);
-            runningMax = std::max(runningMax, row.t1[i]);
-            row.max_t1[i] = runningMax;
-            row.microbatch[i] = s.microbatch;
-            row.kind[i] = s.kind;
-            if (std::find(row.kinds.begin(), row.kinds.end(), s.kind) == row.kinds.end())
-                row.kinds.push_back(s.kind);
+        const double t1 = std::max(s.t0, s.t1);
+        const bool inOrder = row.t0.empty() || s.t0 > row.t0.back() || (s.t0 == row.t0.back() && t1 >= row.t1.back());
+        if (!inOrder || unsorted[r]) {
+            unsorted[r] = 1;
+            row.t0.push_back(s.t0);
+            row.t1.push_back(t1);
+            row.span.push_back(static_cast<std::uint32_t>(i));
+            row.microbatch.push_back(s.microbatch);
+            row.kind.push_back(s.kind);
+        } else {
+            row.append(s.t0, t1, static_cast<std::uint32_t>(i), s.microbatch, s.kind);
         }
-        const std::size_t k = row.kinds.size();
-        row.kind_prefix.assign((n + 1) * k, 0);
-        for (std::size_t i = 0; i < n; ++i) {
-            std::copy_n(&row.kind_prefix[i * k], k, &row.kind_prefix[(i + 1) * k]);
-            auto slot = std::find(row.kinds.begin(), row.kinds.end(), row.kind[i]) - row.kinds.begin();
-            ++row.kind_prefix[(i + 1) * k + static_cast<std::size_t>(slot)];
-        }
+    }
+    for (std::size_t r = 0; r < m_rows.size(); ++r)
+        if (unsorted[r])
+            m_rows[r].sort();
+    m_indexed = spans.size();
+}
+
+void GanttIndex::Row::append(double start, double end, std::uint32_t index, std::int32_t mb, ActionKind k)
+{
+    t0.push_back(start);
+    t1.push_back(end);
+    max_t1.push_back(max_t1.empty() ? end : std::max(max_t1.back(), end));
+    span.push_back(index);
+    microbatch.push_back(mb);
+    kind.push_back(k);
+    auto slot = static_cast<std::size_t>(std::find(kinds.begin(), kinds.end(), k) - kinds.begin());
+    if (slot == kinds.size()) {
+        kinds.push_back(k);
+        countKinds(); // a new column in the prefix counts: rare (a row has a handful of kinds)
+        return;
+    }
+    const std::size_t n = t0.size(), w = kinds.size();
+    if (kind_prefix.empty())
+        kind_prefix.assign(w, 0); // the counts among the first 0 spans
+    kind_prefix.insert(kind_prefix.end(), kind_prefix.end() - static_cast<std::ptrdiff_t>(w), kind_prefix.end());
+    ++kind_prefix[n * w + slot];
+}
+
+void GanttIndex::Row::sort()
+{
+    const std::size_t n = t0.size();
+    std::vector<std::uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+        return t0[x] != t0[y] ? t0[x] < t0[y] : (t1[x] != t1[y] ? t1[x] < t1[y] : span[x] < span[y]);
+    });
+    Row sorted;
+    for (std::uint32_t o : order) {
+        sorted.t0.push_back(t0[o]);
+        sorted.t1.push_back(t1[o]);
+        sorted.span.push_back(span[o]);
+        sorted.microbatch.push_back(microbatch[o]);
+        sorted.kind.push_back(kind[o]);
+        if (std::find(sorted.kinds.begin(), sorted.kinds.end(), kind[o]) == sorted.kinds.end())
+            sorted.kinds.push_back(kind[o]);
+    }
+    sorted.max_t1.resize(n);
+    double runningMax = -INFINITY;
+    for (std::size_t i = 0; i < n; ++i)
+        sorted.max_t1[i] = runningMax = std::max(runningMax, sorted.t1[i]);
+    sorted.countKinds();
+    *this = std::move(sorted);
+}
+
+void GanttIndex::Row::countKinds()
+{
+    const std::size_t n = t0.size(), k = kinds.size();
+    kind_prefix.assign((n + 1) * k, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        std::copy_n(&kind_prefix[i * k], k, &kind_prefix[(i + 1) * k]);
+        auto slot = std::find(kinds.begin(), kinds.end(), kind[i]) - kinds.begin();
+        ++kind_prefix[(i + 1) * k + static_cast<std::size_t>(slot)];
     }
 }
 

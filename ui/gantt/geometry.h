@@ -99,12 +99,21 @@ private:
     double m_deviceHeight = 0;
 };
 
-/// @brief A Timeline's spans grouped per row (device x LaneRow) and sorted by start, built once. Answers
-/// "spans intersecting [a, b]" by binary search on the starts and on the running maximum of the ends.
+/// @brief A Timeline's spans grouped per row (device x LaneRow) and sorted by start. Answers "spans intersecting
+/// [a, b]" by binary search on the starts and on the running maximum of the ends. Grows with its timeline: extend()
+/// indexes the spans appended since, in O(1) amortised per span that starts no earlier than its row's last one
+/// (a device reports its spans in order of start; devices may interleave in any order); a row that receives a span
+/// out of order is re-sorted once per extend(). An index extended step by step equals one built at once.
 class GanttIndex
 {
 public:
+    GanttIndex() = default;
     explicit GanttIndex(const planner::Timeline& timeline);
+
+    /// Indexes timeline.spans[indexedSpans()...]: the spans appended since the last call. The spans indexed
+    /// already must not have changed (a Timeline only grows).
+    void extend(const planner::Timeline& timeline);
+    std::size_t indexedSpans() const { return m_indexed; }
 
     int devices() const { return m_devices; }
     int rows() const { return m_devices * kLaneRows; }
@@ -132,6 +141,13 @@ public:
         std::vector<planner::ActionKind> kind;
         std::vector<planner::ActionKind> kinds; ///< the distinct kinds of the row
         std::vector<std::uint32_t> kind_prefix; ///< [(i) * kinds.size() + k]: spans of kind k among the first i
+        /// Appends a span that sorts after every span of the row.
+        void append(double start, double end, std::uint32_t index, std::int32_t mb, planner::ActionKind k);
+        /// Sorts the row by (t0, t1, span) and recomputes what depends on the order.
+        void sort();
+        void countKinds();
+
+        bool operator==(const Row&) const = default;
         /// First index of the spans with t0 <= b and t1 >= a, skipping those hidden under an earlier, longer one
         /// at the left edge; `last` is one past the last.
         std::pair<std::size_t, std::size_t> range(double a, double b) const;
@@ -141,6 +157,7 @@ public:
 private:
     int m_devices = 0;
     double m_dataBegin = 0, m_dataEnd = 0;
+    std::size_t m_indexed = 0; ///< timeline spans indexed so far
     std::vector<Row> m_rows;
 };
 

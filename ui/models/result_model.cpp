@@ -106,14 +106,15 @@ QVariant ResultModel::headerData(int section, Qt::Orientation orientation, int r
 ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, bool current)
 {
     try {
-        return planRow(label, plan, current, planner::simulate(plan, {false, true}), {});
+        return planRow(label, plan, current,
+            std::make_shared<const planner::SimulationResult>(planner::simulate(plan, {false, true})), {});
     } catch (const planner::InputError& e) {
-        return planRow(label, plan, current, std::nullopt, QString::fromStdString(e.message()));
+        return planRow(label, plan, current, nullptr, QString::fromStdString(planner::formatInputError(e)));
     }
 }
 
 ResultRow ResultModel::planRow(const QString& label, const planner::Plan& plan, bool current,
-    const std::optional<planner::SimulationResult>& result, const QString& error)
+    const std::shared_ptr<const planner::SimulationResult>& result, const QString& error)
 {
     ResultRow row;
     row.label = label;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QAbstractTableModel>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -51,7 +52,7 @@ public:
     static ResultRow planRow(const QString& label, const planner::Plan& plan, bool current);
     /// The row of a plan simulated already (the document's current plan); no result: `error` says why.
     static ResultRow planRow(const QString& label, const planner::Plan& plan, bool current,
-        const std::optional<planner::SimulationResult>& result, const QString& error);
+        const std::shared_ptr<const planner::SimulationResult>& result, const QString& error);
     /// The rows of a partitioner run: its plan (simulated), then every candidate it compared.
     static std::vector<ResultRow> runRows(const QString& algorithm, const planner::PartitionResult& result);
     static ResultRow comparisonRow(const planner::ComparisonRow& row);

@@ -28,7 +28,7 @@ void ScenarioModel::refresh()
         Metrics m;
         try {
             // With spans: the scenarios view stacks these timelines, no second simulation.
-            m.result = planner::simulate(s.plan);
+            m.result = std::make_shared<const planner::SimulationResult>(planner::simulate(s.plan));
             const auto& r = *m.result;
             m.ok = true;
             m.throughput = r.throughput_samples_per_s;
@@ -38,7 +38,7 @@ void ScenarioModel::refresh()
             m.peak = worst.peak_bytes;
             m.capacity = worst.capacity_bytes;
         } catch (const planner::InputError& e) {
-            m.error = QString::fromStdString(e.message());
+            m.error = QString::fromStdString(planner::formatInputError(e));
         }
         m_metrics.push_back(std::move(m));
     }
@@ -146,7 +146,7 @@ void ScenarioModel::setChecked(const QString& name, bool checked)
     emit checkedChanged();
 }
 
-const std::optional<planner::SimulationResult>& ScenarioModel::simulation(int row) const
+const std::shared_ptr<const planner::SimulationResult>& ScenarioModel::simulation(int row) const
 {
     return m_metrics.at(row).result;
 }

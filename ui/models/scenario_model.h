@@ -5,6 +5,7 @@
 
 #include <QAbstractTableModel>
 #include <QSet>
+#include <memory>
 #include <optional>
 
 #include "planner/sim/simulator.h"
@@ -32,7 +33,7 @@ public:
 
     /// The simulation of the scenario in `row` (spans and memory included); empty when it failed, and
     /// simulationError() says why.
-    const std::optional<planner::SimulationResult>& simulation(int row) const;
+    const std::shared_ptr<const planner::SimulationResult>& simulation(int row) const;
     QString simulationError(int row) const;
     /// Names of the checked scenarios, in the project's order.
     QStringList checkedNames() const;
@@ -47,7 +48,7 @@ private:
         bool ok = false;
         QString error;
         double throughput = 0, iteration = 0, bubble = 0, peak = 0, capacity = 0;
-        std::optional<planner::SimulationResult> result;
+        std::shared_ptr<const planner::SimulationResult> result;
     };
     void refresh();
 

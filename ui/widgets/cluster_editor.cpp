@@ -214,7 +214,7 @@ QString describe(const planner::InputError& e, const planner::Cluster& c)
         return ClusterEditor::tr("Inter-node bandwidth: ") + message;
     if (top == "inter_node_latency_s")
         return ClusterEditor::tr("Inter-node latency: ") + message;
-    return QString::fromStdString(e.what());
+    return QString::fromStdString(planner::formatInputError(e));
 }
 
 /// What Cluster::validate() lets through but a cluster cannot mean: negative sizes, speeds and prices.

@@ -206,7 +206,7 @@ private:
         constexpr std::size_t kMaxArrows = 3000;
         std::vector<std::uint32_t> shown;
         for (std::uint32_t m : block.messages()) {
-            const auto& s = block.timeline.spans[m];
+            const auto& s = block.timeline->spans[m];
             if (s.t1 >= time.begin() && s.t0 <= time.end())
                 shown.push_back(m);
             if (shown.size() > kMaxArrows)
@@ -224,7 +224,7 @@ private:
         painter->setBrush(QColor(40, 40, 40, 170));
         const double h = block.layout.laneHeight(LaneRow::PointToPoint) / 2;
         for (std::uint32_t m : shown) {
-            const auto& s = block.timeline.spans[m];
+            const auto& s = block.timeline->spans[m];
             const QPointF from(
                 left + time.toPixel(s.t0), yOf(block.layout.rowTop(s.device, LaneRow::PointToPoint) + h));
             const QPointF to(left + time.toPixel(s.t1), yOf(block.layout.rowTop(s.peer, LaneRow::PointToPoint) + h));

@@ -54,29 +54,45 @@ QColor spanColor(ActionKind kind, int microbatch)
     return Qt::black;
 }
 
+namespace {
+std::shared_ptr<const planner::Timeline> orEmpty(std::shared_ptr<const planner::Timeline> t)
+{
+    return t ? std::move(t) : std::make_shared<const planner::Timeline>();
+}
+} // namespace
+
 GanttBlockData::GanttBlockData(GanttBlock block, double blockTop)
     : title(std::move(block.title))
-    , timeline(std::move(block.timeline))
+    , timeline(orEmpty(std::move(block.timeline)))
     , capacity(std::move(block.memory_capacity_bytes))
-    , index(timeline)
-    , layout(static_cast<int>(timeline.device_names.size()), RowHeights {},
+    , index(*timeline)
+    , layout(std::max(index.devices(), static_cast<int>(timeline->device_names.size())), RowHeights {},
           blockTop + (title.isEmpty() ? 0 : kTitleHeight))
     , top(blockTop)
     , bottom(layout.deviceTop(0) + layout.height())
 {
 }
 
+void GanttBlockData::grow(double blockTop)
+{
+    index.extend(*timeline);
+    layout = RowLayout(std::max(index.devices(), static_cast<int>(timeline->device_names.size())), RowHeights {},
+        blockTop + (title.isEmpty() ? 0 : kTitleHeight));
+    top = blockTop;
+    bottom = layout.deviceTop(0) + layout.height();
+}
+
 const std::vector<std::uint32_t>& GanttBlockData::messages() const
 {
-    if (m_paired)
-        return m_sends;
-    m_paired = true;
-    for (std::uint32_t i = 0; i < timeline.spans.size(); ++i) {
-        const auto& s = timeline.spans[i];
-        if (s.peer >= 0 && s.peer < static_cast<int>(timeline.device_names.size()) && planner::isSend(s.kind)
+    // Pairs what arrived since the last call: a growing timeline costs only its new spans.
+    const auto& spans = timeline->spans;
+    for (std::size_t i = m_paired; i < spans.size(); ++i) {
+        const auto& s = spans[i];
+        if (s.peer >= 0 && s.peer < static_cast<int>(timeline->device_names.size()) && planner::isSend(s.kind)
             && !planner::isWaveSync(s.kind))
-            m_sends.push_back(i);
+            m_sends.push_back(static_cast<std::uint32_t>(i));
     }
+    m_paired = spans.size();
     return m_sends;
 }
 
@@ -88,12 +104,37 @@ void GanttScene::setBlocks(std::vector<GanttBlock> blocks)
         m_blocks.push_back(std::make_unique<GanttBlockData>(std::move(b), top));
         top = m_blocks.back()->bottom + 10;
     }
-    // The repaint of a million spans cannot afford an HSV conversion per span: a pixel per (kind, microbatch).
     int most = 0;
     for (const auto& b : m_blocks)
-        for (const auto& s : b->timeline.spans)
+        for (const auto& s : b->timeline->spans)
             most = std::max(most, std::abs(s.microbatch));
-    m_colorStride = most + 1;
+    m_colorStride = 0;
+    coverMicrobatches(most);
+}
+
+void GanttScene::grow(std::size_t block)
+{
+    if (block >= m_blocks.size())
+        return;
+    auto& grown = *m_blocks[block];
+    int most = m_colorStride - 1;
+    const auto& spans = grown.timeline->spans;
+    for (std::size_t i = grown.index.indexedSpans(); i < spans.size(); ++i)
+        most = std::max(most, std::abs(spans[i].microbatch));
+    double top = block == 0 ? 0 : m_blocks[block - 1]->bottom + 10;
+    for (std::size_t b = block; b < m_blocks.size(); ++b) { // the blocks below move when devices were added
+        m_blocks[b]->grow(top);
+        top = m_blocks[b]->bottom + 10;
+    }
+    coverMicrobatches(most);
+}
+
+void GanttScene::coverMicrobatches(int most)
+{
+    // The repaint of a million spans cannot afford an HSV conversion per span: a pixel per (kind, microbatch).
+    if (most < m_colorStride)
+        return;
+    m_colorStride = std::max(most + 1, 2 * m_colorStride); // grows geometrically with a live run
     m_colors.assign(static_cast<std::size_t>(kKinds) * m_colorStride, 0);
     for (int k = 0; k < kKinds; ++k)
         for (int m = 0; m < m_colorStride; ++m)
@@ -145,10 +186,10 @@ QString GanttScene::toolTip(double t, double y, double tolerance) const
         const auto found = hit ? block->index.spanAt(hit->row, t, tolerance) : std::nullopt;
         if (!found)
             return {};
-        const auto& s = block->timeline.spans[*found];
+        const auto& s = block->timeline->spans[*found];
         const auto name = [&](int d) {
-            return d >= 0 && d < static_cast<int>(block->timeline.device_names.size())
-                ? QString::fromStdString(block->timeline.device_names[d])
+            return d >= 0 && d < static_cast<int>(block->timeline->device_names.size())
+                ? QString::fromStdString(block->timeline->device_names[d])
                 : QString::number(d);
         };
         QString text = QStringLiteral("<b>%1</b> · microbatch %2 · stage %3<br>%4, %5 lane<br>%6 → %7 (%8)")

@@ -15,10 +15,12 @@
 namespace pw::ui {
 
 /// @brief One Gantt chart stacked in the view: a timeline and the title shown above its lanes (empty: none).
+/// The timeline is shared, not copied: a prediction or a run owns it; a live run's owner appends to it and then
+/// tells the view (GanttView::timelineGrew).
 struct GanttBlock
 {
     QString title;
-    planner::Timeline timeline;
+    std::shared_ptr<const planner::Timeline> timeline;
     /// Memory capacity per device of the timeline (bytes), drawn as limits in the memory plot; empty: unknown.
     std::vector<double> memory_capacity_bytes = {};
 };
@@ -32,7 +34,7 @@ struct GanttBlockData
     static constexpr double kTitleHeight = 18; ///< layout units above a titled block
 
     QString title;
-    planner::Timeline timeline;
+    std::shared_ptr<const planner::Timeline> timeline; ///< never null
     std::vector<double> capacity; ///< bytes per device; empty when unknown
     GanttIndex index;
     RowLayout layout;
@@ -41,13 +43,16 @@ struct GanttBlockData
 
     GanttBlockData(GanttBlock block, double blockTop);
 
+    /// Indexes the spans appended to the timeline since, and moves the block's top to `blockTop`.
+    void grow(double blockTop);
+
     /// The point-to-point messages, as their sends (the transfer leaves the sender at t0 and has arrived at the
     /// peer at t1; the receiver records a receive span only when it had to wait). Collected when first asked
     /// for (arrows shown), from the GUI thread.
     const std::vector<std::uint32_t>& messages() const;
 
 private:
-    mutable bool m_paired = false;
+    mutable std::size_t m_paired = 0; ///< spans looked at so far
     mutable std::vector<std::uint32_t> m_sends;
 };
 
@@ -71,6 +76,9 @@ public:
     };
 
     void setBlocks(std::vector<GanttBlock> blocks);
+    /// Block `block`'s timeline has grown (spans appended, devices added): extends its index, the layout and the
+    /// colours, in time proportional to what was appended.
+    void grow(std::size_t block);
     /// No blocks: `message` says why.
     void clear(const QString& message);
 
@@ -93,6 +101,9 @@ public:
     mutable Stats stats; ///< written by the painting
 
 private:
+    /// Covers microbatches up to `most` in the colour table.
+    void coverMicrobatches(int most);
+
     std::vector<std::unique_ptr<GanttBlockData>> m_blocks;
     QString m_emptyMessage;
     std::vector<QRgb> m_colors; ///< [kind * m_colorStride + microbatch]

@@ -161,7 +161,28 @@ int GanttView::blockCount() const
     return static_cast<int>(m_scene->blocks().size());
 }
 
-void GanttView::rebuild()
+void GanttView::timelineGrew(int block)
+{
+    if (block < 0 || block >= blockCount())
+        return;
+    const double begin = windowBegin(), end = windowEnd();
+    const double oldBegin = m_scene->dataBegin(), oldEnd = m_scene->dataEnd();
+    const double slack = 1e-9 * std::max(1.0, std::abs(oldEnd));
+    const bool all = begin <= oldBegin + slack && end >= oldEnd - slack;
+    const bool following = end >= oldEnd - slack;
+    m_scene->grow(static_cast<std::size_t>(block));
+    layoutRows();
+    rebuildMemory();
+    if (all)
+        setTimeWindow(m_scene->dataBegin(), m_scene->dataEnd());
+    else if (following)
+        setTimeWindow(m_scene->dataEnd() - (end - begin), m_scene->dataEnd());
+    else
+        setTimeWindow(begin, end);
+    m_gantt->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void GanttView::layoutRows()
 {
     auto ticker = qSharedPointerCast<QCPAxisTickerText>(m_gantt->yAxis->ticker());
     ticker->clear();
@@ -173,8 +194,16 @@ void GanttView::rebuild()
     for (const auto& b : m_scene->blocks())
         for (int d = 0; d < b->layout.devices(); d += every)
             ticker->addTick(b->layout.rowTop(d, LaneRow::Compute) + b->layout.laneHeight(LaneRow::Compute) / 2,
-                QString::fromStdString(b->timeline.device_names[d]));
+                d < static_cast<int>(b->timeline->device_names.size())
+                    ? QString::fromStdString(b->timeline->device_names[d])
+                    : tr("device %1").arg(d));
     m_gantt->yAxis->setRange(0, m_scene->height());
+    updateMargins();
+}
+
+void GanttView::rebuild()
+{
+    layoutRows();
     const bool empty = m_scene->empty(); // the message alone, no axes
     m_gantt->yAxis->setVisible(!empty);
     m_gantt->xAxis->setVisible(!empty);
@@ -182,7 +211,6 @@ void GanttView::rebuild()
     m_gantt->xAxis->setRange(m_scene->dataBegin(), m_scene->dataEnd());
     m_adjusting = false;
     rebuildMemory();
-    updateMargins();
     onRangeChanged();
     m_gantt->replot(QCustomPlot::rpQueuedReplot); // never paint inside the caller's signal handlers
 }
@@ -192,7 +220,7 @@ void GanttView::updateMargins()
     QFontMetrics fm(m_gantt->yAxis->tickLabelFont());
     int width = 0;
     for (const auto& b : m_scene->blocks())
-        for (const auto& n : b->timeline.device_names)
+        for (const auto& n : b->timeline->device_names)
             width = std::max(width, fm.horizontalAdvance(QString::fromStdString(n)));
     const int left = std::max(width + 18, 80);
     for (QCustomPlot* plot : {m_gantt, m_memory}) {
@@ -215,15 +243,15 @@ void GanttView::rebuildMemory()
         m_memory->replot();
         return;
     }
-    const auto& tl = m_scene->blocks().front()->timeline;
+    const auto& tl = *m_scene->blocks().front()->timeline;
     const int devices = static_cast<int>(tl.device_names.size());
     std::vector<QVector<double>> keys(devices), values(devices);
     double peak = 0;
-    for (const auto& m : tl.memory) {
+    for (const auto& m : tl.memory()) {
         if (m.device < 0 || m.device >= devices)
             continue;
         keys[m.device].push_back(m.t);
-        values[m.device].push_back(m.bytes / double(1ull << 30));
+        values[m.device].push_back(m.value / double(1ull << 30));
         peak = std::max(peak, values[m.device].back());
     }
     const double end = m_scene->dataEnd();
@@ -545,7 +573,7 @@ bool GanttView::exportChromeTrace(const QString& path, QString* error)
         return false;
     }
     try {
-        planner::writeJsonFile(path.toStdString(), planner::chromeTrace(m_scene->blocks().front()->timeline), -1);
+        planner::writeChromeTraceFile(path.toStdString(), *m_scene->blocks().front()->timeline);
         return true;
     } catch (const std::exception& e) {
         if (error)

@@ -33,10 +33,14 @@ public:
     /// Shows these timelines stacked on one time axis (the first one's memory in the plot underneath), the
     /// whole run in view.
     void setBlocks(std::vector<GanttBlock> blocks);
-    void setTimeline(planner::Timeline timeline, std::vector<double> capacityBytes = {})
+    void setTimeline(std::shared_ptr<const planner::Timeline> timeline, std::vector<double> capacityBytes = {})
     {
         setBlocks({GanttBlock {{}, std::move(timeline), std::move(capacityBytes)}});
     }
+    /// Block `block`'s timeline has grown (a live run appended spans, samples or devices): indexes what is new and
+    /// repaints. A window that showed the whole run keeps showing it; one that ended at the latest span follows
+    /// the run; any other window stays where it is.
+    void timelineGrew(int block = 0);
     /// Shows `message` instead of a chart (why there is no schedule).
     void setEmptyMessage(const QString& message);
     int blockCount() const;
@@ -84,6 +88,8 @@ protected:
 
 private:
     void rebuild();
+    /// The device labels and the plot's height, from the blocks' layouts.
+    void layoutRows();
     void updateMargins();
     void rebuildMemory();
     void fitMemoryLegend();

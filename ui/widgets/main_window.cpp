@@ -262,7 +262,7 @@ bool MainWindow::openDemo()
         statusBar()->showMessage(tr("The demo project: drag a boundary in the model view, or run a partitioner (F5)"));
         return true;
     } catch (const planner::InputError& e) {
-        showError(tr("Cannot open the demo"), QString::fromStdString(e.message()));
+        showError(tr("Cannot open the demo"), QString::fromStdString(planner::formatInputError(e)));
         return false;
     }
 }
@@ -343,7 +343,7 @@ void MainWindow::refreshSchedule()
     std::vector<double> capacity;
     for (const auto& d : doc.prediction()->devices)
         capacity.push_back(d.memory_capacity_bytes);
-    m_gantt->setTimeline(doc.prediction()->timeline, std::move(capacity));
+    m_gantt->setTimeline({doc.prediction(), &doc.prediction()->timeline}, std::move(capacity)); // shared, not copied
 }
 
 void MainWindow::refreshTitle()

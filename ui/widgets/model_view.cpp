@@ -309,7 +309,7 @@ bool ModelView::eventFilter(QObject* watched, QEvent* event)
             if (last != planner::edit::boundaries(plan)[m_drag])
                 m_document.preview(planner::edit::moveBoundary(plan, m_drag, last));
         } catch (const planner::InputError& e) { // no exception may leave an event handler
-            emit message(QString::fromStdString(e.message()));
+            emit message(QString::fromStdString(planner::formatInputError(e)));
         }
         return true;
     }

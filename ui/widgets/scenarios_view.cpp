@@ -121,7 +121,7 @@ void ScenariosView::refreshGantt()
                     .arg(name, QString::fromStdString(plan.configString()), QString::fromStdString(plan.schedule.kind))
                     .arg(r->throughput_samples_per_s, 0, 'f', 1)
                     .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
-                r->timeline});
+                std::shared_ptr<const planner::Timeline>(r, &r->timeline)});
     }
     if (blocks.empty())
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()

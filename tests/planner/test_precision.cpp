@@ -21,6 +21,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 ModelProfile bf16Model()
 {
     return transformerProfile({4, 1024, 16, 512, 51200, 1, 2}, *devicePreset("H100"));
@@ -147,8 +149,8 @@ TEST_CASE("Table 4.1: Megatron's published t and p fit 80 GB under the corrected
         const megatron::Config published {row.p, row.t, d, 1, 1, true, row.batch / d};
         const PartitionRequest request {model, cluster, o};
         const auto estimate = megatron::estimate(megatron::configPlan(request, published), published);
-        WARN(row.billions << "B published p=" << row.p << " t=" << row.t << ": " << estimate.peak_memory_bytes / 1e9
-                          << " GB of " << estimate.memory_capacity_bytes / 1e9 << " GB");
+        WARN(row.billions << "B published p=" << row.p << " t=" << row.t << ": " << estimate.peak_memory_bytes / kGiB
+                          << " GiB of " << estimate.memory_capacity_bytes / kGiB << " GiB");
         CHECK(estimate.fits);
         // The weight state alone: 18 bytes per parameter over t p GPUs.
         const double params = model.totalWeightBytes() / 2;
@@ -160,8 +162,8 @@ TEST_CASE("Table 4.1: Megatron's published t and p fit 80 GB under the corrected
         INFO(r.errorText());
         REQUIRE(r.ok());
         const auto& chosen = r.plan->algorithm_options.at("chosen");
-        WARN(row.billions << "B search: " << chosen.dump() << ", " << r.candidates.front().peak_memory_bytes / 1e9
-                          << " GB");
+        WARN(row.billions << "B search: " << chosen.dump() << ", " << r.candidates.front().peak_memory_bytes / kGiB
+                          << " GiB");
         CHECK(r.candidates.front().feasible);
         CHECK(r.candidates.front().peak_memory_bytes <= cluster.device_types[0].memory_bytes);
     }

@@ -83,3 +83,34 @@ TEST_CASE("plan --json and compare --json report tensor parallelism, chunks, mic
             CHECK(row.at("chunks").get<int>() > 1); // the demo's megatron plan interleaves
     }
 }
+
+TEST_CASE(
+    "--precision, --gradient-precision and --distributed-optimizer reach the plan and its memory", "[cli][precision]")
+{
+    // issue 10 item 2: the demo GPT is bf16; fp32 gradients add 2 bytes per parameter, sharding takes 12 / d off.
+    const auto peak = [](const std::vector<std::string>& extra) {
+        std::vector<std::string> args {"plan", "--algorithm", "uniform", "--stages", "1", "--devices", "2", "--model",
+            kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return json::parse(r.out).at("stages").at(0).at("peak_memory_bytes").get<double>();
+    };
+    const double base = peak({});
+    const double fp32Gradients = peak({"--gradient-precision", "fp32"});
+    const double sharded = peak({"--gradient-precision", "fp32", "--distributed-optimizer"});
+    CHECK(fp32Gradients > base);
+    CHECK(sharded < fp32Gradients);
+    // 2 bytes more per parameter; 6 fewer with 12 bytes sharded over 2 replicas: the same parameter count.
+    CHECK((fp32Gradients - sharded) == Approx(3 * (fp32Gradients - base)));
+
+    auto bad = cli({"plan", "--algorithm", "uniform", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--precision", "fp32"});
+    CHECK(bad.code != 0);
+    CHECK(bad.err.find("/schedule/precision") != std::string::npos);
+    auto unknown = cli({"plan", "--algorithm", "uniform", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--precision", "fp8"});
+    CHECK(unknown.code != 0);
+    CHECK(unknown.err.find("fp8") != std::string::npos);
+}

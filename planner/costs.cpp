@@ -100,7 +100,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
 {
     const auto& st = plan.stages[stage];
     const double scale = microbatchScale(plan);
-    const double optFactor = optimizerStateFactor(plan.schedule.optimizer);
+    const double optFactor = optimizerStateFactor(plan.schedule, plan.model, plan.dataReplicas(stage));
     StageTotals t;
     const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
     const int tp = std::max(1, plan.tensor_parallel);

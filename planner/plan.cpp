@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <numeric>
 #include <set>
 
 #include "errors.h"
@@ -12,7 +13,27 @@ namespace pw::planner {
 
 using nlohmann::json;
 
-double optimizerStateFactor(const std::string& optimizer)
+double precisionBytes(const std::string& precision, const std::string& path)
+{
+    if (precision == "fp32")
+        return 4;
+    if (precision == "bf16" || precision == "fp16")
+        return 2;
+    throw InputError({}, 0, path, "unknown precision '" + precision + "' (fp32, bf16 or fp16)");
+}
+
+std::string weightPrecision(const ScheduleOptions& options, const ModelProfile& model)
+{
+    if (!options.precision.empty())
+        return options.precision;
+    if (model.architecture && model.architecture->bytes_per_element == 2)
+        return "bf16";
+    return "fp32";
+}
+
+namespace {
+
+int moments(const std::string& optimizer)
 {
     if (optimizer == "sgd")
         return 0;
@@ -21,6 +42,26 @@ double optimizerStateFactor(const std::string& optimizer)
     if (optimizer == "adam")
         return 2;
     throw InputError({}, 0, "/schedule/optimizer", "unknown optimizer '" + optimizer + "' (sgd, momentum or adam)");
+}
+
+} // namespace
+
+double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProfile& model, int dataParallel)
+{
+    const double weights = precisionBytes(weightPrecision(options, model));
+    const double gradients = options.gradient_precision.empty()
+        ? weights
+        : precisionBytes(options.gradient_precision, "/schedule/gradient_precision");
+    double state = 4.0 * moments(options.optimizer) + (weights < 4 ? 4.0 : 0.0);
+    if (options.distributed_optimizer)
+        state /= std::max(1, dataParallel);
+    return weights + gradients + state;
+}
+
+double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& model, int dataParallel)
+{
+    const double weights = precisionBytes(weightPrecision(options, model));
+    return (trainingBytesPerParameter(options, model, dataParallel) - 2 * weights) / weights;
 }
 
 int Plan::pipelineDepth() const
@@ -51,6 +92,20 @@ int steadyIterations(const Plan& plan, int minimum)
     while (it > plan.schedule.iterations && (m * it > kMaxMicrobatches || m * it * stages > kMaxStageMicrobatches))
         --it;
     return it;
+}
+
+int pipeDreamMicrobatches(const Plan& plan)
+{
+    long long L = 1;
+    for (const auto& st : plan.stages) {
+        L = std::lcm(L, static_cast<long long>(std::max(1, st.replicas())));
+        if (L > kMaxMicrobatches * std::max(1, plan.schedule.iterations))
+            return -1;
+    }
+    // m x iterations must be a multiple of L: m a multiple of L / gcd(L, iterations).
+    const long long step = L / std::gcd(L, static_cast<long long>(std::max(1, plan.schedule.iterations)));
+    const long long m = (std::max(1, plan.schedule.microbatches) + step - 1) / step * step;
+    return m > kMaxMicrobatches ? -1 : static_cast<int>(m);
 }
 
 int Plan::effectiveConcurrentMinibatches() const
@@ -193,7 +248,13 @@ void Plan::validateSchedule() const
         throw InputError({}, 0, "/schedule/chunks",
             std::to_string(stageCount()) + " virtual stages cannot form " + std::to_string(o.chunks)
                 + " chunks per device");
-    optimizerStateFactor(o.optimizer);
+    optimizerStateFactor(o, model);
+    if (!o.precision.empty() && model->architecture
+        && precisionBytes(o.precision) != model->architecture->bytes_per_element)
+        throw InputError({}, 0, "/schedule/precision",
+            o.precision + " weights are " + std::to_string(static_cast<int>(precisionBytes(o.precision)))
+                + " bytes per value but the profile's are " + std::to_string(model->architecture->bytes_per_element)
+                + " (architecture.bytes_per_element): make the profile in that precision");
     if (o.concurrent_minibatches < 0)
         throw InputError(
             {}, 0, "/schedule/concurrent_minibatches", "must be >= 0 (0 = the deepest pipeline's stage count)");
@@ -376,6 +437,12 @@ json toJson(const ScheduleOptions& o)
         j["staleness"] = o.staleness;
     if (o.local_parameter_servers)
         j["local_parameter_servers"] = true;
+    if (!o.precision.empty())
+        j["precision"] = o.precision;
+    if (!o.gradient_precision.empty())
+        j["gradient_precision"] = o.gradient_precision;
+    if (o.distributed_optimizer)
+        j["distributed_optimizer"] = true;
     return j;
 }
 
@@ -395,6 +462,9 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);
     o.staleness = f::integerOr(js, "staleness", path, 0);
     o.local_parameter_servers = f::booleanOr(js, "local_parameter_servers", path, false);
+    o.precision = f::stringOr(js, "precision", path, "");
+    o.gradient_precision = f::stringOr(js, "gradient_precision", path, "");
+    o.distributed_optimizer = f::booleanOr(js, "distributed_optimizer", path, false);
     if (js.contains("in_flight")) {
         const auto& a = f::array(js, "in_flight", path);
         for (std::size_t i = 0; i < a.size(); ++i)

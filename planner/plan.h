@@ -23,6 +23,10 @@ struct Plan;
 /// limits (kMaxMicrobatches, kMaxStageMicrobatches) allow.
 int steadyIterations(const Plan& plan, int minimum);
 inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions, ~1 GB simulated
+/// The "pipedream" schedule deals inputs round-robin over a stage's replicas: the smallest microbatch count >=
+/// the plan's for which microbatches x iterations is a multiple of every stage's replica count; -1 when that
+/// exceeds kMaxMicrobatches.
+int pipeDreamMicrobatches(const Plan& plan);
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.
 /// With interleaving these are virtual stages; virtual stage s runs on the devices of stage s mod p.
@@ -51,7 +55,14 @@ struct ScheduleOptions
     int chunks = 1; ///< virtual stages per device (interleaved)
     int iterations = 1; ///< batches to simulate
     bool recompute = false; ///< activation recomputation
-    std::string optimizer = "adam"; ///< sgd | momentum | adam: bytes of optimizer state per weight byte
+    std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)
+    /// fp32 | bf16 | fp16: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training is
+    /// mixed precision: the optimizer keeps fp32 master weights.
+    std::string precision;
+    std::string gradient_precision; ///< fp32 | bf16 | fp16; "" = the weights' (Megatron's bf16 default is fp32)
+    /// Megatron's distributed optimizer (ZeRO stage 1): master weights and moments sharded over the
+    /// data-parallel replicas of a stage.
+    bool distributed_optimizer = false;
     bool overlap_communication = true; ///< false: sends and receives block the compute lane
     /// Per virtual stage: microbatches a replica keeps in flight in the 1F1B order (warm-up forwards + 1).
     /// Empty = the kind's default (ceil(W_s / r_s)); BaPipe's 1F1B-SO and MadPipe's 1F1B* set it.
@@ -69,8 +80,21 @@ struct ScheduleOptions
     bool operator==(const ScheduleOptions&) const = default;
 };
 
-/// Optimizer state kept per weight byte (0 for SGD, 1 for momentum, 2 for Adam).
-double optimizerStateFactor(const std::string& optimizer);
+/// Bytes per value of "fp32" (4), "bf16" or "fp16" (2); throws InputError at JSON path `path` for other names.
+double precisionBytes(const std::string& precision, const std::string& path = "/schedule/precision");
+/// The weights' precision: options.precision, else the profile's (architecture.bytes_per_element 2: "bf16",
+/// 4: "fp32"), else "fp32" (PipeDream's profiles were measured in fp32).
+std::string weightPrecision(const ScheduleOptions& options, const ModelProfile& model);
+/// Bytes one parameter costs in training with `dataParallel` replicas of its stage: weights P + gradients G +
+/// fp32 master weights (4, mixed precision only) + 4 per fp32 moment (SGD 0, momentum 1, Adam 2); the master
+/// weights and moments divided by dataParallel with distributed_optimizer. Adam: fp32 16, bf16 weights and
+/// gradients 16, bf16 with fp32 gradients 18 (Megatron's default), distributed 6 + 12/d (Megatron-LM's
+/// docs/distrib_optimizer.md; ZeRO's 2 + 2 + 12). Throws InputError for an unknown optimizer or precision.
+double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProfile& model, int dataParallel = 1);
+/// The memory models count weights (weight_bytes, in the weights' precision) and one weight-sized gradient;
+/// this is the rest per weight byte: (trainingBytesPerParameter - 2 P) / P, the default of a layer's
+/// optimizer_state_bytes. fp32 Adam 2; bf16 Adam 6, 7 with fp32 gradients; distributed 1 + 6/d.
+double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& model, int dataParallel = 1);
 
 /// @brief Metrics predicted for the plan (filled by the simulator).
 struct PredictedMetrics

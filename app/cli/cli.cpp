@@ -31,6 +31,12 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_option("--iterations", p.schedule.iterations, "batches to simulate")->capture_default_str();
     cmd->add_flag("--recompute", p.schedule.recompute, "activation recomputation");
     cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
+    cmd->add_option("--precision", p.schedule.precision,
+        "weights: fp32 | bf16 | fp16 (default: the profile's; below fp32 the optimizer keeps fp32 master weights)");
+    cmd->add_option(
+        "--gradient-precision", p.schedule.gradient_precision, "gradients: fp32 | bf16 | fp16 (default: the weights')");
+    cmd->add_flag("--distributed-optimizer", p.schedule.distributed_optimizer,
+        "shard master weights and optimizer moments over a stage's data-parallel replicas (Megatron, ZeRO-1)");
     cmd->add_flag(
         "--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
         "sends and receives block compute");
@@ -54,6 +60,8 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
         "reference variant: count stage-to-stage traffic divided by this ratio");
     cmd->add_flag("--per-worker-allreduce", p.per_worker_allreduce, "read B_k as per-worker bandwidth");
     cmd->add_flag("--flat", p.flat, "PipeDream: one level over all devices");
+    cmd->add_flag("--use-fewer-machines", p.use_fewer_machines,
+        "PipeDream: leave out replicas that do not make their stage faster than the slowest one");
     cmd->add_option("--boundaries", o.boundaries, "manual: last layer of every stage but the last, e.g. 5,11,17");
     cmd->add_option("--set", o.settings, "algorithm option NAME=VALUE (repeatable; see `pipewright-cli algorithms`)");
     cmd->add_flag("--json", o.json, "print the result as JSON");

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "planner/analysis/flops.h"
+
 namespace pw::cli {
 
 using nlohmann::json;
@@ -56,8 +58,14 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
         {"throughput_samples_per_s", r.throughput_samples_per_s}, {"bubble_fraction", r.bubble_fraction},
         {"bubble_overhead", r.bubble_overhead}, {"fits_memory", r.fitsMemory()},
         {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)}, {"devices", std::move(devices)}};
-    if (plan.tensor_parallel > 1)
-        j["tensor_parallel"] = plan.tensor_parallel;
+    const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
+    j.update({{"tensor_parallel", std::max(1, plan.tensor_parallel)}, {"chunks", plan.schedule.chunks},
+        {"microbatch_size", size}, {"recompute", plan.schedule.recompute}});
+    if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
+        j["model_flops_per_s_per_gpu"] = flops->flops_per_s_per_gpu;
+        if (flops->peak_flops_per_s_per_gpu > 0)
+            j["mfu"] = flops->mfu;
+    }
     return j;
 }
 
@@ -116,6 +124,17 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         formatSeconds(r.iteration_time_s).c_str(), r.throughput_samples_per_s, 100 * r.bubble_fraction,
         r.simulated_actions);
     out << line;
+    if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
+        std::snprintf(line, sizeof line, "flops    %.1f TFLOP/s per device (model FLOPs%s)",
+            flops->flops_per_s_per_gpu / 1e12, plan.schedule.recompute ? " with the recomputed forward" : "");
+        out << line;
+        if (flops->peak_flops_per_s_per_gpu > 0) {
+            std::snprintf(line, sizeof line, "   MFU %.1f %% of %.0f TFLOP/s peak", 100 * flops->mfu,
+                flops->peak_flops_per_s_per_gpu / 1e12);
+            out << line;
+        }
+        out << "\n";
+    }
 }
 
 void printComparison(std::ostream& out, const std::vector<ComparisonRow>& rows)
@@ -158,7 +177,12 @@ json comparisonJson(const std::vector<ComparisonRow>& rows)
                 {"microbatch_size", r.microbatch_size}, {"throughput_samples_per_s", r.throughput_samples_per_s},
                 {"iteration_time_s", r.iteration_time_s}, {"bubble_fraction", r.bubble_fraction},
                 {"peak_memory_bytes", r.peak_memory_bytes}, {"memory_capacity_bytes", r.memory_capacity_bytes},
-                {"memory_ratio", r.memory_ratio}, {"fits_memory", r.memory_ratio <= 1}});
+                {"memory_ratio", r.memory_ratio}, {"fits_memory", r.memory_ratio <= 1},
+                {"tensor_parallel", r.tensor_parallel}, {"chunks", r.chunks}, {"recompute", r.recompute}});
+            if (r.model_flops_per_s_per_gpu)
+                row["model_flops_per_s_per_gpu"] = *r.model_flops_per_s_per_gpu;
+            if (r.mfu)
+                row["mfu"] = *r.mfu;
         }
         out.push_back(std::move(row));
     }

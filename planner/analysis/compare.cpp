@@ -8,6 +8,7 @@
 
 #include "../errors.h"
 #include "../sim/simulator.h"
+#include "flops.h"
 
 namespace pw::planner {
 
@@ -28,7 +29,15 @@ void fillPrediction(ComparisonRow& row, const Plan& plan)
     row.microbatch_size
         = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     const auto sim = simulate(plan, SimulationOptions {.record_spans = false, .record_memory = false});
+    row.tensor_parallel = std::max(1, plan.tensor_parallel);
+    row.chunks = plan.schedule.chunks;
+    row.recompute = plan.schedule.recompute;
     row.throughput_samples_per_s = sim.throughput_samples_per_s;
+    if (auto flops = flopsReport(plan, sim.throughput_samples_per_s)) {
+        row.model_flops_per_s_per_gpu = flops->flops_per_s_per_gpu;
+        if (flops->peak_flops_per_s_per_gpu > 0)
+            row.mfu = flops->mfu;
+    }
     row.iteration_time_s = sim.iteration_time_s;
     row.bubble_fraction = sim.bubble_fraction;
     const MemoryPeak worst = worstMemory(sim);

@@ -2,6 +2,7 @@
 // Runs every applicable partitioner on one model and cluster and tabulates what each predicts.
 #pragma once
 
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -23,7 +24,14 @@ struct ComparisonRow
     std::string schedule; ///< schedule kind of the plan
     int microbatches = 0;
     int microbatch_size = 0;
+    int tensor_parallel = 1;
+    int chunks = 1; ///< virtual stages per device (interleaving)
+    bool recompute = false;
     double throughput_samples_per_s = 0;
+    /// Achieved model FLOP/s per device and its share of the devices' peak (flops.h); absent when the profile
+    /// gives no FLOPs (or, for mfu, the devices no peak).
+    std::optional<double> model_flops_per_s_per_gpu;
+    std::optional<double> mfu;
     double iteration_time_s = 0;
     double bubble_fraction = 0;
     double peak_memory_bytes = 0; ///< the device with the highest peak/capacity ratio

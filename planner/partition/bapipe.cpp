@@ -247,7 +247,7 @@ private:
         const auto& model = request.model;
         const int L = model->layerCount();
         const auto& so = request.options.schedule;
-        const double optFactor = optimizerStateFactor(so.optimizer);
+        const double optFactor = optimizerStateFactor(so, model); // one replica per stage
         Chain c;
         c.layers = L;
         c.stages = N;

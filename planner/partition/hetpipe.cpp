@@ -153,7 +153,7 @@ StageCosts::StageCosts(const Plan& base, const std::vector<int>& devices)
     , m_devices(devices)
 {
     const double scale = microbatchScale(base);
-    const double optFactor = optimizerStateFactor(base.schedule.optimizer);
+    const double optFactor = optimizerStateFactor(base.schedule, base.model); // one replica per stage
     const int L = m_layers;
     m_weight.assign(L + 1, 0);
     m_act.assign(L + 1, 0);

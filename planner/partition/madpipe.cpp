@@ -51,7 +51,7 @@ Layers layerCosts(const PartitionRequest& request, const DeviceType& type)
     const auto& so = request.options.schedule;
     const double scale
         = so.microbatch_size > 0 ? static_cast<double>(so.microbatch_size) / std::max(1, model->microbatch_size) : 1.0;
-    const double optFactor = optimizerStateFactor(so.optimizer);
+    const double optFactor = optimizerStateFactor(so, model);
     const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
     Layers c;
     const auto cut = model->cutBytes();

@@ -50,6 +50,10 @@ struct PartitionOptions
     /// worker instead of the paper's 2(m-1)|w| / B_k (digest §2.7 item 3).
     bool per_worker_allreduce = false;
     bool flat = false; ///< PipeDream: one level over all devices at the slowest bandwidth
+    /// PipeDream (both variants): drop replicas that do not speed a stage up past the slowest stage (the
+    /// reference optimizer's --use_fewer_machines; see docs/algorithms/pipedream.md). Without it such replicas
+    /// only get an "idle-replicas" warning.
+    bool use_fewer_machines = false;
     std::optional<double> activation_compression_ratio; ///< reference variant only
     std::vector<int> boundaries; ///< manual: last layer of every stage but the final one
     ScheduleOptions schedule; ///< copied into the plan; memory checks follow its kind

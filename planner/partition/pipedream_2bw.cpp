@@ -111,7 +111,6 @@ public:
         , m_settings(settings)
         , m_devices(devices)
         , m_baseSize(std::max(1, request.model->microbatch_size))
-        , m_optFactor(optimizerStateFactor(request.options.schedule.optimizer))
         , m_cutBytes(request.model->cutBytes())
         , m_speeds(deviceSpeeds(request.model, request.cluster))
     {
@@ -187,11 +186,12 @@ public:
                 capacity = std::min(capacity, type.memory_bytes);
             }
             double weights = 0, stash = 0, optimizer = 0;
+            const double optFactor = optimizerStateFactor(m_request.options.schedule, m_model, c.d);
             for (int l = first; l <= last; ++l) {
                 const auto& layer = m_model.layers[l];
                 weights += layer.weight_bytes;
                 stash += m_model.stashedBytes(l) * scale;
-                optimizer += layer.optimizer_state_bytes.value_or(m_optFactor * layer.weight_bytes);
+                optimizer += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
             }
             const double inBytes = first > 0 ? m_cutBytes[first - 1] * scale : 0;
             const double outBytes = s + 1 < c.p ? m_cutBytes[last] * scale : 0;
@@ -356,7 +356,6 @@ private:
     Settings m_settings;
     int m_devices;
     int m_baseSize;
-    double m_optFactor;
     std::vector<double> m_cutBytes;
     std::vector<DeviceSpeed> m_speeds; ///< by device type index
 };

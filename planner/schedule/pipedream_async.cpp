@@ -40,11 +40,16 @@ public:
             throw InputError({}, 0, "/schedule/chunks", "'pipedream' runs one chunk per device");
         const int total = b.totalMicrobatches();
         for (int s = 0; s < b.stageCount(); ++s)
-            if (total % b.replicas(s) != 0)
+            if (total % b.replicas(s) != 0) {
+                const int valid = pipeDreamMicrobatches(plan);
                 throw InputError({}, 0, "/schedule/microbatches",
                     "'pipedream' needs the inputs (microbatches x iterations = " + std::to_string(total)
                         + ") to be a multiple of every stage's replica count; stage " + std::to_string(s) + " has "
-                        + std::to_string(b.replicas(s)) + " replicas");
+                        + std::to_string(b.replicas(s)) + " replicas"
+                        + (valid > 0 ? "; use " + std::to_string(valid) + " microbatches (--microbatches "
+                                    + std::to_string(valid) + ")"
+                                     : std::string("; no microbatch count within the limits fits")));
+            }
         std::vector<int> stashed;
         for (int s = 0; s < b.stageCount(); ++s) {
             const int r = b.replicas(s);

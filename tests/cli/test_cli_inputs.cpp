@@ -215,7 +215,8 @@ TEST_CASE("memory is in GiB in the CLI and in the partitioners' diagnostics alik
         all += r.out + r.err;
     }
     // pipedream's warning: one stage of all layers over the 4 slow devices (speed estimated from peak TFLOP/s)
-    CHECK(all.find("needs 14.13 GiB per device, tiny has 1.00 GiB") != std::string::npos); // pipedream's warning
+    // 17.17 GiB since bf16 Adam counts 16 bytes per parameter (issue 10 item 2; 14.13 GiB at 8 bytes).
+    CHECK(all.find("needs 17.17 GiB per device, tiny has 1.00 GiB") != std::string::npos); // pipedream's warning
     CHECK_FALSE(std::regex_search(all, std::regex("[0-9] GB\\b")));
 }
 

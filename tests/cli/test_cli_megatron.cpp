@@ -46,3 +46,71 @@ TEST_CASE("megatron plans the demo and its tensor-parallel plans simulate and ex
     CHECK(bad.code != 0);
     CHECK(bad.err.find("global-batch") != std::string::npos);
 }
+
+TEST_CASE("plan --json and compare --json report tensor parallelism, chunks, microbatch size, recomputation and MFU",
+    "[cli][megatron]")
+{
+    // issue 10 item 8: these fields were missing; MFU appears wherever the profile gives FLOPs.
+    auto r = cli({"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--set", "tensor-sizes=2", "--set", "pipeline-sizes=2", "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto plan = json::parse(r.out);
+    CHECK(plan.at("tensor_parallel") == 2);
+    CHECK(plan.at("chunks").get<int>() >= 1);
+    CHECK(plan.at("microbatch_size").get<int>() >= 1);
+    CHECK(plan.at("recompute").is_boolean());
+    const double perGpu = plan.at("model_flops_per_s_per_gpu").get<double>();
+    CHECK(plan.at("mfu").get<double>() == Approx(perGpu / 989e12));
+    CHECK(plan.at("mfu").get<double>() > 0);
+    CHECK(plan.at("mfu").get<double>() < 1);
+
+    auto text = cli({"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json"});
+    CHECK(text.out.find("MFU") != std::string::npos);
+
+    auto c = cli({"compare", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--json"});
+    INFO(c.err);
+    REQUIRE(c.code == 0);
+    for (const auto& row : json::parse(c.out).at("rows")) {
+        INFO(row.at("algorithm"));
+        if (!row.at("ok").get<bool>())
+            continue;
+        for (const char* key :
+            {"tensor_parallel", "chunks", "microbatch_size", "recompute", "model_flops_per_s_per_gpu", "mfu"})
+            CHECK(row.contains(key));
+        if (row.at("algorithm") == "megatron")
+            CHECK(row.at("chunks").get<int>() > 1); // the demo's megatron plan interleaves
+    }
+}
+
+TEST_CASE(
+    "--precision, --gradient-precision and --distributed-optimizer reach the plan and its memory", "[cli][precision]")
+{
+    // issue 10 item 2: the demo GPT is bf16; fp32 gradients add 2 bytes per parameter, sharding takes 12 / d off.
+    const auto peak = [](const std::vector<std::string>& extra) {
+        std::vector<std::string> args {"plan", "--algorithm", "uniform", "--stages", "1", "--devices", "2", "--model",
+            kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return json::parse(r.out).at("stages").at(0).at("peak_memory_bytes").get<double>();
+    };
+    const double base = peak({});
+    const double fp32Gradients = peak({"--gradient-precision", "fp32"});
+    const double sharded = peak({"--gradient-precision", "fp32", "--distributed-optimizer"});
+    CHECK(fp32Gradients > base);
+    CHECK(sharded < fp32Gradients);
+    // 2 bytes more per parameter; 6 fewer with 12 bytes sharded over 2 replicas: the same parameter count.
+    CHECK((fp32Gradients - sharded) == Approx(3 * (fp32Gradients - base)));
+
+    auto bad = cli({"plan", "--algorithm", "uniform", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--precision", "fp32"});
+    CHECK(bad.code != 0);
+    CHECK(bad.err.find("/schedule/precision") != std::string::npos);
+    auto unknown = cli({"plan", "--algorithm", "uniform", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--precision", "fp8"});
+    CHECK(unknown.code != 0);
+    CHECK(unknown.err.find("fp8") != std::string::npos);
+}

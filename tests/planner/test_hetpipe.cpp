@@ -113,11 +113,12 @@ Cluster hetCluster()
     return loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
 }
 
-PartitionResult planHetPipe(
-    const ModelProfile& model, const Cluster& cluster, nlohmann::json params, int minibatches = 8)
+PartitionResult planHetPipe(const ModelProfile& model, const Cluster& cluster, nlohmann::json params,
+    int minibatches = 8, const std::string& optimizer = "adam")
 {
     PartitionOptions o;
     o.schedule.microbatches = minibatches;
+    o.schedule.optimizer = optimizer;
     o.params = std::move(params);
     return findPartitioner("hetpipe")->partition({model, cluster, o}, {}, {});
 }
@@ -619,7 +620,8 @@ TEST_CASE("ED-local parameter servers keep pushes and pulls inside nodes", "[het
     CHECK(sim.throughput_samples_per_s >= simulate(*robin.plan).throughput_samples_per_s * (1 - 1e-9));
     // The flag round-trips, and a plan whose VWs differ cannot claim it.
     CHECK(planFromJson(toJson(plan)).schedule.local_parameter_servers);
-    auto np = planHetPipe(gpt(), c, {{"policy", "np"}, {"in-flight", 2}, {"parameter-servers", "local"}}, 16);
+    // SGD (8 bytes per bf16 parameter): with Adam's 16 the RTX 2060 VW of NP does not fit memory at all.
+    auto np = planHetPipe(gpt(), c, {{"policy", "np"}, {"in-flight", 2}, {"parameter-servers", "local"}}, 16, "sgd");
     CHECK_FALSE(np.ok());
     bool named = false;
     for (const auto& cand : np.candidates)

@@ -77,6 +77,9 @@ TEST_CASE("main window: dragging a boundary moves it, re-simulates live, and und
     const int start = bounds[0];
     const QString iterationBefore = w.window.metricsPanel()->value(QStringLiteral("iteration"));
     const QString memoryBefore = w.window.metricsPanel()->value(QStringLiteral("memory"));
+    // The demo model is a GPT profile: the panel shows its MFU (issue 10 item 8).
+    CHECK(w.window.metricsPanel()->value(QStringLiteral("mfu")).contains(QStringLiteral("% (")));
+    CHECK(w.window.metricsPanel()->value(QStringLiteral("mfu")).contains(QStringLiteral("TFLOP/s per device")));
     const int undoBefore = doc.planDocument().undoStack()->count();
 
     const QPoint handle = w.view()->handlePoint(0);

@@ -7,6 +7,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "planner/analysis/flops.h"
 #include "ui/document/plan_document.h"
 #include "ui/models/format.h"
 #include "ui/models/stage_model.h"
@@ -36,11 +37,15 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     m_throughput = big();
     m_bubble = big();
     m_memory = big();
+    m_mfu = big();
+    m_mfu->setToolTip(tr("Model FLOPs utilisation: achieved model FLOP/s per device (Megatron's Eq. 4.2 for a GPT\n"
+                         "profile, else the layers' forward FLOPs x 3, x 4 with recomputation) over the peak"));
     form->addRow(tr("Plan"), m_plan);
     form->addRow(tr("Iteration time"), m_iteration);
     form->addRow(tr("Throughput"), m_throughput);
     form->addRow(tr("Bubble"), m_bubble);
     form->addRow(tr("Peak memory"), m_memory);
+    form->addRow(tr("MFU"), m_mfu);
     layout->addLayout(form);
     m_error = new QLabel(this);
     m_error->setWordWrap(true);
@@ -67,6 +72,7 @@ QString MetricsPanel::value(const QString& name) const
         : name == QLatin1String("throughput")            ? m_throughput
         : name == QLatin1String("bubble")                ? m_bubble
         : name == QLatin1String("memory")                ? m_memory
+        : name == QLatin1String("mfu")                   ? m_mfu
         : name == QLatin1String("plan")                  ? m_plan
                                                          : nullptr;
     return l ? l->text() : QString();
@@ -75,7 +81,7 @@ QString MetricsPanel::value(const QString& name) const
 void MetricsPanel::refresh()
 {
     if (!m_document.hasPlan()) {
-        for (QLabel* l : {m_plan, m_iteration, m_throughput, m_bubble, m_memory})
+        for (QLabel* l : {m_plan, m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("No plan yet: run a partitioner or open a project."));
         return;
@@ -90,7 +96,7 @@ void MetricsPanel::refresh()
             .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
     const auto& r = m_document.prediction();
     if (!r) {
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("The plan cannot be simulated: %1").arg(m_document.predictionError()));
         return;
@@ -101,6 +107,15 @@ void MetricsPanel::refresh()
     const auto worst = planner::worstMemory(*r);
     m_memory->setText(tr("%1 of %2").arg(bytesText(worst.peak_bytes), bytesText(worst.capacity_bytes)));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
+    const auto flops = planner::flopsReport(plan, r->throughput_samples_per_s);
+    if (!flops)
+        m_mfu->setText(tr("– (the profile gives no FLOPs)"));
+    else if (flops->peak_flops_per_s_per_gpu <= 0)
+        m_mfu->setText(tr("%1 TFLOP/s per device (no peak known)").arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
+    else
+        m_mfu->setText(tr("%1 (%2 TFLOP/s per device)")
+                           .arg(percentText(flops->mfu))
+                           .arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
     m_error->setText(worst.over()
             ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))
             : QString());

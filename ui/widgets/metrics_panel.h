@@ -33,6 +33,7 @@ private:
     QLabel* m_throughput = nullptr;
     QLabel* m_bubble = nullptr;
     QLabel* m_memory = nullptr;
+    QLabel* m_mfu = nullptr;
     QLabel* m_error = nullptr;
     StageModel* m_stages = nullptr;
     QTableView* m_table = nullptr;

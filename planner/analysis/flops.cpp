@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+#include "flops.h"
+
+#include <algorithm>
+#include <set>
+
+namespace pw::planner {
+
+double transformerFlops(const TransformerConfig& c, double batch, bool recompute)
+{
+    const double B = batch, s = c.sequence, l = c.layers, h = c.hidden, V = c.vocab;
+    if (recompute)
+        return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    return 72 * B * s * l * h * h * (1 + s / (6 * h)) + 6 * B * s * h * V;
+}
+
+std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recompute)
+{
+    if (model.architecture)
+        return transformerFlops(*model.architecture, 1, recompute);
+    double forward = 0;
+    bool any = false;
+    for (const auto& layer : model.layers)
+        if (layer.forward_flops) {
+            forward += *layer.forward_flops;
+            any = true;
+        }
+    if (!any)
+        return std::nullopt;
+    return (recompute ? 4 : 3) * forward / std::max(1, model.microbatch_size);
+}
+
+std::optional<FlopsReport> flopsReport(const Plan& plan, double throughput_samples_per_s)
+{
+    const auto perSample = modelFlopsPerSample(plan.model, plan.schedule.recompute);
+    if (!perSample)
+        return std::nullopt;
+    std::set<int> devices;
+    for (const auto& st : plan.stages)
+        devices.insert(st.devices.begin(), st.devices.end());
+    double peak = 0;
+    for (int d : devices)
+        peak += plan.cluster->typeOf(d).peak_tflops * 1e12;
+    const double n = std::max<std::size_t>(1, devices.size());
+    const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
+    FlopsReport r;
+    r.flops_per_sample = *perSample;
+    r.flops_per_iteration = *perSample * plan.schedule.microbatches * std::max(1, size);
+    r.flops_per_s_per_gpu = *perSample * throughput_samples_per_s / n;
+    r.peak_flops_per_s_per_gpu = peak / n;
+    r.mfu = peak > 0 ? r.flops_per_s_per_gpu / r.peak_flops_per_s_per_gpu : 0;
+    return r;
+}
+
+} // namespace pw::planner

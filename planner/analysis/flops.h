@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+// Model FLOPs per sample and iteration, achieved FLOP/s per GPU and model FLOPs utilisation of a plan.
+#pragma once
+
+#include <optional>
+
+#include "../model_profile.h"
+#include "../plan.h"
+
+namespace pw::planner {
+
+/// Megatron's Eq. 4.2 (digest megatron-gavel.md §3.1) for `batch` samples of a GPT: with recomputation
+/// 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (four passes of 24 B s h^2 + 4 B s^2 h per layer and the logit
+/// layer's 6 B s h V, not recomputed); without it 72 B s l h^2 (1 + s/(6h)) + 6 B s h V. Every floating-point
+/// operation counts once, whatever its precision.
+double transformerFlops(const TransformerConfig& config, double batch, bool recompute);
+
+/// FLOPs one sample of `model` costs per training step: Eq. 4.2 when the profile has an architecture, else
+/// 3 (4 with recomputation) x the layers' forward_flops per profiled microbatch / its size; nullopt when the
+/// profile has neither.
+std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recompute);
+
+/// @brief What a plan's predicted throughput means in FLOP/s.
+struct FlopsReport
+{
+    double flops_per_sample = 0;
+    double flops_per_iteration = 0; ///< one batch: microbatches x microbatch size samples
+    double flops_per_s_per_gpu = 0; ///< achieved model FLOP/s of one device (the plan's devices on average)
+    double peak_flops_per_s_per_gpu = 0; ///< the devices' mean peak_tflops x 1e12; 0 when none is known
+    /// flops_per_s_per_gpu / peak; 0 when the peak is unknown. Recomputation counts as Megatron's paper counts it
+    /// (its "% of peak"); PaLM-style MFU would leave the recomputed forward out.
+    double mfu = 0;
+};
+
+/// The report for `plan` at `throughput_samples_per_s`; nullopt when modelFlopsPerSample has no answer.
+std::optional<FlopsReport> flopsReport(const Plan& plan, double throughput_samples_per_s);
+
+} // namespace pw::planner

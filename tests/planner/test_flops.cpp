@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+// Model FLOPs, achieved FLOP/s per GPU and MFU (issue 10 item 8), against Megatron's Eq. 4.2 and Table 4.1.
+// "digest" = shared/docs/papers/megatron-gavel.md.
+#include <catch2/catch.hpp>
+
+#include "planner/analysis/flops.h"
+#include "planner/device_presets.h"
+#include "planner/io/transformer.h"
+#include "planner/partition/partitioner.h"
+#include "planner/sim/simulator.h"
+
+using namespace pw::planner;
+
+TEST_CASE("Eq. 4.2 reproduces Table 4.1's TFLOP/s per GPU from its iteration times", "[flops]")
+{
+    // digest §3.1 Eq. 4.2 (recomputation included, as the paper's TFLOP/s are) and §4.2 Table 4.1:
+    // 145.6 B: B = 2304, n = 1536, 24.8 s per iteration -> 148 TFLOP/s = 47 % of the A100's 312.
+    struct Row
+    {
+        int heads, hidden, layers, n, batch;
+        double seconds, tflops;
+    };
+    for (const Row& row : {Row {96, 12288, 80, 1536, 2304, 24.8, 148}, Row {64, 8192, 48, 512, 1536, 14.5, 138},
+             Row {160, 25600, 128, 3072, 3072, 102.6, 163}}) {
+        const TransformerConfig c {row.layers, row.hidden, row.heads, 2048, 51200, 1, 2};
+        const double F = transformerFlops(c, row.batch, true);
+        const double l = row.layers, h = row.hidden, s = 2048, V = 51200;
+        CHECK(F == Approx(96 * row.batch * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))));
+        // Without recomputation one forward fewer per layer; the logit layer is never recomputed.
+        CHECK(transformerFlops(c, row.batch, false)
+            == Approx(F - row.batch * l * (24 * s * h * h + 4 * s * s * h)).epsilon(1e-12));
+        INFO(row.hidden);
+        CHECK(F / (row.seconds * row.n) / 1e12 == Approx(row.tflops).epsilon(0.01));
+    }
+    const TransformerConfig big {80, 12288, 96, 2048, 51200, 1, 2};
+    CHECK(transformerFlops(big, 2304, true) / (24.8 * 1536) / 312e12 == Approx(0.475).margin(0.001));
+}
+
+TEST_CASE("flopsReport of a plan: per sample, per device, MFU against the devices' peak", "[flops]")
+{
+    const TransformerConfig c {24, 1024, 16, 1024, 51200, 4, 2};
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    Cluster cluster;
+    cluster.device_types = {*devicePreset("H100")};
+    cluster.nodes.push_back({"n0", "", 22, "", "H100", 4, 4.5e11, 5e-6});
+    PartitionOptions o;
+    o.schedule.microbatches = 8;
+    auto r = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
+    REQUIRE(r.ok());
+    const auto sim = simulate(*r.plan);
+    const auto report = flopsReport(*r.plan, sim.throughput_samples_per_s);
+    REQUIRE(report);
+    CHECK(report->flops_per_sample == Approx(transformerFlops(c, 1, false)));
+    CHECK(report->flops_per_iteration == Approx(transformerFlops(c, 8 * 4, false)));
+    CHECK(report->flops_per_s_per_gpu == Approx(report->flops_per_sample * sim.throughput_samples_per_s / 4));
+    CHECK(report->peak_flops_per_s_per_gpu == 989e12);
+    CHECK(report->mfu == Approx(report->flops_per_s_per_gpu / 989e12));
+    // The generator's GEMMs run at half of peak: bubbles and transfers only lower that.
+    CHECK(report->mfu < 0.5);
+    CHECK(report->mfu > 0.1);
+
+    // Without an architecture the layers' forward FLOPs count (x 3, x 4 with recomputation) per sample.
+    auto plain = model;
+    plain.architecture.reset();
+    double forward = 0;
+    for (const auto& l : plain.layers)
+        forward += l.forward_flops.value_or(0);
+    CHECK(*modelFlopsPerSample(plain, true) == Approx(4 * forward / 4));
+    for (auto& l : plain.layers)
+        l.forward_flops.reset();
+    CHECK_FALSE(modelFlopsPerSample(plain, false));
+}

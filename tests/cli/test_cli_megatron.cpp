@@ -85,7 +85,7 @@ TEST_CASE("plan --json and compare --json report tensor parallelism, chunks, mic
 }
 
 TEST_CASE(
-    "--precision, --gradient-precision and --distributed-optimizer reach the plan and its memory", "[cli][precision]")
+    "precision, gradient precision and distributed optimizer flags reach the plan and its memory", "[cli][precision]")
 {
     // issue 10 item 2: the demo GPT is bf16; fp32 gradients add 2 bytes per parameter, sharding takes 12 / d off.
     const auto peak = [](const std::vector<std::string>& extra) {

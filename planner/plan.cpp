@@ -58,6 +58,14 @@ double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProf
     return weights + gradients + state;
 }
 
+double gradientBytesPerWeightByte(const ScheduleOptions& options, const ModelProfile& model)
+{
+    const double weights = precisionBytes(weightPrecision(options, model));
+    return options.gradient_precision.empty()
+        ? 1.0
+        : precisionBytes(options.gradient_precision, "/schedule/gradient_precision") / weights;
+}
+
 double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& model, int dataParallel)
 {
     const double weights = precisionBytes(weightPrecision(options, model));

@@ -95,6 +95,9 @@ double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProf
 /// this is the rest per weight byte: (trainingBytesPerParameter - 2 P) / P, the default of a layer's
 /// optimizer_state_bytes. fp32 Adam 2; bf16 Adam 6, 7 with fp32 gradients; distributed 1 + 6/d.
 double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& model, int dataParallel = 1);
+/// Bytes of gradient per byte of weight (G / P): what a data-parallel all-reduce moves per weight byte. 2 for
+/// bf16 weights with fp32 gradients (Megatron's default), else 1.
+double gradientBytesPerWeightByte(const ScheduleOptions& options, const ModelProfile& model);
 
 /// @brief Metrics predicted for the plan (filled by the simulator).
 struct PredictedMetrics

@@ -67,6 +67,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
     const double scale = microbatchScale(plan);
     m_cutBytes.assign(m_stages, 0.0);
     m_weightBytes.assign(m_stages, 0.0);
+    m_gradientScale = gradientBytesPerWeightByte(plan.schedule, *plan.model); // the all-reduce moves gradients
     m_group.assign(m_stages, -1);
     for (int s = 0; s < m_stages; ++s) {
         const auto& st = plan.stages[s];
@@ -160,7 +161,7 @@ void ScheduleBuilder::backward(int stage, int microbatch, int version)
 void ScheduleBuilder::step(int device, int stage, int version)
 {
     if (m_group[stage] >= 0)
-        push(device, {ActionKind::AllReduce, stage, -1, -1, 0, m_group[stage], m_weightBytes[stage]});
+        push(device, {ActionKind::AllReduce, stage, -1, -1, 0, m_group[stage], m_weightBytes[stage] * m_gradientScale});
     push(device, {ActionKind::OptimizerStep, stage, -1, -1, version, -1, 0.0});
 }
 

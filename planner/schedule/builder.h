@@ -132,6 +132,7 @@ private:
     std::vector<std::vector<int>> m_devices; ///< per virtual stage
     std::vector<double> m_cutBytes; ///< per virtual stage: bytes crossing the cut after it
     std::vector<double> m_weightBytes; ///< per virtual stage
+    double m_gradientScale = 1; ///< gradient bytes per weight byte
     std::vector<int> m_group; ///< per virtual stage: index into groups, -1 when not replicated
     std::vector<int> m_inFlight; ///< per virtual stage
     std::vector<bool> m_first, m_last; ///< per stage: first / last of its pipeline (several only with "wsp")

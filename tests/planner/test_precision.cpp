@@ -14,6 +14,7 @@
 #include "planner/io/transformer.h"
 #include "planner/partition/megatron.h"
 #include "planner/partition/partitioner.h"
+#include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
 
 using namespace pw::planner;
@@ -167,4 +168,28 @@ TEST_CASE("Table 4.1: Megatron's published t and p fit 80 GB under the corrected
         CHECK(r.candidates.front().feasible);
         CHECK(r.candidates.front().peak_memory_bytes <= cluster.device_types[0].memory_bytes);
     }
+}
+
+TEST_CASE("the data-parallel all-reduce moves gradients: twice the weight bytes with fp32 gradients", "[precision]")
+{
+    Plan plan;
+    plan.model = bf16Model();
+    plan.cluster = selene(1);
+    const int L = plan.model->layerCount();
+    plan.stages = {{0, L / 2 - 1, {0, 1}}, {L / 2, L - 1, {2, 3}}};
+    plan.schedule.microbatches = 4;
+    auto allReduceBytes = [&](const std::string& gradients) {
+        plan.schedule.gradient_precision = gradients;
+        double bytes = 0;
+        for (const auto& actions : generateSchedule(plan).devices)
+            for (const auto& a : actions)
+                if (a.kind == ActionKind::AllReduce)
+                    bytes += a.bytes;
+        return bytes;
+    };
+    const double same = allReduceBytes("");
+    REQUIRE(same > 0);
+    CHECK(allReduceBytes("bf16") == Approx(same));
+    CHECK(allReduceBytes("fp32") == Approx(2 * same));
+    CHECK(gradientBytesPerWeightByte(plan.schedule, *plan.model) == 2);
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "../costs.h"
@@ -131,102 +132,29 @@ public:
         auto& cand = e.candidate;
         const long long m = m_settings.batch / (static_cast<long long>(c.d) * c.b); // microbatches per sync
         const bool pipelined = c.execution != Execution::Unpipelined;
-        const bool recompute = c.execution == Execution::Recompute;
-        cand.description = "d=" + std::to_string(c.d) + " p=" + std::to_string(c.p) + " b=" + std::to_string(c.b) + " "
-            + executionName(c.execution);
-        if (c.d > 1 && c.p > 1)
-            cand.description += c.pipelines_together ? ", pipelines packed" : ", replicas packed";
-        cand.config = {{"data_parallel", c.d}, {"pipeline_depth", c.p}, {"microbatch_size", c.b},
-            {"execution", executionName(c.execution)}, {"recompute", recompute},
-            {"placement", c.pipelines_together ? "pipelines-together" : "replicas-together"},
-            {"microbatches_per_pipeline", m}, {"global_batch", m * c.d * c.b}};
-        if (m < 1) {
+        describe(c, m, cand);
+        if (auto why = unsuitable(c, m)) {
             cand.feasible = false;
-            cand.reason
-                = "d x b = " + std::to_string(c.d * c.b) + " exceeds the batch of " + std::to_string(m_settings.batch);
+            cand.reason = *why;
             return e;
         }
-        if (pipelined && c.p > 1 && m < c.p) {
-            cand.feasible = false;
-            cand.reason = "m = " + std::to_string(m) + " microbatches per pipeline < p = " + std::to_string(c.p)
-                + " stages (2BW needs m >= p)";
-            return e;
-        }
-        const long long simulated = m * c.d * std::max(1, m_request.options.schedule.iterations);
-        if (simulated > kMaxMicrobatches || simulated * c.p > kMaxStageMicrobatches) {
-            cand.feasible = false;
-            cand.reason = "too many microbatches to simulate (" + std::to_string(simulated) + ")";
-            return e;
-        }
-        auto bounds = boundaries(c.p, recompute);
-        if (!bounds) {
-            cand.feasible = false;
-            cand.reason = "p = " + std::to_string(c.p) + " does not divide the model's " + std::to_string(blockCount())
-                + " blocks";
-            return e;
-        }
-        const double scale = static_cast<double>(c.b) / m_baseSize;
+        const auto bounds = *boundaries(c.p, c.execution == Execution::Recompute);
         std::vector<twobw::StageCost> costs(c.p);
         double peak = 0, capacityAtPeak = 0, worstRatio = -1, paperPeak = 0;
         bool fits = true;
         int first = 0;
         for (int s = 0; s < c.p; ++s) {
-            const int last = s + 1 < c.p ? (*bounds)[s] : m_model.layerCount() - 1;
-            const auto devs = stageDevices(c, s);
-            double compute = 0, capacity = std::numeric_limits<double>::infinity();
-            for (int dev : devs) {
-                const auto& type = m_cluster.typeOf(dev);
-                const double speed = m_speeds[m_cluster.device(dev).type].factor;
-                double t = 0;
-                for (int l = first; l <= last; ++l) {
-                    auto lt = layerTimesOn(m_model.layers[l], type, speed);
-                    t += (recompute ? 2 * lt.forward_ms : lt.forward_ms) + lt.backward_ms;
-                }
-                compute = std::max(compute, t * 1e-3 * scale);
-                capacity = std::min(capacity, type.memory_bytes);
-            }
-            double weights = 0, stash = 0, optimizer = 0;
-            const double optFactor = optimizerStateFactor(m_request.options.schedule, m_model, c.d);
-            for (int l = first; l <= last; ++l) {
-                const auto& layer = m_model.layers[l];
-                weights += layer.weight_bytes;
-                stash += m_model.stashedBytes(l) * scale;
-                optimizer += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
-            }
-            const double inBytes = first > 0 ? m_cutBytes[first - 1] * scale : 0;
-            const double outBytes = s + 1 < c.p ? m_cutBytes[last] * scale : 0;
-            // D:1219-1221: 2 |A^{inp.+out.}(b)| / bwdth_in-pipeline, the 2 for the gradients flowing back.
-            double comm = 0;
-            if (s > 0)
-                comm += 2 * inBytes / linkBandwidth(c, s - 1) + 2 * linkLatency(c, s - 1);
-            if (s + 1 < c.p)
-                comm += 2 * outBytes / linkBandwidth(c, s) + 2 * linkLatency(c, s);
-            double allreduce = 0;
-            if (c.d > 1)
-                allreduce = twobw::ringAllReduceBytes(weights, c.d) / m_cluster.groupBandwidth(devs)
-                    + 2.0 * (c.d - 1) * m_cluster.groupLatency(devs);
-            costs[s] = {compute, comm, allreduce};
-
-            StageMemoryInput in;
-            in.weight_bytes = weights;
-            in.activation_bytes = stash;
-            in.input_bytes = inBytes;
-            in.optimizer_bytes = optimizer;
-            in.in_flight = pipelined ? c.p - s : 1;
-            in.microbatches = static_cast<int>(std::min<long long>(m, kMaxMicrobatches));
-            in.recompute = recompute;
-            const double need = stageMemoryBytes(scheduleKind(c), in);
-            if (need > capacity)
+            const int last = s + 1 < c.p ? bounds[s] : m_model.layerCount() - 1;
+            const StageEstimate st = estimateStage(c, s, first, last, m);
+            costs[s] = st.cost;
+            if (st.memory_bytes > st.capacity_bytes)
                 fits = false;
-            if (need / capacity > worstRatio) {
-                worstRatio = need / capacity;
-                peak = need;
-                capacityAtPeak = capacity;
+            if (st.memory_bytes / st.capacity_bytes > worstRatio) {
+                worstRatio = st.memory_bytes / st.capacity_bytes;
+                peak = st.memory_bytes;
+                capacityAtPeak = st.capacity_bytes;
             }
-            paperPeak = std::max(paperPeak,
-                pipelined && !m_settings.flush ? twobw::paperMemoryBytes(
-                    weights * c.p, stash * c.p, inBytes, c.p, recompute, m_settings.input_term)
-                                               : 0.0);
+            paperPeak = std::max(paperPeak, st.paper_memory_bytes);
             first = last + 1;
         }
         double t = pipelined ? twobw::pipelinedTime(costs, static_cast<int>(m))
@@ -238,7 +166,7 @@ public:
         cand.peak_memory_bytes = peak;
         cand.memory_capacity_bytes = capacityAtPeak;
         cand.config["time_per_microbatch_s"] = t;
-        cand.config["boundaries"] = *bounds;
+        cand.config["boundaries"] = bounds;
         if (paperPeak > 0)
             cand.config["paper_memory_bytes"] = paperPeak;
         if (!fits) {
@@ -246,6 +174,103 @@ public:
             cand.reason = "needs " + formatBytes(peak) + " on a device of " + formatBytes(capacityAtPeak);
         }
         return e;
+    }
+
+    /// The candidate's description and configuration, before it is evaluated.
+    static void describe(const Config& c, long long m, Candidate& cand)
+    {
+        const bool recompute = c.execution == Execution::Recompute;
+        cand.description = "d=" + std::to_string(c.d) + " p=" + std::to_string(c.p) + " b=" + std::to_string(c.b) + " "
+            + executionName(c.execution);
+        if (c.d > 1 && c.p > 1)
+            cand.description += c.pipelines_together ? ", pipelines packed" : ", replicas packed";
+        cand.config = {{"data_parallel", c.d}, {"pipeline_depth", c.p}, {"microbatch_size", c.b},
+            {"execution", executionName(c.execution)}, {"recompute", recompute},
+            {"placement", c.pipelines_together ? "pipelines-together" : "replicas-together"},
+            {"microbatches_per_pipeline", m}, {"global_batch", m * c.d * c.b}};
+    }
+
+    /// Why a configuration cannot be evaluated at all (batch, 2BW's m >= p, simulation limits, block count).
+    std::optional<std::string> unsuitable(const Config& c, long long m) const
+    {
+        if (m < 1)
+            return "d x b = " + std::to_string(c.d * c.b) + " exceeds the batch of " + std::to_string(m_settings.batch);
+        if (c.execution != Execution::Unpipelined && c.p > 1 && m < c.p)
+            return "m = " + std::to_string(m) + " microbatches per pipeline < p = " + std::to_string(c.p)
+                + " stages (2BW needs m >= p)";
+        const long long simulated = m * c.d * std::max(1, m_request.options.schedule.iterations);
+        if (simulated > kMaxMicrobatches || simulated * c.p > kMaxStageMicrobatches)
+            return "too many microbatches to simulate (" + std::to_string(simulated) + ")";
+        if (!boundaries(c.p, c.execution == Execution::Recompute))
+            return "p = " + std::to_string(c.p) + " does not divide the model's " + std::to_string(blockCount())
+                + " blocks";
+        return std::nullopt;
+    }
+
+    /// One stage of a configuration under the closed-form model: its times, its memory and the smallest capacity
+    /// among its devices.
+    struct StageEstimate
+    {
+        twobw::StageCost cost;
+        double memory_bytes = 0;
+        double capacity_bytes = std::numeric_limits<double>::infinity();
+        double paper_memory_bytes = 0; ///< the dissertation's formula, for the candidate's record
+    };
+
+    StageEstimate estimateStage(const Config& c, int s, int first, int last, long long m) const
+    {
+        const bool pipelined = c.execution != Execution::Unpipelined;
+        const bool recompute = c.execution == Execution::Recompute;
+        const double scale = static_cast<double>(c.b) / m_baseSize;
+        StageEstimate st;
+        const auto devs = stageDevices(c, s);
+        double compute = 0;
+        for (int dev : devs) {
+            const auto& type = m_cluster.typeOf(dev);
+            const double speed = m_speeds[m_cluster.device(dev).type].factor;
+            double t = 0;
+            for (int l = first; l <= last; ++l) {
+                auto lt = layerTimesOn(m_model.layers[l], type, speed);
+                t += (recompute ? 2 * lt.forward_ms : lt.forward_ms) + lt.backward_ms;
+            }
+            compute = std::max(compute, t * 1e-3 * scale);
+            st.capacity_bytes = std::min(st.capacity_bytes, type.memory_bytes);
+        }
+        double weights = 0, stash = 0, optimizer = 0;
+        const double optFactor = optimizerStateFactor(m_request.options.schedule, m_model, c.d);
+        for (int l = first; l <= last; ++l) {
+            const auto& layer = m_model.layers[l];
+            weights += layer.weight_bytes;
+            stash += m_model.stashedBytes(l) * scale;
+            optimizer += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
+        }
+        const double inBytes = first > 0 ? m_cutBytes[first - 1] * scale : 0;
+        const double outBytes = s + 1 < c.p ? m_cutBytes[last] * scale : 0;
+        // D:1219-1221: 2 |A^{inp.+out.}(b)| / bwdth_in-pipeline, the 2 for the gradients flowing back.
+        double comm = 0;
+        if (s > 0)
+            comm += 2 * inBytes / linkBandwidth(c, s - 1) + 2 * linkLatency(c, s - 1);
+        if (s + 1 < c.p)
+            comm += 2 * outBytes / linkBandwidth(c, s) + 2 * linkLatency(c, s);
+        double allreduce = 0;
+        if (c.d > 1)
+            allreduce = twobw::ringAllReduceBytes(weights, c.d) / m_cluster.groupBandwidth(devs)
+                + 2.0 * (c.d - 1) * m_cluster.groupLatency(devs);
+        st.cost = {compute, comm, allreduce};
+
+        StageMemoryInput in;
+        in.weight_bytes = weights;
+        in.activation_bytes = stash;
+        in.input_bytes = inBytes;
+        in.optimizer_bytes = optimizer;
+        in.in_flight = pipelined ? c.p - s : 1;
+        in.microbatches = static_cast<int>(std::min<long long>(m, kMaxMicrobatches));
+        in.recompute = recompute;
+        st.memory_bytes = stageMemoryBytes(scheduleKind(c), in);
+        if (pipelined && !m_settings.flush)
+            st.paper_memory_bytes
+                = twobw::paperMemoryBytes(weights * c.p, stash * c.p, inBytes, c.p, recompute, m_settings.input_term);
+        return st;
     }
 
     Plan buildPlan(const Evaluated& e) const

@@ -373,164 +373,213 @@ private:
     {
         auto& dev = m_devices[d];
         const auto& list = m_s.devices[d];
+        while (dev.pc < list.size()) {
+            if (!execute(d, list[dev.pc]))
+                return; // blocked: whoever releases it pushes d again
+            ++dev.pc;
+        }
+    }
+
+    /// Executes action `a` of device d; false when it must wait for another device.
+    bool execute(int d, const Action& a)
+    {
+        switch (a.kind) {
+        case ActionKind::Forward:
+            forward(d, a);
+            return true;
+        case ActionKind::BackwardWeight:
+            throw InputError(
+                m_plan.cluster->deviceName(d) + ": split weight-gradient actions (W) are not simulated yet");
+        case ActionKind::Backward:
+            backward(d, a);
+            return true;
+        case ActionKind::OptimizerStep:
+            optimizerStep(d, a);
+            return true;
+        case ActionKind::SendActivation:
+        case ActionKind::SendGradient:
+            send(d, a);
+            return true;
+        case ActionKind::RecvActivation:
+        case ActionKind::RecvGradient:
+            return receive(d, a);
+        case ActionKind::WavePush:
+            wavePush(d, a);
+            return true;
+        case ActionKind::WavePull:
+            return wavePull(d, a);
+        case ActionKind::AllReduce:
+            return allReduce(d, a);
+        }
+        return true;
+    }
+
+    void forward(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        const int r = replica(d, a);
+        const double t0 = dev.compute_free, t1 = t0 + m_cost.forward(a.stage, r);
+        useVersion(d, a, t0, false);
+        memoryChange(d, t0, stash(a.stage));
+        dev.stashed += 1;
+        dev.peak_stashed = std::max(dev.peak_stashed, dev.stashed);
+        compute(d, a, t0, t1);
+    }
+
+    void backward(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        const int r = replica(d, a);
+        const bool recompute = m_plan.schedule.recompute;
+        const double t0 = dev.compute_free;
+        const double t1 = t0 + m_cost.backward(a.stage, r) + (recompute ? m_cost.forward(a.stage, r) : 0);
+        if (recompute) {
+            memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
+            memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
+        }
+        compute(d, a, t0, t1);
+        m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + a.stage] = {t1, m_cost.backward(a.stage, r)};
+        memoryChange(d, t1, -stash(a.stage));
+        dev.stashed -= 1;
+        useVersion(d, a, t1, true);
+        if (a.stage == m_s.num_stages - 1 && a.microbatch >= 0
+            && a.microbatch < static_cast<int>(m_lastStageDone.size()))
+            m_lastStageDone[a.microbatch] = t1;
+    }
+
+    void optimizerStep(int d, const Action& a)
+    {
+        replica(d, a);
+        const double t0 = m_devices[d].compute_free, t1 = t0 + m_cost.optimizerStepSeconds(d, a.stage);
+        compute(d, a, t0, t1);
+        newVersion(d, a, t1);
+    }
+
+    void send(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
         const bool overlap = m_plan.schedule.overlap_communication;
         const bool streamed = m_traits.streams_transfers;
-        while (dev.pc < list.size()) {
-            const Action& a = list[dev.pc];
-            switch (a.kind) {
-            case ActionKind::Forward: {
-                int r = replica(d, a);
-                double t0 = dev.compute_free, t1 = t0 + m_cost.forward(a.stage, r);
-                useVersion(d, a, t0, false);
-                memoryChange(d, t0, stash(a.stage));
-                dev.stashed += 1;
-                dev.peak_stashed = std::max(dev.peak_stashed, dev.stashed);
-                compute(d, a, t0, t1);
-                break;
-            }
-            case ActionKind::BackwardWeight:
-                throw InputError(m_plan.cluster->deviceName(d)
-                    + ": split weight-gradient actions (W) are not "
-                      "simulated yet");
-            case ActionKind::Backward: {
-                int r = replica(d, a);
-                double t0 = dev.compute_free;
-                double dur = m_cost.backward(a.stage, r) + (m_plan.schedule.recompute ? m_cost.forward(a.stage, r) : 0);
-                double t1 = t0 + dur;
-                if (m_plan.schedule.recompute) {
-                    memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
-                    memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
-                }
-                compute(d, a, t0, t1);
-                m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + a.stage]
-                    = {t1, m_cost.backward(a.stage, r)};
-                memoryChange(d, t1, -stash(a.stage));
-                dev.stashed -= 1;
-                useVersion(d, a, t1, true);
-                if (a.stage == m_s.num_stages - 1 && a.microbatch >= 0
-                    && a.microbatch < static_cast<int>(m_lastStageDone.size()))
-                    m_lastStageDone[a.microbatch] = t1;
-                break;
-            }
-            case ActionKind::OptimizerStep: {
-                replica(d, a);
-                const double dur = m_cost.optimizerStepSeconds(d, a.stage);
-                double t0 = dev.compute_free;
-                compute(d, a, t0, t0 + dur);
-                newVersion(d, a, t0 + dur);
-                break;
-            }
-            case ActionKind::SendActivation:
-            case ActionKind::SendGradient: {
-                const std::size_t key = transferKey(d, a, a.kind == ActionKind::SendGradient);
-                auto& tr = m_transfers[key];
-                // BaPipe's asynchronous mode (streamed): the output leaves while the op producing it runs; the last
-                // byte leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
-                double start
-                    = streamed ? std::max(dev.compute_start, dev.send_free) : std::max(dev.compute_free, dev.send_free);
-                double arrival = transferArrival(d, a.peer, a.bytes, start);
-                if (streamed)
-                    arrival = std::max(arrival, dev.compute_free + m_cost.transferSeconds(d, a.peer, 0));
-                tr.start = start;
-                tr.arrival = arrival;
-                double occupied = a.bytes > 0 ? arrival - m_cost.link(d, a.peer).latency_s : start;
-                dev.send_free = overlap || streamed ? std::max(start, occupied) : arrival;
-                if (!overlap && !streamed)
-                    dev.compute_free = arrival;
-                span(d, Lane::Send, a, dev.pc, start, arrival);
-                int& waiter = m_waiter[key];
-                if (waiter >= 0) {
-                    push(waiter);
-                    waiter = -1;
-                }
-                break;
-            }
-            case ActionKind::RecvActivation:
-            case ActionKind::RecvGradient: {
-                const std::size_t key = transferKey(d, a, a.kind == ActionKind::RecvGradient);
-                const auto& tr = m_transfers[key];
-                if (tr.arrival == kUnset) {
-                    m_waiter[key] = d;
-                    return;
-                }
-                double t0 = std::max(dev.compute_free, tr.start);
-                if (tr.arrival > dev.compute_free)
-                    span(d, Lane::Recv, a, dev.pc, t0, tr.arrival);
-                dev.compute_free = std::max(dev.compute_free, tr.arrival);
-                break;
-            }
-            case ActionKind::WavePush: {
-                // HetPipe: the partition's aggregated update goes to the parameter servers on the send lane.
-                double start = std::max(dev.compute_free, dev.send_free);
-                double arrival
-                    = start + m_cost.parameterServerSeconds(d, a.bytes, m_plan.schedule.local_parameter_servers);
-                dev.send_free = arrival;
-                if (!overlap)
-                    dev.compute_free = arrival;
-                span(d, Lane::Send, a, dev.pc, start, arrival);
-                auto& w = m_waves[a.wave];
-                w.pushed += 1;
-                w.complete = std::max(w.complete, arrival);
-                if (w.pushed == w.expected) {
-                    for (int waiter : w.waiters)
-                        push(waiter);
-                    w.waiters.clear();
-                }
-                break;
-            }
-            case ActionKind::WavePull: {
-                auto& w = m_waves[a.wave];
-                if (w.pushed < w.expected || w.expected == 0) {
-                    if (w.expected == 0)
-                        throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a)
-                            + " pulls a wave that no device pushes");
-                    w.waiters.push_back(d);
-                    return;
-                }
-                double t0 = std::max(dev.compute_free, w.complete);
-                double t1 = t0 + m_cost.parameterServerSeconds(d, a.bytes, m_plan.schedule.local_parameter_servers);
-                span(d, Lane::Recv, a, dev.pc, dev.compute_free, t1);
-                dev.compute_free = t1;
-                break;
-            }
-            case ActionKind::AllReduce: {
-                if (a.group < 0 || a.group >= static_cast<int>(m_collectives.size()))
-                    throw InputError(m_plan.cluster->deviceName(d) + ": all-reduce without a valid group");
-                auto& seqs = m_collectives[a.group];
-                const int seq = dev.collective_seq[a.group];
-                if (static_cast<int>(seqs.size()) <= seq)
-                    seqs.resize(seq + 1);
-                auto& c = seqs[seq];
-                const auto& members = m_s.groups[a.group].devices;
-                if (!dev.registered) {
-                    dev.registered = true;
-                    c.arrived += 1;
-                    c.ready = std::max(c.ready, dev.compute_free);
-                    if (a.stage < 0 || a.stage >= m_s.num_stages)
-                        throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a)
-                            + " names a stage outside the schedule");
-                    if (overlapsAllReduce(a.stage))
-                        noteBuckets(c, d, a.stage);
-                    if (c.arrived == static_cast<int>(members.size())) {
-                        const std::vector<int> group(members.begin(), members.end());
-                        scheduleAllReduce(c, group, a.stage, a.bytes);
-                        for (int member : members) {
-                            m_collectiveFree[member] = std::max(m_collectiveFree[member], c.end);
-                            if (member != d)
-                                push(member);
-                        }
-                    }
-                }
-                if (c.end == kUnset)
-                    return;
-                dev.registered = false;
-                dev.collective_seq[a.group] += 1;
-                span(d, Lane::Collective, a, dev.pc, c.start, c.end);
-                dev.compute_free = std::max(dev.compute_free, c.end);
-                break;
-            }
-            }
-            ++dev.pc;
+        const std::size_t key = transferKey(d, a, a.kind == ActionKind::SendGradient);
+        auto& tr = m_transfers[key];
+        // BaPipe's asynchronous mode (streamed): the output leaves while the op producing it runs; the last byte
+        // leaves at max(op end, start + bytes / bandwidth). Never blocks the compute lane.
+        const double start
+            = streamed ? std::max(dev.compute_start, dev.send_free) : std::max(dev.compute_free, dev.send_free);
+        double arrival = transferArrival(d, a.peer, a.bytes, start);
+        if (streamed)
+            arrival = std::max(arrival, dev.compute_free + m_cost.transferSeconds(d, a.peer, 0));
+        tr.start = start;
+        tr.arrival = arrival;
+        const double occupied = a.bytes > 0 ? arrival - m_cost.link(d, a.peer).latency_s : start;
+        dev.send_free = overlap || streamed ? std::max(start, occupied) : arrival;
+        if (!overlap && !streamed)
+            dev.compute_free = arrival;
+        span(d, Lane::Send, a, dev.pc, start, arrival);
+        int& waiter = m_waiter[key];
+        if (waiter >= 0) {
+            push(waiter);
+            waiter = -1;
+        }
+    }
+
+    bool receive(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        const std::size_t key = transferKey(d, a, a.kind == ActionKind::RecvGradient);
+        const auto& tr = m_transfers[key];
+        if (tr.arrival == kUnset) {
+            m_waiter[key] = d;
+            return false;
+        }
+        const double t0 = std::max(dev.compute_free, tr.start);
+        if (tr.arrival > dev.compute_free)
+            span(d, Lane::Recv, a, dev.pc, t0, tr.arrival);
+        dev.compute_free = std::max(dev.compute_free, tr.arrival);
+        return true;
+    }
+
+    /// HetPipe: the partition's aggregated update goes to the parameter servers on the send lane.
+    void wavePush(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        const double start = std::max(dev.compute_free, dev.send_free);
+        const double arrival
+            = start + m_cost.parameterServerSeconds(d, a.bytes, m_plan.schedule.local_parameter_servers);
+        dev.send_free = arrival;
+        if (!m_plan.schedule.overlap_communication)
+            dev.compute_free = arrival;
+        span(d, Lane::Send, a, dev.pc, start, arrival);
+        auto& w = m_waves[a.wave];
+        w.pushed += 1;
+        w.complete = std::max(w.complete, arrival);
+        if (w.pushed == w.expected) {
+            for (int waiter : w.waiters)
+                push(waiter);
+            w.waiters.clear();
+        }
+    }
+
+    bool wavePull(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        auto& w = m_waves[a.wave];
+        if (w.expected == 0)
+            throw InputError(
+                m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " pulls a wave that no device pushes");
+        if (w.pushed < w.expected) {
+            w.waiters.push_back(d);
+            return false;
+        }
+        const double t0 = std::max(dev.compute_free, w.complete);
+        const double t1 = t0 + m_cost.parameterServerSeconds(d, a.bytes, m_plan.schedule.local_parameter_servers);
+        span(d, Lane::Recv, a, dev.pc, dev.compute_free, t1);
+        dev.compute_free = t1;
+        return true;
+    }
+
+    /// The first arrival at an all-reduce registers the device; the last one schedules it and releases the rest.
+    bool allReduce(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        if (a.group < 0 || a.group >= static_cast<int>(m_collectives.size()))
+            throw InputError(m_plan.cluster->deviceName(d) + ": all-reduce without a valid group");
+        auto& seqs = m_collectives[a.group];
+        const int seq = dev.collective_seq[a.group];
+        if (static_cast<int>(seqs.size()) <= seq)
+            seqs.resize(seq + 1);
+        auto& c = seqs[seq];
+        if (!dev.registered)
+            arriveAtAllReduce(d, a, c);
+        if (c.end == kUnset)
+            return false;
+        dev.registered = false;
+        dev.collective_seq[a.group] += 1;
+        span(d, Lane::Collective, a, dev.pc, c.start, c.end);
+        dev.compute_free = std::max(dev.compute_free, c.end);
+        return true;
+    }
+
+    void arriveAtAllReduce(int d, const Action& a, Collective& c)
+    {
+        auto& dev = m_devices[d];
+        const auto& members = m_s.groups[a.group].devices;
+        dev.registered = true;
+        c.arrived += 1;
+        c.ready = std::max(c.ready, dev.compute_free);
+        if (a.stage < 0 || a.stage >= m_s.num_stages)
+            throw InputError(
+                m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " names a stage outside the schedule");
+        if (overlapsAllReduce(a.stage))
+            noteBuckets(c, d, a.stage);
+        if (c.arrived < static_cast<int>(members.size()))
+            return;
+        const std::vector<int> group(members.begin(), members.end());
+        scheduleAllReduce(c, group, a.stage, a.bytes);
+        for (int member : members) {
+            m_collectiveFree[member] = std::max(m_collectiveFree[member], c.end);
+            if (member != d)
+                push(member);
         }
     }
 

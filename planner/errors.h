@@ -30,6 +30,16 @@ private:
     std::string m_message;
 };
 
+/// @brief Work stopped because its caller asked (a std::stop_token): not an error of the input.
+class Cancelled : public std::runtime_error
+{
+public:
+    Cancelled()
+        : std::runtime_error("cancelled")
+    {
+    }
+};
+
 /// The one rendering of an input error, used wherever one is shown (CLI, app, UI): "FILE:LINE: FIELD: message",
 /// "line LINE: FIELD: message" without a file, leaving out the parts that are unknown. InputError::what() is
 /// this text too.

@@ -112,6 +112,7 @@ int main(int argc, char** argv)
         return fail(QStringLiteral("--size wants WIDTHxHEIGHT, e.g. 1920x1080"), 2);
     window.resize(wh[0].toInt(), wh[1].toInt());
     window.show();
+    window.waitUntilIdle(); // the predictions a screenshot shows are simulated in the background
     const QString name = viewName.isEmpty() ? QStringLiteral("model") : viewName;
     window.showView(name);
     if (name == QLatin1String("partition")) { // show what the panel is for: every algorithm's plan
@@ -120,6 +121,7 @@ int main(int argc, char** argv)
         window.partitionPanel()->compareAll();
         loop.exec();
     }
+    window.waitUntilIdle();
     window.replotAll();
     const QPixmap pixmap = window.screenshotWidget(name)->grab();
     if (!pixmap.save(parser.value(shot), "PNG"))

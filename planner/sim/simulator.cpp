@@ -169,6 +169,8 @@ public:
             m_devices[d].queued = false;
             advance(d);
         }
+        if (m_o.stop.stop_requested())
+            throw Cancelled();
         std::size_t done = 0;
         for (int d = 0; d < D; ++d)
             done += m_devices[d].pc;
@@ -377,6 +379,8 @@ private:
             if (!execute(d, list[dev.pc]))
                 return; // blocked: whoever releases it pushes d again
             ++dev.pc;
+            if ((++m_executed & 0xfff) == 0 && m_o.stop.stop_requested())
+                throw Cancelled();
         }
     }
 
@@ -688,6 +692,7 @@ private:
     }
 
     const Plan& m_plan;
+    std::uint64_t m_executed = 0; ///< actions executed so far (stop requests are polled every 4096)
     const Schedule& m_s;
     const SimulationOptions& m_o;
     const CostModel& m_cost;

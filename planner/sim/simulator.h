@@ -2,6 +2,7 @@
 // Discrete-event execution of a Schedule under a cost model: the predicted Timeline and its metrics.
 #pragma once
 
+#include <stop_token>
 #include <vector>
 
 #include "../plan.h"
@@ -119,6 +120,8 @@ struct SimulationOptions
 {
     bool record_spans = true; ///< false: metrics only (faster; used by planners)
     bool record_memory = true;
+    /// Checked every few thousand actions; a stop request ends the simulation with planner::Cancelled.
+    std::stop_token stop = {};
 };
 
 /// @brief The device closest to (or furthest over) its memory capacity: what "peak memory" means in a summary.

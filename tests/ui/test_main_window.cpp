@@ -55,6 +55,7 @@ struct Window
         window.resize(1600, 1000);
         window.show();
         window.showView(QStringLiteral("model"));
+        REQUIRE(window.waitUntilIdle()); // the demo's prediction and scenarios are simulated in the background
         window.replotAll();
     }
     ModelView* view() { return window.modelView(); }
@@ -92,6 +93,7 @@ TEST_CASE("main window: dragging a boundary moves it, re-simulates live, and und
     for (double position = start + 1; position >= 12; position -= 1.0) {
         mouse(w.plot(), QEvent::MouseMove, QPoint(w.pixelOfLayerEdge(position - 0.1), handle.y()), Qt::NoButton,
             Qt::LeftButton);
+        REQUIRE(w.window.waitUntilIdle()); // the step's simulation lands (the mouse rests a moment)
         seen.insert(w.window.metricsPanel()->value(QStringLiteral("iteration")));
     }
     CHECK(doc.planDocument().previewing());
@@ -103,6 +105,7 @@ TEST_CASE("main window: dragging a boundary moves it, re-simulates live, and und
     CHECK_FALSE(doc.planDocument().previewing());
     CHECK(w.view()->draggedBoundary() == -1);
     CHECK(doc.planDocument().undoStack()->count() == undoBefore + 1);
+    REQUIRE(w.window.waitUntilIdle());
     const auto moved = planner::edit::boundaries(doc.planDocument().plan());
     CHECK(moved == std::vector<int> {11}); // snapped to the layer edge at 12: stage 0 = layers 0..11
     CHECK(planJson(doc) != before);
@@ -115,6 +118,7 @@ TEST_CASE("main window: dragging a boundary moves it, re-simulates live, and und
 
     doc.planDocument().undoStack()->undo();
     CHECK(planJson(doc) == before);
+    REQUIRE(w.window.waitUntilIdle());
     CHECK(w.window.metricsPanel()->value(QStringLiteral("iteration")) == iterationBefore);
     CHECK(w.window.metricsPanel()->value(QStringLiteral("memory")) == memoryBefore);
     CHECK(stages->data(stages->index(0, StageModel::Layers), StageModel::ValueRole).toInt() == start + 1);

@@ -24,8 +24,11 @@ planner::Plan demoPlan()
     return *r.plan;
 }
 
-double iteration(const ui::PlanDocument& d)
+/// The current plan's iteration time, once its simulation (in the background) has landed.
+double iteration(ui::PlanDocument& d)
 {
+    REQUIRE(d.waitForPrediction());
+    REQUIRE(d.isPredictionCurrent());
     REQUIRE(d.prediction());
     return d.prediction()->iteration_time_s;
 }
@@ -86,7 +89,9 @@ TEST_CASE("a drag previews without undo steps and commits one", "[document]")
         doc.preview(planner::edit::moveBoundary(doc.plan(), 1, doc.plan().stages[1].last_layer + 1));
         CHECK(doc.previewing());
         CHECK(doc.plan().stages[1].last_layer == last + step);
-        CHECK(doc.prediction()); // re-simulated at every step
+        REQUIRE(doc.waitForPrediction()); // re-simulated at every step
+        CHECK(doc.isPredictionCurrent());
+        CHECK(doc.prediction());
     }
     CHECK(doc.undoStack()->count() == 0);
     doc.commitPreview("Drag boundary");

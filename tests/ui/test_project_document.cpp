@@ -232,6 +232,8 @@ TEST_CASE("project document: importing a profile keeps the old plan as a scenari
     for (std::size_t s = 1; s < plan.stages.size(); ++s)
         CHECK(plan.stages[s].first_layer == plan.stages[s - 1].last_layer + 1);
     CHECK(planner::toJson(plan.cluster) == planner::toJson(demo().cluster));
+    REQUIRE(doc.planDocument().waitForPrediction());
+    CHECK(doc.planDocument().isPredictionCurrent());
     CHECK(doc.planDocument().prediction() != nullptr);
     CHECK_NOTHROW(doc.snapshot().validate());
 
@@ -290,6 +292,8 @@ TEST_CASE("project document: a compatible cluster change keeps the stages", "[ui
     CHECK(doc.project().scenarios.size() == scenariosBefore);
     CHECK_NOTHROW(doc.snapshot().validate());
     // The re-simulated prediction sees the slower links.
+    REQUIRE(doc.planDocument().waitForPrediction());
+    CHECK(doc.planDocument().isPredictionCurrent());
     CHECK(doc.planDocument().prediction() != nullptr);
 }
 

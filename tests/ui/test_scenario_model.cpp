@@ -50,6 +50,11 @@ TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "
     QAbstractItemModelTester tester(&model, kFatal);
     const auto& scenarios = doc.project().scenarios;
     REQUIRE(model.rowCount() == 4);
+    // The rows are there at once; the numbers land from the project document's background simulation.
+    CHECK(model.simulating(0));
+    CHECK(model.data(model.index(0, ScenarioModel::Note)).toString() == "simulating…");
+    REQUIRE(doc.waitForScenarios());
+    CHECK_FALSE(model.simulating(0));
     CHECK(model.columnCount() == ScenarioModel::ColumnCount);
     for (int r = 0; r < 4; ++r) {
         const auto& s = scenarios[r];
@@ -168,6 +173,7 @@ TEST_CASE("scenario model: a scenario over its devices' memory paints red", "[ui
     doc.setProject(project);
     ScenarioModel m(doc);
     QAbstractItemModelTester tester(&m, kFatal);
+    REQUIRE(doc.waitForScenarios());
     REQUIRE(m.rowCount() == 5);
     CHECK(isRed(m.data(m.index(4, ScenarioModel::Memory), Qt::ForegroundRole)));
     CHECK_FALSE(isRed(m.data(m.index(0, ScenarioModel::Memory), Qt::ForegroundRole)));

@@ -40,6 +40,9 @@ TEST_CASE("the stage model follows the document and passes the model tester", "[
     CHECK(model.rowCount() == 0);
     doc.reset(demoPlan());
     REQUIRE(model.rowCount() == 4);
+    // The rows follow the plan at once; memory follows when the background simulation lands.
+    CHECK(model.data(model.index(0, ui::StageModel::Memory)).toString() == "simulating…");
+    REQUIRE(doc.waitForPrediction());
     CHECK(model.columnCount() == ui::StageModel::ColumnCount);
     const auto& plan = doc.plan();
     for (int s = 0; s < 4; ++s) {
@@ -72,6 +75,7 @@ TEST_CASE("a stage over its devices' memory is shown in red with the numbers", "
     ui::PlanDocument doc;
     ui::StageModel model(doc);
     doc.reset(demoPlan(4e9)); // 4 GB devices: the uniform stages of the 355M GPT do not fit
+    REQUIRE(doc.waitForPrediction());
     int over = 0;
     for (int s = 0; s < model.rowCount(); ++s) {
         const auto brush = model.data(model.index(s, ui::StageModel::Memory), Qt::ForegroundRole);

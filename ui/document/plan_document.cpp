@@ -57,6 +57,14 @@ bool sameStages(const planner::Plan& a, const planner::Plan& b)
 PlanDocument::PlanDocument(QObject* parent)
     : QObject(parent)
 {
+    connect(&m_simulator, &JobRunner::busyChanged, this, &PlanDocument::simulatingChanged);
+    connect(&m_simulator, &JobRunner::failed, this, [this](const QString& message) {
+        m_prediction.reset();
+        m_predictionError = message;
+        m_predictedPlan = m_plan;
+        m_predictedRevision = m_revision;
+        emit predictionChanged();
+    });
 }
 
 void PlanDocument::abortPreview()
@@ -78,9 +86,12 @@ void PlanDocument::clear()
 {
     abortPreview();
     m_undo.clear();
+    m_simulator.cancel();
     m_plan.reset();
     m_prediction.reset();
     m_predictionError.clear();
+    m_predictedPlan.reset();
+    m_predictedRevision = ++m_revision;
     emit planChanged();
     emit predictionChanged();
 }
@@ -114,7 +125,7 @@ void PlanDocument::preview(planner::Plan plan)
         return;
     if (!m_beforePreview)
         m_beforePreview = *m_plan;
-    show(std::move(plan));
+    show(std::move(plan), true);
 }
 
 void PlanDocument::commitPreview(const QString& text)
@@ -140,18 +151,42 @@ void PlanDocument::cancelPreview()
     show(std::move(before));
 }
 
-void PlanDocument::show(planner::Plan plan)
+namespace {
+
+/// What a simulation job hands back: a result, or why there is none.
+struct Simulated
+{
+    std::shared_ptr<const planner::SimulationResult> result;
+    QString error;
+};
+
+} // namespace
+
+void PlanDocument::show(planner::Plan plan, bool drag)
 {
     m_plan = std::move(plan);
-    m_prediction.reset();
-    m_predictionError.clear();
-    try {
-        m_prediction = std::make_shared<const planner::SimulationResult>(planner::simulate(*m_plan));
-    } catch (const planner::InputError& e) {
-        m_predictionError = QString::fromStdString(planner::formatInputError(e));
-    }
+    const quint64 revision = ++m_revision;
     emit planChanged();
-    emit predictionChanged();
+    m_simulator.submit(
+        [plan = *m_plan](std::stop_token stop) {
+            Simulated s;
+            planner::SimulationOptions options;
+            options.stop = stop;
+            try {
+                s.result = std::make_shared<const planner::SimulationResult>(planner::simulate(plan, options));
+            } catch (const planner::InputError& e) {
+                s.error = QString::fromStdString(planner::formatInputError(e));
+            }
+            return s;
+        },
+        [this, revision, plan = *m_plan](Simulated s) {
+            m_prediction = std::move(s.result);
+            m_predictionError = std::move(s.error);
+            m_predictedPlan = plan;
+            m_predictedRevision = revision;
+            emit predictionChanged();
+        },
+        drag ? JobRunner::Supersede::LetRunningFinish : JobRunner::Supersede::StopRunning);
 }
 
 } // namespace pw::ui

@@ -11,14 +11,19 @@
 
 #include "planner/plan.h"
 #include "planner/sim/simulator.h"
+#include "ui/jobs/job_runner.h"
 
 namespace pw::ui {
 
 /// @brief The current plan and its simulated prediction; edits are undoable steps.
 ///
-/// Every change of the plan re-simulates it (metrics, spans and memory for the views) and emits planChanged()
-/// then predictionChanged(). A boundary drag previews plans without touching the undo stack and commits the
-/// whole drag as one step.
+/// A change of the plan is immediate (planChanged()); its simulation (metrics, spans and memory for the views) runs
+/// on the document's JobRunner, and predictionChanged() follows when it lands, on the GUI thread. Until then
+/// prediction() is the newest finished one, which may belong to an earlier plan (isPredictionCurrent() tells;
+/// predictedPlan() is the plan it belongs to): views show it rather than nothing. The steps of a drag let a running
+/// simulation finish (the views follow the mouse at the speed of one simulation, never queueing a backlog); any other
+/// change stops it. A boundary drag previews plans without touching the undo stack and commits the whole drag as one
+/// step.
 class PlanDocument : public QObject
 {
     Q_OBJECT
@@ -32,9 +37,18 @@ public:
     void clear();
     bool hasPlan() const { return m_plan.has_value(); }
     const planner::Plan& plan() const { return *m_plan; }
-    /// The current plan's prediction; empty when it could not be simulated (predictionError() says why).
+    /// The newest finished prediction; empty when its plan could not be simulated (predictionError() says why) or
+    /// none has finished since the last reset().
     const std::shared_ptr<const planner::SimulationResult>& prediction() const { return m_prediction; }
     const QString& predictionError() const { return m_predictionError; }
+    /// The plan prediction() belongs to (the current one when isPredictionCurrent()).
+    const std::optional<planner::Plan>& predictedPlan() const { return m_predictedPlan; }
+    /// Whether prediction() and predictionError() belong to the plan shown now.
+    bool isPredictionCurrent() const { return m_predictedRevision == m_revision; }
+    /// A simulation is running or waiting; simulatingChanged() follows its changes.
+    bool simulating() const { return m_simulator.busy(); }
+    /// Runs the event loop until the current plan's prediction has landed (tests, screenshots, saving).
+    bool waitForPrediction(int timeoutMs = 120'000) { return m_simulator.waitForIdle(timeoutMs); }
     QUndoStack* undoStack() { return &m_undo; }
     bool isClean() const { return m_undo.isClean(); }
 
@@ -55,13 +69,16 @@ public:
 
 signals:
     void planChanged();
+    /// A simulation landed: prediction() and predictionError() changed.
     void predictionChanged();
+    void simulatingChanged(bool simulating);
     /// A drag's preview ended without being committed: cancelled, or cut short by undo, redo or a new plan.
     void previewAborted();
 
 private:
     friend class PlanCommand;
-    void show(planner::Plan plan);
+    /// Shows `plan` and simulates it in the background; `drag`: a running simulation may finish first.
+    void show(planner::Plan plan, bool drag = false);
     /// Forgets the plan before the preview (the caller shows another plan); emits previewAborted().
     void abortPreview();
 
@@ -69,7 +86,11 @@ private:
     std::optional<planner::Plan> m_beforePreview;
     std::shared_ptr<const planner::SimulationResult> m_prediction;
     QString m_predictionError;
+    std::optional<planner::Plan> m_predictedPlan;
+    quint64 m_revision = 0; ///< counts the plans shown
+    quint64 m_predictedRevision = 0; ///< the revision prediction() belongs to
     QUndoStack m_undo;
+    JobRunner m_simulator {QStringLiteral("simulation")}; // last: stopped and joined first
 };
 
 } // namespace pw::ui

@@ -27,6 +27,48 @@ ProjectDocument::ProjectDocument(QObject* parent)
     : QObject(parent)
 {
     connect(m_plan.undoStack(), &QUndoStack::cleanChanged, this, [this] { emit modifiedChanged(isModified()); });
+    connect(this, &ProjectDocument::scenariosChanged, this, &ProjectDocument::simulateScenarios);
+    connect(&m_scenarioRunner, &JobRunner::busyChanged, this, &ProjectDocument::simulatingScenariosChanged);
+}
+
+void ProjectDocument::simulateScenarios()
+{
+    m_scenarioPredictions.clear();
+    emit scenarioPredictionsChanged();
+    std::vector<planner::Plan> plans;
+    for (const auto& s : m_project.scenarios)
+        plans.push_back(s.plan);
+    using Cache = std::vector<std::pair<planner::Plan, ScenarioPrediction>>;
+    m_scenarioRunner.submit(
+        [plans = std::move(plans), cache = m_scenarioCache](std::stop_token stop) {
+            auto next = std::make_shared<Cache>();
+            for (const auto& plan : plans) {
+                const auto known = cache
+                    ? std::find_if(cache->begin(), cache->end(), [&](const auto& entry) { return entry.first == plan; })
+                    : Cache::const_iterator {};
+                if (cache && known != cache->end()) {
+                    next->push_back(*known);
+                    continue;
+                }
+                ScenarioPrediction p;
+                planner::SimulationOptions options;
+                options.stop = stop; // with spans: the scenarios view stacks these timelines
+                try {
+                    p.result = std::make_shared<const planner::SimulationResult>(planner::simulate(plan, options));
+                } catch (const planner::InputError& e) {
+                    p.error = errorText(e);
+                }
+                next->push_back({plan, std::move(p)});
+            }
+            return std::shared_ptr<const Cache>(std::move(next));
+        },
+        [this](std::shared_ptr<const Cache> done) {
+            m_scenarioCache = done;
+            m_scenarioPredictions.clear();
+            for (const auto& entry : *done)
+                m_scenarioPredictions.push_back(entry.second);
+            emit scenarioPredictionsChanged();
+        });
 }
 
 app::Project ProjectDocument::snapshot() const
@@ -208,7 +250,7 @@ bool ProjectDocument::saveScenario(const QString& name, const QString& note, QSt
         return false;
     }
     app::Scenario scenario {n, note.toStdString(), m_plan.plan()};
-    if (m_plan.prediction())
+    if (m_plan.isPredictionCurrent() && m_plan.prediction())
         scenario.plan.predicted = planner::predictedMetrics(*m_plan.prediction());
     const int existing = m_project.findScenario(n);
     if (existing >= 0)

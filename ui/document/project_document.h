@@ -8,6 +8,7 @@
 
 #include "app/project/project.h"
 #include "ui/document/plan_document.h"
+#include "ui/jobs/job_runner.h"
 
 namespace pw::ui {
 
@@ -46,10 +47,26 @@ public:
     /// cluster.
     bool restoreScenario(const QString& name, QString* error = nullptr);
 
+    /// A scenario's simulation (spans and memory included), or why it could not be simulated.
+    struct ScenarioPrediction
+    {
+        std::shared_ptr<const planner::SimulationResult> result;
+        QString error;
+    };
+    /// The scenarios' predictions in the project's order, simulated in the background after every change of the
+    /// scenarios (plans simulated before are not simulated again). Empty while they are being simulated.
+    const std::vector<ScenarioPrediction>& scenarioPredictions() const { return m_scenarioPredictions; }
+    bool simulatingScenarios() const { return m_scenarioRunner.busy(); }
+    /// Runs the event loop until the scenarios' predictions have landed (tests, screenshots).
+    bool waitForScenarios(int timeoutMs = 120'000) { return m_scenarioRunner.waitForIdle(timeoutMs); }
+
 signals:
     /// The model, the cluster or the whole project changed (views rebuild).
     void projectChanged();
     void scenariosChanged();
+    /// scenarioPredictions() changed: emptied (scenarios changed) or landed.
+    void scenarioPredictionsChanged();
+    void simulatingScenariosChanged(bool simulating);
     void modifiedChanged(bool modified);
     void filePathChanged(const QString& path);
     /// Something the user must know that is not an error of the call: the project could not be planned.
@@ -60,11 +77,17 @@ private:
     std::optional<planner::Plan> planFresh(const app::Project& project, QString* note) const;
     void keepAsScenario(app::Project& project, const QString& why) const;
     void markDirty();
+    /// Empties scenarioPredictions() and simulates the scenarios in the background.
+    void simulateScenarios();
 
     app::Project m_project;
     QString m_path;
     PlanDocument m_plan;
     bool m_dirty = false;
+    std::vector<ScenarioPrediction> m_scenarioPredictions;
+    /// Every scenario plan simulated so far with its prediction: a change of the scenarios simulates only new plans.
+    std::shared_ptr<const std::vector<std::pair<planner::Plan, ScenarioPrediction>>> m_scenarioCache;
+    JobRunner m_scenarioRunner {QStringLiteral("scenario simulation")}; // last: stopped and joined first
 };
 
 } // namespace pw::ui

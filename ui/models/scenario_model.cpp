@@ -4,7 +4,6 @@
 #include <QBrush>
 #include <QColor>
 
-#include "planner/errors.h"
 #include "ui/document/project_document.h"
 #include "ui/models/format.h"
 
@@ -15,20 +14,48 @@ ScenarioModel::ScenarioModel(ProjectDocument& project, QObject* parent)
     , m_project(project)
 {
     connect(&project, &ProjectDocument::scenariosChanged, this, &ScenarioModel::refresh);
+    connect(&project, &ProjectDocument::scenarioPredictionsChanged, this, &ScenarioModel::refreshMetrics);
     refresh();
 }
 
 void ScenarioModel::refresh()
 {
     beginResetModel();
-    m_metrics.clear();
+    m_metrics.assign(m_project.project().scenarios.size(), {});
     QSet<QString> names;
-    for (const auto& s : m_project.project().scenarios) {
+    for (const auto& s : m_project.project().scenarios)
         names.insert(QString::fromStdString(s.name));
+    m_checked.intersect(names);
+    if (m_checked.isEmpty()) // first look: the first two side by side
+        for (int i = 0; i < std::min<int>(2, static_cast<int>(m_project.project().scenarios.size())); ++i)
+            m_checked.insert(QString::fromStdString(m_project.project().scenarios[i].name));
+    fillMetrics();
+    endResetModel();
+    emit checkedChanged();
+}
+
+void ScenarioModel::refreshMetrics()
+{
+    if (m_metrics.size() != m_project.project().scenarios.size())
+        return; // refresh() comes next
+    fillMetrics();
+    if (!m_metrics.empty())
+        emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+    emit checkedChanged(); // the stacked timelines landed
+}
+
+void ScenarioModel::fillMetrics()
+{
+    const auto& predictions = m_project.scenarioPredictions();
+    const bool landed = predictions.size() == m_metrics.size();
+    for (std::size_t i = 0; i < m_metrics.size(); ++i) {
         Metrics m;
-        try {
-            // With spans: the scenarios view stacks these timelines, no second simulation.
-            m.result = std::make_shared<const planner::SimulationResult>(planner::simulate(s.plan));
+        m.pending = !landed;
+        if (landed) {
+            m.result = predictions[i].result;
+            m.error = predictions[i].error;
+        }
+        if (m.result) {
             const auto& r = *m.result;
             m.ok = true;
             m.throughput = r.throughput_samples_per_s;
@@ -37,17 +64,9 @@ void ScenarioModel::refresh()
             const auto worst = planner::worstMemory(r);
             m.peak = worst.peak_bytes;
             m.capacity = worst.capacity_bytes;
-        } catch (const planner::InputError& e) {
-            m.error = QString::fromStdString(planner::formatInputError(e));
         }
-        m_metrics.push_back(std::move(m));
+        m_metrics[i] = std::move(m);
     }
-    m_checked.intersect(names);
-    if (m_checked.isEmpty()) // first look: the first two side by side
-        for (int i = 0; i < std::min<int>(2, static_cast<int>(m_project.project().scenarios.size())); ++i)
-            m_checked.insert(QString::fromStdString(m_project.project().scenarios[i].name));
-    endResetModel();
-    emit checkedChanged();
 }
 
 int ScenarioModel::rowCount(const QModelIndex& parent) const
@@ -100,7 +119,7 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
         case Memory:
             return m.ok ? tr("%1 / %2").arg(bytesText(m.peak), bytesText(m.capacity)) : QString();
         case Note:
-            return m.ok ? QString::fromStdString(s.note) : m.error;
+            return m.ok ? QString::fromStdString(s.note) : m.pending ? tr("simulating…") : m.error;
         }
     } else if (role == ValueRole) {
         switch (index.column()) {
@@ -116,7 +135,7 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
             return data(index, Qt::DisplayRole);
         }
     } else if (role == Qt::ForegroundRole) {
-        if ((index.column() == Memory && m.peak > m.capacity) || (index.column() == Note && !m.ok))
+        if ((index.column() == Memory && m.peak > m.capacity) || (index.column() == Note && !m.ok && !m.pending))
             return QBrush(QColor(198, 40, 40));
     } else if (role == Qt::TextAlignmentRole && index.column() >= Throughput && index.column() <= Memory) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
@@ -154,6 +173,11 @@ const std::shared_ptr<const planner::SimulationResult>& ScenarioModel::simulatio
 QString ScenarioModel::simulationError(int row) const
 {
     return m_metrics.at(row).error;
+}
+
+bool ScenarioModel::simulating(int row) const
+{
+    return m_metrics.at(row).pending;
 }
 
 QStringList ScenarioModel::checkedNames() const

@@ -31,10 +31,11 @@ public:
     Qt::ItemFlags flags(const QModelIndex& index) const override;
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
-    /// The simulation of the scenario in `row` (spans and memory included); empty when it failed, and
-    /// simulationError() says why.
+    /// The simulation of the scenario in `row` (spans and memory included, made by the ProjectDocument in the
+    /// background); empty while simulating(row), or when it failed and simulationError() says why.
     const std::shared_ptr<const planner::SimulationResult>& simulation(int row) const;
     QString simulationError(int row) const;
+    bool simulating(int row) const;
     /// Names of the checked scenarios, in the project's order.
     QStringList checkedNames() const;
     void setChecked(const QString& name, bool checked);
@@ -46,11 +47,14 @@ private:
     struct Metrics
     {
         bool ok = false;
+        bool pending = false; ///< the document is simulating it
         QString error;
         double throughput = 0, iteration = 0, bubble = 0, peak = 0, capacity = 0;
         std::shared_ptr<const planner::SimulationResult> result;
     };
     void refresh();
+    void refreshMetrics();
+    void fillMetrics();
 
     ProjectDocument& m_project;
     std::vector<Metrics> m_metrics;

@@ -50,8 +50,9 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
     const auto& plan = m_document.plan();
     const int s = index.row();
     const auto& st = plan.stages[s];
+    // A prediction of an earlier plan (a simulation is running) says nothing about this plan's stages.
     const auto& prediction = m_document.prediction();
-    const bool have = prediction && s < static_cast<int>(prediction->stages.size());
+    const bool have = m_document.isPredictionCurrent() && prediction && s < static_cast<int>(prediction->stages.size());
     const double peak = have ? prediction->stages[s].peak_memory_bytes : 0;
     const double capacity = have ? prediction->stages[s].memory_capacity_bytes : 0;
     const bool over = have && peak > capacity;
@@ -96,7 +97,7 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
     case Compute:
         return secondsText(compute);
     case Memory:
-        return have ? bytesText(peak) : tr("not simulated");
+        return have ? bytesText(peak) : !m_document.isPredictionCurrent() ? tr("simulating…") : tr("not simulated");
     case Capacity:
         return have ? bytesText(capacity) : QString();
     }

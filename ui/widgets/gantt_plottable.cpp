@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 #include "gantt_plottable.h"
 
+#include <QThreadPool>
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <latch>
 #include <thread>
 
 #include <qcustomplot.h>
@@ -34,6 +36,8 @@ public:
     {
         setSelectable(QCP::stNone);
         setAntialiasedFill(false);
+        m_pool.setMaxThreadCount(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u)) - 1);
+        m_pool.setExpiryTimeout(-1); // the threads wait for the next frame instead of ending
     }
 
     double selectTest(const QPointF&, bool, QVariant*) const override { return -1; }
@@ -123,8 +127,7 @@ protected:
                 m_image = QImage(size, QImage::Format_ARGB32_Premultiplied);
             m_image.fill(Qt::white); // opaque: the image is copied, not blended (the grid is drawn above it)
             uchar* const bits = m_image.bits();
-            const int threads
-                = jobs.size() >= 24 ? static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) : 1;
+            const int threads = jobs.size() >= 24 ? std::clamp(m_pool.maxThreadCount() + 1, 1, 8) : 1;
             std::atomic<std::size_t> total {0};
             auto work = [&](int first) {
                 std::vector<DrawItem> items;
@@ -133,12 +136,16 @@ protected:
                     n += rasterRow(jobs[i], time, rect, dpr, bits, items);
                 total += n;
             };
-            {
-                std::vector<std::jthread> pool;
-                for (int k = 1; k < threads; ++k)
-                    pool.emplace_back(work, k);
-                work(0);
-            }
+            // The painting thread takes one share, the plottable's pool the others: its threads outlive a frame,
+            // so a repaint starts none.
+            std::latch helpers(threads - 1);
+            for (int k = 1; k < threads; ++k)
+                m_pool.start([&work, &helpers, k] {
+                    work(k);
+                    helpers.count_down();
+                });
+            work(0);
+            helpers.wait();
             m_scene.stats.items = total;
             m_image.setDevicePixelRatio(dpr);
             painter->setCompositionMode(QPainter::CompositionMode_Source);
@@ -242,6 +249,7 @@ private:
 
     const GanttScene& m_scene;
     QImage m_image; // the image path's canvas, kept between frames
+    QThreadPool m_pool; // rasterises lanes beside the painting thread
 };
 
 } // namespace

@@ -23,6 +23,7 @@
 #include "planner/edit.h"
 #include "planner/errors.h"
 #include "ui/document/project_document.h"
+#include "ui/widgets/busy_indicator.h"
 #include "ui/widgets/cluster_editor.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/metrics_panel.h"
@@ -74,6 +75,12 @@ MainWindow::MainWindow(QWidget* parent)
     addDockWidget(Qt::LeftDockWidgetArea, partitionDock);
     resizeDocks({partitionDock, metricsDock}, {520, 500}, Qt::Horizontal);
 
+    m_busy = new BusyIndicator(this);
+    statusBar()->addPermanentWidget(m_busy);
+    connect(&m_document->planDocument(), &PlanDocument::simulatingChanged, m_busy,
+        [this](bool busy) { m_busy->setBusy(tr("Simulating the plan"), busy); });
+    connect(m_document, &ProjectDocument::simulatingScenariosChanged, m_busy,
+        [this](bool busy) { m_busy->setBusy(tr("Simulating scenarios"), busy); });
     const auto toStatusBar = [this](const QString& text) { statusBar()->showMessage(text); };
     connect(m_modelView, &ModelView::message, this, toStatusBar);
     connect(m_partition, &PartitionPanel::message, this, toStatusBar);
@@ -321,6 +328,14 @@ QWidget* MainWindow::screenshotWidget(const QString& name)
     return this;
 }
 
+bool MainWindow::waitUntilIdle(int timeoutMs)
+{
+    const bool idle
+        = m_document->planDocument().waitForPrediction(timeoutMs) && m_document->waitForScenarios(timeoutMs);
+    QApplication::processEvents(); // the views' queued refreshes
+    return idle;
+}
+
 void MainWindow::replotAll()
 {
     QApplication::processEvents();
@@ -336,8 +351,9 @@ void MainWindow::refreshSchedule()
     m_scheduleStale = false;
     const auto& doc = m_document->planDocument();
     if (!doc.prediction()) {
-        m_gantt->setEmptyMessage(doc.hasPlan() ? tr("The plan cannot be simulated: %1").arg(doc.predictionError())
-                                               : tr("No plan yet: run a partitioner (F5) or open a project"));
+        m_gantt->setEmptyMessage(!doc.hasPlan() ? tr("No plan yet: run a partitioner (F5) or open a project")
+                : !doc.isPredictionCurrent()    ? tr("Simulating the plan…")
+                                                : tr("The plan cannot be simulated: %1").arg(doc.predictionError()));
         return;
     }
     std::vector<double> capacity;

@@ -10,6 +10,7 @@ class QTabWidget;
 
 namespace pw::ui {
 
+class BusyIndicator;
 class ClusterEditor;
 class GanttView;
 class MetricsPanel;
@@ -41,6 +42,9 @@ public:
     /// The widget a screenshot of view `name` shows: the window, or for "memory" the schedule view with the
     /// memory plot given most of the height.
     QWidget* screenshotWidget(const QString& name);
+    /// Runs the event loop until the plan's and the scenarios' simulations have landed; false on timeout. For
+    /// screenshots and tests.
+    bool waitUntilIdle(int timeoutMs = 120'000);
     /// Replots every chart now (they repaint lazily), for screenshots.
     void replotAll();
     /// The text of the last error shown to the user (also in the status bar).
@@ -52,6 +56,7 @@ public:
     GanttView* ganttView() const { return m_gantt; }
     ScenariosView* scenariosView() const { return m_scenarios; }
     ClusterEditor* clusterEditor() const { return m_cluster; }
+    BusyIndicator* busyIndicator() const { return m_busy; }
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -77,6 +82,7 @@ private:
     MetricsPanel* m_metrics = nullptr;
     PartitionPanel* m_partition = nullptr;
     QMenu* m_recent = nullptr;
+    BusyIndicator* m_busy = nullptr;
     QString m_lastError;
     bool m_scheduleStale = true;
 };

@@ -62,6 +62,7 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     connect(m_stages, &QAbstractItemModel::modelReset, m_table, &QTableView::resizeColumnsToContents);
     layout->addWidget(m_table, 1);
     connect(&document, &PlanDocument::predictionChanged, this, &MetricsPanel::refresh);
+    connect(&document, &PlanDocument::planChanged, this, &MetricsPanel::refresh);
     refresh();
     m_table->resizeColumnsToContents();
 }
@@ -94,7 +95,18 @@ void MetricsPanel::refresh()
             .arg(plan.schedule.microbatches)
             .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
             .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
+    // While the current plan is simulated the newest finished prediction stays, greyed: numbers follow a drag at
+    // the speed of one simulation instead of blanking out.
+    const bool current = m_document.isPredictionCurrent();
+    for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_mfu})
+        l->setEnabled(current);
     const auto& r = m_document.prediction();
+    if (!r && !current) {
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
+            l->setText(QStringLiteral("…"));
+        m_error->setText(tr("Simulating…"));
+        return;
+    }
     if (!r) {
         for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
             l->setText(QStringLiteral("–"));
@@ -107,7 +119,7 @@ void MetricsPanel::refresh()
     const auto worst = planner::worstMemory(*r);
     m_memory->setText(tr("%1 of %2").arg(bytesText(worst.peak_bytes), bytesText(worst.capacity_bytes)));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
-    const auto flops = planner::flopsReport(plan, r->throughput_samples_per_s);
+    const auto flops = planner::flopsReport(*m_document.predictedPlan(), r->throughput_samples_per_s);
     if (!flops)
         m_mfu->setText(tr("– (the profile gives no FLOPs)"));
     else if (flops->peak_flops_per_s_per_gpu <= 0)
@@ -116,9 +128,10 @@ void MetricsPanel::refresh()
         m_mfu->setText(tr("%1 (%2 TFLOP/s per device)")
                            .arg(percentText(flops->mfu))
                            .arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
-    m_error->setText(worst.over()
-            ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))
-            : QString());
+    m_memory->setEnabled(current);
+    m_error->setText(!current ? tr("Simulating the current plan… (the numbers are the previous plan's)")
+            : worst.over()    ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))
+                              : QString());
 }
 
 } // namespace pw::ui

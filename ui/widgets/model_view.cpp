@@ -82,6 +82,7 @@ ModelView::ModelView(PlanDocument& document, QWidget* parent)
     m_plot->legend->setBorderPen(Qt::NoPen);
     layout->addWidget(m_plot, 1);
     connect(&m_document, &PlanDocument::planChanged, this, &ModelView::rebuild);
+    connect(&m_document, &PlanDocument::predictionChanged, this, &ModelView::rebuild);
     // Undo, redo or a new plan in the middle of a drag end it: the dragged boundary may not exist any more.
     connect(&m_document, &PlanDocument::previewAborted, this, [this] { m_drag = -1; });
     rebuild();
@@ -98,7 +99,8 @@ void ModelView::rebuild()
         return;
     }
     const planner::Plan& plan = m_document.plan();
-    const auto& prediction = m_document.prediction();
+    // Peak memory per stage only from a prediction of this very plan (a drag's newest result may be a step behind).
+    const auto prediction = m_document.isPredictionCurrent() ? m_document.prediction() : nullptr;
     const int layers = plan.model->layerCount();
     const double scale = planner::microbatchScale(plan);
 

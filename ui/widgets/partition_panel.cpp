@@ -101,7 +101,7 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     m_poll = new QTimer(this);
     m_poll->setInterval(50);
     connect(
-        m_poll, &QTimer::timeout, this, [this] { m_progress->setValue(static_cast<int>(m_fraction.load() * 1000)); });
+        m_poll, &QTimer::timeout, this, [this] { m_progress->setValue(static_cast<int>(m_fraction->load() * 1000)); });
     connect(m_algorithm, &QComboBox::currentTextChanged, this, &PartitionPanel::rebuildOptions);
     connect(m_run, &QPushButton::clicked, this, &PartitionPanel::run);
     connect(m_compare, &QPushButton::clicked, this, &PartitionPanel::compareAll);
@@ -141,13 +141,7 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     showSettings();
 }
 
-PartitionPanel::~PartitionPanel()
-{
-    // Stop and join before any member the worker writes is destroyed; its queued call dies with this object.
-    m_worker.request_stop();
-    if (m_worker.joinable())
-        m_worker.join();
-}
+PartitionPanel::~PartitionPanel() = default; // the runner (last member) stops and joins its job first
 
 QString PartitionPanel::status() const
 {
@@ -336,21 +330,31 @@ void PartitionPanel::compareAll()
     start(true);
 }
 
+namespace {
+
+/// What a partitioner run (or a comparison of every algorithm) hands back to the panel: its rows, simulated on
+/// the worker, and what the status line says.
+struct PartitionOutcome
+{
+    std::vector<ResultRow> rows;
+    bool ok = false;
+    bool saw_stop = false; ///< the partitioner stopped at the request
+    QString status;
+};
+
+} // namespace
+
 void PartitionPanel::start(bool compare)
 {
     if (isRunning())
         return;
-    if (m_worker.joinable())
-        m_worker.join();
     m_project.setPartitionSettings(settings());
     auto project = std::make_shared<const app::Project>(m_project.snapshot());
     const auto options = partitionOptions();
     m_runAlgorithm = m_algorithm->currentText();
     m_comparing = compare;
     m_cancelRequested = false;
-    m_result.reset();
-    m_comparison.clear();
-    m_fraction = 0;
+    m_fraction = std::make_shared<std::atomic<double>>(0.0);
     m_running = true;
     m_run->setEnabled(false);
     m_compare->setEnabled(false);
@@ -358,21 +362,46 @@ void PartitionPanel::start(bool compare)
     m_status->setText(compare ? tr("Comparing every algorithm…") : tr("Running %1…").arg(m_runAlgorithm));
     m_poll->start();
     const std::string algorithm = m_runAlgorithm.toStdString();
-    m_worker = std::jthread([this, project, options, algorithm, compare](std::stop_token stop) {
-        auto progress = [this](double f) { m_fraction = std::clamp(f, 0.0, 1.0); };
-        if (compare) {
-            planner::ComparisonOptions c;
-            c.base = options;
-            c.base.params = nlohmann::json::object(); // algorithm options are not shared
-            c.keep_plans = true;
-            m_comparison = planner::compareAlgorithms(project->model, project->cluster, c, progress, stop);
-        } else {
-            m_result = planner::findPartitioner(algorithm)->partition(
+    const QString label = m_runAlgorithm;
+    m_runner.submit(
+        [project, options, algorithm, label, compare, fraction = m_fraction](std::stop_token stop) {
+            auto progress = [fraction](double f) { *fraction = std::clamp(f, 0.0, 1.0); };
+            PartitionOutcome out;
+            if (compare) {
+                planner::ComparisonOptions c;
+                c.base = options;
+                c.base.params = nlohmann::json::object(); // algorithm options are not shared
+                c.keep_plans = true;
+                const auto comparison = planner::compareAlgorithms(project->model, project->cluster, c, progress, stop);
+                int ok = 0;
+                for (const auto& row : comparison) {
+                    out.rows.push_back(ResultModel::comparisonRow(row));
+                    ok += row.ok;
+                }
+                out.ok = true;
+                out.saw_stop = stop.stop_requested();
+                out.status = PartitionPanel::tr("%1 of %2 algorithms produced a plan. Select one and Apply (or "
+                                                "double-click).")
+                                 .arg(ok)
+                                 .arg(comparison.size());
+                return out;
+            }
+            const auto result = planner::findPartitioner(algorithm)->partition(
                 {project->model, project->cluster, options}, progress, stop);
-        }
-        QMetaObject::invokeMethod(
-            this, [this] { onFinished(); }, Qt::QueuedConnection);
-    });
+            out.saw_stop = !result.ok()
+                && std::any_of(result.diagnostics.begin(), result.diagnostics.end(),
+                    [](const planner::Diagnostic& d) { return d.code == "cancelled"; });
+            if (!out.saw_stop)
+                out.rows = ResultModel::runRows(label, result); // simulates the plan: here, not on the GUI thread
+            out.ok = result.ok();
+            out.status = result.ok()
+                ? PartitionPanel::tr("%1 found a plan (%2 candidates compared). Apply it to edit it.")
+                      .arg(label)
+                      .arg(result.candidates.size())
+                : PartitionPanel::tr("%1 found no plan: %2").arg(label, QString::fromStdString(result.errorText()));
+            return out;
+        },
+        [this](PartitionOutcome out) { onFinished(std::move(out.rows), out.ok, out.saw_stop, out.status); });
 }
 
 void PartitionPanel::cancel()
@@ -380,24 +409,19 @@ void PartitionPanel::cancel()
     if (!isRunning())
         return;
     m_cancelRequested = true;
-    m_worker.request_stop();
+    m_runner.requestStop(); // the partitioner stops at its next check and says so
     m_cancel->setEnabled(false);
     m_status->setText(tr("Cancelling…"));
 }
 
-void PartitionPanel::onFinished()
+void PartitionPanel::onFinished(std::vector<ResultRow> found, bool ok, bool sawStop, const QString& status)
 {
-    if (m_worker.joinable())
-        m_worker.join(); // the worker's last act was to queue this call: the join is immediate
     m_running = false;
     m_poll->stop();
     m_run->setEnabled(true);
     m_compare->setEnabled(true);
     m_cancel->setEnabled(false);
     m_progress->setValue(m_cancelRequested ? 0 : 1000);
-    const bool sawStop = m_result && !m_result->ok()
-        && std::any_of(m_result->diagnostics.begin(), m_result->diagnostics.end(),
-            [](const planner::Diagnostic& d) { return d.code == "cancelled"; });
     if (m_cancelRequested) {
         m_outcome = sawStop || m_comparing ? QStringLiteral("cancelled") : QStringLiteral("discarded");
         m_status->setText(tr("Cancelled: the plan is unchanged."));
@@ -406,26 +430,9 @@ void PartitionPanel::onFinished()
         return;
     }
     std::vector<ResultRow> rows = currentRows();
-    if (m_comparing) {
-        int ok = 0;
-        for (const auto& c : m_comparison) {
-            rows.push_back(ResultModel::comparisonRow(c));
-            ok += c.ok;
-        }
-        m_outcome = QStringLiteral("done");
-        m_status->setText(tr("%1 of %2 algorithms produced a plan. Select one and Apply (or double-click).")
-                              .arg(ok)
-                              .arg(m_comparison.size()));
-    } else {
-        auto more = ResultModel::runRows(m_runAlgorithm, *m_result);
-        std::move(more.begin(), more.end(), std::back_inserter(rows));
-        m_outcome = m_result->ok() ? QStringLiteral("done") : QStringLiteral("failed");
-        m_status->setText(m_result->ok()
-                ? tr("%1 found a plan (%2 candidates compared). Apply it to edit it.")
-                      .arg(m_runAlgorithm)
-                      .arg(m_result->candidates.size())
-                : tr("%1 found no plan: %2").arg(m_runAlgorithm, QString::fromStdString(m_result->errorText())));
-    }
+    std::move(found.begin(), found.end(), std::back_inserter(rows));
+    m_outcome = ok ? QStringLiteral("done") : QStringLiteral("failed");
+    m_status->setText(status);
     m_results->setRows(std::move(rows));
     if (m_results->rowCount() > 1 && m_results->row(1).plan)
         m_table->selectRow(1);

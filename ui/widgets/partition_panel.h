@@ -6,13 +6,12 @@
 #include <QWidget>
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <stop_token>
-#include <thread>
 
 #include "app/project/project.h"
 #include "planner/analysis/compare.h"
+#include "ui/jobs/job_runner.h"
+#include "ui/models/result_model.h"
 
 class QCheckBox;
 class QComboBox;
@@ -27,8 +26,6 @@ class QTimer;
 namespace pw::ui {
 
 class ProjectDocument;
-class ResultModel;
-struct ResultRow;
 
 class PartitionPanel : public QWidget
 {
@@ -70,7 +67,7 @@ private:
     std::vector<ResultRow> currentRows() const;
     void refreshCurrentRow();
     void start(bool compare);
-    void onFinished();
+    void onFinished(std::vector<ResultRow> rows, bool ok, bool sawStop, const QString& status);
     planner::PartitionOptions partitionOptions() const;
 
     ProjectDocument& m_project;
@@ -96,17 +93,15 @@ private:
     ResultModel* m_results = nullptr;
     QTimer* m_poll = nullptr;
 
-    // The background run: the worker writes its outcome, the GUI thread reads it in onFinished() (queued by the
-    // worker as its last act). m_running is the GUI thread's: set by start(), cleared by onFinished().
-    std::atomic<double> m_fraction {0};
+    // The background run. m_running is the GUI thread's: set by start(), cleared by onFinished(); the job shares
+    // only its progress with the panel.
+    std::shared_ptr<std::atomic<double>> m_fraction = std::make_shared<std::atomic<double>>(0.0);
     bool m_running = false;
     bool m_cancelRequested = false;
     bool m_comparing = false;
     QString m_runAlgorithm;
-    std::optional<planner::PartitionResult> m_result;
-    std::vector<planner::ComparisonRow> m_comparison;
     QString m_outcome;
-    std::jthread m_worker; // last: destroyed (joined) before everything the worker writes
+    JobRunner m_runner {QStringLiteral("partitioner")}; // last: stopped and joined before the members above go
 };
 
 } // namespace pw::ui

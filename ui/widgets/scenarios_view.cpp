@@ -107,13 +107,16 @@ void ScenariosView::saveCurrentAs()
 void ScenariosView::refreshGantt()
 {
     std::vector<GanttBlock> blocks;
-    QStringList failed;
+    QStringList failed, pending;
     for (const QString& name : m_model->checkedNames()) {
         const int row = m_project.project().findScenario(name.toStdString());
         const auto& plan = m_project.project().scenarios[row].plan;
-        const auto& r = m_model->simulation(row); // simulated once, by the model
+        const auto& r = m_model->simulation(row); // simulated once, in the background, by the project document
         if (!r) {
-            failed << name + QStringLiteral(": ") + m_model->simulationError(row);
+            if (m_model->simulating(row))
+                pending << name;
+            else
+                failed << name + QStringLiteral(": ") + m_model->simulationError(row);
             continue;
         }
         blocks.push_back(
@@ -127,8 +130,9 @@ void ScenariosView::refreshGantt()
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()
                 ? tr(
                     "No scenarios yet: save the current plan as a scenario (Plan ▸ Save as scenario) to compare plans.")
-                : failed.isEmpty() ? tr("Tick one or more scenarios above to see their schedules here.")
-                                   : tr("Cannot simulate: %1").arg(failed.join(QStringLiteral("; "))));
+                : !pending.isEmpty() ? tr("Simulating %1…").arg(pending.join(QStringLiteral(", ")))
+                : failed.isEmpty()   ? tr("Tick one or more scenarios above to see their schedules here.")
+                                     : tr("Cannot simulate: %1").arg(failed.join(QStringLiteral("; "))));
     else
         m_gantt->setBlocks(std::move(blocks));
 }

@@ -72,7 +72,8 @@ TEST_CASE("plan --json and compare --json report tensor parallelism, chunks, mic
     auto c = cli({"compare", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--json"});
     INFO(c.err);
     REQUIRE(c.code == 0);
-    for (const auto& row : json::parse(c.out).at("rows")) {
+    const json report = json::parse(c.out); // named: a range-for over .at() of a temporary reads freed memory
+    for (const auto& row : report.at("rows")) {
         INFO(row.at("algorithm"));
         if (!row.at("ok").get<bool>())
             continue;

@@ -76,7 +76,7 @@ TEST_CASE("cluster editor: both models pass the model tester through loads, edit
     CHECK(types->columnCount() == DeviceTypeModel::ColumnCount);
     CHECK(nodes->columnCount() == NodeModel::ColumnCount);
     CHECK(types->headerData(DeviceTypeModel::Memory, Qt::Horizontal).toString() == "Memory (GiB)");
-    CHECK(nodes->headerData(NodeModel::IntraLatency, Qt::Horizontal).toString() == "Intra-node latency (us)");
+    CHECK(nodes->headerData(NodeModel::IntraLatency, Qt::Horizontal).toString() == "Intra-node latency (µs)");
 
     // Cells in GiB, GB/s and us; ValueRole in bytes, bytes/s and seconds.
     CHECK(types->index(0, DeviceTypeModel::Memory).data().toString() == "12");

@@ -524,7 +524,7 @@ QVariant NodeModel::headerData(int section, Qt::Orientation orientation, int rol
     case IntraBandwidth:
         return tr("Intra-node bandwidth (GB/s)");
     case IntraLatency:
-        return tr("Intra-node latency (us)");
+        return tr("Intra-node latency (µs)");
     }
     return {};
 }

@@ -44,7 +44,7 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
         case Label:
             return r.label;
         case Config:
-            return r.config;
+            return configText(r.config);
         case Schedule:
             return r.schedule;
         case Throughput:
@@ -71,6 +71,8 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
             return r.bubble;
         case Memory:
             return r.peak_bytes;
+        case Config:
+            return r.config; // whole
         default:
             return data(index, Qt::DisplayRole);
         }
@@ -86,9 +88,15 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
     } else if (role == Qt::ToolTipRole) {
         if (index.column() == Note && !r.note.isEmpty())
             return r.note;
+        if (index.column() == Config && configText(r.config) != r.config)
+            return r.config;
+        const QString whole = index.column() == Label && r.label.size() > 24 ? r.label + QLatin1Char('\n') : QString();
         if (!r.plan && !r.current)
-            return tr(
-                "A configuration the algorithm evaluated with its own cost model; only its chosen plan can be applied");
+            return whole
+                + tr("A configuration the algorithm evaluated with its own cost model; only its chosen plan can be "
+                     "applied");
+        if (!whole.isEmpty())
+            return r.label;
     } else if (role == Qt::TextAlignmentRole && index.column() >= Throughput && index.column() <= Memory) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
     }
@@ -99,7 +107,7 @@ QVariant ResultModel::headerData(int section, Qt::Orientation orientation, int r
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount)
         return {};
-    static const char* names[] = {"Plan", "Config", "Schedule", "Samples/s", "Iteration", "Bubble", "Memory", "Note"};
+    static const char* names[] = {"Plan", "Samples/s", "Iteration", "Bubble", "Memory", "Config", "Schedule", "Note"};
     return tr(names[section]);
 }
 

@@ -36,7 +36,8 @@ class ResultModel : public QAbstractTableModel
     Q_OBJECT
 
 public:
-    enum Column { Label, Config, Schedule, Throughput, Iteration, Bubble, Memory, Note, ColumnCount };
+    // The numbers first: in a narrow dock the names of configurations are the part that is cut, not the numbers.
+    enum Column { Label, Throughput, Iteration, Bubble, Memory, Config, Schedule, Note, ColumnCount };
     static constexpr int ValueRole = Qt::UserRole + 1; ///< the raw number behind a cell
 
     explicit ResultModel(QObject* parent = nullptr);

@@ -104,7 +104,7 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
         case Name:
             return name;
         case Config:
-            return QString::fromStdString(s.plan.configString());
+            return configText(QString::fromStdString(s.plan.configString()));
         case Algorithm:
             return QString::fromStdString(s.plan.algorithm);
         case Schedule:
@@ -131,9 +131,14 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
             return m.bubble;
         case Memory:
             return m.peak;
+        case Config:
+            return QString::fromStdString(s.plan.configString()); // whole
         default:
             return data(index, Qt::DisplayRole);
         }
+    } else if (role == Qt::ToolTipRole && index.column() == Config) {
+        const QString whole = QString::fromStdString(s.plan.configString());
+        return configText(whole) != whole ? QVariant(whole) : QVariant();
     } else if (role == Qt::ForegroundRole) {
         if ((index.column() == Memory && m.peak > m.capacity) || (index.column() == Note && !m.ok && !m.pending))
             return QBrush(QColor(198, 40, 40));
@@ -194,7 +199,7 @@ QVariant ScenarioModel::headerData(int section, Qt::Orientation orientation, int
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount)
         return {};
     static const char* names[] = {
-        "Scenario", "Config", "Algorithm", "Schedule", "Samples/s", "Iteration", "Bubble", "Memory / capacity", "Note"};
+        "Scenario", "Samples/s", "Iteration", "Bubble", "Memory / capacity", "Config", "Algorithm", "Schedule", "Note"};
     return tr(names[section]);
 }
 

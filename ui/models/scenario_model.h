@@ -19,7 +19,8 @@ class ScenarioModel : public QAbstractTableModel
     Q_OBJECT
 
 public:
-    enum Column { Name, Config, Algorithm, Schedule, Throughput, Iteration, Bubble, Memory, Note, ColumnCount };
+    // The numbers first: in a narrow window the names are the part that is cut, not the numbers.
+    enum Column { Name, Throughput, Iteration, Bubble, Memory, Config, Algorithm, Schedule, Note, ColumnCount };
     static constexpr int ValueRole = Qt::UserRole + 1; ///< the raw number behind a cell
 
     explicit ScenarioModel(ProjectDocument& project, QObject* parent = nullptr);

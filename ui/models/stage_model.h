@@ -14,7 +14,8 @@ class StageModel : public QAbstractTableModel
     Q_OBJECT
 
 public:
-    enum Column { Stage, Layers, Devices, Compute, Memory, Capacity, ColumnCount };
+    // The numbers first, the devices (the longest text) last.
+    enum Column { Stage, Layers, Compute, Memory, Capacity, Devices, ColumnCount };
     /// Qt::UserRole + 1: the raw number behind a cell (seconds, bytes; layer count for Layers).
     static constexpr int ValueRole = Qt::UserRole + 1;
 

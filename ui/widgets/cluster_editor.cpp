@@ -299,6 +299,7 @@ ClusterEditor::ClusterEditor(QWidget* parent)
 
     m_summary = new QLabel(this);
     m_summary->setObjectName(QStringLiteral("summary"));
+    m_summary->setWordWrap(true);
     m_validation = new QLabel(this);
     m_validation->setObjectName(QStringLiteral("validation"));
     m_validation->setWordWrap(true);
@@ -340,8 +341,11 @@ QWidget* ClusterEditor::buildTypesBox()
     for (const auto& t : planner::devicePresets())
         m_presets->addItem(QString::fromStdString(t.name));
     m_presets->addItem(tr("Empty (custom)"));
+    // Long preset names do not widen the editor (the popup shows them whole).
+    m_presets->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_presets->setMinimumContentsLength(10);
     m_presets->setToolTip(tr("Known devices: memory, peak TFLOPS, memory bandwidth and an hourly price"));
-    auto* presetLabel = new QLabel(tr("Add &preset:"), box);
+    auto* presetLabel = new QLabel(tr("&Preset:"), box);
     presetLabel->setBuddy(m_presets);
     auto* add = new QPushButton(tr("Add"), box);
     add->setObjectName(QStringLiteral("addType"));
@@ -407,23 +411,16 @@ QWidget* ClusterEditor::buildLinkRow()
     m_interLatency->setObjectName(QStringLiteral("interLatency"));
     m_interLatency->setRange(0, 1e6);
     m_interLatency->setDecimals(3);
-    m_interLatency->setSuffix(tr(" us"));
+    m_interLatency->setSuffix(tr(" µs"));
     m_interLatency->setToolTip(tr("Latency of the link between two nodes, in microseconds"));
     connect(m_interLatency, &QDoubleSpinBox::valueChanged, this, [this](double v) {
         m_cluster.inter_node_latency_s = v / kUsPerS;
         edited();
     });
-    auto* bandwidthLabel = new QLabel(tr("Inter-node &bandwidth:"), box);
-    bandwidthLabel->setBuddy(m_interBandwidth);
-    auto* latencyLabel = new QLabel(tr("Inter-node &latency:"), box);
-    latencyLabel->setBuddy(m_interLatency);
-    auto* layout = new QHBoxLayout(box);
-    layout->addWidget(bandwidthLabel);
-    layout->addWidget(m_interBandwidth);
-    layout->addSpacing(16);
-    layout->addWidget(latencyLabel);
-    layout->addWidget(m_interLatency);
-    layout->addStretch(1);
+    // Two rows, not one: the editor must fit beside the docks of a 1024 px window.
+    auto* layout = new QFormLayout(box);
+    layout->addRow(tr("Inter-node &bandwidth:"), m_interBandwidth);
+    layout->addRow(tr("Inter-node &latency:"), m_interLatency);
     return box;
 }
 

@@ -37,19 +37,20 @@ class SecondsTicker : public QCPAxisTicker
 protected:
     QString getTickLabel(double tick, const QLocale&, QChar, int) override
     {
-        return secondsText(tick, tick == 0 ? 0 : m_decimals);
+        return secondsTextIn(std::abs(tick) < 1e-15 ? 0.0 : tick, m_unit, m_decimals);
     }
     QVector<double> createTickVector(double tickStep, const QCPRange& range) override
     {
         // Enough decimals to tell neighbouring ticks apart in the unit secondsText() will pick.
-        const double unit = std::max(std::abs(range.lower), std::abs(range.upper)) >= 1 ? 1
-            : std::max(std::abs(range.lower), std::abs(range.upper)) >= 1e-3            ? 1e-3
-                                                                                        : 1e-6;
-        m_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(tickStep / unit) - 1e-9)), 0, 6);
+        // One unit for every tick of the axis: the one of its largest value.
+        const double largest = std::max(std::abs(range.lower), std::abs(range.upper));
+        m_unit = largest >= 1 ? 1 : largest >= 1e-3 ? 1e-3 : 1e-6;
+        m_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(tickStep / m_unit) - 1e-9)), 0, 6);
         return QCPAxisTicker::createTickVector(tickStep, range);
     }
 
 private:
+    double m_unit = 1;
     int m_decimals = 1;
 };
 
@@ -67,17 +68,20 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     m_legend->setTextFormat(Qt::RichText);
     m_legend->setWordWrap(true);
     auto swatch = [](QColor c, const QString& text) {
-        return QStringLiteral(
-            "<span style='background-color:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp;&nbsp;")
-            .arg(c.name(), text);
+        return QStringLiteral("<span style='white-space:nowrap'><span "
+                              "style='background-color:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2</span> ")
+            .arg(c.name(), QString(text).replace(QLatin1Char(' '), QStringLiteral("&nbsp;")));
     };
     m_legend->setText(swatch(spanColor(ActionKind::Forward, 0), tr("forward"))
         + swatch(spanColor(ActionKind::Backward, 0), tr("backward"))
         + swatch(spanColor(ActionKind::BackwardWeight, 0), tr("weight gradient"))
         + swatch(spanColor(ActionKind::AllReduce, 0), tr("all-reduce"))
         + swatch(spanColor(ActionKind::OptimizerStep, 0), tr("optimizer"))
-        + swatch(spanColor(ActionKind::WavePush, 0), tr("wave push/pull"))
-        + tr("· hue: microbatch · thin rows: send/receive, collectives · grey: idle (bubbles)"));
+        + swatch(spanColor(ActionKind::WavePush, 0), tr("wave push/pull")) + tr("· hue: microbatch · grey: idle"));
+    m_legend->setToolTip(tr("Light: forward; dark: backward. The hue tells the microbatch. Thin rows under a device "
+                            "are its sends/receives and collectives; grey is idle time (the bubbles)."));
+    // Wraps between entries (each swatch and its name stay together); never sets the window's width.
+    m_legend->setMinimumWidth(120);
     bar->addWidget(m_legend, 1);
     m_arrows = new QCheckBox(tr("Send → receive arrows"), this);
     connect(m_arrows, &QCheckBox::toggled, this, &GanttView::setArrowsVisible);

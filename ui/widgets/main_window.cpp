@@ -73,7 +73,8 @@ MainWindow::MainWindow(QWidget* parent)
     partitionDock->setObjectName(QStringLiteral("partitionDock"));
     partitionDock->setWidget(m_partition);
     addDockWidget(Qt::LeftDockWidgetArea, partitionDock);
-    resizeDocks({partitionDock, metricsDock}, {520, 500}, Qt::Horizontal);
+    m_partitionDock = partitionDock;
+    m_metricsDock = metricsDock;
 
     m_busy = new BusyIndicator(this);
     statusBar()->addPermanentWidget(m_busy);
@@ -118,7 +119,7 @@ MainWindow::MainWindow(QWidget* parent)
     buildMenus();
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
-    restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+    m_docksPlaced = restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
     refreshTitle();
 }
 
@@ -326,6 +327,29 @@ QWidget* MainWindow::screenshotWidget(const QString& name)
     if (name == QLatin1String("memory"))
         return m_gantt; // the memory plot large, under the Gantt on the same time axis
     return this;
+}
+
+void MainWindow::showEvent(QShowEvent* event)
+{
+    QMainWindow::showEvent(event);
+    if (!m_docksPlaced)
+        fitDocks();
+}
+
+void MainWindow::resizeEvent(QResizeEvent* event)
+{
+    QMainWindow::resizeEvent(event);
+    if (!m_docksPlaced && isVisible())
+        fitDocks(); // until shown once at its size (or restored), the docks follow the window
+}
+
+void MainWindow::fitDocks()
+{
+    // A quarter of the window for the partition panel, a little more for the metrics, the rest for the views; never
+    // below what each needs (QMainWindow clamps to the docks' minimum sizes).
+    const int w = width();
+    resizeDocks(
+        {m_partitionDock, m_metricsDock}, {std::max(260, w * 24 / 100), std::max(300, w * 27 / 100)}, Qt::Horizontal);
 }
 
 bool MainWindow::waitUntilIdle(int timeoutMs)

@@ -5,6 +5,7 @@
 
 #include <QMainWindow>
 
+class QDockWidget;
 class QMenu;
 class QTabWidget;
 
@@ -60,11 +61,15 @@ public:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    void showEvent(QShowEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
     void dragEnterEvent(QDragEnterEvent* event) override;
     void dropEvent(QDropEvent* event) override;
 
 private:
     void buildMenus();
+    /// Default dock widths in proportion to the window (when no saved layout was restored).
+    void fitDocks();
     void showError(const QString& title, const QString& text);
     void addRecent(const QString& path);
     void rebuildRecentMenu();
@@ -83,6 +88,9 @@ private:
     PartitionPanel* m_partition = nullptr;
     QMenu* m_recent = nullptr;
     BusyIndicator* m_busy = nullptr;
+    QDockWidget* m_partitionDock = nullptr;
+    QDockWidget* m_metricsDock = nullptr;
+    bool m_docksPlaced = false; ///< a saved dock layout was restored: leave the user's widths alone
     QString m_lastError;
     bool m_scheduleStale = true;
 };

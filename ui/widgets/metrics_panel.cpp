@@ -11,6 +11,7 @@
 #include "ui/document/plan_document.h"
 #include "ui/models/format.h"
 #include "ui/models/stage_model.h"
+#include "ui/widgets/elided_label.h"
 
 namespace pw::ui {
 
@@ -31,13 +32,21 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
         l->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
         return l;
     };
-    m_plan = new QLabel(this);
-    m_plan->setWordWrap(true);
+    m_plan = new ElidedLabel(this, Qt::ElideMiddle);
     m_iteration = big();
     m_throughput = big();
     m_bubble = big();
     m_memory = big();
     m_mfu = big();
+    // The numbers are never the part that is cut: each keeps room for its widest plausible text, the dock no less.
+    const auto reserve = [](QLabel* l, const QString& widest) {
+        l->setMinimumWidth(QFontMetrics(l->font()).horizontalAdvance(widest) + 4);
+    };
+    reserve(m_iteration, QStringLiteral("9999.999 ms"));
+    reserve(m_throughput, tr("99999.9 samples/s"));
+    reserve(m_bubble, QStringLiteral("100.0%"));
+    reserve(m_memory, tr("999.99 of 999.99 GiB"));
+    reserve(m_mfu, tr("99.9% (9999.9 TFLOP/s)"));
     m_mfu->setToolTip(tr("Model FLOPs utilisation: achieved model FLOP/s per device (Megatron's Eq. 4.2 for a GPT\n"
                          "profile, else the layers' forward FLOPs x 3, x 4 with recomputation) over the peak"));
     form->addRow(tr("Plan"), m_plan);
@@ -45,7 +54,7 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     form->addRow(tr("Throughput"), m_throughput);
     form->addRow(tr("Bubble"), m_bubble);
     form->addRow(tr("Peak memory"), m_memory);
-    form->addRow(tr("MFU"), m_mfu);
+    form->addRow(tr("MFU, per device"), m_mfu);
     layout->addLayout(form);
     m_error = new QLabel(this);
     m_error->setWordWrap(true);
@@ -69,6 +78,8 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
 
 QString MetricsPanel::value(const QString& name) const
 {
+    if (name == QLatin1String("plan"))
+        return m_plan->fullText();
     const QLabel* l = name == QLatin1String("iteration") ? m_iteration
         : name == QLatin1String("throughput")            ? m_throughput
         : name == QLatin1String("bubble")                ? m_bubble
@@ -82,16 +93,19 @@ QString MetricsPanel::value(const QString& name) const
 void MetricsPanel::refresh()
 {
     if (!m_document.hasPlan()) {
-        for (QLabel* l : {m_plan, m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
+        m_plan->setFullText(QStringLiteral("–"));
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("No plan yet: run a partitioner or open a project."));
         return;
     }
     const auto& plan = m_document.plan();
-    m_plan->setText(
-        tr("%1 stages (%2), %3 × %4 microbatches, %5 schedule, by %6")
-            .arg(plan.stageCount())
-            .arg(QString::fromStdString(plan.configString()))
+    const QString config = QString::fromStdString(plan.configString());
+    const QString stages
+        = configText(config) != config ? configText(config) : tr("%1 stages (%2)").arg(plan.stageCount()).arg(config);
+    m_plan->setFullText(
+        tr("%1, %2 × %3 microbatches, %4, by %5")
+            .arg(stages)
             .arg(plan.schedule.microbatches)
             .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
             .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
@@ -117,17 +131,18 @@ void MetricsPanel::refresh()
     m_throughput->setText(tr("%1 samples/s").arg(r->throughput_samples_per_s, 0, 'f', 1));
     m_bubble->setText(percentText(r->bubble_fraction));
     const auto worst = planner::worstMemory(*r);
-    m_memory->setText(tr("%1 of %2").arg(bytesText(worst.peak_bytes), bytesText(worst.capacity_bytes)));
+    m_memory->setText(tr("%1 of %2 GiB")
+                          .arg(worst.peak_bytes / double(1ull << 30), 0, 'f', 2)
+                          .arg(worst.capacity_bytes / double(1ull << 30), 0, 'f', 2));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
     const auto flops = planner::flopsReport(*m_document.predictedPlan(), r->throughput_samples_per_s);
     if (!flops)
         m_mfu->setText(tr("– (the profile gives no FLOPs)"));
     else if (flops->peak_flops_per_s_per_gpu <= 0)
-        m_mfu->setText(tr("%1 TFLOP/s per device (no peak known)").arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
+        m_mfu->setText(tr("%1 TFLOP/s (no peak known)").arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
     else
-        m_mfu->setText(tr("%1 (%2 TFLOP/s per device)")
-                           .arg(percentText(flops->mfu))
-                           .arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
+        m_mfu->setText(
+            tr("%1 (%2 TFLOP/s)").arg(percentText(flops->mfu)).arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
     m_memory->setEnabled(current);
     m_error->setText(!current ? tr("Simulating the current plan… (the numbers are the previous plan's)")
             : worst.over()    ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))

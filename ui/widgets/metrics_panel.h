@@ -10,6 +10,8 @@ class QTableView;
 
 namespace pw::ui {
 
+class ElidedLabel;
+
 class PlanDocument;
 class StageModel;
 
@@ -28,7 +30,7 @@ private:
     void refresh();
 
     PlanDocument& m_document;
-    QLabel* m_plan = nullptr;
+    ElidedLabel* m_plan = nullptr;
     QLabel* m_iteration = nullptr;
     QLabel* m_throughput = nullptr;
     QLabel* m_bubble = nullptr;

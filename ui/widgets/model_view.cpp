@@ -8,8 +8,10 @@
 #include <QListWidget>
 #include <QMenu>
 #include <QMouseEvent>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <cmath>
+#include <limits>
 
 #include <qcustomplot.h>
 
@@ -82,6 +84,8 @@ ModelView::ModelView(PlanDocument& document, QWidget* parent)
     m_plot->legend->setBorderPen(Qt::NoPen);
     layout->addWidget(m_plot, 1);
     connect(&m_document, &PlanDocument::planChanged, this, &ModelView::rebuild);
+    // Which labels fit and how thick the handles are depend on the pixels per layer: zoom and size change them.
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, &ModelView::rebuildLater);
     connect(&m_document, &PlanDocument::predictionChanged, this, &ModelView::rebuild);
     // Undo, redo or a new plan in the middle of a drag end it: the dragged boundary may not exist any more.
     connect(&m_document, &PlanDocument::previewAborted, this, [this] { m_drag = -1; });
@@ -174,6 +178,9 @@ void ModelView::rebuild()
     }
 
     // Stages as bands, labelled with their devices; red when over memory.
+    const QFontMetrics labelMetrics(m_plot->font());
+    const double axisLeft = m_plot->axisRect()->left(), axisRight = m_plot->axisRect()->right();
+    m_labelsShown = 0;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& st = plan.stages[s];
         const bool over = prediction && s < static_cast<int>(prediction->stages.size())
@@ -186,14 +193,22 @@ void ModelView::rebuild()
         band->bottomRight->setCoords(st.last_layer + 1, 1);
         band->setPen(Qt::NoPen);
         band->setBrush(stageColor(s, over));
-        auto* label = new QCPItemText(m_plot);
-        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
-        label->position->setCoords((st.first_layer + st.last_layer + 1) / 2.0, 0.02);
-        label->setPositionAlignment(Qt::AlignTop | Qt::AlignHCenter);
+        // A label only where it fits between the stage's edges: at 64 stages most would smear into each other
+        // (hovering a layer names its stage either way).
         QString text = tr("stage %1\n%2").arg(s).arg(deviceList(plan, st.devices));
         if (prediction && s < static_cast<int>(prediction->stages.size()))
             text += QStringLiteral("\n") + bytesText(prediction->stages[s].peak_memory_bytes)
                 + (over ? tr(" > capacity") : QString());
+        const double x0 = m_plot->xAxis->coordToPixel(st.first_layer);
+        const double x1 = m_plot->xAxis->coordToPixel(st.last_layer + 1);
+        QRect need = labelMetrics.boundingRect(QRect(0, 0, 1000, 1000), Qt::AlignLeft, text);
+        if (x1 - x0 < need.width() + 6 || x1 < axisLeft || x0 > axisRight)
+            continue;
+        ++m_labelsShown;
+        auto* label = new QCPItemText(m_plot);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords((st.first_layer + st.last_layer + 1) / 2.0, 0.02);
+        label->setPositionAlignment(Qt::AlignTop | Qt::AlignHCenter);
         label->setText(text);
         label->setColor(over ? QColor(190, 20, 20) : QColor(40, 40, 40));
         label->setClipToAxisRect(true);
@@ -201,8 +216,16 @@ void ModelView::rebuild()
     // Boundaries as draggable handles.
     const auto bounds = planner::edit::boundaries(plan);
     const bool editable = planner::edit::whyNotEditable(plan).empty();
+    // Dense handles (many stages, zoomed out) are thin lines, the grip only on the one hovered or dragged: wide ones
+    // would merge into one bar. Zooming in (wheel) spreads them.
+    double spacing = std::numeric_limits<double>::infinity();
+    for (std::size_t b = 1; b < bounds.size(); ++b)
+        spacing = std::min(
+            spacing, m_plot->xAxis->coordToPixel(bounds[b] + 1) - m_plot->xAxis->coordToPixel(bounds[b - 1] + 1));
+    m_denseHandles = spacing < 24;
     for (int b = 0; b < static_cast<int>(bounds.size()); ++b) {
         const double x = bounds[b] + 1;
+        const bool active = b == m_drag || b == m_hover;
         const QColor color = !editable ? QColor(150, 150, 150)
             : b == m_drag              ? QColor(230, 120, 20)
             : b == m_hover             ? QColor(240, 150, 40)
@@ -212,7 +235,9 @@ void ModelView::rebuild()
         line->end->setTypeY(QCPItemPosition::ptAxisRectRatio);
         line->start->setCoords(x, 0);
         line->end->setCoords(x, 1);
-        line->setPen(QPen(color, b == m_drag || b == m_hover ? 4 : 3));
+        line->setPen(QPen(color, active ? 4 : m_denseHandles ? 1 : 3));
+        if (m_denseHandles && !active)
+            continue;
         auto* grip = new QCPItemText(m_plot);
         grip->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
         grip->position->setCoords(x, 0.5);
@@ -229,7 +254,7 @@ void ModelView::rebuild()
               .arg(QString::fromStdString(plan.model->name).toHtmlEscaped())
               .arg(layers)
               .arg(plan.stageCount())
-              .arg(QString::fromStdString(plan.configString()))
+              .arg(configText(QString::fromStdString(plan.configString())))
               .arg(QString::fromStdString(plan.cluster->name).toHtmlEscaped())
               .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
               .arg(QString::fromStdString(type.name));
@@ -239,6 +264,55 @@ void ModelView::rebuild()
         : tr(" <i>Not editable by hand: %1</i>").arg(QString::fromStdString(why).toHtmlEscaped());
     m_caption->setText(caption);
     m_plot->replot(QCustomPlot::rpQueuedReplot); // never paint inside the document's signals
+}
+
+void ModelView::rebuildLater()
+{
+    if (m_rebuildQueued)
+        return;
+    m_rebuildQueued = true;
+    QMetaObject::invokeMethod(
+        this,
+        [this] {
+            m_rebuildQueued = false;
+            rebuild();
+        },
+        Qt::QueuedConnection);
+}
+
+void ModelView::resizeEvent(QResizeEvent* event)
+{
+    QWidget::resizeEvent(event);
+    // Two or four legend entries a row, whichever fits; then labels and handles for the new width.
+    m_plot->legend->setWrap(m_plot->width() < 620 ? 2 : 4);
+    rebuildLater();
+}
+
+QString ModelView::layerToolTip(double layerPosition) const
+{
+    if (!m_document.hasPlan())
+        return {};
+    const auto& plan = m_document.plan();
+    const int p = static_cast<int>(std::floor(layerPosition));
+    if (p < 0 || p >= plan.model->layerCount())
+        return {};
+    const int s = stageAt(p + 0.5);
+    const auto& st = plan.stages[s];
+    const auto& layer = plan.model->layers[plan.layerAt(p)];
+    const auto& type = plan.cluster->typeOf(st.devices.front());
+    const auto times
+        = planner::layerTimesOn(layer, type, planner::deviceSpeed(type, plan.model, plan.cluster->device_types).factor);
+    const double scale = planner::microbatchScale(plan);
+    return tr("layer %1: %2 (%3)\nstage %4 on %5\nforward %6, backward %7 per microbatch of %8 on %9\nweights %10, "
+              "stashed activations %11 per microbatch")
+        .arg(p)
+        .arg(QString::fromStdString(layer.name), QString::fromStdString(layer.kind))
+        .arg(s)
+        .arg(deviceList(plan, st.devices))
+        .arg(secondsText(times.forward_ms * scale * 1e-3), secondsText(times.backward_ms * scale * 1e-3))
+        .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
+        .arg(QString::fromStdString(type.name))
+        .arg(mebibytesText(layer.weight_bytes), mebibytesText(plan.model->stashedBytes(plan.layerAt(p)) * scale));
 }
 
 QPoint ModelView::handlePoint(int boundary) const
@@ -302,6 +376,14 @@ bool ModelView::eventFilter(QObject* watched, QEvent* event)
                 m_hover = hover;
                 rebuild();
             }
+            // Over a layer: its name, kind, stage, times and bytes.
+            const QString tip = hover < 0 && m_plot->axisRect()->rect().contains(me->position().toPoint())
+                ? layerToolTip(m_plot->xAxis->pixelToCoord(me->position().x()))
+                : QString();
+            if (tip.isEmpty())
+                QToolTip::hideText();
+            else
+                QToolTip::showText(me->globalPosition().toPoint(), tip, m_plot);
             break;
         }
         const auto& plan = m_document.plan();

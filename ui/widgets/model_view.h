@@ -30,6 +30,12 @@ public:
     int boundaryAt(QPoint pos) const;
     /// The boundary being dragged, or -1.
     int draggedBoundary() const { return m_drag; }
+    /// How many stage labels fit and are drawn now (the others' stages are named on hover).
+    int labelsShown() const { return m_labelsShown; }
+    /// Whether the handles are drawn thin because they are closer than a grip is wide.
+    bool denseHandles() const { return m_denseHandles; }
+    /// The hover text of the layer at `layerPosition` (name, kind, stage, times, bytes); empty outside the model.
+    QString layerToolTip(double layerPosition) const;
 
     /// Stage edits the context menu offers at a layer position (also for tests). Errors go to message().
     void splitStageAt(double layerPosition);
@@ -42,9 +48,12 @@ signals:
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
     void rebuild();
+    /// rebuild() once the current event is handled (coalesces zoom steps and resizes).
+    void rebuildLater();
     void showContextMenu(QPoint pos);
     int stageAt(double layerPosition) const;
 
@@ -55,6 +64,9 @@ private:
     int m_drag = -1;
     int m_shownLayers = -1; ///< layers of the model the x range was last fitted to
     int m_hover = -1;
+    int m_labelsShown = 0;
+    bool m_denseHandles = false;
+    bool m_rebuildQueued = false;
 };
 
 } // namespace pw::ui

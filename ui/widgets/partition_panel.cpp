@@ -50,21 +50,24 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     form->addRow(tr("Schedule"), m_schedule);
     m_microbatches = new QSpinBox(general);
     m_microbatches->setRange(1, 100000);
-    form->addRow(tr("Microbatches per batch"), m_microbatches);
+    form->addRow(tr("Microbatches"), m_microbatches);
+    m_microbatches->setToolTip(tr("Microbatches per batch (per iteration)"));
     m_microbatchSize = new QSpinBox(general);
     m_microbatchSize->setRange(0, 65536);
     m_microbatchSize->setSpecialValueText(tr("the profile's"));
     form->addRow(tr("Microbatch size"), m_microbatchSize);
     m_chunks = new QSpinBox(general);
     m_chunks->setRange(1, 64);
-    form->addRow(tr("Chunks per device (interleaved)"), m_chunks);
+    form->addRow(tr("Chunks per device"), m_chunks);
+    m_chunks->setToolTip(tr("Model chunks per device for the interleaved schedule (1 otherwise)"));
     m_devices = new QSpinBox(general);
     m_devices->setRange(0, planner::kMaxDevices);
     m_devices->setSpecialValueText(tr("all"));
     form->addRow(tr("Devices to use"), m_devices);
     m_recompute = new QCheckBox(tr("Recompute activations"), general);
     form->addRow(m_recompute);
-    m_memoryLimit = new QCheckBox(tr("Reject stages over device memory (PipeDream, uniform)"), general);
+    m_memoryLimit = new QCheckBox(tr("Reject stages over memory"), general);
+    m_memoryLimit->setToolTip(tr("Reject stages that do not fit device memory (PipeDream, uniform)"));
     form->addRow(m_memoryLimit);
     layout->addWidget(general);
 

@@ -37,8 +37,11 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
     m_table = rowPickingTable(m_model, top);
     topLayout->addWidget(m_table);
     auto* buttons = new QHBoxLayout;
-    auto* save = new QPushButton(tr("Save current plan as scenario…"), top);
-    auto* restore = new QPushButton(tr("Edit selected (make it the current plan)"), top);
+    // Short labels, the long story in tooltips: the row must fit beside the docks of a 1024 px window.
+    auto* save = new QPushButton(tr("Save current…"), top);
+    save->setToolTip(tr("Save the current plan as a scenario (Ctrl+Shift+N)"));
+    auto* restore = new QPushButton(tr("Edit selected"), top);
+    restore->setToolTip(tr("Make the selected scenario the current plan (Ctrl+Z undoes it)"));
     auto* remove = new QPushButton(tr("Remove selected"), top);
     buttons->addWidget(save);
     buttons->addWidget(restore);
@@ -119,12 +122,12 @@ void ScenariosView::refreshGantt()
                 failed << name + QStringLiteral(": ") + m_model->simulationError(row);
             continue;
         }
-        blocks.push_back(
-            {tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
-                    .arg(name, QString::fromStdString(plan.configString()), QString::fromStdString(plan.schedule.kind))
-                    .arg(r->throughput_samples_per_s, 0, 'f', 1)
-                    .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
-                std::shared_ptr<const planner::Timeline>(r, &r->timeline)});
+        blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
+                              .arg(name, configText(QString::fromStdString(plan.configString())),
+                                  QString::fromStdString(plan.schedule.kind))
+                              .arg(r->throughput_samples_per_s, 0, 'f', 1)
+                              .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
+            std::shared_ptr<const planner::Timeline>(r, &r->timeline)});
     }
     if (blocks.empty())
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()

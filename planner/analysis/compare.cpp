@@ -72,6 +72,8 @@ std::vector<ComparisonRow> compareAlgorithms(const ModelProfile& model, const Cl
             continue;
         }
         row.algorithm = std::string(chosen[i]->name());
+        if (options.on_start)
+            options.on_start(row.algorithm, i, chosen.size());
         PartitionRequest request {model, cluster, options.base};
         request.options.params = nlohmann::json::object();
         const auto t0 = std::chrono::steady_clock::now();

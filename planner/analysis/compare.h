@@ -2,6 +2,7 @@
 // Runs every applicable partitioner on one model and cluster and tabulates what each predicts.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -49,6 +50,8 @@ struct ComparisonOptions
     PartitionOptions base;
     std::vector<std::string> algorithms; ///< empty = every registered one except "manual"
     bool keep_plans = false;
+    /// Called from the comparing thread as each algorithm starts, with its name and place (0-based) in the run.
+    std::function<void(const std::string& algorithm, std::size_t index, std::size_t count)> on_start = {};
 };
 
 /// Runs the algorithms one after another (planning times stay comparable) and simulates each plan.

@@ -665,6 +665,12 @@ private:
         const int perBatch = std::max(1, m_s.microbatches_per_batch);
         const int iterations = std::max(1, m_s.microbatches / perBatch);
         r.iteration_time_s = makespan / iterations;
+        if (iterations >= 2)
+            for (int b = 0; b < iterations; ++b) {
+                const int last = (b + 1) * perBatch - 1;
+                if (last < static_cast<int>(m_lastStageDone.size()) && m_lastStageDone[last] != kUnset)
+                    r.batch_ends_s.push_back(m_lastStageDone[last]);
+            }
         if (m_traits.steady_state != SteadyState::Makespan) {
             const int K = m_s.microbatches;
             auto done = [&](int k) { return k >= 0 && k < K ? m_lastStageDone[k] : kUnset; };

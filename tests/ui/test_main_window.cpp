@@ -253,6 +253,9 @@ TEST_CASE(
     QDropEvent drop(QPointF(400, 300), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
     QApplication::sendEvent(&w.window, &drop);
     CHECK(doc.project().model->name == "tiny");
+    // The title names the model the project holds now, not the demo's.
+    CHECK(w.window.windowTitle().startsWith(QStringLiteral("tiny on ")));
+    CHECK_FALSE(w.window.windowTitle().contains(QStringLiteral("gpt")));
     REQUIRE(doc.planDocument().hasPlan());
     CHECK(doc.planDocument().plan().model->name == "tiny");
     REQUIRE(doc.project().scenarios.size() == scenarios + 1);
@@ -270,6 +273,10 @@ TEST_CASE(
     CHECK(recent.front() == QFileInfo(path).absoluteFilePath());
     CHECK(QSettings().value(QStringLiteral("lastProject")).toString() == path);
     CHECK(w.window.windowTitle().contains(QStringLiteral("tiny.pwproj")));
+    CHECK(w.window.windowTitle().startsWith(QStringLiteral("tiny on "))); // reopened: still the imported model's
+    MainWindow restarted; // the next start reopens the last project
+    REQUIRE(restarted.openProject(QSettings().value(QStringLiteral("lastProject")).toString()));
+    CHECK(restarted.windowTitle().startsWith(QStringLiteral("tiny on ")));
 }
 
 TEST_CASE("main window: undo in the middle of a drag ends the drag and undoes the step before it", "[ui]")

@@ -13,12 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "app/project/demo_project.h"
+#include "planner/edit.h"
 #include "planner/io/json_file.h"
 #include "planner/io/transformer.h"
 #include "planner/partition/partitioner.h"
 #include "ui/document/project_document.h"
 #include "ui/models/result_model.h"
 #include "ui/widgets/partition_panel.h"
+#include "ui/widgets/tables.h"
 
 using namespace pw;
 
@@ -289,4 +291,106 @@ TEST_CASE("partition panel: closing the panel during a run stops and joins its w
     } // ~PartitionPanel must join before the results it writes are destroyed (ASan checks this)
     CHECK(planner::toJson(doc.planDocument().plan()).dump() == before);
     CHECK(doc.planDocument().undoStack()->count() == 0);
+}
+
+TEST_CASE("partition panel: after a run the best plan that fits is selected; sorting keeps apply on its row", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    auto project = demo();
+    project.cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
+    project.plan.reset();
+    project.scenarios.clear();
+    doc.setProject(project); // some algorithms' plans do not fit the 6 GB GPUs here
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.compareAll();
+    REQUIRE(waitFinished(finished));
+    auto* results = panel.results();
+    double bestFitting = 0;
+    bool someOver = false;
+    for (int r = 0; r < results->rowCount(); ++r) {
+        const auto& row = results->row(r);
+        if (!row.plan || row.current)
+            continue;
+        if (row.peak_bytes <= row.capacity_bytes)
+            bestFitting = std::max(bestFitting, row.throughput);
+        else
+            someOver = true;
+    }
+    REQUIRE(someOver);
+    const int selected = ui::selectedSourceRow(panel.table());
+    REQUIRE(selected >= 0);
+    CHECK(selected == panel.bestRow());
+    CHECK(results->row(selected).peak_bytes <= results->row(selected).capacity_bytes);
+    CHECK(results->row(selected).throughput == bestFitting);
+
+    // Sorted by throughput (a header click), the view's first row is the fastest; Apply applies that very row.
+    panel.table()->sortByColumn(ui::ResultModel::Throughput, Qt::DescendingOrder);
+    const int top = ui::sourceRow(panel.table(), panel.table()->model()->index(0, 0));
+    double fastest = 0;
+    for (int r = 0; r < results->rowCount(); ++r)
+        fastest = std::max(fastest, results->row(r).throughput);
+    CHECK(results->row(top).throughput == fastest);
+    int firstApplicable = -1; // the first row of the sorted view that has a plan to apply
+    for (int v = 0; v < results->rowCount() && firstApplicable < 0; ++v) {
+        const auto& row = results->row(ui::sourceRow(panel.table(), panel.table()->model()->index(v, 0)));
+        if (row.plan && !row.current)
+            firstApplicable = v;
+    }
+    REQUIRE(firstApplicable >= 0);
+    const int source = ui::sourceRow(panel.table(), panel.table()->model()->index(firstApplicable, 0));
+    const std::string chosen = planner::toJson(*results->row(source).plan).dump();
+    panel.table()->selectRow(firstApplicable);
+    REQUIRE(panel.applyRow(ui::selectedSourceRow(panel.table())));
+    CHECK(planJson(doc) == chosen);
+}
+
+TEST_CASE("partition panel: applying an interleaved plan shows its schedule; focus stays off the options", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    panel.show();
+    doc.setProject(demo());
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.compareAll();
+    REQUIRE(waitFinished(finished));
+    int interleaved = -1;
+    for (int r = 0; r < panel.results()->rowCount(); ++r)
+        if (panel.results()->row(r).plan && panel.results()->row(r).plan->schedule.kind == "interleaved")
+            interleaved = r;
+    REQUIRE(interleaved >= 0); // Megatron's plan for the demo interleaves
+    const auto chunks = panel.results()->row(interleaved).plan->schedule.chunks;
+    REQUIRE(chunks > 1);
+    REQUIRE(panel.applyRow(interleaved));
+    CHECK(panel.settings().schedule.kind == "interleaved");
+    CHECK(panel.settings().schedule.chunks == chunks);
+    CHECK(panel.settings().schedule.microbatches == doc.planDocument().plan().schedule.microbatches);
+    CHECK(panel.focusWidget() == panel.table());
+}
+
+TEST_CASE("partition panel: a DP run does not count candidates it never had; a new project resets the panel", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    doc.setProject(demo());
+    panel.setAlgorithm(QStringLiteral("pipedream"));
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.run();
+    REQUIRE(waitFinished(finished));
+    CHECK(panel.status().contains(QStringLiteral("pipedream found a plan")));
+    CHECK_FALSE(panel.status().contains(QStringLiteral("0 candidates")));
+    REQUIRE(panel.results()->rowCount() >= 2);
+
+    // Another project: the last run's message and rows go, the new current plan is row 0 and follows edits.
+    doc.setProject(bigProject());
+    CHECK(panel.status() == QStringLiteral("Choose an algorithm and press Run."));
+    REQUIRE(panel.results()->rowCount() == 1);
+    CHECK(panel.results()->row(0).current);
+    REQUIRE(doc.planDocument().waitForPrediction());
+    CHECK(panel.results()->row(0).throughput > 0);
+    REQUIRE(doc.planDocument().apply(
+        "Move", [](const planner::Plan& p) { return planner::edit::moveBoundary(p, 0, p.stages[0].last_layer + 1); }));
+    REQUIRE(doc.planDocument().waitForPrediction());
+    REQUIRE(panel.results()->rowCount() == 1);
+    CHECK(planner::toJson(*panel.results()->row(0).plan).dump() == planJson(doc));
 }

@@ -169,10 +169,37 @@ protected:
             }
             if (m_scene.settings.arrows)
                 drawArrows(painter, *block, time, left, yOf);
+            drawBatchEnds(painter, *block, time, left, yOf);
         }
     }
 
 private:
+    /// Dashed lines where the block's batches end, "batch k" beside each: a multi-batch simulation (2BW runs three)
+    /// shows where one batch, the unit of its metrics, begins and ends.
+    template <class YOf>
+    void drawBatchEnds(QCPPainter* painter, const GanttBlockData& block, const TimeAxis& time, double left, YOf yOf)
+    {
+        if (block.batch_ends.size() < 2)
+            return;
+        painter->save();
+        painter->setPen(QPen(QColor(120, 20, 120), 1, Qt::DashLine));
+        const double top = yOf(block.layout.deviceTop(0)), bottom = yOf(block.bottom);
+        double previous = -1e300;
+        for (std::size_t b = 0; b < block.batch_ends.size(); ++b) {
+            const double t = block.batch_ends[b];
+            if (t < time.begin() || t > time.end())
+                continue;
+            const double x = left + time.toPixel(t);
+            painter->drawLine(QPointF(x, top), QPointF(x, bottom));
+            if (x - previous > 70) { // labels only where they do not collide
+                painter->drawText(
+                    QRectF(x - 66, top, 64, 14), Qt::AlignRight | Qt::AlignTop, QObject::tr("batch %1 ▸").arg(b + 1));
+                previous = x;
+            }
+        }
+        painter->restore();
+    }
+
     void rowItems(const RowJob& job, const TimeAxis& time, std::vector<DrawItem>& items) const
     {
         items.clear();

@@ -65,6 +65,7 @@ GanttBlockData::GanttBlockData(GanttBlock block, double blockTop)
     : title(std::move(block.title))
     , timeline(orEmpty(std::move(block.timeline)))
     , capacity(std::move(block.memory_capacity_bytes))
+    , batch_ends(std::move(block.batch_ends_s))
     , index(*timeline)
     , layout(std::max(index.devices(), static_cast<int>(timeline->device_names.size())), RowHeights {},
           blockTop + (title.isEmpty() ? 0 : kTitleHeight))

@@ -23,6 +23,8 @@ struct GanttBlock
     std::shared_ptr<const planner::Timeline> timeline;
     /// Memory capacity per device of the timeline (bytes), drawn as limits in the memory plot; empty: unknown.
     std::vector<double> memory_capacity_bytes = {};
+    /// Where each simulated batch ends (SimulationResult::batch_ends_s), marked with a dashed line; empty: one batch.
+    std::vector<double> batch_ends_s = {};
 };
 
 /// The colour of a span: a hue per microbatch (a golden angle apart, so neighbours differ), the kind's lightness.
@@ -36,6 +38,7 @@ struct GanttBlockData
     QString title;
     std::shared_ptr<const planner::Timeline> timeline; ///< never null
     std::vector<double> capacity; ///< bytes per device; empty when unknown
+    std::vector<double> batch_ends; ///< seconds; marked when there are several batches
     GanttIndex index;
     RowLayout layout;
     double top = 0;

@@ -383,14 +383,19 @@ void MainWindow::refreshSchedule()
     std::vector<double> capacity;
     for (const auto& d : doc.prediction()->devices)
         capacity.push_back(d.memory_capacity_bytes);
-    m_gantt->setTimeline({doc.prediction(), &doc.prediction()->timeline}, std::move(capacity)); // shared, not copied
+    m_gantt->setBlocks({GanttBlock {{}, {doc.prediction(), &doc.prediction()->timeline}, std::move(capacity),
+        doc.prediction()->batch_ends_s}}); // the timeline shared, not copied
 }
 
 void MainWindow::refreshTitle()
 {
     const QString file
         = m_document->filePath().isEmpty() ? tr("unsaved") : QFileInfo(m_document->filePath()).fileName();
-    setWindowTitle(tr("%1 (%2)[*] — Pipewright").arg(QString::fromStdString(m_document->project().name), file));
+    // The model and cluster the project holds now (an imported profile renames it), then the file.
+    const auto& project = m_document->project();
+    setWindowTitle(
+        tr("%1 on %2 (%3)[*] — Pipewright")
+            .arg(QString::fromStdString(project.model->name), QString::fromStdString(project.cluster->name), file));
     setWindowModified(m_document->isModified());
 }
 

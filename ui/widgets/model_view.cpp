@@ -258,6 +258,10 @@ void ModelView::rebuild()
               .arg(QString::fromStdString(plan.cluster->name).toHtmlEscaped())
               .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
               .arg(QString::fromStdString(type.name));
+    if (plan.tensor_parallel > 1)
+        caption += tr(" Tensor parallel t=%1: the bars are whole layers; each of a stage's %1 tensor-parallel devices "
+                      "computes 1/%1 of them (plus the all-reduces), as the stage table and the metrics count it.")
+                       .arg(plan.tensor_parallel);
     const std::string why = planner::edit::whyNotEditable(plan);
     caption += why.empty()
         ? tr(" Drag a dark handle to move a boundary; right-click to split, merge or assign devices.")

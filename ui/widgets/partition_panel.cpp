@@ -103,35 +103,38 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
 
     m_poll = new QTimer(this);
     m_poll->setInterval(50);
-    connect(
-        m_poll, &QTimer::timeout, this, [this] { m_progress->setValue(static_cast<int>(m_fraction->load() * 1000)); });
+    connect(m_poll, &QTimer::timeout, this, [this] {
+        m_progress->setValue(static_cast<int>(m_fraction->load() * 1000));
+        std::lock_guard lock(m_comparingNow->mutex);
+        if (m_comparing && !m_cancelRequested && !m_comparingNow->text.isEmpty())
+            m_status->setText(m_comparingNow->text); // which algorithm runs now
+    });
     connect(m_algorithm, &QComboBox::currentTextChanged, this, &PartitionPanel::rebuildOptions);
     connect(m_run, &QPushButton::clicked, this, &PartitionPanel::run);
     connect(m_compare, &QPushButton::clicked, this, &PartitionPanel::compareAll);
     connect(m_cancel, &QPushButton::clicked, this, &PartitionPanel::cancel);
     connect(m_apply, &QPushButton::clicked, this, [this] {
-        const auto rows = m_table->selectionModel()->selectedRows();
-        if (!rows.isEmpty())
-            applyRow(rows.front().row());
+        const int row = selectedSourceRow(m_table);
+        if (row >= 0)
+            applyRow(row);
     });
-    connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& i) { applyRow(i.row()); });
+    connect(
+        m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& i) { applyRow(sourceRow(m_table, i)); });
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
-        const auto rows = m_table->selectionModel()->selectedRows();
-        m_apply->setEnabled(
-            !rows.isEmpty() && m_results->row(rows.front().row()).plan && !m_results->row(rows.front().row()).current);
+        const int row = selectedSourceRow(m_table);
+        m_apply->setEnabled(row >= 0 && m_results->row(row).plan && !m_results->row(row).current);
     });
     // The form follows the project's partition settings: now (a panel made on an open project) and on every change.
     const auto showSettings = [this] {
         const auto& s = m_project.project().partition;
-        m_schedule->setCurrentText(QString::fromStdString(s.schedule.kind));
-        m_microbatches->setValue(s.schedule.microbatches);
-        m_microbatchSize->setValue(s.schedule.microbatch_size);
-        m_chunks->setValue(s.schedule.chunks);
-        m_recompute->setChecked(s.schedule.recompute);
+        showSchedule(s.schedule);
         setAlgorithm(QString::fromStdString(s.algorithm));
         rebuildOptions(); // the defaults, also when the algorithm stayed: options the project does not set are reset
         for (const auto& [name, value] : s.params.items())
             setOption(QString::fromStdString(name), value);
+        if (!isRunning()) // a new project: nothing of the last one's run stays
+            m_status->setText(tr("Choose an algorithm and press Run."));
+        m_progress->setValue(0);
         showCurrent();
     };
     connect(&m_project, &ProjectDocument::projectChanged, this, showSettings);
@@ -142,6 +145,15 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     });
     connect(m_results, &QAbstractItemModel::modelReset, this, [this] { m_apply->setEnabled(false); });
     showSettings();
+}
+
+void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
+{
+    m_schedule->setCurrentText(QString::fromStdString(schedule.kind));
+    m_microbatches->setValue(schedule.microbatches);
+    m_microbatchSize->setValue(schedule.microbatch_size);
+    m_chunks->setValue(schedule.chunks);
+    m_recompute->setChecked(schedule.recompute);
 }
 
 PartitionPanel::~PartitionPanel() = default; // the runner (last member) stops and joins its job first
@@ -358,6 +370,7 @@ void PartitionPanel::start(bool compare)
     m_comparing = compare;
     m_cancelRequested = false;
     m_fraction = std::make_shared<std::atomic<double>>(0.0);
+    m_comparingNow = std::make_shared<Running>();
     m_running = true;
     m_run->setEnabled(false);
     m_compare->setEnabled(false);
@@ -367,7 +380,8 @@ void PartitionPanel::start(bool compare)
     const std::string algorithm = m_runAlgorithm.toStdString();
     const QString label = m_runAlgorithm;
     m_runner.submit(
-        [project, options, algorithm, label, compare, fraction = m_fraction](std::stop_token stop) {
+        [project, options, algorithm, label, compare, fraction = m_fraction, running = m_comparingNow](
+            std::stop_token stop) {
             auto progress = [fraction](double f) { *fraction = std::clamp(f, 0.0, 1.0); };
             PartitionOutcome out;
             if (compare) {
@@ -375,6 +389,13 @@ void PartitionPanel::start(bool compare)
                 c.base = options;
                 c.base.params = nlohmann::json::object(); // algorithm options are not shared
                 c.keep_plans = true;
+                c.on_start = [running](const std::string& name, std::size_t i, std::size_t n) {
+                    std::lock_guard lock(running->mutex);
+                    running->text = PartitionPanel::tr("Comparing every algorithm: %1 (%2 of %3)…")
+                                        .arg(QString::fromStdString(name))
+                                        .arg(i + 1)
+                                        .arg(n);
+                };
                 const auto comparison = planner::compareAlgorithms(project->model, project->cluster, c, progress, stop);
                 int ok = 0;
                 for (const auto& row : comparison) {
@@ -397,10 +418,12 @@ void PartitionPanel::start(bool compare)
             if (!out.saw_stop)
                 out.rows = ResultModel::runRows(label, result); // simulates the plan: here, not on the GUI thread
             out.ok = result.ok();
+            // DP partitioners compare no candidates: no "0 candidates compared".
+            const QString compared = result.candidates.empty()
+                ? QString()
+                : PartitionPanel::tr(" (%1 candidates compared)").arg(result.candidates.size());
             out.status = result.ok()
-                ? PartitionPanel::tr("%1 found a plan (%2 candidates compared). Apply it to edit it.")
-                      .arg(label)
-                      .arg(result.candidates.size())
+                ? PartitionPanel::tr("%1 found a plan%2. Apply it to edit it.").arg(label, compared)
                 : PartitionPanel::tr("%1 found no plan: %2").arg(label, QString::fromStdString(result.errorText()));
             return out;
         },
@@ -437,9 +460,34 @@ void PartitionPanel::onFinished(std::vector<ResultRow> found, bool ok, bool sawS
     m_outcome = ok ? QStringLiteral("done") : QStringLiteral("failed");
     m_status->setText(status);
     m_results->setRows(std::move(rows));
-    if (m_results->rowCount() > 1 && m_results->row(1).plan)
-        m_table->selectRow(1);
+    const int best = bestRow();
+    if (best >= 0)
+        selectSourceRow(m_table, m_results, best);
     emit finished();
+}
+
+int PartitionPanel::bestRow() const
+{
+    // The fastest plan that fits memory; else the one closest to fitting. Never the current plan or a candidate
+    // without a plan.
+    int best = -1;
+    const auto better = [](const ResultRow& a, const ResultRow& b) {
+        const bool aFits = a.capacity_bytes <= 0 || a.peak_bytes <= a.capacity_bytes;
+        const bool bFits = b.capacity_bytes <= 0 || b.peak_bytes <= b.capacity_bytes;
+        if (aFits != bFits)
+            return aFits;
+        if (!aFits)
+            return a.peak_bytes / a.capacity_bytes < b.peak_bytes / b.capacity_bytes;
+        return a.throughput > b.throughput;
+    };
+    for (int r = 0; r < m_results->rowCount(); ++r) {
+        const ResultRow& row = m_results->row(r);
+        if (!row.plan || row.current)
+            continue;
+        if (best < 0 || better(row, m_results->row(best)))
+            best = r;
+    }
+    return best;
 }
 
 bool PartitionPanel::applyRow(int row)
@@ -447,7 +495,9 @@ bool PartitionPanel::applyRow(int row)
     if (row < 0 || row >= m_results->rowCount() || !m_results->row(row).plan || m_results->row(row).current)
         return false;
     const ResultRow r = m_results->row(row); // a copy: replacing the plan refreshes the rows
+    m_table->setFocus(); // not into an option field when Apply disables itself
     m_project.planDocument().replace(tr("Apply %1 plan").arg(r.label), *r.plan);
+    showSchedule(r.plan->schedule); // the form says what the plan does: its schedule, microbatches, chunks
     emit message(tr("Applied the %1 plan (%2). Undo with Ctrl+Z.").arg(r.label, r.config));
     return true;
 }

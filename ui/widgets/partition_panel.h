@@ -6,6 +6,7 @@
 #include <QWidget>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "app/project/project.h"
@@ -55,6 +56,10 @@ public:
     ResultModel* results() const { return m_results; }
     /// Applies row `row` of the results (an undo step); false when it has no plan.
     bool applyRow(int row);
+    /// The row selected after a run: the fastest plan that fits memory (else the closest to fitting); -1 for none.
+    int bestRow() const;
+    /// The results table (a sorting view over results()).
+    QTableView* table() const { return m_table; }
 
 signals:
     void finished();
@@ -62,6 +67,8 @@ signals:
 
 private:
     void rebuildOptions();
+    /// Shows `schedule` in the form (kind, microbatches, microbatch size, chunks, recomputation).
+    void showSchedule(const planner::ScheduleOptions& schedule);
     void showCurrent();
     /// The document's current plan as row 0 (none without a plan).
     std::vector<ResultRow> currentRows() const;
@@ -96,6 +103,13 @@ private:
     // The background run. m_running is the GUI thread's: set by start(), cleared by onFinished(); the job shares
     // only its progress with the panel.
     std::shared_ptr<std::atomic<double>> m_fraction = std::make_shared<std::atomic<double>>(0.0);
+    /// What a comparison runs now, written by its job, shown by the progress poll.
+    struct Running
+    {
+        std::mutex mutex;
+        QString text;
+    };
+    std::shared_ptr<Running> m_comparingNow = std::make_shared<Running>();
     bool m_running = false;
     bool m_cancelRequested = false;
     bool m_comparing = false;

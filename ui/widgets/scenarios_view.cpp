@@ -81,9 +81,8 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
 
 QString ScenariosView::selectedName() const
 {
-    const auto rows = m_table->selectionModel()->selectedRows();
-    return rows.isEmpty() ? QString()
-                          : m_model->data(m_model->index(rows.front().row(), ScenarioModel::Name)).toString();
+    const int row = selectedSourceRow(m_table);
+    return row < 0 ? QString() : m_model->data(m_model->index(row, ScenarioModel::Name)).toString();
 }
 
 void ScenariosView::saveCurrentAs()
@@ -122,12 +121,17 @@ void ScenariosView::refreshGantt()
                 failed << name + QStringLiteral(": ") + m_model->simulationError(row);
             continue;
         }
-        blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6")
+        // A multi-batch simulation (2BW runs three) is longer on the axis than one batch of another plan: its
+        // batches are marked, and the title says that its numbers are per batch.
+        const QString batches = r->batch_ends_s.size() > 1
+            ? tr(", %1 batches shown (numbers per batch)").arg(r->batch_ends_s.size())
+            : QString();
+        blocks.push_back({tr("%1 — %2, %3: %4 samples/s, iteration %5, bubble %6%7")
                               .arg(name, configText(QString::fromStdString(plan.configString())),
                                   QString::fromStdString(plan.schedule.kind))
                               .arg(r->throughput_samples_per_s, 0, 'f', 1)
-                              .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction)),
-            std::shared_ptr<const planner::Timeline>(r, &r->timeline)});
+                              .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction), batches),
+            std::shared_ptr<const planner::Timeline>(r, &r->timeline), {}, r->batch_ends_s});
     }
     if (blocks.empty())
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()

@@ -406,3 +406,36 @@ TEST_CASE("cluster editor: the speed vs profiled device column follows the model
     REQUIRE(types->setData(types->index(0, DeviceTypeModel::PeakTflops), "624"));
     CHECK(speed(1).toString() == "0.5x (estimate)");
 }
+
+TEST_CASE("cluster editor: the cell at fault is red with the reason; the summary keeps the last valid cluster", "[ui]")
+{
+    ui::ClusterEditor editor;
+    editor.setCluster(demo("hetpipe-cluster.json"));
+    auto* types = editor.deviceTypeModel();
+    auto* nodes = editor.nodeModel();
+    auto* summary = child<QLabel>(editor, "summary");
+    const QString valid = summary->text();
+    auto red = [](const QModelIndex& i) {
+        const auto v = i.data(Qt::BackgroundRole);
+        return v.isValid() && v.value<QBrush>().color().red() > 200 && v.value<QBrush>().color().green() < 220;
+    };
+
+    // Memory -5 GiB: Cluster::validate refuses it; the summary must not count it ("620 GiB total").
+    REQUIRE(types->setData(types->index(0, DeviceTypeModel::Memory), -5));
+    REQUIRE_FALSE(editor.validationError().isEmpty());
+    CHECK(red(types->index(0, DeviceTypeModel::Memory)));
+    CHECK(types->index(0, DeviceTypeModel::Memory).data(Qt::ToolTipRole).toString() == editor.validationError());
+    CHECK_FALSE(red(types->index(0, DeviceTypeModel::Name)));
+    CHECK(summary->text() == valid + QStringLiteral(" (the last valid cluster)"));
+
+    // Fixed: the mark goes, the summary follows the cluster again. Then a node's count: its cell is marked.
+    REQUIRE(types->setData(types->index(0, DeviceTypeModel::Memory), 12));
+    CHECK(editor.validationError().isEmpty());
+    CHECK_FALSE(red(types->index(0, DeviceTypeModel::Memory)));
+    CHECK_FALSE(summary->text().contains(QStringLiteral("last valid")));
+    const QString twelve = summary->text();
+    REQUIRE(nodes->setData(nodes->index(2, NodeModel::Count), 0));
+    CHECK(red(nodes->index(2, NodeModel::Count)));
+    CHECK_FALSE(red(types->index(0, DeviceTypeModel::Memory)));
+    CHECK(summary->text() == twelve + QStringLiteral(" (the last valid cluster)"));
+}

@@ -490,3 +490,37 @@ TEST_CASE("project document: scenarios are saved, removed and restored as one un
     CHECK(planJson(doc.planDocument().plan()) == afterCluster);
     CHECK(undo->count() == steps);
 }
+
+TEST_CASE("project document: a graph.txt import takes the batch size and profiled device it was asked", "[ui]")
+{
+    ui::ProjectDocument doc;
+    doc.setProject(demo());
+    const QString graph = QStringLiteral(PW_DEMO_DIR "/../profiles/pipedream/vgg16/graph.txt");
+    QString error;
+    REQUIRE(doc.importProfile(graph, &error, ui::GraphImport {64, "V100"}));
+    CHECK(doc.project().model->microbatch_size == 64);
+    CHECK(doc.project().model->profiled_device == "V100");
+    REQUIRE(doc.planDocument().waitForPrediction());
+    REQUIRE(doc.planDocument().prediction());
+    const double at64 = doc.planDocument().prediction()->throughput_samples_per_s;
+    // The same file at batch 1: the same times, a 64th of the samples per second.
+    REQUIRE(doc.importProfile(graph, &error, ui::GraphImport {1, "V100"}));
+    REQUIRE(doc.planDocument().waitForPrediction());
+    CHECK(doc.planDocument().prediction()->throughput_samples_per_s == Approx(at64 / 64).epsilon(1e-9));
+}
+
+TEST_CASE("project document: a cluster file is imported, a malformed one refused naming it", "[ui]")
+{
+    ui::ProjectDocument doc;
+    doc.setProject(demo());
+    const auto before = planner::toJson(doc.project().cluster).dump();
+    QString error;
+    CHECK_FALSE(doc.importCluster(testData("bad/zero-devices-cluster.json"), &error));
+    CHECK(error.contains(QStringLiteral("zero-devices-cluster.json")));
+    CHECK(planner::toJson(doc.project().cluster).dump() == before);
+    REQUIRE(doc.importCluster(QStringLiteral(PW_DEMO_DIR "/hetpipe-cluster.json"), &error));
+    CHECK(doc.project().cluster->name == "hetpipe-4x4");
+    CHECK(doc.project().cluster->deviceCount() == 16);
+    REQUIRE(doc.planDocument().hasPlan());
+    CHECK(doc.planDocument().plan().cluster == doc.project().cluster);
+}

@@ -13,6 +13,8 @@
 #include "planner/sim/simulator.h"
 #include "ui/document/project_document.h"
 #include "ui/models/scenario_model.h"
+#include "ui/widgets/gantt_view.h"
+#include "ui/widgets/scenarios_view.h"
 
 using namespace pw;
 using ui::ScenarioModel;
@@ -178,4 +180,37 @@ TEST_CASE("scenario model: a scenario over its devices' memory paints red", "[ui
     CHECK(isRed(m.data(m.index(4, ScenarioModel::Memory), Qt::ForegroundRole)));
     CHECK_FALSE(isRed(m.data(m.index(0, ScenarioModel::Memory), Qt::ForegroundRole)));
     CHECK(m.data(m.index(4, ScenarioModel::Memory), ScenarioModel::ValueRole).toDouble() > 6.0 * (1ull << 30));
+}
+
+TEST_CASE("scenario model: a scenario of another model is marked, and the view does not stack it", "[ui]")
+{
+    auto project = demo();
+    auto tiny = planner::loadModel(std::string(PW_DEMO_DIR) + "/../../tests/data/golden/tiny-model.json");
+    planner::PartitionOptions o;
+    o.schedule.microbatches = 4;
+    o.devices = 2;
+    auto other = planner::findPartitioner("uniform")->partition({tiny, project.cluster, o}, {}, {});
+    REQUIRE(other.ok());
+    project.scenarios.insert(project.scenarios.begin(), {"tiny plan", "", *other.plan});
+    ui::ProjectDocument doc;
+    doc.setProject(project);
+    ui::ScenariosView view(doc);
+    auto* m = view.model();
+    REQUIRE(doc.waitForScenarios());
+    CHECK_FALSE(m->matchesProject(0));
+    CHECK(m->matchesProject(1));
+    CHECK(m->data(m->index(0, ScenarioModel::Name)).toString() == QStringLiteral("tiny plan (other model)"));
+    CHECK(
+        m->data(m->index(0, ScenarioModel::Name), ScenarioModel::ValueRole).toString() == QStringLiteral("tiny plan"));
+    CHECK(m->data(m->index(0, ScenarioModel::Name), Qt::ToolTipRole).toString().contains(QStringLiteral("tiny")));
+    REQUIRE(m->checkedNames().contains(QStringLiteral("tiny plan"))); // the first two are ticked
+    QCoreApplication::processEvents();
+    CHECK(view.gantt()->blockCount() == 1); // only the demo-model scenario is stacked
+
+    // A newly saved scenario is ticked, selected and in view.
+    REQUIRE(view.saveCurrent(QStringLiteral("fresh")));
+    const int row = doc.project().findScenario("fresh");
+    REQUIRE(row >= 0);
+    CHECK(m->checkedNames().contains(QStringLiteral("fresh")));
+    CHECK(view.selectedName() == QStringLiteral("fresh"));
 }

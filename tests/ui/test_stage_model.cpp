@@ -53,7 +53,7 @@ TEST_CASE("the stage model follows the document and passes the model tester", "[
         CHECK(model.data(model.index(s, ui::StageModel::Compute), ui::StageModel::ValueRole).toDouble() > 0);
         CHECK_FALSE(model.data(model.index(s, ui::StageModel::Memory), Qt::ForegroundRole).isValid());
     }
-    CHECK(model.headerData(ui::StageModel::Memory, Qt::Horizontal).toString() == "Peak memory");
+    CHECK(model.headerData(ui::StageModel::Memory, Qt::Horizontal).toString() == "Peak of capacity");
 
     // An edit changes the cells; a split adds a row; undo takes both back.
     const int last = plan.stages[0].last_layer;

@@ -184,11 +184,15 @@ void ProjectDocument::markDirty()
     emit modifiedChanged(true);
 }
 
-bool ProjectDocument::importProfile(const QString& path, QString* error)
+bool ProjectDocument::importProfile(const QString& path, QString* error, const GraphImport& graph)
 {
     planner::ModelProfile model;
     try {
         model = planner::loadAnyModel(path.toStdString());
+        if (model.is_graph) {
+            model.microbatch_size = std::max(1, graph.batch_size);
+            model.profiled_device = graph.profiled_device;
+        }
     } catch (const planner::InputError& e) {
         if (error)
             *error = errorText(e);
@@ -202,6 +206,19 @@ bool ProjectDocument::importProfile(const QString& path, QString* error)
     setProject(std::move(next), keepPath);
     markDirty();
     return true;
+}
+
+bool ProjectDocument::importCluster(const QString& path, QString* error)
+{
+    planner::Cluster cluster;
+    try {
+        cluster = planner::loadCluster(path.toStdString());
+    } catch (const planner::InputError& e) {
+        if (error)
+            *error = errorText(e);
+        return false;
+    }
+    return setCluster(cluster, error);
 }
 
 bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error)

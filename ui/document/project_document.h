@@ -12,6 +12,14 @@
 
 namespace pw::ui {
 
+/// What a PipeDream graph.txt does not say and an import must ask: the samples per profiled minibatch (for
+/// throughput in samples/s) and the device type the times were measured on (for other devices' speed).
+struct GraphImport
+{
+    int batch_size = 1;
+    std::string profiled_device;
+};
+
 class ProjectDocument : public QObject
 {
     Q_OBJECT
@@ -32,9 +40,13 @@ public:
     bool open(const QString& path, QString* error = nullptr);
     /// Saves atomically to `path` (empty: the current file); the old file survives a failed save.
     bool save(const QString& path = {}, QString* error = nullptr);
-    /// Replaces the model by a profile (JSON or PipeDream graph.txt). The old plan is kept as a scenario and the
-    /// new model is planned with the partition settings (uniform when they fail). On error nothing changes.
-    bool importProfile(const QString& path, QString* error = nullptr);
+    /// Replaces the model by a profile (JSON or PipeDream graph.txt, with `graph` for the latter). The old plan is
+    /// kept as a scenario and the new model is planned with the partition settings (uniform when they fail). On
+    /// error nothing changes.
+    bool importProfile(const QString& path, QString* error = nullptr, const GraphImport& graph = {});
+    /// Replaces the cluster by a cluster JSON file, as setCluster(); on error (the file, line and field) nothing
+    /// changes.
+    bool importCluster(const QString& path, QString* error = nullptr);
     /// Replaces the cluster. A plan whose stages still fit is kept; otherwise it becomes a scenario and the
     /// model is re-planned. On error (the cluster does not validate) nothing changes.
     bool setCluster(const planner::Cluster& cluster, QString* error = nullptr);

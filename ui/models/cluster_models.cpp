@@ -133,10 +133,36 @@ int DeviceTypeModel::columnCount(const QModelIndex& parent) const
     return parent.isValid() ? 0 : ColumnCount;
 }
 
+void InvalidCellMark::set(QAbstractItemModel& model, int row, int column, const QString& why)
+{
+    if (row == m_row && column == m_column && why == m_why)
+        return;
+    const int oldRow = m_row, oldColumn = m_column;
+    m_row = row;
+    m_column = column;
+    m_why = why;
+    for (const auto& [r, c] : {std::pair {oldRow, oldColumn}, std::pair {row, column}})
+        if (r >= 0 && r < model.rowCount() && c >= 0 && c < model.columnCount())
+            emit model.dataChanged(model.index(r, c), model.index(r, c), {Qt::BackgroundRole, Qt::ToolTipRole});
+}
+
+std::optional<QVariant> InvalidCellMark::data(const QModelIndex& index, int role) const
+{
+    if (index.row() != m_row || index.column() != m_column)
+        return std::nullopt;
+    if (role == Qt::BackgroundRole)
+        return QBrush(QColor(255, 205, 205));
+    if (role == Qt::ToolTipRole)
+        return m_why;
+    return std::nullopt;
+}
+
 QVariant DeviceTypeModel::data(const QModelIndex& index, int role) const
 {
     if (!index.isValid() || index.row() >= rowCount())
         return {};
+    if (auto marked = m_invalid.data(index, role))
+        return *marked;
     const auto& t = m_cluster.device_types[index.row()];
     const int column = index.column();
     if (role == ValueRole) {
@@ -439,6 +465,8 @@ QVariant NodeModel::data(const QModelIndex& index, int role) const
 {
     if (!index.isValid() || index.row() >= rowCount())
         return {};
+    if (auto marked = m_invalid.data(index, role))
+        return *marked;
     const auto& n = m_cluster.nodes[index.row()];
     const int column = index.column();
     const bool unknownType = column == DeviceType && m_cluster.findType(n.device_type) < 0;

@@ -4,6 +4,7 @@
 
 #include <QAbstractTableModel>
 #include <QStringList>
+#include <optional>
 
 #include "planner/cluster.h"
 #include "planner/model_profile.h"
@@ -15,6 +16,23 @@ namespace pw::ui {
 /// ValueRole gives the raw SI number and setData accepts either (Qt::EditRole in the shown unit, as a number or
 /// text; ValueRole in SI). Renaming a type renames it in the nodes that use it. The read-only Speed column is
 /// planner::deviceSpeed of the type on the model set with setModel (1x for every type until one is set).
+/// @brief The one cell the cluster editor's validation blames: painted light red, the reason as its tooltip.
+class InvalidCellMark
+{
+public:
+    /// Marks (row, column) of `model` with `why` (row -1: no cell); repaints the old and the new cell.
+    void set(QAbstractItemModel& model, int row, int column, const QString& why);
+    /// The background or tooltip of `index` when it is the marked cell.
+    std::optional<QVariant> data(const QModelIndex& index, int role) const;
+    int row() const { return m_row; }
+    int column() const { return m_column; }
+
+private:
+    int m_row = -1;
+    int m_column = -1;
+    QString m_why;
+};
+
 class DeviceTypeModel : public QAbstractTableModel
 {
     Q_OBJECT
@@ -49,6 +67,8 @@ public:
     /// Replacing the whole cluster: call begin, assign the cluster, call end.
     void beginClusterReset();
     void endClusterReset();
+    /// The cell validation blames (row -1: none).
+    InvalidCellMark& invalidCell() { return m_invalid; }
 
 signals:
     /// A type was added, removed or renamed (nodes' Device type cells may have changed meaning or text).
@@ -57,6 +77,7 @@ signals:
 private:
     planner::Cluster& m_cluster;
     planner::ModelProfile m_model;
+    InvalidCellMark m_invalid;
     std::string uniqueName(const std::string& base) const;
     void speedsChanged();
     QVariant speedCell(const planner::DeviceType& type, int role) const;
@@ -93,9 +114,12 @@ public:
     /// Replacing the whole cluster: call begin, assign the cluster, call end.
     void beginClusterReset();
     void endClusterReset();
+    /// The cell validation blames (row -1: none).
+    InvalidCellMark& invalidCell() { return m_invalid; }
 
 private:
     planner::Cluster& m_cluster;
+    InvalidCellMark m_invalid;
     std::string uniqueName() const;
 };
 

@@ -3,6 +3,7 @@
 
 #include <QBrush>
 #include <QColor>
+#include <QFont>
 
 #include "ui/document/project_document.h"
 #include "ui/models/format.h"
@@ -102,7 +103,7 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
     if (role == Qt::DisplayRole) {
         switch (index.column()) {
         case Name:
-            return name;
+            return matchesProject(index.row()) ? name : tr("%1 (other model)").arg(name);
         case Config:
             return configText(QString::fromStdString(s.plan.configString()));
         case Algorithm:
@@ -133,9 +134,20 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
             return m.peak;
         case Config:
             return QString::fromStdString(s.plan.configString()); // whole
+        case Name:
+            return name;
         default:
             return data(index, Qt::DisplayRole);
         }
+    } else if (role == Qt::ToolTipRole && index.column() == Name && !matchesProject(index.row())) {
+        return tr("Made for %1 on %2, not this project's %3 on %4: compared by its numbers, not stacked below")
+            .arg(QString::fromStdString(s.plan.model->name), QString::fromStdString(s.plan.cluster->name),
+                QString::fromStdString(m_project.project().model->name),
+                QString::fromStdString(m_project.project().cluster->name));
+    } else if (role == Qt::FontRole && index.column() == Name && !matchesProject(index.row())) {
+        QFont f;
+        f.setItalic(true);
+        return f;
     } else if (role == Qt::ToolTipRole && index.column() == Config) {
         const QString whole = QString::fromStdString(s.plan.configString());
         return configText(whole) != whole ? QVariant(whole) : QVariant();
@@ -178,6 +190,12 @@ const std::shared_ptr<const planner::SimulationResult>& ScenarioModel::simulatio
 QString ScenarioModel::simulationError(int row) const
 {
     return m_metrics.at(row).error;
+}
+
+bool ScenarioModel::matchesProject(int row) const
+{
+    const auto& plan = m_project.project().scenarios.at(row).plan;
+    return plan.model == m_project.project().model && plan.cluster == m_project.project().cluster;
 }
 
 bool ScenarioModel::simulating(int row) const

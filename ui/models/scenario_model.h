@@ -37,6 +37,9 @@ public:
     const std::shared_ptr<const planner::SimulationResult>& simulation(int row) const;
     QString simulationError(int row) const;
     bool simulating(int row) const;
+    /// Whether the scenario in `row` was made for the project's model and cluster (else it can be compared by its
+    /// numbers, but is not stacked on the same time axis or made the current plan).
+    bool matchesProject(int row) const;
     /// Names of the checked scenarios, in the project's order.
     QStringList checkedNames() const;
     void setChecked(const QString& name, bool checked);

@@ -97,7 +97,11 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
     case Compute:
         return secondsText(compute);
     case Memory:
-        return have ? bytesText(peak) : !m_document.isPredictionCurrent() ? tr("simulating…") : tr("not simulated");
+        if (have) // against the capacity: the table needs no second column for it
+            return tr("%1 of %2 GiB")
+                .arg(peak / double(1ull << 30), 0, 'f', 2)
+                .arg(capacity / double(1ull << 30), 0, 'f', 2);
+        return !m_document.isPredictionCurrent() ? tr("simulating…") : tr("not simulated");
     case Capacity:
         return have ? bytesText(capacity) : QString();
     }
@@ -120,7 +124,7 @@ QVariant StageModel::headerData(int section, Qt::Orientation orientation, int ro
     case Compute:
         return tr("F+B");
     case Memory:
-        return tr("Peak memory");
+        return tr("Peak of capacity");
     case Capacity:
         return tr("Capacity");
     }

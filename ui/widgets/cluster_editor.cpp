@@ -117,8 +117,11 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent)
         | QAbstractItemView::EditKeyPressed | QAbstractItemView::AnyKeyPressed);
     view->verticalHeader()->hide();
     view->verticalHeader()->setDefaultSectionSize(view->fontMetrics().height() + 10);
-    // The first column (the name) takes the spare width, so numbers stay under their right-aligned headers.
-    view->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    // Names keep their width (a narrow window scrolls the table instead of shrinking them to "…"); the last
+    // column takes the spare width.
+    view->horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+    view->horizontalHeader()->setStretchLastSection(true);
+    view->setTextElideMode(Qt::ElideMiddle);
     view->horizontalHeader()->setDefaultAlignment(Qt::AlignLeft | Qt::AlignVCenter);
     view->setAlternatingRowColors(true);
     auto resize = [view] { view->resizeColumnsToContents(); };
@@ -147,43 +150,49 @@ QString plural(long long n, const QString& one, const QString& many)
     return QString::number(n) + QLatin1Char(' ') + (n == 1 ? one : many);
 }
 
+/// A cluster field's JSON name, and its column in each model (-1: not a column there).
+struct FieldColumns
+{
+    const char* key;
+    int typeColumn;
+    int nodeColumn;
+};
+constexpr FieldColumns kFieldColumns[] = {
+    {"name", DeviceTypeModel::Name, NodeModel::Name},
+    {"memory_bytes", DeviceTypeModel::Memory, -1},
+    {"peak_tflops", DeviceTypeModel::PeakTflops, -1},
+    {"memory_bandwidth_bytes_per_s", DeviceTypeModel::MemoryBandwidth, -1},
+    {"relative_speed", DeviceTypeModel::RelativeSpeed, -1},
+    {"price_per_hour", DeviceTypeModel::Price, -1},
+    {"host", -1, NodeModel::Host},
+    {"ssh_port", -1, NodeModel::SshPort},
+    {"ssh_user", -1, NodeModel::SshUser},
+    {"device_type", -1, NodeModel::DeviceType},
+    {"count", -1, NodeModel::Count},
+    {"intra_bandwidth_bytes_per_s", -1, NodeModel::IntraBandwidth},
+    {"intra_latency_s", -1, NodeModel::IntraLatency},
+};
+
+int columnOf(const std::string& key, bool node)
+{
+    for (const auto& l : kFieldColumns)
+        if (key == l.key)
+            return node ? l.nodeColumn : l.typeColumn;
+    return -1;
+}
+
 /// A cluster field's JSON name as the editor labels it.
 QString fieldLabel(const std::string& key, bool node)
 {
-    struct Label
-    {
-        const char* key;
-        int typeColumn;
-        int nodeColumn;
-    };
-    static const Label labels[] = {
-        {"name", DeviceTypeModel::Name, NodeModel::Name},
-        {"memory_bytes", DeviceTypeModel::Memory, -1},
-        {"peak_tflops", DeviceTypeModel::PeakTflops, -1},
-        {"memory_bandwidth_bytes_per_s", DeviceTypeModel::MemoryBandwidth, -1},
-        {"relative_speed", DeviceTypeModel::RelativeSpeed, -1},
-        {"price_per_hour", DeviceTypeModel::Price, -1},
-        {"host", -1, NodeModel::Host},
-        {"ssh_port", -1, NodeModel::SshPort},
-        {"ssh_user", -1, NodeModel::SshUser},
-        {"device_type", -1, NodeModel::DeviceType},
-        {"count", -1, NodeModel::Count},
-        {"intra_bandwidth_bytes_per_s", -1, NodeModel::IntraBandwidth},
-        {"intra_latency_s", -1, NodeModel::IntraLatency},
-    };
     // The models' header texts; an empty cluster is enough to ask for them.
     planner::Cluster none;
     DeviceTypeModel types(none);
     NodeModel nodes(none);
-    for (const auto& l : labels) {
-        if (key != l.key)
-            continue;
-        const int column = node ? l.nodeColumn : l.typeColumn;
-        if (column >= 0)
-            return (node ? static_cast<QAbstractItemModel&>(nodes) : static_cast<QAbstractItemModel&>(types))
-                .headerData(column, Qt::Horizontal)
-                .toString();
-    }
+    const int column = columnOf(key, node);
+    if (column >= 0)
+        return (node ? static_cast<QAbstractItemModel&>(nodes) : static_cast<QAbstractItemModel&>(types))
+            .headerData(column, Qt::Horizontal)
+            .toString();
     return QString::fromStdString(key);
 }
 
@@ -239,6 +248,34 @@ void checkNotNegative(const planner::Cluster& c)
     }
     check(c.inter_node_bandwidth_bytes_per_s, "/inter_node_bandwidth_bytes_per_s");
     check(c.inter_node_latency_s, "/inter_node_latency_s");
+}
+
+/// The table cell an error's JSON pointer names ("/nodes/3/count"): which table, row and column; none for errors
+/// of the whole cluster or a field without a column.
+struct BlamedCell
+{
+    bool node = false;
+    int row = -1;
+    int column = -1;
+};
+
+BlamedCell blamedCell(const planner::InputError& e)
+{
+    const std::string& f = e.field();
+    for (const bool node : {false, true}) {
+        const std::string top = node ? "/nodes/" : "/device_types/";
+        if (f.rfind(top, 0) != 0)
+            continue;
+        const auto slash = f.find('/', top.size());
+        if (slash == std::string::npos)
+            return {node, -1, -1};
+        try {
+            return {node, std::stoi(f.substr(top.size(), slash - top.size())), columnOf(f.substr(slash + 1), node)};
+        } catch (const std::exception&) {
+            return {};
+        }
+    }
+    return {};
 }
 
 QString summaryText(const planner::Cluster& c)
@@ -504,15 +541,23 @@ void ClusterEditor::apply()
 
 void ClusterEditor::edited()
 {
+    BlamedCell blamed;
     try {
         m_cluster.validate();
         checkNotNegative(m_cluster);
         m_error.clear();
+        m_lastValid = m_cluster;
     } catch (const planner::InputError& e) {
         m_error = describe(e, m_cluster);
+        blamed = blamedCell(e);
     }
+    // The cell at fault is red with the reason; the summary stays on the last cluster that was valid (an invalid
+    // value must not count: "620 GiB total" after typing -5 GiB).
+    m_types->invalidCell().set(*m_types, blamed.node ? -1 : blamed.row, blamed.column, m_error);
+    m_nodes->invalidCell().set(*m_nodes, blamed.node ? blamed.row : -1, blamed.column, m_error);
     m_validation->setText(m_error);
-    m_summary->setText(summaryText(m_cluster));
+    m_summary->setText(
+        m_error.isEmpty() ? summaryText(m_cluster) : tr("%1 (the last valid cluster)").arg(summaryText(m_lastValid)));
 
     const bool modified = planner::toJson(m_cluster) != planner::toJson(m_original);
     m_apply->setEnabled(modified && m_error.isEmpty());

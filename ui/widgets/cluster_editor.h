@@ -54,6 +54,7 @@ signals:
 
 private:
     planner::Cluster m_original;
+    planner::Cluster m_lastValid; ///< what the summary shows while an edit is invalid
     planner::Cluster m_cluster; // shared by the two models
     DeviceTypeModel* m_types = nullptr;
     NodeModel* m_nodes = nullptr;

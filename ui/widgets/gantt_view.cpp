@@ -112,7 +112,7 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
         splitter = new QSplitter(Qt::Vertical, this);
         splitter->addWidget(m_gantt);
         m_memory = new QCustomPlot(this);
-        m_memory->setMinimumSize(200, 100);
+        m_memory->setMinimumSize(200, 150); // room for its axis labels and a legend row
         m_memory->setMouseTracking(true);
         splitter->setChildrenCollapsible(false);
         m_memory->setFocusPolicy(Qt::StrongFocus);
@@ -376,7 +376,7 @@ void GanttView::setMemoryShare(double share)
 {
     if (!m_splitter)
         return;
-    const int total = std::max(400, m_splitter->height());
+    const int total = std::max(320, m_splitter->height());
     const int memory = static_cast<int>(total * std::clamp(share, 0.1, 0.9));
     m_splitter->setSizes({total - memory, memory});
 }

@@ -22,10 +22,13 @@
 #include "app/project/demo_project.h"
 #include "planner/edit.h"
 #include "planner/errors.h"
+#include "planner/io/graph_txt.h"
+#include "planner/io/json_file.h"
 #include "ui/document/project_document.h"
 #include "ui/widgets/busy_indicator.h"
 #include "ui/widgets/cluster_editor.h"
 #include "ui/widgets/gantt_view.h"
+#include "ui/widgets/graph_import_dialog.h"
 #include "ui/widgets/metrics_panel.h"
 #include "ui/widgets/model_view.h"
 #include "ui/widgets/partition_panel.h"
@@ -153,6 +156,12 @@ void MainWindow::buildMenus()
         if (!path.isEmpty())
             importProfile(path);
     });
+    file->addAction(tr("Import &cluster…"), this, [this] {
+        const QString path
+            = QFileDialog::getOpenFileName(this, tr("Import a cluster"), {}, tr("Clusters (*.json);;All files (*)"));
+        if (!path.isEmpty())
+            importCluster(path);
+    });
     file->addSeparator();
     file->addAction(tr("&Save"), QKeySequence::Save, this, [this] {
         QString error;
@@ -275,10 +284,27 @@ bool MainWindow::openDemo()
     }
 }
 
-bool MainWindow::importProfile(const QString& path)
+bool MainWindow::importProfile(const QString& path, std::optional<GraphImport> graph)
 {
     QString error;
-    if (!m_document->importProfile(path, &error)) {
+    if (!graph && planner::isGraphTxtFile(path.toStdString())) {
+        // graph.txt stores neither the batch size nor the device: ask, once the file has read cleanly.
+        int layers = 0;
+        try {
+            layers = planner::loadGraphTxt(path.toStdString()).layerCount();
+        } catch (const planner::InputError& e) {
+            showError(tr("Cannot import the profile"), QString::fromStdString(planner::formatInputError(e)));
+            return false;
+        }
+        QStringList devices;
+        for (const auto& t : m_document->project().cluster->device_types)
+            devices << QString::fromStdString(t.name);
+        GraphImportDialog dialog(QFileInfo(path).fileName(), layers, devices, this);
+        if (dialog.exec() != QDialog::Accepted)
+            return false;
+        graph = dialog.settings();
+    }
+    if (!m_document->importProfile(path, &error, graph.value_or(GraphImport {}))) {
         showError(tr("Cannot import the profile"), error);
         return false;
     }
@@ -286,6 +312,18 @@ bool MainWindow::importProfile(const QString& path)
         statusBar()->showMessage(tr("Imported %1 and planned it uniformly; the old plan is a scenario now. Run a "
                                     "partitioner (F5) for a better plan")
                                      .arg(QFileInfo(path).fileName()));
+    return true;
+}
+
+bool MainWindow::importCluster(const QString& path)
+{
+    QString error;
+    if (!m_document->importCluster(path, &error)) {
+        showError(tr("Cannot import the cluster"), error);
+        return false;
+    }
+    statusBar()->showMessage(tr("Imported the cluster %1; plans that no longer fit were kept as scenarios")
+                                 .arg(QString::fromStdString(m_document->project().cluster->name)));
     return true;
 }
 

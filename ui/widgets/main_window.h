@@ -4,6 +4,9 @@
 #pragma once
 
 #include <QMainWindow>
+#include <optional>
+
+#include "ui/document/project_document.h"
 
 class QDockWidget;
 class QMenu;
@@ -17,7 +20,6 @@ class GanttView;
 class MetricsPanel;
 class ModelView;
 class PartitionPanel;
-class ProjectDocument;
 class ScenariosView;
 
 class MainWindow : public QMainWindow
@@ -34,8 +36,11 @@ public:
     ProjectDocument& document() { return *m_document; }
     /// Opens a project file; on error shows it (without blocking) and leaves the open project as it was.
     bool openProject(const QString& path);
-    /// Replaces the model by a profile (JSON or graph.txt); on error shows it and changes nothing.
-    bool importProfile(const QString& path);
+    /// Replaces the model by a profile (JSON or graph.txt); on error shows it and changes nothing. For a graph.txt
+    /// without `graph`, a dialog asks the batch size and the profiled device.
+    bool importProfile(const QString& path, std::optional<GraphImport> graph = std::nullopt);
+    /// Replaces the cluster by a cluster JSON file (File ▸ Import cluster); on error shows it and changes nothing.
+    bool importCluster(const QString& path);
     /// Opens the bundled demo project.
     bool openDemo();
     /// Brings view `name` (see viewNames()) to the front; false for an unknown name.

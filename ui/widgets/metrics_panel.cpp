@@ -68,6 +68,10 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
     m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->setSelectionMode(QAbstractItemView::NoSelection);
+    m_table->setWordWrap(false);
+    // "Peak memory" reads "62.30 of 80.00 GiB": the capacity column would only repeat it, and cost the width the
+    // numbers need in a narrow dock.
+    m_table->setColumnHidden(StageModel::Capacity, true);
     connect(m_stages, &QAbstractItemModel::modelReset, m_table, &QTableView::resizeColumnsToContents);
     layout->addWidget(m_table, 1);
     connect(&document, &PlanDocument::predictionChanged, this, &MetricsPanel::refresh);

@@ -288,7 +288,11 @@ void ModelView::resizeEvent(QResizeEvent* event)
 {
     QWidget::resizeEvent(event);
     // Two or four legend entries a row, whichever fits; then labels and handles for the new width.
-    m_plot->legend->setWrap(m_plot->width() < 620 ? 2 : 4);
+    const int wrap = m_plot->width() < 620 ? 2 : 4;
+    if (m_plot->legend->wrap() != wrap) {
+        m_plot->legend->setWrap(wrap);
+        m_plot->legend->setFillOrder(m_plot->legend->fillOrder(), true); // rearranges the entries
+    }
     rebuildLater();
 }
 

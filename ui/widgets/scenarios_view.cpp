@@ -82,7 +82,7 @@ ScenariosView::ScenariosView(ProjectDocument& project, QWidget* parent)
 QString ScenariosView::selectedName() const
 {
     const int row = selectedSourceRow(m_table);
-    return row < 0 ? QString() : m_model->data(m_model->index(row, ScenarioModel::Name)).toString();
+    return row < 0 ? QString() : QString::fromStdString(m_project.project().scenarios.at(row).name);
 }
 
 void ScenariosView::saveCurrentAs()
@@ -101,18 +101,34 @@ void ScenariosView::saveCurrentAs()
                this, tr("Replace scenario"), tr("A scenario named '%1' exists. Replace it?").arg(name.trimmed()))
             != QMessageBox::Yes)
         return;
+    saveCurrent(name);
+}
+
+bool ScenariosView::saveCurrent(const QString& name)
+{
     QString error;
-    if (!m_project.saveScenario(name, {}, &error))
+    if (!m_project.saveScenario(name, {}, &error)) {
         emit message(error);
+        return false;
+    }
+    // The new scenario is selected, ticked (stacked below) and scrolled into view.
+    const int row = m_project.project().findScenario(name.trimmed().toStdString());
+    m_model->setChecked(name.trimmed(), true);
+    selectSourceRow(m_table, m_model, row);
+    return true;
 }
 
 void ScenariosView::refreshGantt()
 {
     std::vector<GanttBlock> blocks;
-    QStringList failed, pending;
+    QStringList failed, pending, other;
     for (const QString& name : m_model->checkedNames()) {
         const int row = m_project.project().findScenario(name.toStdString());
         const auto& plan = m_project.project().scenarios[row].plan;
+        if (!m_model->matchesProject(row)) { // another model's timeline on this axis would compare nothing
+            other << name;
+            continue;
+        }
         const auto& r = m_model->simulation(row); // simulated once, in the background, by the project document
         if (!r) {
             if (m_model->simulating(row))
@@ -133,7 +149,12 @@ void ScenariosView::refreshGantt()
                               .arg(secondsText(r->iteration_time_s), percentText(r->bubble_fraction), batches),
             std::shared_ptr<const planner::Timeline>(r, &r->timeline), {}, r->batch_ends_s});
     }
-    if (blocks.empty())
+    if (!other.isEmpty())
+        emit message(tr("Not stacked (made for another model or cluster): %1").arg(other.join(QStringLiteral(", "))));
+    if (blocks.empty() && !other.isEmpty() && pending.isEmpty() && failed.isEmpty())
+        m_gantt->setEmptyMessage(tr("The ticked scenarios were made for another model or cluster: %1")
+                                     .arg(other.join(QStringLiteral(", "))));
+    else if (blocks.empty())
         m_gantt->setEmptyMessage(m_project.project().scenarios.empty()
                 ? tr(
                     "No scenarios yet: save the current plan as a scenario (Plan ▸ Save as scenario) to compare plans.")

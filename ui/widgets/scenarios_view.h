@@ -24,13 +24,16 @@ public:
     GanttView* gantt() const { return m_gantt; }
     /// Asks for a name and saves the current plan as a scenario.
     void saveCurrentAs();
+    /// Saves the current plan as scenario `name` (replacing one of that name), selects and ticks it.
+    bool saveCurrent(const QString& name);
+    /// The name of the selected scenario (empty: none).
+    QString selectedName() const;
 
 signals:
     void message(const QString& text);
 
 private:
     void refreshGantt();
-    QString selectedName() const;
 
     ProjectDocument& m_project;
     ScenarioModel* m_model = nullptr;

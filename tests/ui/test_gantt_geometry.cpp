@@ -454,3 +454,42 @@ TEST_CASE("GanttIndex grows with its timeline: extended step by step it equals o
         growInBatches(rng, t, 25);
     }
 }
+
+TEST_CASE("peakPerPixel keeps every peak of a step curve in one point per pixel column", "[gantt]")
+{
+    // A sawtooth of 100,000 steps over [0, 100): value i % 97 from t = i / 1000.
+    std::vector<double> t, v;
+    for (int i = 0; i < 100'000; ++i) {
+        t.push_back(i / 1000.0);
+        v.push_back(i % 97);
+    }
+    const auto c = peakPerPixel(t, v, 0, 100, 200);
+    REQUIRE(c.t.size() == 201);
+    CHECK(c.t.front() == 0);
+    CHECK(c.t.back() == 100);
+    // Each column of 0.5 s holds 500 steps: its point is their highest value, 96.
+    for (std::size_t p = 0; p + 1 < c.t.size(); ++p)
+        CHECK(c.v[p] == 96);
+
+    // A single spike in a long flat run lands in its column and nowhere else.
+    std::vector<double> ft {0, 10, 10.001, 50}, fv {1, 7, 1, 1};
+    std::vector<double> dense_t, dense_v;
+    for (int i = 0; i < 5000; ++i) { // many flat steps so that the curve is reduced
+        dense_t.push_back(i * 0.02);
+        dense_v.push_back(i == 1234 ? 9.0 : 1.0);
+    }
+    const auto s = peakPerPixel(dense_t, dense_v, 0, 100, 100);
+    int spikes = 0;
+    for (std::size_t p = 0; p + 1 < s.t.size(); ++p)
+        spikes += s.v[p] == 9.0;
+    CHECK(spikes == 1);
+    CHECK(s.v[static_cast<std::size_t>(1234 * 0.02)] == 9.0); // column 24 holds t = 24.68
+
+    // Few points in the window: returned as they are, from the one in force at the window's start.
+    const auto f = peakPerPixel(ft, fv, 5, 20, 100);
+    CHECK(f.t == std::vector<double> {0, 10, 10.001});
+    CHECK(f.v == std::vector<double> {1, 7, 1});
+    // Nothing to draw: an empty curve, an empty window.
+    CHECK(peakPerPixel({}, {}, 0, 1, 10).t.empty());
+    CHECK(peakPerPixel(ft, fv, 3, 3, 10).t.empty());
+}

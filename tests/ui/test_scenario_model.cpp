@@ -205,6 +205,7 @@ TEST_CASE("scenario model: a scenario of another model is marked, and the view d
     CHECK(m->data(m->index(0, ScenarioModel::Name), Qt::ToolTipRole).toString().contains(QStringLiteral("tiny")));
     REQUIRE(m->checkedNames().contains(QStringLiteral("tiny plan"))); // the first two are ticked
     QCoreApplication::processEvents();
+    REQUIRE(view.gantt()->waitForPrepared());
     CHECK(view.gantt()->blockCount() == 1); // only the demo-model scenario is stacked
 
     // A newly saved scenario is ticked, selected and in view.

@@ -377,4 +377,41 @@ void visibleSpans(const GanttIndex& index, const TimeAxis& axis, int r, std::vec
             out.push_back(spanItem(row, px, i));
 }
 
+StepCurve peakPerPixel(const std::vector<double>& t, const std::vector<double>& v, double begin, double end, int pixels)
+{
+    StepCurve out;
+    const std::size_t n = std::min(t.size(), v.size());
+    if (n == 0 || !(end > begin) || pixels < 1)
+        return out;
+    // The sample in force at `begin`, and the first one after `end`.
+    std::size_t first = static_cast<std::size_t>(std::upper_bound(t.begin(), t.begin() + n, begin) - t.begin());
+    first = first > 0 ? first - 1 : 0;
+    const std::size_t last = static_cast<std::size_t>(std::upper_bound(t.begin(), t.begin() + n, end) - t.begin());
+    if (last - first <= static_cast<std::size_t>(pixels)) {
+        out.t.assign(t.begin() + first, t.begin() + last);
+        out.v.assign(v.begin() + first, v.begin() + last);
+        return out;
+    }
+    const double width = (end - begin) / pixels;
+    out.t.reserve(pixels + 1);
+    out.v.reserve(pixels + 1);
+    std::size_t i = first;
+    double current = 0; // before its first point the curve is 0
+    if (t[i] <= begin)
+        current = v[i++];
+    for (int p = 0; p < pixels; ++p) {
+        const double x0 = begin + p * width, x1 = p + 1 == pixels ? end : x0 + width;
+        double peak = current;
+        while (i < last && t[i] < x1) {
+            current = v[i++];
+            peak = std::max(peak, current);
+        }
+        out.t.push_back(x0);
+        out.v.push_back(peak);
+    }
+    out.t.push_back(end);
+    out.v.push_back(current);
+    return out;
+}
+
 } // namespace pw::ui

@@ -186,4 +186,18 @@ std::vector<DrawItem> fold(const GanttIndex& index, const TimeAxis& axis, int ro
 /// Every visible span of the row as its own item, unfolded: the reference for tests and benchmarks.
 void visibleSpans(const GanttIndex& index, const TimeAxis& axis, int row, std::vector<DrawItem>& out);
 
+/// @brief A step curve (value v[i] from t[i] until t[i + 1]; t ascending) reduced for a window [begin, end] drawn
+/// `pixels` wide: one point per pixel column holding the highest value the curve takes in that column, then the
+/// value at `end`. Peaks survive (a memory plot must show every peak), the points are at most pixels + 1, and the
+/// cost is O(log n + samples in the window + pixels). A curve with no more points in the window than pixels is
+/// returned as it is (clipped to the window). Before its first point the curve is 0. The memory plot of a 4 M-action
+/// run draws this instead of millions of points.
+struct StepCurve
+{
+    std::vector<double> t;
+    std::vector<double> v;
+};
+StepCurve peakPerPixel(
+    const std::vector<double>& t, const std::vector<double>& v, double begin, double end, int pixels);
+
 } // namespace pw::ui

@@ -113,6 +113,14 @@ void GanttScene::setBlocks(std::vector<GanttBlock> blocks)
     coverMicrobatches(most);
 }
 
+void GanttScene::adopt(GanttScene&& prepared)
+{
+    m_blocks = std::move(prepared.m_blocks);
+    m_emptyMessage = std::move(prepared.m_emptyMessage);
+    m_colors = std::move(prepared.m_colors);
+    m_colorStride = prepared.m_colorStride;
+}
+
 void GanttScene::grow(std::size_t block)
 {
     if (block >= m_blocks.size())

@@ -79,6 +79,8 @@ public:
     };
 
     void setBlocks(std::vector<GanttBlock> blocks);
+    /// Takes `prepared`'s blocks, colours and message (a scene built on another thread); keeps the settings.
+    void adopt(GanttScene&& prepared);
     /// Block `block`'s timeline has grown (spans appended, devices added): extends its index, the layout and the
     /// colours, in time proportional to what was appended.
     void grow(std::size_t block);

@@ -148,15 +148,74 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
 
 GanttView::~GanttView() = default;
 
+GanttView::MemorySeries GanttView::memorySeries(const planner::Timeline& tl, double end)
+{
+    MemorySeries series;
+    const int devices = static_cast<int>(tl.device_names.size());
+    series.curves.resize(devices);
+    for (int d = 0; d < devices; ++d)
+        series.curves[d].name = QString::fromStdString(tl.device_names[d]);
+    for (const auto& m : tl.memory()) {
+        if (m.device < 0 || m.device >= devices)
+            continue;
+        auto& c = series.curves[m.device];
+        c.t.push_back(m.t);
+        c.v.push_back(m.value / double(1ull << 30));
+        series.peak_gib = std::max(series.peak_gib, c.v.back());
+    }
+    for (auto& c : series.curves)
+        if (!c.t.empty()) { // the last value holds to the end of the run
+            c.t.push_back(end);
+            c.v.push_back(c.v.back());
+        }
+    return series;
+}
+
 void GanttView::setBlocks(std::vector<GanttBlock> blocks)
 {
+    m_preparing.cancel();
     m_scene->setBlocks(std::move(blocks));
+    m_preparedMemory.reset();
     rebuild();
+}
+
+void GanttView::setBlocksInBackground(std::vector<GanttBlock> blocks)
+{
+    // Indexing millions of spans and collecting millions of memory samples take a good part of a second: on the
+    // view's own job runner. What is shown stays until the new scene lands.
+    const bool memory = m_memory != nullptr;
+    m_preparing.submit(
+        [blocks = std::move(blocks), memory](std::stop_token) mutable {
+            auto prepared = std::make_shared<Prepared>();
+            prepared->scene.setBlocks(std::move(blocks));
+            if (memory && !prepared->scene.empty())
+                prepared->memory = std::make_shared<MemorySeries>(
+                    memorySeries(*prepared->scene.blocks().front()->timeline, prepared->scene.dataEnd()));
+            return prepared;
+        },
+        [this](std::shared_ptr<Prepared> ready) {
+            m_scene->adopt(std::move(ready->scene));
+            m_preparedMemory = std::move(ready->memory);
+            rebuild();
+            emit prepared();
+        });
+}
+
+bool GanttView::waitForPrepared(int timeoutMs)
+{
+    return m_preparing.waitForIdle(timeoutMs);
+}
+
+bool GanttView::preparing() const
+{
+    return m_preparing.busy();
 }
 
 void GanttView::setEmptyMessage(const QString& message)
 {
+    m_preparing.cancel();
     m_scene->clear(message);
+    m_preparedMemory.reset();
     rebuild();
 }
 
@@ -176,6 +235,7 @@ void GanttView::timelineGrew(int block)
     const bool following = end >= oldEnd - slack;
     m_scene->grow(static_cast<std::size_t>(block));
     layoutRows();
+    m_preparedMemory.reset(); // the samples appended since
     rebuildMemory();
     if (all)
         setTimeWindow(m_scene->dataBegin(), m_scene->dataEnd());
@@ -241,35 +301,34 @@ void GanttView::rebuildMemory()
     if (!m_memory)
         return;
     m_memory->clearGraphs();
+    m_memoryCurves.clear(); // their graphs are gone
     m_memory->clearItems();
     m_memory->legend->setVisible(false);
     if (m_scene->empty()) {
         m_memory->replot();
         return;
     }
-    const auto& tl = *m_scene->blocks().front()->timeline;
-    const int devices = static_cast<int>(tl.device_names.size());
-    std::vector<QVector<double>> keys(devices), values(devices);
-    double peak = 0;
-    for (const auto& m : tl.memory()) {
-        if (m.device < 0 || m.device >= devices)
-            continue;
-        keys[m.device].push_back(m.t);
-        values[m.device].push_back(m.value / double(1ull << 30));
-        peak = std::max(peak, values[m.device].back());
-    }
-    const double end = m_scene->dataEnd();
+    if (!m_preparedMemory)
+        m_preparedMemory
+            = std::make_shared<MemorySeries>(memorySeries(*m_scene->blocks().front()->timeline, m_scene->dataEnd()));
+    const MemorySeries& series = *m_preparedMemory;
+    const int devices = static_cast<int>(series.curves.size());
+    const double peak = series.peak_gib;
+    m_memoryCurves.clear();
     for (int d = 0; d < devices; ++d) {
-        if (keys[d].isEmpty())
+        const auto& curve = series.curves[d];
+        if (curve.t.empty())
             continue;
-        keys[d].push_back(end);
-        values[d].push_back(values[d].back());
         QCPGraph* g = m_memory->addGraph();
-        g->setName(QString::fromStdString(tl.device_names[d]));
+        g->setName(curve.name);
         g->setLineStyle(QCPGraph::lsStepLeft);
-        g->setPen(QPen(QColor::fromHsv((d * 360 / std::max(1, devices) + d % 2 * 20) % 360, 200, 190), 1.5));
-        g->setData(keys[d], values[d], true);
+        // Thin, not antialiased, with many devices: dozens of curves of thousands of steps stroke slowly.
+        g->setPen(QPen(
+            QColor::fromHsv((d * 360 / std::max(1, devices) + d % 2 * 20) % 360, 200, 190), devices > 16 ? 1 : 1.5));
+        g->setAntialiased(devices <= 16);
+        m_memoryCurves.push_back({g, &curve.t, &curve.v});
     }
+    updateMemoryCurves();
     // Each distinct capacity as a limit line, so that over-memory devices show as curves crossing it. Limits far
     // above every curve (80 GiB against 20 used) would squash the curves: they are named at the top instead.
     std::vector<double> limits;
@@ -313,6 +372,21 @@ void GanttView::rebuildMemory()
     m_memory->replot();
 }
 
+void GanttView::updateMemoryCurves()
+{
+    if (!m_memory)
+        return;
+    // Each curve reduced to its peak per pixel column of the window: a 4 M-action run has millions of memory steps,
+    // which QCustomPlot would stroke one by one (a second per frame).
+    const QCPRange range = m_memory->xAxis->range();
+    const int pixels = std::max(16, m_memory->axisRect()->width());
+    for (auto& c : m_memoryCurves) {
+        const StepCurve shown = peakPerPixel(*c.t, *c.v, range.lower, range.upper, pixels);
+        c.graph->setData(
+            QVector<double>(shown.t.begin(), shown.t.end()), QVector<double>(shown.v.begin(), shown.v.end()), true);
+    }
+}
+
 double GanttView::windowBegin() const
 {
     return m_gantt->xAxis->range().lower;
@@ -343,6 +417,7 @@ void GanttView::onRangeChanged()
     }
     if (m_memory) {
         m_memory->xAxis->setRange(m_gantt->xAxis->range());
+        updateMemoryCurves();
         m_memory->replot(QCustomPlot::rpQueuedReplot);
     }
     m_adjusting = false;
@@ -459,6 +534,8 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
     auto* plot = qobject_cast<QCustomPlot*>(watched);
     if (!plot)
         return QWidget::eventFilter(watched, event);
+    if (event->type() == QEvent::Resize && plot == m_memory)
+        updateMemoryCurves(); // one point per pixel column of the new width
     if (event->type() == QEvent::MouseMove && plot == m_memory) {
         auto* me = static_cast<QMouseEvent*>(event);
         const QString text = me->buttons() == Qt::NoButton ? memoryToolTipAt(me->position().toPoint()) : QString();

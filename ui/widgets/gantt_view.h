@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "planner/timeline.h"
+#include "ui/jobs/job_runner.h"
 #include "ui/widgets/gantt_scene.h"
 
+class QCPGraph;
 class QCustomPlot;
 class QCheckBox;
 class QLabel;
@@ -33,6 +35,12 @@ public:
     /// Shows these timelines stacked on one time axis (the first one's memory in the plot underneath), the
     /// whole run in view.
     void setBlocks(std::vector<GanttBlock> blocks);
+    /// setBlocks() with the indexing done off the GUI thread: the chart shown stays until the new one is ready, then
+    /// prepared() is emitted. A later setBlocks(), setBlocksInBackground() or setEmptyMessage() supersedes it.
+    void setBlocksInBackground(std::vector<GanttBlock> blocks);
+    bool preparing() const;
+    /// Runs the event loop until a setBlocksInBackground() has landed (tests, screenshots).
+    bool waitForPrepared(int timeoutMs = 120'000);
     void setTimeline(std::shared_ptr<const planner::Timeline> timeline, std::vector<double> capacityBytes = {})
     {
         setBlocks({GanttBlock {{}, std::move(timeline), std::move(capacityBytes)}});
@@ -82,6 +90,8 @@ public:
 
 signals:
     void timeWindowChanged(double begin, double end);
+    /// A setBlocksInBackground() landed and is shown.
+    void prepared();
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -92,18 +102,50 @@ private:
     void layoutRows();
     void updateMargins();
     void rebuildMemory();
+    /// Sets each memory curve's points for the window shown (peakPerPixel()).
+    void updateMemoryCurves();
     void fitMemoryLegend();
     void onRangeChanged();
     /// The plot's visible window as a TimeAxis (clamped to the data and the deepest zoom).
     TimeAxis timeAxis() const;
 
+    /// Every memory sample of the first block's timeline per device (seconds, GiB), collected once.
+    struct MemorySeries
+    {
+        struct Curve
+        {
+            QString name;
+            std::vector<double> t;
+            std::vector<double> v;
+        };
+        std::vector<Curve> curves;
+        double peak_gib = 0;
+    };
+    static MemorySeries memorySeries(const planner::Timeline& timeline, double end);
+    /// What setBlocksInBackground() builds off the GUI thread.
+    struct Prepared
+    {
+        GanttScene scene;
+        std::shared_ptr<const MemorySeries> memory;
+    };
+
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
+    /// A device's memory curve: its graph and its samples; the graph shows a reduction of them (peakPerPixel).
+    struct MemoryCurve
+    {
+        QCPGraph* graph = nullptr;
+        const std::vector<double>* t = nullptr;
+        const std::vector<double>* v = nullptr;
+    };
+    std::shared_ptr<const MemorySeries> m_preparedMemory; ///< the memory curves' samples; rebuilt when empty
+    std::vector<MemoryCurve> m_memoryCurves;
     QLabel* m_legend = nullptr;
     QCheckBox* m_arrows = nullptr;
     QSplitter* m_splitter = nullptr;
     std::unique_ptr<GanttScene> m_scene; ///< what the plot shows; the plottable paints it
     bool m_adjusting = false;
+    JobRunner m_preparing {QStringLiteral("schedule view")}; // last: stopped and joined first
 };
 
 } // namespace pw::ui

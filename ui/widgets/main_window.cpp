@@ -392,9 +392,10 @@ void MainWindow::fitDocks()
 
 bool MainWindow::waitUntilIdle(int timeoutMs)
 {
-    const bool idle
-        = m_document->planDocument().waitForPrediction(timeoutMs) && m_document->waitForScenarios(timeoutMs);
-    QApplication::processEvents(); // the views' queued refreshes
+    bool idle = m_document->planDocument().waitForPrediction(timeoutMs) && m_document->waitForScenarios(timeoutMs);
+    QApplication::processEvents(); // the views' queued refreshes, which may prepare schedules in the background
+    idle = m_gantt->waitForPrepared(timeoutMs) && m_scenarios->gantt()->waitForPrepared(timeoutMs) && idle;
+    QApplication::processEvents();
     return idle;
 }
 
@@ -421,8 +422,9 @@ void MainWindow::refreshSchedule()
     std::vector<double> capacity;
     for (const auto& d : doc.prediction()->devices)
         capacity.push_back(d.memory_capacity_bytes);
-    m_gantt->setBlocks({GanttBlock {{}, {doc.prediction(), &doc.prediction()->timeline}, std::move(capacity),
-        doc.prediction()->batch_ends_s}}); // the timeline shared, not copied
+    // Indexed off the GUI thread (a 4 M-action plan takes a good part of a second); the timeline shared, not copied.
+    m_gantt->setBlocksInBackground({GanttBlock {
+        {}, {doc.prediction(), &doc.prediction()->timeline}, std::move(capacity), doc.prediction()->batch_ends_s}});
 }
 
 void MainWindow::refreshTitle()

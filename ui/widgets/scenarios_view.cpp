@@ -162,7 +162,7 @@ void ScenariosView::refreshGantt()
                 : failed.isEmpty()   ? tr("Tick one or more scenarios above to see their schedules here.")
                                      : tr("Cannot simulate: %1").arg(failed.join(QStringLiteral("; "))));
     else
-        m_gantt->setBlocks(std::move(blocks));
+        m_gantt->setBlocksInBackground(std::move(blocks));
 }
 
 } // namespace pw::ui

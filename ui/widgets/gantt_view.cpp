@@ -163,11 +163,17 @@ GanttView::MemorySeries GanttView::memorySeries(const planner::Timeline& tl, dou
         c.v.push_back(m.value / double(1ull << 30));
         series.peak_gib = std::max(series.peak_gib, c.v.back());
     }
+    series.begin = 0;
+    series.end = end;
     for (auto& c : series.curves)
         if (!c.t.empty()) { // the last value holds to the end of the run
             c.t.push_back(end);
             c.v.push_back(c.v.back());
+            series.begin = std::min(series.begin, c.t.front());
         }
+    for (auto& c : series.curves)
+        if (!c.t.empty())
+            c.coarse = peakPerPixel(c.t, c.v, series.begin, series.end, MemorySeries::kCoarseColumns);
     return series;
 }
 
@@ -326,7 +332,7 @@ void GanttView::rebuildMemory()
         g->setPen(QPen(
             QColor::fromHsv((d * 360 / std::max(1, devices) + d % 2 * 20) % 360, 200, 190), devices > 16 ? 1 : 1.5));
         g->setAntialiased(devices <= 16);
-        m_memoryCurves.push_back({g, &curve.t, &curve.v});
+        m_memoryCurves.push_back({g, &curve});
     }
     updateMemoryCurves();
     // Each distinct capacity as a limit line, so that over-memory devices show as curves crossing it. Limits far
@@ -380,8 +386,16 @@ void GanttView::updateMemoryCurves()
     // which QCustomPlot would stroke one by one (a second per frame).
     const QCPRange range = m_memory->xAxis->range();
     const int pixels = std::max(16, m_memory->axisRect()->width());
+    // A window whose pixel is wider than a column of the coarse curves reads those (their peaks are the samples'),
+    // else the samples themselves: either way a frame touches O(pixels + kCoarseColumns) points, or the samples
+    // of a narrow window.
+    const double column
+        = m_preparedMemory ? (m_preparedMemory->end - m_preparedMemory->begin) / MemorySeries::kCoarseColumns : 0;
+    const bool coarse = column > 0 && (range.upper - range.lower) / pixels >= column;
     for (auto& c : m_memoryCurves) {
-        const StepCurve shown = peakPerPixel(*c.t, *c.v, range.lower, range.upper, pixels);
+        const auto& from = c.samples;
+        const StepCurve shown = coarse ? peakPerPixel(from->coarse.t, from->coarse.v, range.lower, range.upper, pixels)
+                                       : peakPerPixel(from->t, from->v, range.lower, range.upper, pixels);
         c.graph->setData(
             QVector<double>(shown.t.begin(), shown.t.end()), QVector<double>(shown.v.begin(), shown.v.end()), true);
     }

@@ -117,7 +117,13 @@ private:
             QString name;
             std::vector<double> t;
             std::vector<double> v;
+            /// The curve's peak per 1/kCoarseColumns of the run: what zoomed-out windows reduce (a window wider
+            /// than that many pixels' worth reads this instead of every sample).
+            StepCurve coarse;
         };
+        static constexpr int kCoarseColumns = 16384;
+        double begin = 0;
+        double end = 0;
         std::vector<Curve> curves;
         double peak_gib = 0;
     };
@@ -135,8 +141,7 @@ private:
     struct MemoryCurve
     {
         QCPGraph* graph = nullptr;
-        const std::vector<double>* t = nullptr;
-        const std::vector<double>* v = nullptr;
+        const MemorySeries::Curve* samples = nullptr;
     };
     std::shared_ptr<const MemorySeries> m_preparedMemory; ///< the memory curves' samples; rebuilt when empty
     std::vector<MemoryCurve> m_memoryCurves;

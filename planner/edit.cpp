@@ -144,6 +144,29 @@ Plan assignDevices(const Plan& plan, int stage, const std::vector<int>& devices)
     return finish(std::move(out), plan);
 }
 
+Plan swapDevices(const Plan& plan, int a, int b)
+{
+    requireEditable(plan);
+    auto stageOf = [&](int d) {
+        for (int s = 0; s < plan.stageCount(); ++s)
+            if (std::find(plan.stages[s].devices.begin(), plan.stages[s].devices.end(), d)
+                != plan.stages[s].devices.end())
+                return s;
+        throw InputError({}, 0, "devices",
+            (d >= 0 && d < plan.cluster->deviceCount() ? plan.cluster->deviceName(d) : "device " + std::to_string(d))
+                + " is used by no stage: assign it instead of swapping");
+    };
+    const int sa = stageOf(a), sb = stageOf(b);
+    if (sa == sb)
+        throw InputError({}, 0, "devices",
+            plan.cluster->deviceName(a) + " and " + plan.cluster->deviceName(b) + " both run stage "
+                + std::to_string(sa) + ": nothing to swap");
+    Plan out = plan;
+    std::replace(out.stages[sa].devices.begin(), out.stages[sa].devices.end(), a, b);
+    std::replace(out.stages[sb].devices.begin(), out.stages[sb].devices.end(), b, a);
+    return finish(std::move(out), plan);
+}
+
 std::vector<int> freeDevices(const Plan& plan)
 {
     std::vector<bool> used(plan.cluster->deviceCount(), false);

@@ -36,6 +36,10 @@ Plan mergeWithNext(const Plan& plan, int stage);
 /// Runs stage `stage` on `devices` (replicas; none used by another stage).
 Plan assignDevices(const Plan& plan, int stage, const std::vector<int>& devices);
 
+/// Exchanges devices `a` and `b`, each used by a different stage: `a`'s stage runs on `b` in `a`'s place and the
+/// other way round (on a fully used cluster, the way to give a stage a faster device).
+Plan swapDevices(const Plan& plan, int a, int b);
+
 /// Devices of the cluster no stage uses, ascending.
 std::vector<int> freeDevices(const Plan& plan);
 

@@ -122,3 +122,19 @@ TEST_CASE("interleaved, multi-pipeline and tensor-parallel plans are not edited 
     multi.stages[2].pipeline = multi.stages[3].pipeline = 1;
     CHECK(edit::whyNotEditable(multi).find("pipelines") != std::string::npos);
 }
+
+TEST_CASE("swapping devices between stages on a fully used cluster", "[edit]")
+{
+    const auto plan = demoPlan("uniform", 8); // every device of the DGX runs a stage
+    REQUIRE(edit::freeDevices(plan).empty());
+    const auto swapped = edit::swapDevices(plan, plan.stages[0].devices[0], plan.stages[5].devices[0]);
+    CHECK(swapped.stages[0].devices == plan.stages[5].devices);
+    CHECK(swapped.stages[5].devices == plan.stages[0].devices);
+    for (int s : {1, 2, 3, 4, 6, 7})
+        CHECK(swapped.stages[s].devices == plan.stages[s].devices);
+    CHECK(edit::freeDevices(swapped).empty());
+    CHECK(sameStages(edit::swapDevices(swapped, plan.stages[0].devices[0], plan.stages[5].devices[0]), plan));
+    CHECK_THROWS_WITH(edit::swapDevices(plan, 0, 0), Catch::Contains("nothing to swap"));
+    const auto four = demoPlan("uniform", 4);
+    CHECK_THROWS_WITH(edit::swapDevices(four, 0, 6), Catch::Contains("used by no stage"));
+}

@@ -227,8 +227,11 @@ TEST_CASE("gantt view: exports images and the Chrome trace", "[ui]")
     const QImage image(png);
     REQUIRE_FALSE(image.isNull());
     const int w = std::max(view.ganttPlot()->width(), 200);
-    const int h = std::max(view.ganttPlot()->height(), 200) + std::max(view.memoryPlot()->height(), 100);
+    const int legend = 24; // a legend row on top: the picture explains its colours without the window
+    const int h = legend + std::max(view.ganttPlot()->height(), 200) + std::max(view.memoryPlot()->height(), 100);
     CHECK(image.size() == QSize(w, h));
+    CHECK(image.pixelColor(14, 12).rgb() == ui::spanColor(planner::ActionKind::Forward, 0).rgb());
+    CHECK(image.pixelColor(14, 12) != QColor(Qt::white));
     // Not blank: the spans have colour.
     int coloured = 0;
     for (int y = 0; y < image.height(); y += 7)
@@ -245,6 +248,10 @@ TEST_CASE("gantt view: exports images and the Chrome trace", "[ui]")
     const QByteArray svgText = svgFile.readAll();
     CHECK(svgText.size() > 1000);
     CHECK((svgText.startsWith("<?xml") || svgText.contains("<svg")));
+    CHECK(svgText.contains("hue: microbatch"));
+    CHECK(svgText.contains("forward"));
+    // The grid was under the spans for the picture and is back over them on screen.
+    CHECK(view.ganttPlot()->xAxis->grid()->layer()->name() == QStringLiteral("overlay"));
 
     const QString pdf = dir.filePath(QStringLiteral("schedule.PDF"));
     REQUIRE(view.exportImage(pdf, &error));

@@ -10,6 +10,7 @@
 #include <QMimeData>
 #include <QMouseEvent>
 #include <QSettings>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QUndoStack>
@@ -334,4 +335,32 @@ TEST_CASE("main window: unapplied cluster edits survive a profile import; shortc
     CHECK(planJson(doc) != merged);
     QTest::keyClick(&w.window, Qt::Key_Z, Qt::ControlModifier | Qt::ShiftModifier);
     CHECK(planJson(doc) == merged);
+}
+
+TEST_CASE("main window: on a fully used cluster a stage gets another stage's device by a swap, one undo step", "[ui]")
+{
+    Window w;
+    auto& doc = w.window.document().planDocument();
+    const auto plan = doc.plan(); // the demo's PipeDream plan uses all 8 GPUs: 6 replicas, then 2
+    REQUIRE(planner::edit::freeDevices(plan).empty());
+    REQUIRE(plan.stageCount() == 2);
+    const int given = plan.stages[1].devices[1], taken = plan.stages[0].devices[0];
+    const int steps = doc.undoStack()->count();
+    w.view()->assignDevicesTo(1, {plan.stages[1].devices[0], taken}, {taken});
+    REQUIRE(doc.undoStack()->count() == steps + 1);
+    CHECK(doc.undoStack()->undoText().contains(QStringLiteral("Swap")));
+    const auto& now = doc.plan();
+    CHECK(std::count(now.stages[1].devices.begin(), now.stages[1].devices.end(), taken) == 1);
+    CHECK(std::count(now.stages[0].devices.begin(), now.stages[0].devices.end(), given) == 1);
+    CHECK(now.stages[0].replicas() == 6);
+    CHECK(now.stages[1].replicas() == 2);
+    // Taking without giving is refused with the reason; nothing changes.
+    QSignalSpy message(w.view(), &ModelView::message);
+    w.view()->assignDevicesTo(
+        1, {now.stages[1].devices[0], now.stages[1].devices[1], now.stages[0].devices[1]}, {now.stages[0].devices[1]});
+    REQUIRE(message.count() == 1);
+    CHECK(message.front().front().toString().contains(QStringLiteral("untick one")));
+    CHECK(doc.undoStack()->count() == steps + 1);
+    doc.undoStack()->undo();
+    CHECK(doc.plan().stages == plan.stages);
 }

@@ -256,17 +256,47 @@ void GanttView::layoutRows()
 {
     auto ticker = qSharedPointerCast<QCPAxisTickerText>(m_gantt->yAxis->ticker());
     ticker->clear();
-    int devices = 0;
-    for (const auto& b : m_scene->blocks())
-        devices += b->layout.devices();
-    // Label every device while they fit, else every k-th.
-    const int every = std::max(1, devices / 40 + 1);
-    for (const auto& b : m_scene->blocks())
-        for (int d = 0; d < b->layout.devices(); d += every)
-            ticker->addTick(b->layout.rowTop(d, LaneRow::Compute) + b->layout.laneHeight(LaneRow::Compute) / 2,
-                d < static_cast<int>(b->timeline->device_names.size())
-                    ? QString::fromStdString(b->timeline->device_names[d])
-                    : tr("device %1").arg(d));
+    // Every device's name while the lanes are as tall as a line of text; else one label per node ("dgx3 ×8", the
+    // devices' common name before '/'), in the middle of its lanes; else every k-th node. Hovering a lane names
+    // its device either way.
+    const double lineHeight = QFontMetrics(m_gantt->yAxis->tickLabelFont()).height() + 2;
+    const double pixelsPerUnit = std::max(1, m_gantt->axisRect()->height()) / std::max(1.0, m_scene->height());
+    for (const auto& b : m_scene->blocks()) {
+        const int devices = b->layout.devices();
+        auto name = [&](int d) {
+            return d < static_cast<int>(b->timeline->device_names.size())
+                ? QString::fromStdString(b->timeline->device_names[d])
+                : tr("device %1").arg(d);
+        };
+        auto middle = [&](int first, int last) {
+            return (b->layout.rowTop(first, LaneRow::Compute) + b->layout.rowTop(last, LaneRow::Compute)
+                       + b->layout.laneHeight(LaneRow::Compute))
+                / 2;
+        };
+        const double devicePixels = (devices > 0 ? b->layout.height() / devices : 0) * pixelsPerUnit;
+        if (devicePixels >= lineHeight || devices <= 1) {
+            for (int d = 0; d < devices; ++d)
+                ticker->addTick(middle(d, d), name(d));
+            continue;
+        }
+        std::vector<std::pair<int, int>> nodes; // [first, last] device of each run of one node prefix
+        for (int d = 0; d < devices; ++d) {
+            const QString prefix = name(d).section(QLatin1Char('/'), 0, 0);
+            if (nodes.empty() || name(nodes.back().first).section(QLatin1Char('/'), 0, 0) != prefix)
+                nodes.push_back({d, d});
+            else
+                nodes.back().second = d;
+        }
+        const double nodePixels = devicePixels * devices / std::max<std::size_t>(1, nodes.size());
+        const int every = std::max(1, static_cast<int>(std::ceil(lineHeight / std::max(1.0, nodePixels))));
+        for (std::size_t n = 0; n < nodes.size(); n += every) {
+            const auto [first, last] = nodes[n];
+            const QString label = first == last
+                ? name(first)
+                : tr("%1 ×%2").arg(name(first).section(QLatin1Char('/'), 0, 0)).arg(last - first + 1);
+            ticker->addTick(middle(first, last), label);
+        }
+    }
     m_gantt->yAxis->setRange(0, m_scene->height());
     updateMargins();
 }
@@ -515,10 +545,28 @@ TimeAxis GanttView::timeAxis() const
 
 void GanttView::fitMemoryLegend()
 {
-    // One row of entries while they fit; beyond 8 devices the legend would be cut off, and hovering a curve
-    // names its device instead (memoryToolTipAt).
-    m_memory->legend->setWrap(std::max(1, m_memory->graphCount()));
-    m_memory->legend->setVisible(m_memory->graphCount() > 0 && m_memory->graphCount() <= 8);
+    // As many entries a row as fit the plot's width, at most two rows; with more devices than that the legend
+    // gives way to a note, and hovering a curve names its device (memoryToolTipAt).
+    const int graphs = m_memory->graphCount();
+    int widest = 0;
+    const QFontMetrics fm(m_memory->legend->font());
+    for (int i = 0; i < graphs; ++i)
+        widest = std::max(widest, fm.horizontalAdvance(m_memory->graph(i)->name()));
+    const int perRow = std::max(1, (m_memory->width() - 40) / (widest + 40));
+    const bool fits = graphs > 0 && graphs <= 2 * perRow;
+    // Not fitting, it is hidden in a single row (a hidden legend of many rows would still take the plot's height).
+    m_memory->legend->setWrap(fits ? std::min(graphs, perRow) : std::max(1, graphs));
+    m_memory->legend->setFillOrder(m_memory->legend->fillOrder(), true);
+    m_memory->legend->setVisible(fits);
+    if (!fits && graphs > 0) {
+        auto* note = new QCPItemText(m_memory);
+        note->position->setType(QCPItemPosition::ptAxisRectRatio);
+        note->position->setCoords(0.005, 0.98); // bottom left: the capacity labels sit top right
+        note->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        note->setText(tr("%1 devices: hover a curve").arg(graphs));
+        note->setClipToAxisRect(true);
+        note->setColor(QColor(90, 90, 90));
+    }
 }
 
 QString GanttView::memoryToolTipAt(QPoint pos) const
@@ -550,6 +598,10 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
         return QWidget::eventFilter(watched, event);
     if (event->type() == QEvent::Resize && plot == m_memory)
         updateMemoryCurves(); // one point per pixel column of the new width
+    if (event->type() == QEvent::Resize && plot == m_gantt && !m_scene->empty()) {
+        layoutRows(); // how many lane labels fit depends on the height
+        m_gantt->replot(QCustomPlot::rpQueuedReplot);
+    }
     if (event->type() == QEvent::MouseMove && plot == m_memory) {
         auto* me = static_cast<QMouseEvent*>(event);
         const QString text = me->buttons() == Qt::NoButton ? memoryToolTipAt(me->position().toPoint()) : QString();
@@ -601,14 +653,44 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
     return QWidget::eventFilter(watched, event);
 }
 
+void GanttView::paintExportLegend(QPainter& painter, int width) const
+{
+    painter.save();
+    painter.fillRect(QRect(0, 0, width, kExportLegendHeight), Qt::white);
+    const QFontMetrics fm(painter.font());
+    const std::pair<ActionKind, QString> entries[]
+        = {{ActionKind::Forward, tr("forward")}, {ActionKind::Backward, tr("backward")},
+            {ActionKind::BackwardWeight, tr("weight gradient")}, {ActionKind::AllReduce, tr("all-reduce")},
+            {ActionKind::OptimizerStep, tr("optimizer")}, {ActionKind::WavePush, tr("wave push/pull")}};
+    int x = 8;
+    const int y = (kExportLegendHeight - 12) / 2;
+    for (const auto& [kind, text] : entries) {
+        painter.fillRect(QRect(x, y, 16, 12), spanColor(kind, 0));
+        x += 20;
+        painter.setPen(QColor(40, 40, 40));
+        painter.drawText(QPoint(x, y + 11), text);
+        x += fm.horizontalAdvance(text) + 14;
+    }
+    painter.drawText(QPoint(x, y + 11), tr("hue: microbatch; grey: idle"));
+    painter.restore();
+}
+
 bool GanttView::exportImage(const QString& path, QString* error)
 {
     const QString suffix = QFileInfo(path).suffix().toLower();
     const int w = std::max(m_gantt->width(), 200);
     const int hg = std::max(m_gantt->height(), 200);
     const int hm = m_memory ? std::max(m_memory->height(), 100) : 0;
+    const int hl = kExportLegendHeight;
+    // A picture leaves the window behind: it carries its own legend on top, and its grid goes under the spans (on
+    // screen the faint grid is drawn over them, to be seen through dense lanes).
     auto paint = [&](QCPPainter& painter) {
+        paintExportLegend(painter, w);
+        painter.translate(0, hl);
+        QCPLayerable* grid = m_gantt->xAxis->grid();
+        grid->setLayer(QStringLiteral("grid"));
         m_gantt->toPainter(&painter, w, hg);
+        grid->setLayer(QStringLiteral("overlay"));
         if (m_memory) {
             painter.translate(0, hg);
             m_memory->toPainter(&painter, w, hm);
@@ -620,7 +702,7 @@ bool GanttView::exportImage(const QString& path, QString* error)
         return false;
     };
     if (suffix == QLatin1String("png")) {
-        QImage image(w, hg + hm, QImage::Format_ARGB32_Premultiplied);
+        QImage image(w, hl + hg + hm, QImage::Format_ARGB32_Premultiplied);
         image.fill(Qt::white);
         {
             QCPPainter painter(&image);
@@ -633,8 +715,8 @@ bool GanttView::exportImage(const QString& path, QString* error)
     if (suffix == QLatin1String("svg")) {
         QSvgGenerator svg;
         svg.setFileName(path);
-        svg.setSize(QSize(w, hg + hm));
-        svg.setViewBox(QRect(0, 0, w, hg + hm));
+        svg.setSize(QSize(w, hl + hg + hm));
+        svg.setViewBox(QRect(0, 0, w, hl + hg + hm));
         svg.setTitle(tr("Pipewright schedule"));
         QCPPainter painter;
         if (!painter.begin(&svg))
@@ -646,7 +728,7 @@ bool GanttView::exportImage(const QString& path, QString* error)
     }
     if (suffix == QLatin1String("pdf")) {
         QPdfWriter pdf(path);
-        pdf.setPageSize(QPageSize(QSizeF(w, hg + hm), QPageSize::Point));
+        pdf.setPageSize(QPageSize(QSizeF(w, hl + hg + hm), QPageSize::Point));
         pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
         pdf.setResolution(72);
         QCPPainter painter;

@@ -17,6 +17,7 @@ class QCPGraph;
 class QCustomPlot;
 class QCheckBox;
 class QLabel;
+class QPainter;
 class QSplitter;
 
 namespace pw::ui {
@@ -105,6 +106,9 @@ private:
     /// Sets each memory curve's points for the window shown (peakPerPixel()).
     void updateMemoryCurves();
     void fitMemoryLegend();
+    static constexpr int kExportLegendHeight = 24;
+    /// The legend an exported picture carries on top (the window's legend is a widget, not part of the plots).
+    void paintExportLegend(QPainter& painter, int width) const;
     void onRangeChanged();
     /// The plot's visible window as a TimeAxis (clamped to the data and the deepest zoom).
     TimeAxis timeAxis() const;

@@ -75,6 +75,9 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     connect(m_stages, &QAbstractItemModel::modelReset, m_table, &QTableView::resizeColumnsToContents);
     layout->addWidget(m_table, 1);
     connect(&document, &PlanDocument::predictionChanged, this, &MetricsPanel::refresh);
+    // The memory column's text changes width when a prediction lands ("simulating…" -> "62.30 of 80.00 GiB"): fit
+    // the columns then (a landing comes at most once per simulation, not on every drag step).
+    connect(&document, &PlanDocument::predictionChanged, m_table, &QTableView::resizeColumnsToContents);
     connect(&document, &PlanDocument::planChanged, this, &MetricsPanel::refresh);
     refresh();
     m_table->resizeColumnsToContents();

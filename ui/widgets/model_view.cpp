@@ -10,6 +10,7 @@
 #include <QMouseEvent>
 #include <QToolTip>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -496,16 +497,31 @@ void ModelView::assignDevicesAt(double position)
     QDialog dialog(this);
     dialog.setWindowTitle(tr("Devices of stage %1").arg(s));
     auto* layout = new QVBoxLayout(&dialog);
-    layout->addWidget(new QLabel(tr("Replicas of stage %1 (its devices and the free ones):").arg(s), &dialog));
+    auto* intro
+        = new QLabel(tr("Replicas of stage %1: its devices, the free ones, and other stages' devices, which are "
+                        "swapped (untick one of this stage's devices for each you take).")
+                         .arg(s),
+            &dialog);
+    intro->setWordWrap(true);
+    layout->addWidget(intro);
     auto* list = new QListWidget(&dialog);
     std::vector<int> candidates = plan.stages[s].devices;
-    for (int d : planner::edit::freeDevices(plan))
-        candidates.push_back(d);
+    const auto free = planner::edit::freeDevices(plan);
+    candidates.insert(candidates.end(), free.begin(), free.end());
+    std::vector<int> owner(candidates.size(), -1); // the other stage a candidate belongs to (-1: this one or free)
+    for (int o = 0; o < plan.stageCount(); ++o)
+        if (o != s)
+            for (int d : plan.stages[o].devices) {
+                candidates.push_back(d);
+                owner.push_back(o);
+            }
     for (std::size_t i = 0; i < candidates.size(); ++i) {
-        auto* item = new QListWidgetItem(
-            QStringLiteral("%1 (%2)").arg(QString::fromStdString(plan.cluster->deviceName(candidates[i])),
-                QString::fromStdString(plan.cluster->typeOf(candidates[i]).name)));
+        const QString device
+            = QStringLiteral("%1 (%2)").arg(QString::fromStdString(plan.cluster->deviceName(candidates[i])),
+                QString::fromStdString(plan.cluster->typeOf(candidates[i]).name));
+        auto* item = new QListWidgetItem(owner[i] < 0 ? device : tr("%1, stage %2: swap").arg(device).arg(owner[i]));
         item->setData(Qt::UserRole, candidates[i]);
+        item->setData(Qt::UserRole + 1, owner[i]);
         item->setCheckState(i < plan.stages[s].devices.size() ? Qt::Checked : Qt::Unchecked);
         list->addItem(item);
     }
@@ -516,14 +532,37 @@ void ModelView::assignDevicesAt(double position)
     layout->addWidget(buttons);
     if (dialog.exec() != QDialog::Accepted)
         return;
-    std::vector<int> devices;
+    std::vector<int> devices, taken; // ticked; ticked from other stages
     for (int i = 0; i < list->count(); ++i)
-        if (list->item(i)->checkState() == Qt::Checked)
+        if (list->item(i)->checkState() == Qt::Checked) {
             devices.push_back(list->item(i)->data(Qt::UserRole).toInt());
+            if (list->item(i)->data(Qt::UserRole + 1).toInt() >= 0)
+                taken.push_back(devices.back());
+        }
+    assignDevicesTo(s, devices, taken);
+}
+
+void ModelView::assignDevicesTo(int s, const std::vector<int>& devices, const std::vector<int>& taken)
+{
     QString error;
     if (!m_document.apply(
-            tr("Assign devices to stage %1").arg(s),
-            [&](const planner::Plan& p) { return planner::edit::assignDevices(p, s, devices); }, &error))
+            taken.empty() ? tr("Assign devices to stage %1").arg(s) : tr("Swap devices with stage %1").arg(s),
+            [&](const planner::Plan& p) {
+                // Each device taken from another stage is swapped for one this stage gives up; then the rest.
+                std::vector<int> released;
+                for (int d : p.stages[s].devices)
+                    if (std::find(devices.begin(), devices.end(), d) == devices.end())
+                        released.push_back(d);
+                if (taken.size() > released.size())
+                    throw planner::InputError({}, 0, "devices",
+                        "to take a device of another stage, untick one of stage " + std::to_string(s)
+                            + "'s devices to give it in exchange");
+                planner::Plan out = p;
+                for (std::size_t i = 0; i < taken.size(); ++i)
+                    out = planner::edit::swapDevices(out, released[i], taken[i]);
+                return planner::edit::assignDevices(out, s, devices);
+            },
+            &error))
         emit message(error);
 }
 

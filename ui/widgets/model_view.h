@@ -41,6 +41,9 @@ public:
     void splitStageAt(double layerPosition);
     void mergeStageAt(double layerPosition);
     void assignDevicesAt(double layerPosition);
+    /// Runs stage `s` on `devices`; those in `taken` belong to other stages and are swapped for devices stage `s`
+    /// gives up (one undo step). Errors go to message().
+    void assignDevicesTo(int s, const std::vector<int>& devices, const std::vector<int>& taken = {});
 
 signals:
     /// A note for the status bar: why an edit could not be made.

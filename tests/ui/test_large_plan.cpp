@@ -103,6 +103,7 @@ TEST_CASE("large plan: the main window never grows wider than its screen", "[ui]
             CHECK(w.width() <= std::max(size.width(), screen.width()));
             CHECK(w.width() == size.width());
             CHECK(w.height() == size.height());
+            CHECK(w.screenshotWidget(view)->grab().size() == size); // what --screenshot --size writes
         }
     }
 }

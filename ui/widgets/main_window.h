@@ -45,8 +45,8 @@ public:
     bool openDemo();
     /// Brings view `name` (see viewNames()) to the front; false for an unknown name.
     bool showView(const QString& name);
-    /// The widget a screenshot of view `name` shows: the window, or for "memory" the schedule view with the
-    /// memory plot given most of the height.
+    /// The widget a screenshot of view `name` shows: the whole window, so that a picture is exactly the size asked
+    /// ("memory" shows the schedule tab with the memory plot given most of the height; see showView()).
     QWidget* screenshotWidget(const QString& name);
     /// Runs the event loop until the plan's and the scenarios' simulations have landed; false on timeout. For
     /// screenshots and tests.

@@ -3,15 +3,18 @@
 // turning while a five-million-action plan is re-simulated after an edit, and the window never outgrows its screen.
 #include <catch2/catch.hpp>
 
+#include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QScreen>
 #include <QTimer>
 
 #include "app/project/project.h"
 #include "planner/edit.h"
+#include "planner/partition/partitioner.h"
 #include "ui/document/project_document.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/main_window.h"
+#include "ui/widgets/partition_panel.h"
 
 using namespace pw;
 using namespace pw::ui;
@@ -105,5 +108,22 @@ TEST_CASE("large plan: the main window never grows wider than its screen", "[ui]
             CHECK(w.height() == size.height());
             CHECK(w.screenshotWidget(view)->grab().size() == size); // what --screenshot --size writes
         }
+    }
+}
+
+TEST_CASE("large plan: choosing another algorithm never grows the window", "[ui][large]")
+{
+    MainWindow w;
+    w.document().setProject(largeProject());
+    w.resize(1280, 720);
+    w.show();
+    REQUIRE(w.waitUntilIdle());
+    for (const auto* p : planner::partitioners()) {
+        const QString name = QString::fromUtf8(p->name().data(), static_cast<int>(p->name().size()));
+        INFO(name.toStdString());
+        w.partitionPanel()->setAlgorithm(name); // its options form replaces the last one
+        QCoreApplication::processEvents();
+        CHECK(w.size() == QSize(1280, 720));
+        CHECK(w.minimumSizeHint().height() <= 720);
     }
 }

@@ -168,7 +168,7 @@ protected:
                 painter->setFont(bold);
             }
             if (m_scene.settings.arrows)
-                drawArrows(painter, *block, time, left, yOf);
+                drawArrows(painter, *block, time, left, yOf, left + time.width());
             drawBatchEnds(painter, *block, time, left, yOf);
         }
     }
@@ -235,7 +235,8 @@ private:
     }
 
     template <class YOf>
-    void drawArrows(QCPPainter* painter, const GanttBlockData& block, const TimeAxis& time, double left, YOf yOf)
+    void drawArrows(
+        QCPPainter* painter, const GanttBlockData& block, const TimeAxis& time, double left, YOf yOf, double right)
     {
         constexpr std::size_t kMaxArrows = 3000;
         std::vector<std::uint32_t> shown;
@@ -248,9 +249,14 @@ private:
         }
         painter->setAntialiasing(true);
         if (shown.size() > kMaxArrows) {
+            // A note on a white box at the block's top right: readable over dense lanes, clear of the lane labels.
+            const QString note = QObject::tr("zoom in to see send → receive arrows");
+            const QFontMetrics fm(painter->font());
+            const QRectF box(right - fm.horizontalAdvance(note) - 16, yOf(block.top) + 2,
+                fm.horizontalAdvance(note) + 12, fm.height() + 4);
+            painter->fillRect(box, QColor(255, 255, 255, 230));
             painter->setPen(QColor(120, 40, 40));
-            painter->drawText(
-                QPointF(left + 8, yOf(block.top) + 14), QObject::tr("zoom in to see send → receive arrows"));
+            painter->drawText(box, Qt::AlignCenter, note);
             return;
         }
         m_scene.stats.arrows += shown.size();

@@ -12,6 +12,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -74,7 +75,13 @@ MainWindow::MainWindow(QWidget* parent)
     m_partition = new PartitionPanel(*m_document, this);
     auto* partitionDock = new QDockWidget(tr("Partition"), this);
     partitionDock->setObjectName(QStringLiteral("partitionDock"));
-    partitionDock->setWidget(m_partition);
+    // In a scroll area: an algorithm with many options (megatron, pipedream-2bw) must not raise the window's
+    // minimum height; the panel scrolls instead.
+    auto* partitionScroll = new QScrollArea(partitionDock);
+    partitionScroll->setWidget(m_partition);
+    partitionScroll->setWidgetResizable(true);
+    partitionScroll->setFrameShape(QFrame::NoFrame);
+    partitionDock->setWidget(partitionScroll);
     addDockWidget(Qt::LeftDockWidgetArea, partitionDock);
     m_partitionDock = partitionDock;
     m_metricsDock = metricsDock;
@@ -348,7 +355,7 @@ bool MainWindow::showView(const QString& name)
     else if (name == QLatin1String("cluster"))
         m_tabs->setCurrentWidget(m_cluster);
     else if (name == QLatin1String("partition")) { // the panel, wide enough for its results table
-        auto* dock = qobject_cast<QDockWidget*>(m_partition->parentWidget());
+        auto* dock = m_partitionDock;
         dock->show();
         resizeDocks({dock}, {std::max(dock->width(), width() / 2 - 40)}, Qt::Horizontal);
     } else

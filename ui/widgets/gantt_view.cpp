@@ -106,6 +106,13 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     m_gantt->axisRect()->setRangeDrag(Qt::Horizontal);
     m_gantt->axisRect()->setRangeZoom(Qt::Horizontal);
     connect(m_gantt->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { onRangeChanged(); });
+    // How many lane labels fit depends on the plot's height, known once its layout is: relabel then, every replot
+    // (a hidden tab's plot has no height yet when its chart is set).
+    // The axis has taken its ticks before this signal: labels that change take effect at the next replot.
+    connect(m_gantt, &QCustomPlot::afterLayout, this, [this] {
+        if (labelLanes())
+            m_gantt->replot(QCustomPlot::rpQueuedReplot);
+    });
 
     QSplitter* splitter = nullptr;
     if (withMemory) {
@@ -252,15 +259,19 @@ void GanttView::timelineGrew(int block)
     m_gantt->replot(QCustomPlot::rpQueuedReplot);
 }
 
-void GanttView::layoutRows()
+bool GanttView::labelLanes()
 {
     auto ticker = qSharedPointerCast<QCPAxisTickerText>(m_gantt->yAxis->ticker());
+    const QMap<double, QString> before = ticker->ticks();
     ticker->clear();
     // Every device's name while the lanes are as tall as a line of text; else one label per node ("dgx3 ×8", the
     // devices' common name before '/'), in the middle of its lanes; else every k-th node. Hovering a lane names
     // its device either way.
     const double lineHeight = QFontMetrics(m_gantt->yAxis->tickLabelFont()).height() + 2;
-    const double pixelsPerUnit = std::max(1, m_gantt->axisRect()->height()) / std::max(1.0, m_scene->height());
+    // The plot's height less its time axis (the axis rect's own height is only laid out at the next replot, and a
+    // hidden tab's plot may not have replotted since it was sized).
+    const int plotPixels = std::max(m_gantt->axisRect()->height(), m_gantt->height() - 40);
+    const double pixelsPerUnit = std::max(1, plotPixels) / std::max(1.0, m_scene->height());
     for (const auto& b : m_scene->blocks()) {
         const int devices = b->layout.devices();
         auto name = [&](int d) {
@@ -297,6 +308,12 @@ void GanttView::layoutRows()
             ticker->addTick(middle(first, last), label);
         }
     }
+    return ticker->ticks() != before;
+}
+
+void GanttView::layoutRows()
+{
+    labelLanes();
     m_gantt->yAxis->setRange(0, m_scene->height());
     updateMargins();
 }
@@ -598,10 +615,7 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
         return QWidget::eventFilter(watched, event);
     if (event->type() == QEvent::Resize && plot == m_memory)
         updateMemoryCurves(); // one point per pixel column of the new width
-    if (event->type() == QEvent::Resize && plot == m_gantt && !m_scene->empty()) {
-        layoutRows(); // how many lane labels fit depends on the height
-        m_gantt->replot(QCustomPlot::rpQueuedReplot);
-    }
+
     if (event->type() == QEvent::MouseMove && plot == m_memory) {
         auto* me = static_cast<QMouseEvent*>(event);
         const QString text = me->buttons() == Qt::NoButton ? memoryToolTipAt(me->position().toPoint()) : QString();

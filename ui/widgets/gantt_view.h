@@ -101,6 +101,8 @@ private:
     void rebuild();
     /// The device labels and the plot's height, from the blocks' layouts.
     void layoutRows();
+    /// The device (or node) labels on the y axis, as many as the plot's height fits; true when they changed.
+    bool labelLanes();
     void updateMargins();
     void rebuildMemory();
     /// Sets each memory curve's points for the window shown (peakPerPixel()).

@@ -3,6 +3,8 @@
 // versions, memory, communication and all-reduce costs, deadlocks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "planner/costs.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
@@ -213,4 +215,19 @@ TEST_CASE("worstMemory names the device closest to or over its capacity", "[simu
     CHECK(w.over());
     CHECK(w.peak_bytes == 120);
     CHECK(w.ratio == Approx(1.2));
+}
+
+TEST_CASE("multi-batch simulations report where each batch ends; one batch reports none", "[simulator]")
+{
+    auto plan = uniformPlan(4, 4, "2bw");
+    plan.schedule.iterations = 3;
+    const auto r = run(plan);
+    REQUIRE(r.batch_ends_s.size() == 3);
+    CHECK(std::is_sorted(r.batch_ends_s.begin(), r.batch_ends_s.end()));
+    // The last batch's last backward on the last stage ends the run up to stage 0's drain and the updates.
+    CHECK(r.batch_ends_s.back() <= r.makespan_s);
+    CHECK(r.batch_ends_s.back() > 0.75 * r.makespan_s);
+    // The steady-state iteration time is the distance between batch ends (2BW's BatchToBatch window).
+    CHECK((r.batch_ends_s[2] - r.batch_ends_s[0]) / 2 == Approx(r.iteration_time_s));
+    CHECK(run(uniformPlan(4, 8, "1f1b")).batch_ends_s.empty());
 }

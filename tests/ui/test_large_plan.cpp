@@ -8,12 +8,16 @@
 #include <QScreen>
 #include <QTimer>
 
+#include <qcustomplot.h>
+
 #include "app/project/project.h"
 #include "planner/edit.h"
 #include "planner/partition/partitioner.h"
 #include "ui/document/project_document.h"
+#include "ui/models/format.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/main_window.h"
+#include "ui/widgets/model_view.h"
 #include "ui/widgets/partition_panel.h"
 
 using namespace pw;
@@ -126,4 +130,60 @@ TEST_CASE("large plan: choosing another algorithm never grows the window", "[ui]
         CHECK(w.size() == QSize(1280, 720));
         CHECK(w.minimumSizeHint().height() <= 720);
     }
+}
+
+TEST_CASE("large plan: labels that fit, thin handles, a layer's hover, lanes by node, one unit per axis", "[ui][large]")
+{
+    MainWindow w;
+    w.document().setProject(largeProject());
+    w.resize(1920, 1080);
+    w.show();
+    w.showView(QStringLiteral("model"));
+    REQUIRE(w.waitUntilIdle());
+    w.replotAll();
+    auto* view = w.modelView();
+    // 98 layers in ~700 px: no stage label fits between its edges, the handles are thin lines.
+    CHECK(view->labelsShown() < 64);
+    CHECK(view->denseHandles());
+    // Zoomed to a few layers, labels and grips come back.
+    view->plot()->xAxis->setRange(10, 14);
+    QCoreApplication::processEvents();
+    w.replotAll();
+    CHECK(view->labelsShown() >= 1);
+    CHECK_FALSE(view->denseHandles());
+    // A layer's hover: its name, kind, stage, device, times and bytes, each with a unit.
+    const QString tip = view->layerToolTip(12.5);
+    INFO(tip.toStdString());
+    CHECK(tip.contains(QStringLiteral("layer 12")));
+    CHECK(tip.contains(QStringLiteral("stage 6")));
+    CHECK(tip.contains(QStringLiteral("dgx0/gpu6")));
+    CHECK(tip.contains(QStringLiteral(" ms")));
+    CHECK(tip.contains(QStringLiteral(" MiB")));
+    CHECK(view->layerToolTip(-1).isEmpty());
+    CHECK(view->layerToolTip(98.5).isEmpty());
+
+    // The schedule: 64 lanes in ~800 px label the nodes, and the memory plot's legend gives way to a note.
+    w.showView(QStringLiteral("gantt"));
+    REQUIRE(w.waitUntilIdle());
+    w.replotAll();
+    w.replotAll();
+    auto* gantt = w.ganttView();
+    const auto ticks = qSharedPointerCast<QCPAxisTickerText>(gantt->ganttPlot()->yAxis->ticker())->ticks();
+    REQUIRE(ticks.size() == 8);
+    CHECK(ticks.first() == QStringLiteral("dgx0 ×8"));
+    CHECK_FALSE(gantt->memoryPlot()->legend->visible());
+    // One unit on every tick of the time axis, whatever the zoom ("0 ms, 500 ms", never "0 s, 500.0 ms, 1.0 s").
+    for (const double window : {1249.0, 0.8, 0.002}) {
+        gantt->setTimeWindow(0, window);
+        w.replotAll();
+        const QVector<QString> labels = gantt->ganttPlot()->xAxis->tickVectorLabels();
+        INFO(window);
+        REQUIRE(labels.size() >= 2);
+        const QString unit = labels.front().section(QLatin1Char(' '), -1);
+        for (const QString& l : labels)
+            CHECK(l.section(QLatin1Char(' '), -1) == unit);
+    }
+    CHECK(secondsTextIn(500, 1, 0) == QStringLiteral("500 s"));
+    CHECK(secondsTextIn(0.5, 1e-3, 0) == QStringLiteral("500 ms"));
+    CHECK(secondsTextIn(0, 1e-3, 1) == QStringLiteral("0.0 ms"));
 }

@@ -65,6 +65,9 @@ struct CostModel
     bool shared_node_uplink = true;
 
     static CostModel fromPlan(const Plan& plan);
+    /// Throws InputError when this model does not describe `plan` on `devices` devices (an injected model built for
+    /// another plan): the sizes of its per-stage, per-replica and per-device tables, and its devices' nodes.
+    void check(const Plan& plan, int devices) const;
     double forward(int stage, int replica) const { return forward_s[stage_offset[stage] + replica]; }
     double backward(int stage, int replica) const { return backward_s[stage_offset[stage] + replica]; }
     /// The link from device a to device b (a node's own link, or the inter-node one).

@@ -46,6 +46,17 @@ void mouse(QWidget* w, QEvent::Type type, QPoint pos, Qt::MouseButton button, Qt
     QApplication::sendEvent(w, &e);
 }
 
+/// Opens `project` in `window` at 1920x1080 on the model view, its prediction landed and painted.
+void showModelView(ui::MainWindow& window, const app::Project& project)
+{
+    window.document().setProject(project);
+    window.resize(1920, 1080);
+    window.show();
+    window.showView(QStringLiteral("model"));
+    window.waitUntilIdle();
+    window.replotAll();
+}
+
 /// Part 1 (issue 4): a 200-layer model, 8 stages, 64 microbatches; each step waits for the model view's repaint.
 bool smallDrag()
 {
@@ -66,12 +77,7 @@ bool smallDrag()
     const Plan start = *r.plan;
 
     ui::MainWindow window;
-    window.document().setProject(project);
-    window.resize(1920, 1080);
-    window.show();
-    window.showView(QStringLiteral("model"));
-    window.waitUntilIdle();
-    window.replotAll();
+    showModelView(window, project);
     QCustomPlot* plot = window.modelView()->plot();
     const QPoint handle = window.modelView()->handlePoint(3);
     auto xOf = [&](double position) { return static_cast<int>(std::lround(plot->xAxis->coordToPixel(position))); };
@@ -142,12 +148,7 @@ bool largeDrag()
     app::Project project = app::loadProject(std::string(PW_DEMO_DIR) + "/gpt3-175b-64xh100.pwproj");
     const Plan start = *project.plan;
     ui::MainWindow window;
-    window.document().setProject(project);
-    window.resize(1920, 1080);
-    window.show();
-    window.showView(QStringLiteral("model"));
-    window.waitUntilIdle();
-    window.replotAll();
+    showModelView(window, project);
     auto& doc = window.document().planDocument();
     QCustomPlot* plot = window.modelView()->plot();
     auto xOf = [&](double position) { return static_cast<int>(std::lround(plot->xAxis->coordToPixel(position))); };

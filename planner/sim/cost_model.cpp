@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: MIT
+// The simulator's cost model: what an action costs (compute per replica, links, collectives, parameter servers,
+// optimizer steps) and the bytes it moves or keeps, built from a plan (CostModel::fromPlan) or injected.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "../costs.h"
+#include "../errors.h"
+#include "simulator.h"
+
+namespace pw::planner {
+
+namespace {
+
+constexpr std::size_t kMaxBuckets = 32;
+
+/// A layer's backward time on `type` up to a factor common to the stage's layers (only the shares matter): its
+/// measured time for that type when profiled, else the profile's.
+double backwardShare(const Layer& layer, const DeviceType& type)
+{
+    if (isDataSource(layer))
+        return 0;
+    const auto it = layer.device_times.find(type.name);
+    return it != layer.device_times.end() ? it->second.backward_ms : layer.backward_ms;
+}
+
+/// A stage's all-reduce buckets: one per layer with weights, in backward order (last layer first), each final when
+/// the backward has run the layers from the stage's end down to it; merged to at most kMaxBuckets.
+std::vector<GradientBucket> gradientBuckets(const Plan& plan, int s)
+{
+    const auto& stage = plan.stages[s];
+    if (stage.devices.empty())
+        return {GradientBucket {}};
+    const auto& type = plan.cluster->typeOf(stage.devices[0]);
+    std::vector<std::pair<double, double>> layers; // (weight bytes, backward ms up to and including it)
+    double weights = 0, backward = 0;
+    for (int pos = stage.last_layer; pos >= stage.first_layer; --pos) {
+        const auto& layer = plan.model->layers[plan.layerAt(pos)];
+        backward += backwardShare(layer, type);
+        if (layer.weight_bytes > 0) {
+            layers.emplace_back(layer.weight_bytes, backward);
+            weights += layer.weight_bytes;
+        }
+    }
+    if (layers.empty() || weights <= 0)
+        return {GradientBucket {}};
+    const std::size_t per = (layers.size() + kMaxBuckets - 1) / kMaxBuckets;
+    std::vector<GradientBucket> buckets;
+    for (std::size_t i = 0; i < layers.size(); i += per) {
+        GradientBucket b {0, 1};
+        const std::size_t end = std::min(layers.size(), i + per);
+        for (std::size_t j = i; j < end; ++j)
+            b.bytes_fraction += layers[j].first / weights;
+        b.ready_fraction = backward > 0 ? std::min(1.0, layers[end - 1].second / backward) : 1.0;
+        buckets.push_back(b);
+    }
+    return buckets;
+}
+
+} // namespace
+
+double LinkCost::wireSeconds(double bytes) const
+{
+    if (bytes <= 0)
+        return 0;
+    return bandwidth_bytes_per_s > 0 ? bytes / bandwidth_bytes_per_s : std::numeric_limits<double>::infinity();
+}
+
+const LinkCost& CostModel::link(int a, int b) const
+{
+    return sameNode(a, b) ? node_links[device_node[a]] : inter_node;
+}
+
+LinkCost CostModel::groupLink(const std::vector<int>& group) const
+{
+    if (group.size() < 2)
+        return {};
+    std::map<int, int> perNode;
+    for (int d : group)
+        perNode[device_node.at(d)] += 1;
+    LinkCost slowest {std::numeric_limits<double>::infinity(), 0};
+    for (auto [node, members] : perNode)
+        if (members > 1) {
+            slowest.bandwidth_bytes_per_s
+                = std::min(slowest.bandwidth_bytes_per_s, node_links[node].bandwidth_bytes_per_s);
+            slowest.latency_s = std::max(slowest.latency_s, node_links[node].latency_s);
+        }
+    if (perNode.size() > 1) {
+        slowest.bandwidth_bytes_per_s = std::min(slowest.bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s);
+        slowest.latency_s = std::max(slowest.latency_s, inter_node.latency_s);
+    }
+    return slowest;
+}
+
+double CostModel::allReduceSeconds(const std::vector<int>& group, double bytes) const
+{
+    const int n = static_cast<int>(group.size());
+    if (n < 2)
+        return 0;
+    const LinkCost link = groupLink(group);
+    return 2.0 * (n - 1) / n * link.wireSeconds(bytes) + 2.0 * (n - 1) * link.latency_s;
+}
+
+double CostModel::parameterServerSeconds(int device, double bytes, bool local) const
+{
+    const int H = local ? 1 : static_cast<int>(node_links.size()); // local: one server, on this node
+    const auto& node = node_links.at(device_node.at(device));
+    const double latency = H > 1 ? inter_node.latency_s : node.latency_s;
+    if (bytes <= 0)
+        return latency;
+    double pcie = node.bandwidth_bytes_per_s > 0 ? bytes / node.bandwidth_bytes_per_s : 0.0;
+    double remote = H > 1 && inter_node.bandwidth_bytes_per_s > 0
+        ? (H - 1.0) / H * bytes / inter_node.bandwidth_bytes_per_s
+        : 0.0;
+    return latency + std::max(pcie, remote);
+}
+
+double CostModel::optimizerStepSeconds(int device, int stage) const
+{
+    const double bandwidth = device_memory_bandwidth[device];
+    const double bytes = 3 * stage_weight_bytes[stage] + 2 * stage_optimizer_bytes[stage];
+    return bandwidth > 0 ? bytes / bandwidth : 0.0;
+}
+
+CostModel CostModel::fromPlan(const Plan& plan)
+{
+    CostModel c;
+    const int S = plan.stageCount();
+    auto cut = plan.model->cutBytes(plan.layer_order);
+    const double scale = microbatchScale(plan);
+    const int tp = std::max(1, plan.tensor_parallel);
+    for (int s = 0; s < S; ++s) {
+        c.stage_offset.push_back(static_cast<int>(c.forward_s.size()));
+        StageTotals first;
+        const auto& devices = plan.stages[s].devices;
+        for (std::size_t r = 0; r < devices.size(); ++r) {
+            auto t = stageTotals(plan, s, plan.cluster->typeOf(devices[r]));
+            if (tp > 1) {
+                // Tensor parallelism: the rank's share of the compute plus its group's all-reduces (costs.h).
+                const std::size_t first = r - r % tp, last = std::min(devices.size(), first + tp);
+                const std::vector<int> group(devices.begin() + first, devices.begin() + last);
+                const double bw = plan.cluster->groupBandwidth(group), lat = plan.cluster->groupLatency(group);
+                t.forward_s += tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
+                t.backward_s += tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
+            }
+            c.forward_s.push_back(t.forward_s);
+            c.backward_s.push_back(t.backward_s);
+            if (r == 0)
+                first = t;
+        }
+        c.stage_weight_bytes.push_back(first.weight_bytes);
+        c.stage_activation_bytes.push_back(first.activation_bytes);
+        c.stage_input_bytes.push_back(first.input_bytes);
+        c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
+        // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
+        c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
+    }
+    const auto refs = plan.cluster->devices();
+    for (const auto& ref : refs) {
+        const auto& type = plan.cluster->device_types[ref.type];
+        c.device_memory_capacity.push_back(type.memory_bytes);
+        c.device_memory_bandwidth.push_back(type.memory_bandwidth_bytes_per_s);
+        c.device_node.push_back(ref.node);
+    }
+    for (const auto& node : plan.cluster->nodes)
+        c.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
+    c.inter_node = {plan.cluster->inter_node_bandwidth_bytes_per_s, plan.cluster->inter_node_latency_s};
+    for (int s = 0; s < S; ++s)
+        c.stage_buckets.push_back(gradientBuckets(plan, s));
+    c.samples_per_microbatch
+        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model->microbatch_size);
+    return c;
+}
+
+void CostModel::check(const Plan& plan, int devices) const
+{
+    const auto& c = *this;
+    const std::size_t S = plan.stageCount(), D = static_cast<std::size_t>(devices);
+    std::size_t replicas = 0;
+    for (const auto& st : plan.stages)
+        replicas += st.devices.size();
+    auto bad = [](const std::string& what, std::size_t has, std::size_t needs) {
+        throw InputError(
+            "the cost model has " + std::to_string(has) + " " + what + ", the plan needs " + std::to_string(needs));
+    };
+    if (c.stage_offset.size() != S)
+        bad("stage offsets", c.stage_offset.size(), S);
+    if (c.forward_s.size() != replicas || c.backward_s.size() != replicas)
+        bad("forward/backward times", std::min(c.forward_s.size(), c.backward_s.size()), replicas);
+    for (auto* v : {&c.stage_weight_bytes, &c.stage_activation_bytes, &c.stage_input_bytes, &c.stage_optimizer_bytes,
+             &c.boundary_bytes})
+        if (v->size() != S)
+            bad("per-stage byte counts", v->size(), S);
+    if (!c.stage_buckets.empty() && c.stage_buckets.size() != S)
+        bad("stages of gradient buckets", c.stage_buckets.size(), S);
+    for (auto* v : {&c.device_memory_capacity, &c.device_memory_bandwidth})
+        if (v->size() != D)
+            bad("per-device values", v->size(), D);
+    if (c.device_node.size() != D)
+        bad("device nodes", c.device_node.size(), D);
+    for (int node : c.device_node)
+        if (node < 0 || static_cast<std::size_t>(node) >= c.node_links.size())
+            throw InputError("the cost model places a device on node " + std::to_string(node) + " of "
+                + std::to_string(c.node_links.size()));
+}
+
+} // namespace pw::planner

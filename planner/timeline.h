@@ -33,6 +33,8 @@ struct Span
     double t0 = 0;
     double t1 = 0;
     std::int32_t peer = -1; ///< send/receive: the device at the other end (-1 when unknown)
+    std::int32_t weight_version = 0; ///< the weight version a forward/backward used (the schedule's; measured runs)
+    double bytes = 0; ///< payload of a transfer or collective (0 for compute)
 
     bool operator==(const Span&) const = default;
 };

@@ -114,9 +114,11 @@ std::vector<fs::path> sources(const std::string& folder)
 /// Which top-level folders a folder may include from (its own, and the layers below it).
 const std::map<std::string, std::vector<std::string>> kMayInclude = {
     {"planner", {"planner"}},
-    {"app", {"app", "planner"}},
-    {"ui", {"ui", "app", "planner"}},
-    {"app/gui", {"app/gui", "ui", "app", "planner"}},
+    {"engine", {"engine", "planner"}},
+    {"agents", {"agents", "engine", "planner"}},
+    {"app", {"app", "agents", "engine", "planner"}},
+    {"ui", {"ui", "app", "agents", "engine", "planner"}},
+    {"app/gui", {"app/gui", "ui", "app", "agents", "engine", "planner"}},
 };
 
 } // namespace

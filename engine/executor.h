@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+// The stage executor: runs one device's action list of a planner Schedule with the real model. Forwards stash
+// activations until their backward; backwards use the weight version the schedule names (PipeDream's weight
+// stashing, 2BW's double buffering and the flushed schedules' single version all follow from the actions'
+// weight_version fields); all-reduces sum a stage's gradients over its replicas; optimizer steps apply AdamW.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "adamw.h"
+#include "data.h"
+#include "gpt2.h"
+#include "planner/plan.h"
+#include "planner/schedule.h"
+#include "planner/timeline.h"
+#include "transport.h"
+
+namespace pw::engine {
+
+/// @brief What a run trains, shared by every device of the run.
+struct TrainingSetup
+{
+    Gpt2Config model;
+    BatchShape shape;
+    int microbatches = 1; ///< m per step (the plan's schedule.microbatches)
+    AdamWOptions adam;
+    std::uint64_t seed = 1234; ///< initialisation when there is no checkpoint
+    std::shared_ptr<const std::vector<float>> checkpoint; ///< llm.c's flat parameters, or null
+
+    bool operator==(const TrainingSetup&) const = default;
+};
+
+/// The run's model shape from a plan made with `profile transformer`; throws InputError with the reason when the
+/// plan carries none, its layers do not match, or it uses what the engine does not run (tensor parallelism).
+TrainingSetup trainingSetup(const planner::Plan& plan);
+/// The plan with schedule.iterations = steps, and its schedule (what every device of the run executes).
+planner::Schedule runSchedule(const planner::Plan& plan, int steps);
+
+/// Seconds on this host's monotonic clock (CLOCK_MONOTONIC: shared by every process of the host), the clock of
+/// the spans an executor reports; whoever collects them subtracts the run's start.
+double monotonicSeconds();
+
+/// @brief Where an executor reports what it did. Called on the executor's thread.
+struct ExecutorSink
+{
+    std::function<void(const planner::Span&)> span;
+    /// The mean loss of microbatch `microbatch` (global id; step = id / m), on devices holding the head.
+    std::function<void(int microbatch, float loss)> loss;
+    /// After each optimizer step of virtual stage `stage`: the version it produced.
+    std::function<void(int stage, int version)> step;
+};
+
+/// @brief One device of a run.
+class DeviceExecutor
+{
+public:
+    DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device, const TrainingSetup& setup,
+        const DataOrder& data, Transport& transport, ExecutorSink sink);
+    ~DeviceExecutor();
+
+    /// Runs every action in order; returns early (false) when `stop` becomes true between actions.
+    /// Throws TransportError, InputError or std::runtime_error on failure.
+    bool run(const std::atomic<bool>& stop);
+
+    /// The parameters of each virtual stage this device holds (stage -> model), for checkpoints and tests.
+    const std::map<int, std::unique_ptr<StageModel>>& stages() const { return m_models; }
+
+private:
+    struct StageState;
+    void execute(const planner::Action& a, int index);
+    void forward(const planner::Action& a);
+    void backward(const planner::Action& a);
+    void optimizerStep(const planner::Action& a);
+    void tiedExchange(StageState& st);
+    const float* weightsFor(StageState& st, int version, const char* what, int microbatch);
+    StageState& state(int stage);
+
+    const planner::Plan& m_plan;
+    const planner::Schedule& m_schedule;
+    int m_device;
+    TrainingSetup m_setup;
+    const DataOrder& m_data;
+    Transport& m_transport;
+    ExecutorSink m_sink;
+    float m_lossScale = 1.0f;
+    int m_index = 0; ///< the action running
+    std::map<int, std::unique_ptr<StageModel>> m_models;
+    std::map<int, std::unique_ptr<StageState>> m_states;
+    /// Activations and input gradients by (producing stage, microbatch): sent, or consumed on this device.
+    std::map<std::pair<int, int>, std::vector<float>> m_activations;
+    std::map<std::pair<int, int>, std::vector<float>> m_gradients;
+    std::vector<int> m_tiedGroup; ///< devices holding the embedding or the head when they are not one stage
+};
+
+} // namespace pw::engine

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+#include "llmc.h"
+
+#include <array>
+#include <fstream>
+
+#include "planner/errors.h"
+
+namespace pw::engine {
+
+using planner::InputError;
+
+namespace {
+
+using Header = std::array<std::int32_t, 256>;
+
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what)
+{
+    throw InputError(path.string() + ": " + what);
+}
+
+Header readHeader(std::ifstream& in, const std::filesystem::path& path)
+{
+    if (!in)
+        fail(path, "cannot open the file");
+    Header h {};
+    in.read(reinterpret_cast<char*>(h.data()), sizeof(Header));
+    if (in.gcount() != static_cast<std::streamsize>(sizeof(Header)))
+        fail(path, "shorter than llm.c's 1024-byte header (" + std::to_string(in.gcount()) + " bytes)");
+    return h;
+}
+
+std::uintmax_t fileSize(const std::filesystem::path& path)
+{
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    return ec ? 0 : size;
+}
+
+void writeAll(const std::filesystem::path& path, const Header& header, const void* data, std::size_t bytes)
+{
+    // Written beside the target and renamed: a reader never sees half a file.
+    const auto tmp = std::filesystem::path(path.string() + ".partial");
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out)
+            fail(tmp, "cannot create the file");
+        out.write(reinterpret_cast<const char*>(header.data()), sizeof(Header));
+        out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+        if (!out.flush())
+            fail(tmp, "write failed (disk full?)");
+    }
+    std::filesystem::rename(tmp, path);
+}
+
+} // namespace
+
+Checkpoint readCheckpoint(const std::filesystem::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    const Header h = readHeader(in, path);
+    if (h[0] != kCheckpointMagic)
+        fail(path,
+            "not an llm.c GPT-2 checkpoint (magic " + std::to_string(h[0]) + ", expected "
+                + std::to_string(kCheckpointMagic) + ")");
+    if (h[1] != kCheckpointVersionFp32)
+        fail(path,
+            "checkpoint version " + std::to_string(h[1]) + " is not supported: only version 3 (fp32)"
+                + (h[1] == 5 ? "; version 5 is bf16, convert it with llm.c's train_gpt2.py" : ""));
+    Checkpoint c;
+    c.config = {h[2], h[3], h[7], h[4], h[5], h[6]};
+    try {
+        c.config.validate();
+    } catch (const InputError& e) {
+        fail(path, "header: " + e.message());
+    }
+    const std::size_t n = parameterCount(c.config);
+    const std::uintmax_t expected = sizeof(Header) + n * sizeof(float);
+    if (fileSize(path) != expected)
+        fail(path,
+            "holds " + std::to_string(fileSize(path)) + " bytes; its header describes " + std::to_string(n)
+                + " parameters, " + std::to_string(expected) + " bytes");
+    c.params.resize(n);
+    in.read(reinterpret_cast<char*>(c.params.data()), static_cast<std::streamsize>(n * sizeof(float)));
+    if (in.gcount() != static_cast<std::streamsize>(n * sizeof(float)))
+        fail(path, "truncated parameters");
+    return c;
+}
+
+void writeCheckpoint(const std::filesystem::path& path, const Checkpoint& c)
+{
+    if (c.params.size() != parameterCount(c.config))
+        throw std::logic_error("writeCheckpoint: parameter count does not match the config");
+    Header h {};
+    h[0] = kCheckpointMagic;
+    h[1] = kCheckpointVersionFp32;
+    h[2] = c.config.max_seq;
+    h[3] = c.config.vocab;
+    h[4] = c.config.layers;
+    h[5] = c.config.heads;
+    h[6] = c.config.channels;
+    h[7] = c.config.padded_vocab;
+    writeAll(path, h, c.params.data(), c.params.size() * sizeof(float));
+}
+
+std::vector<std::uint16_t> readTokens(const std::filesystem::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    const Header h = readHeader(in, path);
+    if (h[0] != kTokensMagic)
+        fail(path,
+            "not an llm.c token file (magic " + std::to_string(h[0]) + ", expected " + std::to_string(kTokensMagic)
+                + ")");
+    if (h[1] != kTokensVersion)
+        fail(path, "token file version " + std::to_string(h[1]) + " is not supported (expected 1)");
+    if (h[2] < 0)
+        fail(path, "negative token count " + std::to_string(h[2]));
+    const auto count = static_cast<std::size_t>(h[2]);
+    const std::uintmax_t expected = sizeof(Header) + count * sizeof(std::uint16_t);
+    if (fileSize(path) != expected)
+        fail(path,
+            "holds " + std::to_string(fileSize(path)) + " bytes; its header says " + std::to_string(count) + " tokens, "
+                + std::to_string(expected) + " bytes");
+    std::vector<std::uint16_t> tokens(count);
+    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(count * sizeof(std::uint16_t)));
+    return tokens;
+}
+
+void writeTokens(const std::filesystem::path& path, const std::vector<std::uint16_t>& tokens)
+{
+    if (tokens.size() > 0x7fffffffu)
+        throw InputError(path.string() + ": more tokens than llm.c's int32 count holds");
+    Header h {};
+    h[0] = kTokensMagic;
+    h[1] = kTokensVersion;
+    h[2] = static_cast<std::int32_t>(tokens.size());
+    writeAll(path, h, tokens.data(), tokens.size() * sizeof(std::uint16_t));
+}
+
+} // namespace pw::engine

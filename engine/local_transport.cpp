@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "transport.h"
+
+namespace pw::engine {
+
+std::uint64_t transferTag(bool gradient, int stage, int microbatch)
+{
+    return (static_cast<std::uint64_t>(microbatch) << 24) | (static_cast<std::uint64_t>(stage) << 1)
+        | (gradient ? 1u : 0u);
+}
+
+struct LocalFabric::State
+{
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::string aborted;
+    /// (from, to, tag) -> payloads in arrival order
+    std::map<std::tuple<int, int, std::uint64_t>, std::deque<std::vector<float>>> mail;
+    struct Reduction
+    {
+        std::vector<float> sum;
+        int arrived = 0;
+        int collected = 0;
+    };
+    /// (group, call number) -> the reduction in progress
+    std::map<std::pair<std::vector<int>, long>, Reduction> reductions;
+    std::map<std::pair<int, std::vector<int>>, long> calls; ///< (device, group) -> calls made
+
+    void check()
+    {
+        if (!aborted.empty())
+            throw TransportError("run aborted: " + aborted);
+    }
+};
+
+class LocalFabric::Endpoint final : public Transport
+{
+public:
+    Endpoint(std::shared_ptr<State> state, int device)
+        : m_state(std::move(state))
+        , m_device(device)
+    {
+    }
+
+    void send(int peer, std::uint64_t tag, std::span<const float> data) override
+    {
+        std::lock_guard lock(m_state->mutex);
+        m_state->check();
+        m_state->mail[{m_device, peer, tag}].emplace_back(data.begin(), data.end());
+        m_state->changed.notify_all();
+    }
+
+    void recv(int peer, std::uint64_t tag, std::span<float> data) override
+    {
+        std::unique_lock lock(m_state->mutex);
+        const auto key = std::make_tuple(peer, m_device, tag);
+        m_state->changed.wait(lock, [&] {
+            auto it = m_state->mail.find(key);
+            return !m_state->aborted.empty() || (it != m_state->mail.end() && !it->second.empty());
+        });
+        m_state->check();
+        auto& queue = m_state->mail[key];
+        if (queue.front().size() != data.size())
+            throw TransportError("device " + std::to_string(m_device) + " expected " + std::to_string(data.size())
+                + " floats from device " + std::to_string(peer) + ", got " + std::to_string(queue.front().size()));
+        std::copy(queue.front().begin(), queue.front().end(), data.begin());
+        queue.pop_front();
+    }
+
+    void allReduceSum(const std::vector<int>& devices, std::span<float> data) override
+    {
+        std::unique_lock lock(m_state->mutex);
+        m_state->check();
+        const long call = m_state->calls[{m_device, devices}]++;
+        auto& r = m_state->reductions[{devices, call}];
+        if (r.sum.empty())
+            r.sum.assign(data.size(), 0.0f);
+        if (r.sum.size() != data.size())
+            throw TransportError("all-reduce of different sizes in one group");
+        for (std::size_t i = 0; i < data.size(); ++i)
+            r.sum[i] += data[i];
+        ++r.arrived;
+        m_state->changed.notify_all();
+        const auto size = static_cast<int>(devices.size());
+        m_state->changed.wait(lock, [&] { return !m_state->aborted.empty() || r.arrived == size; });
+        m_state->check();
+        std::copy(r.sum.begin(), r.sum.end(), data.begin());
+        if (++r.collected == size)
+            m_state->reductions.erase({devices, call});
+    }
+
+    void flush() override { }
+
+private:
+    std::shared_ptr<State> m_state;
+    int m_device;
+};
+
+LocalFabric::LocalFabric(int devices)
+    : m_state(std::make_shared<State>())
+{
+    for (int d = 0; d < devices; ++d)
+        m_endpoints.push_back(std::make_unique<Endpoint>(m_state, d));
+}
+
+LocalFabric::~LocalFabric() = default;
+
+Transport& LocalFabric::endpoint(int device)
+{
+    return *m_endpoints.at(static_cast<std::size_t>(device));
+}
+
+void LocalFabric::abort(const std::string& why)
+{
+    std::lock_guard lock(m_state->mutex);
+    if (m_state->aborted.empty())
+        m_state->aborted = why.empty() ? "aborted" : why;
+    m_state->changed.notify_all();
+}
+
+} // namespace pw::engine

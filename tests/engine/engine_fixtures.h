@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+// Small GPT-2 plans for the engine's tests: a transformer profile on the "cpu" preset, cut into given stages.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "planner/device_presets.h"
+#include "planner/io/transformer.h"
+#include "planner/plan.h"
+#include "tests/planner/fixtures.h"
+
+namespace pw::test {
+
+/// A GPT-2 small enough to train in milliseconds: 2 blocks, 16 channels, 2 heads, 8 positions, vocabulary 32.
+inline planner::TransformerConfig tinyGpt2(int blocks = 2, int microbatch = 2)
+{
+    planner::TransformerConfig c;
+    c.layers = blocks;
+    c.hidden = 16;
+    c.heads = 2;
+    c.sequence = 8;
+    c.vocab = 32;
+    c.microbatch = microbatch;
+    c.bytes_per_element = 4;
+    return c;
+}
+
+/// @brief One stage: its layers (embedding 0, blocks 1..L, head L+1) and the devices replicating it.
+struct StageCut
+{
+    int first = 0;
+    int last = 0;
+    std::vector<int> devices;
+};
+
+/// The model cut into `stages` on one node of enough "cpu" devices, under `kind` with `microbatches` per step.
+inline planner::Plan gpt2Plan(const planner::TransformerConfig& shape, const std::vector<StageCut>& stages,
+    const std::string& kind = "1f1b", int microbatches = 4, int chunks = 1)
+{
+    planner::Plan plan;
+    const auto device = *planner::devicePreset("cpu");
+    plan.model = planner::transformerProfile(shape, device);
+    int devices = 0;
+    for (const auto& s : stages)
+        for (int d : s.devices)
+            devices = std::max(devices, d + 1);
+    planner::Cluster cluster;
+    cluster.device_types = {device};
+    cluster.nodes.push_back({"local", "", 22, "", device.name, devices, 1e10, 1e-6});
+    plan.cluster = cluster;
+    for (const auto& s : stages)
+        plan.stages.push_back({s.first, s.last, s.devices});
+    plan.schedule.kind = kind;
+    plan.schedule.microbatches = microbatches;
+    plan.schedule.chunks = chunks;
+    plan.validate();
+    return plan;
+}
+
+} // namespace pw::test

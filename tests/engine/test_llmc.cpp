@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// llm.c's checkpoint and token files: round trips and every malformed header named.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "engine/llmc.h"
+#include "planner/errors.h"
+
+using namespace pw::engine;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir
+{
+    fs::path path = fs::temp_directory_path() / ("pw-llmc-" + std::to_string(::getpid()));
+    TempDir() { fs::create_directories(path); }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+void writeInts(const fs::path& p, std::vector<std::int32_t> header, std::size_t extraBytes)
+{
+    header.resize(256, 0);
+    std::ofstream out(p, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    std::string pad(extraBytes, '\0');
+    out.write(pad.data(), static_cast<std::streamsize>(pad.size()));
+}
+
+} // namespace
+
+TEST_CASE("a checkpoint round-trips bit for bit", "[engine][llmc]")
+{
+    TempDir dir;
+    Checkpoint c;
+    c.config = {8, 11, 16, 2, 2, 8};
+    c.params.resize(parameterCount(c.config));
+    for (std::size_t i = 0; i < c.params.size(); ++i)
+        c.params[i] = static_cast<float>(i) * 0.25f - 3.0f;
+    writeCheckpoint(dir.path / "m.bin", c);
+    CHECK(fs::file_size(dir.path / "m.bin") == 1024 + c.params.size() * 4);
+    CHECK(readCheckpoint(dir.path / "m.bin") == c);
+}
+
+TEST_CASE("malformed checkpoints name the file and the problem", "[engine][llmc]")
+{
+    TempDir dir;
+    const auto p = dir.path / "bad.bin";
+    writeInts(p, {1, 3}, 0);
+    CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("bad.bin: not an llm.c GPT-2 checkpoint (magic 1"));
+    writeInts(p, {kCheckpointMagic, 5, 8, 11, 2, 2, 8, 16}, 0);
+    CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("version 5 is not supported: only version 3 (fp32)"));
+    writeInts(p, {kCheckpointMagic, 3, 8, 11, 2, 2, 9, 16}, 0);
+    CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("header: channels: 9 is not a multiple of heads"));
+    writeInts(p, {kCheckpointMagic, 3, 8, 11, 2, 2, 8, 16}, 100);
+    CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("its header describes"));
+    std::ofstream(p, std::ios::trunc) << "short";
+    CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("shorter than llm.c's 1024-byte header"));
+    CHECK_THROWS_WITH(readCheckpoint(dir.path / "missing.bin"), Catch::Contains("missing.bin: cannot open"));
+}
+
+TEST_CASE("token files round-trip and are checked", "[engine][llmc]")
+{
+    TempDir dir;
+    const std::vector<std::uint16_t> tokens = {0, 1, 65535, 50256, 7};
+    writeTokens(dir.path / "t.bin", tokens);
+    CHECK(readTokens(dir.path / "t.bin") == tokens);
+    writeInts(dir.path / "bad.bin", {kTokensMagic, 1, 10}, 6);
+    CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("its header says 10 tokens"));
+    writeInts(dir.path / "bad.bin", {kTokensMagic, 2, 0}, 0);
+    CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("token file version 2 is not supported"));
+}

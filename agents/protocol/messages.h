@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: MIT
+// The typed messages of the controller <-> agent protocol. Each is a struct with its wire type (kType) and its
+// payload as JSON (toJson / fromJson), sent as CBOR in a frame (frame.h). A session:
+//
+//   agent -> controller   Hello                        (first frame: what the agent is and can do)
+//   controller -> agent   RunSpec, then Start          (what to run)
+//   both ways             RendezvousSet/Get/Value      (the controller relays Gloo's key/value store)
+//   agent -> controller   Telemetry, Heartbeat, Log, Error, Done
+//   controller -> agent   Stop, Resume                 (Resume: resend journaled telemetry after a reconnect)
+//
+// fromJson ignores fields it does not know (a newer peer of the same protocol version may add some) and throws
+// ProtocolError naming the message and the field for a missing or ill-typed one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frame.h"
+#include "planner/timeline.h"
+
+namespace pw::agents {
+
+/// @brief Agent -> controller, the first frame: who the agent is and what it can run.
+struct Hello
+{
+    static constexpr MessageType kType = MessageType::Hello;
+    int protocol_version = kProtocolVersion;
+    std::string agent_version;
+    std::string host;
+    std::int64_t pid = 0;
+    int cores = 0;
+    std::int64_t memory_bytes = 0;
+    std::vector<std::string> backends; ///< "cpu", "gloo", "cuda", "nccl"
+    std::vector<std::string> gpus; ///< device names, in CUDA's order
+    std::string blas; ///< the BLAS the engine was built with, e.g. "OpenBLAS 0.3.21"
+
+    nlohmann::json toJson() const;
+    static Hello fromJson(const nlohmann::json& j);
+    bool operator==(const Hello&) const = default;
+};
+
+/// Where a run's training data comes from.
+enum class DataKind : std::uint8_t { Synthetic, Tokens, Text };
+std::string_view toString(DataKind kind);
+
+/// How the agents' devices talk to each other.
+enum class Transport : std::uint8_t { Gloo, Local };
+std::string_view toString(Transport transport);
+
+/// @brief A run's training data.
+struct DataSpec
+{
+    DataKind kind = DataKind::Synthetic;
+    std::string path; ///< tokens/text file (empty for synthetic data)
+    std::uint64_t seed = 0;
+
+    bool operator==(const DataSpec&) const = default;
+};
+
+/// @brief Controller -> agent: the run this agent takes part in.
+struct RunSpec
+{
+    static constexpr MessageType kType = MessageType::RunSpec;
+    std::string run_id;
+    std::string agent; ///< the name the controller gives this agent; Telemetry::agent repeats it
+    nlohmann::json plan; ///< the plan file, as planner's toJson(Plan) writes it
+    std::vector<int> devices; ///< the plan's global device indices this agent runs
+    std::int64_t steps = 0;
+    DataSpec data;
+    std::string init_checkpoint; ///< empty: initialise from the seed
+    std::string save_checkpoint; ///< empty: save none
+    double lr = 0;
+    double weight_decay = 0;
+    std::int64_t warmup_steps = 0;
+    bool cosine = false; ///< cosine decay after warm-up (else constant)
+    std::uint64_t seed = 0;
+    int threads = 0; ///< CPU threads (0: the agent's choice)
+    std::string journal_path; ///< where the agent journals telemetry for Resume
+    Transport transport = Transport::Gloo;
+    int telemetry_batch = 64; ///< spans per Telemetry message
+
+    nlohmann::json toJson() const;
+    static RunSpec fromJson(const nlohmann::json& j);
+    bool operator==(const RunSpec&) const = default;
+};
+
+/// @brief Agent -> controller: store `value` under `key` in the run's rendezvous store (Gloo's key/value store,
+/// relayed by the controller so that agents open no ports of ours).
+struct RendezvousSet
+{
+    static constexpr MessageType kType = MessageType::RendezvousSet;
+    std::string key;
+    std::vector<std::uint8_t> value; ///< opaque bytes (CBOR byte string)
+
+    nlohmann::json toJson() const;
+    static RendezvousSet fromJson(const nlohmann::json& j);
+    bool operator==(const RendezvousSet&) const = default;
+};
+
+/// @brief Agent -> controller: ask for `key`; the controller answers with RendezvousValue once it is set.
+struct RendezvousGet
+{
+    static constexpr MessageType kType = MessageType::RendezvousGet;
+    std::string key;
+
+    nlohmann::json toJson() const;
+    static RendezvousGet fromJson(const nlohmann::json& j);
+    bool operator==(const RendezvousGet&) const = default;
+};
+
+/// @brief Controller -> agent: the value of a key asked for with RendezvousGet.
+struct RendezvousValue
+{
+    static constexpr MessageType kType = MessageType::RendezvousValue;
+    std::string key;
+    std::vector<std::uint8_t> value;
+
+    nlohmann::json toJson() const;
+    static RendezvousValue fromJson(const nlohmann::json& j);
+    bool operator==(const RendezvousValue&) const = default;
+};
+
+/// @brief Controller -> agent: begin executing the RunSpec.
+struct Start
+{
+    static constexpr MessageType kType = MessageType::Start;
+
+    nlohmann::json toJson() const;
+    static Start fromJson(const nlohmann::json& j);
+    bool operator==(const Start&) const = default;
+};
+
+/// @brief Controller -> agent: stop the run (the agent answers with Done{stopped}).
+struct Stop
+{
+    static constexpr MessageType kType = MessageType::Stop;
+    std::string reason;
+
+    nlohmann::json toJson() const;
+    static Stop fromJson(const nlohmann::json& j);
+    bool operator==(const Stop&) const = default;
+};
+
+/// @brief Controller -> agent after a reconnect: resend the journaled Telemetry with seq > from_seq.
+struct Resume
+{
+    static constexpr MessageType kType = MessageType::Resume;
+    std::int64_t from_seq = 0;
+
+    nlohmann::json toJson() const;
+    static Resume fromJson(const nlohmann::json& j);
+    bool operator==(const Resume&) const = default;
+};
+
+/// @brief One measured value: loss, throughput, memory in use ("memory", bytes), ...
+struct Metric
+{
+    std::int64_t step = 0;
+    std::string name;
+    double value = 0;
+    double t_s = 0; ///< seconds from the run's t = 0, on the agent's clock
+    std::int32_t device = -1; ///< -1: not tied to a device
+
+    bool operator==(const Metric&) const = default;
+};
+
+/// @brief Agent -> controller: a batch of spans and metrics. Spans travel as arrays of 11 numbers
+/// [device, lane, kind, stage, microbatch, action, t0, t1, peer, weight_version, bytes] (lane and kind as their
+/// enum values): a batch holds thousands, so field names would be most of its bytes.
+struct Telemetry
+{
+    static constexpr MessageType kType = MessageType::Telemetry;
+    std::string agent;
+    std::int64_t seq = 1; ///< per agent, from 1, no gaps: what Resume counts
+    /// The sequence number of spans[0]: an agent numbers its spans from 1 without gaps across batches, so that
+    /// (agent, span number) names a span for the history (a resent batch stores nothing twice).
+    std::int64_t first_span = 1;
+    std::vector<planner::Span> spans;
+    std::vector<Metric> metrics;
+
+    nlohmann::json toJson() const;
+    static Telemetry fromJson(const nlohmann::json& j);
+    bool operator==(const Telemetry&) const = default;
+};
+
+/// @brief Agent -> controller, periodically: still alive, at this step.
+struct Heartbeat
+{
+    static constexpr MessageType kType = MessageType::Heartbeat;
+    double t_s = 0;
+    std::int64_t step = 0;
+
+    nlohmann::json toJson() const;
+    static Heartbeat fromJson(const nlohmann::json& j);
+    bool operator==(const Heartbeat&) const = default;
+};
+
+enum class LogLevel : std::uint8_t { Debug, Info, Warning, Error };
+std::string_view toString(LogLevel level);
+
+/// @brief Agent -> controller: a line for the run's log.
+struct Log
+{
+    static constexpr MessageType kType = MessageType::Log;
+    LogLevel level = LogLevel::Info;
+    std::string text;
+    double t_s = 0;
+
+    nlohmann::json toJson() const;
+    static Log fromJson(const nlohmann::json& j);
+    bool operator==(const Log&) const = default;
+};
+
+/// @brief Either way: something went wrong; `fatal` means the sender is ending the run.
+struct Error
+{
+    static constexpr MessageType kType = MessageType::Error;
+    std::string message;
+    bool fatal = false;
+
+    nlohmann::json toJson() const;
+    static Error fromJson(const nlohmann::json& j);
+    bool operator==(const Error&) const = default;
+};
+
+enum class DoneStatus : std::uint8_t { Succeeded, Failed, Stopped };
+std::string_view toString(DoneStatus status);
+
+/// @brief Agent -> controller, the last frame: how the run ended.
+struct Done
+{
+    static constexpr MessageType kType = MessageType::Done;
+    DoneStatus status = DoneStatus::Succeeded;
+    double final_loss = 0; ///< NaN when there is none (CBOR carries NaN, unlike JSON text)
+    std::int64_t steps = 0;
+    std::string message;
+
+    nlohmann::json toJson() const;
+    static Done fromJson(const nlohmann::json& j);
+    bool operator==(const Done&) const = default;
+};
+
+/// Any message. The alternatives are in MessageType's order (alternative i has code i + 1; checked at compile
+/// time), so the type tag indexes a table: no dispatch on names.
+using Message = std::variant<Hello, RunSpec, RendezvousSet, RendezvousGet, RendezvousValue, Start, Stop, Resume,
+    Telemetry, Heartbeat, Log, Error, Done>;
+
+MessageType typeOf(const Message& message);
+/// The message a frame carries. Throws ProtocolError for malformed CBOR, a payload that is not a map, or a missing
+/// or ill-typed field.
+Message decode(const Frame& frame);
+/// The bytes of the frame carrying `message`.
+std::string encode(const Message& message);
+
+} // namespace pw::agents

@@ -1,0 +1,1091 @@
+// SPDX-License-Identifier: MIT
+// The run history on the sqlite3 C API, through three small RAII wrappers (connection, statement, transaction).
+#include "history.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include <pwd.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include "planner/errors.h"
+#include "planner/io/chrome_trace.h"
+
+namespace pw::app {
+
+namespace fs = std::filesystem;
+using planner::Timeline;
+
+namespace {
+
+/// `PRAGMA application_id` of a history file ("PWrh"): tells our files from other SQLite databases.
+constexpr std::int32_t kApplicationId = 0x50577268;
+/// How long a write waits for another process holding the file (a controller and a viewer share it).
+constexpr int kBusyTimeoutMs = 10000;
+/// Metrics holding a predicted timeline's counters are named kPredictedPrefix + the counter's name.
+constexpr std::string_view kPredictedPrefix = "predicted:";
+/// The same range as SQL: names from 'predicted:' up to 'predicted;' (';' follows ':'), which the metrics index
+/// serves directly, unlike LIKE.
+constexpr const char* kIsPredictedMetric = "(name >= 'predicted:' AND name < 'predicted;')";
+
+/// Migration k takes a file from schema version k to k + 1, in one transaction with the user_version update.
+/// Never edit a step once released: add one.
+constexpr std::array kMigrations = {
+    // 1: the first schema. Spans store lanes and action kinds as the planner enums' numbers (pinned below).
+    // Predicted spans (source 0) have agent -1 and their position in the timeline as seq, so that the one unique
+    // index serves per-run reads (predicted ones in order), lastSequence() and INSERT OR IGNORE's duplicate check.
+    // (A WITHOUT ROWID spans table clustered on that key ingests 40% slower: wide rows inserted mid-tree.)
+    std::string_view(R"sql(
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY NOT NULL,
+    label TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'stopped', 'interrupted')),
+    status_message TEXT NOT NULL DEFAULT '',
+    started_unix_s REAL NOT NULL,
+    ended_unix_s REAL NOT NULL DEFAULT 0,
+    controller_host TEXT NOT NULL DEFAULT '',
+    controller_pid INTEGER NOT NULL DEFAULT 0,
+    steps_planned INTEGER NOT NULL DEFAULT 0,
+    predicted_steps INTEGER NOT NULL DEFAULT 0,
+    plan_json TEXT NOT NULL DEFAULT '',
+    cluster_json TEXT NOT NULL DEFAULT '',
+    hosts_json TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX runs_by_start ON runs (started_unix_s);
+CREATE TABLE tags (
+    run TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    PRIMARY KEY (run, tag)
+) WITHOUT ROWID;
+CREATE INDEX tags_by_tag ON tags (tag);
+CREATE TABLE run_devices (
+    run TEXT NOT NULL,
+    device INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (run, device)
+) WITHOUT ROWID;
+CREATE TABLE spans (
+    run TEXT NOT NULL,
+    source INTEGER NOT NULL,
+    device INTEGER NOT NULL,
+    lane INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    stage INTEGER NOT NULL,
+    microbatch INTEGER NOT NULL,
+    action INTEGER NOT NULL,
+    weight_version INTEGER NOT NULL,
+    peer INTEGER NOT NULL,
+    bytes REAL NOT NULL,
+    t0 REAL NOT NULL,
+    t1 REAL NOT NULL,
+    agent INTEGER NOT NULL,
+    seq INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX spans_by_sequence ON spans (run, agent, seq);
+CREATE TABLE metrics (
+    run TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    value REAL NOT NULL,
+    t_s REAL NOT NULL,
+    device INTEGER NOT NULL DEFAULT -1,
+    unit TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX metrics_by_run ON metrics (run, name);
+CREATE TABLE logs (
+    run TEXT NOT NULL,
+    t_s REAL NOT NULL,
+    agent INTEGER NOT NULL DEFAULT -1,
+    device INTEGER NOT NULL DEFAULT -1,
+    level TEXT NOT NULL DEFAULT '',
+    text TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX logs_by_run ON logs (run);
+)sql"),
+};
+static_assert(kMigrations.size() == kHistorySchemaVersion, "one migration step per schema version");
+
+/// The spans table stores lanes and kinds as numbers: reordering an enum of the planner would reinterpret every
+/// stored span, so the build fails instead (append new values at the end; a new one needs kKindCount raised).
+constexpr int kLaneCount = 4;
+constexpr int kKindCount = 11;
+constexpr bool enumsInSchemaOrder()
+{
+    using K = planner::ActionKind;
+    using L = planner::Lane;
+    constexpr std::array<K, kKindCount> kinds = {K::Forward, K::Backward, K::BackwardWeight, K::SendActivation,
+        K::RecvActivation, K::SendGradient, K::RecvGradient, K::AllReduce, K::OptimizerStep, K::WavePush, K::WavePull};
+    constexpr std::array<L, kLaneCount> lanes = {L::Compute, L::Send, L::Recv, L::Collective};
+    for (int i = 0; i < kKindCount; ++i)
+        if (static_cast<int>(kinds[i]) != i)
+            return false;
+    for (int i = 0; i < kLaneCount; ++i)
+        if (static_cast<int>(lanes[i]) != i)
+            return false;
+    return true;
+}
+static_assert(enumsInSchemaOrder(), "planner::ActionKind or planner::Lane changed: the history stores their numbers");
+
+double unixNow()
+{
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string hostName()
+{
+    std::array<char, 256> name {};
+    if (::gethostname(name.data(), name.size() - 1) != 0)
+        return {};
+    return name.data();
+}
+
+/// kill(pid, 0) tells whether a process exists: EPERM means it does (another user's), only ESRCH means gone.
+bool processAlive(std::int64_t pid)
+{
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max())
+        return false; // 0 and negative pids address process groups, never one controller
+    return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+}
+
+/// "r-20261125-153012-4f2a": the start time (UTC) for people, four random hex digits against collisions.
+std::string newRunId(double unixSeconds)
+{
+    const auto seconds = static_cast<std::time_t>(unixSeconds);
+    std::tm utc {};
+    ::gmtime_r(&seconds, &utc);
+    std::array<char, 32> text {};
+    std::strftime(text.data(), text.size(), "r-%Y%m%d-%H%M%S-", &utc);
+    std::array<char, 8> suffix {};
+    std::snprintf(suffix.data(), suffix.size(), "%04x", static_cast<unsigned>(std::random_device {}() & 0xffffu));
+    return std::string(text.data()) + suffix.data();
+}
+
+fs::path homeDirectory()
+{
+    if (const char* home = std::getenv("HOME"); home && *home)
+        return home;
+    std::array<char, 4096> buffer {};
+    passwd entry {};
+    passwd* found = nullptr;
+    if (::getpwuid_r(::getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found && found->pw_dir)
+        return found->pw_dir;
+    throw HistoryError("cannot find the home directory for the history file: HOME is not set");
+}
+
+void createDirectoryFor(const fs::path& file)
+{
+    const auto dir = file.parent_path();
+    if (dir.empty())
+        return;
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error)
+        throw HistoryError(file.string() + ": cannot create its directory " + dir.string() + ": " + error.message());
+}
+
+/// LIKE's wildcards in `text` taken literally (with ESCAPE '\').
+std::string likeEscaped(std::string_view text)
+{
+    std::string out;
+    for (char c : text) {
+        if (c == '\\' || c == '%' || c == '_')
+            out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+/// The shortest text that reads back as the same double.
+void appendNumber(std::string& out, double value)
+{
+    std::array<char, 32> buffer {};
+    auto end = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value).ptr;
+    out.append(buffer.data(), end);
+}
+
+/// @brief An open sqlite3 connection; errors name the file.
+class Connection
+{
+public:
+    explicit Connection(const fs::path& path)
+        : m_file(path.string())
+    {
+        const int rc = sqlite3_open_v2(
+            m_file.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+        if (rc != SQLITE_OK) {
+            const std::string message = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
+            sqlite3_close_v2(m_db);
+            throw HistoryError(m_file + ": cannot open the history file: " + message);
+        }
+        sqlite3_busy_timeout(m_db, kBusyTimeoutMs);
+    }
+    ~Connection() { sqlite3_close_v2(m_db); } // deferred by SQLite until every statement is finalized
+    Connection(const Connection&) = delete;
+    Connection& operator=(const Connection&) = delete;
+
+    sqlite3* get() const { return m_db; }
+    const std::string& file() const { return m_file; }
+
+    /// Throws the connection's last error, prefixed with `context`.
+    [[noreturn]] void fail(std::string_view context) const
+    {
+        if (sqlite3_errcode(m_db) == SQLITE_NOTADB)
+            throw HistoryError(m_file + ": not a Pipewright history: the file is not an SQLite database ("
+                + sqlite3_errmsg(m_db) + ")");
+        throw HistoryError(m_file + ": " + std::string(context) + ": " + sqlite3_errmsg(m_db));
+    }
+    /// Runs SQL without results (one statement or several).
+    void exec(const std::string& sql) const
+    {
+        if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
+            fail(sql.substr(0, sql.find_first_of("\n(")));
+    }
+
+private:
+    std::string m_file;
+    sqlite3* m_db = nullptr;
+};
+
+/// @brief A prepared statement; bindings survive reset(), so a batch binds what all its rows share once.
+class Statement
+{
+public:
+    Statement(const Connection& db, std::string_view sql)
+        : m_db(&db)
+    {
+        if (sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &m_stmt, nullptr) != SQLITE_OK)
+            db.fail("cannot prepare '" + std::string(sql.substr(0, 48)) + "'");
+    }
+    ~Statement() { sqlite3_finalize(m_stmt); }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+
+    Statement& integer(int index, std::int64_t value) { return check(sqlite3_bind_int64(m_stmt, index, value)); }
+    Statement& real(int index, double value) { return check(sqlite3_bind_double(m_stmt, index, value)); }
+    Statement& text(int index, std::string_view value)
+    {
+        return check(sqlite3_bind_text(m_stmt, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
+    }
+    Statement& null(int index) { return check(sqlite3_bind_null(m_stmt, index)); }
+
+    /// True when a row is ready, false when done.
+    bool step()
+    {
+        const int rc = sqlite3_step(m_stmt);
+        if (rc == SQLITE_ROW)
+            return true;
+        if (rc == SQLITE_DONE)
+            return false;
+        sqlite3_reset(m_stmt);
+        m_db->fail(sqlite3_sql(m_stmt) ? std::string(sqlite3_sql(m_stmt)).substr(0, 48) : "step");
+    }
+    /// Runs a statement without results (INSERT, UPDATE, DELETE) and makes it ready to run again.
+    void run()
+    {
+        step();
+        reset();
+    }
+    void reset() { sqlite3_reset(m_stmt); }
+
+    std::int64_t integer(int column) const { return sqlite3_column_int64(m_stmt, column); }
+    double real(int column) const { return sqlite3_column_double(m_stmt, column); }
+    bool isNull(int column) const { return sqlite3_column_type(m_stmt, column) == SQLITE_NULL; }
+    std::string text(int column) const
+    {
+        const auto* chars = reinterpret_cast<const char*>(sqlite3_column_text(m_stmt, column));
+        return chars ? std::string(chars, static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, column))) : "";
+    }
+
+private:
+    Statement& check(int rc)
+    {
+        if (rc != SQLITE_OK)
+            m_db->fail("cannot bind a value");
+        return *this;
+    }
+
+    const Connection* m_db;
+    sqlite3_stmt* m_stmt = nullptr;
+};
+
+/// @brief A transaction, rolled back unless committed. Writes take the write lock at once (BEGIN IMMEDIATE):
+/// a deferred transaction that starts writing later can fail with SQLITE_BUSY at once, since the busy handler
+/// cannot help a reader that must become the writer.
+class Transaction
+{
+public:
+    enum class Access { Read, Write };
+    Transaction(const Connection& db, Access access)
+        : m_db(db)
+    {
+        db.exec(access == Access::Write ? "BEGIN IMMEDIATE" : "BEGIN");
+    }
+    ~Transaction()
+    {
+        if (m_open)
+            sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+
+    void commit()
+    {
+        m_db.exec("COMMIT");
+        m_open = false;
+    }
+
+private:
+    const Connection& m_db;
+    bool m_open = true;
+};
+
+constexpr const char* kRunColumns = "id, plan_json, cluster_json, hosts_json, label, status, status_message, "
+                                    "started_unix_s, ended_unix_s, controller_host, controller_pid, steps_planned, "
+                                    "predicted_steps";
+
+/// The agent of predicted spans (measured ones come from agents 0, 1, ...).
+constexpr int kPredictedAgent = -1;
+/// Parameters of one span in an INSERT (the run and the source, ?1 and ?2, are shared by all rows).
+constexpr int kSpanParameters = 13;
+/// Spans per INSERT statement: a step has a fixed cost (opening the table and its index, halting, resetting)
+/// that a single-row INSERT pays per span; 64 rows spread it thin (832 parameters, SQLite allows 32766).
+constexpr int kSpansPerInsert = 64;
+
+/// "INSERT OR IGNORE INTO spans (...) VALUES (?1, ?2, ?3, ..., ?15), (?1, ?2, ?16, ...), ...": `rows` rows, a
+/// stored (run, agent, seq) ignored.
+std::string insertSpansSql(int rows)
+{
+    std::string sql = "INSERT OR IGNORE INTO spans (run, source, agent, seq, device, lane, kind, stage, microbatch, "
+                      "action, weight_version, peer, bytes, t0, t1) VALUES ";
+    for (int r = 0; r < rows; ++r) {
+        sql += r == 0 ? "(?1, ?2" : ", (?1, ?2";
+        for (int p = 0; p < kSpanParameters; ++p)
+            sql += ", ?" + std::to_string(3 + r * kSpanParameters + p);
+        sql += ')';
+    }
+    return sql;
+}
+
+/// @brief A span as a row of the spans table: with its agent and sequence number.
+struct SpanRow
+{
+    const planner::Span& span;
+    std::int64_t agent;
+    std::int64_t seq;
+};
+
+constexpr const char* kInsertMetric
+    = "INSERT INTO metrics (run, step, name, value, t_s, device, unit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Binds the kSpanParameters parameters of a row of insertSpansSql() from `first` on.
+void bindSpan(Statement& insert, int first, const SpanRow& row)
+{
+    const auto& s = row.span;
+    insert.integer(first, row.agent)
+        .integer(first + 1, row.seq)
+        .integer(first + 2, s.device)
+        .integer(first + 3, static_cast<int>(s.lane))
+        .integer(first + 4, static_cast<int>(s.kind))
+        .integer(first + 5, s.stage)
+        .integer(first + 6, s.microbatch)
+        .integer(first + 7, s.action)
+        .integer(first + 8, s.weight_version)
+        .integer(first + 9, s.peer)
+        .real(first + 10, s.bytes)
+        .real(first + 11, s.t0)
+        .real(first + 12, s.t1);
+}
+
+int sourceCode(Timeline::Source source)
+{
+    return source == Timeline::Source::Predicted ? 0 : 1;
+}
+
+} // namespace
+
+std::string_view toString(RunStatus status)
+{
+    static constexpr std::array<std::string_view, 5> names
+        = {"running", "succeeded", "failed", "stopped", "interrupted"};
+    return names[static_cast<std::size_t>(status)];
+}
+
+RunStatus runStatusFromString(std::string_view name)
+{
+    for (auto s :
+        {RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Stopped, RunStatus::Interrupted})
+        if (toString(s) == name)
+            return s;
+    throw planner::InputError(
+        "unknown run status '" + std::string(name) + "': use running, succeeded, failed, stopped or interrupted");
+}
+
+fs::path defaultHistoryPath()
+{
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && fs::path(xdg).is_absolute())
+        return fs::path(xdg) / "pipewright" / "history.sqlite";
+    return homeDirectory() / ".local" / "share" / "pipewright" / "history.sqlite";
+}
+
+struct HistoryStore::Impl
+{
+    explicit Impl(const fs::path& file)
+        : path(file)
+        , db(file)
+    {
+    }
+
+    fs::path path;
+    Connection db;
+    /// The ingest's hot path, prepared once per store (declared after db: finalized before it closes):
+    /// kSpansPerInsert rows, and one row for the rest of a batch.
+    std::optional<Statement> insertSpanBlock;
+    std::optional<Statement> insertSpan;
+
+    std::int64_t pragma(const std::string& name)
+    {
+        Statement s(db, "PRAGMA " + name);
+        return s.step() ? s.integer(0) : 0;
+    }
+
+    [[noreturn]] void refuseNewer(std::int64_t version) const
+    {
+        throw HistoryError(db.file() + ": the history has schema version " + std::to_string(version)
+            + ", newer than version " + std::to_string(kHistorySchemaVersion)
+            + ", the newest this Pipewright knows: open it with a newer Pipewright");
+    }
+
+    /// Refuses other SQLite databases and newer schemas before anything is written to the file.
+    void checkIdentity()
+    {
+        const auto version = pragma("user_version"); // the first read: fails here for a file that is not SQLite
+        const auto applicationId = pragma("application_id");
+        Statement tables(db, "SELECT count(*) FROM sqlite_master");
+        tables.step();
+        const bool fresh = version == 0 && applicationId == 0 && tables.integer(0) == 0;
+        if (!fresh && applicationId != kApplicationId)
+            throw HistoryError(db.file() + ": not a Pipewright history: an SQLite database of something else "
+                + "(application_id " + std::to_string(applicationId) + ")");
+        if (version > kHistorySchemaVersion)
+            refuseNewer(version);
+    }
+
+    void configure()
+    {
+        // WAL: readers never block the writer and a killed writer leaves only uncommitted frames behind, which
+        // recovery drops. synchronous=NORMAL in WAL mode is safe against process crashes (only a power loss can
+        // lose the last commits), and skips an fsync per transaction.
+        db.exec("PRAGMA journal_mode=WAL");
+        db.exec("PRAGMA synchronous=NORMAL");
+        db.exec("PRAGMA cache_size=-16384"); // 16 MiB: the spans index stays in memory while a run ingests
+    }
+
+    /// Applies the missing steps, each in a write transaction that re-reads the version first: two processes
+    /// opening an old file at once migrate it once.
+    void migrate()
+    {
+        for (;;) {
+            Transaction tx(db, Transaction::Access::Write);
+            const auto version = pragma("user_version");
+            if (version > kHistorySchemaVersion)
+                refuseNewer(version);
+            if (version == kHistorySchemaVersion)
+                return;
+            db.exec(std::string(kMigrations[static_cast<std::size_t>(version)]));
+            db.exec("PRAGMA user_version=" + std::to_string(version + 1));
+            if (version == 0)
+                db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
+            tx.commit();
+        }
+    }
+
+    [[noreturn]] void noRun(const std::string& id) const { throw HistoryError("no run '" + id + "' in " + db.file()); }
+
+    bool runExists(const std::string& id)
+    {
+        Statement s(db, "SELECT 1 FROM runs WHERE id = ?1");
+        s.text(1, id);
+        return s.step();
+    }
+
+    void requireRun(const std::string& id)
+    {
+        if (!runExists(id))
+            noRun(id);
+    }
+
+    std::vector<std::string> tags(const std::string& id)
+    {
+        Statement s(db, "SELECT tag FROM tags WHERE run = ?1 ORDER BY tag");
+        s.text(1, id);
+        std::vector<std::string> out;
+        while (s.step())
+            out.push_back(s.text(0));
+        return out;
+    }
+
+    /// A row of kRunColumns, tags included.
+    RunRecord readRun(const Statement& s)
+    {
+        RunRecord r;
+        r.id = s.text(0);
+        r.plan_json = s.text(1);
+        r.cluster_json = s.text(2);
+        r.hosts_json = s.text(3);
+        r.label = s.text(4);
+        try {
+            r.status = runStatusFromString(s.text(5));
+        } catch (const planner::InputError& e) {
+            throw HistoryError(db.file() + ": run '" + r.id + "': " + e.what());
+        }
+        r.status_message = s.text(6);
+        r.started_unix_s = s.real(7);
+        r.ended_unix_s = s.real(8);
+        r.controller_host = s.text(9);
+        r.controller_pid = s.integer(10);
+        r.steps_planned = s.integer(11);
+        r.predicted_steps = s.integer(12);
+        r.tags = tags(r.id);
+        return r;
+    }
+
+    std::optional<RunRecord> findRun(const std::string& id)
+    {
+        Statement s(db, std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?1");
+        s.text(1, id);
+        if (!s.step())
+            return std::nullopt;
+        return readRun(s);
+    }
+
+    void insertTags(const std::string& id, const std::vector<std::string>& tags)
+    {
+        Statement insert(db, "INSERT OR IGNORE INTO tags (run, tag) VALUES (?1, ?2)");
+        insert.text(1, id);
+        for (const auto& tag : tags)
+            insert.text(2, tag).run();
+    }
+
+    void replaceDeviceNames(const std::string& id, const std::vector<std::string>& names)
+    {
+        Statement erase(db, "DELETE FROM run_devices WHERE run = ?1");
+        erase.text(1, id).run();
+        Statement insert(db, "INSERT INTO run_devices (run, device, name) VALUES (?1, ?2, ?3)");
+        insert.text(1, id);
+        for (std::size_t i = 0; i < names.size(); ++i)
+            insert.integer(2, static_cast<std::int64_t>(i)).text(3, names[i]).run();
+    }
+
+    std::vector<std::string> deviceNames(const std::string& id)
+    {
+        Statement s(db, "SELECT device, name FROM run_devices WHERE run = ?1 ORDER BY device");
+        s.text(1, id);
+        std::vector<std::string> names;
+        while (s.step()) {
+            const auto device = static_cast<std::size_t>(s.integer(0));
+            while (names.size() < device)
+                names.push_back("device " + std::to_string(names.size()));
+            names.push_back(s.text(1));
+        }
+        return names;
+    }
+
+    /// `insert` prepared for `rows` rows when it is not yet, ready to run with the run and the source bound.
+    Statement& spanInserter(std::optional<Statement>& insert, int rows, const std::string& id, Timeline::Source source)
+    {
+        if (!insert)
+            insert.emplace(db, insertSpansSql(rows));
+        insert->reset();
+        insert->text(1, id).integer(2, sourceCode(source));
+        return *insert;
+    }
+
+    /// Inserts `count` spans, `rowAt(i)` giving the i-th as a SpanRow, with the cached statements; the caller
+    /// holds the transaction.
+    template <typename RowAt>
+    void insertSpans(const std::string& id, Timeline::Source source, std::size_t count, RowAt&& rowAt)
+    {
+        auto& block = spanInserter(insertSpanBlock, kSpansPerInsert, id, source);
+        std::size_t i = 0;
+        for (; i + kSpansPerInsert <= count; i += kSpansPerInsert) {
+            for (int r = 0; r < kSpansPerInsert; ++r)
+                bindSpan(block, 3 + r * kSpanParameters, rowAt(i + static_cast<std::size_t>(r)));
+            block.run();
+        }
+        auto& single = spanInserter(insertSpan, 1, id, source);
+        for (; i < count; ++i) {
+            bindSpan(single, 3, rowAt(i));
+            single.run();
+        }
+    }
+
+    planner::Span readSpan(const Statement& s, const std::string& id)
+    {
+        const auto lane = s.integer(1);
+        const auto kind = s.integer(2);
+        if (lane < 0 || lane >= kLaneCount || kind < 0 || kind >= kKindCount)
+            throw HistoryError(db.file() + ": run '" + id + "' holds a span with lane " + std::to_string(lane)
+                + " and kind " + std::to_string(kind) + ", which this Pipewright does not know");
+        planner::Span span;
+        span.device = static_cast<std::int32_t>(s.integer(0));
+        span.lane = static_cast<planner::Lane>(lane);
+        span.kind = static_cast<planner::ActionKind>(kind);
+        span.stage = static_cast<std::int32_t>(s.integer(3));
+        span.microbatch = static_cast<std::int32_t>(s.integer(4));
+        span.action = static_cast<std::int32_t>(s.integer(5));
+        span.weight_version = static_cast<std::int32_t>(s.integer(6));
+        span.peer = static_cast<std::int32_t>(s.integer(7));
+        span.bytes = s.real(8);
+        span.t0 = s.real(9);
+        span.t1 = s.real(10);
+        return span;
+    }
+
+    static constexpr const char* kSpanColumns
+        = "device, lane, kind, stage, microbatch, action, weight_version, peer, bytes, t0, t1";
+
+    /// Measured spans by device, then start; predicted spans in the order they were saved.
+    std::vector<planner::Span> spans(const std::string& id, Timeline::Source source)
+    {
+        // Predicted spans through the index, in order of seq (their position); measured ones in any order.
+        const std::string where = source == Timeline::Source::Predicted
+            ? " WHERE run = ?1 AND agent = -1 AND source = 0 ORDER BY seq"
+            : " WHERE run = ?1 AND source = 1";
+        Statement s(db, std::string("SELECT ") + kSpanColumns + " FROM spans" + where);
+        s.text(1, id);
+        std::vector<planner::Span> out;
+        while (s.step())
+            out.push_back(readSpan(s, id));
+        // Sorting here is cheaper than SQL's ORDER BY over an index that is not in (device, t0) order.
+        if (source == Timeline::Source::Measured)
+            std::stable_sort(out.begin(), out.end(), [](const planner::Span& a, const planner::Span& b) {
+                return std::tie(a.device, a.t0) < std::tie(b.device, b.t0);
+            });
+        return out;
+    }
+
+    /// Predicted: the "predicted:" metrics, in saved order. Measured: per-device metrics, ordered by (device, t).
+    void readCounters(const std::string& id, Timeline& t)
+    {
+        const bool predicted = t.source == Timeline::Source::Predicted;
+        const std::string where = predicted ? std::string(" AND ") + kIsPredictedMetric
+                                            : std::string(" AND device >= 0 AND NOT ") + kIsPredictedMetric;
+        Statement s(
+            db, "SELECT name, unit, device, t_s, value FROM metrics WHERE run = ?1" + where + " ORDER BY rowid");
+        s.text(1, id);
+        while (s.step()) {
+            auto name = s.text(0);
+            if (predicted)
+                name.erase(0, kPredictedPrefix.size());
+            t.counter(name, s.text(1))
+                .samples.push_back({static_cast<std::int32_t>(s.integer(2)), s.real(3), s.real(4)});
+        }
+        if (!predicted)
+            for (auto& c : t.counters)
+                std::stable_sort(c.samples.begin(), c.samples.end(),
+                    [](const auto& a, const auto& b) { return std::tie(a.device, a.t) < std::tie(b.device, b.t); });
+    }
+
+    Timeline timeline(const std::string& id, Timeline::Source source)
+    {
+        Transaction tx(db, Transaction::Access::Read); // one snapshot while a controller appends
+        const auto record = findRun(id);
+        if (!record)
+            noRun(id);
+        Timeline t;
+        t.source = source;
+        t.run_id = id;
+        t.label = record->label;
+        const bool measured = source == Timeline::Source::Measured;
+        t.clock = measured ? planner::ClockDomain::Host : planner::ClockDomain::Simulated;
+        t.epoch_unix_s = measured ? record->started_unix_s : 0;
+        t.device_names = deviceNames(id);
+        t.spans = spans(id, source);
+        // Devices without a stored name get Timeline::append()'s placeholders.
+        for (const auto& s : t.spans)
+            while (s.device >= 0 && static_cast<std::size_t>(s.device) >= t.device_names.size())
+                t.device_names.push_back("device " + std::to_string(t.device_names.size()));
+        readCounters(id, t);
+        tx.commit();
+        return t;
+    }
+
+    void writeCsv(const std::string& id, Timeline::Source source, std::ostream& out)
+    {
+        Transaction tx(db, Transaction::Access::Read);
+        requireRun(id);
+        Statement s(db,
+            std::string("SELECT ") + kSpanColumns
+                + ", agent, seq FROM spans WHERE run = ?1 AND source = ?2 ORDER BY device, t0, agent, seq");
+        s.text(1, id).integer(2, sourceCode(source));
+        std::string text = "device,lane,kind,stage,microbatch,action,weight_version,peer,bytes,t0_s,t1_s,agent,seq\n";
+        while (s.step()) {
+            const auto span = readSpan(s, id);
+            text += std::to_string(span.device) + ',' + std::string(toString(span.lane)) + ','
+                + std::string(toString(span.kind)) + ',' + std::to_string(span.stage) + ','
+                + std::to_string(span.microbatch) + ',' + std::to_string(span.action) + ','
+                + std::to_string(span.weight_version) + ',' + std::to_string(span.peer) + ',';
+            appendNumber(text, span.bytes);
+            text += ',';
+            appendNumber(text, span.t0);
+            text += ',';
+            appendNumber(text, span.t1);
+            text += ',';
+            if (source == Timeline::Source::Measured)
+                text += std::to_string(s.integer(11)) + ',' + std::to_string(s.integer(12));
+            else
+                text += ','; // agent and seq mean nothing for a prediction
+            text += '\n';
+            if (text.size() > (1u << 16)) {
+                out << text;
+                text.clear();
+            }
+        }
+        out << text;
+        tx.commit();
+    }
+};
+
+HistoryStore::HistoryStore(std::unique_ptr<Impl> impl)
+    : m_impl(std::move(impl))
+{
+}
+
+HistoryStore::HistoryStore(HistoryStore&&) noexcept = default;
+HistoryStore& HistoryStore::operator=(HistoryStore&&) noexcept = default;
+HistoryStore::~HistoryStore() = default;
+
+HistoryStore::Impl& HistoryStore::impl()
+{
+    if (!m_impl)
+        throw HistoryError("the history store was moved from");
+    return *m_impl;
+}
+
+HistoryStore HistoryStore::open(const fs::path& path)
+{
+    createDirectoryFor(path);
+    auto impl = std::make_unique<Impl>(path);
+    impl->checkIdentity();
+    impl->configure();
+    impl->migrate();
+    return HistoryStore(std::move(impl));
+}
+
+const fs::path& HistoryStore::path() const
+{
+    if (!m_impl)
+        throw HistoryError("the history store was moved from");
+    return m_impl->path;
+}
+
+std::string HistoryStore::createRun(const NewRun& run)
+{
+    return createRun(run, static_cast<std::int64_t>(::getpid()));
+}
+
+std::string HistoryStore::createRun(const NewRun& run, std::int64_t controllerPid)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    const double now = unixNow();
+    std::string id = newRunId(now);
+    for (int attempt = 0; m.runExists(id); ++attempt) {
+        if (attempt == 1000)
+            throw HistoryError(m.db.file() + ": no free run id for " + id);
+        id = newRunId(now);
+    }
+    Statement insert(m.db,
+        std::string("INSERT INTO runs (") + kRunColumns
+            + ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0)");
+    insert.text(1, id)
+        .text(2, run.plan_json)
+        .text(3, run.cluster_json)
+        .text(4, run.hosts_json)
+        .text(5, run.label)
+        .text(6, toString(RunStatus::Running))
+        .text(7, "")
+        .real(8, now)
+        .real(9, 0)
+        .text(10, hostName())
+        .integer(11, controllerPid)
+        .integer(12, run.steps_planned)
+        .run();
+    m.insertTags(id, run.tags);
+    tx.commit();
+    return id;
+}
+
+void HistoryStore::finishRun(const std::string& id, RunStatus status, const std::string& message)
+{
+    auto& m = impl();
+    if (status == RunStatus::Running)
+        throw HistoryError(m.db.file() + ": run '" + id + "' cannot finish as running");
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement update(m.db, "UPDATE runs SET status = ?2, status_message = ?3, ended_unix_s = ?4 WHERE id = ?1");
+    update.text(1, id).text(2, toString(status)).text(3, message).real(4, unixNow()).run();
+    tx.commit();
+}
+
+int HistoryStore::markInterrupted()
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    const auto host = hostName();
+    std::vector<std::pair<std::string, std::int64_t>> dead;
+    {
+        Statement running(
+            m.db, "SELECT id, controller_pid FROM runs WHERE status = 'running' AND controller_host = ?1");
+        running.text(1, host);
+        while (running.step())
+            if (!processAlive(running.integer(1)))
+                dead.emplace_back(running.text(0), running.integer(1));
+    }
+    Statement update(
+        m.db, "UPDATE runs SET status = 'interrupted', status_message = ?2, ended_unix_s = ?3 WHERE id = ?1");
+    for (const auto& [id, pid] : dead)
+        update.text(1, id)
+            .text(2, "the controller (pid " + std::to_string(pid) + " on " + host + ") ended without finishing the run")
+            .real(3, unixNow())
+            .run();
+    tx.commit();
+    return static_cast<int>(dead.size());
+}
+
+void HistoryStore::addTag(const std::string& id, const std::string& tag)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    m.insertTags(id, {tag});
+    tx.commit();
+}
+
+void HistoryStore::removeTag(const std::string& id, const std::string& tag)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement erase(m.db, "DELETE FROM tags WHERE run = ?1 AND tag = ?2");
+    erase.text(1, id).text(2, tag).run();
+    tx.commit();
+}
+
+void HistoryStore::deleteRun(const std::string& id)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    for (const char* sql : {"DELETE FROM spans WHERE run = ?1", "DELETE FROM metrics WHERE run = ?1",
+             "DELETE FROM logs WHERE run = ?1", "DELETE FROM tags WHERE run = ?1",
+             "DELETE FROM run_devices WHERE run = ?1", "DELETE FROM runs WHERE id = ?1"}) {
+        Statement erase(m.db, sql);
+        erase.text(1, id).run();
+    }
+    tx.commit();
+}
+
+void HistoryStore::setDeviceNames(const std::string& id, const std::vector<std::string>& names)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    m.replaceDeviceNames(id, names);
+    tx.commit();
+}
+
+void HistoryStore::appendSpans(const std::string& id, std::span<const MeasuredSpan> spans)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    m.insertSpans(id, Timeline::Source::Measured, spans.size(), [&](std::size_t i) {
+        return SpanRow {spans[i].span, spans[i].agent, spans[i].seq};
+    });
+    tx.commit();
+}
+
+std::int64_t HistoryStore::lastSequence(const std::string& id, int agent)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Read);
+    m.requireRun(id);
+    Statement s(m.db, "SELECT max(seq) FROM spans WHERE run = ?1 AND source = 1 AND agent = ?2");
+    s.text(1, id).integer(2, agent);
+    const auto last = s.step() && !s.isNull(0) ? s.integer(0) : 0;
+    tx.commit();
+    return last;
+}
+
+void HistoryStore::savePredicted(const std::string& id, const Timeline& timeline, std::int64_t steps)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement setSteps(m.db, "UPDATE runs SET predicted_steps = ?2 WHERE id = ?1");
+    setSteps.text(1, id).integer(2, steps).run();
+    Statement eraseSpans(m.db, "DELETE FROM spans WHERE run = ?1 AND agent = -1 AND source = 0");
+    eraseSpans.text(1, id).run();
+    Statement eraseCounters(m.db, std::string("DELETE FROM metrics WHERE run = ?1 AND ") + kIsPredictedMetric);
+    eraseCounters.text(1, id).run();
+    if (!timeline.device_names.empty())
+        m.replaceDeviceNames(id, timeline.device_names);
+    m.insertSpans(id, Timeline::Source::Predicted, timeline.spans.size(), [&](std::size_t i) {
+        return SpanRow {timeline.spans[i], kPredictedAgent, static_cast<std::int64_t>(i)};
+    });
+    Statement metric(m.db, kInsertMetric);
+    metric.text(1, id).integer(2, -1);
+    for (const auto& c : timeline.counters)
+        for (const auto& sample : c.samples)
+            metric.text(3, std::string(kPredictedPrefix) + c.name)
+                .real(4, sample.value)
+                .real(5, sample.t)
+                .integer(6, sample.device)
+                .text(7, c.unit)
+                .run();
+    tx.commit();
+}
+
+void HistoryStore::appendMetrics(const std::string& id, std::span<const MetricSample> samples)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement insert(m.db, kInsertMetric);
+    insert.text(1, id);
+    for (const auto& s : samples) {
+        // The one unit every producer agrees on; other series are dimensionless until they carry one.
+        const std::string_view unit = s.name == planner::kMemoryCounter ? "B" : "";
+        insert.integer(2, s.step).text(3, s.name).real(4, s.value).real(5, s.t_s).integer(6, s.device).text(7, unit);
+        insert.run();
+    }
+    tx.commit();
+}
+
+void HistoryStore::appendLogs(const std::string& id, std::span<const LogEntry> entries)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement insert(m.db, "INSERT INTO logs (run, t_s, agent, device, level, text) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    insert.text(1, id);
+    for (const auto& e : entries)
+        insert.real(2, e.t_s).integer(3, e.agent).integer(4, e.device).text(5, e.level).text(6, e.text).run();
+    tx.commit();
+}
+
+std::vector<RunRecord> HistoryStore::listRuns(const RunFilter& filter)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Read);
+    Statement s(m.db, std::string("SELECT ") + kRunColumns + R"sql( FROM runs
+            WHERE (?1 IS NULL OR status = ?1)
+              AND (?2 = '' OR id IN (SELECT run FROM tags WHERE tag = ?2))
+              AND (?3 = '' OR label LIKE '%' || ?3 || '%' ESCAPE '\')
+            ORDER BY started_unix_s DESC, rowid DESC)sql");
+    if (filter.status)
+        s.text(1, toString(*filter.status));
+    else
+        s.null(1);
+    s.text(2, filter.tag).text(3, likeEscaped(filter.text));
+    std::vector<RunRecord> runs;
+    while (s.step())
+        runs.push_back(m.readRun(s));
+    tx.commit();
+    return runs;
+}
+
+std::optional<RunRecord> HistoryStore::run(const std::string& id)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Read);
+    auto record = m.findRun(id);
+    tx.commit();
+    return record;
+}
+
+Timeline HistoryStore::measuredTimeline(const std::string& id)
+{
+    return impl().timeline(id, Timeline::Source::Measured);
+}
+
+Timeline HistoryStore::predictedTimeline(const std::string& id)
+{
+    return impl().timeline(id, Timeline::Source::Predicted);
+}
+
+std::vector<MetricSample> HistoryStore::metrics(const std::string& id, const std::string& name)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Read);
+    m.requireRun(id);
+    Statement s(m.db, "SELECT step, value, t_s, device FROM metrics WHERE run = ?1 AND name = ?2 ORDER BY rowid");
+    s.text(1, id).text(2, name);
+    std::vector<MetricSample> out;
+    while (s.step())
+        out.push_back({static_cast<int>(s.integer(0)), name, s.real(1), s.real(2), static_cast<int>(s.integer(3))});
+    tx.commit();
+    return out;
+}
+
+std::vector<LogEntry> HistoryStore::logs(const std::string& id)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Read);
+    m.requireRun(id);
+    Statement s(m.db, "SELECT t_s, agent, device, level, text FROM logs WHERE run = ?1 ORDER BY rowid");
+    s.text(1, id);
+    std::vector<LogEntry> out;
+    while (s.step())
+        out.push_back(
+            {s.real(0), static_cast<int>(s.integer(1)), static_cast<int>(s.integer(2)), s.text(3), s.text(4)});
+    tx.commit();
+    return out;
+}
+
+void HistoryStore::exportCsv(const std::string& id, std::ostream& out, Timeline::Source source)
+{
+    impl().writeCsv(id, source, out);
+}
+
+void HistoryStore::exportChromeTrace(const std::string& id, std::ostream& out, Timeline::Source source)
+{
+    planner::writeChromeTrace(out, impl().timeline(id, source));
+}
+
+std::string HistoryStore::integrityCheck()
+{
+    auto& m = impl();
+    Statement s(m.db, "PRAGMA integrity_check");
+    std::string result;
+    while (s.step())
+        result += (result.empty() ? "" : "\n") + s.text(0);
+    return result;
+}
+
+HistoryTotals HistoryStore::totals()
+{
+    auto& m = impl();
+    Statement s(m.db,
+        "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM tags), (SELECT count(*) FROM run_devices), "
+        "(SELECT count(*) FROM spans), (SELECT count(*) FROM metrics), (SELECT count(*) FROM logs)");
+    s.step();
+    return {s.integer(0), s.integer(1), s.integer(2), s.integer(3), s.integer(4), s.integer(5)};
+}
+
+} // namespace pw::app

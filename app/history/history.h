@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// The run history: every run a controller starts (plan, cluster, status), its measured and predicted spans,
+// metrics and logs, in one SQLite file in WAL mode, so that a viewer reads while a controller writes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "planner/timeline.h"
+
+namespace pw::app {
+
+/// The schema version this code writes (`PRAGMA user_version`). Older files are migrated step by step on open;
+/// newer ones are refused.
+inline constexpr int kHistorySchemaVersion = 1;
+
+/// @brief Anything that went wrong with a history file. what() names the file and, for SQLite failures, carries
+/// sqlite3_errmsg().
+class HistoryError : public std::runtime_error
+{
+public:
+    explicit HistoryError(const std::string& message)
+        : std::runtime_error(message)
+    {
+    }
+};
+
+enum class RunStatus : std::uint8_t { Running, Succeeded, Failed, Stopped, Interrupted };
+/// "running", "succeeded", "failed", "stopped", "interrupted": the names stored in the file.
+std::string_view toString(RunStatus status);
+/// The inverse of toString(); throws planner::InputError for an unknown name.
+RunStatus runStatusFromString(std::string_view name);
+
+/// @brief One row of the runs table with its tags.
+struct RunRecord
+{
+    std::string id; ///< "r-YYYYMMDD-HHMMSS-xxxx" (UTC, 4 random hex digits)
+    std::string plan_json; ///< the plan as given to createRun(), verbatim
+    std::string cluster_json;
+    std::string hosts_json;
+    std::string label;
+    RunStatus status = RunStatus::Running;
+    std::string status_message;
+    double started_unix_s = 0;
+    double ended_unix_s = 0; ///< 0 while running
+    std::string controller_host;
+    std::int64_t controller_pid = 0;
+    std::int64_t steps_planned = 0;
+    std::int64_t predicted_steps = 0; ///< the steps the stored prediction covers (0: none stored)
+    std::vector<std::string> tags; ///< sorted, no duplicates
+
+    bool operator==(const RunRecord&) const = default;
+};
+
+/// @brief What a controller knows when it starts a run.
+struct NewRun
+{
+    std::string plan_json;
+    std::string cluster_json;
+    std::string hosts_json;
+    std::string label;
+    std::int64_t steps_planned = 0;
+    std::vector<std::string> tags;
+};
+
+/// @brief A span as telemetry delivers it: the agent that sent it and its number among that agent's spans (from 1,
+/// no gaps: Telemetry::first_span + its index in the batch). (run, agent, seq) identifies a span, so that
+/// telemetry resumed after a reconnect stores nothing twice.
+struct MeasuredSpan
+{
+    planner::Span span;
+    int agent = 0;
+    std::int64_t seq = 0;
+
+    bool operator==(const MeasuredSpan&) const = default;
+};
+
+/// @brief One value of a named series: loss per step (device -1), memory per device, ...
+struct MetricSample
+{
+    int step = 0;
+    std::string name;
+    double value = 0;
+    double t_s = 0; ///< seconds from the run's t = 0
+    int device = -1; ///< -1: the whole run
+
+    bool operator==(const MetricSample&) const = default;
+};
+
+/// @brief One line of a run's log.
+struct LogEntry
+{
+    double t_s = 0;
+    int agent = -1; ///< -1: the controller
+    int device = -1; ///< -1: not about one device
+    std::string level; ///< "info", "warning", "error", ...
+    std::string text;
+
+    bool operator==(const LogEntry&) const = default;
+};
+
+/// @brief Which runs listRuns() returns; empty fields match everything.
+struct RunFilter
+{
+    std::optional<RunStatus> status;
+    std::string tag; ///< runs carrying this tag
+    std::string text; ///< runs whose label contains this text (ASCII case-insensitive)
+};
+
+/// @brief Rows per table, for "how big is my history" and for tests.
+struct HistoryTotals
+{
+    std::int64_t runs = 0;
+    std::int64_t tags = 0;
+    std::int64_t run_devices = 0;
+    std::int64_t spans = 0;
+    std::int64_t metrics = 0;
+    std::int64_t logs = 0;
+
+    bool operator==(const HistoryTotals&) const = default;
+};
+
+/// `$XDG_DATA_HOME/pipewright/history.sqlite`, or `~/.local/share/pipewright/history.sqlite` when XDG_DATA_HOME
+/// is unset or not absolute (as the XDG base directory specification says).
+std::filesystem::path defaultHistoryPath();
+
+/// @brief The history file, open. Every write is one transaction (`BEGIN IMMEDIATE`, so that two processes
+/// sharing the file wait for each other under the busy timeout instead of failing); reads that take several
+/// queries run in one read transaction and so see one snapshot. Methods taking a run id throw HistoryError
+/// "no run 'x' in <file>" for an unknown one. One store is used by one thread at a time; other processes (and
+/// other stores) may use the same file concurrently.
+///
+/// Predicted timelines: spans with source 0 and their counters as metrics named "predicted:<counter>" (step -1,
+/// the counter's unit kept in the metrics table), so that metrics() reads them too. Device names (run_devices)
+/// are one list per run, shared by the predicted and the measured timeline.
+class HistoryStore
+{
+public:
+    /// Opens (creating it and its directory when missing) and migrates the file. Throws HistoryError naming the
+    /// file when it is not SQLite, is an SQLite database of something else, or has a newer schema version than
+    /// kHistorySchemaVersion (naming both versions); a refused file is left untouched.
+    static HistoryStore open(const std::filesystem::path& path);
+
+    HistoryStore(HistoryStore&&) noexcept;
+    HistoryStore& operator=(HistoryStore&&) noexcept;
+    HistoryStore(const HistoryStore&) = delete;
+    HistoryStore& operator=(const HistoryStore&) = delete;
+    ~HistoryStore();
+
+    const std::filesystem::path& path() const;
+
+    /// A new run, status running, controlled by this process (getpid(), gethostname()); returns its unique id.
+    std::string createRun(const NewRun& run);
+    /// The same, recording `controllerPid` as the controller (tests of markInterrupted(), tools that import).
+    std::string createRun(const NewRun& run, std::int64_t controllerPid);
+    /// Sets the final status (not Running: HistoryError), its message and the end time (now).
+    void finishRun(const std::string& id, RunStatus status, const std::string& message = {});
+    /// Every run still running whose controller ran on this host and no longer exists (kill(pid, 0) fails with
+    /// ESRCH) becomes interrupted; runs of live controllers and of other hosts are left alone. A controller calls
+    /// this after open(). Returns how many runs it marked.
+    int markInterrupted();
+    void addTag(const std::string& id, const std::string& tag);
+    void removeTag(const std::string& id, const std::string& tag);
+    /// The run and every row that belongs to it, in one transaction.
+    void deleteRun(const std::string& id);
+
+    /// Replaces the run's device names (index = device).
+    void setDeviceNames(const std::string& id, const std::vector<std::string>& names);
+    /// Stores measured spans in one transaction. A span whose (agent, seq) the run already holds is ignored.
+    void appendSpans(const std::string& id, std::span<const MeasuredSpan> spans);
+    /// The highest span number stored for `agent` in the run, 0 when none: where telemetry resumes.
+    std::int64_t lastSequence(const std::string& id, int agent);
+    /// Replaces the run's predicted spans and counters with the timeline's, and its device names when the
+    /// timeline has any. The prediction covers `steps` steps (a long run's is cut to its first steps).
+    void savePredicted(const std::string& id, const planner::Timeline& timeline, std::int64_t steps);
+    void appendMetrics(const std::string& id, std::span<const MetricSample> samples);
+    void appendLogs(const std::string& id, std::span<const LogEntry> entries);
+
+    /// Runs matching `filter`, newest first.
+    std::vector<RunRecord> listRuns(const RunFilter& filter = {});
+    /// The run, or nullopt when there is none called `id`.
+    std::optional<RunRecord> run(const std::string& id);
+    /// Measured spans (ordered by device, then start), clock Host, epoch = the run's start, device names, and
+    /// a counter per metric name with device >= 0 (samples ordered by device, then time; "memory" in bytes).
+    planner::Timeline measuredTimeline(const std::string& id);
+    /// The timeline savePredicted() stored: spans in their order, counters, device names; clock Simulated.
+    planner::Timeline predictedTimeline(const std::string& id);
+    /// The run's samples called `name`, in the order they were appended.
+    std::vector<MetricSample> metrics(const std::string& id, const std::string& name);
+    /// The run's log, in the order it was appended.
+    std::vector<LogEntry> logs(const std::string& id);
+
+    /// Spans as CSV: a header line "device,lane,kind,stage,microbatch,action,weight_version,peer,bytes,t0_s,t1_s,
+    /// agent,seq", then one row per span ordered by device and start (agent and seq empty for predicted spans).
+    void exportCsv(const std::string& id, std::ostream& out,
+        planner::Timeline::Source source = planner::Timeline::Source::Measured);
+    /// The timeline as Chrome Trace Event JSON (planner::writeChromeTrace: opens in Perfetto).
+    void exportChromeTrace(const std::string& id, std::ostream& out,
+        planner::Timeline::Source source = planner::Timeline::Source::Measured);
+
+    /// `PRAGMA integrity_check`: "ok" for a sound file, otherwise SQLite's findings, one per line.
+    std::string integrityCheck();
+    HistoryTotals totals();
+
+private:
+    struct Impl;
+    explicit HistoryStore(std::unique_ptr<Impl> impl);
+    Impl& impl();
+
+    std::unique_ptr<Impl> m_impl;
+};
+
+} // namespace pw::app

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "planner/errors.h"
+#include "run_commands.h"
 
 namespace pw::cli {
 
@@ -153,6 +154,44 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     auto* algoCmd = app.add_subcommand("algorithms", "list the partitioning algorithms and their options");
     algoCmd->add_flag("--json", algorithmsJson, "print the list as JSON");
 
+    RunOptions runOpt;
+    auto* runCmd = app.add_subcommand("run", "train a plan (made with `profile transformer`) with real agents");
+    runCmd->add_option("plan", runOpt.plan, "plan JSON")->required();
+    runCmd->add_flag("--local", runOpt.local, "one agent process per device on this machine");
+    runCmd->add_option("--steps", runOpt.steps, "optimizer steps")->capture_default_str();
+    runCmd->add_option("--data", runOpt.data, "llm.c token file or text file (default: a synthetic Markov corpus)");
+    runCmd->add_option("--init", runOpt.init, "llm.c GPT-2 checkpoint (fp32) to start from");
+    runCmd->add_option("--save", runOpt.save, "write the trained model as an llm.c checkpoint");
+    runCmd->add_option("--lr", runOpt.lr, "learning rate (AdamW)")->capture_default_str();
+    runCmd->add_option("--weight-decay", runOpt.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+    runCmd->add_option("--warmup", runOpt.warmup, "linear warm-up steps");
+    runCmd->add_flag("--cosine", runOpt.cosine, "cosine decay after the warm-up");
+    runCmd->add_option("--seed", runOpt.seed, "initialisation and synthetic data seed")->capture_default_str();
+    runCmd->add_option("--threads", runOpt.threads, "CPU threads per agent (default: cores / agents)");
+    runCmd->add_option("--history", runOpt.history, "history SQLite file (default: the user's data directory)");
+    runCmd->add_flag("--json", runOpt.json, "print the outcome as JSON");
+
+    HistoryOptions histOpt;
+    auto* hist = app.add_subcommand("history", "the runs this machine recorded");
+    hist->require_subcommand(1);
+    hist->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
+    auto* histList = hist->add_subcommand("list", "list runs, newest first");
+    histList->add_option("--status", histOpt.status, "only runs of this status");
+    histList->add_flag("--json", histOpt.json, "print JSON");
+    auto* histShow = hist->add_subcommand("show", "a run: losses, predicted against measured per stage");
+    histShow->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    histShow->add_flag("--json", histOpt.json, "print JSON");
+    auto* histExport = hist->add_subcommand("export", "write a run's measured spans");
+    histExport->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    histExport->add_option("--format", histOpt.format, "csv | chrome-trace")
+        ->check(CLI::IsMember({"csv", "chrome-trace"}))
+        ->capture_default_str();
+    histExport->add_option("-o,--output", histOpt.output, "file to write")->required();
+    auto* histDelete = hist->add_subcommand("delete", "delete a run and everything recorded about it");
+    histDelete->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    for (auto* sub : {histList, histShow, histExport, histDelete})
+        sub->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
+
     bool demoJson = false;
     auto* demoCmd = app.add_subcommand("demo", "plan and simulate the bundled demo, print a summary");
     demoCmd->add_flag("--json", demoJson, "print the results as JSON");
@@ -186,6 +225,16 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             listAlgorithms(algorithmsJson, out);
         else if (demoCmd->parsed())
             demo(demoJson, out);
+        else if (runCmd->parsed())
+            return runPlan(runOpt, out, err);
+        else if (histList->parsed())
+            historyList(histOpt, out);
+        else if (histShow->parsed())
+            historyShow(histOpt, out);
+        else if (histExport->parsed())
+            historyExport(histOpt, out);
+        else if (histDelete->parsed())
+            historyDelete(histOpt, out);
     } catch (const DoesNotFit& e) {
         err << "pipewright-cli: " << planner::formatInputError(e) << "\n";
         return kExitDoesNotFit;

@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: MIT
+#include "agent.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <gloo/rendezvous/store.h>
+#include <unistd.h>
+
+#include "engine/data.h"
+#include "engine/executor.h"
+#include "engine/llmc.h"
+#include "engine/ops.h"
+#include "planner/errors.h"
+
+namespace pw::agents {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stopRequested {false};
+
+/// @brief Everything the session's threads share.
+class Session
+{
+public:
+    Session(int in, int out)
+        : m_in(in)
+        , m_writer(out)
+    {
+    }
+
+    int run();
+
+private:
+    void readLoop();
+    void heartbeatLoop();
+    void telemetryLoop();
+    void train(const RunSpec& spec);
+    void send(const Message& m) { m_writer.write(encode(m)); }
+    void log(LogLevel level, const std::string& text) { send(Log {level, text, engine::monotonicSeconds()}); }
+    void queueSpan(const planner::Span& s);
+    void queueMetric(Metric m);
+    void flushTelemetry();
+    void resend(std::int64_t from);
+    bool stopping() const { return m_stop.load() || g_stopRequested.load(); }
+
+    friend class RelayStore;
+
+    int m_in;
+    FrameWriter m_writer;
+    std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::optional<RunSpec> m_spec;
+    bool m_started = false;
+    bool m_running = false; ///< devices are executing: a lost controller ends the process at once
+    std::atomic<bool> m_stop {false};
+    std::atomic<bool> m_finished {false};
+    std::string m_stopReason;
+    std::map<std::string, std::vector<std::uint8_t>> m_rendezvous;
+    // Telemetry
+    std::mutex m_telemetryMutex;
+    Telemetry m_batch;
+    std::int64_t m_seq = 0;
+    std::int64_t m_nextSpan = 1; ///< the number of the next span sent (Telemetry::first_span)
+    int m_batchLimit = 64;
+    std::ofstream m_journal;
+    std::string m_journalPath;
+    std::atomic<std::int64_t> m_steps {0};
+};
+
+/// @brief Gloo's key/value store, relayed by the controller: agents open no port for rendezvous.
+class RelayStore final : public gloo::rendezvous::Store
+{
+public:
+    explicit RelayStore(Session& s)
+        : m_session(s)
+    {
+    }
+
+    void set(const std::string& key, const std::vector<char>& data) override
+    {
+        m_session.send(RendezvousSet {key, std::vector<std::uint8_t>(data.begin(), data.end())});
+    }
+
+    std::vector<char> get(const std::string& key) override
+    {
+        wait({key});
+        std::lock_guard lock(m_session.m_mutex);
+        const auto& v = m_session.m_rendezvous.at(key);
+        return {v.begin(), v.end()};
+    }
+
+    void wait(const std::vector<std::string>& keys) override { wait(keys, std::chrono::milliseconds(120000)); }
+
+    void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override
+    {
+        for (const auto& key : keys) {
+            {
+                std::lock_guard lock(m_session.m_mutex);
+                if (m_session.m_rendezvous.count(key))
+                    continue;
+            }
+            m_session.send(RendezvousGet {key});
+            std::unique_lock lock(m_session.m_mutex);
+            if (!m_session.m_changed.wait_for(
+                    lock, timeout, [&] { return m_session.m_rendezvous.count(key) || m_session.stopping(); }))
+                throw std::runtime_error("rendezvous: no value for '" + key + "' within "
+                    + std::to_string(timeout.count() / 1000) + " s (is another agent of the run missing?)");
+            if (m_session.stopping())
+                throw std::runtime_error("rendezvous: the run was stopped");
+        }
+    }
+
+private:
+    Session& m_session;
+};
+
+std::int64_t residentBytes()
+{
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return static_cast<std::int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+void Session::readLoop()
+{
+    FrameReader reader(m_in);
+    try {
+        while (auto frame = reader.read()) {
+            Message m = decode(*frame);
+            std::lock_guard lock(m_mutex);
+            if (auto* spec = std::get_if<RunSpec>(&m))
+                m_spec = std::move(*spec);
+            else if (std::holds_alternative<Start>(m))
+                m_started = true;
+            else if (auto* stop = std::get_if<Stop>(&m)) {
+                m_stopReason = stop->reason;
+                m_stop = true;
+            } else if (auto* value = std::get_if<RendezvousValue>(&m))
+                m_rendezvous[value->key] = value->value;
+            else if (auto* resume = std::get_if<Resume>(&m))
+                resend(resume->from_seq);
+            m_changed.notify_all();
+        }
+    } catch (const std::exception& e) {
+        try {
+            send(Error {std::string("agent: bad input from the controller: ") + e.what(), true});
+        } catch (...) {
+        }
+    }
+    // The controller is gone (or spoke nonsense): nothing of the run may outlive it. Devices blocked in a
+    // transfer cannot be interrupted, so the process ends here.
+    std::lock_guard lock(m_mutex);
+    if (m_running || !m_finished) {
+        if (m_journal.is_open())
+            m_journal.flush();
+        std::_Exit(m_running ? 3 : 0);
+    }
+}
+
+void Session::heartbeatLoop()
+{
+    while (!m_finished) {
+        try {
+            send(Heartbeat {engine::monotonicSeconds(), m_steps.load()});
+            queueMetric({m_steps.load(), "memory", static_cast<double>(residentBytes()), engine::monotonicSeconds(),
+                m_spec && !m_spec->devices.empty() ? m_spec->devices.front() : -1});
+        } catch (...) {
+            return;
+        }
+        for (int i = 0; i < 10 && !m_finished; ++i)
+            std::this_thread::sleep_for(100ms);
+    }
+}
+
+void Session::telemetryLoop()
+{
+    while (!m_finished) {
+        std::this_thread::sleep_for(100ms);
+        try {
+            flushTelemetry();
+        } catch (...) {
+            return;
+        }
+    }
+}
+
+void Session::queueSpan(const planner::Span& s)
+{
+    bool full = false;
+    {
+        std::lock_guard lock(m_telemetryMutex);
+        m_batch.spans.push_back(s);
+        full = static_cast<int>(m_batch.spans.size()) >= m_batchLimit;
+    }
+    if (full)
+        flushTelemetry();
+}
+
+void Session::queueMetric(Metric m)
+{
+    std::lock_guard lock(m_telemetryMutex);
+    m_batch.metrics.push_back(std::move(m));
+}
+
+void Session::flushTelemetry()
+{
+    std::lock_guard lock(m_telemetryMutex);
+    if (m_batch.spans.empty() && m_batch.metrics.empty())
+        return;
+    m_batch.seq = ++m_seq;
+    m_batch.first_span = m_nextSpan;
+    m_nextSpan += static_cast<std::int64_t>(m_batch.spans.size());
+    const std::string bytes = encode(m_batch);
+    // Journal first: whatever the controller missed can be sent again from here (Resume).
+    if (m_journal.is_open()) {
+        m_journal.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        m_journal.flush();
+    }
+    m_batch.spans.clear();
+    m_batch.metrics.clear();
+    m_writer.write(bytes);
+}
+
+void Session::resend(std::int64_t from)
+{
+    if (m_journalPath.empty())
+        return;
+    std::lock_guard lock(m_telemetryMutex);
+    std::ifstream in(m_journalPath, std::ios::binary);
+    FrameDecoder decoder;
+    std::string chunk(1 << 16, '\0');
+    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+        decoder.feed(std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount())));
+        while (auto frame = decoder.next()) {
+            const auto t = std::get<Telemetry>(decode(*frame));
+            if (t.seq > from)
+                m_writer.write(encodeFrame(*frame));
+        }
+    }
+}
+
+void Session::train(const RunSpec& spec)
+{
+    const planner::Plan plan = planner::planFromJson(spec.plan);
+    engine::TrainingSetup setup = engine::trainingSetup(plan);
+    setup.adam.lr = spec.lr;
+    setup.adam.weight_decay = spec.weight_decay;
+    setup.adam.warmup_steps = static_cast<int>(spec.warmup_steps);
+    setup.adam.cosine = spec.cosine;
+    setup.adam.total_steps = static_cast<int>(spec.steps);
+    setup.seed = spec.seed;
+    if (!spec.init_checkpoint.empty()) {
+        auto ckpt = engine::readCheckpoint(spec.init_checkpoint);
+        if (!(ckpt.config.vocab == setup.model.vocab && ckpt.config.layers == setup.model.layers
+                && ckpt.config.channels == setup.model.channels && ckpt.config.heads == setup.model.heads
+                && ckpt.config.max_seq >= setup.shape.seq))
+            throw planner::InputError(spec.init_checkpoint + ": the checkpoint's model does not match the plan's");
+        setup.model = ckpt.config; // its padded vocabulary and positions
+        setup.checkpoint = std::make_shared<const std::vector<float>>(std::move(ckpt.params));
+    }
+    engine::ops::setThreads(spec.threads);
+    engine::DataSpec data;
+    data.kind = engine::dataKindFromString(std::string(toString(spec.data.kind)));
+    data.path = spec.data.path;
+    data.seed = spec.data.seed;
+    const engine::DataOrder order(
+        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
+    const planner::Schedule schedule = engine::runSchedule(plan, static_cast<int>(spec.steps));
+    for (int d : spec.devices)
+        if (d < 0 || d >= schedule.num_devices)
+            throw planner::InputError("device " + std::to_string(d) + " is not in the plan's cluster");
+
+    // Transports: Gloo between agents (rendezvous through the controller), or in-process when this agent holds
+    // every device of the plan.
+    std::unique_ptr<engine::LocalFabric> fabric;
+    std::vector<std::unique_ptr<engine::Transport>> gloo;
+    auto store = std::make_shared<RelayStore>(*this);
+    if (spec.transport == Transport::Local) {
+        if (static_cast<int>(spec.devices.size()) != schedule.num_devices)
+            throw planner::InputError("the local transport needs every device of the plan in one agent");
+        fabric = std::make_unique<engine::LocalFabric>(schedule.num_devices);
+    }
+    std::vector<std::unique_ptr<engine::DeviceExecutor>> executors;
+    for (int d : spec.devices) {
+        engine::Transport* t = nullptr;
+        if (fabric)
+            t = &fabric->endpoint(d);
+        else {
+            engine::GlooOptions o;
+            o.prefix = spec.run_id;
+            gloo.push_back(engine::makeGlooTransport(d, schedule.num_devices, store, o));
+            t = gloo.back().get();
+        }
+        engine::ExecutorSink sink;
+        sink.span = [this](const planner::Span& s) { queueSpan(s); };
+        sink.loss = [this](int microbatch, float loss) {
+            queueMetric({microbatch, "microbatch_loss", loss, engine::monotonicSeconds(), -1});
+        };
+        sink.step = [this, d, &spec](int, int) {
+            if (d == spec.devices.front())
+                ++m_steps;
+        };
+        executors.push_back(
+            std::make_unique<engine::DeviceExecutor>(plan, schedule, d, setup, order, *t, std::move(sink)));
+    }
+    {
+        std::unique_lock lock(m_mutex);
+        while (!m_started && !stopping())
+            m_changed.wait_for(lock, 50ms); // a signal's stop request does not notify
+        m_running = true;
+    }
+    std::mutex failureMutex;
+    std::string failure;
+    std::atomic<bool> stop {false};
+    std::vector<std::thread> threads;
+    for (auto& e : executors)
+        threads.emplace_back([&, ex = e.get()] {
+            try {
+                ex->run(stop);
+            } catch (const std::exception& ex) {
+                std::lock_guard lock(failureMutex);
+                if (failure.empty())
+                    failure = ex.what();
+                stop = true;
+                if (fabric)
+                    fabric->abort(ex.what());
+            }
+        });
+    // Relay a stop request to the executors; they stop between actions.
+    std::thread watcher([&] {
+        while (!m_finished && !stop) {
+            if (stopping())
+                stop = true;
+            std::this_thread::sleep_for(20ms);
+        }
+    });
+    for (auto& t : threads)
+        t.join();
+    m_finished = true; // ends the watcher
+    watcher.join();
+    if (!failure.empty())
+        throw std::runtime_error(failure);
+}
+
+int Session::run()
+{
+    std::signal(SIGPIPE, SIG_IGN);
+    send(capabilities());
+    std::thread reader([this] { readLoop(); });
+    reader.detach(); // it ends the process when the controller goes away
+    RunSpec spec;
+    {
+        std::unique_lock lock(m_mutex);
+        while (!m_spec && !stopping())
+            m_changed.wait_for(lock, 50ms);
+        if (!m_spec) {
+            m_finished = true;
+            send(Done {DoneStatus::Stopped, NAN, 0, "stopped before a run was given"});
+            return 0;
+        }
+        spec = *m_spec;
+    }
+    m_batch.agent = spec.agent;
+    m_batchLimit = std::max(1, spec.telemetry_batch);
+    m_journalPath = spec.journal_path;
+    if (!m_journalPath.empty())
+        m_journal.open(m_journalPath, std::ios::binary | std::ios::trunc);
+    std::thread heartbeat([this] { heartbeatLoop(); });
+    std::thread telemetry([this] { telemetryLoop(); });
+    Done done;
+    try {
+        train(spec);
+        done.status = stopping() ? DoneStatus::Stopped : DoneStatus::Succeeded;
+        done.message = stopping() ? (m_stopReason.empty() ? "stopped" : m_stopReason) : "";
+    } catch (const std::exception& e) {
+        done.status = DoneStatus::Failed;
+        done.message = e.what();
+        try {
+            send(Error {e.what(), true});
+        } catch (...) {
+        }
+    }
+    m_finished = true;
+    heartbeat.join();
+    telemetry.join();
+    done.steps = m_steps.load();
+    done.final_loss = NAN;
+    try {
+        flushTelemetry();
+        send(done);
+    } catch (...) { // the controller is gone; the reader ends the process
+    }
+    {
+        std::lock_guard lock(m_mutex);
+        m_running = false;
+    }
+    return done.status == DoneStatus::Failed ? 1 : 0;
+}
+
+} // namespace
+
+Hello capabilities()
+{
+    Hello h;
+    h.agent_version = PW_VERSION;
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    h.host = host;
+    h.pid = getpid();
+    h.cores = static_cast<int>(std::thread::hardware_concurrency());
+    h.memory_bytes = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    h.backends = {"cpu", "gloo"};
+    h.blas = engine::ops::blasName();
+    return h;
+}
+
+int runAgentSession(int in_fd, int out_fd)
+{
+    Session session(in_fd, out_fd);
+    return session.run();
+}
+
+void requestAgentStop()
+{
+    g_stopRequested = true;
+}
+
+} // namespace pw::agents

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+// pipewright-agent: trains its devices' part of a plan, driven by a controller over stdin/stdout.
+//   pipewright-agent                 a session on stdin/stdout (what the controller starts)
+//   pipewright-agent --capabilities  prints this machine's capabilities as JSON
+#include <csignal>
+#include <cstring>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "agents/agent/agent.h"
+
+namespace {
+
+void onTerminate(int)
+{
+    pw::agents::requestAgentStop();
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--capabilities") == 0) {
+            std::cout << pw::agents::capabilities().toJson().dump(2) << "\n";
+            return 0;
+        }
+        if (std::strcmp(argv[i], "--version") == 0) {
+            std::cout << "pipewright-agent " << PW_VERSION << "\n";
+            return 0;
+        }
+        std::cerr << "pipewright-agent: unknown argument '" << argv[i]
+                  << "'\nusage: pipewright-agent [--capabilities | --version]\n"
+                     "  (without arguments it speaks the controller protocol on stdin/stdout)\n";
+        return 2;
+    }
+    // stdout carries frames only: keep it for the protocol and point fd 1 at stderr, so that a library printing to
+    // stdout cannot corrupt the stream.
+    const int protocolOut = dup(STDOUT_FILENO);
+    dup2(STDERR_FILENO, STDOUT_FILENO);
+    struct sigaction sa = {};
+    sa.sa_handler = onTerminate;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    return pw::agents::runAgentSession(STDIN_FILENO, protocolOut);
+}

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: MIT
+#include "run_commands.h"
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "app/history/history.h"
+#include "app/run/comparison.h"
+#include "app/run/controller.h"
+#include "planner/errors.h"
+#include "planner/io/json_file.h"
+
+namespace pw::cli {
+
+using planner::InputError;
+
+namespace {
+
+app::RunController* g_running = nullptr;
+
+void onInterrupt(int)
+{
+    if (g_running)
+        g_running->stop(); // only sets an atomic flag: safe in a signal handler
+}
+
+app::HistoryStore openHistory(const std::string& path)
+{
+    auto store = app::HistoryStore::open(path.empty() ? app::defaultHistoryPath() : std::filesystem::path(path));
+    store.markInterrupted();
+    return store;
+}
+
+/// The run whose id is `id` or starts with it (ids are long; a unique prefix will do).
+app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
+{
+    if (auto r = h.run(id))
+        return *r;
+    std::vector<app::RunRecord> matches;
+    for (auto& r : h.listRuns())
+        if (r.id.rfind(id, 0) == 0)
+            matches.push_back(r);
+    if (matches.size() == 1)
+        return matches.front();
+    throw InputError(matches.empty()
+            ? "no run '" + id + "' in " + h.path().string()
+            : "'" + id + "' matches " + std::to_string(matches.size()) + " runs: give more of the id");
+}
+
+agents::DataSpec dataSpec(const RunOptions& o)
+{
+    agents::DataSpec d;
+    d.seed = o.seed;
+    if (o.data.empty())
+        return d;
+    std::ifstream in(o.data, std::ios::binary);
+    if (!in)
+        throw InputError(o.data + ": cannot open the data file");
+    std::int32_t magic = 0;
+    in.read(reinterpret_cast<char*>(&magic), sizeof magic);
+    d.kind = magic == 20240520 ? agents::DataKind::Tokens : agents::DataKind::Text;
+    d.path = std::filesystem::absolute(o.data).string();
+    return d;
+}
+
+std::string fixed(double v, int digits)
+{
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(digits) << v;
+    return s.str();
+}
+
+std::string milliseconds(double seconds)
+{
+    return fixed(seconds * 1e3, 2) + " ms";
+}
+
+std::string percent(double relative)
+{
+    return (relative >= 0 ? "+" : "") + fixed(relative * 100, 1) + " %";
+}
+
+} // namespace
+
+int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
+{
+    if (!o.local)
+        throw InputError("--local: runs start local agents for now; deployment over SSH (--cluster) comes next");
+    if (!o.save.empty())
+        throw InputError("--save: saving a checkpoint after a run is not supported yet");
+    if (o.steps <= 0)
+        throw InputError("--steps: must be positive, got " + std::to_string(o.steps));
+    app::RunRequest req;
+    try {
+        req.plan = planner::loadPlan(o.plan);
+    } catch (const InputError& e) {
+        throw e.inFile(o.plan);
+    }
+    req.plan_label = std::filesystem::path(o.plan).filename().string();
+    req.steps = o.steps;
+    req.data = dataSpec(o);
+    req.init_checkpoint = o.init.empty() ? "" : std::filesystem::absolute(o.init).string();
+    req.lr = o.lr;
+    req.weight_decay = o.weight_decay;
+    req.warmup_steps = o.warmup;
+    req.cosine = o.cosine;
+    req.seed = o.seed;
+    req.threads = o.threads;
+    const char* env = std::getenv("PIPEWRIGHT_AGENT");
+    req.agent_executable = env && *env ? std::filesystem::path(env) : app::defaultAgentExecutable("/proc/self/exe");
+
+    auto history = openHistory(o.history);
+    app::RunController controller(req, history);
+    const bool tty = isatty(STDERR_FILENO);
+    app::RunObserver observer;
+    observer.progress = [&](const app::RunProgress& p) {
+        err << (tty ? "\r" : "") << "step " << p.step << "/" << p.steps << "  loss " << fixed(p.loss, 4) << "  "
+            << fixed(p.tokens_per_s, 0) << " tokens/s  " << fixed(p.elapsed_s, 1) << " s" << (tty ? "   " : "\n")
+            << std::flush;
+    };
+    observer.log = [&](const std::string& agent, const std::string& level, const std::string& text) {
+        if (level == "error" || level == "warning")
+            err << (tty ? "\n" : "") << agent << ": " << level << ": " << text << "\n";
+    };
+    g_running = &controller;
+    struct sigaction sa = {}, oldInt = {}, oldTerm = {};
+    sa.sa_handler = onInterrupt;
+    sigaction(SIGINT, &sa, &oldInt);
+    sigaction(SIGTERM, &sa, &oldTerm);
+    app::RunOutcome r;
+    try {
+        r = controller.run(observer);
+    } catch (...) {
+        g_running = nullptr;
+        sigaction(SIGINT, &oldInt, nullptr);
+        sigaction(SIGTERM, &oldTerm, nullptr);
+        throw;
+    }
+    g_running = nullptr;
+    sigaction(SIGINT, &oldInt, nullptr);
+    sigaction(SIGTERM, &oldTerm, nullptr);
+    if (tty)
+        err << "\n";
+    const double finalLoss = r.losses.empty() ? NAN : r.losses.back();
+    if (o.json) {
+        nlohmann::json j = {{"run_id", r.run_id}, {"status", std::string(app::toString(r.status))},
+            {"message", r.message}, {"losses", r.losses}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds},
+            {"spans", r.spans}, {"history", history.path().string()}};
+        j["final_loss"] = std::isnan(finalLoss) ? nlohmann::json(nullptr) : nlohmann::json(finalLoss);
+        out << j.dump(2) << "\n";
+    } else {
+        out << "run " << r.run_id << ": " << app::toString(r.status)
+            << (r.message.empty() ? "" : " (" + r.message + ")") << "\n";
+        if (!r.losses.empty())
+            out << "  " << r.losses.size() << " steps, final loss " << fixed(finalLoss, 4) << ", "
+                << fixed(r.tokens_per_s, 0) << " tokens/s, " << fixed(r.seconds, 1) << " s, " << r.spans << " spans\n";
+        out << "  history: " << history.path().string() << " (pipewright-cli history show " << r.run_id << ")\n";
+    }
+    return r.status == app::RunStatus::Succeeded ? 0 : kExitRunFailed;
+}
+
+void historyList(const HistoryOptions& o, std::ostream& out)
+{
+    auto h = openHistory(o.history);
+    app::RunFilter f;
+    if (!o.status.empty())
+        f.status = app::runStatusFromString(o.status);
+    const auto runs = h.listRuns(f);
+    if (o.json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const auto& r : runs)
+            j.push_back({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
+                {"message", r.status_message}, {"started_unix_s", r.started_unix_s}, {"ended_unix_s", r.ended_unix_s},
+                {"steps", r.steps_planned}, {"tags", r.tags}});
+        out << j.dump(2) << "\n";
+        return;
+    }
+    out << std::left << std::setw(26) << "run" << std::setw(12) << "status" << std::setw(7) << "steps" << std::setw(10)
+        << "duration"
+        << "plan\n";
+    for (const auto& r : runs) {
+        const double d = r.ended_unix_s > 0 ? r.ended_unix_s - r.started_unix_s : 0;
+        out << std::left << std::setw(26) << r.id << std::setw(12) << app::toString(r.status) << std::setw(7)
+            << r.steps_planned << std::setw(10) << (fixed(d, 1) + " s") << r.label << "\n";
+    }
+    if (runs.empty())
+        out << "(no runs in " << h.path().string() << ")\n";
+}
+
+void historyShow(const HistoryOptions& o, std::ostream& out)
+{
+    auto h = openHistory(o.history);
+    const auto r = findRun(h, o.run);
+    const auto plan = planner::planFromJson(nlohmann::json::parse(r.plan_json));
+    const auto measured = h.measuredTimeline(r.id);
+    const auto predicted = h.predictedTimeline(r.id);
+    const auto losses = h.metrics(r.id, "loss");
+    const int steps = static_cast<int>(losses.size());
+    const auto cmp = app::compareRun(plan, predicted, static_cast<int>(r.predicted_steps), measured, steps);
+    if (o.json) {
+        nlohmann::json stages = nlohmann::json::array();
+        for (const auto& s : cmp.stages)
+            stages.push_back({{"stage", s.stage},
+                {"predicted",
+                    {{"compute_s", s.predicted.compute_s}, {"idle_s", s.predicted.idle_s},
+                        {"iteration_s", s.predicted.iteration_s}}},
+                {"measured",
+                    {{"compute_s", s.measured.compute_s}, {"idle_s", s.measured.idle_s},
+                        {"iteration_s", s.measured.iteration_s}}},
+                {"iteration_error", s.iteration_error}});
+        nlohmann::json ls = nlohmann::json::array();
+        for (const auto& l : losses)
+            ls.push_back(l.value);
+        out << nlohmann::json({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
+                                  {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
+                                  {"predicted_iteration_s", cmp.predicted_iteration_s},
+                                  {"measured_iteration_s", cmp.measured_iteration_s},
+                                  {"iteration_error", cmp.iteration_error}, {"stages", stages}})
+                   .dump(2)
+            << "\n";
+        return;
+    }
+    out << "run " << r.id << " (" << r.label << "): " << app::toString(r.status)
+        << (r.status_message.empty() ? "" : " - " + r.status_message) << "\n";
+    out << "  plan " << plan.configString() << ", schedule " << plan.schedule.kind << ", " << steps << " of "
+        << r.steps_planned << " steps, " << measured.spans.size() << " measured spans\n";
+    if (!losses.empty())
+        out << "  loss " << fixed(losses.front().value, 4) << " -> " << fixed(losses.back().value, 4) << "\n";
+    out << "  iteration time: predicted " << milliseconds(cmp.predicted_iteration_s) << " (first " << r.predicted_steps
+        << " steps simulated), measured " << milliseconds(cmp.measured_iteration_s) << " ("
+        << percent(cmp.iteration_error) << ")\n";
+    out << "  per stage (per step)   compute: predicted  measured     idle: predicted  measured     error\n";
+    for (const auto& s : cmp.stages)
+        out << "    stage " << std::left << std::setw(14) << s.stage << std::right << std::setw(19)
+            << milliseconds(s.predicted.compute_s) << std::setw(10) << milliseconds(s.measured.compute_s)
+            << std::setw(19) << milliseconds(s.predicted.idle_s) << std::setw(10) << milliseconds(s.measured.idle_s)
+            << std::setw(10) << percent(s.iteration_error) << "\n";
+}
+
+void historyExport(const HistoryOptions& o, std::ostream& out)
+{
+    auto h = openHistory(o.history);
+    const auto r = findRun(h, o.run);
+    std::ofstream file(o.output, std::ios::trunc);
+    if (!file)
+        throw InputError(o.output + ": cannot write the file");
+    if (o.format == "csv")
+        h.exportCsv(r.id, file);
+    else
+        h.exportChromeTrace(r.id, file);
+    out << "wrote " << o.output << " (" << o.format << " of run " << r.id << ")\n";
+}
+
+void historyDelete(const HistoryOptions& o, std::ostream& out)
+{
+    auto h = openHistory(o.history);
+    const auto r = findRun(h, o.run);
+    h.deleteRun(r.id);
+    out << "deleted run " << r.id << "\n";
+}
+
+} // namespace pw::cli

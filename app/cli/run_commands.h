@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// The CLI's execution half: `run` (train a plan with local agents) and `history` (list, show, export, delete).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace pw::cli {
+
+/// A run started but did not succeed (failed, or stopped): its record is in the history.
+inline constexpr int kExitRunFailed = 4;
+
+struct RunOptions
+{
+    std::string plan;
+    bool local = false;
+    int steps = 20;
+    std::string data; ///< llm.c token file or a text file (bytes); empty: the synthetic corpus
+    std::string init; ///< llm.c checkpoint
+    std::string save;
+    double lr = 3e-4;
+    double weight_decay = 0.0;
+    int warmup = 0;
+    bool cosine = false;
+    std::uint64_t seed = 1234;
+    int threads = 0;
+    std::string history; ///< empty: the user's data directory
+    bool json = false;
+};
+
+struct HistoryOptions
+{
+    std::string history;
+    std::string run; ///< show/export/delete: the run id (a unique prefix will do)
+    std::string format = "csv"; ///< export: csv | chrome-trace
+    std::string output; ///< export: file
+    std::string status; ///< list: only runs of this status
+    bool json = false;
+};
+
+/// Trains the plan; returns the exit status (0 succeeded, kExitRunFailed otherwise). `err` gets the progress line.
+int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err);
+void historyList(const HistoryOptions& o, std::ostream& out);
+void historyShow(const HistoryOptions& o, std::ostream& out);
+void historyExport(const HistoryOptions& o, std::ostream& out);
+void historyDelete(const HistoryOptions& o, std::ostream& out);
+
+} // namespace pw::cli

@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: MIT
+#include "controller.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "planner/errors.h"
+#include "planner/schedule/generator.h"
+#include "planner/sim/simulator.h"
+
+namespace pw::app {
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+double monotonicNow()
+{
+    timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// @brief One agent: its process and the two ends of its protocol stream.
+struct AgentLink
+{
+    std::string name;
+    std::vector<int> devices;
+    pid_t pid = -1;
+    int to_agent = -1; ///< its stdin
+    int from_agent = -1; ///< its stdout
+    agents::FrameDecoder decoder;
+    bool hello = false;
+    bool done = false;
+    bool exited = false;
+    int exit_status = 0;
+    agents::DoneStatus done_status = agents::DoneStatus::Failed;
+    std::string done_message;
+    std::int64_t last_seq = 0; ///< the last Telemetry batch taken
+    std::int64_t next_span = 1; ///< the span number the next batch should start at
+    Clock::time_point last_heard = Clock::now();
+};
+
+/// Starts the agent with pipes on its stdin and stdout; its stderr stays ours (the user sees its errors).
+void spawn(AgentLink& a, const std::filesystem::path& exe)
+{
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
+        throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0)
+        throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+        // The kernel ends the agent if the controller dies: no agent outlives its controller, even on SIGKILL.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        dup2(in[0], STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        const std::string path = exe.string();
+        execl(path.c_str(), path.c_str(), static_cast<char*>(nullptr));
+        const std::string msg = "pipewright: cannot start the agent " + path + ": " + std::strerror(errno) + "\n";
+        (void)!write(STDERR_FILENO, msg.data(), msg.size());
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    a.pid = pid;
+    a.to_agent = in[1];
+    a.from_agent = out[0];
+}
+
+std::string describeExit(int status)
+{
+    if (WIFSIGNALED(status))
+        return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " ("
+            + strsignal(WTERMSIG(status)) + ")";
+    return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+} // namespace
+
+std::filesystem::path defaultAgentExecutable(const std::filesystem::path& self)
+{
+    std::error_code ec;
+    const auto dir = std::filesystem::canonical(self, ec).parent_path();
+    for (const auto& candidate : {dir / "pipewright-agent", dir.parent_path() / "agents" / "pipewright-agent"})
+        if (!ec && std::filesystem::exists(candidate))
+            return candidate;
+    return "pipewright-agent";
+}
+
+struct RunController::Impl
+{
+    RunRequest request;
+    HistoryStore& history;
+    std::atomic<bool> stopRequested {false};
+    std::vector<std::unique_ptr<AgentLink>> agents;
+    std::string runId;
+    double t0 = 0; ///< monotonic seconds at Start: measured spans are rebased onto it
+    int microbatches = 1;
+    double tokensPerStep = 0;
+    // Rendezvous store relayed between agents.
+    std::map<std::string, std::vector<std::uint8_t>> store;
+    std::map<std::string, std::set<AgentLink*>> waiting;
+    // Losses: per step the sum of its microbatches' losses and how many arrived.
+    std::map<int, std::pair<double, int>> partial;
+    std::vector<double> losses;
+    std::vector<double> stepEnds;
+    std::vector<MeasuredSpan> spanBuffer;
+    std::vector<MetricSample> metricBuffer;
+    std::vector<LogEntry> logBuffer;
+    std::int64_t spanCount = 0;
+    std::string failure;
+    bool stopping = false;
+
+    Impl(RunRequest r, HistoryStore& h)
+        : request(std::move(r))
+        , history(h)
+    {
+    }
+
+    void send(AgentLink& a, const agents::Message& m)
+    {
+        if (a.to_agent < 0)
+            return;
+        try {
+            agents::writeAll(a.to_agent, agents::encode(m));
+        } catch (const std::exception&) {
+            // Its stdin is closed: the agent is gone, which its stdout's end reports.
+        }
+    }
+
+    int agentIndex(const AgentLink& a) const
+    {
+        for (std::size_t i = 0; i < agents.size(); ++i)
+            if (agents[i].get() == &a)
+                return static_cast<int>(i);
+        return -1;
+    }
+
+    void fail(const std::string& why)
+    {
+        if (failure.empty() && !stopping)
+            failure = why;
+    }
+
+    void logLine(int agent, const std::string& level, const std::string& text, const RunObserver& o)
+    {
+        logBuffer.push_back({monotonicNow() - t0, agent, -1, level, text});
+        if (o.log)
+            o.log(agent < 0 ? "controller" : agents[static_cast<std::size_t>(agent)]->name, level, text);
+    }
+
+    void handle(AgentLink& a, agents::Message&& m, const RunObserver& o);
+    void onTelemetry(AgentLink& a, agents::Telemetry& t, const RunObserver& o);
+    void flush();
+    void shutdown();
+};
+
+void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObserver& o)
+{
+    a.last_heard = Clock::now();
+    const int index = agentIndex(a);
+    std::visit(
+        [&](auto& msg) {
+            using T = std::decay_t<decltype(msg)>;
+            if constexpr (std::is_same_v<T, agents::Hello>) {
+                a.hello = true;
+                logLine(index, "info",
+                    a.name + " on " + msg.host + " (pid " + std::to_string(msg.pid) + ", " + std::to_string(msg.cores)
+                        + " cores, " + msg.blas + ")",
+                    o);
+            } else if constexpr (std::is_same_v<T, agents::RendezvousSet>) {
+                store[msg.key] = msg.value;
+                for (AgentLink* w : waiting[msg.key])
+                    send(*w, agents::RendezvousValue {msg.key, msg.value});
+                waiting.erase(msg.key);
+            } else if constexpr (std::is_same_v<T, agents::RendezvousGet>) {
+                if (auto it = store.find(msg.key); it != store.end())
+                    send(a, agents::RendezvousValue {msg.key, it->second});
+                else
+                    waiting[msg.key].insert(&a);
+            } else if constexpr (std::is_same_v<T, agents::Telemetry>) {
+                onTelemetry(a, msg, o);
+            } else if constexpr (std::is_same_v<T, agents::Log>) {
+                logLine(index, std::string(agents::toString(msg.level)), msg.text, o);
+            } else if constexpr (std::is_same_v<T, agents::Error>) {
+                logLine(index, "error", msg.message, o);
+                if (msg.fatal)
+                    fail(a.name + ": " + msg.message);
+            } else if constexpr (std::is_same_v<T, agents::Done>) {
+                a.done = true;
+                a.done_status = msg.status;
+                a.done_message = msg.message;
+                if (msg.status == agents::DoneStatus::Failed)
+                    fail(a.name + ": " + msg.message);
+            } else if constexpr (std::is_same_v<T, agents::Heartbeat>) {
+                // last_heard is all a heartbeat says
+            } else {
+                fail(a.name + " sent a " + agents::toString(T::kType) + " message, which only a controller sends");
+            }
+        },
+        m);
+}
+
+void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const RunObserver& o)
+{
+    if (t.seq <= a.last_seq)
+        return; // already stored (a resent batch)
+    if (t.seq != a.last_seq + 1)
+        logLine(agentIndex(a), "warning",
+            "telemetry gap: batch " + std::to_string(t.seq) + " after " + std::to_string(a.last_seq), o);
+    a.last_seq = t.seq;
+    const int agent = agentIndex(a);
+    if (t.first_span != a.next_span && !t.spans.empty())
+        logLine(agent, "warning",
+            "span numbers jump from " + std::to_string(a.next_span) + " to " + std::to_string(t.first_span), o);
+    for (std::size_t i = 0; i < t.spans.size(); ++i) {
+        auto& s = t.spans[i];
+        s.t0 -= t0;
+        s.t1 -= t0;
+        spanBuffer.push_back({s, agent, t.first_span + static_cast<std::int64_t>(i)});
+    }
+    a.next_span = t.first_span + static_cast<std::int64_t>(t.spans.size());
+    spanCount += static_cast<std::int64_t>(t.spans.size());
+    if (o.spans && !t.spans.empty())
+        o.spans(t.spans);
+    for (auto& m : t.metrics) {
+        if (m.name == "microbatch_loss") {
+            const int step = static_cast<int>(m.step / microbatches);
+            auto& [sum, count] = partial[step];
+            sum += m.value;
+            if (++count == microbatches) {
+                if (static_cast<int>(losses.size()) <= step) {
+                    losses.resize(static_cast<std::size_t>(step) + 1, NAN);
+                    stepEnds.resize(static_cast<std::size_t>(step) + 1, 0);
+                }
+                losses[static_cast<std::size_t>(step)] = sum / microbatches;
+                stepEnds[static_cast<std::size_t>(step)] = monotonicNow() - t0;
+                partial.erase(step);
+                const double elapsed = stepEnds[static_cast<std::size_t>(step)];
+                const double tps = elapsed > 0 ? tokensPerStep * (step + 1) / elapsed : 0;
+                metricBuffer.push_back({step, "loss", losses[static_cast<std::size_t>(step)], elapsed, -1});
+                metricBuffer.push_back({step, "tokens_per_s", tps, elapsed, -1});
+                if (o.progress)
+                    o.progress({runId, step + 1, request.steps, losses[static_cast<std::size_t>(step)], tps, elapsed});
+            }
+        } else {
+            metricBuffer.push_back({static_cast<int>(m.step), m.name, m.value, m.t_s - t0, m.device});
+        }
+    }
+    if (spanBuffer.size() >= 20000)
+        flush();
+}
+
+void RunController::Impl::flush()
+{
+    if (!spanBuffer.empty())
+        history.appendSpans(runId, spanBuffer);
+    if (!metricBuffer.empty())
+        history.appendMetrics(runId, metricBuffer);
+    if (!logBuffer.empty())
+        history.appendLogs(runId, logBuffer);
+    spanBuffer.clear();
+    metricBuffer.clear();
+    logBuffer.clear();
+}
+
+void RunController::Impl::shutdown()
+{
+    // Stop politely, then SIGTERM, then SIGKILL: a device blocked in a transfer whose peer died answers none of
+    // the polite ways.
+    for (auto& a : agents)
+        if (!a->exited)
+            send(*a, agents::Stop {failure.empty() ? "stop requested" : "the run failed: " + failure});
+    const auto deadline = Clock::now() + 1500ms;
+    auto reap = [&] {
+        bool all = true;
+        for (auto& a : agents) {
+            if (a->exited)
+                continue;
+            int status = 0;
+            if (waitpid(a->pid, &status, WNOHANG) == a->pid) {
+                a->exited = true;
+                a->exit_status = status;
+            } else
+                all = false;
+        }
+        return all;
+    };
+    while (!reap() && Clock::now() < deadline)
+        std::this_thread::sleep_for(20ms);
+    for (auto& a : agents)
+        if (!a->exited)
+            kill(a->pid, SIGTERM);
+    const auto hard = Clock::now() + 1500ms;
+    while (!reap() && Clock::now() < hard)
+        std::this_thread::sleep_for(20ms);
+    for (auto& a : agents)
+        if (!a->exited) {
+            kill(a->pid, SIGKILL);
+            int status = 0;
+            waitpid(a->pid, &status, 0);
+            a->exited = true;
+            a->exit_status = status;
+        }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+RunController::RunController(RunRequest request, HistoryStore& history)
+    : m_impl(std::make_unique<Impl>(std::move(request), history))
+{
+}
+
+RunController::~RunController() = default;
+
+void RunController::stop()
+{
+    m_impl->stopRequested = true;
+}
+
+RunOutcome RunController::run(const RunObserver& o)
+{
+    Impl& s = *m_impl;
+    auto& req = s.request;
+    // Everything that can be refused is checked before a process starts.
+    if (!req.plan.model->architecture)
+        throw planner::InputError("the plan's model '" + req.plan.model->name
+            + "' has no transformer shape: only plans made with `profile transformer` can be trained");
+    {
+        planner::Plan p = req.plan;
+        p.schedule.iterations = req.steps;
+        p.validate();
+        planner::generateSchedule(p); // throws for a schedule the plan does not suit
+    }
+    const auto& arch = *req.plan.model->architecture;
+    s.microbatches = req.plan.schedule.microbatches;
+    const int b = req.plan.schedule.microbatch_size > 0 ? req.plan.schedule.microbatch_size : arch.microbatch;
+    s.tokensPerStep = static_cast<double>(s.microbatches) * b * arch.sequence;
+
+    // One agent per device, in device order.
+    std::set<int> devices;
+    for (const auto& st : req.plan.stages)
+        devices.insert(st.devices.begin(), st.devices.end());
+    const int threads = req.threads > 0
+        ? req.threads
+        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max<int>(1, devices.size()));
+
+    NewRun nr;
+    nr.plan_json = planner::toJson(req.plan).dump();
+    nr.cluster_json = planner::toJson(*req.plan.cluster).dump();
+    nlohmann::json hosts = nlohmann::json::array();
+    for (int d : devices)
+        hosts.push_back({{"device", d}, {"host", "localhost"}, {"launcher", "local"}});
+    nr.hosts_json = hosts.dump();
+    nr.label = req.plan_label;
+    nr.steps_planned = req.steps;
+    s.runId = s.history.createRun(nr);
+    RunOutcome out;
+    out.run_id = s.runId;
+    try {
+        // The prediction of the first steps: the schedule repeats, so a few steps give the per-step figures
+        // and the overlay's shape, and a run of a million steps is not simulated (and stored) in full first.
+        planner::Plan predicted = req.plan;
+        predicted.schedule.iterations = std::min(req.steps, kPredictedSteps);
+        auto sim = planner::simulate(predicted);
+        sim.timeline.run_id = s.runId;
+        s.history.savePredicted(s.runId, sim.timeline, predicted.schedule.iterations);
+    } catch (const std::exception& e) {
+        s.logBuffer.push_back({0, -1, -1, "warning", std::string("no prediction: ") + e.what()});
+    }
+
+    for (int d : devices) {
+        auto a = std::make_unique<AgentLink>();
+        a->name = "agent " + std::to_string(d);
+        a->devices = {d};
+        s.agents.push_back(std::move(a));
+    }
+    std::signal(SIGPIPE, SIG_IGN);
+    s.t0 = monotonicNow();
+    try {
+        for (auto& a : s.agents)
+            spawn(*a, req.agent_executable);
+    } catch (const std::exception& e) {
+        s.fail(e.what());
+    }
+    for (auto& a : s.agents) {
+        agents::RunSpec spec;
+        spec.run_id = s.runId;
+        spec.agent = a->name;
+        spec.plan = planner::toJson(req.plan);
+        spec.devices = a->devices;
+        spec.steps = req.steps;
+        spec.data = req.data;
+        spec.init_checkpoint = req.init_checkpoint;
+        spec.lr = req.lr;
+        spec.weight_decay = req.weight_decay;
+        spec.warmup_steps = req.warmup_steps;
+        spec.cosine = req.cosine;
+        spec.seed = req.seed;
+        spec.threads = threads;
+        spec.transport = agents::Transport::Gloo;
+        spec.telemetry_batch = req.telemetry_batch;
+        s.send(*a, spec);
+    }
+    bool started = false;
+    auto lastFlush = Clock::now();
+    std::vector<char> buffer(1 << 16);
+    while (s.failure.empty()) {
+        if (s.stopRequested && !s.stopping) {
+            s.stopping = true;
+            break;
+        }
+        if (!started && std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) { return a->hello; })) {
+            started = true;
+            s.t0 = monotonicNow();
+            for (auto& a : s.agents)
+                s.send(*a, agents::Start {});
+        }
+        if (std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) { return a->done; }))
+            break;
+        std::vector<pollfd> fds;
+        for (auto& a : s.agents)
+            fds.push_back({a->from_agent, POLLIN, 0});
+        const int ready = poll(fds.data(), fds.size(), 100);
+        if (ready < 0 && errno != EINTR) {
+            s.fail(std::string("poll: ") + std::strerror(errno));
+            break;
+        }
+        for (std::size_t i = 0; i < fds.size() && ready > 0; ++i) {
+            AgentLink& a = *s.agents[i];
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            const ssize_t n = read(a.from_agent, buffer.data(), buffer.size());
+            try {
+                if (n > 0) {
+                    a.decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+                    while (auto frame = a.decoder.next())
+                        s.handle(a, agents::decode(*frame), o);
+                } else if (n == 0) {
+                    a.decoder.finish();
+                    int status = 0;
+                    waitpid(a.pid, &status, 0);
+                    a.exited = true;
+                    a.exit_status = status;
+                    if (!a.done)
+                        s.fail(a.name + " " + describeExit(status) + " before the run finished");
+                    close(a.from_agent);
+                    a.from_agent = -1;
+                }
+            } catch (const agents::ProtocolError& e) {
+                s.fail(a.name + ": malformed telemetry: " + e.what());
+            }
+        }
+        for (auto& a : s.agents)
+            if (!a->done && !a->exited && Clock::now() - a->last_heard > req.heartbeat_timeout)
+                s.fail(a->name + " sent nothing for "
+                    + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(req.heartbeat_timeout).count())
+                    + " s (stalled or hung)");
+        // Batched, yet never more than a quarter of a second behind: a viewer of the history follows the run,
+        // and a controller killed mid-run loses at most that much.
+        if (s.spanBuffer.size() + s.metricBuffer.size() > 4096 || Clock::now() - lastFlush > 250ms) {
+            s.flush();
+            lastFlush = Clock::now();
+        }
+    }
+    s.shutdown();
+    // Whatever was already on the pipes still counts (the last batches before Done).
+    for (auto& a : s.agents) {
+        if (a->from_agent < 0)
+            continue;
+        ssize_t n = 0;
+        while ((n = read(a->from_agent, buffer.data(), buffer.size())) > 0) {
+            try {
+                a->decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+                while (auto frame = a->decoder.next())
+                    s.handle(*a, agents::decode(*frame), o);
+            } catch (const std::exception&) {
+                break;
+            }
+        }
+        close(a->from_agent);
+        a->from_agent = -1;
+    }
+    for (auto& a : s.agents)
+        if (a->to_agent >= 0) {
+            close(a->to_agent);
+            a->to_agent = -1;
+        }
+
+    out.losses = s.losses;
+    out.seconds = monotonicNow() - s.t0;
+    out.spans = s.spanCount;
+    if (!s.stepEnds.empty() && s.stepEnds.back() > 0)
+        out.tokens_per_s = s.tokensPerStep * static_cast<double>(s.stepEnds.size()) / s.stepEnds.back();
+    if (!s.failure.empty()) {
+        out.status = RunStatus::Failed;
+        out.message = s.failure;
+    } else if (s.stopping) {
+        out.status = RunStatus::Stopped;
+        out.message = "stopped by the user";
+    } else {
+        out.status = RunStatus::Succeeded;
+    }
+    s.logLine(-1, out.status == RunStatus::Failed ? "error" : "info",
+        std::string("run ") + std::string(toString(out.status)) + (out.message.empty() ? "" : ": " + out.message), o);
+    s.flush();
+    s.history.finishRun(s.runId, out.status, out.message);
+    return out;
+}
+
+} // namespace pw::app

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+// The run controller: starts the agents of a plan (local child processes here; SSH later, through the same
+// AgentLink), relays their rendezvous, ingests telemetry into the history, notices a dead or stalled agent,
+// stops every agent of a failed run, and records how the run ended. No Qt: the CLI and the app both drive it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agents/protocol/messages.h"
+#include "app/history/history.h"
+#include "planner/plan.h"
+
+namespace pw::app {
+
+/// The steps of a run the controller simulates and stores as its prediction (fewer when the run is shorter).
+inline constexpr int kPredictedSteps = 20;
+
+/// @brief What to run and how.
+struct RunRequest
+{
+    planner::Plan plan;
+    std::string plan_label; ///< for the history (e.g. the plan file's name)
+    int steps = 20;
+    agents::DataSpec data;
+    std::string init_checkpoint;
+    double lr = 3e-4;
+    double weight_decay = 0.0;
+    int warmup_steps = 0;
+    bool cosine = false;
+    std::uint64_t seed = 1234;
+    int threads = 0; ///< per agent; 0: cores / agents
+    std::filesystem::path agent_executable; ///< pipewright-agent
+    std::chrono::milliseconds heartbeat_timeout {10000}; ///< an agent silent this long is dead
+    int telemetry_batch = 256;
+};
+
+/// @brief Where a run stands, for progress lines and the run monitor.
+struct RunProgress
+{
+    std::string run_id;
+    int step = 0; ///< steps whose loss is known
+    int steps = 0;
+    double loss = 0; ///< the last step's
+    double tokens_per_s = 0; ///< over the steps so far
+    double elapsed_s = 0;
+};
+
+/// @brief How a run ended.
+struct RunOutcome
+{
+    std::string run_id;
+    RunStatus status = RunStatus::Failed;
+    std::string message;
+    std::vector<double> losses; ///< per step
+    double tokens_per_s = 0; ///< trained tokens over the wall time from Start to the last step
+    double seconds = 0;
+    std::int64_t spans = 0;
+};
+
+/// @brief Everything the controller reports while a run goes on (called on the controller's thread).
+struct RunObserver
+{
+    std::function<void(const RunProgress&)> progress;
+    std::function<void(std::span<const planner::Span>)> spans; ///< measured, t from the run's start
+    std::function<void(const std::string& agent, const std::string& level, const std::string& text)> log;
+};
+
+class RunController
+{
+public:
+    RunController(RunRequest request, HistoryStore& history);
+    ~RunController();
+
+    /// Runs to the end (blocking): launches the agents, ingests telemetry, records the run. Throws InputError
+    /// only before anything started (a plan the engine cannot train); afterwards failures end in the outcome.
+    RunOutcome run(const RunObserver& observer = {});
+    /// Asks the run to stop (any thread): agents get Stop, then SIGTERM, then SIGKILL after a grace period.
+    void stop();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+/// The agent next to the running executable (build tree or install prefix), else "pipewright-agent" on PATH.
+std::filesystem::path defaultAgentExecutable(const std::filesystem::path& self);
+
+} // namespace pw::app

@@ -2,13 +2,17 @@
 // pipewright-agent: trains its devices' part of a plan, driven by a controller over stdin/stdout.
 //   pipewright-agent                 a session on stdin/stdout (what the controller starts)
 //   pipewright-agent --capabilities  prints this machine's capabilities as JSON
+//   pipewright-agent --profile ...   measures a GPT-2's layers here and writes a model profile (profile_command.h)
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
 #include "agents/agent/agent.h"
+#include "agents/agent/profile_command.h"
 
 namespace {
 
@@ -21,6 +25,8 @@ void onTerminate(int)
 
 int main(int argc, char** argv)
 {
+    if (argc > 1 && std::strcmp(argv[1], "--profile") == 0)
+        return pw::agents::runProfileCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--capabilities") == 0) {
             std::cout << pw::agents::capabilities().toJson().dump(2) << "\n";
@@ -31,7 +37,7 @@ int main(int argc, char** argv)
             return 0;
         }
         std::cerr << "pipewright-agent: unknown argument '" << argv[i]
-                  << "'\nusage: pipewright-agent [--capabilities | --version]\n"
+                  << "'\nusage: pipewright-agent [--capabilities | --version | --profile OPTIONS]\n"
                      "  (without arguments it speaks the controller protocol on stdin/stdout)\n";
         return 2;
     }

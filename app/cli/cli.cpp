@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "measure_commands.h"
 #include "planner/errors.h"
 #include "run_commands.h"
 
@@ -103,6 +104,24 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--efficiency", tOpt.efficiency, "share of peak the GEMMs sustain")->capture_default_str();
     tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();
     tr->add_flag("--json", tOpt.json, "print a JSON summary");
+    MeasureOptions mOpt;
+    auto* measure = profile->add_subcommand(
+        "measure", "time every layer of a GPT-2 on this machine with the training engine (pipewright-agent --profile)");
+    measure->add_option("--layers", mOpt.layers, "transformer blocks");
+    measure->add_option("--hidden", mOpt.hidden, "hidden size");
+    measure->add_option("--heads", mOpt.heads, "attention heads");
+    measure->add_option("--seq", mOpt.seq, "sequence length");
+    measure->add_option("--vocab", mOpt.vocab, "vocabulary size");
+    measure->add_option("--microbatch", mOpt.microbatch, "sequences per microbatch");
+    measure->add_option("--plan", mOpt.plan, "take the shape and microbatch size from this plan's model instead");
+    measure->add_option("--threads", mOpt.threads, "BLAS threads (give what each agent of the run gets)")
+        ->capture_default_str();
+    measure->add_option("--repeats", mOpt.repeats, "timed passes (each layer's time is their median)")
+        ->capture_default_str();
+    measure->add_option("--warmup", mOpt.warmup, "untimed passes first")->capture_default_str();
+    measure->add_option("--seed", mOpt.seed, "weights and tokens")->capture_default_str();
+    measure->add_option("-o,--output", mOpt.output, "model JSON to write")->required();
+    measure->add_flag("--json", mOpt.json, "print a JSON summary");
 
     PlanOptions planOpt;
     auto* planCmd = app.add_subcommand("plan", "partition a model over a cluster and predict its schedule");
@@ -211,6 +230,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             importPipeDream(importOpt, out);
         else if (tr->parsed())
             transformer(tOpt, out);
+        else if (measure->parsed())
+            profileMeasure(mOpt, out);
         else if (planCmd->parsed())
             plan(planOpt, out);
         else if (sim->parsed())

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+#include "profile_command.h"
+
+#include <charconv>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/errors.h"
+#include "planner/io/json_file.h"
+
+namespace pw::agents {
+
+using planner::InputError;
+
+const char* const kProfileUsage
+    = "usage: pipewright-agent --profile (--layers N --hidden N --heads N --seq N --vocab N --microbatch N\n"
+      "                                   | --plan PLAN.json) [--threads N] [--repeats N] [--warmup N] [--seed N]\n"
+      "                                   [-o FILE]\n"
+      "  Times every layer of the GPT-2 (embedding, blocks, head) forward and backward with the engine on this\n"
+      "  machine (the median of --repeats passes after --warmup passes, default 10 and 1) with --threads BLAS\n"
+      "  threads (default 1: give the threads each agent of the run gets), and writes a model profile (JSON) to\n"
+      "  stdout or FILE. --plan takes the shape and microbatch size of a plan made with `profile transformer`.\n";
+
+namespace {
+
+template <class T> T parseNumber(const std::string& option, const std::string& text)
+{
+    T value {};
+    const auto* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (ec != std::errc() || ptr != end)
+        throw InputError({}, 0, option, "'" + text + "' is not a whole number");
+    return value;
+}
+
+} // namespace
+
+ProfileArguments parseProfileArguments(const std::vector<std::string>& args)
+{
+    ProfileArguments a;
+    a.options.shape = {0, 0, 0, 0, 0, 0, 4};
+    auto& o = a.options;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        if (arg == "--help" || arg == "-h") {
+            a.help = true;
+            continue;
+        }
+        if (i + 1 >= args.size())
+            throw InputError({}, 0, arg, arg.rfind("-", 0) == 0 ? "needs a value" : "unexpected argument");
+        const std::string& value = args[++i];
+        if (arg == "--layers")
+            o.shape.layers = parseNumber<int>(arg, value);
+        else if (arg == "--hidden")
+            o.shape.hidden = parseNumber<int>(arg, value);
+        else if (arg == "--heads")
+            o.shape.heads = parseNumber<int>(arg, value);
+        else if (arg == "--seq")
+            o.shape.sequence = parseNumber<int>(arg, value);
+        else if (arg == "--vocab")
+            o.shape.vocab = parseNumber<int>(arg, value);
+        else if (arg == "--microbatch")
+            o.shape.microbatch = parseNumber<int>(arg, value);
+        else if (arg == "--threads")
+            o.threads = parseNumber<int>(arg, value);
+        else if (arg == "--repeats")
+            o.repeats = parseNumber<int>(arg, value);
+        else if (arg == "--warmup")
+            o.warmup = parseNumber<int>(arg, value);
+        else if (arg == "--seed")
+            o.seed = parseNumber<std::uint64_t>(arg, value);
+        else if (arg == "--plan")
+            a.plan = value;
+        else if (arg == "-o" || arg == "--output")
+            a.output = value;
+        else
+            throw InputError({}, 0, arg, "unknown option");
+    }
+    return a;
+}
+
+engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args)
+{
+    engine::ProfileOptions o = args.options;
+    const auto& s = o.shape;
+    const bool shapeGiven
+        = s.layers != 0 || s.hidden != 0 || s.heads != 0 || s.sequence != 0 || s.vocab != 0 || s.microbatch != 0;
+    if (!args.plan.empty()) {
+        if (shapeGiven)
+            throw InputError(
+                {}, 0, "--plan", "give the model's shape either by --plan or by the shape options, not both");
+        const planner::Plan plan = planner::loadPlan(args.plan);
+        if (!plan.model->architecture)
+            throw InputError(args.plan, 0, "/model/architecture",
+                "the plan's model has no transformer shape: make the plan from `profile transformer` or a measured "
+                "profile");
+        o.shape = *plan.model->architecture;
+        if (plan.schedule.microbatch_size > 0)
+            o.shape.microbatch = plan.schedule.microbatch_size;
+    } else {
+        for (auto [name, value] : {std::pair {"--layers", s.layers}, {"--hidden", s.hidden}, {"--heads", s.heads},
+                 {"--seq", s.sequence}, {"--vocab", s.vocab}, {"--microbatch", s.microbatch}})
+            if (value == 0)
+                throw InputError({}, 0, name, "missing: give the model's shape (or --plan PLAN.json)");
+    }
+    o.shape.bytes_per_element = 4;
+    o.validate();
+    return o;
+}
+
+int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
+{
+    ProfileArguments parsed;
+    try {
+        parsed = parseProfileArguments(args);
+    } catch (const InputError& e) {
+        err << "pipewright-agent --profile: " << planner::formatInputError(e) << "\n" << kProfileUsage;
+        return 2;
+    }
+    if (parsed.help) {
+        out << kProfileUsage;
+        return 0;
+    }
+    try {
+        const auto options = resolveProfileOptions(parsed);
+        const auto profile = engine::measureProfile(options);
+        const auto j = planner::toJson(profile);
+        if (parsed.output.empty())
+            out << j.dump(2) << "\n" << std::flush;
+        else
+            planner::writeJsonFile(parsed.output, j);
+        return 0;
+    } catch (const InputError& e) {
+        err << "pipewright-agent --profile: " << planner::formatInputError(e) << "\n";
+    } catch (const std::exception& e) {
+        err << "pipewright-agent --profile: " << e.what() << "\n";
+    }
+    return 1;
+}
+
+} // namespace pw::agents

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+// `pipewright-agent --profile`: measures a GPT-2's layers on this machine with the engine (engine/profiler.h) and
+// writes the planner's model profile JSON, to stdout or a file. `pipewright-cli profile measure` runs it.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/profiler.h"
+
+namespace pw::agents {
+
+/// The usage text of --profile (also printed by --help).
+extern const char* const kProfileUsage;
+
+/// @brief The command line after --profile, as given.
+struct ProfileArguments
+{
+    engine::ProfileOptions options; ///< the shape fields stay 0 when not given
+    std::string plan; ///< --plan: take the shape and microbatch size from this plan's model
+    std::string output; ///< -o: "" writes to stdout
+    bool help = false;
+
+    bool operator==(const ProfileArguments&) const = default;
+};
+
+/// Parses --layers --hidden --heads --seq --vocab --microbatch | --plan PLAN.json, --threads --repeats --warmup
+/// --seed, -o FILE, --help. Throws InputError naming the option at fault (an unknown one, a missing or
+/// malformed value).
+ProfileArguments parseProfileArguments(const std::vector<std::string>& args);
+
+/// The options to measure with: the shape from --plan (its model's architecture and the plan's microbatch size)
+/// or from the shape options, never both; validated. Throws InputError naming the option or the plan file.
+engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args);
+
+/// Runs the command; returns the exit status (0 written, 1 failed, 2 bad arguments) with the error on `err`.
+int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+} // namespace pw::agents

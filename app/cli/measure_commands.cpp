@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+#include "measure_commands.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+#include <vector>
+
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "app/run/controller.h"
+#include "planner/errors.h"
+#include "planner/io/json_file.h"
+
+extern char** environ;
+
+namespace pw::cli {
+
+using planner::InputError;
+
+namespace {
+
+std::filesystem::path agentExecutable()
+{
+    const char* env = std::getenv("PIPEWRIGHT_AGENT");
+    return env && *env ? std::filesystem::path(env) : app::defaultAgentExecutable("/proc/self/exe");
+}
+
+/// Runs `exe args...` with stdin and stdout on /dev/null; returns its exit status and what it wrote to stderr.
+std::pair<int, std::string> runQuietly(const std::filesystem::path& exe, const std::vector<std::string>& args)
+{
+    int errPipe[2];
+    if (pipe2(errPipe, O_CLOEXEC) != 0)
+        throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    std::vector<std::string> all = {exe.string()};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO);
+    pid_t pid = 0;
+    // posix_spawnp: an agent named without a folder ("pipewright-agent") is looked up on PATH.
+    const int rc = posix_spawnp(&pid, all[0].c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(errPipe[1]);
+    if (rc != 0) {
+        close(errPipe[0]);
+        throw InputError("cannot start the agent " + exe.string() + ": " + std::strerror(rc)
+            + " (build pipewright-agent, or point PIPEWRIGHT_AGENT at it)");
+    }
+    std::string text;
+    char buffer[4096];
+    ssize_t n = 0;
+    while ((n = read(errPipe[0], buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0)
+            text.append(buffer, static_cast<std::size_t>(n));
+    close(errPipe[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return {code, text};
+}
+
+std::string firstLine(const std::string& text)
+{
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line))
+        if (!line.empty())
+            return line;
+    return {};
+}
+
+std::string fixed(double v, int digits)
+{
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(digits) << v;
+    return s.str();
+}
+
+} // namespace
+
+void profileMeasure(const MeasureOptions& o, std::ostream& out)
+{
+    std::vector<std::string> args = {"--profile"};
+    for (auto [name, value] : {std::pair {"--layers", o.layers}, {"--hidden", o.hidden}, {"--heads", o.heads},
+             {"--seq", o.seq}, {"--vocab", o.vocab}, {"--microbatch", o.microbatch}})
+        if (value != 0) {
+            args.push_back(name);
+            args.push_back(std::to_string(value));
+        }
+    if (!o.plan.empty()) {
+        if (!std::filesystem::is_regular_file(o.plan))
+            throw InputError(o.plan, 0, "", "no such plan file");
+        args.push_back("--plan");
+        args.push_back(std::filesystem::absolute(o.plan).string());
+    }
+    for (auto [name, value] : {std::pair {"--threads", o.threads}, {"--repeats", o.repeats}, {"--warmup", o.warmup}}) {
+        args.push_back(name);
+        args.push_back(std::to_string(value));
+    }
+    args.push_back("--seed");
+    args.push_back(std::to_string(o.seed));
+    args.push_back("-o");
+    args.push_back(std::filesystem::absolute(o.output).string());
+    const auto exe = agentExecutable();
+    const auto [code, err] = runQuietly(exe, args);
+    if (code != 0) {
+        std::string why = firstLine(err);
+        const std::string prefix = "pipewright-agent --profile: ";
+        if (why.rfind(prefix, 0) == 0)
+            why.erase(0, prefix.size());
+        throw InputError(exe.filename().string() + " --profile failed (exit status " + std::to_string(code)
+            + "): " + (why.empty() ? "no message" : why));
+    }
+    const auto model = planner::loadModel(o.output);
+    double forward = 0, backward = 0;
+    for (const auto& l : model.layers) {
+        forward += l.forward_ms;
+        backward += l.backward_ms;
+    }
+    if (o.json) {
+        out << nlohmann::json(
+            {{"model", model.name}, {"layers", model.layerCount()}, {"device", model.profiled_device},
+                {"microbatch_size", model.microbatch_size}, {"forward_ms", forward}, {"backward_ms", backward},
+                {"weight_bytes", model.totalWeightBytes()}, {"output", o.output}})
+                   .dump(2)
+            << "\n";
+        return;
+    }
+    out << "measured " << model.layerCount() << " layers of " << model.name << ": " << fixed(forward, 3)
+        << " ms forward, " << fixed(backward, 3) << " ms backward per microbatch of " << model.microbatch_size << " -> "
+        << o.output << "\n";
+}
+
+} // namespace pw::cli

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// The CLI's measuring half: `profile measure` (a model profile timed on this machine by pipewright-agent
+// --profile).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace pw::cli {
+
+struct MeasureOptions
+{
+    int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, microbatch = 0; ///< 0: not given
+    std::string plan; ///< instead of the shape: a plan whose model carries the architecture
+    int threads = 1;
+    int repeats = 10;
+    int warmup = 1;
+    std::uint64_t seed = 1234;
+    std::string output;
+    bool json = false;
+};
+
+/// Runs pipewright-agent --profile (PIPEWRIGHT_AGENT, else the agent beside the CLI) with the options, which writes
+/// the profile to o.output; prints a summary. Throws InputError with the agent's own message when it fails.
+void profileMeasure(const MeasureOptions& o, std::ostream& out);
+
+} // namespace pw::cli

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+// `pipewright-cli profile measure` as a user runs it: the CLI starts pipewright-agent --profile beside it, the
+// profile it writes loads, a plan made from it with `plan` trains with `run --local`; bad shapes, a plan without a
+// model shape and a missing agent give errors that say what is wrong.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/gpt2.h"
+#include "planner/device_presets.h"
+#include "planner/io/json_file.h"
+#include "tests/engine/engine_fixtures.h"
+#include "tests/run/process_helpers.h"
+
+extern char** environ;
+
+using namespace pw;
+using Catch::Contains;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result
+{
+    int code = -1;
+    std::string out;
+    std::string err;
+};
+
+std::string slurp(const fs::path& p)
+{
+    std::ifstream in(p);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+/// Runs pipewright-cli with `args` and the environment plus `env` ("NAME=value" entries).
+Result cli(const test::TempDir& dir, const std::vector<std::string>& args, const std::vector<std::string>& env = {})
+{
+    std::vector<std::string> all = {PW_CLI_EXE};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> envCopy = env;
+    std::vector<char*> envp;
+    for (auto& e : envCopy)
+        envp.push_back(e.data());
+    for (char** e = environ; *e; ++e)
+        envp.push_back(*e);
+    envp.push_back(nullptr);
+    const auto out = dir.path / "out.txt", err = dir.path / "err.txt";
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, PW_CLI_EXE, &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE(rc == 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+const std::vector<std::string> kShape
+    = {"--layers", "2", "--hidden", "32", "--heads", "2", "--seq", "16", "--vocab", "64", "--microbatch", "2"};
+
+std::vector<std::string> measureArgs(const fs::path& output, std::vector<std::string> extra = {})
+{
+    std::vector<std::string> a = {"profile", "measure"};
+    a.insert(a.end(), kShape.begin(), kShape.end());
+    a.insert(a.end(), {"--repeats", "3", "-o", output.string()});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+}
+
+fs::path writeCpuCluster(const test::TempDir& dir, int devices)
+{
+    planner::Cluster cluster;
+    cluster.name = "local";
+    const auto cpu = *planner::devicePreset("cpu");
+    cluster.device_types = {cpu};
+    cluster.nodes.push_back({"local", "", 22, "", cpu.name, devices, 1e10, 1e-6});
+    const auto path = dir.path / "cluster.json";
+    std::ofstream(path) << planner::toJson(cluster).dump(2);
+    return path;
+}
+
+} // namespace
+
+TEST_CASE("cli: profile measure writes a measured profile; a plan made from it trains with run --local",
+    "[run][cli][profile]")
+{
+    test::TempDir dir;
+    const auto profilePath = dir.path / "measured.json";
+    const auto r = cli(dir, measureArgs(profilePath, {"--json"}));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto summary = json::parse(r.out);
+    CHECK(summary.at("layers") == 4);
+    CHECK(summary.at("device") == "cpu");
+
+    const auto model = planner::loadModel(profilePath.string());
+    REQUIRE(model.layerCount() == 4); // embedding, 2 blocks, head
+    REQUIRE(model.architecture.has_value());
+    CHECK(model.architecture->hidden == 32);
+    CHECK(model.profiled_device == "cpu");
+    const auto config = engine::Gpt2Config::fromTransformer(*model.architecture);
+    for (int l = 0; l < model.layerCount(); ++l) {
+        INFO("layer " << l);
+        CHECK(model.layers[l].forward_ms > 0);
+        CHECK(model.layers[l].backward_ms > 0);
+        CHECK(model.layers[l].weight_bytes
+            == 4.0 * static_cast<double>(engine::StageModel(config, {2, 16}, l, l).parameterCount()));
+    }
+
+    const auto cluster = writeCpuCluster(dir, 2);
+    const auto planPath = dir.path / "plan.json";
+    const auto planned = cli(dir,
+        {"plan", "--model", profilePath.string(), "--cluster", cluster.string(), "--algorithm", "manual",
+            "--boundaries", "1", "--schedule", "1f1b", "--microbatches", "4", "-o", planPath.string()});
+    INFO(planned.err);
+    REQUIRE(planned.code == 0);
+    const auto run = cli(dir,
+        {"run", planPath.string(), "--local", "--steps", "3", "--threads", "1", "--history",
+            (dir.path / "history.sqlite").string(), "--json"});
+    INFO(run.err);
+    REQUIRE(run.code == 0);
+    const auto report = json::parse(run.out);
+    CHECK(report.at("status") == "succeeded");
+    CHECK(report.at("losses").size() == 3);
+
+    // --plan takes the plan's shape and microbatch size.
+    const auto again = dir.path / "again.json";
+    const auto fromPlan
+        = cli(dir, {"profile", "measure", "--plan", planPath.string(), "--repeats", "2", "-o", again.string()});
+    INFO(fromPlan.err);
+    REQUIRE(fromPlan.code == 0);
+    CHECK_THAT(fromPlan.out, Contains("measured 4 layers"));
+    CHECK(planner::loadModel(again.string()).architecture == model.architecture);
+}
+
+TEST_CASE("cli: profile measure names what is wrong", "[run][cli][profile]")
+{
+    test::TempDir dir;
+    const auto out = dir.path / "p.json";
+    auto bad = measureArgs(out);
+    bad[5] = "3"; // --heads 3 does not divide --hidden 32
+    const auto heads = cli(dir, bad);
+    CHECK(heads.code == 1);
+    CHECK_THAT(heads.err, Contains("--heads") && Contains("must divide --hidden"));
+    CHECK(!fs::exists(out));
+
+    const auto missing = cli(dir, {"profile", "measure", "--layers", "2", "-o", out.string()});
+    CHECK(missing.code == 1);
+    CHECK_THAT(missing.err, Contains("--hidden: missing"));
+
+    auto noShape = test::gpt2Plan(test::tinyGpt2(2), {{0, 3, {0}}}, "gpipe");
+    auto model = *noShape.model;
+    model.architecture.reset();
+    noShape.model = model;
+    const auto planPath = dir.path / "plan.json";
+    std::ofstream(planPath) << planner::toJson(noShape).dump(2);
+    const auto plan = cli(dir, {"profile", "measure", "--plan", planPath.string(), "-o", out.string()});
+    CHECK(plan.code == 1);
+    CHECK_THAT(plan.err, Contains("plan.json") && Contains("/model/architecture"));
+
+    const auto agent = cli(dir, measureArgs(out), {"PIPEWRIGHT_AGENT=" + (dir.path / "no-such-agent").string()});
+    CHECK(agent.code == 1);
+    CHECK_THAT(agent.err, Contains("cannot start the agent") && Contains("no-such-agent"));
+}

@@ -61,6 +61,58 @@ planner::Schedule runSchedule(const planner::Plan& plan, int steps)
     return planner::generateSchedule(p);
 }
 
+planner::Action repeatedAction(const planner::Action& a, int repeat, int periodMicrobatches)
+{
+    planner::Action b = a;
+    if (b.microbatch >= 0)
+        b.microbatch += repeat * periodMicrobatches;
+    if (planner::isCompute(b.kind)) // transfers and collectives carry no version
+        b.weight_version += repeat;
+    return b;
+}
+
+namespace {
+
+/// Whether `two` (two steps) is `one` (one step) executed twice, all-reduce groups compared by their members.
+bool repeatsOneStep(const planner::Schedule& one, const planner::Schedule& two)
+{
+    if (one.num_devices != two.num_devices || two.microbatches != 2 * one.microbatches)
+        return false;
+    const auto sameGroup = [&](int g1, int g2) {
+        if (g1 < 0 || g2 < 0)
+            return g1 == g2;
+        return one.groups.at(static_cast<std::size_t>(g1)) == two.groups.at(static_cast<std::size_t>(g2));
+    };
+    for (int d = 0; d < one.num_devices; ++d) {
+        const auto& a = one.devices[static_cast<std::size_t>(d)];
+        const auto& b = two.devices[static_cast<std::size_t>(d)];
+        if (b.size() != 2 * a.size())
+            return false;
+        for (std::size_t i = 0; i < b.size(); ++i) {
+            auto expected = repeatedAction(a[i % a.size()], static_cast<int>(i / a.size()), one.microbatches);
+            const auto& got = b[i];
+            if (!sameGroup(expected.group, got.group))
+                return false;
+            expected.group = got.group;
+            if (!(expected == got))
+                return false;
+        }
+    }
+    return true;
+}
+
+} // namespace
+
+RunSchedule runProgram(const planner::Plan& plan, int steps)
+{
+    if (steps <= 1)
+        return {runSchedule(plan, steps), 1};
+    auto one = runSchedule(plan, 1);
+    if (repeatsOneStep(one, runSchedule(plan, 2)))
+        return {std::move(one), steps};
+    return {runSchedule(plan, steps), 1};
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 
 /// @brief One virtual stage on this device: its model, optimizer, and the weight versions still in use.
@@ -80,9 +132,10 @@ struct DeviceExecutor::StageState
 };
 
 DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device,
-    const TrainingSetup& setup, const DataOrder& data, Transport& transport, ExecutorSink sink)
+    const TrainingSetup& setup, const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats)
     : m_plan(plan)
     , m_schedule(schedule)
+    , m_repeats(repeats)
     , m_device(device)
     , m_setup(setup)
     , m_data(data)
@@ -142,24 +195,30 @@ DeviceExecutor::StageState& DeviceExecutor::state(int stage)
 bool DeviceExecutor::run(const std::atomic<bool>& stop)
 {
     const auto& actions = m_schedule.devices.at(static_cast<std::size_t>(m_device));
-    for (std::size_t i = 0; i < actions.size(); ++i) {
-        if (stop.load(std::memory_order_relaxed))
-            return false;
-        m_index = static_cast<int>(i);
-        execute(actions[i], m_index);
-    }
+    for (int r = 0; r < m_repeats; ++r)
+        for (std::size_t i = 0; i < actions.size(); ++i) {
+            if (stop.load(std::memory_order_relaxed))
+                return false;
+            m_index = static_cast<int>(i); // the period's index: what lastUse counts in
+            const auto runIndex = static_cast<std::int64_t>(r) * static_cast<std::int64_t>(actions.size())
+                + static_cast<std::int64_t>(i);
+            if (r == 0)
+                execute(actions[i], runIndex);
+            else
+                execute(repeatedAction(actions[i], r, m_schedule.microbatches), runIndex);
+        }
     m_transport.flush();
     return true;
 }
 
-void DeviceExecutor::execute(const Action& a, int index)
+void DeviceExecutor::execute(const Action& a, std::int64_t runIndex)
 {
     planner::Span span;
     span.device = m_device;
     span.kind = a.kind;
     span.stage = a.stage;
     span.microbatch = a.microbatch;
-    span.action = index;
+    span.action = static_cast<std::int32_t>(runIndex);
     span.peer = a.peer;
     span.weight_version = a.weight_version;
     span.t0 = monotonicSeconds();
@@ -274,7 +333,8 @@ void DeviceExecutor::backward(const Action& a)
     st.stashes.erase(stash);
     if (!st.model->hasEmbedding())
         m_gradients[{a.stage, a.microbatch}].assign(din.begin(), din.end());
-    if (st.lastUse[a.weight_version] <= m_index)
+    // The last use of this version (a repeated period's versions are past the table: used once, here).
+    if (auto last = st.lastUse.find(a.weight_version); last == st.lastUse.end() || last->second <= m_index)
         st.snapshots.erase(a.weight_version);
 }
 

@@ -41,6 +41,24 @@ TrainingSetup trainingSetup(const planner::Plan& plan);
 /// The plan with schedule.iterations = steps, and its schedule (what every device of the run executes).
 planner::Schedule runSchedule(const planner::Plan& plan, int steps);
 
+/// @brief A run's schedule without writing out every step: `period` executed `repeats` times, repeat r shifting
+/// microbatches by r x period.microbatches and the versions of compute actions by r (repeatedAction). For a schedule
+/// that flushes every step the period is one step, so a run of a million steps holds one step's actions; other
+/// schedules (PipeDream, 2BW: a steady state that never drains) are the whole run once.
+struct RunSchedule
+{
+    planner::Schedule period;
+    int repeats = 1;
+
+    std::size_t actionCount() const { return period.actionCount() * static_cast<std::size_t>(repeats); }
+    bool operator==(const RunSchedule&) const = default;
+};
+/// Action `a` of the period as repeat `r` executes it.
+planner::Action repeatedAction(const planner::Action& a, int repeat, int periodMicrobatches);
+/// The run's schedule: one step repeated when the generator's two steps are exactly its one step twice (checked,
+/// not assumed), else runSchedule(plan, steps) once.
+RunSchedule runProgram(const planner::Plan& plan, int steps);
+
 /// Seconds on this host's monotonic clock (CLOCK_MONOTONIC: shared by every process of the host), the clock of
 /// the spans an executor reports; whoever collects them subtracts the run's start.
 double monotonicSeconds();
@@ -59,8 +77,9 @@ struct ExecutorSink
 class DeviceExecutor
 {
 public:
+    /// Executes `schedule` `repeats` times (RunSchedule); span action indices count over the whole run.
     DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device, const TrainingSetup& setup,
-        const DataOrder& data, Transport& transport, ExecutorSink sink);
+        const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats = 1);
     ~DeviceExecutor();
 
     /// Runs every action in order; returns early (false) when `stop` becomes true between actions.
@@ -72,7 +91,7 @@ public:
 
 private:
     struct StageState;
-    void execute(const planner::Action& a, int index);
+    void execute(const planner::Action& a, std::int64_t runIndex);
     void forward(const planner::Action& a);
     void backward(const planner::Action& a);
     void optimizerStep(const planner::Action& a);
@@ -83,6 +102,7 @@ private:
     const planner::Plan& m_plan;
     const planner::Schedule& m_schedule;
     int m_device;
+    int m_repeats = 1;
     TrainingSetup m_setup;
     const DataOrder& m_data;
     Transport& m_transport;

@@ -9,7 +9,8 @@ namespace pw::engine {
 
 LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup, const DataOrder& data, int steps)
 {
-    const planner::Schedule schedule = runSchedule(plan, steps);
+    const RunSchedule program = runProgram(plan, steps);
+    const planner::Schedule& schedule = program.period;
     LocalFabric fabric(schedule.num_devices);
     std::mutex mutex;
     LocalRunResult result;
@@ -25,8 +26,8 @@ LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup,
             std::lock_guard lock(mutex);
             sums.at(static_cast<std::size_t>(microbatch / setup.microbatches)) += loss;
         };
-        executors[static_cast<std::size_t>(d)]
-            = std::make_unique<DeviceExecutor>(plan, schedule, d, setup, data, fabric.endpoint(d), std::move(sink));
+        executors[static_cast<std::size_t>(d)] = std::make_unique<DeviceExecutor>(
+            plan, schedule, d, setup, data, fabric.endpoint(d), std::move(sink), program.repeats);
     }
     std::atomic<bool> stop {false};
     std::exception_ptr failure;

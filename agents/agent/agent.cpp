@@ -152,9 +152,14 @@ void Session::readLoop()
                 resend(resume->from_seq);
             m_changed.notify_all();
         }
-    } catch (const std::exception& e) {
+    } catch (const ProtocolError& e) {
         try {
             send(Error {std::string("agent: bad input from the controller: ") + e.what(), true});
+        } catch (...) {
+        }
+    } catch (const std::exception& e) {
+        try {
+            send(Error {std::string("agent: reading from the controller: ") + e.what(), true});
         } catch (...) {
         }
     }
@@ -276,7 +281,8 @@ void Session::train(const RunSpec& spec)
     data.seed = spec.data.seed;
     const engine::DataOrder order(
         engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
-    const planner::Schedule schedule = engine::runSchedule(plan, static_cast<int>(spec.steps));
+    const engine::RunSchedule program = engine::runProgram(plan, static_cast<int>(spec.steps));
+    const planner::Schedule& schedule = program.period;
     for (int d : spec.devices)
         if (d < 0 || d >= schedule.num_devices)
             throw planner::InputError("device " + std::to_string(d) + " is not in the plan's cluster");
@@ -311,8 +317,8 @@ void Session::train(const RunSpec& spec)
             if (d == spec.devices.front())
                 ++m_steps;
         };
-        executors.push_back(
-            std::make_unique<engine::DeviceExecutor>(plan, schedule, d, setup, order, *t, std::move(sink)));
+        executors.push_back(std::make_unique<engine::DeviceExecutor>(
+            plan, schedule, d, setup, order, *t, std::move(sink), program.repeats));
     }
     {
         std::unique_lock lock(m_mutex);
@@ -427,8 +433,10 @@ Hello capabilities()
 
 int runAgentSession(int in_fd, int out_fd)
 {
-    Session session(in_fd, out_fd);
-    return session.run();
+    // Never destroyed: the reader thread is detached (a read(2) cannot be interrupted) and may still be looking
+    // at the session while the process exits.
+    auto* session = new Session(in_fd, out_fd);
+    return session->run();
 }
 
 void requestAgentStop()

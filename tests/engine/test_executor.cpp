@@ -162,3 +162,35 @@ TEST_CASE("plans the engine cannot train are refused with the reason", "[engine]
     tp.tensor_parallel = 2;
     CHECK_THROWS_WITH(trainingSetup(tp), Catch::Contains("tensor parallelism (t = 2) is not run by the engine yet"));
 }
+
+TEST_CASE("a schedule that flushes every step runs as one step repeated, with the full schedule's actions",
+    "[engine][executor]")
+{
+    const auto shape = tinyGpt2(2);
+    const int steps = 5;
+    for (const auto& kind : {std::string("gpipe"), std::string("1f1b")}) {
+        INFO(kind);
+        const auto plan = gpt2Plan(shape, {{0, 1, {0, 1}}, {2, 3, {2}}}, kind);
+        const auto program = runProgram(plan, steps);
+        CHECK(program.repeats == steps);
+        const auto full = runSchedule(plan, steps);
+        CHECK(program.actionCount() == full.actionCount());
+        for (int d = 0; d < full.num_devices; ++d) {
+            const auto& period = program.period.devices[static_cast<std::size_t>(d)];
+            const auto& all = full.devices[static_cast<std::size_t>(d)];
+            for (std::size_t i = 0; i < all.size(); ++i) {
+                auto a = repeatedAction(
+                    period[i % period.size()], static_cast<int>(i / period.size()), program.period.microbatches);
+                a.group = all[i].group; // groups compared by their members below
+                CHECK(a == all[i]);
+            }
+        }
+        // Same losses as the whole schedule written out.
+        requireSameLosses(train(plan, steps).losses, train(gpt2Plan(shape, {{0, 3, {0}}}, kind), steps).losses);
+    }
+    SECTION("asynchronous schedules are written out whole")
+    {
+        const auto plan = gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "pipedream");
+        CHECK(runProgram(plan, steps).repeats == 1);
+    }
+}

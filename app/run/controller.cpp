@@ -50,6 +50,9 @@ struct AgentLink
     int exit_status = 0;
     agents::DoneStatus done_status = agents::DoneStatus::Failed;
     std::string done_message;
+    std::string host;
+    std::int64_t remote_pid = 0;
+    std::int64_t step = 0; ///< its last heartbeat's
     std::int64_t last_seq = 0; ///< the last Telemetry batch taken
     std::int64_t next_span = 1; ///< the span number the next batch should start at
     Clock::time_point last_heard = Clock::now();
@@ -95,8 +98,27 @@ std::string describeExit(int status)
 
 } // namespace
 
+std::string_view toString(AgentStatus::State state)
+{
+    switch (state) {
+    case AgentStatus::State::Starting:
+        return "starting";
+    case AgentStatus::State::Running:
+        return "running";
+    case AgentStatus::State::Done:
+        return "done";
+    case AgentStatus::State::Failed:
+        return "failed";
+    case AgentStatus::State::Exited:
+        return "exited";
+    }
+    return "?";
+}
+
 std::filesystem::path defaultAgentExecutable(const std::filesystem::path& self)
 {
+    if (const char* env = std::getenv("PIPEWRIGHT_AGENT"); env && *env)
+        return env;
     std::error_code ec;
     const auto dir = std::filesystem::canonical(self, ec).parent_path();
     for (const auto& candidate : {dir / "pipewright-agent", dir.parent_path() / "agents" / "pipewright-agent"})
@@ -128,6 +150,9 @@ struct RunController::Impl
     std::int64_t spanCount = 0;
     std::string failure;
     bool stopping = false;
+    bool started = false; ///< Start was sent
+    bool statusChanged = true; ///< an agent's status changed since the observer last heard
+    Clock::time_point lastStatus;
 
     Impl(RunRequest r, HistoryStore& h)
         : request(std::move(r))
@@ -168,6 +193,8 @@ struct RunController::Impl
     }
 
     void handle(AgentLink& a, agents::Message&& m, const RunObserver& o);
+    /// Tells the observer every agent's status when one changed, or a second has passed.
+    void reportAgents(const RunObserver& o, bool force = false);
     void onTelemetry(AgentLink& a, agents::Telemetry& t, const RunObserver& o);
     void flush();
     void shutdown();
@@ -182,6 +209,9 @@ void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObs
             using T = std::decay_t<decltype(msg)>;
             if constexpr (std::is_same_v<T, agents::Hello>) {
                 a.hello = true;
+                a.host = msg.host;
+                a.remote_pid = msg.pid;
+                statusChanged = true;
                 logLine(index, "info",
                     a.name + " on " + msg.host + " (pid " + std::to_string(msg.pid) + ", " + std::to_string(msg.cores)
                         + " cores, " + msg.blas + ")",
@@ -202,16 +232,19 @@ void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObs
                 logLine(index, std::string(agents::toString(msg.level)), msg.text, o);
             } else if constexpr (std::is_same_v<T, agents::Error>) {
                 logLine(index, "error", msg.message, o);
-                if (msg.fatal)
+                if (msg.fatal && !a.done) // after its Done an agent's run is over: what it says then is only logged
                     fail(a.name + ": " + msg.message);
             } else if constexpr (std::is_same_v<T, agents::Done>) {
                 a.done = true;
+                a.step = msg.steps;
+                statusChanged = true;
                 a.done_status = msg.status;
                 a.done_message = msg.message;
                 if (msg.status == agents::DoneStatus::Failed)
                     fail(a.name + ": " + msg.message);
             } else if constexpr (std::is_same_v<T, agents::Heartbeat>) {
-                // last_heard is all a heartbeat says
+                statusChanged = statusChanged || a.step != msg.step;
+                a.step = msg.step;
             } else {
                 fail(a.name + " sent a " + agents::toString(T::kType) + " message, which only a controller sends");
             }
@@ -267,6 +300,37 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
     }
     if (spanBuffer.size() >= 20000)
         flush();
+}
+
+void RunController::Impl::reportAgents(const RunObserver& o, bool force)
+{
+    if (!o.agents || (!force && !statusChanged && Clock::now() - lastStatus < 1s))
+        return;
+    std::vector<AgentStatus> out;
+    const auto now = Clock::now();
+    for (const auto& a : agents) {
+        AgentStatus st;
+        st.name = a->name;
+        st.devices = a->devices;
+        st.host = a->host;
+        st.pid = a->remote_pid;
+        st.step = a->step;
+        st.silent_s = std::chrono::duration<double>(now - a->last_heard).count();
+        if (a->done) {
+            st.state
+                = a->done_status == agents::DoneStatus::Failed ? AgentStatus::State::Failed : AgentStatus::State::Done;
+            st.message = a->done_message;
+        } else if (a->exited) {
+            st.state = AgentStatus::State::Exited;
+            st.message = describeExit(a->exit_status);
+        } else {
+            st.state = started && a->hello ? AgentStatus::State::Running : AgentStatus::State::Starting;
+        }
+        out.push_back(std::move(st));
+    }
+    statusChanged = false;
+    lastStatus = now;
+    o.agents(out);
 }
 
 void RunController::Impl::flush()
@@ -346,7 +410,7 @@ RunOutcome RunController::run(const RunObserver& o)
             + "' has no transformer shape: only plans made with `profile transformer` can be trained");
     {
         planner::Plan p = req.plan;
-        p.schedule.iterations = req.steps;
+        p.schedule.iterations = std::min(req.steps, 2); // the agents generate the rest (engine::runProgram)
         p.validate();
         planner::generateSchedule(p); // throws for a schedule the plan does not suit
     }
@@ -393,6 +457,8 @@ RunOutcome RunController::run(const RunObserver& o)
         a->devices = {d};
         s.agents.push_back(std::move(a));
     }
+    if (o.created)
+        o.created(s.runId);
     std::signal(SIGPIPE, SIG_IGN);
     s.t0 = monotonicNow();
     try {
@@ -420,7 +486,6 @@ RunOutcome RunController::run(const RunObserver& o)
         spec.telemetry_batch = req.telemetry_batch;
         s.send(*a, spec);
     }
-    bool started = false;
     auto lastFlush = Clock::now();
     std::vector<char> buffer(1 << 16);
     while (s.failure.empty()) {
@@ -428,8 +493,9 @@ RunOutcome RunController::run(const RunObserver& o)
             s.stopping = true;
             break;
         }
-        if (!started && std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) { return a->hello; })) {
-            started = true;
+        if (!s.started && std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) { return a->hello; })) {
+            s.started = true;
+            s.statusChanged = true;
             s.t0 = monotonicNow();
             for (auto& a : s.agents)
                 s.send(*a, agents::Start {});
@@ -460,6 +526,7 @@ RunOutcome RunController::run(const RunObserver& o)
                     waitpid(a.pid, &status, 0);
                     a.exited = true;
                     a.exit_status = status;
+                    s.statusChanged = true;
                     if (!a.done)
                         s.fail(a.name + " " + describeExit(status) + " before the run finished");
                     close(a.from_agent);
@@ -476,6 +543,7 @@ RunOutcome RunController::run(const RunObserver& o)
                     + " s (stalled or hung)");
         // Batched, yet never more than a quarter of a second behind: a viewer of the history follows the run,
         // and a controller killed mid-run loses at most that much.
+        s.reportAgents(o);
         if (s.spanBuffer.size() + s.metricBuffer.size() > 4096 || Clock::now() - lastFlush > 250ms) {
             s.flush();
             lastFlush = Clock::now();
@@ -523,6 +591,7 @@ RunOutcome RunController::run(const RunObserver& o)
         std::string("run ") + std::string(toString(out.status)) + (out.message.empty() ? "" : ": " + out.message), o);
     s.flush();
     s.history.finishRun(s.runId, out.status, out.message);
+    s.reportAgents(o, true);
     return out;
 }
 

@@ -64,9 +64,31 @@ struct RunOutcome
     std::int64_t spans = 0;
 };
 
+/// @brief Where one agent of a run stands, for the run monitor's table.
+struct AgentStatus
+{
+    enum class State : std::uint8_t { Starting, Running, Done, Failed, Exited };
+    std::string name;
+    std::vector<int> devices;
+    std::string host; ///< from its Hello (empty until then)
+    std::int64_t pid = 0; ///< on its host
+    State state = State::Starting;
+    std::int64_t step = 0; ///< its last heartbeat's
+    double silent_s = 0; ///< since it was last heard from
+    std::string message; ///< how it ended
+
+    bool operator==(const AgentStatus&) const = default;
+};
+/// "starting", "running", "done", "failed", "exited".
+std::string_view toString(AgentStatus::State state);
+
 /// @brief Everything the controller reports while a run goes on (called on the controller's thread).
 struct RunObserver
 {
+    /// The run is in the history (with its prediction stored) and its agents are about to start.
+    std::function<void(const std::string& run_id)> created;
+    /// Every agent's status, when one changes and at least once a second.
+    std::function<void(const std::vector<AgentStatus>&)> agents;
     std::function<void(const RunProgress&)> progress;
     std::function<void(std::span<const planner::Span>)> spans; ///< measured, t from the run's start
     std::function<void(const std::string& agent, const std::string& level, const std::string& text)> log;
@@ -89,7 +111,8 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
-/// The agent next to the running executable (build tree or install prefix), else "pipewright-agent" on PATH.
+/// $PIPEWRIGHT_AGENT when set; else the agent next to the running executable `self` (build tree or install prefix);
+/// else "pipewright-agent" on PATH.
 std::filesystem::path defaultAgentExecutable(const std::filesystem::path& self);
 
 } // namespace pw::app

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: MIT
+#include "snapshot.h"
+
+#include <nlohmann/json.hpp>
+
+namespace pw::app {
+
+RunSnapshot loadRunSnapshot(HistoryStore& history, const std::string& id)
+{
+    RunSnapshot s;
+    auto record = history.run(id);
+    if (!record)
+        throw HistoryError("no run '" + id + "' in " + history.path().string());
+    s.record = std::move(*record);
+    try {
+        s.plan = planner::planFromJson(nlohmann::json::parse(s.record.plan_json));
+    } catch (const std::exception& e) {
+        s.plan_error = e.what();
+    }
+    s.measured = std::make_shared<const planner::Timeline>(history.measuredTimeline(id));
+    s.predicted = std::make_shared<const planner::Timeline>(history.predictedTimeline(id));
+    s.losses = history.metrics(id, "loss");
+    s.tokens_per_s = history.metrics(id, "tokens_per_s");
+    s.logs = history.logs(id);
+    if (s.plan)
+        s.comparison = compareRun(*s.plan, *s.predicted, static_cast<int>(s.record.predicted_steps), *s.measured,
+            static_cast<int>(s.losses.size()));
+    return s;
+}
+
+} // namespace pw::app

@@ -8,6 +8,9 @@
 #include <QSettings>
 #include <cstdio>
 
+#include "ui/document/run_session.h"
+#include "ui/models/run_list_model.h"
+#include "ui/widgets/history_view.h"
 #include "ui/widgets/main_window.h"
 #include "ui/widgets/partition_panel.h"
 
@@ -74,7 +77,14 @@ int main(int argc, char** argv)
         QStringLiteral("Render the view to a PNG file without showing a window, then exit."), QStringLiteral("FILE"));
     const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size for screenshots (1920x1080)."),
         QStringLiteral("WxH"), QStringLiteral("1920x1080"));
-    parser.addOptions({project, demo, view, shot, size});
+    const QCommandLineOption history(QStringLiteral("history"),
+        QStringLiteral("The run history file (default: the user's data directory)."), QStringLiteral("FILE"));
+    const QCommandLineOption runLocal(QStringLiteral("run-local"),
+        QStringLiteral("Train the plan with local agents for STEPS steps first (screenshots of the run view)."),
+        QStringLiteral("STEPS"));
+    const QCommandLineOption openRun(QStringLiteral("open-run"),
+        QStringLiteral("Show run ID of the history in the run view ('latest': the newest run)."), QStringLiteral("ID"));
+    parser.addOptions({project, demo, view, shot, size, history, runLocal, openRun});
     parser.addPositionalArgument(
         QStringLiteral("project"), QStringLiteral("Project file to open."), QStringLiteral("[project]"));
     parser.process(app);
@@ -100,6 +110,8 @@ int main(int argc, char** argv)
     }
     if (!opened && !window.openDemo() && screenshot)
         return fail(window.lastError());
+    if (parser.isSet(history))
+        window.setHistoryPath(parser.value(history).toStdString());
 
     if (!screenshot) {
         if (!viewName.isEmpty())
@@ -115,6 +127,31 @@ int main(int argc, char** argv)
     window.waitUntilIdle(); // the predictions a screenshot shows are simulated in the background
     const QString name = viewName.isEmpty() ? QStringLiteral("model") : viewName;
     window.showView(name);
+    if (parser.isSet(runLocal)) { // a run, live in the run view until it ends
+        pw::app::RunRequest settings;
+        settings.steps = parser.value(runLocal).toInt();
+        settings.lr = 1e-3;
+        if (settings.steps <= 0)
+            return fail(QStringLiteral("--run-local wants a positive number of steps"), 2);
+        if (!window.runLocally(settings) || !window.runSession()->waitForFinished(600'000))
+            return fail(window.lastError().isEmpty() ? QStringLiteral("the run did not finish") : window.lastError());
+        if (window.runSession()->outcome().status != pw::app::RunStatus::Succeeded)
+            return fail(QStringLiteral("the run ended %1: %2")
+                            .arg(QString::fromUtf8(pw::app::toString(window.runSession()->outcome().status).data()),
+                                QString::fromStdString(window.runSession()->outcome().message)));
+    }
+    if (parser.isSet(openRun)) {
+        QString id = parser.value(openRun);
+        if (id == QLatin1String("latest")) {
+            window.historyView()->refresh();
+            if (window.historyView()->model()->rowCount() == 0)
+                return fail(QStringLiteral("the history holds no run"));
+            id = QString::fromStdString(window.historyView()->model()->run(0).id);
+        }
+        window.openRun(id);
+        if (!window.waitForOpenedRun() || !window.lastError().isEmpty())
+            return fail(window.lastError());
+    }
     if (name == QLatin1String("partition")) { // show what the panel is for: every algorithm's plan
         QEventLoop loop;
         QObject::connect(window.partitionPanel(), &pw::ui::PartitionPanel::finished, &loop, &QEventLoop::quit);

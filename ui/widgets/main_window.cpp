@@ -20,19 +20,24 @@
 
 #include <qcustomplot.h>
 
+#include "app/history/history.h"
 #include "app/project/demo_project.h"
+#include "app/run/snapshot.h"
 #include "planner/edit.h"
 #include "planner/errors.h"
 #include "planner/io/graph_txt.h"
 #include "planner/io/json_file.h"
 #include "ui/document/project_document.h"
+#include "ui/document/run_session.h"
 #include "ui/widgets/busy_indicator.h"
 #include "ui/widgets/cluster_editor.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/graph_import_dialog.h"
+#include "ui/widgets/history_view.h"
 #include "ui/widgets/metrics_panel.h"
 #include "ui/widgets/model_view.h"
 #include "ui/widgets/partition_panel.h"
+#include "ui/widgets/run_monitor.h"
 #include "ui/widgets/scenarios_view.h"
 
 namespace pw::ui {
@@ -48,7 +53,7 @@ const QString kProjectFilter = QStringLiteral("Pipewright projects (*.pwproj)");
 QStringList MainWindow::viewNames()
 {
     return {QStringLiteral("model"), QStringLiteral("cluster"), QStringLiteral("partition"), QStringLiteral("gantt"),
-        QStringLiteral("memory"), QStringLiteral("scenarios")};
+        QStringLiteral("memory"), QStringLiteral("scenarios"), QStringLiteral("run"), QStringLiteral("history")};
 }
 
 MainWindow::MainWindow(QWidget* parent)
@@ -65,7 +70,20 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs->addTab(m_gantt, tr("Schedule"));
     m_tabs->addTab(m_scenarios, tr("Scenarios"));
     m_tabs->addTab(m_cluster, tr("Cluster"));
+    m_monitor = new RunMonitor(m_tabs);
+    m_history = new HistoryView(m_tabs);
+    m_tabs->addTab(m_monitor, tr("Run"));
+    m_tabs->addTab(m_history, tr("History"));
     setCentralWidget(m_tabs);
+    connect(m_history, &HistoryView::openRequested, this, &MainWindow::openRun);
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this] {
+        if (m_tabs->currentWidget() == m_history)
+            m_history->refresh();
+    });
+    m_historyPath = app::defaultHistoryPath();
+    m_history->setHistoryPath(m_historyPath);
+    connect(&m_runLoader, &JobRunner::failed, this,
+        [this](const QString& error) { showError(tr("Cannot open the run"), error); });
 
     m_metrics = new MetricsPanel(m_document->planDocument(), this);
     auto* metricsDock = new QDockWidget(tr("Metrics"), this);
@@ -250,11 +268,30 @@ void MainWindow::buildMenus()
     plan->addSeparator();
     plan->addAction(
         tr("Save as &scenario…"), QKeySequence(tr("Ctrl+Shift+N")), m_scenarios, &ScenariosView::saveCurrentAs);
+    plan->addSeparator();
+    plan->addAction(tr("Run &locally…"), QKeySequence(Qt::Key_F6), this, [this] {
+        bool ok = false;
+        app::RunRequest settings;
+        settings.steps = QInputDialog::getInt(this, tr("Run locally"),
+            tr("Train the current plan with one agent process per device on this machine.\nSteps:"), 50, 1, 10'000'000,
+            10, &ok);
+        if (!ok)
+            return;
+        settings.lr = QInputDialog::getDouble(
+            this, tr("Run locally"), tr("Learning rate (AdamW):"), 1e-3, 1e-7, 1.0, 6, &ok, Qt::WindowFlags(), 1e-4);
+        if (ok)
+            runLocally(settings);
+    });
+    plan->addAction(tr("S&top the run"), this, [this] {
+        if (m_session)
+            m_session->stop();
+    });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
-    const QStringList tabs
-        = {QStringLiteral("model"), QStringLiteral("gantt"), QStringLiteral("scenarios"), QStringLiteral("cluster")};
-    const QStringList titles = {tr("&Model"), tr("&Schedule"), tr("S&cenarios"), tr("C&luster")};
+    const QStringList tabs = {QStringLiteral("model"), QStringLiteral("gantt"), QStringLiteral("scenarios"),
+        QStringLiteral("cluster"), QStringLiteral("run"), QStringLiteral("history")};
+    const QStringList titles
+        = {tr("&Model"), tr("&Schedule"), tr("S&cenarios"), tr("C&luster"), tr("&Run"), tr("&History")};
     for (int i = 0; i < tabs.size(); ++i)
         view->addAction(titles[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), this,
             [this, name = tabs[i]] { showView(name); });
@@ -354,6 +391,10 @@ bool MainWindow::showView(const QString& name)
         m_tabs->setCurrentWidget(m_scenarios);
     else if (name == QLatin1String("cluster"))
         m_tabs->setCurrentWidget(m_cluster);
+    else if (name == QLatin1String("run"))
+        m_tabs->setCurrentWidget(m_monitor);
+    else if (name == QLatin1String("history"))
+        m_tabs->setCurrentWidget(m_history);
     else if (name == QLatin1String("partition")) { // the panel, wide enough for its results table
         auto* dock = m_partitionDock;
         dock->show();
@@ -395,6 +436,69 @@ void MainWindow::fitDocks()
     const int w = width();
     resizeDocks(
         {m_partitionDock, m_metricsDock}, {std::max(260, w * 24 / 100), std::max(300, w * 27 / 100)}, Qt::Horizontal);
+}
+
+void MainWindow::setHistoryPath(const std::filesystem::path& path)
+{
+    m_historyPath = path;
+    m_history->setHistoryPath(path);
+}
+
+bool MainWindow::runLocally(const app::RunRequest& settings)
+{
+    if (m_session && m_session->running()) {
+        showError(tr("A run is going"), tr("Stop the current run (Plan ▸ Stop the run) before starting another."));
+        return false;
+    }
+    if (!m_document->planDocument().hasPlan()) {
+        showError(tr("No plan"), tr("There is no plan to run."));
+        return false;
+    }
+    app::RunRequest request = settings;
+    request.plan = m_document->planDocument().plan();
+    request.plan_label = (m_document->filePath().isEmpty() ? QStringLiteral("unsaved project")
+                                                           : QFileInfo(m_document->filePath()).fileName())
+                             .toStdString();
+    if (request.agent_executable.empty())
+        request.agent_executable = app::defaultAgentExecutable(QCoreApplication::applicationFilePath().toStdString());
+    m_session = std::make_unique<RunSession>(std::move(request), m_historyPath);
+    m_monitor->attach(m_session.get());
+    connect(m_session.get(), &RunSession::finished, this, [this] {
+        m_busy->setBusy(tr("Training"), false);
+        m_history->refresh();
+        m_history->select(m_session->runId().toStdString());
+        const auto& o = m_session->outcome();
+        if (o.status == app::RunStatus::Failed)
+            showError(tr("The run failed"), QString::fromStdString(o.message));
+        else
+            statusBar()->showMessage(
+                tr("Run %1 %2").arg(m_session->runId(), QString::fromUtf8(app::toString(o.status).data())));
+    });
+    m_busy->setBusy(tr("Training"), true);
+    m_session->start();
+    showView(QStringLiteral("run"));
+    return true;
+}
+
+void MainWindow::openRun(const QString& id)
+{
+    const std::filesystem::path path = m_historyPath;
+    m_runLoader.submit(
+        [path, id = id.toStdString()](std::stop_token) -> std::shared_ptr<const app::RunSnapshot> {
+            auto store = app::HistoryStore::open(path);
+            return std::make_shared<const app::RunSnapshot>(app::loadRunSnapshot(store, id));
+        },
+        [this](std::shared_ptr<const app::RunSnapshot> snapshot) {
+            m_monitor->showSnapshot(std::move(snapshot));
+            showView(QStringLiteral("run"));
+        });
+}
+
+bool MainWindow::waitForOpenedRun(int timeoutMs)
+{
+    const bool idle = m_runLoader.waitForIdle(timeoutMs);
+    QApplication::processEvents();
+    return idle;
 }
 
 bool MainWindow::waitUntilIdle(int timeoutMs)

@@ -4,9 +4,13 @@
 #pragma once
 
 #include <QMainWindow>
+#include <filesystem>
+#include <memory>
 #include <optional>
 
+#include "app/run/controller.h"
 #include "ui/document/project_document.h"
+#include "ui/jobs/job_runner.h"
 
 class QDockWidget;
 class QMenu;
@@ -21,6 +25,9 @@ class MetricsPanel;
 class ModelView;
 class PartitionPanel;
 class ScenariosView;
+class RunMonitor;
+class RunSession;
+class HistoryView;
 
 class MainWindow : public QMainWindow
 {
@@ -56,11 +63,26 @@ public:
     /// The text of the last error shown to the user (also in the status bar).
     QString lastError() const { return m_lastError; }
 
+    /// The history file runs are recorded in (the user's data directory unless set).
+    void setHistoryPath(const std::filesystem::path& path);
+    const std::filesystem::path& historyPath() const { return m_historyPath; }
+    /// Trains the current plan with local agents (Plan ▸ Run locally): the Run tab follows it live, the History tab
+    /// lists it when it ends. False (with the reason shown) when a run is already going or there is no plan.
+    bool runLocally(const app::RunRequest& settings);
+    /// The run started last (null before the first).
+    RunSession* runSession() const { return m_session.get(); }
+    /// Reads run `id` from the history in the background and shows it in the Run tab.
+    void openRun(const QString& id);
+    /// Runs the event loop until a run opened with openRun() is shown; false on timeout.
+    bool waitForOpenedRun(int timeoutMs = 60'000);
+
     ModelView* modelView() const { return m_modelView; }
     MetricsPanel* metricsPanel() const { return m_metrics; }
     PartitionPanel* partitionPanel() const { return m_partition; }
     GanttView* ganttView() const { return m_gantt; }
     ScenariosView* scenariosView() const { return m_scenarios; }
+    RunMonitor* runMonitor() const { return m_monitor; }
+    HistoryView* historyView() const { return m_history; }
     ClusterEditor* clusterEditor() const { return m_cluster; }
     BusyIndicator* busyIndicator() const { return m_busy; }
 
@@ -98,6 +120,11 @@ private:
     bool m_docksPlaced = false; ///< a saved dock layout was restored: leave the user's widths alone
     QString m_lastError;
     bool m_scheduleStale = true;
+    RunMonitor* m_monitor = nullptr;
+    HistoryView* m_history = nullptr;
+    std::filesystem::path m_historyPath;
+    std::unique_ptr<RunSession> m_session;
+    JobRunner m_runLoader {QStringLiteral("run loader")};
 };
 
 } // namespace pw::ui

@@ -110,12 +110,15 @@ void MetricsPanel::refresh()
     const QString config = QString::fromStdString(plan.configString());
     const QString stages
         = configText(config) != config ? configText(config) : tr("%1 stages (%2)").arg(plan.stageCount()).arg(config);
+    // A plan cut by hand (or loaded without one) names no algorithm.
+    const QString by
+        = plan.algorithm.empty() ? tr("cut by hand") : tr("by %1").arg(QString::fromStdString(plan.algorithm));
     m_plan->setFullText(
-        tr("%1, %2 × %3 microbatches, %4, by %5")
+        tr("%1, %2 × %3 microbatches, %4, %5")
             .arg(stages)
             .arg(plan.schedule.microbatches)
             .arg(plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size)
-            .arg(QString::fromStdString(plan.schedule.kind), QString::fromStdString(plan.algorithm)));
+            .arg(QString::fromStdString(plan.schedule.kind), by));
     // While the current plan is simulated the newest finished prediction stays, greyed: numbers follow a drag at
     // the speed of one simulation instead of blanking out.
     const bool current = m_document.isPredictionCurrent();

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+// Runs from the desktop app (offscreen): a local run of the bundled tiny GPT-2 fills the run monitor live (the
+// measured Gantt under the predicted one, loss and throughput per step, agents, log, the prediction's error) and
+// the history list; reopening it from the history shows the same run; Stop stops one; a plan without a model
+// shape is refused with the reason; the run list model passes Qt's model tester.
+#include <catch2/catch.hpp>
+
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QComboBox>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <qcustomplot.h>
+
+#include "app/history/history.h"
+#include "app/project/project.h"
+#include "planner/schedule/generator.h"
+#include "ui/document/run_session.h"
+#include "ui/models/run_list_model.h"
+#include "ui/widgets/gantt_view.h"
+#include "ui/widgets/history_view.h"
+#include "ui/widgets/main_window.h"
+#include "ui/widgets/run_monitor.h"
+
+using namespace pw;
+using namespace pw::ui;
+using Catch::Contains;
+
+namespace {
+
+const QString kTinyProject = QStringLiteral(PW_DEMO_DIR "/gpt2-tiny-local.pwproj");
+
+app::RunRequest settings(int steps)
+{
+    app::RunRequest r;
+    r.steps = steps;
+    r.lr = 1e-3;
+    r.threads = 1;
+    r.agent_executable = PW_AGENT_EXE;
+    return r;
+}
+
+struct Window
+{
+    QTemporaryDir dir;
+    MainWindow window;
+    Window()
+    {
+        REQUIRE(window.openProject(kTinyProject));
+        window.setHistoryPath((dir.path() + QStringLiteral("/history.sqlite")).toStdString());
+        window.resize(1600, 1000);
+        window.show();
+        REQUIRE(window.waitUntilIdle());
+    }
+};
+
+} // namespace
+
+TEST_CASE("run monitor: a local run started from the app fills the monitor and the history list", "[ui][run]")
+{
+    Window w;
+    const int steps = 6;
+    REQUIRE(w.window.runLocally(settings(steps)));
+    RunSession* session = w.window.runSession();
+    REQUIRE(session);
+    RunMonitor* monitor = w.window.runMonitor();
+    CHECK(monitor->stopButton()->isEnabled());
+    REQUIRE(session->waitForFinished());
+    INFO(session->outcome().message.c_str());
+    REQUIRE(session->outcome().status == app::RunStatus::Succeeded);
+
+    // Live: curves per step, both agents done, the measured timeline under the predicted one.
+    CHECK(monitor->lossPoints() == steps);
+    CHECK_THAT(monitor->statusText().toStdString(), Contains("succeeded") && Contains("6 steps"));
+    CHECK_FALSE(monitor->stopButton()->isEnabled());
+    REQUIRE(monitor->agentTable()->rowCount() == 2);
+    for (int r = 0; r < 2; ++r) {
+        CHECK(monitor->agentTable()->item(r, 4)->text() == QStringLiteral("done"));
+        CHECK(monitor->agentTable()->item(r, 5)->text() == QString::number(steps));
+    }
+    REQUIRE(monitor->gantt()->blockCount() == 2);
+    auto plan = w.window.document().planDocument().plan();
+    plan.schedule.iterations = steps;
+    CHECK(session->measured()->spans.size() == planner::generateSchedule(plan).actionCount());
+    CHECK(session->predictedSteps() == steps);
+    CHECK_THAT(monitor->comparisonText().toStdString(), Contains("Iteration time per step") && Contains("error"));
+    CHECK_THAT(monitor->logView()->toPlainText().toStdString(), Contains("run succeeded"));
+
+    // The history lists it, selected.
+    HistoryView* history = w.window.historyView();
+    REQUIRE(history->model()->rowCount() == 1);
+    const std::string id = session->runId().toStdString();
+    CHECK(history->model()->run(0).id == id);
+    CHECK(history->selectedRun() == id);
+
+    // Reopened from the history: the same run, curves and both timelines.
+    w.window.openRun(QString::fromStdString(id));
+    REQUIRE(w.window.waitForOpenedRun());
+    CHECK_THAT(monitor->statusText().toStdString(), Contains(id) && Contains("6 of 6 steps"));
+    CHECK(monitor->lossPoints() == steps);
+    CHECK(monitor->gantt()->blockCount() == 2);
+    CHECK_THAT(monitor->comparisonText().toStdString(), Contains("Iteration time per step"));
+    CHECK(w.window.lastError().isEmpty());
+}
+
+TEST_CASE("run monitor: Stop ends a live run as stopped and leaves the app usable", "[ui][run]")
+{
+    Window w;
+    REQUIRE(w.window.runLocally(settings(1'000'000)));
+    RunSession* session = w.window.runSession();
+    QElapsedTimer t;
+    t.start();
+    while (session->progressHistory().size() < 2 && t.elapsed() < 60'000)
+        QTest::qWait(20);
+    REQUIRE(session->progressHistory().size() >= 2);
+    CHECK_FALSE(w.window.runLocally(settings(5))); // one run at a time
+    QTest::mouseClick(w.window.runMonitor()->stopButton(), Qt::LeftButton);
+    REQUIRE(session->waitForFinished());
+    CHECK(session->outcome().status == app::RunStatus::Stopped);
+    CHECK_THAT(w.window.runMonitor()->statusText().toStdString(), Contains("stopped"));
+    // The history browser filters by status.
+    HistoryView* history = w.window.historyView();
+    history->statusBox()->setCurrentIndex(history->statusBox()->findData(QStringLiteral("succeeded")));
+    CHECK(history->model()->rowCount() == 0);
+    history->statusBox()->setCurrentIndex(history->statusBox()->findData(QStringLiteral("stopped")));
+    CHECK(history->model()->rowCount() == 1);
+    history->filterEdit()->setText(QStringLiteral("no such plan"));
+    CHECK(history->model()->rowCount() == 0);
+}
+
+TEST_CASE("run monitor: a plan without a model shape fails with the reason", "[ui][run]")
+{
+    QTemporaryDir dir;
+    // The tiny project with a profile that has lost its transformer shape (as an imported graph.txt has none).
+    auto project = app::loadProject(kTinyProject.toStdString());
+    auto model = *project.model;
+    model.architecture.reset();
+    project.model = model;
+    auto plan = *project.plan;
+    plan.model = project.model;
+    project.plan = plan;
+    const QString path = dir.path() + QStringLiteral("/no-shape.pwproj");
+    app::saveProject(path.toStdString(), project);
+    MainWindow window;
+    REQUIRE(window.openProject(path));
+    window.setHistoryPath((dir.path() + QStringLiteral("/history.sqlite")).toStdString());
+    REQUIRE(window.runLocally(settings(3)));
+    REQUIRE(window.runSession()->waitForFinished());
+    CHECK(window.runSession()->outcome().status == app::RunStatus::Failed);
+    CHECK_THAT(window.runSession()->outcome().message, Contains("profile transformer"));
+    CHECK_THAT(window.lastError().toStdString(), Contains("profile transformer"));
+}
+
+TEST_CASE("run list model: the model tester finds nothing wrong", "[ui][run]")
+{
+    RunListModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    app::RunRecord a;
+    a.id = "r-1";
+    a.label = "plan.json";
+    a.status = app::RunStatus::Failed;
+    a.status_message = "agent 1 was killed";
+    a.started_unix_s = 1'700'000'000;
+    a.ended_unix_s = 1'700'000'012.5;
+    a.steps_planned = 20;
+    a.tags = {"baseline"};
+    app::RunRecord b = a;
+    b.id = "r-2";
+    b.status = app::RunStatus::Running;
+    b.ended_unix_s = 0;
+    model.setRuns({a, b});
+    REQUIRE(model.rowCount() == 2);
+    CHECK(model.data(model.index(0, RunListModel::Duration)).toString() == QStringLiteral("12.5 s"));
+    CHECK(model.data(model.index(0, RunListModel::Duration), RunListModel::ValueRole).toDouble() == 12.5);
+    CHECK(model.data(model.index(1, RunListModel::Duration)).toString() == QStringLiteral("—"));
+    CHECK(model.data(model.index(0, RunListModel::Status), Qt::ToolTipRole).toString()
+        == QStringLiteral("agent 1 was killed"));
+    CHECK(model.data(model.index(0, RunListModel::Tags)).toString() == QStringLiteral("baseline"));
+    CHECK(model.rowOf("r-2") == 1);
+    CHECK(model.rowOf("nope") == -1);
+}

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: MIT
+#include "run_monitor.h"
+
+#include <QDateTime>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+#include <qcustomplot.h>
+
+#include "ui/document/run_session.h"
+#include "ui/models/format.h"
+#include "ui/widgets/gantt_view.h"
+
+namespace pw::ui {
+
+namespace {
+
+QString signedPercentText(double relative)
+{
+    return (relative >= 0 ? QStringLiteral("+") : QString()) + QString::number(relative * 100, 'f', 1)
+        + QStringLiteral(" %");
+}
+
+QString runStatusText(app::RunStatus s)
+{
+    return QString::fromUtf8(app::toString(s).data(), static_cast<int>(app::toString(s).size()));
+}
+
+} // namespace
+
+RunMonitor::RunMonitor(QWidget* parent)
+    : QWidget(parent)
+{
+    m_status = new QLabel(tr("No run yet: Plan ▸ Run locally (F6) trains the current plan, or open a run from the "
+                             "History tab."),
+        this);
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_status->setWordWrap(true);
+    m_stop = new QPushButton(tr("Stop"), this);
+    m_stop->setEnabled(false);
+    m_stop->setToolTip(tr("Stop every agent of the run (the run is recorded as stopped)"));
+    auto* header = new QHBoxLayout;
+    header->addWidget(m_status, 1);
+    header->addWidget(m_stop);
+
+    m_gantt = new GanttView(this, false);
+    m_curves = new QCustomPlot(this);
+    m_curves->setMinimumHeight(140);
+    m_curves->xAxis->setLabel(tr("step"));
+    m_curves->yAxis->setLabel(tr("loss (nats per token)"));
+    m_curves->yAxis2->setVisible(true);
+    m_curves->yAxis2->setLabel(tr("throughput (tokens/s)"));
+    auto* loss = m_curves->addGraph(m_curves->xAxis, m_curves->yAxis);
+    loss->setName(tr("loss"));
+    loss->setPen(QPen(QColor(31, 119, 180), 2));
+    auto* tps = m_curves->addGraph(m_curves->xAxis, m_curves->yAxis2);
+    tps->setName(tr("throughput"));
+    tps->setPen(QPen(QColor(255, 127, 14), 1.5));
+    m_curves->legend->setVisible(true);
+    m_curves->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignLeft);
+    m_curves->legend->setBrush(QColor(255, 255, 255, 200));
+
+    m_agents = new QTableWidget(0, 7, this);
+    m_agents->setHorizontalHeaderLabels(
+        {tr("Agent"), tr("Devices"), tr("Host"), tr("PID"), tr("State"), tr("Step"), tr("Silent")});
+    m_agents->verticalHeader()->hide();
+    m_agents->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_agents->horizontalHeader()->setStretchLastSection(true);
+    m_log = new QPlainTextEdit(this);
+    m_log->setReadOnly(true);
+    m_log->setMaximumBlockCount(10000);
+    m_comparison = new QLabel(this);
+    m_comparison->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+    m_comparison->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_comparison->setMargin(6);
+    // In a scroll area: the per-stage table must not set the window's minimum width.
+    auto* comparisonScroll = new QScrollArea(this);
+    comparisonScroll->setWidget(m_comparison);
+    comparisonScroll->setWidgetResizable(true);
+    comparisonScroll->setFrameShape(QFrame::NoFrame);
+    m_tabs = new QTabWidget(this);
+    m_tabs->addTab(m_agents, tr("Agents"));
+    m_tabs->addTab(m_log, tr("Log"));
+    m_tabs->addTab(comparisonScroll, tr("Predicted vs measured"));
+
+    auto* bottom = new QSplitter(Qt::Horizontal, this);
+    bottom->addWidget(m_curves);
+    bottom->addWidget(m_tabs);
+    bottom->setSizes({1000, 1000});
+    auto* split = new QSplitter(Qt::Vertical, this);
+    split->addWidget(m_gantt);
+    split->addWidget(bottom);
+    split->setSizes({600, 400});
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(header);
+    layout->addWidget(split, 1);
+    m_gantt->setEmptyMessage(tr("The measured timeline appears here, under the predicted one, once a run starts."));
+    connect(m_stop, &QPushButton::clicked, this, [this] {
+        if (m_session)
+            m_session->stop();
+        m_stop->setEnabled(false);
+    });
+}
+
+RunMonitor::~RunMonitor() = default;
+
+void RunMonitor::clear()
+{
+    for (auto& c : m_connections)
+        disconnect(c);
+    m_connections.clear();
+    m_session = nullptr;
+    m_agents->setRowCount(0);
+    m_log->clear();
+    m_comparison->clear();
+    setCurves({}, {}, {});
+    m_stop->setEnabled(false);
+}
+
+void RunMonitor::attach(RunSession* session)
+{
+    clear();
+    m_session = session;
+    m_stop->setEnabled(true);
+    m_status->setText(tr("Starting the agents…"));
+    m_gantt->setEmptyMessage(tr("Starting the agents…"));
+    m_connections.push_back(connect(session, &RunSession::predictionLoaded, this, [this] {
+        std::vector<GanttBlock> blocks;
+        blocks.push_back({tr("predicted (first %1 steps simulated)").arg(m_session->predictedSteps()),
+            m_session->predictedTimeline()});
+        blocks.push_back({tr("measured"), m_session->measured()});
+        m_gantt->setBlocks(std::move(blocks));
+    }));
+    m_connections.push_back(connect(session, &RunSession::spansAppended, this, [this] {
+        if (m_gantt->blockCount() == 2)
+            m_gantt->timelineGrew(1);
+    }));
+    m_connections.push_back(connect(session, &RunSession::progressed, this, &RunMonitor::onProgress));
+    m_connections.push_back(connect(session, &RunSession::agentsChanged, this, &RunMonitor::onAgents));
+    m_connections.push_back(connect(session, &RunSession::logLine, this, &RunMonitor::appendLog));
+    m_connections.push_back(connect(session, &RunSession::finished, this, &RunMonitor::onFinished));
+    m_connections.push_back(connect(session, &QObject::destroyed, this, [this] { m_session = nullptr; }));
+}
+
+void RunMonitor::onProgress()
+{
+    const auto& history = m_session->progressHistory();
+    if (history.empty())
+        return;
+    std::vector<double> steps, losses, tps;
+    for (const auto& p : history) {
+        steps.push_back(p.step);
+        losses.push_back(p.loss);
+        tps.push_back(p.tokens_per_s);
+    }
+    setCurves(steps, losses, tps);
+    const auto& p = history.back();
+    m_status->setText(tr("Run %1 — running: step %2 of %3, loss %4, %5 tokens/s, %6")
+                          .arg(QString::fromStdString(p.run_id))
+                          .arg(p.step)
+                          .arg(p.steps)
+                          .arg(p.loss, 0, 'f', 4)
+                          .arg(p.tokens_per_s, 0, 'f', 0)
+                          .arg(secondsText(p.elapsed_s, 1)));
+}
+
+void RunMonitor::onAgents()
+{
+    const auto& agents = m_session->agents();
+    m_agents->setRowCount(static_cast<int>(agents.size()));
+    for (int r = 0; r < static_cast<int>(agents.size()); ++r) {
+        const auto& a = agents[static_cast<std::size_t>(r)];
+        QStringList devices;
+        for (int d : a.devices)
+            devices << QString::number(d);
+        const auto state = app::toString(a.state);
+        const QStringList cells = {QString::fromStdString(a.name), devices.join(QStringLiteral(", ")),
+            QString::fromStdString(a.host), a.pid > 0 ? QString::number(a.pid) : QString(),
+            QString::fromUtf8(state.data(), static_cast<int>(state.size())), QString::number(a.step),
+            QString::number(a.silent_s, 'f', 1) + QStringLiteral(" s")};
+        for (int c = 0; c < cells.size(); ++c) {
+            auto* item = new QTableWidgetItem(cells[c]);
+            if (!a.message.empty())
+                item->setToolTip(QString::fromStdString(a.message));
+            if (a.state == app::AgentStatus::State::Failed || a.state == app::AgentStatus::State::Exited)
+                item->setForeground(QColor(200, 30, 30));
+            m_agents->setItem(r, c, item);
+        }
+    }
+    m_agents->resizeColumnsToContents();
+}
+
+void RunMonitor::onFinished()
+{
+    m_stop->setEnabled(false);
+    const auto& o = m_session->outcome();
+    QString text = tr("Run %1 — %2").arg(QString::fromStdString(o.run_id), runStatusText(o.status));
+    if (!o.losses.empty())
+        text += tr(": %1 steps, final loss %2, %3 tokens/s, %4")
+                    .arg(o.losses.size())
+                    .arg(o.losses.back(), 0, 'f', 4)
+                    .arg(o.tokens_per_s, 0, 'f', 0)
+                    .arg(secondsText(o.seconds, 1));
+    if (!o.message.empty())
+        text += QStringLiteral(" (") + QString::fromStdString(o.message) + QStringLiteral(")");
+    m_status->setText(text);
+    if (m_session->predictedTimeline() && !o.losses.empty())
+        setComparison(app::compareRun(m_session->request().plan, *m_session->predictedTimeline(),
+                          m_session->predictedSteps(), *m_session->measured(), static_cast<int>(o.losses.size())),
+            m_session->predictedSteps());
+}
+
+void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)
+{
+    clear();
+    const auto& r = s->record;
+    QString text = tr("Run %1 (%2) — %3, %4 of %5 steps")
+                       .arg(QString::fromStdString(r.id), QString::fromStdString(r.label), runStatusText(r.status))
+                       .arg(s->losses.size())
+                       .arg(r.steps_planned);
+    if (!s->losses.empty())
+        text += tr(", final loss %1").arg(s->losses.back().value, 0, 'f', 4);
+    if (!s->tokens_per_s.empty())
+        text += tr(", %1 tokens/s").arg(s->tokens_per_s.back().value, 0, 'f', 0);
+    if (r.ended_unix_s > 0)
+        text += QStringLiteral(", ") + secondsText(r.ended_unix_s - r.started_unix_s, 1);
+    text += tr(", started %1")
+                .arg(QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.started_unix_s))
+                         .toString(QStringLiteral("yyyy-MM-dd hh:mm:ss")));
+    if (!r.status_message.empty())
+        text += QStringLiteral(" (") + QString::fromStdString(r.status_message) + QStringLiteral(")");
+    m_status->setText(text);
+
+    // The agents as the run recorded them (where each ran), with how the run ended.
+    try {
+        const auto hosts = nlohmann::json::parse(r.hosts_json.empty() ? "[]" : r.hosts_json);
+        m_agents->setRowCount(static_cast<int>(hosts.size()));
+        for (int row = 0; row < static_cast<int>(hosts.size()); ++row) {
+            const auto& h = hosts[static_cast<std::size_t>(row)];
+            const int device = h.value("device", -1);
+            const QStringList cells = {tr("agent %1").arg(device), QString::number(device),
+                QString::fromStdString(h.value("host", std::string())), QString(), runStatusText(r.status),
+                QString::number(s->losses.size()), QString()};
+            for (int c = 0; c < cells.size(); ++c)
+                m_agents->setItem(row, c, new QTableWidgetItem(cells[c]));
+        }
+        m_agents->resizeColumnsToContents();
+    } catch (const std::exception&) {
+        m_agents->setRowCount(0); // a history written by something else: the log still tells
+    }
+
+    std::vector<GanttBlock> blocks;
+    if (!s->predicted->spans.empty())
+        blocks.push_back({tr("predicted (first %1 steps simulated)").arg(r.predicted_steps), s->predicted});
+    blocks.push_back({tr("measured"), s->measured});
+    m_gantt->setBlocks(std::move(blocks));
+
+    std::vector<double> steps, losses, tps;
+    for (const auto& l : s->losses) {
+        steps.push_back(l.step + 1);
+        losses.push_back(l.value);
+    }
+    for (const auto& t : s->tokens_per_s)
+        tps.push_back(t.value);
+    tps.resize(losses.size(), std::nan(""));
+    setCurves(steps, losses, tps);
+    for (const auto& l : s->logs)
+        appendLog(l.agent < 0 ? tr("controller") : tr("agent %1").arg(l.agent), QString::fromStdString(l.level),
+            QString::fromStdString(l.text));
+    if (s->plan)
+        setComparison(s->comparison, static_cast<int>(r.predicted_steps));
+    else
+        m_comparison->setText(tr("The stored plan cannot be read: %1").arg(QString::fromStdString(s->plan_error)));
+}
+
+void RunMonitor::setCurves(
+    const std::vector<double>& steps, const std::vector<double>& losses, const std::vector<double>& tokensPerS)
+{
+    const QVector<double> x(steps.begin(), steps.end());
+    m_curves->graph(0)->setData(x, QVector<double>(losses.begin(), losses.end()), true);
+    m_curves->graph(1)->setData(x, QVector<double>(tokensPerS.begin(), tokensPerS.end()), true);
+    if (!steps.empty()) {
+        m_curves->xAxis->setRange(0, std::max(1.0, steps.back()));
+        bool found = false;
+        const auto lr = m_curves->graph(0)->getValueRange(found);
+        if (found)
+            m_curves->yAxis->setRange(std::min(0.0, lr.lower), lr.upper * 1.05);
+        const auto tpsRange = m_curves->graph(1)->getValueRange(found);
+        if (found)
+            m_curves->yAxis2->setRange(0, std::max(1.0, tpsRange.upper * 1.1));
+    }
+    m_curves->replot(QCustomPlot::rpQueuedReplot);
+}
+
+int RunMonitor::lossPoints() const
+{
+    return m_curves->graph(0)->dataCount();
+}
+
+void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
+{
+    QString html = tr("<p>Iteration time per step: predicted <b>%1</b> (first %2 steps simulated), measured "
+                      "<b>%3</b>, error <b>%4</b></p>")
+                       .arg(secondsText(c.predicted_iteration_s, 2))
+                       .arg(predictedSteps)
+                       .arg(secondsText(c.measured_iteration_s, 2), signedPercentText(c.iteration_error));
+    html += tr("<table cellspacing='0' cellpadding='3' border='1'><tr><th>stage</th><th>compute<br>predicted</th>"
+               "<th>compute<br>measured</th><th>idle<br>predicted</th><th>idle<br>measured</th><th>iteration "
+               "error</th></tr>");
+    for (const auto& s : c.stages)
+        html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5</td><td>%6</td></tr>")
+                    .arg(s.stage)
+                    .arg(secondsText(s.predicted.compute_s, 2), secondsText(s.measured.compute_s, 2),
+                        secondsText(s.predicted.idle_s, 2), secondsText(s.measured.idle_s, 2),
+                        signedPercentText(s.iteration_error));
+    html += QStringLiteral("</table>");
+    m_comparison->setText(html);
+}
+
+QString RunMonitor::statusText() const
+{
+    return m_status->text();
+}
+
+QString RunMonitor::comparisonText() const
+{
+    return m_comparison->text();
+}
+
+void RunMonitor::appendLog(const QString& agent, const QString& level, const QString& text)
+{
+    m_log->appendPlainText(QStringLiteral("%1 %2: %3").arg(agent, level, text));
+}
+
+} // namespace pw::ui

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+// The run monitor: a training run live (a RunSession) or a past one from the history (app::RunSnapshot). The
+// measured Gantt under the predicted one on one time axis, loss and throughput per step, each agent's status,
+// the run's log, and the prediction's error per stage.
+#pragma once
+
+#include <QWidget>
+#include <memory>
+#include <vector>
+
+#include "app/run/snapshot.h"
+
+class QCustomPlot;
+class QLabel;
+class QPlainTextEdit;
+class QPushButton;
+class QTableWidget;
+class QTabWidget;
+
+namespace pw::ui {
+
+class GanttView;
+class RunSession;
+
+class RunMonitor : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit RunMonitor(QWidget* parent = nullptr);
+    ~RunMonitor() override;
+
+    /// Follows a live run (the session outlives the monitor's use of it, or the monitor is attached to another).
+    void attach(RunSession* session);
+    /// Shows a past run.
+    void showSnapshot(std::shared_ptr<const app::RunSnapshot> snapshot);
+
+    /// The one-line summary on top: run, status, step, loss, throughput, time.
+    QString statusText() const;
+    /// The prediction's error per stage (empty until known).
+    QString comparisonText() const;
+    GanttView* gantt() const { return m_gantt; }
+    QCustomPlot* curves() const { return m_curves; }
+    QTableWidget* agentTable() const { return m_agents; }
+    QPlainTextEdit* logView() const { return m_log; }
+    QPushButton* stopButton() const { return m_stop; }
+    /// Points on the loss curve (tests).
+    int lossPoints() const;
+
+private:
+    void clear();
+    void onProgress();
+    void onAgents();
+    void onFinished();
+    void setCurves(
+        const std::vector<double>& steps, const std::vector<double>& losses, const std::vector<double>& tokensPerS);
+    void setComparison(const app::RunComparison& c, int predictedSteps);
+    void appendLog(const QString& agent, const QString& level, const QString& text);
+
+    RunSession* m_session = nullptr;
+    std::vector<QMetaObject::Connection> m_connections;
+    QLabel* m_status = nullptr;
+    QPushButton* m_stop = nullptr;
+    GanttView* m_gantt = nullptr;
+    QCustomPlot* m_curves = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    QTableWidget* m_agents = nullptr;
+    QPlainTextEdit* m_log = nullptr;
+    QLabel* m_comparison = nullptr;
+};
+
+} // namespace pw::ui

@@ -273,3 +273,53 @@ TEST_CASE("an agent that writes garbage or dies mid-frame is a clear error, not 
     CHECK_THAT(outcome.message, Contains(expected));
     CHECK(history.run(outcome.run_id)->status == app::RunStatus::Failed);
 }
+
+TEST_CASE("asynchronous schedules through agents: the versions recorded in telemetry follow the schedule's rules",
+    "[run][local]")
+{
+    test::TempDir dir;
+    auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+    const int steps = 4;
+    SECTION("PipeDream: every backward uses the version its forward used, some older than the stage's newest")
+    {
+        const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "pipedream", 4);
+        app::RunController controller(request(plan, steps), history);
+        const auto outcome = controller.run();
+        INFO(outcome.message);
+        REQUIRE(outcome.status == app::RunStatus::Succeeded);
+        auto spans = history.measuredTimeline(outcome.run_id).spans;
+        // In each device's execution order (the stored order is by start time, which is the same per device).
+        std::map<std::pair<int, int>, int> forwardVersion;
+        std::map<int, int> newest;
+        int stale = 0, backwards = 0;
+        for (const auto& s : spans) {
+            if (s.kind == planner::ActionKind::Forward)
+                forwardVersion[{s.stage, s.microbatch}] = s.weight_version;
+            if (s.kind == planner::ActionKind::Backward) {
+                ++backwards;
+                REQUIRE(forwardVersion.count({s.stage, s.microbatch}));
+                CHECK(s.weight_version == forwardVersion.at({s.stage, s.microbatch}));
+                stale += s.weight_version < newest[s.stage] ? 1 : 0;
+            }
+            if (s.kind == planner::ActionKind::OptimizerStep)
+                newest[s.stage] = std::max(newest[s.stage], s.weight_version);
+        }
+        CHECK(backwards == 2 * steps * 4);
+        CHECK(stale > 0);
+    }
+    SECTION("2BW: microbatch k of m runs on version max(k / m - 1, 0)")
+    {
+        const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "2bw", 4);
+        app::RunController controller(request(plan, steps), history);
+        const auto outcome = controller.run();
+        INFO(outcome.message);
+        REQUIRE(outcome.status == app::RunStatus::Succeeded);
+        int forwards = 0;
+        for (const auto& s : history.measuredTimeline(outcome.run_id).spans)
+            if (s.kind == planner::ActionKind::Forward) {
+                ++forwards;
+                CHECK(s.weight_version == std::max(s.microbatch / 4 - 1, 0));
+            }
+        CHECK(forwards == 2 * steps * 4);
+    }
+}

@@ -66,6 +66,8 @@ void addPlanOptions(CLI::App* cmd, PlanOptions& o)
         "PipeDream: leave out replicas that do not make their stage faster than the slowest one");
     cmd->add_option("--boundaries", o.boundaries, "manual: last layer of every stage but the last, e.g. 5,11,17");
     cmd->add_option("--set", o.settings, "algorithm option NAME=VALUE (repeatable; see `pipewright-cli algorithms`)");
+    cmd->add_option("--costs", o.costs,
+        "predict the plan with calibrated costs (`pipewright-cli calibrate`; they must fit the plan's stages)");
     cmd->add_flag("--json", o.json, "print the result as JSON");
 }
 
@@ -131,6 +133,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     auto* sim = app.add_subcommand("simulate", "simulate a plan's schedule");
     sim->add_option("plan", simOpt.plan, "plan JSON")->required();
     sim->add_option("--trace", simOpt.trace, "also write a Chrome trace (Perfetto) here");
+    sim->add_option("--costs", simOpt.costs, "calibrated costs (`pipewright-cli calibrate`) instead of the profile's");
     sim->add_flag("--json", simOpt.json, "print the metrics as JSON");
 
     ExportOptions expOpt;
@@ -199,6 +202,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     histList->add_flag("--json", histOpt.json, "print JSON");
     auto* histShow = hist->add_subcommand("show", "a run: losses, predicted against measured per stage");
     histShow->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    histShow->add_option("--costs", histOpt.costs, "also the prediction of these calibrated costs against the run");
     histShow->add_flag("--json", histOpt.json, "print JSON");
     auto* histExport = hist->add_subcommand("export", "write a run's measured spans");
     histExport->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
@@ -210,6 +214,18 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     histDelete->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
     for (auto* sub : {histList, histShow, histExport, histDelete})
         sub->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
+
+    CalibrateOptions calOpt;
+    auto* cal = app.add_subcommand("calibrate", "fit a cost model to a recorded run's measured times");
+    cal->add_option("run", calOpt.run, "run id (or a unique prefix)")->required();
+    cal->add_option("-o,--output", calOpt.output, "costs JSON to write (for simulate/plan --costs)")->required();
+    cal->add_option("--history", calOpt.history, "history SQLite file (default: the user's data directory)");
+    cal->add_option("--statistic", calOpt.statistic,
+           "a stage's time from its spans: median (robust to the odd slow span) or mean (what they add up to, "
+           "better when processes share cores)")
+        ->check(CLI::IsMember({"median", "mean"}))
+        ->capture_default_str();
+    cal->add_flag("--json", calOpt.json, "print the fit as JSON");
 
     bool demoJson = false;
     auto* demoCmd = app.add_subcommand("demo", "plan and simulate the bundled demo, print a summary");
@@ -248,6 +264,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             demo(demoJson, out);
         else if (runCmd->parsed())
             return runPlan(runOpt, out, err);
+        else if (cal->parsed())
+            calibrate(calOpt, out);
         else if (histList->parsed())
             historyList(histOpt, out);
         else if (histShow->parsed())

@@ -15,6 +15,7 @@
 #include "planner/io/json_file.h"
 #include "planner/io/transformer.h"
 #include "planner/schedule/generator.h"
+#include "planner/sim/calibration.h"
 #include "planner/sim/simulator.h"
 #include "report.h"
 
@@ -35,8 +36,9 @@ void writeText(const std::string& path, const std::string& text)
         throw InputError(path, 0, "", "write failed");
 }
 
-/// Generates, validates and simulates the plan's schedule; throws InputError on any problem.
-SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr)
+/// Generates, validates and simulates the plan's schedule, under the calibrated costs of the file `costs` when
+/// given (errors name that file); throws InputError on any problem.
+SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr, const std::string& costs = {})
 {
     Schedule schedule = generateSchedule(plan);
     auto report = validate(schedule, plan);
@@ -45,7 +47,8 @@ SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr
     SimulationOptions options;
     options.record_spans = spans;
     options.record_memory = spans;
-    auto result = simulate(plan, schedule, options);
+    auto result = costs.empty() ? simulate(plan, schedule, options)
+                                : simulate(plan, schedule, loadCostModel(costs, plan), options);
     if (!std::isfinite(result.iteration_time_s) || !std::isfinite(result.bubble_fraction))
         throw InputError("the predicted iteration time is not finite (" + formatSeconds(result.iteration_time_s)
             + "): a layer time or a transfer over a link overflows; check the model's times (ms) and the cluster's "
@@ -165,7 +168,7 @@ void plan(const PlanOptions& o, std::ostream& out)
     if (!result.ok())
         throw InputError(o.algorithm + ": " + result.errorText());
     Plan plan = std::move(*result.plan);
-    auto sim = predict(plan, false);
+    auto sim = predict(plan, false, nullptr, o.costs);
     if (!o.output.empty())
         writeJsonFile(o.output, toJson(plan));
     if (o.json) {
@@ -174,10 +177,14 @@ void plan(const PlanOptions& o, std::ostream& out)
         for (const auto& d : result.diagnostics)
             diags.push_back({{"code", d.code}, {"message", d.message}});
         j["diagnostics"] = diags;
+        if (!o.costs.empty())
+            j["costs"] = o.costs;
         out << j.dump(2) << "\n";
     } else {
         printDiagnostics(out, result.diagnostics);
         printPlanSummary(out, plan, sim);
+        if (!o.costs.empty())
+            out << "predicted with the calibrated costs of " << o.costs << "\n";
         if (!o.output.empty())
             out << "wrote " << o.output << "\n";
     }
@@ -306,16 +313,22 @@ void simulate(const SimulateOptions& o, std::ostream& out)
     Plan plan = loadPlan(o.plan);
     SimulationResult sim;
     try {
-        sim = predict(plan, !o.trace.empty());
+        sim = predict(plan, !o.trace.empty(), nullptr, o.costs);
     } catch (const InputError& e) {
         throw inPlanFile(e, o.plan);
     }
     if (!o.trace.empty())
         writeChromeTraceFile(o.trace, sim.timeline);
-    if (o.json)
-        out << metricsJson(plan, sim).dump(2) << "\n";
-    else
+    if (o.json) {
+        auto j = metricsJson(plan, sim);
+        if (!o.costs.empty())
+            j["costs"] = o.costs;
+        out << j.dump(2) << "\n";
+    } else {
         printPlanSummary(out, plan, sim);
+        if (!o.costs.empty())
+            out << "predicted with the calibrated costs of " << o.costs << "\n";
+    }
     if (auto problem = memoryProblem(plan, sim); !problem.empty())
         throw DoesNotFit(o.plan, 0, "", problem);
 }

@@ -61,6 +61,7 @@ struct PlanOptions
     std::string output;
     std::string boundaries; ///< comma-separated, for manual
     std::vector<std::string> settings; ///< --set NAME=VALUE, algorithm-specific options
+    std::string costs; ///< calibrated costs (`calibrate`) to predict the plan with instead of the profile's
     planner::PartitionOptions partition;
     bool json = false;
 };
@@ -94,6 +95,7 @@ struct SimulateOptions
 {
     std::string plan;
     std::string trace;
+    std::string costs; ///< calibrated costs (`calibrate`) instead of the profile's
     bool json = false;
 };
 

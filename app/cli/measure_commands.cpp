@@ -15,9 +15,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "app/run/comparison.h"
 #include "app/run/controller.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
+#include "planner/sim/calibration.h"
+#include "run_commands.h"
 
 extern char** environ;
 
@@ -90,6 +93,30 @@ std::string fixed(double v, int digits)
     return s.str();
 }
 
+std::string ms(double seconds)
+{
+    return fixed(seconds * 1e3, 3) + " ms";
+}
+
+std::string percent(double relative)
+{
+    return (relative >= 0 ? "+" : "") + fixed(relative * 100, 1) + " %";
+}
+
+std::string describeLink(const planner::LinkFit& l)
+{
+    std::string s
+        = fixed(l.link.bandwidth_bytes_per_s / 1e9, 3) + " GB/s, " + fixed(l.link.latency_s * 1e6, 1) + " us latency";
+    if (l.fitted)
+        return "fitted " + s + " to " + std::to_string(l.transfers) + " transfers of " + std::to_string(l.sizes)
+            + " sizes (rms residual " + ms(l.rms_residual_s) + ")";
+    if (l.transfers == 0)
+        return "no measured transfer: the cluster's " + s + " kept";
+    return "the cluster's " + s + " kept (" + std::to_string(l.transfers) + " transfers of " + std::to_string(l.sizes)
+        + " size" + (l.sizes == 1 ? "" : "s") + ": too few to fit; median " + ms(l.median_transfer_s)
+        + ", the link says " + ms(l.link.seconds(0)) + " + bytes / bandwidth)";
+}
+
 } // namespace
 
 void profileMeasure(const MeasureOptions& o, std::ostream& out)
@@ -142,6 +169,65 @@ void profileMeasure(const MeasureOptions& o, std::ostream& out)
     }
     out << "measured " << model.layerCount() << " layers of " << model.name << ": " << fixed(forward, 3)
         << " ms forward, " << fixed(backward, 3) << " ms backward per microbatch of " << model.microbatch_size << " -> "
+        << o.output << "\n";
+}
+
+void calibrate(const CalibrateOptions& o, std::ostream& out)
+{
+    auto history = openHistory(o.history);
+    const auto run = findRun(history, o.run);
+    const auto plan = planner::planFromJson(nlohmann::json::parse(run.plan_json));
+    const auto measured = history.measuredTimeline(run.id);
+    const int steps = static_cast<int>(history.metrics(run.id, "loss").size());
+    if (steps == 0)
+        throw InputError("run " + run.id + " finished no step: nothing to calibrate from");
+    auto costs = planner::calibrate(plan, measured, planner::spanStatisticFromString(o.statistic, "--statistic"));
+    costs.run_id = run.id;
+    planner::writeJsonFile(o.output, planner::toJson(costs));
+
+    // Both predictions of the same steps against the run they were fitted to.
+    const int n = run.predicted_steps > 0 ? static_cast<int>(run.predicted_steps) : steps;
+    const auto profileModel = planner::CostModel::fromPlan(plan);
+    const auto profile = app::compareRun(plan,
+        run.predicted_steps > 0 ? history.predictedTimeline(run.id) : app::predictSteps(plan, n, profileModel), n,
+        measured, steps);
+    const auto calibrated = app::compareRun(
+        plan, app::predictSteps(plan, n, planner::calibratedCostModel(costs, plan)), n, measured, steps);
+    if (o.json) {
+        auto j = planner::toJson(costs);
+        j["output"] = o.output;
+        j["measured_iteration_s"] = profile.measured_iteration_s;
+        j["profile_iteration_s"] = profile.predicted_iteration_s;
+        j["profile_iteration_error"] = profile.iteration_error;
+        j["calibrated_iteration_s"] = calibrated.predicted_iteration_s;
+        j["calibrated_iteration_error"] = calibrated.iteration_error;
+        out << j.dump(2) << "\n";
+        return;
+    }
+    out << "calibrated from run " << run.id << " (" << run.label << "): " << steps << " steps, "
+        << measured.spans.size() << " measured spans -> " << o.output << "\n";
+    out << "  per microbatch (" << planner::toString(costs.statistic)
+        << " of the spans)\n                      forward: profile  measured    backward: profile  measured    "
+           "optimizer step\n";
+    for (int s = 0; s < plan.stageCount(); ++s) {
+        const auto& st = costs.stages[static_cast<std::size_t>(s)];
+        for (std::size_t r = 0; r < st.devices.size(); ++r) {
+            const std::string label = "stage " + std::to_string(s) + " device " + std::to_string(st.devices[r]);
+            out << "    " << std::left << std::setw(18) << label << std::right << std::setw(17)
+                << ms(profileModel.forward(s, static_cast<int>(r))) << std::setw(10) << ms(st.forward_s[r])
+                << std::setw(19) << ms(profileModel.backward(s, static_cast<int>(r))) << std::setw(10)
+                << ms(st.backward_s[r]) << std::setw(18) << ms(st.optimizer_step_s[r]) << "\n";
+        }
+    }
+    for (std::size_t i = 0; i < costs.node_links.size(); ++i)
+        out << "  link within " << plan.cluster->nodes[i].name << ": " << describeLink(costs.node_links[i]) << "\n";
+    if (plan.cluster->nodes.size() > 1)
+        out << "  link between nodes: " << describeLink(costs.inter_node) << "\n";
+    out << "  iteration time of this run: measured " << ms(profile.measured_iteration_s)
+        << "; predicted from the profile " << ms(profile.predicted_iteration_s) << " (measured "
+        << percent(profile.iteration_error) << "), calibrated " << ms(calibrated.predicted_iteration_s) << " (measured "
+        << percent(calibrated.iteration_error) << ")\n";
+    out << "  use: pipewright-cli simulate PLAN --costs " << o.output << "; pipewright-cli history show RUN --costs "
         << o.output << "\n";
 }
 

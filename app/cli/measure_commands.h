@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The CLI's measuring half: `profile measure` (a model profile timed on this machine by pipewright-agent
-// --profile).
+// --profile) and `calibrate` (a cost model fitted to a recorded run, for `simulate` and `plan --costs`).
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,21 @@ struct MeasureOptions
     bool json = false;
 };
 
+struct CalibrateOptions
+{
+    std::string run; ///< run id (a unique prefix will do)
+    std::string output;
+    std::string history; ///< empty: the user's data directory
+    std::string statistic = "median"; ///< of a stage's spans: median | mean
+    bool json = false;
+};
+
 /// Runs pipewright-agent --profile (PIPEWRIGHT_AGENT, else the agent beside the CLI) with the options, which writes
 /// the profile to o.output; prints a summary. Throws InputError with the agent's own message when it fails.
 void profileMeasure(const MeasureOptions& o, std::ostream& out);
+
+/// Fits a cost model to the run's measured spans (planner/sim/calibration.h), writes it to o.output and prints the
+/// fit with the iteration-time error of the profile's and of the calibrated prediction against that run.
+void calibrate(const CalibrateOptions& o, std::ostream& out);
 
 } // namespace pw::cli

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "app/run/controller.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
+#include "planner/sim/calibration.h"
 
 namespace pw::cli {
 
@@ -29,29 +31,6 @@ void onInterrupt(int)
 {
     if (g_running)
         g_running->stop(); // only sets an atomic flag: safe in a signal handler
-}
-
-app::HistoryStore openHistory(const std::string& path)
-{
-    auto store = app::HistoryStore::open(path.empty() ? app::defaultHistoryPath() : std::filesystem::path(path));
-    store.markInterrupted();
-    return store;
-}
-
-/// The run whose id is `id` or starts with it (ids are long; a unique prefix will do).
-app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
-{
-    if (auto r = h.run(id))
-        return *r;
-    std::vector<app::RunRecord> matches;
-    for (auto& r : h.listRuns())
-        if (r.id.rfind(id, 0) == 0)
-            matches.push_back(r);
-    if (matches.size() == 1)
-        return matches.front();
-    throw InputError(matches.empty()
-            ? "no run '" + id + "' in " + h.path().string()
-            : "'" + id + "' matches " + std::to_string(matches.size()) + " runs: give more of the id");
 }
 
 agents::DataSpec dataSpec(const RunOptions& o)
@@ -88,6 +67,28 @@ std::string percent(double relative)
 }
 
 } // namespace
+
+app::HistoryStore openHistory(const std::string& path)
+{
+    auto store = app::HistoryStore::open(path.empty() ? app::defaultHistoryPath() : std::filesystem::path(path));
+    store.markInterrupted();
+    return store;
+}
+
+app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
+{
+    if (auto r = h.run(id))
+        return *r;
+    std::vector<app::RunRecord> matches;
+    for (auto& r : h.listRuns())
+        if (r.id.rfind(id, 0) == 0)
+            matches.push_back(r);
+    if (matches.size() == 1)
+        return matches.front();
+    throw InputError(matches.empty()
+            ? "no run '" + id + "' in " + h.path().string()
+            : "'" + id + "' matches " + std::to_string(matches.size()) + " runs: give more of the id");
+}
 
 int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
 {
@@ -204,6 +205,13 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     const auto losses = h.metrics(r.id, "loss");
     const int steps = static_cast<int>(losses.size());
     const auto cmp = app::compareRun(plan, predicted, static_cast<int>(r.predicted_steps), measured, steps);
+    // The calibrated costs' prediction of the same steps as the stored one (of the run's steps when none is stored).
+    std::optional<app::RunComparison> calibrated;
+    if (!o.costs.empty()) {
+        const int n = r.predicted_steps > 0 ? static_cast<int>(r.predicted_steps) : std::max(1, steps);
+        calibrated = app::compareRun(
+            plan, app::predictSteps(plan, n, planner::loadCostModel(o.costs, plan)), n, measured, steps);
+    }
     if (o.json) {
         nlohmann::json stages = nlohmann::json::array();
         for (const auto& s : cmp.stages)
@@ -218,13 +226,16 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
         nlohmann::json ls = nlohmann::json::array();
         for (const auto& l : losses)
             ls.push_back(l.value);
-        out << nlohmann::json({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
-                                  {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
-                                  {"predicted_iteration_s", cmp.predicted_iteration_s},
-                                  {"measured_iteration_s", cmp.measured_iteration_s},
-                                  {"iteration_error", cmp.iteration_error}, {"stages", stages}})
-                   .dump(2)
-            << "\n";
+        nlohmann::json j({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
+            {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
+            {"predicted_iteration_s", cmp.predicted_iteration_s}, {"measured_iteration_s", cmp.measured_iteration_s},
+            {"iteration_error", cmp.iteration_error}, {"stages", stages}});
+        if (calibrated) {
+            j["costs"] = o.costs;
+            j["calibrated_iteration_s"] = calibrated->predicted_iteration_s;
+            j["calibrated_iteration_error"] = calibrated->iteration_error;
+        }
+        out << j.dump(2) << "\n";
         return;
     }
     out << "run " << r.id << " (" << r.label << "): " << app::toString(r.status)
@@ -236,6 +247,10 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     out << "  iteration time: predicted " << milliseconds(cmp.predicted_iteration_s) << " (first " << r.predicted_steps
         << " steps simulated), measured " << milliseconds(cmp.measured_iteration_s) << " ("
         << percent(cmp.iteration_error) << ")\n";
+    if (calibrated)
+        out << "  calibrated (" << o.costs << "): predicted " << milliseconds(calibrated->predicted_iteration_s)
+            << ", measured " << milliseconds(calibrated->measured_iteration_s) << " ("
+            << percent(calibrated->iteration_error) << ")\n";
     out << "  per stage (per step)   compute: predicted  measured     idle: predicted  measured     error\n";
     for (const auto& s : cmp.stages)
         out << "    stage " << std::left << std::setw(14) << s.stage << std::right << std::setw(19)

@@ -6,6 +6,8 @@
 #include <ostream>
 #include <string>
 
+#include "app/history/history.h"
+
 namespace pw::cli {
 
 /// A run started but did not succeed (failed, or stopped): its record is in the history.
@@ -36,8 +38,14 @@ struct HistoryOptions
     std::string format = "csv"; ///< export: csv | chrome-trace
     std::string output; ///< export: file
     std::string status; ///< list: only runs of this status
+    std::string costs; ///< show: calibrated costs whose prediction to compare with the run too
     bool json = false;
 };
+
+/// The history at `path` (the user's data directory when empty), runs of dead controllers marked interrupted.
+app::HistoryStore openHistory(const std::string& path);
+/// The run whose id is `id` or starts with it; throws InputError when none or several match.
+app::RunRecord findRun(app::HistoryStore& history, const std::string& id);
 
 /// Trains the plan; returns the exit status (0 succeeded, kExitRunFailed otherwise). `err` gets the progress line.
 int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err);

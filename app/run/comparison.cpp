@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include "planner/schedule/generator.h"
+
 namespace pw::app {
 
 namespace {
@@ -79,6 +81,13 @@ RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& pre
     c.measured_iteration_s = makespan(measured) / std::max(1, measuredSteps);
     c.iteration_error = relativeError(c.measured_iteration_s, c.predicted_iteration_s);
     return c;
+}
+
+planner::Timeline predictSteps(const planner::Plan& plan, int steps, const planner::CostModel& cost)
+{
+    planner::Plan p = plan;
+    p.schedule.iterations = std::max(1, steps);
+    return planner::simulate(p, planner::generateSchedule(p), cost).timeline;
 }
 
 } // namespace pw::app

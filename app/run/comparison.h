@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "planner/plan.h"
+#include "planner/sim/simulator.h"
 #include "planner/timeline.h"
 
 namespace pw::app {
@@ -47,5 +48,8 @@ std::vector<StageTimes> stageTimes(const planner::Plan& plan, const planner::Tim
 /// `measuredSteps` (the steps that finished).
 RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& predicted, int predictedSteps,
     const planner::Timeline& measured, int measuredSteps);
+/// The simulator's timeline of `steps` steps of the plan under `cost` (a calibrated model, planner/sim/calibration.h):
+/// what a run's measured timeline is compared with, as the controller's stored prediction is under the profile's.
+planner::Timeline predictSteps(const planner::Plan& plan, int steps, const planner::CostModel& cost);
 
 } // namespace pw::app

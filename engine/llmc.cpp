@@ -2,8 +2,14 @@
 #include "llmc.h"
 
 #include <array>
+#include <cerrno>
 #include <fstream>
+#include <system_error>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "gpt2.h"
 #include "planner/errors.h"
 
 namespace pw::engine {
@@ -101,6 +107,47 @@ void writeCheckpoint(const std::filesystem::path& path, const Checkpoint& c)
     h[6] = c.config.channels;
     h[7] = c.config.padded_vocab;
     writeAll(path, h, c.params.data(), c.params.size() * sizeof(float));
+}
+
+void writeCheckpointPart(const std::filesystem::path& path, const StageModel& stage)
+{
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        throw std::system_error(errno, std::generic_category(), path.string() + ": cannot write the checkpoint");
+    const auto put = [&](const void* data, std::size_t bytes, std::size_t at) {
+        const auto* p = static_cast<const char*>(data);
+        while (bytes > 0) {
+            const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(at));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                const int e = errno;
+                ::close(fd);
+                throw std::system_error(e, std::generic_category(), path.string() + ": writing the checkpoint");
+            }
+            p += n;
+            at += static_cast<std::size_t>(n);
+            bytes -= static_cast<std::size_t>(n);
+        }
+    };
+    const Gpt2Config& c = stage.config();
+    if (stage.hasEmbedding()) {
+        Header h {};
+        h[0] = kCheckpointMagic;
+        h[1] = kCheckpointVersionFp32;
+        h[2] = c.max_seq;
+        h[3] = c.vocab;
+        h[4] = c.layers;
+        h[5] = c.heads;
+        h[6] = c.channels;
+        h[7] = c.padded_vocab;
+        put(h.data(), sizeof(Header), 0);
+    }
+    for (const auto& slot : stage.slots())
+        put(stage.params().data() + slot.offset, slot.size * sizeof(float),
+            sizeof(Header) + checkpointOffset(c, slot.tensor, slot.block) * sizeof(float));
+    if (::close(fd) != 0)
+        throw std::system_error(errno, std::generic_category(), path.string() + ": writing the checkpoint");
 }
 
 std::vector<std::uint16_t> readTokens(const std::filesystem::path& path)

@@ -30,6 +30,13 @@ Checkpoint readCheckpoint(const std::filesystem::path& path);
 /// Writes version 3 (fp32); the header's maxT is config.max_seq.
 void writeCheckpoint(const std::filesystem::path& path, const Checkpoint& checkpoint);
 
+class StageModel;
+/// Writes one stage's tensors into the llm.c checkpoint `path` at their places (the stage holding the embedding
+/// also writes the header). The file is created when missing and never truncated, so the stages of one model,
+/// written by different processes in any order, make one checkpoint; whoever starts the run removes an old file
+/// first. Throws std::system_error naming the file.
+void writeCheckpointPart(const std::filesystem::path& path, const StageModel& stage);
+
 /// Reads a token file; throws InputError naming the file (magic, version, count against the file's size).
 std::vector<std::uint16_t> readTokens(const std::filesystem::path& path);
 void writeTokens(const std::filesystem::path& path, const std::vector<std::uint16_t>& tokens);

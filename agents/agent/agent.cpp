@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "agent.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -357,6 +358,14 @@ void Session::train(const RunSpec& spec)
     watcher.join();
     if (!failure.empty())
         throw std::runtime_error(failure);
+    // The trained model: each stage written once (by its lowest replica) into the one checkpoint file.
+    if (!spec.save_checkpoint.empty() && !stopping())
+        for (std::size_t k = 0; k < executors.size(); ++k)
+            for (const auto& [stage, model] : executors[k]->stages()) {
+                const auto& replicas = plan.stages.at(static_cast<std::size_t>(stage)).devices;
+                if (spec.devices[k] == *std::min_element(replicas.begin(), replicas.end()))
+                    engine::writeCheckpointPart(spec.save_checkpoint, *model);
+            }
 }
 
 int Session::run()

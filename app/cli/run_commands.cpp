@@ -94,8 +94,6 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
 {
     if (!o.local)
         throw InputError("--local: runs start local agents for now; deployment over SSH (--cluster) comes next");
-    if (!o.save.empty())
-        throw InputError("--save: saving a checkpoint after a run is not supported yet");
     if (o.steps <= 0)
         throw InputError("--steps: must be positive, got " + std::to_string(o.steps));
     app::RunRequest req;
@@ -108,6 +106,7 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     req.steps = o.steps;
     req.data = dataSpec(o);
     req.init_checkpoint = o.init.empty() ? "" : std::filesystem::absolute(o.init).string();
+    req.save_checkpoint = o.save.empty() ? "" : std::filesystem::absolute(o.save).string();
     req.lr = o.lr;
     req.weight_decay = o.weight_decay;
     req.warmup_steps = o.warmup;

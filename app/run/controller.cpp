@@ -460,6 +460,13 @@ RunOutcome RunController::run(const RunObserver& o)
     if (o.created)
         o.created(s.runId);
     std::signal(SIGPIPE, SIG_IGN);
+    // The agents write their stages into the checkpoint in place: an old file must not leave its bytes there.
+    if (!req.save_checkpoint.empty()) {
+        std::error_code ec;
+        std::filesystem::remove(req.save_checkpoint, ec);
+        if (ec)
+            s.fail(req.save_checkpoint + ": cannot replace the checkpoint: " + ec.message());
+    }
     s.t0 = monotonicNow();
     try {
         for (auto& a : s.agents)
@@ -476,6 +483,7 @@ RunOutcome RunController::run(const RunObserver& o)
         spec.steps = req.steps;
         spec.data = req.data;
         spec.init_checkpoint = req.init_checkpoint;
+        spec.save_checkpoint = req.save_checkpoint;
         spec.lr = req.lr;
         spec.weight_decay = req.weight_decay;
         spec.warmup_steps = req.warmup_steps;

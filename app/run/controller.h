@@ -30,6 +30,7 @@ struct RunRequest
     int steps = 20;
     agents::DataSpec data;
     std::string init_checkpoint;
+    std::string save_checkpoint; ///< the trained model as an llm.c checkpoint (replaced when it exists)
     double lr = 3e-4;
     double weight_decay = 0.0;
     int warmup_steps = 0;

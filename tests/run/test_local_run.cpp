@@ -5,8 +5,10 @@
 // fails the run within seconds and leaves no process behind; a stop request stops it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,7 @@
 
 #include "app/history/history.h"
 #include "app/run/controller.h"
+#include "engine/llmc.h"
 #include "engine/local_run.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/run/process_helpers.h"
@@ -63,6 +66,21 @@ std::vector<double> inProcessLosses(const planner::Plan& plan, int steps)
     const engine::DataOrder order(
         engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
     return engine::runLocally(plan, setup, order, steps).losses;
+}
+
+/// The in-process engine's final parameters for the same run.
+std::vector<float> inProcessParameters(const planner::Plan& plan, int steps)
+{
+    engine::TrainingSetup setup = engine::trainingSetup(plan);
+    setup.adam.lr = 1e-2;
+    setup.adam.weight_decay = 0.1;
+    setup.adam.total_steps = steps;
+    setup.seed = 1234;
+    engine::DataSpec data;
+    data.seed = 1234;
+    const engine::DataOrder order(
+        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
+    return engine::runLocally(plan, setup, order, steps).final_parameters;
 }
 
 /// CSV rows of a run's measured spans: per agent, the span numbers it stored.
@@ -322,4 +340,28 @@ TEST_CASE("asynchronous schedules through agents: the versions recorded in telem
             }
         CHECK(forwards == 2 * steps * 4);
     }
+}
+
+TEST_CASE("a run saves the trained model as one llm.c checkpoint written by its agents", "[run][local]")
+{
+    test::TempDir dir;
+    auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+    // A replicated first stage (written once) and the head on another agent (its copy of the tied embedding).
+    const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0, 1}}, {2, 3, {2}}}, "1f1b");
+    const int steps = 3;
+    auto req = request(plan, steps);
+    req.save_checkpoint = (dir.path / "trained.bin").string();
+    std::ofstream(req.save_checkpoint) << std::string(1 << 20, 'x'); // an old, longer file is replaced
+    app::RunController controller(req, history);
+    const auto outcome = controller.run();
+    INFO(outcome.message);
+    REQUIRE(outcome.status == app::RunStatus::Succeeded);
+    const auto saved = engine::readCheckpoint(req.save_checkpoint); // checks magic, version and size
+    const auto expected = inProcessParameters(plan, steps);
+    REQUIRE(saved.params.size() == expected.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(saved.params[i] - expected[i])));
+    CHECK(worst < 1e-5);
+    CHECK(saved.config == engine::trainingSetup(plan).model);
 }

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 import numpy as np
 import torch
@@ -71,7 +72,11 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def loss_of(cfg, whole, blocks, inputs, targets):
+def gelu_fused(x):
+    return F.gelu(x, approximate="tanh")  # PyTorch's own kernel (--fused): the speed baseline's choice
+
+
+def loss_of(cfg, whole, blocks, inputs, targets, gelu=gelu_tanh):
     """Mean cross-entropy of GPT-2 over inputs/targets (B, T)."""
     C, V, eps = cfg["C"], cfg["V"], 1e-5
     T = inputs.shape[1]
@@ -79,7 +84,7 @@ def loss_of(cfg, whole, blocks, inputs, targets):
     for p in blocks:
         x = x + attention(F.layer_norm(x, (C,), p["ln1w"], p["ln1b"], eps), p, cfg["NH"])
         h = F.layer_norm(x, (C,), p["ln2w"], p["ln2b"], eps)
-        x = x + gelu_tanh(h @ p["fcw"].T + p["fcb"]) @ p["fcprojw"].T + p["fcprojb"]
+        x = x + gelu(h @ p["fcw"].T + p["fcb"]) @ p["fcprojw"].T + p["fcprojb"]
     x = F.layer_norm(x, (C,), whole["lnfw"], whole["lnfb"], eps)
     logits = x @ whole["wte"][:V].T  # tied head; padded rows V..Vp-1 never give logits
     return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
@@ -106,6 +111,7 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--float64", action="store_true", help="compute in float64 (a reference for the fp32 run)")
+    ap.add_argument("--fused", action="store_true", help="PyTorch's fused GELU (the benchmark's baseline)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = torch.float64 if args.float64 else torch.float32
@@ -123,18 +129,27 @@ def main():
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
 
     m, b = args.microbatches, args.batch
+    gelu = gelu_fused if args.fused else gelu_tanh
     losses = []
+    started = None  # after the first step: warm-up (allocations, thread pools) is not timed
     for step in range(args.steps):
+        if step == 1:
+            started = time.perf_counter()
         inputs, targets = step_rows(tokens, step, m, b, args.seq)
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for i in range(m):
-            loss = loss_of(cfg, whole, blocks, inputs[i * b:(i + 1) * b], targets[i * b:(i + 1) * b])
+            loss = loss_of(cfg, whole, blocks, inputs[i * b:(i + 1) * b], targets[i * b:(i + 1) * b], gelu)
             (loss / m).backward()  # gradient accumulation: the step's loss is the microbatches' mean
             total += loss.item()
         losses.append(total / m)
         opt.step()
-    json.dump({"losses": losses}, sys.stdout)
+    report = {"losses": losses}
+    if started is not None:
+        seconds = time.perf_counter() - started
+        report["seconds_after_first_step"] = seconds
+        report["tokens_per_s"] = (args.steps - 1) * m * b * args.seq / seconds
+    json.dump(report, sys.stdout)
     print()
 
 

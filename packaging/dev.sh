@@ -27,16 +27,24 @@ if [ "$job" != demo ]; then export QT_QPA_PLATFORM=${QT_QPA_PLATFORM:-offscreen}
 case "$job" in
   demo)
     configure dev
-    cmake --build build/dev --target pipewright pipewright-cli -j"$jobs"
+    cmake --build build/dev --target pipewright pipewright-cli pipewright-agent -j"$jobs"
     if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
       exec build/dev/app/pipewright --demo
     fi
     echo "No display: here is the demo from the command line, and a screenshot of every view of the app."
     build/dev/app/pipewright-cli demo
+    echo
+    echo "Training the bundled tiny GPT-2 (2 pipeline stages, 1F1B) with two local agents; the run lands in the"
+    echo "history in your data directory:"
+    build/dev/app/pipewright-cli run resources/demo/gpt2-tiny-local.plan.json --local --steps 50 --lr 1e-3
     mkdir -p build/screenshots
     for view in model cluster partition gantt memory scenarios; do
       build/dev/app/pipewright --demo --view "$view" --screenshot "build/screenshots/$view.png"
     done
+    build/dev/app/pipewright --project resources/demo/gpt2-tiny-local.pwproj --view run --open-run latest \
+      --screenshot build/screenshots/run.png
+    build/dev/app/pipewright --project resources/demo/gpt2-tiny-local.pwproj --view history \
+      --screenshot build/screenshots/history.png
     echo "Open the app on a desktop with: build/dev/app/pipewright   (or under Xvfb: xvfb-run build/dev/app/pipewright)"
     ;;
   test)
@@ -45,6 +53,9 @@ case "$job" in
     ctest --test-dir build/dev --output-on-failure --no-tests=error -j"$jobs"
     ;;
   bench)
+    # Idle OpenMP threads sleep instead of spinning (the agents' default too: see app/run/controller.cpp), so that
+    # in-process runs, agents and PyTorch are measured alike on a machine shared with other work.
+    export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
     configure release
     cmake --build build/release -j"$jobs"
     for b in build/release/tests/bench/bench_*; do

@@ -457,3 +457,29 @@ TEST_CASE("gantt view: a live timeline grows in place; the view indexes what is 
     const QString text = view.toolTipAt(view.pointOf(7, (lastCompute.t0 + lastCompute.t1) / 2));
     CHECK(text.contains(QStringLiteral("microbatch %1 ").arg(lastCompute.microbatch)));
 }
+
+TEST_CASE("gantt view: every time tick is labelled with its own value (2.5 s steps read 2.5, 5, 7.5)", "[ui]")
+{
+    planner::Timeline t;
+    t.device_names = {"d0"};
+    planner::Span s;
+    s.t0 = 0;
+    s.t1 = 18.7;
+    t.spans.push_back(s);
+    ShownView shown(t);
+    for (const double end : {18.7, 1.87, 0.0187, 0.0000187}) {
+        shown.view.setTimeWindow(0, end);
+        shown.view.ganttPlot()->replot();
+        const auto* axis = shown.view.ganttPlot()->xAxis;
+        const auto ticks = axis->tickVector();
+        const auto labels = axis->tickVectorLabels();
+        REQUIRE(ticks.size() == labels.size());
+        REQUIRE(ticks.size() >= 2);
+        const double unit = end >= 1 ? 1 : end >= 1e-3 ? 1e-3 : 1e-6;
+        for (int i = 0; i < ticks.size(); ++i) {
+            INFO("window " << end << " s, tick " << ticks[i] << ", label " << labels[i].toStdString());
+            const double shownValue = labels[i].section(QLatin1Char(' '), 0, 0).toDouble() * unit;
+            CHECK(std::abs(shownValue - ticks[i]) <= 1e-9 * std::max(1.0, std::abs(ticks[i]) / unit) * unit);
+        }
+    }
+}

@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QMouseEvent>
 #include <QPdfWriter>
+#include <QResizeEvent>
 #include <QSplitter>
 #include <QSvgGenerator>
 #include <QToolTip>
@@ -45,7 +46,16 @@ protected:
         // One unit for every tick of the axis: the one of its largest value.
         const double largest = std::max(std::abs(range.lower), std::abs(range.upper));
         m_unit = largest >= 1 ? 1 : largest >= 1e-3 ? 1e-3 : 1e-6;
-        m_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(tickStep / m_unit) - 1e-9)), 0, 6);
+        // ... and enough to write the step itself (2.5 s needs one: "2.5 s, 5 s, 7.5 s", not "3 s, 5 s, 8 s").
+        const double step = tickStep / m_unit;
+        int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(step) - 1e-9)), 0, 6);
+        while (decimals < 6) {
+            const double scaled = step * std::pow(10.0, decimals);
+            if (std::abs(scaled - std::round(scaled)) <= 1e-6 * std::max(1.0, scaled))
+                break;
+            ++decimals;
+        }
+        m_decimals = decimals;
         return QCPAxisTicker::createTickVector(tickStep, range);
     }
 
@@ -615,6 +625,11 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
         return QWidget::eventFilter(watched, event);
     if (event->type() == QEvent::Resize && plot == m_memory)
         updateMemoryCurves(); // one point per pixel column of the new width
+    if (event->type() == QEvent::Resize) {
+        // About one time label per 110 px: a narrow window must not run "10.0 s12.5 s" together.
+        const int width = static_cast<QResizeEvent*>(event)->size().width();
+        plot->xAxis->ticker()->setTickCount(std::clamp(width / 110, 2, 10));
+    }
 
     if (event->type() == QEvent::MouseMove && plot == m_memory) {
         auto* me = static_cast<QMouseEvent*>(event);

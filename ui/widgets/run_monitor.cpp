@@ -68,6 +68,11 @@ RunMonitor::RunMonitor(QWidget* parent)
     tps->setName(tr("throughput"));
     tps->setPen(QPen(QColor(255, 127, 14), 1.5));
     m_curves->legend->setVisible(true);
+    m_curves->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+    m_curves->legend->setIconSize(16, 8);
+    // Few step ticks: the plot may be narrow, and steps run to millions.
+    m_curves->xAxis->ticker()->setTickCount(3);
+    m_curves->xAxis->ticker()->setTickStepStrategy(QCPAxisTicker::tssMeetTickCount);
     m_curves->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignLeft);
     m_curves->legend->setBrush(QColor(255, 255, 255, 200));
 

@@ -42,12 +42,9 @@ TrainingSetup trainingSetup(const planner::Plan& plan)
     if (plan.tensor_parallel > 1)
         throw InputError("/tensor_parallel: tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
             + ") is not run by the engine yet; plan with t = 1");
-    if (planner::scheduleTraits(plan.schedule.kind).wave_synchronous)
-        throw InputError("/schedule/kind: HetPipe's wave synchronous schedule ('" + plan.schedule.kind
-            + "') is not run by the engine yet");
     s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
     s.shape.seq = arch.sequence;
-    s.microbatches = plan.schedule.microbatches;
+    s.microbatches = plan.microbatchesPerStep();
     return s;
 }
 
@@ -115,6 +112,16 @@ RunSchedule runProgram(const planner::Plan& plan, int steps)
 
 // ---------------------------------------------------------------------------------------------------------------
 
+/// @brief Where a wave's update goes to or comes from: a device of another pipeline holding some of the same
+/// layers, and the ranges of this stage's parameters it covers, in the receiver's tensor order.
+struct DeviceExecutor::WaveLink
+{
+    int device = 0;
+    int stage = 0; ///< the peer's stage (the sender's stage names the transfer)
+    std::vector<std::pair<std::size_t, std::size_t>> ranges; ///< (offset, size) in this stage's parameters
+    std::size_t size = 0;
+};
+
 /// @brief One virtual stage on this device: its model, optimizer, and the weight versions still in use.
 struct DeviceExecutor::StageState
 {
@@ -122,21 +129,28 @@ struct DeviceExecutor::StageState
     std::unique_ptr<AdamW> adam;
     std::vector<std::uint8_t> decay;
     int version = 0; ///< the version the live parameters hold
+    int pulls = 0; ///< wave pulls applied to the live parameters
     int steps = 0; ///< optimizer steps taken (AdamW's t - 1)
-    std::map<int, std::vector<float>> snapshots; ///< older versions that later actions still use
-    /// version -> index of the last action (forward or backward) that uses it: a step keeps a copy of the version
-    /// it replaces while a later action needs it (PipeDream's stashed versions, 2BW's previous one).
-    std::map<int, int> lastUse;
+    std::int64_t liveKey() const { return (static_cast<std::int64_t>(pulls) << 32) | version; }
+    std::map<std::int64_t, std::vector<float>> snapshots; ///< older weights (by key) that later actions still use
+    /// key -> index of the last action (forward or backward) that uses it: a step or a pull keeps a copy of the
+    /// weights it replaces while a later action needs them (PipeDream's stashed versions, 2BW's previous one).
+    std::map<std::int64_t, int> lastUse;
     std::map<int, StageStash> stashes; ///< microbatch -> activations
     std::vector<int> replicas; ///< devices of the stage (all-reduce group)
+    // wsp
+    int lastBackward = -1; ///< microbatch of the latest backward (its step's wave)
+    int pulledWave = -1; ///< every wave up to this one is in the live weights
+    std::map<int, std::vector<float>> waveUpdates; ///< wave -> sum of this stage's own updates in it
+    std::vector<WaveLink> pushTo, pullFrom;
 };
 
 DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device,
     const TrainingSetup& setup, const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats)
     : m_plan(plan)
     , m_schedule(schedule)
-    , m_repeats(repeats)
     , m_device(device)
+    , m_repeats(repeats)
     , m_setup(setup)
     , m_data(data)
     , m_transport(transport)
@@ -145,11 +159,55 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
     const auto& traits = planner::scheduleTraits(plan.schedule.kind);
     // The step's loss is the mean of its microbatches' means; a kind that updates after every backward trains
     // each microbatch on its own loss.
-    m_lossScale = traits.update_per_backward ? 1.0f : 1.0f / static_cast<float>(setup.microbatches);
+    m_lossScale = traits.update_per_backward ? 1.0f : 1.0f / static_cast<float>(plan.schedule.microbatches);
+    m_pipelines = plan.pipelineCount();
+    m_concurrent = plan.effectiveConcurrentMinibatches();
+    const auto& actions = schedule.devices.at(static_cast<std::size_t>(device));
+    m_lastPull.assign(static_cast<std::size_t>(schedule.num_devices), -1);
+    bool waves = false;
+    for (int d = 0; d < schedule.num_devices; ++d)
+        for (const auto& a : schedule.devices[static_cast<std::size_t>(d)])
+            if (a.kind == ActionKind::WavePull || a.kind == ActionKind::WavePush) {
+                waves = true;
+                if (a.kind == ActionKind::WavePull)
+                    m_lastPull[static_cast<std::size_t>(d)] = std::max(m_lastPull[static_cast<std::size_t>(d)], a.wave);
+            }
+    if (waves && repeats != 1)
+        throw std::logic_error("a schedule with wave pushes and pulls runs once, not as a repeated period");
+    // Keys: forwards use the live weights (version, pulls so far); backwards the weights of their forward.
+    m_keys.assign(actions.size(), 0);
+    {
+        std::map<int, int> pulls;
+        std::map<std::pair<int, int>, std::int64_t> forwardKey;
+        for (std::size_t i = 0; i < actions.size(); ++i) {
+            const auto& a = actions[i];
+            const std::int64_t own = (static_cast<std::int64_t>(pulls[a.stage]) << 32) | a.weight_version;
+            if (a.kind == ActionKind::WavePull)
+                pulls[a.stage] += 1;
+            else if (a.kind == ActionKind::Forward)
+                m_keys[i] = forwardKey[{a.stage, a.microbatch}] = own;
+            else if (a.kind == ActionKind::Backward) {
+                auto it = forwardKey.find({a.stage, a.microbatch});
+                // A backward whose forward ran before a pull uses the forward's weights; its version must match.
+                m_keys[i] = it != forwardKey.end() && static_cast<std::int32_t>(it->second) == a.weight_version
+                    ? it->second
+                    : own;
+            }
+        }
+    }
     const int last = setup.model.layerCount() - 1;
+    int myPipeline = -1;
+    for (int s = 0; s < plan.stageCount(); ++s) {
+        const auto& ps = plan.stages[static_cast<std::size_t>(s)];
+        if (std::find(ps.devices.begin(), ps.devices.end(), device) != ps.devices.end())
+            myPipeline = ps.pipeline;
+    }
+    m_pipeline = std::max(0, myPipeline);
     bool embeddingWithHead = false;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& ps = plan.stages[static_cast<std::size_t>(s)];
+        if (ps.pipeline != m_pipeline)
+            continue; // every pipeline keeps its own tied copies
         embeddingWithHead = embeddingWithHead || (ps.first_layer == 0 && ps.last_layer == last);
         const bool tied = ps.first_layer == 0 || ps.last_layer == last;
         for (int d : ps.devices)
@@ -168,17 +226,61 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
         st->decay = model->decayMask();
         st->replicas = ps.devices;
         std::sort(st->replicas.begin(), st->replicas.end());
-        const auto& actions = schedule.devices.at(static_cast<std::size_t>(device));
         for (std::size_t i = 0; i < actions.size(); ++i)
-            if (actions[i].stage == s && planner::isCompute(actions[i].kind)
-                && actions[i].kind != ActionKind::OptimizerStep)
-                st->lastUse[actions[i].weight_version] = static_cast<int>(i);
+            if (actions[i].stage == s
+                && (actions[i].kind == ActionKind::Forward || actions[i].kind == ActionKind::Backward))
+                st->lastUse[m_keys[i]] = static_cast<int>(i);
         m_models[s] = std::move(model);
         m_states[s] = std::move(st);
+        if (waves)
+            linkWaves(*m_states[s], s);
     }
     std::sort(m_tiedGroup.begin(), m_tiedGroup.end());
     if (embeddingWithHead || m_tiedGroup.size() < 2)
         m_tiedGroup.clear();
+}
+
+void DeviceExecutor::linkWaves(StageState& st, int stage)
+{
+    // Each tensor is owned by one layer (the head's copy of wte by the embedding), and every pipeline holds each
+    // layer once: a stage sends the other pipelines' stages what they hold of its layers and receives from them
+    // what it holds of theirs, packed in the receiver's tensor order.
+    const auto& me = m_plan.stages[static_cast<std::size_t>(stage)];
+    const auto mine = st.model->slots();
+    const auto ranges
+        = [&](const std::vector<TensorSlot>& receiver, int first, int last, const std::vector<TensorSlot>& holder) {
+              WaveLink link;
+              for (const auto& r : receiver) {
+                  const int owner = ownerLayer(r);
+                  if (owner < first || owner > last)
+                      continue;
+                  for (const auto& h : holder)
+                      if (h.tensor == r.tensor && h.block == r.block) {
+                          link.ranges.emplace_back(h.offset, h.size);
+                          link.size += h.size;
+                          break;
+                      }
+              }
+              return link;
+          };
+    for (int s = 0; s < m_plan.stageCount(); ++s) {
+        const auto& other = m_plan.stages[static_cast<std::size_t>(s)];
+        if (other.pipeline == me.pipeline)
+            continue;
+        const auto theirs = stageSlots(m_setup.model, other.first_layer, other.last_layer);
+        for (int d : other.devices) {
+            WaveLink out = ranges(theirs, me.first_layer, me.last_layer, mine);
+            out.device = d;
+            out.stage = stage;
+            if (out.size > 0)
+                st.pushTo.push_back(std::move(out));
+            WaveLink in = ranges(mine, other.first_layer, other.last_layer, mine);
+            in.device = d;
+            in.stage = s;
+            if (in.size > 0)
+                st.pullFrom.push_back(std::move(in));
+        }
+    }
 }
 
 DeviceExecutor::~DeviceExecutor() = default;
@@ -202,16 +304,24 @@ bool DeviceExecutor::run(const std::atomic<bool>& stop)
             m_index = static_cast<int>(i); // the period's index: what lastUse counts in
             const auto runIndex = static_cast<std::int64_t>(r) * static_cast<std::int64_t>(actions.size())
                 + static_cast<std::int64_t>(i);
+            // A repeated period's versions are shifted by r (no pulls: wave schedules run once).
+            const std::int64_t key = m_keys[i] + r;
             if (r == 0)
-                execute(actions[i], runIndex);
+                execute(actions[i], runIndex, key);
             else
-                execute(repeatedAction(actions[i], r, m_schedule.microbatches), runIndex);
+                execute(repeatedAction(actions[i], r, m_schedule.microbatches), runIndex, key);
         }
     m_transport.flush();
     return true;
 }
 
-void DeviceExecutor::execute(const Action& a, std::int64_t runIndex)
+int DeviceExecutor::globalMicrobatch(int local) const
+{
+    const int m = m_plan.schedule.microbatches;
+    return (local / m) * m * m_pipelines + m_pipeline * m + local % m;
+}
+
+void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_t key)
 {
     planner::Span span;
     span.device = m_device;
@@ -225,10 +335,10 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex)
     const auto elements = [&](const std::vector<float>& v) { return static_cast<double>(v.size() * sizeof(float)); };
     switch (a.kind) {
     case ActionKind::Forward:
-        forward(a);
+        forward(a, key);
         break;
     case ActionKind::Backward:
-        backward(a);
+        backward(a, key);
         break;
     case ActionKind::SendActivation:
     case ActionKind::SendGradient: {
@@ -262,9 +372,16 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex)
     case ActionKind::OptimizerStep:
         optimizerStep(a);
         break;
-    case ActionKind::BackwardWeight:
     case ActionKind::WavePush:
+        span.lane = planner::Lane::Send;
+        span.weight_version = a.wave; // a wave action's version is its wave
+        span.bytes = wavePush(a);
+        break;
     case ActionKind::WavePull:
+        span.weight_version = a.wave;
+        span.bytes = wavePull(a);
+        break;
+    case ActionKind::BackwardWeight:
         throw InputError("the engine does not run '" + std::string(planner::toString(a.kind))
             + "' actions yet (schedule '" + m_schedule.kind + "')");
     }
@@ -273,25 +390,27 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex)
         m_sink.span(span);
 }
 
-const float* DeviceExecutor::weightsFor(StageState& st, int version, const char* what, int microbatch)
+const float* DeviceExecutor::weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch)
 {
-    if (version == st.version)
+    if (key == st.liveKey())
         return st.model->params().data();
-    auto it = st.snapshots.find(version);
+    auto it = st.snapshots.find(key);
     if (it == st.snapshots.end())
         throw std::runtime_error("device " + std::to_string(m_device) + ": " + what + " of microbatch "
-            + std::to_string(microbatch) + " asks for weight version " + std::to_string(version)
-            + ", but the stage holds version " + std::to_string(st.version) + " and no stashed copy of it");
+            + std::to_string(microbatch) + " asks for weight version " + std::to_string(static_cast<std::int32_t>(key))
+            + " (after " + std::to_string(key >> 32) + " wave pulls), but the stage holds version "
+            + std::to_string(st.version) + " (after " + std::to_string(st.pulls) + ") and no stashed copy of it");
     return it->second.data();
 }
 
-void DeviceExecutor::forward(const Action& a)
+void DeviceExecutor::forward(const Action& a, std::int64_t key)
 {
     StageState& st = state(a.stage);
     const int m = m_setup.microbatches;
+    const int global = globalMicrobatch(a.microbatch);
     const std::size_t n = static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq;
     std::vector<std::int32_t> tokens(n), targets(n);
-    m_data.microbatch(a.microbatch / m, a.microbatch % m, tokens, targets);
+    m_data.microbatch(global / m, global % m, tokens, targets);
     std::vector<float> input;
     if (!st.model->hasEmbedding()) {
         auto it = m_activations.find({a.stage - 1, a.microbatch});
@@ -301,18 +420,18 @@ void DeviceExecutor::forward(const Action& a)
         input = std::move(it->second);
         m_activations.erase(it);
     }
-    const float* weights = weightsFor(st, a.weight_version, "forward", a.microbatch);
+    const float* weights = weightsFor(st, key, "forward", a.microbatch);
     StageStash& stash = st.stashes[a.microbatch];
     auto out = st.model->forward(stash, weights, tokens, input, targets);
     if (st.model->hasHead()) {
         if (m_sink.loss)
-            m_sink.loss(a.microbatch, stash.loss);
+            m_sink.loss(global, stash.loss);
     } else {
         m_activations[{a.stage, a.microbatch}].assign(out.begin(), out.end());
     }
 }
 
-void DeviceExecutor::backward(const Action& a)
+void DeviceExecutor::backward(const Action& a, std::int64_t key)
 {
     StageState& st = state(a.stage);
     auto stash = st.stashes.find(a.microbatch);
@@ -328,14 +447,15 @@ void DeviceExecutor::backward(const Action& a)
         dout = std::move(it->second);
         m_gradients.erase(it);
     }
-    const float* weights = weightsFor(st, a.weight_version, "backward", a.microbatch);
+    const float* weights = weightsFor(st, key, "backward", a.microbatch);
     auto din = st.model->backward(stash->second, weights, st.model->grads().data(), dout, m_lossScale);
     st.stashes.erase(stash);
+    st.lastBackward = a.microbatch;
     if (!st.model->hasEmbedding())
         m_gradients[{a.stage, a.microbatch}].assign(din.begin(), din.end());
-    // The last use of this version (a repeated period's versions are past the table: used once, here).
-    if (auto last = st.lastUse.find(a.weight_version); last == st.lastUse.end() || last->second <= m_index)
-        st.snapshots.erase(a.weight_version);
+    // The last use of these weights (a repeated period's versions are past the table: used once, here).
+    if (auto last = st.lastUse.find(key); last == st.lastUse.end() || last->second <= m_index)
+        st.snapshots.erase(key);
 }
 
 void DeviceExecutor::tiedExchange(StageState& st)
@@ -353,19 +473,80 @@ void DeviceExecutor::tiedExchange(StageState& st)
     m_transport.allReduceSum(m_tiedGroup, g);
 }
 
+void DeviceExecutor::keepLiveVersion(StageState& st)
+{
+    // A later forward or backward still uses the weights about to change: keep a copy of them.
+    if (auto it = st.lastUse.find(st.liveKey()); it != st.lastUse.end() && it->second > m_index)
+        st.snapshots[st.liveKey()] = st.model->params();
+}
+
 void DeviceExecutor::optimizerStep(const Action& a)
 {
     StageState& st = state(a.stage);
     tiedExchange(st);
-    // A later forward or backward still uses the version this step replaces: keep a copy of it.
-    if (auto it = st.lastUse.find(st.version); it != st.lastUse.end() && it->second > m_index)
-        st.snapshots[st.version] = st.model->params();
+    keepLiveVersion(st);
+    const bool waves = !st.pushTo.empty() || !st.pullFrom.empty();
+    std::vector<float> before;
+    if (waves)
+        before = st.model->params();
     const double lr = m_setup.adam.lrAt(st.steps);
     st.adam->step(st.model->params(), st.model->grads(), st.decay, m_setup.adam, lr, ++st.steps);
     st.model->zeroGrads();
     st.version = a.weight_version;
+    if (waves) {
+        // HetPipe's local update u_p, summed per wave for the push.
+        auto& sum = st.waveUpdates[std::max(0, st.lastBackward) / m_concurrent];
+        const auto& after = st.model->params();
+        sum.resize(after.size(), 0.0f);
+        for (std::size_t i = 0; i < after.size(); ++i)
+            sum[i] += after[i] - before[i];
+    }
     if (m_sink.step)
         m_sink.step(a.stage, a.weight_version);
+}
+
+double DeviceExecutor::wavePush(const Action& a)
+{
+    StageState& st = state(a.stage);
+    auto node = st.waveUpdates.extract(a.wave);
+    std::vector<float> update
+        = node.empty() ? std::vector<float>(st.model->parameterCount(), 0.0f) : std::move(node.mapped());
+    update.resize(st.model->parameterCount(), 0.0f);
+    double bytes = 0;
+    std::vector<float> packed;
+    for (const auto& link : st.pushTo) {
+        if (m_lastPull[static_cast<std::size_t>(link.device)] < a.wave)
+            continue; // that device never pulls this wave
+        packed.clear();
+        for (const auto& [offset, size] : link.ranges)
+            packed.insert(packed.end(), update.begin() + static_cast<std::ptrdiff_t>(offset),
+                update.begin() + static_cast<std::ptrdiff_t>(offset + size));
+        m_transport.send(link.device, waveTag(a.stage, a.wave), packed);
+        bytes += static_cast<double>(packed.size() * sizeof(float));
+    }
+    return bytes;
+}
+
+double DeviceExecutor::wavePull(const Action& a)
+{
+    StageState& st = state(a.stage);
+    keepLiveVersion(st); // the forwards after the pull use new weights (a new key), even when no wave is new
+    st.pulls += 1;
+    double bytes = 0;
+    std::vector<float> buffer;
+    auto& params = st.model->params();
+    for (int w = st.pulledWave + 1; w <= a.wave; ++w)
+        for (const auto& link : st.pullFrom) {
+            buffer.assign(link.size, 0.0f);
+            m_transport.recv(link.device, waveTag(link.stage, w), buffer);
+            bytes += static_cast<double>(buffer.size() * sizeof(float));
+            std::size_t at = 0;
+            for (const auto& [offset, size] : link.ranges)
+                for (std::size_t i = 0; i < size; ++i)
+                    params[offset + i] += buffer[at++];
+        }
+    st.pulledWave = std::max(st.pulledWave, a.wave);
+    return bytes;
 }
 
 } // namespace pw::engine

@@ -3,6 +3,12 @@
 // activations until their backward; backwards use the weight version the schedule names (PipeDream's weight
 // stashing, 2BW's double buffering and the flushed schedules' single version all follow from the actions'
 // weight_version fields); all-reduces sum a stage's gradients over its replicas; optimizer steps apply AdamW.
+// HetPipe's wave synchronous parallel (schedule "wsp"): every pipeline (virtual worker) trains on its own data
+// with local updates; a WavePush sends the sum of the stage's updates of one wave to the devices of the other
+// pipelines that hold the same layers (a parameter server spread over the devices: each keeps its own copy of
+// the global weights), and a WavePull blocks until every other pipeline's update of that wave (and of any earlier
+// wave not pulled yet) has arrived, then adds them to the local weights: w_local = w_0 + the pulled waves of every
+// pipeline + this pipeline's own updates not yet covered (digest §1.2.5).
 #pragma once
 
 #include <atomic>
@@ -27,7 +33,9 @@ struct TrainingSetup
 {
     Gpt2Config model;
     BatchShape shape;
-    int microbatches = 1; ///< m per step (the plan's schedule.microbatches)
+    /// Microbatches per step over the whole plan: the schedule's m times the pipelines (HetPipe's virtual
+    /// workers each take their own m); the data order cuts every step into this many.
+    int microbatches = 1;
     AdamWOptions adam;
     std::uint64_t seed = 1234; ///< initialisation when there is no checkpoint
     std::shared_ptr<const std::vector<float>> checkpoint; ///< llm.c's flat parameters, or null
@@ -67,7 +75,8 @@ double monotonicSeconds();
 struct ExecutorSink
 {
     std::function<void(const planner::Span&)> span;
-    /// The mean loss of microbatch `microbatch` (global id; step = id / m), on devices holding the head.
+    /// The mean loss of microbatch `microbatch` (global id over the plan's pipelines: step = id /
+    /// TrainingSetup::microbatches), on devices holding the head.
     std::function<void(int microbatch, float loss)> loss;
     /// After each optimizer step of virtual stage `stage`: the version it produced.
     std::function<void(int stage, int version)> step;
@@ -91,13 +100,20 @@ public:
 
 private:
     struct StageState;
-    void execute(const planner::Action& a, std::int64_t runIndex);
-    void forward(const planner::Action& a);
-    void backward(const planner::Action& a);
+    struct WaveLink;
+    void execute(const planner::Action& a, std::int64_t runIndex, std::int64_t key);
+    void forward(const planner::Action& a, std::int64_t key);
+    void backward(const planner::Action& a, std::int64_t key);
     void optimizerStep(const planner::Action& a);
+    double wavePush(const planner::Action& a);
+    double wavePull(const planner::Action& a);
+    void keepLiveVersion(StageState& st);
     void tiedExchange(StageState& st);
-    const float* weightsFor(StageState& st, int version, const char* what, int microbatch);
+    void linkWaves(StageState& st, int stage);
+    const float* weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch);
     StageState& state(int stage);
+    /// The data's microbatch id of this device's pipeline's microbatch `local` (= local with one pipeline).
+    int globalMicrobatch(int local) const;
 
     const planner::Plan& m_plan;
     const planner::Schedule& m_schedule;
@@ -109,6 +125,13 @@ private:
     ExecutorSink m_sink;
     float m_lossScale = 1.0f;
     int m_index = 0; ///< the action running
+    int m_pipeline = 0; ///< this device's pipeline (virtual worker)
+    int m_pipelines = 1;
+    int m_concurrent = 1; ///< N_m: microbatches per wave (wsp)
+    /// Per action of the period (forward, backward): which weights it uses. The schedule's version, and with
+    /// wave pulls the pulls before it (a pull changes the weights without a new version): pulls << 32 | version.
+    std::vector<std::int64_t> m_keys;
+    std::vector<int> m_lastPull; ///< per device of the schedule: the last wave it pulls (-1: none)
     std::map<int, std::unique_ptr<StageModel>> m_models;
     std::map<int, std::unique_ptr<StageState>> m_states;
     /// Activations and input gradients by (producing stage, microbatch): sent, or consumed on this device.

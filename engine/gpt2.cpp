@@ -166,31 +166,41 @@ StageModel::StageModel(const Gpt2Config& config, BatchShape shape, int first_lay
     if (first_layer < 0 || last_layer < first_layer || last_layer >= config.layerCount())
         throw InputError("stage layers " + std::to_string(first_layer) + ".." + std::to_string(last_layer)
             + " are outside the model's " + std::to_string(config.layerCount()) + " layers");
-    for (int layer = first_layer; layer <= last_layer; ++layer)
-        switch (layerKind(config, layer)) {
-        case LayerKind::Embedding:
-            addSlot(Tensor::Wte, layer, 0);
-            addSlot(Tensor::Wpe, layer, 0);
-            break;
-        case LayerKind::Block:
-            for (Tensor t : kBlockTensors)
-                addSlot(t, layer, layer - 1);
-            break;
-        case LayerKind::Head:
-            addSlot(Tensor::Lnfw, layer, 0);
-            addSlot(Tensor::Lnfb, layer, 0);
-            if (!hasEmbedding())
-                addSlot(Tensor::Wte, layer, 0); // the tied copy
-            break;
-        }
+    m_slots = stageSlots(config, first_layer, last_layer);
     m_params.assign(m_slots.empty() ? 0 : m_slots.back().offset + m_slots.back().size, 0.0f);
     m_grads.assign(m_params.size(), 0.0f);
 }
 
-void StageModel::addSlot(Tensor t, int layer, int block)
+std::vector<TensorSlot> stageSlots(const Gpt2Config& config, int first_layer, int last_layer)
 {
-    const std::size_t offset = m_slots.empty() ? 0 : m_slots.back().offset + m_slots.back().size;
-    m_slots.push_back({t, layer, block, offset, tensorSize(m_config, t)});
+    std::vector<TensorSlot> slots;
+    const auto add = [&](Tensor t, int layer, int block) {
+        const std::size_t offset = slots.empty() ? 0 : slots.back().offset + slots.back().size;
+        slots.push_back({t, layer, block, offset, tensorSize(config, t)});
+    };
+    for (int layer = first_layer; layer <= last_layer; ++layer)
+        switch (layerKind(config, layer)) {
+        case LayerKind::Embedding:
+            add(Tensor::Wte, layer, 0);
+            add(Tensor::Wpe, layer, 0);
+            break;
+        case LayerKind::Block:
+            for (Tensor t : kBlockTensors)
+                add(t, layer, layer - 1);
+            break;
+        case LayerKind::Head:
+            add(Tensor::Lnfw, layer, 0);
+            add(Tensor::Lnfb, layer, 0);
+            if (first_layer != 0)
+                add(Tensor::Wte, layer, 0); // the tied copy
+            break;
+        }
+    return slots;
+}
+
+int ownerLayer(const TensorSlot& slot)
+{
+    return slot.tensor == Tensor::Wte ? 0 : slot.layer;
 }
 
 const TensorSlot& StageModel::slot(Tensor t, int block) const

@@ -89,6 +89,11 @@ struct TensorSlot
     bool operator==(const TensorSlot&) const = default;
 };
 
+/// The tensors of a stage holding layers first..last, in the order and at the offsets of its flat buffer.
+std::vector<TensorSlot> stageSlots(const Gpt2Config& config, int first_layer, int last_layer);
+/// The layer a tensor belongs to in the whole model: the token embedding's (0) for the head's tied copy of wte.
+int ownerLayer(const TensorSlot& slot);
+
 /// @brief What a layer's forward keeps for its backward (one microbatch). Buffers are reused across microbatches.
 struct LayerStash
 {
@@ -156,7 +161,6 @@ public:
     std::size_t activationCount() const; ///< floats of a stage boundary's activation: B T C
 
 private:
-    void addSlot(Tensor t, int layer, int block);
     const TensorSlot& slot(Tensor t, int block) const;
     void blockForward(LayerStash& s, const float* P, const float* x, int block) const;
     void blockBackward(

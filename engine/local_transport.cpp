@@ -15,6 +15,12 @@ std::uint64_t transferTag(bool gradient, int stage, int microbatch)
         | (gradient ? 1u : 0u);
 }
 
+std::uint64_t waveTag(int stage, int wave)
+{
+    return (std::uint64_t {1} << 63) | (static_cast<std::uint64_t>(wave) << 24)
+        | (static_cast<std::uint64_t>(stage) << 1);
+}
+
 struct LocalFabric::State
 {
     std::mutex mutex;

@@ -42,6 +42,8 @@ public:
 
 /// A transfer's tag: its kind (activation 0, gradient 1), the producing stage and the microbatch.
 std::uint64_t transferTag(bool gradient, int stage, int microbatch);
+/// A wave push's tag (HetPipe's WSP): the sending stage and the wave; never equal to a transfer's.
+std::uint64_t waveTag(int stage, int wave);
 
 /// @brief In-process transport: one endpoint per device, threads as devices. abort() wakes every waiter with a
 /// TransportError (a failed device stops the others).

@@ -130,6 +130,8 @@ struct Plan
     int stageCount() const { return static_cast<int>(stages.size()); }
     /// Independent pipelines (1 + the last stage's pipeline index; 1 for an empty plan).
     int pipelineCount() const { return stages.empty() ? 1 : stages.back().pipeline + 1; }
+    /// Microbatches one training step takes over the whole plan: every pipeline runs schedule.microbatches.
+    int microbatchesPerStep() const { return schedule.microbatches * pipelineCount(); }
     /// First stage of the pipeline holding `stage`, and one past its last.
     int pipelineBegin(int stage) const;
     int pipelineEnd(int stage) const;

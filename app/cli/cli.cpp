@@ -201,23 +201,23 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     histList->add_option("--status", histOpt.status, "only runs of this status");
     histList->add_flag("--json", histOpt.json, "print JSON");
     auto* histShow = hist->add_subcommand("show", "a run: losses, predicted against measured per stage");
-    histShow->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    histShow->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
     histShow->add_option("--costs", histOpt.costs, "also the prediction of these calibrated costs against the run");
     histShow->add_flag("--json", histOpt.json, "print JSON");
     auto* histExport = hist->add_subcommand("export", "write a run's measured spans");
-    histExport->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    histExport->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
     histExport->add_option("--format", histOpt.format, "csv | chrome-trace")
         ->check(CLI::IsMember({"csv", "chrome-trace"}))
         ->capture_default_str();
     histExport->add_option("-o,--output", histOpt.output, "file to write")->required();
     auto* histDelete = hist->add_subcommand("delete", "delete a run and everything recorded about it");
-    histDelete->add_option("run", histOpt.run, "run id (or a unique prefix)")->required();
+    histDelete->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
     for (auto* sub : {histList, histShow, histExport, histDelete})
         sub->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
 
     CalibrateOptions calOpt;
     auto* cal = app.add_subcommand("calibrate", "fit a cost model to a recorded run's measured times");
-    cal->add_option("run", calOpt.run, "run id (or a unique prefix)")->required();
+    cal->add_option("run", calOpt.run, "run id, a unique prefix of one, or latest")->required();
     cal->add_option("-o,--output", calOpt.output, "costs JSON to write (for simulate/plan --costs)")->required();
     cal->add_option("--history", calOpt.history, "history SQLite file (default: the user's data directory)");
     cal->add_option("--statistic", calOpt.statistic,

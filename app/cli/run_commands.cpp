@@ -77,6 +77,12 @@ app::HistoryStore openHistory(const std::string& path)
 
 app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
 {
+    if (id == "latest") {
+        auto runs = h.listRuns(); // newest first
+        if (runs.empty())
+            throw InputError("no run in " + h.path().string() + " yet ('latest' names the newest)");
+        return runs.front();
+    }
     if (auto r = h.run(id))
         return *r;
     std::vector<app::RunRecord> matches;

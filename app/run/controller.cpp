@@ -436,7 +436,7 @@ RunOutcome RunController::run(const RunObserver& o)
         planner::generateSchedule(p); // throws for a schedule the plan does not suit
     }
     const auto& arch = *req.plan.model->architecture;
-    s.microbatches = req.plan.schedule.microbatches;
+    s.microbatches = req.plan.microbatchesPerStep(); // every pipeline (virtual worker) takes its own
     const int b = req.plan.schedule.microbatch_size > 0 ? req.plan.schedule.microbatch_size : arch.microbatch;
     s.tokensPerStep = static_cast<double>(s.microbatches) * b * arch.sequence;
 

@@ -32,6 +32,7 @@ struct StageCut
     int first = 0;
     int last = 0;
     std::vector<int> devices;
+    int pipeline = 0; ///< HetPipe's virtual worker (schedule "wsp"); 0 for one pipeline
 };
 
 /// The model cut into `stages` on one node of enough "cpu" devices, under `kind` with `microbatches` per step.
@@ -50,7 +51,7 @@ inline planner::Plan gpt2Plan(const planner::TransformerConfig& shape, const std
     cluster.nodes.push_back({"local", "", 22, "", device.name, devices, 1e10, 1e-6});
     plan.cluster = cluster;
     for (const auto& s : stages)
-        plan.stages.push_back({s.first, s.last, s.devices});
+        plan.stages.push_back({s.first, s.last, s.devices, s.pipeline});
     plan.schedule.kind = kind;
     plan.schedule.microbatches = microbatches;
     plan.schedule.chunks = chunks;

@@ -120,6 +120,9 @@ TEST_CASE("cli: run --local --json trains and reports: history lists, shows, exp
     CHECK_THAT(show.out, Contains(id));
     CHECK_THAT(show.out, Contains("predicted"));
     CHECK_THAT(show.out, Contains("measured"));
+    const auto latest = runCli(dir, {"history", "show", "latest", "--history", history});
+    REQUIRE(latest.code == 0);
+    CHECK(latest.out == show.out);
 
     const auto csv = dir.path / "spans.csv";
     REQUIRE(runCli(dir, {"history", "export", id, "--history", history, "-o", csv.string()}).code == 0);
@@ -135,6 +138,7 @@ TEST_CASE("cli: run --local --json trains and reports: history lists, shows, exp
     const auto gone = runCli(dir, {"history", "show", id, "--history", history});
     CHECK(gone.code != 0);
     CHECK_THAT(gone.err, Contains("no run '" + id + "'"));
+    CHECK_THAT(runCli(dir, {"history", "show", "latest", "--history", history}).err, Contains("no run in"));
 }
 
 TEST_CASE("cli: run refuses a plan without a model shape, naming the reason", "[run][cli]")

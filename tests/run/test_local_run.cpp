@@ -27,6 +27,7 @@
 #include "engine/llmc.h"
 #include "engine/local_run.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/engine/wsp_checks.h"
 #include "tests/run/process_helpers.h"
 
 using namespace pw;
@@ -339,6 +340,23 @@ TEST_CASE("asynchronous schedules through agents: the versions recorded in telem
                 CHECK(s.weight_version == std::max(s.microbatch / 4 - 1, 0));
             }
         CHECK(forwards == 2 * steps * 4);
+    }
+    SECTION("HetPipe's WSP: two virtual workers cut differently, staleness 1; every other pipeline's wave is in the "
+            "weights by the time the bound requires it")
+    {
+        auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}, 0}, {2, 3, {1}, 0}, {0, 2, {2}, 1}, {3, 3, {3}, 1}}, "wsp", 4);
+        plan.schedule.staleness = 1;
+        app::RunController controller(request(plan, steps), history);
+        const auto outcome = controller.run();
+        INFO(outcome.message);
+        REQUIRE(outcome.status == app::RunStatus::Succeeded);
+        const auto reference = inProcessLosses(plan, steps);
+        REQUIRE(outcome.losses.size() == reference.size());
+        for (std::size_t i = 0; i < reference.size(); ++i)
+            CHECK(outcome.losses[i] == Approx(reference[i]).epsilon(1e-5));
+        const auto counts = test::checkWaveSemantics(plan, history.measuredTimeline(outcome.run_id).spans);
+        CHECK(counts.forwards == 4 * steps * 4);
+        CHECK(counts.pulls > 0);
     }
 }
 

@@ -137,6 +137,7 @@ struct DeviceExecutor::StageState
     /// weights it replaces while a later action needs them (PipeDream's stashed versions, 2BW's previous one).
     std::map<std::int64_t, int> lastUse;
     std::map<int, StageStash> stashes; ///< microbatch -> activations
+    std::vector<StageStash> spare; ///< stashes whose backward ran, reused (their buffers keep their size)
     std::vector<int> replicas; ///< devices of the stage (all-reduce group)
     // wsp
     int lastBackward = -1; ///< microbatch of the latest backward (its step's wave)
@@ -421,7 +422,12 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
         m_activations.erase(it);
     }
     const float* weights = weightsFor(st, key, "forward", a.microbatch);
-    StageStash& stash = st.stashes[a.microbatch];
+    auto [slot, fresh] = st.stashes.try_emplace(a.microbatch);
+    if (fresh && !st.spare.empty()) { // no allocation (and page faults) for every microbatch's activations
+        slot->second = std::move(st.spare.back());
+        st.spare.pop_back();
+    }
+    StageStash& stash = slot->second;
     auto out = st.model->forward(stash, weights, tokens, input, targets);
     if (st.model->hasHead()) {
         if (m_sink.loss)
@@ -449,6 +455,7 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
     }
     const float* weights = weightsFor(st, key, "backward", a.microbatch);
     auto din = st.model->backward(stash->second, weights, st.model->grads().data(), dout, m_lossScale);
+    st.spare.push_back(std::move(stash->second));
     st.stashes.erase(stash);
     st.lastBackward = a.microbatch;
     if (!st.model->hasEmbedding())

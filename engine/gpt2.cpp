@@ -437,7 +437,8 @@ void StageModel::blockBackward(
     // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
     std::fill(dx, dx + n, 0.0f);
     std::copy(m_dRes.begin(), m_dRes.end(), dx); // the residual passes dres2 through to x
-    std::vector<float> datty(n, 0.0f);
+    std::vector<float>& datty = m_dAtty;
+    datty.assign(n, 0.0f);
     ops::matmulBackward(datty.data(), G + at(Tensor::Attprojw), G + at(Tensor::Attprojb), m_dRes.data(), s.atty.data(),
         P + at(Tensor::Attprojw), BT, C, C);
     m_dQkv.assign(static_cast<std::size_t>(BT) * 3 * C, 0.0f);

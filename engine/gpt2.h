@@ -176,7 +176,7 @@ private:
     std::vector<float> m_params;
     std::vector<float> m_grads;
     // Backward workspaces, reused by every microbatch.
-    std::vector<float> m_dA, m_dB, m_dRes, m_dBig, m_dBig2, m_dQkv, m_scratch;
+    std::vector<float> m_dA, m_dB, m_dRes, m_dBig, m_dBig2, m_dQkv, m_dAtty, m_scratch;
 };
 
 } // namespace pw::engine

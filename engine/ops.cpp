@@ -2,7 +2,10 @@
 #include "ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <cblas.h>
@@ -20,6 +23,151 @@ namespace pw::engine::ops {
 namespace {
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+// Element-wise kernels are compiled for AVX-512, AVX2 + FMA and the x86-64 baseline, the best chosen at load time
+// (GCC's and Clang's function multi-versioning): the binary still runs on any x86-64 machine it is copied to.
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones) && !defined(PW_FUZZ)
+#define PW_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef PW_KERNEL
+#define PW_KERNEL
+#endif
+
+/// e^x to about 1 ulp for x in [-87, 88] (clamped outside: e^-87 ~ 1.6e-38 stands for 0), in arithmetic only, so
+/// that the loops calling it vectorise: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two for the exact product
+/// n ln2), e^r by its Taylor series to r^7 (remainder < 6e-9), 2^n by the exponent bits.
+inline float expApprox(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    constexpr float kRound = 12582912.0f; // 1.5 * 2^23: adding and subtracting it rounds to the nearest integer
+    const float n = (x * 1.44269504088896341f + kRound) - kRound;
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    const float p = 1.0f
+        + r
+            * (1.0f
+                + r
+                    * (1.0f / 2
+                        + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
+    return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
+
+/// GELU's tanh approximation as a logistic: 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+/// The same function, written without tanh so that it vectorises and loses no accuracy where tanh(u) -> -1.
+inline float geluSigmoid(float x)
+{
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    return 1.0f / (1.0f + expApprox(-2.0f * u));
+}
+
+PW_KERNEL void geluForwardKernel(float* out, const float* inp, long n)
+{
+#pragma omp simd
+    for (long i = 0; i < n; ++i)
+        out[i] = inp[i] * geluSigmoid(inp[i]);
+}
+
+PW_KERNEL void geluBackwardKernel(float* dinp, const float* inp, const float* dout, long n)
+{
+    // d/dx [x s(x)] with s = sigmoid(2u): s + x * 2 s (1 - s) * u'(x)  (0.5 sech^2(u) = 2 s (1 - s)).
+#pragma omp simd
+    for (long i = 0; i < n; ++i) {
+        const float x = inp[i];
+        const float s = geluSigmoid(x);
+        const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+        dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    }
+}
+
+/// row[j] = e^(row[j] - shift) for j < n; returns their sum.
+PW_KERNEL float expShiftSum(float* row, long n, float shift)
+{
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (long j = 0; j < n; ++j) {
+        row[j] = expApprox(row[j] - shift);
+        sum += row[j];
+    }
+    return sum;
+}
+
+PW_KERNEL float rowMax(const float* row, long n)
+{
+    float m = row[0];
+#pragma omp simd reduction(max : m)
+    for (long j = 1; j < n; ++j)
+        m = row[j] > m ? row[j] : m;
+    return m;
+}
+
+PW_KERNEL void scaleRow(float* row, long n, float scale)
+{
+#pragma omp simd
+    for (long j = 0; j < n; ++j)
+        row[j] *= scale;
+}
+
+PW_KERNEL void addRows(float* out, const float* a, const float* b, long n)
+{
+#pragma omp simd
+    for (long i = 0; i < n; ++i)
+        out[i] = a[i] + b[i];
+}
+
+PW_KERNEL void layernormRow(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b, int C)
+{
+    float m = 0;
+#pragma omp simd reduction(+ : m)
+    for (int c = 0; c < C; ++c)
+        m += x[c];
+    m /= static_cast<float>(C);
+    float v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; ++c)
+        v += (x[c] - m) * (x[c] - m);
+    v /= static_cast<float>(C);
+    const float s = 1.0f / std::sqrt(v + kLayerNormEps);
+#pragma omp simd
+    for (int c = 0; c < C; ++c)
+        o[c] = (s * (x[c] - m)) * w[c] + b[c];
+    *mean = m;
+    *rstd = s;
+}
+
+PW_KERNEL void layernormBackwardRow(
+    float* dx, float* dw, float* db, const float* d, const float* x, const float* w, float m, float s, int C)
+{
+    float dnormMean = 0, dnormNormMean = 0;
+#pragma omp simd reduction(+ : dnormMean, dnormNormMean)
+    for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = w[c] * d[c];
+        dnormMean += dnorm;
+        dnormNormMean += dnorm * norm;
+    }
+    dnormMean /= static_cast<float>(C);
+    dnormNormMean /= static_cast<float>(C);
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = w[c] * d[c];
+        db[c] += d[c];
+        dw[c] += norm * d[c];
+        dx[c] += (dnorm - dnormMean - norm * dnormNormMean) * s;
+    }
+}
+
+/// The range of [0, n) this OpenMP thread takes (contiguous chunks, for kernels that want long runs).
+std::pair<long, long> threadChunk(long n)
+{
+    const long threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const long per = (n + threads - 1) / threads;
+    return {std::min(n, t * per), std::min(n, (t + 1) * per)};
+}
+
 } // namespace
 
 void setThreads(int threads)
@@ -72,23 +220,9 @@ void layernormForward(
     float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int BT, int C)
 {
 #pragma omp parallel for
-    for (int i = 0; i < BT; ++i) {
-        const float* x = inp + static_cast<long>(i) * C;
-        float m = 0;
-        for (int c = 0; c < C; ++c)
-            m += x[c];
-        m /= static_cast<float>(C);
-        float v = 0;
-        for (int c = 0; c < C; ++c)
-            v += (x[c] - m) * (x[c] - m);
-        v /= static_cast<float>(C);
-        const float s = 1.0f / std::sqrt(v + kLayerNormEps);
-        float* o = out + static_cast<long>(i) * C;
-        for (int c = 0; c < C; ++c)
-            o[c] = (s * (x[c] - m)) * weight[c] + bias[c];
-        mean[i] = m;
-        rstd[i] = s;
-    }
+    for (int i = 0; i < BT; ++i)
+        layernormRow(
+            out + static_cast<long>(i) * C, mean + i, rstd + i, inp + static_cast<long>(i) * C, weight, bias, C);
 }
 
 void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -99,28 +233,9 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
     {
         std::vector<float> dw(C, 0.0f), db(C, 0.0f);
 #pragma omp for
-        for (int i = 0; i < BT; ++i) {
-            const float* d = dout + static_cast<long>(i) * C;
-            const float* x = inp + static_cast<long>(i) * C;
-            float* dx = dinp + static_cast<long>(i) * C;
-            const float m = mean[i], s = rstd[i];
-            float dnormMean = 0, dnormNormMean = 0;
-            for (int c = 0; c < C; ++c) {
-                const float norm = (x[c] - m) * s;
-                const float dnorm = weight[c] * d[c];
-                dnormMean += dnorm;
-                dnormNormMean += dnorm * norm;
-            }
-            dnormMean /= static_cast<float>(C);
-            dnormNormMean /= static_cast<float>(C);
-            for (int c = 0; c < C; ++c) {
-                const float norm = (x[c] - m) * s;
-                const float dnorm = weight[c] * d[c];
-                db[c] += d[c];
-                dw[c] += norm * d[c];
-                dx[c] += (dnorm - dnormMean - norm * dnormNormMean) * s;
-            }
-        }
+        for (int i = 0; i < BT; ++i)
+            layernormBackwardRow(dinp + static_cast<long>(i) * C, dw.data(), db.data(), dout + static_cast<long>(i) * C,
+                inp + static_cast<long>(i) * C, weight, mean[i], rstd[i], C);
 #pragma omp critical
         for (int c = 0; c < C; ++c) {
             dweight[c] += dw[c];
@@ -137,8 +252,7 @@ void matmulForward(float* out, const float* inp, const float* weight, const floa
 #pragma omp parallel for
     for (int i = 0; i < BT; ++i) {
         float* o = out + static_cast<long>(i) * OC;
-        for (int j = 0; j < OC; ++j)
-            o[j] += bias[j];
+        addRows(o, o, bias, OC);
     }
 }
 
@@ -150,12 +264,12 @@ void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
         return;
-#pragma omp parallel for
-    for (int j = 0; j < OC; ++j) {
-        float sum = 0;
-        for (int i = 0; i < BT; ++i)
-            sum += dout[static_cast<long>(i) * OC + j];
-        dbias[j] += sum;
+        // Row after row (the column walk strides by OC); each thread sums its own columns.
+#pragma omp parallel
+    {
+        const auto [begin, end] = threadChunk(OC);
+        for (int i = 0; i < BT && begin < end; ++i)
+            addRows(dbias + begin, dbias + begin, dout + static_cast<long>(i) * OC + begin, end - begin);
     }
 }
 
@@ -175,19 +289,9 @@ void attentionForward(float* out, float* att, const float* qkv, int B, int T, in
 #pragma omp parallel for
             for (int i = 0; i < T; ++i) {
                 float* row = a + static_cast<long>(i) * T;
-                float maxv = row[0];
-                for (int j = 1; j <= i; ++j)
-                    maxv = std::max(maxv, row[j]);
-                float sum = 0;
-                for (int j = 0; j <= i; ++j) {
-                    row[j] = std::exp(row[j] - maxv);
-                    sum += row[j];
-                }
-                const float inv = 1.0f / sum;
-                for (int j = 0; j <= i; ++j)
-                    row[j] *= inv;
-                for (int j = i + 1; j < T; ++j)
-                    row[j] = 0.0f;
+                const float sum = expShiftSum(row, i + 1, rowMax(row, i + 1));
+                scaleRow(row, i + 1, 1.0f / sum);
+                std::fill(row + i + 1, row + T, 0.0f);
             }
             float* o = out + static_cast<long>(b) * T * C + h * hs;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
@@ -236,33 +340,29 @@ void attentionBackward(
 
 void geluForward(float* out, const float* inp, int n)
 {
-#pragma omp parallel for
-    for (int i = 0; i < n; ++i) {
-        const float x = inp[i];
-        const float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+#pragma omp parallel
+    {
+        const auto [begin, end] = threadChunk(n);
+        geluForwardKernel(out + begin, inp + begin, end - begin);
     }
 }
 
 void geluBackward(float* dinp, const float* inp, const float* dout, int n)
 {
-#pragma omp parallel for
-    for (int i = 0; i < n; ++i) {
-        const float x = inp[i];
-        const float cube = 0.044715f * x * x * x;
-        const float arg = kGeluScale * (x + cube);
-        const float th = std::tanh(arg);
-        const float sech2 = 1.0f - th * th;
-        const float grad = 0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+#pragma omp parallel
+    {
+        const auto [begin, end] = threadChunk(n);
+        geluBackwardKernel(dinp + begin, inp + begin, dout + begin, end - begin);
     }
 }
 
 void residualForward(float* out, const float* a, const float* b, int n)
 {
-#pragma omp parallel for
-    for (int i = 0; i < n; ++i)
-        out[i] = a[i] + b[i];
+#pragma omp parallel
+    {
+        const auto [begin, end] = threadChunk(n);
+        addRows(out + begin, a + begin, b + begin, end - begin);
+    }
 }
 
 void crossEntropyForward(float* losses, float* probs, const float* logits, const std::int32_t* targets, int BT, int V)
@@ -272,18 +372,12 @@ void crossEntropyForward(float* losses, float* probs, const float* logits, const
         const float* l = logits + static_cast<long>(i) * V;
         float* p = probs + static_cast<long>(i) * V;
         const float target = l[targets[i]]; // read before probs (which may alias logits) overwrite it
-        float maxv = l[0];
-        for (int j = 1; j < V; ++j)
-            maxv = std::max(maxv, l[j]);
-        double sum = 0;
-        for (int j = 0; j < V; ++j) {
-            p[j] = std::exp(l[j] - maxv);
-            sum += p[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int j = 0; j < V; ++j)
-            p[j] *= inv;
-        losses[i] = static_cast<float>(std::log(sum) + maxv - target);
+        const float maxv = rowMax(l, V);
+        if (p != l)
+            std::copy(l, l + V, p);
+        const float sum = expShiftSum(p, V, maxv);
+        scaleRow(p, V, 1.0f / sum);
+        losses[i] = std::log(sum) + maxv - target;
     }
 }
 

@@ -106,10 +106,14 @@ int main(int argc, char** argv)
         fs::remove_all(dir);
         return 0;
     }
-    const std::string command = std::string(kPython) + " " + PW_SOURCE_DIR + "/tests/oracle/gpt2_torch.py --fused"
-        + " --checkpoint " + (dir / "model.bin").string() + " --tokens " + (dir / "tokens.bin").string()
-        + " --microbatches 1 --batch " + std::to_string(shape.microbatch) + " --seq " + std::to_string(shape.sequence)
-        + " --steps " + std::to_string(steps) + " --lr 3e-4 --threads " + std::to_string(threads);
+    // PyTorch's set_num_threads does not reach OpenBLAS's own thread pool (Debian's torch calls OpenBLAS for
+    // fp32 matrix products): without these the baseline multiplies on every core.
+    const std::string limit = std::to_string(threads);
+    const std::string command = "OPENBLAS_NUM_THREADS=" + limit + " OMP_NUM_THREADS=" + limit + " " + kPython + " "
+        + PW_SOURCE_DIR + std::string("/tests/oracle/gpt2_torch.py --fused") + " --checkpoint "
+        + (dir / "model.bin").string() + " --tokens " + (dir / "tokens.bin").string() + " --microbatches 1 --batch "
+        + std::to_string(shape.microbatch) + " --seq " + std::to_string(shape.sequence) + " --steps "
+        + std::to_string(steps) + " --lr 3e-4 --threads " + std::to_string(threads);
     std::FILE* pipe = ::popen(command.c_str(), "r");
     std::string out;
     char buffer[4096];

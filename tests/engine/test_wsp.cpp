@@ -92,7 +92,8 @@ std::vector<double> sequentialWsp(int workers, int staleness, int microbatches, 
             losses[static_cast<std::size_t>(k / microbatches)] += stash.loss / (microbatches * workers);
             me.model->backward(stash, params.data(), me.model->grads().data(), {}, 1.0f);
             const std::vector<float> before = params;
-            me.adam->step(params, me.model->grads(), decay, setup.adam, setup.adam.lrAt(me.steps), ++me.steps);
+            const double lr = setup.adam.lrAt(me.steps);
+            me.adam->step(params, me.model->grads(), decay, setup.adam, lr, ++me.steps);
             me.model->zeroGrads();
             std::vector<float> update(params.size());
             for (std::size_t i = 0; i < params.size(); ++i)

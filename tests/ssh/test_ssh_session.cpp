@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: MIT
+// SSH sessions against a real sshd on 127.0.0.1 (tests/ssh/sshd_fixture.h): a known host runs commands and takes
+// uploads; an unknown host key is refused unless confirmed or accepted (and then recorded); a changed host key is
+// refused always, naming both fingerprints; a wrong user key, an unreachable host and a wrong port fail with the
+// host and the cause; ~/.ssh/config's Host alias, HostName, Port, User and IdentityFile are honoured.
+#include <catch2/catch.hpp>
+
+#include "agents/launch/ssh.h"
+#include "tests/ssh/sshd_fixture.h"
+
+using namespace pw;
+using agents::SshEndpoint;
+using agents::SshError;
+using agents::SshFailure;
+using agents::SshSession;
+using agents::SshSettings;
+using Catch::Contains;
+
+namespace {
+
+SshEndpoint endpointOf(const test::Sshd& sshd)
+{
+    return {"127.0.0.1", sshd.port, test::currentUser(), sshd.user_key.string()};
+}
+
+SshSettings settingsOf(const test::Sshd& sshd)
+{
+    SshSettings s;
+    s.known_hosts = sshd.known_hosts;
+    s.config = sshd.dir.path / "no-ssh-config"; // an empty configuration: the test's own machine's is not read
+    std::ofstream(s.config).flush();
+    s.timeout = std::chrono::milliseconds {5000};
+    return s;
+}
+
+SshFailure failureOf(const SshEndpoint& e, const SshSettings& s, std::string& message)
+{
+    try {
+        SshSession::open(e, s);
+    } catch (const SshError& err) {
+        message = err.what();
+        return err.failure();
+    }
+    FAIL("the session opened");
+    return SshFailure::Remote;
+}
+
+} // namespace
+
+TEST_CASE("a known host runs commands and takes uploads", "[ssh]")
+{
+    test::Sshd sshd;
+    sshd.trust();
+    auto session = SshSession::open(endpointOf(sshd), settingsOf(sshd));
+    CHECK(session->name() == test::currentUser() + "@127.0.0.1:" + std::to_string(sshd.port));
+    CHECK(session->hostKey().fingerprint == sshd.fingerprint());
+
+    const auto echo = session->run("echo hello; cat; echo oops >&2", "from stdin\n");
+    CHECK(echo.exit_status == 0);
+    CHECK(echo.out == "hello\nfrom stdin\n");
+    CHECK(echo.err == "oops\n");
+    CHECK(session->run("exit 3").exit_status == 3);
+
+    std::string payload(300000, '\0');
+    for (std::size_t i = 0; i < payload.size(); ++i)
+        payload[i] = static_cast<char>(i * 7 + 1);
+    const std::string remote = (sshd.dir.path / "uploaded.bin").string();
+    session->upload(payload, remote, 0750);
+    CHECK(test::slurpFile(remote) == payload);
+    CHECK((std::filesystem::status(remote).permissions() & std::filesystem::perms::all)
+        == (std::filesystem::perms::owner_all | std::filesystem::perms::group_read
+            | std::filesystem::perms::group_exec));
+    CHECK_THROWS_AS(session->upload(payload, "/nonexistent-dir/x", 0644), SshError);
+}
+
+TEST_CASE("an unknown host key is refused unless confirmed or accepted, and accepting records it", "[ssh]")
+{
+    test::Sshd sshd; // known_hosts is empty
+    const auto endpoint = endpointOf(sshd);
+    auto settings = settingsOf(sshd);
+    std::string message;
+    CHECK(failureOf(endpoint, settings, message) == SshFailure::HostKeyUnknown);
+    CHECK_THAT(message, Contains("127.0.0.1") && Contains(sshd.fingerprint()) && Contains("--accept-new-host-keys"));
+
+    // The app's question: shown the key, the user says no, then yes.
+    int asked = 0;
+    settings.confirm_new_host_key = [&](const agents::HostKey& key) {
+        ++asked;
+        CHECK(key.fingerprint == sshd.fingerprint());
+        CHECK(key.type == "ssh-ed25519");
+        CHECK(key.host == "[127.0.0.1]:" + std::to_string(sshd.port));
+        return false;
+    };
+    CHECK(failureOf(endpoint, settings, message) == SshFailure::HostKeyUnknown);
+    CHECK(asked == 1);
+    CHECK(test::slurpFile(sshd.known_hosts).empty());
+
+    settings.confirm_new_host_key = nullptr;
+    settings.accept_new_host_keys = true;
+    CHECK(SshSession::open(endpoint, settings)->run("true").exit_status == 0);
+    CHECK_THAT(test::slurpFile(sshd.known_hosts), Contains("[127.0.0.1]:" + std::to_string(sshd.port)));
+    // Recorded: the next connection needs no flag.
+    settings.accept_new_host_keys = false;
+    CHECK(SshSession::open(endpoint, settings)->run("true").exit_status == 0);
+}
+
+TEST_CASE("a changed host key is refused always, naming both fingerprints", "[ssh]")
+{
+    test::Sshd sshd;
+    const auto impostor = sshd.dir.path / "other_host_key";
+    test::makeKey(impostor);
+    {
+        std::istringstream pub(test::slurpFile(impostor.string() + ".pub"));
+        std::string type, key;
+        pub >> type >> key;
+        std::ofstream(sshd.known_hosts) << "[127.0.0.1]:" << sshd.port << " " << type << " " << key << "\n";
+    }
+    const auto out = sshd.dir.path / "fp";
+    test::runProgram({"/usr/bin/ssh-keygen", "-l", "-E", "sha256", "-f", impostor.string() + ".pub"}, out);
+    std::istringstream fpLine(test::slurpFile(out));
+    std::string bits, knownFingerprint;
+    fpLine >> bits >> knownFingerprint;
+
+    auto settings = settingsOf(sshd);
+    settings.accept_new_host_keys = true;
+    bool asked = false;
+    settings.confirm_new_host_key = [&](const agents::HostKey&) { return asked = true; };
+    std::string message;
+    CHECK(failureOf(endpointOf(sshd), settings, message) == SshFailure::HostKeyChanged);
+    CHECK_FALSE(asked);
+    CHECK_THAT(message, Contains("CHANGED") && Contains(sshd.fingerprint()) && Contains(knownFingerprint));
+    CHECK_THAT(message, Contains("ssh-keygen -R"));
+    // known_hosts is left as it was.
+    CHECK_THAT(
+        test::slurpFile(sshd.known_hosts), !Contains(test::slurpFile(sshd.host_key.string() + ".pub").substr(12, 40)));
+}
+
+TEST_CASE("a wrong user key, an unreachable host and a wrong port fail with the host and the cause", "[ssh]")
+{
+    test::Sshd sshd;
+    sshd.trust();
+    const auto settings = settingsOf(sshd);
+    std::string message;
+    SECTION("a key the server does not accept")
+    {
+        const auto stranger = sshd.dir.path / "stranger";
+        test::makeKey(stranger);
+        auto endpoint = endpointOf(sshd);
+        endpoint.identity_file = stranger.string();
+        CHECK(failureOf(endpoint, settings, message) == SshFailure::Authentication);
+        CHECK_THAT(message, Contains("127.0.0.1") && Contains(stranger.string()) && Contains("authorized_keys"));
+        // No key material in the message: neither the private key's lines nor the public key's.
+        std::istringstream key(test::slurpFile(stranger));
+        for (std::string line; std::getline(key, line);)
+            if (line.find("-----") == std::string::npos && !line.empty())
+                CHECK_THAT(message, !Contains(line));
+        CHECK_THAT(message, !Contains(test::slurpFile(stranger.string() + ".pub").substr(12, 40)));
+    }
+    SECTION("an identity file that does not exist")
+    {
+        auto endpoint = endpointOf(sshd);
+        endpoint.identity_file = (sshd.dir.path / "missing_key").string();
+        CHECK(failureOf(endpoint, settings, message) == SshFailure::Authentication);
+        CHECK_THAT(message, Contains("does not exist"));
+    }
+    SECTION("a port nobody listens on")
+    {
+        auto endpoint = endpointOf(sshd);
+        endpoint.port = test::freePort();
+        CHECK(failureOf(endpoint, settings, message) == SshFailure::Unreachable);
+        CHECK_THAT(message, Contains("127.0.0.1") && Contains(std::to_string(endpoint.port)) && Contains("ssh_port"));
+    }
+    SECTION("a host name that does not resolve")
+    {
+        auto endpoint = endpointOf(sshd);
+        endpoint.host = "no-such-host.invalid";
+        CHECK(failureOf(endpoint, settings, message) == SshFailure::Unreachable);
+        CHECK_THAT(message, Contains("no-such-host.invalid"));
+    }
+}
+
+TEST_CASE("~/.ssh/config's Host alias, HostName, Port, User and IdentityFile are honoured", "[ssh]")
+{
+    test::Sshd sshd;
+    sshd.trust();
+    auto settings = settingsOf(sshd);
+    settings.config = sshd.dir.path / "ssh_config";
+    std::ofstream(settings.config) << "Host gpu-node-7\n  HostName 127.0.0.1\n  Port " << sshd.port << "\n  User "
+                                   << test::currentUser() << "\n  IdentityFile " << sshd.user_key.string() << "\n";
+    auto session = SshSession::open({"gpu-node-7", 0, "", ""}, settings);
+    CHECK(session->name() == test::currentUser() + "@127.0.0.1:" + std::to_string(sshd.port));
+    CHECK(session->run("echo $((6 * 7))").out == "42\n");
+    // What the cluster file says wins over the configuration: a wrong port given explicitly fails.
+    std::string message;
+    CHECK(failureOf({"gpu-node-7", test::freePort(), "", ""}, settings, message) == SshFailure::Unreachable);
+}
+
+TEST_CASE("shell quoting keeps every word whole", "[ssh]")
+{
+    CHECK(agents::shellQuote("plain") == "'plain'");
+    CHECK(agents::shellQuote("it's a $HOME; rm -rf /") == "'it'\\''s a $HOME; rm -rf /'");
+}

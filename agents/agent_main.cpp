@@ -3,7 +3,11 @@
 //   pipewright-agent                 a session on stdin/stdout (what the controller starts)
 //   pipewright-agent --capabilities  prints this machine's capabilities as JSON
 //   pipewright-agent --profile ...   measures a GPT-2's layers here and writes a model profile (profile_command.h)
+//   pipewright-agent --session SOCKET [--linger S]   a served agent for an SSH deployment (agent/serve.h)
+#include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -13,6 +17,7 @@
 
 #include "agents/agent/agent.h"
 #include "agents/agent/profile_command.h"
+#include "agents/agent/serve.h"
 
 namespace {
 
@@ -27,6 +32,26 @@ int main(int argc, char** argv)
 {
     if (argc > 1 && std::strcmp(argv[1], "--profile") == 0)
         return pw::agents::runProfileCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+    // Served agents (runs deployed over SSH): --serve SOCKET | --attach SOCKET | --session SOCKET, [--linger S].
+    for (const char* mode : {"--serve", "--attach", "--session"})
+        if (argc > 2 && std::strcmp(argv[1], mode) == 0) {
+            std::chrono::seconds linger {30};
+            if (argc == 5 && std::strcmp(argv[3], "--linger") == 0)
+                linger = std::chrono::seconds {std::max(1, std::atoi(argv[4]))};
+            else if (argc != 3) {
+                std::cerr << "usage: pipewright-agent " << mode << " SOCKET [--linger SECONDS]\n";
+                return 2;
+            }
+            struct sigaction term = {};
+            term.sa_handler = onTerminate;
+            sigaction(SIGTERM, &term, nullptr);
+            sigaction(SIGINT, &term, nullptr);
+            if (std::strcmp(mode, "--serve") == 0)
+                return pw::agents::serveCommand(argv[2], linger);
+            if (std::strcmp(mode, "--attach") == 0)
+                return pw::agents::attachCommand(argv[2], std::chrono::seconds {10});
+            return pw::agents::sessionCommand(argv[2], linger);
+        }
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--capabilities") == 0) {
             std::cout << pw::agents::capabilities().toJson().dump(2) << "\n";

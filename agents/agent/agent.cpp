@@ -13,6 +13,8 @@
 #include <thread>
 
 #include <gloo/rendezvous/store.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine/data.h"
@@ -33,20 +35,31 @@ std::atomic<bool> g_stopRequested {false};
 class Session
 {
 public:
-    Session(int in, int out)
+    Session(int in, int out, const ServeOptions* serve = nullptr)
         : m_in(in)
-        , m_writer(out)
+        , m_out(out)
     {
+        if (serve) {
+            m_listen = serve->listen_fd;
+            m_linger = serve->linger;
+        }
     }
 
     int run();
+    /// A served agent after its run: waits until the controller says goodbye (Stop after Done), or has been away
+    /// for the linger time, so that a Done the controller missed is sent again when it reconnects.
+    void awaitGoodbye();
 
 private:
     void readLoop();
     void heartbeatLoop();
     void telemetryLoop();
     void train(const RunSpec& spec);
-    void send(const Message& m) { m_writer.write(encode(m)); }
+    void send(const Message& m) { writeFrames(encode(m)); }
+    void writeFrames(std::string_view bytes);
+    bool serving() const { return m_listen >= 0; }
+    /// Waits for the controller's next connection on the listening socket; -1 after the linger time.
+    int acceptWithinLinger();
     void log(LogLevel level, const std::string& text) { send(Log {level, text, engine::monotonicSeconds()}); }
     void queueSpan(const planner::Span& s);
     void queueMetric(Metric m);
@@ -56,8 +69,14 @@ private:
 
     friend class RelayStore;
 
-    int m_in;
-    FrameWriter m_writer;
+    int m_in; ///< read by the reader thread only
+    std::mutex m_outMutex;
+    int m_out; ///< -1 while a served agent's controller is away (frames are dropped: telemetry is journaled)
+    int m_listen = -1; ///< a served agent's unix socket
+    std::chrono::seconds m_linger {30};
+    std::atomic<bool> m_goodbye {false}; ///< Stop after Done: the controller has everything
+    std::atomic<bool> m_controllerGone {false};
+    std::optional<Done> m_done; ///< sent again on Resume (a served agent's controller may have missed it)
     std::mutex m_mutex;
     std::condition_variable m_changed;
     std::optional<RunSpec> m_spec;
@@ -72,6 +91,7 @@ private:
     Telemetry m_batch;
     std::int64_t m_seq = 0;
     std::int64_t m_nextSpan = 1; ///< the number of the next span sent (Telemetry::first_span)
+    bool m_paused = false; ///< reconnected, waiting for Resume: new batches are journaled only
     int m_batchLimit = 64;
     std::ofstream m_journal;
     std::string m_journalPath;
@@ -133,45 +153,123 @@ std::int64_t residentBytes()
     return static_cast<std::int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
+void Session::writeFrames(std::string_view bytes)
+{
+    std::lock_guard lock(m_outMutex);
+    if (m_out < 0)
+        return; // a served agent's controller is away: what matters is journaled and sent again on Resume
+    try {
+        writeAll(m_out, bytes);
+    } catch (const std::system_error&) {
+        if (!serving())
+            throw;
+        ::shutdown(m_out, SHUT_RDWR); // the reader sees the end and waits for the controller to come back
+        m_out = -1;
+    }
+}
+
+int Session::acceptWithinLinger()
+{
+    pollfd p {m_listen, POLLIN, 0};
+    const auto deadline = std::chrono::steady_clock::now() + m_linger;
+    for (;;) {
+        const auto left
+            = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || m_goodbye)
+            return -1;
+        const int ready = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 200)));
+        if (ready > 0) {
+            const int fd = ::accept4(m_listen, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd >= 0)
+                return fd;
+        }
+    }
+}
+
 void Session::readLoop()
 {
-    FrameReader reader(m_in);
-    try {
-        while (auto frame = reader.read()) {
-            Message m = decode(*frame);
-            std::lock_guard lock(m_mutex);
-            if (auto* spec = std::get_if<RunSpec>(&m))
-                m_spec = std::move(*spec);
-            else if (std::holds_alternative<Start>(m))
-                m_started = true;
-            else if (auto* stop = std::get_if<Stop>(&m)) {
-                m_stopReason = stop->reason;
-                m_stop = true;
-            } else if (auto* value = std::get_if<RendezvousValue>(&m))
-                m_rendezvous[value->key] = value->value;
-            else if (auto* resume = std::get_if<Resume>(&m))
-                resend(resume->from_seq);
-            m_changed.notify_all();
-        }
-    } catch (const ProtocolError& e) {
+    for (;;) {
+        const int fd = m_in;
+        FrameReader reader(fd);
         try {
-            send(Error {std::string("agent: bad input from the controller: ") + e.what(), true});
-        } catch (...) {
+            while (auto frame = reader.read()) {
+                Message m = decode(*frame);
+                std::lock_guard lock(m_mutex);
+                if (auto* spec = std::get_if<RunSpec>(&m))
+                    m_spec = std::move(*spec);
+                else if (std::holds_alternative<Start>(m))
+                    m_started = true;
+                else if (auto* stop = std::get_if<Stop>(&m)) {
+                    if (m_finished && serving())
+                        m_goodbye = true; // after Done: the controller has everything
+                    m_stopReason = stop->reason;
+                    m_stop = true;
+                } else if (auto* value = std::get_if<RendezvousValue>(&m))
+                    m_rendezvous[value->key] = value->value;
+                else if (auto* resume = std::get_if<Resume>(&m))
+                    resend(resume->from_seq);
+                m_changed.notify_all();
+                if (m_goodbye)
+                    return;
+            }
+        } catch (const ProtocolError& e) {
+            try {
+                send(Error {std::string("agent: bad input from the controller: ") + e.what(), true});
+            } catch (...) {
+            }
+        } catch (const std::exception& e) {
+            if (!serving())
+                try {
+                    send(Error {std::string("agent: reading from the controller: ") + e.what(), true});
+                } catch (...) {
+                }
         }
-    } catch (const std::exception& e) {
-        try {
-            send(Error {std::string("agent: reading from the controller: ") + e.what(), true});
-        } catch (...) {
+        if (serving()) {
+            // The connection dropped (an SSH link went down): training goes on, telemetry is journaled, and the
+            // controller may come back and Resume. After the linger time without it, the agent stops the run.
+            {
+                std::lock_guard lock(m_outMutex);
+                if (m_out == fd)
+                    m_out = -1;
+            }
+            ::close(fd);
+            {
+                std::lock_guard lock(m_telemetryMutex);
+                m_paused = true;
+            }
+            const int next = acceptWithinLinger();
+            if (next < 0) {
+                std::lock_guard lock(m_mutex);
+                if (!m_goodbye) {
+                    m_controllerGone = true;
+                    m_stopReason = "the controller was away for more than " + std::to_string(m_linger.count()) + " s";
+                    m_stop = true;
+                }
+                m_changed.notify_all();
+                return;
+            }
+            m_in = next;
+            std::lock_guard lock(m_outMutex);
+            m_out = next;
+            continue;
         }
+        // The controller is gone (or spoke nonsense): nothing of the run may outlive it. Devices blocked in a
+        // transfer cannot be interrupted, so the process ends here.
+        std::lock_guard lock(m_mutex);
+        if (m_running || !m_finished) {
+            if (m_journal.is_open())
+                m_journal.flush();
+            std::_Exit(m_running ? 3 : 0);
+        }
+        return;
     }
-    // The controller is gone (or spoke nonsense): nothing of the run may outlive it. Devices blocked in a
-    // transfer cannot be interrupted, so the process ends here.
-    std::lock_guard lock(m_mutex);
-    if (m_running || !m_finished) {
-        if (m_journal.is_open())
-            m_journal.flush();
-        std::_Exit(m_running ? 3 : 0);
-    }
+}
+
+void Session::awaitGoodbye()
+{
+    std::unique_lock lock(m_mutex);
+    while (!m_goodbye && !m_controllerGone)
+        m_changed.wait_for(lock, 100ms);
 }
 
 void Session::heartbeatLoop()
@@ -235,25 +333,33 @@ void Session::flushTelemetry()
     }
     m_batch.spans.clear();
     m_batch.metrics.clear();
-    m_writer.write(bytes);
+    if (!m_paused)
+        writeFrames(bytes);
 }
 
 void Session::resend(std::int64_t from)
 {
-    if (m_journalPath.empty())
-        return;
-    std::lock_guard lock(m_telemetryMutex);
-    std::ifstream in(m_journalPath, std::ios::binary);
-    FrameDecoder decoder;
-    std::string chunk(1 << 16, '\0');
-    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
-        decoder.feed(std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount())));
-        while (auto frame = decoder.next()) {
-            const auto t = std::get<Telemetry>(decode(*frame));
-            if (t.seq > from)
-                m_writer.write(encodeFrame(*frame));
+    {
+        std::lock_guard lock(m_telemetryMutex);
+        if (!m_journalPath.empty()) {
+            if (m_journal.is_open())
+                m_journal.flush();
+            std::ifstream in(m_journalPath, std::ios::binary);
+            FrameDecoder decoder;
+            std::string chunk(1 << 16, '\0');
+            while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+                decoder.feed(std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount())));
+                while (auto frame = decoder.next()) {
+                    const auto t = std::get<Telemetry>(decode(*frame));
+                    if (t.seq > from)
+                        writeFrames(encodeFrame(*frame));
+                }
+            }
         }
+        m_paused = false;
     }
+    if (m_done) // the run ended while the controller was away
+        send(*m_done);
 }
 
 void Session::train(const RunSpec& spec)
@@ -413,6 +519,10 @@ int Session::run()
     done.final_loss = NAN;
     try {
         flushTelemetry();
+        {
+            std::lock_guard lock(m_mutex);
+            m_done = done;
+        }
         send(done);
     } catch (...) { // the controller is gone; the reader ends the process
     }
@@ -446,6 +556,14 @@ int runAgentSession(int in_fd, int out_fd)
     // at the session while the process exits.
     auto* session = new Session(in_fd, out_fd);
     return session->run();
+}
+
+int runServedSession(int connection, const ServeOptions& options)
+{
+    auto* session = new Session(connection, connection, &options); // never destroyed, as above
+    const int status = session->run();
+    session->awaitGoodbye();
+    return status;
 }
 
 void requestAgentStop()

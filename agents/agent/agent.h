@@ -3,6 +3,8 @@
 // or an SSH channel's), runs its devices' part of a plan with the engine, and streams telemetry back.
 #pragma once
 
+#include <chrono>
+
 #include "agents/protocol/messages.h"
 
 namespace pw::agents {
@@ -14,6 +16,19 @@ Hello capabilities();
 /// process exit status (0 succeeded or stopped, 1 failed). Exits the process at once when the controller goes
 /// away (in_fd reaches its end) while devices are still running: nothing of a run outlives its controller.
 int runAgentSession(int in_fd, int out_fd);
+
+/// @brief A served agent (pipewright-agent --serve): its controller connects on a unix socket, through an SSH
+/// channel that may drop. While it is away the agent trains on and journals telemetry; when it connects again it
+/// sends Resume and gets what it missed. After `linger` without a controller the agent stops the run itself.
+struct ServeOptions
+{
+    int listen_fd = -1; ///< listening unix socket
+    std::chrono::seconds linger {30};
+};
+
+/// Runs one session on a served agent's first connection; returns like runAgentSession once the controller said
+/// goodbye (Stop after Done) or stayed away for the linger time.
+int runServedSession(int connection, const ServeOptions& options);
 
 /// Asks a running session to stop as if the controller had sent Stop (SIGTERM's handler calls it).
 void requestAgentStop();

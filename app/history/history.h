@@ -20,7 +20,7 @@ namespace pw::app {
 
 /// The schema version this code writes (`PRAGMA user_version`). Older files are migrated step by step on open;
 /// newer ones are refused.
-inline constexpr int kHistorySchemaVersion = 1;
+inline constexpr int kHistorySchemaVersion = 2;
 
 /// @brief Anything that went wrong with a history file. what() names the file and, for SQLite failures, carries
 /// sqlite3_errmsg().

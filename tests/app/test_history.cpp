@@ -402,13 +402,48 @@ TEST_CASE("a history with a newer schema version is refused naming the file and 
 
     setHeaderWord(file, 60, 99);
     const auto error = errorOf([&] { HistoryStore::open(file); });
-    CHECK_THAT(error, Contains(file.string()) && Contains("schema version 99") && Contains("version 1"));
+    CHECK_THAT(error,
+        Contains(file.string()) && Contains("schema version 99")
+            && Contains("version " + std::to_string(kHistorySchemaVersion)));
     CHECK(headerWord(file, 60) == 99); // left untouched
 
     setHeaderWord(file, 60, 1);
     setHeaderWord(file, 68, 0x12345678);
     CHECK_THAT(errorOf([&] { HistoryStore::open(file); }),
         Contains(file.string()) && Contains("not a Pipewright history") && Contains("something else"));
+}
+
+TEST_CASE("a history written by schema version 1 is migrated with every span kept", "[history]")
+{
+    // tests/data/history/history-v1.sqlite: a 2-step local run recorded by the first release of the history
+    // (spans keyed by the run's id text), and its spans as that release exported them.
+    TempDir dir;
+    const auto file = dir.file();
+    fs::copy_file(fs::path(PW_TEST_DATA_DIR) / "history" / "history-v1.sqlite", file);
+    REQUIRE(headerWord(file, 60) == 1);
+    std::string id;
+    {
+        auto store = HistoryStore::open(file);
+        const auto runs = store.listRuns();
+        REQUIRE(runs.size() == 1);
+        id = runs[0].id;
+        std::ostringstream csv;
+        store.exportCsv(id, csv);
+        std::ifstream golden(fs::path(PW_TEST_DATA_DIR) / "history" / "history-v1-spans.csv");
+        std::stringstream expected;
+        expected << golden.rdbuf();
+        CHECK(csv.str() == expected.str());
+        CHECK(store.measuredTimeline(id).spans.size() == 68);
+        CHECK(store.lastSequence(id, 0) > 0);
+        // The migrated file takes new runs and spans beside the old ones.
+        const auto fresh = store.createRun(newRun("after"));
+        CHECK(store.listRuns().size() == 2);
+        store.deleteRun(id);
+        CHECK(store.listRuns().size() == 1);
+        CHECK(store.listRuns()[0].id == fresh);
+        CHECK(store.totals().spans == 0); // the old run's spans went with it
+    }
+    CHECK(headerWord(file, 60) == kHistorySchemaVersion);
 }
 
 TEST_CASE("a file that is not SQLite is refused naming the file", "[history]")

@@ -4,19 +4,19 @@
 #include <catch2/catch.hpp>
 
 #include <QApplication>
-#include <QStandardPaths>
 #include <QTemporaryDir>
 
 int main(int argc, char** argv)
 {
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
-    QApplication app(argc, argv);
-    // The run history too (app::defaultHistoryPath() follows XDG_DATA_HOME).
+    // Settings, data files and the run history (app::defaultHistoryPath() follows XDG_DATA_HOME) go to a
+    // directory of this process, never the user's, and never one that tests running in parallel share: ctest
+    // runs each test case as its own process, and a layout saved by one must not reach another.
     QTemporaryDir data;
-    qputenv("XDG_DATA_HOME", data.path().toLocal8Bit());
-    // Settings and data files of the tests go to test locations, never the user's.
-    QStandardPaths::setTestModeEnabled(true);
+    for (const char* name : {"XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"})
+        qputenv(name, (data.path() + QLatin1Char('/') + QString::fromLatin1(name)).toLocal8Bit());
+    QApplication app(argc, argv);
     QApplication::setOrganizationName("pipewright-tests");
     return Catch::Session().run(argc, argv);
 }

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+#include "serve.h"
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+namespace pw::agents {
+
+namespace {
+
+bool addressOf(const std::string& path, sockaddr_un& a)
+{
+    a = {};
+    a.sun_family = AF_UNIX;
+    if (path.size() >= sizeof a.sun_path)
+        return false;
+    std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+    return true;
+}
+
+/// A connected socket to `path`, or -1.
+int connectTo(const std::string& path)
+{
+    sockaddr_un a;
+    if (!addressOf(path, a))
+        return -1;
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool writeAllTo(int fd, const char* data, std::size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = ::write(fd, data, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        data += w;
+        n -= static_cast<std::size_t>(w);
+    }
+    return true;
+}
+
+} // namespace
+
+int serveCommand(const std::string& socket, std::chrono::seconds linger)
+{
+    sockaddr_un a;
+    if (!addressOf(socket, a)) {
+        std::cerr << "pipewright-agent: socket path too long (" << socket.size() << " bytes): " << socket << "\n";
+        return 2;
+    }
+    if (const int live = connectTo(socket); live >= 0) {
+        ::close(live);
+        std::cerr << "pipewright-agent: an agent already serves " << socket << "\n";
+        return 2;
+    }
+    ::unlink(socket.c_str()); // a stale socket of an agent that died
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const mode_t old = ::umask(0077); // only this user may connect
+    const bool bound = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 4) == 0;
+    ::umask(old);
+    if (!bound) {
+        std::cerr << "pipewright-agent: cannot listen on " << socket << ": " << std::strerror(errno) << "\n";
+        return 1;
+    }
+    std::ofstream(socket + ".pid") << ::getpid() << "\n";
+    // The first controller connection.
+    pollfd p {fd, POLLIN, 0};
+    int connection = -1;
+    if (::poll(&p, 1, static_cast<int>(linger.count() * 1000)) > 0)
+        connection = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    int status = 1;
+    if (connection >= 0)
+        status = runServedSession(connection, {fd, linger});
+    else
+        std::cerr << "pipewright-agent: no controller connected to " << socket << " within " << linger.count()
+                  << " s\n";
+    ::unlink(socket.c_str());
+    ::unlink((socket + ".pid").c_str());
+    return status;
+}
+
+int attachCommand(const std::string& socket, std::chrono::seconds wait)
+{
+    int fd = -1;
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while ((fd = connectTo(socket)) < 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fd < 0) {
+        std::cerr << "pipewright-agent: no agent serves " << socket << "\n";
+        return 1;
+    }
+    std::signal(SIGPIPE, SIG_IGN);
+    std::array<char, 1 << 16> buffer;
+    std::array<pollfd, 2> fds {pollfd {STDIN_FILENO, POLLIN, 0}, pollfd {fd, POLLIN, 0}};
+    for (;;) {
+        if (::poll(fds.data(), fds.size(), -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            const ssize_t n = ::read(STDIN_FILENO, buffer.data(), buffer.size());
+            if (n <= 0 || !writeAllTo(fd, buffer.data(), static_cast<std::size_t>(n)))
+                break; // the controller closed the channel: the served agent sees the socket end
+        }
+        if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+            if (n <= 0 || !writeAllTo(STDOUT_FILENO, buffer.data(), static_cast<std::size_t>(n)))
+                break; // the served agent ended
+        }
+    }
+    ::close(fd);
+    return 0;
+}
+
+int sessionCommand(const std::string& socket, std::chrono::seconds linger)
+{
+    if (const int live = connectTo(socket); live >= 0) {
+        ::close(live);
+        return attachCommand(socket, std::chrono::seconds {10});
+    }
+    // Start the served agent apart from this process: its own session (no SIGHUP when the SSH session ends),
+    // reparented to init (double fork), output to SOCKET.log.
+    const std::string log = socket + ".log";
+    const std::string lingerText = std::to_string(linger.count());
+    const pid_t first = ::fork();
+    if (first < 0) {
+        std::cerr << "pipewright-agent: fork: " << std::strerror(errno) << "\n";
+        return 1;
+    }
+    if (first == 0) {
+        ::setsid();
+        if (::fork() != 0)
+            ::_exit(0);
+        const int in = ::open("/dev/null", O_RDONLY);
+        const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+        ::dup2(in, STDIN_FILENO);
+        ::dup2(out, STDOUT_FILENO);
+        ::dup2(out, STDERR_FILENO);
+        const char* argv[] = {"pipewright-agent", "--serve", socket.c_str(), "--linger", lingerText.c_str(), nullptr};
+        ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+        ::_exit(127);
+    }
+    int status = 0;
+    ::waitpid(first, &status, 0);
+    return attachCommand(socket, std::chrono::seconds {10});
+}
+
+} // namespace pw::agents

@@ -324,10 +324,16 @@ json toJson(const Cluster& c)
         types.push_back(std::move(jt));
     }
     json nodes = json::array();
-    for (const auto& n : c.nodes)
-        nodes.push_back({{"name", n.name}, {"host", n.host}, {"ssh_port", n.ssh_port}, {"ssh_user", n.ssh_user},
+    for (const auto& n : c.nodes) {
+        json jn = {{"name", n.name}, {"host", n.host}, {"ssh_port", n.ssh_port}, {"ssh_user", n.ssh_user},
             {"device_type", n.device_type}, {"count", n.count},
-            {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s}, {"intra_latency_s", n.intra_latency_s}});
+            {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s}, {"intra_latency_s", n.intra_latency_s}};
+        if (!n.ssh_identity_file.empty())
+            jn["ssh_identity_file"] = n.ssh_identity_file;
+        if (!n.env.empty())
+            jn["env"] = n.env;
+        nodes.push_back(std::move(jn));
+    }
     return {{"format_version", kClusterFormatVersion}, {"name", c.name}, {"device_types", std::move(types)},
         {"nodes", std::move(nodes)}, {"inter_node_bandwidth_bytes_per_s", c.inter_node_bandwidth_bytes_per_s},
         {"inter_node_latency_s", c.inter_node_latency_s}};
@@ -363,6 +369,20 @@ Cluster clusterFromJson(const json& j)
         n.host = f::stringOr(jn, "host", path, n.name);
         n.ssh_port = f::integerOr(jn, "ssh_port", path, 22);
         n.ssh_user = f::stringOr(jn, "ssh_user", path, "");
+        n.ssh_identity_file = f::stringOr(jn, "ssh_identity_file", path, "");
+        if (jn.contains("env")) {
+            const auto& env = f::object(jn.at("env"), path + "/env");
+            for (const auto& [name, value] : env.items()) {
+                if (!value.is_string())
+                    throw InputError({}, 0, path + "/env/" + name, "must be a string");
+                if (name.empty()
+                    || name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+                        != std::string::npos
+                    || (name[0] >= '0' && name[0] <= '9'))
+                    throw InputError({}, 0, path + "/env/" + name, "is not an environment variable name");
+                n.env[name] = value.get<std::string>();
+            }
+        }
         n.device_type = f::string(jn, "device_type", path);
         n.count = f::integer(jn, "count", path);
         n.intra_bandwidth_bytes_per_s = f::nonNegativeOr(jn, "intra_bandwidth_bytes_per_s", path, 0);

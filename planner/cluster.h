@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,6 +50,9 @@ struct Node
     int count = 0;
     double intra_bandwidth_bytes_per_s = 0;
     double intra_latency_s = 0;
+    std::string ssh_identity_file; ///< private key for this node; empty: ssh-agent, ~/.ssh/config, default keys
+    /// Environment of the agents on this node (CUDA_VISIBLE_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, ...).
+    std::map<std::string, std::string> env;
 
     bool operator==(const Node&) const = default;
 };

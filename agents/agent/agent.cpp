@@ -412,6 +412,10 @@ void Session::train(const RunSpec& spec)
         else {
             engine::GlooOptions o;
             o.prefix = spec.run_id;
+            if (!spec.gloo_host.empty())
+                o.hostname = spec.gloo_host;
+            if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface)
+                o.iface = iface; // the node's environment in the cluster file
             gloo.push_back(engine::makeGlooTransport(d, schedule.num_devices, store, o));
             t = gloo.back().get();
         }

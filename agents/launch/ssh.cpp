@@ -314,7 +314,9 @@ void SshSession::upload(std::span<const char> data, const std::string& remote_pa
             "cannot create " + remote_path + " (SFTP error " + std::to_string(sftp_get_error(sftp)) + ")");
     std::size_t done = 0;
     while (done < data.size()) {
-        const std::size_t chunk = std::min<std::size_t>(data.size() - done, 32768);
+        // One SSH_FXP_WRITE per chunk, each waiting for its status: large chunks (OpenSSH's sftp-server takes
+        // messages up to 256 KiB) keep the round trips few.
+        const std::size_t chunk = std::min<std::size_t>(data.size() - done, 192 * 1024);
         const ssize_t n = sftp_write(file, data.data() + done, chunk);
         if (n <= 0) {
             sftp_close(file);

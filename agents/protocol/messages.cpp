@@ -324,7 +324,7 @@ json RunSpec::toJson() const
         {"data", dataJson}, {"init_checkpoint", init_checkpoint}, {"save_checkpoint", save_checkpoint}, {"lr", lr},
         {"weight_decay", weight_decay}, {"warmup_steps", warmup_steps}, {"cosine", cosine}, {"seed", seed},
         {"threads", threads}, {"journal_path", journal_path}, {"transport", toString(transport)},
-        {"telemetry_batch", telemetry_batch}};
+        {"telemetry_batch", telemetry_batch}, {"gloo_host", gloo_host}};
 }
 
 namespace {
@@ -367,6 +367,7 @@ RunSpec RunSpec::fromJson(const json& j)
     r.journal_path = f.string("journal_path");
     r.transport = f.enumeration<Transport>("transport", kTransportNames);
     r.telemetry_batch = f.integer<int>("telemetry_batch", 1);
+    r.gloo_host = f.stringOr("gloo_host", "");
     return r;
 }
 

@@ -82,6 +82,7 @@ struct RunSpec
     std::string journal_path; ///< where the agent journals telemetry for Resume
     Transport transport = Transport::Gloo;
     int telemetry_batch = 64; ///< spans per Telemetry message
+    std::string gloo_host; ///< address Gloo listens on (the agent's host as its peers reach it); empty: 127.0.0.1
 
     nlohmann::json toJson() const;
     static RunSpec fromJson(const nlohmann::json& j);

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "app/run/agent_connection.h"
+#include "app/run/remote.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
@@ -35,19 +37,21 @@ double monotonicNow()
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-/// @brief One agent: its process and the two ends of its protocol stream.
+/// @brief One agent: its connection (a local process, or a served agent over SSH) and where its stream stands.
 struct AgentLink
 {
     std::string name;
     std::vector<int> devices;
-    pid_t pid = -1;
-    int to_agent = -1; ///< its stdin
-    int from_agent = -1; ///< its stdout
+    std::unique_ptr<AgentConnection> conn;
     agents::FrameDecoder decoder;
     bool hello = false;
     bool done = false;
     bool exited = false;
-    int exit_status = 0;
+    std::string exit_text; ///< how its process ended
+    bool lost = false; ///< a remote agent's link dropped: reconnecting
+    Clock::time_point lost_since;
+    Clock::time_point next_attempt;
+    std::chrono::milliseconds backoff {200};
     agents::DoneStatus done_status = agents::DoneStatus::Failed;
     std::string done_message;
     std::string host;
@@ -57,65 +61,6 @@ struct AgentLink
     std::int64_t next_span = 1; ///< the span number the next batch should start at
     Clock::time_point last_heard = Clock::now();
 };
-
-/// Starts the agent with pipes on its stdin and stdout; its stderr stays ours (the user sees its errors).
-void spawn(AgentLink& a, const std::filesystem::path& exe)
-{
-    // Everything the child needs is made before fork(): after it, only async-signal-safe calls (the controller
-    // has other threads, one of which may hold the allocator's lock).
-    const std::string path = exe.string();
-    const std::string failure = "pipewright: cannot start the agent " + path + ": ";
-    // OpenMP threads that spin while idle starve the BLAS threads and the other agents of a shared machine (a
-    // 2-thread step measured 2.5x slower with GCC's default policy): agents wait passively unless told otherwise.
-    std::vector<std::string> env;
-    bool waitPolicy = false;
-    for (char** e = environ; *e; ++e) {
-        env.emplace_back(*e);
-        waitPolicy = waitPolicy || env.back().rfind("OMP_WAIT_POLICY=", 0) == 0;
-    }
-    if (!waitPolicy)
-        env.emplace_back("OMP_WAIT_POLICY=PASSIVE");
-    std::vector<char*> envp;
-    for (auto& e : env)
-        envp.push_back(e.data());
-    envp.push_back(nullptr);
-    char* const argv[] = {const_cast<char*>(path.c_str()), nullptr};
-
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
-        throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0)
-        throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-        // The kernel ends the agent if the controller dies: no agent outlives its controller, even on SIGKILL.
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        dup2(in[0], STDIN_FILENO);
-        dup2(out[1], STDOUT_FILENO);
-        execve(path.c_str(), argv, envp.data());
-        const char* why = strerror(errno); // not async-signal-safe in general; glibc's reads a static table
-        (void)!write(STDERR_FILENO, failure.data(), failure.size());
-        (void)!write(STDERR_FILENO, why, std::strlen(why));
-        (void)!write(STDERR_FILENO, "\n", 1);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    a.pid = pid;
-    a.to_agent = in[1];
-    a.from_agent = out[0];
-}
-
-std::string describeExit(int status)
-{
-    if (WIFSIGNALED(status))
-        return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " ("
-            + strsignal(WTERMSIG(status)) + ")";
-    return "exited with status " + std::to_string(WEXITSTATUS(status));
-}
 
 } // namespace
 
@@ -183,12 +128,12 @@ struct RunController::Impl
 
     void send(AgentLink& a, const agents::Message& m)
     {
-        if (a.to_agent < 0)
+        if (!a.conn || a.lost || a.exited)
             return;
         try {
-            agents::writeAll(a.to_agent, agents::encode(m));
+            a.conn->write(agents::encode(m));
         } catch (const std::exception&) {
-            // Its stdin is closed: the agent is gone, which its stdout's end reports.
+            // Its input is closed: the agent is gone (or its link dropped), which the end of its output reports.
         }
     }
 
@@ -219,7 +164,72 @@ struct RunController::Impl
     void onTelemetry(AgentLink& a, agents::Telemetry& t, const RunObserver& o);
     void flush();
     void shutdown();
+    /// The end of an agent's stream: its process ended (a failure before its Done), or its link dropped.
+    void onEnd(AgentLink& a, const RunObserver& o);
+    /// Tries again to reach agents whose link dropped; fails the run when one stays out of reach too long.
+    void reconnectLost(const RunObserver& o);
+    std::unique_ptr<RemoteDeployment> remote;
 };
+
+void RunController::Impl::onEnd(AgentLink& a, const RunObserver& o)
+{
+    a.decoder = agents::FrameDecoder {}; // a frame cut by a dropped link is not resumed
+    auto end = a.conn->ended(!a.conn->canReconnect());
+    statusChanged = true;
+    if (end) {
+        a.exited = true;
+        a.exit_text = *end;
+        if (!a.done)
+            fail(a.name + (a.conn->where() == "local" ? "" : " on " + a.conn->where()) + " " + *end
+                + " before the run finished");
+        return;
+    }
+    a.lost = true;
+    a.lost_since = Clock::now();
+    a.next_attempt = a.lost_since;
+    a.backoff = 200ms;
+    logLine(
+        agentIndex(a), "warning", "lost the connection to " + a.name + " on " + a.conn->where() + "; reconnecting", o);
+}
+
+void RunController::Impl::reconnectLost(const RunObserver& o)
+{
+    for (auto& a : agents) {
+        if (!a->lost || Clock::now() < a->next_attempt)
+            continue;
+        std::string why;
+        bool back = false;
+        try {
+            back = a->conn->reconnect();
+        } catch (const std::exception& e) {
+            why = e.what();
+        }
+        if (back) {
+            a->lost = false;
+            a->last_heard = Clock::now();
+            statusChanged = true;
+            logLine(agentIndex(*a), "info",
+                "reconnected to " + a->name + " after "
+                    + std::to_string(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - a->lost_since).count())
+                    + " ms; resuming after telemetry batch " + std::to_string(a->last_seq),
+                o);
+            send(*a, agents::Resume {a->last_seq});
+            continue;
+        }
+        const auto limit = request.remote ? request.remote->reconnect_for : std::chrono::seconds {0};
+        if (Clock::now() - a->lost_since > limit) {
+            a->lost = false;
+            a->exited = true;
+            a->exit_text = "out of reach";
+            fail("lost " + a->name + " on " + a->conn->where() + " and could not reconnect within "
+                + std::to_string(limit.count()) + " s" + (why.empty() ? "" : ": " + why));
+            continue;
+        }
+        a->next_attempt = Clock::now() + a->backoff;
+        a->backoff = std::min<std::chrono::milliseconds>(a->backoff * 2, 2000ms);
+    }
+}
 
 void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObserver& o)
 {
@@ -343,7 +353,7 @@ void RunController::Impl::reportAgents(const RunObserver& o, bool force)
             st.message = a->done_message;
         } else if (a->exited) {
             st.state = AgentStatus::State::Exited;
-            st.message = describeExit(a->exit_status);
+            st.message = a->exit_text;
         } else {
             st.state = started && a->hello ? AgentStatus::State::Running : AgentStatus::State::Starting;
         }
@@ -370,7 +380,7 @@ void RunController::Impl::flush()
 void RunController::Impl::shutdown()
 {
     // Stop politely, then SIGTERM, then SIGKILL: a device blocked in a transfer whose peer died answers none of
-    // the polite ways.
+    // the polite ways. (A served agent that already said Done takes the Stop as goodbye and exits.)
     for (auto& a : agents)
         if (!a->exited)
             send(*a, agents::Stop {failure.empty() ? "stop requested" : "the run failed: " + failure});
@@ -378,12 +388,11 @@ void RunController::Impl::shutdown()
     auto reap = [&] {
         bool all = true;
         for (auto& a : agents) {
-            if (a->exited)
+            if (a->exited || !a->conn)
                 continue;
-            int status = 0;
-            if (waitpid(a->pid, &status, WNOHANG) == a->pid) {
+            if (auto end = a->conn->ended(false)) {
                 a->exited = true;
-                a->exit_status = status;
+                a->exit_text = *end;
             } else
                 all = false;
         }
@@ -391,19 +400,24 @@ void RunController::Impl::shutdown()
     };
     while (!reap() && Clock::now() < deadline)
         std::this_thread::sleep_for(20ms);
+    // An agent that ended without its Done before anyone signalled it died on its own: when the run failed, that
+    // is the cause (its peers' transfer errors are what followed), so the outcome names it first.
+    if (!failure.empty())
+        for (auto& a : agents)
+            if (a->exited && !a->done && failure.find(a->name + " ") == std::string::npos)
+                failure = a->name + (a->conn && a->conn->where() != "local" ? " on " + a->conn->where() : "") + " "
+                    + a->exit_text + " before the run finished; then " + failure;
     for (auto& a : agents)
-        if (!a->exited)
-            kill(a->pid, SIGTERM);
+        if (!a->exited && a->conn)
+            a->conn->signal(SIGTERM);
     const auto hard = Clock::now() + 1500ms;
     while (!reap() && Clock::now() < hard)
         std::this_thread::sleep_for(20ms);
     for (auto& a : agents)
-        if (!a->exited) {
-            kill(a->pid, SIGKILL);
-            int status = 0;
-            waitpid(a->pid, &status, 0);
+        if (!a->exited && a->conn) {
+            a->conn->signal(SIGKILL);
             a->exited = true;
-            a->exit_status = status;
+            a->exit_text = a->conn->ended(true).value_or("was killed (SIGKILL)");
         }
 }
 
@@ -452,8 +466,14 @@ RunOutcome RunController::run(const RunObserver& o)
     nr.plan_json = planner::toJson(req.plan).dump();
     nr.cluster_json = planner::toJson(*req.plan.cluster).dump();
     nlohmann::json hosts = nlohmann::json::array();
-    for (int d : devices)
-        hosts.push_back({{"device", d}, {"host", "localhost"}, {"launcher", "local"}});
+    for (int d : devices) {
+        const auto& node = req.plan.cluster->nodes[static_cast<std::size_t>(req.plan.cluster->device(d).node)];
+        if (req.remote)
+            hosts.push_back({{"device", d}, {"host", node.host.empty() ? node.name : node.host}, {"node", node.name},
+                {"launcher", "ssh"}});
+        else
+            hosts.push_back({{"device", d}, {"host", "localhost"}, {"launcher", "local"}});
+    }
     nr.hosts_json = hosts.dump();
     nr.label = req.plan_label;
     nr.steps_planned = req.steps;
@@ -490,8 +510,17 @@ RunOutcome RunController::run(const RunObserver& o)
     }
     s.t0 = monotonicNow();
     try {
-        for (auto& a : s.agents)
-            spawn(*a, req.agent_executable);
+        if (req.remote) {
+            // Over SSH: sessions to the nodes, the run directories, the agent and the plan uploaded there.
+            s.remote
+                = std::make_unique<RemoteDeployment>(*req.plan.cluster, s.runId, *req.remote, req.agent_executable);
+            s.remote->prepare(std::vector<int>(devices.begin(), devices.end()), nr.plan_json,
+                [&](const std::string& line) { s.logLine(-1, "info", line, o); });
+        }
+        for (auto& a : s.agents) {
+            a->conn = s.remote ? s.remote->startAgent(a->devices.front()) : startLocalAgent(req.agent_executable);
+            a->last_heard = Clock::now(); // silence counts from its start (an upload before may take a while)
+        }
     } catch (const std::exception& e) {
         s.fail(e.what());
     }
@@ -513,6 +542,10 @@ RunOutcome RunController::run(const RunObserver& o)
         spec.threads = threads;
         spec.transport = agents::Transport::Gloo;
         spec.telemetry_batch = req.telemetry_batch;
+        if (s.remote) {
+            spec.journal_path = s.remote->journalPath(a->devices.front());
+            spec.gloo_host = s.remote->glooHost(a->devices.front());
+        }
         s.send(*a, spec);
     }
     auto lastFlush = Clock::now();
@@ -532,41 +565,42 @@ RunOutcome RunController::run(const RunObserver& o)
         if (std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) { return a->done; }))
             break;
         std::vector<pollfd> fds;
-        for (auto& a : s.agents)
-            fds.push_back({a->from_agent, POLLIN, 0});
-        const int ready = poll(fds.data(), fds.size(), 100);
+        bool buffered = false;
+        for (auto& a : s.agents) {
+            const bool live = a->conn && !a->lost && !a->exited;
+            fds.push_back({live ? a->conn->pollFd() : -1, POLLIN, 0});
+            buffered = buffered || (live && a->conn->buffersInput());
+        }
+        const int ready = poll(fds.data(), fds.size(), buffered ? 20 : 100);
         if (ready < 0 && errno != EINTR) {
             s.fail(std::string("poll: ") + std::strerror(errno));
             break;
         }
-        for (std::size_t i = 0; i < fds.size() && ready > 0; ++i) {
+        for (std::size_t i = 0; i < fds.size(); ++i) {
             AgentLink& a = *s.agents[i];
-            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            if (!a.conn || a.lost || a.exited)
                 continue;
-            const ssize_t n = read(a.from_agent, buffer.data(), buffer.size());
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && !a.conn->buffersInput())
+                continue;
             try {
-                if (n > 0) {
+                long n = 0;
+                while ((n = a.conn->read(buffer)) > 0) {
                     a.decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
                     while (auto frame = a.decoder.next())
                         s.handle(a, agents::decode(*frame), o);
-                } else if (n == 0) {
-                    a.decoder.finish();
-                    int status = 0;
-                    waitpid(a.pid, &status, 0);
-                    a.exited = true;
-                    a.exit_status = status;
-                    s.statusChanged = true;
-                    if (!a.done)
-                        s.fail(a.name + " " + describeExit(status) + " before the run finished");
-                    close(a.from_agent);
-                    a.from_agent = -1;
+                }
+                if (n < 0) {
+                    if (!a.conn->canReconnect())
+                        a.decoder.finish(); // a local agent that died mid-frame; a dropped link is resumed
+                    s.onEnd(a, o);
                 }
             } catch (const agents::ProtocolError& e) {
                 s.fail(a.name + ": malformed telemetry: " + e.what());
             }
         }
+        s.reconnectLost(o);
         for (auto& a : s.agents)
-            if (!a->done && !a->exited && Clock::now() - a->last_heard > req.heartbeat_timeout)
+            if (!a->done && !a->exited && !a->lost && Clock::now() - a->last_heard > req.heartbeat_timeout)
                 s.fail(a->name + " sent nothing for "
                     + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(req.heartbeat_timeout).count())
                     + " s (stalled or hung)");
@@ -581,26 +615,22 @@ RunOutcome RunController::run(const RunObserver& o)
     s.shutdown();
     // Whatever was already on the pipes still counts (the last batches before Done).
     for (auto& a : s.agents) {
-        if (a->from_agent < 0)
+        if (!a->conn || a->lost)
             continue;
-        ssize_t n = 0;
-        while ((n = read(a->from_agent, buffer.data(), buffer.size())) > 0) {
-            try {
+        try {
+            for (long n = 0; (n = a->conn->read(buffer)) > 0;) {
                 a->decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
                 while (auto frame = a->decoder.next())
                     s.handle(*a, agents::decode(*frame), o);
-            } catch (const std::exception&) {
-                break;
             }
+        } catch (const std::exception&) {
         }
-        close(a->from_agent);
-        a->from_agent = -1;
     }
+    if (s.remote)
+        for (const auto& line : s.remote->teardown())
+            s.logLine(-1, "info", line, o);
     for (auto& a : s.agents)
-        if (a->to_agent >= 0) {
-            close(a->to_agent);
-            a->to_agent = -1;
-        }
+        a->conn.reset();
 
     out.losses = s.losses;
     out.seconds = monotonicNow() - s.t0;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The run controller: starts the agents of a plan (local child processes here; SSH later, through the same
-// AgentLink), relays their rendezvous, ingests telemetry into the history, notices a dead or stalled agent,
-// stops every agent of a failed run, and records how the run ended. No Qt: the CLI and the app both drive it.
+// The run controller: starts the agents of a plan (local child processes, or served agents on the cluster's nodes
+// over SSH: app/run/agent_connection.h, app/run/remote.h), relays their rendezvous, ingests telemetry into the history,
+// notices a dead or stalled agent, stops every agent of a failed run, and records how the run ended. No Qt: the CLI and
+// the app both drive it.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 
 #include "agents/protocol/messages.h"
 #include "app/history/history.h"
+#include "app/run/remote.h"
 #include "planner/plan.h"
 
 namespace pw::app {
@@ -40,6 +42,8 @@ struct RunRequest
     std::filesystem::path agent_executable; ///< pipewright-agent
     std::chrono::milliseconds heartbeat_timeout {10000}; ///< an agent silent this long is dead
     int telemetry_batch = 256;
+    /// Deploy over SSH to the plan's cluster nodes (run --cluster); unset: local agent processes (run --local).
+    std::optional<RemoteOptions> remote;
 };
 
 /// @brief Where a run stands, for progress lines and the run monitor.

@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: MIT
+#include "remote.h"
+
+#include <array>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+#include <openssl/evp.h>
+
+namespace pw::app {
+
+using agents::shellQuote;
+using agents::SshChannel;
+using agents::SshSession;
+
+namespace {
+
+/// SHA-256 of a file, in hex (OpenSSL): the agent build's name in the hosts' cache.
+std::string sha256Of(const std::string& bytes)
+{
+    std::array<unsigned char, EVP_MAX_MD_SIZE> digest {};
+    unsigned int length = 0;
+    EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr);
+    std::ostringstream hex;
+    for (unsigned int i = 0; i < length; ++i)
+        hex << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(digest[i]);
+    return hex.str();
+}
+
+std::string readFile(const std::filesystem::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error("cannot read the agent " + path.string());
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    return bytes.str();
+}
+
+} // namespace
+
+agents::SshEndpoint endpointOf(const planner::Node& node)
+{
+    agents::SshEndpoint e;
+    e.host = node.host.empty() ? node.name : node.host;
+    e.port = node.ssh_port == 22 ? 0 : node.ssh_port;
+    e.user = node.ssh_user;
+    e.identity_file = node.ssh_identity_file;
+    return e;
+}
+
+std::string shellCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& words)
+{
+    std::string out;
+    if (!env.empty()) {
+        out = "env";
+        for (const auto& [name, value] : env)
+            out += " " + shellQuote(name + "=" + value);
+    }
+    for (const auto& w : words)
+        out += (out.empty() ? "" : " ") + shellQuote(w);
+    return out;
+}
+
+/// @brief One node of the run: its session (opened again when it dropped) and its directories.
+struct RemoteDeployment::Node
+{
+    planner::Node node;
+    agents::SshEndpoint endpoint;
+    const agents::SshSettings* settings = nullptr;
+    std::unique_ptr<SshSession> session;
+    std::string where; ///< user@host:port
+    std::string host; ///< after ~/.ssh/config
+    std::string runDir, agentPath;
+
+    SshSession& connected()
+    {
+        if (!session || !session->connected()) {
+            session.reset();
+            session = SshSession::open(endpoint, *settings);
+            where = session->name();
+        }
+        return *session;
+    }
+};
+
+namespace {
+
+/// @brief A served agent through an SSH channel.
+class SshAgent final : public AgentConnection
+{
+public:
+    SshAgent(RemoteDeployment::Node& node, std::string socket, std::unique_ptr<SshChannel> channel)
+        : m_node(node)
+        , m_socket(std::move(socket))
+        , m_channel(std::move(channel))
+    {
+    }
+
+    std::string where() const override { return m_node.where; }
+    int pollFd() const override
+    {
+        return m_channel && m_node.session && m_node.session->connected() ? m_node.session->socket() : -1;
+    }
+    bool buffersInput() const override { return m_channel != nullptr; }
+
+    long read(std::span<char> buffer) override
+    {
+        if (!m_channel)
+            return -1;
+        const long n = m_channel->readSome(buffer);
+        if (n < 0)
+            m_channel.reset();
+        return n;
+    }
+
+    void write(std::string_view bytes) override
+    {
+        if (!m_channel)
+            throw std::runtime_error("the link to the agent is down");
+        m_channel->write(std::span<const char>(bytes.data(), bytes.size()));
+    }
+
+    std::optional<std::string> ended(bool) override
+    {
+        try {
+            if (!m_node.session || !m_node.session->connected())
+                return std::nullopt; // cannot tell: the caller reconnects
+            const auto pid = shellQuote(m_socket + ".pid");
+            const auto r = m_node.session->run("if kill -0 \"$(cat " + pid
+                    + " 2>/dev/null)\" 2>/dev/null; then echo alive; else tail -n 2 " + shellQuote(m_socket + ".log")
+                    + " 2>/dev/null; fi",
+                {}, std::chrono::seconds {10});
+            if (r.out.rfind("alive", 0) == 0)
+                return std::nullopt;
+            std::string tail = r.out;
+            while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' '))
+                tail.pop_back();
+            for (char& c : tail)
+                if (c == '\n')
+                    c = ' ';
+            return "ended" + (tail.empty() ? std::string() : " (its log: " + tail + ")");
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
+    }
+
+    void signal(int signal) override
+    {
+        try {
+            if (m_node.session && m_node.session->connected())
+                m_node.session->run("kill -" + std::to_string(signal) + " \"$(cat " + shellQuote(m_socket + ".pid")
+                        + " 2>/dev/null)\" 2>/dev/null",
+                    {}, std::chrono::seconds {10});
+        } catch (const std::exception&) {
+        }
+    }
+
+    bool canReconnect() const override { return true; }
+    bool reconnect() override
+    {
+        m_channel.reset();
+        auto& session = m_node.connected(); // throws SshError when the host is still out of reach
+        m_channel = session.start(shellCommand({}, {m_node.agentPath, "--attach", m_socket}));
+        return true;
+    }
+
+private:
+    RemoteDeployment::Node& m_node;
+    std::string m_socket;
+    std::unique_ptr<SshChannel> m_channel;
+};
+
+} // namespace
+
+RemoteDeployment::RemoteDeployment(
+    const planner::Cluster& cluster, std::string run_id, RemoteOptions options, std::filesystem::path agent_executable)
+    : m_cluster(cluster)
+    , m_runId(std::move(run_id))
+    , m_options(std::move(options))
+    , m_agent(std::move(agent_executable))
+{
+    m_nodes.resize(m_cluster.nodes.size());
+}
+
+RemoteDeployment::~RemoteDeployment() = default;
+
+RemoteDeployment::Node& RemoteDeployment::nodeOf(int device)
+{
+    auto& n = m_nodes.at(static_cast<std::size_t>(m_cluster.device(device).node));
+    if (!n)
+        throw std::logic_error("device " + std::to_string(device) + " is not part of the deployment");
+    return *n;
+}
+
+const RemoteDeployment::Node& RemoteDeployment::nodeOf(int device) const
+{
+    return const_cast<RemoteDeployment*>(this)->nodeOf(device);
+}
+
+void RemoteDeployment::prepare(
+    const std::vector<int>& devices, const std::string& plan_json, const std::function<void(const std::string&)>& log)
+{
+    std::string agentBytes;
+    std::string agentHash;
+    for (int d : devices) {
+        const int index = m_cluster.device(d).node;
+        auto& slot = m_nodes.at(static_cast<std::size_t>(index));
+        if (slot)
+            continue;
+        slot = std::make_unique<Node>();
+        Node& n = *slot;
+        n.node = m_cluster.nodes[static_cast<std::size_t>(index)];
+        n.endpoint = endpointOf(n.node);
+        n.settings = &m_options.ssh;
+        auto& session = n.connected();
+        n.host = session.hostKey().host;
+        if (n.host.size() > 1 && n.host.front() == '[') // "[name]:port"
+            n.host = n.host.substr(1, n.host.find(']') - 1);
+        const auto home = session.run("printf '%s' \"$HOME\"");
+        if (home.exit_status != 0 || home.out.empty() || home.out.front() != '/')
+            throw agents::SshError(agents::SshFailure::Remote, n.where, "cannot find the home directory: " + home.err);
+        if (agentHash.empty()) {
+            agentBytes = readFile(m_agent);
+            agentHash = sha256Of(agentBytes);
+        }
+        const std::string root
+            = m_options.remote_root.empty() ? home.out + "/.cache/pipewright" : m_options.remote_root;
+        n.runDir = root + "/runs/" + m_runId;
+        const std::string agentDir = root + "/agents/" + agentHash;
+        n.agentPath = agentDir + "/pipewright-agent";
+        const auto made = session.run("mkdir -p -m 700 " + shellQuote(n.runDir) + " && mkdir -p " + shellQuote(agentDir)
+            + " && if test -x " + shellQuote(n.agentPath) + "; then echo cached; else echo missing; fi");
+        if (made.exit_status != 0)
+            throw agents::SshError(
+                agents::SshFailure::Remote, n.where, "cannot make the run directory " + n.runDir + ": " + made.err);
+        if (made.out.rfind("missing", 0) == 0) {
+            // Uploaded beside, then renamed: two runs uploading the same build at once never run a partial file.
+            const std::string partial = n.agentPath + ".part-" + m_runId;
+            session.upload(agentBytes, partial, 0755);
+            const auto moved = session.run("mv -f " + shellQuote(partial) + " " + shellQuote(n.agentPath));
+            if (moved.exit_status != 0)
+                throw agents::SshError(agents::SshFailure::Transfer, n.where, "cannot install the agent: " + moved.err);
+            if (log)
+                log(n.where + ": uploaded the agent (" + std::to_string(agentBytes.size() >> 20) + " MiB, build "
+                    + agentHash.substr(0, 12) + ")");
+        } else if (log) {
+            log(n.where + ": the agent of this build is there (" + agentHash.substr(0, 12) + ")");
+        }
+        session.upload(plan_json, n.runDir + "/plan.json", 0600);
+    }
+}
+
+std::unique_ptr<AgentConnection> RemoteDeployment::startAgent(int device)
+{
+    Node& n = nodeOf(device);
+    const std::string socket = n.runDir + "/agent-" + std::to_string(device) + ".sock";
+    std::map<std::string, std::string> env = n.node.env;
+    env.emplace("OMP_WAIT_POLICY", "PASSIVE"); // as the local launcher: idle OpenMP threads sleep
+    const std::string command = "cd " + shellQuote(n.runDir) + " && exec "
+        + shellCommand(env, {n.agentPath, "--session", socket, "--linger", std::to_string(m_options.linger.count())});
+    return std::make_unique<SshAgent>(n, socket, n.connected().start(command));
+}
+
+std::string RemoteDeployment::journalPath(int device) const
+{
+    return nodeOf(device).runDir + "/agent-" + std::to_string(device) + ".journal";
+}
+
+std::string RemoteDeployment::glooHost(int device) const
+{
+    return nodeOf(device).host;
+}
+
+std::vector<std::string> RemoteDeployment::teardown()
+{
+    std::vector<std::string> report;
+    for (auto& slot : m_nodes) {
+        if (!slot)
+            continue;
+        Node& n = *slot;
+        const std::string pattern = "pipewright-agent --(serve|session|attach) " + n.runDir + "/";
+        const std::string script = "p=" + shellQuote(pattern)
+            + "\nfor i in $(seq 30); do pgrep -f -- \"$p\" >/dev/null || break; sleep 0.1; done"
+              "\nleft=$(pgrep -f -- \"$p\" | tr '\\n' ' ')"
+              "\nif [ -n \"$left\" ]; then kill -TERM $left 2>/dev/null; sleep 1; "
+              "kill -KILL $(pgrep -f -- \"$p\") 2>/dev/null; sleep 0.2; fi"
+              "\nstill=$(pgrep -f -- \"$p\" | tr '\\n' ' ')"
+              "\necho \"left:$left\"\necho \"still:$still\"\n"
+            + (m_options.keep_run_dir ? std::string() : "rm -rf -- " + shellQuote(n.runDir) + "\n");
+        try {
+            auto& session = n.connected();
+            const auto r = session.run("sh -s", script, std::chrono::seconds {30});
+            std::string left, still;
+            std::istringstream lines(r.out);
+            for (std::string line; std::getline(lines, line);) {
+                if (line.rfind("left:", 0) == 0)
+                    left = line.substr(5);
+                else if (line.rfind("still:", 0) == 0)
+                    still = line.substr(6);
+            }
+            const auto trim = [](std::string s) {
+                while (!s.empty() && s.back() == ' ')
+                    s.pop_back();
+                return s;
+            };
+            left = trim(left);
+            still = trim(still);
+            std::string line = n.where + ": ";
+            if (!still.empty())
+                line += "agent processes still alive after SIGKILL: " + still;
+            else if (!left.empty())
+                line += "had to stop agent processes left running (pids " + left + "); none is left";
+            else
+                line += "no agent process of the run is left";
+            line += m_options.keep_run_dir ? "; run directory kept: " + n.runDir : "; run directory removed";
+            report.push_back(line);
+        } catch (const std::exception& e) {
+            report.push_back(n.where + ": cannot check for agent processes of the run: " + e.what()
+                + " (they stop themselves after " + std::to_string(m_options.linger.count())
+                + " s without a controller)");
+        }
+    }
+    return report;
+}
+
+} // namespace pw::app

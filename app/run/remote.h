@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+// The SSH launcher: a run's agents on the nodes of its cluster. One SSH session per node (agents/launch/ssh.h),
+// a run directory per node (~/.cache/pipewright/runs/RUN), the agent binary uploaded once per build
+// (~/.cache/pipewright/agents/SHA256/pipewright-agent) and the plan beside the run. Each agent is a served agent
+// (agents/agent/serve.h) reached through a channel running `pipewright-agent --session`: a dropped connection
+// leaves it training, and the controller reattaches (`--attach`) and resumes its telemetry. Teardown stops
+// whatever of the run is still alive on every host (and says so) and removes the run directories. Two runs on
+// the same hosts share nothing but the cached agent binary.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agents/launch/ssh.h"
+#include "app/run/agent_connection.h"
+#include "planner/cluster.h"
+
+namespace pw::app {
+
+/// @brief How a run is deployed over SSH.
+struct RemoteOptions
+{
+    agents::SshSettings ssh;
+    /// An agent whose controller is away this long stops its run (the served agents' --linger).
+    std::chrono::seconds linger {30};
+    /// How long the controller tries to reach a lost agent again before it fails the run (less than linger).
+    std::chrono::seconds reconnect_for {20};
+    bool keep_run_dir = false; ///< leave the run directories on the hosts (logs, journals) for a post-mortem
+    /// Where runs and agent builds live on every host; empty: ~/.cache/pipewright of the SSH user.
+    std::string remote_root;
+};
+
+/// The SSH endpoint of a cluster node: its host, and its port, user and identity file when the cluster file sets
+/// them (ssh_port 22, the default, leaves the port to ~/.ssh/config).
+agents::SshEndpoint endpointOf(const planner::Node& node);
+
+/// A command line for a POSIX shell: `env NAME=VALUE ...` for `env` (each word quoted), then `words` quoted.
+std::string shellCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& words);
+
+class RemoteDeployment
+{
+public:
+    RemoteDeployment(const planner::Cluster& cluster, std::string run_id, RemoteOptions options,
+        std::filesystem::path agent_executable);
+    ~RemoteDeployment();
+    RemoteDeployment(const RemoteDeployment&) = delete;
+    RemoteDeployment& operator=(const RemoteDeployment&) = delete;
+
+    /// Connects to every node holding one of `devices` (host key verified, authenticated), makes the run
+    /// directory there, uploads the agent when that build is not there yet, and the plan. Throws agents::SshError
+    /// or std::runtime_error naming the host.
+    void prepare(const std::vector<int>& devices, const std::string& plan_json,
+        const std::function<void(const std::string&)>& log = {});
+    /// Starts the served agent of `device` on its node and returns the connection to it.
+    std::unique_ptr<AgentConnection> startAgent(int device);
+    /// The agent's telemetry journal on its host (RunSpec::journal_path).
+    std::string journalPath(int device) const;
+    /// The address the agent's Gloo transport listens on: its node's host.
+    std::string glooHost(int device) const;
+    /// Stops every process of this run still alive on its hosts (SIGTERM, then SIGKILL), checks none is left, and
+    /// removes the run directories unless kept. One line per host: what it found and did.
+    std::vector<std::string> teardown();
+
+    struct Node;
+
+private:
+    Node& nodeOf(int device);
+    const Node& nodeOf(int device) const;
+
+    planner::Cluster m_cluster;
+    std::string m_runId;
+    RemoteOptions m_options;
+    std::filesystem::path m_agent;
+    std::vector<std::unique_ptr<Node>> m_nodes; ///< by the cluster's node index (null: no device of the run)
+};
+
+} // namespace pw::app

@@ -180,6 +180,14 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     auto* runCmd = app.add_subcommand("run", "train a plan (made with `profile transformer`) with real agents");
     runCmd->add_option("plan", runOpt.plan, "plan JSON")->required();
     runCmd->add_flag("--local", runOpt.local, "one agent process per device on this machine");
+    runCmd->add_option("--cluster", runOpt.cluster,
+        "deploy over SSH to this cluster file's nodes (host, ssh_port, ssh_user, ssh_identity_file, env)");
+    runCmd->add_option("--known-hosts", runOpt.known_hosts,
+        "known_hosts file to check host keys against "
+        "(default: ~/.ssh/known_hosts)");
+    runCmd->add_flag("--accept-new-host-keys", runOpt.accept_new_host_keys,
+        "trust and record host keys known_hosts does not hold (a changed key is refused always)");
+    runCmd->add_flag("--keep-run-dir", runOpt.keep_run_dir, "leave the run directories (logs, journals) on the hosts");
     runCmd->add_option("--steps", runOpt.steps, "optimizer steps")->capture_default_str();
     runCmd->add_option("--data", runOpt.data, "llm.c token file or text file (default: a synthetic Markov corpus)");
     runCmd->add_option("--init", runOpt.init, "llm.c GPT-2 checkpoint (fp32) to start from");

@@ -98,8 +98,11 @@ app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
 
 int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
 {
-    if (!o.local)
-        throw InputError("--local: runs start local agents for now; deployment over SSH (--cluster) comes next");
+    if (o.local == !o.cluster.empty())
+        throw InputError(
+            "run: give --local (agents on this machine) or --cluster CLUSTER.json (over SSH), one of them");
+    if (o.cluster.empty() && (o.accept_new_host_keys || !o.known_hosts.empty() || o.keep_run_dir))
+        throw InputError("--known-hosts, --accept-new-host-keys and --keep-run-dir go with --cluster");
     if (o.steps <= 0)
         throw InputError("--steps: must be positive, got " + std::to_string(o.steps));
     app::RunRequest req;
@@ -107,6 +110,31 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         req.plan = planner::loadPlan(o.plan);
     } catch (const InputError& e) {
         throw e.inFile(o.plan);
+    }
+    if (!o.cluster.empty()) {
+        // The cluster file says how to reach the nodes (host, ssh_port, ssh_user, ssh_identity_file, env); the
+        // plan's devices must be its devices.
+        planner::Cluster cluster;
+        try {
+            cluster = planner::loadCluster(o.cluster);
+        } catch (const InputError& e) {
+            throw e.inFile(o.cluster);
+        }
+        if (cluster.deviceCount() != req.plan.cluster->deviceCount())
+            throw InputError(o.cluster + ": the cluster has " + std::to_string(cluster.deviceCount())
+                + " devices, the plan's " + std::to_string(req.plan.cluster->deviceCount())
+                + ": deploy a plan made for this cluster");
+        req.plan.cluster = cluster;
+        try {
+            req.plan.validate();
+        } catch (const InputError& e) {
+            throw InputError(o.cluster + ": the plan does not fit this cluster: " + e.what());
+        }
+        app::RemoteOptions remote;
+        remote.ssh.known_hosts = o.known_hosts;
+        remote.ssh.accept_new_host_keys = o.accept_new_host_keys;
+        remote.keep_run_dir = o.keep_run_dir;
+        req.remote = remote;
     }
     req.plan_label = std::filesystem::path(o.plan).filename().string();
     req.steps = o.steps;
@@ -132,7 +160,8 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
             << std::flush;
     };
     observer.log = [&](const std::string& agent, const std::string& level, const std::string& text) {
-        if (level == "error" || level == "warning")
+        // A remote run's deployment (uploads, teardown) is worth a line too.
+        if (level == "error" || level == "warning" || (req.remote && agent == "controller"))
             err << (tty ? "\n" : "") << agent << ": " << level << ": " << text << "\n";
     };
     g_running = &controller;

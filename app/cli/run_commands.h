@@ -17,6 +17,10 @@ struct RunOptions
 {
     std::string plan;
     bool local = false;
+    std::string cluster; ///< deploy over SSH to this cluster file's nodes (instead of --local)
+    std::string known_hosts; ///< --known-hosts: another known_hosts file than ~/.ssh/known_hosts
+    bool accept_new_host_keys = false;
+    bool keep_run_dir = false;
     int steps = 20;
     std::string data; ///< llm.c token file or a text file (bytes); empty: the synthetic corpus
     std::string init; ///< llm.c checkpoint

@@ -525,6 +525,8 @@ RunOutcome RunController::run(const RunObserver& o)
         s.fail(e.what());
     }
     for (auto& a : s.agents) {
+        if (!a->conn)
+            continue; // not started: the run failed before (an unreachable node)
         agents::RunSpec spec;
         spec.run_id = s.runId;
         spec.agent = a->name;

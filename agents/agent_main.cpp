@@ -32,6 +32,8 @@ int main(int argc, char** argv)
 {
     if (argc > 1 && std::strcmp(argv[1], "--profile") == 0)
         return pw::agents::runProfileCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+    if (argc == 4 && std::strcmp(argv[1], "--probe") == 0)
+        return pw::agents::probeCommand(argv[2], std::atoi(argv[3]));
     // Served agents (runs deployed over SSH): --serve SOCKET | --attach SOCKET | --session SOCKET, [--linger S].
     for (const char* mode : {"--serve", "--attach", "--session"})
         if (argc > 2 && std::strcmp(argv[1], mode) == 0) {
@@ -49,7 +51,7 @@ int main(int argc, char** argv)
             if (std::strcmp(mode, "--serve") == 0)
                 return pw::agents::serveCommand(argv[2], linger);
             if (std::strcmp(mode, "--attach") == 0)
-                return pw::agents::attachCommand(argv[2], std::chrono::seconds {10});
+                return pw::agents::attachCommand(argv[2], std::chrono::seconds {3}); // a controller reconnecting
             return pw::agents::sessionCommand(argv[2], linger);
         }
     for (int i = 1; i < argc; ++i) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -170,6 +171,45 @@ int sessionCommand(const std::string& socket, std::chrono::seconds linger)
     int status = 0;
     ::waitpid(first, &status, 0);
     return attachCommand(socket, std::chrono::seconds {10});
+}
+
+int probeCommand(const std::string& host, int port)
+{
+    addrinfo hints {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+        std::cerr << host << ": cannot resolve: " << ::gai_strerror(rc) << "\n";
+        return 1;
+    }
+    std::string why = "no address";
+    for (addrinfo* a = found; a; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0)
+            continue;
+        int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+            pollfd p {fd, POLLOUT, 0};
+            rc = ::poll(&p, 1, 3000) == 1 ? 0 : -1;
+            int error = rc == 0 ? 0 : ETIMEDOUT;
+            socklen_t len = sizeof error;
+            if (rc == 0)
+                ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+            rc = error == 0 ? 0 : -1;
+            errno = error;
+        }
+        if (rc == 0) {
+            ::close(fd);
+            ::freeaddrinfo(found);
+            return 0;
+        }
+        why = std::strerror(errno);
+        ::close(fd);
+    }
+    ::freeaddrinfo(found);
+    std::cerr << host << ":" << port << ": " << why << "\n";
+    return 1;
 }
 
 } // namespace pw::agents

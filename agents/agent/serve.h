@@ -24,4 +24,8 @@ int attachCommand(const std::string& socket, std::chrono::seconds wait);
 /// its output in SOCKET.log, when none listens there), then attachCommand.
 int sessionCommand(const std::string& socket, std::chrono::seconds linger);
 
+/// pipewright-agent --probe HOST PORT: connects to HOST:PORT over TCP within 3 s (pre-flight: do the nodes reach
+/// each other?). 0 when it connected; 1 with the reason on stderr.
+int probeCommand(const std::string& host, int port);
+
 } // namespace pw::agents

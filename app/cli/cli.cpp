@@ -188,6 +188,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     runCmd->add_flag("--accept-new-host-keys", runOpt.accept_new_host_keys,
         "trust and record host keys known_hosts does not hold (a changed key is refused always)");
     runCmd->add_flag("--keep-run-dir", runOpt.keep_run_dir, "leave the run directories (logs, journals) on the hosts");
+    runCmd->add_option("--remote-root", runOpt.remote_root,
+        "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
     runCmd->add_option("--steps", runOpt.steps, "optimizer steps")->capture_default_str();
     runCmd->add_option("--data", runOpt.data, "llm.c token file or text file (default: a synthetic Markov corpus)");
     runCmd->add_option("--init", runOpt.init, "llm.c GPT-2 checkpoint (fp32) to start from");
@@ -200,6 +202,17 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     runCmd->add_option("--threads", runOpt.threads, "CPU threads per agent (default: cores / agents)");
     runCmd->add_option("--history", runOpt.history, "history SQLite file (default: the user's data directory)");
     runCmd->add_flag("--json", runOpt.json, "print the outcome as JSON");
+
+    PreflightOptions preOpt;
+    auto* pre = app.add_subcommand("preflight", "check every node of a cluster before a deployment");
+    pre->add_option("cluster", preOpt.cluster, "cluster JSON (host, ssh_port, ssh_user, ssh_identity_file, env)")
+        ->required();
+    pre->add_option("--plan", preOpt.plan, "check only the nodes and devices this plan uses");
+    pre->add_option("--known-hosts", preOpt.known_hosts, "known_hosts file (default: ~/.ssh/known_hosts)");
+    pre->add_flag("--accept-new-host-keys", preOpt.accept_new_host_keys, "trust and record unknown host keys");
+    pre->add_option("--remote-root", preOpt.remote_root,
+        "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
+    pre->add_flag("--json", preOpt.json, "print the checks as JSON");
 
     HistoryOptions histOpt;
     auto* hist = app.add_subcommand("history", "the runs this machine recorded");
@@ -272,6 +285,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             demo(demoJson, out);
         else if (runCmd->parsed())
             return runPlan(runOpt, out, err);
+        else if (pre->parsed())
+            return preflightCommand(preOpt, out, err);
         else if (cal->parsed())
             calibrate(calOpt, out);
         else if (histList->parsed())

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "run_commands.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "app/history/history.h"
 #include "app/run/comparison.h"
 #include "app/run/controller.h"
+#include "app/run/preflight.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/sim/calibration.h"
@@ -101,8 +103,9 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     if (o.local == !o.cluster.empty())
         throw InputError(
             "run: give --local (agents on this machine) or --cluster CLUSTER.json (over SSH), one of them");
-    if (o.cluster.empty() && (o.accept_new_host_keys || !o.known_hosts.empty() || o.keep_run_dir))
-        throw InputError("--known-hosts, --accept-new-host-keys and --keep-run-dir go with --cluster");
+    if (o.cluster.empty()
+        && (o.accept_new_host_keys || !o.known_hosts.empty() || o.keep_run_dir || !o.remote_root.empty()))
+        throw InputError("--known-hosts, --accept-new-host-keys, --keep-run-dir and --remote-root go with --cluster");
     if (o.steps <= 0)
         throw InputError("--steps: must be positive, got " + std::to_string(o.steps));
     app::RunRequest req;
@@ -134,6 +137,7 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         remote.ssh.known_hosts = o.known_hosts;
         remote.ssh.accept_new_host_keys = o.accept_new_host_keys;
         remote.keep_run_dir = o.keep_run_dir;
+        remote.remote_root = o.remote_root;
         req.remote = remote;
     }
     req.plan_label = std::filesystem::path(o.plan).filename().string();
@@ -199,6 +203,52 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         out << "  history: " << history.path().string() << " (pipewright-cli history show " << r.run_id << ")\n";
     }
     return r.status == app::RunStatus::Succeeded ? 0 : kExitRunFailed;
+}
+
+int preflightCommand(const PreflightOptions& o, std::ostream& out, std::ostream& err)
+{
+    planner::Cluster cluster;
+    try {
+        cluster = planner::loadCluster(o.cluster);
+    } catch (const InputError& e) {
+        throw e.inFile(o.cluster);
+    }
+    std::optional<planner::Plan> plan;
+    if (!o.plan.empty()) {
+        try {
+            plan = planner::loadPlan(o.plan);
+        } catch (const InputError& e) {
+            throw e.inFile(o.plan);
+        }
+        if (plan->cluster->deviceCount() != cluster.deviceCount())
+            throw InputError(o.cluster + ": the cluster has " + std::to_string(cluster.deviceCount())
+                + " devices, the plan's " + std::to_string(plan->cluster->deviceCount()));
+        plan->cluster = cluster;
+    }
+    app::PreflightOptions options;
+    options.ssh.known_hosts = o.known_hosts;
+    options.ssh.accept_new_host_keys = o.accept_new_host_keys;
+    options.remote_root = o.remote_root;
+    const char* env = std::getenv("PIPEWRIGHT_AGENT");
+    options.agent_executable = env && *env ? std::filesystem::path(env) : app::defaultAgentExecutable("/proc/self/exe");
+    const auto checks = app::preflight(cluster, plan ? &*plan : nullptr, options, [&](const app::PreflightCheck& c) {
+        if (!o.json)
+            err << (c.ok ? "  ok    " : "  FAIL  ") << c.node << " (" << c.where << ")  " << c.check << ": " << c.detail
+                << (c.fix.empty() ? "" : "\n          fix: " + c.fix) << "\n";
+    });
+    const bool all = std::all_of(checks.begin(), checks.end(), [](const auto& c) { return c.ok; });
+    if (o.json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const auto& c : checks)
+            j.push_back({{"node", c.node}, {"where", c.where}, {"check", c.check}, {"ok", c.ok}, {"detail", c.detail},
+                {"fix", c.fix}});
+        out << nlohmann::json({{"ok", all}, {"checks", j}}).dump(2) << "\n";
+    } else {
+        out << (all ? "pre-flight passed: " : "pre-flight FAILED: ")
+            << std::count_if(checks.begin(), checks.end(), [](const auto& c) { return c.ok; }) << " of "
+            << checks.size() << " checks passed\n";
+    }
+    return all ? 0 : 1;
 }
 
 void historyList(const HistoryOptions& o, std::ostream& out)

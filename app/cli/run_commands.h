@@ -21,6 +21,7 @@ struct RunOptions
     std::string known_hosts; ///< --known-hosts: another known_hosts file than ~/.ssh/known_hosts
     bool accept_new_host_keys = false;
     bool keep_run_dir = false;
+    std::string remote_root; ///< --remote-root: where runs and agent builds go on the hosts
     int steps = 20;
     std::string data; ///< llm.c token file or a text file (bytes); empty: the synthetic corpus
     std::string init; ///< llm.c checkpoint
@@ -34,6 +35,19 @@ struct RunOptions
     std::string history; ///< empty: the user's data directory
     bool json = false;
 };
+
+struct PreflightOptions
+{
+    std::string cluster;
+    std::string plan; ///< only the nodes and devices this plan uses
+    std::string known_hosts;
+    std::string remote_root;
+    bool accept_new_host_keys = false;
+    bool json = false;
+};
+
+/// pipewright-cli preflight: every check on every node, a line each; exit 0 when all passed, 1 otherwise.
+int preflightCommand(const PreflightOptions& o, std::ostream& out, std::ostream& err);
 
 struct HistoryOptions
 {

@@ -49,6 +49,7 @@ struct AgentLink
     bool exited = false;
     std::string exit_text; ///< how its process ended
     bool lost = false; ///< a remote agent's link dropped: reconnecting
+    bool died = false; ///< its process ended before its Done, while the run went on
     Clock::time_point lost_since;
     Clock::time_point next_attempt;
     std::chrono::milliseconds backoff {200};
@@ -179,6 +180,7 @@ void RunController::Impl::onEnd(AgentLink& a, const RunObserver& o)
     if (end) {
         a.exited = true;
         a.exit_text = *end;
+        a.died = !a.done;
         if (!a.done)
             fail(a.name + (a.conn->where() == "local" ? "" : " on " + a.conn->where()) + " " + *end
                 + " before the run finished");
@@ -400,13 +402,6 @@ void RunController::Impl::shutdown()
     };
     while (!reap() && Clock::now() < deadline)
         std::this_thread::sleep_for(20ms);
-    // An agent that ended without its Done before anyone signalled it died on its own: when the run failed, that
-    // is the cause (its peers' transfer errors are what followed), so the outcome names it first.
-    if (!failure.empty())
-        for (auto& a : agents)
-            if (a->exited && !a->done && failure.find(a->name + " ") == std::string::npos)
-                failure = a->name + (a->conn && a->conn->where() != "local" ? " on " + a->conn->where() : "") + " "
-                    + a->exit_text + " before the run finished; then " + failure;
     for (auto& a : agents)
         if (!a->exited && a->conn)
             a->conn->signal(SIGTERM);
@@ -613,6 +608,35 @@ RunOutcome RunController::run(const RunObserver& o)
             s.flush();
             lastFlush = Clock::now();
         }
+    }
+    if (!s.failure.empty()) {
+        // One failure brings others (a dead agent's peers fail their transfers): read for a moment what is still
+        // on the way, so that an agent that died on its own is known, and name it first as the cause.
+        const auto until = Clock::now() + 500ms;
+        while (Clock::now() < until) {
+            for (auto& a : s.agents) {
+                if (!a->conn || a->lost || a->exited)
+                    continue;
+                try {
+                    long n = 0;
+                    while ((n = a->conn->read(buffer)) > 0) {
+                        a->decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+                        while (auto frame = a->decoder.next())
+                            s.handle(*a, agents::decode(*frame), o);
+                    }
+                    if (n < 0)
+                        s.onEnd(*a, o);
+                } catch (const std::exception&) {
+                }
+            }
+            std::this_thread::sleep_for(20ms);
+        }
+        std::string causes;
+        for (auto& a : s.agents)
+            if (a->died && s.failure.rfind(a->name + " ", 0) != 0)
+                causes += a->name + (a->conn->where() == "local" ? "" : " on " + a->conn->where()) + " " + a->exit_text
+                    + " before the run finished; then ";
+        s.failure = causes + s.failure;
     }
     s.shutdown();
     // Whatever was already on the pipes still counts (the last batches before Done).

@@ -4,6 +4,7 @@
 #include <array>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -128,10 +129,12 @@ public:
         try {
             if (!m_node.session || !m_node.session->connected())
                 return std::nullopt; // cannot tell: the caller reconnects
-            const auto pid = shellQuote(m_socket + ".pid");
-            const auto r = m_node.session->run("if kill -0 \"$(cat " + pid
-                    + " 2>/dev/null)\" 2>/dev/null; then echo alive; else tail -n 2 " + shellQuote(m_socket + ".log")
-                    + " 2>/dev/null; fi",
+            // Alive: its pid file names a process that is not a zombie (an agent's parent is init, which may
+            // take its time to reap it, and kill -0 succeeds on a zombie).
+            const auto r = m_node.session->run("p=$(cat " + shellQuote(m_socket + ".pid")
+                    + " 2>/dev/null); s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -c2); "
+                      "if [ -n \"$p\" ] && [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo alive; else tail -n 2 "
+                    + shellQuote(m_socket + ".log") + " 2>/dev/null; fi",
                 {}, std::chrono::seconds {10});
             if (r.out.rfind("alive", 0) == 0)
                 return std::nullopt;
@@ -200,11 +203,48 @@ const RemoteDeployment::Node& RemoteDeployment::nodeOf(int device) const
     return const_cast<RemoteDeployment*>(this)->nodeOf(device);
 }
 
+AgentBuild AgentBuild::load(const std::filesystem::path& executable)
+{
+    AgentBuild b;
+    b.bytes = readFile(executable);
+    b.sha256 = sha256Of(b.bytes);
+    return b;
+}
+
+std::string remoteRoot(agents::SshSession& session, const std::string& configured)
+{
+    if (!configured.empty())
+        return configured;
+    const auto home = session.run("printf '%s' \"$HOME\"");
+    if (home.exit_status != 0 || home.out.empty() || home.out.front() != '/')
+        throw agents::SshError(
+            agents::SshFailure::Remote, session.name(), "cannot find the home directory: " + home.err);
+    return home.out + "/.cache/pipewright";
+}
+
+std::pair<std::string, bool> installAgent(
+    agents::SshSession& session, const std::string& root, const AgentBuild& build, const std::string& upload_tag)
+{
+    const std::string dir = root + "/agents/" + build.sha256;
+    const std::string path = dir + "/pipewright-agent";
+    const auto made = session.run("mkdir -p " + shellQuote(dir) + " && if test -x " + shellQuote(path)
+        + "; then echo cached; else echo missing; fi");
+    if (made.exit_status != 0)
+        throw agents::SshError(agents::SshFailure::Remote, session.name(), "cannot make " + dir + ": " + made.err);
+    if (made.out.rfind("missing", 0) != 0)
+        return {path, false};
+    const std::string partial = path + ".part-" + upload_tag;
+    session.upload(build.bytes, partial, 0755);
+    const auto moved = session.run("mv -f " + shellQuote(partial) + " " + shellQuote(path));
+    if (moved.exit_status != 0)
+        throw agents::SshError(agents::SshFailure::Transfer, session.name(), "cannot install the agent: " + moved.err);
+    return {path, true};
+}
+
 void RemoteDeployment::prepare(
     const std::vector<int>& devices, const std::string& plan_json, const std::function<void(const std::string&)>& log)
 {
-    std::string agentBytes;
-    std::string agentHash;
+    std::optional<AgentBuild> build;
     for (int d : devices) {
         const int index = m_cluster.device(d).node;
         auto& slot = m_nodes.at(static_cast<std::size_t>(index));
@@ -219,36 +259,21 @@ void RemoteDeployment::prepare(
         n.host = session.hostKey().host;
         if (n.host.size() > 1 && n.host.front() == '[') // "[name]:port"
             n.host = n.host.substr(1, n.host.find(']') - 1);
-        const auto home = session.run("printf '%s' \"$HOME\"");
-        if (home.exit_status != 0 || home.out.empty() || home.out.front() != '/')
-            throw agents::SshError(agents::SshFailure::Remote, n.where, "cannot find the home directory: " + home.err);
-        if (agentHash.empty()) {
-            agentBytes = readFile(m_agent);
-            agentHash = sha256Of(agentBytes);
-        }
-        const std::string root
-            = m_options.remote_root.empty() ? home.out + "/.cache/pipewright" : m_options.remote_root;
+        if (!build)
+            build = AgentBuild::load(m_agent);
+        const std::string root = remoteRoot(session, m_options.remote_root);
         n.runDir = root + "/runs/" + m_runId;
-        const std::string agentDir = root + "/agents/" + agentHash;
-        n.agentPath = agentDir + "/pipewright-agent";
-        const auto made = session.run("mkdir -p -m 700 " + shellQuote(n.runDir) + " && mkdir -p " + shellQuote(agentDir)
-            + " && if test -x " + shellQuote(n.agentPath) + "; then echo cached; else echo missing; fi");
+        const auto made = session.run("mkdir -p -m 700 " + shellQuote(n.runDir));
         if (made.exit_status != 0)
             throw agents::SshError(
                 agents::SshFailure::Remote, n.where, "cannot make the run directory " + n.runDir + ": " + made.err);
-        if (made.out.rfind("missing", 0) == 0) {
-            // Uploaded beside, then renamed: two runs uploading the same build at once never run a partial file.
-            const std::string partial = n.agentPath + ".part-" + m_runId;
-            session.upload(agentBytes, partial, 0755);
-            const auto moved = session.run("mv -f " + shellQuote(partial) + " " + shellQuote(n.agentPath));
-            if (moved.exit_status != 0)
-                throw agents::SshError(agents::SshFailure::Transfer, n.where, "cannot install the agent: " + moved.err);
-            if (log)
-                log(n.where + ": uploaded the agent (" + std::to_string(agentBytes.size() >> 20) + " MiB, build "
-                    + agentHash.substr(0, 12) + ")");
-        } else if (log) {
-            log(n.where + ": the agent of this build is there (" + agentHash.substr(0, 12) + ")");
-        }
+        const auto [path, uploaded] = installAgent(session, root, *build, m_runId);
+        n.agentPath = path;
+        if (log)
+            log(n.where
+                + (uploaded ? ": uploaded the agent (" + std::to_string(build->bytes.size() >> 20) + " MiB, build "
+                            : ": the agent of this build is there (")
+                + build->sha256.substr(0, 12) + ")");
         session.upload(plan_json, n.runDir + "/plan.json", 0600);
     }
 }

@@ -38,6 +38,24 @@ struct RemoteOptions
 /// them (ssh_port 22, the default, leaves the port to ~/.ssh/config).
 agents::SshEndpoint endpointOf(const planner::Node& node);
 
+/// @brief The agent build that goes to the hosts: its bytes and their SHA-256 (its name in the hosts' cache).
+struct AgentBuild
+{
+    std::string bytes;
+    std::string sha256;
+    /// Reads the agent executable; throws std::runtime_error naming it.
+    static AgentBuild load(const std::filesystem::path& executable);
+};
+
+/// Where runs and agent builds live on the session's host: `configured`, or ~/.cache/pipewright of its user.
+std::string remoteRoot(agents::SshSession& session, const std::string& configured);
+
+/// Makes sure ROOT/agents/SHA256/pipewright-agent is on the session's host, uploading it when it is not (beside,
+/// then renamed: two runs uploading the same build at once never run a partial file). Returns its path and
+/// whether it was uploaded. Throws agents::SshError.
+std::pair<std::string, bool> installAgent(
+    agents::SshSession& session, const std::string& root, const AgentBuild& build, const std::string& upload_tag);
+
 /// A command line for a POSIX shell: `env NAME=VALUE ...` for `env` (each word quoted), then `words` quoted.
 std::string shellCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& words);
 

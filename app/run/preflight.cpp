@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+#include "preflight.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "agents/protocol/messages.h"
+#include "app/run/remote.h"
+
+namespace pw::app {
+
+namespace {
+
+using agents::shellQuote;
+using agents::SshFailure;
+
+std::string gib(double bytes)
+{
+    std::ostringstream s;
+    s.precision(1);
+    s << std::fixed << bytes / double(1 << 30) << " GiB";
+    return s.str();
+}
+
+/// The nodes a plan uses (all of them without a plan), by index.
+std::set<int> usedNodes(const planner::Cluster& cluster, const planner::Plan* plan)
+{
+    std::set<int> nodes;
+    if (!plan) {
+        for (std::size_t i = 0; i < cluster.nodes.size(); ++i)
+            nodes.insert(static_cast<int>(i));
+        return nodes;
+    }
+    for (const auto& s : plan->stages)
+        for (int d : s.devices)
+            nodes.insert(cluster.device(d).node);
+    return nodes;
+}
+
+/// Devices of node `index` the plan uses (every device of the node without a plan).
+int devicesUsed(const planner::Cluster& cluster, const planner::Plan* plan, int index)
+{
+    if (!plan)
+        return cluster.nodes[static_cast<std::size_t>(index)].count;
+    std::set<int> devices;
+    for (const auto& s : plan->stages)
+        for (int d : s.devices)
+            if (cluster.device(d).node == index)
+                devices.insert(d);
+    return static_cast<int>(devices.size());
+}
+
+} // namespace
+
+std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const planner::Plan* plan,
+    const PreflightOptions& options, const std::function<void(const PreflightCheck&)>& progress)
+{
+    std::vector<PreflightCheck> out;
+    const auto report = [&](PreflightCheck c) {
+        if (progress)
+            progress(c);
+        out.push_back(std::move(c));
+    };
+    std::optional<AgentBuild> build;
+    struct Reached
+    {
+        std::unique_ptr<agents::SshSession> session;
+        std::string agent;
+    };
+    std::map<int, Reached> reached;
+    for (int index : usedNodes(cluster, plan)) {
+        const auto& node = cluster.nodes[static_cast<std::size_t>(index)];
+        const auto endpoint = endpointOf(node);
+        PreflightCheck c {node.name, endpoint.host + (node.ssh_port == 22 ? "" : ":" + std::to_string(node.ssh_port))};
+        std::unique_ptr<agents::SshSession> session;
+        try {
+            session = agents::SshSession::open(endpoint, options.ssh);
+        } catch (const agents::SshError& e) {
+            const auto failed = e.failure();
+            const bool connected = failed != SshFailure::Unreachable;
+            const bool trusted
+                = connected && failed != SshFailure::HostKeyUnknown && failed != SshFailure::HostKeyChanged;
+            report({c.node, c.where, "reachable", connected, connected ? "sshd answered" : e.what(),
+                connected ? "" : "check the node's host and ssh_port in the cluster file, and that sshd runs there"});
+            if (connected)
+                report({c.node, c.where, "host key", trusted, trusted ? "known" : e.what(),
+                    trusted ? ""
+                        : failed == SshFailure::HostKeyChanged
+                        ? "if the host was reinstalled, remove its old key (ssh-keygen -R) and check the new one"
+                        : "check the fingerprint with the host's administrator, then accept it (the deploy dialog, "
+                          "or --accept-new-host-keys)"});
+            if (trusted)
+                report({c.node, c.where, "authenticated", false, e.what(),
+                    "put your public key in the user's ~/.ssh/authorized_keys there, or set ssh_user / "
+                    "ssh_identity_file for the node"});
+            continue;
+        }
+        c.where = session->name();
+        report({c.node, c.where, "reachable", true, "sshd answered", ""});
+        report({c.node, c.where, "host key", true, session->hostKey().type + " " + session->hostKey().fingerprint, ""});
+        report({c.node, c.where, "authenticated", true, "as " + c.where.substr(0, c.where.find('@')), ""});
+        try {
+            if (!build)
+                build = AgentBuild::load(options.agent_executable);
+            const std::string root = remoteRoot(*session, options.remote_root);
+            const auto df
+                = session->run("mkdir -p " + shellQuote(root) + " && df -Pk " + shellQuote(root) + " | tail -n 1");
+            std::istringstream fields(df.out);
+            std::string fs, blocks, used, available;
+            fields >> fs >> blocks >> used >> available;
+            const double free = std::atof(available.c_str()) * 1024.0;
+            const double need = static_cast<double>(build->bytes.size()) + static_cast<double>(options.min_free_bytes);
+            report({c.node, c.where, "disk space", df.exit_status == 0 && free >= need,
+                df.exit_status == 0 ? gib(free) + " free in " + root : "df failed: " + df.err,
+                free >= need ? "" : "free " + gib(need - free) + " or more in " + root});
+
+            const auto [agentPath, uploaded] = installAgent(*session, root, *build, "preflight");
+            const auto caps = session->run(shellQuote(agentPath) + " --capabilities");
+            agents::Hello hello;
+            std::string problem;
+            if (caps.exit_status != 0)
+                problem = "the agent does not start: "
+                    + (caps.err.empty() ? "exit status " + std::to_string(caps.exit_status) : caps.err);
+            else
+                try {
+                    hello = agents::Hello::fromJson(nlohmann::json::parse(caps.out));
+                    if (hello.protocol_version != agents::kProtocolVersion)
+                        problem = "the agent speaks protocol version " + std::to_string(hello.protocol_version)
+                            + ", this controller " + std::to_string(agents::kProtocolVersion);
+                } catch (const std::exception& e) {
+                    problem = std::string("the agent's capabilities are unreadable: ") + e.what();
+                }
+            report({c.node, c.where, "agent", problem.empty(),
+                problem.empty()
+                    ? "pipewright-agent " + hello.agent_version + " (protocol " + std::to_string(hello.protocol_version)
+                        + ", " + std::to_string(hello.cores) + " cores" + (uploaded ? ", uploaded" : ", cached") + ")"
+                    : problem,
+                problem.empty() ? ""
+                                : "install the libraries the agent links (run `ldd " + agentPath
+                        + "` there), or build the agent for that host"});
+            if (problem.empty()) {
+                const int need = devicesUsed(cluster, plan, index);
+                const int typeIndex = cluster.findType(cluster.nodes[static_cast<std::size_t>(index)].device_type);
+                const std::string type
+                    = typeIndex >= 0 ? cluster.device_types[static_cast<std::size_t>(typeIndex)].name : "?";
+                const bool gpu = type != "cpu";
+                const int have = gpu ? static_cast<int>(hello.gpus.size()) : hello.cores;
+                report({c.node, c.where, "devices", have >= need,
+                    std::to_string(need) + (gpu ? " GPU(s) of type " + type : " CPU device(s)") + " needed, "
+                        + std::to_string(have) + (gpu ? " GPU(s) found" : " cores found"),
+                    have >= need ? ""
+                        : gpu    ? "check CUDA_VISIBLE_DEVICES in the node's env, the driver, and that the agent "
+                                   "was built with CUDA"
+                                 : "give the node fewer devices in the cluster file"});
+                reached[index] = {std::move(session), agentPath};
+            }
+        } catch (const std::exception& e) {
+            report({c.node, c.where, "agent", false, e.what(), "check the run directory's permissions and disk"});
+        }
+    }
+    // Every node reaches every other one (TCP to its sshd, from the node itself: the network the agents use).
+    for (auto& [from, r] : reached)
+        for (const auto& [to, unused] : reached) {
+            if (from == to)
+                continue;
+            const auto& a = cluster.nodes[static_cast<std::size_t>(from)];
+            const auto& b = cluster.nodes[static_cast<std::size_t>(to)];
+            const std::string host = b.host.empty() ? b.name : b.host;
+            const auto probe = r.session->run(
+                shellQuote(r.agent) + " --probe " + shellQuote(host) + " " + std::to_string(b.ssh_port));
+            report({a.name, r.session->name(), "reaches " + b.name, probe.exit_status == 0,
+                probe.exit_status == 0 ? "TCP to " + host + ":" + std::to_string(b.ssh_port) : probe.err,
+                probe.exit_status == 0 ? ""
+                                       : "the nodes must reach each other (firewall? set GLOO_SOCKET_IFNAME in the "
+                                         "nodes' env to the interface they share)"});
+        }
+    return out;
+}
+
+} // namespace pw::app

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config clang-format
-  nlohmann-json3-dev libcli11-dev catch2 libsqlite3-dev libssh-dev libgloo-dev libopenblas-dev
+  nlohmann-json3-dev libcli11-dev catch2 libsqlite3-dev libssh-dev libssl-dev libgloo-dev libopenblas-dev
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev
   openssh-server openssh-client xvfb xauth
 )

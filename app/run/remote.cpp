@@ -306,15 +306,19 @@ std::vector<std::string> RemoteDeployment::teardown()
         if (!slot)
             continue;
         Node& n = *slot;
-        const std::string pattern = "pipewright-agent --(serve|session|attach) " + n.runDir + "/";
-        const std::string script = "p=" + shellQuote(pattern)
-            + "\nfor i in $(seq 30); do pgrep -f -- \"$p\" >/dev/null || break; sleep 0.1; done"
-              "\nleft=$(pgrep -f -- \"$p\" | tr '\\n' ' ')"
-              "\nif [ -n \"$left\" ]; then kill -TERM $left 2>/dev/null; sleep 1; "
-              "kill -KILL $(pgrep -f -- \"$p\") 2>/dev/null; sleep 0.2; fi"
-              "\nstill=$(pgrep -f -- \"$p\" | tr '\\n' ' ')"
+        // The run's processes, found through /proc (no procps needed): served agents, their relays, attaches.
+        const std::string script = "d=" + shellQuote(n.runDir)
+            + "\nrun() { for p in /proc/[0-9]*; do c=$(tr '\\000' ' ' < \"$p/cmdline\" 2>/dev/null) || continue; "
+              "case \"$c\" in *\"pipewright-agent --serve $d/\"*|*\"pipewright-agent --session $d/\"*|"
+              "*\"pipewright-agent --attach $d/\"*) s=$(cut -d')' -f2 \"$p/stat\" 2>/dev/null | cut -c2); "
+              "[ \"$s\" = Z ] || echo \"${p#/proc/}\";; esac; done | tr '\\n' ' '; }"
+              "\nfor i in $(seq 30); do [ -z \"$(run)\" ] && break; sleep 0.1; done"
+              "\nleft=$(run)"
+              "\nif [ -n \"$left\" ]; then kill -TERM $left 2>/dev/null; sleep 1; kill -KILL $(run) 2>/dev/null; sleep "
+              "0.2; fi"
+              "\nstill=$(run)"
               "\necho \"left:$left\"\necho \"still:$still\"\n"
-            + (m_options.keep_run_dir ? std::string() : "rm -rf -- " + shellQuote(n.runDir) + "\n");
+            + (m_options.keep_run_dir ? std::string() : "rm -rf -- \"$d\"\n");
         try {
             auto& session = n.connected();
             const auto r = session.run("sh -s", script, std::chrono::seconds {30});

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "agents/launch/ssh.h"
 #include "app/history/history.h"
 #include "app/run/controller.h"
 #include "engine/executor.h"
@@ -337,4 +338,33 @@ TEST_CASE("two runs started at once on the same hosts both finish, each with all
         CHECK(runProcesses(outcome.run_id).empty());
     }
     CHECK(outcomes[0].run_id != outcomes[1].run_id);
+}
+
+TEST_CASE("teardown stops what of a run is left on a host, says so, and removes the run directory", "[ssh][run]")
+{
+    ThreeHosts hosts;
+    const auto cluster = hosts.cluster();
+    app::RemoteDeployment deployment(cluster, "r-teardown-test", hosts.remote(), PW_AGENT_EXE);
+    deployment.prepare({0}, "{}");
+    const auto socket = hosts.remote_root / "runs" / "r-teardown-test" / "agent-0.sock";
+    // A served agent nobody attaches to (as one whose controller died would be), started over the node's session.
+    auto session = agents::SshSession::open(app::endpointOf(cluster.nodes[0]), hosts.remote().ssh);
+    const auto agent = hosts.remote_root / "agents";
+    std::string path;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(agent))
+        if (e.path().filename() == "pipewright-agent")
+            path = e.path().string();
+    REQUIRE_FALSE(path.empty());
+    session->run("setsid " + agents::shellQuote(path) + " --serve " + agents::shellQuote(socket.string())
+        + " --linger 100 </dev/null >/dev/null 2>&1 &");
+    for (int i = 0; i < 100 && !std::filesystem::exists(socket); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    REQUIRE(std::filesystem::exists(socket));
+    REQUIRE(runProcesses("r-teardown-test").size() == 1);
+
+    const auto report = deployment.teardown();
+    REQUIRE(report.size() == 1);
+    CHECK_THAT(report[0], Contains("had to stop agent processes left running") && Contains("none is left"));
+    CHECK(runProcesses("r-teardown-test").empty());
+    CHECK_FALSE(std::filesystem::exists(hosts.remote_root / "runs" / "r-teardown-test"));
 }

@@ -231,9 +231,13 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         ->check(CLI::IsMember({"csv", "chrome-trace"}))
         ->capture_default_str();
     histExport->add_option("-o,--output", histOpt.output, "file to write")->required();
+    auto* histCompare = hist->add_subcommand("compare",
+        "several runs side by side: configuration differences, per-stage time and bubble deltas, metric summaries");
+    histCompare->add_option("runs", histOpt.runs, "run ids (unique prefixes, or latest), two or more")->required();
+    histCompare->add_flag("--json", histOpt.json, "print JSON");
     auto* histDelete = hist->add_subcommand("delete", "delete a run and everything recorded about it");
     histDelete->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
-    for (auto* sub : {histList, histShow, histExport, histDelete})
+    for (auto* sub : {histList, histShow, histExport, histDelete, histCompare})
         sub->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
 
     CalibrateOptions calOpt;
@@ -297,6 +301,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             historyExport(histOpt, out);
         else if (histDelete->parsed())
             historyDelete(histOpt, out);
+        else if (histCompare->parsed())
+            historyCompare(histOpt, out);
     } catch (const DoesNotFit& e) {
         err << "pipewright-cli: " << planner::formatInputError(e) << "\n";
         return kExitDoesNotFit;

@@ -14,9 +14,12 @@
 #include <unistd.h>
 
 #include "app/history/history.h"
+#include "app/run/compare_runs.h"
 #include "app/run/comparison.h"
 #include "app/run/controller.h"
 #include "app/run/preflight.h"
+#include "app/run/snapshot.h"
+#include "commands.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/sim/calibration.h"
@@ -249,6 +252,79 @@ int preflightCommand(const PreflightOptions& o, std::ostream& out, std::ostream&
             << checks.size() << " checks passed\n";
     }
     return all ? 0 : 1;
+}
+
+void historyCompare(const HistoryOptions& o, std::ostream& out)
+{
+    if (o.runs.size() < 2)
+        throw UsageError("history compare: give two runs or more");
+    auto h = openHistory(o.history);
+    std::vector<app::RunSnapshot> snapshots;
+    for (const auto& id : o.runs)
+        snapshots.push_back(app::loadRunSnapshot(h, findRun(h, id).id));
+    const auto c = app::compareRuns(snapshots);
+    const auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    if (o.json) {
+        nlohmann::json runs = nlohmann::json::array();
+        for (const auto& r : c.runs) {
+            nlohmann::json stages = nlohmann::json::array();
+            for (const auto& st : r.stages)
+                stages.push_back({{"compute_s", st.compute_s}, {"idle_s", st.idle_s}, {"iteration_s", st.iteration_s}});
+            runs.push_back({{"run_id", r.run_id}, {"label", r.label}, {"status", r.status}, {"steps", r.steps},
+                {"first_loss", number(r.first_loss)}, {"final_loss", number(r.final_loss)},
+                {"tokens_per_s", r.tokens_per_s}, {"iteration_s", r.iteration_s}, {"stages", stages}});
+        }
+        nlohmann::json diffs = nlohmann::json::array();
+        for (const auto& d : c.differences)
+            diffs.push_back({{"field", d.field}, {"values", d.values}});
+        nlohmann::json deltas = nlohmann::json::array();
+        for (std::size_t s = 0; s < c.compute_delta_s.size(); ++s) {
+            nlohmann::json cs = nlohmann::json::array(), is = nlohmann::json::array();
+            for (double v : c.compute_delta_s[s])
+                cs.push_back(number(v));
+            for (double v : c.idle_delta_s[s])
+                is.push_back(number(v));
+            deltas.push_back({{"stage", s}, {"compute_delta_s", cs}, {"idle_delta_s", is}});
+        }
+        out << nlohmann::json({{"runs", runs}, {"differences", diffs}, {"stages", deltas}}).dump(2) << "\n";
+        return;
+    }
+    out << "compare " << c.runs.size() << " runs (deltas against the first)\n";
+    out << "  run                        status      steps  first loss  final loss  tokens/s  iteration\n";
+    for (const auto& r : c.runs) {
+        out << "  " << std::left << std::setw(26) << r.run_id << " " << std::setw(11) << r.status << std::right
+            << std::setw(5) << r.steps << "  " << std::setw(10)
+            << (std::isnan(r.first_loss) ? "-" : fixed(r.first_loss, 4)) << "  " << std::setw(10)
+            << (std::isnan(r.final_loss) ? "-" : fixed(r.final_loss, 4)) << "  " << std::setw(8)
+            << fixed(r.tokens_per_s, 0) << "  " << milliseconds(r.iteration_s) << "\n";
+    }
+    if (c.differences.empty())
+        out << "configuration: the same\n";
+    else {
+        out << "configuration differences:\n";
+        for (const auto& d : c.differences) {
+            out << "  " << d.field << ":";
+            for (std::size_t i = 0; i < d.values.size(); ++i)
+                out << (i ? " | " : " ") << d.values[i];
+            out << "\n";
+        }
+    }
+    out << "per stage and step, measured compute / idle (bubble):\n";
+    for (std::size_t s = 0; s < c.compute_delta_s.size(); ++s) {
+        out << "  stage " << s << ":";
+        for (std::size_t r = 0; r < c.runs.size(); ++r) {
+            if (s >= c.runs[r].stages.size()) {
+                out << "   run " << r + 1 << ": -";
+                continue;
+            }
+            const auto& st = c.runs[r].stages[s];
+            out << "   run " << r + 1 << ": " << milliseconds(st.compute_s) << " / " << milliseconds(st.idle_s);
+            if (r > 0 && !std::isnan(c.compute_delta_s[s][r]))
+                out << " (" << (c.compute_delta_s[s][r] >= 0 ? "+" : "") << milliseconds(c.compute_delta_s[s][r])
+                    << " / " << (c.idle_delta_s[s][r] >= 0 ? "+" : "") << milliseconds(c.idle_delta_s[s][r]) << ")";
+        }
+        out << "\n";
+    }
 }
 
 void historyList(const HistoryOptions& o, std::ostream& out)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "app/history/history.h"
 
@@ -53,12 +54,16 @@ struct HistoryOptions
 {
     std::string history;
     std::string run; ///< show/export/delete: the run id (a unique prefix will do)
+    std::vector<std::string> runs; ///< compare: two runs or more
     std::string format = "csv"; ///< export: csv | chrome-trace
     std::string output; ///< export: file
     std::string status; ///< list: only runs of this status
     std::string costs; ///< show: calibrated costs whose prediction to compare with the run too
     bool json = false;
 };
+
+/// pipewright-cli history compare: configuration differences, per-stage time and bubble deltas, metric summaries.
+void historyCompare(const HistoryOptions& o, std::ostream& out);
 
 /// The history at `path` (the user's data directory when empty), runs of dead controllers marked interrupted.
 app::HistoryStore openHistory(const std::string& path);

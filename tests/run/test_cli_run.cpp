@@ -134,6 +134,26 @@ TEST_CASE("cli: run --local --json trains and reports: history lists, shows, exp
         == 0);
     CHECK(json::parse(slurp(trace)).at("traceEvents").size() > 0);
 
+    // A second, shorter run, compared with the first: only what differs, and both runs' figures.
+    const auto second = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "3", "--threads", "1", "--lr", "0.01", "--history", history,
+            "--json"});
+    REQUIRE(second.code == 0);
+    const std::string id2 = json::parse(second.out).at("run_id");
+    const auto compare = runCli(dir, {"history", "compare", id, id2, "--history", history, "--json"});
+    INFO(compare.err);
+    REQUIRE(compare.code == 0);
+    const auto c = json::parse(compare.out);
+    REQUIRE(c.at("runs").size() == 2);
+    CHECK(c.at("runs")[1].at("steps") == 3);
+    REQUIRE(c.at("differences").size() == 1);
+    CHECK(c.at("differences")[0].at("field") == "/run/steps_planned");
+    CHECK(c.at("stages").size() == 2);
+    const auto text = runCli(dir, {"history", "compare", id, "latest", "--history", history});
+    CHECK_THAT(text.out, Contains("/run/steps_planned: 5 | 3") && Contains("stage 1:"));
+    CHECK(runCli(dir, {"history", "compare", id, "--history", history}).code != 0);
+    REQUIRE(runCli(dir, {"history", "delete", id2, "--history", history}).code == 0);
+
     REQUIRE(runCli(dir, {"history", "delete", id, "--history", history}).code == 0);
     const auto gone = runCli(dir, {"history", "show", id, "--history", history});
     CHECK(gone.code != 0);

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+#include "compare_runs.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace pw::app {
+
+namespace {
+
+using nlohmann::json;
+
+/// Leaves of `j` by JSON pointer; arrays of numbers and strings count as one value (a stage's devices).
+void flatten(const json& j, const std::string& path, std::map<std::string, std::string>& out)
+{
+    if (j.is_object()) {
+        for (const auto& [key, value] : j.items())
+            flatten(value, path + "/" + key, out);
+        return;
+    }
+    if (j.is_array() && !j.empty() && (j.front().is_object() || j.front().is_array())) {
+        for (std::size_t i = 0; i < j.size(); ++i)
+            flatten(j[i], path + "/" + std::to_string(i), out);
+        return;
+    }
+    out[path] = j.dump();
+}
+
+/// What describes a run's configuration: its plan (without the planner's own prediction) and the run's settings.
+json configuration(const RunSnapshot& s)
+{
+    json c = json::object();
+    try {
+        c = json::parse(s.record.plan_json);
+    } catch (const std::exception&) {
+        c["plan"] = "(unreadable)";
+    }
+    if (c.is_object()) {
+        c.erase("predicted");
+        c.erase("config"); // derived from the stages
+    }
+    c["run"] = {{"steps_planned", s.record.steps_planned}};
+    try {
+        c["run"]["hosts"] = json::parse(s.record.hosts_json);
+    } catch (const std::exception&) {
+    }
+    return c;
+}
+
+} // namespace
+
+RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
+{
+    if (runs.size() < 2)
+        throw std::invalid_argument("compareRuns: give two runs or more");
+    RunsComparison out;
+    for (const auto& s : runs) {
+        RunFigures f;
+        f.run_id = s.record.id;
+        f.label = s.record.label;
+        f.status = std::string(toString(s.record.status));
+        f.steps = static_cast<int>(s.losses.size());
+        f.first_loss = s.losses.empty() ? NAN : s.losses.front().value;
+        f.final_loss = s.losses.empty() ? NAN : s.losses.back().value;
+        f.tokens_per_s = s.tokens_per_s.empty() ? 0 : s.tokens_per_s.back().value;
+        f.iteration_s = s.comparison.measured_iteration_s;
+        for (const auto& st : s.comparison.stages)
+            f.stages.push_back(st.measured);
+        out.runs.push_back(std::move(f));
+    }
+    // The configuration fields that differ.
+    std::vector<std::map<std::string, std::string>> flat(runs.size());
+    std::set<std::string> fields;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        flatten(configuration(runs[i]), "", flat[i]);
+        for (const auto& [field, value] : flat[i])
+            fields.insert(field);
+    }
+    for (const auto& field : fields) {
+        ConfigDifference d {field, {}};
+        for (const auto& f : flat) {
+            auto it = f.find(field);
+            d.values.push_back(it == f.end() ? "(none)" : it->second);
+        }
+        bool differs = false;
+        for (const auto& v : d.values)
+            differs = differs || v != d.values.front();
+        if (differs)
+            out.differences.push_back(std::move(d));
+    }
+    // Per stage: each run against the first.
+    std::size_t stages = 0;
+    for (const auto& f : out.runs)
+        stages = std::max(stages, f.stages.size());
+    const auto& reference = out.runs.front().stages;
+    for (std::size_t s = 0; s < stages; ++s) {
+        std::vector<double> compute, idle;
+        for (const auto& f : out.runs) {
+            const bool both = s < f.stages.size() && s < reference.size();
+            compute.push_back(both ? f.stages[s].compute_s - reference[s].compute_s : NAN);
+            idle.push_back(both ? f.stages[s].idle_s - reference[s].idle_s : NAN);
+        }
+        out.compute_delta_s.push_back(std::move(compute));
+        out.idle_delta_s.push_back(std::move(idle));
+    }
+    return out;
+}
+
+} // namespace pw::app

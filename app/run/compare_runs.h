@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: MIT
+// Several recorded runs side by side, for "what changed, and why is this one slower?": the configuration fields
+// that differ between them (and only those), per stage the measured compute and idle (bubble) time per step with
+// each run's delta against the first, and a summary of each run's metrics. `pipewright-cli history compare`; the
+// history browser's compare view.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/run/snapshot.h"
+
+namespace pw::app {
+
+/// @brief One configuration field whose value differs between the runs ("/schedule/microbatches": "4", "8").
+struct ConfigDifference
+{
+    std::string field; ///< JSON pointer into the run's configuration (the plan, with /run for the run's own)
+    std::vector<std::string> values; ///< per run, as JSON text; "(none)" where a run lacks it
+
+    bool operator==(const ConfigDifference&) const = default;
+};
+
+/// @brief One run's figures.
+struct RunFigures
+{
+    std::string run_id;
+    std::string label;
+    std::string status;
+    int steps = 0; ///< with a loss
+    double first_loss = 0, final_loss = 0; ///< NaN without steps
+    double tokens_per_s = 0; ///< the last step's (over the run so far); 0 without steps
+    double iteration_s = 0; ///< measured per step (the slowest stage's device span / steps)
+    std::vector<StageTimes> stages; ///< measured, per stage of its plan
+
+    bool operator==(const RunFigures&) const = default;
+};
+
+struct RunsComparison
+{
+    std::vector<RunFigures> runs;
+    std::vector<ConfigDifference> differences;
+    /// [stage][run]: run's compute and idle per step minus the first run's (stages both have; NaN beyond)
+    std::vector<std::vector<double>> compute_delta_s, idle_delta_s;
+};
+
+/// Compares the runs (at least two); the first is the reference of the deltas.
+RunsComparison compareRuns(const std::vector<RunSnapshot>& runs);
+
+} // namespace pw::app

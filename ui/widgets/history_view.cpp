@@ -8,11 +8,16 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "app/history/history.h"
+#include "app/run/compare_runs.h"
+#include "ui/jobs/job_runner.h"
 #include "ui/models/run_list_model.h"
+#include "ui/widgets/run_compare_view.h"
 #include "ui/widgets/tables.h"
 
 namespace pw::ui {
@@ -34,23 +39,41 @@ HistoryView::HistoryView(QWidget* parent)
     m_open = new QPushButton(tr("Open"), this);
     m_open->setToolTip(tr("Show the run in the Run tab: its timeline over the prediction, curves and log"));
     m_delete = new QPushButton(tr("Delete…"), this);
+    m_compareButton = new QPushButton(tr("Compare"), this);
+    m_compareButton->setToolTip(tr("Select two runs or more (Ctrl+click): what differs, per-stage time and bubbles"));
+    m_compareButton->setEnabled(false);
+    m_jobs = new JobRunner(QStringLiteral("compare runs"), this);
+    m_compare = new RunCompareView(this);
+    m_compare->hide();
     // Filters above the table, actions on the selected run below it: two short rows keep narrow windows narrow.
     auto* bar = new QHBoxLayout;
     bar->addWidget(m_filter, 1);
     bar->addWidget(m_status);
     bar->addWidget(refresh);
     m_table = rowPickingTable(m_model, this);
+    m_table->setSelectionMode(QAbstractItemView::ExtendedSelection); // several runs compare
     m_summary = new QLabel(this);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_summary->setMinimumWidth(40);
     auto* actions = new QHBoxLayout;
     actions->addWidget(m_summary, 1);
     actions->addWidget(m_open);
+    actions->addWidget(m_compareButton);
     actions->addWidget(m_delete);
+    auto* list = new QWidget(this);
+    auto* listLayout = new QVBoxLayout(list);
+    listLayout->setContentsMargins(0, 0, 0, 0);
+    listLayout->addLayout(bar);
+    listLayout->addWidget(m_table, 1);
+    listLayout->addLayout(actions);
+    m_split = new QSplitter(Qt::Vertical, this);
+    m_split->addWidget(list);
+    m_split->addWidget(m_compare);
+    m_split->setStretchFactor(0, 1);
+    m_split->setStretchFactor(1, 2);
+    m_split->setChildrenCollapsible(false);
     auto* layout = new QVBoxLayout(this);
-    layout->addLayout(bar);
-    layout->addWidget(m_table, 1);
-    layout->addLayout(actions);
+    layout->addWidget(m_split);
 
     connect(refresh, &QPushButton::clicked, this, &HistoryView::refresh);
     connect(m_filter, &QLineEdit::textChanged, this, &HistoryView::refresh);
@@ -59,6 +82,49 @@ HistoryView::HistoryView(QWidget* parent)
     connect(m_table, &QTableView::doubleClicked, this, &HistoryView::openSelected);
     connect(m_table, &QTableView::activated, this, &HistoryView::openSelected);
     connect(m_delete, &QPushButton::clicked, this, &HistoryView::deleteSelected);
+    connect(m_compareButton, &QPushButton::clicked, this, &HistoryView::compareSelected);
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
+        [this] { m_compareButton->setEnabled(selectedRuns().size() >= 2); });
+    connect(m_jobs, &JobRunner::failed, this,
+        [this](const QString& message) { m_summary->setText(tr("Cannot compare: %1").arg(message)); });
+}
+
+std::vector<std::string> HistoryView::selectedRuns() const
+{
+    std::vector<std::pair<int, std::string>> rows;
+    for (const auto& index : m_table->selectionModel()->selectedRows())
+        rows.emplace_back(index.row(), m_model->run(sourceRow(m_table, index)).id);
+    std::sort(rows.begin(), rows.end());
+    std::vector<std::string> out;
+    for (auto& [row, id] : rows)
+        out.push_back(std::move(id));
+    return out;
+}
+
+void HistoryView::compareSelected()
+{
+    const auto ids = selectedRuns();
+    if (ids.size() < 2 || m_path.empty())
+        return;
+    m_summary->setText(tr("Comparing %1 runs…").arg(ids.size()));
+    // Reading timelines and comparing them may take a while on long runs: a job of its own, with its own store.
+    m_jobs->submit(
+        [path = m_path, ids](std::stop_token) {
+            auto store = app::HistoryStore::open(path);
+            std::vector<app::RunSnapshot> snapshots;
+            for (const auto& id : ids)
+                snapshots.push_back(app::loadRunSnapshot(store, id));
+            return app::compareRuns(snapshots);
+        },
+        [this](app::RunsComparison c) {
+            m_compare->setComparison(c);
+            if (!m_compare->isVisible()) { // the list keeps a third, the comparison takes the rest
+                m_compare->show();
+                const int h = std::max(300, m_split->height());
+                m_split->setSizes({h / 3, h - h / 3});
+            }
+            m_summary->setText(tr("%1 runs compared").arg(c.runs.size()));
+        });
 }
 
 void HistoryView::setHistoryPath(std::filesystem::path path)

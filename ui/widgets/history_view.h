@@ -1,19 +1,25 @@
 // SPDX-License-Identifier: MIT
 // The history browser's list: every run of the history file, newest first, filtered by status and label text.
-// Opening a run (double click, Enter or Open) asks the main window to show it in the run monitor.
+// Opening a run (double click, Enter or Open) asks the main window to show it in the run monitor. Several selected
+// runs compare side by side (Compare: read and compared off the UI thread, shown in a RunCompareView below).
 #pragma once
 
 #include <QWidget>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 class QComboBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
+class QSplitter;
 class QTableView;
 
 namespace pw::ui {
 
+class JobRunner;
+class RunCompareView;
 class RunListModel;
 
 class HistoryView : public QWidget
@@ -30,8 +36,15 @@ public:
     void refresh();
     /// Selects run `id` when listed.
     void select(const std::string& id);
-    /// The selected run's id, or empty.
+    /// The selected run's id (the first when several are), or empty.
     std::string selectedRun() const;
+    /// Every selected run's id, in the list's order.
+    std::vector<std::string> selectedRuns() const;
+    /// Compares the selected runs (two or more) off the UI thread; the result lands in compareView().
+    void compareSelected();
+
+    RunCompareView* compareView() const { return m_compare; }
+    JobRunner* jobs() const { return m_jobs; }
 
     RunListModel* model() const { return m_model; }
     QTableView* table() const { return m_table; }
@@ -53,6 +66,10 @@ private:
     QLabel* m_summary = nullptr;
     QPushButton* m_open = nullptr;
     QPushButton* m_delete = nullptr;
+    QPushButton* m_compareButton = nullptr;
+    RunCompareView* m_compare = nullptr;
+    QSplitter* m_split = nullptr;
+    JobRunner* m_jobs = nullptr;
 };
 
 } // namespace pw::ui

@@ -77,8 +77,14 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
         const auto endpoint = endpointOf(node);
         PreflightCheck c {node.name, endpoint.host + (node.ssh_port == 22 ? "" : ":" + std::to_string(node.ssh_port))};
         std::unique_ptr<agents::SshSession> session;
+        std::optional<agents::HostKey> offered; // an unknown key, as the server offered it
+        agents::SshSettings ssh = options.ssh;
+        ssh.confirm_new_host_key = [&](const agents::HostKey& key) {
+            offered = key;
+            return options.ssh.confirm_new_host_key && options.ssh.confirm_new_host_key(key);
+        };
         try {
-            session = agents::SshSession::open(endpoint, options.ssh);
+            session = agents::SshSession::open(endpoint, ssh);
         } catch (const agents::SshError& e) {
             const auto failed = e.failure();
             const bool connected = failed != SshFailure::Unreachable;
@@ -92,7 +98,8 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
                         : failed == SshFailure::HostKeyChanged
                         ? "if the host was reinstalled, remove its old key (ssh-keygen -R) and check the new one"
                         : "check the fingerprint with the host's administrator, then accept it (the deploy dialog, "
-                          "or --accept-new-host-keys)"});
+                          "or --accept-new-host-keys)",
+                    failed == SshFailure::HostKeyUnknown ? offered : std::nullopt});
             if (trusted)
                 report({c.node, c.where, "authenticated", false, e.what(),
                     "put your public key in the user's ~/.ssh/authorized_keys there, or set ssh_user / "
@@ -101,7 +108,8 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
         }
         c.where = session->name();
         report({c.node, c.where, "reachable", true, "sshd answered", ""});
-        report({c.node, c.where, "host key", true, session->hostKey().type + " " + session->hostKey().fingerprint, ""});
+        report({c.node, c.where, "host key", true, session->hostKey().type + " " + session->hostKey().fingerprint, "",
+            session->hostKey()});
         report({c.node, c.where, "authenticated", true, "as " + c.where.substr(0, c.where.find('@')), ""});
         try {
             if (!build)

@@ -27,6 +27,8 @@ struct PreflightCheck
     bool ok = false;
     std::string detail; ///< what was found
     std::string fix; ///< what to do, when not ok
+    /// "host key": the key the server offered (an unknown one for the user to judge: its fingerprint)
+    std::optional<agents::HostKey> host_key;
 
     bool operator==(const PreflightCheck&) const = default;
 };

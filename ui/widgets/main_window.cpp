@@ -31,6 +31,7 @@
 #include "ui/document/run_session.h"
 #include "ui/widgets/busy_indicator.h"
 #include "ui/widgets/cluster_editor.h"
+#include "ui/widgets/deploy_dialog.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/graph_import_dialog.h"
 #include "ui/widgets/history_view.h"
@@ -282,6 +283,18 @@ void MainWindow::buildMenus()
         if (ok)
             runLocally(settings);
     });
+    plan->addAction(tr("&Deploy over SSH…"), QKeySequence(Qt::SHIFT | Qt::Key_F6), this, [this] {
+        DeployDialog dialog(this);
+        connect(&dialog, &DeployDialog::deployRequested, this, [this, &dialog] {
+            app::RunRequest settings;
+            settings.steps = dialog.steps();
+            settings.lr = 1e-3;
+            settings.remote = dialog.remoteOptions();
+            const planner::Cluster cluster = dialog.cluster();
+            runLocally(settings, &cluster);
+        });
+        dialog.exec();
+    });
     plan->addAction(tr("S&top the run"), this, [this] {
         if (m_session)
             m_session->stop();
@@ -444,7 +457,7 @@ void MainWindow::setHistoryPath(const std::filesystem::path& path)
     m_history->setHistoryPath(path);
 }
 
-bool MainWindow::runLocally(const app::RunRequest& settings)
+bool MainWindow::runLocally(const app::RunRequest& settings, const planner::Cluster* deployTo)
 {
     if (m_session && m_session->running()) {
         showError(tr("A run is going"), tr("Stop the current run (Plan ▸ Stop the run) before starting another."));
@@ -456,6 +469,16 @@ bool MainWindow::runLocally(const app::RunRequest& settings)
     }
     app::RunRequest request = settings;
     request.plan = m_document->planDocument().plan();
+    if (deployTo) { // over SSH: the cluster file says how to reach the nodes; the plan's devices must be its devices
+        if (deployTo->deviceCount() != request.plan.cluster->deviceCount()) {
+            showError(tr("Deploy over SSH"),
+                tr("The cluster file has %1 devices, the plan %2: deploy a plan made for this cluster.")
+                    .arg(deployTo->deviceCount())
+                    .arg(request.plan.cluster->deviceCount()));
+            return false;
+        }
+        request.plan.cluster = *deployTo;
+    }
     request.plan_label = (m_document->filePath().isEmpty() ? QStringLiteral("unsaved project")
                                                            : QFileInfo(m_document->filePath()).fileName())
                              .toStdString();

@@ -68,7 +68,7 @@ public:
     const std::filesystem::path& historyPath() const { return m_historyPath; }
     /// Trains the current plan with local agents (Plan ▸ Run locally): the Run tab follows it live, the History tab
     /// lists it when it ends. False (with the reason shown) when a run is already going or there is no plan.
-    bool runLocally(const app::RunRequest& settings);
+    bool runLocally(const app::RunRequest& settings, const planner::Cluster* deployTo = nullptr);
     /// The run started last (null before the first).
     RunSession* runSession() const { return m_session.get(); }
     /// Reads run `id` from the history in the background and shows it in the Run tab.

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: MIT
+#include "deploy_dialog.h"
+
+#include <QCoreApplication>
+#include <QDialogButtonBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPointer>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTimer>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+
+#include "app/run/controller.h"
+#include "planner/io/json_file.h"
+#include "ui/jobs/job_runner.h"
+
+namespace pw::ui {
+
+DeployDialog::DeployDialog(QWidget* parent)
+    : QDialog(parent)
+    , m_jobs(new JobRunner(QStringLiteral("pre-flight"), this))
+    , m_agent(app::defaultAgentExecutable(QCoreApplication::applicationFilePath().toStdString()))
+{
+    setWindowTitle(tr("Deploy over SSH"));
+    m_clusterFile = new QLineEdit(this);
+    m_clusterFile->setPlaceholderText(tr("cluster JSON with each node's host, ssh_port, ssh_user"));
+    auto* browse = new QPushButton(tr("Browse…"), this);
+    auto* fileRow = new QHBoxLayout;
+    fileRow->addWidget(m_clusterFile, 1);
+    fileRow->addWidget(browse);
+    m_knownHosts = new QLineEdit(this);
+    m_knownHosts->setPlaceholderText(tr("~/.ssh/known_hosts"));
+    m_remoteRoot = new QLineEdit(this);
+    m_remoteRoot->setPlaceholderText(tr("~/.cache/pipewright on each host"));
+    m_steps = new QSpinBox(this);
+    m_steps->setRange(1, 10'000'000);
+    m_steps->setValue(50);
+    auto* form = new QFormLayout;
+    form->addRow(tr("Cluster file:"), fileRow);
+    form->addRow(tr("known_hosts:"), m_knownHosts);
+    form->addRow(tr("Remote root:"), m_remoteRoot);
+    form->addRow(tr("Steps:"), m_steps);
+    m_list = new QTreeWidget(this);
+    m_list->setColumnCount(4);
+    m_list->setHeaderLabels({tr("node"), tr("check"), tr("result"), tr("found / fix")});
+    m_list->setRootIsDecorated(false);
+    m_list->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_list->header()->setStretchLastSection(true);
+    m_list->setWordWrap(true);
+    m_summary = new QLabel(tr("Pre-flight checks every node before anything starts."), this);
+    m_summary->setWordWrap(true);
+    m_check = new QPushButton(tr("Check"), this);
+    m_deploy = new QPushButton(tr("Deploy"), this);
+    m_deploy->setEnabled(false);
+    auto* buttons = new QDialogButtonBox(this);
+    buttons->addButton(m_check, QDialogButtonBox::ActionRole);
+    buttons->addButton(m_deploy, QDialogButtonBox::AcceptRole);
+    buttons->addButton(QDialogButtonBox::Cancel);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(form);
+    layout->addWidget(m_list, 1);
+    layout->addWidget(m_summary);
+    layout->addWidget(buttons);
+    resize(900, 560);
+
+    m_confirm = [this](const agents::HostKey& key) {
+        return QMessageBox::question(this, tr("Unknown host key"),
+                   tr("%1 is not in known_hosts. It offers this %2 key:\n\n%3\n\nTrust it only if its administrator "
+                      "confirms this fingerprint. Trust and record it?")
+                       .arg(QString::fromStdString(key.host), QString::fromStdString(key.type),
+                           QString::fromStdString(key.fingerprint)))
+            == QMessageBox::Yes;
+    };
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Cluster file"), QString(), tr("JSON (*.json)"));
+        if (!path.isEmpty())
+            setClusterFile(path);
+    });
+    connect(m_check, &QPushButton::clicked, this, &DeployDialog::check);
+    connect(m_deploy, &QPushButton::clicked, this, [this] {
+        if (allPassed()) {
+            emit deployRequested();
+            accept();
+        }
+    });
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    connect(m_jobs, &JobRunner::failed, this, [this](const QString& message) {
+        m_summary->setText(tr("Pre-flight could not run: %1").arg(message));
+        m_check->setEnabled(true);
+    });
+}
+
+void DeployDialog::setClusterFile(const QString& path)
+{
+    m_clusterFile->setText(path);
+}
+
+void DeployDialog::setKnownHostsFile(const QString& path)
+{
+    m_knownHosts->setText(path);
+}
+
+void DeployDialog::setRemoteRoot(const QString& path)
+{
+    m_remoteRoot->setText(path);
+}
+
+void DeployDialog::setAgentExecutable(const std::filesystem::path& path)
+{
+    m_agent = path;
+}
+
+void DeployDialog::setConfirmer(std::function<bool(const agents::HostKey&)> confirm)
+{
+    m_confirm = std::move(confirm);
+}
+
+int DeployDialog::steps() const
+{
+    return m_steps->value();
+}
+
+app::RemoteOptions DeployDialog::remoteOptions() const
+{
+    app::RemoteOptions o;
+    o.ssh.known_hosts = m_knownHosts->text().toStdString();
+    o.remote_root = m_remoteRoot->text().toStdString();
+    return o;
+}
+
+bool DeployDialog::allPassed() const
+{
+    return !m_checks.empty() && std::all_of(m_checks.begin(), m_checks.end(), [](const auto& c) { return c.ok; });
+}
+
+void DeployDialog::addCheck(const app::PreflightCheck& c)
+{
+    auto* item = new QTreeWidgetItem(m_list);
+    item->setText(0, QString::fromStdString(c.node));
+    item->setText(1, QString::fromStdString(c.check));
+    item->setText(2, c.ok ? tr("ok") : tr("FAILED"));
+    item->setForeground(2, c.ok ? QColor(0x1b, 0x7f, 0x3b) : QColor(0xb0, 0x20, 0x20));
+    item->setText(3, QString::fromStdString(c.detail + (c.fix.empty() ? "" : "\nfix: " + c.fix)));
+    item->setToolTip(3, item->text(3));
+}
+
+void DeployDialog::check()
+{
+    m_list->clear();
+    m_checks.clear();
+    m_deploy->setEnabled(false);
+    m_check->setEnabled(false);
+    m_summary->setText(tr("Checking…"));
+    const std::string clusterFile = m_clusterFile->text().toStdString();
+    app::PreflightOptions options;
+    options.ssh = remoteOptions().ssh;
+    options.remote_root = m_remoteRoot->text().toStdString();
+    options.agent_executable = m_agent;
+    const auto trusted = m_trusted;
+    options.ssh.confirm_new_host_key
+        = [trusted](const agents::HostKey& key) { return trusted.count(key.fingerprint) > 0; };
+    QPointer<DeployDialog> self(this);
+    m_jobs->submit(
+        [clusterFile, options, self](std::stop_token) {
+            const planner::Cluster cluster = planner::loadCluster(clusterFile);
+            auto checks = app::preflight(cluster, nullptr, options, [self](const app::PreflightCheck& c) {
+                QMetaObject::invokeMethod(
+                    self,
+                    [self, c] {
+                        if (self)
+                            self->addCheck(c);
+                    },
+                    Qt::QueuedConnection); // live checklist
+            });
+            return std::make_pair(cluster, std::move(checks));
+        },
+        [this](std::pair<planner::Cluster, std::vector<app::PreflightCheck>> result) {
+            m_cluster = std::move(result.first);
+            checked(std::move(result.second));
+        });
+}
+
+void DeployDialog::checked(std::vector<app::PreflightCheck> checks)
+{
+    m_checks = std::move(checks);
+    m_check->setEnabled(true);
+    // Unknown host keys: the user judges each by its fingerprint; trusted ones are recorded by a second check.
+    bool newlyTrusted = false;
+    for (const auto& c : m_checks)
+        if (c.check == "host key" && !c.ok && c.host_key && c.host_key->known_fingerprint.empty()
+            && !m_trusted.count(c.host_key->fingerprint) && m_confirm && m_confirm(*c.host_key)) {
+            m_trusted.insert(c.host_key->fingerprint);
+            newlyTrusted = true;
+        }
+    if (newlyTrusted) {
+        m_summary->setText(tr("Recording the trusted host keys and checking again…"));
+        QTimer::singleShot(0, this, &DeployDialog::check); // after this delivery has settled
+        return;
+    }
+    const auto passed = std::count_if(m_checks.begin(), m_checks.end(), [](const auto& c) { return c.ok; });
+    m_summary->setText(allPassed()
+            ? tr("All %1 checks passed: ready to deploy.").arg(m_checks.size())
+            : tr("%1 of %2 checks passed: fix the failed ones and check again.").arg(passed).arg(m_checks.size()));
+    m_deploy->setEnabled(allPassed());
+}
+
+} // namespace pw::ui

@@ -9,13 +9,17 @@
 
 #include <QCoreApplication>
 #include <QPushButton>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTreeWidget>
 
 #include "planner/device_presets.h"
 #include "tests/ssh/sshd_fixture.h"
+#include "ui/document/run_session.h"
 #include "ui/jobs/job_runner.h"
 #include "ui/widgets/deploy_dialog.h"
+#include "ui/widgets/main_window.h"
+#include "ui/widgets/run_monitor.h"
 
 using namespace pw;
 
@@ -103,6 +107,52 @@ TEST_CASE("deploy dialog: pre-flight checklist, host keys put to the user, Deplo
         CHECK(d.cluster().nodes.size() == 2);
         CHECK(d.remoteOptions().ssh.known_hosts == knownHosts.toStdString());
     }
+}
+
+TEST_CASE(
+    "deploy from the app: the current plan trains on the cluster file's hosts and fills the run monitor", "[ui][ssh]")
+{
+    test::Sshd a, b;
+    QTemporaryDir dir;
+    ui::MainWindow window;
+    REQUIRE(window.openProject(QStringLiteral(PW_DEMO_DIR "/gpt2-tiny-local.pwproj")));
+    window.setHistoryPath((dir.path() + QStringLiteral("/history.sqlite")).toStdString());
+    window.resize(1400, 900);
+    window.show();
+    REQUIRE(window.waitUntilIdle());
+    planner::Cluster cluster;
+    cluster.device_types = {*planner::devicePreset("cpu")};
+    for (const test::Sshd* s : {&a, &b}) {
+        planner::Node n {
+            "node-" + std::to_string(s->port), "127.0.0.1", s->port, test::currentUser(), "cpu", 1, 1e10, 1e-6};
+        n.ssh_identity_file = s->user_key.string();
+        cluster.nodes.push_back(n);
+    }
+    cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    const auto knownHosts = dir.filePath(QStringLiteral("known_hosts")).toStdString();
+    std::ofstream(knownHosts) << a.knownHostsLine() << "\n" << b.knownHostsLine() << "\n";
+    app::RunRequest settings;
+    settings.steps = 4;
+    settings.lr = 1e-3;
+    settings.threads = 1;
+    settings.agent_executable = PW_AGENT_EXE;
+    app::RemoteOptions remote;
+    remote.ssh.known_hosts = knownHosts;
+    remote.remote_root = dir.filePath(QStringLiteral("remote")).toStdString();
+    settings.remote = remote;
+    REQUIRE(window.runLocally(settings, &cluster));
+    auto* session = window.runSession();
+    REQUIRE(session->waitForFinished());
+    INFO(session->outcome().message);
+    REQUIRE(session->outcome().status == app::RunStatus::Succeeded);
+    CHECK(session->outcome().losses.size() == 4);
+    auto* agents = window.runMonitor()->agentTable();
+    REQUIRE(agents->rowCount() == 2);
+    for (int r = 0; r < 2; ++r)
+        CHECK(agents->item(r, 4)->text() == QStringLiteral("done"));
+    // A cluster of another size is refused before anything starts.
+    cluster.nodes.erase(cluster.nodes.end() - 1);
+    CHECK_FALSE(window.runLocally(settings, &cluster));
 }
 
 #endif

@@ -110,4 +110,37 @@ RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
     return out;
 }
 
+std::vector<OverlaySeries> overlay(
+    const std::vector<RunSnapshot>& runs, const std::string& metric, OverlayAxis axis, double smoothing)
+{
+    if (metric != "loss" && metric != "tokens_per_s")
+        throw std::invalid_argument("overlay: metric must be loss or tokens_per_s, got '" + metric + "'");
+    if (!(smoothing >= 0.0 && smoothing < 1.0))
+        throw std::invalid_argument("overlay: smoothing must be in [0, 1)");
+    std::vector<OverlaySeries> out;
+    for (const auto& s : runs) {
+        const auto& samples = metric == "loss" ? s.losses : s.tokens_per_s;
+        OverlaySeries series {s.record.id, {}, {}};
+        double last = 0;
+        for (std::size_t i = 0; i < samples.size(); ++i) {
+            const auto& m = samples[i];
+            switch (axis) {
+            case OverlayAxis::Step:
+                series.x.push_back(m.step + 1);
+                break;
+            case OverlayAxis::WallClock:
+                series.x.push_back(m.t_s);
+                break;
+            case OverlayAxis::Relative:
+                series.x.push_back(static_cast<double>(i + 1) / static_cast<double>(samples.size()));
+                break;
+            }
+            last = last * smoothing + (1.0 - smoothing) * m.value;
+            series.y.push_back(last / (1.0 - std::pow(smoothing, static_cast<double>(i + 1))));
+        }
+        out.push_back(std::move(series));
+    }
+    return out;
+}
+
 } // namespace pw::app

@@ -5,6 +5,7 @@
 // history browser's compare view.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,27 @@ struct RunsComparison
 
 /// Compares the runs (at least two); the first is the reference of the deltas.
 RunsComparison compareRuns(const std::vector<RunSnapshot>& runs);
+
+/// What a metric overlay puts on its x axis.
+enum class OverlayAxis : std::uint8_t {
+    Step, ///< the step (1, 2, ...)
+    WallClock, ///< seconds from the run's start
+    Relative, ///< the fraction of the run's recorded steps (0..1]: runs of different lengths side by side
+};
+
+/// @brief One run's curve in a metric overlay.
+struct OverlaySeries
+{
+    std::string run_id;
+    std::vector<double> x, y;
+
+    bool operator==(const OverlaySeries&) const = default;
+};
+
+/// Each run's "loss" or "tokens_per_s" per step against `axis`, smoothed by an exponential moving average of weight
+/// `smoothing` in [0, 1) (0: the raw values), debiased as TensorBoard does so that the first points are not pulled
+/// towards zero: a constant stays that constant.
+std::vector<OverlaySeries> overlay(
+    const std::vector<RunSnapshot>& runs, const std::string& metric, OverlayAxis axis, double smoothing);
 
 } // namespace pw::app

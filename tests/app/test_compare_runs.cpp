@@ -88,3 +88,29 @@ TEST_CASE("comparing runs lists only what differs and the stages' time deltas ag
     }
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("metric overlays: steps, wall clock or relative time on x, debiased exponential smoothing", "[history]")
+{
+    app::RunSnapshot a, b;
+    a.record.id = "a";
+    b.record.id = "b";
+    for (int k = 0; k < 4; ++k)
+        a.losses.push_back({k, "loss", 2.0, 0.5 * (k + 1), -1}); // constant
+    for (int k = 0; k < 2; ++k)
+        b.losses.push_back({k, "loss", k == 0 ? 4.0 : 2.0, 1.0 * (k + 1), -1});
+    const auto raw = app::overlay({a, b}, "loss", app::OverlayAxis::Step, 0.0);
+    REQUIRE(raw.size() == 2);
+    CHECK(raw[0].x == std::vector<double> {1, 2, 3, 4});
+    CHECK(raw[1].y == std::vector<double> {4.0, 2.0});
+    const auto smooth = app::overlay({a, b}, "loss", app::OverlayAxis::Relative, 0.5);
+    for (double y : smooth[0].y)
+        CHECK(y == Approx(2.0)); // a constant stays that constant (debiased)
+    CHECK(smooth[1].x == std::vector<double> {0.5, 1.0});
+    CHECK(smooth[1].y[0] == Approx(4.0));
+    // EMA 0.5: (0.5*4*0.5 + 0.5*2) / (1 - 0.25) = (1 + 1) / 0.75
+    CHECK(smooth[1].y[1] == Approx(2.0 / 0.75));
+    const auto wall = app::overlay({a, b}, "loss", app::OverlayAxis::WallClock, 0.0);
+    CHECK(wall[0].x == std::vector<double> {0.5, 1.0, 1.5, 2.0});
+    CHECK_THROWS(app::overlay({a}, "memory", app::OverlayAxis::Step, 0.0));
+    CHECK_THROWS(app::overlay({a}, "loss", app::OverlayAxis::Step, 1.0));
+}

@@ -4,17 +4,24 @@
 // stages' compute and idle with deltas against the first run, and exports what it shows as CSV.
 #include <catch2/catch.hpp>
 
+#include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QPushButton>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
 
+#include <qcustomplot.h>
+
 #include "app/history/history.h"
+#include "app/run/compare_runs.h"
 #include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
 #include "ui/jobs/job_runner.h"
 #include "ui/models/run_list_model.h"
+#include "ui/widgets/gantt_view.h"
 #include "ui/widgets/history_view.h"
 #include "ui/widgets/run_compare_view.h"
 
@@ -89,6 +96,16 @@ TEST_CASE("history browser: two selected runs compare side by side, only what di
     REQUIRE(c.compute_delta_s.size() == 2);
     // The same compute per step (the same microbatches), the bubble differs between the schedules' orders.
     CHECK(c.compute_delta_s[0][1] == Approx(0.0).margin(1e-9));
+
+    // Metrics overlaid (a curve per run, any x axis, smoothing) and both timelines on one time axis.
+    REQUIRE(cv->metricsPlot()->graphCount() == 2);
+    CHECK(cv->metricsPlot()->graph(0)->data()->size() == 2);
+    cv->axisBox()->setCurrentIndex(cv->axisBox()->findData(static_cast<int>(app::OverlayAxis::Relative)));
+    CHECK((cv->metricsPlot()->graph(1)->data()->constEnd() - 1)->key == Approx(1.0));
+    cv->smoothingBox()->setValue(0.5);
+    CHECK(cv->metricsPlot()->graph(0)->data()->size() == 2);
+    CHECK(cv->gantt()->blockCount() == 2);
+    cv->tabs()->setCurrentIndex(2);
 
     const QString out = dir.filePath(QStringLiteral("compare.csv"));
     REQUIRE(cv->exportCsv(out));

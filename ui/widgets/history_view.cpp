@@ -114,10 +114,12 @@ void HistoryView::compareSelected()
             std::vector<app::RunSnapshot> snapshots;
             for (const auto& id : ids)
                 snapshots.push_back(app::loadRunSnapshot(store, id));
-            return app::compareRuns(snapshots);
+            auto comparison = app::compareRuns(snapshots);
+            return std::make_pair(std::move(snapshots), std::move(comparison));
         },
-        [this](app::RunsComparison c) {
-            m_compare->setComparison(c);
+        [this](std::pair<std::vector<app::RunSnapshot>, app::RunsComparison> result) {
+            const auto& c = result.second;
+            m_compare->setRuns(std::move(result.first), result.second);
             if (!m_compare->isVisible()) { // the list keeps a third, the comparison takes the rest
                 m_compare->show();
                 const int h = std::max(300, m_split->height());

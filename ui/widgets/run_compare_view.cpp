@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "run_compare_view.h"
 
+#include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QFileDialog>
 #include <QHBoxLayout>
@@ -8,10 +10,15 @@
 #include <QLabel>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTextStream>
 #include <QVBoxLayout>
 #include <cmath>
+
+#include <qcustomplot.h>
+
+#include "ui/widgets/gantt_view.h"
 
 namespace pw::ui {
 
@@ -94,18 +101,59 @@ RunCompareView::RunCompareView(QWidget* parent)
     auto* top = new QHBoxLayout;
     top->addWidget(m_title, 1);
     top->addWidget(exportButton);
-    m_runs = table(this);
-    m_differences = table(this);
-    m_stages = table(this);
+    m_tabs = new QTabWidget(this);
+    auto* summary = new QWidget(m_tabs);
+    m_runs = table(summary);
+    m_differences = table(summary);
+    m_stages = table(summary);
+    auto* summaryLayout = new QVBoxLayout(summary);
+    summaryLayout->addWidget(m_runs, 2);
+    summaryLayout->addWidget(new QLabel(tr("Configuration: what differs"), summary));
+    summaryLayout->addWidget(m_differences, 2);
+    summaryLayout->addWidget(new QLabel(
+        tr("Per stage and step, measured compute and idle (bubble); deltas against the first run"), summary));
+    summaryLayout->addWidget(m_stages, 3);
+    m_tabs->addTab(summary, tr("Summary"));
+
+    auto* metrics = new QWidget(m_tabs);
+    m_metric = new QComboBox(metrics);
+    m_metric->addItem(tr("loss"), QStringLiteral("loss"));
+    m_metric->addItem(tr("throughput"), QStringLiteral("tokens_per_s"));
+    m_axis = new QComboBox(metrics);
+    m_axis->addItem(tr("step"), static_cast<int>(app::OverlayAxis::Step));
+    m_axis->addItem(tr("wall clock"), static_cast<int>(app::OverlayAxis::WallClock));
+    m_axis->addItem(tr("relative time"), static_cast<int>(app::OverlayAxis::Relative));
+    m_smoothing = new QDoubleSpinBox(metrics);
+    m_smoothing->setRange(0.0, 0.99);
+    m_smoothing->setSingleStep(0.1);
+    m_smoothing->setDecimals(2);
+    m_smoothing->setValue(0.0);
+    auto* controls = new QHBoxLayout;
+    controls->addWidget(new QLabel(tr("Metric:"), metrics));
+    controls->addWidget(m_metric);
+    controls->addWidget(new QLabel(tr("x:"), metrics));
+    controls->addWidget(m_axis);
+    controls->addWidget(new QLabel(tr("Smoothing:"), metrics));
+    controls->addWidget(m_smoothing);
+    controls->addStretch(1);
+    m_plot = new QCustomPlot(metrics);
+    m_plot->legend->setVisible(true);
+    m_plot->setMinimumHeight(160);
+    auto* metricsLayout = new QVBoxLayout(metrics);
+    metricsLayout->addLayout(controls);
+    metricsLayout->addWidget(m_plot, 1);
+    m_tabs->addTab(metrics, tr("Metrics"));
+
+    m_gantt = new GanttView(m_tabs, false);
+    m_tabs->addTab(m_gantt, tr("Timelines"));
+
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(top);
-    layout->addWidget(m_runs, 2);
-    layout->addWidget(new QLabel(tr("Configuration: what differs"), this));
-    layout->addWidget(m_differences, 2);
-    layout->addWidget(
-        new QLabel(tr("Per stage and step, measured compute and idle (bubble); deltas against the first run"), this));
-    layout->addWidget(m_stages, 3);
+    layout->addWidget(m_tabs, 1);
+    connect(m_metric, &QComboBox::currentIndexChanged, this, &RunCompareView::updateOverlay);
+    connect(m_axis, &QComboBox::currentIndexChanged, this, &RunCompareView::updateOverlay);
+    connect(m_smoothing, &QDoubleSpinBox::valueChanged, this, &RunCompareView::updateOverlay);
     connect(exportButton, &QPushButton::clicked, this, &RunCompareView::exportAsked);
 }
 
@@ -161,6 +209,46 @@ void RunCompareView::setComparison(const app::RunsComparison& c)
         stages.push_back(row);
     }
     fill(m_stages, stageHeaders, stages);
+}
+
+void RunCompareView::setRuns(std::vector<app::RunSnapshot> runs, const app::RunsComparison& comparison)
+{
+    m_snapshots = std::move(runs);
+    setComparison(comparison);
+    std::vector<GanttBlock> blocks;
+    for (std::size_t i = 0; i < m_snapshots.size(); ++i)
+        if (m_snapshots[i].measured)
+            blocks.push_back({tr("run %1 (%2)").arg(i + 1).arg(QString::fromStdString(m_snapshots[i].record.id)),
+                m_snapshots[i].measured});
+    m_gantt->setBlocks(std::move(blocks));
+    updateOverlay();
+}
+
+void RunCompareView::updateOverlay()
+{
+    m_plot->clearGraphs();
+    if (m_snapshots.empty()) {
+        m_plot->replot();
+        return;
+    }
+    const auto metric = m_metric->currentData().toString().toStdString();
+    const auto axis = static_cast<app::OverlayAxis>(m_axis->currentData().toInt());
+    const auto series = app::overlay(m_snapshots, metric, axis, m_smoothing->value());
+    static const QColor colours[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44),
+        QColor(214, 39, 40), QColor(148, 103, 189), QColor(140, 86, 75)};
+    for (std::size_t i = 0; i < series.size(); ++i) {
+        auto* g = m_plot->addGraph();
+        g->setName(tr("run %1").arg(i + 1));
+        g->setPen(QPen(colours[i % std::size(colours)], 1.8));
+        g->setData(QVector<double>(series[i].x.begin(), series[i].x.end()),
+            QVector<double>(series[i].y.begin(), series[i].y.end()), true);
+    }
+    m_plot->xAxis->setLabel(axis == app::OverlayAxis::Step ? tr("step")
+            : axis == app::OverlayAxis::WallClock          ? tr("time from the run's start (s)")
+                                                           : tr("fraction of the run"));
+    m_plot->yAxis->setLabel(metric == "loss" ? tr("loss (nats per token)") : tr("throughput (tokens/s)"));
+    m_plot->rescaleAxes();
+    m_plot->replot();
 }
 
 QString RunCompareView::csv() const

@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: MIT
-// The history browser's comparison of several runs (app/run/compare_runs.h): each run's figures, the configuration
-// fields that differ (only those), and per stage the measured compute and idle (bubble) time per step with each
-// run's delta against the first. What is shown exports as CSV.
+// The history browser's comparison of several runs (app/run/compare_runs.h). Summary: each run's figures, the
+// configuration fields that differ (only those), and per stage the measured compute and idle (bubble) time per
+// step with each run's delta against the first (exports as CSV). Metrics: loss or tokens/s of every run overlaid,
+// against step, wall-clock or relative time, with exponential smoothing. Timelines: the runs' measured Gantts on
+// one time axis.
 #pragma once
 
 #include <QWidget>
 
 #include "app/run/compare_runs.h"
 
+class QComboBox;
+class QCustomPlot;
+class QDoubleSpinBox;
 class QLabel;
 class QTableWidget;
+class QTabWidget;
 
 namespace pw::ui {
 
@@ -21,6 +27,10 @@ public:
     explicit RunCompareView(QWidget* parent = nullptr);
 
     void setComparison(const app::RunsComparison& comparison);
+    /// The runs themselves too: their curves and timelines (setComparison for the figures).
+    void setRuns(std::vector<app::RunSnapshot> runs, const app::RunsComparison& comparison);
+    /// Redraws the metric overlay from the chosen metric, x axis and smoothing.
+    void updateOverlay();
     const app::RunsComparison& comparison() const { return m_comparison; }
     /// The three tables as CSV sections (runs, differences, stages), as shown.
     QString csv() const;
@@ -31,11 +41,24 @@ public:
     QTableWidget* runsTable() const { return m_runs; }
     QTableWidget* differencesTable() const { return m_differences; }
     QTableWidget* stagesTable() const { return m_stages; }
+    QCustomPlot* metricsPlot() const { return m_plot; }
+    QComboBox* metricBox() const { return m_metric; }
+    QComboBox* axisBox() const { return m_axis; }
+    QDoubleSpinBox* smoothingBox() const { return m_smoothing; }
+    class GanttView* gantt() const { return m_gantt; }
+    QTabWidget* tabs() const { return m_tabs; }
 
 private:
     void exportAsked();
 
     app::RunsComparison m_comparison;
+    std::vector<app::RunSnapshot> m_snapshots;
+    QTabWidget* m_tabs = nullptr;
+    QCustomPlot* m_plot = nullptr;
+    QComboBox* m_metric = nullptr;
+    QComboBox* m_axis = nullptr;
+    QDoubleSpinBox* m_smoothing = nullptr;
+    class GanttView* m_gantt = nullptr;
     QLabel* m_title = nullptr;
     QTableWidget* m_runs = nullptr;
     QTableWidget* m_differences = nullptr;

@@ -114,4 +114,16 @@ TEST_CASE("history browser: two selected runs compare side by side, only what di
     const QString text = QString::fromUtf8(f.readAll());
     CHECK(text.contains(QStringLiteral("/schedule/kind,\"\"\"gpipe\"\"\",\"\"\"1f1b\"\"\"")));
     CHECK(text.contains(QStringLiteral("# per stage and step")));
+
+    // Tags: one run tagged, the tag filter finds it alone; untagged, the filter finds none.
+    const std::string first = view.model()->run(0).id;
+    REQUIRE(view.setTags(first, {"baseline", "gpipe"}));
+    view.tagFilterEdit()->setText(QStringLiteral("baseline"));
+    REQUIRE(view.model()->rowCount() == 1);
+    CHECK(view.model()->run(0).id == first);
+    CHECK(view.model()->run(0).tags == std::vector<std::string> {"baseline", "gpipe"});
+    REQUIRE(view.setTags(first, {"gpipe"}));
+    CHECK(view.model()->rowCount() == 0);
+    view.tagFilterEdit()->clear();
+    CHECK(view.model()->rowCount() == 2);
 }

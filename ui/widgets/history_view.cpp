@@ -3,6 +3,7 @@
 
 #include <QComboBox>
 #include <QHBoxLayout>
+#include <QInputDialog>
 #include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
@@ -30,6 +31,11 @@ HistoryView::HistoryView(QWidget* parent)
     m_filter->setPlaceholderText(tr("Filter by plan name"));
     m_filter->setClearButtonEnabled(true);
     m_filter->setMinimumWidth(m_filter->fontMetrics().horizontalAdvance(QStringLiteral("Filter by plan")) + 24);
+    m_tagFilter = new QLineEdit(this);
+    m_tagFilter->setPlaceholderText(tr("Tag"));
+    m_tagFilter->setClearButtonEnabled(true);
+    m_tagFilter->setToolTip(tr("Only runs carrying this tag"));
+    m_tagFilter->setMaximumWidth(m_tagFilter->fontMetrics().horizontalAdvance(QStringLiteral("baseline-tag")) + 40);
     m_status = new QComboBox(this);
     m_status->addItem(tr("All statuses"), QString());
     for (auto s : {app::RunStatus::Running, app::RunStatus::Succeeded, app::RunStatus::Failed, app::RunStatus::Stopped,
@@ -39,6 +45,8 @@ HistoryView::HistoryView(QWidget* parent)
     m_open = new QPushButton(tr("Open"), this);
     m_open->setToolTip(tr("Show the run in the Run tab: its timeline over the prediction, curves and log"));
     m_delete = new QPushButton(tr("Delete…"), this);
+    auto* tag = new QPushButton(tr("Tags…"), this);
+    tag->setToolTip(tr("Tag the selected run (comma-separated tags), to find it again with the tag filter"));
     m_compareButton = new QPushButton(tr("Compare"), this);
     m_compareButton->setToolTip(tr("Select two runs or more (Ctrl+click): what differs, per-stage time and bubbles"));
     m_compareButton->setEnabled(false);
@@ -48,6 +56,7 @@ HistoryView::HistoryView(QWidget* parent)
     // Filters above the table, actions on the selected run below it: two short rows keep narrow windows narrow.
     auto* bar = new QHBoxLayout;
     bar->addWidget(m_filter, 1);
+    bar->addWidget(m_tagFilter);
     bar->addWidget(m_status);
     bar->addWidget(refresh);
     m_table = rowPickingTable(m_model, this);
@@ -59,6 +68,7 @@ HistoryView::HistoryView(QWidget* parent)
     actions->addWidget(m_summary, 1);
     actions->addWidget(m_open);
     actions->addWidget(m_compareButton);
+    actions->addWidget(tag);
     actions->addWidget(m_delete);
     auto* list = new QWidget(this);
     auto* listLayout = new QVBoxLayout(list);
@@ -78,6 +88,8 @@ HistoryView::HistoryView(QWidget* parent)
     connect(refresh, &QPushButton::clicked, this, &HistoryView::refresh);
     connect(m_filter, &QLineEdit::textChanged, this, &HistoryView::refresh);
     connect(m_status, &QComboBox::currentIndexChanged, this, &HistoryView::refresh);
+    connect(m_tagFilter, &QLineEdit::textChanged, this, &HistoryView::refresh);
+    connect(tag, &QPushButton::clicked, this, &HistoryView::tagSelected);
     connect(m_open, &QPushButton::clicked, this, &HistoryView::openSelected);
     connect(m_table, &QTableView::doubleClicked, this, &HistoryView::openSelected);
     connect(m_table, &QTableView::activated, this, &HistoryView::openSelected);
@@ -152,6 +164,7 @@ void HistoryView::refresh()
         auto store = app::HistoryStore::open(m_path);
         app::RunFilter f;
         f.text = m_filter->text().toStdString();
+        f.tag = m_tagFilter->text().trimmed().toStdString();
         if (const QString s = m_status->currentData().toString(); !s.isEmpty())
             f.status = app::runStatusFromString(s.toStdString());
         m_model->setRuns(store.listRuns(f));
@@ -184,6 +197,49 @@ void HistoryView::openSelected()
     const std::string id = selectedRun();
     if (!id.empty())
         emit openRequested(QString::fromStdString(id));
+}
+
+bool HistoryView::setTags(const std::string& id, const std::vector<std::string>& tags)
+{
+    try {
+        auto store = app::HistoryStore::open(m_path);
+        const auto record = store.run(id);
+        if (!record)
+            throw std::runtime_error("no run " + id);
+        for (const auto& old : record->tags)
+            if (std::find(tags.begin(), tags.end(), old) == tags.end())
+                store.removeTag(id, old);
+        for (const auto& t : tags)
+            if (std::find(record->tags.begin(), record->tags.end(), t) == record->tags.end())
+                store.addTag(id, t);
+    } catch (const std::exception& e) {
+        m_summary->setText(tr("Cannot tag the run: %1").arg(QString::fromUtf8(e.what())));
+        return false;
+    }
+    refresh();
+    return true;
+}
+
+void HistoryView::tagSelected()
+{
+    const std::string id = selectedRun();
+    if (id.empty())
+        return;
+    const int row = m_model->rowOf(id);
+    QStringList current;
+    for (const auto& t : m_model->run(row).tags)
+        current << QString::fromStdString(t);
+    bool ok = false;
+    const QString text = QInputDialog::getText(this, tr("Tags"),
+        tr("Tags of run %1 (comma-separated):").arg(QString::fromStdString(id)), QLineEdit::Normal,
+        current.join(QStringLiteral(", ")), &ok);
+    if (!ok)
+        return;
+    std::vector<std::string> tags;
+    for (const QString& t : text.split(QLatin1Char(','), Qt::SkipEmptyParts))
+        if (const QString trimmed = t.trimmed(); !trimmed.isEmpty())
+            tags.push_back(trimmed.toStdString());
+    setTags(id, tags);
 }
 
 void HistoryView::deleteSelected()

@@ -42,6 +42,8 @@ public:
     std::vector<std::string> selectedRuns() const;
     /// Compares the selected runs (two or more) off the UI thread; the result lands in compareView().
     void compareSelected();
+    /// Gives run `id` exactly `tags` (comma-separated in the Tags… dialog); false (and the reason shown) on error.
+    bool setTags(const std::string& id, const std::vector<std::string>& tags);
 
     RunCompareView* compareView() const { return m_compare; }
     JobRunner* jobs() const { return m_jobs; }
@@ -50,6 +52,7 @@ public:
     QTableView* table() const { return m_table; }
     QLineEdit* filterEdit() const { return m_filter; }
     QComboBox* statusBox() const { return m_status; }
+    QLineEdit* tagFilterEdit() const { return m_tagFilter; }
 
 signals:
     void openRequested(const QString& runId);
@@ -57,11 +60,13 @@ signals:
 private:
     void openSelected();
     void deleteSelected();
+    void tagSelected();
 
     std::filesystem::path m_path;
     RunListModel* m_model = nullptr;
     QTableView* m_table = nullptr;
     QLineEdit* m_filter = nullptr;
+    QLineEdit* m_tagFilter = nullptr;
     QComboBox* m_status = nullptr;
     QLabel* m_summary = nullptr;
     QPushButton* m_open = nullptr;

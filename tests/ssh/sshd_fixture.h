@@ -117,7 +117,22 @@ public:
 
     void start()
     {
-        port = port ? port : freePort();
+        // Another test process may take the same free port between freePort() and sshd's bind: try a new one then.
+        for (int attempt = 0;; ++attempt) {
+            try {
+                startOn(port ? port : freePort());
+                return;
+            } catch (const std::runtime_error& e) {
+                if (attempt >= 5 || std::string(e.what()).find("Address already in use") == std::string::npos)
+                    throw;
+                port = 0;
+            }
+        }
+    }
+
+    void startOn(int chosen)
+    {
+        port = chosen;
         std::error_code ec;
         std::filesystem::create_directories("/run/sshd", ec);
         {
@@ -148,6 +163,13 @@ public:
         }
         if (!portOpen(port))
             throw std::runtime_error("sshd does not listen on port " + std::to_string(port) + ": " + slurpFile(log));
+        // The port may answer for another test's sshd: ours must still be running once it is open.
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        int status = 0;
+        if (waitpid(m_pid, &status, WNOHANG) == m_pid) {
+            m_pid = -1;
+            throw std::runtime_error("sshd exited: " + slurpFile(log));
+        }
     }
 
     /// Stops the listener and every connection it serves (its children: the per-connection sshd processes).

@@ -34,6 +34,8 @@ int main(int argc, char** argv)
         return pw::agents::runProfileCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
     if (argc == 4 && std::strcmp(argv[1], "--probe") == 0)
         return pw::agents::probeCommand(argv[2], std::atoi(argv[3]));
+    if (argc == 3 && std::strcmp(argv[1], "--listen-probe") == 0)
+        return pw::agents::listenProbeCommand(argv[2]);
     // Served agents (runs deployed over SSH): --serve SOCKET | --attach SOCKET | --session SOCKET, [--linger S].
     for (const char* mode : {"--serve", "--attach", "--session"})
         if (argc > 2 && std::strcmp(argv[1], mode) == 0) {

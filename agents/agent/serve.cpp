@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -171,6 +172,46 @@ int sessionCommand(const std::string& socket, std::chrono::seconds linger)
     int status = 0;
     ::waitpid(first, &status, 0);
     return attachCommand(socket, std::chrono::seconds {10});
+}
+
+int listenProbeCommand(const std::string& host)
+{
+    addrinfo hints {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+        std::cerr << host << ": cannot resolve: " << ::gai_strerror(rc) << "\n";
+        return 1;
+    }
+    int fd = -1;
+    for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+        fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 1) != 0)) {
+            ::close(fd);
+            fd = -1;
+        }
+    }
+    ::freeaddrinfo(found);
+    if (fd < 0) {
+        std::cerr << host << ": cannot listen: " << std::strerror(errno) << "\n";
+        return 1;
+    }
+    sockaddr_storage bound {};
+    socklen_t len = sizeof bound;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+    const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                 : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    std::cout << port << std::endl;
+    pollfd p {fd, POLLIN, 0};
+    const bool came = ::poll(&p, 1, 10000) == 1;
+    if (came)
+        ::close(::accept(fd, nullptr, nullptr));
+    ::close(fd);
+    if (!came)
+        std::cerr << "no connection to " << host << ":" << port << " within 10 s\n";
+    return came ? 0 : 1;
 }
 
 int probeCommand(const std::string& host, int port)

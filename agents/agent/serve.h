@@ -28,4 +28,9 @@ int sessionCommand(const std::string& socket, std::chrono::seconds linger);
 /// each other?). 0 when it connected; 1 with the reason on stderr.
 int probeCommand(const std::string& host, int port);
 
+/// pipewright-agent --listen-probe HOST: listens on an ephemeral TCP port of HOST's address (where a Gloo transport
+/// of this node would listen), prints the port, and waits up to 10 s for one connection (pre-flight: do the other
+/// nodes reach this one on the transport's ports?). 0 when one came; 1 with the reason on stderr.
+int listenProbeCommand(const std::string& host);
+
 } // namespace pw::agents

@@ -272,7 +272,9 @@ void historyCompare(const HistoryOptions& o, std::ostream& out)
                 stages.push_back({{"compute_s", st.compute_s}, {"idle_s", st.idle_s}, {"iteration_s", st.iteration_s}});
             runs.push_back({{"run_id", r.run_id}, {"label", r.label}, {"status", r.status}, {"steps", r.steps},
                 {"first_loss", number(r.first_loss)}, {"final_loss", number(r.final_loss)},
-                {"tokens_per_s", r.tokens_per_s}, {"iteration_s", r.iteration_s}, {"stages", stages}});
+                {"tokens_per_s", r.tokens_per_s}, {"iteration_s", r.iteration_s},
+                {"predicted_iteration_s", r.predicted_iteration_s}, {"prediction_error", r.prediction_error},
+                {"stages", stages}});
         }
         nlohmann::json diffs = nlohmann::json::array();
         for (const auto& d : c.differences)

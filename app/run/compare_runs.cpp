@@ -68,6 +68,8 @@ RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
         f.final_loss = s.losses.empty() ? NAN : s.losses.back().value;
         f.tokens_per_s = s.tokens_per_s.empty() ? 0 : s.tokens_per_s.back().value;
         f.iteration_s = s.comparison.measured_iteration_s;
+        f.predicted_iteration_s = s.comparison.predicted_iteration_s;
+        f.prediction_error = s.comparison.iteration_error;
         for (const auto& st : s.comparison.stages)
             f.stages.push_back(st.measured);
         out.runs.push_back(std::move(f));

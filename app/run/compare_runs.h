@@ -32,6 +32,8 @@ struct RunFigures
     double first_loss = 0, final_loss = 0; ///< NaN without steps
     double tokens_per_s = 0; ///< the last step's (over the run so far); 0 without steps
     double iteration_s = 0; ///< measured per step (the slowest stage's device span / steps)
+    double predicted_iteration_s = 0; ///< the planner's prediction stored with the run (0: none)
+    double prediction_error = 0; ///< measured / predicted - 1
     std::vector<StageTimes> stages; ///< measured, per stage of its plan
 
     bool operator==(const RunFigures&) const = default;

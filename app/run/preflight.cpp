@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "preflight.h"
 
+#include <array>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -170,21 +172,49 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
             report({c.node, c.where, "agent", false, e.what(), "check the run directory's permissions and disk"});
         }
     }
-    // Every node reaches every other one (TCP to its sshd, from the node itself: the network the agents use).
+    // Every node reaches every other one on the transport's ports: the target node listens on an ephemeral port
+    // of its address (as Gloo does), the source node connects to it, both run by the agent on the nodes themselves.
     for (auto& [from, r] : reached)
-        for (const auto& [to, unused] : reached) {
+        for (auto& [to, target] : reached) {
             if (from == to)
                 continue;
             const auto& a = cluster.nodes[static_cast<std::size_t>(from)];
             const auto& b = cluster.nodes[static_cast<std::size_t>(to)];
-            const std::string host = b.host.empty() ? b.name : b.host;
-            const auto probe = r.session->run(
-                shellQuote(r.agent) + " --probe " + shellQuote(host) + " " + std::to_string(b.ssh_port));
-            report({a.name, r.session->name(), "reaches " + b.name, probe.exit_status == 0,
-                probe.exit_status == 0 ? "TCP to " + host + ":" + std::to_string(b.ssh_port) : probe.err,
-                probe.exit_status == 0 ? ""
-                                       : "the nodes must reach each other (firewall? set GLOO_SOCKET_IFNAME in the "
-                                         "nodes' env to the interface they share)"});
+            const std::string host = target.session->hostKey().host.front() == '['
+                ? target.session->hostKey().host.substr(1, target.session->hostKey().host.find(']') - 1)
+                : target.session->hostKey().host;
+            std::string detail, port;
+            bool ok = false;
+            try {
+                auto listener = target.session->start(shellQuote(target.agent) + " --listen-probe " + shellQuote(host));
+                std::array<char, 64> buffer {};
+                const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                while (port.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+                    const long n
+                        = listener->read(std::span<char>(buffer.data(), buffer.size()), std::chrono::milliseconds(200));
+                    if (n < 0)
+                        break;
+                    port.append(buffer.data(), static_cast<std::size_t>(n));
+                }
+                while (!port.empty() && (port.back() == '\n' || port.back() == '\r'))
+                    port.pop_back();
+                if (port.empty()) {
+                    detail = "the listener on " + b.name + " did not start: " + listener->stderrText();
+                } else {
+                    const auto probe
+                        = r.session->run(shellQuote(r.agent) + " --probe " + shellQuote(host) + " " + port);
+                    ok = probe.exit_status == 0;
+                    detail
+                        = ok ? "TCP to " + host + ":" + port + " (an ephemeral port, as the transport's)" : probe.err;
+                }
+                listener->close();
+            } catch (const std::exception& e) {
+                detail = e.what();
+            }
+            report({a.name, r.session->name(), "reaches " + b.name, ok, detail,
+                ok ? ""
+                   : "the nodes must reach each other on ephemeral TCP ports (firewall? set GLOO_SOCKET_IFNAME in the "
+                     "nodes' env to the interface they share)"});
         }
     return out;
 }

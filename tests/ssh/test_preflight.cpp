@@ -77,6 +77,7 @@ TEST_CASE("pre-flight: good nodes pass every check; an unknown key and a wrong p
     CHECK_THAT(find(checks, "good1", "agent")->detail, Contains("protocol 1"));
     REQUIRE(find(checks, "good1", "reaches good2"));
     CHECK(find(checks, "good1", "reaches good2")->ok);
+    CHECK_THAT(find(checks, "good1", "reaches good2")->detail, Contains("ephemeral port"));
     CHECK(find(checks, "good2", "reaches good1")->ok);
 
     const auto* key = find(checks, "stranger", "host key");

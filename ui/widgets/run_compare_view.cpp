@@ -168,9 +168,14 @@ void RunCompareView::setComparison(const app::RunsComparison& c)
         runs.push_back({QString::number(i + 1), QString::fromStdString(r.run_id), QString::fromStdString(r.status),
             QString::number(r.steps),
             std::isnan(r.final_loss) ? QStringLiteral("-") : QString::number(r.final_loss, 'f', 4),
-            QString::number(r.tokens_per_s, 'f', 0), ms(r.iteration_s)});
+            QString::number(r.tokens_per_s, 'f', 0), ms(r.iteration_s),
+            r.predicted_iteration_s > 0 ? ms(r.predicted_iteration_s) : QStringLiteral("-"),
+            r.predicted_iteration_s > 0 ? QString::asprintf("%+.1f %%", 100.0 * r.prediction_error)
+                                        : QStringLiteral("-")});
     }
-    fill(m_runs, {tr("#"), tr("run"), tr("status"), tr("steps"), tr("final loss"), tr("tokens/s"), tr("iteration")},
+    fill(m_runs,
+        {tr("#"), tr("run"), tr("status"), tr("steps"), tr("final loss"), tr("tokens/s"), tr("iteration"),
+            tr("predicted"), tr("error")},
         runs);
     QStringList headers {tr("field")};
     for (int i = 0; i < n; ++i)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The run history on the sqlite3 C API, through three small RAII wrappers (connection, statement, transaction).
+// The run history on the sqlite3 C API, through three small RAII wrappers (app/history/sqlite_wrappers.h); the
+// schema and its migrations are app/history/schema.h.
 #include "history.h"
 
 #include <algorithm>
@@ -24,6 +25,8 @@
 
 #include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
+#include "schema.h"
+#include "sqlite_wrappers.h"
 
 namespace pw::app {
 
@@ -34,140 +37,11 @@ namespace {
 
 /// `PRAGMA application_id` of a history file ("PWrh"): tells our files from other SQLite databases.
 constexpr std::int32_t kApplicationId = 0x50577268;
-/// How long a write waits for another process holding the file (a controller and a viewer share it).
-constexpr int kBusyTimeoutMs = 10000;
 /// Metrics holding a predicted timeline's counters are named kPredictedPrefix + the counter's name.
 constexpr std::string_view kPredictedPrefix = "predicted:";
 /// The same range as SQL: names from 'predicted:' up to 'predicted;' (';' follows ':'), which the metrics index
 /// serves directly, unlike LIKE.
 constexpr const char* kIsPredictedMetric = "(name >= 'predicted:' AND name < 'predicted;')";
-
-/// Migration k takes a file from schema version k to k + 1, in one transaction with the user_version update.
-/// Never edit a step once released: add one.
-constexpr std::array kMigrations = {
-    // 1: the first schema. Spans store lanes and action kinds as the planner enums' numbers (pinned below).
-    // Predicted spans (source 0) have agent -1 and their position in the timeline as seq, so that the one unique
-    // index serves per-run reads (predicted ones in order), lastSequence() and INSERT OR IGNORE's duplicate check.
-    // (A WITHOUT ROWID spans table clustered on that key ingests 40% slower: wide rows inserted mid-tree.)
-    std::string_view(R"sql(
-CREATE TABLE runs (
-    id TEXT PRIMARY KEY NOT NULL,
-    label TEXT NOT NULL DEFAULT '',
-    status TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'stopped', 'interrupted')),
-    status_message TEXT NOT NULL DEFAULT '',
-    started_unix_s REAL NOT NULL,
-    ended_unix_s REAL NOT NULL DEFAULT 0,
-    controller_host TEXT NOT NULL DEFAULT '',
-    controller_pid INTEGER NOT NULL DEFAULT 0,
-    steps_planned INTEGER NOT NULL DEFAULT 0,
-    predicted_steps INTEGER NOT NULL DEFAULT 0,
-    plan_json TEXT NOT NULL DEFAULT '',
-    cluster_json TEXT NOT NULL DEFAULT '',
-    hosts_json TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX runs_by_start ON runs (started_unix_s);
-CREATE TABLE tags (
-    run TEXT NOT NULL,
-    tag TEXT NOT NULL,
-    PRIMARY KEY (run, tag)
-) WITHOUT ROWID;
-CREATE INDEX tags_by_tag ON tags (tag);
-CREATE TABLE run_devices (
-    run TEXT NOT NULL,
-    device INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    PRIMARY KEY (run, device)
-) WITHOUT ROWID;
-CREATE TABLE spans (
-    run TEXT NOT NULL,
-    source INTEGER NOT NULL,
-    device INTEGER NOT NULL,
-    lane INTEGER NOT NULL,
-    kind INTEGER NOT NULL,
-    stage INTEGER NOT NULL,
-    microbatch INTEGER NOT NULL,
-    action INTEGER NOT NULL,
-    weight_version INTEGER NOT NULL,
-    peer INTEGER NOT NULL,
-    bytes REAL NOT NULL,
-    t0 REAL NOT NULL,
-    t1 REAL NOT NULL,
-    agent INTEGER NOT NULL,
-    seq INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX spans_by_sequence ON spans (run, agent, seq);
-CREATE TABLE metrics (
-    run TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    value REAL NOT NULL,
-    t_s REAL NOT NULL,
-    device INTEGER NOT NULL DEFAULT -1,
-    unit TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX metrics_by_run ON metrics (run, name);
-CREATE TABLE logs (
-    run TEXT NOT NULL,
-    t_s REAL NOT NULL,
-    agent INTEGER NOT NULL DEFAULT -1,
-    device INTEGER NOT NULL DEFAULT -1,
-    level TEXT NOT NULL DEFAULT '',
-    text TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX logs_by_run ON logs (run);
-)sql"),
-    // 2: spans name their run by an integer key (runs.run_key) instead of the run's id text: 48 bytes less per
-    // span between the row and its index, which the live ingest writes millions of.
-    std::string_view(R"sql(
-ALTER TABLE runs ADD COLUMN run_key INTEGER;
-UPDATE runs SET run_key = rowid;
-CREATE UNIQUE INDEX runs_by_key ON runs (run_key);
-CREATE TABLE spans_keyed (
-    run INTEGER NOT NULL,
-    source INTEGER NOT NULL,
-    device INTEGER NOT NULL,
-    lane INTEGER NOT NULL,
-    kind INTEGER NOT NULL,
-    stage INTEGER NOT NULL,
-    microbatch INTEGER NOT NULL,
-    action INTEGER NOT NULL,
-    weight_version INTEGER NOT NULL,
-    peer INTEGER NOT NULL,
-    bytes REAL NOT NULL,
-    t0 REAL NOT NULL,
-    t1 REAL NOT NULL,
-    agent INTEGER NOT NULL,
-    seq INTEGER NOT NULL
-);
-INSERT INTO spans_keyed SELECT r.run_key, s.source, s.device, s.lane, s.kind, s.stage, s.microbatch, s.action,
-    s.weight_version, s.peer, s.bytes, s.t0, s.t1, s.agent, s.seq FROM spans s JOIN runs r ON r.id = s.run;
-DROP TABLE spans;
-ALTER TABLE spans_keyed RENAME TO spans;
-CREATE UNIQUE INDEX spans_by_sequence ON spans (run, agent, seq);
-)sql"),
-};
-static_assert(kMigrations.size() == kHistorySchemaVersion, "one migration step per schema version");
-
-/// The spans table stores lanes and kinds as numbers: reordering an enum of the planner would reinterpret every
-/// stored span, so the build fails instead (append new values at the end; a new one needs kKindCount raised).
-constexpr int kLaneCount = 4;
-constexpr int kKindCount = 11;
-constexpr bool enumsInSchemaOrder()
-{
-    using K = planner::ActionKind;
-    using L = planner::Lane;
-    constexpr std::array<K, kKindCount> kinds = {K::Forward, K::Backward, K::BackwardWeight, K::SendActivation,
-        K::RecvActivation, K::SendGradient, K::RecvGradient, K::AllReduce, K::OptimizerStep, K::WavePush, K::WavePull};
-    constexpr std::array<L, kLaneCount> lanes = {L::Compute, L::Send, L::Recv, L::Collective};
-    for (int i = 0; i < kKindCount; ++i)
-        if (static_cast<int>(kinds[i]) != i)
-            return false;
-    for (int i = 0; i < kLaneCount; ++i)
-        if (static_cast<int>(lanes[i]) != i)
-            return false;
-    return true;
-}
-static_assert(enumsInSchemaOrder(), "planner::ActionKind or planner::Lane changed: the history stores their numbers");
 
 double unixNow()
 {
@@ -245,142 +119,6 @@ void appendNumber(std::string& out, double value)
     auto end = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value).ptr;
     out.append(buffer.data(), end);
 }
-
-/// @brief An open sqlite3 connection; errors name the file.
-class Connection
-{
-public:
-    explicit Connection(const fs::path& path)
-        : m_file(path.string())
-    {
-        const int rc = sqlite3_open_v2(
-            m_file.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-        if (rc != SQLITE_OK) {
-            const std::string message = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
-            sqlite3_close_v2(m_db);
-            throw HistoryError(m_file + ": cannot open the history file: " + message);
-        }
-        sqlite3_busy_timeout(m_db, kBusyTimeoutMs);
-    }
-    ~Connection() { sqlite3_close_v2(m_db); } // deferred by SQLite until every statement is finalized
-    Connection(const Connection&) = delete;
-    Connection& operator=(const Connection&) = delete;
-
-    sqlite3* get() const { return m_db; }
-    const std::string& file() const { return m_file; }
-
-    /// Throws the connection's last error, prefixed with `context`.
-    [[noreturn]] void fail(std::string_view context) const
-    {
-        if (sqlite3_errcode(m_db) == SQLITE_NOTADB)
-            throw HistoryError(m_file + ": not a Pipewright history: the file is not an SQLite database ("
-                + sqlite3_errmsg(m_db) + ")");
-        throw HistoryError(m_file + ": " + std::string(context) + ": " + sqlite3_errmsg(m_db));
-    }
-    /// Runs SQL without results (one statement or several).
-    void exec(const std::string& sql) const
-    {
-        if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
-            fail(sql.substr(0, sql.find_first_of("\n(")));
-    }
-
-private:
-    std::string m_file;
-    sqlite3* m_db = nullptr;
-};
-
-/// @brief A prepared statement; bindings survive reset(), so a batch binds what all its rows share once.
-class Statement
-{
-public:
-    Statement(const Connection& db, std::string_view sql)
-        : m_db(&db)
-    {
-        if (sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &m_stmt, nullptr) != SQLITE_OK)
-            db.fail("cannot prepare '" + std::string(sql.substr(0, 48)) + "'");
-    }
-    ~Statement() { sqlite3_finalize(m_stmt); }
-    Statement(const Statement&) = delete;
-    Statement& operator=(const Statement&) = delete;
-
-    Statement& integer(int index, std::int64_t value) { return check(sqlite3_bind_int64(m_stmt, index, value)); }
-    Statement& real(int index, double value) { return check(sqlite3_bind_double(m_stmt, index, value)); }
-    Statement& text(int index, std::string_view value)
-    {
-        return check(sqlite3_bind_text(m_stmt, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
-    }
-    Statement& null(int index) { return check(sqlite3_bind_null(m_stmt, index)); }
-
-    /// True when a row is ready, false when done.
-    bool step()
-    {
-        const int rc = sqlite3_step(m_stmt);
-        if (rc == SQLITE_ROW)
-            return true;
-        if (rc == SQLITE_DONE)
-            return false;
-        sqlite3_reset(m_stmt);
-        m_db->fail(sqlite3_sql(m_stmt) ? std::string(sqlite3_sql(m_stmt)).substr(0, 48) : "step");
-    }
-    /// Runs a statement without results (INSERT, UPDATE, DELETE) and makes it ready to run again.
-    void run()
-    {
-        step();
-        reset();
-    }
-    void reset() { sqlite3_reset(m_stmt); }
-
-    std::int64_t integer(int column) const { return sqlite3_column_int64(m_stmt, column); }
-    double real(int column) const { return sqlite3_column_double(m_stmt, column); }
-    bool isNull(int column) const { return sqlite3_column_type(m_stmt, column) == SQLITE_NULL; }
-    std::string text(int column) const
-    {
-        const auto* chars = reinterpret_cast<const char*>(sqlite3_column_text(m_stmt, column));
-        return chars ? std::string(chars, static_cast<std::size_t>(sqlite3_column_bytes(m_stmt, column))) : "";
-    }
-
-private:
-    Statement& check(int rc)
-    {
-        if (rc != SQLITE_OK)
-            m_db->fail("cannot bind a value");
-        return *this;
-    }
-
-    const Connection* m_db;
-    sqlite3_stmt* m_stmt = nullptr;
-};
-
-/// @brief A transaction, rolled back unless committed. Writes take the write lock at once (BEGIN IMMEDIATE):
-/// a deferred transaction that starts writing later can fail with SQLITE_BUSY at once, since the busy handler
-/// cannot help a reader that must become the writer.
-class Transaction
-{
-public:
-    enum class Access { Read, Write };
-    Transaction(const Connection& db, Access access)
-        : m_db(db)
-    {
-        db.exec(access == Access::Write ? "BEGIN IMMEDIATE" : "BEGIN");
-    }
-    ~Transaction()
-    {
-        if (m_open)
-            sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    }
-    Transaction(const Transaction&) = delete;
-    Transaction& operator=(const Transaction&) = delete;
-
-    void commit()
-    {
-        m_db.exec("COMMIT");
-        m_open = false;
-    }
-
-private:
-    const Connection& m_db;
-    bool m_open = true;
-};
 
 constexpr const char* kRunColumns = "id, plan_json, cluster_json, hosts_json, label, status, status_message, "
                                     "started_unix_s, ended_unix_s, controller_host, controller_pid, steps_planned, "
@@ -534,7 +272,7 @@ struct HistoryStore::Impl
                 refuseNewer(version);
             if (version == kHistorySchemaVersion)
                 return;
-            db.exec(std::string(kMigrations[static_cast<std::size_t>(version)]));
+            db.exec(std::string(historyMigrations()[static_cast<std::size_t>(version)]));
             db.exec("PRAGMA user_version=" + std::to_string(version + 1));
             if (version == 0)
                 db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));

@@ -25,6 +25,21 @@ using namespace pw;
 
 namespace {
 
+/// A cluster of one CPU device on each of the two sshd hosts, reached with their user keys.
+planner::Cluster twoHosts(const test::Sshd& a, const test::Sshd& b)
+{
+    planner::Cluster cluster;
+    cluster.device_types = {*planner::devicePreset("cpu")};
+    for (const test::Sshd* s : {&a, &b}) {
+        planner::Node n {
+            "node-" + std::to_string(s->port), "127.0.0.1", s->port, test::currentUser(), "cpu", 1, 1e10, 1e-6};
+        n.ssh_identity_file = s->user_key.string();
+        cluster.nodes.push_back(n);
+    }
+    cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    return cluster;
+}
+
 /// Runs the dialog's checks (and the second round a trusted key starts) to the end.
 void settle(ui::DeployDialog& d)
 {
@@ -44,15 +59,7 @@ TEST_CASE("deploy dialog: pre-flight checklist, host keys put to the user, Deplo
 {
     test::Sshd a, b;
     QTemporaryDir dir;
-    planner::Cluster cluster;
-    cluster.device_types = {*planner::devicePreset("cpu")};
-    for (const test::Sshd* s : {&a, &b}) {
-        planner::Node n {
-            "node-" + std::to_string(s->port), "127.0.0.1", s->port, test::currentUser(), "cpu", 1, 1e10, 1e-6};
-        n.ssh_identity_file = s->user_key.string();
-        cluster.nodes.push_back(n);
-    }
-    cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    planner::Cluster cluster = twoHosts(a, b);
     const QString clusterFile = dir.filePath(QStringLiteral("cluster.json"));
     std::ofstream(clusterFile.toStdString()) << planner::toJson(cluster).dump(2);
     const QString knownHosts = dir.filePath(QStringLiteral("known_hosts"));
@@ -120,15 +127,7 @@ TEST_CASE(
     window.resize(1400, 900);
     window.show();
     REQUIRE(window.waitUntilIdle());
-    planner::Cluster cluster;
-    cluster.device_types = {*planner::devicePreset("cpu")};
-    for (const test::Sshd* s : {&a, &b}) {
-        planner::Node n {
-            "node-" + std::to_string(s->port), "127.0.0.1", s->port, test::currentUser(), "cpu", 1, 1e10, 1e-6};
-        n.ssh_identity_file = s->user_key.string();
-        cluster.nodes.push_back(n);
-    }
-    cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    planner::Cluster cluster = twoHosts(a, b);
     const auto knownHosts = dir.filePath(QStringLiteral("known_hosts")).toStdString();
     std::ofstream(knownHosts) << a.knownHostsLine() << "\n" << b.knownHostsLine() << "\n";
     app::RunRequest settings;

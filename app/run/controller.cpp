@@ -165,6 +165,18 @@ struct RunController::Impl
     void onTelemetry(AgentLink& a, agents::Telemetry& t, const RunObserver& o);
     void flush();
     void shutdown();
+    /// Takes every frame the agent's connection holds now; returns 0 when it has no more for now, -1 at the end of
+    /// its stream. Throws ProtocolError for a malformed frame.
+    long readAvailable(AgentLink& a, std::vector<char>& buffer, const RunObserver& o)
+    {
+        long n = 0;
+        while ((n = a.conn->read(buffer)) > 0) {
+            a.decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+            while (auto frame = a.decoder.next())
+                handle(a, agents::decode(*frame), o);
+        }
+        return n;
+    }
     /// The end of an agent's stream: its process ended (a failure before its Done), or its link dropped.
     void onEnd(AgentLink& a, const RunObserver& o);
     /// Tries again to reach agents whose link dropped; fails the run when one stays out of reach too long.
@@ -580,13 +592,7 @@ RunOutcome RunController::run(const RunObserver& o)
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && !a.conn->buffersInput())
                 continue;
             try {
-                long n = 0;
-                while ((n = a.conn->read(buffer)) > 0) {
-                    a.decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
-                    while (auto frame = a.decoder.next())
-                        s.handle(a, agents::decode(*frame), o);
-                }
-                if (n < 0) {
+                if (s.readAvailable(a, buffer, o) < 0) {
                     if (!a.conn->canReconnect())
                         a.decoder.finish(); // a local agent that died mid-frame; a dropped link is resumed
                     s.onEnd(a, o);
@@ -618,13 +624,7 @@ RunOutcome RunController::run(const RunObserver& o)
                 if (!a->conn || a->lost || a->exited)
                     continue;
                 try {
-                    long n = 0;
-                    while ((n = a->conn->read(buffer)) > 0) {
-                        a->decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
-                        while (auto frame = a->decoder.next())
-                            s.handle(*a, agents::decode(*frame), o);
-                    }
-                    if (n < 0)
+                    if (s.readAvailable(*a, buffer, o) < 0)
                         s.onEnd(*a, o);
                 } catch (const std::exception&) {
                 }
@@ -644,11 +644,7 @@ RunOutcome RunController::run(const RunObserver& o)
         if (!a->conn || a->lost)
             continue;
         try {
-            for (long n = 0; (n = a->conn->read(buffer)) > 0;) {
-                a->decoder.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
-                while (auto frame = a->decoder.next())
-                    s.handle(*a, agents::decode(*frame), o);
-            }
+            s.readAvailable(*a, buffer, o);
         } catch (const std::exception&) {
         }
     }

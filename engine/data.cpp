@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -127,9 +128,12 @@ DataSpec::Kind dataKindFromString(const std::string& name)
     throw InputError("data kind '" + name + "': use synthetic, tokens or text");
 }
 
-std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab)
+std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab, std::size_t microbatch_tokens)
 {
     std::vector<std::uint16_t> tokens;
+    std::error_code ec;
+    if (spec.kind != DataSpec::Kind::Synthetic && std::filesystem::is_directory(spec.path, ec))
+        throw InputError(spec.path.string() + ": is a directory, not a token or text file");
     switch (spec.kind) {
     case DataSpec::Kind::Synthetic:
         return MarkovSource(vocab, spec.seed).generate(spec.synthetic_tokens, spec.seed);
@@ -149,12 +153,17 @@ std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab)
         break;
     }
     }
-    if (tokens.size() < 2)
-        throw InputError(spec.path.string() + ": fewer than 2 tokens");
+    if (tokens.size() < std::max<std::size_t>(2, microbatch_tokens + 1))
+        throw InputError(spec.path.string(), 0, "tokens",
+            "holds " + std::to_string(tokens.size()) + " tokens; one microbatch reads "
+                + std::to_string(std::max<std::size_t>(1, microbatch_tokens) + 1)
+                + " (its sequences' tokens and one more target)");
     for (std::size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] >= vocab)
-            throw InputError(spec.path.string() + ": token " + std::to_string(tokens[i]) + " at position "
-                + std::to_string(i) + " is outside the model's vocabulary of " + std::to_string(vocab));
+            throw InputError(spec.path.string(), 0, "tokens",
+                "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i)
+                    + " is outside the plan's vocabulary of " + std::to_string(vocab) + " (ids 0.."
+                    + std::to_string(vocab - 1) + ")");
     return tokens;
 }
 

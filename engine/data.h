@@ -55,8 +55,9 @@ std::string toString(DataSpec::Kind kind);
 /// "synthetic" | "tokens" | "text"; throws InputError otherwise.
 DataSpec::Kind dataKindFromString(const std::string& name);
 
-/// Loads (or generates) the stream; throws InputError naming the file, or a token >= vocab with its position.
-std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab);
+/// Loads (or generates) the stream; throws InputError naming the file: a directory, a token >= vocab with its
+/// position, or fewer tokens than one microbatch reads (`microbatch_tokens` = b x T inputs, and one more target).
+std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab, std::size_t microbatch_tokens = 1);
 /// The synthetic corpus' floor for a vocabulary (the chain loadTokens draws from).
 double syntheticEntropy(const DataSpec& spec, int vocab);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "llmc.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/schedule/traits.h"
@@ -21,31 +22,79 @@ double monotonicSeconds()
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+void checkEngineHonours(const planner::Plan& plan)
+{
+    const auto refuse
+        = [](const std::string& field, const std::string& message) { throw InputError({}, 0, field, message); };
+    const auto& o = plan.schedule;
+    const std::string weights = planner::weightPrecision(o, *plan.model);
+    if (weights != "fp32")
+        refuse(o.precision.empty() ? "/model/architecture/bytes_per_element" : "/schedule/precision",
+            "the plan's weights are " + weights
+                + (o.precision.empty() ? " (the profile's 2 bytes per element)" : std::string())
+                + ", and the CPU engine trains in fp32 only: make the profile with `profile transformer "
+                  "--bytes-per-element 4`, or plan with `--precision fp32`");
+    if (!o.gradient_precision.empty() && o.gradient_precision != "fp32")
+        refuse("/schedule/gradient_precision",
+            "the plan's gradients are " + o.gradient_precision
+                + ", and the CPU engine keeps them in fp32 only: plan without --gradient-precision");
+    if (o.optimizer != "adam")
+        refuse("/schedule/optimizer",
+            "the plan's optimizer is '" + o.optimizer
+                + "', and the engine trains with AdamW only (memory as \"adam\"): plan with `--optimizer adam`");
+    if (o.distributed_optimizer)
+        refuse("/schedule/distributed_optimizer",
+            "the engine keeps the whole optimizer state on every replica, not sharded over them: plan without "
+            "--distributed-optimizer");
+    if (o.recompute)
+        refuse("/schedule/recompute",
+            "the engine keeps every activation for its backward, it does not recompute them: plan without "
+            "--recompute");
+    for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
+        if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
+            refuse("/layer_order", "the engine runs GPT-2's layers in their order");
+    if (plan.tensor_parallel > 1)
+        refuse("/tensor_parallel",
+            "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
+                + ") is not run by the engine yet; plan with t = 1");
+}
+
 TrainingSetup trainingSetup(const planner::Plan& plan)
 {
     const auto& model = *plan.model;
     if (!model.architecture)
-        throw InputError("the plan's model '" + model.name
-            + "' has no transformer shape (architecture): only plans made with `profile transformer` can be "
-              "trained, since the engine must know the layers' sizes");
+        throw InputError({}, 0, "/model/architecture",
+            "the plan's model '" + model.name
+                + "' has no transformer shape: only plans made with `profile transformer` (or `profile measure`) "
+                  "can be trained, since the engine must know the layers' sizes");
     const auto& arch = *model.architecture;
     TrainingSetup s;
     s.model = Gpt2Config::fromTransformer(arch);
-    s.model.validate();
+    try {
+        s.model.validate();
+    } catch (const InputError& e) {
+        throw InputError({}, 0, "/model/architecture", e.message());
+    }
     if (model.layerCount() != s.model.layerCount())
-        throw InputError("the plan's model has " + std::to_string(model.layerCount()) + " layers; a GPT-2 of "
-            + std::to_string(arch.layers) + " blocks has " + std::to_string(s.model.layerCount())
-            + " (embedding, blocks, head)");
-    for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
-        if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
-            throw InputError("/layer_order: the engine runs GPT-2's layers in their order");
-    if (plan.tensor_parallel > 1)
-        throw InputError("/tensor_parallel: tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
-            + ") is not run by the engine yet; plan with t = 1");
+        throw InputError({}, 0, "/model/layers",
+            "the profile lists " + std::to_string(model.layerCount()) + " layers, but its architecture's "
+                + std::to_string(arch.layers) + " transformer blocks make " + std::to_string(s.model.layerCount())
+                + " layers to train: the embedding, the " + std::to_string(arch.layers)
+                + " blocks and the head (/model/architecture/layers counts the blocks only); make the profile with "
+                  "`profile transformer`");
+    checkEngineHonours(plan);
     s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
     s.shape.seq = arch.sequence;
     s.microbatches = plan.microbatchesPerStep();
     return s;
+}
+
+void checkRunInputs(const TrainingSetup& setup, const DataSpec& data, const std::filesystem::path& init)
+{
+    if (!init.empty())
+        checkCheckpointFits(init, readCheckpointConfig(init), setup.model, setup.shape.seq);
+    if (data.kind != DataSpec::Kind::Synthetic)
+        loadTokens(data, setup.model.vocab, static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq);
 }
 
 planner::Schedule runSchedule(const planner::Plan& plan, int steps)

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,9 +44,20 @@ struct TrainingSetup
     bool operator==(const TrainingSetup&) const = default;
 };
 
+/// The one place that says which of a plan's settings the engine honours (the controller, pre-flight and the agent
+/// all ask it through trainingSetup): fp32 weights and gradients, AdamW ("adam"), the full optimizer state on every
+/// replica, activations kept for the backward, the profile's layer order, no tensor parallelism. Anything else
+/// throws InputError naming the plan's field (e.g. "/schedule/precision"), its value and the fix, instead of being
+/// trained otherwise than the prediction assumed.
+void checkEngineHonours(const planner::Plan& plan);
 /// The run's model shape from a plan made with `profile transformer`; throws InputError with the reason when the
-/// plan carries none, its layers do not match, or it uses what the engine does not run (tensor parallelism).
+/// plan carries none, its layers do not match, or it uses what the engine does not run (checkEngineHonours).
 TrainingSetup trainingSetup(const planner::Plan& plan);
+/// The run's input files checked against `setup` (trainingSetup) before anything starts, without reading a
+/// checkpoint's parameters: the checkpoint's header (magic, version, size) and shape (layers, channels, heads,
+/// vocab, maxT), the token or text file's header, its ids inside the vocabulary and at least one microbatch of
+/// tokens. Throws InputError naming the file and the field. `init` empty: no checkpoint.
+void checkRunInputs(const TrainingSetup& setup, const DataSpec& data, const std::filesystem::path& init);
 /// The plan with schedule.iterations = steps, and its schedule (what every device of the run executes).
 planner::Schedule runSchedule(const planner::Plan& plan, int steps);
 

@@ -25,10 +25,19 @@ using Header = std::array<std::int32_t, 256>;
     throw InputError(path.string() + ": " + what);
 }
 
+/// An error in field `field` of the file's header (llm.c's names: "magic", "version", "vocab", ...).
+[[noreturn]] void failField(const std::filesystem::path& path, const std::string& field, const std::string& what)
+{
+    throw InputError(path.string(), 0, "header " + field, what);
+}
+
 Header readHeader(std::ifstream& in, const std::filesystem::path& path)
 {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        fail(path, "is a directory, not a file");
     if (!in)
-        fail(path, "cannot open the file");
+        fail(path, std::filesystem::exists(path, ec) ? "cannot open the file" : "cannot open: no such file");
     Header h {};
     in.read(reinterpret_cast<char*>(h.data()), sizeof(Header));
     if (in.gcount() != static_cast<std::streamsize>(sizeof(Header)))
@@ -61,31 +70,68 @@ void writeAll(const std::filesystem::path& path, const Header& header, const voi
 
 } // namespace
 
-Checkpoint readCheckpoint(const std::filesystem::path& path)
+namespace {
+
+Gpt2Config checkpointConfig(std::ifstream& in, const std::filesystem::path& path)
 {
-    std::ifstream in(path, std::ios::binary);
     const Header h = readHeader(in, path);
     if (h[0] != kCheckpointMagic)
-        fail(path,
+        failField(path, "magic",
             "not an llm.c GPT-2 checkpoint (magic " + std::to_string(h[0]) + ", expected "
-                + std::to_string(kCheckpointMagic) + ")");
+                + std::to_string(kCheckpointMagic) + (h[0] == kTokensMagic ? ", which is a token file's: --data?" : "")
+                + ")");
     if (h[1] != kCheckpointVersionFp32)
-        fail(path,
+        failField(path, "version",
             "checkpoint version " + std::to_string(h[1]) + " is not supported: only version 3 (fp32)"
                 + (h[1] == 5 ? "; version 5 is bf16, convert it with llm.c's train_gpt2.py" : ""));
-    Checkpoint c;
-    c.config = {h[2], h[3], h[7], h[4], h[5], h[6]};
+    const Gpt2Config config = {h[2], h[3], h[7], h[4], h[5], h[6]};
     try {
-        c.config.validate();
+        config.validate();
     } catch (const InputError& e) {
         fail(path, "header: " + e.message());
     }
-    const std::size_t n = parameterCount(c.config);
+    const std::size_t n = parameterCount(config);
     const std::uintmax_t expected = sizeof(Header) + n * sizeof(float);
     if (fileSize(path) != expected)
         fail(path,
             "holds " + std::to_string(fileSize(path)) + " bytes; its header describes " + std::to_string(n)
                 + " parameters, " + std::to_string(expected) + " bytes");
+    return config;
+}
+
+} // namespace
+
+Gpt2Config readCheckpointConfig(const std::filesystem::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    return checkpointConfig(in, path);
+}
+
+void checkCheckpointFits(
+    const std::filesystem::path& path, const Gpt2Config& checkpoint, const Gpt2Config& plan, int seq)
+{
+    const auto same = [&](const char* field, int has, int wants) {
+        if (has != wants)
+            failField(path, field,
+                "the checkpoint's model has " + std::string(field) + " " + std::to_string(has) + ", the plan's "
+                    + std::to_string(wants));
+    };
+    same("layers", checkpoint.layers, plan.layers);
+    same("channels", checkpoint.channels, plan.channels);
+    same("heads", checkpoint.heads, plan.heads);
+    same("vocab", checkpoint.vocab, plan.vocab);
+    if (checkpoint.max_seq < seq)
+        failField(path, "maxT",
+            "the checkpoint's model has " + std::to_string(checkpoint.max_seq)
+                + " positions (maxT), the plan's sequences are " + std::to_string(seq) + " tokens long");
+}
+
+Checkpoint readCheckpoint(const std::filesystem::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    Checkpoint c;
+    c.config = checkpointConfig(in, path);
+    const std::size_t n = parameterCount(c.config);
     c.params.resize(n);
     in.read(reinterpret_cast<char*>(c.params.data()), static_cast<std::streamsize>(n * sizeof(float)));
     if (in.gcount() != static_cast<std::streamsize>(n * sizeof(float)))
@@ -155,13 +201,13 @@ std::vector<std::uint16_t> readTokens(const std::filesystem::path& path)
     std::ifstream in(path, std::ios::binary);
     const Header h = readHeader(in, path);
     if (h[0] != kTokensMagic)
-        fail(path,
+        failField(path, "magic",
             "not an llm.c token file (magic " + std::to_string(h[0]) + ", expected " + std::to_string(kTokensMagic)
-                + ")");
+                + (h[0] == kCheckpointMagic ? ", which is a checkpoint's: --init?" : "") + ")");
     if (h[1] != kTokensVersion)
-        fail(path, "token file version " + std::to_string(h[1]) + " is not supported (expected 1)");
+        failField(path, "version", "token file version " + std::to_string(h[1]) + " is not supported (expected 1)");
     if (h[2] < 0)
-        fail(path, "negative token count " + std::to_string(h[2]));
+        failField(path, "count", "negative token count " + std::to_string(h[2]));
     const auto count = static_cast<std::size_t>(h[2]);
     const std::uintmax_t expected = sizeof(Header) + count * sizeof(std::uint16_t);
     if (fileSize(path) != expected)

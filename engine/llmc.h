@@ -25,6 +25,15 @@ struct Checkpoint
     bool operator==(const Checkpoint&) const = default;
 };
 
+/// The model shape in a checkpoint's header, checked against the file (magic, version, a directory, sizes, the
+/// parameter count the file's size holds) without reading its parameters. Throws InputError naming the file and
+/// the header field.
+Gpt2Config readCheckpointConfig(const std::filesystem::path& path);
+/// Throws InputError naming the file and the first field in which a checkpoint of `checkpoint`'s shape cannot
+/// start a run of `plan`'s model over sequences of `seq` tokens: layers, channels, heads and vocab must be equal,
+/// and maxT at least `seq` (its padded vocabulary and extra positions are taken as they are).
+void checkCheckpointFits(
+    const std::filesystem::path& path, const Gpt2Config& checkpoint, const Gpt2Config& plan, int seq);
 /// Throws InputError naming the file and what is wrong (magic, version, sizes, truncation).
 Checkpoint readCheckpoint(const std::filesystem::path& path);
 /// Writes version 3 (fp32); the header's maxT is config.max_seq.
@@ -37,7 +46,8 @@ class StageModel;
 /// first. Throws std::system_error naming the file.
 void writeCheckpointPart(const std::filesystem::path& path, const StageModel& stage);
 
-/// Reads a token file; throws InputError naming the file (magic, version, count against the file's size).
+/// Reads a token file; throws InputError naming the file and the header field (magic, version, count against the
+/// file's size; a directory).
 std::vector<std::uint16_t> readTokens(const std::filesystem::path& path);
 void writeTokens(const std::filesystem::path& path, const std::vector<std::uint16_t>& tokens);
 

@@ -330,13 +330,28 @@ json toJson(const Cluster& c)
             {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s}, {"intra_latency_s", n.intra_latency_s}};
         if (!n.ssh_identity_file.empty())
             jn["ssh_identity_file"] = n.ssh_identity_file;
-        if (!n.env.empty())
-            jn["env"] = n.env;
+        if (!n.env.empty()) {
+            json env = json::object();
+            for (const auto& [name, value] : n.env)
+                env[name] = n.env_keep.contains(name) ? value : std::string(kRedactedValue);
+            jn["env"] = std::move(env);
+        }
+        if (!n.env_keep.empty())
+            jn["env_keep"] = n.env_keep;
         nodes.push_back(std::move(jn));
     }
     return {{"format_version", kClusterFormatVersion}, {"name", c.name}, {"device_types", std::move(types)},
         {"nodes", std::move(nodes)}, {"inter_node_bandwidth_bytes_per_s", c.inter_node_bandwidth_bytes_per_s},
         {"inter_node_latency_s", c.inter_node_latency_s}};
+}
+
+std::vector<std::string> Node::redactedEnv() const
+{
+    std::vector<std::string> out;
+    for (const auto& [name, value] : env)
+        if (value == kRedactedValue)
+            out.push_back(name);
+    return out;
 }
 
 Cluster clusterFromJson(const json& j)
@@ -381,6 +396,14 @@ Cluster clusterFromJson(const json& j)
                     || (name[0] >= '0' && name[0] <= '9'))
                     throw InputError({}, 0, path + "/env/" + name, "is not an environment variable name");
                 n.env[name] = value.get<std::string>();
+            }
+        }
+        if (jn.contains("env_keep")) {
+            const auto& keep = f::array(jn, "env_keep", path);
+            for (std::size_t k = 0; k < keep.size(); ++k) {
+                if (!keep[k].is_string())
+                    throw InputError({}, 0, f::child(path + "/env_keep", k), "must be a variable name (a string)");
+                n.env_keep.insert(keep[k].get<std::string>());
             }
         }
         n.device_type = f::string(jn, "device_type", path);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,10 +53,21 @@ struct Node
     double intra_latency_s = 0;
     std::string ssh_identity_file; ///< private key for this node; empty: ssh-agent, ~/.ssh/config, default keys
     /// Environment of the agents on this node (CUDA_VISIBLE_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, ...).
+    /// Values may be secrets (tokens, passwords): every file Pipewright writes (plans, projects, the history)
+    /// holds only their names, the value replaced by kRedactedValue, unless the name is in env_keep.
     std::map<std::string, std::string> env;
+    /// Names of `env` whose values are safe to write to files (e.g. CUDA_VISIBLE_DEVICES).
+    std::set<std::string> env_keep;
+
+    /// Names of `env` whose value was redacted when the file it came from was written: a deployment needs them
+    /// given again (the cluster file the user keeps). Sorted.
+    std::vector<std::string> redactedEnv() const;
 
     bool operator==(const Node&) const = default;
 };
+
+/// What a file holds instead of an `env` value that is not in env_keep.
+inline constexpr const char* kRedactedValue = "<redacted>";
 
 /// @brief The nodes of a cluster: a std::vector<Node> that also knows, in constant time, how many devices
 /// the nodes hold and which node holds device i.

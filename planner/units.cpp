@@ -42,4 +42,44 @@ std::string formatSeconds(double s)
     return buf;
 }
 
+namespace {
+
+/// `value` divided by the largest power of 1000 it reaches (up to count - 1), with that power's suffix and `unit`.
+std::string scaled(double value, const char* const* suffixes, int count, const char* unit)
+{
+    char buf[64];
+    if (!std::isfinite(value)) {
+        std::snprintf(buf, sizeof buf, "%s%s%s", value > 0 ? "infinite" : "undefined", *unit ? " " : "", unit);
+        return buf;
+    }
+    int k = 0;
+    double shown = value;
+    // Round first, so that 999.96 K becomes "1.0 M" rather than "1000.0 K".
+    while (k + 1 < count && std::fabs(std::round(shown * 10) / 10) >= 1000) {
+        shown /= 1000;
+        ++k;
+    }
+    std::snprintf(buf, sizeof buf, "%.1f%s%s", shown, suffixes[k], unit);
+    return buf;
+}
+
+} // namespace
+
+std::string formatCount(double count)
+{
+    if (std::isfinite(count) && std::fabs(count) < 1000 && count == std::round(count)) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.0f", count);
+        return buf;
+    }
+    static const char* const suffixes[] = {"", " K", " M", " B", " T"};
+    return scaled(count, suffixes, 5, "");
+}
+
+std::string formatFlopRate(double flops_per_s)
+{
+    static const char* const suffixes[] = {" ", " k", " M", " G", " T", " P", " E"};
+    return scaled(flops_per_s, suffixes, 7, "FLOP/s");
+}
+
 } // namespace pw::planner

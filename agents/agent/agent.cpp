@@ -374,10 +374,7 @@ void Session::train(const RunSpec& spec)
     setup.seed = spec.seed;
     if (!spec.init_checkpoint.empty()) {
         auto ckpt = engine::readCheckpoint(spec.init_checkpoint);
-        if (!(ckpt.config.vocab == setup.model.vocab && ckpt.config.layers == setup.model.layers
-                && ckpt.config.channels == setup.model.channels && ckpt.config.heads == setup.model.heads
-                && ckpt.config.max_seq >= setup.shape.seq))
-            throw planner::InputError(spec.init_checkpoint + ": the checkpoint's model does not match the plan's");
+        engine::checkCheckpointFits(spec.init_checkpoint, ckpt.config, setup.model, setup.shape.seq);
         setup.model = ckpt.config; // its padded vocabulary and positions
         setup.checkpoint = std::make_shared<const std::vector<float>>(std::move(ckpt.params));
     }
@@ -387,7 +384,8 @@ void Session::train(const RunSpec& spec)
     data.path = spec.data.path;
     data.seed = spec.data.seed;
     const engine::DataOrder order(
-        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
+        engine::loadTokens(data, setup.model.vocab, static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq),
+        setup.microbatches, setup.shape.batch, setup.shape.seq);
     const engine::RunSchedule program = engine::runProgram(plan, static_cast<int>(spec.steps));
     const planner::Schedule& schedule = program.period;
     for (int d : spec.devices)
@@ -416,6 +414,8 @@ void Session::train(const RunSpec& spec)
                 o.hostname = spec.gloo_host;
             if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface)
                 o.iface = iface; // the node's environment in the cluster file
+            o.secret = spec.gloo_secret; // proves every connection to the run's other agents
+            o.warn = [this](const std::string& text) { log(LogLevel::Warning, text); };
             gloo.push_back(engine::makeGlooTransport(d, schedule.num_devices, store, o));
             t = gloo.back().get();
         }

@@ -2,12 +2,15 @@
 #include "ssh.h"
 
 #include <fstream>
+#include <vector>
 
 #include <fcntl.h>
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace pw::agents {
 
@@ -42,12 +45,6 @@ std::string knownHostsName(const std::string& host, unsigned port)
     return port == 22 ? host : "[" + host + "]:" + std::to_string(port);
 }
 
-std::filesystem::path home()
-{
-    const char* h = std::getenv("HOME");
-    return h ? std::filesystem::path(h) : std::filesystem::path("/");
-}
-
 /// The fingerprints of the keys `file` holds for `host` (hashed names too), joined by ", "; empty when none.
 std::string knownFingerprint(const std::filesystem::path& file, const std::string& host)
 {
@@ -63,6 +60,25 @@ std::string knownFingerprint(const std::filesystem::path& file, const std::strin
 }
 
 } // namespace
+
+std::filesystem::path accountHome()
+{
+    // As libssh's ssh_get_user_home_dir() and OpenSSH do: the password database first.
+    long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+    std::vector<char> buffer(static_cast<std::size_t>(size > 0 ? size : 16384));
+    passwd entry {};
+    passwd* found = nullptr;
+    if (getpwuid_r(getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found && found->pw_dir
+        && *found->pw_dir)
+        return found->pw_dir;
+    const char* h = std::getenv("HOME");
+    return h && *h ? std::filesystem::path(h) : std::filesystem::path("/");
+}
+
+std::filesystem::path knownHostsFile(const std::filesystem::path& given)
+{
+    return given.empty() ? accountHome() / ".ssh" / "known_hosts" : given;
+}
 
 std::string_view toString(SshFailure failure)
 {
@@ -140,10 +156,11 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
             "the identity file " + endpoint.identity_file + " does not exist (ssh_identity_file in the cluster file)");
     const long timeoutS = std::max<long>(1, static_cast<long>(settings.timeout.count() / 1000));
     ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &timeoutS);
-    if (!settings.known_hosts.empty()) {
-        ssh_options_set(s, SSH_OPTIONS_KNOWNHOSTS, settings.known_hosts.c_str());
+    // The file is set explicitly, so that what libssh reads and writes is the file messages name.
+    const std::filesystem::path knownFile = knownHostsFile(settings.known_hosts);
+    ssh_options_set(s, SSH_OPTIONS_KNOWNHOSTS, knownFile.c_str());
+    if (!settings.known_hosts.empty())
         ssh_options_set(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null"); // that file alone decides
-    }
     char* user = nullptr;
     char* host = nullptr;
     unsigned int port = 22;
@@ -169,22 +186,34 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
     key.type = ssh_key_type_to_char(ssh_key_type(serverKey));
     key.fingerprint = fingerprintOf(serverKey);
     ssh_key_free(serverKey);
-    const std::string knownFile
-        = settings.known_hosts.empty() ? (home() / ".ssh" / "known_hosts").string() : settings.known_hosts.string();
+    key.known_hosts_file = knownFile;
     switch (ssh_session_is_known_server(s)) {
     case SSH_KNOWN_HOSTS_OK:
         break;
     case SSH_KNOWN_HOSTS_CHANGED:
     case SSH_KNOWN_HOSTS_OTHER: {
-        key.known_fingerprint = knownFingerprint(
-            settings.known_hosts.empty() ? home() / ".ssh" / "known_hosts" : settings.known_hosts, key.host);
+        // The old key is in the user's file, or (without --known-hosts) in the system-wide one libssh reads too.
+        std::filesystem::path holder = knownFile;
+        key.known_fingerprint = knownFingerprint(knownFile, key.host);
+        if (key.known_fingerprint.empty() && settings.known_hosts.empty()) {
+            char* global = nullptr;
+            const std::filesystem::path system
+                = ssh_options_get(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, &global) == SSH_OK && global
+                ? std::filesystem::path(global)
+                : std::filesystem::path("/etc/ssh/ssh_known_hosts");
+            ssh_string_free_char(global);
+            if (std::string known = knownFingerprint(system, key.host); !known.empty()) {
+                key.known_fingerprint = std::move(known);
+                holder = system;
+            }
+        }
         throw fail(SshFailure::HostKeyChanged,
-            "the host key has CHANGED: the server offers " + key.type + " " + key.fingerprint + " but " + knownFile
-                + " holds " + (key.known_fingerprint.empty() ? "another key" : key.known_fingerprint) + " for "
-                + key.host
+            "the host key has CHANGED: the server offers " + key.type + " " + key.fingerprint + " but "
+                + holder.string() + " holds " + (key.known_fingerprint.empty() ? "another key" : key.known_fingerprint)
+                + " for " + key.host
                 + ". Someone may be intercepting the connection, or the host was reinstalled. Refused (always, even "
                   "with --accept-new-host-keys): if the change is expected, remove the old line with `ssh-keygen -R "
-                + key.host + (settings.known_hosts.empty() ? "" : " -f " + knownFile) + "` and connect again");
+                + key.host + " -f " + holder.string() + "` and connect again");
     }
     case SSH_KNOWN_HOSTS_NOT_FOUND:
     case SSH_KNOWN_HOSTS_UNKNOWN: {
@@ -192,20 +221,24 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
             = settings.accept_new_host_keys || (settings.confirm_new_host_key && settings.confirm_new_host_key(key));
         if (!accept)
             throw fail(SshFailure::HostKeyUnknown,
-                "the host key is not known (" + key.type + " " + key.fingerprint + ", not in " + knownFile
+                "the host key is not known (" + key.type + " " + key.fingerprint + ", not in " + knownFile.string()
                     + "). Refused: check the fingerprint with the host's administrator, then confirm it in the app or "
-                      "pass --accept-new-host-keys to trust and record it");
-        if (!settings.known_hosts.empty() && settings.known_hosts.has_parent_path())
-            std::filesystem::create_directories(settings.known_hosts.parent_path());
+                      "pass --accept-new-host-keys to trust and record it in "
+                    + knownFile.string());
+        if (knownFile.has_parent_path()) {
+            std::error_code ec;
+            if (std::filesystem::create_directories(knownFile.parent_path(), ec)) // ~/.ssh as OpenSSH makes it
+                std::filesystem::permissions(knownFile.parent_path(), std::filesystem::perms::owner_all, ec);
+        }
         if (ssh_session_update_known_hosts(s) != SSH_OK)
-            throw fail(
-                SshFailure::HostKeyUnknown, "cannot record the host key in " + knownFile + ": " + ssh_get_error(s));
+            throw fail(SshFailure::HostKeyUnknown,
+                "cannot record the host key in " + knownFile.string() + ": " + ssh_get_error(s));
         break;
     }
     case SSH_KNOWN_HOSTS_ERROR:
     default:
-        throw fail(
-            SshFailure::HostKeyUnknown, "cannot check the host key against " + knownFile + ": " + ssh_get_error(s));
+        throw fail(SshFailure::HostKeyUnknown,
+            "cannot check the host key against " + knownFile.string() + ": " + ssh_get_error(s));
     }
 
     // Authentication: the identity file given, else ssh-agent, ~/.ssh/config's IdentityFile and the default keys.

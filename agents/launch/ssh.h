@@ -35,6 +35,8 @@ struct HostKey
     std::string type; ///< "ssh-ed25519", ...
     std::string fingerprint; ///< "SHA256:..." (what `ssh-keygen -lf` prints)
     std::string known_fingerprint; ///< a changed key: the fingerprint known_hosts holds; else empty
+    /// The known_hosts file the key was checked against, where a trusted key is recorded (knownHostsFile()).
+    std::filesystem::path known_hosts_file;
 
     bool operator==(const HostKey&) const = default;
 };
@@ -42,7 +44,8 @@ struct HostKey
 /// @brief How to connect, for every node of a run.
 struct SshSettings
 {
-    std::filesystem::path known_hosts; ///< empty: ~/.ssh/known_hosts (and /etc/ssh/ssh_known_hosts)
+    /// Empty: the account's ~/.ssh/known_hosts (knownHostsFile()), and /etc/ssh/ssh_known_hosts read too.
+    std::filesystem::path known_hosts;
     std::filesystem::path config; ///< empty: ~/.ssh/config and /etc/ssh/ssh_config
     /// Trust and record a key known_hosts does not hold (--accept-new-host-keys). A changed key is refused always.
     bool accept_new_host_keys = false;
@@ -50,6 +53,14 @@ struct SshSettings
     std::function<bool(const HostKey&)> confirm_new_host_key;
     std::chrono::milliseconds timeout {10000};
 };
+
+/// The account's home directory as OpenSSH and libssh take it: the password database's entry for the real user
+/// (getpwuid), not $HOME, which a shell, sudo or a test may have changed; $HOME only for a user without an entry.
+std::filesystem::path accountHome();
+/// The known_hosts file host keys are checked against and trusted keys are recorded in: `given` when not empty,
+/// else accountHome()/.ssh/known_hosts. SshSession::open() hands this very path to libssh (what it reads and
+/// writes), and every message, the CLI and the app's deploy dialog name it: one path for all of them.
+std::filesystem::path knownHostsFile(const std::filesystem::path& given = {});
 
 /// @brief What failed, for pre-flight's diagnosis and the tests.
 enum class SshFailure : std::uint8_t {

@@ -63,6 +63,10 @@ public:
     {
         return m_j.contains(key) ? string(key) : fallback;
     }
+    std::vector<std::uint8_t> bytesOr(std::string_view key) const
+    {
+        return m_j.contains(key) ? bytes(key) : std::vector<std::uint8_t> {};
+    }
     double number(std::string_view key) const { return checkedNumber(key, get(key)); }
     bool boolean(std::string_view key) const
     {
@@ -324,7 +328,7 @@ json RunSpec::toJson() const
         {"data", dataJson}, {"init_checkpoint", init_checkpoint}, {"save_checkpoint", save_checkpoint}, {"lr", lr},
         {"weight_decay", weight_decay}, {"warmup_steps", warmup_steps}, {"cosine", cosine}, {"seed", seed},
         {"threads", threads}, {"journal_path", journal_path}, {"transport", toString(transport)},
-        {"telemetry_batch", telemetry_batch}, {"gloo_host", gloo_host}};
+        {"telemetry_batch", telemetry_batch}, {"gloo_host", gloo_host}, {"gloo_secret", binary(gloo_secret)}};
 }
 
 namespace {
@@ -368,6 +372,7 @@ RunSpec RunSpec::fromJson(const json& j)
     r.transport = f.enumeration<Transport>("transport", kTransportNames);
     r.telemetry_batch = f.integer<int>("telemetry_batch", 1);
     r.gloo_host = f.stringOr("gloo_host", "");
+    r.gloo_secret = f.bytesOr("gloo_secret");
     return r;
 }
 

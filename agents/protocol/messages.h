@@ -83,6 +83,9 @@ struct RunSpec
     Transport transport = Transport::Gloo;
     int telemetry_batch = 64; ///< spans per Telemetry message
     std::string gloo_host; ///< address Gloo listens on (the agent's host as its peers reach it); empty: 127.0.0.1
+    /// The run's key for proving Gloo connections (random per run; travels only in this channel, never logged or
+    /// stored). Required for the Gloo transport: an agent refuses a Gloo run without one.
+    std::vector<std::uint8_t> gloo_secret;
 
     nlohmann::json toJson() const;
     static RunSpec fromJson(const nlohmann::json& j);

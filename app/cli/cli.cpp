@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "measure_commands.h"
 #include "planner/errors.h"
+#include "planner/schedule/generator.h"
 #include "run_commands.h"
 
 namespace pw::cli {
@@ -26,7 +27,17 @@ constexpr const char* kExitStatusHelp = "Exit status: 0 done; 1 error (bad input
 void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
 {
     cmd->add_option("--schedule", p.schedule.kind, "schedule kind (gpipe, 1f1b, pipedream, 2bw, interleaved, ...)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(
+            [](const std::string& kind) -> std::string {
+                if (planner::findScheduleGenerator(kind))
+                    return {};
+                std::string known;
+                for (const auto* g : planner::scheduleGenerators())
+                    known += (known.empty() ? "" : ", ") + std::string(g->name());
+                return "unknown schedule kind '" + kind + "' (known: " + known + ")";
+            },
+            "KIND");
     cmd->add_option("--microbatches", p.schedule.microbatches, "microbatches per batch")->capture_default_str();
     cmd->add_option("--microbatch-size", p.schedule.microbatch_size, "samples per microbatch (0 = the profile's)");
     cmd->add_option("--chunks", p.schedule.chunks, "virtual stages per device (interleaved)")->capture_default_str();
@@ -102,7 +113,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")
         ->required();
-    tr->add_option("--bytes-per-element", tOpt.bytes_per_element, "2 for bf16/fp16, 4 for fp32")->capture_default_str();
+    tr->add_option("--bytes-per-element", tOpt.bytes_per_element,
+          "2 for bf16/fp16, 4 for fp32 (what the CPU engine trains: `run` refuses a bf16 plan)")
+        ->capture_default_str();
     tr->add_option("--efficiency", tOpt.efficiency, "share of peak the GEMMs sustain")->capture_default_str();
     tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();
     tr->add_flag("--json", tOpt.json, "print a JSON summary");
@@ -183,8 +196,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     runCmd->add_option("--cluster", runOpt.cluster,
         "deploy over SSH to this cluster file's nodes (host, ssh_port, ssh_user, ssh_identity_file, env)");
     runCmd->add_option("--known-hosts", runOpt.known_hosts,
-        "known_hosts file to check host keys against "
-        "(default: ~/.ssh/known_hosts)");
+        "known_hosts file to check host keys against and record them in (default: .ssh/known_hosts in the "
+        "account's home directory, from the password database, as OpenSSH uses)");
     runCmd->add_flag("--accept-new-host-keys", runOpt.accept_new_host_keys,
         "trust and record host keys known_hosts does not hold (a changed key is refused always)");
     runCmd->add_flag("--keep-run-dir", runOpt.keep_run_dir, "leave the run directories (logs, journals) on the hosts");
@@ -200,6 +213,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     runCmd->add_flag("--cosine", runOpt.cosine, "cosine decay after the warm-up");
     runCmd->add_option("--seed", runOpt.seed, "initialisation and synthetic data seed")->capture_default_str();
     runCmd->add_option("--threads", runOpt.threads, "CPU threads per agent (default: cores / agents)");
+    runCmd->add_flag("--force", runOpt.force,
+        "start a local run even with more agents or threads than cores, or predicted memory above the RAM");
+    runCmd->add_option("--stop-on-nonfinite", runOpt.stop_on_nonfinite,
+        "on (default): a NaN or infinite loss fails the run (exit 4) naming the step; off: train on");
     runCmd->add_option("--history", runOpt.history, "history SQLite file (default: the user's data directory)");
     runCmd->add_flag("--json", runOpt.json, "print the outcome as JSON");
 
@@ -208,7 +225,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     pre->add_option("cluster", preOpt.cluster, "cluster JSON (host, ssh_port, ssh_user, ssh_identity_file, env)")
         ->required();
     pre->add_option("--plan", preOpt.plan, "check only the nodes and devices this plan uses");
-    pre->add_option("--known-hosts", preOpt.known_hosts, "known_hosts file (default: ~/.ssh/known_hosts)");
+    pre->add_option("--known-hosts", preOpt.known_hosts,
+        "known_hosts file (default: .ssh/known_hosts in the account's home directory, from the password database)");
     pre->add_flag("--accept-new-host-keys", preOpt.accept_new_host_keys, "trust and record unknown host keys");
     pre->add_option("--remote-root", preOpt.remote_root,
         "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
@@ -287,9 +305,17 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             listAlgorithms(algorithmsJson, out);
         else if (demoCmd->parsed())
             demo(demoJson, out);
-        else if (runCmd->parsed())
-            return runPlan(runOpt, out, err);
-        else if (pre->parsed())
+        else if (runCmd->parsed()) {
+            try {
+                return runPlan(runOpt, out, err);
+            } catch (const planner::InputError& e) {
+                // What the controller refuses in a field of the plan ("/schedule/kind", "/model/architecture")
+                // is named with the plan's file.
+                if (e.source().empty() && e.field().rfind('/', 0) == 0)
+                    throw e.inFile(runOpt.plan);
+                throw;
+            }
+        } else if (pre->parsed())
             return preflightCommand(preOpt, out, err);
         else if (cal->parsed())
             calibrate(calOpt, out);

@@ -149,8 +149,8 @@ void transformer(const TransformerOptions& o, std::ostream& out)
                    .dump(2)
             << "\n";
     else
-        out << "wrote " << model.layerCount() << " layers (" << transformerParameterCount(c) / 1e9
-            << " B parameters) -> " << o.output << "\n";
+        out << "wrote " << model.layerCount() << " layers (" << formatCount(transformerParameterCount(c))
+            << " parameters) -> " << o.output << "\n";
 }
 
 void plan(const PlanOptions& o, std::ostream& out)

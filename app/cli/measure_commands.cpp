@@ -174,7 +174,7 @@ void profileMeasure(const MeasureOptions& o, std::ostream& out)
 
 void calibrate(const CalibrateOptions& o, std::ostream& out)
 {
-    auto history = openHistory(o.history);
+    auto history = readHistory(o.history);
     const auto run = findRun(history, o.run);
     const auto plan = planner::planFromJson(nlohmann::json::parse(run.plan_json));
     const auto measured = history.measuredTimeline(run.id);
@@ -191,8 +191,9 @@ void calibrate(const CalibrateOptions& o, std::ostream& out)
     const auto profile = app::compareRun(plan,
         run.predicted_steps > 0 ? history.predictedTimeline(run.id) : app::predictSteps(plan, n, profileModel), n,
         measured, steps);
-    const auto calibrated = app::compareRun(
-        plan, app::predictSteps(plan, n, planner::calibratedCostModel(costs, plan)), n, measured, steps);
+    const auto calibratedModel = planner::calibratedCostModel(costs, plan);
+    const auto calibrated
+        = app::compareRun(plan, app::predictSteps(plan, n, calibratedModel), n, measured, steps, &calibratedModel);
     if (o.json) {
         auto j = planner::toJson(costs);
         j["output"] = o.output;

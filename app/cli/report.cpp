@@ -11,6 +11,17 @@ namespace pw::cli {
 using nlohmann::json;
 using namespace pw::planner;
 
+namespace {
+
+std::string padded(std::string text, std::size_t width)
+{
+    if (text.size() < width)
+        text.append(width - text.size(), ' ');
+    return text;
+}
+
+} // namespace
+
 std::string memoryProblem(const Plan& plan, const SimulationResult& r)
 {
     int worst = -1;
@@ -42,7 +53,9 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
                 {"peak_memory_bytes", m.peak_memory_bytes}, {"memory_capacity_bytes", m.memory_capacity_bytes},
                 {"fits_memory", m.peak_memory_bytes <= m.memory_capacity_bytes},
                 {"peak_stashed_microbatches", m.peak_stashed_microbatches},
-                {"peak_weight_versions", m.peak_weight_versions}});
+                {"peak_weight_versions", m.peak_weight_versions}, {"microbatch_time_s", m.charge.total_s()},
+                {"forward_s", m.charge.forward_s}, {"backward_s", m.charge.backward_s},
+                {"recompute_s", m.charge.recompute_s}, {"tensor_parallel_allreduce_s", m.charge.tensor_parallel_s}});
         if (plan.pipelineCount() > 1)
             stages.back()["pipeline"] = st.pipeline;
     }
@@ -62,9 +75,12 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
     j.update({{"tensor_parallel", std::max(1, plan.tensor_parallel)}, {"chunks", plan.schedule.chunks},
         {"microbatch_size", size}, {"recompute", plan.schedule.recompute}});
     if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
-        j["model_flops_per_s_per_gpu"] = flops->flops_per_s_per_gpu;
-        if (flops->peak_flops_per_s_per_gpu > 0)
+        j["model_flops_per_s_per_gpu"] = flops->model_flops_per_s_per_gpu;
+        j["hardware_flops_per_s_per_gpu"] = flops->hardware_flops_per_s_per_gpu;
+        if (flops->peak_flops_per_s_per_gpu > 0) {
             j["mfu"] = flops->mfu;
+            j["hfu"] = flops->hfu;
+        }
     }
     return j;
 }
@@ -102,8 +118,19 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
             << "-way tensor parallelism: each replica below is a group of that many devices\n";
     if (plan.objective_s > 0)
         out << "objective " << formatSeconds(plan.objective_s) << " (the partitioner's slowest stage per microbatch)\n";
-    const auto cost = CostModel::fromPlan(plan);
-    out << "  stage  layers       replicas  devices                 fwd+bwd      peak memory / capacity\n";
+    // Per microbatch, what the simulation charged each stage's compute lane (under the costs it ran with: the
+    // profile's or calibrated ones), and its parts.
+    const bool recompute = plan.schedule.recompute, tp = plan.tensor_parallel > 1;
+    std::string parts = "forward + backward";
+    if (recompute)
+        parts += " + recomputed forward";
+    if (tp)
+        parts += " + tensor-parallel all-reduces";
+    out << "per microbatch on each stage's first device, as simulated: " << parts << "\n";
+    std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8s  %-22s  %-11s  %-11s  %-11s%s%s  %s\n", "stage", "layers",
+        "replicas", "devices", "time", "forward", "backward", recompute ? "  recompute  " : "",
+        tp ? "  TP all-red." : "", "peak memory / capacity");
+    out << line;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& st = plan.stages[s];
         std::string devs = r.timeline.device_names.empty() ? "" : r.timeline.device_names[st.devices[0]];
@@ -113,9 +140,15 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         const std::string label = plan.pipelineCount() > 1
             ? std::to_string(st.pipeline) + "/" + std::to_string(s - plan.pipelineBegin(s))
             : std::to_string(s);
-        std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %s / %s%s\n", label.c_str(),
-            (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(), plan.dataReplicas(s),
-            devs.c_str(), formatSeconds(cost.forward(s, 0) + cost.backward(s, 0)).c_str(),
+        char extra[64] = "";
+        if (recompute || tp)
+            std::snprintf(extra, sizeof extra, "%s%s",
+                recompute ? ("  " + padded(formatSeconds(m.charge.recompute_s), 11)).c_str() : "",
+                tp ? ("  " + padded(formatSeconds(m.charge.tensor_parallel_s), 11)).c_str() : "");
+        std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %-11s  %-11s%s  %s / %s%s\n",
+            label.c_str(), (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(),
+            plan.dataReplicas(s), devs.c_str(), formatSeconds(m.charge.total_s()).c_str(),
+            formatSeconds(m.charge.forward_s).c_str(), formatSeconds(m.charge.backward_s).c_str(), extra,
             formatBytes(m.peak_memory_bytes).c_str(), formatBytes(m.memory_capacity_bytes).c_str(),
             m.peak_memory_bytes > m.memory_capacity_bytes ? "  OVER" : "");
         out << line;
@@ -125,13 +158,18 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         r.simulated_actions);
     out << line;
     if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
-        std::snprintf(line, sizeof line, "flops    %.1f TFLOP/s per device (model FLOPs%s)",
-            flops->flops_per_s_per_gpu / 1e12, plan.schedule.recompute ? " with the recomputed forward" : "");
-        out << line;
+        out << "flops    " << formatFlopRate(flops->model_flops_per_s_per_gpu) << " per device of model FLOPs";
+        if (recompute)
+            out << ", " << formatFlopRate(flops->hardware_flops_per_s_per_gpu)
+                << " of hardware FLOPs (with the recomputed forward)";
         if (flops->peak_flops_per_s_per_gpu > 0) {
-            std::snprintf(line, sizeof line, "   MFU %.1f %% of %.0f TFLOP/s peak", 100 * flops->mfu,
-                flops->peak_flops_per_s_per_gpu / 1e12);
+            std::snprintf(line, sizeof line, "   MFU %.1f %%", 100 * flops->mfu);
             out << line;
+            if (recompute) {
+                std::snprintf(line, sizeof line, "   HFU %.1f %%", 100 * flops->hfu);
+                out << line;
+            }
+            out << " of " << formatFlopRate(flops->peak_flops_per_s_per_gpu) << " peak";
         }
         out << "\n";
     }
@@ -183,6 +221,8 @@ json comparisonJson(const std::vector<ComparisonRow>& rows)
                 row["model_flops_per_s_per_gpu"] = *r.model_flops_per_s_per_gpu;
             if (r.mfu)
                 row["mfu"] = *r.mfu;
+            if (r.hfu)
+                row["hfu"] = *r.hfu;
         }
         out.push_back(std::move(row));
     }

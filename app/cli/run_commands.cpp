@@ -2,6 +2,7 @@
 #include "run_commands.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "app/run/comparison.h"
 #include "app/run/controller.h"
 #include "app/run/preflight.h"
+#include "app/run/run_checks.h"
 #include "app/run/snapshot.h"
 #include "commands.h"
 #include "planner/errors.h"
@@ -38,10 +40,10 @@ void onInterrupt(int)
         g_running->stop(); // only sets an atomic flag: safe in a signal handler
 }
 
-agents::DataSpec dataSpec(const RunOptions& o)
+agents::DataSpec dataSpec(const RunOptions& o, std::uint64_t seed)
 {
     agents::DataSpec d;
-    d.seed = o.seed;
+    d.seed = seed;
     if (o.data.empty())
         return d;
     std::ifstream in(o.data, std::ios::binary);
@@ -80,6 +82,12 @@ app::HistoryStore openHistory(const std::string& path)
     return store;
 }
 
+app::HistoryStore readHistory(const std::string& path)
+{
+    return app::HistoryStore::open(
+        path.empty() ? app::defaultHistoryPath() : std::filesystem::path(path), app::HistoryStore::Access::ReadOnly);
+}
+
 app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
 {
     if (id == "latest") {
@@ -109,8 +117,6 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     if (o.cluster.empty()
         && (o.accept_new_host_keys || !o.known_hosts.empty() || o.keep_run_dir || !o.remote_root.empty()))
         throw InputError("--known-hosts, --accept-new-host-keys, --keep-run-dir and --remote-root go with --cluster");
-    if (o.steps <= 0)
-        throw InputError("--steps: must be positive, got " + std::to_string(o.steps));
     app::RunRequest req;
     try {
         req.plan = planner::loadPlan(o.plan);
@@ -123,6 +129,7 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         planner::Cluster cluster;
         try {
             cluster = planner::loadCluster(o.cluster);
+            app::requireEnvValues(cluster);
         } catch (const InputError& e) {
             throw e.inFile(o.cluster);
         }
@@ -145,15 +152,19 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     }
     req.plan_label = std::filesystem::path(o.plan).filename().string();
     req.steps = o.steps;
-    req.data = dataSpec(o);
+    req.seed = app::parseSeed(o.seed);
+    req.data = dataSpec(o, req.seed);
     req.init_checkpoint = o.init.empty() ? "" : std::filesystem::absolute(o.init).string();
     req.save_checkpoint = o.save.empty() ? "" : std::filesystem::absolute(o.save).string();
     req.lr = o.lr;
     req.weight_decay = o.weight_decay;
     req.warmup_steps = o.warmup;
     req.cosine = o.cosine;
-    req.seed = o.seed;
     req.threads = o.threads;
+    req.stop_on_nonfinite = o.stop_on_nonfinite;
+    req.force = o.force;
+    // The options are checked before the history is opened (created): a refused run leaves nothing behind.
+    app::validateRunSettings(req);
     const char* env = std::getenv("PIPEWRIGHT_AGENT");
     req.agent_executable = env && *env ? std::filesystem::path(env) : app::defaultAgentExecutable("/proc/self/exe");
 
@@ -172,22 +183,26 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
             err << (tty ? "\n" : "") << agent << ": " << level << ": " << text << "\n";
     };
     g_running = &controller;
-    struct sigaction sa = {}, oldInt = {}, oldTerm = {};
+    // Ctrl+C, kill, and the terminal closing (SIGHUP) all stop the run the same way: recorded as stopped.
+    struct sigaction sa = {};
     sa.sa_handler = onInterrupt;
-    sigaction(SIGINT, &sa, &oldInt);
-    sigaction(SIGTERM, &sa, &oldTerm);
+    constexpr std::array kStopSignals = {SIGINT, SIGTERM, SIGHUP};
+    std::array<struct sigaction, kStopSignals.size()> old {};
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i)
+        sigaction(kStopSignals[i], &sa, &old[i]);
+    const auto restore = [&] {
+        g_running = nullptr;
+        for (std::size_t i = 0; i < kStopSignals.size(); ++i)
+            sigaction(kStopSignals[i], &old[i], nullptr);
+    };
     app::RunOutcome r;
     try {
         r = controller.run(observer);
     } catch (...) {
-        g_running = nullptr;
-        sigaction(SIGINT, &oldInt, nullptr);
-        sigaction(SIGTERM, &oldTerm, nullptr);
+        restore();
         throw;
     }
-    g_running = nullptr;
-    sigaction(SIGINT, &oldInt, nullptr);
-    sigaction(SIGTERM, &oldTerm, nullptr);
+    restore();
     if (tty)
         err << "\n";
     const double finalLoss = r.losses.empty() ? NAN : r.losses.back();
@@ -258,7 +273,7 @@ void historyCompare(const HistoryOptions& o, std::ostream& out)
 {
     if (o.runs.size() < 2)
         throw UsageError("history compare: give two runs or more");
-    auto h = openHistory(o.history);
+    auto h = readHistory(o.history);
     std::vector<app::RunSnapshot> snapshots;
     for (const auto& id : o.runs)
         snapshots.push_back(app::loadRunSnapshot(h, findRun(h, id).id));
@@ -331,7 +346,16 @@ void historyCompare(const HistoryOptions& o, std::ostream& out)
 
 void historyList(const HistoryOptions& o, std::ostream& out)
 {
-    auto h = openHistory(o.history);
+    // Listing creates nothing: a missing file (or directory) has no runs.
+    const std::filesystem::path file = o.history.empty() ? app::defaultHistoryPath() : std::filesystem::path(o.history);
+    if (std::error_code ec; !std::filesystem::exists(file, ec)) {
+        if (o.json)
+            out << "[]\n";
+        else
+            out << "(no runs in " << file.string() << ": no history file there yet)\n";
+        return;
+    }
+    auto h = readHistory(o.history);
     app::RunFilter f;
     if (!o.status.empty())
         f.status = app::runStatusFromString(o.status);
@@ -341,17 +365,20 @@ void historyList(const HistoryOptions& o, std::ostream& out)
         for (const auto& r : runs)
             j.push_back({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
                 {"message", r.status_message}, {"started_unix_s", r.started_unix_s}, {"ended_unix_s", r.ended_unix_s},
-                {"steps", r.steps_planned}, {"tags", r.tags}});
+                {"steps", r.steps_done}, {"steps_planned", r.steps_planned}, {"tags", r.tags}});
         out << j.dump(2) << "\n";
         return;
     }
-    out << std::left << std::setw(26) << "run" << std::setw(12) << "status" << std::setw(7) << "steps" << std::setw(10)
+    // Steps done of those planned; the duration up to the end (an interrupted run's last recorded event).
+    out << std::left << std::setw(26) << "run" << std::setw(12) << "status" << std::setw(12) << "steps" << std::setw(10)
         << "duration"
         << "plan\n";
     for (const auto& r : runs) {
-        const double d = r.ended_unix_s > 0 ? r.ended_unix_s - r.started_unix_s : 0;
-        out << std::left << std::setw(26) << r.id << std::setw(12) << app::toString(r.status) << std::setw(7)
-            << r.steps_planned << std::setw(10) << (fixed(d, 1) + " s") << r.label << "\n";
+        const std::string duration
+            = r.ended_unix_s > 0 ? fixed(std::max(0.0, r.ended_unix_s - r.started_unix_s), 1) + " s" : "-";
+        out << std::left << std::setw(26) << r.id << std::setw(12) << app::toString(r.status) << std::setw(12)
+            << (std::to_string(r.steps_done) + "/" + std::to_string(r.steps_planned)) << std::setw(10) << duration
+            << r.label << "\n";
     }
     if (runs.empty())
         out << "(no runs in " << h.path().string() << ")\n";
@@ -359,7 +386,7 @@ void historyList(const HistoryOptions& o, std::ostream& out)
 
 void historyShow(const HistoryOptions& o, std::ostream& out)
 {
-    auto h = openHistory(o.history);
+    auto h = readHistory(o.history);
     const auto r = findRun(h, o.run);
     const auto plan = planner::planFromJson(nlohmann::json::parse(r.plan_json));
     const auto measured = h.measuredTimeline(r.id);
@@ -371,8 +398,8 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     std::optional<app::RunComparison> calibrated;
     if (!o.costs.empty()) {
         const int n = r.predicted_steps > 0 ? static_cast<int>(r.predicted_steps) : std::max(1, steps);
-        calibrated = app::compareRun(
-            plan, app::predictSteps(plan, n, planner::loadCostModel(o.costs, plan)), n, measured, steps);
+        const auto model = planner::loadCostModel(o.costs, plan);
+        calibrated = app::compareRun(plan, app::predictSteps(plan, n, model), n, measured, steps, &model);
     }
     if (o.json) {
         nlohmann::json stages = nlohmann::json::array();
@@ -384,7 +411,7 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                 {"measured",
                     {{"compute_s", s.measured.compute_s}, {"idle_s", s.measured.idle_s},
                         {"iteration_s", s.measured.iteration_s}}},
-                {"iteration_error", s.iteration_error}});
+                {"compute_error", s.compute_error}, {"iteration_error", s.iteration_error}});
         nlohmann::json ls = nlohmann::json::array();
         for (const auto& l : losses)
             ls.push_back(l.value);
@@ -406,24 +433,29 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
         << r.steps_planned << " steps, " << measured.spans.size() << " measured spans\n";
     if (!losses.empty())
         out << "  loss " << fixed(losses.front().value, 4) << " -> " << fixed(losses.back().value, 4) << "\n";
-    out << "  iteration time: predicted " << milliseconds(cmp.predicted_iteration_s) << " (first " << r.predicted_steps
-        << " steps simulated), measured " << milliseconds(cmp.measured_iteration_s) << " ("
-        << percent(cmp.iteration_error) << ")\n";
+    out << "  iteration time: predicted " << milliseconds(cmp.predicted_iteration_s)
+        << " (the plan's, as `plan` prints it), measured " << milliseconds(cmp.measured_iteration_s) << " per step ("
+        << percent(cmp.iteration_error) << "); per stage: the first " << r.predicted_steps << " steps simulated\n";
     if (calibrated)
         out << "  calibrated (" << o.costs << "): predicted " << milliseconds(calibrated->predicted_iteration_s)
             << ", measured " << milliseconds(calibrated->measured_iteration_s) << " ("
             << percent(calibrated->iteration_error) << ")\n";
-    out << "  per stage (per step)   compute: predicted  measured     idle: predicted  measured     error\n";
+    out << "  per " << (plan.schedule.chunks > 1 ? "virtual stage" : "stage")
+        << " and step; error = measured / predicted - 1 of the compute, and of the device's window (compute + idle)\n";
+    out << std::string(24, ' ') << std::setw(19) << "compute: predicted" << std::setw(10) << "measured" << std::setw(10)
+        << "error" << std::setw(19) << "idle: predicted" << std::setw(10) << "measured" << std::setw(14)
+        << "window error"
+        << "\n";
     for (const auto& s : cmp.stages)
         out << "    stage " << std::left << std::setw(14) << s.stage << std::right << std::setw(19)
             << milliseconds(s.predicted.compute_s) << std::setw(10) << milliseconds(s.measured.compute_s)
-            << std::setw(19) << milliseconds(s.predicted.idle_s) << std::setw(10) << milliseconds(s.measured.idle_s)
-            << std::setw(10) << percent(s.iteration_error) << "\n";
+            << std::setw(10) << percent(s.compute_error) << std::setw(19) << milliseconds(s.predicted.idle_s)
+            << std::setw(10) << milliseconds(s.measured.idle_s) << std::setw(14) << percent(s.iteration_error) << "\n";
 }
 
 void historyExport(const HistoryOptions& o, std::ostream& out)
 {
-    auto h = openHistory(o.history);
+    auto h = readHistory(o.history);
     const auto r = findRun(h, o.run);
     std::ofstream file(o.output, std::ios::trunc);
     if (!file)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,10 +32,12 @@ struct RunOptions
     double weight_decay = 0.0;
     int warmup = 0;
     bool cosine = false;
-    std::uint64_t seed = 1234;
-    int threads = 0;
+    std::string seed = "1234"; ///< as written: app::parseSeed refuses what is not a uint64
+    std::optional<int> threads; ///< per agent; unset: cores / agents
+    bool force = false; ///< start a local run beyond this machine's cores or memory
     std::string history; ///< empty: the user's data directory
     bool json = false;
+    bool stop_on_nonfinite = true; ///< fail the run (exit kExitRunFailed) at the first NaN or infinite loss
 };
 
 struct PreflightOptions
@@ -67,6 +70,9 @@ void historyCompare(const HistoryOptions& o, std::ostream& out);
 
 /// The history at `path` (the user's data directory when empty), runs of dead controllers marked interrupted.
 app::HistoryStore openHistory(const std::string& path);
+/// The same, read-only (list, show, export, compare, calibrate): never creates, migrates or marks anything; a
+/// missing file is a HistoryError naming it.
+app::HistoryStore readHistory(const std::string& path);
 /// The run whose id is `id` or starts with it; throws InputError when none or several match.
 app::RunRecord findRun(app::HistoryStore& history, const std::string& id);
 

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <ostream>
@@ -17,10 +19,13 @@
 #include <system_error>
 #include <tuple>
 #include <utility>
+#include <vector>
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "planner/errors.h"
@@ -89,15 +94,52 @@ fs::path homeDirectory()
     throw HistoryError("cannot find the home directory for the history file: HOME is not set");
 }
 
+/// Creates the file's missing directories, private to the user (0700: what they hold is nobody else's).
 void createDirectoryFor(const fs::path& file)
 {
     const auto dir = file.parent_path();
     if (dir.empty())
         return;
-    std::error_code error;
-    fs::create_directories(dir, error);
-    if (error)
-        throw HistoryError(file.string() + ": cannot create its directory " + dir.string() + ": " + error.message());
+    std::vector<fs::path> missing;
+    for (auto d = dir; !d.empty() && !fs::exists(d); d = d.parent_path()) {
+        missing.push_back(d);
+        if (d == d.parent_path())
+            break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it)
+        if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST)
+            throw HistoryError(file.string() + ": cannot create its directory " + it->string() + ": "
+                + std::generic_category().message(errno));
+}
+
+/// A history holds plans, clusters, host names and logs: only its owner reads it. A missing file is created 0600
+/// (SQLite gives its -wal and -shm files the database file's mode); an existing file of ours that others may read
+/// (what earlier versions created, 0644) is made private too, with its -wal and -shm files.
+void makePrivate(const fs::path& file)
+{
+    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return; // SQLite's open names the cause
+    struct stat st
+    {
+    };
+    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 077) != 0) {
+        ::fchmod(fd, st.st_mode & 0700);
+        for (const char* suffix : {"-wal", "-shm"})
+            ::chmod((file.string() + suffix).c_str(), st.st_mode & 0700); // absent ones: nothing to do
+    }
+    ::close(fd);
+}
+
+/// The rule of markInterrupted(): a running run whose controller ran on this host and no longer exists.
+bool controllerGone(const std::string& controllerHost, std::int64_t controllerPid, const std::string& thisHost)
+{
+    return controllerHost == thisHost && !processAlive(controllerPid);
+}
+
+std::string interruptedMessage(std::int64_t pid, const std::string& host)
+{
+    return "the controller (pid " + std::to_string(pid) + " on " + host + ") ended without finishing the run";
 }
 
 /// LIKE's wildcards in `text` taken literally (with ESCAPE '\').
@@ -123,6 +165,12 @@ void appendNumber(std::string& out, double value)
 constexpr const char* kRunColumns = "id, plan_json, cluster_json, hosts_json, label, status, status_message, "
                                     "started_unix_s, ended_unix_s, controller_host, controller_pid, steps_planned, "
                                     "predicted_steps";
+/// What reads select: kRunColumns, the steps whose loss is stored (through the metrics index), the last event.
+constexpr const char* kRunSelect
+    = "id, plan_json, cluster_json, hosts_json, label, status, status_message, started_unix_s, ended_unix_s, "
+      "controller_host, controller_pid, steps_planned, predicted_steps, "
+      "(SELECT count(DISTINCT step) FROM metrics m WHERE m.run = runs.id AND m.name = 'loss' AND m.device = -1), "
+      "updated_unix_s";
 
 /// The agent of predicted spans (measured ones come from agents 0, 1, ...).
 constexpr int kPredictedAgent = -1;
@@ -210,14 +258,20 @@ fs::path defaultHistoryPath()
 
 struct HistoryStore::Impl
 {
-    explicit Impl(const fs::path& file)
+    Impl(const fs::path& file, Access how, const std::string& uri = {})
         : path(file)
-        , db(file)
+        , db(file,
+              how == Access::ReadOnly ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
+                                      : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+              uri)
+        , access(how)
     {
     }
 
     fs::path path;
     Connection db;
+    Access access;
+    std::string host = hostName();
     /// The ingest's hot path, prepared once per store (declared after db: finalized before it closes):
     /// kSpansPerInsert rows, and one row for the rest of a batch.
     std::optional<Statement> insertSpanBlock;
@@ -295,6 +349,19 @@ struct HistoryStore::Impl
             noRun(id);
     }
 
+    /// Records now as the run's last event (inside the caller's write transaction).
+    void touch(const std::string& id)
+    {
+        Statement s(db, "UPDATE runs SET updated_unix_s = ?2 WHERE id = ?1");
+        s.text(1, id).real(2, unixNow()).run();
+    }
+
+    /// A metric's value: NULL is the NaN that SQLite stores for one.
+    static double value(const Statement& s, int column)
+    {
+        return s.isNull(column) ? std::numeric_limits<double>::quiet_NaN() : s.real(column);
+    }
+
     /// The run's integer key, which its spans carry (schema 2); the run must exist.
     std::int64_t runKey(const std::string& id)
     {
@@ -336,13 +403,21 @@ struct HistoryStore::Impl
         r.controller_pid = s.integer(10);
         r.steps_planned = s.integer(11);
         r.predicted_steps = s.integer(12);
+        r.steps_done = s.integer(13);
         r.tags = tags(r.id);
+        // A reader that may not write shows what markInterrupted() would write.
+        if (access == Access::ReadOnly && r.status == RunStatus::Running
+            && controllerGone(r.controller_host, r.controller_pid, host)) {
+            r.status = RunStatus::Interrupted;
+            r.status_message = interruptedMessage(r.controller_pid, r.controller_host);
+            r.ended_unix_s = std::max(r.started_unix_s, s.real(14));
+        }
         return r;
     }
 
     std::optional<RunRecord> findRun(const std::string& id)
     {
-        Statement s(db, std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?1");
+        Statement s(db, std::string("SELECT ") + kRunSelect + " FROM runs WHERE id = ?1");
         s.text(1, id);
         if (!s.step())
             return std::nullopt;
@@ -469,7 +544,7 @@ struct HistoryStore::Impl
             if (predicted)
                 name.erase(0, kPredictedPrefix.size());
             t.counter(name, s.text(1))
-                .samples.push_back({static_cast<std::int32_t>(s.integer(2)), s.real(3), s.real(4)});
+                .samples.push_back({static_cast<std::int32_t>(s.integer(2)), s.real(3), value(s, 4)});
         }
         if (!predicted)
             for (auto& c : t.counters)
@@ -553,13 +628,54 @@ HistoryStore::Impl& HistoryStore::impl()
     return *m_impl;
 }
 
-HistoryStore HistoryStore::open(const fs::path& path)
+HistoryStore HistoryStore::open(const fs::path& path, Access access)
 {
-    createDirectoryFor(path);
-    auto impl = std::make_unique<Impl>(path);
-    impl->checkIdentity();
-    impl->configure();
-    impl->migrate();
+    if (access == Access::ReadWrite) {
+        createDirectoryFor(path);
+        makePrivate(path);
+        auto impl = std::make_unique<Impl>(path, access);
+        impl->checkIdentity();
+        impl->configure();
+        impl->migrate();
+        return HistoryStore(std::move(impl));
+    }
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+        throw HistoryError(path.string() + ": is a directory, not a history file");
+    if (!fs::exists(path, ec))
+        throw HistoryError(path.string() + ": no history file there (a run creates it)");
+    std::unique_ptr<Impl> impl;
+    try {
+        impl = std::make_unique<Impl>(path, access);
+        impl->checkIdentity();
+    } catch (const HistoryError&) {
+        // A WAL file read by someone who may not write its directory: without a -shm file SQLite cannot share
+        // the WAL index, so read the file as it is (immutable: no writer can be active without that -shm file).
+        if (fs::exists(path.string() + "-shm", ec))
+            throw;
+        std::string uri = "file:";
+        for (unsigned char c : fs::absolute(path).string()) {
+            if (std::isalnum(c) || std::strchr("/-._~", c))
+                uri += static_cast<char>(c);
+            else {
+                std::array<char, 4> hex {};
+                std::snprintf(hex.data(), hex.size(), "%%%02X", c);
+                uri += hex.data();
+            }
+        }
+        impl = std::make_unique<Impl>(path, access, uri + "?immutable=1");
+        impl->checkIdentity();
+    }
+    if (const auto version = impl->pragma("user_version");
+        version < kHistorySchemaVersion && ::access(path.c_str(), W_OK) == 0) {
+        // An older file this user may write: migrate it once (a reader of a newer Pipewright), then read it.
+        impl.reset();
+        HistoryStore::open(path, Access::ReadWrite);
+        return open(path, Access::ReadOnly);
+    } else if (version != kHistorySchemaVersion)
+        throw HistoryError(path.string() + ": the history has schema version " + std::to_string(version)
+            + " and this Pipewright reads version " + std::to_string(kHistorySchemaVersion)
+            + " without writing: open it once with write access to migrate it");
     return HistoryStore(std::move(impl));
 }
 
@@ -604,6 +720,7 @@ std::string HistoryStore::createRun(const NewRun& run, std::int64_t controllerPi
         .integer(12, run.steps_planned)
         .run();
     m.insertTags(id, run.tags);
+    m.touch(id);
     tx.commit();
     return id;
 }
@@ -623,24 +740,25 @@ void HistoryStore::finishRun(const std::string& id, RunStatus status, const std:
 int HistoryStore::markInterrupted()
 {
     auto& m = impl();
+    if (m.access == Access::ReadOnly)
+        return 0; // readRun() shows them as interrupted instead
     Transaction tx(m.db, Transaction::Access::Write);
-    const auto host = hostName();
+    const auto& host = m.host;
     std::vector<std::pair<std::string, std::int64_t>> dead;
     {
-        Statement running(
-            m.db, "SELECT id, controller_pid FROM runs WHERE status = 'running' AND controller_host = ?1");
+        Statement running(m.db,
+            "SELECT id, controller_pid, controller_host FROM runs WHERE status = 'running' AND controller_host = ?1");
         running.text(1, host);
         while (running.step())
-            if (!processAlive(running.integer(1)))
+            if (controllerGone(running.text(2), running.integer(1), host))
                 dead.emplace_back(running.text(0), running.integer(1));
     }
-    Statement update(
-        m.db, "UPDATE runs SET status = 'interrupted', status_message = ?2, ended_unix_s = ?3 WHERE id = ?1");
+    // The run ended at its last recorded event, not when somebody noticed.
+    Statement update(m.db,
+        "UPDATE runs SET status = 'interrupted', status_message = ?2, ended_unix_s = max(started_unix_s, "
+        "updated_unix_s) WHERE id = ?1");
     for (const auto& [id, pid] : dead)
-        update.text(1, id)
-            .text(2, "the controller (pid " + std::to_string(pid) + " on " + host + ") ended without finishing the run")
-            .real(3, unixNow())
-            .run();
+        update.text(1, id).text(2, interruptedMessage(pid, host)).run();
     tx.commit();
     return static_cast<int>(dead.size());
 }
@@ -699,6 +817,7 @@ void HistoryStore::appendSpans(const std::string& id, std::span<const MeasuredSp
     m.insertSpans(id, Timeline::Source::Measured, spans.size(), [&](std::size_t i) {
         return SpanRow {spans[i].span, spans[i].agent, spans[i].seq};
     });
+    m.touch(id);
     tx.commit();
 }
 
@@ -753,9 +872,11 @@ void HistoryStore::appendMetrics(const std::string& id, std::span<const MetricSa
     for (const auto& s : samples) {
         // The one unit every producer agrees on; other series are dimensionless until they carry one.
         const std::string_view unit = s.name == planner::kMemoryCounter ? "B" : "";
+        // A NaN binds as NULL (SQLite has no NaN); infinities are stored as they are.
         insert.integer(2, s.step).text(3, s.name).real(4, s.value).real(5, s.t_s).integer(6, s.device).text(7, unit);
         insert.run();
     }
+    m.touch(id);
     tx.commit();
 }
 
@@ -768,6 +889,7 @@ void HistoryStore::appendLogs(const std::string& id, std::span<const LogEntry> e
     insert.text(1, id);
     for (const auto& e : entries)
         insert.real(2, e.t_s).integer(3, e.agent).integer(4, e.device).text(5, e.level).text(6, e.text).run();
+    m.touch(id);
     tx.commit();
 }
 
@@ -775,16 +897,16 @@ std::vector<RunRecord> HistoryStore::listRuns(const RunFilter& filter)
 {
     auto& m = impl();
     Transaction tx(m.db, Transaction::Access::Read);
-    Statement s(m.db, std::string("SELECT ") + kRunColumns + R"sql( FROM runs
+    Statement s(m.db, std::string("SELECT ") + kRunSelect + R"sql( FROM runs
             WHERE (?1 IS NULL OR status = ?1)
-              AND (?2 = '' OR id IN (SELECT run FROM tags WHERE tag = ?2))
+              AND (?2 = '' OR id IN (SELECT run FROM tags WHERE tag LIKE '%' || ?2 || '%' ESCAPE '\'))
               AND (?3 = '' OR label LIKE '%' || ?3 || '%' ESCAPE '\')
             ORDER BY started_unix_s DESC, rowid DESC)sql");
     if (filter.status)
         s.text(1, toString(*filter.status));
     else
         s.null(1);
-    s.text(2, filter.tag).text(3, likeEscaped(filter.text));
+    s.text(2, likeEscaped(filter.tag)).text(3, likeEscaped(filter.text)); // both substrings, as the label's
     std::vector<RunRecord> runs;
     while (s.step())
         runs.push_back(m.readRun(s));
@@ -820,7 +942,8 @@ std::vector<MetricSample> HistoryStore::metrics(const std::string& id, const std
     s.text(1, id).text(2, name);
     std::vector<MetricSample> out;
     while (s.step())
-        out.push_back({static_cast<int>(s.integer(0)), name, s.real(1), s.real(2), static_cast<int>(s.integer(3))});
+        out.push_back(
+            {static_cast<int>(s.integer(0)), name, Impl::value(s, 1), s.real(2), static_cast<int>(s.integer(3))});
     tx.commit();
     return out;
 }

@@ -20,7 +20,7 @@ namespace pw::app {
 
 /// The schema version this code writes (`PRAGMA user_version`). Older files are migrated step by step on open;
 /// newer ones are refused.
-inline constexpr int kHistorySchemaVersion = 2;
+inline constexpr int kHistorySchemaVersion = 3;
 
 /// @brief Anything that went wrong with a history file. what() names the file and, for SQLite failures, carries
 /// sqlite3_errmsg().
@@ -50,11 +50,12 @@ struct RunRecord
     RunStatus status = RunStatus::Running;
     std::string status_message;
     double started_unix_s = 0;
-    double ended_unix_s = 0; ///< 0 while running
+    double ended_unix_s = 0; ///< 0 while running; an interrupted run's last recorded event
     std::string controller_host;
     std::int64_t controller_pid = 0;
     std::int64_t steps_planned = 0;
     std::int64_t predicted_steps = 0; ///< the steps the stored prediction covers (0: none stored)
+    std::int64_t steps_done = 0; ///< steps whose loss is recorded (steps_planned is what was asked for)
     std::vector<std::string> tags; ///< sorted, no duplicates
 
     bool operator==(const RunRecord&) const = default;
@@ -88,7 +89,7 @@ struct MetricSample
 {
     int step = 0;
     std::string name;
-    double value = 0;
+    double value = 0; ///< may be NaN or infinite (a diverged loss): stored and read back as it was
     double t_s = 0; ///< seconds from the run's t = 0
     int device = -1; ///< -1: the whole run
 
@@ -111,7 +112,7 @@ struct LogEntry
 struct RunFilter
 {
     std::optional<RunStatus> status;
-    std::string tag; ///< runs carrying this tag
+    std::string tag; ///< runs carrying a tag that contains this text (ASCII case-insensitive)
     std::string text; ///< runs whose label contains this text (ASCII case-insensitive)
 };
 
@@ -144,10 +145,16 @@ std::filesystem::path defaultHistoryPath();
 class HistoryStore
 {
 public:
-    /// Opens (creating it and its directory when missing) and migrates the file. Throws HistoryError naming the
-    /// file when it is not SQLite, is an SQLite database of something else, or has a newer schema version than
-    /// kHistorySchemaVersion (naming both versions); a refused file is left untouched.
-    static HistoryStore open(const std::filesystem::path& path);
+    enum class Access : std::uint8_t {
+        ReadWrite, ///< creates the file (0600) and its directory (0700) when missing, migrates older schemas
+        ReadOnly, ///< never writes: the file must exist (a history one may read but not write can be read)
+    };
+    /// Opens the file; ReadWrite creates it when missing and migrates it. Throws HistoryError naming the file when
+    /// it is not SQLite, is an SQLite database of something else, has a newer schema version than
+    /// kHistorySchemaVersion (naming both versions), or (ReadOnly) is missing or too old to read without
+    /// migrating it; a refused file is left untouched. A ReadOnly store shows the running runs whose controller is
+    /// gone (markInterrupted()'s rule) as interrupted, without writing that down; its writing methods throw.
+    static HistoryStore open(const std::filesystem::path& path, Access access = Access::ReadWrite);
 
     HistoryStore(HistoryStore&&) noexcept;
     HistoryStore& operator=(HistoryStore&&) noexcept;
@@ -164,8 +171,8 @@ public:
     /// Sets the final status (not Running: HistoryError), its message and the end time (now).
     void finishRun(const std::string& id, RunStatus status, const std::string& message = {});
     /// Every run still running whose controller ran on this host and no longer exists (kill(pid, 0) fails with
-    /// ESRCH) becomes interrupted; runs of live controllers and of other hosts are left alone. A controller calls
-    /// this after open(). Returns how many runs it marked.
+    /// ESRCH) becomes interrupted, ending at its last recorded event; runs of live controllers and of other hosts
+    /// are left alone. A controller calls this after open(). Returns how many runs it marked.
     int markInterrupted();
     void addTag(const std::string& id, const std::string& tag);
     void removeTag(const std::string& id, const std::string& tag);

@@ -112,6 +112,27 @@ DROP TABLE spans;
 ALTER TABLE spans_keyed RENAME TO spans;
 CREATE UNIQUE INDEX spans_by_sequence ON spans (run, agent, seq);
 )sql"),
+    // 3: a metric's value may be NULL: a loss that stopped being finite is kept (NaN as NULL; SQLite stores
+    // infinities as they are), where NOT NULL lost the whole run. runs.updated_unix_s is the time of the run's
+    // last recorded event (span, metric or log), where an interrupted run's duration ends.
+    std::string_view(R"sql(
+CREATE TABLE metrics_nullable (
+    run TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    value REAL,
+    t_s REAL NOT NULL,
+    device INTEGER NOT NULL DEFAULT -1,
+    unit TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO metrics_nullable (rowid, run, step, name, value, t_s, device, unit)
+    SELECT rowid, run, step, name, value, t_s, device, unit FROM metrics;
+DROP TABLE metrics;
+ALTER TABLE metrics_nullable RENAME TO metrics;
+CREATE INDEX metrics_by_run ON metrics (run, name);
+ALTER TABLE runs ADD COLUMN updated_unix_s REAL NOT NULL DEFAULT 0;
+UPDATE runs SET updated_unix_s = max(started_unix_s, ended_unix_s);
+)sql"),
 };
 static_assert(kMigrations.size() == kHistorySchemaVersion, "one migration step per schema version");
 

@@ -21,11 +21,14 @@ inline constexpr int kBusyTimeoutMs = 10000;
 class Connection
 {
 public:
-    explicit Connection(const std::filesystem::path& path)
+    /// `flags`: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, or SQLITE_OPEN_READONLY (with SQLITE_OPEN_URI, `uri`
+    /// may name the file as a URI with parameters); errors still name `path`.
+    explicit Connection(const std::filesystem::path& path, int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+        const std::string& uri = {})
         : m_file(path.string())
     {
-        const int rc = sqlite3_open_v2(
-            m_file.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+        const int rc
+            = sqlite3_open_v2(uri.empty() ? m_file.c_str() : uri.c_str(), &m_db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
         if (rc != SQLITE_OK) {
             const std::string message = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
             sqlite3_close_v2(m_db);

@@ -30,6 +30,8 @@ struct PartitionSettings
     std::string algorithm = "pipedream";
     nlohmann::json params = nlohmann::json::object(); ///< algorithm options by name
     planner::ScheduleOptions schedule;
+
+    bool operator==(const PartitionSettings&) const = default;
 };
 
 struct Project

@@ -144,6 +144,9 @@ std::unique_ptr<AgentConnection> startLocalAgent(const std::filesystem::path& ex
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
+        // Its own process group: the terminal's Ctrl+C or hang-up (SIGINT, SIGHUP to the foreground group) reaches
+        // the controller only, which stops the run and its agents in order (a stopped run, not a failed one).
+        setpgid(0, 0);
         dup2(in[0], STDIN_FILENO);
         dup2(out[1], STDOUT_FILENO);
         execve(path.c_str(), argv, envp.data());

@@ -2,6 +2,7 @@
 #include "comparison.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -13,7 +14,8 @@ namespace {
 
 struct DeviceSums
 {
-    double compute = 0;
+    double compute = 0; ///< all its compute spans
+    std::map<int, double> stage_compute; ///< per (virtual) stage it holds: its compute spans
     double first = std::numeric_limits<double>::infinity();
     double last = -std::numeric_limits<double>::infinity();
 };
@@ -30,45 +32,69 @@ std::vector<StageTimes> stageTimes(const planner::Plan& plan, const planner::Tim
     std::map<int, DeviceSums> devices;
     for (const auto& s : timeline.spans) {
         auto& d = devices[s.device];
-        if (s.lane == planner::Lane::Compute)
+        if (s.lane == planner::Lane::Compute) {
             d.compute += s.t1 - s.t0;
+            d.stage_compute[s.stage] += s.t1 - s.t0;
+        }
         d.first = std::min(d.first, s.t0);
         d.last = std::max(d.last, s.t1);
     }
+    // Every (virtual) stage its own row: its compute is that of the spans of that stage on its devices; the window
+    // and the idle time are its devices' (a device holding several virtual stages idles for all of them at once).
     std::vector<StageTimes> out(static_cast<std::size_t>(plan.stageCount()));
-    std::vector<int> counts(out.size(), 0);
-    std::map<int, int> stageOf;
-    for (int st = 0; st < plan.stageCount(); ++st)
-        for (int dev : plan.stages[static_cast<std::size_t>(st)].devices)
-            stageOf.emplace(dev, st);
     const double n = std::max(1, steps);
-    for (const auto& [dev, sums] : devices) {
-        auto it = stageOf.find(dev);
-        if (it == stageOf.end() || sums.last < sums.first)
-            continue;
-        auto& t = out[static_cast<std::size_t>(it->second)];
-        t.compute_s += sums.compute / n;
-        t.iteration_s += (sums.last - sums.first) / n;
-        ++counts[static_cast<std::size_t>(it->second)];
-    }
-    for (std::size_t i = 0; i < out.size(); ++i) {
-        if (counts[i] > 0) {
-            out[i].compute_s /= counts[i];
-            out[i].iteration_s /= counts[i];
+    for (int st = 0; st < plan.stageCount(); ++st) {
+        auto& t = out[static_cast<std::size_t>(st)];
+        int count = 0;
+        for (int dev : plan.stages[static_cast<std::size_t>(st)].devices) {
+            const auto it = devices.find(dev);
+            if (it == devices.end() || it->second.last < it->second.first)
+                continue;
+            const auto& sums = it->second;
+            const auto own = sums.stage_compute.find(st);
+            t.compute_s += (own == sums.stage_compute.end() ? 0.0 : own->second) / n;
+            t.iteration_s += (sums.last - sums.first) / n;
+            t.idle_s += std::max(0.0, sums.last - sums.first - sums.compute) / n;
+            ++count;
         }
-        out[i].idle_s = std::max(0.0, out[i].iteration_s - out[i].compute_s);
+        if (count > 0) {
+            t.compute_s /= count;
+            t.iteration_s /= count;
+            t.idle_s /= count;
+        }
     }
     return out;
 }
 
+double planIterationTime(const planner::Plan& plan, const planner::CostModel* cost)
+{
+    try {
+        const planner::SimulationOptions metricsOnly {.record_spans = false, .record_memory = false};
+        const auto schedule = planner::generateSchedule(plan);
+        const auto sim = cost ? planner::simulate(plan, schedule, *cost, metricsOnly)
+                              : planner::simulate(plan, schedule, metricsOnly);
+        return std::isfinite(sim.iteration_time_s) ? sim.iteration_time_s : 0.0;
+    } catch (const std::exception&) {
+        return 0.0;
+    }
+}
+
 RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& predicted, int predictedSteps,
-    const planner::Timeline& measured, int measuredSteps)
+    const planner::Timeline& measured, int measuredSteps, const planner::CostModel* cost)
+{
+    return compareRun(plan, predicted, predictedSteps, measured, measuredSteps,
+        predicted.spans.empty() ? 0.0 : planIterationTime(plan, cost));
+}
+
+RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& predicted, int predictedSteps,
+    const planner::Timeline& measured, int measuredSteps, double planIterationS)
 {
     RunComparison c;
     const auto p = stageTimes(plan, predicted, predictedSteps);
     const auto m = stageTimes(plan, measured, measuredSteps);
     for (std::size_t i = 0; i < p.size(); ++i)
-        c.stages.push_back({static_cast<int>(i), p[i], m[i], relativeError(m[i].iteration_s, p[i].iteration_s)});
+        c.stages.push_back({static_cast<int>(i), p[i], m[i], relativeError(m[i].compute_s, p[i].compute_s),
+            relativeError(m[i].iteration_s, p[i].iteration_s)});
     auto makespan = [](const planner::Timeline& t) {
         double first = std::numeric_limits<double>::infinity(), last = 0;
         for (const auto& s : t.spans) {
@@ -77,7 +103,7 @@ RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& pre
         }
         return t.spans.empty() ? 0.0 : last - first;
     };
-    c.predicted_iteration_s = makespan(predicted) / std::max(1, predictedSteps);
+    c.predicted_iteration_s = predicted.spans.empty() ? 0.0 : planIterationS;
     c.measured_iteration_s = makespan(measured) / std::max(1, measuredSteps);
     c.iteration_error = relativeError(c.measured_iteration_s, c.predicted_iteration_s);
     return c;

@@ -11,11 +11,12 @@
 
 namespace pw::app {
 
-/// @brief Per-step times of one stage (the mean over its devices), in seconds.
+/// @brief Per-step times of one (virtual) stage (the mean over its replicas), in seconds.
 struct StageTimes
 {
-    double compute_s = 0; ///< forward, backward and optimizer spans
-    double idle_s = 0; ///< iteration time minus compute
+    double compute_s = 0; ///< the stage's forward, backward and optimizer spans
+    /// its device's window minus all the device's compute (with interleaving, shared by the device's virtual stages)
+    double idle_s = 0;
     double iteration_s = 0; ///< the device's first start to its last end, divided by the steps
 
     bool operator==(const StageTimes&) const = default;
@@ -26,7 +27,10 @@ struct StageComparison
     int stage = 0;
     StageTimes predicted;
     StageTimes measured;
-    /// measured / predicted - 1 of the iteration time (0.1: 10 % slower than predicted); 0 without a prediction
+    /// measured / predicted - 1 of the stage's compute per step (0.1: 10 % slower than predicted); 0 without a
+    /// prediction: how well the costs (profile or calibrated) predict the stage's own work
+    double compute_error = 0;
+    /// measured / predicted - 1 of its device's window per step (compute and idle): the schedule's effect as well
     double iteration_error = 0;
 
     bool operator==(const StageComparison&) const = default;
@@ -35,19 +39,31 @@ struct StageComparison
 struct RunComparison
 {
     std::vector<StageComparison> stages;
-    double predicted_iteration_s = 0; ///< makespan / steps
+    /// The plan's predicted iteration time: planIterationTime, the number `pipewright-cli plan` prints
+    double predicted_iteration_s = 0;
     double measured_iteration_s = 0;
     double iteration_error = 0;
 
     bool operator==(const RunComparison&) const = default;
 };
 
-/// Times per stage of one timeline: devices map to the first stage of the plan that lists them.
+/// Times per (virtual) stage of one timeline: one entry per stage of the plan, its compute from the spans of that
+/// stage on the devices the plan gives it.
 std::vector<StageTimes> stageTimes(const planner::Plan& plan, const planner::Timeline& timeline, int steps);
+/// The one predicted iteration time of a plan: the simulator's iteration_time_s for the plan as it stands (its
+/// schedule's iterations), under `cost` (the profile's when null). What `pipewright-cli plan` and `simulate` print,
+/// the app's metrics panel shows and a run's comparison uses: a prediction of the first steps of a run would give
+/// another number where steps overlap (HetPipe's waves: 20 steps back to back share their fill and drain). 0 when the
+/// plan cannot be simulated.
+double planIterationTime(const planner::Plan& plan, const planner::CostModel* cost = nullptr);
 /// Per step: the prediction covers `predictedSteps` steps (often fewer than the run), the measured timeline
-/// `measuredSteps` (the steps that finished).
+/// `measuredSteps` (the steps that finished). The predicted iteration time is planIterationTime(plan, cost).
 RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& predicted, int predictedSteps,
-    const planner::Timeline& measured, int measuredSteps);
+    const planner::Timeline& measured, int measuredSteps, const planner::CostModel* cost = nullptr);
+/// The same with the plan's iteration time already known (planIterationTime simulates the plan: a caller on a UI
+/// thread computes it in the background once).
+RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& predicted, int predictedSteps,
+    const planner::Timeline& measured, int measuredSteps, double planIterationS);
 /// The simulator's timeline of `steps` steps of the plan under `cost` (a calibrated model, planner/sim/calibration.h):
 /// what a run's measured timeline is compared with, as the controller's stored prediction is under the profile's.
 planner::Timeline predictSteps(const planner::Plan& plan, int steps, const planner::CostModel& cost);

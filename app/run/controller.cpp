@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 
 #include "app/run/agent_connection.h"
 #include "app/run/remote.h"
+#include "app/run/run_checks.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
@@ -148,7 +150,7 @@ struct RunController::Impl
 
     void fail(const std::string& why)
     {
-        if (failure.empty() && !stopping)
+        if (failure.empty() && !stopping && !stopRequested)
             failure = why;
     }
 
@@ -334,10 +336,15 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
                 partial.erase(step);
                 const double elapsed = stepEnds[static_cast<std::size_t>(step)];
                 const double tps = elapsed > 0 ? tokensPerStep * (step + 1) / elapsed : 0;
-                metricBuffer.push_back({step, "loss", losses[static_cast<std::size_t>(step)], elapsed, -1});
+                const double loss = losses[static_cast<std::size_t>(step)];
+                metricBuffer.push_back({step, "loss", loss, elapsed, -1});
                 metricBuffer.push_back({step, "tokens_per_s", tps, elapsed, -1});
                 if (o.progress)
-                    o.progress({runId, step + 1, request.steps, losses[static_cast<std::size_t>(step)], tps, elapsed});
+                    o.progress({runId, step + 1, request.steps, loss, tps, elapsed});
+                if (!std::isfinite(loss) && request.stop_on_nonfinite)
+                    fail("the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step "
+                        + std::to_string(step + 1) + " of " + std::to_string(request.steps)
+                        + ": training diverged (a lower learning rate may help; --stop-on-nonfinite off trains on)");
             }
         } else {
             metricBuffer.push_back({static_cast<int>(m.step), m.name, m.value, m.t_s - t0, m.device});
@@ -446,16 +453,37 @@ RunOutcome RunController::run(const RunObserver& o)
 {
     Impl& s = *m_impl;
     auto& req = s.request;
-    // Everything that can be refused is checked before a process starts.
-    if (!req.plan.model->architecture)
-        throw planner::InputError("the plan's model '" + req.plan.model->name
-            + "' has no transformer shape: only plans made with `profile transformer` can be trained");
+    // Everything that can be refused is checked before the run is recorded and a process starts
+    // (app/run/run_checks.h).
+    validateRunSettings(req);
+    checkTrainable(req.plan); // the model's shape, and only settings the engine honours
     {
         planner::Plan p = req.plan;
         p.schedule.iterations = std::min(req.steps, 2); // the agents generate the rest (engine::runProgram)
         p.validate();
         planner::generateSchedule(p); // throws for a schedule the plan does not suit
     }
+    if (!req.remote) // a remote run's files are on its hosts, where its agents check them the same way
+        checkRunFiles(req);
+    else
+        requireEnvValues(*req.plan.cluster);
+    // The prediction of the first steps: the schedule repeats, so a few steps give the per-step figures and the
+    // overlay's shape, and a run of a million steps is not simulated (and stored) in full first. It is also what
+    // a local run's memory is checked against.
+    planner::Plan predicted = req.plan;
+    predicted.schedule.iterations = std::min(req.steps, kPredictedSteps);
+    std::optional<planner::SimulationResult> sim;
+    std::string noPrediction;
+    try {
+        sim = planner::simulate(predicted);
+    } catch (const std::exception& e) {
+        noPrediction = e.what();
+    }
+    const auto machine = MachineResources::thisMachine();
+    if (!req.remote && !req.force)
+        if (const auto excess = localRunExcess(localRunLoad(req, sim ? &*sim : nullptr, machine), machine);
+            !excess.empty())
+            throw planner::InputError(excess + ": give --force to start it anyway");
     const auto& arch = *req.plan.model->architecture;
     s.microbatches = req.plan.microbatchesPerStep(); // every pipeline (virtual worker) takes its own
     const int b = req.plan.schedule.microbatch_size > 0 ? req.plan.schedule.microbatch_size : arch.microbatch;
@@ -465,9 +493,7 @@ RunOutcome RunController::run(const RunObserver& o)
     std::set<int> devices;
     for (const auto& st : req.plan.stages)
         devices.insert(st.devices.begin(), st.devices.end());
-    const int threads = req.threads > 0
-        ? req.threads
-        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max<int>(1, devices.size()));
+    const int threads = localRunLoad(req, nullptr, machine).threads_per_agent;
 
     NewRun nr;
     nr.plan_json = planner::toJson(req.plan).dump();
@@ -488,13 +514,10 @@ RunOutcome RunController::run(const RunObserver& o)
     RunOutcome out;
     out.run_id = s.runId;
     try {
-        // The prediction of the first steps: the schedule repeats, so a few steps give the per-step figures
-        // and the overlay's shape, and a run of a million steps is not simulated (and stored) in full first.
-        planner::Plan predicted = req.plan;
-        predicted.schedule.iterations = std::min(req.steps, kPredictedSteps);
-        auto sim = planner::simulate(predicted);
-        sim.timeline.run_id = s.runId;
-        s.history.savePredicted(s.runId, sim.timeline, predicted.schedule.iterations);
+        if (!sim)
+            throw std::runtime_error(noPrediction);
+        sim->timeline.run_id = s.runId;
+        s.history.savePredicted(s.runId, sim->timeline, predicted.schedule.iterations);
     } catch (const std::exception& e) {
         s.logBuffer.push_back({0, -1, -1, "warning", std::string("no prediction: ") + e.what()});
     }
@@ -531,10 +554,16 @@ RunOutcome RunController::run(const RunObserver& o)
     } catch (const std::exception& e) {
         s.fail(e.what());
     }
+    // The key that proves the agents' Gloo connections to each other: new per run, sent only over the agents'
+    // channels (pipes, SSH), never stored or logged (docs/execution.md, threat model).
+    std::vector<std::uint8_t> glooSecret(32);
+    if (RAND_bytes(glooSecret.data(), static_cast<int>(glooSecret.size())) != 1)
+        s.fail("no random bytes for the run's Gloo key (OpenSSL RAND_bytes)");
     for (auto& a : s.agents) {
         if (!a->conn)
             continue; // not started: the run failed before (an unreachable node)
         agents::RunSpec spec;
+        spec.gloo_secret = glooSecret;
         spec.run_id = s.runId;
         spec.agent = a->name;
         spec.plan = planner::toJson(req.plan);
@@ -611,7 +640,11 @@ RunOutcome RunController::run(const RunObserver& o)
         // and a controller killed mid-run loses at most that much.
         s.reportAgents(o);
         if (s.spanBuffer.size() + s.metricBuffer.size() > 4096 || Clock::now() - lastFlush > 250ms) {
-            s.flush();
+            try {
+                s.flush();
+            } catch (const std::exception& e) {
+                s.fail(std::string("cannot record the run: ") + e.what()); // stop the agents, keep what is stored
+            }
             lastFlush = Clock::now();
         }
     }
@@ -670,7 +703,16 @@ RunOutcome RunController::run(const RunObserver& o)
     }
     s.logLine(-1, out.status == RunStatus::Failed ? "error" : "info",
         std::string("run ") + std::string(toString(out.status)) + (out.message.empty() ? "" : ": " + out.message), o);
-    s.flush();
+    try {
+        s.flush();
+    } catch (const std::exception& e) {
+        // What could not be stored is lost, but the run still ends with a status, and says why.
+        if (out.status != RunStatus::Failed)
+            out.message.clear();
+        out.status = RunStatus::Failed;
+        out.message
+            += (out.message.empty() ? "" : "; ") + std::string("cannot record the run's last events: ") + e.what();
+    }
     s.history.finishRun(s.runId, out.status, out.message);
     s.reportAgents(o, true);
     return out;

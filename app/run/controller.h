@@ -38,10 +38,16 @@ struct RunRequest
     int warmup_steps = 0;
     bool cosine = false;
     std::uint64_t seed = 1234;
-    int threads = 0; ///< per agent; 0: cores / agents
+    std::optional<int> threads; ///< per agent (at least 1); unset: cores / agents
+    /// Start a local run even when it asks more of this machine than it has (more agents or threads than cores,
+    /// predicted memory above its RAM: localRunExcess in app/run/run_checks.h); `run --force`.
+    bool force = false;
     std::filesystem::path agent_executable; ///< pipewright-agent
     std::chrono::milliseconds heartbeat_timeout {10000}; ///< an agent silent this long is dead
     int telemetry_batch = 256;
+    /// A step whose loss is NaN or infinite fails the run (after storing it and every step before); false: the
+    /// run goes on (the history keeps the non-finite values).
+    bool stop_on_nonfinite = true;
     /// Deploy over SSH to the plan's cluster nodes (run --cluster); unset: local agent processes (run --local).
     std::optional<RemoteOptions> remote;
 };
@@ -106,7 +112,9 @@ public:
     ~RunController();
 
     /// Runs to the end (blocking): launches the agents, ingests telemetry, records the run. Throws InputError
-    /// only before anything started (a plan the engine cannot train); afterwards failures end in the outcome.
+    /// only before anything started and before the run is recorded (app/run/run_checks.h: settings out of range,
+    /// a plan the engine cannot train as planned, --init or --data files that do not fit the plan, a local run
+    /// beyond this machine without `force`); afterwards failures end in the outcome.
     RunOutcome run(const RunObserver& observer = {});
     /// Asks the run to stop (any thread): agents get Stop, then SIGTERM, then SIGKILL after a grace period.
     void stop();

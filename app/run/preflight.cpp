@@ -12,6 +12,8 @@
 
 #include "agents/protocol/messages.h"
 #include "app/run/remote.h"
+#include "app/run/run_checks.h"
+#include "planner/errors.h"
 
 namespace pw::app {
 
@@ -67,6 +69,32 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
             progress(c);
         out.push_back(std::move(c));
     };
+    // The plan first: a deployment that every node would pass but the plan cannot take is not ready.
+    if (plan) {
+        std::string problem, fix;
+        if (plan->cluster->deviceCount() != cluster.deviceCount()) {
+            problem = "the plan is for " + std::to_string(plan->cluster->deviceCount()) + " devices, the cluster has "
+                + std::to_string(cluster.deviceCount());
+            fix = "deploy a plan made for this cluster (`pipewright-cli plan --cluster` with this file), or pick the "
+                  "cluster file the plan was made for";
+        } else {
+            planner::Plan onCluster = *plan;
+            onCluster.cluster = cluster;
+            try {
+                onCluster.validate();
+                checkTrainable(onCluster);
+            } catch (const planner::InputError& e) {
+                problem = planner::formatInputError(e);
+                fix = "change the plan as the message says, and check again";
+            }
+        }
+        report({"plan", "this machine", "plan", problem.empty(),
+            problem.empty() ? std::to_string(cluster.deviceCount()) + " devices, trainable by the engine as planned"
+                            : problem,
+            fix});
+        if (!problem.empty())
+            plan = nullptr; // the nodes are still checked, every one of them
+    }
     std::optional<AgentBuild> build;
     struct Reached
     {

@@ -23,7 +23,8 @@ struct PreflightCheck
 {
     std::string node; ///< the cluster's node name
     std::string where; ///< user@host:port once connected, else the host
-    std::string check; ///< "reachable", "host key", "authenticated", "disk space", "agent", "devices", "reaches NODE"
+    std::string
+        check; ///< "plan", "reachable", "host key", "authenticated", "disk space", "agent", "devices", "reaches NODE"
     bool ok = false;
     std::string detail; ///< what was found
     std::string fix; ///< what to do, when not ok
@@ -42,7 +43,9 @@ struct PreflightOptions
 };
 
 /// Runs the checks on the nodes of `cluster` (those holding a device of `plan` when given), reporting each as it
-/// completes. A node that fails to connect gets no further checks.
+/// completes. A node that fails to connect gets no further checks. With a plan, the first check (node "plan",
+/// check "plan") is the plan itself: its devices against the cluster's, its stages on this cluster, and whether the
+/// engine trains it as planned (checkTrainable); when it fails, every node of the cluster is still checked.
 std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const planner::Plan* plan,
     const PreflightOptions& options, const std::function<void(const PreflightCheck&)>& progress = {});
 

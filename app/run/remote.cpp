@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "remote.h"
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <iomanip>
@@ -9,6 +10,8 @@
 #include <stdexcept>
 
 #include <openssl/evp.h>
+
+#include "planner/errors.h"
 
 namespace pw::app {
 
@@ -63,6 +66,19 @@ std::string shellCommand(const std::map<std::string, std::string>& env, const st
     for (const auto& w : words)
         out += (out.empty() ? "" : " ") + shellQuote(w);
     return out;
+}
+
+void requireEnvValues(const planner::Cluster& cluster, const std::vector<int>& nodes)
+{
+    for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
+        if (!nodes.empty() && std::find(nodes.begin(), nodes.end(), static_cast<int>(i)) == nodes.end())
+            continue;
+        const auto redacted = cluster.nodes[i].redactedEnv();
+        if (!redacted.empty())
+            throw planner::InputError({}, 0, "/nodes/" + std::to_string(i) + "/env/" + redacted.front(),
+                "the value was redacted when this file was written (files keep only the names of env_keep's "
+                "variables' values): deploy with the cluster file that holds it");
+    }
 }
 
 /// @brief One node of the run: its session (opened again when it dropped) and its directories.
@@ -282,10 +298,22 @@ std::unique_ptr<AgentConnection> RemoteDeployment::startAgent(int device)
 {
     Node& n = nodeOf(device);
     const std::string socket = n.runDir + "/agent-" + std::to_string(device) + ".sock";
-    std::map<std::string, std::string> env = n.node.env;
-    env.emplace("OMP_WAIT_POLICY", "PASSIVE"); // as the local launcher: idle OpenMP threads sleep
-    const std::string command = "cd " + shellQuote(n.runDir) + " && exec "
-        + shellCommand(env, {n.agentPath, "--session", socket, "--linger", std::to_string(m_options.linger.count())});
+    // The node's env values may be secrets: not on the command line, which every user of the host can read
+    // (/proc/PID/cmdline), but in a file of the run's (0600) that the shell reads and removes before the agent starts.
+    std::string script;
+    for (const auto& [name, value] : n.node.env)
+        script += "export " + name + "=" + shellQuote(value) + "\n";
+    std::string sourceEnv;
+    if (!script.empty()) {
+        const std::string file = n.runDir + "/agent-" + std::to_string(device) + ".env";
+        n.connected().upload(std::span<const char>(script.data(), script.size()), file, 0600);
+        sourceEnv = ". " + shellQuote(file) + " && rm -f " + shellQuote(file) + " && ";
+    }
+    const std::string command = "cd " + shellQuote(n.runDir) + " && " + sourceEnv + "exec "
+        + shellCommand(n.node.env.contains("OMP_WAIT_POLICY") // as the local launcher: idle OpenMP threads sleep
+                ? std::map<std::string, std::string> {}
+                : std::map<std::string, std::string> {{"OMP_WAIT_POLICY", "PASSIVE"}},
+            {n.agentPath, "--session", socket, "--linger", std::to_string(m_options.linger.count())});
     return std::make_unique<SshAgent>(n, socket, n.connected().start(command));
 }
 

@@ -59,6 +59,11 @@ std::pair<std::string, bool> installAgent(
 /// A command line for a POSIX shell: `env NAME=VALUE ...` for `env` (each word quoted), then `words` quoted.
 std::string shellCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& words);
 
+/// Throws planner::InputError (field /nodes/N/env/NAME) when a node of `nodes` (all when empty) has an `env`
+/// value that was redacted when its file was written (planner::kRedactedValue): a deployment would set the
+/// placeholder instead of the secret.
+void requireEnvValues(const planner::Cluster& cluster, const std::vector<int>& nodes = {});
+
 class RemoteDeployment
 {
 public:

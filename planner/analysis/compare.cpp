@@ -34,9 +34,11 @@ void fillPrediction(ComparisonRow& row, const Plan& plan)
     row.recompute = plan.schedule.recompute;
     row.throughput_samples_per_s = sim.throughput_samples_per_s;
     if (auto flops = flopsReport(plan, sim.throughput_samples_per_s)) {
-        row.model_flops_per_s_per_gpu = flops->flops_per_s_per_gpu;
-        if (flops->peak_flops_per_s_per_gpu > 0)
+        row.model_flops_per_s_per_gpu = flops->model_flops_per_s_per_gpu;
+        if (flops->peak_flops_per_s_per_gpu > 0) {
             row.mfu = flops->mfu;
+            row.hfu = flops->hfu;
+        }
     }
     row.iteration_time_s = sim.iteration_time_s;
     row.bubble_fraction = sim.bubble_fraction;

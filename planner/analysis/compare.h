@@ -29,10 +29,12 @@ struct ComparisonRow
     int chunks = 1; ///< virtual stages per device (interleaving)
     bool recompute = false;
     double throughput_samples_per_s = 0;
-    /// Achieved model FLOP/s per device and its share of the devices' peak (flops.h); absent when the profile
-    /// gives no FLOPs (or, for mfu, the devices no peak).
+    /// Achieved model FLOP/s per device and its share of the devices' peak (MFU), and the hardware FLOPs' share
+    /// (HFU: with the recomputed forward; flops.h); absent when the profile gives no FLOPs (or, for the
+    /// utilisations, the devices no peak).
     std::optional<double> model_flops_per_s_per_gpu;
     std::optional<double> mfu;
+    std::optional<double> hfu;
     double iteration_time_s = 0;
     double bubble_fraction = 0;
     double peak_memory_bytes = 0; ///< the device with the highest peak/capacity ratio

@@ -32,8 +32,9 @@ std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recomp
 
 std::optional<FlopsReport> flopsReport(const Plan& plan, double throughput_samples_per_s)
 {
-    const auto perSample = modelFlopsPerSample(plan.model, plan.schedule.recompute);
-    if (!perSample)
+    const auto model = modelFlopsPerSample(plan.model, false);
+    const auto hardware = modelFlopsPerSample(plan.model, plan.schedule.recompute);
+    if (!model || !hardware)
         return std::nullopt;
     std::set<int> devices;
     for (const auto& st : plan.stages)
@@ -44,11 +45,16 @@ std::optional<FlopsReport> flopsReport(const Plan& plan, double throughput_sampl
     const double n = std::max<std::size_t>(1, devices.size());
     const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     FlopsReport r;
-    r.flops_per_sample = *perSample;
-    r.flops_per_iteration = *perSample * plan.schedule.microbatches * std::max(1, size);
-    r.flops_per_s_per_gpu = *perSample * throughput_samples_per_s / n;
+    r.model_flops_per_sample = *model;
+    r.hardware_flops_per_sample = *hardware;
+    r.model_flops_per_iteration = *model * plan.schedule.microbatches * std::max(1, size);
+    r.model_flops_per_s_per_gpu = *model * throughput_samples_per_s / n;
+    r.hardware_flops_per_s_per_gpu = *hardware * throughput_samples_per_s / n;
     r.peak_flops_per_s_per_gpu = peak / n;
-    r.mfu = peak > 0 ? r.flops_per_s_per_gpu / r.peak_flops_per_s_per_gpu : 0;
+    if (peak > 0) {
+        r.mfu = r.model_flops_per_s_per_gpu / r.peak_flops_per_s_per_gpu;
+        r.hfu = r.hardware_flops_per_s_per_gpu / r.peak_flops_per_s_per_gpu;
+    }
     return r;
 }
 

@@ -20,16 +20,22 @@ double transformerFlops(const TransformerConfig& config, double batch, bool reco
 /// profile has neither.
 std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recompute);
 
-/// @brief What a plan's predicted throughput means in FLOP/s.
+/// @brief What a plan's predicted throughput means in FLOP/s, counted two ways. Model FLOPs are the useful ones
+/// (PaLM's and Megatron's convention for MFU, digest megatron-gavel.md §3.1): forward and backward, 3 x the forward,
+/// whether or not the plan recomputes. Hardware FLOPs are what the devices execute: with recomputation the forward
+/// runs twice (4 x the forward, Eq. 4.2 as printed, the paper's "% of peak"). Without recomputation both agree.
 struct FlopsReport
 {
-    double flops_per_sample = 0;
-    double flops_per_iteration = 0; ///< one batch: microbatches x microbatch size samples
-    double flops_per_s_per_gpu = 0; ///< achieved model FLOP/s of one device (the plan's devices on average)
+    double model_flops_per_sample = 0; ///< useful FLOPs of one sample (no recomputation)
+    double hardware_flops_per_sample = 0; ///< executed FLOPs of one sample (with the recomputed forward, if any)
+    double model_flops_per_iteration = 0; ///< one batch: microbatches x microbatch size samples
+    double model_flops_per_s_per_gpu = 0; ///< achieved model FLOP/s of one device (the plan's devices on average)
+    double hardware_flops_per_s_per_gpu = 0; ///< achieved hardware FLOP/s of one device
     double peak_flops_per_s_per_gpu = 0; ///< the devices' mean peak_tflops x 1e12; 0 when none is known
-    /// flops_per_s_per_gpu / peak; 0 when the peak is unknown. Recomputation counts as Megatron's paper counts it
-    /// (its "% of peak"); PaLM-style MFU would leave the recomputed forward out.
-    double mfu = 0;
+    double mfu = 0; ///< model FLOPs utilisation: model FLOP/s / peak; 0 when the peak is unknown
+    double hfu = 0; ///< hardware FLOPs utilisation: hardware FLOP/s / peak (= mfu without recomputation)
+
+    bool operator==(const FlopsReport&) const = default;
 };
 
 /// The report for `plan` at `throughput_samples_per_s`; nullopt when modelFlopsPerSample has no answer.

@@ -319,6 +319,9 @@ CostModel calibratedCostModel(const CalibratedCosts& costs, const Plan& plan)
                 + std::to_string(plan.cluster->nodes.size()) + " nodes");
 
     CostModel c = CostModel::fromPlan(plan);
+    // Measured spans hold whatever all-reduces ran inside them: no tensor-parallel share is split out.
+    c.tp_forward_s.clear();
+    c.tp_backward_s.clear();
     std::vector<double> stepBytes(static_cast<std::size_t>(costs.devices), 0.0);
     std::vector<double> stepSeconds(stepBytes.size(), 0.0);
     for (int s = 0; s < S; ++s) {
@@ -326,7 +329,10 @@ CostModel calibratedCostModel(const CalibratedCosts& costs, const Plan& plan)
         for (std::size_t r = 0; r < st.devices.size(); ++r) {
             const std::size_t i = static_cast<std::size_t>(c.stage_offset[static_cast<std::size_t>(s)]) + r;
             c.forward_s[i] = st.forward_s[r];
-            c.backward_s[i] = st.backward_s[r];
+            // With recomputation a backward span holds the forward computed again, which the simulator charges
+            // on its own (StageCharge::recompute_s): the backward alone is the rest.
+            c.backward_s[i]
+                = plan.schedule.recompute ? std::max(0.0, st.backward_s[r] - st.forward_s[r]) : st.backward_s[r];
             const auto d = static_cast<std::size_t>(st.devices[r]);
             stepBytes[d] += 3 * c.stage_weight_bytes[static_cast<std::size_t>(s)]
                 + 2 * c.stage_optimizer_bytes[static_cast<std::size_t>(s)];

@@ -118,6 +118,19 @@ double CostModel::parameterServerSeconds(int device, double bytes, bool local) c
     return latency + std::max(pcie, remote);
 }
 
+StageCharge CostModel::charge(int stage, int replica, bool recompute) const
+{
+    const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
+    const double tpForward = i < tp_forward_s.size() ? tp_forward_s[i] : 0.0;
+    const double tpBackward = i < tp_backward_s.size() ? tp_backward_s[i] : 0.0;
+    StageCharge c;
+    c.forward_s = forward_s[i] - tpForward;
+    c.backward_s = backward_s[i] - tpBackward;
+    c.recompute_s = recompute ? c.forward_s : 0.0;
+    c.tensor_parallel_s = tpForward * (recompute ? 2 : 1) + tpBackward;
+    return c;
+}
+
 double CostModel::optimizerStepSeconds(int device, int stage) const
 {
     const double bandwidth = device_memory_bandwidth[device];
@@ -138,16 +151,19 @@ CostModel CostModel::fromPlan(const Plan& plan)
         const auto& devices = plan.stages[s].devices;
         for (std::size_t r = 0; r < devices.size(); ++r) {
             auto t = stageTotals(plan, s, plan.cluster->typeOf(devices[r]));
+            double tpForward = 0, tpBackward = 0;
             if (tp > 1) {
                 // Tensor parallelism: the rank's share of the compute plus its group's all-reduces (costs.h).
                 const std::size_t first = r - r % tp, last = std::min(devices.size(), first + tp);
                 const std::vector<int> group(devices.begin() + first, devices.begin() + last);
                 const double bw = plan.cluster->groupBandwidth(group), lat = plan.cluster->groupLatency(group);
-                t.forward_s += tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
-                t.backward_s += tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
+                tpForward = tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
+                tpBackward = tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
             }
-            c.forward_s.push_back(t.forward_s);
-            c.backward_s.push_back(t.backward_s);
+            c.forward_s.push_back(t.forward_s + tpForward);
+            c.backward_s.push_back(t.backward_s + tpBackward);
+            c.tp_forward_s.push_back(tpForward);
+            c.tp_backward_s.push_back(tpBackward);
             if (r == 0)
                 first = t;
         }
@@ -190,6 +206,9 @@ void CostModel::check(const Plan& plan, int devices) const
         bad("stage offsets", c.stage_offset.size(), S);
     if (c.forward_s.size() != replicas || c.backward_s.size() != replicas)
         bad("forward/backward times", std::min(c.forward_s.size(), c.backward_s.size()), replicas);
+    for (auto* v : {&c.tp_forward_s, &c.tp_backward_s})
+        if (!v->empty() && v->size() != replicas)
+            bad("tensor-parallel all-reduce times", v->size(), replicas);
     for (auto* v : {&c.stage_weight_bytes, &c.stage_activation_bytes, &c.stage_input_bytes, &c.stage_optimizer_bytes,
              &c.boundary_bytes})
         if (v->size() != S)

@@ -620,6 +620,8 @@ private:
         r.stages.resize(m_plan.stageCount());
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             auto& sm = r.stages[s];
+            if (!m_plan.stages[s].devices.empty())
+                sm.charge = m_cost.charge(s, 0, m_plan.schedule.recompute);
             sm.memory_capacity_bytes = std::numeric_limits<double>::infinity();
             for (int d : m_plan.stages[s].devices) {
                 sm.peak_memory_bytes = std::max(sm.peak_memory_bytes, r.devices[d].peak_memory_bytes);

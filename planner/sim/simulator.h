@@ -35,10 +35,28 @@ struct GradientBucket
 /// @brief Costs of one plan on its cluster, in seconds and bytes per microbatch: the compute, memory, link and
 /// collective costs the simulator asks for. fromPlan derives them from the plan's profile and cluster; a model
 /// calibrated from measured runs fills the same fields (simulate(plan, schedule, cost)).
+/// @brief What the simulator charges one microbatch of a stage on a replica's compute lane, in parts: the sum is
+/// the time of its forward span plus its backward span (which holds the recomputed forward).
+struct StageCharge
+{
+    double forward_s = 0; ///< forward compute
+    double backward_s = 0; ///< backward compute
+    double recompute_s = 0; ///< the forward computed again before the backward (recomputation; 0 without)
+    double tensor_parallel_s = 0; ///< the tensor-parallel group's all-reduces of these passes (recomputed ones too)
+
+    double total_s() const { return forward_s + backward_s + recompute_s + tensor_parallel_s; }
+    bool operator==(const StageCharge&) const = default;
+};
+
 struct CostModel
 {
-    std::vector<double> forward_s; ///< [stage][replica index] flattened by stageReplicaIndex
+    /// [stage][replica index] flattened by stageReplicaIndex; the tensor-parallel all-reduces included.
+    std::vector<double> forward_s;
     std::vector<double> backward_s;
+    /// The tensor-parallel all-reduce share of forward_s and backward_s (same indexing; empty: none, e.g. a
+    /// calibrated model, whose measured times are what they are).
+    std::vector<double> tp_forward_s;
+    std::vector<double> tp_backward_s;
     std::vector<int> stage_offset; ///< first index of each stage in the flattened vectors
     std::vector<double> stage_weight_bytes;
     std::vector<double> stage_activation_bytes; ///< stashed per microbatch (all intermediate outputs)
@@ -70,6 +88,9 @@ struct CostModel
     void check(const Plan& plan, int devices) const;
     double forward(int stage, int replica) const { return forward_s[stage_offset[stage] + replica]; }
     double backward(int stage, int replica) const { return backward_s[stage_offset[stage] + replica]; }
+    /// What one microbatch of `stage` costs `replica`'s compute lane, forward and backward (with the forward again
+    /// when `recompute`), split into its parts.
+    StageCharge charge(int stage, int replica, bool recompute) const;
     /// The link from device a to device b (a node's own link, or the inter-node one).
     const LinkCost& link(int a, int b) const;
     bool sameNode(int a, int b) const { return device_node[a] == device_node[b]; }
@@ -98,6 +119,8 @@ struct DeviceMetrics
 
 struct StageMetrics
 {
+    /// Per microbatch on the stage's first replica: what the simulation charged (StageCharge::total_s) and its parts.
+    StageCharge charge;
     double peak_memory_bytes = 0; ///< the most any of its devices uses
     double memory_capacity_bytes = 0; ///< the least any of its devices has
     int peak_stashed_microbatches = 0;

@@ -66,6 +66,7 @@ RunSpec runSpec()
     r.journal_path = "/tmp/journal.cbor";
     r.transport = Transport::Local;
     r.telemetry_batch = 256;
+    r.gloo_secret = {0x00, 0xff, 0x10, 0x80, 0x7f}; // bytes, not text: a CBOR byte string
     return r;
 }
 
@@ -191,7 +192,7 @@ TEST_CASE("a frame's header is magic, version, type, length and CRC, little-endi
     // Start's payload is the empty CBOR map, one byte 0xA0. Pinning the bytes pins the wire format.
     const std::string bytes = encode(Start {});
     const std::uint32_t crc = crc32(std::vector<std::uint8_t> {0xA0});
-    const std::string expected = std::string("PWAG") + std::string("\x01\x00", 2) + std::string("\x06\x00", 2)
+    const std::string expected = std::string("PWAG") + std::string("\x02\x00", 2) + std::string("\x06\x00", 2)
         + std::string("\x01\x00\x00\x00", 4)
         + std::string {char(crc & 0xFF), char((crc >> 8) & 0xFF), char((crc >> 16) & 0xFF), char(crc >> 24)} + "\xA0";
     CHECK(bytes == expected);
@@ -270,8 +271,8 @@ TEST_CASE("framing errors say what is wrong", "[protocol]")
     SECTION("unsupported version, both versions named")
     {
         std::string bad = good;
-        putU16(bad, 4, 2);
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 1)"));
+        putU16(bad, 4, 1); // a version 1 peer (before the Gloo key)
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 2)"));
     }
     SECTION("unknown message type")
     {

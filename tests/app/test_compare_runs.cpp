@@ -11,8 +11,12 @@
 
 #include "app/history/history.h"
 #include "app/run/compare_runs.h"
+#include "planner/io/json_file.h"
+#include "planner/partition/partitioner.h"
+#include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/planner/fixtures.h"
 
 using namespace pw;
 
@@ -113,4 +117,78 @@ TEST_CASE("metric overlays: steps, wall clock or relative time on x, debiased ex
     CHECK(wall[0].x == std::vector<double> {0.5, 1.0, 1.5, 2.0});
     CHECK_THROWS(app::overlay({a}, "memory", app::OverlayAxis::Step, 0.0));
     CHECK_THROWS(app::overlay({a}, "loss", app::OverlayAxis::Step, 1.0));
+}
+
+TEST_CASE("an interleaved run is compared per virtual stage, with the compute error of each", "[history]")
+{
+    // issue 19 item 11: the virtual stages of a device were summed on its first stage's row and the others showed
+    // 0.00 ms. 8 layers as 4 virtual stages on 2 devices (stage s on device s mod 2), the last ones slower.
+    planner::Plan plan = test::chainPlan(8, 4, "interleaved");
+    plan.cluster.edit().nodes.front().count = 2;
+    plan.stages.clear();
+    for (int s = 0; s < 4; ++s)
+        plan.stages.push_back({2 * s, 2 * s + 1, {s % 2}});
+    plan.schedule.chunks = 2;
+    for (int l = 6; l < 8; ++l) {
+        plan.model.edit().layers[l].forward_ms *= 3;
+        plan.model.edit().layers[l].backward_ms *= 3;
+    }
+    planner::Plan predicted = plan;
+    predicted.schedule.iterations = 2;
+    const auto timeline = planner::simulate(predicted).timeline;
+    // The "measured" run: the same spans, every compute span of virtual stage 3 20 % longer.
+    planner::Timeline measured = timeline;
+    for (auto& s : measured.spans)
+        if (s.stage == 3 && s.lane == planner::Lane::Compute)
+            s.t1 = s.t0 + (s.t1 - s.t0) * 1.2;
+    const auto c = app::compareRun(plan, timeline, 2, measured, 2);
+    REQUIRE(c.stages.size() == 4);
+    for (int s = 0; s < 4; ++s) {
+        INFO("virtual stage " << s);
+        double own = 0;
+        for (const auto& span : timeline.spans)
+            if (span.stage == s && span.lane == planner::Lane::Compute)
+                own += span.t1 - span.t0;
+        CHECK(c.stages[s].predicted.compute_s == Approx(own / 2));
+        CHECK(c.stages[s].predicted.compute_s > 0);
+        CHECK(c.stages[s].compute_error == Approx(s == 3 ? 0.2 : 0.0).margin(1e-9));
+    }
+    // Stage 3's compute: three times stage 1's (the layers' times), the forward and backward spans alike.
+    CHECK(c.stages[3].predicted.compute_s > 2.5 * c.stages[1].predicted.compute_s);
+    // Virtual stages 0 and 2 share device 0: its idle time and window are theirs alike.
+    CHECK(c.stages[0].predicted.idle_s == Approx(c.stages[2].predicted.idle_s));
+}
+
+TEST_CASE("a HetPipe run's predicted iteration is the plan's, not the mean of its first steps", "[history]")
+{
+    // issue 19 item 11: `plan` printed 46.27 ms, `history show` "predicted 38.30 ms" for the same HetPipe plan. The
+    // controller stores a simulation of the first 20 steps; HetPipe's steps overlap (the waves of one step fill
+    // while the last ones drain), so 20 steps back to back take less than 20 of the plan's iterations.
+    auto model = planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
+    planner::PartitionOptions o;
+    o.schedule.kind = "wsp";
+    o.schedule.microbatches = 4;
+    auto r = planner::findPartitioner("hetpipe")->partition({model, cluster, o}, {}, {});
+    REQUIRE(r.ok());
+    const planner::Plan& plan = *r.plan;
+    REQUIRE(plan.pipelineCount() > 1);
+    const double planned = planner::simulate(plan).iteration_time_s; // what `plan` prints
+    planner::Plan first = plan;
+    first.schedule.iterations = 20; // as the controller stores its prediction
+    const auto predicted = planner::simulate(first).timeline;
+    const auto c = app::compareRun(plan, predicted, 20, predicted, 20);
+    CHECK(c.predicted_iteration_s == Approx(planned).epsilon(1e-12));
+    CHECK(app::planIterationTime(plan) == Approx(planned).epsilon(1e-12));
+    // The number the history showed before: the makespan of the 20 steps over 20, a different prediction.
+    CHECK(c.measured_iteration_s < 0.9 * planned);
+    CHECK(c.iteration_error == Approx(c.measured_iteration_s / planned - 1));
+    // Calibrated costs give their own, by the same definition.
+    auto slower = planner::CostModel::fromPlan(plan);
+    for (double& f : slower.forward_s)
+        f *= 2;
+    const auto calibrated = app::compareRun(plan, predicted, 20, predicted, 20, &slower);
+    CHECK(calibrated.predicted_iteration_s
+        == Approx(planner::simulate(plan, planner::generateSchedule(plan), slower).iteration_time_s));
+    CHECK(calibrated.predicted_iteration_s > planned);
 }

@@ -4,10 +4,13 @@
 // and the exports.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <random>
 #include <regex>
@@ -182,7 +185,7 @@ TEST_CASE("a run round-trips with its spans, metrics, logs and predicted timelin
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     const RunRecord expected {id, input.plan_json, input.cluster_json, input.hosts_json, input.label,
-        RunStatus::Running, "", record->started_unix_s, 0, host, ::getpid(), 100, 0, {"baseline", "nightly"}};
+        RunStatus::Running, "", record->started_unix_s, 0, host, ::getpid(), 100, 0, 0, {"baseline", "nightly"}};
     CHECK(*record == expected);
     const double now = static_cast<double>(std::time(nullptr));
     CHECK(record->started_unix_s > now - 60);
@@ -310,6 +313,25 @@ TEST_CASE("runs are listed newest first and filtered by status, tag and label te
     CHECK(store.run(a)->tags.empty());
     CHECK(store.run(c)->tags == std::vector<std::string> {"nightly", "tuned"});
     CHECK_FALSE(store.run("r-nope"));
+}
+
+TEST_CASE("the tag filter matches substrings of tags, ASCII case-insensitive, as the label filter does", "[history]")
+{
+    TempDir dir;
+    auto store = HistoryStore::open(dir.file());
+    const auto a = store.createRun(newRun("a", {"Nightly-2026"}));
+    const auto b = store.createRun(newRun("b", {"lr_sweep", "100%"}));
+    const auto c = store.createRun(newRun("c"));
+    using Ids = std::vector<std::string>;
+    CHECK(ids(store.listRuns({{}, "night"})) == Ids {a});
+    CHECK(ids(store.listRuns({{}, "NIGHTLY"})) == Ids {a});
+    CHECK(ids(store.listRuns({{}, "2026"})) == Ids {a});
+    CHECK(ids(store.listRuns({{}, "sweep"})) == Ids {b});
+    CHECK(ids(store.listRuns({{}, "_"})) == Ids {b}); // LIKE's wildcards are taken literally
+    CHECK(ids(store.listRuns({{}, "%"})) == Ids {b});
+    CHECK(ids(store.listRuns({{}, "r%"})).empty());
+    CHECK(ids(store.listRuns({{}, "weekly"})).empty());
+    CHECK(ids(store.listRuns({{}, ""})) == Ids {c, b, a});
 }
 
 TEST_CASE("deleting a run removes every row of it and nothing else", "[history]")
@@ -642,4 +664,137 @@ TEST_CASE("exports: CSV with a header and a row per span, Chrome trace with a sl
     }
     CHECK(slices == 3);
     CHECK(namedGpu1);
+}
+
+TEST_CASE("a loss that is NaN or infinite is stored and read back as it was, with every step", "[history]")
+{
+    TempDir dir;
+    auto store = HistoryStore::open(dir.file());
+    const auto id = store.createRun(newRun("diverged"));
+    const double inf = std::numeric_limits<double>::infinity();
+    const std::vector<MetricSample> samples = {{0, "loss", 4.2, 0.1, -1}, {1, "loss", inf, 0.2, -1},
+        {2, "loss", std::numeric_limits<double>::quiet_NaN(), 0.3, -1}, {3, "loss", -inf, 0.4, -1}};
+    store.appendMetrics(id, samples); // schema 2's NOT NULL refused the NaN, losing the run
+    const auto back = store.metrics(id, "loss");
+    REQUIRE(back.size() == 4);
+    CHECK(back[0].value == 4.2);
+    CHECK(back[1].value == inf);
+    CHECK(std::isnan(back[2].value));
+    CHECK(back[3].value == -inf);
+    CHECK(back[2].step == 2);
+    CHECK(back[2].t_s == 0.3);
+    CHECK(store.run(id)->steps_done == 4);
+}
+
+TEST_CASE("a run's record counts the steps done, not only those planned", "[history]")
+{
+    TempDir dir;
+    auto store = HistoryStore::open(dir.file());
+    auto request = newRun("short");
+    request.steps_planned = 100;
+    const auto id = store.createRun(request);
+    CHECK(store.run(id)->steps_done == 0);
+    store.appendMetrics(id,
+        std::vector<MetricSample> {{0, "loss", 5, 0.1, -1}, {0, "tokens_per_s", 10, 0.1, -1}, {1, "loss", 4, 0.2, -1},
+            {1, "memory", 1e6, 0.2, 0}, {2, "loss", 3, 0.3, -1}});
+    CHECK(store.run(id)->steps_done == 3);
+    CHECK(store.run(id)->steps_planned == 100);
+    CHECK(store.listRuns()[0].steps_done == 3);
+}
+
+TEST_CASE("an interrupted run ends at its last recorded event, not when somebody noticed", "[history]")
+{
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0)
+        ::_exit(0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    TempDir dir;
+    auto store = HistoryStore::open(dir.file());
+    const auto id = store.createRun(newRun("killed"), child);
+    store.appendMetrics(id, std::vector<MetricSample> {{0, "loss", 5, 0.1, -1}});
+    const double lastEvent = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    ::usleep(1'200'000); // the next command comes along later
+    REQUIRE(store.markInterrupted() == 1);
+    const auto r = store.run(id);
+    CHECK(r->status == RunStatus::Interrupted);
+    CHECK(r->ended_unix_s >= r->started_unix_s);
+    CHECK(r->ended_unix_s <= lastEvent + 0.05);
+}
+
+TEST_CASE("a new history file is private to its user, and so is the directory made for it", "[history]")
+{
+    TempDir dir;
+    const auto file = dir.path() / "made" / "for" / "it" / "history.sqlite";
+    {
+        auto store = HistoryStore::open(file);
+        store.createRun(newRun("x"));
+    }
+    CHECK((fs::status(file).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+    CHECK((fs::status(dir.path() / "made").permissions() & (fs::perms::group_all | fs::perms::others_all))
+        == fs::perms::none);
+    // A file an earlier version left world-readable is made private when opened for writing.
+    const auto old = dir.path() / "old.sqlite";
+    {
+        HistoryStore::open(old);
+    }
+    fs::permissions(
+        old, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+    {
+        HistoryStore::open(old);
+    }
+    CHECK((fs::status(old).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+}
+
+TEST_CASE(
+    "a read-only store writes nothing, creates nothing, and shows dead controllers' runs as interrupted", "[history]")
+{
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0)
+        ::_exit(0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    TempDir dir;
+    const auto missing = dir.path() / "nothing" / "history.sqlite";
+    CHECK_THAT(errorOf([&] { HistoryStore::open(missing, HistoryStore::Access::ReadOnly); }),
+        Contains(missing.string()) && Contains("no history file"));
+    CHECK(!fs::exists(dir.path() / "nothing"));
+    CHECK_THAT(
+        errorOf([&] { HistoryStore::open(dir.path(), HistoryStore::Access::ReadOnly); }), Contains("is a directory"));
+
+    std::string id;
+    {
+        auto store = HistoryStore::open(dir.file());
+        id = store.createRun(newRun("dead controller"), child);
+        store.appendMetrics(id, std::vector<MetricSample> {{0, "loss", 5, 0.1, -1}});
+    }
+    const auto before = fs::last_write_time(dir.file());
+    auto reader = HistoryStore::open(dir.file(), HistoryStore::Access::ReadOnly);
+    const auto r = reader.run(id);
+    REQUIRE(r);
+    CHECK(r->status == RunStatus::Interrupted);
+    CHECK(r->steps_done == 1);
+    CHECK(reader.markInterrupted() == 0);
+    CHECK_THROWS_AS(reader.addTag(id, "x"), HistoryError);
+    CHECK(fs::last_write_time(dir.file()) == before);
+    // The writer still sees it running until one marks it.
+    auto writer = HistoryStore::open(dir.file());
+    CHECK(writer.run(id)->status == RunStatus::Running);
+}
+
+TEST_CASE("a history of schema version 1 migrates to a file that keeps NaN losses", "[history]")
+{
+    TempDir dir;
+    const auto file = dir.file();
+    fs::copy_file(fs::path(PW_TEST_DATA_DIR) / "history" / "history-v1.sqlite", file);
+    auto store = HistoryStore::open(file);
+    const auto id = store.listRuns().at(0).id;
+    const auto losses = store.metrics(id, "loss");
+    REQUIRE(losses.size() == 2); // the metrics table was rebuilt with its rows (and their order)
+    CHECK(store.run(id)->steps_done == 2);
+    store.appendMetrics(id, std::vector<MetricSample> {{2, "loss", std::numeric_limits<double>::quiet_NaN(), 1, -1}});
+    CHECK(std::isnan(store.metrics(id, "loss").back().value));
+    CHECK(store.integrityCheck() == "ok");
 }

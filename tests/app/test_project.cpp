@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "app/project/project.h"
+#include "app/run/remote.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
@@ -171,4 +172,25 @@ TEST_CASE("mutated project files load or are rejected with an InputError", "[pro
     }
     CHECK(rejected > 0);
     fs::remove_all(dir);
+}
+
+TEST_CASE("a project file keeps node env names, not their values, unless marked safe to keep", "[project][security]")
+{
+    auto cluster = pw::planner::loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    cluster.nodes[0].env = {{"WANDB_API_KEY", "wandb-0123456789abcdef"}, {"GLOO_SOCKET_IFNAME", "eth1"}};
+    cluster.nodes[0].env_keep = {"GLOO_SOCKET_IFNAME"};
+    auto p = newProject(pw::planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json"), cluster);
+    const auto path = (tempDir() / "secrets.pwproj").string();
+    saveProject(path, p);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK(text.str().find("wandb-0123456789abcdef") == std::string::npos);
+    CHECK(text.str().find("WANDB_API_KEY") != std::string::npos);
+    const auto back = loadProject(path);
+    CHECK(back.cluster->nodes[0].env.at("WANDB_API_KEY") == pw::planner::kRedactedValue);
+    CHECK(back.cluster->nodes[0].env.at("GLOO_SOCKET_IFNAME") == "eth1");
+    // Deploying what came back refuses, naming the variable, instead of setting the placeholder on the node.
+    CHECK_THROWS_WITH(pw::app::requireEnvValues(*back.cluster), Catch::Contains("/nodes/0/env/WANDB_API_KEY"));
+    CHECK_NOTHROW(pw::app::requireEnvValues(*p.cluster));
 }

@@ -136,16 +136,16 @@ int main()
         const auto costs = planner::calibrate(plan, first.timeline);
         const auto model1 = planner::calibratedCostModel(costs, plan);
         const auto inSample = app::compareRun(plan, app::predictSteps(plan, first.predicted_steps, model1),
-            first.predicted_steps, first.timeline, first.steps);
+            first.predicted_steps, first.timeline, first.steps, &model1);
         const auto meanModel = planner::calibratedCostModel(
             planner::calibrate(plan, first.timeline, planner::SpanStatistic::Mean), plan);
         const auto inSampleMean = app::compareRun(plan, app::predictSteps(plan, first.predicted_steps, meanModel),
-            first.predicted_steps, first.timeline, first.steps);
+            first.predicted_steps, first.timeline, first.steps, &meanModel);
         const auto second = runLocally(plan, history);
         const auto outOfSampleMean = app::compareRun(plan, app::predictSteps(plan, second.predicted_steps, meanModel),
-            second.predicted_steps, second.timeline, second.steps);
+            second.predicted_steps, second.timeline, second.steps, &meanModel);
         const auto outOfSample = app::compareRun(plan, app::predictSteps(plan, second.predicted_steps, model1),
-            second.predicted_steps, second.timeline, second.steps);
+            second.predicted_steps, second.timeline, second.steps, &model1);
         const auto profile2
             = app::compareRun(plan, second.predicted, second.predicted_steps, second.timeline, second.steps);
 

@@ -113,6 +113,22 @@ TEST_CASE("a stage count of 0 or below (--stages) is a usage error", "[cli][inpu
     CHECK(ok.code == 0);
 }
 
+TEST_CASE("an unknown --schedule is a usage error naming the option and the known kinds", "[cli][inputs]")
+{
+    for (const char* command : {"plan", "compare"}) {
+        std::vector<std::string> args = {command, "--model", kGolden + "tiny-model.json", "--cluster",
+            kGolden + "four-gpus.json", "--schedule", "zigzag"};
+        if (std::string(command) == "plan")
+            args.insert(args.end(), {"--algorithm", "uniform"});
+        auto r = cli(args);
+        INFO(command << ": " << r.err);
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--schedule: unknown schedule kind 'zigzag' (known: gpipe, 1f1b, pipedream, 2bw, "
+                         "interleaved, 1f1b-so, 1f1b-as, wsp)")
+            != std::string::npos);
+    }
+}
+
 TEST_CASE("options the algorithm does not read (--straight, --flat, --stages) are usage errors", "[cli][inputs]")
 {
     const std::vector<std::string> base {

@@ -10,6 +10,11 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
+#include "planner/io/json_file.h"
+#include "planner/schedule/generator.h"
+#include "planner/sim/calibration.h"
+#include "planner/sim/simulator.h"
+#include "planner/units.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -114,4 +119,83 @@ TEST_CASE(
         kDemo + "/dgx-h100.json", "--precision", "fp8"});
     CHECK(unknown.code != 0);
     CHECK(unknown.err.find("fp8") != std::string::npos);
+}
+
+TEST_CASE("the stage table shows what the simulation charges, under the calibrated costs with --costs, MFU and HFU",
+    "[cli][megatron][charge]")
+{
+    // issue 19 items 9 and 10.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-charge-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto planPath = (dir / "plan.json").string();
+    auto r = cli(
+        {"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json",
+            "--set", "tensor-sizes=2", "--set", "pipeline-sizes=2", "--set", "recompute=on", "-o", planPath, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const json planned = json::parse(r.out);
+    REQUIRE(planned.at("recompute") == true);
+    REQUIRE(planned.at("tensor_parallel") == 2);
+    const json& stages = planned.at("stages");
+    for (const auto& st : stages) {
+        const double total = st.at("microbatch_time_s").get<double>();
+        CHECK(total
+            == Approx(st.at("forward_s").get<double>() + st.at("backward_s").get<double>()
+                + st.at("recompute_s").get<double>() + st.at("tensor_parallel_allreduce_s").get<double>()));
+        CHECK(st.at("recompute_s").get<double>() == Approx(st.at("forward_s").get<double>()));
+        CHECK(st.at("tensor_parallel_allreduce_s").get<double>() > 0);
+    }
+    // MFU leaves the recomputed forward out, HFU counts it: 72 vs 96 s l h^2 (...) per sample.
+    CHECK(planned.at("hfu").get<double>() > planned.at("mfu").get<double>());
+    CHECK(planned.at("hardware_flops_per_s_per_gpu").get<double>() / 989e12 == Approx(planned.at("hfu").get<double>()));
+
+    // Calibrated costs twice the profile's: `simulate --costs` prints those per stage, not the profile's.
+    auto plan = pw::planner::loadPlan(planPath);
+    auto truth = pw::planner::CostModel::fromPlan(plan);
+    for (auto* v : {&truth.forward_s, &truth.backward_s})
+        for (double& t : *v)
+            t *= 2;
+    const auto measured = pw::planner::simulate(plan, pw::planner::generateSchedule(plan), truth).timeline;
+    const auto costsPath = (dir / "costs.json").string();
+    const auto costs = pw::planner::calibrate(plan, measured);
+    pw::planner::writeJsonFile(costsPath, pw::planner::toJson(costs));
+    const auto model = pw::planner::calibratedCostModel(costs, plan);
+    r = cli({"simulate", planPath, "--costs", costsPath, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const json calibrated = json::parse(r.out);
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+        INFO("stage " << s);
+        const auto& st = calibrated.at("stages").at(s);
+        const double expected = model.charge(static_cast<int>(s), 0, true).total_s();
+        CHECK(st.at("microbatch_time_s").get<double>() == Approx(expected).epsilon(1e-9));
+        // Twice the profile's charge: the measured backward spans held the recomputed forward once, not twice.
+        CHECK(st.at("microbatch_time_s").get<double>()
+            == Approx(2 * stages.at(s).at("microbatch_time_s").get<double>()).epsilon(1e-6));
+        // Not the profile's: the calibrated forward is twice its (all-reduces included, none split out).
+        CHECK(st.at("forward_s").get<double>() > 1.9 * stages.at(s).at("forward_s").get<double>());
+        CHECK(st.at("tensor_parallel_allreduce_s").get<double>() == 0);
+    }
+    r = cli({"simulate", planPath, "--costs", costsPath});
+    CHECK(r.out.find(pw::planner::formatSeconds(calibrated.at("stages").at(0).at("microbatch_time_s").get<double>()))
+        != std::string::npos);
+    CHECK(r.out.find("HFU") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("profile transformer writes its parameter count in a unit that fits", "[cli][units]")
+{
+    // issue 19 item 14: "0.000357792 B parameters" before.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-params-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    auto r = cli({"profile", "transformer", "--layers", "12", "--hidden", "768", "--heads", "12", "--seq", "1024",
+        "--vocab", "50257", "--microbatch", "1", "--device", "H100", "-o", (dir / "gpt2.json").string()});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("(124.4 M parameters)") != std::string::npos);
+    r = cli({"profile", "transformer", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "64", "--vocab",
+        "1000", "--microbatch", "1", "--device", "H100", "-o", (dir / "tiny.json").string()});
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("(168.1 K parameters)") != std::string::npos);
+    fs::remove_all(dir);
 }

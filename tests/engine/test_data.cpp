@@ -3,10 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <numeric>
 
+#include <unistd.h>
+
 #include "engine/data.h"
+#include "engine/llmc.h"
 #include "planner/errors.h"
 
 using namespace pw::engine;
@@ -58,4 +62,28 @@ TEST_CASE("token streams outside the vocabulary are refused with the position", 
     spec.path = "/nonexistent/pw.txt";
     CHECK_THROWS_WITH(loadTokens(spec, 256), Catch::Contains("/nonexistent/pw.txt: cannot open the text file"));
     CHECK_THROWS_WITH(dataKindFromString("csv"), Catch::Contains("use synthetic, tokens or text"));
+}
+
+TEST_CASE(
+    "a token file needs one microbatch of tokens and ids inside the vocabulary, a directory is named", "[engine][data]")
+{
+    const auto dir = std::filesystem::temp_directory_path() / ("pw-data-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    DataSpec spec;
+    spec.kind = DataSpec::Kind::Tokens;
+    spec.path = dir / "t.bin";
+    writeTokens(spec.path, std::vector<std::uint16_t>(17, 3));
+    CHECK(loadTokens(spec, 32, 16).size() == 17); // 2 x 8 inputs and one more target
+    CHECK_THROWS_WITH(loadTokens(spec, 32, 17),
+        Catch::Contains("t.bin: tokens: holds 17 tokens; one microbatch reads 18 (its sequences' tokens and one more "
+                        "target)"));
+    writeTokens(spec.path, {1, 2, 40, 3});
+    CHECK_THROWS_WITH(loadTokens(spec, 32),
+        Catch::Contains("t.bin: tokens: token 40 at position 2 is outside the plan's vocabulary of 32 (ids 0..31)"));
+    spec.path = dir;
+    CHECK_THROWS_WITH(
+        loadTokens(spec, 32), Catch::Contains(dir.string() + ": is a directory, not a token or text file"));
+    spec.kind = DataSpec::Kind::Text;
+    CHECK_THROWS_WITH(loadTokens(spec, 256), Catch::Contains("is a directory"));
+    std::filesystem::remove_all(dir);
 }

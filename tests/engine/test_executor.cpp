@@ -163,6 +163,50 @@ TEST_CASE("plans the engine cannot train are refused with the reason", "[engine]
     CHECK_THROWS_WITH(trainingSetup(tp), Catch::Contains("tensor parallelism (t = 2) is not run by the engine yet"));
 }
 
+TEST_CASE("settings the engine does not honour are refused, naming the plan's field, never trained otherwise",
+    "[engine][executor]")
+{
+    const auto base = gpt2Plan(tinyGpt2(), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
+    CHECK_NOTHROW(trainingSetup(base));
+    const auto refused = [&](auto change, const std::string& field, const std::string& text) {
+        auto plan = base;
+        change(plan);
+        try {
+            trainingSetup(plan);
+            FAIL("accepted a plan with " << field);
+        } catch (const pw::planner::InputError& e) {
+            CHECK(e.field() == field);
+            CHECK_THAT(e.message(), Catch::Contains(text));
+        }
+    };
+    refused([](auto& p) { p.schedule.precision = "bf16"; }, "/schedule/precision", "trains in fp32 only");
+    refused(
+        [](auto& p) {
+            auto model = *p.model;
+            model.architecture->bytes_per_element = 2; // `profile transformer`'s default
+            p.model = model;
+        },
+        "/model/architecture/bytes_per_element", "--bytes-per-element 4");
+    refused([](auto& p) { p.schedule.gradient_precision = "bf16"; }, "/schedule/gradient_precision", "fp32 only");
+    refused([](auto& p) { p.schedule.recompute = true; }, "/schedule/recompute", "does not recompute");
+    refused([](auto& p) { p.schedule.optimizer = "sgd"; }, "/schedule/optimizer", "AdamW only");
+    refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
+    refused(
+        [](auto& p) {
+            auto model = *p.model;
+            model.architecture->layers = 4; // the profile still lists 2 blocks' layers
+            p.model = model;
+        },
+        "/model/layers", "the embedding, the 4 blocks and the head");
+    // A bf16 profile planned with --precision fp32 is what the engine trains.
+    auto fp32 = base;
+    auto model = *fp32.model;
+    model.architecture->bytes_per_element = 2;
+    fp32.model = model;
+    fp32.schedule.precision = "fp32";
+    CHECK_NOTHROW(trainingSetup(fp32));
+}
+
 TEST_CASE("a schedule that flushes every step runs as one step repeated, with the full schedule's actions",
     "[engine][executor]")
 {

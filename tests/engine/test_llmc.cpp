@@ -51,7 +51,8 @@ TEST_CASE("malformed checkpoints name the file and the problem", "[engine][llmc]
     TempDir dir;
     const auto p = dir.path / "bad.bin";
     writeInts(p, {1, 3}, 0);
-    CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("bad.bin: not an llm.c GPT-2 checkpoint (magic 1"));
+    CHECK_THROWS_WITH(
+        readCheckpoint(p), Catch::Contains("bad.bin: header magic: not an llm.c GPT-2 checkpoint (magic 1"));
     writeInts(p, {kCheckpointMagic, 5, 8, 11, 2, 2, 8, 16}, 0);
     CHECK_THROWS_WITH(readCheckpoint(p), Catch::Contains("version 5 is not supported: only version 3 (fp32)"));
     writeInts(p, {kCheckpointMagic, 3, 8, 11, 2, 2, 9, 16}, 0);
@@ -73,4 +74,35 @@ TEST_CASE("token files round-trip and are checked", "[engine][llmc]")
     CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("its header says 10 tokens"));
     writeInts(dir.path / "bad.bin", {kTokensMagic, 2, 0}, 0);
     CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("token file version 2 is not supported"));
+}
+
+TEST_CASE(
+    "a checkpoint's shape is read from its header and checked against the plan's, naming the field", "[engine][llmc]")
+{
+    TempDir dir;
+    Checkpoint c;
+    c.config = {8, 11, 128, 2, 2, 8};
+    c.params.resize(parameterCount(c.config));
+    writeCheckpoint(dir.path / "m.bin", c);
+    CHECK(readCheckpointConfig(dir.path / "m.bin") == c.config);
+    checkCheckpointFits(dir.path / "m.bin", c.config, {8, 11, 128, 2, 2, 8}, 8);
+    checkCheckpointFits(dir.path / "m.bin", c.config, {16, 11, 128, 2, 2, 8}, 4); // more positions than used
+    const auto fits = [&](Gpt2Config plan, int seq) { checkCheckpointFits(dir.path / "m.bin", c.config, plan, seq); };
+    CHECK_THROWS_WITH(fits({8, 12, 128, 2, 2, 8}, 8),
+        Catch::Contains("m.bin: header vocab: the checkpoint's model has vocab 11, the plan's 12"));
+    CHECK_THROWS_WITH(fits({8, 11, 128, 3, 2, 8}, 8),
+        Catch::Contains("header layers: the checkpoint's model has layers 2, the plan's 3"));
+    CHECK_THROWS_WITH(fits({8, 11, 128, 2, 4, 8}, 8), Catch::Contains("header heads"));
+    CHECK_THROWS_WITH(fits({8, 11, 128, 2, 2, 16}, 8), Catch::Contains("header channels"));
+    CHECK_THROWS_WITH(fits({16, 11, 128, 2, 2, 8}, 16),
+        Catch::Contains("header maxT: the checkpoint's model has 8 positions (maxT), the plan's sequences are 16"));
+    // A token file given as a checkpoint, a directory, a bf16 checkpoint: each named without reading further.
+    writeTokens(dir.path / "t.bin", {1, 2, 3});
+    CHECK_THROWS_WITH(readCheckpointConfig(dir.path / "t.bin"),
+        Catch::Contains("t.bin: header magic: not an llm.c GPT-2 checkpoint") && Catch::Contains("--data?"));
+    CHECK_THROWS_WITH(readCheckpointConfig(dir.path), Catch::Contains(dir.path.string() + ": is a directory"));
+    writeInts(dir.path / "bf16.bin", {kCheckpointMagic, 5, 8, 11, 2, 2, 8, 128}, 0);
+    CHECK_THROWS_WITH(readCheckpointConfig(dir.path / "bf16.bin"), Catch::Contains("bf16.bin: header version:"));
+    CHECK_THROWS_WITH(readTokens(dir.path), Catch::Contains("is a directory, not a file"));
+    CHECK_THROWS_WITH(readTokens(dir.path / "m.bin"), Catch::Contains("header magic") && Catch::Contains("--init?"));
 }

@@ -191,3 +191,24 @@ TEST_CASE("a bandwidth below 1 byte/s is an error naming the field", "[cluster]"
     j["inter_node_bandwidth_bytes_per_s"] = 1; // slow but meant
     CHECK_NOTHROW(clusterFromJson(j));
 }
+
+TEST_CASE("env values are redacted in every cluster JSON written, names kept, unless the name is in env_keep",
+    "[cluster][security]")
+{
+    auto c = clusterFromJson(twoNodes());
+    c.nodes[0].env = {{"HF_TOKEN", "hf_s3cr3t-value"}, {"CUDA_VISIBLE_DEVICES", "0,1"}, {"NCCL_IB_HCA", "mlx5"}};
+    c.nodes[0].env_keep = {"CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA"};
+    const auto text = pw::planner::toJson(c).dump();
+    CHECK(text.find("hf_s3cr3t-value") == std::string::npos);
+    CHECK(text.find("HF_TOKEN") != std::string::npos);
+    const auto back = pw::planner::clusterFromJson(nlohmann::json::parse(text));
+    CHECK(back.nodes[0].env.at("HF_TOKEN") == pw::planner::kRedactedValue);
+    CHECK(back.nodes[0].env.at("CUDA_VISIBLE_DEVICES") == "0,1");
+    CHECK(back.nodes[0].env.at("NCCL_IB_HCA") == "mlx5");
+    CHECK(back.nodes[0].env_keep == c.nodes[0].env_keep);
+    CHECK(back.nodes[0].redactedEnv() == std::vector<std::string> {"HF_TOKEN"});
+    CHECK(c.nodes[0].redactedEnv().empty());
+    auto bad = pw::planner::toJson(c);
+    bad["nodes"][0]["env_keep"] = nlohmann::json::array({"CUDA_VISIBLE_DEVICES", 7});
+    CHECK_THROWS_WITH(pw::planner::clusterFromJson(bad), Catch::Contains("/nodes/0/env_keep/1"));
+}

@@ -98,7 +98,7 @@ TEST_CASE("ring all-reduce of d replicas costs 2(d-1)/d bytes / bandwidth + 2(d-
     }
 }
 
-TEST_CASE("gradient buckets overlap the backward pass; only the tail after it shows", "[cost-model]")
+TEST_CASE("gradient buckets overlap the backward pass, only the tail after it shows", "[cost-model]")
 {
     // 8 layers, B = 2 ms each; 2 replicas, so each bucket's all-reduce takes bytes / bandwidth.
     const int K = 8;

@@ -138,7 +138,7 @@ TEST_CASE("the simulator runs a device known by its peak at its peak ratio", "[d
 }
 
 TEST_CASE(
-    "BaPipe and HetPipe give a slower device fewer layers; Megatron's search plans at its speed", "[device-speed]")
+    "BaPipe and HetPipe give a slower device fewer layers, Megatron's search plans at its speed", "[device-speed]")
 {
     const auto model = gpt();
     const auto mixed = clusterOf({*devicePreset("H100"), slowType()}, 2);

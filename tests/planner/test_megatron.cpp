@@ -163,7 +163,7 @@ TEST_CASE("the chosen plan's simulated bubble is (p-1)/(v m)", "[megatron]")
     }
 }
 
-TEST_CASE("Eq. 4.3 gives Table 4.1's parameter counts; the profile's weights agree", "[megatron]")
+TEST_CASE("Eq. 4.3 gives Table 4.1's parameter counts, the profile's weights agree", "[megatron]")
 {
     // digest §4.2 Table 4.1 (P in billions, heads, h, layers; V = 51,200, s = 2048) and §3.2 Eq. 4.3:
     // "Eq. 4.3 reproduces every P to 0.1B".
@@ -444,4 +444,43 @@ TEST_CASE("megatron plans the demo model on the demo cluster", "[megatron]")
     const auto config = chosen(*r.plan);
     CHECK(config.p * config.t * config.d == 8);
     CHECK(config.m * config.b * config.d == 32);
+}
+
+TEST_CASE("a stage's time per microbatch is what the simulation charges: compute, recomputed forward and TP "
+          "all-reduces",
+    "[megatron][simulator]")
+{
+    // issue 19 item 9: the stage table showed F + B of the profile alone. With t = 2 and recomputation the
+    // simulator charges F + B + F again + the group's all-reduces (twice in the forward, once more for the
+    // recomputed one, and in the backward); the parts must add up to the spans it puts on the compute lane.
+    const auto model = gpt(8, 1024, 16, 1024, 1);
+    const auto c = cluster(1, 4, 80e9);
+    PartitionRequest request {model, c, {}};
+    const Plan plan = megatron::configPlan(request, {2, 2, 1, 1, 1, true, 4});
+    REQUIRE(plan.tensor_parallel == 2);
+    REQUIRE(plan.schedule.recompute);
+    const auto sim = simulate(plan);
+    for (int s = 0; s < plan.stageCount(); ++s) {
+        INFO("stage " << s);
+        const auto& charge = sim.stages[s].charge;
+        const auto totals = stageTotals(plan, s, c.typeOf(plan.stages[s].devices[0]));
+        const std::vector<int> group(plan.stages[s].devices.begin(), plan.stages[s].devices.begin() + 2);
+        const double bw = c.groupBandwidth(group), lat = c.groupLatency(group);
+        const double tpForward = tensorParallelTime(totals.tp_forward_bytes, totals.tp_forward_allreduces, 2, bw, lat);
+        const double tpBackward
+            = tensorParallelTime(totals.tp_backward_bytes, totals.tp_backward_allreduces, 2, bw, lat);
+        REQUIRE(tpForward > 0);
+        CHECK(charge.forward_s == Approx(totals.forward_s));
+        CHECK(charge.backward_s == Approx(totals.backward_s));
+        CHECK(charge.recompute_s == Approx(totals.forward_s));
+        CHECK(charge.tensor_parallel_s == Approx(2 * tpForward + tpBackward));
+        CHECK(charge.total_s() > totals.forward_s + totals.backward_s); // what the old "F+B" column showed
+        // The spans of the stage's first device: microbatches x the charge.
+        double spans = 0;
+        for (const auto& span : sim.timeline.spans)
+            if (span.device == plan.stages[s].devices[0] && span.lane == Lane::Compute
+                && (span.kind == ActionKind::Forward || span.kind == ActionKind::Backward))
+                spans += span.t1 - span.t0;
+        CHECK(spans == Approx(plan.schedule.microbatches * charge.total_s()).epsilon(1e-9));
+    }
 }

@@ -88,7 +88,7 @@ TEST_CASE(
     CHECK_THROWS_WITH(trainingBytesPerParameter(options("lion"), bf16), Catch::Contains("/schedule/optimizer"));
 }
 
-TEST_CASE("a bf16 model's weight state is 16 bytes per parameter in the simulator; options round-trip", "[precision]")
+TEST_CASE("a bf16 model's weight state is 16 bytes per parameter in the simulator, options round-trip", "[precision]")
 {
     const auto model = bf16Model();
     Cluster c;

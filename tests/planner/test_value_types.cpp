@@ -59,7 +59,7 @@ TEST_CASE("shared value types compare member by member", "[value]")
     CHECK(s != t);
 }
 
-TEST_CASE("a plan shares its model and cluster with its copies; edit() copies on write", "[value]")
+TEST_CASE("a plan shares its model and cluster with its copies, edit() copies on write", "[value]")
 {
     const Plan a = smallPlan();
     Plan b = a; // an undo step, a scenario, a result row

@@ -90,7 +90,7 @@ json ok(const Result& r)
 
 } // namespace
 
-TEST_CASE("cli: calibrate fits costs to a run; they predict a second run of the plan; simulate and plan take them",
+TEST_CASE("cli: calibrate fits costs to a run, they predict a second run of the plan, simulate and plan take them",
     "[run][cli][calibrate]")
 {
     test::TempDir dir;

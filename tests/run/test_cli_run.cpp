@@ -5,9 +5,12 @@
 // interrupted by the next command.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,6 +24,8 @@
 #include <unistd.h>
 
 #include "app/history/history.h"
+#include "engine/gpt2.h"
+#include "engine/llmc.h"
 #include "planner/io/json_file.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/run/process_helpers.h"
@@ -219,4 +224,368 @@ TEST_CASE("cli: a controller killed with SIGKILL leaves no agent and a sound his
     CHECK(store.run(runs[0].id)->status == app::RunStatus::Interrupted);
     CHECK(!store.metrics(runs[0].id, "loss").empty());
     prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST_CASE("cli: a loss that stops being finite fails the run cleanly naming the step, with every step kept",
+    "[run][cli][faults]")
+{
+    test::TempDir dir;
+    const auto plan = writePlan(dir, gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const auto history = (dir.path / "history.sqlite").string();
+    const auto r = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "6", "--threads", "1", "--lr", "1e9", "--history", history,
+            "--json"});
+    INFO(r.err);
+    CHECK(r.code == 4);
+    const auto report = json::parse(r.out);
+    CHECK(report.at("status") == "failed");
+    const std::regex step(R"(the loss is (NaN|infinite) at step (\d+) of 6)");
+    std::smatch m;
+    const std::string message = report.at("message");
+    REQUIRE(std::regex_search(message, m, step));
+    const int failedAt = std::stoi(m[2]);
+
+    auto store = app::HistoryStore::open(history);
+    CHECK(store.integrityCheck() == "ok");
+    const auto runs = store.listRuns();
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].status == app::RunStatus::Failed); // not running, then interrupted
+    const auto losses = store.metrics(runs[0].id, "loss");
+    REQUIRE(static_cast<int>(losses.size()) >= failedAt); // every step up to the failure, the bad one included
+    for (int s = 0; s < failedAt - 1; ++s)
+        CHECK(std::isfinite(losses[static_cast<std::size_t>(s)].value));
+    CHECK(!std::isfinite(losses[static_cast<std::size_t>(failedAt - 1)].value));
+    CHECK(runs[0].steps_done == static_cast<std::int64_t>(losses.size()));
+
+    // Told to go on, the run trains every step and keeps the non-finite losses.
+    const auto on = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "6", "--threads", "1", "--lr", "1e9", "--stop-on-nonfinite", "off",
+            "--history", history, "--json"});
+    INFO(on.err);
+    CHECK(on.code == 0);
+    const auto onReport = json::parse(on.out);
+    CHECK(onReport.at("status") == "succeeded");
+    CHECK(store.metrics(onReport.at("run_id"), "loss").size() == 6);
+    const auto list = runCli(dir, {"history", "list", "--history", history});
+    CHECK(list.code == 0);
+    CHECK_THAT(list.out, Contains("6/6"));
+}
+
+TEST_CASE("cli: SIGHUP (the terminal closed) stops the run like Ctrl+C: recorded as stopped, no agent left",
+    "[run][cli][faults]")
+{
+    test::TempDir dir;
+    const auto plan = writePlan(dir, gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const auto history = dir.path / "history.sqlite";
+    const pid_t cli = startCli(
+        {"run", plan.string(), "--local", "--steps", "100000", "--threads", "1", "--history", history.string()},
+        dir.path / "out.txt", dir.path / "err.txt");
+    std::vector<pid_t> agents;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (;;) {
+        REQUIRE(Clock::now() < deadline);
+        agents = test::childAgents(cli);
+        if (agents.size() == 2 && slurp(dir.path / "err.txt").find("step 2/") != std::string::npos)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // As a terminal's hang-up does: to the whole foreground process group (here: the CLI's, as spawned).
+    REQUIRE(::kill(cli, SIGHUP) == 0);
+    int status = 0;
+    waitpid(cli, &status, 0);
+    INFO(slurp(dir.path / "err.txt"));
+    REQUIRE(WIFEXITED(status)); // not killed by the signal (129)
+    CHECK(WEXITSTATUS(status) == 4);
+    CHECK(std::none_of(agents.begin(), agents.end(), test::alive));
+    auto store = app::HistoryStore::open(history);
+    const auto runs = store.listRuns();
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].status == app::RunStatus::Stopped);
+    CHECK(runs[0].steps_done >= 2);
+}
+
+TEST_CASE("cli: a history one may read but not write is listed, shown, exported and compared, a missing one is "
+          "not created",
+    "[run][cli]")
+{
+    test::TempDir dir;
+    const auto plan = writePlan(dir, gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const auto shared = dir.path / "shared";
+    fs::create_directories(shared);
+    const auto history = (shared / "history.sqlite").string();
+    std::vector<std::string> ids;
+    for (int i = 0; i < 2; ++i) {
+        const auto r = runCli(
+            dir, {"run", plan.string(), "--local", "--steps", "2", "--threads", "1", "--history", history, "--json"});
+        REQUIRE(r.code == 0);
+        ids.push_back(json::parse(r.out).at("run_id"));
+    }
+    const auto size = fs::file_size(history);
+    const auto mtime = fs::last_write_time(history);
+    // Readable by all, writable by nobody else: another user (root drops to nobody) or, for a user, no write bit.
+    const bool root = ::geteuid() == 0;
+    fs::permissions(history,
+        root ? fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read
+             : fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+    fs::permissions(dir.path,
+        fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read
+            | fs::perms::others_exec);
+    fs::permissions(shared,
+        fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read
+            | fs::perms::others_exec);
+    const auto out = dir.path / "out";
+    fs::create_directories(out);
+    fs::permissions(out, fs::perms::all);
+    // The build tree may lie where another user cannot reach (/root): that user runs a copy.
+    const auto cliCopy = out / "pipewright-cli";
+    if (root) {
+        fs::copy_file(PW_CLI_EXE, cliCopy);
+        fs::permissions(cliCopy, fs::perms::all);
+    }
+    const auto asReader = [&](std::vector<std::string> args) {
+        if (root)
+            args.insert(args.begin(), {"--reuid=65534", "--regid=65534", "--clear-groups", "--", cliCopy.string()});
+        const std::string program = root ? "/usr/bin/setpriv" : PW_CLI_EXE;
+        std::vector<char*> argv;
+        std::string name = program;
+        argv.push_back(name.data());
+        for (auto& a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        const auto o = out / "stdout", e = out / "stderr";
+        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, o.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, e.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        pid_t pid = 0;
+        REQUIRE(posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ) == 0);
+        posix_spawn_file_actions_destroy(&actions);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        return Result {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(o), slurp(e)};
+    };
+    const auto list = asReader({"history", "list", "--history", history});
+    INFO(list.err);
+    CHECK(list.code == 0);
+    CHECK_THAT(list.out, Contains(ids[0]) && Contains(ids[1]) && Contains("2/2"));
+    const auto show = asReader({"history", "show", ids[0], "--history", history});
+    INFO(show.err);
+    CHECK(show.code == 0);
+    CHECK_THAT(show.out, Contains(ids[0]));
+    const auto csv = (out / "spans.csv").string();
+    const auto exported = asReader({"history", "export", ids[1], "--history", history, "-o", csv});
+    INFO(exported.err);
+    CHECK(exported.code == 0);
+    CHECK_THAT(slurp(csv), Contains("device,lane,kind"));
+    const auto compare = asReader({"history", "compare", ids[0], ids[1], "--history", history});
+    INFO(compare.err);
+    CHECK(compare.code == 0);
+    CHECK(fs::file_size(history) == size);
+    CHECK(fs::last_write_time(history) == mtime);
+    // Writing commands name the file and say why.
+    const auto del = asReader({"history", "delete", ids[0], "--history", history});
+    CHECK(del.code != 0);
+    CHECK_THAT(del.err, Contains(history));
+
+    // Listing a history that does not exist creates neither it nor its directory.
+    const auto missing = dir.path / "none" / "deeper" / "history.sqlite";
+    const auto empty = runCli(dir, {"history", "list", "--history", missing.string()});
+    CHECK(empty.code == 0);
+    CHECK_THAT(empty.out, Contains("no runs"));
+    CHECK(!fs::exists(dir.path / "none"));
+    const auto noShow = runCli(dir, {"history", "show", "latest", "--history", missing.string()});
+    CHECK(noShow.code != 0);
+    CHECK_THAT(noShow.err, Contains(missing.string()));
+    CHECK(!fs::exists(dir.path / "none"));
+}
+
+namespace {
+
+/// Whether the history file holds a run (false when the file does not exist).
+bool recordedAnyRun(const fs::path& history)
+{
+    if (!fs::exists(history))
+        return false;
+    return !app::HistoryStore::open(history).listRuns().empty();
+}
+
+} // namespace
+
+TEST_CASE("cli: run refuses settings out of range naming the option, before the history file exists", "[run][cli]")
+{
+    test::TempDir dir;
+    const auto plan = writePlan(dir, gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const auto history = dir.path / "history.sqlite";
+    const std::string tooMany = std::to_string(std::thread::hardware_concurrency() + 1);
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{"--lr", "-1"}, "--lr (learning rate): must be a finite number >= 0, got -1"},
+        {{"--lr", "nan"}, "--lr (learning rate)"},
+        {{"--lr", "inf"}, "--lr (learning rate): must be a finite number >= 0, got inf"},
+        {{"--weight-decay", "-0.5"}, "--weight-decay (weight decay): must be a finite number >= 0, got -0.5"},
+        {{"--threads", "0"}, "--threads (threads per agent): must be at least 1, got 0"},
+        {{"--threads", "-4"}, "--threads (threads per agent): must be at least 1, got -4"},
+        {{"--warmup", "-3"}, "--warmup (warm-up steps): must be 0 or more, got -3"},
+        {{"--seed", "-1"}, "--seed (seed): must be a whole number from 0 to 18446744073709551615, got '-1'"},
+        {{"--seed", "18446744073709551616"}, "--seed (seed)"},
+    };
+    for (const auto& [options, message] : cases) {
+        std::vector<std::string> args = {"run", plan.string(), "--local", "--steps", "2", "--history", history};
+        args.insert(args.end(), options.begin(), options.end());
+        const auto r = runCli(dir, args);
+        INFO(options[0] << " " << options[1] << ": " << r.err);
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Contains("pipewright-cli: error: " + message));
+        CHECK_FALSE(fs::exists(history));
+    }
+    // Threads above the cores exceed this machine: refused by the controller before the run is recorded (the
+    // history file is open by then), unless --force.
+    const auto many
+        = runCli(dir, {"run", plan.string(), "--local", "--steps", "1", "--threads", tooMany, "--history", history});
+    CHECK(many.code == 1);
+    CHECK_THAT(many.err,
+        Contains("pipewright-cli: error: --threads " + tooMany + " per agent is above this machine's "
+            + std::to_string(std::thread::hardware_concurrency()) + " cores: give --force to start it anyway"));
+    CHECK_FALSE(recordedAnyRun(history));
+    const auto forced = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "1", "--threads", tooMany, "--force", "--history", history,
+            "--json"});
+    INFO(forced.err);
+    CHECK(forced.code == 0);
+    CHECK(recordedAnyRun(history));
+}
+
+TEST_CASE("cli: --init and --data are checked against the plan before anything is recorded: file and field named",
+    "[run][cli]")
+{
+    test::TempDir dir;
+    const auto shape = tinyGpt2(2); // vocabulary 32, sequences of 8, microbatches of 2 sequences
+    const auto plan = writePlan(dir, gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const auto history = dir.path / "history.sqlite";
+    auto config = engine::Gpt2Config::fromTransformer(shape);
+    const auto checkpoint = [&](const std::string& name, engine::Gpt2Config c) {
+        engine::Checkpoint ckpt {c, std::vector<float>(engine::parameterCount(c), 0.01f)};
+        engine::writeCheckpoint(dir.path / name, ckpt);
+        return (dir.path / name).string();
+    };
+    auto otherVocab = config;
+    otherVocab.vocab = 40;
+    auto shorter = config;
+    shorter.max_seq = 4;
+    engine::writeTokens(dir.path / "outside.bin", {1, 2, 3, 40, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
+    engine::writeTokens(dir.path / "few.bin", std::vector<std::uint16_t>(10, 1));
+    {
+        std::vector<std::int32_t> header(256, 0);
+        header[0] = engine::kTokensMagic;
+        header[1] = 2; // a version llm.c has not written
+        std::ofstream(dir.path / "v2.bin", std::ios::binary).write(reinterpret_cast<const char*>(header.data()), 1024);
+    }
+    fs::create_directories(dir.path / "folder");
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{"--init", checkpoint("vocab40.bin", otherVocab)},
+            "vocab40.bin: header vocab: the checkpoint's model has vocab 40, the plan's 32"},
+        {{"--init", checkpoint("short.bin", shorter)},
+            "short.bin: header maxT: the checkpoint's model has 4 positions (maxT), the plan's sequences are 8"},
+        {{"--init", (dir.path / "outside.bin").string()}, "outside.bin: header magic: not an llm.c GPT-2 checkpoint"},
+        {{"--init", (dir.path / "folder").string()}, "folder: is a directory, not a file"},
+        {{"--data", (dir.path / "outside.bin").string()},
+            "outside.bin: tokens: token 40 at position 3 is outside the plan's vocabulary of 32"},
+        {{"--data", (dir.path / "few.bin").string()}, "few.bin: tokens: holds 10 tokens; one microbatch reads 17"},
+        {{"--data", (dir.path / "v2.bin").string()}, "v2.bin: header version: token file version 2 is not supported"},
+        {{"--data", (dir.path / "folder").string()}, "folder: is a directory, not a token or text file"},
+    };
+    for (const auto& [options, message] : cases) {
+        std::vector<std::string> args
+            = {"run", plan.string(), "--local", "--steps", "2", "--threads", "1", "--history", history};
+        args.insert(args.end(), options.begin(), options.end());
+        const auto r = runCli(dir, args);
+        INFO(options[0] << " " << options[1] << ": " << r.err);
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Contains("pipewright-cli: error: ") && Contains(message));
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1); // one line
+        CHECK_FALSE(recordedAnyRun(history));
+    }
+    // What fits is trained: a checkpoint of the plan's shape (more positions than used), enough tokens.
+    auto longer = config;
+    longer.max_seq = 16;
+    std::vector<std::uint16_t> tokens(400);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+        tokens[i] = static_cast<std::uint16_t>(i * 7 % 32);
+    engine::writeTokens(dir.path / "ok.bin", tokens);
+    const auto ok = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "2", "--threads", "1", "--history", history, "--init",
+            checkpoint("ok-init.bin", longer), "--data", (dir.path / "ok.bin").string(), "--json"});
+    INFO(ok.err);
+    CHECK(ok.code == 0);
+}
+
+TEST_CASE("cli: a local run beyond this machine (agents above its cores, memory above its RAM) is refused with the "
+          "numbers",
+    "[run][cli]")
+{
+    test::TempDir dir;
+    const auto history = dir.path / "history.sqlite";
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    std::vector<int> devices(static_cast<std::size_t>(cores) + 1);
+    std::iota(devices.begin(), devices.end(), 0);
+    const auto wide = writePlan(dir, gpt2Plan(tinyGpt2(2), {{0, 3, devices}}, "1f1b"));
+    const auto r = runCli(dir, {"run", wide.string(), "--local", "--steps", "1", "--history", history});
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err,
+        Contains("the plan starts " + std::to_string(cores + 1) + " agents (one per device) on this machine's "
+            + std::to_string(cores) + " cores: give --force to start it anyway"));
+    CHECK_FALSE(recordedAnyRun(history));
+
+    // 4 blocks of width 32768: 52 G parameters, some 800 GiB with AdamW's state, above any test machine's RAM.
+    planner::TransformerConfig huge {4, 32768, 16, 8, 32, 1, 4};
+    const auto big = gpt2Plan(huge, {{0, 5, {0}}}, "1f1b");
+    const auto bigPath = dir.path / "big.json";
+    std::ofstream(bigPath) << planner::toJson(big).dump(2);
+    const auto m = runCli(dir, {"run", bigPath.string(), "--local", "--steps", "1", "--history", history});
+    INFO(m.err);
+    CHECK(m.code == 1);
+    CHECK_THAT(m.err,
+        Contains("the predicted peak memory of its 1 devices, ") && Contains("GiB together, is above this machine's")
+            && Contains("GiB of memory: give --force"));
+    CHECK_FALSE(recordedAnyRun(history));
+}
+
+TEST_CASE("cli: run names the plan's file and field: unknown schedule kind, missing architecture, layer count, "
+          "bf16 weights",
+    "[run][cli]")
+{
+    test::TempDir dir;
+    const auto history = (dir.path / "h.sqlite").string();
+    auto plan = gpt2Plan(tinyGpt2(2), {{0, 3, {0}}}, "gpipe");
+    const auto refused = [&](const planner::Plan& p) {
+        const auto path = writePlan(dir, p);
+        const auto r = runCli(dir, {"run", path.string(), "--local", "--steps", "1", "--history", history});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Contains("pipewright-cli: error: " + path.string() + ": "));
+        return r.err;
+    };
+    auto kind = plan;
+    kind.schedule.kind = "zigzag";
+    CHECK_THAT(refused(kind),
+        Contains("/schedule/kind: unknown schedule kind 'zigzag' (known: gpipe, 1f1b, pipedream, 2bw, interleaved"));
+    auto noShape = plan;
+    auto model = *plan.model;
+    model.architecture.reset();
+    noShape.model = model;
+    CHECK_THAT(refused(noShape), Contains("/model/architecture: the plan's model") && Contains("profile transformer"));
+    auto layers = plan;
+    model = *plan.model;
+    model.architecture->layers = 6;
+    layers.model = model;
+    CHECK_THAT(refused(layers),
+        Contains("/model/layers: the profile lists 4 layers, but its architecture's 6 transformer blocks make 8 "
+                 "layers to train: the embedding, the 6 blocks and the head"));
+    auto bf16 = plan;
+    model = *plan.model;
+    model.architecture->bytes_per_element = 2;
+    bf16.model = model;
+    CHECK_THAT(refused(bf16),
+        Contains("/model/architecture/bytes_per_element: the plan's weights are bf16")
+            && Contains("--bytes-per-element 4"));
+    CHECK_FALSE(recordedAnyRun(dir.path / "h.sqlite"));
 }

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agents/protocol/frame.h"
 #include "app/history/history.h"
 #include "app/run/controller.h"
 #include "engine/llmc.h"
@@ -50,6 +51,7 @@ app::RunRequest request(const planner::Plan& plan, int steps)
     r.weight_decay = 0.1;
     r.seed = 1234;
     r.threads = 1;
+    r.force = true; // plans of up to 4 devices (tiny ones) on test machines of fewer cores
     r.agent_executable = PW_AGENT_EXE;
     return r;
 }
@@ -278,7 +280,8 @@ TEST_CASE("an agent that writes garbage or dies mid-frame is a clear error, not 
     {
         // A header announcing 64 payload bytes, then only 3 of them.
         req.agent_executable = test::script(dir.path / "truncated.sh",
-            "printf 'PWAG\\001\\000\\001\\000\\100\\000\\000\\000\\000\\000\\000\\000abc'\n");
+            "printf 'PWAG\\00" + std::to_string(agents::kProtocolVersion)
+                + "\\000\\001\\000\\100\\000\\000\\000\\000\\000\\000\\000abc'\n");
         expected = "stream ended inside a frame";
     }
     SECTION("an agent that cannot be started")

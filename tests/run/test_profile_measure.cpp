@@ -102,7 +102,7 @@ fs::path writeCpuCluster(const test::TempDir& dir, int devices)
 
 } // namespace
 
-TEST_CASE("cli: profile measure writes a measured profile; a plan made from it trains with run --local",
+TEST_CASE("cli: profile measure writes a measured profile, a plan made from it trains with run --local",
     "[run][cli][profile]")
 {
     test::TempDir dir;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agents/launch/ssh.h"
+#include "app/history/history.h"
 #include "planner/io/json_file.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/ssh/sshd_fixture.h"
@@ -56,6 +57,7 @@ TEST_CASE("cli: run --cluster refuses an unknown host key, then with --accept-ne
             "node" + std::to_string(s->port), "127.0.0.1", s->port, test::currentUser(), "cpu", 1, 1e10, 1e-6};
         n.ssh_identity_file = s->user_key.string();
         n.env = {{"PW_TEST_NODE", n.name}};
+        n.env_keep = {"PW_TEST_NODE"}; // not a secret: the cluster file written below keeps it
         cluster.nodes.push_back(n);
     }
     cluster.inter_node_bandwidth_bytes_per_s = 1e9;
@@ -96,6 +98,21 @@ TEST_CASE("cli: run --cluster refuses an unknown host key, then with --accept-ne
     REQUIRE(l.at("losses").size() == r.at("losses").size());
     for (std::size_t i = 0; i < l.at("losses").size(); ++i)
         CHECK(r.at("losses")[i].get<double>() == Approx(l.at("losses")[i].get<double>()).epsilon(1e-5));
+
+    // A cluster file whose env value was redacted when written (a secret) is refused before anything connects,
+    // naming the file and the variable, and nothing is recorded.
+    auto withSecret = cluster;
+    withSecret.nodes[1].env["PW_TEST_TOKEN"] = "never-written";
+    const auto redactedFile = dir.path / "redacted.json";
+    std::ofstream(redactedFile) << planner::toJson(withSecret).dump(2);
+    CHECK(test::slurpFile(redactedFile).find("never-written") == std::string::npos);
+    auto redactedArgs = args;
+    redactedArgs[3] = redactedFile.string();
+    const auto runsBefore = app::HistoryStore::open(history).listRuns().size();
+    const auto redacted = cli(dir, redactedArgs);
+    CHECK(redacted.code == 1);
+    CHECK_THAT(redacted.err, Contains("redacted.json") && Contains("/nodes/1/env/PW_TEST_TOKEN"));
+    CHECK(app::HistoryStore::open(history).listRuns().size() == runsBefore);
 
     // Deploying to a cluster of another size is refused before anything connects.
     cluster.nodes.erase(cluster.nodes.end() - 1);

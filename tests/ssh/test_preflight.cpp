@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agents/launch/ssh.h"
+#include "agents/protocol/frame.h"
 #include "app/run/preflight.h"
 #include "planner/device_presets.h"
 #include "tests/ssh/sshd_fixture.h"
@@ -36,7 +37,7 @@ const app::PreflightCheck* find(
 
 } // namespace
 
-TEST_CASE("pre-flight: good nodes pass every check; an unknown key and a wrong port are named with the fix", "[ssh]")
+TEST_CASE("pre-flight: good nodes pass every check, an unknown key and a wrong port are named with the fix", "[ssh]")
 {
     test::Sshd good1, good2, stranger;
     test::TempDir dir;
@@ -74,7 +75,8 @@ TEST_CASE("pre-flight: good nodes pass every check; an unknown key and a wrong p
             CHECK(c->fix.empty());
         }
     CHECK_THAT(find(checks, "good1", "host key")->detail, Contains(good1.fingerprint()));
-    CHECK_THAT(find(checks, "good1", "agent")->detail, Contains("protocol 1"));
+    CHECK_THAT(
+        find(checks, "good1", "agent")->detail, Contains("protocol " + std::to_string(agents::kProtocolVersion)));
     REQUIRE(find(checks, "good1", "reaches good2"));
     CHECK(find(checks, "good1", "reaches good2")->ok);
     CHECK_THAT(find(checks, "good1", "reaches good2")->detail, Contains("ephemeral port"));

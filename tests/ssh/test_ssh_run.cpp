@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "agents/launch/ssh.h"
 #include "app/history/history.h"
 #include "app/run/controller.h"
@@ -91,6 +93,7 @@ app::RunRequest request(const planner::Plan& plan, int steps)
     r.weight_decay = 0.1;
     r.threads = 1;
     r.agent_executable = PW_AGENT_EXE;
+    r.force = true; // the local reference runs three agents, on a 2-core machine too
     return r;
 }
 
@@ -150,7 +153,11 @@ TEST_CASE(
     "a 3-stage plan deployed to three hosts gives its local losses, every span once, nothing left behind", "[ssh][run]")
 {
     ThreeHosts hosts;
-    const auto plan = threeStagePlan(hosts.cluster());
+    // A node's env holds a secret: the agents get it, no file or log does (only its name).
+    const std::string envSecret = "pw-env-secret-" + std::to_string(::getpid()) + "-7f3a9c";
+    auto cluster = hosts.cluster();
+    cluster.nodes[0].env = {{"PW_TEST_TOKEN", envSecret}};
+    const auto plan = threeStagePlan(cluster);
     const int steps = 5;
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
@@ -167,7 +174,16 @@ TEST_CASE(
     o.log = [&](const std::string& who, const std::string& level, const std::string& text) {
         logs.push_back(who + " " + level + " " + text);
     };
+    // The agent on host0 has the node's env (these "hosts" are this machine: its /proc shows it).
+    std::string agentEnv;
+    o.agents = [&](const std::vector<app::AgentStatus>& agents) {
+        if (agentEnv.empty() && agents[0].pid > 0 && agents[0].state == app::AgentStatus::State::Running) {
+            agentEnv = test::slurpFile("/proc/" + std::to_string(agents[0].pid) + "/environ");
+            std::replace(agentEnv.begin(), agentEnv.end(), '\0', '\n');
+        }
+    };
     const auto outcome = app::RunController(remote, history).run(o);
+    CHECK_THAT(agentEnv, Contains("PW_TEST_TOKEN=" + envSecret + "\n") && Contains("OMP_WAIT_POLICY=PASSIVE"));
     INFO(outcome.message);
     for (const auto& l : logs)
         UNSCOPED_INFO(l);
@@ -197,7 +213,11 @@ TEST_CASE(
                 secrets.push_back(line);
     }
     REQUIRE(secrets.size() >= 3);
+    secrets.push_back(envSecret);
     std::string haystack = test::slurpFile(dir.path / "history.sqlite");
+    if (std::filesystem::exists(dir.path / "history.sqlite-wal"))
+        haystack += test::slurpFile(dir.path / "history.sqlite-wal");
+    CHECK_THAT(history.run(outcome.run_id)->cluster_json, Contains("PW_TEST_TOKEN"));
     for (const auto& l : logs)
         haystack += l;
     for (const auto& entry : std::filesystem::recursive_directory_iterator(hosts.remote_root / "runs"))

@@ -2,8 +2,18 @@
 // SSH sessions against a real sshd on 127.0.0.1 (tests/ssh/sshd_fixture.h): a known host runs commands and takes
 // uploads; an unknown host key is refused unless confirmed or accepted (and then recorded); a changed host key is
 // refused always, naming both fingerprints; a wrong user key, an unreachable host and a wrong port fail with the
-// host and the cause; ~/.ssh/config's Host alias, HostName, Port, User and IdentityFile are honoured.
+// host and the cause; ~/.ssh/config's Host alias, HostName, Port, User and IdentityFile are honoured; without a
+// known_hosts given, the account's file (password database, not $HOME) is the one read, written and named.
 #include <catch2/catch.hpp>
+
+#include <functional>
+#include <sstream>
+
+#include <pwd.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "agents/launch/ssh.h"
 #include "tests/ssh/sshd_fixture.h"
@@ -199,4 +209,118 @@ TEST_CASE("shell quoting keeps every word whole", "[ssh]")
 {
     CHECK(agents::shellQuote("plain") == "'plain'");
     CHECK(agents::shellQuote("it's a $HOME; rm -rf /") == "'it'\\''s a $HOME; rm -rf /'");
+}
+
+namespace {
+
+/// The account's home as the password database has it, read here independently of agents::accountHome().
+std::filesystem::path passwdHome()
+{
+    const passwd* entry = getpwuid(getuid());
+    REQUIRE(entry);
+    REQUIRE(entry->pw_dir);
+    return entry->pw_dir;
+}
+
+/// Runs `body` in a child process in a mount namespace of its own where `home` is bind-mounted over the account's
+/// home (so that the test writes nothing in the real one) and $HOME names `elsewhere`, as after `sudo -E` or in a
+/// shell that changed it. The child's text (body's result) comes back; a child that could not set itself up fails
+/// the test (SSH tests run as root).
+std::string inAccountHome(
+    const std::filesystem::path& home, const std::filesystem::path& elsewhere, const std::function<std::string()>& body)
+{
+    const std::filesystem::path report = home.parent_path() / "child-report.txt";
+    const std::filesystem::path target = passwdHome();
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) { // the child: no Catch assertion here, only its report and exit status
+        if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0
+            || mount(home.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0)
+            _exit(90);
+        setenv("HOME", elsewhere.c_str(), 1);
+        std::string text;
+        try {
+            text = body();
+        } catch (const std::exception& e) {
+            text = std::string("exception: ") + e.what();
+        }
+        std::ofstream(report) << text;
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    INFO("the child could not bind-mount a home (exit 90: unshare/mount refused; SSH tests need root)");
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    return test::slurpFile(report);
+}
+
+} // namespace
+
+TEST_CASE("the default known_hosts is the account's from the password database, not $HOME's", "[ssh]")
+{
+    const char* oldHome = std::getenv("HOME");
+    const std::string saved = oldHome ? oldHome : "";
+    setenv("HOME", "/nonexistent-home-for-the-test", 1);
+    CHECK(agents::accountHome() == passwdHome());
+    CHECK(agents::knownHostsFile() == passwdHome() / ".ssh" / "known_hosts");
+    CHECK(agents::knownHostsFile("/some/file") == "/some/file");
+    if (oldHome)
+        setenv("HOME", saved.c_str(), 1);
+    else
+        unsetenv("HOME");
+}
+
+TEST_CASE("without --known-hosts, the file libssh records keys in is the one messages name, a changed key names "
+          "it and both fingerprints",
+    "[ssh]")
+{
+    test::Sshd sshd;
+    const auto home = sshd.dir.path / "account-home";
+    const auto elsewhere = sshd.dir.path / "shell-home";
+    std::filesystem::create_directories(home);
+    std::filesystem::create_directories(elsewhere);
+    const std::string shown = (passwdHome() / ".ssh" / "known_hosts").string(); // the path as the user sees it
+    const auto connect = [&](bool accept) {
+        return [&sshd, accept] {
+            auto settings = settingsOf(sshd);
+            settings.known_hosts.clear(); // the default file
+            settings.accept_new_host_keys = accept;
+            try {
+                const auto session = SshSession::open(endpointOf(sshd), settings);
+                return "connected; key checked against " + session->hostKey().known_hosts_file.string();
+            } catch (const SshError& e) {
+                return std::string(e.what());
+            }
+        };
+    };
+
+    // Unknown: refused, naming the account's file.
+    std::string text = inAccountHome(home, elsewhere, connect(false));
+    CHECK_THAT(text, Contains("not known") && Contains("not in " + shown));
+    CHECK_THAT(text, !Contains(elsewhere.string()));
+    // Accepted: recorded in the account's file (here the bind-mounted `home`), nothing under $HOME.
+    text = inAccountHome(home, elsewhere, connect(true));
+    CHECK(text == "connected; key checked against " + shown);
+    CHECK_THAT(test::slurpFile(home / ".ssh" / "known_hosts"), Contains("[127.0.0.1]:" + std::to_string(sshd.port)));
+    CHECK_FALSE(std::filesystem::exists(elsewhere / ".ssh" / "known_hosts"));
+    CHECK((std::filesystem::status(home / ".ssh").permissions() & std::filesystem::perms::all)
+        == std::filesystem::perms::owner_all);
+
+    // Changed: the file holds another key for the host; the message names that file and both fingerprints.
+    const auto impostor = sshd.dir.path / "impostor_key";
+    test::makeKey(impostor);
+    std::string type, key;
+    std::istringstream(test::slurpFile(impostor.string() + ".pub")) >> type >> key;
+    std::ofstream(home / ".ssh" / "known_hosts", std::ios::trunc)
+        << "[127.0.0.1]:" << sshd.port << " " << type << " " << key << "\n";
+    const auto out = sshd.dir.path / "impostor-fp";
+    test::runProgram({"/usr/bin/ssh-keygen", "-l", "-E", "sha256", "-f", impostor.string() + ".pub"}, out);
+    std::string bits, oldFingerprint;
+    std::istringstream(test::slurpFile(out)) >> bits >> oldFingerprint;
+    text = inAccountHome(home, elsewhere, connect(true));
+    CHECK_THAT(text, Contains("CHANGED") && Contains(sshd.fingerprint()) && Contains(oldFingerprint));
+    CHECK_THAT(text, Contains(shown + " holds " + oldFingerprint));
+    CHECK_THAT(text, Contains("ssh-keygen -R [127.0.0.1]:" + std::to_string(sshd.port) + " -f " + shown));
+    CHECK_THAT(text, !Contains(elsewhere.string()));
 }

@@ -407,7 +407,7 @@ TEST_CASE("cluster editor: the speed vs profiled device column follows the model
     CHECK(speed(1).toString() == "0.5x (estimate)");
 }
 
-TEST_CASE("cluster editor: the cell at fault is red with the reason; the summary keeps the last valid cluster", "[ui]")
+TEST_CASE("cluster editor: the cell at fault is red with the reason, the summary keeps the last valid cluster", "[ui]")
 {
     ui::ClusterEditor editor;
     editor.setCluster(demo("hetpipe-cluster.json"));

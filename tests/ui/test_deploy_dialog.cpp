@@ -7,13 +7,22 @@
 
 #ifdef PW_AGENT_EXE
 
+#include <QApplication>
 #include <QCoreApplication>
+#include <QLineEdit>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QTreeWidget>
+#include <fstream>
+
+#include <pwd.h>
+#include <unistd.h>
 
 #include "planner/device_presets.h"
+#include "planner/io/json_file.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "ui/document/run_session.h"
 #include "ui/jobs/job_runner.h"
@@ -73,9 +82,11 @@ TEST_CASE("deploy dialog: pre-flight checklist, host keys put to the user, Deplo
     bool trust = false;
     d.setConfirmer([&](const agents::HostKey& key) {
         asked.push_back(key.fingerprint);
+        CHECK(key.known_hosts_file == knownHosts.toStdString()); // the file the key would be recorded in
         return trust;
     });
     d.show();
+    CHECK(d.knownHostsFile() == knownHosts.toStdString());
 
     SECTION("refused keys: the host key checks fail and Deploy stays off")
     {
@@ -152,6 +163,116 @@ TEST_CASE(
     // A cluster of another size is refused before anything starts.
     cluster.nodes.erase(cluster.nodes.end() - 1);
     CHECK_FALSE(window.runLocally(settings, &cluster));
+}
+
+TEST_CASE("deploy dialog: pre-flight checks the plan against the cluster file and the engine, not only the hosts",
+    "[ui][deploy]")
+{
+    QTemporaryDir dir;
+    // One node on a port nothing listens on: the host checks fail fast; the plan is what this test is about.
+    planner::Cluster one;
+    one.device_types = {*planner::devicePreset("cpu")};
+    one.nodes.push_back({"solo", "127.0.0.1", 1, test::currentUser(), "cpu", 1, 1e10, 1e-6});
+    const auto clusterFile = dir.filePath(QStringLiteral("one.json"));
+    std::ofstream(clusterFile.toStdString()) << planner::toJson(one).dump(2);
+    const auto plan = planner::loadPlan(PW_DEMO_DIR "/gpt2-tiny-local.plan.json"); // two devices
+    ui::DeployDialog d;
+    d.setClusterFile(clusterFile);
+    d.setKnownHostsFile(dir.filePath(QStringLiteral("known_hosts")));
+    d.setAgentExecutable(PW_AGENT_EXE);
+    d.setPlan(plan);
+    d.check();
+    settle(d);
+    REQUIRE_FALSE(d.checks().empty());
+    const auto& first = d.checks().front();
+    CHECK(first.check == "plan");
+    CHECK_FALSE(first.ok);
+    CHECK_THAT(first.detail, Catch::Contains("the plan is for 2 devices, the cluster has 1"));
+    CHECK_THAT(first.fix, Catch::Contains("deploy a plan made for this cluster"));
+    CHECK_FALSE(d.deployButton()->isEnabled());
+    REQUIRE(d.checklist()->topLevelItemCount() >= 1);
+    CHECK(d.checklist()->topLevelItem(0)->text(2) == QStringLiteral("FAILED"));
+
+    // A plan of the cluster's size that the engine would not train as planned (bf16 weights).
+    auto bf16 = planner::loadPlan(PW_DEMO_DIR "/gpt2-tiny-local.plan.json");
+    one.nodes[0].count = 2;
+    std::ofstream(clusterFile.toStdString(), std::ios::trunc) << planner::toJson(one).dump(2);
+    auto model = *bf16.model;
+    model.architecture->bytes_per_element = 2; // `profile transformer`'s default
+    bf16.model = model;
+    d.setPlan(bf16);
+    d.check();
+    settle(d);
+    REQUIRE_FALSE(d.checks().empty());
+    CHECK(d.checks().front().check == "plan");
+    CHECK_FALSE(d.checks().front().ok);
+    CHECK_THAT(d.checks().front().detail,
+        Catch::Contains("/model/architecture/bytes_per_element") && Catch::Contains("fp32 only"));
+
+    // The plan as it is: its check passes (the unreachable host still fails the deployment).
+    d.setPlan(planner::loadPlan(PW_DEMO_DIR "/gpt2-tiny-local.plan.json"));
+    d.check();
+    settle(d);
+    REQUIRE_FALSE(d.checks().empty());
+    CHECK(d.checks().front().check == "plan");
+    CHECK(d.checks().front().ok);
+    CHECK_FALSE(d.allPassed());
+}
+
+TEST_CASE("deploy dialog: the known_hosts file shown is the one keys are checked against and recorded in", "[ui][ssh]")
+{
+    // The default: the account's file as libssh and OpenSSH take it (the password database), whatever $HOME says.
+    const std::string savedHome = std::getenv("HOME") ? std::getenv("HOME") : "";
+    setenv("HOME", "/nonexistent-home-for-the-test", 1);
+    {
+        ui::DeployDialog d;
+        const passwd* entry = getpwuid(getuid());
+        REQUIRE(entry);
+        const std::string account = (std::filesystem::path(entry->pw_dir) / ".ssh" / "known_hosts").string();
+        CHECK(d.knownHostsFile() == account);
+        QLineEdit* field = nullptr;
+        for (auto* e : d.findChildren<QLineEdit*>())
+            if (e->placeholderText().contains(QStringLiteral("known_hosts")))
+                field = e;
+        REQUIRE(field);
+        CHECK(field->placeholderText() == QString::fromStdString(account));
+        CHECK(field->toolTip().contains(QString::fromStdString(account)));
+        CHECK_FALSE(field->placeholderText().contains(QStringLiteral("nonexistent-home")));
+    }
+    setenv("HOME", savedHome.c_str(), 1);
+
+    // An unknown key, asked with the dialog's own question: it names the file the key would be recorded in.
+    test::Sshd a, b;
+    QTemporaryDir dir;
+    const QString clusterFile = dir.filePath(QStringLiteral("cluster.json"));
+    std::ofstream(clusterFile.toStdString()) << planner::toJson(twoHosts(a, b)).dump(2);
+    const QString knownHosts = dir.filePath(QStringLiteral("known_hosts"));
+    ui::DeployDialog d;
+    d.setClusterFile(clusterFile);
+    d.setKnownHostsFile(knownHosts);
+    d.setRemoteRoot(dir.filePath(QStringLiteral("remote")));
+    d.setAgentExecutable(PW_AGENT_EXE);
+    d.show();
+    QStringList questions;
+    QTimer answer; // refuses every key the dialog asks about, keeping the question's text
+    answer.setInterval(20);
+    QObject::connect(&answer, &QTimer::timeout, [&] {
+        for (QWidget* w : QApplication::topLevelWidgets())
+            if (auto* box = qobject_cast<QMessageBox*>(w); box && box->isVisible()) {
+                questions << box->text();
+                box->button(QMessageBox::No)->click();
+            }
+    });
+    answer.start();
+    d.check();
+    settle(d);
+    answer.stop();
+    REQUIRE(questions.size() == 2);
+    for (const QString& q : questions) {
+        CHECK(q.contains(QStringLiteral("is not in ") + knownHosts));
+        CHECK(q.contains(QStringLiteral("record it in ") + knownHosts));
+    }
+    CHECK(test::slurpFile(knownHosts.toStdString()).empty());
 }
 
 #endif

@@ -485,10 +485,22 @@ TEST_CASE("peakPerPixel keeps every peak of a step curve in one point per pixel 
     CHECK(spikes == 1);
     CHECK(s.v[static_cast<std::size_t>(1234 * 0.02)] == 9.0); // column 24 holds t = 24.68
 
-    // Few points in the window: returned as they are, from the one in force at the window's start.
+    // Few points in the window: returned as they are, from the window's left edge (with the value in force there)
+    // to its right edge (the last change holds until the next one, beyond the window).
     const auto f = peakPerPixel(ft, fv, 5, 20, 100);
-    CHECK(f.t == std::vector<double> {0, 10, 10.001});
-    CHECK(f.v == std::vector<double> {1, 7, 1});
+    CHECK(f.t == std::vector<double> {5, 10, 10.001, 20});
+    CHECK(f.v == std::vector<double> {1, 7, 1, 1});
+    // A window with no change in it: the held value from edge to edge.
+    const auto held = peakPerPixel(ft, fv, 20, 40, 100);
+    CHECK(held.t == std::vector<double> {20, 40});
+    CHECK(held.v == std::vector<double> {1, 1});
+    const auto spike = peakPerPixel(ft, fv, 10.0005, 10.0008, 100);
+    CHECK(spike.t == std::vector<double> {10.0005, 10.0008});
+    CHECK(spike.v == std::vector<double> {7, 7});
+    // A window starting before the first point: 0 until it.
+    const auto early = peakPerPixel(std::vector<double> {2, 4}, std::vector<double> {3, 5}, 1, 3, 100);
+    CHECK(early.t == std::vector<double> {1, 2, 3});
+    CHECK(early.v == std::vector<double> {0, 3, 3});
     // Nothing to draw: an empty curve, an empty window.
     CHECK(peakPerPixel({}, {}, 0, 1, 10).t.empty());
     CHECK(peakPerPixel(ft, fv, 3, 3, 10).t.empty());

@@ -77,7 +77,7 @@ QString kindName(planner::ActionKind kind)
 
 } // namespace
 
-TEST_CASE("gantt view: hovering a span names its kind and microbatch; a bubble shows nothing", "[ui]")
+TEST_CASE("gantt view: hovering a span names its kind and microbatch, a bubble shows nothing", "[ui]")
 {
     const auto& timeline = demoTimeline();
     ShownView shown(timeline);
@@ -376,6 +376,54 @@ TEST_CASE("gantt view: hovering a memory curve names a device and its memory the
     CHECK(shown.view.memoryToolTipAt(above).isEmpty());
 }
 
+TEST_CASE("gantt view: zoomed or panned the memory curves reach both edges of the window", "[ui]")
+{
+    ShownView shown(demoTimeline());
+    QCustomPlot* plot = shown.view.memoryPlot();
+    REQUIRE(plot);
+    plot->replot();
+    // Each device's level at time t, from the timeline's samples directly (a step function: a sample holds until
+    // the device's next one).
+    const auto levelAt = [](int device, double t) {
+        double gib = 0;
+        for (const auto& m : demoTimeline().memory())
+            if (m.device == device && m.t <= t)
+                gib = m.value / double(1ull << 30);
+        return gib;
+    };
+    const auto& names = demoTimeline().device_names;
+    const double begin = shown.view.windowBegin(), whole = shown.duration();
+    // Zoomed into a narrow window (a few changes per curve at most, so the curves are drawn unreduced), then
+    // panned by half a window twice, then a wider window that the curves are reduced for.
+    const std::vector<std::pair<double, double>> windows {{begin + 0.4003 * whole, begin + 0.4013 * whole},
+        {begin + 0.4008 * whole, begin + 0.4018 * whole}, {begin + 0.4013 * whole, begin + 0.4023 * whole},
+        {begin + 0.1 * whole, begin + 0.7 * whole}};
+    for (const auto& [t0, t1] : windows) {
+        shown.view.setTimeWindow(t0, t1);
+        plot->replot();
+        const double w0 = shown.view.windowBegin(), w1 = shown.view.windowEnd();
+        CAPTURE(w0, w1);
+        REQUIRE(plot->graphCount() == static_cast<int>(names.size()));
+        for (int i = 0; i < plot->graphCount(); ++i) {
+            const QCPGraph* g = plot->graph(i);
+            const int device
+                = static_cast<int>(std::find(names.begin(), names.end(), g->name().toStdString()) - names.begin());
+            CAPTURE(g->name());
+            REQUIRE(device < static_cast<int>(names.size()));
+            REQUIRE(g->data()->size() >= 2);
+            // The curve starts at the left edge with the level held there and ends at the right edge.
+            CHECK(g->data()->constBegin()->key == Approx(w0).epsilon(1e-12));
+            CHECK((g->data()->constEnd() - 1)->key == Approx(w1).epsilon(1e-12));
+            if (g->data()->size() < 50) { // unreduced: the levels held at the edges
+                CHECK(g->data()->constBegin()->value == Approx(levelAt(device, w0)));
+                CHECK((g->data()->constEnd() - 1)->value == Approx(levelAt(device, w1)));
+            } else { // reduced: the first column's peak, at least the level held at the left edge
+                CHECK(g->data()->constBegin()->value >= levelAt(device, w0) - 1e-9);
+            }
+        }
+    }
+}
+
 TEST_CASE("gantt view: the image path paints the same pixels as a fillRect per item", "[ui]")
 {
     // 16 stages x 700 microbatches of 1F1B: about 45,000 spans, above the threshold where the view writes the
@@ -403,7 +451,7 @@ TEST_CASE("gantt view: the image path paints the same pixels as a fillRect per i
     }
 }
 
-TEST_CASE("gantt view: a live timeline grows in place; the view indexes what is new and follows the run", "[ui]")
+TEST_CASE("gantt view: a live timeline grows in place, the view indexes what is new and follows the run", "[ui]")
 {
     // The demo's spans as a run reports them: each device in order of start, in batches of 20 to 40.
     auto all = demoTimeline().spans;

@@ -21,6 +21,7 @@
 #include "tests/engine/engine_fixtures.h"
 #include "ui/jobs/job_runner.h"
 #include "ui/models/run_list_model.h"
+#include "ui/widgets/elided_label.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/history_view.h"
 #include "ui/widgets/run_compare_view.h"
@@ -114,6 +115,21 @@ TEST_CASE("history browser: two selected runs compare side by side, only what di
     const QString text = QString::fromUtf8(f.readAll());
     CHECK(text.contains(QStringLiteral("/schedule/kind,\"\"\"gpipe\"\"\",\"\"\"1f1b\"\"\"")));
     CHECK(text.contains(QStringLiteral("# per stage and step")));
+    // issue 19 item 13: numbers in one unit per column (seconds, named in the header), no unit text.
+    CHECK(text.contains(QStringLiteral(",iteration_s,predicted_iteration_s,")));
+    CHECK(text.contains(QStringLiteral("stage,run_1_compute_s,run_1_idle_s,")));
+    CHECK_FALSE(text.contains(QStringLiteral(" ms")));
+    CHECK_FALSE(text.contains(QStringLiteral("µs")));
+    const QString stageSection = text.mid(text.indexOf(QStringLiteral("# per stage and step")));
+    const QStringList stageLines = stageSection.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    REQUIRE(stageLines.size() == 4); // the comment, the header, two stages
+    for (int i = 2; i < stageLines.size(); ++i)
+        for (const QString& field : stageLines[i].split(QLatin1Char(','))) {
+            bool number = false;
+            field.toDouble(&number);
+            CHECK((number || field.isEmpty()));
+        }
+    CHECK(stageLines[2].split(QLatin1Char(','))[1].toDouble() == Approx(c.runs[0].stages[0].compute_s));
 
     // Tags: one run tagged, the tag filter finds it alone; untagged, the filter finds none.
     const std::string first = view.model()->run(0).id;
@@ -126,4 +142,49 @@ TEST_CASE("history browser: two selected runs compare side by side, only what di
     CHECK(view.model()->rowCount() == 0);
     view.tagFilterEdit()->clear();
     CHECK(view.model()->rowCount() == 2);
+}
+
+TEST_CASE("history browser: a long summary is elided with its whole text in the tooltip, tags match substrings", "[ui]")
+{
+    QTemporaryDir dir;
+    // A file that is not a history: the summary says why, a sentence longer than the tab is wide at 1024 px.
+    const QString bad = dir.filePath(QStringLiteral("a-history-file-with-a-long-name-that-is-no-database.sqlite"));
+    {
+        QFile f(bad);
+        REQUIRE(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray(4096, 'x'));
+    }
+    ui::HistoryView view;
+    view.resize(406, 500); // the History tab's width in a 1024x700 window, beside the two docks
+    view.show();
+    view.setHistoryPath(bad.toStdString());
+    view.refresh();
+    const ui::ElidedLabel* summary = view.summaryLabel();
+    REQUIRE(summary);
+    CHECK(summary->fullText().startsWith(QStringLiteral("Cannot read the history: ")));
+    CHECK(summary->fullText().contains(QStringLiteral("no-database.sqlite")));
+    CHECK(summary->elided());
+    CHECK(summary->text().endsWith(QStringLiteral("…")));
+    CHECK(summary->toolTip() == summary->fullText());
+    CHECK(summary->geometry().right() < view.width());
+
+    // Tags: a part of a tag, in any case, finds the run (as the plan filter finds part of a label).
+    const std::filesystem::path file = dir.filePath(QStringLiteral("history.sqlite")).toStdString();
+    std::string tagged;
+    {
+        auto h = app::HistoryStore::open(file);
+        const auto shape = test::tinyGpt2(2);
+        tagged = recordRun(h, test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b", 4));
+        recordRun(h, test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "gpipe", 4));
+        h.addTag(tagged, "Nightly-2026");
+    }
+    view.setHistoryPath(file);
+    view.refresh();
+    REQUIRE(view.model()->rowCount() == 2);
+    CHECK(summary->fullText().startsWith(QStringLiteral("2 runs in "))); // the error is gone
+    view.tagFilterEdit()->setText(QStringLiteral("night"));
+    REQUIRE(view.model()->rowCount() == 1);
+    CHECK(view.model()->run(0).id == tagged);
+    view.tagFilterEdit()->setText(QStringLiteral("weekly"));
+    CHECK(view.model()->rowCount() == 0);
 }

@@ -125,7 +125,7 @@ TEST_CASE("job runner: a stopped stale job delivers nothing, even if it returns"
     CHECK(delivered == std::vector<int> {2});
 }
 
-TEST_CASE("job runner: cancel drops everything at once; requestStop still delivers", "[jobs]")
+TEST_CASE("job runner: cancel drops everything at once, requestStop still delivers", "[jobs]")
 {
     JobRunner runner(QStringLiteral("test"));
     std::vector<int> delivered;

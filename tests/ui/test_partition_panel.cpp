@@ -100,7 +100,7 @@ TEST_CASE("partition panel: the form shows the project's partition settings", "[
     }
 }
 
-TEST_CASE("partition panel: a PipeDream run lists its plan; applying it is one undo step", "[ui]")
+TEST_CASE("partition panel: a PipeDream run lists its plan, applying it is one undo step", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
@@ -293,7 +293,7 @@ TEST_CASE("partition panel: closing the panel during a run stops and joins its w
     CHECK(doc.planDocument().undoStack()->count() == 0);
 }
 
-TEST_CASE("partition panel: after a run the best plan that fits is selected; sorting keeps apply on its row", "[ui]")
+TEST_CASE("partition panel: after a run the best plan that fits is selected, sorting keeps apply on its row", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
@@ -345,7 +345,7 @@ TEST_CASE("partition panel: after a run the best plan that fits is selected; sor
     CHECK(planJson(doc) == chosen);
 }
 
-TEST_CASE("partition panel: applying an interleaved plan shows its schedule; focus stays off the options", "[ui]")
+TEST_CASE("partition panel: applying an interleaved plan shows its schedule, focus stays off the options", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
@@ -368,7 +368,48 @@ TEST_CASE("partition panel: applying an interleaved plan shows its schedule; foc
     CHECK(panel.focusWidget() == panel.table());
 }
 
-TEST_CASE("partition panel: a DP run does not count candidates it never had; a new project resets the panel", "[ui]")
+TEST_CASE("partition panel: undo of an Apply brings back the form as well as the plan", "[ui]")
+{
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    panel.show();
+    doc.setProject(demo());
+    // A form that differs from what the interleaved plan will set: another algorithm, an option, a schedule.
+    panel.setAlgorithm(QStringLiteral("pipedream-2bw"));
+    panel.setOption(QStringLiteral("recompute"), "on");
+    QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
+    panel.compareAll();
+    REQUIRE(waitFinished(finished));
+    int interleaved = -1;
+    for (int r = 0; r < panel.results()->rowCount(); ++r)
+        if (panel.results()->row(r).plan && panel.results()->row(r).plan->schedule.kind == "interleaved")
+            interleaved = r;
+    REQUIRE(interleaved >= 0);
+    const app::PartitionSettings before = panel.settings();
+    REQUIRE(before.algorithm == "pipedream-2bw");
+    REQUIRE(before.params.value("recompute", "") == "on");
+    REQUIRE(before.schedule.kind != "interleaved");
+    const std::string planBefore = planJson(doc);
+    auto* undo = doc.planDocument().undoStack();
+    const int steps = undo->count();
+
+    REQUIRE(panel.applyRow(interleaved));
+    CHECK(undo->count() == steps + 1); // one step for the plan and the form
+    const app::PartitionSettings applied = panel.settings();
+    CHECK(applied.schedule.kind == "interleaved");
+    CHECK(applied != before);
+    CHECK(applied.algorithm == before.algorithm); // only the schedule follows the plan
+    CHECK(applied.params == before.params);
+
+    undo->undo();
+    CHECK(planJson(doc) == planBefore);
+    CHECK(panel.settings() == before); // the form as it was before Apply: algorithm, option and schedule
+    undo->redo();
+    CHECK(panel.settings() == applied);
+    CHECK(doc.planDocument().plan().schedule.kind == "interleaved");
+}
+
+TEST_CASE("partition panel: a DP run does not count candidates it never had, a new project resets the panel", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);

@@ -35,7 +35,7 @@ double iteration(ui::PlanDocument& d)
 
 } // namespace
 
-TEST_CASE("an edit is one undo step; undo and redo restore plan and prediction exactly", "[document]")
+TEST_CASE("an edit is one undo step, undo and redo restore plan and prediction exactly", "[document]")
 {
     ui::PlanDocument doc;
     int planSignals = 0, predictionSignals = 0;

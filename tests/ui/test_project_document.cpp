@@ -122,7 +122,7 @@ planner::ModelProfile truncatedModel(int layers)
 
 } // namespace
 
-TEST_CASE("project document: a malformed project file is refused with its file and line; nothing changes", "[ui]")
+TEST_CASE("project document: a malformed project file is refused with its file and line, nothing changes", "[ui]")
 {
     ui::ProjectDocument doc;
     openDemoWithAnEdit(doc);
@@ -167,7 +167,7 @@ TEST_CASE("project document: a malformed project file is refused with its file a
     CHECK(changed.count() == 0);
 }
 
-TEST_CASE("project document: a malformed profile is refused with its file name; nothing changes", "[ui]")
+TEST_CASE("project document: a malformed profile is refused with its file name, nothing changes", "[ui]")
 {
     ui::ProjectDocument doc;
     openDemoWithAnEdit(doc);

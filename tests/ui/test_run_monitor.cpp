@@ -9,16 +9,21 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QStatusBar>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTimer>
+#include <limits>
 
 #include <qcustomplot.h>
 
 #include "app/history/history.h"
 #include "app/project/project.h"
+#include "app/run/run_checks.h"
 #include "planner/schedule/generator.h"
 #include "ui/document/run_session.h"
 #include "ui/models/run_list_model.h"
@@ -59,7 +64,96 @@ struct Window
     }
 };
 
+/// Clicks the button of the quit-during-run box whose text starts with `button` as soon as the box shows (it is
+/// modal: the close that shows it returns only after the click); `asked` becomes true then.
+void answerQuitBox(const QString& button, bool* asked)
+{
+    auto* timer = new QTimer(qApp);
+    timer->setInterval(20);
+    QObject::connect(timer, &QTimer::timeout, timer, [timer, button, asked] {
+        for (QWidget* w : QApplication::topLevelWidgets()) {
+            auto* box = qobject_cast<QMessageBox*>(w);
+            if (!box || !box->isVisible() || box->objectName() != QStringLiteral("quitDuringRunBox"))
+                continue;
+            for (QAbstractButton* b : box->buttons())
+                if (b->text().remove(QLatin1Char('&')).startsWith(button)) {
+                    *asked = true;
+                    timer->deleteLater();
+                    b->click();
+                    return;
+                }
+        }
+    });
+    timer->start();
+}
+
+/// Waits until the session has reported `steps` steps.
+bool waitForSteps(RunSession* session, std::size_t steps)
+{
+    QElapsedTimer t;
+    t.start();
+    while (session->progressHistory().size() < steps && t.elapsed() < 60'000)
+        QTest::qWait(20);
+    return session->progressHistory().size() >= steps;
+}
+
+app::RunStatus recordedStatus(const std::filesystem::path& history, const std::string& id)
+{
+    auto store = app::HistoryStore::open(history);
+    const auto record = store.run(id);
+    REQUIRE(record);
+    return record->status;
+}
+
 } // namespace
+
+TEST_CASE("run monitor: quitting during a run asks first, Stop the run and quit records it stopped", "[ui][run]")
+{
+    Window w;
+    REQUIRE(w.window.runLocally(settings(1'000'000)));
+    RunSession* session = w.window.runSession();
+    REQUIRE(waitForSteps(session, 2));
+    const std::string id = session->runId().toStdString();
+    REQUIRE_FALSE(id.empty());
+
+    // Cancel: the window stays open and the run goes on.
+    bool asked = false;
+    answerQuitBox(QStringLiteral("Cancel"), &asked);
+    CHECK_FALSE(w.window.close());
+    CHECK(asked);
+    CHECK(w.window.isVisible());
+    CHECK(session->running());
+    CHECK(recordedStatus(w.window.historyPath(), id) == app::RunStatus::Running);
+
+    // Stop the run and quit: the window closes once the run is over, recorded as stopped.
+    asked = false;
+    answerQuitBox(QStringLiteral("Stop the run and quit"), &asked);
+    CHECK(w.window.close());
+    CHECK(asked);
+    CHECK_FALSE(w.window.isVisible());
+    CHECK_FALSE(session->running());
+    CHECK(session->outcome().status == app::RunStatus::Stopped);
+    CHECK(recordedStatus(w.window.historyPath(), id) == app::RunStatus::Stopped);
+}
+
+TEST_CASE("run monitor: an app that quits during a run without asking still records it stopped", "[ui][run]")
+{
+    QTemporaryDir dir;
+    const std::filesystem::path history = (dir.path() + QStringLiteral("/history.sqlite")).toStdString();
+    std::string id;
+    {
+        MainWindow window;
+        REQUIRE(window.openProject(kTinyProject));
+        window.setHistoryPath(history);
+        window.show();
+        REQUIRE(window.waitUntilIdle());
+        REQUIRE(window.runLocally(settings(1'000'000)));
+        REQUIRE(waitForSteps(window.runSession(), 2));
+        id = window.runSession()->runId().toStdString();
+    } // QApplication::quit() and the end of main(): the window is destroyed with no close event
+    REQUIRE_FALSE(id.empty());
+    CHECK(recordedStatus(history, id) == app::RunStatus::Stopped);
+}
 
 TEST_CASE("run monitor: a local run started from the app fills the monitor and the history list", "[ui][run]")
 {
@@ -98,9 +192,17 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
     CHECK(history->model()->run(0).id == id);
     CHECK(history->selectedRun() == id);
 
-    // Reopened from the history: the same run, curves and both timelines.
+    // A run that is not in the history: the error names it, in the status bar too.
+    w.window.openRun(QStringLiteral("no-such-run"));
+    REQUIRE(w.window.waitForOpenedRun());
+    CHECK_THAT(w.window.lastError().toStdString(), Contains("no-such-run"));
+    CHECK(w.window.statusBar()->currentMessage() == w.window.lastError());
+
+    // Reopened from the history: the same run, curves and both timelines; the old error is gone from the status bar.
     w.window.openRun(QString::fromStdString(id));
     REQUIRE(w.window.waitForOpenedRun());
+    CHECK(w.window.lastError().isEmpty());
+    CHECK_THAT(w.window.statusBar()->currentMessage().toStdString(), Contains("Opened run " + id));
     CHECK_THAT(monitor->statusText().toStdString(), Contains(id) && Contains("6 of 6 steps"));
     CHECK(monitor->lossPoints() == steps);
     CHECK(monitor->gantt()->blockCount() == 2);
@@ -168,6 +270,7 @@ TEST_CASE("run list model: the model tester finds nothing wrong", "[ui][run]")
     a.started_unix_s = 1'700'000'000;
     a.ended_unix_s = 1'700'000'012.5;
     a.steps_planned = 20;
+    a.steps_done = 7; // it failed at step 7 of 20
     a.tags = {"baseline"};
     app::RunRecord b = a;
     b.id = "r-2";
@@ -183,4 +286,53 @@ TEST_CASE("run list model: the model tester finds nothing wrong", "[ui][run]")
     CHECK(model.data(model.index(0, RunListModel::Tags)).toString() == QStringLiteral("baseline"));
     CHECK(model.rowOf("r-2") == 1);
     CHECK(model.rowOf("nope") == -1);
+    CHECK(model.data(model.index(0, RunListModel::Steps)).toString() == QStringLiteral("7/20"));
+    CHECK(model.data(model.index(0, RunListModel::Steps), RunListModel::ValueRole).toLongLong() == 7);
+}
+
+TEST_CASE("run locally: the form's settings are checked as the CLI checks them, and a run beyond this machine is "
+          "asked about with its numbers",
+    "[ui][run]")
+{
+    Window w;
+    auto bad = settings(3);
+    bad.lr = -0.5;
+    CHECK_FALSE(w.window.runLocally(bad));
+    CHECK(w.window.runSession() == nullptr);
+    CHECK_THAT(w.window.lastError().toStdString(), Contains("--lr (learning rate): must be a finite number >= 0"));
+    bad = settings(3);
+    bad.weight_decay = std::numeric_limits<double>::quiet_NaN();
+    CHECK_FALSE(w.window.runLocally(bad));
+    CHECK_THAT(w.window.lastError().toStdString(), Contains("--weight-decay (weight decay)"));
+
+    // More threads per agent than this machine has cores: the user is asked, with the numbers; No starts nothing.
+    const int cores = app::MachineResources::thisMachine().cores;
+    auto heavy = settings(2);
+    heavy.threads = cores + 1;
+    QString asked;
+    bool answer = false;
+    w.window.setRunConfirmer([&](const QString& question) {
+        asked = question;
+        return answer;
+    });
+    CHECK_FALSE(w.window.runLocally(heavy));
+    CHECK(w.window.runSession() == nullptr);
+    CHECK_THAT(asked.toStdString(),
+        Contains("--threads " + std::to_string(cores + 1) + " per agent is above this machine's "
+            + std::to_string(cores) + " cores"));
+    CHECK_THAT(w.window.statusBar()->currentMessage().toStdString(), Contains("Run not started"));
+    // Yes starts it: the controller does not refuse what the user accepted.
+    asked.clear();
+    answer = true;
+    REQUIRE(w.window.runLocally(heavy));
+    CHECK_FALSE(asked.isEmpty());
+    RunSession* session = w.window.runSession();
+    REQUIRE(session->waitForFinished());
+    INFO(session->outcome().message);
+    CHECK(session->outcome().status == app::RunStatus::Succeeded);
+    // Within the machine nothing is asked.
+    asked.clear();
+    REQUIRE(w.window.runLocally(settings(1)));
+    CHECK(asked.isEmpty());
+    REQUIRE(w.window.runSession()->waitForFinished());
 }

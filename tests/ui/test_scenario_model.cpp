@@ -91,7 +91,7 @@ TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "
     CHECK(model.headerData(ScenarioModel::Name, Qt::Horizontal).toString() == QStringLiteral("Scenario"));
 }
 
-TEST_CASE("scenario model: the first two are checked; setData and the project's scenarios move the checks", "[ui]")
+TEST_CASE("scenario model: the first two are checked, setData and the project's scenarios move the checks", "[ui]")
 {
     ui::ProjectDocument doc;
     doc.setProject(demo());

@@ -6,11 +6,16 @@
 #include <QAbstractItemModelTester>
 #include <QBrush>
 
+#include "planner/analysis/flops.h"
+#include "planner/costs.h"
 #include "planner/edit.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
+#include "planner/units.h"
 #include "ui/document/plan_document.h"
+#include "ui/models/format.h"
 #include "ui/models/stage_model.h"
+#include "ui/widgets/metrics_panel.h"
 
 using namespace pw;
 
@@ -88,4 +93,59 @@ TEST_CASE("a stage over its devices' memory is shown in red with the numbers", "
         }
     }
     CHECK(over > 0);
+}
+
+TEST_CASE("the stage table's time per microbatch is what the simulation charges, its parts in the tooltip",
+    "[models][charge]")
+{
+    // issue 19 item 9: the "F+B" column left out the recomputed forward (large demo: 92.55 ms shown, 123.4 ms
+    // simulated).
+    planner::Plan plan = demoPlan();
+    plan.schedule.recompute = true;
+    ui::PlanDocument doc;
+    ui::StageModel model(doc);
+    doc.reset(plan);
+    REQUIRE(doc.waitForPrediction());
+    CHECK(model.headerData(ui::StageModel::Compute, Qt::Horizontal).toString() == QStringLiteral("Per µbatch"));
+    for (int s = 0; s < model.rowCount(); ++s) {
+        INFO("stage " << s);
+        const auto& charge = doc.prediction()->stages[s].charge;
+        const auto totals
+            = planner::stageTotals(doc.plan(), s, doc.plan().cluster->typeOf(doc.plan().stages[s].devices[0]));
+        const double shown = model.data(model.index(s, ui::StageModel::Compute), ui::StageModel::ValueRole).toDouble();
+        CHECK(shown == charge.total_s());
+        CHECK(shown == Approx(2 * totals.forward_s + totals.backward_s));
+        const QString tip = model.data(model.index(s, ui::StageModel::Compute), Qt::ToolTipRole).toString();
+        CHECK(tip.contains(QStringLiteral("recomputed forward")));
+        CHECK(tip.contains(QStringLiteral("backward")));
+    }
+}
+
+TEST_CASE("the metrics panel shows MFU and HFU apart, FLOP rates in the unit that fits", "[models][flops]")
+{
+    // issue 19 item 10: "MFU 39.2 % (0.0 TFLOP/s)" on a CPU-speed cluster, and the recomputed forward counted.
+    auto model = planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    cluster.device_types[0].relative_speed = 1e-3; // a thousand times slower than the profile's H100
+    cluster.device_types[0].peak_tflops = 1;
+    planner::PartitionOptions o;
+    o.devices = 4;
+    o.schedule.microbatches = 8;
+    o.schedule.recompute = true;
+    auto r = planner::findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
+    REQUIRE(r.ok());
+    ui::PlanDocument doc;
+    ui::MetricsPanel panel(doc);
+    doc.reset(*r.plan);
+    REQUIRE(doc.waitForPrediction());
+    const auto flops = planner::flopsReport(doc.plan(), doc.prediction()->throughput_samples_per_s);
+    REQUIRE(flops);
+    REQUIRE(flops->model_flops_per_s_per_gpu < 1e12);
+    const QString mfu = panel.value(QStringLiteral("mfu")), hfu = panel.value(QStringLiteral("hfu"));
+    CHECK(mfu.contains(QStringLiteral("GFLOP/s")));
+    CHECK_FALSE(mfu.contains(QStringLiteral("0.0 TFLOP/s")));
+    CHECK(mfu.startsWith(ui::percentText(flops->mfu)));
+    CHECK(hfu.startsWith(ui::percentText(flops->hfu)));
+    CHECK(flops->hfu > flops->mfu); // recomputation: HFU counts the forward twice, MFU once
+    CHECK(mfu.contains(QString::fromStdString(planner::formatFlopRate(flops->model_flops_per_s_per_gpu))));
 }

@@ -7,6 +7,7 @@
 #include <QThread>
 
 #include "app/history/history.h"
+#include "app/run/comparison.h"
 
 namespace pw::ui {
 
@@ -93,12 +94,14 @@ void RunSession::work()
         o.created = [&](const std::string& id) {
             auto predicted = std::make_shared<planner::Timeline>(history.predictedTimeline(id));
             const int steps = static_cast<int>(history.run(id)->predicted_steps);
+            const double iteration = app::planIterationTime(m_request.plan); // a simulation: not on the GUI thread
             QMetaObject::invokeMethod(
                 this,
-                [this, id = QString::fromStdString(id), predicted, steps, names = predicted->device_names] {
+                [this, id = QString::fromStdString(id), predicted, steps, iteration, names = predicted->device_names] {
                     m_runId = id;
                     m_predicted = predicted;
                     m_predictedSteps = steps;
+                    m_planIterationS = iteration;
                     if (m_measured->device_names.size() < names.size())
                         m_measured->device_names = names;
                     emit created(id);

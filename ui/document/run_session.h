@@ -45,6 +45,8 @@ public:
     /// The prediction the controller stored (its first steps); empty until predicted().
     std::shared_ptr<const planner::Timeline> predictedTimeline() const { return m_predicted; }
     int predictedSteps() const { return m_predictedSteps; }
+    /// The plan's predicted iteration time (app::planIterationTime, simulated on the controller's thread).
+    double planIterationTime() const { return m_planIterationS; }
     const std::vector<app::RunProgress>& progressHistory() const { return m_progress; }
     const std::vector<app::AgentStatus>& agents() const { return m_agents; }
     const app::RunOutcome& outcome() const { return m_outcome; }
@@ -71,6 +73,7 @@ private:
     std::shared_ptr<planner::Timeline> m_measured;
     std::shared_ptr<planner::Timeline> m_predicted;
     int m_predictedSteps = 0;
+    double m_planIterationS = 0;
     std::vector<app::RunProgress> m_progress;
     std::vector<app::AgentStatus> m_agents;
     app::RunOutcome m_outcome;

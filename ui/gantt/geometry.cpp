@@ -388,8 +388,20 @@ StepCurve peakPerPixel(const std::vector<double>& t, const std::vector<double>& 
     first = first > 0 ? first - 1 : 0;
     const std::size_t last = static_cast<std::size_t>(std::upper_bound(t.begin(), t.begin() + n, end) - t.begin());
     if (last - first <= static_cast<std::size_t>(pixels)) {
-        out.t.assign(t.begin() + first, t.begin() + last);
-        out.v.assign(v.begin() + first, v.begin() + last);
+        // As they are, but from the window's left edge to its right one: the value in force at `begin` (0 before
+        // the first point) starts there, and the last change holds to `end` (a step curve continues until the next
+        // change, which lies beyond the window).
+        out.t.reserve(last - first + 2);
+        out.v.reserve(last - first + 2);
+        std::size_t i = first;
+        out.t.push_back(begin);
+        out.v.push_back(t[i] <= begin ? v[i++] : 0.0);
+        out.t.insert(out.t.end(), t.begin() + i, t.begin() + last);
+        out.v.insert(out.v.end(), v.begin() + i, v.begin() + last);
+        if (out.t.back() < end) {
+            out.t.push_back(end);
+            out.v.push_back(out.v.back());
+        }
         return out;
     }
     const double width = (end - begin) / pixels;

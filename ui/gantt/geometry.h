@@ -188,10 +188,12 @@ void visibleSpans(const GanttIndex& index, const TimeAxis& axis, int row, std::v
 
 /// @brief A step curve (value v[i] from t[i] until t[i + 1]; t ascending) reduced for a window [begin, end] drawn
 /// `pixels` wide: one point per pixel column holding the highest value the curve takes in that column, then the
-/// value at `end`. Peaks survive (a memory plot must show every peak), the points are at most pixels + 1, and the
+/// value at `end`. Peaks survive (a memory plot must show every peak), the points are at most pixels + 2, and the
 /// cost is O(log n + samples in the window + pixels). A curve with no more points in the window than pixels is
-/// returned as it is (clipped to the window). Before its first point the curve is 0. The memory plot of a 4 M-action
-/// run draws this instead of millions of points.
+/// returned as it is, clipped to the window. Either way the result spans the whole window, as a step curve holds
+/// its value until the next change: its first point is at `begin` with the value in force there, its last at `end`.
+/// Before its first point the curve is 0. The memory plot of a 4 M-action run draws this instead of millions of
+/// points.
 struct StepCurve
 {
     std::vector<double> t;

@@ -48,8 +48,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const
             return QString::fromStdString(r.label);
         case Status:
             return QString::fromUtf8(app::toString(r.status).data());
-        case Steps:
-            return static_cast<qlonglong>(r.steps_planned);
+        case Steps: // sorts by the steps done
+            return static_cast<qlonglong>(r.steps_done);
         case Started:
             return r.started_unix_s;
         case Duration:
@@ -69,8 +69,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const
             const auto s = app::toString(r.status);
             return QString::fromUtf8(s.data(), static_cast<int>(s.size()));
         }
-        case Steps:
-            return QString::number(r.steps_planned);
+        case Steps: // done of planned: a run that stopped early shows it
+            return QStringLiteral("%1/%2").arg(r.steps_done).arg(r.steps_planned);
         case Started:
             return QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.started_unix_s))
                 .toString(QStringLiteral("yyyy-MM-dd hh:mm:ss"));

@@ -4,7 +4,7 @@
 #include <QBrush>
 #include <QColor>
 
-#include "planner/costs.h"
+#include "planner/sim/simulator.h"
 #include "ui/document/plan_document.h"
 #include "ui/models/format.h"
 
@@ -56,15 +56,25 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
     const double peak = have ? prediction->stages[s].peak_memory_bytes : 0;
     const double capacity = have ? prediction->stages[s].memory_capacity_bytes : 0;
     const bool over = have && peak > capacity;
-    double compute = 0;
-    if (!st.devices.empty()) {
-        const auto totals = planner::stageTotals(plan, s, plan.cluster->typeOf(st.devices[0]));
-        compute = totals.forward_s + totals.backward_s;
-    }
+    // What the simulation charged one microbatch of the stage (recomputation and tensor-parallel all-reduces
+    // included): the same time the schedule's spans and the iteration time are made of.
+    const planner::StageCharge charge = have ? prediction->stages[s].charge : planner::StageCharge {};
+    const double compute = charge.total_s();
     if (role == Qt::ForegroundRole && over && (index.column() == Memory || index.column() == Capacity))
         return QBrush(QColor(200, 30, 30));
     if (role == Qt::ToolTipRole && over)
         return tr("Stage %1 needs %2 but its smallest device has %3").arg(s).arg(bytesText(peak), bytesText(capacity));
+    if (role == Qt::ToolTipRole && index.column() == Compute && have) {
+        QString parts = tr("Stage %1, one microbatch on %2, as simulated: %3\nforward %4\nbackward %5")
+                            .arg(s)
+                            .arg(QString::fromStdString(plan.cluster->deviceName(st.devices.at(0))),
+                                secondsText(compute), secondsText(charge.forward_s), secondsText(charge.backward_s));
+        if (plan.schedule.recompute)
+            parts += tr("\nrecomputed forward %1").arg(secondsText(charge.recompute_s));
+        if (plan.tensor_parallel > 1)
+            parts += tr("\ntensor-parallel all-reduces %1").arg(secondsText(charge.tensor_parallel_s));
+        return parts;
+    }
     if (role == ValueRole) {
         switch (index.column()) {
         case Stage:
@@ -74,7 +84,7 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
         case Devices:
             return st.replicas();
         case Compute:
-            return compute;
+            return have ? QVariant(compute) : QVariant();
         case Memory:
             return have ? QVariant(peak) : QVariant();
         case Capacity:
@@ -95,7 +105,9 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
         return text;
     }
     case Compute:
-        return secondsText(compute);
+        if (have)
+            return secondsText(compute);
+        return !m_document.isPredictionCurrent() ? tr("simulating…") : tr("not simulated");
     case Memory:
         if (have) // against the capacity: the table needs no second column for it
             return tr("%1 of %2 GiB")
@@ -111,7 +123,9 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
 QVariant StageModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
     if (orientation == Qt::Horizontal && role == Qt::ToolTipRole && section == Compute)
-        return tr("Forward + backward time of one microbatch on the stage's device");
+        return tr("What the simulation charges one microbatch on the stage's first device: forward + backward,\n"
+                  "with the recomputed forward and the tensor-parallel all-reduces when the plan has them\n"
+                  "(a cell's tooltip lists the parts)");
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
         return QAbstractTableModel::headerData(section, orientation, role);
     switch (section) {
@@ -122,7 +136,7 @@ QVariant StageModel::headerData(int section, Qt::Orientation orientation, int ro
     case Devices:
         return tr("Devices");
     case Compute:
-        return tr("F+B");
+        return tr("Per µbatch");
     case Memory:
         return tr("Peak of capacity");
     case Capacity:

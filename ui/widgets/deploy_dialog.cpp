@@ -17,6 +17,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "agents/launch/ssh.h"
 #include "app/run/controller.h"
 #include "planner/io/json_file.h"
 #include "ui/jobs/job_runner.h"
@@ -36,7 +37,12 @@ DeployDialog::DeployDialog(QWidget* parent)
     fileRow->addWidget(m_clusterFile, 1);
     fileRow->addWidget(browse);
     m_knownHosts = new QLineEdit(this);
-    m_knownHosts->setPlaceholderText(tr("~/.ssh/known_hosts"));
+    // The file SSH sessions check and record keys in when this is left empty: the path libssh is given, shown whole.
+    const QString defaultKnownHosts = QString::fromStdString(agents::knownHostsFile().string());
+    m_knownHosts->setPlaceholderText(defaultKnownHosts);
+    m_knownHosts->setToolTip(tr("The known_hosts file host keys are checked against and trusted keys are recorded "
+                                "in. Empty: %1 (the account's home directory, as ssh takes it)")
+                                 .arg(defaultKnownHosts));
     m_remoteRoot = new QLineEdit(this);
     m_remoteRoot->setPlaceholderText(tr("~/.cache/pipewright on each host"));
     m_steps = new QSpinBox(this);
@@ -72,10 +78,11 @@ DeployDialog::DeployDialog(QWidget* parent)
 
     m_confirm = [this](const agents::HostKey& key) {
         return QMessageBox::question(this, tr("Unknown host key"),
-                   tr("%1 is not in known_hosts. It offers this %2 key:\n\n%3\n\nTrust it only if its administrator "
-                      "confirms this fingerprint. Trust and record it?")
+                   tr("%1 is not in %4. It offers this %2 key:\n\n%3\n\nTrust it only if its administrator "
+                      "confirms this fingerprint. Trust it and record it in %4?")
                        .arg(QString::fromStdString(key.host), QString::fromStdString(key.type),
-                           QString::fromStdString(key.fingerprint)))
+                           QString::fromStdString(key.fingerprint),
+                           QString::fromStdString(key.known_hosts_file.string())))
             == QMessageBox::Yes;
     };
     connect(browse, &QPushButton::clicked, this, [this] {
@@ -127,10 +134,17 @@ int DeployDialog::steps() const
     return m_steps->value();
 }
 
+std::filesystem::path DeployDialog::knownHostsFile() const
+{
+    return agents::knownHostsFile(m_knownHosts->text().trimmed().toStdString());
+}
+
 app::RemoteOptions DeployDialog::remoteOptions() const
 {
     app::RemoteOptions o;
-    o.ssh.known_hosts = m_knownHosts->text().toStdString();
+    // Empty: the sessions resolve it with the same agents::knownHostsFile() the dialog shows (and read the
+    // system-wide file too).
+    o.ssh.known_hosts = m_knownHosts->text().trimmed().toStdString();
     o.remote_root = m_remoteRoot->text().toStdString();
     return o;
 }
@@ -168,17 +182,18 @@ void DeployDialog::check()
         = [trusted](const agents::HostKey& key) { return trusted.count(key.fingerprint) > 0; };
     QPointer<DeployDialog> self(this);
     m_jobs->submit(
-        [clusterFile, options, self](std::stop_token) {
+        [clusterFile, options, self, plan = m_plan](std::stop_token) {
             const planner::Cluster cluster = planner::loadCluster(clusterFile);
-            auto checks = app::preflight(cluster, nullptr, options, [self](const app::PreflightCheck& c) {
-                QMetaObject::invokeMethod(
-                    self,
-                    [self, c] {
-                        if (self)
-                            self->addCheck(c);
-                    },
-                    Qt::QueuedConnection); // live checklist
-            });
+            auto checks
+                = app::preflight(cluster, plan ? &*plan : nullptr, options, [self](const app::PreflightCheck& c) {
+                      QMetaObject::invokeMethod(
+                          self,
+                          [self, c] {
+                              if (self)
+                                  self->addCheck(c);
+                          },
+                          Qt::QueuedConnection); // live checklist
+                  });
             return std::make_pair(cluster, std::move(checks));
         },
         [this](std::pair<planner::Cluster, std::vector<app::PreflightCheck>> result) {

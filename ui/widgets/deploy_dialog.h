@@ -7,6 +7,7 @@
 
 #include <QDialog>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,9 +33,14 @@ public:
     explicit DeployDialog(QWidget* parent = nullptr);
 
     void setClusterFile(const QString& path);
-    void setKnownHostsFile(const QString& path); ///< empty: ~/.ssh/known_hosts
+    void setKnownHostsFile(const QString& path); ///< empty: agents::knownHostsFile(), shown as the placeholder
+    /// The known_hosts file pre-flight and the deployment check host keys against and record trusted ones in: the
+    /// one given, else the account's (agents::knownHostsFile()); the unknown-key question names it.
+    std::filesystem::path knownHostsFile() const;
     void setRemoteRoot(const QString& path); ///< empty: ~/.cache/pipewright on each host
     void setAgentExecutable(const std::filesystem::path& path);
+    /// The plan to deploy: pre-flight checks it against the cluster file and the engine first (check "plan").
+    void setPlan(std::optional<planner::Plan> plan) { m_plan = std::move(plan); }
     /// Asks the user whether to trust an unknown host key (default: a message box showing its fingerprint).
     void setConfirmer(std::function<bool(const agents::HostKey&)> confirm);
 
@@ -74,6 +80,7 @@ private:
     std::set<std::string> m_trusted; ///< fingerprints the user trusted: recorded by the next check
     std::vector<app::PreflightCheck> m_checks;
     planner::Cluster m_cluster;
+    std::optional<planner::Plan> m_plan;
 };
 
 } // namespace pw::ui

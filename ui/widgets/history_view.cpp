@@ -18,6 +18,7 @@
 #include "app/run/compare_runs.h"
 #include "ui/jobs/job_runner.h"
 #include "ui/models/run_list_model.h"
+#include "ui/widgets/elided_label.h"
 #include "ui/widgets/run_compare_view.h"
 #include "ui/widgets/tables.h"
 
@@ -34,7 +35,7 @@ HistoryView::HistoryView(QWidget* parent)
     m_tagFilter = new QLineEdit(this);
     m_tagFilter->setPlaceholderText(tr("Tag"));
     m_tagFilter->setClearButtonEnabled(true);
-    m_tagFilter->setToolTip(tr("Only runs carrying this tag"));
+    m_tagFilter->setToolTip(tr("Only runs with a tag that contains this text (any case)"));
     m_tagFilter->setMaximumWidth(m_tagFilter->fontMetrics().horizontalAdvance(QStringLiteral("baseline-tag")) + 40);
     m_status = new QComboBox(this);
     m_status->addItem(tr("All statuses"), QString());
@@ -61,11 +62,11 @@ HistoryView::HistoryView(QWidget* parent)
     bar->addWidget(refresh);
     m_table = rowPickingTable(m_model, this);
     m_table->setSelectionMode(QAbstractItemView::ExtendedSelection); // several runs compare
-    m_summary = new QLabel(this);
+    // One line whatever the window's width: shortened with "…", the whole text in its tooltip.
+    m_summary = new ElidedLabel(this);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_summary->setMinimumWidth(40);
-    auto* actions = new QHBoxLayout;
-    actions->addWidget(m_summary, 1);
+    auto* actions = new QHBoxLayout; // under the summary, which has the list's whole width to itself
+    actions->addStretch(1);
     actions->addWidget(m_open);
     actions->addWidget(m_compareButton);
     actions->addWidget(tag);
@@ -75,6 +76,7 @@ HistoryView::HistoryView(QWidget* parent)
     listLayout->setContentsMargins(0, 0, 0, 0);
     listLayout->addLayout(bar);
     listLayout->addWidget(m_table, 1);
+    listLayout->addWidget(m_summary);
     listLayout->addLayout(actions);
     m_split = new QSplitter(Qt::Vertical, this);
     m_split->addWidget(list);
@@ -98,7 +100,7 @@ HistoryView::HistoryView(QWidget* parent)
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
         [this] { m_compareButton->setEnabled(selectedRuns().size() >= 2); });
     connect(m_jobs, &JobRunner::failed, this,
-        [this](const QString& message) { m_summary->setText(tr("Cannot compare: %1").arg(message)); });
+        [this](const QString& message) { m_summary->setFullText(tr("Cannot compare: %1").arg(message)); });
 }
 
 std::vector<std::string> HistoryView::selectedRuns() const
@@ -118,11 +120,11 @@ void HistoryView::compareSelected()
     const auto ids = selectedRuns();
     if (ids.size() < 2 || m_path.empty())
         return;
-    m_summary->setText(tr("Comparing %1 runs…").arg(ids.size()));
+    m_summary->setFullText(tr("Comparing %1 runs…").arg(ids.size()));
     // Reading timelines and comparing them may take a while on long runs: a job of its own, with its own store.
     m_jobs->submit(
         [path = m_path, ids](std::stop_token) {
-            auto store = app::HistoryStore::open(path);
+            auto store = app::HistoryStore::open(path, app::HistoryStore::Access::ReadOnly);
             std::vector<app::RunSnapshot> snapshots;
             for (const auto& id : ids)
                 snapshots.push_back(app::loadRunSnapshot(store, id));
@@ -137,7 +139,7 @@ void HistoryView::compareSelected()
                 const int h = std::max(300, m_split->height());
                 m_split->setSizes({h / 3, h - h / 3});
             }
-            m_summary->setText(tr("%1 runs compared").arg(c.runs.size()));
+            m_summary->setFullText(tr("%1 runs compared").arg(c.runs.size()));
         });
 }
 
@@ -156,12 +158,12 @@ void HistoryView::refresh()
     std::error_code ec;
     if (!std::filesystem::exists(m_path, ec)) { // listing creates nothing: the first run does
         m_model->setRuns({});
-        m_summary->setText(
+        m_summary->setFullText(
             tr("No runs yet: Plan ▸ Run locally (F6) records one in %1").arg(QString::fromStdString(m_path.string())));
         return;
     }
     try {
-        auto store = app::HistoryStore::open(m_path);
+        auto store = app::HistoryStore::open(m_path, app::HistoryStore::Access::ReadOnly); // writes nothing
         app::RunFilter f;
         f.text = m_filter->text().toStdString();
         f.tag = m_tagFilter->text().trimmed().toStdString();
@@ -170,10 +172,10 @@ void HistoryView::refresh()
         m_model->setRuns(store.listRuns(f));
         const int n = m_model->rowCount();
         const QString file = QString::fromStdString(m_path.string());
-        m_summary->setText(n == 1 ? tr("1 run in %1").arg(file) : tr("%1 runs in %2").arg(n).arg(file));
+        m_summary->setFullText(n == 1 ? tr("1 run in %1").arg(file) : tr("%1 runs in %2").arg(n).arg(file));
     } catch (const std::exception& e) {
         m_model->setRuns({});
-        m_summary->setText(tr("Cannot read the history: %1").arg(QString::fromUtf8(e.what())));
+        m_summary->setFullText(tr("Cannot read the history: %1").arg(QString::fromUtf8(e.what())));
     }
     if (!selected.empty())
         select(selected);
@@ -213,7 +215,7 @@ bool HistoryView::setTags(const std::string& id, const std::vector<std::string>&
             if (std::find(record->tags.begin(), record->tags.end(), t) == record->tags.end())
                 store.addTag(id, t);
     } catch (const std::exception& e) {
-        m_summary->setText(tr("Cannot tag the run: %1").arg(QString::fromUtf8(e.what())));
+        m_summary->setFullText(tr("Cannot tag the run: %1").arg(QString::fromUtf8(e.what())));
         return false;
     }
     refresh();

@@ -18,6 +18,7 @@ class QTableView;
 
 namespace pw::ui {
 
+class ElidedLabel;
 class JobRunner;
 class RunCompareView;
 class RunListModel;
@@ -53,6 +54,8 @@ public:
     QLineEdit* filterEdit() const { return m_filter; }
     QComboBox* statusBox() const { return m_status; }
     QLineEdit* tagFilterEdit() const { return m_tagFilter; }
+    /// The line under the list: how many runs, or why there are none (elided to its width, whole in its tooltip).
+    ElidedLabel* summaryLabel() const { return m_summary; }
 
 signals:
     void openRequested(const QString& runId);
@@ -68,7 +71,7 @@ private:
     QLineEdit* m_filter = nullptr;
     QLineEdit* m_tagFilter = nullptr;
     QComboBox* m_status = nullptr;
-    QLabel* m_summary = nullptr;
+    ElidedLabel* m_summary = nullptr;
     QPushButton* m_open = nullptr;
     QPushButton* m_delete = nullptr;
     QPushButton* m_compareButton = nullptr;

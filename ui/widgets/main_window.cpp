@@ -12,6 +12,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QPushButton>
 #include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
@@ -22,6 +23,7 @@
 
 #include "app/history/history.h"
 #include "app/project/demo_project.h"
+#include "app/run/run_checks.h"
 #include "app/run/snapshot.h"
 #include "planner/edit.h"
 #include "planner/errors.h"
@@ -285,6 +287,8 @@ void MainWindow::buildMenus()
     });
     plan->addAction(tr("&Deploy over SSH…"), QKeySequence(Qt::SHIFT | Qt::Key_F6), this, [this] {
         DeployDialog dialog(this);
+        if (m_document->planDocument().hasPlan())
+            dialog.setPlan(m_document->planDocument().plan()); // pre-flight checks the plan too
         connect(&dialog, &DeployDialog::deployRequested, this, [this, &dialog] {
             app::RunRequest settings;
             settings.steps = dialog.steps();
@@ -431,15 +435,31 @@ QWidget* MainWindow::screenshotWidget(const QString&)
 void MainWindow::showEvent(QShowEvent* event)
 {
     QMainWindow::showEvent(event);
-    if (!m_docksPlaced)
+    if (!m_docksPlaced || !docksFit())
         fitDocks();
 }
 
 void MainWindow::resizeEvent(QResizeEvent* event)
 {
     QMainWindow::resizeEvent(event);
-    if (!m_docksPlaced && isVisible())
-        fitDocks(); // until shown once at its size (or restored), the docks follow the window
+    // Until shown once at its size, the docks follow the window; a restored layout stays as the user left it as
+    // long as it fits (one saved on a larger screen may not: a 1100 px metrics dock at 1024 px left 68 px for the
+    // partition panel).
+    if (isVisible() && (!m_docksPlaced || !docksFit()))
+        fitDocks();
+}
+
+bool MainWindow::docksFit() const
+{
+    constexpr int kMinDockWidth = 240; // the partition form and the metrics' numbers need about this
+    constexpr int kMinViewWidth = 300;
+    for (const QDockWidget* dock : {m_partitionDock, m_metricsDock}) {
+        const auto area = dockWidgetArea(const_cast<QDockWidget*>(dock));
+        if (dock->isVisible() && !dock->isFloating()
+            && (area == Qt::LeftDockWidgetArea || area == Qt::RightDockWidgetArea) && dock->width() < kMinDockWidth)
+            return false;
+    }
+    return centralWidget()->width() >= kMinViewWidth;
 }
 
 void MainWindow::fitDocks()
@@ -482,6 +502,32 @@ bool MainWindow::runLocally(const app::RunRequest& settings, const planner::Clus
     request.plan_label = (m_document->filePath().isEmpty() ? QStringLiteral("unsaved project")
                                                            : QFileInfo(m_document->filePath()).fileName())
                              .toStdString();
+    // The settings and the machine are checked as the CLI checks them (app/run/run_checks.h); the controller
+    // checks the plan and the files again before the run is recorded.
+    try {
+        app::validateRunSettings(request);
+    } catch (const planner::InputError& e) {
+        showError(tr("Run locally"), QString::fromStdString(e.what()));
+        return false;
+    }
+    if (!deployTo && !request.force) {
+        const auto& doc = m_document->planDocument();
+        const auto machine = app::MachineResources::thisMachine();
+        const auto excess = app::localRunExcess(
+            app::localRunLoad(request, doc.isPredictionCurrent() ? doc.prediction().get() : nullptr, machine), machine);
+        if (!excess.empty()) {
+            const QString question
+                = tr("This machine may not take this run: %1.\n\nStart it anyway?").arg(QString::fromStdString(excess));
+            const bool yes = m_confirmRun
+                ? m_confirmRun(question)
+                : QMessageBox::question(this, tr("Run locally"), question) == QMessageBox::Yes;
+            if (!yes) {
+                statusBar()->showMessage(tr("Run not started: %1").arg(QString::fromStdString(excess)));
+                return false;
+            }
+            request.force = true;
+        }
+    }
     if (request.agent_executable.empty())
         request.agent_executable = app::defaultAgentExecutable(QCoreApplication::applicationFilePath().toStdString());
     m_session = std::make_unique<RunSession>(std::move(request), m_historyPath);
@@ -508,12 +554,15 @@ void MainWindow::openRun(const QString& id)
     const std::filesystem::path path = m_historyPath;
     m_runLoader.submit(
         [path, id = id.toStdString()](std::stop_token) -> std::shared_ptr<const app::RunSnapshot> {
-            auto store = app::HistoryStore::open(path);
+            auto store = app::HistoryStore::open(path, app::HistoryStore::Access::ReadOnly);
             return std::make_shared<const app::RunSnapshot>(app::loadRunSnapshot(store, id));
         },
-        [this](std::shared_ptr<const app::RunSnapshot> snapshot) {
+        [this, id](std::shared_ptr<const app::RunSnapshot> snapshot) {
             m_monitor->showSnapshot(std::move(snapshot));
             showView(QStringLiteral("run"));
+            // An error about what was shown before (another run, a failed open) no longer applies.
+            m_lastError.clear();
+            statusBar()->showMessage(tr("Opened run %1").arg(id));
         });
 }
 
@@ -644,12 +693,48 @@ bool MainWindow::maybeSave()
     return true;
 }
 
+bool MainWindow::confirmStopRun()
+{
+    QMessageBox box(QMessageBox::Question, tr("A run is going"),
+        tr("Run %1 is still training. Quitting stops it: its agents are stopped and the run is recorded as "
+           "stopped, with every step done so far.")
+            .arg(m_session->runId().isEmpty() ? tr("(starting)") : m_session->runId()),
+        QMessageBox::NoButton, this);
+    box.setObjectName(QStringLiteral("quitDuringRunBox"));
+    QPushButton* stop = box.addButton(tr("Stop the run and quit"), QMessageBox::DestructiveRole);
+    box.addButton(QMessageBox::Cancel);
+    box.setDefaultButton(QMessageBox::Cancel);
+    box.exec();
+    return box.clickedButton() == stop;
+}
+
+void MainWindow::stopRunForQuit()
+{
+    // The controller stops the agents and records the run as stopped on its own thread; the window stays live
+    // (events are processed) while it does. One that takes longer than this is waited for by ~RunSession, which
+    // joins the controller's thread before the app exits: either way the run ends stopped, never left running.
+    constexpr int kStopWaitMs = 30'000;
+    m_stoppingForQuit = true;
+    statusBar()->showMessage(tr("Stopping the run before quitting…"));
+    m_busy->setBusy(tr("Stopping the run"), true);
+    m_session->stop();
+    m_session->waitForFinished(kStopWaitMs);
+    m_stoppingForQuit = false;
+}
+
 void MainWindow::closeEvent(QCloseEvent* event)
 {
-    if (!maybeSave()) {
+    if (m_stoppingForQuit) { // closed again while the run stops: the first close goes on
         event->ignore();
         return;
     }
+    const bool runGoing = m_session && m_session->running();
+    if ((runGoing && !confirmStopRun()) || !maybeSave()) {
+        event->ignore();
+        return;
+    }
+    if (runGoing)
+        stopRunForQuit();
     QSettings settings;
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
     settings.setValue(QStringLiteral("window/state"), saveState());

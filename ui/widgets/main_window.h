@@ -5,6 +5,7 @@
 
 #include <QMainWindow>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -69,6 +70,9 @@ public:
     /// Trains the current plan with local agents (Plan ▸ Run locally): the Run tab follows it live, the History tab
     /// lists it when it ends. False (with the reason shown) when a run is already going or there is no plan.
     bool runLocally(const app::RunRequest& settings, const planner::Cluster* deployTo = nullptr);
+    /// Asks whether to start a local run this machine may not take (more agents or threads than cores, predicted
+    /// memory above its RAM; the numbers in `question`); default: a Yes/No message box. For tests.
+    void setRunConfirmer(std::function<bool(const QString& question)> confirm) { m_confirmRun = std::move(confirm); }
     /// The run started last (null before the first).
     RunSession* runSession() const { return m_session.get(); }
     /// Reads run `id` from the history in the background and shows it in the Run tab.
@@ -95,8 +99,11 @@ protected:
 
 private:
     void buildMenus();
-    /// Default dock widths in proportion to the window (when no saved layout was restored).
+    /// Default dock widths in proportion to the window (when no saved layout was restored, or it does not fit).
     void fitDocks();
+    /// Whether every docked panel and the views have a usable width (a layout restored from a larger screen may
+    /// crush them).
+    bool docksFit() const;
     void showError(const QString& title, const QString& text);
     void addRecent(const QString& path);
     void rebuildRecentMenu();
@@ -104,6 +111,10 @@ private:
     void refreshSchedule();
     bool saveAs();
     bool maybeSave();
+    /// Quitting during a run: asks "Stop the run and quit" or Cancel; true to stop.
+    bool confirmStopRun();
+    /// Stops the run for quitting and waits (the event loop turning) until it is recorded as stopped.
+    void stopRunForQuit();
 
     ProjectDocument* m_document = nullptr;
     QTabWidget* m_tabs = nullptr;
@@ -117,8 +128,10 @@ private:
     BusyIndicator* m_busy = nullptr;
     QDockWidget* m_partitionDock = nullptr;
     QDockWidget* m_metricsDock = nullptr;
+    bool m_stoppingForQuit = false; ///< closeEvent waits for the run to stop
     bool m_docksPlaced = false; ///< a saved dock layout was restored: leave the user's widths alone
     QString m_lastError;
+    std::function<bool(const QString&)> m_confirmRun;
     bool m_scheduleStale = true;
     RunMonitor* m_monitor = nullptr;
     HistoryView* m_history = nullptr;

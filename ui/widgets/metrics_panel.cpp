@@ -8,6 +8,7 @@
 #include <QVBoxLayout>
 
 #include "planner/analysis/flops.h"
+#include "planner/units.h"
 #include "ui/document/plan_document.h"
 #include "ui/models/format.h"
 #include "ui/models/stage_model.h"
@@ -38,6 +39,7 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     m_bubble = big();
     m_memory = big();
     m_mfu = big();
+    m_hfu = big();
     // The numbers are never the part that is cut: each keeps room for its widest plausible text, the dock no less.
     const auto reserve = [](QLabel* l, const QString& widest) {
         l->setMinimumWidth(QFontMetrics(l->font()).horizontalAdvance(widest) + 4);
@@ -46,15 +48,20 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     reserve(m_throughput, tr("99999.9 samples/s"));
     reserve(m_bubble, QStringLiteral("100.0%"));
     reserve(m_memory, tr("999.99 of 999.99 GiB"));
-    reserve(m_mfu, tr("99.9% (9999.9 TFLOP/s)"));
-    m_mfu->setToolTip(tr("Model FLOPs utilisation: achieved model FLOP/s per device (Megatron's Eq. 4.2 for a GPT\n"
-                         "profile, else the layers' forward FLOPs x 3, x 4 with recomputation) over the peak"));
+    reserve(m_mfu, tr("99.9% (999.9 TFLOP/s)"));
+    reserve(m_hfu, tr("99.9% (999.9 TFLOP/s)"));
+    m_mfu->setToolTip(tr("Model FLOPs utilisation: achieved useful model FLOP/s per device over its peak. Useful\n"
+                         "FLOPs are forward and backward once (Megatron's Eq. 4.2 without recomputation for a GPT\n"
+                         "profile, else the layers' forward FLOPs x 3): a recomputed forward does not count."));
+    m_hfu->setToolTip(tr("Hardware FLOPs utilisation: the FLOP/s the devices execute over their peak, the\n"
+                         "recomputed forward included (x 4 instead of x 3); the same as MFU without recomputation."));
     form->addRow(tr("Plan"), m_plan);
     form->addRow(tr("Iteration time"), m_iteration);
     form->addRow(tr("Throughput"), m_throughput);
     form->addRow(tr("Bubble"), m_bubble);
     form->addRow(tr("Peak memory"), m_memory);
     form->addRow(tr("MFU, per device"), m_mfu);
+    form->addRow(tr("HFU, per device"), m_hfu);
     layout->addLayout(form);
     m_error = new QLabel(this);
     m_error->setWordWrap(true);
@@ -92,6 +99,7 @@ QString MetricsPanel::value(const QString& name) const
         : name == QLatin1String("bubble")                ? m_bubble
         : name == QLatin1String("memory")                ? m_memory
         : name == QLatin1String("mfu")                   ? m_mfu
+        : name == QLatin1String("hfu")                   ? m_hfu
         : name == QLatin1String("plan")                  ? m_plan
                                                          : nullptr;
     return l ? l->text() : QString();
@@ -101,7 +109,7 @@ void MetricsPanel::refresh()
 {
     if (!m_document.hasPlan()) {
         m_plan->setFullText(QStringLiteral("–"));
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("No plan yet: run a partitioner or open a project."));
         return;
@@ -122,17 +130,17 @@ void MetricsPanel::refresh()
     // While the current plan is simulated the newest finished prediction stays, greyed: numbers follow a drag at
     // the speed of one simulation instead of blanking out.
     const bool current = m_document.isPredictionCurrent();
-    for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_mfu})
+    for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_mfu, m_hfu})
         l->setEnabled(current);
     const auto& r = m_document.prediction();
     if (!r && !current) {
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("…"));
         m_error->setText(tr("Simulating…"));
         return;
     }
     if (!r) {
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("The plan cannot be simulated: %1").arg(m_document.predictionError()));
         return;
@@ -146,13 +154,17 @@ void MetricsPanel::refresh()
                           .arg(worst.capacity_bytes / double(1ull << 30), 0, 'f', 2));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
     const auto flops = planner::flopsReport(*m_document.predictedPlan(), r->throughput_samples_per_s);
-    if (!flops)
+    const auto rate = [](double flops) { return QString::fromStdString(planner::formatFlopRate(flops)); };
+    if (!flops) {
         m_mfu->setText(tr("– (the profile gives no FLOPs)"));
-    else if (flops->peak_flops_per_s_per_gpu <= 0)
-        m_mfu->setText(tr("%1 TFLOP/s (no peak known)").arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
-    else
-        m_mfu->setText(
-            tr("%1 (%2 TFLOP/s)").arg(percentText(flops->mfu)).arg(flops->flops_per_s_per_gpu / 1e12, 0, 'f', 1));
+        m_hfu->setText(QStringLiteral("–"));
+    } else if (flops->peak_flops_per_s_per_gpu <= 0) {
+        m_mfu->setText(tr("%1 (no peak known)").arg(rate(flops->model_flops_per_s_per_gpu)));
+        m_hfu->setText(tr("%1 (no peak known)").arg(rate(flops->hardware_flops_per_s_per_gpu)));
+    } else {
+        m_mfu->setText(tr("%1 (%2)").arg(percentText(flops->mfu), rate(flops->model_flops_per_s_per_gpu)));
+        m_hfu->setText(tr("%1 (%2)").arg(percentText(flops->hfu), rate(flops->hardware_flops_per_s_per_gpu)));
+    }
     m_memory->setEnabled(current);
     m_error->setText(!current ? tr("Simulating the current plan… (the numbers are the previous plan's)")
             : worst.over()    ? tr("Over memory: a device needs %1 of its capacity.").arg(percentText(worst.ratio, 0))

@@ -36,6 +36,7 @@ private:
     QLabel* m_bubble = nullptr;
     QLabel* m_memory = nullptr;
     QLabel* m_mfu = nullptr;
+    QLabel* m_hfu = nullptr;
     QLabel* m_error = nullptr;
     StageModel* m_stages = nullptr;
     QTableView* m_table = nullptr;

@@ -10,11 +10,14 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPointer>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QTableView>
 #include <QTimer>
+#include <QUndoCommand>
+#include <QUndoStack>
 #include <QVBoxLayout>
 
 #include "planner/errors.h"
@@ -24,6 +27,37 @@
 #include "ui/widgets/tables.h"
 
 namespace pw::ui {
+
+namespace {
+
+/// The partition form's part of an Apply step: the settings it showed before and after.
+class FormCommand : public QUndoCommand
+{
+public:
+    FormCommand(PartitionPanel& panel, app::PartitionSettings before, app::PartitionSettings after)
+        : m_panel(&panel)
+        , m_before(std::move(before))
+        , m_after(std::move(after))
+    {
+    }
+    void redo() override
+    {
+        if (m_panel) // the stack may outlive the panel
+            m_panel->showSettings(m_after);
+    }
+    void undo() override
+    {
+        if (m_panel)
+            m_panel->showSettings(m_before);
+    }
+
+private:
+    QPointer<PartitionPanel> m_panel;
+    app::PartitionSettings m_before;
+    app::PartitionSettings m_after;
+};
+
+} // namespace
 
 PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     : QWidget(parent)
@@ -125,26 +159,32 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
         m_apply->setEnabled(row >= 0 && m_results->row(row).plan && !m_results->row(row).current);
     });
     // The form follows the project's partition settings: now (a panel made on an open project) and on every change.
-    const auto showSettings = [this] {
-        const auto& s = m_project.project().partition;
-        showSchedule(s.schedule);
-        setAlgorithm(QString::fromStdString(s.algorithm));
-        rebuildOptions(); // the defaults, also when the algorithm stayed: options the project does not set are reset
-        for (const auto& [name, value] : s.params.items())
-            setOption(QString::fromStdString(name), value);
+    const auto showProjectSettings = [this] {
+        showSettings(m_project.project().partition);
         if (!isRunning()) // a new project: nothing of the last one's run stays
             m_status->setText(tr("Choose an algorithm and press Run."));
         m_progress->setValue(0);
         showCurrent();
     };
-    connect(&m_project, &ProjectDocument::projectChanged, this, showSettings);
-    connect(&m_project.planDocument(), &PlanDocument::predictionChanged, this, [this] {
-        // Not during a drag: the metrics panel follows the mouse, this table the committed plan.
-        if (!m_project.planDocument().previewing())
-            refreshCurrentRow();
-    });
+    connect(&m_project, &ProjectDocument::projectChanged, this, showProjectSettings);
+    // Row 0 follows the committed plan at once (Apply, undo, redo), its numbers when its prediction lands. Not during
+    // a drag: the metrics panel follows the mouse, this table the committed plan.
+    for (auto signal : {&PlanDocument::planChanged, &PlanDocument::predictionChanged})
+        connect(&m_project.planDocument(), signal, this, [this] {
+            if (!m_project.planDocument().previewing())
+                refreshCurrentRow();
+        });
     connect(m_results, &QAbstractItemModel::modelReset, this, [this] { m_apply->setEnabled(false); });
-    showSettings();
+    showProjectSettings();
+}
+
+void PartitionPanel::showSettings(const app::PartitionSettings& settings)
+{
+    showSchedule(settings.schedule);
+    setAlgorithm(QString::fromStdString(settings.algorithm));
+    rebuildOptions(); // the defaults, also when the algorithm stayed: options the settings do not set are reset
+    for (const auto& [name, value] : settings.params.items())
+        setOption(QString::fromStdString(name), value);
 }
 
 void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
@@ -262,7 +302,8 @@ void PartitionPanel::setOption(const QString& name, const nlohmann::json& value)
             for (const auto& v : value)
                 parts << QString::number(v.get<int>());
             edit->setText(parts.join(QLatin1Char(',')));
-        }
+        } else if (auto* text = qobject_cast<QLineEdit*>(editor); text && value.is_string())
+            text->setText(QString::fromStdString(value.get<std::string>())); // as typed (settings() keeps bad text)
     }
 }
 
@@ -317,6 +358,8 @@ std::vector<ResultRow> PartitionPanel::currentRows() const
     auto& doc = m_project.planDocument();
     if (!doc.hasPlan())
         return {};
+    if (!doc.isPredictionCurrent()) // the plan changed, its prediction is on the way: no other plan's numbers
+        return {ResultModel::planRow(tr("current plan"), doc.plan(), true, nullptr, tr("simulating…"))};
     return {ResultModel::planRow(tr("current plan"), doc.plan(), true, doc.prediction(), doc.predictionError())};
 }
 
@@ -496,8 +539,17 @@ bool PartitionPanel::applyRow(int row)
         return false;
     const ResultRow r = m_results->row(row); // a copy: replacing the plan refreshes the rows
     m_table->setFocus(); // not into an option field when Apply disables itself
-    m_project.planDocument().replace(tr("Apply %1 plan").arg(r.label), *r.plan);
-    showSchedule(r.plan->schedule); // the form says what the plan does: its schedule, microbatches, chunks
+    // One step: the plan, and the form saying what the plan does (its schedule, microbatches, chunks); undo
+    // brings back both the plan and the form as it was.
+    const app::PartitionSettings before = settings();
+    app::PartitionSettings after = before;
+    after.schedule = r.plan->schedule;
+    const QString text = tr("Apply %1 plan").arg(r.label);
+    QUndoStack* undo = m_project.planDocument().undoStack();
+    undo->beginMacro(text);
+    m_project.planDocument().replace(text, *r.plan);
+    undo->push(new FormCommand(*this, before, after));
+    undo->endMacro();
     emit message(tr("Applied the %1 plan (%2). Undo with Ctrl+Z.").arg(r.label, r.config));
     return true;
 }

@@ -38,6 +38,8 @@ public:
 
     /// The settings as the form shows them.
     app::PartitionSettings settings() const;
+    /// Shows `settings` in the form: algorithm, its options (the defaults for those not set) and schedule.
+    void showSettings(const app::PartitionSettings& settings);
     void setAlgorithm(const QString& name);
     /// Sets an algorithm option's editor from a JSON value (tests, project settings).
     void setOption(const QString& name, const nlohmann::json& value);
@@ -54,7 +56,8 @@ public:
     QString lastOutcome() const { return m_outcome; }
     QString status() const;
     ResultModel* results() const { return m_results; }
-    /// Applies row `row` of the results (an undo step); false when it has no plan.
+    /// Applies row `row` of the results as one undo step: the plan, and the form showing its schedule (undo
+    /// restores both); false when it has no plan.
     bool applyRow(int row);
     /// The row selected after a run: the fastest plan that fits memory (else the closest to fitting); -1 for none.
     int bestRow() const;

@@ -175,7 +175,7 @@ void RunCompareView::setComparison(const app::RunsComparison& c)
     }
     fill(m_runs,
         {tr("#"), tr("run"), tr("status"), tr("steps"), tr("final loss"), tr("tokens/s"), tr("iteration"),
-            tr("predicted"), tr("error")},
+            tr("predicted"), tr("iteration error")},
         runs);
     QStringList headers {tr("field")};
     for (int i = 0; i < n; ++i)
@@ -258,8 +258,40 @@ void RunCompareView::updateOverlay()
 
 QString RunCompareView::csv() const
 {
-    return QStringLiteral("# runs\n") + tableCsv(m_runs) + QStringLiteral("\n# configuration differences\n")
-        + tableCsv(m_differences) + QStringLiteral("\n# per stage and step\n") + tableCsv(m_stages);
+    // Numbers for a spreadsheet: one unit per column, named in its header (seconds, tokens/s, a fraction), plain
+    // numbers at full precision; an empty field where a run has no value.
+    const auto number = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
+    const auto& c = m_comparison;
+    QString out = QStringLiteral("# runs\nrun,run_id,status,steps,first_loss,final_loss,tokens_per_s,iteration_s,"
+                                 "predicted_iteration_s,prediction_error_fraction\n");
+    for (std::size_t i = 0; i < c.runs.size(); ++i) {
+        const auto& r = c.runs[i];
+        const bool predicted = r.predicted_iteration_s > 0;
+        out += QStringList {QString::number(i + 1), csvField(QString::fromStdString(r.run_id)),
+                   csvField(QString::fromStdString(r.status)), QString::number(r.steps), number(r.first_loss),
+                   number(r.final_loss), number(r.tokens_per_s), number(r.iteration_s),
+                   predicted ? number(r.predicted_iteration_s) : QString(),
+                   predicted ? number(r.prediction_error) : QString()}
+                   .join(QLatin1Char(','))
+            + QLatin1Char('\n');
+    }
+    out += QStringLiteral("\n# configuration differences (JSON values)\n") + tableCsv(m_differences);
+    out += QStringLiteral("\n# per stage and step\nstage");
+    for (std::size_t i = 0; i < c.runs.size(); ++i)
+        out += QStringLiteral(",run_%1_compute_s,run_%1_idle_s,run_%1_compute_delta_s,run_%1_idle_delta_s").arg(i + 1);
+    out += QLatin1Char('\n');
+    for (std::size_t s = 0; s < c.compute_delta_s.size(); ++s) {
+        QStringList row {QString::number(s)};
+        for (std::size_t i = 0; i < c.runs.size(); ++i) {
+            const auto& stages = c.runs[i].stages;
+            const bool has = s < stages.size();
+            row << (has ? number(stages[s].compute_s) : QString()) << (has ? number(stages[s].idle_s) : QString())
+                << (i < c.compute_delta_s[s].size() ? number(c.compute_delta_s[s][i]) : QString())
+                << (i < c.idle_delta_s[s].size() ? number(c.idle_delta_s[s][i]) : QString());
+        }
+        out += row.join(QLatin1Char(',')) + QLatin1Char('\n');
+    }
+    return out;
 }
 
 bool RunCompareView::exportCsv(const QString& path)

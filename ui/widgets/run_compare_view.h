@@ -32,7 +32,8 @@ public:
     /// Redraws the metric overlay from the chosen metric, x axis and smoothing.
     void updateOverlay();
     const app::RunsComparison& comparison() const { return m_comparison; }
-    /// The three tables as CSV sections (runs, differences, stages), as shown.
+    /// The three tables as CSV sections (runs, differences, stages): plain numbers, one unit per column named in
+    /// its header (`iteration_s`, `run_1_compute_s`, ...; seconds for times), no unit text.
     QString csv() const;
     /// Writes csv() to `path`; false (and lastError()) when it cannot.
     bool exportCsv(const QString& path);

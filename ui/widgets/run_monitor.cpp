@@ -221,8 +221,9 @@ void RunMonitor::onFinished()
         text += QStringLiteral(" (") + QString::fromStdString(o.message) + QStringLiteral(")");
     m_status->setText(text);
     if (m_session->predictedTimeline() && !o.losses.empty())
-        setComparison(app::compareRun(m_session->request().plan, *m_session->predictedTimeline(),
-                          m_session->predictedSteps(), *m_session->measured(), static_cast<int>(o.losses.size())),
+        setComparison(
+            app::compareRun(m_session->request().plan, *m_session->predictedTimeline(), m_session->predictedSteps(),
+                *m_session->measured(), static_cast<int>(o.losses.size()), m_session->planIterationTime()),
             m_session->predictedSteps());
 }
 
@@ -315,20 +316,20 @@ int RunMonitor::lossPoints() const
 
 void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
 {
-    QString html = tr("<p>Iteration time per step: predicted <b>%1</b> (first %2 steps simulated), measured "
-                      "<b>%3</b>, error <b>%4</b></p>")
+    QString html = tr("<p>Iteration time per step: predicted <b>%1</b> (the plan's), measured <b>%3</b>, error "
+                      "<b>%4</b>; per stage the first %2 steps simulated, errors = measured / predicted - 1</p>")
                        .arg(secondsText(c.predicted_iteration_s, 2))
                        .arg(predictedSteps)
                        .arg(secondsText(c.measured_iteration_s, 2), signedPercentText(c.iteration_error));
     html += tr("<table cellspacing='0' cellpadding='3' border='1'><tr><th>stage</th><th>compute<br>predicted</th>"
-               "<th>compute<br>measured</th><th>idle<br>predicted</th><th>idle<br>measured</th><th>iteration "
-               "error</th></tr>");
+               "<th>compute<br>measured</th><th>compute<br>error</th><th>idle<br>predicted</th><th>idle<br>measured"
+               "</th><th>compute + idle<br>error</th></tr>");
     for (const auto& s : c.stages)
-        html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5</td><td>%6</td></tr>")
+        html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5</td><td>%6</td><td>%7</td></tr>")
                     .arg(s.stage)
                     .arg(secondsText(s.predicted.compute_s, 2), secondsText(s.measured.compute_s, 2),
-                        secondsText(s.predicted.idle_s, 2), secondsText(s.measured.idle_s, 2),
-                        signedPercentText(s.iteration_error));
+                        signedPercentText(s.compute_error), secondsText(s.predicted.idle_s, 2),
+                        secondsText(s.measured.idle_s, 2), signedPercentText(s.iteration_error));
     html += QStringLiteral("</table>");
     m_comparison->setText(html);
 }

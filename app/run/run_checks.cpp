@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+#include "run_checks.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "app/run/controller.h"
+#include "planner/errors.h"
+#include "planner/sim/simulator.h"
+#include "planner/units.h"
+#ifdef PW_WITH_ENGINE
+#include "engine/data.h"
+#include "engine/executor.h"
+#endif
+
+namespace pw::app {
+
+using planner::InputError;
+
+namespace {
+
+/// An option as the CLI spells it and the app's form labels it.
+[[noreturn]] void refuse(const std::string& option, const std::string& label, const std::string& message)
+{
+    throw InputError({}, 0, option + " (" + label + ")", message);
+}
+
+std::string number(double v)
+{
+    std::ostringstream s;
+    s << v;
+    return s.str();
+}
+
+} // namespace
+
+MachineResources MachineResources::thisMachine()
+{
+    MachineResources m;
+    m.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long size = ::sysconf(_SC_PAGESIZE);
+    m.memory_bytes = pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
+    return m;
+}
+
+void validateRunSettings(const RunRequest& r)
+{
+    if (r.steps <= 0)
+        refuse("--steps", "steps", "must be at least 1, got " + std::to_string(r.steps));
+    if (!std::isfinite(r.lr) || r.lr < 0)
+        refuse("--lr", "learning rate", "must be a finite number >= 0, got " + number(r.lr));
+    if (!std::isfinite(r.weight_decay) || r.weight_decay < 0)
+        refuse("--weight-decay", "weight decay", "must be a finite number >= 0, got " + number(r.weight_decay));
+    if (r.warmup_steps < 0)
+        refuse("--warmup", "warm-up steps", "must be 0 or more, got " + std::to_string(r.warmup_steps));
+    if (r.threads && *r.threads <= 0)
+        refuse("--threads", "threads per agent", "must be at least 1, got " + std::to_string(*r.threads));
+}
+
+std::uint64_t parseSeed(const std::string& text)
+{
+    std::uint64_t v = 0;
+    const auto* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        refuse("--seed", "seed", "must be a whole number from 0 to 18446744073709551615, got '" + text + "'");
+    return v;
+}
+
+void checkTrainable(const planner::Plan& plan)
+{
+#ifdef PW_WITH_ENGINE
+    engine::trainingSetup(plan);
+#else
+    (void)plan;
+    throw InputError("this build has no training engine (configured with PW_BUILD_ENGINE=OFF): it cannot train");
+#endif
+}
+
+void checkRunFiles(const RunRequest& request)
+{
+#ifdef PW_WITH_ENGINE
+    if (request.init_checkpoint.empty() && request.data.kind == agents::DataKind::Synthetic)
+        return;
+    engine::DataSpec data;
+    data.kind = engine::dataKindFromString(std::string(agents::toString(request.data.kind)));
+    data.path = request.data.path;
+    data.seed = request.data.seed;
+    engine::checkRunInputs(engine::trainingSetup(request.plan), data, request.init_checkpoint);
+#else
+    (void)request;
+#endif
+}
+
+LocalRunLoad localRunLoad(
+    const RunRequest& request, const planner::SimulationResult* predicted, const MachineResources& machine)
+{
+    LocalRunLoad load;
+    std::set<int> devices;
+    for (const auto& s : request.plan.stages)
+        devices.insert(s.devices.begin(), s.devices.end());
+    load.agents = static_cast<int>(devices.size());
+    load.threads_given = request.threads.has_value();
+    load.threads_per_agent = request.threads ? *request.threads : std::max(1, machine.cores / std::max(1, load.agents));
+    if (predicted)
+        for (int d : devices)
+            if (d >= 0 && d < static_cast<int>(predicted->devices.size()))
+                load.peak_memory_bytes += predicted->devices[static_cast<std::size_t>(d)].peak_memory_bytes;
+    return load;
+}
+
+std::string localRunExcess(const LocalRunLoad& load, const MachineResources& machine)
+{
+    std::string out;
+    const auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
+    if (load.agents > machine.cores)
+        add("the plan starts " + std::to_string(load.agents) + " agents (one per device) on this machine's "
+            + std::to_string(machine.cores) + " cores");
+    if (load.threads_given && load.threads_per_agent > machine.cores)
+        add("--threads " + std::to_string(load.threads_per_agent) + " per agent is above this machine's "
+            + std::to_string(machine.cores) + " cores");
+    if (machine.memory_bytes > 0 && load.peak_memory_bytes > machine.memory_bytes)
+        add("the predicted peak memory of its " + std::to_string(load.agents) + " devices, "
+            + planner::formatBytes(load.peak_memory_bytes) + " together, is above this machine's "
+            + planner::formatBytes(machine.memory_bytes) + " of memory");
+    return out;
+}
+
+} // namespace pw::app

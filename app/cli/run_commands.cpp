@@ -168,6 +168,9 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     const char* env = std::getenv("PIPEWRIGHT_AGENT");
     req.agent_executable = env && *env ? std::filesystem::path(env) : app::defaultAgentExecutable("/proc/self/exe");
 
+    // So is everything else the controller refuses (the plan, --init/--data, this machine's cores and memory): a
+    // refused run creates no history file either. (The controller checks again: it is the one that must.)
+    app::checkRun(req);
     auto history = openHistory(o.history);
     app::RunController controller(req, history);
     const bool tty = isatty(STDERR_FILENO);

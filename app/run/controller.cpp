@@ -449,12 +449,9 @@ void RunController::stop()
     m_impl->stopRequested = true;
 }
 
-RunOutcome RunController::run(const RunObserver& o)
+CheckedRun checkRun(const RunRequest& req)
 {
-    Impl& s = *m_impl;
-    auto& req = s.request;
-    // Everything that can be refused is checked before the run is recorded and a process starts
-    // (app/run/run_checks.h).
+    // (app/run/run_checks.h)
     validateRunSettings(req);
     checkTrainable(req.plan); // the model's shape, and only settings the engine honours
     {
@@ -470,20 +467,35 @@ RunOutcome RunController::run(const RunObserver& o)
     // The prediction of the first steps: the schedule repeats, so a few steps give the per-step figures and the
     // overlay's shape, and a run of a million steps is not simulated (and stored) in full first. It is also what
     // a local run's memory is checked against.
+    CheckedRun out;
+    out.predicted_steps = std::min(req.steps, kPredictedSteps);
     planner::Plan predicted = req.plan;
-    predicted.schedule.iterations = std::min(req.steps, kPredictedSteps);
-    std::optional<planner::SimulationResult> sim;
-    std::string noPrediction;
+    predicted.schedule.iterations = out.predicted_steps;
     try {
-        sim = planner::simulate(predicted);
+        out.prediction = planner::simulate(predicted);
     } catch (const std::exception& e) {
-        noPrediction = e.what();
+        out.no_prediction = e.what();
     }
     const auto machine = MachineResources::thisMachine();
     if (!req.remote && !req.force)
-        if (const auto excess = localRunExcess(localRunLoad(req, sim ? &*sim : nullptr, machine), machine);
+        if (const auto excess
+            = localRunExcess(localRunLoad(req, out.prediction ? &*out.prediction : nullptr, machine), machine);
             !excess.empty())
             throw planner::InputError(excess + ": give --force to start it anyway");
+    return out;
+}
+
+RunOutcome RunController::run(const RunObserver& o)
+{
+    Impl& s = *m_impl;
+    auto& req = s.request;
+    // Everything that can be refused is checked before the run is recorded and a process starts.
+    auto checked = checkRun(req);
+    auto& sim = checked.prediction;
+    const std::string& noPrediction = checked.no_prediction;
+    planner::Plan predicted = req.plan;
+    predicted.schedule.iterations = checked.predicted_steps;
+    const auto machine = MachineResources::thisMachine();
     const auto& arch = *req.plan.model->architecture;
     s.microbatches = req.plan.microbatchesPerStep(); // every pipeline (virtual worker) takes its own
     const int b = req.plan.schedule.microbatch_size > 0 ? req.plan.schedule.microbatch_size : arch.microbatch;

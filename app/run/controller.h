@@ -18,6 +18,7 @@
 #include "app/history/history.h"
 #include "app/run/remote.h"
 #include "planner/plan.h"
+#include "planner/sim/simulator.h"
 
 namespace pw::app {
 
@@ -104,6 +105,20 @@ struct RunObserver
     std::function<void(std::span<const planner::Span>)> spans; ///< measured, t from the run's start
     std::function<void(const std::string& agent, const std::string& level, const std::string& text)> log;
 };
+
+/// @brief What checkRun() found: the prediction of the run's first steps (simulated for the memory check and
+/// stored with the run), or why there is none.
+struct CheckedRun
+{
+    std::optional<planner::SimulationResult> prediction;
+    int predicted_steps = 0; ///< min(steps, kPredictedSteps)
+    std::string no_prediction; ///< the simulator's error when prediction is empty
+};
+/// Everything RunController::run refuses before it records the run and starts a process (settings, a plan the
+/// engine does not train as planned, --init/--data contents, a local run beyond this machine without `force`,
+/// redacted env values of a remote run): throws planner::InputError. A caller that must not even create the history
+/// file for a refused run (the CLI) calls it first.
+CheckedRun checkRun(const RunRequest& request);
 
 class RunController
 {

@@ -169,8 +169,8 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     req.agent_executable = env && *env ? std::filesystem::path(env) : app::defaultAgentExecutable("/proc/self/exe");
 
     // So is everything else the controller refuses (the plan, --init/--data, this machine's cores and memory): a
-    // refused run creates no history file either. (The controller checks again: it is the one that must.)
-    app::checkRun(req);
+    // refused run creates no history file either; the controller takes what was checked (and simulated) as it is.
+    auto checked = app::checkRun(req);
     auto history = openHistory(o.history);
     app::RunController controller(req, history);
     const bool tty = isatty(STDERR_FILENO);
@@ -200,7 +200,7 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     };
     app::RunOutcome r;
     try {
-        r = controller.run(observer);
+        r = controller.run(observer, std::move(checked));
     } catch (...) {
         restore();
         throw;
@@ -373,15 +373,15 @@ void historyList(const HistoryOptions& o, std::ostream& out)
         return;
     }
     // Steps done of those planned; the duration up to the end (an interrupted run's last recorded event).
-    out << std::left << std::setw(26) << "run" << std::setw(12) << "status" << std::setw(12) << "steps" << std::setw(10)
+    out << std::left << std::setw(26) << "run" << std::setw(12) << "status" << std::setw(16) << "steps" << std::setw(10)
         << "duration"
         << "plan\n";
     for (const auto& r : runs) {
         const std::string duration
             = r.ended_unix_s > 0 ? fixed(std::max(0.0, r.ended_unix_s - r.started_unix_s), 1) + " s" : "-";
-        out << std::left << std::setw(26) << r.id << std::setw(12) << app::toString(r.status) << std::setw(12)
-            << (std::to_string(r.steps_done) + "/" + std::to_string(r.steps_planned)) << std::setw(10) << duration
-            << r.label << "\n";
+        out << std::left << std::setw(26) << r.id << std::setw(12) << app::toString(r.status) << std::setw(16)
+            << (std::to_string(r.steps_done) + "/" + std::to_string(r.steps_planned) + " ") << std::setw(10)
+            << (duration + " ") << r.label << "\n";
     }
     if (runs.empty())
         out << "(no runs in " << h.path().string() << ")\n";

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <system_error>
@@ -22,12 +23,14 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "planner/cluster.h"
 #include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
 #include "schema.h"
@@ -113,22 +116,41 @@ void createDirectoryFor(const fs::path& file)
 }
 
 /// A history holds plans, clusters, host names and logs: only its owner reads it. A missing file is created 0600
-/// (SQLite gives its -wal and -shm files the database file's mode); an existing file of ours that others may read
-/// (what earlier versions created, 0644) is made private too, with its -wal and -shm files.
-void makePrivate(const fs::path& file)
+/// (SQLite gives its -wal and -shm files the database file's mode); an existing one keeps the mode its owner gave it
+/// (a history shared for reading on purpose stays readable).
+void createPrivate(const fs::path& file)
 {
-    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return; // SQLite's open names the cause
-    struct stat st
-    {
-    };
-    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 077) != 0) {
-        ::fchmod(fd, st.st_mode & 0700);
-        for (const char* suffix : {"-wal", "-shm"})
-            ::chmod((file.string() + suffix).c_str(), st.st_mode & 0700); // absent ones: nothing to do
+    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        ::close(fd); // else it exists (or SQLite's open names the cause)
+}
+
+/// `text` (a stored cluster, or a plan holding one under "cluster") with every node's `env` value replaced by
+/// planner::kRedactedValue unless the node's `env_keep` names it, as planner::toJson(Cluster) writes them since
+/// schema 3; nullopt when nothing changed (or the text is not such JSON: left as it is).
+std::optional<std::string> redactedEnvJson(const std::string& text)
+{
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        return std::nullopt;
+    bool changed = false;
+    for (auto* cluster : {&j, j.contains("cluster") ? &j["cluster"] : nullptr}) {
+        if (!cluster || !cluster->is_object() || !cluster->contains("nodes") || !(*cluster)["nodes"].is_array())
+            continue;
+        for (auto& node : (*cluster)["nodes"]) {
+            if (!node.is_object() || !node.contains("env") || !node["env"].is_object())
+                continue;
+            const auto keep = node.value("env_keep", nlohmann::json::array());
+            for (auto& [name, value] : node["env"].items()) {
+                const bool kept = keep.is_array() && std::find(keep.begin(), keep.end(), name) != keep.end();
+                if (!kept && value != planner::kRedactedValue) {
+                    value = planner::kRedactedValue;
+                    changed = true;
+                }
+            }
+        }
     }
-    ::close(fd);
+    return changed ? std::optional<std::string>(j.dump()) : std::nullopt;
 }
 
 /// The rule of markInterrupted(): a running run whose controller ran on this host and no longer exists.
@@ -317,6 +339,27 @@ struct HistoryStore::Impl
 
     /// Applies the missing steps, each in a write transaction that re-reads the version first: two processes
     /// opening an old file at once migrate it once.
+    /// Part of migration 3: earlier versions stored node env values (tokens, passwords) in the runs' plans and
+    /// clusters. secure_delete zeroes what the rewritten rows leave behind, so the old text is not kept in free pages.
+    void redactStoredEnv()
+    {
+        db.exec("PRAGMA secure_delete=ON");
+        std::vector<std::tuple<std::int64_t, std::string, std::string>> rows;
+        {
+            Statement select(db, "SELECT rowid, plan_json, cluster_json FROM runs");
+            while (select.step()) {
+                auto plan = redactedEnvJson(select.text(1));
+                auto cluster = redactedEnvJson(select.text(2));
+                if (plan || cluster)
+                    rows.emplace_back(
+                        select.integer(0), plan.value_or(select.text(1)), cluster.value_or(select.text(2)));
+            }
+        }
+        Statement update(db, "UPDATE runs SET plan_json = ?2, cluster_json = ?3 WHERE rowid = ?1");
+        for (const auto& [rowid, plan, cluster] : rows)
+            update.integer(1, rowid).text(2, plan).text(3, cluster).run();
+    }
+
     void migrate()
     {
         for (;;) {
@@ -327,6 +370,8 @@ struct HistoryStore::Impl
             if (version == kHistorySchemaVersion)
                 return;
             db.exec(std::string(historyMigrations()[static_cast<std::size_t>(version)]));
+            if (version + 1 == 3)
+                redactStoredEnv(); // schema 3 stores no env value a node did not mark to keep
             db.exec("PRAGMA user_version=" + std::to_string(version + 1));
             if (version == 0)
                 db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
@@ -632,7 +677,7 @@ HistoryStore HistoryStore::open(const fs::path& path, Access access)
 {
     if (access == Access::ReadWrite) {
         createDirectoryFor(path);
-        makePrivate(path);
+        createPrivate(path);
         auto impl = std::make_unique<Impl>(path, access);
         impl->checkIdentity();
         impl->configure();
@@ -653,6 +698,11 @@ HistoryStore HistoryStore::open(const fs::path& path, Access access)
         // the WAL index, so read the file as it is (immutable: no writer can be active without that -shm file).
         if (fs::exists(path.string() + "-shm", ec))
             throw;
+        // Without the -shm file, commits still in a -wal file would be skipped unseen: refuse rather than show less.
+        if (const auto wal = path.string() + "-wal"; fs::exists(wal, ec) && fs::file_size(wal, ec) > 0)
+            throw HistoryError(path.string() + ": cannot read it without writing: its write-ahead log " + wal
+                + " needs a " + path.filename().string() + "-shm file that this user cannot create there (open it "
+                + "once as its owner, or copy the three files somewhere writable)");
         std::string uri = "file:";
         for (unsigned char c : fs::absolute(path).string()) {
             if (std::isalnum(c) || std::strchr("/-._~", c))

@@ -487,10 +487,14 @@ CheckedRun checkRun(const RunRequest& req)
 
 RunOutcome RunController::run(const RunObserver& o)
 {
+    // Everything that can be refused is checked before the run is recorded and a process starts.
+    return run(o, checkRun(m_impl->request));
+}
+
+RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
+{
     Impl& s = *m_impl;
     auto& req = s.request;
-    // Everything that can be refused is checked before the run is recorded and a process starts.
-    auto checked = checkRun(req);
     auto& sim = checked.prediction;
     const std::string& noPrediction = checked.no_prediction;
     planner::Plan predicted = req.plan;
@@ -572,7 +576,7 @@ RunOutcome RunController::run(const RunObserver& o)
     if (RAND_bytes(glooSecret.data(), static_cast<int>(glooSecret.size())) != 1)
         s.fail("no random bytes for the run's Gloo key (OpenSSL RAND_bytes)");
     for (auto& a : s.agents) {
-        if (!a->conn)
+        if (!a->conn || !s.failure.empty()) // a run without its key sends no plan: the agents are stopped below
             continue; // not started: the run failed before (an unreachable node)
         agents::RunSpec spec;
         spec.gloo_secret = glooSecret;
@@ -655,7 +659,9 @@ RunOutcome RunController::run(const RunObserver& o)
             try {
                 s.flush();
             } catch (const std::exception& e) {
-                s.fail(std::string("cannot record the run: ") + e.what()); // stop the agents, keep what is stored
+                // Stop the agents and keep what is stored; a run that cannot be recorded failed, even while stopping.
+                if (s.failure.empty())
+                    s.failure = std::string("cannot record the run: ") + e.what();
             }
             lastFlush = Clock::now();
         }

@@ -131,6 +131,8 @@ public:
     /// a plan the engine cannot train as planned, --init or --data files that do not fit the plan, a local run
     /// beyond this machine without `force`); afterwards failures end in the outcome.
     RunOutcome run(const RunObserver& observer = {});
+    /// The same, with checkRun(request) already done by the caller (its prediction is the one stored).
+    RunOutcome run(const RunObserver& observer, CheckedRun checked);
     /// Asks the run to stop (any thread): agents get Stop, then SIGTERM, then SIGKILL after a grace period.
     void stop();
 

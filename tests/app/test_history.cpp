@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -734,17 +735,18 @@ TEST_CASE("a new history file is private to its user, and so is the directory ma
     CHECK((fs::status(file).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
     CHECK((fs::status(dir.path() / "made").permissions() & (fs::perms::group_all | fs::perms::others_all))
         == fs::perms::none);
-    // A file an earlier version left world-readable is made private when opened for writing.
-    const auto old = dir.path() / "old.sqlite";
+    // An existing file keeps the mode its owner gave it (shared for reading on purpose).
+    const auto shared = dir.path() / "shared.sqlite";
     {
-        HistoryStore::open(old);
+        HistoryStore::open(shared);
     }
-    fs::permissions(
-        old, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+    const auto readable
+        = fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read;
+    fs::permissions(shared, readable);
     {
-        HistoryStore::open(old);
+        HistoryStore::open(shared).createRun(newRun("y"));
     }
-    CHECK((fs::status(old).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+    CHECK(fs::status(shared).permissions() == readable);
 }
 
 TEST_CASE(
@@ -797,4 +799,39 @@ TEST_CASE("a history of schema version 1 migrates to a file that keeps NaN losse
     store.appendMetrics(id, std::vector<MetricSample> {{2, "loss", std::numeric_limits<double>::quiet_NaN(), 1, -1}});
     CHECK(std::isnan(store.metrics(id, "loss").back().value));
     CHECK(store.integrityCheck() == "ok");
+}
+
+TEST_CASE("migration 3 redacts the node env values earlier versions stored, leaving no trace in the file",
+    "[history][security]")
+{
+    TempDir dir;
+    const auto file = dir.file();
+    fs::copy_file(fs::path(PW_TEST_DATA_DIR) / "history" / "history-v1.sqlite", file);
+    const std::string secret = "hf_0123456789abcdefSECRET";
+    {
+        // What an earlier version wrote: the cluster (and the plan's copy of it) with every env value in clear.
+        sqlite3* db = nullptr;
+        REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+        const std::string cluster = R"({"nodes":[{"name":"n0","env":{"HF_TOKEN":")" + secret
+            + R"(","CUDA_VISIBLE_DEVICES":"0,1"},"env_keep":["CUDA_VISIBLE_DEVICES"]}]})";
+        const std::string sql
+            = "UPDATE runs SET cluster_json = '" + cluster + "', plan_json = '{\"cluster\":" + cluster + "}'";
+        REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+        sqlite3_close(db);
+    }
+    REQUIRE(text(file).find(secret) != std::string::npos);
+    std::string id;
+    {
+        auto store = HistoryStore::open(file);
+        const auto r = store.listRuns().at(0);
+        id = r.id;
+        CHECK(r.cluster_json.find(secret) == std::string::npos);
+        CHECK_THAT(r.cluster_json, Contains("HF_TOKEN") && Contains("<redacted>") && Contains("0,1"));
+        CHECK_THAT(r.plan_json, Contains("HF_TOKEN") && Contains("<redacted>"));
+        CHECK(store.integrityCheck() == "ok");
+    }
+    std::string bytes = text(file);
+    if (fs::exists(file.string() + "-wal"))
+        bytes += text(fs::path(file.string() + "-wal"));
+    CHECK(bytes.find(secret) == std::string::npos);
 }

@@ -212,6 +212,7 @@ TEST_CASE("main window: every view renders, and the screenshots show content", "
     for (const QString& name : MainWindow::viewNames()) {
         INFO(name.toStdString());
         REQUIRE(w.window.showView(name));
+        REQUIRE(w.window.waitUntilIdle()); // a view shown for the first time may prepare its content in the background
         w.window.replotAll();
         const QImage image = w.window.screenshotWidget(name)->grab().toImage();
         REQUIRE_FALSE(image.isNull());

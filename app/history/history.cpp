@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -22,15 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <nlohmann/json.hpp>
-#include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "planner/cluster.h"
+#include "history_file.h"
 #include "planner/errors.h"
 #include "planner/io/chrome_trace.h"
 #include "schema.h"
@@ -43,8 +38,6 @@ using planner::Timeline;
 
 namespace {
 
-/// `PRAGMA application_id` of a history file ("PWrh"): tells our files from other SQLite databases.
-constexpr std::int32_t kApplicationId = 0x50577268;
 /// Metrics holding a predicted timeline's counters are named kPredictedPrefix + the counter's name.
 constexpr std::string_view kPredictedPrefix = "predicted:";
 /// The same range as SQL: names from 'predicted:' up to 'predicted;' (';' follows ':'), which the metrics index
@@ -83,74 +76,6 @@ std::string newRunId(double unixSeconds)
     std::array<char, 8> suffix {};
     std::snprintf(suffix.data(), suffix.size(), "%04x", static_cast<unsigned>(std::random_device {}() & 0xffffu));
     return std::string(text.data()) + suffix.data();
-}
-
-fs::path homeDirectory()
-{
-    if (const char* home = std::getenv("HOME"); home && *home)
-        return home;
-    std::array<char, 4096> buffer {};
-    passwd entry {};
-    passwd* found = nullptr;
-    if (::getpwuid_r(::getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found && found->pw_dir)
-        return found->pw_dir;
-    throw HistoryError("cannot find the home directory for the history file: HOME is not set");
-}
-
-/// Creates the file's missing directories, private to the user (0700: what they hold is nobody else's).
-void createDirectoryFor(const fs::path& file)
-{
-    const auto dir = file.parent_path();
-    if (dir.empty())
-        return;
-    std::vector<fs::path> missing;
-    for (auto d = dir; !d.empty() && !fs::exists(d); d = d.parent_path()) {
-        missing.push_back(d);
-        if (d == d.parent_path())
-            break;
-    }
-    for (auto it = missing.rbegin(); it != missing.rend(); ++it)
-        if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST)
-            throw HistoryError(file.string() + ": cannot create its directory " + it->string() + ": "
-                + std::generic_category().message(errno));
-}
-
-/// A history holds plans, clusters, host names and logs: only its owner reads it. A missing file is created 0600
-/// (SQLite gives its -wal and -shm files the database file's mode); an existing one keeps the mode its owner gave it
-/// (a history shared for reading on purpose stays readable).
-void createPrivate(const fs::path& file)
-{
-    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0)
-        ::close(fd); // else it exists (or SQLite's open names the cause)
-}
-
-/// `text` (a stored cluster, or a plan holding one under "cluster") with every node's `env` value replaced by
-/// planner::kRedactedValue unless the node's `env_keep` names it, as planner::toJson(Cluster) writes them since
-/// schema 3; nullopt when nothing changed (or the text is not such JSON: left as it is).
-std::optional<std::string> redactedEnvJson(const std::string& text)
-{
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-        return std::nullopt;
-    bool changed = false;
-    for (auto* cluster : {&j, j.contains("cluster") ? &j["cluster"] : nullptr}) {
-        if (!cluster || !cluster->is_object() || !cluster->contains("nodes") || !(*cluster)["nodes"].is_array())
-            continue;
-        for (auto& node : (*cluster)["nodes"]) {
-            if (!node.is_object() || !node.contains("env") || !node["env"].is_object())
-                continue;
-            const auto keep = node.value("env_keep", nlohmann::json::array());
-            for (auto& [name, value] : node["env"].items()) {
-                const bool kept = keep.is_array() && std::find(keep.begin(), keep.end(), name) != keep.end();
-                if (!kept && value != planner::kRedactedValue) {
-                    value = planner::kRedactedValue;
-                    changed = true;
-                }
-            }
-        }
-    }
-    return changed ? std::optional<std::string>(j.dump()) : std::nullopt;
 }
 
 /// The rule of markInterrupted(): a running run whose controller ran on this host and no longer exists.
@@ -271,13 +196,6 @@ RunStatus runStatusFromString(std::string_view name)
         "unknown run status '" + std::string(name) + "': use running, succeeded, failed, stopped or interrupted");
 }
 
-fs::path defaultHistoryPath()
-{
-    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && fs::path(xdg).is_absolute())
-        return fs::path(xdg) / "pipewright" / "history.sqlite";
-    return homeDirectory() / ".local" / "share" / "pipewright" / "history.sqlite";
-}
-
 struct HistoryStore::Impl
 {
     Impl(const fs::path& file, Access how, const std::string& uri = {})
@@ -298,86 +216,6 @@ struct HistoryStore::Impl
     /// kSpansPerInsert rows, and one row for the rest of a batch.
     std::optional<Statement> insertSpanBlock;
     std::optional<Statement> insertSpan;
-
-    std::int64_t pragma(const std::string& name)
-    {
-        Statement s(db, "PRAGMA " + name);
-        return s.step() ? s.integer(0) : 0;
-    }
-
-    [[noreturn]] void refuseNewer(std::int64_t version) const
-    {
-        throw HistoryError(db.file() + ": the history has schema version " + std::to_string(version)
-            + ", newer than version " + std::to_string(kHistorySchemaVersion)
-            + ", the newest this Pipewright knows: open it with a newer Pipewright");
-    }
-
-    /// Refuses other SQLite databases and newer schemas before anything is written to the file.
-    void checkIdentity()
-    {
-        const auto version = pragma("user_version"); // the first read: fails here for a file that is not SQLite
-        const auto applicationId = pragma("application_id");
-        Statement tables(db, "SELECT count(*) FROM sqlite_master");
-        tables.step();
-        const bool fresh = version == 0 && applicationId == 0 && tables.integer(0) == 0;
-        if (!fresh && applicationId != kApplicationId)
-            throw HistoryError(db.file() + ": not a Pipewright history: an SQLite database of something else "
-                + "(application_id " + std::to_string(applicationId) + ")");
-        if (version > kHistorySchemaVersion)
-            refuseNewer(version);
-    }
-
-    void configure()
-    {
-        // WAL: readers never block the writer and a killed writer leaves only uncommitted frames behind, which
-        // recovery drops. synchronous=NORMAL in WAL mode is safe against process crashes (only a power loss can
-        // lose the last commits), and skips an fsync per transaction.
-        db.exec("PRAGMA journal_mode=WAL");
-        db.exec("PRAGMA synchronous=NORMAL");
-        db.exec("PRAGMA cache_size=-16384"); // 16 MiB: the spans index stays in memory while a run ingests
-    }
-
-    /// Applies the missing steps, each in a write transaction that re-reads the version first: two processes
-    /// opening an old file at once migrate it once.
-    /// Part of migration 3: earlier versions stored node env values (tokens, passwords) in the runs' plans and
-    /// clusters. secure_delete zeroes what the rewritten rows leave behind, so the old text is not kept in free pages.
-    void redactStoredEnv()
-    {
-        db.exec("PRAGMA secure_delete=ON");
-        std::vector<std::tuple<std::int64_t, std::string, std::string>> rows;
-        {
-            Statement select(db, "SELECT rowid, plan_json, cluster_json FROM runs");
-            while (select.step()) {
-                auto plan = redactedEnvJson(select.text(1));
-                auto cluster = redactedEnvJson(select.text(2));
-                if (plan || cluster)
-                    rows.emplace_back(
-                        select.integer(0), plan.value_or(select.text(1)), cluster.value_or(select.text(2)));
-            }
-        }
-        Statement update(db, "UPDATE runs SET plan_json = ?2, cluster_json = ?3 WHERE rowid = ?1");
-        for (const auto& [rowid, plan, cluster] : rows)
-            update.integer(1, rowid).text(2, plan).text(3, cluster).run();
-    }
-
-    void migrate()
-    {
-        for (;;) {
-            Transaction tx(db, Transaction::Access::Write);
-            const auto version = pragma("user_version");
-            if (version > kHistorySchemaVersion)
-                refuseNewer(version);
-            if (version == kHistorySchemaVersion)
-                return;
-            db.exec(std::string(historyMigrations()[static_cast<std::size_t>(version)]));
-            if (version + 1 == 3)
-                redactStoredEnv(); // schema 3 stores no env value a node did not mark to keep
-            db.exec("PRAGMA user_version=" + std::to_string(version + 1));
-            if (version == 0)
-                db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
-            tx.commit();
-        }
-    }
 
     [[noreturn]] void noRun(const std::string& id) const { throw HistoryError("no run '" + id + "' in " + db.file()); }
 
@@ -679,9 +517,9 @@ HistoryStore HistoryStore::open(const fs::path& path, Access access)
         createDirectoryFor(path);
         createPrivate(path);
         auto impl = std::make_unique<Impl>(path, access);
-        impl->checkIdentity();
-        impl->configure();
-        impl->migrate();
+        checkIdentity(impl->db);
+        configureForWriting(impl->db);
+        migrate(impl->db);
         return HistoryStore(std::move(impl));
     }
     std::error_code ec;
@@ -692,7 +530,7 @@ HistoryStore HistoryStore::open(const fs::path& path, Access access)
     std::unique_ptr<Impl> impl;
     try {
         impl = std::make_unique<Impl>(path, access);
-        impl->checkIdentity();
+        checkIdentity(impl->db);
     } catch (const HistoryError&) {
         // A WAL file read by someone who may not write its directory: without a -shm file SQLite cannot share
         // the WAL index, so read the file as it is (immutable: no writer can be active without that -shm file).
@@ -703,20 +541,10 @@ HistoryStore HistoryStore::open(const fs::path& path, Access access)
             throw HistoryError(path.string() + ": cannot read it without writing: its write-ahead log " + wal
                 + " needs a " + path.filename().string() + "-shm file that this user cannot create there (open it "
                 + "once as its owner, or copy the three files somewhere writable)");
-        std::string uri = "file:";
-        for (unsigned char c : fs::absolute(path).string()) {
-            if (std::isalnum(c) || std::strchr("/-._~", c))
-                uri += static_cast<char>(c);
-            else {
-                std::array<char, 4> hex {};
-                std::snprintf(hex.data(), hex.size(), "%%%02X", c);
-                uri += hex.data();
-            }
-        }
-        impl = std::make_unique<Impl>(path, access, uri + "?immutable=1");
-        impl->checkIdentity();
+        impl = std::make_unique<Impl>(path, access, immutableUri(path));
+        checkIdentity(impl->db);
     }
-    if (const auto version = impl->pragma("user_version");
+    if (const auto version = pragmaValue(impl->db, "user_version");
         version < kHistorySchemaVersion && ::access(path.c_str(), W_OK) == 0) {
         // An older file this user may write: migrate it once (a reader of a newer Pipewright), then read it.
         impl.reset();

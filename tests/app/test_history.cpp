@@ -89,6 +89,18 @@ std::vector<MeasuredSpan> batch(int agent, std::int64_t first, int count)
     return out;
 }
 
+/// The pid of a child that has exited and been reaped: no process has it (a controller that is gone).
+pid_t deadPid()
+{
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0)
+        ::_exit(0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    return child;
+}
+
 NewRun newRun(const std::string& label, std::vector<std::string> tags = {})
 {
     NewRun r;
@@ -528,12 +540,7 @@ TEST_CASE("two stores share one file", "[history]")
 
 TEST_CASE("markInterrupted marks running runs whose controller is gone and leaves live ones", "[history]")
 {
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0)
-        ::_exit(0);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child); // reaped: its pid no longer exists
+    const pid_t child = deadPid();
 
     TempDir dir;
     auto store = HistoryStore::open(dir.file());
@@ -705,12 +712,7 @@ TEST_CASE("a run's record counts the steps done, not only those planned", "[hist
 
 TEST_CASE("an interrupted run ends at its last recorded event, not when somebody noticed", "[history]")
 {
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0)
-        ::_exit(0);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    const pid_t child = deadPid();
     TempDir dir;
     auto store = HistoryStore::open(dir.file());
     const auto id = store.createRun(newRun("killed"), child);
@@ -752,12 +754,7 @@ TEST_CASE("a new history file is private to its user, and so is the directory ma
 TEST_CASE(
     "a read-only store writes nothing, creates nothing, and shows dead controllers' runs as interrupted", "[history]")
 {
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0)
-        ::_exit(0);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    const pid_t child = deadPid();
     TempDir dir;
     const auto missing = dir.path() / "nothing" / "history.sqlite";
     CHECK_THAT(errorOf([&] { HistoryStore::open(missing, HistoryStore::Access::ReadOnly); }),

@@ -14,6 +14,28 @@
 
 using namespace pw::planner;
 
+namespace {
+
+/// A 24-layer GPT: hidden 1024, 16 heads, sequence 1024, vocabulary 51200, microbatch 4, bf16.
+constexpr TransformerConfig kGpt345M {24, 1024, 16, 1024, 51200, 4, 2};
+
+/// The uniform partitioner's plan of `c` on one node of four H100s, 8 microbatches.
+PartitionResult uniformOnFourH100(const TransformerConfig& c, bool recompute)
+{
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    Cluster cluster;
+    cluster.device_types = {*devicePreset("H100")};
+    cluster.nodes.push_back({"n0", "", 22, "", "H100", 4, 4.5e11, 5e-6});
+    PartitionOptions o;
+    o.schedule.microbatches = 8;
+    o.schedule.recompute = recompute;
+    auto r = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
+    REQUIRE(r.ok());
+    return r;
+}
+
+} // namespace
+
 TEST_CASE("Eq. 4.2 reproduces Table 4.1's TFLOP/s per GPU from its iteration times", "[flops]")
 {
     // digest §3.1 Eq. 4.2 (recomputation included, as the paper's TFLOP/s are) and §4.2 Table 4.1:
@@ -41,15 +63,8 @@ TEST_CASE("Eq. 4.2 reproduces Table 4.1's TFLOP/s per GPU from its iteration tim
 
 TEST_CASE("flopsReport of a plan: per sample, per device, MFU against the devices' peak", "[flops]")
 {
-    const TransformerConfig c {24, 1024, 16, 1024, 51200, 4, 2};
-    const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster;
-    cluster.device_types = {*devicePreset("H100")};
-    cluster.nodes.push_back({"n0", "", 22, "", "H100", 4, 4.5e11, 5e-6});
-    PartitionOptions o;
-    o.schedule.microbatches = 8;
-    auto r = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
-    REQUIRE(r.ok());
+    const TransformerConfig c = kGpt345M;
+    auto r = uniformOnFourH100(c, false);
     const auto sim = simulate(*r.plan);
     const auto report = flopsReport(*r.plan, sim.throughput_samples_per_s);
     REQUIRE(report);
@@ -65,7 +80,7 @@ TEST_CASE("flopsReport of a plan: per sample, per device, MFU against the device
     CHECK(report->mfu > 0.1);
 
     // Without an architecture the layers' forward FLOPs count (x 3, x 4 with recomputation) per sample.
-    auto plain = model;
+    auto plain = *r.plan->model;
     plain.architecture.reset();
     double forward = 0;
     for (const auto& l : plain.layers)
@@ -82,16 +97,8 @@ TEST_CASE("MFU counts useful model FLOPs only, HFU the recomputed forward too (c
     // recomputation, digest megatron-gavel.md §3.1): per token 6 N plus the attention's 12 l s h, here written out
     // per sample as 72 s l h^2 (1 + s/(6h)) + 6 s h V. The hardware FLOPs add one forward per layer:
     // 96 s l h^2 (1 + s/(6h) + V/(16 l h)).
-    const TransformerConfig c {24, 1024, 16, 1024, 51200, 4, 2};
-    const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster;
-    cluster.device_types = {*devicePreset("H100")};
-    cluster.nodes.push_back({"n0", "", 22, "", "H100", 4, 4.5e11, 5e-6});
-    PartitionOptions o;
-    o.schedule.microbatches = 8;
-    o.schedule.recompute = true;
-    auto r = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
-    REQUIRE(r.ok());
+    const TransformerConfig c = kGpt345M;
+    auto r = uniformOnFourH100(c, true);
     REQUIRE(r.plan->schedule.recompute);
     const double throughput = 100; // samples/s: any rate, the definitions are linear in it
     const auto report = flopsReport(*r.plan, throughput);

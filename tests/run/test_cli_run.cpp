@@ -86,6 +86,19 @@ Result runCli(const test::TempDir& dir, const std::vector<std::string>& args)
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir.path / "out.txt"), slurp(dir.path / "err.txt")};
 }
 
+/// Waits (30 s at most) until the CLI `cli` has its two agents and reported `step` steps on `err`; returns the agents.
+std::vector<pid_t> waitUntilTraining(pid_t cli, const fs::path& err, int step)
+{
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (;;) {
+        REQUIRE(Clock::now() < deadline);
+        auto agents = test::childAgents(cli);
+        if (agents.size() == 2 && slurp(err).find("step " + std::to_string(step) + "/") != std::string::npos)
+            return agents;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
+
 fs::path writePlan(const test::TempDir& dir, const planner::Plan& plan)
 {
     const auto path = dir.path / "plan.json";
@@ -191,15 +204,7 @@ TEST_CASE("cli: a controller killed with SIGKILL leaves no agent and a sound his
         {"run", plan.string(), "--local", "--steps", "100000", "--threads", "1", "--history", history.string()},
         dir.path / "out.txt", dir.path / "err.txt");
     // Wait until it trains (steps land in the history), then kill it.
-    std::vector<pid_t> agents;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    for (;;) {
-        REQUIRE(Clock::now() < deadline);
-        agents = test::childAgents(cli);
-        if (agents.size() == 2 && slurp(dir.path / "err.txt").find("step 3/") != std::string::npos)
-            break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const auto agents = waitUntilTraining(cli, dir.path / "err.txt", 3);
     std::this_thread::sleep_for(std::chrono::milliseconds(600)); // the controller stores what it has every 250 ms
     REQUIRE(::kill(cli, SIGKILL) == 0);
     const auto killed = Clock::now();
@@ -280,15 +285,7 @@ TEST_CASE("cli: SIGHUP (the terminal closed) stops the run like Ctrl+C: recorded
     const pid_t cli = startCli(
         {"run", plan.string(), "--local", "--steps", "100000", "--threads", "1", "--history", history.string()},
         dir.path / "out.txt", dir.path / "err.txt");
-    std::vector<pid_t> agents;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    for (;;) {
-        REQUIRE(Clock::now() < deadline);
-        agents = test::childAgents(cli);
-        if (agents.size() == 2 && slurp(dir.path / "err.txt").find("step 2/") != std::string::npos)
-            break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const auto agents = waitUntilTraining(cli, dir.path / "err.txt", 2);
     // As a terminal's hang-up does: to the whole foreground process group (here: the CLI's, as spawned).
     REQUIRE(::kill(cli, SIGHUP) == 0);
     int status = 0;

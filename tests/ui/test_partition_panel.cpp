@@ -66,6 +66,20 @@ app::Project bigProject()
 
 } // namespace
 
+namespace {
+
+/// The last row of the panel's table whose plan interleaves (Megatron's for the demo), -1 when none does.
+int interleavedRow(ui::PartitionPanel& panel)
+{
+    int row = -1;
+    for (int r = 0; r < panel.results()->rowCount(); ++r)
+        if (panel.results()->row(r).plan && panel.results()->row(r).plan->schedule.kind == "interleaved")
+            row = r;
+    return row;
+}
+
+} // namespace
+
 TEST_CASE("partition panel: the form shows the project's partition settings", "[ui]")
 {
     ui::ProjectDocument doc;
@@ -354,10 +368,7 @@ TEST_CASE("partition panel: applying an interleaved plan shows its schedule, foc
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.compareAll();
     REQUIRE(waitFinished(finished));
-    int interleaved = -1;
-    for (int r = 0; r < panel.results()->rowCount(); ++r)
-        if (panel.results()->row(r).plan && panel.results()->row(r).plan->schedule.kind == "interleaved")
-            interleaved = r;
+    const int interleaved = interleavedRow(panel);
     REQUIRE(interleaved >= 0); // Megatron's plan for the demo interleaves
     const auto chunks = panel.results()->row(interleaved).plan->schedule.chunks;
     REQUIRE(chunks > 1);
@@ -380,10 +391,7 @@ TEST_CASE("partition panel: undo of an Apply brings back the form as well as the
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.compareAll();
     REQUIRE(waitFinished(finished));
-    int interleaved = -1;
-    for (int r = 0; r < panel.results()->rowCount(); ++r)
-        if (panel.results()->row(r).plan && panel.results()->row(r).plan->schedule.kind == "interleaved")
-            interleaved = r;
+    const int interleaved = interleavedRow(panel);
     REQUIRE(interleaved >= 0);
     const app::PartitionSettings before = panel.settings();
     REQUIRE(before.algorithm == "pipedream-2bw");

@@ -7,9 +7,11 @@
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QMouseEvent>
+#include <QScreen>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -400,4 +402,14 @@ TEST_CASE("main window: a layout saved at 1920x1080 leaves every dock usable at 
     CHECK(metrics->width() >= 240);
     CHECK(small.centralWidget()->width() >= 300);
     CHECK(partition->width() + metrics->width() + small.centralWidget()->width() <= 1024);
+}
+
+TEST_CASE("main window: on first start (no saved geometry) it takes most of the screen, not its size hint", "[ui]")
+{
+    QSettings().remove(QStringLiteral("window"));
+    MainWindow first;
+    const QRect available = QGuiApplication::primaryScreen()->availableGeometry();
+    // The size hint (about 790 x 550) squeezed the partition panel to 70 px on a 1024 x 700 screen.
+    CHECK(first.width() == available.width() * 9 / 10);
+    CHECK(first.height() == available.height() * 9 / 10);
 }

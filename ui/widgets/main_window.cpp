@@ -8,11 +8,13 @@
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QInputDialog>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPushButton>
+#include <QScreen>
 #include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
@@ -149,7 +151,14 @@ MainWindow::MainWindow(QWidget* parent)
     });
     buildMenus();
     QSettings settings;
-    restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) {
+        // First start: most of the screen, not the widgets' size hint (about 790 x 550, where the docks and the
+        // views cannot all have the width they need: the partition panel was squeezed to 70 px).
+        if (const QScreen* screen = QGuiApplication::primaryScreen()) {
+            const QRect available = screen->availableGeometry();
+            resize(available.width() * 9 / 10, available.height() * 9 / 10);
+        }
+    }
     m_docksPlaced = restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
     refreshTitle();
 }

@@ -532,15 +532,14 @@ HistoryStore HistoryStore::open(const fs::path& path, Access access)
         impl = std::make_unique<Impl>(path, access);
         checkIdentity(impl->db);
     } catch (const HistoryError&) {
-        // A WAL file read by someone who may not write its directory: without a -shm file SQLite cannot share
-        // the WAL index, so read the file as it is (immutable: no writer can be active without that -shm file).
-        if (fs::exists(path.string() + "-shm", ec))
-            throw;
-        // Without the -shm file, commits still in a -wal file would be skipped unseen: refuse rather than show less.
+        // A WAL file read by someone who may not use its -shm file (none, and the directory is not theirs to
+        // create one in; or one another user's reader left, private to them): while the -wal holds no commits the
+        // main file is the whole history, read as it is (immutable). Commits still in a -wal would be skipped
+        // unseen: refuse that rather than show less.
         if (const auto wal = path.string() + "-wal"; fs::exists(wal, ec) && fs::file_size(wal, ec) > 0)
             throw HistoryError(path.string() + ": cannot read it without writing: its write-ahead log " + wal
-                + " needs a " + path.filename().string() + "-shm file that this user cannot create there (open it "
-                + "once as its owner, or copy the three files somewhere writable)");
+                + " holds commits that only a reader who can use " + path.filename().string()
+                + "-shm may see (open it once as its owner, or copy the files somewhere writable)");
         impl = std::make_unique<Impl>(path, access, immutableUri(path));
         checkIdentity(impl->db);
     }

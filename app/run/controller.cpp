@@ -497,8 +497,6 @@ RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
     auto& req = s.request;
     auto& sim = checked.prediction;
     const std::string& noPrediction = checked.no_prediction;
-    planner::Plan predicted = req.plan;
-    predicted.schedule.iterations = checked.predicted_steps;
     const auto machine = MachineResources::thisMachine();
     const auto& arch = *req.plan.model->architecture;
     s.microbatches = req.plan.microbatchesPerStep(); // every pipeline (virtual worker) takes its own
@@ -533,7 +531,7 @@ RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
         if (!sim)
             throw std::runtime_error(noPrediction);
         sim->timeline.run_id = s.runId;
-        s.history.savePredicted(s.runId, sim->timeline, predicted.schedule.iterations);
+        s.history.savePredicted(s.runId, sim->timeline, checked.predicted_steps);
     } catch (const std::exception& e) {
         s.logBuffer.push_back({0, -1, -1, "warning", std::string("no prediction: ") + e.what()});
     }

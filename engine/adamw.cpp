@@ -17,28 +17,30 @@ double AdamWOptions::lrAt(int step) const
     return floor + 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(1.0, progress))) * (lr - floor);
 }
 
-void AdamW::step(std::span<float> params, std::span<const float> grads, std::span<const std::uint8_t> decay,
-    const AdamWOptions& o, double lr, int t)
+AdamW::AdamW(const StageModel& model)
+    : m_m(model.backend(), model.parameterCount(), DType::F32)
+    , m_v(model.backend(), model.parameterCount(), DType::F32)
 {
+    model.backend().zero(m_m.data(), m_m.bytes());
+    model.backend().zero(m_v.data(), m_v.bytes());
+}
+
+void AdamW::step(StageModel& model, const AdamWOptions& o, double lr, int t)
+{
+    Backend& be = model.backend();
     const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2);
     const float c1 = static_cast<float>(1.0 - std::pow(o.beta1, t));
     const float c2 = static_cast<float>(1.0 - std::pow(o.beta2, t));
     const float eps = static_cast<float>(o.eps), rate = static_cast<float>(lr);
     const float decayFactor = static_cast<float>(1.0 - lr * o.weight_decay);
-    const long n = static_cast<long>(params.size());
-#pragma omp parallel for
-    for (long i = 0; i < n; ++i) {
-        const float g = grads[static_cast<std::size_t>(i)];
-        float& m = m_m[static_cast<std::size_t>(i)];
-        float& v = m_v[static_cast<std::size_t>(i)];
-        m = b1 * m + (1.0f - b1) * g;
-        v = b2 * v + (1.0f - b2) * g * g;
-        float& p = params[static_cast<std::size_t>(i)];
-        // PyTorch's order: decay the parameter first, then the Adam step on the decayed value.
-        if (decay[static_cast<std::size_t>(i)])
-            p *= decayFactor;
-        p -= rate * (m / c1) / (std::sqrt(v / c2) + eps);
-    }
+    const std::size_t e = byteSize(be.act());
+    auto* params = static_cast<std::byte*>(model.params().data());
+    const auto* grads = static_cast<const std::byte*>(model.grads().data());
+    float* master = model.master();
+    for (const auto& s : model.slots())
+        be.adamw(params + s.offset * e, master ? master + s.offset : nullptr, grads + s.offset * e,
+            m_m.as<float>() + s.offset, m_v.as<float>() + s.offset, s.size, rate, b1, b2, eps,
+            isDecayed(s.tensor) ? decayFactor : 1.0f, c1, c2);
 }
 
 } // namespace pw::engine

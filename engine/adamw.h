@@ -3,9 +3,8 @@
 // parameters its mask marks (matrices and embeddings), bias-corrected moments.
 #pragma once
 
-#include <cstdint>
-#include <span>
-#include <vector>
+#include "backend.h"
+#include "gpt2.h"
 
 namespace pw::engine {
 
@@ -28,23 +27,21 @@ struct AdamWOptions
     bool operator==(const AdamWOptions&) const = default;
 };
 
-/// @brief Moments for one parameter buffer.
+/// @brief The moments of one stage's parameters (fp32, on the stage's device) and the step that updates them.
 class AdamW
 {
 public:
-    explicit AdamW(std::size_t parameters)
-        : m_m(parameters, 0.0f)
-        , m_v(parameters, 0.0f)
-    {
-    }
+    /// Zeroed moments for `model`'s parameters, on its backend.
+    explicit AdamW(const StageModel& model);
 
-    /// Update t (1-based; bias correction) with learning rate lr.
-    void step(std::span<float> params, std::span<const float> grads, std::span<const std::uint8_t> decay,
-        const AdamWOptions& options, double lr, int t);
+    /// Update t (1-based; bias correction) with learning rate lr, of `model`'s parameters from its gradients: one
+    /// backend call per tensor, decayed or not (isDecayed). In mixed precision it updates the fp32 master weights
+    /// and rounds them into the bf16 parameters.
+    void step(StageModel& model, const AdamWOptions& options, double lr, int t);
 
 private:
-    std::vector<float> m_m;
-    std::vector<float> m_v;
+    Buffer m_m;
+    Buffer m_v;
 };
 
 } // namespace pw::engine

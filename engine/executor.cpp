@@ -22,22 +22,34 @@ double monotonicSeconds()
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-void checkEngineHonours(const planner::Plan& plan)
+Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
 {
     const auto refuse
         = [](const std::string& field, const std::string& message) { throw InputError({}, 0, field, message); };
     const auto& o = plan.schedule;
     const std::string weights = planner::weightPrecision(o, *plan.model);
-    if (weights != "fp32")
-        refuse(o.precision.empty() ? "/model/architecture/bytes_per_element" : "/schedule/precision",
-            "the plan's weights are " + weights
-                + (o.precision.empty() ? " (the profile's 2 bytes per element)" : std::string())
-                + ", and the CPU engine trains in fp32 only: make the profile with `profile transformer "
-                  "--bytes-per-element 4`, or plan with `--precision fp32`");
-    if (!o.gradient_precision.empty() && o.gradient_precision != "fp32")
+    const std::string gradients = o.gradient_precision.empty() ? weights : o.gradient_precision;
+    const std::string weightsField
+        = o.precision.empty() ? "/model/architecture/bytes_per_element" : "/schedule/precision";
+    const std::string weightsWhy = o.precision.empty() ? " (the profile's 2 bytes per element)" : std::string();
+    Precision precision = Precision::Fp32;
+    if (weights == "bf16" && where == TrainsOn::Cuda)
+        precision = Precision::Bf16Mixed;
+    else if (weights == "bf16")
+        refuse(weightsField,
+            "the plan's weights are bf16" + weightsWhy
+                + ", and the CPU engine trains in fp32 only (bf16 mixed precision trains on CUDA GPUs): make the "
+                  "profile with `profile transformer --bytes-per-element 4`, or plan with `--precision fp32`");
+    else if (weights != "fp32")
+        refuse(weightsField,
+            "the plan's weights are " + weights + weightsWhy
+                + ", and the engine trains in fp32, or in bf16 mixed precision on CUDA GPUs: plan with `--precision "
+                  "fp32` (or bf16 for a GPU run)");
+    const std::string want = precision == Precision::Bf16Mixed ? "bf16" : "fp32";
+    if (gradients != want)
         refuse("/schedule/gradient_precision",
-            "the plan's gradients are " + o.gradient_precision
-                + ", and the CPU engine keeps them in fp32 only: plan without --gradient-precision");
+            "the plan's gradients are " + gradients + ", and the engine keeps them in its weights' precision (" + want
+                + "): plan without --gradient-precision");
     if (o.optimizer != "adam")
         refuse("/schedule/optimizer",
             "the plan's optimizer is '" + o.optimizer
@@ -57,9 +69,10 @@ void checkEngineHonours(const planner::Plan& plan)
         refuse("/tensor_parallel",
             "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
                 + ") is not run by the engine yet; plan with t = 1");
+    return precision;
 }
 
-TrainingSetup trainingSetup(const planner::Plan& plan)
+TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
 {
     const auto& model = *plan.model;
     if (!model.architecture)
@@ -82,7 +95,7 @@ TrainingSetup trainingSetup(const planner::Plan& plan)
                 + " layers to train: the embedding, the " + std::to_string(arch.layers)
                 + " blocks and the head (/model/architecture/layers counts the blocks only); make the profile with "
                   "`profile transformer`");
-    checkEngineHonours(plan);
+    s.precision = checkEngineHonours(plan, where);
     s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
     s.shape.seq = arch.sequence;
     s.microbatches = plan.microbatchesPerStep();
@@ -176,12 +189,11 @@ struct DeviceExecutor::StageState
 {
     StageModel* model = nullptr;
     std::unique_ptr<AdamW> adam;
-    std::vector<std::uint8_t> decay;
     int version = 0; ///< the version the live parameters hold
     int pulls = 0; ///< wave pulls applied to the live parameters
     int steps = 0; ///< optimizer steps taken (AdamW's t - 1)
     std::int64_t liveKey() const { return (static_cast<std::int64_t>(pulls) << 32) | version; }
-    std::map<std::int64_t, std::vector<float>> snapshots; ///< older weights (by key) that later actions still use
+    std::map<std::int64_t, Buffer> snapshots; ///< older weights (by key) that later actions still use
     /// key -> index of the last action (forward or backward) that uses it: a step or a pull keeps a copy of the
     /// weights it replaces while a later action needs them (PipeDream's stashed versions, 2BW's previous one).
     std::map<std::int64_t, int> lastUse;
@@ -191,19 +203,22 @@ struct DeviceExecutor::StageState
     // wsp
     int lastBackward = -1; ///< microbatch of the latest backward (its step's wave)
     int pulledWave = -1; ///< every wave up to this one is in the live weights
-    std::map<int, std::vector<float>> waveUpdates; ///< wave -> sum of this stage's own updates in it
+    std::map<int, Buffer> waveUpdates; ///< wave -> sum of this stage's own updates in it (fp32)
     std::vector<WaveLink> pushTo, pullFrom;
 };
 
 DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device,
-    const TrainingSetup& setup, const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats)
+    const TrainingSetup& setup, const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats,
+    std::shared_ptr<Backend> backend)
     : m_plan(plan)
     , m_schedule(schedule)
     , m_device(device)
     , m_repeats(repeats)
     , m_setup(setup)
     , m_data(data)
-    , m_transport(transport)
+    , m_backend(backend ? std::move(backend) : std::shared_ptr<Backend>(makeCpuBackend()))
+    , m_transport(throughHost(transport, *m_backend))
+    , m_timer(m_backend->makeTimer())
     , m_sink(std::move(sink))
 {
     const auto& traits = planner::scheduleTraits(plan.schedule.kind);
@@ -265,15 +280,14 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
                 m_tiedGroup.push_back(d);
         if (std::find(ps.devices.begin(), ps.devices.end(), device) == ps.devices.end())
             continue;
-        auto model = std::make_unique<StageModel>(setup.model, setup.shape, ps.first_layer, ps.last_layer);
+        auto model = std::make_unique<StageModel>(setup.model, setup.shape, ps.first_layer, ps.last_layer, *m_backend);
         if (setup.checkpoint)
             model->loadFrom(*setup.checkpoint);
         else
             model->initialise(setup.seed);
         auto st = std::make_unique<StageState>();
         st->model = model.get();
-        st->adam = std::make_unique<AdamW>(model->parameterCount());
-        st->decay = model->decayMask();
+        st->adam = std::make_unique<AdamW>(*model);
         st->replicas = ps.devices;
         std::sort(st->replicas.begin(), st->replicas.end());
         for (std::size_t i = 0; i < actions.size(); ++i)
@@ -347,10 +361,16 @@ DeviceExecutor::StageState& DeviceExecutor::state(int stage)
 bool DeviceExecutor::run(const std::atomic<bool>& stop)
 {
     const auto& actions = m_schedule.devices.at(static_cast<std::size_t>(m_device));
+    const auto finish = [&] {
+        flushLosses();
+        flushSpans(true);
+    };
     for (int r = 0; r < m_repeats; ++r)
         for (std::size_t i = 0; i < actions.size(); ++i) {
-            if (stop.load(std::memory_order_relaxed))
+            if (stop.load(std::memory_order_relaxed)) {
+                finish();
                 return false;
+            }
             m_index = static_cast<int>(i); // the period's index: what lastUse counts in
             const auto runIndex = static_cast<std::int64_t>(r) * static_cast<std::int64_t>(actions.size())
                 + static_cast<std::int64_t>(i);
@@ -361,8 +381,38 @@ bool DeviceExecutor::run(const std::atomic<bool>& stop)
             else
                 execute(repeatedAction(actions[i], r, m_schedule.microbatches), runIndex, key);
         }
-    m_transport.flush();
+    m_transport->flush();
+    finish();
     return true;
+}
+
+void DeviceExecutor::flushLosses()
+{
+    if (m_lossIds.empty())
+        return;
+    std::vector<float> host(m_lossIds.size());
+    m_backend->download(host.data(), m_losses.data(), DType::F32, host.size());
+    const auto ids = std::move(m_lossIds);
+    m_lossIds.clear();
+    if (m_sink.loss)
+        for (std::size_t i = 0; i < ids.size(); ++i)
+            m_sink.loss(ids[i], host[i]);
+}
+
+void DeviceExecutor::flushSpans(bool wait)
+{
+    m_timer->resolve(
+        [&](std::uint64_t ticket, double t0, double t1) {
+            auto node = m_openSpans.extract(ticket);
+            if (node.empty())
+                return;
+            planner::Span span = node.mapped();
+            span.t0 = t0;
+            span.t1 = t1;
+            if (m_sink.span)
+                m_sink.span(span);
+        },
+        wait);
 }
 
 int DeviceExecutor::globalMicrobatch(int local) const
@@ -381,8 +431,8 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     span.action = static_cast<std::int32_t>(runIndex);
     span.peer = a.peer;
     span.weight_version = a.weight_version;
-    span.t0 = monotonicSeconds();
-    const auto elements = [&](const std::vector<float>& v) { return static_cast<double>(v.size() * sizeof(float)); };
+    const std::uint64_t ticket = m_timer->begin();
+    const auto bytes = [](const Buffer& b) { return static_cast<double>(b.bytes()); };
     switch (a.kind) {
     case ActionKind::Forward:
         forward(a, key);
@@ -398,25 +448,28 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
             throw std::runtime_error("device " + std::to_string(m_device) + ": nothing to send for stage "
                 + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch));
         span.lane = planner::Lane::Send;
-        span.bytes = elements(it->second);
-        m_transport.send(a.peer, transferTag(a.kind == ActionKind::SendGradient, a.stage, a.microbatch), it->second);
+        span.bytes = bytes(it->second);
+        m_transport->send(a.peer, transferTag(a.kind == ActionKind::SendGradient, a.stage, a.microbatch), it->second);
         store.erase(it);
         break;
     }
     case ActionKind::RecvActivation:
     case ActionKind::RecvGradient: {
         auto& buffer = (a.kind == ActionKind::RecvActivation ? m_activations : m_gradients)[{a.stage, a.microbatch}];
-        buffer.assign(static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq * m_setup.model.channels, 0.0f);
+        buffer.ensure(*m_backend,
+            static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq * m_setup.model.channels,
+            m_backend->act());
         span.lane = planner::Lane::Recv;
-        span.bytes = elements(buffer);
-        m_transport.recv(a.peer, transferTag(a.kind == ActionKind::RecvGradient, a.stage, a.microbatch), buffer);
+        span.bytes = bytes(buffer);
+        m_transport->recv(a.peer, transferTag(a.kind == ActionKind::RecvGradient, a.stage, a.microbatch), buffer);
         break;
     }
     case ActionKind::AllReduce: {
         auto& st = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage);
         span.lane = planner::Lane::Collective;
-        span.bytes = elements(st.model->grads());
-        m_transport.allReduceSum(st.replicas, st.model->grads());
+        span.bytes = bytes(st.model->grads());
+        m_transport->allReduceSum(
+            st.replicas, st.model->grads().data(), st.model->grads().dtype(), st.model->grads().count());
         break;
     }
     case ActionKind::OptimizerStep:
@@ -435,12 +488,12 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
         throw InputError("the engine does not run '" + std::string(planner::toString(a.kind))
             + "' actions yet (schedule '" + m_schedule.kind + "')");
     }
-    span.t1 = monotonicSeconds();
-    if (m_sink.span)
-        m_sink.span(span);
+    m_timer->end(ticket);
+    m_openSpans.emplace(ticket, span);
+    flushSpans(false);
 }
 
-const float* DeviceExecutor::weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch)
+const void* DeviceExecutor::weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch)
 {
     if (key == st.liveKey())
         return st.model->params().data();
@@ -459,9 +512,10 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
     const int m = m_setup.microbatches;
     const int global = globalMicrobatch(a.microbatch);
     const std::size_t n = static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq;
-    std::vector<std::int32_t> tokens(n), targets(n);
-    m_data.microbatch(global / m, global % m, tokens, targets);
-    std::vector<float> input;
+    m_tokens.resize(n);
+    m_targets.resize(n);
+    m_data.microbatch(global / m, global % m, m_tokens, m_targets);
+    Buffer input;
     if (!st.model->hasEmbedding()) {
         auto it = m_activations.find({a.stage - 1, a.microbatch});
         if (it == m_activations.end())
@@ -470,19 +524,31 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
         input = std::move(it->second);
         m_activations.erase(it);
     }
-    const float* weights = weightsFor(st, key, "forward", a.microbatch);
+    const void* weights = weightsFor(st, key, "forward", a.microbatch);
     auto [slot, fresh] = st.stashes.try_emplace(a.microbatch);
-    if (fresh && !st.spare.empty()) { // no allocation (and page faults) for every microbatch's activations
+    if (fresh && !st.spare.empty()) { // no allocation for every microbatch's activations
         slot->second = std::move(st.spare.back());
         st.spare.pop_back();
     }
     StageStash& stash = slot->second;
-    auto out = st.model->forward(stash, weights, tokens, input, targets);
+    float* loss = nullptr;
     if (st.model->hasHead()) {
-        if (m_sink.loss)
-            m_sink.loss(global, stash.loss);
-    } else {
-        m_activations[{a.stage, a.microbatch}].assign(out.begin(), out.end());
+        // The loss stays on the device until the next read-back.
+        const std::size_t capacity = std::max<std::size_t>(16, 2 * static_cast<std::size_t>(m));
+        if (m_losses.count() < capacity) {
+            flushLosses();
+            m_losses = Buffer(*m_backend, capacity, DType::F32);
+        } else if (m_lossIds.size() == m_losses.count()) {
+            flushLosses();
+        }
+        loss = m_losses.as<float>() + m_lossIds.size();
+        m_lossIds.push_back(global);
+    }
+    const Buffer* out = st.model->forward(stash, weights, m_tokens, &input, m_targets, m_lossScale, loss);
+    if (out) {
+        Buffer& sent = m_activations[{a.stage, a.microbatch}];
+        sent.ensure(*m_backend, out->count(), out->dtype());
+        m_backend->copy(sent.data(), out->data(), out->bytes());
     }
 }
 
@@ -493,7 +559,7 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
     if (stash == st.stashes.end())
         throw std::runtime_error("device " + std::to_string(m_device) + ": backward of stage " + std::to_string(a.stage)
             + " microbatch " + std::to_string(a.microbatch) + " before its forward");
-    std::vector<float> dout;
+    Buffer dout;
     if (!st.model->hasHead()) {
         auto it = m_gradients.find({a.stage + 1, a.microbatch});
         if (it == m_gradients.end())
@@ -502,13 +568,17 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
         dout = std::move(it->second);
         m_gradients.erase(it);
     }
-    const float* weights = weightsFor(st, key, "backward", a.microbatch);
-    auto din = st.model->backward(stash->second, weights, st.model->grads().data(), dout, m_lossScale);
+    const void* weights = weightsFor(st, key, "backward", a.microbatch);
+    const Buffer* din
+        = st.model->backward(stash->second, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout);
     st.spare.push_back(std::move(stash->second));
     st.stashes.erase(stash);
     st.lastBackward = a.microbatch;
-    if (!st.model->hasEmbedding())
-        m_gradients[{a.stage, a.microbatch}].assign(din.begin(), din.end());
+    if (din) {
+        Buffer& sent = m_gradients[{a.stage, a.microbatch}];
+        sent.ensure(*m_backend, din->count(), din->dtype());
+        m_backend->copy(sent.data(), din->data(), din->bytes());
+    }
     // The last use of these weights (a repeated period's versions are past the table: used once, here).
     if (auto last = st.lastUse.find(key); last == st.lastUse.end() || last->second <= m_index)
         st.snapshots.erase(key);
@@ -521,19 +591,23 @@ void DeviceExecutor::tiedExchange(StageState& st)
     const TensorSlot* slot = st.model->tiedSlot();
     if (m_tiedGroup.empty() || !slot)
         return;
-    std::span<float> g(st.model->grads().data() + slot->offset, slot->size);
+    const DType act = m_backend->act();
+    void* g = static_cast<std::byte*>(st.model->grads().data()) + slot->offset * byteSize(act);
     const float share = 1.0f / static_cast<float>(st.replicas.size());
     if (share != 1.0f)
-        for (float& x : g)
-            x *= share;
-    m_transport.allReduceSum(m_tiedGroup, g);
+        m_backend->scale(g, share, slot->size);
+    m_transport->allReduceSum(m_tiedGroup, g, act, slot->size);
 }
 
 void DeviceExecutor::keepLiveVersion(StageState& st)
 {
     // A later forward or backward still uses the weights about to change: keep a copy of them.
-    if (auto it = st.lastUse.find(st.liveKey()); it != st.lastUse.end() && it->second > m_index)
-        st.snapshots[st.liveKey()] = st.model->params();
+    if (auto it = st.lastUse.find(st.liveKey()); it != st.lastUse.end() && it->second > m_index) {
+        const Buffer& live = st.model->params();
+        Buffer& copy = st.snapshots[st.liveKey()];
+        copy.ensure(*m_backend, live.count(), live.dtype());
+        m_backend->copy(copy.data(), live.data(), live.bytes());
+    }
 }
 
 void DeviceExecutor::optimizerStep(const Action& a)
@@ -542,21 +616,26 @@ void DeviceExecutor::optimizerStep(const Action& a)
     tiedExchange(st);
     keepLiveVersion(st);
     const bool waves = !st.pushTo.empty() || !st.pullFrom.empty();
-    std::vector<float> before;
-    if (waves)
-        before = st.model->params();
+    const Buffer& params = st.model->params();
+    Buffer before;
+    if (waves) {
+        before = Buffer(*m_backend, params.count(), params.dtype());
+        m_backend->copy(before.data(), params.data(), params.bytes());
+    }
     const double lr = m_setup.adam.lrAt(st.steps);
-    st.adam->step(st.model->params(), st.model->grads(), st.decay, m_setup.adam, lr, ++st.steps);
+    st.adam->step(*st.model, m_setup.adam, lr, ++st.steps);
     st.model->zeroGrads();
     st.version = a.weight_version;
     if (waves) {
         // HetPipe's local update u_p, summed per wave for the push.
-        auto& sum = st.waveUpdates[std::max(0, st.lastBackward) / m_concurrent];
-        const auto& after = st.model->params();
-        sum.resize(after.size(), 0.0f);
-        for (std::size_t i = 0; i < after.size(); ++i)
-            sum[i] += after[i] - before[i];
+        Buffer& sum = st.waveUpdates[std::max(0, st.lastBackward) / m_concurrent];
+        if (sum.empty()) {
+            sum = Buffer(*m_backend, params.count(), DType::F32);
+            m_backend->zero(sum.data(), sum.bytes());
+        }
+        m_backend->addDifference(sum.as<float>(), params.data(), before.data(), params.count());
     }
+    flushLosses(); // one read-back per step: the losses of the microbatches this step trained on
     if (m_sink.step)
         m_sink.step(a.stage, a.weight_version);
 }
@@ -565,20 +644,26 @@ double DeviceExecutor::wavePush(const Action& a)
 {
     StageState& st = state(a.stage);
     auto node = st.waveUpdates.extract(a.wave);
-    std::vector<float> update
-        = node.empty() ? std::vector<float>(st.model->parameterCount(), 0.0f) : std::move(node.mapped());
-    update.resize(st.model->parameterCount(), 0.0f);
+    Buffer update;
+    if (node.empty()) {
+        update = Buffer(*m_backend, st.model->parameterCount(), DType::F32);
+        m_backend->zero(update.data(), update.bytes());
+    } else {
+        update = std::move(node.mapped());
+    }
     double bytes = 0;
-    std::vector<float> packed;
+    Buffer packed;
     for (const auto& link : st.pushTo) {
         if (m_lastPull[static_cast<std::size_t>(link.device)] < a.wave)
             continue; // that device never pulls this wave
-        packed.clear();
-        for (const auto& [offset, size] : link.ranges)
-            packed.insert(packed.end(), update.begin() + static_cast<std::ptrdiff_t>(offset),
-                update.begin() + static_cast<std::ptrdiff_t>(offset + size));
-        m_transport.send(link.device, waveTag(a.stage, a.wave), packed);
-        bytes += static_cast<double>(packed.size() * sizeof(float));
+        packed.ensure(*m_backend, link.size, DType::F32);
+        std::size_t at = 0;
+        for (const auto& [offset, size] : link.ranges) {
+            m_backend->copy(packed.as<float>() + at, update.as<float>() + offset, size * sizeof(float));
+            at += size;
+        }
+        m_transport->send(link.device, waveTag(a.stage, a.wave), packed);
+        bytes += static_cast<double>(packed.bytes());
     }
     return bytes;
 }
@@ -589,17 +674,21 @@ double DeviceExecutor::wavePull(const Action& a)
     keepLiveVersion(st); // the forwards after the pull use new weights (a new key), even when no wave is new
     st.pulls += 1;
     double bytes = 0;
-    std::vector<float> buffer;
-    auto& params = st.model->params();
+    Buffer buffer;
+    auto* params = static_cast<std::byte*>(st.model->params().data());
+    float* master = st.model->master();
+    const std::size_t e = byteSize(m_backend->act());
     for (int w = st.pulledWave + 1; w <= a.wave; ++w)
         for (const auto& link : st.pullFrom) {
-            buffer.assign(link.size, 0.0f);
-            m_transport.recv(link.device, waveTag(link.stage, w), buffer);
-            bytes += static_cast<double>(buffer.size() * sizeof(float));
+            buffer.ensure(*m_backend, link.size, DType::F32);
+            m_transport->recv(link.device, waveTag(link.stage, w), buffer);
+            bytes += static_cast<double>(buffer.bytes());
             std::size_t at = 0;
-            for (const auto& [offset, size] : link.ranges)
-                for (std::size_t i = 0; i < size; ++i)
-                    params[offset + i] += buffer[at++];
+            for (const auto& [offset, size] : link.ranges) {
+                m_backend->addUpdate(
+                    params + offset * e, master ? master + offset : nullptr, buffer.as<float>() + at, size);
+                at += size;
+            }
         }
     st.pulledWave = std::max(st.pulledWave, a.wave);
     return bytes;

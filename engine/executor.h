@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "adamw.h"
+#include "backend.h"
 #include "data.h"
+#include "device_transport.h"
 #include "gpt2.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
@@ -40,19 +42,26 @@ struct TrainingSetup
     AdamWOptions adam;
     std::uint64_t seed = 1234; ///< initialisation when there is no checkpoint
     std::shared_ptr<const std::vector<float>> checkpoint; ///< llm.c's flat parameters, or null
+    /// fp32, or bf16 mixed (bf16 weights, gradients and activations, fp32 master weights and moments: the plan's
+    /// bf16 weights with bf16 gradients, 16 B per parameter); every device's backend trains in it.
+    Precision precision = Precision::Fp32;
 
     bool operator==(const TrainingSetup&) const = default;
 };
 
+/// Where a run's devices train: the CPU backend (fp32 only), or CUDA GPUs (fp32 or bf16 mixed).
+enum class TrainsOn : std::uint8_t { Cpu, Cuda };
+
 /// The one place that says which of a plan's settings the engine honours (the controller, pre-flight and the agent
-/// all ask it through trainingSetup): fp32 weights and gradients, AdamW ("adam"), the full optimizer state on every
-/// replica, activations kept for the backward, the profile's layer order, no tensor parallelism. Anything else
-/// throws InputError naming the plan's field (e.g. "/schedule/precision"), its value and the fix, instead of being
-/// trained otherwise than the prediction assumed.
-void checkEngineHonours(const planner::Plan& plan);
+/// all ask it through trainingSetup): fp32 weights and gradients, or on CUDA bf16 weights with bf16 gradients (mixed
+/// precision, fp32 master weights), AdamW ("adam"), the full optimizer state on every replica, activations kept for
+/// the backward, the profile's layer order, no tensor parallelism. Anything else throws InputError naming the
+/// plan's field (e.g. "/schedule/precision"), its value and the fix, instead of being trained otherwise than the
+/// prediction assumed. Returns the precision the run trains in.
+Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where = TrainsOn::Cpu);
 /// The run's model shape from a plan made with `profile transformer`; throws InputError with the reason when the
 /// plan carries none, its layers do not match, or it uses what the engine does not run (checkEngineHonours).
-TrainingSetup trainingSetup(const planner::Plan& plan);
+TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where = TrainsOn::Cpu);
 /// The run's input files checked against `setup` (trainingSetup) before anything starts, without reading a
 /// checkpoint's parameters: the checkpoint's header (magic, version, size) and shape (layers, channels, heads,
 /// vocab, maxT), the token or text file's header, its ids inside the vocabulary and at least one microbatch of
@@ -94,13 +103,18 @@ struct ExecutorSink
     std::function<void(int stage, int version)> step;
 };
 
-/// @brief One device of a run.
+/// @brief One device of a run, on one backend: its stages' weights, gradients, optimizer moments, stashed
+/// activations and weight versions live on the backend's device; the executor calls only the backend and a
+/// DeviceTransport, whichever they are. Spans are the device's times (the backend's ActionTimer); losses stay on
+/// the device until one read-back per optimizer step (and at the end), when the sink hears them in order.
 class DeviceExecutor
 {
 public:
-    /// Executes `schedule` `repeats` times (RunSchedule); span action indices count over the whole run.
+    /// Executes `schedule` `repeats` times (RunSchedule); span action indices count over the whole run. `backend`
+    /// null: a CPU backend of its own. Transfers go through host memory over `transport` (throughHost).
     DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device, const TrainingSetup& setup,
-        const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats = 1);
+        const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats = 1,
+        std::shared_ptr<Backend> backend = nullptr);
     ~DeviceExecutor();
 
     /// Runs every action in order; returns early (false) when `stop` becomes true between actions.
@@ -109,6 +123,7 @@ public:
 
     /// The parameters of each virtual stage this device holds (stage -> model), for checkpoints and tests.
     const std::map<int, std::unique_ptr<StageModel>>& stages() const { return m_models; }
+    Backend& backend() const { return *m_backend; }
 
 private:
     struct StageState;
@@ -122,7 +137,10 @@ private:
     void keepLiveVersion(StageState& st);
     void tiedExchange(StageState& st);
     void linkWaves(StageState& st, int stage);
-    const float* weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch);
+    const void* weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch);
+    /// Hands the losses read back so far to the sink (one download), and the finished actions' spans.
+    void flushLosses();
+    void flushSpans(bool wait);
     StageState& state(int stage);
     /// The data's microbatch id of this device's pipeline's microbatch `local` (= local with one pipeline).
     int globalMicrobatch(int local) const;
@@ -133,8 +151,14 @@ private:
     int m_repeats = 1;
     TrainingSetup m_setup;
     const DataOrder& m_data;
-    Transport& m_transport;
+    std::shared_ptr<Backend> m_backend;
+    std::unique_ptr<DeviceTransport> m_transport;
+    std::unique_ptr<ActionTimer> m_timer;
     ExecutorSink m_sink;
+    std::map<std::uint64_t, planner::Span> m_openSpans; ///< by timer ticket, until the device's times are known
+    Buffer m_losses; ///< the head's microbatch losses since the last read-back (fp32, on the device)
+    std::vector<int> m_lossIds; ///< their global microbatch ids
+    std::vector<std::int32_t> m_tokens, m_targets; ///< host staging of one microbatch's data
     float m_lossScale = 1.0f;
     int m_index = 0; ///< the action running
     int m_pipeline = 0; ///< this device's pipeline (virtual worker)
@@ -147,8 +171,8 @@ private:
     std::map<int, std::unique_ptr<StageModel>> m_models;
     std::map<int, std::unique_ptr<StageState>> m_states;
     /// Activations and input gradients by (producing stage, microbatch): sent, or consumed on this device.
-    std::map<std::pair<int, int>, std::vector<float>> m_activations;
-    std::map<std::pair<int, int>, std::vector<float>> m_gradients;
+    std::map<std::pair<int, int>, Buffer> m_activations;
+    std::map<std::pair<int, int>, Buffer> m_gradients;
     std::vector<int> m_tiedGroup; ///< devices holding the embedding or the head when they are not one stage
 };
 

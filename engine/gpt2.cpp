@@ -48,10 +48,19 @@ void fillNormal(float* out, std::size_t n, double stddev, std::uint64_t key)
     }
 }
 
-void ensure(std::vector<float>& v, std::size_t n)
+/// A buffer of n elements of `dtype` on `backend` (kept when it already is; its contents are then the last
+/// microbatch's, which every user overwrites).
+void ensure(Buffer& b, Backend& backend, std::size_t n, DType dtype)
 {
-    if (v.size() != n)
-        v.assign(n, 0.0f);
+    b.ensure(backend, n, dtype);
+}
+
+void checkTokens(std::span<const std::int32_t> tokens, int vocab, const char* what)
+{
+    for (std::int32_t t : tokens)
+        if (t < 0 || t >= vocab)
+            throw InputError(
+                std::string(what) + " " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(vocab));
 }
 
 } // namespace
@@ -153,11 +162,13 @@ LayerKind layerKind(const Gpt2Config& c, int layer)
 
 // ---------------------------------------------------------------------------------------------------------------
 
-StageModel::StageModel(const Gpt2Config& config, BatchShape shape, int first_layer, int last_layer)
+StageModel::StageModel(const Gpt2Config& config, BatchShape shape, int first_layer, int last_layer, Backend& backend)
     : m_config(config)
     , m_shape(shape)
     , m_first(first_layer)
     , m_last(last_layer)
+    , m_backend(&backend)
+    , m_act(backend.act())
 {
     config.validate();
     if (shape.batch <= 0 || shape.seq <= 0 || shape.seq > config.max_seq)
@@ -167,8 +178,15 @@ StageModel::StageModel(const Gpt2Config& config, BatchShape shape, int first_lay
         throw InputError("stage layers " + std::to_string(first_layer) + ".." + std::to_string(last_layer)
             + " are outside the model's " + std::to_string(config.layerCount()) + " layers");
     m_slots = stageSlots(config, first_layer, last_layer);
-    m_params.assign(m_slots.empty() ? 0 : m_slots.back().offset + m_slots.back().size, 0.0f);
-    m_grads.assign(m_params.size(), 0.0f);
+    const std::size_t n = m_slots.empty() ? 0 : m_slots.back().offset + m_slots.back().size;
+    m_params = Buffer(backend, n, m_act);
+    m_grads = Buffer(backend, n, m_act);
+    if (backend.precision() == Precision::Bf16Mixed)
+        m_master = Buffer(backend, n, DType::F32);
+    backend.zero(m_params.data(), m_params.bytes());
+    if (!m_master.empty())
+        backend.zero(m_master.data(), m_master.bytes());
+    zeroGrads();
 }
 
 std::vector<TensorSlot> stageSlots(const Gpt2Config& config, int first_layer, int last_layer)
@@ -213,7 +231,34 @@ const TensorSlot& StageModel::slot(Tensor t, int block) const
 
 void StageModel::zeroGrads()
 {
-    std::fill(m_grads.begin(), m_grads.end(), 0.0f);
+    m_backend->zero(m_grads.data(), m_grads.bytes());
+}
+
+std::vector<float> StageModel::hostParams() const
+{
+    std::vector<float> host(m_params.count());
+    if (!m_master.empty())
+        m_backend->download(host.data(), m_master.data(), DType::F32, host.size());
+    else
+        m_backend->download(host.data(), m_params.data(), m_act, host.size());
+    return host;
+}
+
+std::vector<float> StageModel::hostGrads() const
+{
+    std::vector<float> host(m_grads.count());
+    m_backend->download(host.data(), m_grads.data(), m_act, host.size());
+    return host;
+}
+
+void StageModel::setHostParams(std::span<const float> params)
+{
+    if (params.size() != m_params.count())
+        throw std::logic_error("setHostParams: " + std::to_string(params.size()) + " values for "
+            + std::to_string(m_params.count()) + " parameters");
+    m_backend->upload(m_params.data(), m_act, params.data(), params.size());
+    if (!m_master.empty())
+        m_backend->upload(m_master.data(), DType::F32, params.data(), params.size());
 }
 
 const TensorSlot* StageModel::tiedSlot() const
@@ -224,19 +269,12 @@ const TensorSlot* StageModel::tiedSlot() const
     return nullptr;
 }
 
-std::vector<std::uint8_t> StageModel::decayMask() const
-{
-    std::vector<std::uint8_t> mask(m_params.size(), 0);
-    for (const auto& s : m_slots)
-        std::fill_n(mask.begin() + static_cast<long>(s.offset), s.size, isDecayed(s.tensor) ? 1 : 0);
-    return mask;
-}
-
 void StageModel::initialise(std::uint64_t seed)
 {
     const double residualStd = 0.02 / std::sqrt(2.0 * m_config.layers);
+    std::vector<float> host(m_params.count());
     for (const auto& s : m_slots) {
-        float* p = m_params.data() + s.offset;
+        float* p = host.data() + s.offset;
         const std::uint64_t key = seed * 0x100000001B3ull + static_cast<std::uint64_t>(s.tensor) * 0x10000ull
             + static_cast<std::uint64_t>(s.block);
         switch (s.tensor) {
@@ -256,6 +294,7 @@ void StageModel::initialise(std::uint64_t seed)
                 std::fill_n(p, s.size, 0.0f); // biases and layer-norm shifts
         }
     }
+    setHostParams(host);
 }
 
 void StageModel::loadFrom(std::span<const float> checkpoint)
@@ -263,15 +302,18 @@ void StageModel::loadFrom(std::span<const float> checkpoint)
     if (checkpoint.size() != engine::parameterCount(m_config))
         throw InputError("checkpoint holds " + std::to_string(checkpoint.size()) + " parameters, the model needs "
             + std::to_string(engine::parameterCount(m_config)));
+    std::vector<float> host(m_params.count());
     for (const auto& s : m_slots)
         std::copy_n(checkpoint.begin() + static_cast<long>(checkpointOffset(m_config, s.tensor, s.block)), s.size,
-            m_params.begin() + static_cast<long>(s.offset));
+            host.begin() + static_cast<long>(s.offset));
+    setHostParams(host);
 }
 
 void StageModel::storeTo(std::span<float> checkpoint) const
 {
+    const std::vector<float> host = hostParams();
     for (const auto& s : m_slots)
-        std::copy_n(m_params.begin() + static_cast<long>(s.offset), s.size,
+        std::copy_n(host.begin() + static_cast<long>(s.offset), s.size,
             checkpoint.begin() + static_cast<long>(checkpointOffset(m_config, s.tensor, s.block)));
 }
 
@@ -283,186 +325,208 @@ std::size_t StageModel::activationCount() const
 // ---------------------------------------------------------------------------------------------------------------
 // Forward
 
-std::span<const float> StageModel::forward(StageStash& stash, const float* P, std::span<const std::int32_t> tokens,
-    std::span<const float> input, std::span<const std::int32_t> targets) const
+const Buffer* StageModel::forward(StageStash& stash, const void* params, std::span<const std::int32_t> tokens,
+    Buffer* input, std::span<const std::int32_t> targets, float loss_scale, float* loss) const
 {
+    Backend& be = *m_backend;
     const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels;
     const std::size_t BT = static_cast<std::size_t>(B) * T;
+    const auto* P = static_cast<const std::byte*>(params);
     stash.layers.resize(static_cast<std::size_t>(m_last - m_first + 1));
-    const float* x = nullptr;
+    const void* x = nullptr;
     if (!hasEmbedding()) {
-        stash.input.assign(input.begin(), input.end());
+        if (!input || input->count() != BT * C)
+            throw std::logic_error("stage forward: the input activation is missing or of the wrong size");
+        std::swap(stash.input, *input);
         x = stash.input.data();
     }
     for (int layer = m_first; layer <= m_last; ++layer) {
         LayerStash& s = stash.layers[static_cast<std::size_t>(layer - m_first)];
         switch (layerKind(m_config, layer)) {
         case LayerKind::Embedding:
-            for (std::int32_t t : tokens)
-                if (t < 0 || t >= m_config.vocab)
-                    throw InputError("token " + std::to_string(t) + " is outside the vocabulary of "
-                        + std::to_string(m_config.vocab));
-            s.tokens.assign(tokens.begin(), tokens.end());
-            ensure(s.out, BT * C);
-            ops::encoderForward(s.out.data(), s.tokens.data(), P + slot(Tensor::Wte, 0).offset,
-                P + slot(Tensor::Wpe, 0).offset, B, T, C);
+            checkTokens(tokens, m_config.vocab, "token");
+            ensure(s.tokens, be, BT, DType::I32);
+            be.uploadTokens(s.tokens.as<std::int32_t>(), tokens.data(), BT);
+            ensure(s.out, be, BT * C, m_act);
+            be.encoderForward(
+                s.out.data(), s.tokens.as<std::int32_t>(), P + at(Tensor::Wte, 0), P + at(Tensor::Wpe, 0), B, T, C);
             break;
         case LayerKind::Block:
             blockForward(s, P, x, layer - 1);
             break;
         case LayerKind::Head:
-            headForward(s, P, x, targets);
-            stash.loss = 0;
-            for (float l : s.losses)
-                stash.loss += l;
-            stash.loss /= static_cast<float>(BT);
-            return {};
+            headForward(s, P, x, targets, loss_scale, loss);
+            return nullptr;
         }
         x = s.out.data();
     }
-    return {x, BT * C};
+    return &stash.layers.back().out;
 }
 
-void StageModel::blockForward(LayerStash& s, const float* P, const float* x, int block) const
+void StageModel::blockForward(LayerStash& s, const std::byte* P, const void* x, int block) const
 {
+    Backend& be = *m_backend;
     const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels, NH = m_config.heads;
     const int BT = B * T;
-    auto at = [&](Tensor t) { return P + slot(t, block).offset; };
-    ensure(s.ln1, BT * C);
-    ensure(s.ln1_mean, BT);
-    ensure(s.ln1_rstd, BT);
-    ensure(s.qkv, static_cast<std::size_t>(BT) * 3 * C);
-    ensure(s.att, static_cast<std::size_t>(B) * NH * T * T);
-    ensure(s.atty, BT * C);
-    ensure(s.res2, BT * C);
-    ensure(s.ln2, BT * C);
-    ensure(s.ln2_mean, BT);
-    ensure(s.ln2_rstd, BT);
-    ensure(s.fch, static_cast<std::size_t>(BT) * 4 * C);
-    ensure(s.fch_gelu, static_cast<std::size_t>(BT) * 4 * C);
-    ensure(s.out, BT * C);
-    ops::layernormForward(
-        s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, at(Tensor::Ln1w), at(Tensor::Ln1b), BT, C);
-    ops::matmulForward(s.qkv.data(), s.ln1.data(), at(Tensor::Qkvw), at(Tensor::Qkvb), BT, C, 3 * C);
-    ops::attentionForward(s.atty.data(), s.att.data(), s.qkv.data(), B, T, C, NH);
+    const auto w = [&](Tensor t) { return P + at(t, block); };
+    const std::size_t n = static_cast<std::size_t>(BT) * C;
+    ensure(s.ln1, be, n, m_act);
+    ensure(s.ln1_mean, be, BT, DType::F32);
+    ensure(s.ln1_rstd, be, BT, DType::F32);
+    ensure(s.qkv, be, 3 * n, m_act);
+    ensure(s.att, be, be.attentionStashCount(B, T, NH), DType::F32);
+    ensure(s.atty, be, n, m_act);
+    ensure(s.res2, be, n, m_act);
+    ensure(s.ln2, be, n, m_act);
+    ensure(s.ln2_mean, be, BT, DType::F32);
+    ensure(s.ln2_rstd, be, BT, DType::F32);
+    ensure(s.fch, be, 4 * n, m_act);
+    ensure(s.fch_gelu, be, 4 * n, m_act);
+    ensure(s.out, be, n, m_act);
+    be.layernormForward(
+        s.ln1.data(), s.ln1_mean.as<float>(), s.ln1_rstd.as<float>(), x, w(Tensor::Ln1w), w(Tensor::Ln1b), BT, C);
+    be.matmulForward(s.qkv.data(), s.ln1.data(), w(Tensor::Qkvw), w(Tensor::Qkvb), BT, C, 3 * C, nullptr);
+    be.attentionForward(s.atty.data(), s.att.as<float>(), s.qkv.data(), B, T, C, NH);
     // The attention projection goes to out first, then res2 = x + it.
-    ops::matmulForward(s.out.data(), s.atty.data(), at(Tensor::Attprojw), at(Tensor::Attprojb), BT, C, C);
-    ops::residualForward(s.res2.data(), x, s.out.data(), BT * C);
-    ops::layernormForward(
-        s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.res2.data(), at(Tensor::Ln2w), at(Tensor::Ln2b), BT, C);
-    ops::matmulForward(s.fch.data(), s.ln2.data(), at(Tensor::Fcw), at(Tensor::Fcb), BT, C, 4 * C);
-    ops::geluForward(s.fch_gelu.data(), s.fch.data(), BT * 4 * C);
-    ops::matmulForward(s.out.data(), s.fch_gelu.data(), at(Tensor::Fcprojw), at(Tensor::Fcprojb), BT, 4 * C, C);
-    ops::residualForward(s.out.data(), s.res2.data(), s.out.data(), BT * C);
+    be.matmulForward(s.out.data(), s.atty.data(), w(Tensor::Attprojw), w(Tensor::Attprojb), BT, C, C, nullptr);
+    be.residualForward(s.res2.data(), x, s.out.data(), n);
+    be.layernormForward(s.ln2.data(), s.ln2_mean.as<float>(), s.ln2_rstd.as<float>(), s.res2.data(), w(Tensor::Ln2w),
+        w(Tensor::Ln2b), BT, C);
+    // fch keeps the pre-activation for GELU's backward; the backend may fuse GELU into the product.
+    be.matmulForward(s.fch.data(), s.ln2.data(), w(Tensor::Fcw), w(Tensor::Fcb), BT, C, 4 * C, s.fch_gelu.data());
+    be.matmulForward(s.out.data(), s.fch_gelu.data(), w(Tensor::Fcprojw), w(Tensor::Fcprojb), BT, 4 * C, C, nullptr);
+    be.residualForward(s.out.data(), s.res2.data(), s.out.data(), n);
 }
 
-void StageModel::headForward(LayerStash& s, const float* P, const float* x, std::span<const std::int32_t> targets) const
+int StageModel::logitColumns() const
 {
+    return m_backend->padsLogits() ? m_config.padded_vocab : m_config.vocab;
+}
+
+void StageModel::headForward(LayerStash& s, const std::byte* P, const void* x, std::span<const std::int32_t> targets,
+    float loss_scale, float* loss) const
+{
+    Backend& be = *m_backend;
     const int BT = m_shape.batch * m_shape.seq, C = m_config.channels, V = m_config.vocab;
-    for (std::int32_t t : targets)
-        if (t < 0 || t >= V)
-            throw InputError(
-                "target token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(V));
-    s.tokens.assign(targets.begin(), targets.end());
-    ensure(s.ln1, static_cast<std::size_t>(BT) * C); // the final layer norm's output
-    ensure(s.ln1_mean, BT);
-    ensure(s.ln1_rstd, BT);
-    ensure(s.probs, static_cast<std::size_t>(BT) * V);
-    ensure(s.losses, BT);
-    s.out.clear();
-    ops::layernormForward(s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, P + slot(Tensor::Lnfw, 0).offset,
-        P + slot(Tensor::Lnfb, 0).offset, BT, C);
-    // Logits through the first V rows of the tied embedding; padded rows never produce a logit.
-    ops::matmulForward(s.probs.data(), s.ln1.data(), P + slot(Tensor::Wte, 0).offset, nullptr, BT, C, V);
-    ops::crossEntropyForward(s.losses.data(), s.probs.data(), s.probs.data(), s.tokens.data(), BT, V);
+    const int columns = logitColumns();
+    checkTokens(targets, V, "target token");
+    if (!loss)
+        throw std::logic_error("the head's forward needs somewhere to write the loss");
+    ensure(s.tokens, be, BT, DType::I32);
+    be.uploadTokens(s.tokens.as<std::int32_t>(), targets.data(), static_cast<std::size_t>(BT));
+    ensure(s.ln1, be, static_cast<std::size_t>(BT) * C, m_act); // the final layer norm's output
+    ensure(s.ln1_mean, be, BT, DType::F32);
+    ensure(s.ln1_rstd, be, BT, DType::F32);
+    ensure(s.logits, be, static_cast<std::size_t>(BT) * columns, m_act);
+    ensure(s.losses, be, BT, DType::F32);
+    s.out.reset();
+    be.layernormForward(s.ln1.data(), s.ln1_mean.as<float>(), s.ln1_rstd.as<float>(), x, P + at(Tensor::Lnfw, 0),
+        P + at(Tensor::Lnfb, 0), BT, C);
+    // Logits through the tied embedding's first V rows (or all Vp, the padded rows' logits ignored).
+    be.matmulForward(s.logits.data(), s.ln1.data(), P + at(Tensor::Wte, 0), nullptr, BT, C, columns, nullptr);
+    // d(step loss)/d(position loss) = loss_scale / BT: the microbatch's loss is the mean over its positions.
+    be.classifier(s.losses.as<float>(), s.logits.data(), s.tokens.as<std::int32_t>(), BT, V, columns,
+        loss_scale / static_cast<float>(BT));
+    be.mean(loss, s.losses.as<float>(), static_cast<std::size_t>(BT));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Backward
 
-std::span<const float> StageModel::backward(
-    StageStash& stash, const float* P, float* G, std::span<const float> dout, float loss_scale)
+const Buffer* StageModel::backward(StageStash& stash, const void* params, void* grads, const Buffer* dout)
 {
+    Backend& be = *m_backend;
     const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels;
     const std::size_t n = static_cast<std::size_t>(B) * T * C;
-    ensure(m_dA, n);
-    ensure(m_dB, n);
-    float* d = m_dA.data(); // gradient of the current layer's output
-    float* dx = m_dB.data(); // gradient of its input
-    if (!hasHead())
-        std::copy(dout.begin(), dout.end(), d);
+    const auto* P = static_cast<const std::byte*>(params);
+    auto* G = static_cast<std::byte*>(grads);
+    ensure(m_dA, be, n, m_act);
+    ensure(m_dB, be, n, m_act);
+    Buffer* d = &m_dA; // gradient of the current layer's output
+    Buffer* dx = &m_dB; // gradient of its input
+    if (!hasHead()) {
+        if (!dout || dout->count() != n)
+            throw std::logic_error("stage backward: the output gradient is missing or of the wrong size");
+        be.copy(d->data(), dout->data(), d->bytes());
+    }
     for (int layer = m_last; layer >= m_first; --layer) {
         LayerStash& s = stash.layers[static_cast<std::size_t>(layer - m_first)];
-        const float* x = layer == m_first ? stash.input.data()
-                                          : stash.layers[static_cast<std::size_t>(layer - m_first - 1)].out.data();
+        const void* x = layer == m_first ? stash.input.data()
+                                         : stash.layers[static_cast<std::size_t>(layer - m_first - 1)].out.data();
         switch (layerKind(m_config, layer)) {
         case LayerKind::Embedding:
-            ops::encoderBackward(
-                G + slot(Tensor::Wte, 0).offset, G + slot(Tensor::Wpe, 0).offset, d, s.tokens.data(), B, T, C);
-            return {};
+            be.encoderBackward(
+                G + at(Tensor::Wte, 0), G + at(Tensor::Wpe, 0), d->data(), s.tokens.as<std::int32_t>(), B, T, C);
+            return nullptr;
         case LayerKind::Block:
-            std::fill(dx, dx + n, 0.0f);
-            blockBackward(s, P, G, x, d, dx, layer - 1);
+            blockBackward(s, P, G, x, d->data(), dx->data(), layer - 1);
             break;
         case LayerKind::Head:
-            std::fill(dx, dx + n, 0.0f);
-            headBackward(s, P, G, x, dx, loss_scale);
+            be.zero(dx->data(), dx->bytes());
+            headBackward(s, P, G, x, dx->data());
             break;
         }
         std::swap(d, dx);
     }
-    return {d, n};
+    return d;
 }
 
 void StageModel::blockBackward(
-    LayerStash& s, const float* P, float* G, const float* x, const float* dout, float* dx, int block)
+    LayerStash& s, const std::byte* P, std::byte* G, const void* x, const void* dout, void* dx, int block)
 {
+    Backend& be = *m_backend;
     const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels, NH = m_config.heads;
     const int BT = B * T;
-    auto at = [&](Tensor t) { return slot(t, block).offset; };
+    const auto w = [&](Tensor t) { return P + at(t, block); };
+    const auto g = [&](Tensor t) { return G + at(t, block); };
     const std::size_t n = static_cast<std::size_t>(BT) * C;
-    m_dRes.assign(dout, dout + n); // the residual passes dout through to res2
-    m_dBig.assign(static_cast<std::size_t>(BT) * 4 * C, 0.0f);
-    m_dBig2.assign(static_cast<std::size_t>(BT) * 4 * C, 0.0f);
+    const std::size_t e = byteSize(m_act);
+    ensure(m_dRes, be, n, m_act);
+    ensure(m_dBig, be, 4 * n, m_act);
+    ensure(m_dBig2, be, 4 * n, m_act);
+    ensure(m_dQkv, be, 3 * n, m_act);
+    ensure(m_dAtty, be, n, m_act);
+    be.copy(m_dRes.data(), dout, n * e); // the residual passes dout through to res2
+    be.zero(m_dBig.data(), m_dBig.bytes());
+    be.zero(m_dBig2.data(), m_dBig2.bytes());
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
-    ops::matmulBackward(m_dBig.data(), G + at(Tensor::Fcprojw), G + at(Tensor::Fcprojb), dout, s.fch_gelu.data(),
-        P + at(Tensor::Fcprojw), BT, 4 * C, C);
-    ops::geluBackward(m_dBig2.data(), s.fch.data(), m_dBig.data(), BT * 4 * C);
-    std::vector<float>& dln = m_dQkv; // reused: (BT, C) here, (BT, 3C) below
-    dln.assign(n, 0.0f);
-    ops::matmulBackward(dln.data(), G + at(Tensor::Fcw), G + at(Tensor::Fcb), m_dBig2.data(), s.ln2.data(),
-        P + at(Tensor::Fcw), BT, C, 4 * C);
-    ops::layernormBackward(m_dRes.data(), G + at(Tensor::Ln2w), G + at(Tensor::Ln2b), dln.data(), s.res2.data(),
-        P + at(Tensor::Ln2w), s.ln2_mean.data(), s.ln2_rstd.data(), BT, C);
+    be.matmulBackward(m_dBig.data(), g(Tensor::Fcprojw), g(Tensor::Fcprojb), dout, s.fch_gelu.data(),
+        w(Tensor::Fcprojw), BT, 4 * C, C);
+    be.geluBackward(m_dBig2.data(), s.fch.data(), m_dBig.data(), 4 * n);
+    void* dln = m_dQkv.data(); // reused: (BT, C) here, (BT, 3C) below
+    be.zero(dln, n * e);
+    be.matmulBackward(dln, g(Tensor::Fcw), g(Tensor::Fcb), m_dBig2.data(), s.ln2.data(), w(Tensor::Fcw), BT, C, 4 * C);
+    be.layernormBackward(m_dRes.data(), g(Tensor::Ln2w), g(Tensor::Ln2b), dln, s.res2.data(), w(Tensor::Ln2w),
+        s.ln2_mean.as<float>(), s.ln2_rstd.as<float>(), BT, C);
     // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
-    std::fill(dx, dx + n, 0.0f);
-    std::copy(m_dRes.begin(), m_dRes.end(), dx); // the residual passes dres2 through to x
-    std::vector<float>& datty = m_dAtty;
-    datty.assign(n, 0.0f);
-    ops::matmulBackward(datty.data(), G + at(Tensor::Attprojw), G + at(Tensor::Attprojb), m_dRes.data(), s.atty.data(),
-        P + at(Tensor::Attprojw), BT, C, C);
-    m_dQkv.assign(static_cast<std::size_t>(BT) * 3 * C, 0.0f);
-    ensure(m_scratch, static_cast<std::size_t>(T) * T);
-    ops::attentionBackward(m_dQkv.data(), datty.data(), s.qkv.data(), s.att.data(), m_scratch.data(), B, T, C, NH);
-    std::vector<float>& dln1 = datty; // reused
-    std::fill(dln1.begin(), dln1.end(), 0.0f);
-    ops::matmulBackward(dln1.data(), G + at(Tensor::Qkvw), G + at(Tensor::Qkvb), m_dQkv.data(), s.ln1.data(),
-        P + at(Tensor::Qkvw), BT, C, 3 * C);
-    ops::layernormBackward(dx, G + at(Tensor::Ln1w), G + at(Tensor::Ln1b), dln1.data(), x, P + at(Tensor::Ln1w),
-        s.ln1_mean.data(), s.ln1_rstd.data(), BT, C);
+    be.copy(dx, m_dRes.data(), n * e); // the residual passes dres2 through to x
+    void* datty = m_dAtty.data();
+    be.zero(datty, n * e);
+    be.matmulBackward(
+        datty, g(Tensor::Attprojw), g(Tensor::Attprojb), m_dRes.data(), s.atty.data(), w(Tensor::Attprojw), BT, C, C);
+    be.zero(m_dQkv.data(), m_dQkv.bytes());
+    be.attentionBackward(m_dQkv.data(), datty, s.qkv.data(), s.atty.data(), s.att.as<float>(), B, T, C, NH);
+    void* dln1 = datty; // reused
+    be.zero(dln1, n * e);
+    be.matmulBackward(
+        dln1, g(Tensor::Qkvw), g(Tensor::Qkvb), m_dQkv.data(), s.ln1.data(), w(Tensor::Qkvw), BT, C, 3 * C);
+    be.layernormBackward(dx, g(Tensor::Ln1w), g(Tensor::Ln1b), dln1, x, w(Tensor::Ln1w), s.ln1_mean.as<float>(),
+        s.ln1_rstd.as<float>(), BT, C);
 }
 
-void StageModel::headBackward(LayerStash& s, const float* P, float* G, const float* x, float* dx, float loss_scale)
+void StageModel::headBackward(LayerStash& s, const std::byte* P, std::byte* G, const void* x, void* dx)
 {
-    const int BT = m_shape.batch * m_shape.seq, C = m_config.channels, V = m_config.vocab;
-    // d(step loss)/d(position loss) = loss_scale / BT: the microbatch's loss is the mean over its positions.
-    // The softmax is turned into dlogits in place: the probabilities are not needed afterwards.
-    ops::crossEntropyBackward(s.probs.data(), s.tokens.data(), loss_scale / static_cast<float>(BT), BT, V);
-    std::vector<float> dln(static_cast<std::size_t>(BT) * C, 0.0f);
-    const std::size_t wte = slot(Tensor::Wte, 0).offset;
-    ops::matmulBackward(dln.data(), G + wte, nullptr, s.probs.data(), s.ln1.data(), P + wte, BT, C, V);
-    ops::layernormBackward(dx, G + slot(Tensor::Lnfw, 0).offset, G + slot(Tensor::Lnfb, 0).offset, dln.data(), x,
-        P + slot(Tensor::Lnfw, 0).offset, s.ln1_mean.data(), s.ln1_rstd.data(), BT, C);
+    Backend& be = *m_backend;
+    const int BT = m_shape.batch * m_shape.seq, C = m_config.channels;
+    // The forward's classifier already turned the logits into their gradient.
+    const std::size_t n = static_cast<std::size_t>(BT) * C;
+    ensure(m_dRes, be, n, m_act);
+    void* dln = m_dRes.data();
+    be.zero(dln, m_dRes.bytes());
+    be.matmulBackward(dln, G + at(Tensor::Wte, 0), nullptr, s.logits.data(), s.ln1.data(), P + at(Tensor::Wte, 0), BT,
+        C, logitColumns());
+    be.layernormBackward(dx, G + at(Tensor::Lnfw, 0), G + at(Tensor::Lnfb, 0), dln, x, P + at(Tensor::Lnfw, 0),
+        s.ln1_mean.as<float>(), s.ln1_rstd.as<float>(), BT, C);
 }
 
 } // namespace pw::engine

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "planner/model_profile.h"
 
 namespace pw::engine {
@@ -94,32 +95,37 @@ std::vector<TensorSlot> stageSlots(const Gpt2Config& config, int first_layer, in
 /// The layer a tensor belongs to in the whole model: the token embedding's (0) for the head's tied copy of wte.
 int ownerLayer(const TensorSlot& slot);
 
-/// @brief What a layer's forward keeps for its backward (one microbatch). Buffers are reused across microbatches.
+/// @brief What a layer's forward keeps for its backward (one microbatch), on the stage's device. Activations are
+/// in the backend's act() dtype, statistics and losses fp32. Buffers are reused across microbatches.
 struct LayerStash
 {
-    std::vector<float> out; ///< the layer's output (B, T, C); the head leaves it empty
-    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-    std::vector<float> probs, losses; ///< head: softmax (B T, V) and per-position losses
-    std::vector<std::int32_t> tokens; ///< embedding: inputs; head: targets
+    Buffer out; ///< the layer's output (B, T, C); the head leaves it empty
+    Buffer ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+    /// head: the logits (B T rows of V, or of Vp when the backend pads them), turned by the forward into their
+    /// gradient (the classifier's fused softmax, cross-entropy and backward); and the positions' losses (fp32)
+    Buffer logits, losses;
+    Buffer tokens; ///< embedding: inputs; head: targets (int32)
 };
 
 /// @brief The stashed activations of one microbatch through a stage.
 struct StageStash
 {
-    std::vector<float> input; ///< received activation (B, T, C) when the stage does not start with the embedding
+    Buffer input; ///< received activation (B, T, C) when the stage does not start with the embedding
     std::vector<LayerStash> layers;
-    float loss = 0; ///< head: mean loss of the microbatch
 };
 
-/// @brief A contiguous range of the planner's layers with one flat parameter buffer (and its gradient).
+/// @brief A contiguous range of the planner's layers with one flat parameter buffer (and its gradient), on one
+/// backend's device.
 ///
 /// The head's logits use the token embedding (tied). When the stage holds the embedding too they share one
 /// tensor; otherwise the head keeps its own copy, and the copies stay equal because their gradients are summed
 /// before every step (tiedGradient) and the optimizer then applies the same update to both.
+/// In mixed precision the parameters and gradients are bf16 and master() holds the fp32 weights AdamW updates.
 class StageModel
 {
 public:
-    StageModel(const Gpt2Config& config, BatchShape shape, int first_layer, int last_layer);
+    StageModel(
+        const Gpt2Config& config, BatchShape shape, int first_layer, int last_layer, Backend& backend = cpuBackend());
 
     const Gpt2Config& config() const { return m_config; }
     BatchShape shape() const { return m_shape; }
@@ -127,17 +133,23 @@ public:
     int lastLayer() const { return m_last; }
     bool hasEmbedding() const { return m_first == 0; }
     bool hasHead() const { return m_last == m_config.layerCount() - 1; }
-    std::size_t parameterCount() const { return m_params.size(); }
+    std::size_t parameterCount() const { return m_params.count(); }
     const std::vector<TensorSlot>& slots() const { return m_slots; }
+    Backend& backend() const { return *m_backend; }
 
-    std::vector<float>& params() { return m_params; }
-    const std::vector<float>& params() const { return m_params; }
-    std::vector<float>& grads() { return m_grads; }
+    Buffer& params() { return m_params; }
+    const Buffer& params() const { return m_params; }
+    Buffer& grads() { return m_grads; }
+    const Buffer& grads() const { return m_grads; }
+    /// The fp32 master weights in mixed precision (what AdamW and wave pulls update), else null.
+    float* master() { return m_master.empty() ? nullptr : m_master.as<float>(); }
+    /// Copies between the device and the host, fp32 (tests, checkpoints).
+    std::vector<float> hostParams() const;
+    std::vector<float> hostGrads() const;
+    void setHostParams(std::span<const float> params);
     void zeroGrads();
     /// The token embedding's slot when the stage holds the embedding or the head, else nullptr.
     const TensorSlot* tiedSlot() const;
-    /// Per parameter: AdamW decays it (1) or not (0).
-    std::vector<std::uint8_t> decayMask() const;
 
     /// GPT-2's initialisation, a function of (seed, tensor, block) only: every stage of every process draws the
     /// same values for the same tensor, whatever the plan (so the head's copy of wte equals the embedding's).
@@ -146,37 +158,45 @@ public:
     void loadFrom(std::span<const float> checkpoint);
     void storeTo(std::span<float> checkpoint) const;
 
-    /// One microbatch forward with parameters `params` (this stage's layout). tokens (B T) feed the embedding;
-    /// input (B T C) feeds any other first layer; targets (B T) feed the head. Returns the stage's output
-    /// (B T C), or an empty span for the head (whose mean loss is in stash.loss).
-    std::span<const float> forward(StageStash& stash, const float* params, std::span<const std::int32_t> tokens,
-        std::span<const float> input, std::span<const std::int32_t> targets) const;
+    /// One microbatch forward with parameters `params` (this stage's layout, on the device). tokens (B T, host)
+    /// feed the embedding; *input (B T C, on the device) feeds any other first layer and is taken into the stash
+    /// (the caller gets the stash's old buffer back in it); targets (B T, host) feed the head, which writes the
+    /// microbatch's mean loss to *loss (fp32, on the device) and, fused with it, the logits' gradient for a seed of
+    /// loss_scale = d(step loss)/d(this microbatch's mean loss). Returns the stage's output (B T C, in the stash),
+    /// or null for the head.
+    const Buffer* forward(StageStash& stash, const void* params, std::span<const std::int32_t> tokens, Buffer* input,
+        std::span<const std::int32_t> targets, float loss_scale, float* loss) const;
     /// The backward of the microbatch forward() stashed, with the same parameters; accumulates into grads.
-    /// dout: gradient of the stage's output (not for the head, whose seed is loss_scale: d(step loss)/d(this
-    /// microbatch's mean loss)). Returns the gradient of the stage's input (empty when it starts with the
-    /// embedding); valid until the next backward.
-    std::span<const float> backward(
-        StageStash& stash, const float* params, float* grads, std::span<const float> dout, float loss_scale);
+    /// dout: gradient of the stage's output (null for the head). Returns the gradient of the stage's input (null
+    /// when it starts with the embedding); valid until the next backward.
+    const Buffer* backward(StageStash& stash, const void* params, void* grads, const Buffer* dout);
 
-    std::size_t activationCount() const; ///< floats of a stage boundary's activation: B T C
+    std::size_t activationCount() const; ///< elements of a stage boundary's activation: B T C
 
 private:
     const TensorSlot& slot(Tensor t, int block) const;
-    void blockForward(LayerStash& s, const float* P, const float* x, int block) const;
+    void blockForward(LayerStash& s, const std::byte* P, const void* x, int block) const;
     void blockBackward(
-        LayerStash& s, const float* P, float* G, const float* x, const float* dout, float* dx, int block);
-    void headForward(LayerStash& s, const float* P, const float* x, std::span<const std::int32_t> targets) const;
-    void headBackward(LayerStash& s, const float* P, float* G, const float* x, float* dx, float loss_scale);
+        LayerStash& s, const std::byte* P, std::byte* G, const void* x, const void* dout, void* dx, int block);
+    void headForward(LayerStash& s, const std::byte* P, const void* x, std::span<const std::int32_t> targets,
+        float loss_scale, float* loss) const;
+    void headBackward(LayerStash& s, const std::byte* P, std::byte* G, const void* x, void* dx);
+    int logitColumns() const; ///< V, or Vp when the backend pads the logits
+    /// Where slot (t, block) starts in a parameter or gradient buffer of this stage.
+    std::size_t at(Tensor t, int block) const { return slot(t, block).offset * byteSize(m_act); }
 
     Gpt2Config m_config;
     BatchShape m_shape;
     int m_first = 0;
     int m_last = 0;
+    Backend* m_backend;
+    DType m_act;
     std::vector<TensorSlot> m_slots;
-    std::vector<float> m_params;
-    std::vector<float> m_grads;
+    Buffer m_params;
+    Buffer m_grads;
+    Buffer m_master;
     // Backward workspaces, reused by every microbatch.
-    std::vector<float> m_dA, m_dB, m_dRes, m_dBig, m_dBig2, m_dQkv, m_dAtty, m_scratch;
+    Buffer m_dA, m_dB, m_dRes, m_dBig, m_dBig2, m_dQkv, m_dAtty;
 };
 
 } // namespace pw::engine

@@ -189,8 +189,9 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
         h[7] = c.padded_vocab;
         put(h.data(), sizeof(Header), 0);
     }
+    const std::vector<float> params = stage.hostParams();
     for (const auto& slot : stage.slots())
-        put(stage.params().data() + slot.offset, slot.size * sizeof(float),
+        put(params.data() + slot.offset, slot.size * sizeof(float),
             sizeof(Header) + checkpointOffset(c, slot.tensor, slot.block) * sizeof(float));
     if (::close(fd) != 0)
         throw std::system_error(errno, std::generic_category(), path.string() + ": writing the checkpoint");

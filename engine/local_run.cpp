@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+// runLocally: one thread per device of the plan, a LocalFabric between them.
 #include "local_run.h"
 
 #include <exception>
@@ -7,14 +8,19 @@
 
 namespace pw::engine {
 
-LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup, const DataOrder& data, int steps)
+LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup, const DataOrder& data, int steps,
+    const BackendFactory& backends)
 {
     const RunSchedule program = runProgram(plan, steps);
     const planner::Schedule& schedule = program.period;
     LocalFabric fabric(schedule.num_devices);
     std::mutex mutex;
     LocalRunResult result;
-    std::vector<double> sums(static_cast<std::size_t>(steps), 0.0);
+    const auto stepCount = static_cast<std::size_t>(steps);
+    std::vector<double> sums(stepCount, 0.0);
+    std::vector<int> heard(stepCount, 0);
+    result.step_ends.assign(stepCount, 0.0);
+    double t0 = 0; // set before any thread runs; the sinks only read it
     std::vector<std::unique_ptr<DeviceExecutor>> executors(static_cast<std::size_t>(schedule.num_devices));
     for (int d = 0; d < schedule.num_devices; ++d) {
         ExecutorSink sink;
@@ -23,15 +29,19 @@ LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup,
             result.spans.push_back(s);
         };
         sink.loss = [&](int microbatch, float loss) {
+            const double now = monotonicSeconds();
             std::lock_guard lock(mutex);
-            sums.at(static_cast<std::size_t>(microbatch / setup.microbatches)) += loss;
+            const auto step = static_cast<std::size_t>(microbatch / setup.microbatches);
+            sums.at(step) += loss;
+            if (++heard.at(step) == setup.microbatches)
+                result.step_ends[step] = now - t0;
         };
-        executors[static_cast<std::size_t>(d)] = std::make_unique<DeviceExecutor>(
-            plan, schedule, d, setup, data, fabric.endpoint(d), std::move(sink), program.repeats);
+        executors[static_cast<std::size_t>(d)] = std::make_unique<DeviceExecutor>(plan, schedule, d, setup, data,
+            fabric.endpoint(d), std::move(sink), program.repeats, backends ? backends(d) : nullptr);
     }
     std::atomic<bool> stop {false};
     std::exception_ptr failure;
-    const double t0 = monotonicSeconds();
+    t0 = monotonicSeconds();
     std::vector<std::thread> threads;
     for (int d = 0; d < schedule.num_devices; ++d)
         threads.emplace_back([&, d] {
@@ -57,9 +67,12 @@ LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup,
     for (double s : sums)
         result.losses.push_back(s / setup.microbatches);
     result.final_parameters.assign(parameterCount(setup.model), 0.0f);
-    for (const auto& e : executors)
+    for (const auto& e : executors) {
         for (const auto& [stage, model] : e->stages())
             model->storeTo(result.final_parameters);
+        result.memory.push_back(e->backend().memory());
+        result.backends.push_back(e->backend().name());
+    }
     return result;
 }
 

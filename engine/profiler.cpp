@@ -20,11 +20,11 @@ namespace {
 
 std::size_t stashBytes(const LayerStash& s)
 {
-    std::size_t floats = 0;
+    std::size_t bytes = 0;
     for (const auto* v : {&s.out, &s.ln1, &s.ln1_mean, &s.ln1_rstd, &s.qkv, &s.att, &s.atty, &s.res2, &s.ln2,
-             &s.ln2_mean, &s.ln2_rstd, &s.fch, &s.fch_gelu, &s.probs, &s.losses})
-        floats += v->size();
-    return (floats + s.tokens.size()) * 4; // fp32 values and int32 tokens
+             &s.ln2_mean, &s.ln2_rstd, &s.fch, &s.fch_gelu, &s.logits, &s.losses, &s.tokens})
+        bytes += v->bytes();
+    return bytes;
 }
 
 std::string layerName(const Gpt2Config& config, int layer)
@@ -110,13 +110,15 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
     const int layers = config.layerCount();
     const int previousThreads = ops::threads();
     ops::setThreads(options.threads);
+    const std::unique_ptr<Backend> backend = makeBackend(options.device);
+    const auto timer = backend->makeTimer();
 
     // One model per layer: timing a layer alone is what the planner's per-layer costs mean, and its parameters
     // are exactly what a stage holding it stores.
     std::vector<std::unique_ptr<StageModel>> models;
     std::vector<StageStash> stashes(static_cast<std::size_t>(layers));
     for (int l = 0; l < layers; ++l) {
-        models.push_back(std::make_unique<StageModel>(config, shape, l, l));
+        models.push_back(std::make_unique<StageModel>(config, shape, l, l, *backend));
         models.back()->initialise(options.seed);
     }
     const std::size_t tokens = static_cast<std::size_t>(shape.batch) * shape.seq;
@@ -127,29 +129,51 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
         inputs[i] = token(rng);
         targets[i] = token(rng);
     }
+    Buffer loss(*backend, 1, DType::F32);
 
+    // Times are the device's (the backend's action timer): on a GPU the host only launches the work.
     std::vector<LayerSamples> samples(static_cast<std::size_t>(layers));
     for (int pass = 0; pass < options.warmup + options.repeats; ++pass) {
         const bool timed = pass >= options.warmup;
-        std::span<const float> x;
+        std::vector<std::uint64_t> forwardTickets, backwardTickets;
+        Buffer x;
         for (int l = 0; l < layers; ++l) {
             auto& m = *models[static_cast<std::size_t>(l)];
-            const double t0 = monotonicSeconds();
-            x = m.forward(stashes[static_cast<std::size_t>(l)], m.params().data(), inputs, x, targets);
-            const double t1 = monotonicSeconds();
-            if (timed)
-                samples[static_cast<std::size_t>(l)].forward_s.push_back(t1 - t0);
+            forwardTickets.push_back(timer->begin());
+            const Buffer* out = m.forward(stashes[static_cast<std::size_t>(l)], m.params().data(), inputs,
+                m.hasEmbedding() ? nullptr : &x, targets, 1.0f, loss.as<float>());
+            timer->end(forwardTickets.back());
+            if (out) {
+                x.ensure(*backend, out->count(), out->dtype());
+                backend->copy(x.data(), out->data(), out->bytes());
+            }
         }
-        std::span<const float> dx;
+        Buffer dx;
         for (int l = layers - 1; l >= 0; --l) {
             auto& m = *models[static_cast<std::size_t>(l)];
             // The gradient of a step's loss over m microbatches: the scale only changes values, not the work.
-            const double t0 = monotonicSeconds();
-            dx = m.backward(stashes[static_cast<std::size_t>(l)], m.params().data(), m.grads().data(), dx, 1.0f);
-            const double t1 = monotonicSeconds();
-            if (timed)
-                samples[static_cast<std::size_t>(l)].backward_s.push_back(t1 - t0);
+            backwardTickets.push_back(timer->begin());
+            const Buffer* din = m.backward(
+                stashes[static_cast<std::size_t>(l)], m.params().data(), m.grads().data(), m.hasHead() ? nullptr : &dx);
+            timer->end(backwardTickets.back());
+            if (din) {
+                dx.ensure(*backend, din->count(), din->dtype());
+                backend->copy(dx.data(), din->data(), din->bytes());
+            }
         }
+        timer->resolve(
+            [&](std::uint64_t ticket, double t0, double t1) {
+                if (!timed)
+                    return;
+                for (int l = 0; l < layers; ++l) {
+                    auto& sample = samples[static_cast<std::size_t>(l)];
+                    if (forwardTickets[static_cast<std::size_t>(l)] == ticket)
+                        sample.forward_s.push_back(t1 - t0);
+                    if (backwardTickets[static_cast<std::size_t>(layers - 1 - l)] == ticket)
+                        sample.backward_s.push_back(t1 - t0);
+                }
+            },
+            true);
         for (auto& m : models)
             m->zeroGrads(); // keeps the gradients bounded however many passes run
     }
@@ -158,13 +182,18 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
     planner::ModelProfile profile;
     const auto& a = options.shape;
     char name[160];
-    std::snprintf(name, sizeof name, "gpt2 (l=%d, h=%d, a=%d, s=%d, V=%d) measured on cpu, %d thread%s, b=%d", a.layers,
-        a.hidden, a.heads, a.sequence, a.vocab, options.threads, options.threads == 1 ? "" : "s", a.microbatch);
+    const bool cpu = !options.device.cuda;
+    const std::string where = cpu
+        ? "cpu, " + std::to_string(options.threads) + (options.threads == 1 ? " thread" : " threads")
+        : backend->name();
+    std::snprintf(name, sizeof name, "gpt2 (l=%d, h=%d, a=%d, s=%d, V=%d) measured on %s, b=%d", a.layers, a.hidden,
+        a.heads, a.sequence, a.vocab, where.c_str(), a.microbatch);
     profile.name = name;
-    profile.profiled_device = "cpu";
+    profile.profiled_device = cpu ? "cpu" : backend->name();
     profile.microbatch_size = shape.batch;
     profile.architecture = options.shape;
-    profile.architecture->bytes_per_element = 4; // the engine trains in fp32
+    const double element = static_cast<double>(byteSize(backend->act()));
+    profile.architecture->bytes_per_element = static_cast<int>(element); // what the backend trains in
     for (int l = 0; l < layers; ++l) {
         const auto& m = *models[static_cast<std::size_t>(l)];
         const auto& s = samples[static_cast<std::size_t>(l)];
@@ -173,9 +202,9 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
         layer.kind = layerKindName(config, l);
         layer.forward_ms = median(s.forward_s) * 1e3;
         layer.backward_ms = median(s.backward_s) * 1e3;
-        layer.weight_bytes = 4.0 * static_cast<double>(m.parameterCount());
-        layer.activation_bytes = m.hasHead() ? 4.0 * static_cast<double>(tokens) * config.vocab
-                                             : 4.0 * static_cast<double>(m.activationCount());
+        layer.weight_bytes = element * static_cast<double>(m.parameterCount());
+        layer.activation_bytes = m.hasHead() ? element * static_cast<double>(tokens) * config.vocab
+                                             : element * static_cast<double>(m.activationCount());
         layer.stashed_bytes = static_cast<double>(stashBytes(stashes[static_cast<std::size_t>(l)].layers.at(0)));
         layer.forward_flops = forwardFlops(config, shape, l);
         profile.layers.push_back(std::move(layer));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.h"
 #include "planner/model_profile.h"
 
 namespace pw::engine {
@@ -19,6 +20,7 @@ struct ProfileOptions
     int repeats = 10; ///< timed passes; each layer's time is the median over them
     int warmup = 1; ///< untimed passes first (buffers allocated, caches and thread pools warm)
     std::uint64_t seed = 1234; ///< weights and tokens
+    DeviceChoice device; ///< the CPU (fp32), or a CUDA device in fp32 or bf16 mixed precision
 
     /// Throws InputError naming the option (--layers, --threads, ...) when a value is out of range.
     void validate() const;

@@ -187,7 +187,8 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
             p.model = model;
         },
         "/model/architecture/bytes_per_element", "--bytes-per-element 4");
-    refused([](auto& p) { p.schedule.gradient_precision = "bf16"; }, "/schedule/gradient_precision", "fp32 only");
+    refused([](auto& p) { p.schedule.gradient_precision = "bf16"; }, "/schedule/gradient_precision",
+        "its weights' precision (fp32)");
     refused([](auto& p) { p.schedule.recompute = true; }, "/schedule/recompute", "does not recompute");
     refused([](auto& p) { p.schedule.optimizer = "sgd"; }, "/schedule/optimizer", "AdamW only");
     refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
@@ -205,6 +206,22 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
     fp32.model = model;
     fp32.schedule.precision = "fp32";
     CHECK_NOTHROW(trainingSetup(fp32));
+    CHECK(trainingSetup(fp32).precision == Precision::Fp32);
+}
+
+TEST_CASE("on CUDA a bf16 plan trains in bf16 mixed precision, and only that mix", "[engine][executor]")
+{
+    const auto base = gpt2Plan(tinyGpt2(), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
+    auto bf16 = base;
+    bf16.schedule.precision = "bf16";
+    CHECK(trainingSetup(bf16, TrainsOn::Cuda).precision == Precision::Bf16Mixed);
+    CHECK(trainingSetup(base, TrainsOn::Cuda).precision == Precision::Fp32);
+    auto fp32Gradients = bf16; // Megatron's default: 18 B per parameter, not what the engine keeps
+    fp32Gradients.schedule.gradient_precision = "fp32";
+    CHECK_THROWS_WITH(trainingSetup(fp32Gradients, TrainsOn::Cuda), Catch::Contains("its weights' precision (bf16)"));
+    auto fp16 = base;
+    fp16.schedule.precision = "fp16";
+    CHECK_THROWS_WITH(trainingSetup(fp16, TrainsOn::Cuda), Catch::Contains("weights are fp16"));
 }
 
 TEST_CASE("a schedule that flushes every step runs as one step repeated, with the full schedule's actions",

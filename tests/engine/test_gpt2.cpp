@@ -36,8 +36,9 @@ Batch batch(const Gpt2Config& c, BatchShape shape, unsigned seed)
 double lossOf(StageModel& m, const Batch& b)
 {
     StageStash stash;
-    m.forward(stash, m.params().data(), b.tokens, {}, b.targets);
-    return stash.loss;
+    float loss = 0;
+    m.forward(stash, m.params().data(), b.tokens, nullptr, b.targets, 1.0f, &loss);
+    return loss;
 }
 
 } // namespace
@@ -60,14 +61,16 @@ TEST_CASE("every gradient matches a central finite difference", "[engine][gpt2]"
     // Larger weights than GPT-2's init make every path's gradient visible above float noise.
     std::mt19937 rng(3);
     std::normal_distribution<float> noise(0.0f, 0.3f);
-    for (float& p : model.params())
+    for (float& p : model.params().host<float>())
         p += noise(rng);
     const Batch b = batch(c, shape, 11);
     StageStash stash;
     model.zeroGrads();
-    model.forward(stash, model.params().data(), b.tokens, {}, b.targets);
-    model.backward(stash, model.params().data(), model.grads().data(), {}, 1.0f);
-    const std::vector<float> analytic = model.grads();
+    float loss = 0;
+    model.forward(stash, model.params().data(), b.tokens, nullptr, b.targets, 1.0f, &loss);
+    model.backward(stash, model.params().data(), model.grads().data(), nullptr);
+    const std::vector<float> analytic = model.hostGrads();
+    const auto params = model.params().host<float>();
 
     int checked = 0;
     for (const auto& slot : model.slots()) {
@@ -75,13 +78,13 @@ TEST_CASE("every gradient matches a central finite difference", "[engine][gpt2]"
             std::size_t i = slot.offset + rng() % slot.size;
             if (slot.tensor == Tensor::Wte && (i - slot.offset) / c.channels >= static_cast<std::size_t>(c.vocab))
                 continue; // padded rows: no gradient by design
-            const float saved = model.params()[i];
+            const float saved = params[i];
             const float h = 1e-2f;
-            model.params()[i] = saved + h;
+            params[i] = saved + h;
             const double up = lossOf(model, b);
-            model.params()[i] = saved - h;
+            params[i] = saved - h;
             const double down = lossOf(model, b);
-            model.params()[i] = saved;
+            params[i] = saved;
             const double numeric = (up - down) / (2.0 * h);
             INFO(tensorName(slot.tensor) << " block " << slot.block << " index " << i - slot.offset);
             CHECK(analytic[i] == Approx(numeric).margin(2e-3).epsilon(3e-2));
@@ -102,26 +105,31 @@ TEST_CASE("two stages compute what the whole model computes", "[engine][gpt2]")
     first.initialise(1);
     second.initialise(1);
     StageStash ws, s1, s2;
-    whole.forward(ws, whole.params().data(), b.tokens, {}, b.targets);
-    auto act = first.forward(s1, first.params().data(), b.tokens, {}, {});
-    second.forward(s2, second.params().data(), {}, act, b.targets);
-    CHECK(s2.loss == Approx(ws.loss).epsilon(1e-6));
+    float wholeLoss = 0, secondLoss = 0;
+    whole.forward(ws, whole.params().data(), b.tokens, nullptr, b.targets, 1.0f, &wholeLoss);
+    const Buffer* out = first.forward(s1, first.params().data(), b.tokens, nullptr, {}, 1.0f, nullptr);
+    REQUIRE(out);
+    Buffer act(cpuBackend(), out->count(), out->dtype());
+    cpuBackend().copy(act.data(), out->data(), out->bytes());
+    second.forward(s2, second.params().data(), {}, &act, b.targets, 1.0f, &secondLoss);
+    CHECK(secondLoss == Approx(wholeLoss).epsilon(1e-6));
 
     whole.zeroGrads();
     first.zeroGrads();
     second.zeroGrads();
-    whole.backward(ws, whole.params().data(), whole.grads().data(), {}, 1.0f);
-    auto dact = second.backward(s2, second.params().data(), second.grads().data(), {}, 1.0f);
-    first.backward(s1, first.params().data(), first.grads().data(), dact, 1.0f);
+    whole.backward(ws, whole.params().data(), whole.grads().data(), nullptr);
+    const Buffer* dact = second.backward(s2, second.params().data(), second.grads().data(), nullptr);
+    REQUIRE(dact);
+    first.backward(s1, first.params().data(), first.grads().data(), dact);
     // The tied embedding: the whole model's wte gradient is the sum of the two stages' copies.
     const auto* w1 = first.tiedSlot();
     const auto* w2 = second.tiedSlot();
     REQUIRE(w1);
     REQUIRE(w2);
     const auto* ww = whole.tiedSlot();
+    const auto gw = whole.hostGrads(), g1 = first.hostGrads(), g2 = second.hostGrads();
     for (std::size_t i = 0; i < w1->size; i += 7)
-        CHECK(whole.grads()[ww->offset + i]
-            == Approx(first.grads()[w1->offset + i] + second.grads()[w2->offset + i]).margin(1e-6));
+        CHECK(gw[ww->offset + i] == Approx(g1[w1->offset + i] + g2[w2->offset + i]).margin(1e-6));
 }
 
 TEST_CASE("the same seed gives the same tensor on every stage", "[engine][gpt2]")
@@ -134,9 +142,9 @@ TEST_CASE("the same seed gives the same tensor on every stage", "[engine][gpt2]"
     const auto* wb = b.tiedSlot();
     REQUIRE(wa);
     REQUIRE(wb);
-    CHECK(std::equal(a.params().begin() + static_cast<long>(wa->offset),
-        a.params().begin() + static_cast<long>(wa->offset + wa->size),
-        b.params().begin() + static_cast<long>(wb->offset)));
+    const auto pa = a.hostParams(), pb = b.hostParams();
+    CHECK(std::equal(pa.begin() + static_cast<long>(wa->offset), pa.begin() + static_cast<long>(wa->offset + wa->size),
+        pb.begin() + static_cast<long>(wb->offset)));
 }
 
 TEST_CASE("bad shapes are refused with the field", "[engine][gpt2]")

@@ -70,15 +70,14 @@ std::vector<double> sequentialWsp(int workers, int staleness, int microbatches, 
     for (auto& x : w) {
         x.model = std::make_unique<StageModel>(setup.model, setup.shape, 0, setup.model.layerCount() - 1);
         x.model->initialise(setup.seed);
-        x.adam = std::make_unique<AdamW>(x.model->parameterCount());
+        x.adam = std::make_unique<AdamW>(*x.model);
     }
-    const auto decay = w[0].model->decayMask();
     const std::size_t n = static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq;
     std::vector<double> losses(static_cast<std::size_t>(steps), 0.0);
     for (int k = 0; k < M; ++k)
         for (int v = 0; v < workers; ++v) {
             auto& me = w[static_cast<std::size_t>(v)];
-            auto& params = me.model->params();
+            const auto params = me.model->params().host<float>();
             if (const int wave = k - 1 - staleness; wave >= 0)
                 for (int o = 0; o < workers; ++o)
                     if (o != v)
@@ -88,12 +87,13 @@ std::vector<double> sequentialWsp(int workers, int staleness, int microbatches, 
             std::vector<std::int32_t> tokens(n), targets(n);
             data.microbatch(global / setup.microbatches, global % setup.microbatches, tokens, targets);
             StageStash stash;
-            me.model->forward(stash, params.data(), tokens, {}, targets);
-            losses[static_cast<std::size_t>(k / microbatches)] += stash.loss / (microbatches * workers);
-            me.model->backward(stash, params.data(), me.model->grads().data(), {}, 1.0f);
-            const std::vector<float> before = params;
+            float loss = 0;
+            me.model->forward(stash, params.data(), tokens, nullptr, targets, 1.0f, &loss);
+            losses[static_cast<std::size_t>(k / microbatches)] += loss / (microbatches * workers);
+            me.model->backward(stash, params.data(), me.model->grads().data(), nullptr);
+            const std::vector<float> before(params.begin(), params.end());
             const double lr = setup.adam.lrAt(me.steps);
-            me.adam->step(params, me.model->grads(), decay, setup.adam, lr, ++me.steps);
+            me.adam->step(*me.model, setup.adam, lr, ++me.steps);
             me.model->zeroGrads();
             std::vector<float> update(params.size());
             for (std::size_t i = 0; i < params.size(); ++i)

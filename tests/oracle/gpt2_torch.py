@@ -4,12 +4,14 @@
 
 Reads an llm.c fp32 checkpoint (version 3) and an llm.c token file, trains with the engine's data contract
 (engine/data.h), gradient accumulation over m microbatches and torch.optim.AdamW (weight decay on the 2-D
-parameters only, constant learning rate), and prints {"losses": [...]}: each step's mean loss before its update.
+parameters only, constant learning rate), and prints {"losses": [...], "torch": version, "python": version}: each
+step's mean loss before its update, and what computed them (recorded beside the golden losses).
 The model is llm.c's / PyTorch's GPT-2, written out here without sharing any code with the engine.
 """
 import argparse
 import json
 import math
+import platform
 import sys
 import time
 
@@ -144,7 +146,7 @@ def main():
             total += loss.item()
         losses.append(total / m)
         opt.step()
-    report = {"losses": losses}
+    report = {"losses": losses, "torch": torch.__version__, "python": platform.python_version()}
     if started is not None:
         seconds = time.perf_counter() - started
         report["seconds_after_first_step"] = seconds

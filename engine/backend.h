@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+// The engine's device seam. A Backend is one device (the host's CPU, or one CUDA GPU) with its memory (an arena:
+// freed blocks are kept for the next allocation of their size, so a run allocates during its first step only),
+// its stream (every call below is ordered on it; the host waits only in download() and synchronize()), its action
+// timer, and its kernel table: the GPT-2 operations of llm.c, forward and backward, plus the few vector operations
+// the model and the executor need (copies, zeroing, scaling, AdamW). ops.h is the CPU entry of the table and the
+// oracle of every other one. StageModel and DeviceExecutor call only this interface: they run the same schedule
+// on either backend and never ask which one they have.
+//
+// Pointers given to kernels are the backend's device pointers. "act" pointers hold the backend's activation
+// dtype (act(): fp32, or bf16 in mixed precision), as do parameters and their gradients; float pointers are fp32
+// on every backend (layer-norm statistics, losses, AdamW's master weights and moments). Backward kernels
+// accumulate (+=) into their gradient outputs, as ops.h does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pw::engine {
+
+enum class DType : std::uint8_t { F32, BF16, I32 };
+std::size_t byteSize(DType t);
+const char* toString(DType t);
+
+/// @brief What the parameters, gradients and activations are stored in.
+/// Fp32: everything fp32 (the CPU engine, and the CUDA backend's testing mode: TF32 off). Bf16Mixed: parameters,
+/// gradients and activations bf16, fp32 master weights and AdamW moments (the planner's 16 B per parameter).
+enum class Precision : std::uint8_t { Fp32, Bf16Mixed };
+const char* toString(Precision p);
+
+/// @brief A device's memory as the backend counts it, in bytes.
+struct MemoryStats
+{
+    std::size_t allocated = 0; ///< held by live buffers
+    std::size_t peak = 0; ///< the most allocated at once since the backend was made (or resetPeak)
+    std::size_t reserved = 0; ///< taken from the device by the arena (allocated + cached free blocks)
+
+    bool operator==(const MemoryStats&) const = default;
+};
+
+class Backend;
+
+/// @brief Device memory of `count` elements of `dtype`, from its backend's arena; owned, move-only.
+class Buffer
+{
+public:
+    Buffer() = default;
+    Buffer(Backend& backend, std::size_t count, DType dtype); ///< uninitialised
+    ~Buffer();
+    Buffer(Buffer&& other) noexcept;
+    Buffer& operator=(Buffer&& other) noexcept;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    void* data() { return m_data; }
+    const void* data() const { return m_data; }
+    template <class T> T* as() { return static_cast<T*>(m_data); }
+    template <class T> const T* as() const { return static_cast<const T*>(m_data); }
+    std::size_t count() const { return m_count; }
+    DType dtype() const { return m_dtype; }
+    std::size_t bytes() const { return m_count * byteSize(m_dtype); }
+    bool empty() const { return m_count == 0; }
+    Backend* backend() const { return m_backend; }
+
+    /// Makes this `count` elements of `dtype` on `backend`, reallocating only when the shape differs (contents are
+    /// then undefined).
+    void ensure(Backend& backend, std::size_t count, DType dtype);
+    void reset();
+
+    /// The contents as host memory, when the backend's memory is the host's (the CPU backend); throws otherwise.
+    template <class T> std::span<T> host();
+    template <class T> std::span<const T> host() const;
+
+private:
+    Backend* m_backend = nullptr;
+    void* m_data = nullptr;
+    std::size_t m_count = 0;
+    DType m_dtype = DType::F32;
+};
+
+/// @brief Times actions as the device executes them: begin() and end() mark the stream; resolve() reports the
+/// device's start and end of every finished action, in the order they began, on the host's monotonic clock (the
+/// clock of every span). The CPU's marks are the host clock itself; CUDA's are event pairs, resolved against an
+/// event recorded at a known host time.
+class ActionTimer
+{
+public:
+    virtual ~ActionTimer() = default;
+    virtual std::uint64_t begin() = 0;
+    virtual void end(std::uint64_t ticket) = 0;
+    /// Calls done(ticket, t0, t1) for each finished action in order; with wait, blocks until every one has.
+    virtual void resolve(const std::function<void(std::uint64_t ticket, double t0, double t1)>& done, bool wait) = 0;
+};
+
+/// @brief One device: memory, stream, timer and kernel table.
+class Backend
+{
+public:
+    virtual ~Backend() = default;
+
+    /// "cpu (OpenBLAS ..., 8 threads)", "cuda:0 NVIDIA H100 80GB HBM3 (bf16 mixed)".
+    virtual std::string name() const = 0;
+    virtual Precision precision() const = 0;
+    /// The dtype of parameters, gradients and activations.
+    DType act() const { return precision() == Precision::Bf16Mixed ? DType::BF16 : DType::F32; }
+    /// Whether a Buffer's data() is host memory (then transports need no staging and Buffer::host works).
+    virtual bool hostAddressable() const = 0;
+    /// The head's logits cover the padded vocabulary (llm.c's Vp: aligned matrix products) or only V columns.
+    virtual bool padsLogits() const = 0;
+
+    // Memory and the stream ------------------------------------------------------------------------------------
+    virtual void* allocate(std::size_t bytes) = 0;
+    virtual void release(void* p, std::size_t bytes) = 0;
+    virtual MemoryStats memory() const = 0;
+    virtual void resetPeak() = 0;
+    virtual void zero(void* dst, std::size_t bytes) = 0;
+    virtual void copy(void* dst, const void* src, std::size_t bytes) = 0; ///< device to device
+    /// Host fp32 to device elements of `dtype` (converted); the host memory may be reused when this returns.
+    virtual void upload(void* dst, DType dtype, const float* host, std::size_t count) = 0;
+    virtual void uploadTokens(std::int32_t* dst, const std::int32_t* host, std::size_t count) = 0;
+    /// Device elements of `dtype` to host fp32; waits for the stream up to here.
+    virtual void download(float* host, const void* src, DType dtype, std::size_t count) = 0;
+    virtual void synchronize() = 0;
+    virtual std::unique_ptr<ActionTimer> makeTimer() = 0;
+
+    // GPT-2 (shapes: B sequences of T positions, C channels, NH heads; BT = B T) -----------------------------
+    virtual void encoderForward(
+        void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C)
+        = 0;
+    virtual void encoderBackward(
+        void* dwte, void* dwpe, const void* dout, const std::int32_t* tokens, int B, int T, int C)
+        = 0;
+    virtual void layernormForward(
+        void* out, float* mean, float* rstd, const void* inp, const void* weight, const void* bias, int BT, int C)
+        = 0;
+    virtual void layernormBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+        const void* weight, const float* mean, const float* rstd, int BT, int C)
+        = 0;
+    /// out (BT x OC) = inp (BT x C) . weight^T (OC x C) + bias (may be null); with gelu_out, also
+    /// gelu_out = GELU(out) (fused into the matrix product's epilogue where the backend can).
+    virtual void matmulForward(
+        void* out, const void* inp, const void* weight, const void* bias, int BT, int C, int OC, void* gelu_out)
+        = 0;
+    virtual void matmulBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+        const void* weight, int BT, int C, int OC)
+        = 0;
+    /// fp32 elements the attention's forward keeps for its backward (the CPU: the softmax, B NH T T; a fused
+    /// kernel: the log-sum-exp of each row, B NH T).
+    virtual std::size_t attentionStashCount(int B, int T, int NH) const = 0;
+    virtual void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) = 0;
+    virtual void attentionBackward(
+        void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B, int T, int C, int NH)
+        = 0;
+    virtual void geluForward(void* out, const void* inp, std::size_t n) = 0;
+    virtual void geluBackward(void* dinp, const void* inp, const void* dout, std::size_t n) = 0;
+    virtual void residualForward(void* out, const void* a, const void* b, std::size_t n) = 0; ///< out = a + b
+    /// The classifier's loss and its gradient in one pass over the logits (BT rows of `stride` columns, the first
+    /// V real): losses[i] = the row's cross-entropy against targets[i]; the row becomes, in place,
+    /// (softmax - onehot) x dscale (0 in the padded columns). fp32 logits of the whole batch are never kept.
+    virtual void classifier(
+        float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale)
+        = 0;
+    /// *out = mean of x[0..n) (fp32, on the device).
+    virtual void mean(float* out, const float* x, std::size_t n) = 0;
+
+    // Vectors (parameters, gradients, updates) ---------------------------------------------------------------
+    virtual void scale(void* x, float factor, std::size_t n) = 0; ///< act elements
+    /// *out = sum of x^2 over act elements (fp32 accumulation, on the device): the gradient norm's square.
+    virtual void sumSquares(float* out, const void* x, std::size_t n) = 0;
+    /// sum += a - b (sum fp32, a and b act): HetPipe's per-wave update.
+    virtual void addDifference(float* sum, const void* a, const void* b, std::size_t n) = 0;
+    /// params (and master, when mixed) += update (fp32): a pulled wave.
+    virtual void addUpdate(void* params, float* master, const float* update, std::size_t n) = 0;
+    /// One AdamW step over n parameters (PyTorch's order: decay first). master is null in fp32 (params are the
+    /// master copy); in mixed precision params becomes bf16(master).
+    virtual void adamw(void* params, float* master, const void* grads, float* m, float* v, std::size_t n, float lr,
+        float beta1, float beta2, float eps, float decay_factor, float c1, float c2)
+        = 0;
+};
+
+/// The host's CPU (ops.h), fp32. One per executor: its memory counts are its own.
+std::unique_ptr<Backend> makeCpuBackend();
+/// A process-wide CPU backend, for code and tests that hold one stage outside an executor.
+Backend& cpuBackend();
+
+/// @brief Which device a run's stage trains on.
+struct DeviceChoice
+{
+    std::optional<int> cuda; ///< a CUDA device index (of those visible), or the CPU
+    Precision precision = Precision::Fp32;
+
+    bool operator==(const DeviceChoice&) const = default;
+};
+/// The backend of `choice`; throws std::runtime_error naming why when CUDA was not built in or the device is
+/// missing.
+std::unique_ptr<Backend> makeBackend(const DeviceChoice& choice);
+
+/// Whether this build holds CUDA kernels (PW_WITH_CUDA found a compiler).
+bool cudaCompiledIn();
+/// CUDA devices visible to this process (0 when none or not compiled in).
+int cudaDeviceCount();
+
+template <class T> std::span<T> Buffer::host()
+{
+    if (m_backend && !m_backend->hostAddressable())
+        throw std::logic_error("Buffer::host on a device buffer");
+    return {static_cast<T*>(m_data), bytes() / sizeof(T)};
+}
+template <class T> std::span<const T> Buffer::host() const
+{
+    if (m_backend && !m_backend->hostAddressable())
+        throw std::logic_error("Buffer::host on a device buffer");
+    return {static_cast<const T*>(m_data), bytes() / sizeof(T)};
+}
+
+} // namespace pw::engine

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+// The classifier: softmax, cross-entropy and the logits' gradient in one kernel, one block per row, in place. The
+// first pass keeps a running maximum and a sum rescaled to it (each row is read once), the second reads the row
+// again and overwrites it with (softmax - onehot(target)) x dscale, zero in the padded columns. Nothing but the row
+// is ever written, so no fp32 logits of the batch exist.
+#include <cmath>
+
+#include "common.cuh"
+
+namespace pw::engine::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+
+/// (m, s) then stands for s e^m: the running maximum and the sum of e^(x - m).
+__device__ __forceinline__ void combine(float& m, float& s, float m2, float s2)
+{
+    const float mx = fmaxf(m, m2);
+    if (mx == -INFINITY) {
+        m = mx;
+        s = 0.0f;
+        return;
+    }
+    s = s * expf(m - mx) + s2 * expf(m2 - mx);
+    m = mx;
+}
+
+template <class T, int N>
+__global__ void __launch_bounds__(kThreads)
+    classifierKernel(float* losses, T* logits, const std::int32_t* targets, int V, int stride, float dscale)
+{
+    __shared__ float sharedMax[kThreads / 32], sharedSum[kThreads / 32];
+    const std::size_t row = blockIdx.x;
+    T* x = logits + row * static_cast<std::size_t>(stride);
+    const int target = targets[row];
+    // Read before the second pass overwrites the row (the block reduction below synchronises in between).
+    const float targetLogit = threadIdx.x == 0 ? toFloat(x[target]) : 0.0f;
+
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x * N; c < V; c += kThreads * N) {
+        float v[N];
+        load<N>(x + c, v); // a vector may run past V, never past stride (a multiple of N)
+        float vmax = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (c + k < V)
+                vmax = fmaxf(vmax, v[k]);
+        if (vmax > m) {
+            s *= expf(m - vmax);
+            m = vmax;
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (c + k < V)
+                s += expf(v[k] - m);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        combine(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) {
+        sharedMax[warp] = m;
+        sharedSum[warp] = s;
+    }
+    __syncthreads();
+    m = lane < kThreads / 32 ? sharedMax[lane] : -INFINITY;
+    s = lane < kThreads / 32 ? sharedSum[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        combine(m, s, m2, s2);
+    }
+    // Every warp reduced the same values in the same order: m and s are the row's in every thread.
+    const float inv = 1.0f / s;
+    for (int c = threadIdx.x * N; c < stride; c += kThreads * N) {
+        float v[N];
+        load<N>(x + c, v);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const int j = c + k;
+            float g = 0.0f;
+            if (j < V) {
+                g = expf(v[k] - m) * inv * dscale;
+                if (j == target)
+                    g -= dscale;
+            }
+            v[k] = g;
+        }
+        store<N>(x + c, v);
+    }
+    if (threadIdx.x == 0)
+        losses[row] = logf(s) + m - targetLogit;
+}
+
+} // namespace
+
+void classifier(
+    const Launch& l, float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale)
+{
+    if (BT <= 0)
+        return;
+    auto run = [&](auto type) {
+        using E = decltype(type);
+        auto* x = static_cast<E*>(logits);
+        if (stride % 8 == 0 && aligned16(x))
+            classifierKernel<E, 8><<<BT, kThreads, 0, l.stream>>>(losses, x, targets, V, stride, dscale);
+        else
+            classifierKernel<E, 1><<<BT, kThreads, 0, l.stream>>>(losses, x, targets, V, stride, dscale);
+        PW_CUDA_LAUNCHED();
+    };
+    if (l.act == DType::BF16)
+        run(bf16 {});
+    else
+        run(float {});
+}
+
+} // namespace pw::engine::cuda

@@ -1,0 +1,791 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend: a device's arena, stream, pinned staging, event timer, cuBLASLt products and the kernel table
+// (kernels.h). cuda_backend.h describes the design.
+#include "cuda_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cuda_util.h"
+#include "kernels.h"
+#include "matmul.h"
+
+namespace pw::engine {
+
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's workspace (Hopper's kernels want up to 32 MiB)
+constexpr std::size_t kBlockRounding = 512; // the arena's size classes
+constexpr std::size_t kStageBytes = 4u << 20; // one pinned staging chunk
+constexpr std::size_t kMaxStages = 8;
+
+double monotonicNow()
+{
+    timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// fp32 to bf16, rounded to nearest even (as __float2bfloat16_rn and the CPU backend round).
+std::uint16_t toBf16(float f)
+{
+    const auto bits = std::bit_cast<std::uint32_t>(f);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN stays a (quiet) NaN
+        return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
+    return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float fromBf16(std::uint16_t h)
+{
+    return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+}
+
+/// Makes `device` current on the calling thread: the executor's, the telemetry thread that resolves spans, or
+/// whichever thread frees a buffer may each hold another device.
+void useDevice(int device)
+{
+    int current = -1;
+    PW_CUDA(cudaGetDevice(&current));
+    if (current != device)
+        PW_CUDA(cudaSetDevice(device));
+}
+
+/// Whether the event has completed; never blocks.
+bool eventDone(cudaEvent_t event)
+{
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) {
+        (void)cudaGetLastError(); // "not ready" is an answer, not an error for the next check to report
+        return false;
+    }
+    PW_CUDA(status);
+    return true;
+}
+
+class Stream
+{
+public:
+    explicit Stream(int device)
+    {
+        useDevice(device);
+        PW_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+    }
+    ~Stream() { cudaStreamDestroy(m_stream); }
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    cudaStream_t get() const { return m_stream; }
+
+private:
+    cudaStream_t m_stream = nullptr;
+};
+
+/// Device memory with a cache of freed blocks per rounded size.
+class Arena
+{
+public:
+    Arena(int device, cudaStream_t stream)
+        : m_device(device)
+        , m_stream(stream)
+    {
+    }
+    ~Arena()
+    {
+        for (auto& [p, size] : m_live)
+            cudaFree(p);
+        for (auto& [size, p] : m_free)
+            cudaFree(p);
+    }
+    Arena(const Arena&) = delete;
+    Arena& operator=(const Arena&) = delete;
+
+    void* allocate(std::size_t bytes)
+    {
+        if (bytes == 0)
+            return nullptr;
+        const std::size_t size = (bytes + kBlockRounding - 1) / kBlockRounding * kBlockRounding;
+        std::lock_guard lock(m_mutex);
+        void* p = nullptr;
+        if (auto it = m_free.find(size); it != m_free.end()) {
+            p = it->second;
+            m_free.erase(it);
+        } else {
+            useDevice(m_device);
+            cudaError_t status = cudaMalloc(&p, size);
+            if (status == cudaErrorMemoryAllocation && !m_free.empty()) {
+                // Give the cached blocks of other sizes back and try once more. They may still be in use by
+                // kernels on the stream: wait for those first.
+                (void)cudaGetLastError();
+                PW_CUDA(cudaStreamSynchronize(m_stream));
+                for (auto& [cached, q] : m_free) {
+                    PW_CUDA(cudaFree(q));
+                    m_stats.reserved -= cached;
+                }
+                m_free.clear();
+                status = cudaMalloc(&p, size);
+            }
+            if (status != cudaSuccess) {
+                (void)cudaGetLastError();
+                throw std::runtime_error("cuda:" + std::to_string(m_device) + ": cannot allocate "
+                    + std::to_string(bytes) + " bytes with " + std::to_string(m_stats.allocated)
+                    + " allocated: " + cudaGetErrorString(status));
+            }
+            m_stats.reserved += size;
+        }
+        m_live.emplace(p, size);
+        m_stats.allocated += size;
+        m_stats.peak = std::max(m_stats.peak, m_stats.allocated);
+        return p;
+    }
+
+    void release(void* p)
+    {
+        if (!p)
+            return;
+        std::lock_guard lock(m_mutex);
+        const auto it = m_live.find(p);
+        if (it == m_live.end())
+            throw std::logic_error("CUDA arena: release of memory it did not allocate (or released twice)");
+        m_stats.allocated -= it->second;
+        m_free.emplace(it->second, p);
+        m_live.erase(it);
+    }
+
+    MemoryStats stats() const
+    {
+        std::lock_guard lock(m_mutex);
+        return m_stats;
+    }
+
+    void resetPeak()
+    {
+        std::lock_guard lock(m_mutex);
+        m_stats.peak = m_stats.allocated;
+    }
+
+private:
+    int m_device;
+    cudaStream_t m_stream;
+    mutable std::mutex m_mutex;
+    MemoryStats m_stats;
+    std::unordered_map<void*, std::size_t> m_live;
+    std::multimap<std::size_t, void*> m_free;
+};
+
+/// The kernels' temporary memory (kernels.h): one arena block per slot, grown when a call needs more.
+class ScratchSpace final : public cuda::Scratch
+{
+public:
+    explicit ScratchSpace(Arena& arena)
+        : m_arena(arena)
+    {
+    }
+    ~ScratchSpace() override
+    {
+        for (auto& [p, size] : m_slots)
+            m_arena.release(p);
+    }
+    void* get(Slot slot, std::size_t bytes) override
+    {
+        auto& [p, size] = m_slots.at(static_cast<std::size_t>(slot));
+        if (size < bytes) {
+            // The old block may still be read by enqueued kernels; the arena hands it out again only to work
+            // enqueued after them.
+            m_arena.release(std::exchange(p, nullptr));
+            p = m_arena.allocate(bytes);
+            size = bytes;
+        }
+        return p;
+    }
+
+private:
+    Arena& m_arena;
+    std::array<std::pair<void*, std::size_t>, SlotCount> m_slots {};
+};
+
+/// Pinned host chunks for uploads and downloads, each with the event of its last copy.
+class Staging
+{
+public:
+    struct Chunk
+    {
+        void* host = nullptr;
+        cudaEvent_t copied = nullptr;
+        bool held = false; ///< a download's data the host has not read yet
+    };
+
+    explicit Staging(int device)
+        : m_device(device)
+    {
+    }
+    ~Staging()
+    {
+        for (auto& c : m_chunks) {
+            cudaEventSynchronize(c.copied);
+            cudaEventDestroy(c.copied);
+            cudaFreeHost(c.host);
+        }
+    }
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+
+    /// A chunk whose last copy has completed: a free one, a new one, or (eight in flight) the oldest, waited for.
+    Chunk& acquire()
+    {
+        const std::size_t n = m_chunks.size();
+        for (std::size_t i = 0; i < n; ++i) {
+            Chunk& c = m_chunks[(m_next + i) % n];
+            if (!c.held && eventDone(c.copied)) {
+                m_next = (m_next + i + 1) % n;
+                return c;
+            }
+        }
+        if (n < kMaxStages) {
+            useDevice(m_device);
+            Chunk c;
+            PW_CUDA(cudaMallocHost(&c.host, kStageBytes));
+            const cudaError_t status = cudaEventCreateWithFlags(&c.copied, cudaEventDisableTiming);
+            if (status != cudaSuccess) {
+                cudaFreeHost(c.host);
+                PW_CUDA(status);
+            }
+            m_chunks.push_back(c);
+            return m_chunks.back();
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            Chunk& c = m_chunks[(m_next + i) % n];
+            if (!c.held) {
+                PW_CUDA(cudaEventSynchronize(c.copied));
+                m_next = (m_next + i + 1) % n;
+                return c;
+            }
+        }
+        throw std::logic_error("CUDA staging: every chunk is held");
+    }
+
+private:
+    int m_device;
+    std::deque<Chunk> m_chunks; // a deque: references stay valid as it grows
+    std::size_t m_next = 0;
+};
+
+/// Device spans from event pairs, on the host's monotonic clock.
+class CudaTimer final : public ActionTimer
+{
+public:
+    CudaTimer(int device, cudaStream_t stream)
+        : m_device(device)
+        , m_stream(stream)
+    {
+        useDevice(device);
+        PW_CUDA(cudaEventCreate(&m_anchor));
+        PW_CUDA(cudaEventCreate(&m_candidate));
+        PW_CUDA(cudaStreamSynchronize(stream));
+        for (int attempt = 0; attempt < 5 && !tryAnchor(); ++attempt) { }
+        if (m_anchorTime == 0.0)
+            forceAnchor();
+    }
+    ~CudaTimer() override
+    {
+        for (auto& a : m_pending) {
+            cudaEventDestroy(a.begin);
+            if (a.end)
+                cudaEventDestroy(a.end);
+        }
+        for (cudaEvent_t e : m_pool)
+            cudaEventDestroy(e);
+        cudaEventDestroy(m_anchor);
+        cudaEventDestroy(m_candidate);
+    }
+
+    std::uint64_t begin() override
+    {
+        std::lock_guard lock(m_mutex);
+        useDevice(m_device);
+        cudaEvent_t e = take();
+        PW_CUDA(cudaEventRecord(e, m_stream));
+        m_pending.push_back({m_next, e, nullptr});
+        return m_next++;
+    }
+
+    void end(std::uint64_t ticket) override
+    {
+        std::lock_guard lock(m_mutex);
+        for (auto& a : m_pending)
+            if (a.ticket == ticket && !a.end) {
+                useDevice(m_device);
+                a.end = take();
+                PW_CUDA(cudaEventRecord(a.end, m_stream));
+                return;
+            }
+    }
+
+    void resolve(const std::function<void(std::uint64_t, double, double)>& done, bool wait) override
+    {
+        std::vector<std::tuple<std::uint64_t, double, double>> finished;
+        {
+            std::lock_guard lock(m_mutex);
+            useDevice(m_device);
+            while (!m_pending.empty()) {
+                Action& a = m_pending.front();
+                if (!a.end)
+                    break; // begun, not ended: later actions wait for it (spans are reported in begin order)
+                if (wait)
+                    PW_CUDA(cudaEventSynchronize(a.end));
+                else if (!eventDone(a.end))
+                    break;
+                float ms0 = 0.0f, ms1 = 0.0f;
+                PW_CUDA(cudaEventElapsedTime(&ms0, m_anchor, a.begin));
+                PW_CUDA(cudaEventElapsedTime(&ms1, m_anchor, a.end));
+                finished.emplace_back(a.ticket, m_anchorTime + ms0 * 1e-3, m_anchorTime + ms1 * 1e-3);
+                m_pool.push_back(a.begin);
+                m_pool.push_back(a.end);
+                m_pending.pop_front();
+            }
+            // Elapsed times are floats of milliseconds since the anchor: anchor again now and then, when nothing
+            // is pending and the stream is idle, so that they stay small.
+            if (m_pending.empty() && monotonicNow() - m_anchorTime > 1.0 && streamIdle())
+                tryAnchor();
+        }
+        for (const auto& [ticket, t0, t1] : finished)
+            done(ticket, t0, t1);
+    }
+
+private:
+    struct Action
+    {
+        std::uint64_t ticket;
+        cudaEvent_t begin;
+        cudaEvent_t end;
+    };
+
+    cudaEvent_t take()
+    {
+        if (!m_pool.empty()) {
+            cudaEvent_t e = m_pool.back();
+            m_pool.pop_back();
+            return e;
+        }
+        cudaEvent_t e = nullptr;
+        PW_CUDA(cudaEventCreate(&e));
+        return e;
+    }
+
+    bool streamIdle()
+    {
+        const cudaError_t status = cudaStreamQuery(m_stream);
+        if (status == cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        PW_CUDA(status);
+        return true;
+    }
+
+    /// Records an event on the idle stream and reads the clock around its completion: kept as the anchor only when
+    /// the two readings are close, i.e. no work slipped in before the event (its host time is then their middle).
+    bool tryAnchor()
+    {
+        const double before = monotonicNow();
+        PW_CUDA(cudaEventRecord(m_candidate, m_stream));
+        PW_CUDA(cudaEventSynchronize(m_candidate));
+        const double after = monotonicNow();
+        if (after - before > 200e-6)
+            return false;
+        std::swap(m_anchor, m_candidate);
+        m_anchorTime = 0.5 * (before + after);
+        return true;
+    }
+
+    /// The anchor when the stream never looked idle: the event completed at the latest when the wait returned.
+    void forceAnchor()
+    {
+        PW_CUDA(cudaEventRecord(m_anchor, m_stream));
+        PW_CUDA(cudaEventSynchronize(m_anchor));
+        m_anchorTime = monotonicNow();
+    }
+
+    int m_device;
+    cudaStream_t m_stream;
+    std::mutex m_mutex;
+    cudaEvent_t m_anchor = nullptr, m_candidate = nullptr;
+    double m_anchorTime = 0.0;
+    std::deque<Action> m_pending;
+    std::vector<cudaEvent_t> m_pool;
+    std::uint64_t m_next = 0;
+};
+
+class CudaBackend final : public Backend
+{
+public:
+    CudaBackend(int device, Precision precision)
+        : m_device(device)
+        , m_precision(precision)
+        , m_stream(device)
+        , m_arena(device, m_stream.get())
+        , m_scratch(m_arena)
+        , m_staging(device)
+    {
+        cudaDeviceProp prop {};
+        PW_CUDA(cudaGetDeviceProperties(&prop, device));
+        if (prop.major < 8)
+            throw std::runtime_error("cuda:" + std::to_string(device) + " (" + prop.name + ") has compute capability "
+                + std::to_string(prop.major) + "." + std::to_string(prop.minor)
+                + "; the engine's kernels need 8.0 or newer (bf16 tensor cores)");
+        m_name = "cuda:" + std::to_string(device) + " " + prop.name + " (" + toString(precision) + ")";
+        m_launch.stream = m_stream.get();
+        m_launch.sms = prop.multiProcessorCount;
+        m_launch.sharedOptin = static_cast<int>(prop.sharedMemPerBlockOptin);
+        m_launch.act = act();
+        m_launch.scratch = &m_scratch;
+        m_workspace = m_arena.allocate(kWorkspaceBytes);
+        m_matmul = std::make_unique<cuda::Matmul>(m_stream.get(), m_workspace, kWorkspaceBytes, bf16());
+    }
+
+    ~CudaBackend() override
+    {
+        // Nothing of ours may be freed under a kernel still running; errors here have nowhere to go.
+        if (cudaSetDevice(m_device) == cudaSuccess)
+            cudaStreamSynchronize(m_stream.get());
+        m_matmul.reset();
+        m_arena.release(m_workspace);
+    }
+
+    std::string name() const override { return m_name; }
+    Precision precision() const override { return m_precision; }
+    bool hostAddressable() const override { return false; }
+    bool padsLogits() const override { return true; }
+
+    void* allocate(std::size_t bytes) override { return m_arena.allocate(bytes); }
+    void release(void* p, std::size_t) override { m_arena.release(p); }
+    MemoryStats memory() const override { return m_arena.stats(); }
+    void resetPeak() override { m_arena.resetPeak(); }
+
+    void zero(void* dst, std::size_t bytes) override
+    {
+        if (bytes == 0)
+            return;
+        activate();
+        PW_CUDA(cudaMemsetAsync(dst, 0, bytes, m_stream.get()));
+    }
+
+    void copy(void* dst, const void* src, std::size_t bytes) override
+    {
+        if (bytes == 0 || dst == src)
+            return;
+        activate();
+        PW_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m_stream.get()));
+    }
+
+    void upload(void* dst, DType dtype, const float* host, std::size_t count) override
+    {
+        if (dtype == DType::I32)
+            throw std::invalid_argument("CudaBackend::upload: fp32 values cannot become int32 elements");
+        activate();
+        const std::size_t size = byteSize(dtype), per = kStageBytes / size;
+        for (std::size_t first = 0; first < count; first += per) {
+            const std::size_t n = std::min(per, count - first);
+            Staging::Chunk& c = m_staging.acquire();
+            if (dtype == DType::BF16)
+                std::transform(host + first, host + first + n, static_cast<std::uint16_t*>(c.host), toBf16);
+            else
+                std::memcpy(c.host, host + first, n * sizeof(float));
+            PW_CUDA(cudaMemcpyAsync(
+                static_cast<char*>(dst) + first * size, c.host, n * size, cudaMemcpyHostToDevice, m_stream.get()));
+            PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
+        }
+    }
+
+    void uploadTokens(std::int32_t* dst, const std::int32_t* host, std::size_t count) override
+    {
+        activate();
+        const std::size_t per = kStageBytes / sizeof(std::int32_t);
+        for (std::size_t first = 0; first < count; first += per) {
+            const std::size_t n = std::min(per, count - first);
+            Staging::Chunk& c = m_staging.acquire();
+            std::memcpy(c.host, host + first, n * sizeof(std::int32_t));
+            PW_CUDA(
+                cudaMemcpyAsync(dst + first, c.host, n * sizeof(std::int32_t), cudaMemcpyHostToDevice, m_stream.get()));
+            PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
+        }
+    }
+
+    void download(float* host, const void* src, DType dtype, std::size_t count) override
+    {
+        activate();
+        const std::size_t size = byteSize(dtype), per = kStageBytes / size;
+        struct Pending
+        {
+            Staging::Chunk* chunk;
+            std::size_t first, n;
+        };
+        std::deque<Pending> pending;
+        const auto finish = [&] {
+            const Pending p = pending.front();
+            pending.pop_front();
+            PW_CUDA(cudaEventSynchronize(p.chunk->copied));
+            p.chunk->held = false;
+            float* out = host + p.first;
+            if (dtype == DType::BF16) {
+                const auto* h = static_cast<const std::uint16_t*>(p.chunk->host);
+                std::transform(h, h + p.n, out, fromBf16);
+            } else if (dtype == DType::I32) {
+                const auto* h = static_cast<const std::int32_t*>(p.chunk->host);
+                std::transform(h, h + p.n, out, [](std::int32_t v) { return static_cast<float>(v); });
+            } else {
+                std::memcpy(out, p.chunk->host, p.n * sizeof(float));
+            }
+        };
+        try {
+            for (std::size_t first = 0; first < count; first += per) {
+                // At most half the chunks hold unread data, so acquire() always finds one it may reuse.
+                if (pending.size() == kMaxStages / 2)
+                    finish();
+                const std::size_t n = std::min(per, count - first);
+                Staging::Chunk& c = m_staging.acquire();
+                PW_CUDA(cudaMemcpyAsync(c.host, static_cast<const char*>(src) + first * size, n * size,
+                    cudaMemcpyDeviceToHost, m_stream.get()));
+                PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
+                c.held = true;
+                pending.push_back({&c, first, n});
+            }
+            while (!pending.empty())
+                finish();
+        } catch (...) {
+            for (auto& p : pending)
+                p.chunk->held = false;
+            throw;
+        }
+        if (count == 0)
+            synchronize();
+    }
+
+    void synchronize() override
+    {
+        activate();
+        PW_CUDA(cudaStreamSynchronize(m_stream.get()));
+    }
+
+    std::unique_ptr<ActionTimer> makeTimer() override { return std::make_unique<CudaTimer>(m_device, m_stream.get()); }
+
+    void encoderForward(
+        void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C) override
+    {
+        activate();
+        cuda::encoderForward(m_launch, out, tokens, wte, wpe, B, T, C);
+    }
+    void encoderBackward(
+        void* dwte, void* dwpe, const void* dout, const std::int32_t* tokens, int B, int T, int C) override
+    {
+        activate();
+        cuda::encoderBackward(m_launch, dwte, dwpe, dout, tokens, B, T, C);
+    }
+    void layernormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight, const void* bias,
+        int BT, int C) override
+    {
+        activate();
+        cuda::layernormForward(m_launch, out, mean, rstd, inp, weight, bias, BT, C);
+    }
+    void layernormBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+        const void* weight, const float* mean, const float* rstd, int BT, int C) override
+    {
+        activate();
+        cuda::layernormBackward(m_launch, dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C);
+    }
+
+    void matmulForward(void* out, const void* inp, const void* weight, const void* bias, int BT, int C, int OC,
+        void* gelu_out) override
+    {
+        if (BT <= 0 || OC <= 0)
+            return;
+        activate();
+        // Row-major out (BT x OC) = inp . weight^T is column-major out^T (OC x BT) = weight^T . inp^T, where
+        // column-major weight is C x OC (so transposed) and inp is C x BT.
+        cuda::Matmul::Product p;
+        p.transA = true;
+        p.m = OC;
+        p.n = BT;
+        p.k = C;
+        p.A = weight;
+        p.lda = C;
+        p.B = inp;
+        p.ldb = C;
+        p.D = out;
+        p.ldd = OC;
+        p.bias = bias;
+        // cuBLASLt's GELU epilogue in bf16 only: the fp32 mode keeps the CPU's exact formula (its GELU kernel).
+        if (gelu_out && bf16() && OC % 8 == 0) {
+            cuda::Matmul::Product fused = p;
+            fused.D = gelu_out;
+            fused.geluInput = out;
+            if (m_matmul->run(fused))
+                return;
+        }
+        m_matmul->run(p);
+        if (gelu_out)
+            cuda::geluForward(m_launch, gelu_out, out, static_cast<std::size_t>(BT) * OC);
+    }
+
+    void matmulBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp, const void* weight,
+        int BT, int C, int OC) override
+    {
+        if (BT <= 0 || OC <= 0 || C <= 0)
+            return;
+        activate();
+        if (dinp) {
+            // dinp (BT x C) += dout . weight: column-major dinp^T (C x BT) += weight (C x OC) . dout^T (OC x BT).
+            cuda::Matmul::Product p;
+            p.m = C;
+            p.n = BT;
+            p.k = OC;
+            p.A = weight;
+            p.lda = C;
+            p.B = dout;
+            p.ldb = OC;
+            p.D = dinp;
+            p.ldd = C;
+            p.beta = 1.0f;
+            m_matmul->run(p);
+        }
+        if (dweight) {
+            // dweight (OC x C) += dout^T . inp: column-major dweight^T (C x OC) += inp^T (C x BT) . dout (BT x OC).
+            cuda::Matmul::Product p;
+            p.transB = true;
+            p.m = C;
+            p.n = OC;
+            p.k = BT;
+            p.A = inp;
+            p.lda = C;
+            p.B = dout;
+            p.ldb = OC;
+            p.D = dweight;
+            p.ldd = C;
+            p.beta = 1.0f;
+            m_matmul->run(p);
+        }
+        if (dbias)
+            cuda::biasBackward(m_launch, dbias, dout, BT, OC);
+    }
+
+    std::size_t attentionStashCount(int B, int T, int NH) const override
+    {
+        return static_cast<std::size_t>(B) * NH * T; // the log-sum-exp of each row
+    }
+    void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) override
+    {
+        activate();
+        cuda::attentionForward(m_launch, out, stash, qkv, B, T, C, NH);
+    }
+    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B,
+        int T, int C, int NH) override
+    {
+        activate();
+        cuda::attentionBackward(m_launch, dqkv, dout, qkv, out, stash, B, T, C, NH);
+    }
+
+    void geluForward(void* out, const void* inp, std::size_t n) override
+    {
+        activate();
+        cuda::geluForward(m_launch, out, inp, n);
+    }
+    void geluBackward(void* dinp, const void* inp, const void* dout, std::size_t n) override
+    {
+        activate();
+        cuda::geluBackward(m_launch, dinp, inp, dout, n);
+    }
+    void residualForward(void* out, const void* a, const void* b, std::size_t n) override
+    {
+        activate();
+        cuda::residualForward(m_launch, out, a, b, n);
+    }
+    void classifier(
+        float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale) override
+    {
+        activate();
+        cuda::classifier(m_launch, losses, logits, targets, BT, V, stride, dscale);
+    }
+    void mean(float* out, const float* x, std::size_t n) override
+    {
+        activate();
+        cuda::mean(m_launch, out, x, n);
+    }
+
+    void scale(void* x, float factor, std::size_t n) override
+    {
+        activate();
+        cuda::scale(m_launch, x, factor, n);
+    }
+    void sumSquares(float* out, const void* x, std::size_t n) override
+    {
+        activate();
+        cuda::sumSquares(m_launch, out, x, n);
+    }
+    void addDifference(float* sum, const void* a, const void* b, std::size_t n) override
+    {
+        activate();
+        cuda::addDifference(m_launch, sum, a, b, n);
+    }
+    void addUpdate(void* params, float* master, const float* update, std::size_t n) override
+    {
+        activate();
+        cuda::addUpdate(m_launch, params, master, update, n);
+    }
+    void adamw(void* params, float* master, const void* grads, float* m, float* v, std::size_t n, float lr, float beta1,
+        float beta2, float eps, float decay_factor, float c1, float c2) override
+    {
+        activate();
+        cuda::adamw(m_launch, params, master, grads, m, v, n, lr, beta1, beta2, eps, decay_factor, c1, c2);
+    }
+
+private:
+    bool bf16() const { return m_precision == Precision::Bf16Mixed; }
+    void activate() const { useDevice(m_device); }
+
+    int m_device;
+    Precision m_precision;
+    std::string m_name;
+    // Destroyed in reverse: the matrix products and staging before the memory, the memory before the stream.
+    Stream m_stream;
+    Arena m_arena;
+    ScratchSpace m_scratch;
+    Staging m_staging;
+    void* m_workspace = nullptr;
+    std::unique_ptr<cuda::Matmul> m_matmul;
+    cuda::Launch m_launch;
+};
+
+} // namespace
+
+int cudaVisibleDeviceCount()
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError(); // no driver, no device: an answer, not an error
+        return 0;
+    }
+    return count;
+}
+
+std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision)
+{
+    const int count = cudaVisibleDeviceCount();
+    if (device < 0 || device >= count)
+        throw std::runtime_error("cuda:" + std::to_string(device) + " does not exist: "
+            + (count == 0 ? std::string("no CUDA device is visible to this process (no GPU, no driver, or "
+                                        "CUDA_VISIBLE_DEVICES hides them)")
+                          : std::to_string(count) + " CUDA device(s) visible"));
+    return std::make_unique<CudaBackend>(device, precision);
+}
+
+} // namespace pw::engine

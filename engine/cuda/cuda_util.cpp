@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend's error messages (cuda_util.h).
+#include "cuda_util.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace pw::engine::cuda {
+
+namespace {
+
+std::string where(const char* call, const char* file, int line)
+{
+    std::string f = file;
+    // The path from the repository's engine/ on, not the build machine's checkout.
+    if (const auto at = f.rfind("engine/"); at != std::string::npos)
+        f = f.substr(at);
+    return std::string(call) + " at " + f + ":" + std::to_string(line);
+}
+
+} // namespace
+
+void throwCudaError(cudaError_t error, const char* call, const char* file, int line)
+{
+    // Clears a non-sticky error so that the next call does not report this one again.
+    (void)cudaGetLastError();
+    throw std::runtime_error("CUDA error in " + where(call, file, line) + ": " + cudaGetErrorString(error) + " ("
+        + cudaGetErrorName(error) + ")");
+}
+
+void throwCublasError(cublasStatus_t status, const char* call, const char* file, int line)
+{
+    throw std::runtime_error("cuBLASLt error in " + where(call, file, line) + ": " + cublasLtGetStatusString(status)
+        + " (" + cublasLtGetStatusName(status) + ")");
+}
+
+} // namespace pw::engine::cuda

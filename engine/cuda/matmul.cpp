@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+// cuBLASLt matrix products of the CUDA backend (matmul.h).
+#include "matmul.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "cuda_util.h"
+
+namespace pw::engine::cuda {
+
+namespace {
+
+/// The largest power of two (up to 256) that divides the address: what the heuristic must assume of a pointer.
+int alignmentOf(const void* p)
+{
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    if (a == 0)
+        return 256;
+    return static_cast<int>(std::min<std::uintptr_t>(256, a & (~a + 1)));
+}
+
+template <class V> void setDesc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const V& value)
+{
+    PW_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+cublasLtEpilogue_t epilogueOf(const Matmul::Product& p)
+{
+    if (p.geluInput)
+        return p.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    return p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+} // namespace
+
+Matmul::Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, bool bf16)
+    : m_stream(stream)
+    , m_workspace(workspace)
+    , m_workspaceBytes(workspaceBytes)
+    , m_bf16(bf16)
+{
+    PW_CUBLAS(cublasLtCreate(&m_handle));
+}
+
+Matmul::~Matmul()
+{
+    for (auto& [key, plan] : m_plans)
+        destroy(plan);
+    cublasLtDestroy(m_handle);
+}
+
+void Matmul::destroy(Plan& plan)
+{
+    for (cublasLtMatrixLayout_t layout : {plan.a, plan.b, plan.d})
+        if (layout)
+            cublasLtMatrixLayoutDestroy(layout);
+    if (plan.desc)
+        cublasLtMatmulDescDestroy(plan.desc);
+    plan = Plan {};
+}
+
+Matmul::Plan& Matmul::plan(const Product& p)
+{
+    // The algorithm depends on the shape, the epilogue, whether C is read, and every pointer's alignment.
+    const Key key {p.transA, p.transB, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.beta != 0.0f,
+        static_cast<int>(epilogueOf(p)), alignmentOf(p.A), alignmentOf(p.B), alignmentOf(p.D), alignmentOf(p.bias),
+        alignmentOf(p.geluInput)};
+    if (auto it = m_plans.find(key); it != m_plans.end())
+        return it->second;
+    // Built aside and cached only when complete: a failure leaves nothing half-made behind.
+    Plan plan;
+    try {
+        build(plan, p);
+    } catch (...) {
+        destroy(plan);
+        throw;
+    }
+    return m_plans.emplace(key, plan).first->second;
+}
+
+void Matmul::build(Plan& plan, const Product& p)
+{
+    const cudaDataType_t type = m_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    PW_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, p.transA ? CUBLAS_OP_T : CUBLAS_OP_N);
+    setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.transB ? CUBLAS_OP_T : CUBLAS_OP_N);
+    setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogueOf(p));
+    // The heuristic reads the bias and aux pointers for their alignment: set this call's (run() sets them again).
+    if (p.bias)
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (p.geluInput) {
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.geluInput);
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
+    }
+    PW_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a, type, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
+    PW_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b, type, p.transB ? p.n : p.k, p.transB ? p.k : p.n, p.ldb));
+    PW_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, type, p.m, p.n, p.ldd));
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    PW_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+    const auto setPreference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
+        const cublasStatus_t status
+            = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
+        if (status != CUBLAS_STATUS_SUCCESS) {
+            cublasLtMatmulPreferenceDestroy(preference);
+            PW_CUBLAS(status);
+        }
+    };
+    setPreference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(m_workspaceBytes));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<std::uint32_t>(alignmentOf(p.A)));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<std::uint32_t>(alignmentOf(p.B)));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<std::uint32_t>(alignmentOf(p.D)));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(alignmentOf(p.D)));
+    cublasLtMatmulHeuristicResult_t result {};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        m_handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    // "Not supported" is how cuBLASLt says that no algorithm fits (e.g. an epilogue on this type): a fallback, not
+    // an error.
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED)
+        PW_CUBLAS(status);
+    plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    if (plan.found)
+        plan.algo = result.algo;
+}
+
+bool Matmul::run(const Product& p)
+{
+    Plan& pl = plan(p);
+    if (!pl.found) {
+        if (p.geluInput)
+            return false;
+        throw std::runtime_error("cuBLASLt has no algorithm for a " + std::string(m_bf16 ? "bf16" : "fp32") + " "
+            + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " + std::to_string(p.k) + " product");
+    }
+    if (p.bias)
+        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (p.geluInput)
+        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.geluInput);
+    const float alpha = 1.0f;
+    PW_CUBLAS(cublasLtMatmul(m_handle, pl.desc, &alpha, p.A, pl.a, p.B, pl.b, &p.beta, p.D, pl.d, p.D, pl.d, &pl.algo,
+        m_workspace, m_workspaceBytes, m_stream));
+    return true;
+}
+
+} // namespace pw::engine::cuda

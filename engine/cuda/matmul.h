@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// Internal to engine/: the CUDA backend's matrix products through cuBLASLt. One Matmul per backend: its handle, its
+// stream and workspace, and a plan per shape (descriptors and the heuristic's algorithm), made on the first call
+// of that shape and reused after. fp32 computes in fp32 (CUBLAS_COMPUTE_32F on fp32 matrices: no TF32), bf16 in
+// fp32 on bf16 matrices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+namespace pw::engine::cuda {
+
+class Matmul
+{
+public:
+    /// One product, column-major as cuBLAS sees it: D (m x n, ldd) = op(A) op(B) + beta D, op(A) m x k, op(B) k x n;
+    /// A is stored k x m when transA (else m x k), B n x k when transB (else k x n).
+    struct Product
+    {
+        bool transA = false, transB = false;
+        int m = 0, n = 0, k = 0;
+        const void* A = nullptr;
+        int lda = 0;
+        const void* B = nullptr;
+        int ldb = 0;
+        void* D = nullptr;
+        int ldd = 0;
+        float beta = 0.0f;
+        const void* bias = nullptr; ///< m elements added to every column (the epilogue's bias), or null
+        void* geluInput = nullptr; ///< with GELU: D gets GELU(result) and this (ldd) the result before it
+    };
+
+    Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, bool bf16);
+    ~Matmul();
+    Matmul(const Matmul&) = delete;
+    Matmul& operator=(const Matmul&) = delete;
+
+    /// Enqueues the product; false (nothing enqueued) when cuBLASLt has no algorithm for it, which only a fused
+    /// GELU may meet (the caller then applies GELU itself). Throws on any other failure.
+    bool run(const Product& p);
+
+private:
+    struct Plan
+    {
+        cublasLtMatmulDesc_t desc = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+        cublasLtMatmulAlgo_t algo {};
+        bool found = false;
+    };
+    using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, int, int, int, int, int, int>;
+
+    Plan& plan(const Product& p);
+    void build(Plan& plan, const Product& p);
+    static void destroy(Plan& plan);
+
+    cublasLtHandle_t m_handle = nullptr;
+    cudaStream_t m_stream;
+    void* m_workspace;
+    std::size_t m_workspaceBytes;
+    bool m_bf16;
+    std::map<Key, Plan> m_plans;
+};
+
+} // namespace pw::engine::cuda

@@ -1,0 +1,441 @@
+// SPDX-License-Identifier: MIT
+// GPT-2 124M training on one GPU (issue 20, item 8): the engine's tokens/s and MFU in bf16 mixed precision at
+// batch 16, 32 and 64 x 1024 against PyTorch eager and torch.compile measured in the same run
+// (tests/oracle/gpt2_torch_gpu_bench.py: bf16 autocast, fused AdamW, flash attention, random tokens); a 2- and a
+// 4-stage 1F1B pipeline whose stages share the GPU (each its own stream, transfers through host memory) against the
+// one-stage run of the same microbatches; and the iteration time the planner predicts from a profile measured on
+// the GPU (engine::measureProfile) against the measured one. Every run times the steps after its warm-up steps.
+// Prints a table; where no CUDA device is visible it says "skipped: no CUDA device" and exits 0.
+//
+// MFU = tokens/s x (6 N + 12 L C T) / peak (llm.c's count: N the parameters with the padded vocabulary, the
+// second term attention's score and value products), peak the GPU's dense bf16 tensor FLOP/s from its name.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend.h"
+#include "engine/local_run.h"
+#include "engine/profiler.h"
+#include "planner/device_presets.h"
+#include "planner/sim/simulator.h"
+#include "tests/engine/engine_fixtures.h"
+
+using namespace pw;
+using nlohmann::json;
+
+namespace {
+
+struct Options
+{
+    int steps = 10; ///< timed steps per run
+    int warmup = 3; ///< untimed steps first (the arena's allocations, cuBLASLt's heuristics, torch.compile)
+    std::vector<int> batches = {16, 32, 64};
+    std::string python = "python3";
+    std::string oracle; ///< the PyTorch script (empty: this source tree's, else tests/oracle/ under the cwd)
+    bool torch = true;
+    double peak_tflops = 0; ///< 0: from the GPU's name
+    std::string json_path; ///< where to write the results too (empty: nowhere)
+};
+
+/// GPT-2 124M as llm.c trains it: 12 blocks, 768 channels in 12 heads, 1024 positions, vocabulary 50257 (padded
+/// to 50304 by the engine); `microbatch` sequences per microbatch. An fp32 plan shape (what the engine's planning
+/// checks accept): the precision is the backend's.
+planner::TransformerConfig gpt2Small(int microbatch)
+{
+    planner::TransformerConfig c;
+    c.layers = 12;
+    c.hidden = 768;
+    c.heads = 12;
+    c.sequence = 1024;
+    c.vocab = 50257;
+    c.microbatch = microbatch;
+    c.bytes_per_element = 4;
+    return c;
+}
+
+engine::BackendFactory onTheGpu()
+{
+    return [](int) {
+        engine::DeviceChoice choice;
+        choice.cuda = 0;
+        choice.precision = engine::Precision::Bf16Mixed;
+        return std::shared_ptr<engine::Backend>(engine::makeBackend(choice));
+    };
+}
+
+/// The dense bf16 tensor peak of the GPU named `name` (datasheet, no sparsity); 0 when unknown.
+double peakFlops(const std::string& name, std::string& source)
+{
+    const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+    if ((has("H100") || has("H200")) && has("PCIe")) {
+        source = "H100 PCIe datasheet, dense bf16";
+        return 756e12;
+    }
+    if (has("H100") || has("H200") || has("GH200")) {
+        source = "H100/H200 SXM datasheet, dense bf16";
+        return 989e12;
+    }
+    if (has("A100")) {
+        source = "A100 datasheet, dense bf16";
+        return 312e12;
+    }
+    source = "unknown GPU: give --peak-tflops";
+    return 0;
+}
+
+/// @brief One training run's speed: tokens/s over the timed steps, the step time, the device memory's peak (every
+/// stage's backend together: they share the GPU) and the losses.
+struct Speed
+{
+    double tokens_per_s = 0;
+    double step_s = 0;
+    double peak_bytes = 0;
+    std::vector<double> losses;
+    std::string error; ///< why the run failed (then nothing else is set)
+};
+
+std::vector<std::uint16_t> randomTokens(std::size_t count, int vocab)
+{
+    std::mt19937_64 rng(1234);
+    std::uniform_int_distribution<int> token(0, vocab - 1);
+    std::vector<std::uint16_t> tokens(count);
+    for (auto& t : tokens)
+        t = static_cast<std::uint16_t>(token(rng));
+    return tokens;
+}
+
+/// Trains `plan` for warm-up + timed steps on the GPU, random tokens, GPT-2's initialisation.
+Speed trainEngine(const planner::Plan& plan, const Options& o)
+{
+    Speed s;
+    try {
+        engine::TrainingSetup setup = engine::trainingSetup(plan);
+        setup.adam.lr = 3e-4;
+        setup.adam.beta2 = 0.95;
+        setup.adam.weight_decay = 0.1;
+        const int steps = o.warmup + o.steps;
+        const std::size_t perStep = static_cast<std::size_t>(setup.microbatches) * setup.shape.batch * setup.shape.seq;
+        const engine::DataOrder data(randomTokens(perStep * static_cast<std::size_t>(steps) + 1, setup.model.vocab),
+            setup.microbatches, setup.shape.batch, setup.shape.seq);
+        const auto run = engine::runLocally(plan, setup, data, steps, onTheGpu());
+        const double start = o.warmup > 0 ? run.step_ends.at(static_cast<std::size_t>(o.warmup - 1)) : 0.0;
+        const double seconds = run.step_ends.back() - start;
+        s.step_s = seconds / o.steps;
+        s.tokens_per_s = static_cast<double>(perStep) / s.step_s;
+        for (const auto& m : run.memory)
+            s.peak_bytes += static_cast<double>(m.peak);
+        s.losses = run.losses;
+    } catch (const std::exception& e) {
+        s.error = e.what();
+    }
+    return s;
+}
+
+/// @brief PyTorch's numbers for one batch (tests/oracle/gpt2_torch_gpu_bench.py's JSON), or why there are none.
+struct TorchSpeed
+{
+    std::optional<double> eager, compiled; ///< tokens/s
+    double compile_s = 0;
+    double eager_first_loss = 0;
+    std::string version, note;
+};
+
+TorchSpeed runTorch(int batch, const Options& o)
+{
+    TorchSpeed t;
+    if (!o.torch) {
+        t.note = "not run (--no-torch)";
+        return t;
+    }
+    // A build carried to a GPU machine finds its source tree elsewhere: then the script under the working directory.
+    std::string script = o.oracle;
+    if (script.empty()) {
+        script = std::string(PW_SOURCE_DIR) + "/tests/oracle/gpt2_torch_gpu_bench.py";
+        if (!std::filesystem::exists(script))
+            script = "tests/oracle/gpt2_torch_gpu_bench.py";
+    }
+    const std::string command = o.python + " '" + script + "' --batch " + std::to_string(batch) + " --steps "
+        + std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup);
+    std::fflush(stdout);
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    std::string out;
+    char buffer[4096];
+    for (std::size_t n; pipe && (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+        out.append(buffer, n);
+    const int status = pipe ? ::pclose(pipe) : -1;
+    const json report = json::parse(out, nullptr, false);
+    if (status != 0 || report.is_discarded()) {
+        t.note = "failed (" + command + ")";
+        return t;
+    }
+    t.version = report.value("torch", "?");
+    const auto speedOf = [&](const char* mode, std::optional<double>& into) {
+        if (!report.contains(mode))
+            return;
+        const json& m = report[mode];
+        if (m.contains("tokens_per_s"))
+            into = m["tokens_per_s"].get<double>();
+        else
+            t.note += std::string(mode) + ": " + m.value("error", "?") + " ";
+    };
+    speedOf("eager", t.eager);
+    speedOf("compile", t.compiled);
+    if (report.contains("compile"))
+        t.compile_s = report["compile"].value("compile_s", 0.0);
+    if (report.contains("eager") && report["eager"].contains("losses") && !report["eager"]["losses"].empty())
+        t.eager_first_loss = report["eager"]["losses"][0].get<double>();
+    return t;
+}
+
+std::string rate(const std::optional<double>& tokensPerS, double flopsPerToken, double peak)
+{
+    if (!tokensPerS)
+        return "n/a";
+    char text[64];
+    if (peak > 0)
+        std::snprintf(text, sizeof text, "%.0f (%.1f %%)", *tokensPerS, *tokensPerS * flopsPerToken / peak * 100);
+    else
+        std::snprintf(text, sizeof text, "%.0f", *tokensPerS);
+    return text;
+}
+
+std::string ratio(double a, const std::optional<double>& b)
+{
+    if (!b || *b <= 0 || a <= 0)
+        return "n/a";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2fx", a / *b);
+    return text;
+}
+
+std::vector<int> parseList(const char* text)
+{
+    std::vector<int> out;
+    for (const char* p = text; *p;) {
+        char* end = nullptr;
+        const long value = std::strtol(p, &end, 10);
+        if (end == p || value <= 0)
+            break; // not a number: the list ends here
+        out.push_back(static_cast<int>(value));
+        p = *end == ',' ? end + 1 : end;
+    }
+    return out;
+}
+
+Options parse(int argc, char** argv)
+{
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        const auto value = [&]() -> const char* {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "bench_gpu_train: %s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--steps")
+            o.steps = std::max(1, std::atoi(value()));
+        else if (a == "--warmup")
+            o.warmup = std::max(1, std::atoi(value()));
+        else if (a == "--batches")
+            o.batches = parseList(value());
+        else if (a == "--python")
+            o.python = value();
+        else if (a == "--oracle")
+            o.oracle = value();
+        else if (a == "--no-torch")
+            o.torch = false;
+        else if (a == "--peak-tflops")
+            o.peak_tflops = std::atof(value());
+        else if (a == "--json")
+            o.json_path = value();
+        else {
+            std::fprintf(stderr,
+                "usage: bench_gpu_train [--steps N] [--warmup N] [--batches 16,32,64] [--python python3] "
+                "[--oracle gpt2_torch_gpu_bench.py] [--no-torch] [--peak-tflops T] [--json FILE]\n");
+            std::exit(a == "--help" ? 0 : 2);
+        }
+    }
+    return o;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    const Options o = parse(argc, argv);
+    if (engine::cudaDeviceCount() == 0) {
+        std::printf(
+            "bench_gpu_train: skipped: no CUDA device%s\n", engine::cudaCompiledIn() ? "" : " (CUDA not compiled in)");
+        return 0;
+    }
+    std::string gpu;
+    {
+        engine::DeviceChoice choice;
+        choice.cuda = 0;
+        choice.precision = engine::Precision::Bf16Mixed;
+        gpu = engine::makeBackend(choice)->name();
+    }
+    std::string peakSource;
+    double peak = peakFlops(gpu, peakSource);
+    if (o.peak_tflops > 0) {
+        peak = o.peak_tflops * 1e12;
+        peakSource = "--peak-tflops";
+    }
+    const auto config = engine::Gpt2Config::fromTransformer(gpt2Small(1));
+    const double N = static_cast<double>(engine::parameterCount(config));
+    const double flopsPerToken = 6 * N + 12.0 * config.layers * config.channels * config.max_seq;
+    std::printf("GPU training benchmark: GPT-2 124M (L %d, C %d, NH %d, V %d padded to %d, T %d), bf16 mixed, "
+                "%d timed steps after %d warm-up\n",
+        config.layers, config.channels, config.heads, config.vocab, config.padded_vocab, config.max_seq, o.steps,
+        o.warmup);
+    std::printf("  device: %s\n  N = %.0f parameters, %.3g FLOP/token (6N + 12 L C T); peak %.0f TFLOP/s (%s)\n\n",
+        gpu.c_str(), N, flopsPerToken, peak / 1e12, peakSource.c_str());
+    std::fflush(stdout);
+
+    json results = {{"gpu", gpu}, {"peak_flops", peak}, {"flops_per_token", flopsPerToken}};
+    bool failed = false;
+
+    // 1. One stage, the whole batch as one microbatch, against PyTorch.
+    struct Row
+    {
+        int batch;
+        Speed engine;
+        TorchSpeed torch;
+    };
+    std::vector<Row> rows;
+    for (int batch : o.batches) {
+        Row row {batch, trainEngine(test::gpt2Plan(gpt2Small(batch), {{0, 13, {0}}}, "gpipe", 1), o), {}};
+        if (!row.engine.error.empty()) {
+            failed = true;
+            std::printf("  engine, batch %d: failed: %s\n", batch, row.engine.error.c_str());
+        }
+        row.torch = runTorch(batch, o);
+        rows.push_back(std::move(row));
+    }
+    std::printf("%-10s %-22s %-22s %-22s %-12s %-14s %s\n", "batch", "engine tok/s (MFU)", "eager tok/s (MFU)",
+        "compile tok/s (MFU)", "vs eager", "vs compile", "engine peak");
+    for (const auto& r : rows) {
+        const std::optional<double> engineRate
+            = r.engine.error.empty() ? std::optional<double>(r.engine.tokens_per_s) : std::nullopt;
+        char memory[32];
+        std::snprintf(memory, sizeof memory, "%.1f GiB", r.engine.peak_bytes / (1 << 30));
+        std::printf("%-10s %-22s %-22s %-22s %-12s %-14s %s\n",
+            (std::to_string(r.batch) + " x " + std::to_string(config.max_seq)).c_str(),
+            rate(engineRate, flopsPerToken, peak).c_str(), rate(r.torch.eager, flopsPerToken, peak).c_str(),
+            rate(r.torch.compiled, flopsPerToken, peak).c_str(), ratio(r.engine.tokens_per_s, r.torch.eager).c_str(),
+            ratio(r.engine.tokens_per_s, r.torch.compiled).c_str(), memory);
+        json j = {{"batch", r.batch}, {"engine_tokens_per_s", r.engine.tokens_per_s},
+            {"engine_peak_bytes", r.engine.peak_bytes}};
+        if (!r.engine.error.empty())
+            j["engine_error"] = r.engine.error;
+        if (r.torch.eager)
+            j["eager_tokens_per_s"] = *r.torch.eager;
+        if (r.torch.compiled)
+            j["compile_tokens_per_s"] = *r.torch.compiled;
+        results["batches"].push_back(j);
+    }
+    for (const auto& r : rows)
+        if (r.batch == 16 && r.engine.error.empty() && r.torch.eager)
+            std::printf("  target (issue 20): engine >= 1.00x PyTorch eager at 16 x %d: %s (%.2fx)\n", config.max_seq,
+                r.engine.tokens_per_s >= *r.torch.eager ? "met" : "NOT met", r.engine.tokens_per_s / *r.torch.eager);
+    for (const auto& r : rows) {
+        if (!r.torch.note.empty())
+            std::printf("  PyTorch, batch %d: %s\n", r.batch, r.torch.note.c_str());
+        if (r.engine.error.empty() && r.torch.eager)
+            std::printf("  batch %d: first loss engine %.3f, PyTorch %.3f (ln V = %.3f); torch %s compiled in "
+                        "%.0f s\n",
+                r.batch, r.engine.losses.front(), r.torch.eager_first_loss, std::log(config.vocab),
+                r.torch.version.c_str(), r.torch.compile_s);
+    }
+
+    // 2. Pipelines on one GPU: 16 sequences as 4 microbatches of 4, one stage (gradient accumulation) against 2 and
+    // 4 stages under 1F1B. The layers: embedding 0, blocks 1..12, head 13 (the head's classifier over 50304
+    // columns costs about five blocks, so the cuts give it fewer blocks).
+    std::printf("\n1F1B on one GPU, 16 x %d per step as 4 microbatches of 4 (stages share the GPU, each on its "
+                "own stream; transfers through host memory):\n",
+        config.max_seq);
+    const std::vector<std::pair<std::string, std::vector<test::StageCut>>> pipelines = {
+        {"one stage", {{0, 13, {0}}}},
+        {"2 stages", {{0, 8, {0}}, {9, 13, {1}}}},
+        {"4 stages", {{0, 4, {0}}, {5, 8, {1}}, {9, 12, {2}}, {13, 13, {3}}}},
+    };
+    double oneStage = 0;
+    for (const auto& [name, cuts] : pipelines) {
+        const Speed s = trainEngine(test::gpt2Plan(gpt2Small(4), cuts, "1f1b", 4), o);
+        if (!s.error.empty()) {
+            failed = true;
+            std::printf("  %-10s failed: %s\n", name.c_str(), s.error.c_str());
+            continue;
+        }
+        if (oneStage == 0)
+            oneStage = s.tokens_per_s;
+        std::printf("  %-10s %9.0f tok/s  %7.2f ms/step  %.2fx the one-stage run  peak %.1f GiB\n", name.c_str(),
+            s.tokens_per_s, s.step_s * 1e3, oneStage > 0 ? s.tokens_per_s / oneStage : 0.0, s.peak_bytes / (1 << 30));
+        results["pipelines"].push_back({{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s}});
+    }
+
+    // 3. The planner's prediction from a profile measured on this GPU, against the one-stage batch-16 run.
+    const int predictedBatch = 16;
+    try {
+        engine::ProfileOptions po;
+        po.shape = gpt2Small(predictedBatch);
+        po.device.cuda = 0;
+        po.device.precision = engine::Precision::Bf16Mixed;
+        po.warmup = 2;
+        po.repeats = 5;
+        const planner::ModelProfile profile = engine::measureProfile(po);
+        auto plan = test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1);
+        plan.model = profile;
+        // The GPU's own times as they are (relative speed 1); the preset gives its memory and bandwidth (the
+        // optimizer step's cost).
+        auto type = *planner::devicePreset(gpu.find("H200") != std::string::npos ? "H200" : "H100");
+        type.relative_speed = 1.0;
+        auto cluster = *plan.cluster;
+        cluster.device_types = {type};
+        cluster.nodes.at(0).device_type = type.name;
+        plan.cluster = cluster;
+        plan.validate();
+        const double predicted = planner::simulate(plan).iteration_time_s;
+        // The one-stage run of that batch from the first table, or a run of its own when it was not measured.
+        const auto same
+            = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.batch == predictedBatch; });
+        const Speed measured = same != rows.end()
+            ? same->engine
+            : trainEngine(test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1), o);
+        if (!measured.error.empty())
+            throw std::runtime_error(measured.error);
+        double forward = 0, backward = 0;
+        for (const auto& l : profile.layers) {
+            forward += l.forward_ms;
+            backward += l.backward_ms;
+        }
+        std::printf("\nPrediction from a profile measured on the GPU (%d x %d, one stage): measured %.2f ms/step, "
+                    "predicted %.2f ms (%+.1f %%); the profile's layers: forward %.2f ms, backward %.2f ms\n",
+            predictedBatch, config.max_seq, measured.step_s * 1e3, predicted * 1e3,
+            (predicted / measured.step_s - 1) * 100, forward, backward);
+        results["prediction"]
+            = {{"batch", predictedBatch}, {"measured_s", measured.step_s}, {"predicted_s", predicted}};
+    } catch (const std::exception& e) {
+        failed = true;
+        std::printf("\nPrediction: failed: %s\n", e.what());
+    }
+
+    if (!o.json_path.empty())
+        std::ofstream(o.json_path) << results.dump(2) << "\n";
+    return failed ? 1 : 0;
+}

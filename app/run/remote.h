@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The SSH launcher: a run's agents on the nodes of its cluster. One SSH session per node (agents/launch/ssh.h),
+// The SSH launcher: a run's agents on the nodes of its cluster. One SSH session per node (app/launch/ssh.h),
 // a run directory per node (~/.cache/pipewright/runs/RUN), the agent binary uploaded once per build
 // (~/.cache/pipewright/agents/SHA256/pipewright-agent) and the plan beside the run. Each agent is a served agent
 // (agents/agent/serve.h) reached through a channel running `pipewright-agent --session`: a dropped connection
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "agents/launch/ssh.h"
+#include "app/launch/ssh.h"
 #include "app/run/agent_connection.h"
 #include "planner/cluster.h"
 

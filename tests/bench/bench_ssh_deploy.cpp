@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <fstream>
 
-#include "agents/launch/ssh.h"
 #include "agents/protocol/frame.h"
 #include "agents/protocol/messages.h"
 #include "app/history/history.h"
+#include "app/launch/ssh.h"
 #include "app/run/controller.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/ssh/sshd_fixture.h"

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The layer rules of docs/build.md, checked on the source tree: planner/ is pure C++ (no Qt, CUDA, NCCL,
-// cuBLAS, SQLite or libssh header, nothing of the layers above it), and headers marked "Internal to <folder>/"
-// are included only from their own folder and from white-box tests and benchmarks. The build enforces most of
-// this already (each target's include root holds only its folder's public headers); this test also catches
-// relative paths ("../app/...") that include roots cannot stop.
+// cuBLAS, SQLite or libssh header, nothing of the layers above it), engine/ and agents/ (the `agent` preset) use
+// no Qt, SQLite or libssh, and headers marked "Internal to <folder>/" are included only from their own folder and
+// from white-box tests and benchmarks. The build enforces most of this already (each target's include root holds
+// only its folder's public headers); this test also catches relative paths ("../app/...") that include roots
+// cannot stop.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -56,6 +57,16 @@ bool forbiddenInPlanner(const Include& inc)
         return false;
     static const std::regex re(
         R"(^(Q[A-Za-z]+|Qt[A-Za-z]+/.*|cuda.*|cublas.*|nccl.*|curand.*|sqlite3\.h|libssh/.*|gloo/.*)$)");
+    return std::regex_match(inc.target, re);
+}
+
+/// Headers the agent's layers (engine/, agents/) may not include: the `agent` preset builds them for GPU servers
+/// without Qt, SQLite or libssh (docs/build.md). CUDA, Gloo and OpenSSL's libcrypto are theirs to use.
+bool forbiddenInAgent(const Include& inc)
+{
+    if (!inc.angled)
+        return false;
+    static const std::regex re(R"(^(Q[A-Za-z]+|Qt[A-Za-z]+/.*|sqlite3\.h|libssh/.*)$)");
     return std::regex_match(inc.target, re);
 }
 
@@ -134,10 +145,17 @@ TEST_CASE("the include scanner finds forbidden and cross-layer includes", "[laye
     CHECK(forbiddenInPlanner(incs[3]));
     CHECK(forbiddenInPlanner(incs[4]));
     CHECK(forbiddenInPlanner(incs[5]));
+    CHECK(forbiddenInAgent(incs[0]));
+    CHECK_FALSE(forbiddenInAgent(incs[2]));
+    CHECK_FALSE(forbiddenInAgent(incs[3]));
+    CHECK(forbiddenInAgent(incs[4]));
+    CHECK(forbiddenInAgent(incs[5]));
+    CHECK_FALSE(forbiddenInAgent({"gloo/context.h", true, 1}));
     CHECK(incs[1].line == 2);
     CHECK(topFolder(resolve(kSource / "planner/plan.h", {"../app/project/project.h", false, 1})) == "app");
     CHECK(layerOf("app/gui/main.cpp") == "app/gui");
     CHECK(layerOf("app/cli/commands.cpp") == "app");
+    CHECK(layerOf("app/launch/ssh.h") == "app");
     CHECK(isInternal("planner/schedule/builder.h"));
     CHECK_FALSE(isInternal("planner/plan.h"));
 }
@@ -151,6 +169,22 @@ TEST_CASE("planner/ includes no Qt, CUDA, SQLite or libssh header", "[layers]")
             INFO(file.string() << ":" << inc.line << ": #include <" << inc.target << ">");
             CHECK_FALSE(forbiddenInPlanner(inc));
         }
+}
+
+TEST_CASE("engine/ and agents/ include no Qt, SQLite or libssh header", "[layers]")
+{
+    // The SSH launcher is the controller's (app/launch/): the agent needs no libssh, so it builds alone.
+    CHECK_FALSE(fs::exists(kSource / "agents/launch"));
+    CHECK(fs::exists(kSource / "app/launch/ssh.h"));
+    for (const std::string folder : {"engine", "agents"}) {
+        const auto files = sources(folder);
+        REQUIRE(files.size() > 5);
+        for (const auto& file : files)
+            for (const auto& inc : includesOf(readFile(kSource / file))) {
+                INFO(file.string() << ":" << inc.line << ": #include <" << inc.target << ">");
+                CHECK_FALSE(forbiddenInAgent(inc));
+            }
+    }
 }
 
 TEST_CASE("each layer includes only itself and the layers below it", "[layers]")

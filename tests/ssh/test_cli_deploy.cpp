@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agents/launch/ssh.h"
 #include "app/history/history.h"
+#include "app/launch/ssh.h"
 #include "planner/io/json_file.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/ssh/sshd_fixture.h"

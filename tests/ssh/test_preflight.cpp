@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agents/launch/ssh.h"
 #include "agents/protocol/frame.h"
+#include "app/launch/ssh.h"
 #include "app/run/preflight.h"
 #include "planner/device_presets.h"
 #include "tests/ssh/sshd_fixture.h"

@@ -15,8 +15,8 @@
 
 #include <unistd.h>
 
-#include "agents/launch/ssh.h"
 #include "app/history/history.h"
+#include "app/launch/ssh.h"
 #include "app/run/controller.h"
 #include "engine/executor.h"
 #include "tests/engine/engine_fixtures.h"

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agents/launch/ssh.h"
+#include "app/launch/ssh.h"
 #include "tests/ssh/sshd_fixture.h"
 
 using namespace pw;

@@ -17,7 +17,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
-#include "agents/launch/ssh.h"
+#include "app/launch/ssh.h"
 #include "app/run/controller.h"
 #include "planner/io/json_file.h"
 #include "ui/jobs/job_runner.h"

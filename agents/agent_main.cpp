@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // pipewright-agent: trains its devices' part of a plan, driven by a controller over stdin/stdout.
 //   pipewright-agent                 a session on stdin/stdout (what the controller starts)
-//   pipewright-agent --capabilities  prints this machine's capabilities as JSON
+//   pipewright-agent --capabilities [--human]   prints this machine's capabilities: JSON (the Hello, what
+//                                               pre-flight reads), or lines for people
 //   pipewright-agent --profile ...   measures a GPT-2's layers here and writes a model profile (profile_command.h)
 //   pipewright-agent --session SOCKET [--linger S]   a served agent for an SSH deployment (agent/serve.h)
 #include <algorithm>
@@ -56,17 +57,23 @@ int main(int argc, char** argv)
                 return pw::agents::attachCommand(argv[2], std::chrono::seconds {3}); // a controller reconnecting
             return pw::agents::sessionCommand(argv[2], linger);
         }
-    for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--capabilities") == 0) {
-            std::cout << pw::agents::capabilities().toJson().dump(2) << "\n";
-            return 0;
+    if (argc > 1 && std::strcmp(argv[1], "--capabilities") == 0) {
+        const bool human = argc == 3 && std::strcmp(argv[2], "--human") == 0;
+        if (argc > 3 || (argc == 3 && !human && std::strcmp(argv[2], "--json") != 0)) {
+            std::cerr << "usage: pipewright-agent --capabilities [--json | --human]\n";
+            return 2;
         }
+        const auto hello = pw::agents::capabilities();
+        std::cout << (human ? pw::agents::describeCapabilities(hello) : hello.toJson().dump(2) + "\n");
+        return 0;
+    }
+    for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--version") == 0) {
             std::cout << "pipewright-agent " << PW_VERSION << "\n";
             return 0;
         }
         std::cerr << "pipewright-agent: unknown argument '" << argv[i]
-                  << "'\nusage: pipewright-agent [--capabilities | --version | --profile OPTIONS]\n"
+                  << "'\nusage: pipewright-agent [--capabilities [--human] | --version | --profile OPTIONS]\n"
                      "  (without arguments it speaks the controller protocol on stdin/stdout)\n";
         return 2;
     }

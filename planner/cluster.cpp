@@ -299,6 +299,13 @@ void Cluster::validate() const
         checkBandwidth(n.intra_bandwidth_bytes_per_s, path + "/intra_bandwidth_bytes_per_s");
         if (n.ssh_port < 1 || n.ssh_port > 65535)
             throw InputError({}, 0, path + "/ssh_port", "must be a TCP port");
+        if (!n.gpus.empty() && static_cast<long long>(n.gpus.size()) != n.count)
+            throw InputError({}, 0, path + "/gpus",
+                "lists " + std::to_string(n.gpus.size()) + " GPUs for the node's " + std::to_string(n.count)
+                    + " devices: give one CUDA device index per device (repeat one for devices sharing a GPU)");
+        for (std::size_t k = 0; k < n.gpus.size(); ++k)
+            if (n.gpus[k] < 0)
+                throw InputError({}, 0, path + "/gpus/" + std::to_string(k), "must be a CUDA device index >= 0");
     }
     long long total = 0;
     for (const auto& n : nodes)
@@ -338,6 +345,8 @@ json toJson(const Cluster& c)
         }
         if (!n.env_keep.empty())
             jn["env_keep"] = n.env_keep;
+        if (!n.gpus.empty())
+            jn["gpus"] = n.gpus;
         nodes.push_back(std::move(jn));
     }
     return {{"format_version", kClusterFormatVersion}, {"name", c.name}, {"device_types", std::move(types)},
@@ -404,6 +413,17 @@ Cluster clusterFromJson(const json& j)
                 if (!keep[k].is_string())
                     throw InputError({}, 0, f::child(path + "/env_keep", k), "must be a variable name (a string)");
                 n.env_keep.insert(keep[k].get<std::string>());
+            }
+        }
+        if (jn.contains("gpus")) {
+            const auto& gpus = f::array(jn, "gpus", path);
+            for (std::size_t k = 0; k < gpus.size(); ++k) {
+                // Range-checked here: a huge number must not wrap into a valid index.
+                if (!gpus[k].is_number_integer() || gpus[k].get<long long>() < 0
+                    || gpus[k].get<long long>() > kMaxDevices)
+                    throw InputError(
+                        {}, 0, f::child(path + "/gpus", k), "must be a CUDA device index (an integer >= 0)");
+                n.gpus.push_back(gpus[k].get<int>());
             }
         }
         n.device_type = f::string(jn, "device_type", path);

@@ -58,6 +58,10 @@ struct Node
     std::map<std::string, std::string> env;
     /// Names of `env` whose values are safe to write to files (e.g. CUDA_VISIBLE_DEVICES).
     std::set<std::string> env_keep;
+    /// The CUDA GPU each of the node's devices trains on, in device order: indices among the GPUs its agents see
+    /// (after `env`'s CUDA_VISIBLE_DEVICES). An index may repeat: devices sharing a GPU (several stages on one card).
+    /// Empty: the node's devices are CPU devices. When given, one entry per device.
+    std::vector<int> gpus;
 
     /// Names of `env` whose value was redacted when the file it came from was written: a deployment needs them
     /// given again (the cluster file the user keeps). Sorted.

@@ -63,6 +63,9 @@ struct Counter
 
 /// The counter every producer writes: bytes in use per device, the memory plot's data.
 inline constexpr std::string_view kMemoryCounter = "memory";
+/// Measured per device by the engine's backend, in bytes: its buffers allocated now, and the most allocated so far.
+inline constexpr std::string_view kDeviceMemoryCounter = "device_memory";
+inline constexpr std::string_view kDeviceMemoryPeakCounter = "device_memory_peak";
 
 /// @brief Which clock the times of a Timeline are on. Times are always seconds from the run's t = 0.
 enum class ClockDomain : std::uint8_t {

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <gloo/rendezvous/store.h>
@@ -17,7 +19,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine/backend.h"
 #include "engine/data.h"
+#include "engine/devices.h"
 #include "engine/executor.h"
 #include "engine/llmc.h"
 #include "engine/ops.h"
@@ -362,10 +366,55 @@ void Session::resend(std::int64_t from)
         send(*m_done);
 }
 
+/// The backend of each of the spec's devices: null (the executor's own CPU backend, as before there were others)
+/// for a CPU device, else one CUDA backend per device executor. Every CUDA index is checked against the devices
+/// this process sees before any is made, so that a wrong index fails the run at once, naming the fix.
+std::vector<std::shared_ptr<engine::Backend>> deviceBackends(const RunSpec& spec)
+{
+    std::vector<std::shared_ptr<engine::Backend>> out(spec.devices.size());
+    if (spec.cuda_devices.empty())
+        return out;
+    if (spec.cuda_devices.size() != spec.devices.size())
+        throw planner::InputError("the run spec names " + std::to_string(spec.cuda_devices.size())
+            + " CUDA devices for " + std::to_string(spec.devices.size()) + " devices");
+    const bool cuda = std::any_of(spec.cuda_devices.begin(), spec.cuda_devices.end(), [](int g) { return g >= 0; });
+    const int visible = cuda ? engine::cudaDeviceCount() : 0;
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    for (std::size_t k = 0; k < spec.devices.size(); ++k) {
+        const int gpu = spec.cuda_devices[k];
+        if (gpu < 0)
+            continue;
+        const std::string device = "device " + std::to_string(spec.devices[k]) + " (cuda:" + std::to_string(gpu) + ")";
+        if (!engine::cudaCompiledIn())
+            throw planner::InputError(device
+                + ": this agent was built without CUDA kernels: build it where nvcc is found (PW_WITH_CUDA=AUTO or "
+                  "ON)");
+        if (gpu >= visible)
+            throw planner::InputError(device + ": the agent sees " + std::to_string(visible) + " CUDA device"
+                + (visible == 1 ? "" : "s") + " (CUDA_VISIBLE_DEVICES "
+                + (mask ? "'" + std::string(mask) + "'" : std::string("unset"))
+                + (visible == 0 ? "; " + engine::probeCuda().error : std::string())
+                + "): set the node's \"gpus\" in the cluster file to indices below " + std::to_string(visible)
+                + ", or make more devices visible in its env");
+    }
+    const auto precision = spec.precision == Precision::Bf16 ? engine::Precision::Bf16Mixed : engine::Precision::Fp32;
+    for (std::size_t k = 0; k < spec.devices.size(); ++k)
+        if (spec.cuda_devices[k] >= 0)
+            out[k] = engine::makeBackend({spec.cuda_devices[k], precision});
+    return out;
+}
+
 void Session::train(const RunSpec& spec)
 {
     const planner::Plan plan = planner::planFromJson(spec.plan);
-    engine::TrainingSetup setup = engine::trainingSetup(plan);
+    // The plan's precision on this agent's devices: bf16 mixed only when every one of them is a GPU.
+    const bool gpus = !spec.cuda_devices.empty()
+        && std::all_of(spec.cuda_devices.begin(), spec.cuda_devices.end(), [](int g) { return g >= 0; });
+    engine::TrainingSetup setup = engine::trainingSetup(plan, gpus ? engine::TrainsOn::Cuda : engine::TrainsOn::Cpu);
+    const auto asked = spec.precision == Precision::Bf16 ? engine::Precision::Bf16Mixed : engine::Precision::Fp32;
+    if (gpus && asked != setup.precision)
+        throw planner::InputError(std::string("the run spec asks for ") + engine::toString(asked)
+            + ", but the plan's weights train in " + engine::toString(setup.precision));
     setup.adam.lr = spec.lr;
     setup.adam.weight_decay = spec.weight_decay;
     setup.adam.warmup_steps = static_cast<int>(spec.warmup_steps);
@@ -402,8 +451,13 @@ void Session::train(const RunSpec& spec)
             throw planner::InputError("the local transport needs every device of the plan in one agent");
         fabric = std::make_unique<engine::LocalFabric>(schedule.num_devices);
     }
+    std::vector<std::shared_ptr<engine::Backend>> backends = deviceBackends(spec);
+    for (auto& b : backends)
+        if (!b)
+            b = engine::makeCpuBackend(); // a CPU device: its own backend, so its memory is counted too
     std::vector<std::unique_ptr<engine::DeviceExecutor>> executors;
-    for (int d : spec.devices) {
+    for (std::size_t k = 0; k < spec.devices.size(); ++k) {
+        const int d = spec.devices[k];
         engine::Transport* t = nullptr;
         if (fabric)
             t = &fabric->endpoint(d);
@@ -424,12 +478,23 @@ void Session::train(const RunSpec& spec)
         sink.loss = [this](int microbatch, float loss) {
             queueMetric({microbatch, "microbatch_loss", loss, engine::monotonicSeconds(), -1});
         };
-        sink.step = [this, d, &spec](int, int) {
+        // The device's memory as its backend counts it (allocated now, the peak so far), after its first two
+        // steps (the peak is reached within the first step of a flushed schedule) and then at most once a second.
+        sink.step = [this, d, &spec, backend = backends[k].get(), steps = 0, last = 0.0](int, int) mutable {
             if (d == spec.devices.front())
                 ++m_steps;
+            const double now = engine::monotonicSeconds();
+            if (++steps <= 2 || now - last >= 1.0) {
+                last = now;
+                const auto memory = backend->memory();
+                queueMetric({m_steps.load(), std::string(planner::kDeviceMemoryCounter),
+                    static_cast<double>(memory.allocated), now, d});
+                queueMetric({m_steps.load(), std::string(planner::kDeviceMemoryPeakCounter),
+                    static_cast<double>(memory.peak), now, d});
+            }
         };
         executors.push_back(std::make_unique<engine::DeviceExecutor>(
-            plan, schedule, d, setup, order, *t, std::move(sink), program.repeats));
+            plan, schedule, d, setup, order, *t, std::move(sink), program.repeats, backends[k]));
     }
     {
         std::unique_lock lock(m_mutex);
@@ -551,7 +616,54 @@ Hello capabilities()
     h.memory_bytes = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
     h.backends = {"cpu", "gloo"};
     h.blas = engine::ops::blasName();
+    const engine::CudaInfo cuda = engine::probeCuda();
+    h.cuda = {cuda.compiled_in, cuda.runtime, cuda.driver, cuda.cublas, cuda.nccl, cuda.architectures, cuda.error};
+    for (const engine::GpuInfo& g : cuda.gpus)
+        h.gpus.push_back({g.index, g.name, g.memory_bytes, g.free_bytes, g.cc_major, g.cc_minor});
+    if (cuda.compiled_in && !cuda.gpus.empty())
+        h.backends.push_back("cuda");
     return h;
+}
+
+std::string describeCapabilities(const Hello& h)
+{
+    const auto gib = [](std::int64_t bytes) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / double(1 << 30));
+        return std::string(text);
+    };
+    const auto join = [](const auto& items, const auto& show) {
+        std::string out;
+        for (const auto& item : items)
+            out += (out.empty() ? "" : ", ") + show(item);
+        return out;
+    };
+    std::ostringstream out;
+    out << "pipewright-agent " << h.agent_version << " (protocol " << h.protocol_version << ") on " << h.host << "\n";
+    out << "  CPU:          " << h.cores << " cores, " << gib(h.memory_bytes) << " memory, " << h.blas << "\n";
+    out << "  backends:     " << join(h.backends, [](const std::string& b) { return b; }) << "\n";
+    const auto& c = h.cuda;
+    out << "  CUDA:         "
+        << (c.compiled_in ? "compiled in, kernels for "
+                       + join(c.architectures, [](int a) { return "sm_" + std::to_string(a); })
+                          : std::string("not compiled in"))
+        << "\n";
+    out << "  runtime:      " << (c.runtime.empty() ? "none" : c.runtime) << "\n";
+    out << "  driver:       " << (c.driver.empty() ? "none" : c.driver) << "\n";
+    out << "  cuBLAS:       " << (c.cublas.empty() ? "none" : c.cublas) << "\n";
+    out << "  NCCL:         " << (c.nccl.empty() ? "none" : c.nccl) << "\n";
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    out << "  CUDA_VISIBLE_DEVICES: " << (mask ? "'" + std::string(mask) + "'" : std::string("unset")) << "\n";
+    if (h.gpus.empty())
+        out << "  GPUs:         none" << (c.error.empty() ? "" : " (" + c.error + ")") << "\n";
+    else
+        out << "  GPUs:         " << h.gpus.size() << "\n";
+    for (const GpuCapability& g : h.gpus)
+        out << "    cuda:" << g.index << "  " << g.name << ", " << gib(g.memory_bytes) << " ("
+            << (g.free_bytes < 0 ? "free unknown" : gib(g.free_bytes) + " free") << "), compute capability "
+            << g.cc_major << "." << g.cc_minor
+            << (c.runsOn(g.cc_major, g.cc_minor) ? "" : " (the agent's kernels do not run on it)") << "\n";
+    return out.str();
 }
 
 int runAgentSession(int in_fd, int out_fd)

@@ -4,13 +4,19 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 #include "agents/protocol/messages.h"
 
 namespace pw::agents {
 
-/// What this machine and build offer (the handshake's Hello; `pipewright-agent --capabilities` prints it).
+/// What this machine and build offer (the handshake's Hello; `pipewright-agent --capabilities` prints it): cores,
+/// memory, BLAS, the CUDA build and libraries (engine::probeCuda) and every GPU this process sees.
 Hello capabilities();
+
+/// The Hello for people (`pipewright-agent --capabilities --human`): every item on a line of its own, with what is
+/// missing said as such (no CUDA in the build, no driver, no device visible and why).
+std::string describeCapabilities(const Hello& hello);
 
 /// Runs one agent session on in_fd/out_fd: Hello, then RunSpec, rendezvous, Start, telemetry, Done. Returns the
 /// process exit status (0 succeeded or stopped, 1 failed). Exits the process at once when the controller goes

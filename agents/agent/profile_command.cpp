@@ -2,10 +2,12 @@
 #include "profile_command.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/devices.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 
@@ -16,11 +18,14 @@ using planner::InputError;
 const char* const kProfileUsage
     = "usage: pipewright-agent --profile (--layers N --hidden N --heads N --seq N --vocab N --microbatch N\n"
       "                                   | --plan PLAN.json) [--threads N] [--repeats N] [--warmup N] [--seed N]\n"
-      "                                   [-o FILE]\n"
+      "                                   [--device cpu|cuda[:N]] [--precision fp32|bf16] [-o FILE]\n"
       "  Times every layer of the GPT-2 (embedding, blocks, head) forward and backward with the engine on this\n"
       "  machine (the median of --repeats passes after --warmup passes, default 10 and 1) with --threads BLAS\n"
       "  threads (default 1: give the threads each agent of the run gets), and writes a model profile (JSON) to\n"
-      "  stdout or FILE. --plan takes the shape and microbatch size of a plan made with `profile transformer`.\n";
+      "  stdout or FILE. --plan takes the shape and microbatch size of a plan made with `profile transformer`.\n"
+      "  --device cuda:N times them on CUDA device N (an index among those CUDA_VISIBLE_DEVICES leaves; cuda is\n"
+      "  cuda:0) in --precision fp32 (the default) or bf16 (bf16 parameters and activations, fp32 master weights);\n"
+      "  the CPU (the default) trains in fp32.\n";
 
 namespace {
 
@@ -35,6 +40,53 @@ template <class T> T parseNumber(const std::string& option, const std::string& t
 }
 
 } // namespace
+
+std::optional<int> parseDevice(const std::string& option, const std::string& text)
+{
+    if (text == "cpu")
+        return std::nullopt;
+    if (text == "cuda")
+        return 0;
+    if (text.rfind("cuda:", 0) == 0 && text.size() > 5) {
+        int index = -1;
+        const auto* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data() + 5, end, index);
+        if (ec == std::errc() && ptr == end && index >= 0)
+            return index;
+    }
+    throw InputError({}, 0, option, "'" + text + "' is not a device: use cpu, cuda or cuda:N (N = 0, 1, ...)");
+}
+
+engine::Precision parsePrecision(const std::string& option, const std::string& text)
+{
+    if (text == "fp32")
+        return engine::Precision::Fp32;
+    if (text == "bf16")
+        return engine::Precision::Bf16Mixed;
+    throw InputError({}, 0, option, "'" + text + "' is not a precision: use fp32 or bf16");
+}
+
+void checkDeviceChoice(const engine::DeviceChoice& choice, int cudaDevices, bool cudaCompiledIn, const std::string& why)
+{
+    if (!choice.cuda) {
+        if (choice.precision != engine::Precision::Fp32)
+            throw InputError({}, 0, "--precision", "the CPU trains in fp32 only: give --device cuda[:N] for bf16");
+        return;
+    }
+    const std::string device = "cuda:" + std::to_string(*choice.cuda);
+    if (!cudaCompiledIn)
+        throw InputError({}, 0, "--device",
+            device
+                + ": this agent was built without CUDA kernels (PW_WITH_CUDA=OFF, or no nvcc where it was built): "
+                  "build it with CUDA, or measure with --device cpu");
+    if (*choice.cuda >= cudaDevices) {
+        const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+        throw InputError({}, 0, "--device",
+            device + ": " + std::to_string(cudaDevices) + " CUDA device" + (cudaDevices == 1 ? " is" : "s are")
+                + " visible here (CUDA_VISIBLE_DEVICES " + (mask ? "'" + std::string(mask) + "'" : "unset")
+                + (why.empty() ? "" : "; " + why) + "; `pipewright-agent --capabilities --human` lists them)");
+    }
+}
 
 ProfileArguments parseProfileArguments(const std::vector<std::string>& args)
 {
@@ -70,6 +122,10 @@ ProfileArguments parseProfileArguments(const std::vector<std::string>& args)
             o.warmup = parseNumber<int>(arg, value);
         else if (arg == "--seed")
             o.seed = parseNumber<std::uint64_t>(arg, value);
+        else if (arg == "--device")
+            o.device.cuda = parseDevice(arg, value);
+        else if (arg == "--precision")
+            o.device.precision = parsePrecision(arg, value);
         else if (arg == "--plan")
             a.plan = value;
         else if (arg == "-o" || arg == "--output")
@@ -106,6 +162,10 @@ engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args)
     }
     o.shape.bytes_per_element = 4;
     o.validate();
+    // Before anything is measured: a device this agent cannot use is named with the reason.
+    const int visible = o.device.cuda ? engine::cudaDeviceCount() : 0;
+    checkDeviceChoice(o.device, visible, engine::cudaCompiledIn(),
+        o.device.cuda && visible == 0 ? engine::probeCuda().error : std::string()); // why there is none
     return o;
 }
 

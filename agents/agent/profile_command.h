@@ -3,6 +3,7 @@
 // writes the planner's model profile JSON, to stdout or a file. `pipewright-cli profile measure` runs it.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -26,12 +27,23 @@ struct ProfileArguments
 };
 
 /// Parses --layers --hidden --heads --seq --vocab --microbatch | --plan PLAN.json, --threads --repeats --warmup
-/// --seed, -o FILE, --help. Throws InputError naming the option at fault (an unknown one, a missing or
-/// malformed value).
+/// --seed, --device, --precision, -o FILE, --help. Throws InputError naming the option at fault (an unknown one, a
+/// missing or malformed value).
 ProfileArguments parseProfileArguments(const std::vector<std::string>& args);
 
+/// `--device`'s value: "cpu" (nullopt), "cuda" (0) or "cuda:N". Throws InputError naming `option` otherwise.
+std::optional<int> parseDevice(const std::string& option, const std::string& text);
+/// `--precision`'s value: "fp32" or "bf16" (bf16 mixed). Throws InputError naming `option` otherwise.
+engine::Precision parsePrecision(const std::string& option, const std::string& text);
+/// Throws InputError naming --device or --precision when `choice` cannot run here: CUDA asked for in a build
+/// without it, a device index beyond the `cudaDevices` visible (with `why`, the probe's reason when none is), bf16
+/// on the CPU.
+void checkDeviceChoice(
+    const engine::DeviceChoice& choice, int cudaDevices, bool cudaCompiledIn, const std::string& why = {});
+
 /// The options to measure with: the shape from --plan (its model's architecture and the plan's microbatch size)
-/// or from the shape options, never both; validated. Throws InputError naming the option or the plan file.
+/// or from the shape options, never both; validated, the device included (checkDeviceChoice against this
+/// process's CUDA). Throws InputError naming the option or the plan file.
 engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args);
 
 /// Runs the command; returns the exit status (0 written, 1 failed, 2 bad arguments) with the error on `err`.

@@ -33,8 +33,9 @@ namespace pw::agents {
 inline constexpr std::array<char, 4> kMagic = {'P', 'W', 'A', 'G'};
 /// The version this build speaks; a frame of another version is refused (no negotiation). 2: RunSpec carries the
 /// run's Gloo key (`gloo_secret`), and agents prove every Gloo connection with it: a version 1 agent would connect
-/// without, and its peers refuse that.
-inline constexpr std::uint16_t kProtocolVersion = 2;
+/// without, and its peers refuse that. 3: Hello describes the agent's CUDA and each GPU (a map per GPU, no longer
+/// a name), and RunSpec says which CUDA device each of the agent's devices trains on and in what precision.
+inline constexpr std::uint16_t kProtocolVersion = 3;
 /// The largest payload a frame may announce: a corrupt length must not make the reader allocate gigabytes.
 inline constexpr std::uint32_t kMaxPayload = 64u << 20;
 inline constexpr std::size_t kHeaderSize = 16;

@@ -14,6 +14,7 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kDataKindNames = {"synthetic", "tokens", "text"};
 constexpr std::array<std::string_view, 2> kTransportNames = {"gloo", "local"};
+constexpr std::array<std::string_view, 2> kPrecisionNames = {"fp32", "bf16"};
 constexpr std::array<std::string_view, 4> kLogLevelNames = {"debug", "info", "warning", "error"};
 constexpr std::array<std::string_view, 3> kDoneStatusNames = {"succeeded", "failed", "stopped"};
 constexpr int kLaneCount = static_cast<int>(planner::Lane::Collective) + 1;
@@ -282,6 +283,10 @@ std::string_view toString(DataKind kind)
 {
     return kDataKindNames.at(static_cast<std::size_t>(kind));
 }
+std::string_view toString(Precision precision)
+{
+    return kPrecisionNames.at(static_cast<std::size_t>(precision));
+}
 std::string_view toString(Transport transport)
 {
     return kTransportNames.at(static_cast<std::size_t>(transport));
@@ -297,10 +302,29 @@ std::string_view toString(DoneStatus status)
 
 // ---- Hello ----
 
+bool CudaCapability::runsOn(int cc_major, int cc_minor) const
+{
+    const int sm = cc_major * 10 + cc_minor;
+    bool newer = !architectures.empty();
+    for (int a : architectures) {
+        if (a / 10 == cc_major && a <= sm)
+            return true; // binary code of the same major runs on its later minors
+        newer = newer && a < sm;
+    }
+    return newer; // a later major: the PTX, compiled by the driver
+}
+
 json Hello::toJson() const
 {
+    json gpusJson = json::array();
+    for (const GpuCapability& g : gpus)
+        gpusJson.push_back({{"index", g.index}, {"name", g.name}, {"memory_bytes", g.memory_bytes},
+            {"free_bytes", g.free_bytes}, {"cc_major", g.cc_major}, {"cc_minor", g.cc_minor}});
+    const json cudaJson = {{"compiled_in", cuda.compiled_in}, {"runtime", cuda.runtime}, {"driver", cuda.driver},
+        {"cublas", cuda.cublas}, {"nccl", cuda.nccl}, {"architectures", cuda.architectures}, {"error", cuda.error}};
     return {{"protocol_version", protocol_version}, {"agent_version", agent_version}, {"host", host}, {"pid", pid},
-        {"cores", cores}, {"memory_bytes", memory_bytes}, {"backends", backends}, {"gpus", gpus}, {"blas", blas}};
+        {"cores", cores}, {"memory_bytes", memory_bytes}, {"backends", backends}, {"gpus", std::move(gpusJson)},
+        {"blas", blas}, {"cuda", cudaJson}};
 }
 
 Hello Hello::fromJson(const json& j)
@@ -314,8 +338,23 @@ Hello Hello::fromJson(const json& j)
     h.cores = f.integer<int>("cores", 0);
     h.memory_bytes = f.integer<std::int64_t>("memory_bytes", 0);
     h.backends = f.strings("backends");
-    h.gpus = f.strings("gpus");
+    for (const json& g : f.array("gpus")) {
+        const Fields gf(g, kType, Fields::elementName("gpus", h.gpus.size()) + ".");
+        h.gpus.push_back({gf.integer<int>("index", 0), gf.string("name"), gf.integer<std::int64_t>("memory_bytes", 0),
+            gf.integer<std::int64_t>("free_bytes", -1), gf.integer<int>("cc_major", 0),
+            gf.integer<int>("cc_minor", 0)});
+    }
     h.blas = f.string("blas");
+    const Fields c = f.object("cuda");
+    h.cuda.compiled_in = c.boolean("compiled_in");
+    h.cuda.runtime = c.string("runtime");
+    h.cuda.driver = c.string("driver");
+    h.cuda.cublas = c.string("cublas");
+    h.cuda.nccl = c.string("nccl");
+    for (const json& a : c.array("architectures"))
+        h.cuda.architectures.push_back(
+            c.checkedInteger<int>(Fields::elementName("architectures", h.cuda.architectures.size()), a, 0));
+    h.cuda.error = c.string("error");
     return h;
 }
 
@@ -324,11 +363,12 @@ Hello Hello::fromJson(const json& j)
 json RunSpec::toJson() const
 {
     const json dataJson = {{"kind", toString(data.kind)}, {"path", data.path}, {"seed", data.seed}};
-    return {{"run_id", run_id}, {"agent", agent}, {"plan", plan}, {"devices", devices}, {"steps", steps},
-        {"data", dataJson}, {"init_checkpoint", init_checkpoint}, {"save_checkpoint", save_checkpoint}, {"lr", lr},
-        {"weight_decay", weight_decay}, {"warmup_steps", warmup_steps}, {"cosine", cosine}, {"seed", seed},
-        {"threads", threads}, {"journal_path", journal_path}, {"transport", toString(transport)},
-        {"telemetry_batch", telemetry_batch}, {"gloo_host", gloo_host}, {"gloo_secret", binary(gloo_secret)}};
+    return {{"run_id", run_id}, {"agent", agent}, {"plan", plan}, {"devices", devices}, {"cuda_devices", cuda_devices},
+        {"precision", toString(precision)}, {"steps", steps}, {"data", dataJson}, {"init_checkpoint", init_checkpoint},
+        {"save_checkpoint", save_checkpoint}, {"lr", lr}, {"weight_decay", weight_decay},
+        {"warmup_steps", warmup_steps}, {"cosine", cosine}, {"seed", seed}, {"threads", threads},
+        {"journal_path", journal_path}, {"transport", toString(transport)}, {"telemetry_batch", telemetry_batch},
+        {"gloo_host", gloo_host}, {"gloo_secret", binary(gloo_secret)}};
 }
 
 namespace {
@@ -341,11 +381,11 @@ DataSpec dataFromJson(const Fields& f)
     return d;
 }
 
-std::vector<int> devicesFromJson(const Fields& f)
+std::vector<int> indicesFromJson(const Fields& f, std::string_view key, int min)
 {
     std::vector<int> out;
-    for (const json& v : f.array("devices"))
-        out.push_back(f.checkedInteger<int>(Fields::elementName("devices", out.size()), v, 0));
+    for (const json& v : f.array(key))
+        out.push_back(f.checkedInteger<int>(Fields::elementName(key, out.size()), v, min));
     return out;
 }
 } // namespace
@@ -357,7 +397,12 @@ RunSpec RunSpec::fromJson(const json& j)
     r.run_id = f.string("run_id");
     r.agent = f.string("agent");
     r.plan = f.get("plan");
-    r.devices = devicesFromJson(f);
+    r.devices = indicesFromJson(f, "devices", 0);
+    // Absent (a controller that puts every device on the CPU may leave them out): the CPU, in fp32.
+    if (j.contains("cuda_devices"))
+        r.cuda_devices = indicesFromJson(f, "cuda_devices", -1);
+    if (j.contains("precision"))
+        r.precision = f.enumeration<Precision>("precision", kPrecisionNames);
     r.steps = f.integer<std::int64_t>("steps", 0);
     r.data = dataFromJson(f.object("data"));
     r.init_checkpoint = f.stringOr("init_checkpoint", "");

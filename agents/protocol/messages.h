@@ -24,6 +24,38 @@
 
 namespace pw::agents {
 
+/// @brief One GPU an agent sees, in CUDA's order (CUDA_VISIBLE_DEVICES applied: `index` is among the visible).
+struct GpuCapability
+{
+    int index = 0;
+    std::string name; ///< "NVIDIA H100 80GB HBM3"
+    std::int64_t memory_bytes = 0; ///< total
+    std::int64_t free_bytes = 0; ///< free when the agent started; -1: unknown
+    int cc_major = 0; ///< compute capability major.minor
+    int cc_minor = 0;
+
+    bool operator==(const GpuCapability&) const = default;
+};
+
+/// @brief An agent's CUDA: its build, the libraries it found, and what its kernels were built for.
+struct CudaCapability
+{
+    bool compiled_in = false; ///< the agent's engine holds CUDA kernels
+    std::string runtime; ///< "13.0"; empty when not compiled in
+    std::string driver; ///< the CUDA version the driver supports, "13.0"; "none" without a driver
+    std::string cublas; ///< "13.1.0"
+    std::string nccl; ///< "2.28.9", or "not found"
+    std::vector<int> architectures; ///< SM architectures of the kernels, {80, 90}
+    std::string error; ///< why no GPU is listed (no driver, no device visible, no kernels), when none is
+
+    /// Whether the kernels run on a GPU of compute capability major.minor: built for an architecture of the same
+    /// major at or below it (the same binary code), or the GPU is newer than every architecture (CMake embeds
+    /// each one's PTX, which the driver compiles when the agent starts). Older than every architecture: no.
+    bool runsOn(int cc_major, int cc_minor) const;
+
+    bool operator==(const CudaCapability&) const = default;
+};
+
 /// @brief Agent -> controller, the first frame: who the agent is and what it can run.
 struct Hello
 {
@@ -34,9 +66,11 @@ struct Hello
     std::int64_t pid = 0;
     int cores = 0;
     std::int64_t memory_bytes = 0;
-    std::vector<std::string> backends; ///< "cpu", "gloo", "cuda", "nccl"
-    std::vector<std::string> gpus; ///< device names, in CUDA's order
+    /// "cpu", "gloo", and "cuda" when the agent was built with CUDA and sees a device
+    std::vector<std::string> backends;
+    std::vector<GpuCapability> gpus; ///< in CUDA's order; empty without CUDA
     std::string blas; ///< the BLAS the engine was built with, e.g. "OpenBLAS 0.3.21"
+    CudaCapability cuda;
 
     nlohmann::json toJson() const;
     static Hello fromJson(const nlohmann::json& j);
@@ -46,6 +80,11 @@ struct Hello
 /// Where a run's training data comes from.
 enum class DataKind : std::uint8_t { Synthetic, Tokens, Text };
 std::string_view toString(DataKind kind);
+
+/// What a GPU device trains in: fp32 throughout, or bf16 parameters, gradients and activations with fp32 master
+/// weights and moments (engine::Precision). A CPU device trains in fp32.
+enum class Precision : std::uint8_t { Fp32, Bf16 };
+std::string_view toString(Precision precision);
 
 /// How the agents' devices talk to each other.
 enum class Transport : std::uint8_t { Gloo, Local };
@@ -69,6 +108,10 @@ struct RunSpec
     std::string agent; ///< the name the controller gives this agent; Telemetry::agent repeats it
     nlohmann::json plan; ///< the plan file, as planner's toJson(Plan) writes it
     std::vector<int> devices; ///< the plan's global device indices this agent runs
+    /// Per entry of `devices`: the CUDA device it trains on (an index among those the agent sees, i.e. after its
+    /// CUDA_VISIBLE_DEVICES), or -1 for the CPU. Empty: every device on the CPU.
+    std::vector<int> cuda_devices;
+    Precision precision = Precision::Fp32; ///< of the CUDA devices (CPU devices train in fp32)
     std::int64_t steps = 0;
     DataSpec data;
     std::string init_checkpoint; ///< empty: initialise from the seed

@@ -135,6 +135,20 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         ->capture_default_str();
     measure->add_option("--warmup", mOpt.warmup, "untimed passes first")->capture_default_str();
     measure->add_option("--seed", mOpt.seed, "weights and tokens")->capture_default_str();
+    measure
+        ->add_option("--device", mOpt.device,
+            "where to time the layers: cpu, or cuda[:N] (CUDA device N of those the agent sees; cuda = cuda:0)")
+        ->capture_default_str()
+        ->check(
+            [](const std::string& device) -> std::string {
+                return measureDeviceIndex(device) ? std::string() : "'" + device + "' is not cpu, cuda or cuda:N";
+            },
+            "DEVICE");
+    measure
+        ->add_option("--precision", mOpt.precision,
+            "fp32, or bf16 (bf16 weights and activations, fp32 master weights: on a CUDA device only)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     measure->add_option("-o,--output", mOpt.output, "model JSON to write")->required();
     measure->add_flag("--json", mOpt.json, "print a JSON summary");
 

@@ -119,8 +119,27 @@ std::string describeLink(const planner::LinkFit& l)
 
 } // namespace
 
+std::optional<int> measureDeviceIndex(const std::string& device)
+{
+    if (device == "cpu")
+        return -1;
+    if (device == "cuda")
+        return 0;
+    if (device.rfind("cuda:", 0) != 0 || device.size() == 5
+        || device.find_first_not_of("0123456789", 5) != std::string::npos || device.size() > 14)
+        return std::nullopt;
+    return std::stoi(device.substr(5));
+}
+
 void profileMeasure(const MeasureOptions& o, std::ostream& out)
 {
+    const auto device = measureDeviceIndex(o.device);
+    if (!device)
+        throw InputError({}, 0, "--device", "'" + o.device + "' is not cpu, cuda or cuda:N");
+    if (o.precision != "fp32" && o.precision != "bf16")
+        throw InputError({}, 0, "--precision", "'" + o.precision + "' is not fp32 or bf16");
+    if (*device < 0 && o.precision != "fp32")
+        throw InputError({}, 0, "--precision", "the CPU trains in fp32 only: give --device cuda[:N] for bf16");
     std::vector<std::string> args = {"--profile"};
     for (auto [name, value] : {std::pair {"--layers", o.layers}, {"--hidden", o.hidden}, {"--heads", o.heads},
              {"--seq", o.seq}, {"--vocab", o.vocab}, {"--microbatch", o.microbatch}})
@@ -140,6 +159,8 @@ void profileMeasure(const MeasureOptions& o, std::ostream& out)
     }
     args.push_back("--seed");
     args.push_back(std::to_string(o.seed));
+    // The agent checks the device against its own build and the devices it sees, before it measures anything.
+    args.insert(args.end(), {"--device", o.device, "--precision", o.precision});
     args.push_back("-o");
     args.push_back(std::filesystem::absolute(o.output).string());
     const auto exe = agentExecutable();

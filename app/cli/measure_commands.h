@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -17,9 +18,14 @@ struct MeasureOptions
     int repeats = 10;
     int warmup = 1;
     std::uint64_t seed = 1234;
+    std::string device = "cpu"; ///< cpu | cuda | cuda:N (pipewright-agent --profile --device)
+    std::string precision = "fp32"; ///< fp32 | bf16 (a CUDA device only)
     std::string output;
     bool json = false;
 };
+
+/// `--device`'s value as a device: nullopt for a malformed one, else -1 for "cpu" and N for "cuda:N" ("cuda": 0).
+std::optional<int> measureDeviceIndex(const std::string& device);
 
 struct CalibrateOptions
 {
@@ -31,7 +37,9 @@ struct CalibrateOptions
 };
 
 /// Runs pipewright-agent --profile (PIPEWRIGHT_AGENT, else the agent beside the CLI) with the options, which writes
-/// the profile to o.output; prints a summary. Throws InputError with the agent's own message when it fails.
+/// the profile to o.output; prints a summary. Throws InputError with the agent's own message when it fails, which
+/// for a device the agent cannot use (built without CUDA, no such device, bf16 on the CPU) comes before it measures
+/// anything. Throws InputError for bf16 with --device cpu without starting the agent.
 void profileMeasure(const MeasureOptions& o, std::ostream& out);
 
 /// Fits a cost model to the run's measured spans (planner/sim/calibration.h), writes it to o.output and prints the

@@ -25,6 +25,7 @@
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/sim/calibration.h"
+#include "planner/units.h"
 
 namespace pw::cli {
 
@@ -397,6 +398,7 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     const auto losses = h.metrics(r.id, "loss");
     const int steps = static_cast<int>(losses.size());
     const auto cmp = app::compareRun(plan, predicted, static_cast<int>(r.predicted_steps), measured, steps);
+    const auto memory = app::compareMemory(plan, app::measuredPeakMemory(measured));
     // The calibrated costs' prediction of the same steps as the stored one (of the run's steps when none is stored).
     std::optional<app::RunComparison> calibrated;
     if (!o.costs.empty()) {
@@ -418,10 +420,19 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
         nlohmann::json ls = nlohmann::json::array();
         for (const auto& l : losses)
             ls.push_back(l.value);
+        nlohmann::json mem = nlohmann::json::array();
+        for (const auto& m : memory)
+            mem.push_back({{"device", m.device},
+                {"name",
+                    m.device < static_cast<int>(measured.device_names.size())
+                        ? measured.device_names[static_cast<std::size_t>(m.device)]
+                        : std::string()},
+                {"predicted_peak_bytes", m.predicted_peak_bytes}, {"measured_peak_bytes", m.measured_peak_bytes},
+                {"error", m.error}});
         nlohmann::json j({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
             {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
             {"predicted_iteration_s", cmp.predicted_iteration_s}, {"measured_iteration_s", cmp.measured_iteration_s},
-            {"iteration_error", cmp.iteration_error}, {"stages", stages}});
+            {"iteration_error", cmp.iteration_error}, {"stages", stages}, {"memory", mem}});
         if (calibrated) {
             j["costs"] = o.costs;
             j["calibrated_iteration_s"] = calibrated->predicted_iteration_s;
@@ -454,6 +465,20 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             << milliseconds(s.predicted.compute_s) << std::setw(10) << milliseconds(s.measured.compute_s)
             << std::setw(10) << percent(s.compute_error) << std::setw(19) << milliseconds(s.predicted.idle_s)
             << std::setw(10) << milliseconds(s.measured.idle_s) << std::setw(14) << percent(s.iteration_error) << "\n";
+    if (!memory.empty()) {
+        out << "  memory per device: the planner's predicted peak, the peak the engine's buffers reached on it "
+               "(weights, gradients, optimizer state, stashed activations, workspaces), error = measured / predicted - "
+               "1\n";
+        for (const auto& m : memory) {
+            const std::string name = m.device < static_cast<int>(measured.device_names.size())
+                ? measured.device_names[static_cast<std::size_t>(m.device)]
+                : std::string();
+            out << "    device " << std::left << std::setw(4) << m.device << std::setw(28) << name.substr(0, 27)
+                << std::right << " predicted " << std::setw(10) << planner::formatBytes(m.predicted_peak_bytes)
+                << "  measured " << std::setw(10) << planner::formatBytes(m.measured_peak_bytes) << "  "
+                << (m.predicted_peak_bytes > 0 ? percent(m.error) : std::string("(no prediction)")) << "\n";
+        }
+    }
 }
 
 void historyExport(const HistoryOptions& o, std::ostream& out)

@@ -748,7 +748,9 @@ void HistoryStore::appendMetrics(const std::string& id, std::span<const MetricSa
     insert.text(1, id);
     for (const auto& s : samples) {
         // The one unit every producer agrees on; other series are dimensionless until they carry one.
-        const std::string_view unit = s.name == planner::kMemoryCounter ? "B" : "";
+        const bool bytes = s.name == planner::kMemoryCounter || s.name == planner::kDeviceMemoryCounter
+            || s.name == planner::kDeviceMemoryPeakCounter;
+        const std::string_view unit = bytes ? "B" : "";
         // A NaN binds as NULL (SQLite has no NaN); infinities are stored as they are.
         insert.integer(2, s.step).text(3, s.name).real(4, s.value).real(5, s.t_s).integer(6, s.device).text(7, unit);
         insert.run();

@@ -79,6 +79,41 @@ double planIterationTime(const planner::Plan& plan, const planner::CostModel* co
     }
 }
 
+std::vector<DeviceMemory> compareMemory(const planner::Plan& plan, const std::map<int, double>& measuredPeak)
+{
+    std::vector<double> predicted;
+    try {
+        const planner::SimulationOptions metricsOnly {.record_spans = false, .record_memory = false};
+        const auto sim = planner::simulate(plan, planner::generateSchedule(plan), metricsOnly);
+        for (const auto& d : sim.devices)
+            predicted.push_back(d.peak_memory_bytes);
+    } catch (const std::exception&) {
+        predicted.clear(); // no prediction: the measured peaks alone
+    }
+    std::vector<DeviceMemory> out;
+    for (const auto& [device, bytes] : measuredPeak) {
+        DeviceMemory m;
+        m.device = device;
+        m.measured_peak_bytes = bytes;
+        if (device >= 0 && device < static_cast<int>(predicted.size()))
+            m.predicted_peak_bytes = predicted[static_cast<std::size_t>(device)];
+        m.error = m.predicted_peak_bytes > 0 ? bytes / m.predicted_peak_bytes - 1.0 : 0.0;
+        out.push_back(m);
+    }
+    return out;
+}
+
+std::map<int, double> measuredPeakMemory(const planner::Timeline& measured)
+{
+    std::map<int, double> peak;
+    for (const auto& c : measured.counters)
+        if (c.name == planner::kDeviceMemoryPeakCounter)
+            for (const auto& s : c.samples)
+                if (s.device >= 0 && std::isfinite(s.value))
+                    peak[s.device] = std::max(peak[s.device], s.value);
+    return peak;
+}
+
 RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& predicted, int predictedSteps,
     const planner::Timeline& measured, int measuredSteps, const planner::CostModel* cost)
 {

@@ -3,6 +3,7 @@
 // timeline next to the simulator's prediction for the same plan and steps.
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "planner/plan.h"
@@ -36,6 +37,17 @@ struct StageComparison
     bool operator==(const StageComparison&) const = default;
 };
 
+/// @brief One device's memory: the planner's predicted peak against the peak the device's backend measured
+/// (the engine's buffers on it: weights, gradients, optimizer state, stashed activations, workspaces).
+struct DeviceMemory
+{
+    int device = 0;
+    double predicted_peak_bytes = 0; ///< the simulator's peak for the device (its stages' memory model)
+    double measured_peak_bytes = 0; ///< the largest "device_memory_peak" sample of the device
+    double error = 0; ///< measured / predicted - 1 (0 without a prediction)
+
+    bool operator==(const DeviceMemory&) const = default;
+};
 struct RunComparison
 {
     std::vector<StageComparison> stages;
@@ -43,9 +55,18 @@ struct RunComparison
     double predicted_iteration_s = 0;
     double measured_iteration_s = 0;
     double iteration_error = 0;
+    /// Per device with a measured peak: compareMemory (filled where the plan's simulation may run: not on a UI
+    /// thread)
+    std::vector<DeviceMemory> memory;
 
     bool operator==(const RunComparison&) const = default;
 };
+
+/// Every device with a measured peak (device -> bytes), next to the simulator's peak for it; the plan's metrics
+/// from a simulation without spans. Devices without a sample are left out.
+std::vector<DeviceMemory> compareMemory(const planner::Plan& plan, const std::map<int, double>& measuredPeak);
+/// The largest kDeviceMemoryPeakCounter sample of each device of a measured timeline.
+std::map<int, double> measuredPeakMemory(const planner::Timeline& measured);
 
 /// Times per (virtual) stage of one timeline: one entry per stage of the plan, its compute from the spans of that
 /// stage on the devices the plan gives it.

@@ -21,6 +21,7 @@
 #include "app/run/agent_connection.h"
 #include "app/run/remote.h"
 #include "app/run/run_checks.h"
+#include "gpu_devices.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
@@ -122,6 +123,10 @@ struct RunController::Impl
     bool started = false; ///< Start was sent
     bool statusChanged = true; ///< an agent's status changed since the observer last heard
     Clock::time_point lastStatus;
+    /// The run's device names in the history: the prediction's (the cluster's device types), then each GPU's
+    /// name as its agent's hello reports it.
+    std::vector<std::string> deviceNames;
+    bool deviceNamesChanged = false;
 
     Impl(RunRequest r, HistoryStore& h)
         : request(std::move(r))
@@ -259,9 +264,24 @@ void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObs
                 a.host = msg.host;
                 a.remote_pid = msg.pid;
                 statusChanged = true;
+                // The GPU each of its devices trains on, by name, where the agent lists it (an index it does not
+                // see fails in the agent, which says why).
+                std::string gpus;
+                for (int d : a.devices)
+                    if (const auto gpu = cudaDeviceOf(*request.plan.cluster, d);
+                        gpu && *gpu < static_cast<int>(msg.gpus.size())) {
+                        const std::string name
+                            = "cuda:" + std::to_string(*gpu) + " " + msg.gpus[static_cast<std::size_t>(*gpu)].name;
+                        gpus += ", device " + std::to_string(d) + " on " + name;
+                        if (d >= static_cast<int>(deviceNames.size()))
+                            for (int i = static_cast<int>(deviceNames.size()); i <= d; ++i)
+                                deviceNames.push_back("device " + std::to_string(i));
+                        deviceNames[static_cast<std::size_t>(d)] = name + " (" + msg.host + ")";
+                        deviceNamesChanged = true;
+                    }
                 logLine(index, "info",
                     a.name + " on " + msg.host + " (pid " + std::to_string(msg.pid) + ", " + std::to_string(msg.cores)
-                        + " cores, " + msg.blas + ")",
+                        + " cores, " + msg.blas + gpus + ")",
                     o);
             } else if constexpr (std::is_same_v<T, agents::RendezvousSet>) {
                 store[msg.key] = msg.value;
@@ -387,6 +407,9 @@ void RunController::Impl::reportAgents(const RunObserver& o, bool force)
 
 void RunController::Impl::flush()
 {
+    if (deviceNamesChanged)
+        history.setDeviceNames(runId, deviceNames);
+    deviceNamesChanged = false;
     if (!spanBuffer.empty())
         history.appendSpans(runId, spanBuffer);
     if (!metricBuffer.empty())
@@ -454,6 +477,10 @@ CheckedRun checkRun(const RunRequest& req)
     // (app/run/run_checks.h)
     validateRunSettings(req);
     checkTrainable(req.plan); // the model's shape, and only settings the engine honours
+    for (const auto& stage : req.plan.stages) // a precision the GPUs have no kernels for, before anything starts
+        for (int d : stage.devices)
+            if (cudaDeviceOf(*req.plan.cluster, d))
+                gpuPrecision(req.plan);
     {
         planner::Plan p = req.plan;
         p.schedule.iterations = std::min(req.steps, 2); // the agents generate the rest (engine::runProgram)
@@ -532,6 +559,7 @@ RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
             throw std::runtime_error(noPrediction);
         sim->timeline.run_id = s.runId;
         s.history.savePredicted(s.runId, sim->timeline, checked.predicted_steps);
+        s.deviceNames = sim->timeline.device_names;
     } catch (const std::exception& e) {
         s.logBuffer.push_back({0, -1, -1, "warning", std::string("no prediction: ") + e.what()});
     }
@@ -594,6 +622,7 @@ RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
         spec.threads = threads;
         spec.transport = agents::Transport::Gloo;
         spec.telemetry_batch = req.telemetry_batch;
+        assignDevices(spec, req.plan); // the node's GPU for each device; none on a CPU node
         if (s.remote) {
             spec.journal_path = s.remote->journalPath(a->devices.front());
             spec.gloo_host = s.remote->glooHost(a->devices.front());

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "preflight.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <map>
@@ -11,9 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "agents/protocol/messages.h"
+#include "app/run/controller.h"
 #include "app/run/remote.h"
 #include "app/run/run_checks.h"
+#include "gpu_devices.h"
 #include "planner/errors.h"
+#include "planner/sim/simulator.h"
+#include "planner/units.h"
 
 namespace pw::app {
 
@@ -45,20 +50,147 @@ std::set<int> usedNodes(const planner::Cluster& cluster, const planner::Plan* pl
     return nodes;
 }
 
-/// Devices of node `index` the plan uses (every device of the node without a plan).
-int devicesUsed(const planner::Cluster& cluster, const planner::Plan* plan, int index)
+/// Devices of node `index` the plan uses (every device of the node without a plan), global indices in order.
+std::vector<int> devicesUsed(const planner::Cluster& cluster, const planner::Plan* plan, int index)
 {
-    if (!plan)
-        return cluster.nodes[static_cast<std::size_t>(index)].count;
     std::set<int> devices;
-    for (const auto& s : plan->stages)
-        for (int d : s.devices)
-            if (cluster.device(d).node == index)
-                devices.insert(d);
-    return static_cast<int>(devices.size());
+    if (!plan) {
+        const auto first = static_cast<int>(cluster.nodes.firstDevice(static_cast<std::size_t>(index)));
+        for (int k = 0; k < cluster.nodes[static_cast<std::size_t>(index)].count; ++k)
+            devices.insert(first + k);
+    } else
+        for (const auto& s : plan->stages)
+            for (int d : s.devices)
+                if (cluster.device(d).node == index)
+                    devices.insert(d);
+    return {devices.begin(), devices.end()};
+}
+
+std::string listed(const std::vector<int>& values)
+{
+    std::string out;
+    for (int v : values)
+        out += (out.empty() ? "" : ", ") + std::to_string(v);
+    return out;
+}
+
+std::string architectures(const agents::CudaCapability& cuda)
+{
+    std::string out;
+    for (int a : cuda.architectures)
+        out += (out.empty() ? "sm_" : ", sm_") + std::to_string(a);
+    return out.empty() ? "no architecture" : out;
 }
 
 } // namespace
+
+PredictedMemory predictedMemory(const planner::Plan& plan)
+{
+    PredictedMemory out;
+    planner::Plan p = plan;
+    p.schedule.iterations = std::min(std::max(1, p.schedule.iterations), kPredictedSteps);
+    planner::SimulationOptions options;
+    options.record_spans = false;
+    try {
+        const auto result = planner::simulate(p, options);
+        for (const auto& d : result.devices)
+            out.peak_bytes.push_back(d.peak_memory_bytes);
+    } catch (const std::exception& e) {
+        out.why = e.what();
+    }
+    return out;
+}
+
+std::vector<PreflightCheck> deviceChecks(const planner::Cluster& cluster, const planner::Plan* plan, int node,
+    const PredictedMemory& predicted, const agents::Hello& hello, const std::string& where)
+{
+    const auto& n = cluster.nodes[static_cast<std::size_t>(node)];
+    const std::vector<int> used = devicesUsed(cluster, plan, node);
+    const int need = static_cast<int>(used.size());
+    if (n.gpus.empty()) { // CPU devices: one core each at least
+        return {{n.name, where, "devices", hello.cores >= need,
+            std::to_string(need) + " CPU device(s) needed, " + std::to_string(hello.cores) + " cores found",
+            hello.cores >= need ? ""
+                                : "give the node fewer devices in the cluster file (or, for GPUs, list the GPU of "
+                                  "each device in its \"gpus\")"}};
+    }
+    std::map<int, std::vector<int>> byGpu; // CUDA index -> the plan's devices on it
+    for (int d : used)
+        byGpu[*cudaDeviceOf(cluster, d)].push_back(d);
+    std::string seen;
+    for (const auto& g : hello.gpus)
+        seen += (seen.empty() ? ": " : ", ") + ("cuda:" + std::to_string(g.index) + " " + g.name);
+    std::vector<PreflightCheck> out;
+    std::string problem, fix;
+    if (!hello.cuda.compiled_in) {
+        problem = "the node's devices are GPUs (its \"gpus\" in the cluster file), and the agent was built without "
+                  "CUDA";
+        fix = "build the agent where nvcc is found (PW_WITH_CUDA=AUTO or ON), or drop the node's \"gpus\" to train "
+              "on its CPUs";
+    } else {
+        std::vector<int> missing;
+        for (const auto& [gpu, devices] : byGpu)
+            if (gpu >= static_cast<int>(hello.gpus.size()))
+                missing.push_back(gpu);
+        if (!missing.empty()) {
+            problem = "needs CUDA device(s) " + listed(missing) + ", the agent sees "
+                + std::to_string(hello.gpus.size()) + " GPU(s)" + seen
+                + (hello.cuda.error.empty() ? "" : " (" + hello.cuda.error + ")");
+            fix = "make the GPUs visible to the agent there (CUDA_VISIBLE_DEVICES in the node's env, the driver: "
+                  "nvidia-smi), or give the node's devices GPUs it has in the cluster file's \"gpus\"";
+        }
+    }
+    std::string found;
+    for (const auto& [gpu, devices] : byGpu)
+        found += (found.empty() ? "" : "; ") + ("cuda:" + std::to_string(gpu) + " for device(s) " + listed(devices));
+    out.push_back({n.name, where, "devices", problem.empty(),
+        problem.empty() ? std::to_string(need) + " GPU device(s) needed: " + found + "; the agent sees "
+                + std::to_string(hello.gpus.size()) + " GPU(s)" + seen + " (CUDA " + hello.cuda.runtime + ", driver "
+                + hello.cuda.driver + ")"
+                        : problem,
+        fix});
+    if (!problem.empty())
+        return out;
+    const auto& built = hello.cuda.architectures;
+    const int lowest = built.empty() ? 0 : *std::min_element(built.begin(), built.end());
+    const std::string oldest = std::to_string(lowest / 10) + "." + std::to_string(lowest % 10);
+    for (const auto& [gpu, devices] : byGpu) {
+        const auto& g = hello.gpus[static_cast<std::size_t>(gpu)];
+        const std::string name = "GPU cuda:" + std::to_string(gpu);
+        const std::string cc = std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor);
+        const bool runs = hello.cuda.runsOn(g.cc_major, g.cc_minor);
+        out.push_back({n.name, where, name + " kernels", runs,
+            g.name + ", compute capability " + cc + (runs ? ": runs" : ": does not run")
+                + " the agent's kernels (built for " + architectures(hello.cuda) + ")",
+            runs ? ""
+                 : "give the node's devices a GPU of compute capability " + oldest + " or newer (its \"gpus\" in the "
+                    + "cluster file), or build the agent for compute capability " + cc
+                    + " (CMAKE_CUDA_ARCHITECTURES)"});
+        // The memory the plan predicts for the devices on this GPU, against what is free on it now.
+        double needBytes = 0;
+        std::string basis;
+        if (!predicted.peak_bytes.empty()) {
+            for (int d : devices)
+                needBytes += predicted.peak_bytes.at(static_cast<std::size_t>(d));
+            basis = "predicted peak " + planner::formatBytes(needBytes);
+        } else {
+            for (int d : devices)
+                needBytes += cluster.typeOf(d).memory_bytes;
+            basis = "no predicted peak (" + (predicted.why.empty() ? std::string("no plan") : predicted.why)
+                + "): the cluster's " + planner::formatBytes(needBytes) + " for its device(s), against the GPU's total";
+        }
+        const bool freeKnown = g.free_bytes >= 0 && !predicted.peak_bytes.empty();
+        const double have = static_cast<double>(freeKnown ? g.free_bytes : g.memory_bytes);
+        const bool fits = needBytes <= have;
+        out.push_back({n.name, where, name + " memory", fits,
+            g.name + ": " + basis + " for device(s) " + listed(devices) + ", " + planner::formatBytes(have)
+                + (freeKnown ? " free" : " in all") + (g.free_bytes < 0 ? " (free memory unknown)" : ""),
+            fits ? ""
+                 : "free memory on that GPU (other processes there: nvidia-smi), spread the node's devices over more "
+                   "GPUs (its \"gpus\"), or plan with less memory per device (more stages, smaller microbatches)"});
+    }
+    return out;
+}
 
 std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const planner::Plan* plan,
     const PreflightOptions& options, const std::function<void(const PreflightCheck&)>& progress)
@@ -96,6 +228,7 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
             plan = nullptr; // the nodes are still checked, every one of them
     }
     std::optional<AgentBuild> build;
+    std::optional<PredictedMemory> predicted; // simulated once, when a GPU node is checked
     struct Reached
     {
         std::unique_ptr<agents::SshSession> session;
@@ -157,7 +290,13 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
                 free >= need ? "" : "free " + gib(need - free) + " or more in " + root});
 
             const auto [agentPath, uploaded] = installAgent(*session, root, *build, "preflight");
-            const auto caps = session->run(shellQuote(agentPath) + " --capabilities");
+            // The GPUs the run's agents will see: the node's CUDA_VISIBLE_DEVICES applied (a device index counts
+            // among the visible ones). Its value only: the node's other env values may be secrets.
+            std::map<std::string, std::string> cudaEnv;
+            if (const auto mask = node.env.find("CUDA_VISIBLE_DEVICES");
+                mask != node.env.end() && mask->second != planner::kRedactedValue)
+                cudaEnv.insert(*mask);
+            const auto caps = session->run(shellCommand(cudaEnv, {agentPath, "--capabilities"}));
             agents::Hello hello;
             std::string problem;
             if (caps.exit_status != 0)
@@ -181,19 +320,11 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
                                 : "install the libraries the agent links (run `ldd " + agentPath
                         + "` there), or build the agent for that host"});
             if (problem.empty()) {
-                const int need = devicesUsed(cluster, plan, index);
-                const int typeIndex = cluster.findType(cluster.nodes[static_cast<std::size_t>(index)].device_type);
-                const std::string type
-                    = typeIndex >= 0 ? cluster.device_types[static_cast<std::size_t>(typeIndex)].name : "?";
-                const bool gpu = type != "cpu";
-                const int have = gpu ? static_cast<int>(hello.gpus.size()) : hello.cores;
-                report({c.node, c.where, "devices", have >= need,
-                    std::to_string(need) + (gpu ? " GPU(s) of type " + type : " CPU device(s)") + " needed, "
-                        + std::to_string(have) + (gpu ? " GPU(s) found" : " cores found"),
-                    have >= need ? ""
-                        : gpu    ? "check CUDA_VISIBLE_DEVICES in the node's env, the driver, and that the agent "
-                                   "was built with CUDA"
-                                 : "give the node fewer devices in the cluster file"});
+                if (!predicted && plan && !node.gpus.empty())
+                    predicted = predictedMemory(*plan); // once, for the first GPU node
+                for (auto& check :
+                    deviceChecks(cluster, plan, index, predicted ? *predicted : PredictedMemory {}, hello, c.where))
+                    report(std::move(check));
                 reached[index] = {std::move(session), agentPath};
             }
         } catch (const std::exception& e) {

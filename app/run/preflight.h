@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "agents/launch/ssh.h"
+#include "agents/protocol/messages.h"
+#include "app/launch/ssh.h"
 #include "planner/plan.h"
 
 namespace pw::app {
@@ -23,8 +24,8 @@ struct PreflightCheck
 {
     std::string node; ///< the cluster's node name
     std::string where; ///< user@host:port once connected, else the host
-    std::string
-        check; ///< "plan", "reachable", "host key", "authenticated", "disk space", "agent", "devices", "reaches NODE"
+    std::string check; ///< "plan", "reachable", "host key", "authenticated", "disk space", "agent", "devices",
+                       ///< "GPU cuda:N kernels", "GPU cuda:N memory", "reaches NODE"
     bool ok = false;
     std::string detail; ///< what was found
     std::string fix; ///< what to do, when not ok
@@ -41,6 +42,25 @@ struct PreflightOptions
     std::filesystem::path agent_executable;
     std::int64_t min_free_bytes = std::int64_t {1} << 30; ///< beside the agent build, for logs and journals
 };
+
+/// @brief The plan's predicted peak memory of every device (the simulator's, as the controller stores it), or why
+/// there is none.
+struct PredictedMemory
+{
+    std::vector<double> peak_bytes; ///< per global device; empty when there is no prediction
+    std::string why; ///< the simulator's error, when empty
+};
+/// Simulates `plan` (at most the controller's kPredictedSteps iterations) for its devices' peak memory.
+PredictedMemory predictedMemory(const planner::Plan& plan);
+
+/// The device checks of node `node` from its agent's capabilities (`hello`). A CPU node (no `gpus` in the cluster
+/// file): "devices", its cores against the devices the plan puts there. A GPU node: "devices", the agent has CUDA
+/// and sees every GPU the node's used devices map to; then per GPU "GPU cuda:N kernels" (its compute capability
+/// runs the agent's kernels) and "GPU cuda:N memory" (its free memory holds the predicted peaks of the devices on
+/// it; without a prediction, the cluster's memory for those devices against the GPU's total, saying so). Every
+/// failed check names the node, the GPU and the fix.
+std::vector<PreflightCheck> deviceChecks(const planner::Cluster& cluster, const planner::Plan* plan, int node,
+    const PredictedMemory& predicted, const agents::Hello& hello, const std::string& where);
 
 /// Runs the checks on the nodes of `cluster` (those holding a device of `plan` when given), reporting each as it
 /// completes. A node that fails to connect gets no further checks. With a plan, the first check (node "plan",

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "app/run/controller.h"
+#include "gpu_devices.h"
 #include "planner/errors.h"
 #include "planner/sim/simulator.h"
 #include "planner/units.h"
@@ -77,7 +78,7 @@ std::uint64_t parseSeed(const std::string& text)
 void checkTrainable(const planner::Plan& plan)
 {
 #ifdef PW_WITH_ENGINE
-    engine::trainingSetup(plan);
+    engine::trainingSetup(plan, trainsOnGpus(plan) ? engine::TrainsOn::Cuda : engine::TrainsOn::Cpu);
 #else
     (void)plan;
     throw InputError("this build has no training engine (configured with PW_BUILD_ENGINE=OFF): it cannot train");
@@ -93,7 +94,8 @@ void checkRunFiles(const RunRequest& request)
     data.kind = engine::dataKindFromString(std::string(agents::toString(request.data.kind)));
     data.path = request.data.path;
     data.seed = request.data.seed;
-    engine::checkRunInputs(engine::trainingSetup(request.plan), data, request.init_checkpoint);
+    const auto where = trainsOnGpus(request.plan) ? engine::TrainsOn::Cuda : engine::TrainsOn::Cpu;
+    engine::checkRunInputs(engine::trainingSetup(request.plan, where), data, request.init_checkpoint);
 #else
     (void)request;
 #endif

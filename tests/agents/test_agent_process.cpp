@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// pipewright-agent as a process: --capabilities, the handshake it opens a session with, and how it ends when its
-// controller sends garbage, goes away, or it is asked to terminate: a clear Error or Done frame and an exit, never
-// a crash or a process left behind.
+// pipewright-agent as a process: --capabilities (JSON and for people, CUDA and the GPUs included), the handshake it
+// opens a session with, and how it ends when its controller sends garbage, goes away, or it is asked to terminate:
+// a clear Error or Done frame and an exit, never a crash or a process left behind.
 #include <catch2/catch.hpp>
 
 #ifdef PW_AGENT_EXE
@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <poll.h>
@@ -30,6 +32,24 @@ using pw::test::AgentProcess;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+/// What `command` prints on stdout, and its exit status.
+std::pair<std::string, int> capture(const std::string& command)
+{
+    FILE* p = popen(command.c_str(), "r");
+    REQUIRE(p);
+    std::string text;
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, p))
+        text += buffer;
+    const int status = pclose(p);
+    return {text, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+bool has(const std::vector<std::string>& list, const std::string& item)
+{
+    return std::find(list.begin(), list.end(), item) != list.end();
+}
 
 } // namespace
 
@@ -48,6 +68,64 @@ TEST_CASE("agent: --capabilities prints this machine's capabilities as JSON", "[
     CHECK(hello.memory_bytes > 0);
     CHECK_THAT(hello.blas, Contains("OpenBLAS"));
     CHECK(std::find(hello.backends.begin(), hello.backends.end(), "gloo") != hello.backends.end());
+}
+
+TEST_CASE("agent: --capabilities describes its CUDA and every GPU it sees - cuda only with a device", "[agent]")
+{
+    const auto [text, status] = capture(PW_AGENT_EXE " --capabilities --json");
+    REQUIRE(status == 0);
+    const auto hello = Hello::fromJson(nlohmann::json::parse(text));
+    const auto& cuda = hello.cuda;
+    CHECK(has(hello.backends, "cuda") == (cuda.compiled_in && !hello.gpus.empty()));
+    CHECK(cuda.compiled_in == !cuda.architectures.empty());
+    CHECK_FALSE(cuda.driver.empty()); // a version, or "none"
+    CHECK_FALSE(cuda.nccl.empty()); // a version, or "not found"
+    if (hello.gpus.empty())
+        CHECK_FALSE(cuda.error.empty()); // why there is none
+    for (std::size_t i = 0; i < hello.gpus.size(); ++i) {
+        const auto& g = hello.gpus[i];
+        CHECK(g.index == static_cast<int>(i));
+        CHECK_FALSE(g.name.empty());
+        CHECK(g.memory_bytes > 0);
+        CHECK(g.free_bytes <= g.memory_bytes);
+        CHECK(g.cc_major > 0);
+    }
+    if (!cuda.compiled_in) {
+        CHECK(hello.gpus.empty());
+        CHECK(cuda.runtime.empty());
+    }
+
+    // CUDA_VISIBLE_DEVICES hides every GPU: none listed, no cuda backend, the reason said.
+    const auto [hiddenText, hiddenStatus] = capture("CUDA_VISIBLE_DEVICES= " PW_AGENT_EXE " --capabilities");
+    REQUIRE(hiddenStatus == 0);
+    const auto hidden = Hello::fromJson(nlohmann::json::parse(hiddenText));
+    CHECK(hidden.gpus.empty());
+    CHECK_FALSE(has(hidden.backends, "cuda"));
+    CHECK_FALSE(hidden.cuda.error.empty());
+    CHECK(hidden.cuda.compiled_in == cuda.compiled_in);
+}
+
+TEST_CASE("agent: --capabilities --human prints every item for people", "[agent]")
+{
+    const auto hello = Hello::fromJson(nlohmann::json::parse(capture(PW_AGENT_EXE " --capabilities").first));
+    const auto [text, status] = capture("CUDA_VISIBLE_DEVICES=-1 " PW_AGENT_EXE " --capabilities --human");
+    REQUIRE(status == 0);
+    CHECK_THAT(text, Contains("pipewright-agent " + hello.agent_version));
+    CHECK_THAT(text, Contains("(protocol " + std::to_string(kProtocolVersion) + ")"));
+    CHECK_THAT(text, Contains(std::to_string(hello.cores) + " cores") && Contains(hello.blas));
+    CHECK_THAT(
+        text, Contains(hello.cuda.compiled_in ? "CUDA:         compiled in, kernels for sm_" : "not compiled in"));
+    for (const char* item : {"runtime:", "driver:", "cuBLAS:", "NCCL:", "GPUs:"})
+        CHECK_THAT(text, Contains(item));
+    CHECK_THAT(text, Contains("driver:       " + hello.cuda.driver));
+    CHECK_THAT(text, Contains("NCCL:         " + hello.cuda.nccl));
+    CHECK_THAT(text, Contains("CUDA_VISIBLE_DEVICES: '-1'"));
+    // -1 hides every device: none is listed, and the reason is.
+    CHECK_THAT(text, Contains("GPUs:         none ("));
+
+    const auto [usage, bad] = capture(PW_AGENT_EXE " --capabilities --yaml 2>&1");
+    CHECK(bad == 2);
+    CHECK_THAT(usage, Contains("usage: pipewright-agent --capabilities [--json | --human]"));
 }
 
 TEST_CASE("agent: an unknown argument is refused with the usage", "[agent]")

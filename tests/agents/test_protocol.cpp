@@ -53,6 +53,8 @@ RunSpec runSpec()
     r.plan = json::parse(R"({"format_version": 3, "stages": [{"first_layer": 0, "last_layer": 5, "devices": [0, 1]}],
                              "schedule": {"kind": "1f1b", "microbatches": 8}, "predicted": {"iteration_s": 0.125}})");
     r.devices = {0, 1};
+    r.cuda_devices = {3, -1}; // device 0 on CUDA device 3, device 1 on the CPU
+    r.precision = Precision::Bf16;
     r.steps = 1000;
     r.data = {DataKind::Tokens, "/data/tiny_shakespeare_train.bin", 42};
     r.init_checkpoint = "";
@@ -83,12 +85,21 @@ Telemetry telemetry()
     return t;
 }
 
+/// A GPU server's hello: two GPUs of different memory and capability, one whose free memory is unknown.
+Hello hello()
+{
+    Hello h {1, "0.3.0", "gpu-node-7", 4242, 64, std::int64_t(512) << 30, {"cpu", "gloo", "cuda"},
+        {{0, "NVIDIA H100 80GB HBM3", std::int64_t(85) << 30, std::int64_t(80) << 30, 9, 0},
+            {1, "NVIDIA A100-SXM4-40GB", std::int64_t(40) << 30, -1, 8, 0}},
+        "OpenBLAS 0.3.21"};
+    h.cuda = {true, "13.0", "13.0", "13.1.0", "2.28.9", {80, 90}, ""};
+    return h;
+}
+
 /// One message of every type, with content in every field.
 std::vector<Message> samples()
 {
-    Hello hello {1, "0.3.0", "gpu-node-7", 4242, 64, std::int64_t(512) << 30, {"cpu", "gloo", "cuda", "nccl"},
-        {"NVIDIA H100", "NVIDIA H100"}, "OpenBLAS 0.3.21"};
-    return {hello, runSpec(), RendezvousSet {"gloo/rank/0", {0x00, 0xFF, 0x10, 0x80}}, RendezvousGet {"gloo/rank/1"},
+    return {hello(), runSpec(), RendezvousSet {"gloo/rank/0", {0x00, 0xFF, 0x10, 0x80}}, RendezvousGet {"gloo/rank/1"},
         RendezvousValue {"gloo/rank/1", {1, 2, 3}}, Start {}, Stop {"user pressed stop"}, Resume {41}, telemetry(),
         Heartbeat {12.5, 99}, Log {LogLevel::Warning, "gradient norm 1e6 at step 12", 3.25},
         Error {"peer 2 is gone", true}, Done {DoneStatus::Stopped, 2.75, 1000, "stopped by the user"}};
@@ -192,7 +203,7 @@ TEST_CASE("a frame's header is magic, version, type, length and CRC, little-endi
     // Start's payload is the empty CBOR map, one byte 0xA0. Pinning the bytes pins the wire format.
     const std::string bytes = encode(Start {});
     const std::uint32_t crc = crc32(std::vector<std::uint8_t> {0xA0});
-    const std::string expected = std::string("PWAG") + std::string("\x02\x00", 2) + std::string("\x06\x00", 2)
+    const std::string expected = std::string("PWAG") + std::string("\x03\x00", 2) + std::string("\x06\x00", 2)
         + std::string("\x01\x00\x00\x00", 4)
         + std::string {char(crc & 0xFF), char((crc >> 8) & 0xFF), char((crc >> 16) & 0xFF), char(crc >> 24)} + "\xA0";
     CHECK(bytes == expected);
@@ -215,6 +226,61 @@ TEST_CASE("every message survives a round trip through a frame", "[protocol]")
         CHECK_FALSE(decoder.next());
         decoder.finish();
     }
+}
+
+TEST_CASE("a hello carries each GPU and the agent's CUDA field by field", "[protocol]")
+{
+    const Hello h = hello();
+    const Hello back = std::get<Hello>(decode(Frame {MessageType::Hello, json::to_cbor(h.toJson())}));
+    REQUIRE(back.gpus.size() == 2);
+    CHECK(back.gpus[0]
+        == GpuCapability {0, "NVIDIA H100 80GB HBM3", std::int64_t(85) << 30, std::int64_t(80) << 30, 9, 0});
+    CHECK(back.gpus[1].free_bytes == -1); // unknown travels as such
+    CHECK(back.gpus[1].cc_major == 8);
+    CHECK(back.cuda == CudaCapability {true, "13.0", "13.0", "13.1.0", "2.28.9", {80, 90}, ""});
+    // An agent without CUDA: no GPU, the reason said.
+    Hello cpu = h;
+    cpu.gpus.clear();
+    cpu.backends = {"cpu", "gloo"};
+    cpu.cuda = {false, "", "none", "", "not found", {}, "this build has no CUDA kernels"};
+    CHECK(std::get<Hello>(decode(Frame {MessageType::Hello, json::to_cbor(cpu.toJson())})) == cpu);
+    // The JSON keys pre-flight and people read (`pipewright-agent --capabilities`).
+    const json j = h.toJson();
+    CHECK(j["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3");
+    CHECK(j["gpus"][0]["cc_major"] == 9);
+    CHECK(j["cuda"]["driver"] == "13.0");
+    CHECK(j["cuda"]["architectures"] == json::array({80, 90}));
+}
+
+TEST_CASE("a run spec carries each device's CUDA device and the precision - absent means the CPU", "[protocol]")
+{
+    const RunSpec r = runSpec();
+    const RunSpec back = std::get<RunSpec>(decode(Frame {MessageType::RunSpec, json::to_cbor(r.toJson())}));
+    CHECK(back.cuda_devices == std::vector<int> {3, -1});
+    CHECK(back.precision == Precision::Bf16);
+    CHECK(r.toJson()["precision"] == "bf16");
+    json j = r.toJson();
+    j.erase("cuda_devices");
+    j.erase("precision");
+    const RunSpec cpu = std::get<RunSpec>(decode(Frame {MessageType::RunSpec, json::to_cbor(j)}));
+    CHECK(cpu.cuda_devices.empty());
+    CHECK(cpu.precision == Precision::Fp32);
+    CHECK(toString(Precision::Fp32) == "fp32");
+}
+
+TEST_CASE(
+    "the agent's kernels run on GPUs of their architectures' majors at or above them and on newer ones", "[protocol]")
+{
+    const CudaCapability cuda {true, "13.0", "13.0", "13.1.0", "not found", {80, 90}, ""};
+    CHECK(cuda.runsOn(8, 0)); // A100: sm_80
+    CHECK(cuda.runsOn(8, 6)); // RTX 30xx: sm_80's code runs on later minors of major 8
+    CHECK(cuda.runsOn(8, 9)); // L4 / RTX 40xx
+    CHECK(cuda.runsOn(9, 0)); // H100 / H200: sm_90
+    CHECK(cuda.runsOn(10, 0)); // newer than every architecture: the PTX, compiled by the driver
+    CHECK_FALSE(cuda.runsOn(7, 5)); // T4: older than sm_80
+    CHECK_FALSE(cuda.runsOn(7, 0)); // V100
+    CHECK_FALSE(CudaCapability {true, "13.0", "13.0", "", "", {86}, ""}.runsOn(8, 0)); // sm_86 code needs 8.6
+    CHECK_FALSE(CudaCapability {}.runsOn(9, 0)); // no kernels at all
 }
 
 TEST_CASE("a NaN loss and extreme numbers travel exactly (CBOR, not JSON text)", "[protocol]")
@@ -272,7 +338,9 @@ TEST_CASE("framing errors say what is wrong", "[protocol]")
     {
         std::string bad = good;
         putU16(bad, 4, 1); // a version 1 peer (before the Gloo key)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 2)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 3)"));
+        putU16(bad, 4, 2); // a version 2 peer (GPUs as names, no CUDA device in the run spec)
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 3)"));
     }
     SECTION("unknown message type")
     {
@@ -370,6 +438,12 @@ TEST_CASE("payload errors name the message and the field", "[protocol]")
         json j = std::get<Hello>(samples()[0]).toJson();
         j.erase("host");
         CHECK(messageError(MessageType::Hello, j) == "Hello: missing field 'host'");
+        j = hello().toJson();
+        j["gpus"][1].erase("cc_major");
+        CHECK(messageError(MessageType::Hello, j) == "Hello: missing field 'gpus[1].cc_major'");
+        j = hello().toJson();
+        j["cuda"].erase("nccl");
+        CHECK(messageError(MessageType::Hello, j) == "Hello: missing field 'cuda.nccl'");
     }
     SECTION("ill-typed fields")
     {
@@ -395,8 +469,26 @@ TEST_CASE("payload errors name the message and the field", "[protocol]")
         j["cores"] = std::uint64_t(1) << 40;
         CHECK_THAT(messageError(MessageType::Hello, j), Contains("Hello: field 'cores': integer 1099511627776 out of"));
         j["cores"] = 4;
-        j["gpus"] = json::array({"a", 7});
-        CHECK(messageError(MessageType::Hello, j) == "Hello: field 'gpus[1]': expected a string, got number");
+        j["gpus"] = json::array({hello().toJson()["gpus"][0], "NVIDIA H100"}); // a version 2 agent's GPU names
+        CHECK(messageError(MessageType::Hello, j) == "Hello: field 'gpus[1]' is not a map (got string)");
+        j = hello().toJson();
+        j["gpus"][0]["free_bytes"] = -2;
+        CHECK_THAT(messageError(MessageType::Hello, j),
+            Contains("Hello: field 'gpus[0].free_bytes': integer -2 out of range"));
+        j = hello().toJson();
+        j["cuda"]["compiled_in"] = 1;
+        CHECK(messageError(MessageType::Hello, j) == "Hello: field 'cuda.compiled_in': expected a boolean, got number");
+        j = hello().toJson();
+        j["cuda"]["architectures"][1] = "sm_90";
+        CHECK(messageError(MessageType::Hello, j)
+            == "Hello: field 'cuda.architectures[1]': expected an integer, got string");
+        j = runSpec().toJson();
+        j["cuda_devices"][1] = -2;
+        CHECK_THAT(messageError(MessageType::RunSpec, j), Contains("RunSpec: field 'cuda_devices[1]': integer -2 out"));
+        j = runSpec().toJson();
+        j["precision"] = "fp16";
+        CHECK(messageError(MessageType::RunSpec, j)
+            == "RunSpec: field 'precision': unknown value 'fp16' (expected one of fp32, bf16)");
     }
     SECTION("rendezvous values are byte strings, not text")
     {

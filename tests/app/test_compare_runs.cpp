@@ -11,6 +11,7 @@
 
 #include "app/history/history.h"
 #include "app/run/compare_runs.h"
+#include "app/run/comparison.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
@@ -191,4 +192,32 @@ TEST_CASE("a HetPipe run's predicted iteration is the plan's, not the mean of it
     CHECK(calibrated.predicted_iteration_s
         == Approx(planner::simulate(plan, planner::generateSchedule(plan), slower).iteration_time_s));
     CHECK(calibrated.predicted_iteration_s > planned);
+}
+
+TEST_CASE("each device's measured peak memory is set beside the simulator's prediction for it", "[history]")
+{
+    // issue 20 item 4: the backend's peak per device (a counter of the measured timeline) against the planner's.
+    planner::Plan plan = test::chainPlan(2, 4, "1f1b"); // two stages, one device each
+    const auto sim = planner::simulate(plan);
+    REQUIRE(sim.devices.size() == 2);
+    REQUIRE(sim.devices[1].peak_memory_bytes > 0);
+    planner::Timeline measured;
+    auto& peak = measured.counter(std::string(planner::kDeviceMemoryPeakCounter), "B");
+    // Device 1 reports twice (the peak grows), device 0 once, at 10 % over its prediction.
+    peak.samples.push_back({0, 1.0, sim.devices[0].peak_memory_bytes * 1.1});
+    peak.samples.push_back({1, 1.0, 0.5 * sim.devices[1].peak_memory_bytes});
+    peak.samples.push_back({1, 2.0, sim.devices[1].peak_memory_bytes});
+    const auto memory = app::compareMemory(plan, app::measuredPeakMemory(measured));
+    REQUIRE(memory.size() == 2);
+    CHECK(memory[0].device == 0);
+    CHECK(memory[0].predicted_peak_bytes == Approx(sim.devices[0].peak_memory_bytes));
+    CHECK(memory[0].error == Approx(0.1));
+    CHECK(memory[1].measured_peak_bytes == Approx(sim.devices[1].peak_memory_bytes));
+    CHECK(memory[1].error == Approx(0.0).margin(1e-12));
+    // A device the plan does not have: shown without a prediction, never as a 100 % error.
+    peak.samples.push_back({7, 3.0, 1e6});
+    const auto extra = app::compareMemory(plan, app::measuredPeakMemory(measured));
+    REQUIRE(extra.size() == 3);
+    CHECK(extra[2].predicted_peak_bytes == 0);
+    CHECK(extra[2].error == 0);
 }

@@ -261,10 +261,13 @@ std::vector<std::string> pwFuzzSeeds()
     run.agent = "a";
     run.plan = {{"format_version", 3}, {"stages", json::array({{{"first_layer", 0}, {"devices", {0, 1}}}})}};
     run.devices = {0, 1};
+    run.cuda_devices = {0, -1};
+    run.precision = Precision::Bf16;
     run.data = {DataKind::Text, "/data/x.txt", 7};
     run.init_checkpoint = "/c";
     const std::vector<Message> messages = {
-        Hello {1, "0.3", "host", 42, 8, 1 << 30, {"cpu", "gloo"}, {"H100"}, "OpenBLAS"},
+        Hello {1, "0.3", "host", 42, 8, 1 << 30, {"cpu", "gloo", "cuda"}, {{0, "H100", 80, 79, 9, 0}}, "OpenBLAS",
+            {true, "13.0", "13.0", "13.1.0", "2.28.9", {80, 90}, ""}},
         run,
         RendezvousSet {"k", {0, 255}},
         RendezvousGet {"k"},

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `pipewright-cli profile measure` as a user runs it: the CLI starts pipewright-agent --profile beside it, the
 // profile it writes loads, a plan made from it with `plan` trains with `run --local`; bad shapes, a plan without a
-// model shape and a missing agent give errors that say what is wrong.
+// model shape, a missing agent and a device it cannot use (--device, --precision) give errors that say what is wrong.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -15,11 +15,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/backend.h"
 #include "engine/gpt2.h"
 #include "planner/device_presets.h"
 #include "planner/io/json_file.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/run/process_helpers.h"
+#include "tests/skip.h"
 
 extern char** environ;
 
@@ -182,4 +184,62 @@ TEST_CASE("cli: profile measure names what is wrong", "[run][cli][profile]")
     const auto agent = cli(dir, measureArgs(out), {"PIPEWRIGHT_AGENT=" + (dir.path / "no-such-agent").string()});
     CHECK(agent.code == 1);
     CHECK_THAT(agent.err, Contains("cannot start the agent") && Contains("no-such-agent"));
+}
+
+TEST_CASE(
+    "cli: profile measure --device and --precision are checked before anything is measured", "[run][cli][profile]")
+{
+    test::TempDir dir;
+    const auto out = dir.path / "p.json";
+    // Spelling: refused by the CLI itself.
+    const auto gpu = cli(dir, measureArgs(out, {"--device", "gpu0"}));
+    CHECK(gpu.code != 0);
+    CHECK_THAT(gpu.err, Contains("--device") && Contains("'gpu0' is not cpu, cuda or cuda:N"));
+    const auto fp16 = cli(dir, measureArgs(out, {"--device", "cuda", "--precision", "fp16"}));
+    CHECK(fp16.code != 0);
+    CHECK_THAT(fp16.err, Contains("--precision") && Contains("fp16"));
+    // bf16 needs a GPU: refused before the agent starts.
+    const auto bf16 = cli(dir, measureArgs(out, {"--device", "cpu", "--precision", "bf16"}),
+        {"PIPEWRIGHT_AGENT=" + (dir.path / "no-such-agent").string()});
+    CHECK(bf16.code == 1);
+    CHECK_THAT(bf16.err, Contains("--precision: the CPU trains in fp32 only"));
+    // A CUDA device this agent cannot use: the agent says why (its build, or the devices it sees) before it
+    // measures anything, and the CLI passes that on.
+    const auto missing = cli(dir, measureArgs(out, {"--device", "cuda:7"}));
+    CHECK(missing.code == 1);
+    CHECK(!fs::exists(out));
+    if (!engine::cudaCompiledIn())
+        CHECK_THAT(missing.err, Contains("--device: cuda:7: this agent was built without CUDA kernels"));
+    else
+        CHECK_THAT(missing.err,
+            Contains("--device: cuda:7: " + std::to_string(engine::cudaDeviceCount()) + " CUDA device")
+                && Contains("visible here (CUDA_VISIBLE_DEVICES"));
+    // Hidden devices are not there: CUDA_VISIBLE_DEVICES is what the agent sees.
+    const auto hidden = cli(dir, measureArgs(out, {"--device", "cuda"}), {"CUDA_VISIBLE_DEVICES="});
+    CHECK(hidden.code == 1);
+    CHECK_THAT(hidden.err,
+        Contains("--device: cuda:0: ")
+            && (Contains("built without CUDA kernels") || Contains("0 CUDA devices are visible here")));
+    // The CPU, named explicitly, measures as before.
+    const auto cpu = cli(dir, measureArgs(out, {"--device", "cpu", "--precision", "fp32", "--json"}));
+    REQUIRE(cpu.code == 0);
+    CHECK(json::parse(cpu.out)["device"] == "cpu");
+}
+
+TEST_CASE("cli: profile measure --device cuda times the layers on the GPU", "[run][cli][profile][cuda]")
+{
+    if (engine::cudaDeviceCount() == 0)
+        PW_SKIP("no CUDA device here (or this build has no CUDA kernels)");
+    test::TempDir dir;
+    const auto out = dir.path / "p.json";
+    for (const std::string precision : {"fp32", "bf16"}) {
+        const auto r = cli(dir, measureArgs(out, {"--device", "cuda:0", "--precision", precision, "--json"}));
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        const auto model = planner::loadModel(out);
+        CHECK_THAT(model.profiled_device, Contains("cuda:0"));
+        CHECK(model.architecture->bytes_per_element == (precision == "bf16" ? 2 : 4));
+        for (const auto& l : model.layers)
+            CHECK(l.forward_ms > 0);
+    }
 }

@@ -331,6 +331,18 @@ void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
                         signedPercentText(s.compute_error), secondsText(s.predicted.idle_s, 2),
                         secondsText(s.measured.idle_s, 2), signedPercentText(s.iteration_error));
     html += QStringLiteral("</table>");
+    if (!c.memory.empty()) {
+        html += tr("<p>Memory per device: the planner's predicted peak against the peak the engine's buffers reached "
+                   "on it (weights, gradients, optimizer state, stashed activations, workspaces)</p>"
+                   "<table cellspacing='0' cellpadding='3' border='1'><tr><th>device</th><th>peak<br>predicted</th>"
+                   "<th>peak<br>measured</th><th>error</th></tr>");
+        for (const auto& m : c.memory)
+            html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
+                        .arg(m.device)
+                        .arg(bytesText(m.predicted_peak_bytes), bytesText(m.measured_peak_bytes),
+                            m.predicted_peak_bytes > 0 ? signedPercentText(m.error) : tr("no prediction"));
+        html += QStringLiteral("</table>");
+    }
     m_comparison->setText(html);
 }
 

@@ -183,6 +183,13 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
     CHECK(session->measured()->spans.size() == planner::generateSchedule(plan).actionCount());
     CHECK(session->predictedSteps() == steps);
     CHECK_THAT(monitor->comparisonText().toStdString(), Contains("Iteration time per step") && Contains("error"));
+    // Each device's peak memory as its backend counted it, beside the planner's prediction (issue 20 item 4).
+    REQUIRE(session->memory().size() == 2);
+    for (const auto& m : session->memory()) {
+        CHECK(m.measured_peak_bytes > 0);
+        CHECK(m.predicted_peak_bytes > 0);
+    }
+    CHECK_THAT(monitor->comparisonText().toStdString(), Contains("Memory per device"));
     CHECK_THAT(monitor->logView()->toPlainText().toStdString(), Contains("run succeeded"));
 
     // The history lists it, selected.
@@ -206,7 +213,8 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
     CHECK_THAT(monitor->statusText().toStdString(), Contains(id) && Contains("6 of 6 steps"));
     CHECK(monitor->lossPoints() == steps);
     CHECK(monitor->gantt()->blockCount() == 2);
-    CHECK_THAT(monitor->comparisonText().toStdString(), Contains("Iteration time per step"));
+    CHECK_THAT(
+        monitor->comparisonText().toStdString(), Contains("Iteration time per step") && Contains("Memory per device"));
     CHECK(w.window.lastError().isEmpty());
 }
 

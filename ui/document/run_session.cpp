@@ -5,6 +5,8 @@
 #include <QElapsedTimer>
 #include <QMetaObject>
 #include <QThread>
+#include <cmath>
+#include <map>
 
 #include "app/history/history.h"
 #include "app/run/comparison.h"
@@ -80,6 +82,7 @@ void RunSession::work()
 {
     // Everything the controller reports arrives on this thread and is posted to the GUI thread as values.
     app::RunOutcome outcome;
+    std::vector<app::DeviceMemory> memory;
     try {
         auto history = app::HistoryStore::open(m_historyPath);
         history.markInterrupted();
@@ -147,6 +150,14 @@ void RunSession::work()
                 Qt::QueuedConnection);
         };
         outcome = controller.run(o);
+        // Each device's measured peak memory beside the planner's (a simulation: here, not on the GUI thread).
+        if (!outcome.run_id.empty()) {
+            std::map<int, double> peaks;
+            for (const auto& m : history.metrics(outcome.run_id, std::string(planner::kDeviceMemoryPeakCounter)))
+                if (m.device >= 0 && std::isfinite(m.value))
+                    peaks[m.device] = std::max(peaks[m.device], m.value);
+            memory = app::compareMemory(m_request.plan, peaks);
+        }
         std::lock_guard lock(m_mutex);
         m_controller = nullptr;
     } catch (const std::exception& e) {
@@ -159,9 +170,10 @@ void RunSession::work()
     }
     QMetaObject::invokeMethod(
         this,
-        [this, outcome] {
+        [this, outcome, memory] {
             takeSpans();
             m_outcome = outcome;
+            m_memory = memory;
             if (m_runId.isEmpty())
                 m_runId = QString::fromStdString(outcome.run_id);
             m_running = false;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/run/comparison.h"
 #include "app/run/controller.h"
 #include "planner/timeline.h"
 
@@ -45,6 +46,8 @@ public:
     /// The prediction the controller stored (its first steps); empty until predicted().
     std::shared_ptr<const planner::Timeline> predictedTimeline() const { return m_predicted; }
     int predictedSteps() const { return m_predictedSteps; }
+    /// Each device's measured peak memory beside the planner's, once the run has finished (app::compareMemory).
+    const std::vector<app::DeviceMemory>& memory() const { return m_memory; }
     /// The plan's predicted iteration time (app::planIterationTime, simulated on the controller's thread).
     double planIterationTime() const { return m_planIterationS; }
     const std::vector<app::RunProgress>& progressHistory() const { return m_progress; }
@@ -74,6 +77,7 @@ private:
     std::shared_ptr<planner::Timeline> m_predicted;
     int m_predictedSteps = 0;
     double m_planIterationS = 0;
+    std::vector<app::DeviceMemory> m_memory;
     std::vector<app::RunProgress> m_progress;
     std::vector<app::AgentStatus> m_agents;
     app::RunOutcome m_outcome;

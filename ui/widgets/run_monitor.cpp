@@ -220,11 +220,13 @@ void RunMonitor::onFinished()
     if (!o.message.empty())
         text += QStringLiteral(" (") + QString::fromStdString(o.message) + QStringLiteral(")");
     m_status->setText(text);
-    if (m_session->predictedTimeline() && !o.losses.empty())
-        setComparison(
-            app::compareRun(m_session->request().plan, *m_session->predictedTimeline(), m_session->predictedSteps(),
-                *m_session->measured(), static_cast<int>(o.losses.size()), m_session->planIterationTime()),
-            m_session->predictedSteps());
+    if (m_session->predictedTimeline() && !o.losses.empty()) {
+        auto comparison
+            = app::compareRun(m_session->request().plan, *m_session->predictedTimeline(), m_session->predictedSteps(),
+                *m_session->measured(), static_cast<int>(o.losses.size()), m_session->planIterationTime());
+        comparison.memory = m_session->memory();
+        setComparison(comparison, m_session->predictedSteps());
+    }
 }
 
 void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)

@@ -393,9 +393,11 @@ std::vector<std::shared_ptr<engine::Backend>> deviceBackends(const RunSpec& spec
             throw planner::InputError(device + ": the agent sees " + std::to_string(visible) + " CUDA device"
                 + (visible == 1 ? "" : "s") + " (CUDA_VISIBLE_DEVICES "
                 + (mask ? "'" + std::string(mask) + "'" : std::string("unset"))
-                + (visible == 0 ? "; " + engine::probeCuda().error : std::string())
-                + "): set the node's \"gpus\" in the cluster file to indices below " + std::to_string(visible)
-                + ", or make more devices visible in its env");
+                + (visible == 0 ? "; " + engine::probeCuda().error : std::string()) + "): "
+                + (visible == 0 ? std::string("run it on a machine with an NVIDIA GPU and its driver, or remove the "
+                                              "node's \"gpus\" in the cluster file to train on the CPU")
+                                : "set the node's \"gpus\" in the cluster file to indices below "
+                            + std::to_string(visible) + ", or make more devices visible in its env"));
     }
     const auto precision = spec.precision == Precision::Bf16 ? engine::Precision::Bf16Mixed : engine::Precision::Fp32;
     for (std::size_t k = 0; k < spec.devices.size(); ++k)

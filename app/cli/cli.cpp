@@ -114,7 +114,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")
         ->required();
     tr->add_option("--bytes-per-element", tOpt.bytes_per_element,
-          "2 for bf16/fp16, 4 for fp32 (what the CPU engine trains: `run` refuses a bf16 plan)")
+          "2 for bf16/fp16, 4 for fp32 (the CPU engine trains fp32 only; bf16 trains on CUDA GPUs, in mixed precision)")
         ->capture_default_str();
     tr->add_option("--efficiency", tOpt.efficiency, "share of peak the GEMMs sustain")->capture_default_str();
     tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();

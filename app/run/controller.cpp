@@ -503,6 +503,8 @@ CheckedRun checkRun(const RunRequest& req)
     } catch (const std::exception& e) {
         out.no_prediction = e.what();
     }
+    if (!req.remote) // before the run is recorded: GPUs this machine does not have fail here, not in an agent
+        checkLocalGpus(req.plan, out.prediction ? &*out.prediction : nullptr);
     const auto machine = MachineResources::thisMachine();
     if (!req.remote && !req.force)
         if (const auto excess

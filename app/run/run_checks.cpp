@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "planner/units.h"
 #ifdef PW_WITH_ENGINE
 #include "engine/data.h"
+#include "engine/devices.h"
 #include "engine/executor.h"
 #endif
 
@@ -112,10 +114,60 @@ LocalRunLoad localRunLoad(
     load.threads_given = request.threads.has_value();
     load.threads_per_agent = request.threads ? *request.threads : std::max(1, machine.cores / std::max(1, load.agents));
     if (predicted)
-        for (int d : devices)
-            if (d >= 0 && d < static_cast<int>(predicted->devices.size()))
+        for (int d : devices) // a GPU device's memory is the GPU's (checkLocalGpus), not this machine's
+            if (d >= 0 && d < static_cast<int>(predicted->devices.size()) && !cudaDeviceOf(*request.plan.cluster, d))
                 load.peak_memory_bytes += predicted->devices[static_cast<std::size_t>(d)].peak_memory_bytes;
     return load;
+}
+
+void checkLocalGpus(const planner::Plan& plan, const planner::SimulationResult* predicted)
+{
+    // Per GPU index of this machine: the plan's devices on it and their predicted peaks together.
+    std::map<int, std::pair<std::vector<int>, double>> use;
+    int node = -1;
+    for (const auto& stage : plan.stages)
+        for (int d : stage.devices)
+            if (const auto gpu = cudaDeviceOf(*plan.cluster, d)) {
+                auto& [list, bytes] = use[*gpu];
+                if (std::find(list.begin(), list.end(), d) != list.end())
+                    continue;
+                list.push_back(d);
+                node = plan.cluster->device(d).node;
+                if (predicted && d < static_cast<int>(predicted->devices.size()))
+                    bytes += predicted->devices[static_cast<std::size_t>(d)].peak_memory_bytes;
+            }
+    if (use.empty())
+        return;
+    const std::string field = "/cluster/nodes/" + std::to_string(node) + "/gpus"; // the plan's cluster
+#ifdef PW_WITH_ENGINE
+    const engine::CudaInfo cuda = engine::probeCuda();
+    const int visible = static_cast<int>(cuda.gpus.size());
+    const int highest = use.rbegin()->first;
+    if (!cuda.compiled_in)
+        throw InputError({}, 0, field,
+            "the plan trains on CUDA GPUs, and this build has no CUDA kernels (built with PW_WITH_CUDA=OFF or "
+            "without nvcc): build where nvcc is found, or remove the node's \"gpus\" to train on the CPU");
+    if (highest >= visible)
+        throw InputError({}, 0, field,
+            "the plan trains on cuda:" + std::to_string(highest) + ", and this machine has "
+                + (visible == 0 ? std::string("no CUDA device")
+                                : std::to_string(visible) + " CUDA device" + (visible == 1 ? "" : "s"))
+                + (cuda.error.empty() ? std::string() : " (" + cuda.error + ")")
+                + ": run it where the GPUs are, or remove the node's \"gpus\" to train on the CPU");
+    for (const auto& [gpu, u] : use) {
+        const auto& info = cuda.gpus[static_cast<std::size_t>(gpu)];
+        if (u.second > static_cast<double>(info.free_bytes) && info.free_bytes > 0)
+            throw InputError({}, 0, field,
+                "the plan's " + std::to_string(u.first.size()) + " device" + (u.first.size() == 1 ? "" : "s")
+                    + " on cuda:" + std::to_string(gpu) + " (" + info.name + ") need " + planner::formatBytes(u.second)
+                    + " at their predicted peak, and it has "
+                    + planner::formatBytes(static_cast<double>(info.free_bytes))
+                    + " free: plan smaller microbatches or fewer stages per GPU");
+    }
+#else
+    (void)predicted;
+    throw InputError({}, 0, field, "this build has no training engine: it cannot train on GPUs");
+#endif
 }
 
 std::string localRunExcess(const LocalRunLoad& load, const MachineResources& machine)

@@ -34,7 +34,9 @@ struct LocalRunLoad
     int agents = 0; ///< one process per device
     int threads_per_agent = 1;
     bool threads_given = false; ///< threads_per_agent is the request's, not cores / agents
-    double peak_memory_bytes = 0; ///< the simulator's per-device peaks, summed over the agents (0: no prediction)
+    /// the simulator's per-device peaks, summed over the agents of CPU devices (a GPU's are checkLocalGpus'); 0: no
+    /// prediction
+    double peak_memory_bytes = 0;
 
     bool operator==(const LocalRunLoad&) const = default;
 };
@@ -54,6 +56,10 @@ void checkRunFiles(const RunRequest& request);
 /// What a local run of `request` asks of `machine`; `predicted` (the plan's simulation) gives the memory.
 LocalRunLoad localRunLoad(
     const RunRequest& request, const planner::SimulationResult* predicted, const MachineResources& machine);
+/// A local run's GPUs (its nodes' "gpus"): CUDA compiled in, every index among this machine's visible devices,
+/// and each GPU's free memory at least the predicted peaks of the plan's devices on it. Throws InputError naming
+/// the plan's /cluster/nodes/N/gpus field. Nothing for a plan on CPU devices.
+void checkLocalGpus(const planner::Plan& plan, const planner::SimulationResult* predicted);
 /// Empty when the machine can take the load; else one line with the numbers: more agents than cores, more threads
 /// per agent than cores, or predicted memory above the machine's RAM.
 std::string localRunExcess(const LocalRunLoad& load, const MachineResources& machine);

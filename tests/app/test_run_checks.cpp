@@ -7,7 +7,9 @@
 #include <limits>
 
 #include "app/run/controller.h"
+#include "app/run/gpu_devices.h"
 #include "app/run/run_checks.h"
+#include "engine/backend.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/sim/simulator.h"
@@ -104,4 +106,29 @@ TEST_CASE("the bundled demo plan is one the engine trains as planned (fp32), a b
     auto bf16 = demo;
     bf16.schedule.precision = "bf16";
     CHECK_THROWS_WITH(app::checkTrainable(bf16), Contains("/schedule/precision") && Contains("fp32 only"));
+}
+
+TEST_CASE("a local run on GPUs this machine lacks is refused before it starts, naming the node's gpus", "[run-checks]")
+{
+    // issue 20: the check ran in the agent, after the run was recorded; now checkRun refuses it first. The GPU asked
+    // for is one past those visible, so the test means the same here (none) and on a GPU machine.
+    auto plan = planner::loadPlan(PW_DEMO_DIR "/gpt2-tiny-local.plan.json");
+    const int visible = engine::cudaDeviceCount();
+    plan.cluster.edit().nodes.front().gpus = {visible, visible};
+    CHECK(app::trainsOnGpus(plan));
+    CHECK_THROWS_WITH(app::checkLocalGpus(plan, nullptr),
+        Contains("/nodes/0/gpus") && Contains("cuda:" + std::to_string(visible))
+            && (Contains("no CUDA device") || Contains("has no CUDA kernels") || Contains("CUDA device")));
+    // Through the controller's check, with nothing recorded: the request is refused before any history exists.
+    app::RunRequest request;
+    request.plan = plan;
+    request.steps = 2;
+    CHECK_THROWS_WITH(app::checkRun(request), Contains("/nodes/0/gpus"));
+    // A GPU device's memory is not counted against this machine's RAM.
+    const auto sim = planner::simulate(plan);
+    CHECK(app::localRunLoad(request, &sim, app::MachineResources::thisMachine()).peak_memory_bytes == 0);
+    // On the CPU (no "gpus") nothing is asked of CUDA.
+    auto cpu = planner::loadPlan(PW_DEMO_DIR "/gpt2-tiny-local.plan.json");
+    CHECK_NOTHROW(app::checkLocalGpus(cpu, nullptr));
+    CHECK(app::localRunLoad(request, &sim, app::MachineResources::thisMachine()).agents == 2);
 }

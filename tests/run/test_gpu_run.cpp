@@ -83,8 +83,15 @@ TEST_CASE("a device on a GPU its agent does not see fails the run at once naming
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     const ScopedEnv hidden("CUDA_VISIBLE_DEVICES", "-1"); // no GPU, on any machine
+    // The controller's own check refuses it before anything is recorded or started (a local run).
+    {
+        app::RunController controller(request(twoStages(true), 3), history);
+        CHECK_THROWS_WITH(controller.run(), Contains("/cluster/nodes/0/gpus") && Contains("cuda:0"));
+        CHECK(history.listRuns().empty());
+    }
+    // Past that check (as a remote run's agents meet it), the agent refuses at once, naming the device and the fix.
     app::RunController controller(request(twoStages(true), 3), history);
-    const auto outcome = controller.run();
+    const auto outcome = controller.run({}, app::CheckedRun {});
     CHECK(outcome.status == app::RunStatus::Failed);
     CHECK_THAT(outcome.message, Contains("(cuda:0)"));
     if (engine::cudaCompiledIn())

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
+#include "planner/units.h"
 #include "ui/document/run_session.h"
 #include "ui/models/format.h"
 #include "ui/widgets/gantt_view.h"
@@ -334,14 +335,14 @@ void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
                         secondsText(s.measured.idle_s, 2), signedPercentText(s.iteration_error));
     html += QStringLiteral("</table>");
     if (!c.memory.empty()) {
-        html += tr("<p>Memory per device: the planner's predicted peak against the peak the engine's buffers reached "
-                   "on it (weights, gradients, optimizer state, stashed activations, workspaces)</p>"
+        html += tr("<p>Memory per device: peak of the engine's buffers against the planner's</p>"
                    "<table cellspacing='0' cellpadding='3' border='1'><tr><th>device</th><th>peak<br>predicted</th>"
                    "<th>peak<br>measured</th><th>error</th></tr>");
         for (const auto& m : c.memory)
             html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
                         .arg(m.device)
-                        .arg(bytesText(m.predicted_peak_bytes), bytesText(m.measured_peak_bytes),
+                        .arg(QString::fromStdString(planner::formatBytes(m.predicted_peak_bytes)),
+                            QString::fromStdString(planner::formatBytes(m.measured_peak_bytes)),
                             m.predicted_peak_bytes > 0 ? signedPercentText(m.error) : tr("no prediction"));
         html += QStringLiteral("</table>");
     }

@@ -145,8 +145,9 @@ void checkLocalGpus(const planner::Plan& plan, const planner::SimulationResult* 
     const int highest = use.rbegin()->first;
     if (!cuda.compiled_in)
         throw InputError({}, 0, field,
-            "the plan trains on CUDA GPUs, and this build has no CUDA kernels (built with PW_WITH_CUDA=OFF or "
-            "without nvcc): build where nvcc is found, or remove the node's \"gpus\" to train on the CPU");
+            "the plan trains on cuda:" + std::to_string(highest)
+                + ", and this build has no CUDA kernels (built with PW_WITH_CUDA=OFF or without nvcc): build where "
+                  "nvcc is found, or remove the node's \"gpus\" to train on the CPU");
     if (highest >= visible)
         throw InputError({}, 0, field,
             "the plan trains on cuda:" + std::to_string(highest) + ", and this machine has "

@@ -94,6 +94,12 @@ if [ -x "$tests_exe" ]; then
     result="no GPU: $skipped tests skipped, $passed passed, $failed failed (${secs} s)"
   fi
   if [ "$failed" -gt 0 ]; then status=1; fi
+  # A GPU that nvidia-smi sees but the tests skipped (no device visible to CUDA: a driver or library mismatch)
+  # checked nothing: that is a failure there, not a pass.
+  if [ -n "$gpu_line" ] && [ "$skipped" -gt 0 ] && [ "$passed" -eq 0 ]; then
+    result="$result: the GPU is there but CUDA saw none (see cuda-tests.log)"
+    status=1
+  fi
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     result="$result, TIMED OUT after ${t} s"
     status=1
@@ -152,7 +158,9 @@ done
 # The summary, last.
 total=$(elapsed)
 rows+=("total|${total} s of a ${budget} s budget; logs in $logs")
-if [ "$status" -eq 0 ]; then rows+=("status|PASS"); else rows+=("status|FAIL"); fi
+if [ "$status" -ne 0 ]; then rows+=("status|FAIL")
+elif [ -z "$gpu_line" ]; then rows+=("status|PASS without a GPU: nothing was checked on one")
+else rows+=("status|PASS"); fi
 {
   echo
   echo "== gpu-check summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), bundle $bundle)"

@@ -22,12 +22,14 @@
 #include "engine/backend.h"
 #include "engine/llmc.h"
 #include "engine/local_run.h"
+#include "tests/engine/checkpoint_fixtures.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/skip.h"
 
 using namespace pw::engine;
 using pw::planner::ActionKind;
 using pw::test::gpt2Plan;
+using pw::test::randomCheckpoint;
 using pw::test::StageCut;
 namespace fs = std::filesystem;
 
@@ -43,28 +45,6 @@ BackendFactory onTheGpu(Precision precision)
         choice.precision = precision;
         return std::shared_ptr<Backend>(makeBackend(choice));
     };
-}
-
-/// Random parameters well away from GPT-2's small initialisation, so that attention, biases and layer-norm
-/// scales all matter from the first step (as the PyTorch oracle's test draws them).
-Checkpoint randomCheckpoint(const Gpt2Config& config, std::uint64_t seed)
-{
-    Checkpoint c;
-    c.config = config;
-    c.params.resize(parameterCount(config));
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (int t = 0; t < kTensorCount; ++t) {
-        const auto tensor = static_cast<Tensor>(t);
-        const bool scale = tensor == Tensor::Ln1w || tensor == Tensor::Ln2w || tensor == Tensor::Lnfw;
-        const float mean = scale ? 1.0f : 0.0f;
-        const float stddev = scale ? 0.1f : isDecayed(tensor) ? 0.15f : 0.05f;
-        const int copies = isPerBlock(tensor) ? config.layers : 1;
-        const std::size_t begin = checkpointOffset(config, tensor, 0);
-        for (std::size_t i = 0; i < tensorSize(config, tensor) * static_cast<std::size_t>(copies); ++i)
-            c.params[begin + i] = mean + stddev * normal(rng);
-    }
-    return c;
 }
 
 /// @brief The fp32 comparison's inputs: a small GPT-2 of odd sizes (2 blocks, C = 64 in 4 heads, T = 32,

@@ -198,6 +198,12 @@ void Session::readLoop()
         try {
             while (auto frame = reader.read()) {
                 Message m = decode(*frame);
+                if (const auto* probe = std::get_if<ClockProbe>(&m)) {
+                    // Answered at once, outside the session's lock: the reply's time is this host's clock (the
+                    // clock of every span) as close to the probe's arrival as the agent can read it.
+                    send(ClockReply {probe->id, probe->controller_t_s, engine::monotonicSeconds()});
+                    continue;
+                }
                 std::lock_guard lock(m_mutex);
                 if (auto* spec = std::get_if<RunSpec>(&m))
                     m_spec = std::move(*spec);

@@ -14,8 +14,9 @@ namespace pw::agents {
 
 namespace {
 
-constexpr std::array<std::string_view, kMessageTypeCount> kTypeNames = {"Hello", "RunSpec", "RendezvousSet",
-    "RendezvousGet", "RendezvousValue", "Start", "Stop", "Resume", "Telemetry", "Heartbeat", "Log", "Error", "Done"};
+constexpr std::array<std::string_view, kMessageTypeCount> kTypeNames
+    = {"Hello", "RunSpec", "RendezvousSet", "RendezvousGet", "RendezvousValue", "Start", "Stop", "Resume", "Telemetry",
+        "Heartbeat", "Log", "Error", "Done", "ClockProbe", "ClockReply"};
 
 constexpr std::array<std::uint32_t, 256> makeCrcTable()
 {

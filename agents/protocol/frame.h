@@ -35,7 +35,7 @@ inline constexpr std::array<char, 4> kMagic = {'P', 'W', 'A', 'G'};
 /// run's Gloo key (`gloo_secret`), and agents prove every Gloo connection with it: a version 1 agent would connect
 /// without, and its peers refuse that. 3: Hello describes the agent's CUDA and each GPU (a map per GPU, no longer
 /// a name), and RunSpec says which CUDA device each of the agent's devices trains on and in what precision.
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;
 /// The largest payload a frame may announce: a corrupt length must not make the reader allocate gigabytes.
 inline constexpr std::uint32_t kMaxPayload = 64u << 20;
 inline constexpr std::size_t kHeaderSize = 16;
@@ -57,9 +57,11 @@ enum class MessageType : std::uint16_t {
     Log,
     Error,
     Done,
+    ClockProbe,
+    ClockReply,
 };
 /// The number of message types; valid codes are 1..kMessageTypeCount.
-inline constexpr std::uint16_t kMessageTypeCount = static_cast<std::uint16_t>(MessageType::Done);
+inline constexpr std::uint16_t kMessageTypeCount = static_cast<std::uint16_t>(MessageType::ClockReply);
 
 /// "Hello", "RunSpec", ...; "type N" for a code that is no MessageType.
 std::string toString(MessageType type);

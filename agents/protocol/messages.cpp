@@ -522,6 +522,26 @@ Heartbeat Heartbeat::fromJson(const json& j)
     return {f.number("t_s"), f.integer<std::int64_t>("step")};
 }
 
+json ClockProbe::toJson() const
+{
+    return {{"id", id}, {"controller_t_s", controller_t_s}};
+}
+ClockProbe ClockProbe::fromJson(const json& j)
+{
+    const Fields f(j, kType);
+    return {f.integer<std::int64_t>("id"), f.number("controller_t_s")};
+}
+
+json ClockReply::toJson() const
+{
+    return {{"id", id}, {"controller_t_s", controller_t_s}, {"agent_t_s", agent_t_s}};
+}
+ClockReply ClockReply::fromJson(const json& j)
+{
+    const Fields f(j, kType);
+    return {f.integer<std::int64_t>("id"), f.number("controller_t_s"), f.number("agent_t_s")};
+}
+
 json Log::toJson() const
 {
     return {{"level", toString(level)}, {"text", text}, {"t_s", t_s}};

@@ -7,6 +7,7 @@
 //   both ways             RendezvousSet/Get/Value      (the controller relays Gloo's key/value store)
 //   agent -> controller   Telemetry, Heartbeat, Log, Error, Done
 //   controller -> agent   Stop, Resume                 (Resume: resend journaled telemetry after a reconnect)
+//   controller -> agent   ClockProbe, answered at once by ClockReply (the agent host's clock against the controller's)
 //
 // fromJson ignores fields it does not know (a newer peer of the same protocol version may add some) and throws
 // ProtocolError naming the message and the field for a missing or ill-typed one.
@@ -246,6 +247,33 @@ struct Heartbeat
     bool operator==(const Heartbeat&) const = default;
 };
 
+/// @brief Controller -> agent: what time is it on your clock? `id` and `controller_t_s` (the controller's monotonic
+/// clock when it sent the probe) come back in the reply, so the controller needs to remember nothing.
+struct ClockProbe
+{
+    static constexpr MessageType kType = MessageType::ClockProbe;
+    std::int64_t id = 0;
+    double controller_t_s = 0;
+
+    nlohmann::json toJson() const;
+    static ClockProbe fromJson(const nlohmann::json& j);
+    bool operator==(const ClockProbe&) const = default;
+};
+
+/// @brief Agent -> controller, at once on a ClockProbe: the probe's fields and the agent host's monotonic clock when
+/// it answered (the clock its spans are stamped with).
+struct ClockReply
+{
+    static constexpr MessageType kType = MessageType::ClockReply;
+    std::int64_t id = 0;
+    double controller_t_s = 0;
+    double agent_t_s = 0;
+
+    nlohmann::json toJson() const;
+    static ClockReply fromJson(const nlohmann::json& j);
+    bool operator==(const ClockReply&) const = default;
+};
+
 enum class LogLevel : std::uint8_t { Debug, Info, Warning, Error };
 std::string_view toString(LogLevel level);
 
@@ -294,7 +322,7 @@ struct Done
 /// Any message. The alternatives are in MessageType's order (alternative i has code i + 1; checked at compile
 /// time), so the type tag indexes a table: no dispatch on names.
 using Message = std::variant<Hello, RunSpec, RendezvousSet, RendezvousGet, RendezvousValue, Start, Stop, Resume,
-    Telemetry, Heartbeat, Log, Error, Done>;
+    Telemetry, Heartbeat, Log, Error, Done, ClockProbe, ClockReply>;
 
 MessageType typeOf(const Message& message);
 /// The message a frame carries. Throws ProtocolError for malformed CBOR, a payload that is not a map, or a missing

@@ -325,6 +325,13 @@ struct HistoryStore::Impl
             insert.integer(2, static_cast<std::int64_t>(i)).text(3, names[i]).run();
     }
 
+    std::string runClock(const std::string& id)
+    {
+        Statement s(db, "SELECT clock FROM runs WHERE id = ?1");
+        s.text(1, id);
+        return s.step() ? s.text(0) : std::string("host");
+    }
+
     std::vector<std::string> deviceNames(const std::string& id)
     {
         Statement s(db, "SELECT device, name FROM run_devices WHERE run = ?1 ORDER BY device");
@@ -446,7 +453,9 @@ struct HistoryStore::Impl
         t.run_id = id;
         t.label = record->label;
         const bool measured = source == Timeline::Source::Measured;
-        t.clock = measured ? planner::ClockDomain::Host : planner::ClockDomain::Simulated;
+        t.clock = !measured             ? planner::ClockDomain::Simulated
+            : runClock(id) == "aligned" ? planner::ClockDomain::Aligned
+                                        : planner::ClockDomain::Host;
         t.epoch_unix_s = measured ? record->started_unix_s : 0;
         t.device_names = deviceNames(id);
         t.spans = spans(id, source);
@@ -668,9 +677,9 @@ void HistoryStore::deleteRun(const std::string& id)
         Statement eraseSpans(m.db, "DELETE FROM spans WHERE run = ?1");
         eraseSpans.integer(1, m.runKey(id)).run();
     }
-    for (const char* sql :
-        {"DELETE FROM metrics WHERE run = ?1", "DELETE FROM logs WHERE run = ?1", "DELETE FROM tags WHERE run = ?1",
-            "DELETE FROM run_devices WHERE run = ?1", "DELETE FROM runs WHERE id = ?1"}) {
+    for (const char* sql : {"DELETE FROM metrics WHERE run = ?1", "DELETE FROM logs WHERE run = ?1",
+             "DELETE FROM tags WHERE run = ?1", "DELETE FROM run_devices WHERE run = ?1",
+             "DELETE FROM agent_clocks WHERE run = ?1", "DELETE FROM runs WHERE id = ?1"}) {
         Statement erase(m.db, sql);
         erase.text(1, id).run();
     }
@@ -684,6 +693,43 @@ void HistoryStore::setDeviceNames(const std::string& id, const std::vector<std::
     m.requireRun(id);
     m.replaceDeviceNames(id, names);
     tx.commit();
+}
+
+void HistoryStore::setAgentClocks(
+    const std::string& id, const std::vector<AgentClock>& clocks, planner::ClockDomain clock)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement erase(m.db, "DELETE FROM agent_clocks WHERE run = ?1");
+    erase.text(1, id).run();
+    Statement insert(m.db,
+        "INSERT INTO agent_clocks (run, agent, host, offset_s, uncertainty_s, samples) VALUES (?1, ?2, ?3, ?4, ?5, "
+        "?6)");
+    insert.text(1, id);
+    for (const auto& c : clocks)
+        insert.integer(2, c.agent)
+            .text(3, c.host)
+            .real(4, c.offset_s)
+            .real(5, c.uncertainty_s)
+            .integer(6, c.samples)
+            .run();
+    Statement mark(m.db, "UPDATE runs SET clock = ?2 WHERE id = ?1");
+    mark.text(1, id).text(2, clock == planner::ClockDomain::Aligned ? "aligned" : "host").run();
+    tx.commit();
+}
+
+std::vector<AgentClock> HistoryStore::agentClocks(const std::string& id)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Read);
+    Statement s(
+        m.db, "SELECT agent, host, offset_s, uncertainty_s, samples FROM agent_clocks WHERE run = ?1 ORDER BY agent");
+    s.text(1, id);
+    std::vector<AgentClock> out;
+    while (s.step())
+        out.push_back({static_cast<int>(s.integer(0)), s.text(1), s.real(2), s.real(3), s.integer(4)});
+    return out;
 }
 
 void HistoryStore::appendSpans(const std::string& id, std::span<const MeasuredSpan> spans)

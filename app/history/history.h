@@ -20,7 +20,7 @@ namespace pw::app {
 
 /// The schema version this code writes (`PRAGMA user_version`). Older files are migrated step by step on open;
 /// newer ones are refused.
-inline constexpr int kHistorySchemaVersion = 3;
+inline constexpr int kHistorySchemaVersion = 4;
 
 /// @brief Anything that went wrong with a history file. what() names the file and, for SQLite failures, carries
 /// sqlite3_errmsg().
@@ -85,6 +85,18 @@ struct MeasuredSpan
 };
 
 /// @brief One value of a named series: loss per step (device -1), memory per device, ...
+/// @brief One agent's clock against the controller's, as the run measured it (app/run/clock_offset.h).
+struct AgentClock
+{
+    int agent = 0; ///< the agent's index in the run (its first device's position among the run's agents)
+    std::string host;
+    double offset_s = 0; ///< the agent host's monotonic clock minus the controller's
+    double uncertainty_s = 0; ///< the true offset is within offset_s ± this
+    std::int64_t samples = 0; ///< round trips measured
+
+    bool operator==(const AgentClock&) const = default;
+};
+
 struct MetricSample
 {
     int step = 0;
@@ -181,6 +193,10 @@ public:
 
     /// Replaces the run's device names (index = device).
     void setDeviceNames(const std::string& id, const std::vector<std::string>& names);
+    /// Replaces the run's agent clocks and says which clock its measured spans are on (Host or Aligned).
+    void setAgentClocks(const std::string& id, const std::vector<AgentClock>& clocks, planner::ClockDomain clock);
+    /// The run's agent clocks, by agent.
+    std::vector<AgentClock> agentClocks(const std::string& id);
     /// Stores measured spans in one transaction. A span whose (agent, seq) the run already holds is ignored.
     void appendSpans(const std::string& id, std::span<const MeasuredSpan> spans);
     /// The highest span number stored for `agent` in the run, 0 when none: where telemetry resumes.

@@ -133,6 +133,21 @@ CREATE INDEX metrics_by_run ON metrics (run, name);
 ALTER TABLE runs ADD COLUMN updated_unix_s REAL NOT NULL DEFAULT 0;
 UPDATE runs SET updated_unix_s = max(started_unix_s, ended_unix_s);
 )sql"),
+    // 4: one clock for runs over several hosts. Each agent's clock against the controller's (offset = agent -
+    // controller, uncertainty = half the round trip of the sample used), and the clock the run's measured spans are
+    // on: 'host' (every agent on the controller's host) or 'aligned' (moved onto the controller's clock).
+    std::string_view(R"sql(
+CREATE TABLE agent_clocks (
+    run TEXT NOT NULL,
+    agent INTEGER NOT NULL,
+    host TEXT NOT NULL DEFAULT '',
+    offset_s REAL NOT NULL,
+    uncertainty_s REAL NOT NULL,
+    samples INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, agent)
+);
+ALTER TABLE runs ADD COLUMN clock TEXT NOT NULL DEFAULT 'host' CHECK (clock IN ('host', 'aligned'));
+)sql"),
 };
 static_assert(kMigrations.size() == kHistorySchemaVersion, "one migration step per schema version");
 

@@ -21,6 +21,7 @@
 #include "app/run/agent_connection.h"
 #include "app/run/remote.h"
 #include "app/run/run_checks.h"
+#include "clock_offset.h"
 #include "gpu_devices.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
@@ -39,6 +40,10 @@ double monotonicNow()
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
+
+/// Clock round trips with each agent before the run starts, and how often one is sent during it.
+constexpr std::size_t kClockSamplesBeforeStart = 4;
+constexpr double kClockProbeInterval = 2.0;
 
 /// @brief One agent: its connection (a local process, or a served agent over SSH) and where its stream stands.
 struct AgentLink
@@ -64,6 +69,11 @@ struct AgentLink
     std::int64_t last_seq = 0; ///< the last Telemetry batch taken
     std::int64_t next_span = 1; ///< the span number the next batch should start at
     Clock::time_point last_heard = Clock::now();
+    /// Its host's monotonic clock against ours (its spans' and metrics' times are moved onto ours with it).
+    ClockOffset clock;
+    std::int64_t probe_id = 0; ///< the probe in flight (0: none)
+    double probe_sent = 0; ///< when it left (our monotonic clock)
+    double next_probe = 0; ///< when to send the next one
 };
 
 } // namespace
@@ -127,11 +137,31 @@ struct RunController::Impl
     /// name as its agent's hello reports it.
     std::vector<std::string> deviceNames;
     bool deviceNamesChanged = false;
+    std::int64_t probeCounter = 0;
 
     Impl(RunRequest r, HistoryStore& h)
         : request(std::move(r))
         , history(h)
     {
+    }
+
+    /// One clock probe in flight per agent: back to back until a few samples are in, then every
+    /// kClockProbeInterval (the window follows the clocks' drift); a probe unanswered for 5 s is abandoned.
+    void probeClocks()
+    {
+        const double now = monotonicNow();
+        for (auto& a : agents) {
+            if (!a->hello || !a->conn || a->lost || a->exited || a->done)
+                continue;
+            if (a->probe_id != 0 && now - a->probe_sent < 5.0)
+                continue;
+            if (now < a->next_probe)
+                continue;
+            a->probe_id = ++probeCounter;
+            a->probe_sent = now;
+            a->next_probe = now + (a->clock.samples() < kClockSamplesBeforeStart ? 0.0 : kClockProbeInterval);
+            send(*a, agents::ClockProbe {a->probe_id, now});
+        }
     }
 
     void send(AgentLink& a, const agents::Message& m)
@@ -312,6 +342,11 @@ void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObs
             } else if constexpr (std::is_same_v<T, agents::Heartbeat>) {
                 statusChanged = statusChanged || a.step != msg.step;
                 a.step = msg.step;
+            } else if constexpr (std::is_same_v<T, agents::ClockReply>) {
+                if (msg.id == a.probe_id) { // a late reply to an abandoned probe would bound nothing we sent now
+                    a.clock.add(msg.controller_t_s, msg.agent_t_s, monotonicNow());
+                    a.probe_id = 0;
+                }
             } else {
                 fail(a.name + " sent a " + agents::toString(T::kType) + " message, which only a controller sends");
             }
@@ -333,8 +368,8 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
             "span numbers jump from " + std::to_string(a.next_span) + " to " + std::to_string(t.first_span), o);
     for (std::size_t i = 0; i < t.spans.size(); ++i) {
         auto& s = t.spans[i];
-        s.t0 -= t0;
-        s.t1 -= t0;
+        s.t0 = a.clock.toController(s.t0) - t0;
+        s.t1 = a.clock.toController(s.t1) - t0;
         spanBuffer.push_back({s, agent, t.first_span + static_cast<std::int64_t>(i)});
     }
     a.next_span = t.first_span + static_cast<std::int64_t>(t.spans.size());
@@ -367,7 +402,8 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
                         + ": training diverged (a lower learning rate may help; --stop-on-nonfinite off trains on)");
             }
         } else {
-            metricBuffer.push_back({static_cast<int>(m.step), m.name, m.value, m.t_s - t0, m.device});
+            metricBuffer.push_back(
+                {static_cast<int>(m.step), m.name, m.value, a.clock.toController(m.t_s) - t0, m.device});
         }
     }
     if (spanBuffer.size() >= 20000)
@@ -638,7 +674,12 @@ RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
             s.stopping = true;
             break;
         }
-        if (!s.started && std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) { return a->hello; })) {
+        s.probeClocks();
+        // Start once every agent has said hello and its clock is known (a few round trips: the first spans are
+        // then already on the controller's clock).
+        if (!s.started && std::all_of(s.agents.begin(), s.agents.end(), [](auto& a) {
+                return a->hello && a->clock.samples() >= kClockSamplesBeforeStart;
+            })) {
             s.started = true;
             s.statusChanged = true;
             s.t0 = monotonicNow();
@@ -751,6 +792,16 @@ RunOutcome RunController::run(const RunObserver& o, CheckedRun checked)
     s.logLine(-1, out.status == RunStatus::Failed ? "error" : "info",
         std::string("run ") + std::string(toString(out.status)) + (out.message.empty() ? "" : ": " + out.message), o);
     try {
+        // Each agent's clock as measured: the offsets every span was moved by, and their uncertainty.
+        std::vector<AgentClock> clocks;
+        for (std::size_t i = 0; i < s.agents.size(); ++i) {
+            const auto& a = *s.agents[i];
+            if (a.clock.known())
+                clocks.push_back({static_cast<int>(i), a.host, a.clock.offset(), a.clock.uncertainty(),
+                    static_cast<std::int64_t>(a.clock.samples())});
+        }
+        s.history.setAgentClocks(
+            s.runId, clocks, req.remote ? planner::ClockDomain::Aligned : planner::ClockDomain::Host);
         s.flush();
     } catch (const std::exception& e) {
         // What could not be stored is lost, but the run still ends with a status, and says why.

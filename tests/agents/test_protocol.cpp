@@ -102,7 +102,8 @@ std::vector<Message> samples()
     return {hello(), runSpec(), RendezvousSet {"gloo/rank/0", {0x00, 0xFF, 0x10, 0x80}}, RendezvousGet {"gloo/rank/1"},
         RendezvousValue {"gloo/rank/1", {1, 2, 3}}, Start {}, Stop {"user pressed stop"}, Resume {41}, telemetry(),
         Heartbeat {12.5, 99}, Log {LogLevel::Warning, "gradient norm 1e6 at step 12", 3.25},
-        Error {"peer 2 is gone", true}, Done {DoneStatus::Stopped, 2.75, 1000, "stopped by the user"}};
+        Error {"peer 2 is gone", true}, Done {DoneStatus::Stopped, 2.75, 1000, "stopped by the user"},
+        ClockProbe {7, 12.5}, ClockReply {7, 12.5, 1012.75}};
 }
 
 std::string stream(const std::vector<Message>& messages)
@@ -203,7 +204,7 @@ TEST_CASE("a frame's header is magic, version, type, length and CRC, little-endi
     // Start's payload is the empty CBOR map, one byte 0xA0. Pinning the bytes pins the wire format.
     const std::string bytes = encode(Start {});
     const std::uint32_t crc = crc32(std::vector<std::uint8_t> {0xA0});
-    const std::string expected = std::string("PWAG") + std::string("\x03\x00", 2) + std::string("\x06\x00", 2)
+    const std::string expected = std::string("PWAG") + std::string("\x04\x00", 2) + std::string("\x06\x00", 2)
         + std::string("\x01\x00\x00\x00", 4)
         + std::string {char(crc & 0xFF), char((crc >> 8) & 0xFF), char((crc >> 16) & 0xFF), char(crc >> 24)} + "\xA0";
     CHECK(bytes == expected);
@@ -338,9 +339,11 @@ TEST_CASE("framing errors say what is wrong", "[protocol]")
     {
         std::string bad = good;
         putU16(bad, 4, 1); // a version 1 peer (before the Gloo key)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 3)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 4)"));
         putU16(bad, 4, 2); // a version 2 peer (GPUs as names, no CUDA device in the run spec)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 3)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 4)"));
+        putU16(bad, 4, 3); // a version 3 peer (no clock probes)
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 3 (this side speaks 4)"));
     }
     SECTION("unknown message type")
     {

@@ -280,6 +280,8 @@ std::vector<std::string> pwFuzzSeeds()
         Log {LogLevel::Debug, "hi", 0.5},
         Error {"bad", true},
         Done {DoneStatus::Succeeded, 0.125, 10, ""},
+        ClockProbe {1, 2.5},
+        ClockReply {1, 2.5, 3.5},
     };
     std::vector<std::string> seeds;
     std::string all;

@@ -98,7 +98,11 @@ public:
     int port = 0;
     std::filesystem::path host_key, user_key, known_hosts;
 
-    Sshd()
+    /// monotonicOffset > 0: the sshd (and every process it starts: the agents) runs in a Linux time namespace whose
+    /// CLOCK_MONOTONIC is that many seconds ahead of this machine's (`unshare --time --monotonic`), a "host" with a
+    /// clock of its own.
+    explicit Sshd(int monotonicOffset = 0)
+        : m_offset(monotonicOffset)
     {
         host_key = dir.path / "host_ed25519";
         user_key = dir.path / "user_ed25519";
@@ -150,7 +154,13 @@ public:
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);
             const std::string config = (dir.path / "sshd_config").string();
-            execl("/usr/sbin/sshd", "/usr/sbin/sshd", "-D", "-e", "-f", config.c_str(), nullptr);
+            if (m_offset > 0) {
+                const std::string offset = std::to_string(m_offset);
+                execl("/usr/bin/unshare", "unshare", "--time", "--monotonic", offset.c_str(), "--fork",
+                    "--kill-child=SIGTERM", "/usr/sbin/sshd", "-D", "-e", "-f", config.c_str(), nullptr);
+            } else {
+                execl("/usr/sbin/sshd", "/usr/sbin/sshd", "-D", "-e", "-f", config.c_str(), nullptr);
+            }
             _exit(127);
         }
         for (int i = 0; i < 200 && !portOpen(port); ++i) {
@@ -177,7 +187,8 @@ public:
     {
         if (m_pid <= 0)
             return;
-        ::kill(m_pid, SIGTERM);
+        // unshare blocks SIGTERM while it waits for its child: it is killed, and --kill-child ends the sshd.
+        ::kill(m_pid, m_offset > 0 ? SIGKILL : SIGTERM);
         int status = 0;
         waitpid(m_pid, &status, 0);
         m_pid = -1;
@@ -225,6 +236,7 @@ public:
     std::string log() const { return slurpFile(dir.path / "sshd.log"); }
 
 private:
+    int m_offset = 0;
     pid_t m_pid = -1;
 };
 

@@ -388,3 +388,77 @@ TEST_CASE("teardown stops what of a run is left on a host, says so, and removes 
     CHECK(runProcesses("r-teardown-test").empty());
     CHECK_FALSE(std::filesystem::exists(hosts.remote_root / "runs" / "r-teardown-test"));
 }
+
+TEST_CASE("a host whose clock is 1000 s ahead lands on the controller's clock, within the stated uncertainty",
+    "[ssh][run][clock]")
+{
+    // issue 21 item 3: host b's sshd (and so its agent) runs in a time namespace whose monotonic clock is 1000 s
+    // ahead. Unaligned, its spans would start 1000 s into the run; aligned, the timeline is as on one host.
+    test::Sshd a, b(1000);
+    test::TempDir dir;
+    std::ofstream(dir.path / "known_hosts") << a.knownHostsLine() << "\n" << b.knownHostsLine() << "\n";
+    std::ofstream(dir.path / "ssh_config").flush();
+    planner::Cluster cluster;
+    cluster.device_types = {*planner::devicePreset("cpu")};
+    int i = 0;
+    for (const test::Sshd* s : {&a, &b}) {
+        planner::Node n {"host" + std::to_string(i++), "127.0.0.1", s->port, test::currentUser(), "cpu", 1, 1e10, 1e-6};
+        n.ssh_identity_file = s->user_key.string();
+        cluster.nodes.push_back(n);
+    }
+    cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    cluster.inter_node_latency_s = 1e-5;
+    auto plan = test::gpt2Plan(test::tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b", 4);
+    plan.cluster = cluster;
+    plan.validate();
+    auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+    auto remote = request(plan, 5);
+    app::RemoteOptions r;
+    r.ssh.known_hosts = dir.path / "known_hosts";
+    r.ssh.config = dir.path / "ssh_config";
+    r.ssh.timeout = std::chrono::milliseconds {3000};
+    r.linger = std::chrono::seconds {15};
+    r.reconnect_for = std::chrono::seconds {10};
+    r.remote_root = (dir.path / "remote").string();
+    remote.remote = r;
+    const auto outcome = app::RunController(remote, history).run();
+    INFO(outcome.message);
+    REQUIRE(outcome.status == app::RunStatus::Succeeded);
+
+    const auto clocks = history.agentClocks(outcome.run_id);
+    REQUIRE(clocks.size() == 2);
+    CHECK(std::abs(clocks[0].offset_s) < 0.05); // host a: this machine's clock
+    CHECK(std::abs(clocks[1].offset_s - 1000.0) < 0.05); // host b: 1000 s ahead
+    for (const auto& c : clocks) {
+        CHECK(c.samples >= 4);
+        CHECK(c.uncertainty_s >= 0);
+        CHECK(c.uncertainty_s < 0.05);
+    }
+    const auto timeline = history.measuredTimeline(outcome.run_id);
+    CHECK(timeline.clock == planner::ClockDomain::Aligned);
+    REQUIRE(!timeline.spans.empty());
+    // As on one host: every span inside the run, and every receive ending after its send began (causality across
+    // the two clocks), within the two offsets' uncertainties.
+    const double slack = clocks[0].uncertainty_s + clocks[1].uncertainty_s + 1e-3;
+    double end = 0;
+    for (const auto& s : timeline.spans) {
+        CHECK(s.t0 >= -slack);
+        CHECK(s.t1 >= s.t0);
+        end = std::max(end, s.t1);
+    }
+    CHECK(end < 120.0);
+    int pairs = 0;
+    for (const auto& send : timeline.spans) {
+        if (send.kind != planner::ActionKind::SendActivation && send.kind != planner::ActionKind::SendGradient)
+            continue;
+        for (const auto& recv : timeline.spans)
+            if (recv.device == send.peer && recv.microbatch == send.microbatch && recv.stage == send.stage
+                && (recv.kind == planner::ActionKind::RecvActivation || recv.kind == planner::ActionKind::RecvGradient)
+                && (recv.kind == planner::ActionKind::RecvGradient)
+                    == (send.kind == planner::ActionKind::SendGradient)) {
+                CHECK(recv.t1 >= send.t0 - slack);
+                ++pairs;
+            }
+    }
+    CHECK(pairs > 0);
+}

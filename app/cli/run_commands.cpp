@@ -182,8 +182,9 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
             << std::flush;
     };
     observer.log = [&](const std::string& agent, const std::string& level, const std::string& text) {
-        // A remote run's deployment (uploads, teardown) is worth a line too.
-        if (level == "error" || level == "warning" || (req.remote && agent == "controller"))
+        // A remote run's deployment (uploads, teardown), where each agent landed and each reconnect and resume of a
+        // dropped link are worth a line too (the controller says these at level info).
+        if (level == "error" || level == "warning" || (req.remote && (agent == "controller" || level == "info")))
             err << (tty ? "\n" : "") << agent << ": " << level << ": " << text << "\n";
     };
     g_running = &controller;

@@ -89,6 +89,8 @@ TEST_CASE("cli: run --cluster refuses an unknown host key, then with --accept-ne
     CHECK(r.at("status") == "succeeded");
     CHECK_THAT(test::slurpFile(knownHosts), Contains("[127.0.0.1]:" + std::to_string(a.port)));
     CHECK_THAT(remote.err, Contains("no agent process of the run is left"));
+    // Where each agent landed (the controller's info lines about agents: its hello, a reconnect and resume).
+    CHECK_THAT(remote.err, Contains("agent 0 on ") && Contains("agent 1 on "));
 
     auto localArgs = std::vector<std::string> {"run", planFile.string(), "--local"};
     localArgs.insert(localArgs.end(), common.begin(), common.end());

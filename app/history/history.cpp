@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The run history on the sqlite3 C API, through three small RAII wrappers (app/history/sqlite_wrappers.h); the
-// schema and its migrations are app/history/schema.h.
+// The run history on the sqlite3 C API, through three small RAII wrappers (app/history/sqlite_wrappers.h): the file,
+// runs, tags, metrics, logs and agent clocks. Spans and timelines are history_timeline.cpp; the schema and its
+// migrations app/history/schema.h.
 #include "history.h"
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +17,6 @@
 #include <ostream>
 #include <random>
 #include <system_error>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -26,8 +25,8 @@
 #include <unistd.h>
 
 #include "history_file.h"
+#include "history_impl.h"
 #include "planner/errors.h"
-#include "planner/io/chrome_trace.h"
 #include "schema.h"
 #include "sqlite_wrappers.h"
 
@@ -37,12 +36,6 @@ namespace fs = std::filesystem;
 using planner::Timeline;
 
 namespace {
-
-/// Metrics holding a predicted timeline's counters are named kPredictedPrefix + the counter's name.
-constexpr std::string_view kPredictedPrefix = "predicted:";
-/// The same range as SQL: names from 'predicted:' up to 'predicted;' (';' follows ':'), which the metrics index
-/// serves directly, unlike LIKE.
-constexpr const char* kIsPredictedMetric = "(name >= 'predicted:' AND name < 'predicted;')";
 
 double unixNow()
 {
@@ -101,14 +94,6 @@ std::string likeEscaped(std::string_view text)
     return out;
 }
 
-/// The shortest text that reads back as the same double.
-void appendNumber(std::string& out, double value)
-{
-    std::array<char, 32> buffer {};
-    auto end = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value).ptr;
-    out.append(buffer.data(), end);
-}
-
 constexpr const char* kRunColumns = "id, plan_json, cluster_json, hosts_json, label, status, status_message, "
                                     "started_unix_s, ended_unix_s, controller_host, controller_pid, steps_planned, "
                                     "predicted_steps";
@@ -118,65 +103,6 @@ constexpr const char* kRunSelect
       "controller_host, controller_pid, steps_planned, predicted_steps, "
       "(SELECT count(DISTINCT step) FROM metrics m WHERE m.run = runs.id AND m.name = 'loss' AND m.device = -1), "
       "updated_unix_s";
-
-/// The agent of predicted spans (measured ones come from agents 0, 1, ...).
-constexpr int kPredictedAgent = -1;
-/// Parameters of one span in an INSERT (the run and the source, ?1 and ?2, are shared by all rows).
-constexpr int kSpanParameters = 13;
-/// Spans per INSERT statement: a step has a fixed cost (opening the table and its index, halting, resetting)
-/// that a single-row INSERT pays per span; 64 rows spread it thin (832 parameters, SQLite allows 32766).
-constexpr int kSpansPerInsert = 64;
-
-/// "INSERT OR IGNORE INTO spans (...) VALUES (?1, ?2, ?3, ..., ?15), (?1, ?2, ?16, ...), ...": `rows` rows, a
-/// stored (run, agent, seq) ignored.
-std::string insertSpansSql(int rows)
-{
-    std::string sql = "INSERT OR IGNORE INTO spans (run, source, agent, seq, device, lane, kind, stage, microbatch, "
-                      "action, weight_version, peer, bytes, t0, t1) VALUES ";
-    for (int r = 0; r < rows; ++r) {
-        sql += r == 0 ? "(?1, ?2" : ", (?1, ?2";
-        for (int p = 0; p < kSpanParameters; ++p)
-            sql += ", ?" + std::to_string(3 + r * kSpanParameters + p);
-        sql += ')';
-    }
-    return sql;
-}
-
-/// @brief A span as a row of the spans table: with its agent and sequence number.
-struct SpanRow
-{
-    const planner::Span& span;
-    std::int64_t agent;
-    std::int64_t seq;
-};
-
-constexpr const char* kInsertMetric
-    = "INSERT INTO metrics (run, step, name, value, t_s, device, unit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-
-/// Binds the kSpanParameters parameters of a row of insertSpansSql() from `first` on.
-void bindSpan(Statement& insert, int first, const SpanRow& row)
-{
-    const auto& s = row.span;
-    insert.integer(first, row.agent)
-        .integer(first + 1, row.seq)
-        .integer(first + 2, s.device)
-        .integer(first + 3, static_cast<int>(s.lane))
-        .integer(first + 4, static_cast<int>(s.kind))
-        .integer(first + 5, s.stage)
-        .integer(first + 6, s.microbatch)
-        .integer(first + 7, s.action)
-        .integer(first + 8, s.weight_version)
-        .integer(first + 9, s.peer)
-        .real(first + 10, s.bytes)
-        .real(first + 11, s.t0)
-        .real(first + 12, s.t1);
-}
-
-int sourceCode(Timeline::Source source)
-{
-    return source == Timeline::Source::Predicted ? 0 : 1;
-}
-
 } // namespace
 
 std::string_view toString(RunStatus status)
@@ -196,313 +122,142 @@ RunStatus runStatusFromString(std::string_view name)
         "unknown run status '" + std::string(name) + "': use running, succeeded, failed, stopped or interrupted");
 }
 
-struct HistoryStore::Impl
+HistoryStore::Impl::Impl(const fs::path& file, Access how, const std::string& uri)
+    : path(file)
+    , db(file,
+          how == Access::ReadOnly ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+          uri)
+    , access(how)
+    , host(hostName())
 {
-    Impl(const fs::path& file, Access how, const std::string& uri = {})
-        : path(file)
-        , db(file,
-              how == Access::ReadOnly ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
-                                      : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-              uri)
-        , access(how)
-    {
+}
+
+bool HistoryStore::Impl::runExists(const std::string& id)
+{
+    Statement s(db, "SELECT 1 FROM runs WHERE id = ?1");
+    s.text(1, id);
+    return s.step();
+}
+
+void HistoryStore::Impl::requireRun(const std::string& id)
+{
+    if (!runExists(id))
+        noRun(id);
+}
+
+/// Records now as the run's last event (inside the caller's write transaction).
+void HistoryStore::Impl::touch(const std::string& id)
+{
+    Statement s(db, "UPDATE runs SET updated_unix_s = ?2 WHERE id = ?1");
+    s.text(1, id).real(2, unixNow()).run();
+}
+
+/// A metric's value: NULL is the NaN that SQLite stores for one.
+double HistoryStore::Impl::value(const Statement& s, int column)
+{
+    return s.isNull(column) ? std::numeric_limits<double>::quiet_NaN() : s.real(column);
+}
+
+/// The run's integer key, which its spans carry (schema 2); the run must exist.
+std::int64_t HistoryStore::Impl::runKey(const std::string& id)
+{
+    Statement s(db, "SELECT run_key FROM runs WHERE id = ?1");
+    s.text(1, id);
+    if (!s.step())
+        noRun(id);
+    return s.integer(0);
+}
+
+std::vector<std::string> HistoryStore::Impl::tags(const std::string& id)
+{
+    Statement s(db, "SELECT tag FROM tags WHERE run = ?1 ORDER BY tag");
+    s.text(1, id);
+    std::vector<std::string> out;
+    while (s.step())
+        out.push_back(s.text(0));
+    return out;
+}
+
+/// A row of kRunColumns, tags included.
+RunRecord HistoryStore::Impl::readRun(const Statement& s)
+{
+    RunRecord r;
+    r.id = s.text(0);
+    r.plan_json = s.text(1);
+    r.cluster_json = s.text(2);
+    r.hosts_json = s.text(3);
+    r.label = s.text(4);
+    try {
+        r.status = runStatusFromString(s.text(5));
+    } catch (const planner::InputError& e) {
+        throw HistoryError(db.file() + ": run '" + r.id + "': " + e.what());
     }
-
-    fs::path path;
-    Connection db;
-    Access access;
-    std::string host = hostName();
-    /// The ingest's hot path, prepared once per store (declared after db: finalized before it closes):
-    /// kSpansPerInsert rows, and one row for the rest of a batch.
-    std::optional<Statement> insertSpanBlock;
-    std::optional<Statement> insertSpan;
-
-    [[noreturn]] void noRun(const std::string& id) const { throw HistoryError("no run '" + id + "' in " + db.file()); }
-
-    bool runExists(const std::string& id)
-    {
-        Statement s(db, "SELECT 1 FROM runs WHERE id = ?1");
-        s.text(1, id);
-        return s.step();
+    r.status_message = s.text(6);
+    r.started_unix_s = s.real(7);
+    r.ended_unix_s = s.real(8);
+    r.controller_host = s.text(9);
+    r.controller_pid = s.integer(10);
+    r.steps_planned = s.integer(11);
+    r.predicted_steps = s.integer(12);
+    r.steps_done = s.integer(13);
+    r.tags = tags(r.id);
+    // A reader that may not write shows what markInterrupted() would write.
+    if (access == Access::ReadOnly && r.status == RunStatus::Running
+        && controllerGone(r.controller_host, r.controller_pid, host)) {
+        r.status = RunStatus::Interrupted;
+        r.status_message = interruptedMessage(r.controller_pid, r.controller_host);
+        r.ended_unix_s = std::max(r.started_unix_s, s.real(14));
     }
+    return r;
+}
 
-    void requireRun(const std::string& id)
-    {
-        if (!runExists(id))
-            noRun(id);
+std::optional<RunRecord> HistoryStore::Impl::findRun(const std::string& id)
+{
+    Statement s(db, std::string("SELECT ") + kRunSelect + " FROM runs WHERE id = ?1");
+    s.text(1, id);
+    if (!s.step())
+        return std::nullopt;
+    return readRun(s);
+}
+
+void HistoryStore::Impl::insertTags(const std::string& id, const std::vector<std::string>& tags)
+{
+    Statement insert(db, "INSERT OR IGNORE INTO tags (run, tag) VALUES (?1, ?2)");
+    insert.text(1, id);
+    for (const auto& tag : tags)
+        insert.text(2, tag).run();
+}
+
+void HistoryStore::Impl::replaceDeviceNames(const std::string& id, const std::vector<std::string>& names)
+{
+    Statement erase(db, "DELETE FROM run_devices WHERE run = ?1");
+    erase.text(1, id).run();
+    Statement insert(db, "INSERT INTO run_devices (run, device, name) VALUES (?1, ?2, ?3)");
+    insert.text(1, id);
+    for (std::size_t i = 0; i < names.size(); ++i)
+        insert.integer(2, static_cast<std::int64_t>(i)).text(3, names[i]).run();
+}
+
+std::string HistoryStore::Impl::runClock(const std::string& id)
+{
+    Statement s(db, "SELECT clock FROM runs WHERE id = ?1");
+    s.text(1, id);
+    return s.step() ? s.text(0) : std::string("host");
+}
+
+std::vector<std::string> HistoryStore::Impl::deviceNames(const std::string& id)
+{
+    Statement s(db, "SELECT device, name FROM run_devices WHERE run = ?1 ORDER BY device");
+    s.text(1, id);
+    std::vector<std::string> names;
+    while (s.step()) {
+        const auto device = static_cast<std::size_t>(s.integer(0));
+        while (names.size() < device)
+            names.push_back("device " + std::to_string(names.size()));
+        names.push_back(s.text(1));
     }
-
-    /// Records now as the run's last event (inside the caller's write transaction).
-    void touch(const std::string& id)
-    {
-        Statement s(db, "UPDATE runs SET updated_unix_s = ?2 WHERE id = ?1");
-        s.text(1, id).real(2, unixNow()).run();
-    }
-
-    /// A metric's value: NULL is the NaN that SQLite stores for one.
-    static double value(const Statement& s, int column)
-    {
-        return s.isNull(column) ? std::numeric_limits<double>::quiet_NaN() : s.real(column);
-    }
-
-    /// The run's integer key, which its spans carry (schema 2); the run must exist.
-    std::int64_t runKey(const std::string& id)
-    {
-        Statement s(db, "SELECT run_key FROM runs WHERE id = ?1");
-        s.text(1, id);
-        if (!s.step())
-            noRun(id);
-        return s.integer(0);
-    }
-
-    std::vector<std::string> tags(const std::string& id)
-    {
-        Statement s(db, "SELECT tag FROM tags WHERE run = ?1 ORDER BY tag");
-        s.text(1, id);
-        std::vector<std::string> out;
-        while (s.step())
-            out.push_back(s.text(0));
-        return out;
-    }
-
-    /// A row of kRunColumns, tags included.
-    RunRecord readRun(const Statement& s)
-    {
-        RunRecord r;
-        r.id = s.text(0);
-        r.plan_json = s.text(1);
-        r.cluster_json = s.text(2);
-        r.hosts_json = s.text(3);
-        r.label = s.text(4);
-        try {
-            r.status = runStatusFromString(s.text(5));
-        } catch (const planner::InputError& e) {
-            throw HistoryError(db.file() + ": run '" + r.id + "': " + e.what());
-        }
-        r.status_message = s.text(6);
-        r.started_unix_s = s.real(7);
-        r.ended_unix_s = s.real(8);
-        r.controller_host = s.text(9);
-        r.controller_pid = s.integer(10);
-        r.steps_planned = s.integer(11);
-        r.predicted_steps = s.integer(12);
-        r.steps_done = s.integer(13);
-        r.tags = tags(r.id);
-        // A reader that may not write shows what markInterrupted() would write.
-        if (access == Access::ReadOnly && r.status == RunStatus::Running
-            && controllerGone(r.controller_host, r.controller_pid, host)) {
-            r.status = RunStatus::Interrupted;
-            r.status_message = interruptedMessage(r.controller_pid, r.controller_host);
-            r.ended_unix_s = std::max(r.started_unix_s, s.real(14));
-        }
-        return r;
-    }
-
-    std::optional<RunRecord> findRun(const std::string& id)
-    {
-        Statement s(db, std::string("SELECT ") + kRunSelect + " FROM runs WHERE id = ?1");
-        s.text(1, id);
-        if (!s.step())
-            return std::nullopt;
-        return readRun(s);
-    }
-
-    void insertTags(const std::string& id, const std::vector<std::string>& tags)
-    {
-        Statement insert(db, "INSERT OR IGNORE INTO tags (run, tag) VALUES (?1, ?2)");
-        insert.text(1, id);
-        for (const auto& tag : tags)
-            insert.text(2, tag).run();
-    }
-
-    void replaceDeviceNames(const std::string& id, const std::vector<std::string>& names)
-    {
-        Statement erase(db, "DELETE FROM run_devices WHERE run = ?1");
-        erase.text(1, id).run();
-        Statement insert(db, "INSERT INTO run_devices (run, device, name) VALUES (?1, ?2, ?3)");
-        insert.text(1, id);
-        for (std::size_t i = 0; i < names.size(); ++i)
-            insert.integer(2, static_cast<std::int64_t>(i)).text(3, names[i]).run();
-    }
-
-    std::string runClock(const std::string& id)
-    {
-        Statement s(db, "SELECT clock FROM runs WHERE id = ?1");
-        s.text(1, id);
-        return s.step() ? s.text(0) : std::string("host");
-    }
-
-    std::vector<std::string> deviceNames(const std::string& id)
-    {
-        Statement s(db, "SELECT device, name FROM run_devices WHERE run = ?1 ORDER BY device");
-        s.text(1, id);
-        std::vector<std::string> names;
-        while (s.step()) {
-            const auto device = static_cast<std::size_t>(s.integer(0));
-            while (names.size() < device)
-                names.push_back("device " + std::to_string(names.size()));
-            names.push_back(s.text(1));
-        }
-        return names;
-    }
-
-    /// `insert` prepared for `rows` rows when it is not yet, ready to run with the run and the source bound.
-    Statement& spanInserter(std::optional<Statement>& insert, int rows, const std::string& id, Timeline::Source source)
-    {
-        if (!insert)
-            insert.emplace(db, insertSpansSql(rows));
-        insert->reset();
-        insert->integer(1, runKey(id)).integer(2, sourceCode(source));
-        return *insert;
-    }
-
-    /// Inserts `count` spans, `rowAt(i)` giving the i-th as a SpanRow, with the cached statements; the caller
-    /// holds the transaction.
-    template <typename RowAt>
-    void insertSpans(const std::string& id, Timeline::Source source, std::size_t count, RowAt&& rowAt)
-    {
-        auto& block = spanInserter(insertSpanBlock, kSpansPerInsert, id, source);
-        std::size_t i = 0;
-        for (; i + kSpansPerInsert <= count; i += kSpansPerInsert) {
-            for (int r = 0; r < kSpansPerInsert; ++r)
-                bindSpan(block, 3 + r * kSpanParameters, rowAt(i + static_cast<std::size_t>(r)));
-            block.run();
-        }
-        auto& single = spanInserter(insertSpan, 1, id, source);
-        for (; i < count; ++i) {
-            bindSpan(single, 3, rowAt(i));
-            single.run();
-        }
-    }
-
-    planner::Span readSpan(const Statement& s, const std::string& id)
-    {
-        const auto lane = s.integer(1);
-        const auto kind = s.integer(2);
-        if (lane < 0 || lane >= kLaneCount || kind < 0 || kind >= kKindCount)
-            throw HistoryError(db.file() + ": run '" + id + "' holds a span with lane " + std::to_string(lane)
-                + " and kind " + std::to_string(kind) + ", which this Pipewright does not know");
-        planner::Span span;
-        span.device = static_cast<std::int32_t>(s.integer(0));
-        span.lane = static_cast<planner::Lane>(lane);
-        span.kind = static_cast<planner::ActionKind>(kind);
-        span.stage = static_cast<std::int32_t>(s.integer(3));
-        span.microbatch = static_cast<std::int32_t>(s.integer(4));
-        span.action = static_cast<std::int32_t>(s.integer(5));
-        span.weight_version = static_cast<std::int32_t>(s.integer(6));
-        span.peer = static_cast<std::int32_t>(s.integer(7));
-        span.bytes = s.real(8);
-        span.t0 = s.real(9);
-        span.t1 = s.real(10);
-        return span;
-    }
-
-    static constexpr const char* kSpanColumns
-        = "device, lane, kind, stage, microbatch, action, weight_version, peer, bytes, t0, t1";
-
-    /// Measured spans by device, then start; predicted spans in the order they were saved.
-    std::vector<planner::Span> spans(const std::string& id, Timeline::Source source)
-    {
-        // Predicted spans through the index, in order of seq (their position); measured ones in any order.
-        const std::string where = source == Timeline::Source::Predicted
-            ? " WHERE run = ?1 AND agent = -1 AND source = 0 ORDER BY seq"
-            : " WHERE run = ?1 AND source = 1";
-        Statement s(db, std::string("SELECT ") + kSpanColumns + " FROM spans" + where);
-        s.integer(1, runKey(id));
-        std::vector<planner::Span> out;
-        while (s.step())
-            out.push_back(readSpan(s, id));
-        // Sorting here is cheaper than SQL's ORDER BY over an index that is not in (device, t0) order.
-        if (source == Timeline::Source::Measured)
-            std::stable_sort(out.begin(), out.end(), [](const planner::Span& a, const planner::Span& b) {
-                return std::tie(a.device, a.t0) < std::tie(b.device, b.t0);
-            });
-        return out;
-    }
-
-    /// Predicted: the "predicted:" metrics, in saved order. Measured: per-device metrics, ordered by (device, t).
-    void readCounters(const std::string& id, Timeline& t)
-    {
-        const bool predicted = t.source == Timeline::Source::Predicted;
-        const std::string where = predicted ? std::string(" AND ") + kIsPredictedMetric
-                                            : std::string(" AND device >= 0 AND NOT ") + kIsPredictedMetric;
-        Statement s(
-            db, "SELECT name, unit, device, t_s, value FROM metrics WHERE run = ?1" + where + " ORDER BY rowid");
-        s.text(1, id);
-        while (s.step()) {
-            auto name = s.text(0);
-            if (predicted)
-                name.erase(0, kPredictedPrefix.size());
-            t.counter(name, s.text(1))
-                .samples.push_back({static_cast<std::int32_t>(s.integer(2)), s.real(3), value(s, 4)});
-        }
-        if (!predicted)
-            for (auto& c : t.counters)
-                std::stable_sort(c.samples.begin(), c.samples.end(),
-                    [](const auto& a, const auto& b) { return std::tie(a.device, a.t) < std::tie(b.device, b.t); });
-    }
-
-    Timeline timeline(const std::string& id, Timeline::Source source)
-    {
-        Transaction tx(db, Transaction::Access::Read); // one snapshot while a controller appends
-        const auto record = findRun(id);
-        if (!record)
-            noRun(id);
-        Timeline t;
-        t.source = source;
-        t.run_id = id;
-        t.label = record->label;
-        const bool measured = source == Timeline::Source::Measured;
-        t.clock = !measured             ? planner::ClockDomain::Simulated
-            : runClock(id) == "aligned" ? planner::ClockDomain::Aligned
-                                        : planner::ClockDomain::Host;
-        t.epoch_unix_s = measured ? record->started_unix_s : 0;
-        t.device_names = deviceNames(id);
-        t.spans = spans(id, source);
-        // Devices without a stored name get Timeline::append()'s placeholders.
-        for (const auto& s : t.spans)
-            while (s.device >= 0 && static_cast<std::size_t>(s.device) >= t.device_names.size())
-                t.device_names.push_back("device " + std::to_string(t.device_names.size()));
-        readCounters(id, t);
-        tx.commit();
-        return t;
-    }
-
-    void writeCsv(const std::string& id, Timeline::Source source, std::ostream& out)
-    {
-        Transaction tx(db, Transaction::Access::Read);
-        requireRun(id);
-        Statement s(db,
-            std::string("SELECT ") + kSpanColumns
-                + ", agent, seq FROM spans WHERE run = ?1 AND source = ?2 ORDER BY device, t0, agent, seq");
-        s.integer(1, runKey(id)).integer(2, sourceCode(source));
-        std::string text = "device,lane,kind,stage,microbatch,action,weight_version,peer,bytes,t0_s,t1_s,agent,seq\n";
-        while (s.step()) {
-            const auto span = readSpan(s, id);
-            text += std::to_string(span.device) + ',' + std::string(toString(span.lane)) + ','
-                + std::string(toString(span.kind)) + ',' + std::to_string(span.stage) + ','
-                + std::to_string(span.microbatch) + ',' + std::to_string(span.action) + ','
-                + std::to_string(span.weight_version) + ',' + std::to_string(span.peer) + ',';
-            appendNumber(text, span.bytes);
-            text += ',';
-            appendNumber(text, span.t0);
-            text += ',';
-            appendNumber(text, span.t1);
-            text += ',';
-            if (source == Timeline::Source::Measured)
-                text += std::to_string(s.integer(11)) + ',' + std::to_string(s.integer(12));
-            else
-                text += ','; // agent and seq mean nothing for a prediction
-            text += '\n';
-            if (text.size() > (1u << 16)) {
-                out << text;
-                text.clear();
-            }
-        }
-        out << text;
-        tx.commit();
-    }
-};
+    return names;
+}
 
 HistoryStore::HistoryStore(std::unique_ptr<Impl> impl)
     : m_impl(std::move(impl))
@@ -732,59 +487,6 @@ std::vector<AgentClock> HistoryStore::agentClocks(const std::string& id)
     return out;
 }
 
-void HistoryStore::appendSpans(const std::string& id, std::span<const MeasuredSpan> spans)
-{
-    auto& m = impl();
-    Transaction tx(m.db, Transaction::Access::Write);
-    m.requireRun(id);
-    m.insertSpans(id, Timeline::Source::Measured, spans.size(), [&](std::size_t i) {
-        return SpanRow {spans[i].span, spans[i].agent, spans[i].seq};
-    });
-    m.touch(id);
-    tx.commit();
-}
-
-std::int64_t HistoryStore::lastSequence(const std::string& id, int agent)
-{
-    auto& m = impl();
-    Transaction tx(m.db, Transaction::Access::Read);
-    m.requireRun(id);
-    Statement s(m.db, "SELECT max(seq) FROM spans WHERE run = ?1 AND source = 1 AND agent = ?2");
-    s.integer(1, m.runKey(id)).integer(2, agent);
-    const auto last = s.step() && !s.isNull(0) ? s.integer(0) : 0;
-    tx.commit();
-    return last;
-}
-
-void HistoryStore::savePredicted(const std::string& id, const Timeline& timeline, std::int64_t steps)
-{
-    auto& m = impl();
-    Transaction tx(m.db, Transaction::Access::Write);
-    m.requireRun(id);
-    Statement setSteps(m.db, "UPDATE runs SET predicted_steps = ?2 WHERE id = ?1");
-    setSteps.text(1, id).integer(2, steps).run();
-    Statement eraseSpans(m.db, "DELETE FROM spans WHERE run = ?1 AND agent = -1 AND source = 0");
-    eraseSpans.integer(1, m.runKey(id)).run();
-    Statement eraseCounters(m.db, std::string("DELETE FROM metrics WHERE run = ?1 AND ") + kIsPredictedMetric);
-    eraseCounters.text(1, id).run();
-    if (!timeline.device_names.empty())
-        m.replaceDeviceNames(id, timeline.device_names);
-    m.insertSpans(id, Timeline::Source::Predicted, timeline.spans.size(), [&](std::size_t i) {
-        return SpanRow {timeline.spans[i], kPredictedAgent, static_cast<std::int64_t>(i)};
-    });
-    Statement metric(m.db, kInsertMetric);
-    metric.text(1, id).integer(2, -1);
-    for (const auto& c : timeline.counters)
-        for (const auto& sample : c.samples)
-            metric.text(3, std::string(kPredictedPrefix) + c.name)
-                .real(4, sample.value)
-                .real(5, sample.t)
-                .integer(6, sample.device)
-                .text(7, c.unit)
-                .run();
-    tx.commit();
-}
-
 void HistoryStore::appendMetrics(const std::string& id, std::span<const MetricSample> samples)
 {
     auto& m = impl();
@@ -848,16 +550,6 @@ std::optional<RunRecord> HistoryStore::run(const std::string& id)
     return record;
 }
 
-Timeline HistoryStore::measuredTimeline(const std::string& id)
-{
-    return impl().timeline(id, Timeline::Source::Measured);
-}
-
-Timeline HistoryStore::predictedTimeline(const std::string& id)
-{
-    return impl().timeline(id, Timeline::Source::Predicted);
-}
-
 std::vector<MetricSample> HistoryStore::metrics(const std::string& id, const std::string& name)
 {
     auto& m = impl();
@@ -886,16 +578,6 @@ std::vector<LogEntry> HistoryStore::logs(const std::string& id)
             {s.real(0), static_cast<int>(s.integer(1)), static_cast<int>(s.integer(2)), s.text(3), s.text(4)});
     tx.commit();
     return out;
-}
-
-void HistoryStore::exportCsv(const std::string& id, std::ostream& out, Timeline::Source source)
-{
-    impl().writeCsv(id, source, out);
-}
-
-void HistoryStore::exportChromeTrace(const std::string& id, std::ostream& out, Timeline::Source source)
-{
-    planner::writeChromeTrace(out, impl().timeline(id, source));
 }
 
 std::string HistoryStore::integrityCheck()

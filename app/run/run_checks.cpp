@@ -16,6 +16,7 @@
 #include "planner/errors.h"
 #include "planner/sim/simulator.h"
 #include "planner/units.h"
+#include "preflight.h"
 #ifdef PW_WITH_ENGINE
 #include "engine/data.h"
 #include "engine/devices.h"
@@ -122,52 +123,39 @@ LocalRunLoad localRunLoad(
 
 void checkLocalGpus(const planner::Plan& plan, const planner::SimulationResult* predicted)
 {
-    // Per GPU index of this machine: the plan's devices on it and their predicted peaks together.
-    std::map<int, std::pair<std::vector<int>, double>> use;
-    int node = -1;
+    // Pre-flight's device checks (the GPUs present, kernels built for them, the predicted peaks free), with this
+    // machine's CUDA as the capabilities its local agents will report.
+    std::set<int> nodes;
+    int highest = -1;
     for (const auto& stage : plan.stages)
         for (int d : stage.devices)
             if (const auto gpu = cudaDeviceOf(*plan.cluster, d)) {
-                auto& [list, bytes] = use[*gpu];
-                if (std::find(list.begin(), list.end(), d) != list.end())
-                    continue;
-                list.push_back(d);
-                node = plan.cluster->device(d).node;
-                if (predicted && d < static_cast<int>(predicted->devices.size()))
-                    bytes += predicted->devices[static_cast<std::size_t>(d)].peak_memory_bytes;
+                nodes.insert(plan.cluster->device(d).node);
+                highest = std::max(highest, *gpu);
             }
-    if (use.empty())
+    if (nodes.empty())
         return;
-    const std::string field = "/cluster/nodes/" + std::to_string(node) + "/gpus"; // the plan's cluster
 #ifdef PW_WITH_ENGINE
+    agents::Hello here;
     const engine::CudaInfo cuda = engine::probeCuda();
-    const int visible = static_cast<int>(cuda.gpus.size());
-    const int highest = use.rbegin()->first;
-    if (!cuda.compiled_in)
-        throw InputError({}, 0, field,
-            "the plan trains on cuda:" + std::to_string(highest)
-                + ", and this build has no CUDA kernels (built with PW_WITH_CUDA=OFF or without nvcc): build where "
-                  "nvcc is found, or remove the node's \"gpus\" to train on the CPU");
-    if (highest >= visible)
-        throw InputError({}, 0, field,
-            "the plan trains on cuda:" + std::to_string(highest) + ", and this machine has "
-                + (visible == 0 ? std::string("no CUDA device")
-                                : std::to_string(visible) + " CUDA device" + (visible == 1 ? "" : "s"))
-                + (cuda.error.empty() ? std::string() : " (" + cuda.error + ")")
-                + ": run it where the GPUs are, or remove the node's \"gpus\" to train on the CPU");
-    for (const auto& [gpu, u] : use) {
-        const auto& info = cuda.gpus[static_cast<std::size_t>(gpu)];
-        if (u.second > static_cast<double>(info.free_bytes) && info.free_bytes > 0)
-            throw InputError({}, 0, field,
-                "the plan's " + std::to_string(u.first.size()) + " device" + (u.first.size() == 1 ? "" : "s")
-                    + " on cuda:" + std::to_string(gpu) + " (" + info.name + ") need " + planner::formatBytes(u.second)
-                    + " at their predicted peak, and it has "
-                    + planner::formatBytes(static_cast<double>(info.free_bytes))
-                    + " free: plan smaller microbatches or fewer stages per GPU");
-    }
+    here.cuda = {cuda.compiled_in, cuda.runtime, cuda.driver, cuda.cublas, cuda.nccl, cuda.architectures, cuda.error};
+    for (const engine::GpuInfo& g : cuda.gpus)
+        here.gpus.push_back({g.index, g.name, g.memory_bytes, g.free_bytes, g.cc_major, g.cc_minor});
+    PredictedMemory memory;
+    if (predicted)
+        for (const auto& d : predicted->devices)
+            memory.peak_bytes.push_back(d.peak_memory_bytes);
+    else
+        memory.why = "no prediction";
+    for (int node : nodes)
+        for (const auto& c : deviceChecks(*plan.cluster, &plan, node, memory, here, "this machine"))
+            if (!c.ok)
+                throw InputError({}, 0, "/cluster/nodes/" + std::to_string(node) + "/gpus",
+                    "the plan trains on GPUs up to cuda:" + std::to_string(highest) + "; this machine, " + c.check
+                        + ": " + c.detail + (c.fix.empty() ? "" : ": " + c.fix));
 #else
-    (void)predicted;
-    throw InputError({}, 0, field, "this build has no training engine: it cannot train on GPUs");
+    throw InputError({}, 0, "/cluster/nodes/" + std::to_string(*nodes.begin()) + "/gpus",
+        "this build has no training engine: it cannot train on GPUs");
 #endif
 }
 

@@ -56,9 +56,10 @@ void checkRunFiles(const RunRequest& request);
 /// What a local run of `request` asks of `machine`; `predicted` (the plan's simulation) gives the memory.
 LocalRunLoad localRunLoad(
     const RunRequest& request, const planner::SimulationResult* predicted, const MachineResources& machine);
-/// A local run's GPUs (its nodes' "gpus"): CUDA compiled in, every index among this machine's visible devices,
-/// and each GPU's free memory at least the predicted peaks of the plan's devices on it. Throws InputError naming
-/// the plan's /cluster/nodes/N/gpus field. Nothing for a plan on CPU devices.
+/// A local run's GPUs (its nodes' "gpus"): pre-flight's device checks (preflight.h's deviceChecks) against this
+/// machine's CUDA: compiled in, every index among the visible devices, kernels built for each GPU, and each GPU's
+/// free memory at least the predicted peaks of the plan's devices on it. Throws InputError naming the plan's
+/// /cluster/nodes/N/gpus field with the first failing check and its fix. Nothing for a plan on CPU devices.
 void checkLocalGpus(const planner::Plan& plan, const planner::SimulationResult* predicted);
 /// Empty when the machine can take the load; else one line with the numbers: more agents than cores, more threads
 /// per agent than cores, or predicted memory above the machine's RAM.

@@ -207,6 +207,49 @@ struct DeviceExecutor::StageState
     std::vector<WaveLink> pushTo, pullFrom;
 };
 
+namespace {
+
+/// The devices of `pipeline` holding the embedding or the head, ascending; empty when one stage holds both or
+/// fewer than two devices hold them (nothing to exchange).
+std::vector<int> tiedDevices(const planner::Plan& plan, int pipeline)
+{
+    int last = 0; // the head's layer
+    for (const auto& ps : plan.stages)
+        last = std::max(last, ps.last_layer);
+    std::vector<int> group;
+    for (const auto& ps : plan.stages) {
+        if (ps.pipeline != pipeline)
+            continue; // every pipeline keeps its own tied copies
+        if (ps.first_layer == 0 && ps.last_layer == last)
+            return {};
+        if (ps.first_layer == 0 || ps.last_layer == last)
+            for (int d : ps.devices)
+                if (std::find(group.begin(), group.end(), d) == group.end())
+                    group.push_back(d);
+    }
+    std::sort(group.begin(), group.end());
+    if (group.size() < 2)
+        group.clear();
+    return group;
+}
+
+} // namespace
+
+std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
+{
+    std::vector<std::vector<int>> groups;
+    const auto add = [&](std::vector<int> g) {
+        std::sort(g.begin(), g.end());
+        if (g.size() >= 2 && std::find(groups.begin(), groups.end(), g) == groups.end())
+            groups.push_back(std::move(g));
+    };
+    for (const auto& ps : plan.stages)
+        add(ps.devices);
+    for (int p = 0; p < plan.pipelineCount(); ++p)
+        add(tiedDevices(plan, p));
+    return groups;
+}
+
 DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device,
     const TrainingSetup& setup, const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats,
     std::shared_ptr<Backend> backend)
@@ -217,7 +260,9 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
     , m_setup(setup)
     , m_data(data)
     , m_backend(backend ? std::move(backend) : std::shared_ptr<Backend>(makeCpuBackend()))
-    , m_transport(throughHost(transport, *m_backend))
+    , m_staged(transport.reaches(*m_backend) ? nullptr : throughHost(transport, *m_backend))
+    , m_transport(m_staged ? m_staged.get() : &transport)
+    , m_groups(collectiveGroups(plan))
     , m_timer(m_backend->makeTimer())
     , m_sink(std::move(sink))
 {
@@ -260,7 +305,6 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             }
         }
     }
-    const int last = setup.model.layerCount() - 1;
     int myPipeline = -1;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& ps = plan.stages[static_cast<std::size_t>(s)];
@@ -268,17 +312,10 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             myPipeline = ps.pipeline;
     }
     m_pipeline = std::max(0, myPipeline);
-    bool embeddingWithHead = false;
+    m_tiedGroup = tiedDevices(plan, m_pipeline);
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& ps = plan.stages[static_cast<std::size_t>(s)];
-        if (ps.pipeline != m_pipeline)
-            continue; // every pipeline keeps its own tied copies
-        embeddingWithHead = embeddingWithHead || (ps.first_layer == 0 && ps.last_layer == last);
-        const bool tied = ps.first_layer == 0 || ps.last_layer == last;
-        for (int d : ps.devices)
-            if (tied && std::find(m_tiedGroup.begin(), m_tiedGroup.end(), d) == m_tiedGroup.end())
-                m_tiedGroup.push_back(d);
-        if (std::find(ps.devices.begin(), ps.devices.end(), device) == ps.devices.end())
+        if (ps.pipeline != m_pipeline || std::find(ps.devices.begin(), ps.devices.end(), device) == ps.devices.end())
             continue;
         auto model = std::make_unique<StageModel>(setup.model, setup.shape, ps.first_layer, ps.last_layer, *m_backend);
         if (setup.checkpoint)
@@ -299,9 +336,6 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
         if (waves)
             linkWaves(*m_states[s], s);
     }
-    std::sort(m_tiedGroup.begin(), m_tiedGroup.end());
-    if (embeddingWithHead || m_tiedGroup.size() < 2)
-        m_tiedGroup.clear();
 }
 
 void DeviceExecutor::linkWaves(StageState& st, int stage)
@@ -365,12 +399,16 @@ bool DeviceExecutor::run(const std::atomic<bool>& stop)
         flushLosses();
         flushSpans(true);
     };
+    // Every communicator of the run before the first step (NCCL's creation is collective; Gloo's rendezvous too).
+    m_transport->makeGroups(m_groups);
     for (int r = 0; r < m_repeats; ++r)
         for (std::size_t i = 0; i < actions.size(); ++i) {
             if (stop.load(std::memory_order_relaxed)) {
                 finish();
                 return false;
             }
+            if (m_exchange.empty() && isTransfer(actions[i].kind))
+                postExchange(i, r);
             m_index = static_cast<int>(i); // the period's index: what lastUse counts in
             const auto runIndex = static_cast<std::int64_t>(r) * static_cast<std::int64_t>(actions.size())
                 + static_cast<std::int64_t>(i);
@@ -381,9 +419,88 @@ bool DeviceExecutor::run(const std::atomic<bool>& stop)
             else
                 execute(repeatedAction(actions[i], r, m_schedule.microbatches), runIndex, key);
         }
+    for (auto& h : m_sends)
+        h.wait();
+    m_sends.clear();
     m_transport->flush();
     finish();
     return true;
+}
+
+bool DeviceExecutor::isTransfer(ActionKind kind)
+{
+    return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient || kind == ActionKind::RecvActivation
+        || kind == ActionKind::RecvGradient;
+}
+
+void DeviceExecutor::postExchange(std::size_t first, int r)
+{
+    // A schedule's transfers between two computations (1F1B's send-forward-receive-backward, and the like) are
+    // posted together: with a transport whose sends wait for their receiver (NCCL), two stages that each send
+    // before they receive would otherwise wait on each other.
+    const auto& actions = m_schedule.devices.at(static_cast<std::size_t>(m_device));
+    std::vector<Transfer> transfers;
+    std::vector<double> bytes;
+    for (std::size_t i = first; i < actions.size() && isTransfer(actions[i].kind); ++i) {
+        const Action a = r == 0 ? actions[i] : repeatedAction(actions[i], r, m_schedule.microbatches);
+        const bool gradient = a.kind == ActionKind::SendGradient || a.kind == ActionKind::RecvGradient;
+        auto& store = gradient ? m_gradients : m_activations;
+        Transfer t;
+        t.peer = a.peer;
+        t.tag = transferTag(gradient, a.stage, a.microbatch);
+        if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) {
+            auto it = store.find({a.stage, a.microbatch});
+            if (it == store.end())
+                throw std::runtime_error("device " + std::to_string(m_device) + ": nothing to send for stage "
+                    + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch));
+            t.direction = Transfer::Direction::Send;
+            t.region = region(it->second);
+        } else {
+            Buffer& buffer = store[{a.stage, a.microbatch}];
+            buffer.ensure(*m_backend,
+                static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq * m_setup.model.channels,
+                m_backend->act());
+            t.direction = Transfer::Direction::Recv;
+            t.region = region(buffer);
+        }
+        bytes.push_back(static_cast<double>(t.region.bytes()));
+        transfers.push_back(t);
+    }
+    auto handles = m_transport->exchange(transfers);
+    for (std::size_t k = 0; k < handles.size(); ++k)
+        m_exchange.emplace_back(std::move(handles[k]), bytes[k]);
+}
+
+planner::Span DeviceExecutor::planned(const Action& a, std::int64_t runIndex, double bytes) const
+{
+    planner::Span span;
+    span.device = m_device;
+    span.kind = a.kind;
+    span.stage = a.stage;
+    span.microbatch = a.microbatch;
+    span.action = static_cast<std::int32_t>(runIndex);
+    span.peer = a.peer;
+    span.weight_version = a.weight_version;
+    span.bytes = bytes;
+    switch (a.kind) {
+    case ActionKind::SendActivation:
+    case ActionKind::SendGradient:
+    case ActionKind::WavePush:
+        span.lane = planner::Lane::Send;
+        break;
+    case ActionKind::RecvActivation:
+    case ActionKind::RecvGradient:
+        span.lane = planner::Lane::Recv;
+        break;
+    case ActionKind::AllReduce:
+        span.lane = planner::Lane::Collective;
+        break;
+    default:
+        break;
+    }
+    if (a.kind == ActionKind::WavePush || a.kind == ActionKind::WavePull)
+        span.weight_version = a.wave; // a wave action's version is its wave
+    return span;
 }
 
 void DeviceExecutor::flushLosses()
@@ -423,16 +540,19 @@ int DeviceExecutor::globalMicrobatch(int local) const
 
 void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_t key)
 {
-    planner::Span span;
-    span.device = m_device;
-    span.kind = a.kind;
-    span.stage = a.stage;
-    span.microbatch = a.microbatch;
-    span.action = static_cast<std::int32_t>(runIndex);
-    span.peer = a.peer;
-    span.weight_version = a.weight_version;
+    double bytes = 0; // what a transfer or collective moves, known before it starts
+    if (isTransfer(a.kind))
+        bytes = m_exchange.front().second;
+    else if (a.kind == ActionKind::AllReduce)
+        bytes = static_cast<double>(
+            state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).model->grads().bytes());
+    planner::Span span = planned(a, runIndex, bytes);
+    if (m_sink.begin) {
+        planner::Span now = span;
+        now.t0 = monotonicSeconds();
+        m_sink.begin(now);
+    }
     const std::uint64_t ticket = m_timer->begin();
-    const auto bytes = [](const Buffer& b) { return static_cast<double>(b.bytes()); };
     switch (a.kind) {
     case ActionKind::Forward:
         forward(a, key);
@@ -442,46 +562,35 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
         break;
     case ActionKind::SendActivation:
     case ActionKind::SendGradient: {
-        auto& store = a.kind == ActionKind::SendActivation ? m_activations : m_gradients;
-        auto it = store.find({a.stage, a.microbatch});
-        if (it == store.end())
-            throw std::runtime_error("device " + std::to_string(m_device) + ": nothing to send for stage "
-                + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch));
-        span.lane = planner::Lane::Send;
-        span.bytes = bytes(it->second);
-        m_transport->send(a.peer, transferTag(a.kind == ActionKind::SendGradient, a.stage, a.microbatch), it->second);
-        store.erase(it);
+        // Posted with its exchange; the buffer goes back to the backend, which orders its reuse after the send.
+        m_sends.push_back(std::move(m_exchange.front().first));
+        m_exchange.pop_front();
+        (a.kind == ActionKind::SendActivation ? m_activations : m_gradients).erase({a.stage, a.microbatch});
+        while (m_sends.size() > 64) {
+            m_sends.front().wait();
+            m_sends.pop_front();
+        }
         break;
     }
     case ActionKind::RecvActivation:
     case ActionKind::RecvGradient: {
-        auto& buffer = (a.kind == ActionKind::RecvActivation ? m_activations : m_gradients)[{a.stage, a.microbatch}];
-        buffer.ensure(*m_backend,
-            static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq * m_setup.model.channels,
-            m_backend->act());
-        span.lane = planner::Lane::Recv;
-        span.bytes = bytes(buffer);
-        m_transport->recv(a.peer, transferTag(a.kind == ActionKind::RecvGradient, a.stage, a.microbatch), buffer);
+        Handle received = std::move(m_exchange.front().first);
+        m_exchange.pop_front();
+        received.wait();
         break;
     }
     case ActionKind::AllReduce: {
         auto& st = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage);
-        span.lane = planner::Lane::Collective;
-        span.bytes = bytes(st.model->grads());
-        m_transport->allReduceSum(
-            st.replicas, st.model->grads().data(), st.model->grads().dtype(), st.model->grads().count());
+        m_transport->allReduceSum(st.replicas, region(st.model->grads())).wait();
         break;
     }
     case ActionKind::OptimizerStep:
         optimizerStep(a);
         break;
     case ActionKind::WavePush:
-        span.lane = planner::Lane::Send;
-        span.weight_version = a.wave; // a wave action's version is its wave
         span.bytes = wavePush(a);
         break;
     case ActionKind::WavePull:
-        span.weight_version = a.wave;
         span.bytes = wavePull(a);
         break;
     case ActionKind::BackwardWeight:
@@ -596,7 +705,7 @@ void DeviceExecutor::tiedExchange(StageState& st)
     const float share = 1.0f / static_cast<float>(st.replicas.size());
     if (share != 1.0f)
         m_backend->scale(g, share, slot->size);
-    m_transport->allReduceSum(m_tiedGroup, g, act, slot->size);
+    m_transport->allReduceSum(m_tiedGroup, {g, act, slot->size}).wait();
 }
 
 void DeviceExecutor::keepLiveVersion(StageState& st)
@@ -662,7 +771,7 @@ double DeviceExecutor::wavePush(const Action& a)
             m_backend->copy(packed.as<float>() + at, update.as<float>() + offset, size * sizeof(float));
             at += size;
         }
-        m_transport->send(link.device, waveTag(a.stage, a.wave), packed);
+        m_sends.push_back(m_transport->send(link.device, waveTag(a.stage, a.wave), region(packed)));
         bytes += static_cast<double>(packed.bytes());
     }
     return bytes;
@@ -681,7 +790,7 @@ double DeviceExecutor::wavePull(const Action& a)
     for (int w = st.pulledWave + 1; w <= a.wave; ++w)
         for (const auto& link : st.pullFrom) {
             buffer.ensure(*m_backend, link.size, DType::F32);
-            m_transport->recv(link.device, waveTag(link.stage, w), buffer);
+            m_transport->recv(link.device, waveTag(link.stage, w), region(buffer)).wait();
             bytes += static_cast<double>(buffer.bytes());
             std::size_t at = 0;
             for (const auto& [offset, size] : link.ranges) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -22,7 +23,6 @@
 #include "adamw.h"
 #include "backend.h"
 #include "data.h"
-#include "device_transport.h"
 #include "gpt2.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
@@ -92,9 +92,19 @@ RunSchedule runProgram(const planner::Plan& plan, int steps);
 /// the spans an executor reports; whoever collects them subtracts the run's start.
 double monotonicSeconds();
 
+/// The collective groups of a plan, in one order every device agrees on: the devices of each replicated stage (its
+/// all-reduce), then per pipeline the devices holding the tied embedding and head when they are different stages.
+/// Every device passes this list to Transport::makeGroups before its first step.
+std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan);
+
 /// @brief Where an executor reports what it did. Called on the executor's thread.
 struct ExecutorSink
 {
+    /// Before each action: what it is about to do (device, lane, kind, stage, microbatch, run's action index, peer,
+    /// weight version, bytes it moves), t0 when it begins (monotonicSeconds()), t1 = 0. For a device's progress and
+    /// for naming what a stalled device waits for.
+    std::function<void(const planner::Span& planned)> begin;
+    /// After each action, with the device's times (on the backend's timer; its spans may come a little later).
     std::function<void(const planner::Span&)> span;
     /// The mean loss of microbatch `microbatch` (global id over the plan's pipelines: step = id /
     /// TrainingSetup::microbatches), on devices holding the head.
@@ -105,13 +115,14 @@ struct ExecutorSink
 
 /// @brief One device of a run, on one backend: its stages' weights, gradients, optimizer moments, stashed
 /// activations and weight versions live on the backend's device; the executor calls only the backend and a
-/// DeviceTransport, whichever they are. Spans are the device's times (the backend's ActionTimer); losses stay on
+/// Transport, whichever they are. Spans are the device's times (the backend's ActionTimer); losses stay on
 /// the device until one read-back per optimizer step (and at the end), when the sink hears them in order.
 class DeviceExecutor
 {
 public:
     /// Executes `schedule` `repeats` times (RunSchedule); span action indices count over the whole run. `backend`
-    /// null: a CPU backend of its own. Transfers go through host memory over `transport` (throughHost).
+    /// null: a CPU backend of its own. Transfers go over `transport`, through host memory (throughHost) unless it
+    /// reaches the backend's memory itself. Its groups are made (makeGroups) when run() begins.
     DeviceExecutor(const planner::Plan& plan, const planner::Schedule& schedule, int device, const TrainingSetup& setup,
         const DataOrder& data, Transport& transport, ExecutorSink sink, int repeats = 1,
         std::shared_ptr<Backend> backend = nullptr);
@@ -129,6 +140,10 @@ private:
     struct StageState;
     struct WaveLink;
     void execute(const planner::Action& a, std::int64_t runIndex, std::int64_t key);
+    /// Posts the run of consecutive transfers from action `i` of the period (repeat `r`) as one grouped exchange.
+    void postExchange(std::size_t i, int r);
+    planner::Span planned(const planner::Action& a, std::int64_t runIndex, double bytes) const;
+    static bool isTransfer(planner::ActionKind kind);
     void forward(const planner::Action& a, std::int64_t key);
     void backward(const planner::Action& a, std::int64_t key);
     void optimizerStep(const planner::Action& a);
@@ -152,7 +167,12 @@ private:
     TrainingSetup m_setup;
     const DataOrder& m_data;
     std::shared_ptr<Backend> m_backend;
-    std::unique_ptr<DeviceTransport> m_transport;
+    std::unique_ptr<Transport> m_staged; ///< throughHost(transport), when the transport does not reach the backend
+    Transport* m_transport = nullptr; ///< what the executor speaks: the transport, or m_staged
+    std::vector<std::vector<int>> m_groups; ///< collectiveGroups(plan)
+    /// The posted exchange's handles and bytes, one per transfer action from the one being executed on.
+    std::deque<std::pair<Handle, double>> m_exchange;
+    std::deque<Handle> m_sends; ///< posted sends not waited for (a bounded number in flight)
     std::unique_ptr<ActionTimer> m_timer;
     ExecutorSink m_sink;
     std::map<std::uint64_t, planner::Span> m_openSpans; ///< by timer ticket, until the device's times are known

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Gloo over TCP. Transfers use unbound buffers on one full-mesh context (slot = transferTag); each all-reduce
-// group gets a context of its own, so collectives never share slots with transfers.
+// Gloo over TCP. Transfers use unbound buffers on one full-mesh context (slot = transferTag); each collective
+// group gets a context of its own, made before the first step, so collectives never share slots with transfers.
 //
 // Rendezvous (per context, per attempt, keys under PREFIX/NAME/ATTEMPT/ in the store): every member says it is
 // there (ready/R) and waits for the others; only then does it open its listeners (Gloo's per-pair listening
@@ -9,6 +9,8 @@
 // the connection itself) before any training byte crosses it, and every member publishes its verdict (outcome/R):
 // all "ok" and the context is used; anything else and every member drops the attempt (closing its sockets) and
 // starts the next one with new listeners and new keys.
+#include "gloo_transport.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -32,8 +34,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-
-#include "transport.h"
 
 namespace pw::engine {
 
@@ -222,45 +222,73 @@ public:
         }
     }
 
-    void send(int peer, std::uint64_t tag, std::span<const float> data) override
+    void makeGroups(const std::vector<std::vector<int>>& groups) override
     {
+        for (const auto& devices : groups)
+            if (std::find(devices.begin(), devices.end(), m_device) != devices.end() && !m_groups.count(devices))
+                m_groups[devices] = connect(devices, groupKey(devices));
+    }
+
+    Handle send(int peer, std::uint64_t tag, Region data) override
+    {
+        const std::span<const float> values = host(data);
         Pending p;
-        p.data.assign(data.begin(), data.end());
+        p.data.assign(values.begin(), values.end());
         p.buffer = m_mesh->createUnboundBuffer(p.data.data(), p.data.size() * sizeof(float));
         guard("send to device " + std::to_string(peer), [&] { p.buffer->send(peer, tag); });
         m_pending.push_back(std::move(p));
         // Keep a bounded number in flight: the oldest send is done long before the queue fills.
         while (m_pending.size() > 64)
             waitOldest();
+        return {}; // the data was copied: the region is free again
     }
 
-    void recv(int peer, std::uint64_t tag, std::span<float> data) override
+    Handle recv(int peer, std::uint64_t tag, Region data) override
     {
-        auto buffer = m_mesh->createUnboundBuffer(data.data(), data.size() * sizeof(float));
-        guard("receive from device " + std::to_string(peer), [&] {
-            buffer->recv(peer, tag);
-            if (!buffer->waitRecv(m_options.timeout))
-                throw TransportError("aborted");
-        });
+        class Receive final : public Handle::Work
+        {
+        public:
+            Receive(GlooTransport& t, int peer, std::unique_ptr<gloo::transport::UnboundBuffer> buffer)
+                : m_transport(t)
+                , m_peer(peer)
+                , m_buffer(std::move(buffer))
+            {
+            }
+            void wait() override
+            {
+                m_transport.guard("receive from device " + std::to_string(m_peer), [&] {
+                    if (!m_buffer->waitRecv(m_transport.m_options.timeout))
+                        throw TransportError("aborted");
+                });
+            }
+
+        private:
+            GlooTransport& m_transport;
+            int m_peer;
+            std::unique_ptr<gloo::transport::UnboundBuffer> m_buffer;
+        };
+        const std::span<float> values = host(data);
+        auto buffer = m_mesh->createUnboundBuffer(values.data(), values.size() * sizeof(float));
+        guard("receive from device " + std::to_string(peer), [&] { buffer->recv(peer, tag); });
+        return Handle(std::make_unique<Receive>(*this, peer, std::move(buffer)));
     }
 
-    void allReduceSum(const std::vector<int>& devices, std::span<float> data) override
+    Handle allReduceSum(const std::vector<int>& devices, Region region) override
     {
-        auto& ctx = m_groups[devices];
-        if (!ctx) {
-            const auto it = std::find(devices.begin(), devices.end(), m_device);
-            if (it == devices.end())
-                throw TransportError("device " + std::to_string(m_device) + " is not in " + groupKey(devices));
-            ctx = connect(devices, groupKey(devices));
-        }
+        const std::span<float> data = host(region);
+        const auto ctx = m_groups.find(devices);
+        if (ctx == m_groups.end())
+            throw TransportError("device " + std::to_string(m_device) + ": an all-reduce in " + groupKey(devices)
+                + ", a group it did not make before the first step (makeGroups)");
         guard("all-reduce in " + groupKey(devices), [&] {
-            gloo::AllreduceOptions opts(ctx);
+            gloo::AllreduceOptions opts(ctx->second);
             opts.setOutput(data.data(), data.size());
             opts.setReduceFunction(
                 static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
             opts.setTimeout(m_options.timeout);
             gloo::allreduce(opts);
         });
+        return {};
     }
 
     void flush() override
@@ -268,8 +296,17 @@ public:
         while (!m_pending.empty())
             waitOldest();
     }
+    bool reaches(const Backend&) const override { return false; }
 
 private:
+    std::span<float> host(Region r) const
+    {
+        if (r.dtype != DType::F32)
+            throw TransportError("device " + std::to_string(m_device)
+                + ": the Gloo transport carries fp32 host memory (stage other memory through throughHost)");
+        return {static_cast<float*>(r.data), r.count};
+    }
+
     struct Pending
     {
         std::vector<float> data;

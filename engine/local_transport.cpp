@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: MIT
+// LocalFabric: devices as threads of one process, exchanging fp32 host memory through mailboxes.
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -8,18 +10,6 @@
 #include "transport.h"
 
 namespace pw::engine {
-
-std::uint64_t transferTag(bool gradient, int stage, int microbatch)
-{
-    return (static_cast<std::uint64_t>(microbatch) << 24) | (static_cast<std::uint64_t>(stage) << 1)
-        | (gradient ? 1u : 0u);
-}
-
-std::uint64_t waveTag(int stage, int wave)
-{
-    return (std::uint64_t {1} << 63) | (static_cast<std::uint64_t>(wave) << 24)
-        | (static_cast<std::uint64_t>(stage) << 1);
-}
 
 struct LocalFabric::State
 {
@@ -37,6 +27,7 @@ struct LocalFabric::State
     /// (group, call number) -> the reduction in progress
     std::map<std::pair<std::vector<int>, long>, Reduction> reductions;
     std::map<std::pair<int, std::vector<int>>, long> calls; ///< (device, group) -> calls made
+    std::map<int, std::vector<std::vector<int>>> groups; ///< device -> the groups it made
 
     void check()
     {
@@ -54,35 +45,58 @@ public:
     {
     }
 
-    void send(int peer, std::uint64_t tag, std::span<const float> data) override
+    void makeGroups(const std::vector<std::vector<int>>& groups) override
     {
         std::lock_guard lock(m_state->mutex);
+        auto& mine = m_state->groups[m_device];
+        for (const auto& g : groups)
+            if (std::find(g.begin(), g.end(), m_device) != g.end())
+                mine.push_back(g);
+    }
+
+    Handle send(int peer, std::uint64_t tag, Region data) override
+    {
+        const std::span<const float> values = host(data);
+        std::lock_guard lock(m_state->mutex);
         m_state->check();
-        m_state->mail[{m_device, peer, tag}].emplace_back(data.begin(), data.end());
+        m_state->mail[{m_device, peer, tag}].emplace_back(values.begin(), values.end());
         m_state->changed.notify_all();
+        return {};
     }
 
-    void recv(int peer, std::uint64_t tag, std::span<float> data) override
+    /// The receive happens when it is waited for: a mailbox keeps what arrives until then.
+    Handle recv(int peer, std::uint64_t tag, Region data) override
     {
-        std::unique_lock lock(m_state->mutex);
-        const auto key = std::make_tuple(peer, m_device, tag);
-        m_state->changed.wait(lock, [&] {
-            auto it = m_state->mail.find(key);
-            return !m_state->aborted.empty() || (it != m_state->mail.end() && !it->second.empty());
-        });
-        m_state->check();
-        auto& queue = m_state->mail[key];
-        if (queue.front().size() != data.size())
-            throw TransportError("device " + std::to_string(m_device) + " expected " + std::to_string(data.size())
-                + " floats from device " + std::to_string(peer) + ", got " + std::to_string(queue.front().size()));
-        std::copy(queue.front().begin(), queue.front().end(), data.begin());
-        queue.pop_front();
+        class Receive final : public Handle::Work
+        {
+        public:
+            Receive(Endpoint& e, int peer, std::uint64_t tag, std::span<float> data)
+                : m_endpoint(e)
+                , m_peer(peer)
+                , m_tag(tag)
+                , m_data(data)
+            {
+            }
+            void wait() override { m_endpoint.receive(m_peer, m_tag, m_data); }
+
+        private:
+            Endpoint& m_endpoint;
+            int m_peer;
+            std::uint64_t m_tag;
+            std::span<float> m_data;
+        };
+        return Handle(std::make_unique<Receive>(*this, peer, tag, host(data)));
     }
 
-    void allReduceSum(const std::vector<int>& devices, std::span<float> data) override
+    Handle allReduceSum(const std::vector<int>& devices, Region region) override
     {
+        const std::span<float> data = host(region);
         std::unique_lock lock(m_state->mutex);
         m_state->check();
+        const auto& mine = m_state->groups[m_device];
+        if (std::find(mine.begin(), mine.end(), devices) == mine.end())
+            throw TransportError("device " + std::to_string(m_device)
+                + ": an all-reduce in a group it did not make before the first step (makeGroups)");
         const long call = m_state->calls[{m_device, devices}]++;
         auto& r = m_state->reductions[{devices, call}];
         if (r.sum.empty())
@@ -99,11 +113,38 @@ public:
         std::copy(r.sum.begin(), r.sum.end(), data.begin());
         if (++r.collected == size)
             m_state->reductions.erase({devices, call});
+        return {};
     }
 
     void flush() override { }
+    bool reaches(const Backend&) const override { return false; }
 
 private:
+    std::span<float> host(Region r) const
+    {
+        if (r.dtype != DType::F32)
+            throw TransportError("device " + std::to_string(m_device)
+                + ": the in-process transport carries fp32 host memory (stage other memory through throughHost)");
+        return {static_cast<float*>(r.data), r.count};
+    }
+
+    void receive(int peer, std::uint64_t tag, std::span<float> data)
+    {
+        std::unique_lock lock(m_state->mutex);
+        const auto key = std::make_tuple(peer, m_device, tag);
+        m_state->changed.wait(lock, [&] {
+            auto it = m_state->mail.find(key);
+            return !m_state->aborted.empty() || (it != m_state->mail.end() && !it->second.empty());
+        });
+        m_state->check();
+        auto& queue = m_state->mail[key];
+        if (queue.front().size() != data.size())
+            throw TransportError("device " + std::to_string(m_device) + " expected " + std::to_string(data.size())
+                + " floats from device " + std::to_string(peer) + ", got " + std::to_string(queue.front().size()));
+        std::copy(queue.front().begin(), queue.front().end(), data.begin());
+        queue.pop_front();
+    }
+
     std::shared_ptr<State> m_state;
     int m_device;
 };

@@ -1,21 +1,20 @@
 // SPDX-License-Identifier: MIT
 // Transport: how a device's stages exchange activations and gradients with other devices and all-reduce with
-// their replicas. The executor speaks only this interface; LocalFabric connects threads of one process (tests,
-// in-process runs), GlooTransport connects processes over TCP (Debian's libgloo).
+// their replicas. The executor speaks only this interface, in regions of its backend's memory, posting operations
+// that return handles. Implementations: LocalFabric (threads of one process: tests, in-process runs) and Gloo
+// (processes over TCP: engine/gloo_transport.h) carry fp32 host memory, and throughHost() stages any backend's
+// memory through the host for them (stages on the CPU, and stages that share one GPU); NCCL (engine/cuda/
+// nccl_transport.h) moves GPU memory itself, ordered on the backend's stream. No transport library's types here.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace gloo::rendezvous {
-class Store;
-}
+#include "backend.h"
 
 namespace pw::engine {
 
@@ -26,28 +25,112 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+/// @brief Memory a transfer reads or writes: `count` elements of `dtype` at `data`, in the memory of the backend that
+/// owns it.
+struct Region
+{
+    void* data = nullptr;
+    DType dtype = DType::F32;
+    std::size_t count = 0;
+
+    std::size_t bytes() const { return count * byteSize(dtype); }
+    bool operator==(const Region&) const = default;
+};
+inline Region region(Buffer& b)
+{
+    return {b.data(), b.dtype(), b.count()};
+}
+inline Region region(const Buffer& b)
+{
+    return {const_cast<void*>(b.data()), b.dtype(), b.count()};
+}
+
+/// @brief A posted send, receive or collective. wait() returns once a receive's or a collective's data is in its
+/// region as later work on the backend's stream sees it (a host transport: in memory), and once a send's region may
+/// be overwritten by the host; it throws TransportError when the operation failed, and does nothing after the first
+/// call. A handle dropped without wait() leaves the operation to its transport (flush(), or the transport's end).
+class Handle
+{
+public:
+    /// What a transport puts behind a handle.
+    class Work
+    {
+    public:
+        virtual ~Work() = default;
+        virtual void wait() = 0;
+    };
+
+    Handle() = default; ///< an operation already complete
+    explicit Handle(std::unique_ptr<Work> work)
+        : m_work(std::move(work))
+    {
+    }
+
+    void wait()
+    {
+        if (auto work = std::move(m_work))
+            work->wait();
+    }
+    bool waited() const { return !m_work; }
+
+private:
+    std::unique_ptr<Work> m_work;
+};
+
+/// @brief One transfer of a grouped exchange.
+struct Transfer
+{
+    enum class Direction : std::uint8_t { Send, Recv };
+    Direction direction = Direction::Send;
+    int peer = 0;
+    std::uint64_t tag = 0;
+    Region region;
+
+    bool operator==(const Transfer&) const = default;
+};
+
 class Transport
 {
 public:
     virtual ~Transport() = default;
-    /// Posts a send and returns: the data is copied; sends to one peer arrive in the order they were posted.
-    virtual void send(int peer, std::uint64_t tag, std::span<const float> data) = 0;
-    /// Blocks until the send with this tag from `peer` has arrived in `data` (sizes must match).
-    virtual void recv(int peer, std::uint64_t tag, std::span<float> data) = 0;
-    /// Sums `data` over `devices` (ascending, this device among them) in place; blocks until every one has
-    /// contributed. Every member calls it for the same groups in the same order.
-    virtual void allReduceSum(const std::vector<int>& devices, std::span<float> data) = 0;
+
+    /// Makes the communicators of every collective group in `groups` that this device belongs to (device lists,
+    /// ascending), before the first step. Every device of the run calls it with the same list in the same order
+    /// (collectiveGroups() in engine/executor.h), each on its own thread; a collective on a group not made here
+    /// throws TransportError.
+    virtual void makeGroups(const std::vector<std::vector<int>>& groups) = 0;
+    /// Posts a send. Its region may be reused by work enqueued later on the backend's stream as soon as this returns
+    /// (a host transport has copied it). Sends to one peer arrive in the order they were posted.
+    virtual Handle send(int peer, std::uint64_t tag, Region data) = 0;
+    /// Posts a receive of the send with this tag from `peer` (sizes must match).
+    virtual Handle recv(int peer, std::uint64_t tag, Region data) = 0;
+    /// Posts all of `transfers` together and returns their handles in order. Whatever order the peers post their
+    /// matching exchanges in, none deadlocks (NCCL: one group of sends and receives, as Megatron batches 1F1B's
+    /// send-forward-receive-backward). The default posts the receives first, then the sends, which is enough for a
+    /// transport whose sends never wait for their receiver.
+    virtual std::vector<Handle> exchange(std::span<const Transfer> transfers);
+    /// Posts an in-place sum of `data` over `group` (one of makeGroups'; this device among them). Every member posts
+    /// the same group's collectives in the same order.
+    virtual Handle allReduceSum(const std::vector<int>& group, Region data) = 0;
     /// Blocks until every posted send has completed.
     virtual void flush() = 0;
+    /// Whether it moves `backend`'s memory itself; if not, the executor stages through the host (throughHost).
+    virtual bool reaches(const Backend& backend) const = 0;
 };
+
+/// A backend's memory through host memory over `host` (whose regions are fp32 host memory): downloaded (converted
+/// to fp32) before a send or an all-reduce, uploaded when a receive or an all-reduce is waited for. The wire
+/// carries fp32 whatever the backend's dtype (bf16 activations travel as fp32: twice the bytes, exact). Memory that
+/// is already fp32 on the host is passed through without a copy, so the CPU engine moves exactly what it did.
+std::unique_ptr<Transport> throughHost(Transport& host, Backend& backend);
 
 /// A transfer's tag: its kind (activation 0, gradient 1), the producing stage and the microbatch.
 std::uint64_t transferTag(bool gradient, int stage, int microbatch);
 /// A wave push's tag (HetPipe's WSP): the sending stage and the wave; never equal to a transfer's.
 std::uint64_t waveTag(int stage, int wave);
 
-/// @brief In-process transport: one endpoint per device, threads as devices. abort() wakes every waiter with a
-/// TransportError (a failed device stops the others).
+/// @brief In-process transport: one endpoint per device, threads as devices; fp32 host memory. abort() wakes every
+/// waiter with a TransportError (a failed device stops the others).
 class LocalFabric
 {
 public:
@@ -62,30 +145,5 @@ private:
     std::shared_ptr<State> m_state;
     std::vector<std::unique_ptr<Endpoint>> m_endpoints;
 };
-
-/// @brief Gloo over TCP: a full mesh among all devices of the run for transfers, one context per all-reduce
-/// group, created on first use. Rendezvous goes through `store` (the controller relays it between agents).
-///
-/// Gloo's TCP transport accepts the first connection on a pair's listener, whoever makes it. So every connection
-/// is proven before it carries a byte of training: both ends exchange fresh nonces over it and answer with
-/// HMAC-SHA256(secret, context, attempt, sender, receiver, nonces), the secret known only to the run's agents
-/// (it travels in the controller's channel). A connection that fails the proof (a stranger's, garbage, replayed
-/// or reflected bytes) or a pair that could not connect (a stranger took its listener) fails the attempt on every
-/// device (agreed through the store), its remote address is reported to `warn`, and the rendezvous starts over
-/// with new listeners and keys, at most `attempts` times; then TransportError names what went wrong.
-struct GlooOptions
-{
-    std::string hostname = "127.0.0.1"; ///< address this device listens on (its host's, for a remote run)
-    std::string iface; ///< or a network interface name (GLOO_SOCKET_IFNAME); wins over hostname when set
-    std::chrono::milliseconds timeout {120000}; ///< transfers, and waiting for the other devices to arrive
-    std::string prefix = "pw"; ///< keys of this run in the store
-    std::vector<std::uint8_t> secret; ///< the run's key for the pairs' proofs (at least 16 bytes; required)
-    int attempts = 4; ///< rendezvous attempts before giving up
-    /// Per attempt, once every device is there: the pairs connected and proven within this time.
-    std::chrono::milliseconds connect_timeout {5000};
-    std::function<void(const std::string&)> warn; ///< a failed attempt, naming the connection (may be empty)
-};
-std::unique_ptr<Transport> makeGlooTransport(
-    int device, int devices, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options);
 
 } // namespace pw::engine

@@ -23,6 +23,7 @@
 #include "engine/data.h"
 #include "engine/devices.h"
 #include "engine/executor.h"
+#include "engine/gloo_transport.h"
 #include "engine/llmc.h"
 #include "engine/ops.h"
 #include "planner/errors.h"

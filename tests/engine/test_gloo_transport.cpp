@@ -26,7 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine/transport.h"
+#include "engine/gloo_transport.h"
 
 using namespace pw;
 using Catch::Contains;
@@ -222,14 +222,22 @@ MeshResult runMesh(Attack attack, int attacked, std::vector<std::uint8_t> secret
                     r.warnings.push_back(text);
                 };
                 auto t = engine::makeGlooTransport(d, 2, store, o);
+                t->makeGroups({{0, 1}});
                 std::vector<float> mine(64);
                 for (std::size_t i = 0; i < mine.size(); ++i)
                     mine[i] = static_cast<float>(d * 1000 + static_cast<int>(i));
-                t->send(1 - d, engine::transferTag(false, d, 0), mine);
-                t->recv(1 - d, engine::transferTag(false, 1 - d, 0), r.received[static_cast<std::size_t>(d)]);
+                // Both send before they receive, posted as one exchange.
+                auto& received = r.received[static_cast<std::size_t>(d)];
+                const std::vector<engine::Transfer> exchange {
+                    {engine::Transfer::Direction::Send, 1 - d, engine::transferTag(false, d, 0),
+                        {mine.data(), engine::DType::F32, mine.size()}},
+                    {engine::Transfer::Direction::Recv, 1 - d, engine::transferTag(false, 1 - d, 0),
+                        {received.data(), engine::DType::F32, received.size()}}};
+                for (auto& h : t->exchange(exchange))
+                    h.wait();
                 t->flush();
                 std::vector<float> sum(8, static_cast<float>(d + 1));
-                t->allReduceSum({0, 1}, sum);
+                t->allReduceSum({0, 1}, {sum.data(), engine::DType::F32, sum.size()}).wait();
                 r.reduced[static_cast<std::size_t>(d)] = sum;
             } catch (const std::exception& e) {
                 std::lock_guard lock(mutex);

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MIT
+// The transport's bandwidth per message size, printed as nccl-tests prints it: size, count, type, time per
+// operation, algorithm bandwidth (size / time) and bus bandwidth (what each link carries: equal to the algorithm
+// bandwidth for a send/receive, x 2(n-1)/n for a ring all-reduce of n members). Gloo over TCP between devices on
+// threads of this process (real sockets on 127.0.0.1, the proven pairs a run uses), for a send/receive between two
+// devices (both directions at once, one grouped exchange each, as 1F1B's send-forward-receive-backward) and an
+// all-reduce among 2 and 4. The baseline, measured in the same run: plain TCP sockets between two threads over the
+// same loopback, each sending its buffer to the other at the same time (what any transport over TCP can reach here);
+// the ratio column is the transport's bus bandwidth over it.
+//   bench_transport [--max-bytes N] [--iters N]
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/executor.h"
+#include "engine/gloo_transport.h"
+
+using namespace pw;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point since)
+{
+    return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+int iterationsFor(std::size_t bytes, int iters)
+{
+    // Small messages are latency: many of them; large ones are bandwidth: a few move enough bytes.
+    if (bytes <= (1u << 16))
+        return iters * 10;
+    return std::max(3, static_cast<int>(static_cast<double>(iters) * double(1u << 22) / double(bytes)) + 2);
+}
+
+/// `devices` Gloo transports on threads; `body(device, transport)` runs on each; returns the slowest device's time.
+double onDevices(int devices, const std::function<double(int, engine::Transport&)>& body)
+{
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    static int run = 0;
+    const std::string prefix = "bench-" + std::to_string(++run);
+    std::vector<double> times(static_cast<std::size_t>(devices), 0.0);
+    std::vector<std::string> errors(static_cast<std::size_t>(devices));
+    std::vector<std::thread> threads;
+    for (int d = 0; d < devices; ++d)
+        threads.emplace_back([&, d] {
+            try {
+                engine::GlooOptions o;
+                o.prefix = prefix;
+                o.secret.assign(32, 42);
+                o.timeout = std::chrono::seconds(60);
+                auto t = engine::makeGlooTransport(d, devices, store, o);
+                std::vector<int> all(static_cast<std::size_t>(devices));
+                for (int k = 0; k < devices; ++k)
+                    all[static_cast<std::size_t>(k)] = k;
+                t->makeGroups({all});
+                times[static_cast<std::size_t>(d)] = body(d, *t);
+                t->flush();
+            } catch (const std::exception& e) {
+                errors[static_cast<std::size_t>(d)] = e.what();
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    for (const auto& e : errors)
+        if (!e.empty())
+            throw std::runtime_error(e);
+    return *std::max_element(times.begin(), times.end());
+}
+
+/// Seconds per send/receive of `bytes` in each direction between two Gloo devices.
+double glooSendRecv(std::size_t bytes, int iterations)
+{
+    return onDevices(2, [&](int d, engine::Transport& t) {
+        std::vector<float> out(bytes / sizeof(float), static_cast<float>(d)), in(out.size());
+        const std::vector<engine::Transfer> exchange {
+            {engine::Transfer::Direction::Send, 1 - d, 1, {out.data(), engine::DType::F32, out.size()}},
+            {engine::Transfer::Direction::Recv, 1 - d, 1, {in.data(), engine::DType::F32, in.size()}}};
+        for (auto& h : t.exchange(exchange)) // warm-up: the pair's buffers and the kernel's socket windows
+            h.wait();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iterations; ++i)
+            for (auto& h : t.exchange(exchange))
+                h.wait();
+        t.flush();
+        const double s = seconds(t0) / iterations;
+        if (in.front() != static_cast<float>(1 - d) || in.back() != static_cast<float>(1 - d))
+            throw std::runtime_error("send/receive delivered the wrong data");
+        return s;
+    });
+}
+
+/// Seconds per all-reduce of `bytes` among `devices` Gloo devices.
+double glooAllReduce(int devices, std::size_t bytes, int iterations)
+{
+    return onDevices(devices, [&](int d, engine::Transport& t) {
+        std::vector<int> all(static_cast<std::size_t>(devices));
+        for (int k = 0; k < devices; ++k)
+            all[static_cast<std::size_t>(k)] = k;
+        std::vector<float> data(bytes / sizeof(float), 0.0f);
+        const engine::Region region {data.data(), engine::DType::F32, data.size()};
+        t.allReduceSum(all, region).wait(); // warm-up
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iterations; ++i)
+            t.allReduceSum(all, region).wait();
+        const double s = seconds(t0) / iterations;
+        // One more, checked: device d contributes d + 1, so every element is n(n + 1)/2.
+        std::fill(data.begin(), data.end(), static_cast<float>(d + 1));
+        t.allReduceSum(all, region).wait();
+        if (data.front() != static_cast<float>(devices * (devices + 1) / 2) || data.back() != data.front())
+            throw std::runtime_error("all-reduce summed wrong");
+        return s;
+    });
+}
+
+void sendAll(int fd, const char* p, std::size_t n)
+{
+    while (n > 0) {
+        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            throw std::runtime_error("baseline socket send failed");
+        p += k;
+        n -= static_cast<std::size_t>(k);
+    }
+}
+
+void recvAll(int fd, char* p, std::size_t n)
+{
+    while (n > 0) {
+        const ssize_t k = ::recv(fd, p, n, 0);
+        if (k <= 0)
+            throw std::runtime_error("baseline socket receive failed");
+        p += k;
+        n -= static_cast<std::size_t>(k);
+    }
+}
+
+/// Seconds per exchange of `bytes` each way over plain loopback TCP (a sending and a receiving thread per end).
+double tcpBaseline(std::size_t bytes, int iterations)
+{
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listener, 1) != 0
+        || ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+        throw std::runtime_error("baseline: cannot listen on 127.0.0.1");
+    const int a = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(a, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+        throw std::runtime_error("baseline: cannot connect");
+    const int b = ::accept(listener, nullptr, nullptr);
+    ::close(listener);
+    for (int fd : {a, b}) {
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    std::barrier sync(4);
+    std::vector<double> times(2);
+    auto end = [&](int fd, int which) {
+        std::vector<char> out(bytes, 1), in(bytes);
+        std::thread sender([&] {
+            for (int i = 0; i <= iterations; ++i) {
+                sync.arrive_and_wait();
+                sendAll(fd, out.data(), bytes);
+            }
+        });
+        Clock::time_point t0;
+        for (int i = 0; i <= iterations; ++i) {
+            sync.arrive_and_wait();
+            if (i == 1)
+                t0 = Clock::now(); // the first exchange warms up
+            recvAll(fd, in.data(), bytes);
+        }
+        times[static_cast<std::size_t>(which)] = seconds(t0) / iterations;
+        sender.join();
+    };
+    std::thread ta(end, a, 0), tb(end, b, 1);
+    ta.join();
+    tb.join();
+    ::close(a);
+    ::close(b);
+    return std::max(times[0], times[1]);
+}
+
+std::string sizeText(std::size_t bytes)
+{
+    char text[32];
+    if (bytes >= (1u << 20))
+        std::snprintf(text, sizeof(text), "%zu MiB", bytes >> 20);
+    else if (bytes >= (1u << 10))
+        std::snprintf(text, sizeof(text), "%zu KiB", bytes >> 10);
+    else
+        std::snprintf(text, sizeof(text), "%zu B", bytes);
+    return text;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    std::size_t maxBytes = std::size_t {64} << 20;
+    int iters = 10;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string flag = argv[i];
+        if (flag == "--max-bytes")
+            maxBytes = std::strtoull(argv[i + 1], nullptr, 10);
+        else if (flag == "--iters")
+            iters = std::atoi(argv[i + 1]);
+        else {
+            std::fprintf(stderr, "usage: bench_transport [--max-bytes N] [--iters N]\n");
+            return 2;
+        }
+    }
+    std::printf("# Gloo over TCP on 127.0.0.1 (devices as threads of one process); %u cores\n",
+        std::thread::hardware_concurrency());
+    std::printf("# time: per operation; algbw = size / time; busbw: sendrecv = algbw, allreduce = algbw x 2(n-1)/n;\n"
+                "# ratio: the transport's busbw over plain TCP's (both directions at once) at the same size\n");
+    std::printf("%-10s %10s %5s  %-13s %12s %10s %10s %8s\n", "size", "count", "type", "operation", "time (us)",
+        "algbw GB/s", "busbw GB/s", "ratio");
+    for (std::size_t bytes = 1024; bytes <= maxBytes; bytes *= 4) {
+        const int n = iterationsFor(bytes, iters);
+        const double base = tcpBaseline(bytes, n);
+        const double baseBw = static_cast<double>(bytes) / base / 1e9;
+        const auto row = [&](const char* op, double s, double busFactor) {
+            const double alg = static_cast<double>(bytes) / s / 1e9;
+            std::printf("%-10s %10zu %5s  %-13s %12.1f %10.3f %10.3f %8.2f\n", sizeText(bytes).c_str(),
+                bytes / sizeof(float), "float", op, s * 1e6, alg, alg * busFactor, alg * busFactor / baseBw);
+            std::fflush(stdout);
+        };
+        std::printf("%-10s %10zu %5s  %-13s %12.1f %10.3f %10.3f %8.2f\n", sizeText(bytes).c_str(), bytes, "byte",
+            "tcp baseline", base * 1e6, baseBw, baseBw, 1.0);
+        row("sendrecv 2", glooSendRecv(bytes, n), 1.0);
+        row("allreduce 2", glooAllReduce(2, bytes, n), 1.0);
+        row("allreduce 4", glooAllReduce(4, bytes, n), 1.5);
+    }
+    return 0;
+}

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <optional>
+#include <utility>
 
 #include "llmc.h"
 #include "planner/errors.h"
@@ -200,6 +202,8 @@ struct DeviceExecutor::StageState
     std::map<int, StageStash> stashes; ///< microbatch -> activations
     std::vector<StageStash> spare; ///< stashes whose backward ran, reused (their buffers keep their size)
     std::vector<int> replicas; ///< devices of the stage (all-reduce group)
+    std::vector<Handle> buckets; ///< the posted all-reduces of the gradients' buckets, until the AllReduce action
+    std::optional<std::uint64_t> bucketTicket; ///< the AllReduce's timer ticket, begun with its first bucket
     // wsp
     int lastBackward = -1; ///< microbatch of the latest backward (its step's wave)
     int pulledWave = -1; ///< every wave up to this one is in the live weights
@@ -305,6 +309,23 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             }
         }
     }
+    // The backward before each AllReduce of its stage (none of the stage's between): its buckets go out early.
+    m_bucketed.assign(actions.size(), 0);
+    {
+        std::map<int, std::size_t> lastBackward; // stage -> the period index of its latest backward
+        for (std::size_t i = 0; i < actions.size(); ++i) {
+            const auto& a = actions[i];
+            if (a.kind == ActionKind::Backward)
+                lastBackward[a.stage] = i;
+            else if (a.kind == ActionKind::AllReduce) {
+                const int stage = schedule.groups.at(static_cast<std::size_t>(a.group)).stage;
+                if (auto it = lastBackward.find(stage); it != lastBackward.end()) {
+                    m_bucketed[it->second] = 1;
+                    lastBackward.erase(it);
+                }
+            }
+        }
+    }
     int myPipeline = -1;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& ps = plan.stages[static_cast<std::size_t>(s)];
@@ -407,8 +428,6 @@ bool DeviceExecutor::run(const std::atomic<bool>& stop)
                 finish();
                 return false;
             }
-            if (m_exchange.empty() && isTransfer(actions[i].kind))
-                postExchange(i, r);
             m_index = static_cast<int>(i); // the period's index: what lastUse counts in
             const auto runIndex = static_cast<std::int64_t>(r) * static_cast<std::int64_t>(actions.size())
                 + static_cast<std::int64_t>(i);
@@ -435,13 +454,20 @@ bool DeviceExecutor::isTransfer(ActionKind kind)
 
 void DeviceExecutor::postExchange(std::size_t first, int r)
 {
-    // A schedule's transfers between two computations (1F1B's send-forward-receive-backward, and the like) are
-    // posted together: with a transport whose sends wait for their receiver (NCCL), two stages that each send
-    // before they receive would otherwise wait on each other.
+    // A schedule's sends and the receives that follow them between two computations (1F1B's send-forward-receive-
+    // backward, and the like) are posted together: with a transport whose sends wait for their receiver (NCCL), two
+    // stages that each send before they receive would otherwise wait on each other. A send after a receive starts
+    // a group of its own: posted with the receive, it would leave before its action began, and its peer's receive
+    // could end before the send's span starts (a timeline against causality).
     const auto& actions = m_schedule.devices.at(static_cast<std::size_t>(m_device));
     std::vector<Transfer> transfers;
     std::vector<double> bytes;
+    bool receiving = false;
     for (std::size_t i = first; i < actions.size() && isTransfer(actions[i].kind); ++i) {
+        const bool send = actions[i].kind == ActionKind::SendActivation || actions[i].kind == ActionKind::SendGradient;
+        if (send && receiving)
+            break;
+        receiving = !send;
         const Action a = r == 0 ? actions[i] : repeatedAction(actions[i], r, m_schedule.microbatches);
         const bool gradient = a.kind == ActionKind::SendGradient || a.kind == ActionKind::RecvGradient;
         auto& store = gradient ? m_gradients : m_activations;
@@ -469,6 +495,17 @@ void DeviceExecutor::postExchange(std::size_t first, int r)
     auto handles = m_transport->exchange(transfers);
     for (std::size_t k = 0; k < handles.size(); ++k)
         m_exchange.emplace_back(std::move(handles[k]), bytes[k]);
+}
+
+double DeviceExecutor::transferBytes(const Action& a) const
+{
+    if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) {
+        const auto& store = a.kind == ActionKind::SendGradient ? m_gradients : m_activations;
+        const auto it = store.find({a.stage, a.microbatch});
+        return it == store.end() ? 0.0 : static_cast<double>(it->second.bytes());
+    }
+    return static_cast<double>(static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq
+        * m_setup.model.channels * byteSize(m_backend->act()));
 }
 
 planner::Span DeviceExecutor::planned(const Action& a, std::int64_t runIndex, double bytes) const
@@ -542,7 +579,7 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
 {
     double bytes = 0; // what a transfer or collective moves, known before it starts
     if (isTransfer(a.kind))
-        bytes = m_exchange.front().second;
+        bytes = m_exchange.empty() ? transferBytes(a) : m_exchange.front().second;
     else if (a.kind == ActionKind::AllReduce)
         bytes = static_cast<double>(
             state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).model->grads().bytes());
@@ -552,7 +589,16 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
         now.t0 = monotonicSeconds();
         m_sink.begin(now);
     }
-    const std::uint64_t ticket = m_timer->begin();
+    // An all-reduce whose buckets went out during the backward began with the first of them.
+    std::optional<std::uint64_t> early;
+    if (a.kind == ActionKind::AllReduce)
+        early = std::exchange(state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).bucketTicket, {});
+    const std::uint64_t ticket = early ? *early : m_timer->begin();
+    if (isTransfer(a.kind) && m_exchange.empty()) {
+        // Posted within this action's span: its sends leave now, not before the span begins.
+        const auto period = static_cast<std::int64_t>(m_schedule.devices.at(static_cast<std::size_t>(m_device)).size());
+        postExchange(static_cast<std::size_t>(runIndex % period), static_cast<int>(runIndex / period));
+    }
     switch (a.kind) {
     case ActionKind::Forward:
         forward(a, key);
@@ -581,7 +627,11 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     }
     case ActionKind::AllReduce: {
         auto& st = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage);
-        m_transport->allReduceSum(st.replicas, region(st.model->grads())).wait();
+        if (st.buckets.empty())
+            m_transport->allReduceSum(st.replicas, region(st.model->grads())).wait();
+        for (auto& h : st.buckets)
+            h.wait();
+        st.buckets.clear();
         break;
     }
     case ActionKind::OptimizerStep:
@@ -678,8 +728,28 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
         m_gradients.erase(it);
     }
     const void* weights = weightsFor(st, key, "backward", a.microbatch);
-    const Buffer* din
-        = st.model->backward(stash->second, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout);
+    // The last backward before the stage's all-reduce: gradients are final layer by layer (last to first), so
+    // contiguous buckets of them are all-reduced while the earlier layers' backward runs.
+    std::size_t first = 0, end = 0; // the finished gradients not posted yet
+    StageModel::LayerDone done;
+    if (m_bucketed[static_cast<std::size_t>(m_index)])
+        done = [&](int, std::size_t from, std::size_t count) {
+            if (end > first && from + count != first) { // not adjacent (never, with the stage's layout): apart
+                postBucket(st, first, end);
+                end = first;
+            }
+            if (end == first)
+                end = from + count;
+            first = from;
+            if ((end - first) * byteSize(m_backend->act()) >= m_setup.bucket_bytes) {
+                postBucket(st, first, end);
+                end = first;
+            }
+        };
+    const Buffer* din = st.model->backward(
+        stash->second, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout, done);
+    if (end > first)
+        postBucket(st, first, end);
     st.spare.push_back(std::move(stash->second));
     st.stashes.erase(stash);
     st.lastBackward = a.microbatch;
@@ -691,6 +761,15 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
     // The last use of these weights (a repeated period's versions are past the table: used once, here).
     if (auto last = st.lastUse.find(key); last == st.lastUse.end() || last->second <= m_index)
         st.snapshots.erase(key);
+}
+
+void DeviceExecutor::postBucket(StageState& st, std::size_t first, std::size_t end)
+{
+    if (!st.bucketTicket)
+        st.bucketTicket = m_timer->begin();
+    const DType act = m_backend->act();
+    void* g = static_cast<std::byte*>(st.model->grads().data()) + first * byteSize(act);
+    st.buckets.push_back(m_transport->allReduceSum(st.replicas, {g, act, end - first}));
 }
 
 void DeviceExecutor::tiedExchange(StageState& st)

@@ -45,6 +45,10 @@ struct TrainingSetup
     /// fp32, or bf16 mixed (bf16 weights, gradients and activations, fp32 master weights and moments: the plan's
     /// bf16 weights with bf16 gradients, 16 B per parameter); every device's backend trains in it.
     Precision precision = Precision::Fp32;
+    /// The replicas' all-reduce is posted in buckets of about this many bytes of gradients during the backward of
+    /// the stage's last microbatch before it, as each bucket's layers finish (the planner's cost model overlaps the
+    /// all-reduce with that backward); the AllReduce action then waits for them.
+    std::size_t bucket_bytes = std::size_t {25} << 20;
 
     bool operator==(const TrainingSetup&) const = default;
 };
@@ -143,9 +147,13 @@ private:
     /// Posts the run of consecutive transfers from action `i` of the period (repeat `r`) as one grouped exchange.
     void postExchange(std::size_t i, int r);
     planner::Span planned(const planner::Action& a, std::int64_t runIndex, double bytes) const;
+    /// What transfer action `a` moves (before its exchange is posted).
+    double transferBytes(const planner::Action& a) const;
     static bool isTransfer(planner::ActionKind kind);
     void forward(const planner::Action& a, std::int64_t key);
     void backward(const planner::Action& a, std::int64_t key);
+    /// Posts the replicas' all-reduce of gradient elements [first, end) of `st` (a bucket).
+    void postBucket(StageState& st, std::size_t first, std::size_t end);
     void optimizerStep(const planner::Action& a);
     double wavePush(const planner::Action& a);
     double wavePull(const planner::Action& a);
@@ -194,6 +202,9 @@ private:
     std::map<std::pair<int, int>, Buffer> m_activations;
     std::map<std::pair<int, int>, Buffer> m_gradients;
     std::vector<int> m_tiedGroup; ///< devices holding the embedding or the head when they are not one stage
+    /// Per action of the period: a backward after which its stage's AllReduce comes with no other backward of the
+    /// stage between (its gradients are then final as each layer finishes: they are all-reduced in buckets).
+    std::vector<char> m_bucketed;
 };
 
 } // namespace pw::engine

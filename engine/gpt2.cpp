@@ -433,7 +433,21 @@ void StageModel::headForward(LayerStash& s, const std::byte* P, const void* x, s
 // ---------------------------------------------------------------------------------------------------------------
 // Backward
 
-const Buffer* StageModel::backward(StageStash& stash, const void* params, void* grads, const Buffer* dout)
+std::pair<std::size_t, std::size_t> StageModel::layerRange(int layer) const
+{
+    std::size_t first = 0, end = 0;
+    bool found = false;
+    for (const auto& slot : m_slots)
+        if (slot.layer == layer) {
+            first = found ? first : slot.offset;
+            end = slot.offset + slot.size;
+            found = true;
+        }
+    return {first, end - first};
+}
+
+const Buffer* StageModel::backward(
+    StageStash& stash, const void* params, void* grads, const Buffer* dout, const LayerDone& done)
 {
     Backend& be = *m_backend;
     const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels;
@@ -457,6 +471,10 @@ const Buffer* StageModel::backward(StageStash& stash, const void* params, void* 
         case LayerKind::Embedding:
             be.encoderBackward(
                 G + at(Tensor::Wte, 0), G + at(Tensor::Wpe, 0), d->data(), s.tokens.as<std::int32_t>(), B, T, C);
+            if (done) {
+                const auto [first, count] = layerRange(layer);
+                done(layer, first, count);
+            }
             return nullptr;
         case LayerKind::Block:
             blockBackward(s, P, G, x, d->data(), dx->data(), layer - 1);
@@ -465,6 +483,10 @@ const Buffer* StageModel::backward(StageStash& stash, const void* params, void* 
             be.zero(dx->data(), dx->bytes());
             headBackward(s, P, G, x, dx->data());
             break;
+        }
+        if (done) {
+            const auto [first, count] = layerRange(layer);
+            done(layer, first, count);
         }
         std::swap(d, dx);
     }

@@ -8,8 +8,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -166,10 +168,18 @@ public:
     /// or null for the head.
     const Buffer* forward(StageStash& stash, const void* params, std::span<const std::int32_t> tokens, Buffer* input,
         std::span<const std::int32_t> targets, float loss_scale, float* loss) const;
+    /// Called by backward() once the gradients of `layer` are final for this backward: elements [first, first +
+    /// count) of grads (the layer's tensors, contiguous), enqueued on the backend's stream. Layers come last to
+    /// first, so the ranges come at decreasing offsets, each ending where the next one's begins.
+    using LayerDone = std::function<void(int layer, std::size_t first, std::size_t count)>;
     /// The backward of the microbatch forward() stashed, with the same parameters; accumulates into grads.
     /// dout: gradient of the stage's output (null for the head). Returns the gradient of the stage's input (null
-    /// when it starts with the embedding); valid until the next backward.
-    const Buffer* backward(StageStash& stash, const void* params, void* grads, const Buffer* dout);
+    /// when it starts with the embedding); valid until the next backward. `done`, when set, hears each layer's
+    /// finished gradients (the executor all-reduces them in buckets while the backward goes on).
+    const Buffer* backward(
+        StageStash& stash, const void* params, void* grads, const Buffer* dout, const LayerDone& done = {});
+    /// Elements [first, first + count) of the parameters (and gradients) that hold `layer`'s tensors.
+    std::pair<std::size_t, std::size_t> layerRange(int layer) const;
 
     std::size_t activationCount() const; ///< elements of a stage boundary's activation: B T C
 

@@ -4,7 +4,8 @@
 # the CUDA libraries (../shared/docs/gpu.md: no Qt, libssh, OpenBLAS, Gloo or nlohmann-json on the GPU machine, so
 # it unpacks this instead of building). The folder holds:
 #   bin/   pipewright-agent, pipewright-cli (no Qt: the CLI is the controller without the desktop app), the CUDA
-#          tests (pw_cuda_tests) and the GPU benchmarks (tests/bench/bench_gpu_*), Release, sm_80 + sm_90, stripped
+#          tests (pw_cuda_tests, the NCCL transport's among them), the GPU benchmarks (tests/bench/bench_gpu_*) and
+#          bench_transport (its --nccl mode), Release, sm_80 + sm_90, stripped
 #   lib/   every shared library they load (ldd) but glibc's, libstdc++/libgcc_s (the GPU machine's are newer than
 #          Debian 12's, so ours would only be older copies) and the NVIDIA driver's and CUDA's (libcuda, cudart,
 #          cuBLAS, NCCL, cuDNN: there they are PyTorch's wheels). The programs find lib/ through their RPATH
@@ -47,7 +48,8 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPW_WITH_CUDA=ON -DC
 all_targets=$(cmake --build "$build" --target help)
 have_target() { grep -q "^$1: " <<<"$all_targets"; }
 targets=()
-for t in pipewright-agent pipewright-cli pw_cuda_tests; do
+# bench_transport: its --nccl mode measures the NCCL transport on the GPUs (gpu-check.sh runs it).
+for t in pipewright-agent pipewright-cli pw_cuda_tests bench_transport; do
   if have_target "$t"; then targets+=("$t"); fi
 done
 for src in tests/bench/bench_gpu*.cpp; do

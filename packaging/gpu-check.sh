@@ -5,7 +5,8 @@
 #   1. the GPU (nvidia-smi's line for each device);
 #   2. the CUDA tests (bin/pw_cuda_tests, Catch2's XML report: passed, failed, and skipped where a test printed
 #      "[pw-skip] why", tests/skip.h);
-#   3. each GPU benchmark of the bundle (bin/bench_gpu_*), whose key lines the summary repeats.
+#   3. the NCCL transport's bandwidth (bin/bench_transport --nccl), then each GPU benchmark of the bundle
+#      (bin/bench_gpu_*), whose key lines the summary repeats.
 # Exit status: 0 when every test passed or was skipped and every benchmark ended well, 1 otherwise (a failed test,
 # a crash, a timeout, a missing test program). Without a GPU (this works on the CPU build machine too) the tests
 # skip themselves and the summary says "no GPU: N tests skipped".
@@ -117,6 +118,28 @@ else
   echo "== CUDA tests: $tests_exe is missing (the bundle was built from a tree without pw_cuda_tests)"
   rows+=("CUDA tests|missing: no bin/pw_cuda_tests in the bundle")
   status=1
+fi
+
+# 2b. The NCCL transport's bandwidth (bench_transport --nccl: nccl-tests' columns; between GPUs only where there are
+# two or more), at most 90 s. NCCL is PyTorch's wheel there: run.sh puts its lib folder in LD_LIBRARY_PATH.
+if [ -x "$bundle/bin/bench_transport" ]; then
+  t=$(($(left) < 90 ? $(left) : 90))
+  echo "== NCCL transport (bench_transport --nccl, timeout ${t} s; log $logs/bench_transport_nccl.log)"
+  t0=$(date +%s)
+  timeout --kill-after=10 "$t" "$bundle/run.sh" bench_transport --nccl --max-bytes 268435456 \
+    >"$logs/bench_transport_nccl.log" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - t0))
+  tail -n 30 "$logs/bench_transport_nccl.log"
+  case $rc in
+    0) result="ok (${secs} s)" ;;
+    124 | 137) result="TIMED OUT after ${t} s"; status=1 ;;
+    *) result="exit status $rc (${secs} s)"; status=1 ;;
+  esac
+  rows+=("NCCL bandwidth|$result")
+  while IFS= read -r line; do
+    rows+=("  |$line")
+  done < <(grep -E '^(# NCCL|\[pw-skip\]|256 MiB|64 MiB)' "$logs/bench_transport_nccl.log" | cut -c1-110)
 fi
 
 # 3. The GPU benchmarks, in what is left of the budget. Their key lines: throughput, MFU, the ratios against

@@ -19,7 +19,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "activity.h"
+#include "drop_send.h"
 #include "engine/backend.h"
+#include "engine/cuda/nccl_transport.h"
 #include "engine/data.h"
 #include "engine/devices.h"
 #include "engine/executor.h"
@@ -101,6 +104,9 @@ private:
     std::ofstream m_journal;
     std::string m_journalPath;
     std::atomic<std::int64_t> m_steps {0};
+    /// What each device is doing and its flight recorder; set once the spec is known (never freed: the detached
+    /// reader may answer a FlightRecorderAsk until the process ends).
+    std::atomic<DeviceActivity*> m_activity {nullptr};
 };
 
 /// @brief Gloo's key/value store, relayed by the controller: agents open no port for rendezvous.
@@ -148,6 +154,29 @@ public:
 
 private:
     Session& m_session;
+};
+
+/// @brief The relayed store as the engine's neutral rendezvous (NCCL's unique id travels through it).
+class RelayRendezvous final : public engine::Rendezvous
+{
+public:
+    explicit RelayRendezvous(std::shared_ptr<RelayStore> store)
+        : m_store(std::move(store))
+    {
+    }
+    void set(const std::string& key, const std::vector<std::uint8_t>& value) override
+    {
+        m_store->set(key, std::vector<char>(value.begin(), value.end()));
+    }
+    std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override
+    {
+        m_store->wait({key}, timeout);
+        const std::vector<char> v = m_store->get(key);
+        return {v.begin(), v.end()};
+    }
+
+private:
+    std::shared_ptr<RelayStore> m_store;
 };
 
 std::int64_t residentBytes()
@@ -203,6 +232,15 @@ void Session::readLoop()
                     // Answered at once, outside the session's lock: the reply's time is this host's clock (the
                     // clock of every span) as close to the probe's arrival as the agent can read it.
                     send(ClockReply {probe->id, probe->controller_t_s, engine::monotonicSeconds()});
+                    continue;
+                }
+                if (std::holds_alternative<FlightRecorderAsk>(m)) {
+                    // Answered here, at once: the devices may be blocked in a transfer that never ends (the reason
+                    // the controller asks).
+                    FlightRecorder r {m_batch.agent, engine::monotonicSeconds(), {}};
+                    if (const DeviceActivity* activity = m_activity.load())
+                        r.actions = activity->recorder();
+                    send(r);
                     continue;
                 }
                 std::lock_guard lock(m_mutex);
@@ -287,7 +325,9 @@ void Session::heartbeatLoop()
 {
     while (!m_finished) {
         try {
-            send(Heartbeat {engine::monotonicSeconds(), m_steps.load()});
+            const DeviceActivity* activity = m_activity.load();
+            send(Heartbeat {engine::monotonicSeconds(), m_steps.load(),
+                activity ? activity->progress() : std::vector<DeviceProgress> {}});
             queueMetric({m_steps.load(), "memory", static_cast<double>(residentBytes()), engine::monotonicSeconds(),
                 m_spec && !m_spec->devices.empty() ? m_spec->devices.front() : -1});
         } catch (...) {
@@ -424,37 +464,42 @@ void Session::train(const RunSpec& spec)
     if (gpus && asked != setup.precision)
         throw planner::InputError(std::string("the run spec asks for ") + engine::toString(asked)
             + ", but the plan's weights train in " + engine::toString(setup.precision));
-    setup.adam.lr = spec.lr;
-    setup.adam.weight_decay = spec.weight_decay;
-    setup.adam.warmup_steps = static_cast<int>(spec.warmup_steps);
-    setup.adam.cosine = spec.cosine;
-    setup.adam.total_steps = static_cast<int>(spec.steps);
-    setup.seed = spec.seed;
-    if (!spec.init_checkpoint.empty()) {
-        auto ckpt = engine::readCheckpoint(spec.init_checkpoint);
-        engine::checkCheckpointFits(spec.init_checkpoint, ckpt.config, setup.model, setup.shape.seq);
+    // The run's training options (the user's, as the controller sent them) on the plan's setup.
+    const TrainingOptions& training = spec.training;
+    setup.adam.lr = training.lr;
+    setup.adam.weight_decay = training.weight_decay;
+    setup.adam.warmup_steps = training.warmup_steps;
+    setup.adam.cosine = training.cosine;
+    setup.adam.total_steps = training.steps;
+    setup.seed = training.seed;
+    if (!training.init_checkpoint.empty()) {
+        auto ckpt = engine::readCheckpoint(training.init_checkpoint);
+        engine::checkCheckpointFits(training.init_checkpoint, ckpt.config, setup.model, setup.shape.seq);
         setup.model = ckpt.config; // its padded vocabulary and positions
         setup.checkpoint = std::make_shared<const std::vector<float>>(std::move(ckpt.params));
     }
     engine::ops::setThreads(spec.threads);
     engine::DataSpec data;
-    data.kind = engine::dataKindFromString(std::string(toString(spec.data.kind)));
-    data.path = spec.data.path;
-    data.seed = spec.data.seed;
+    data.kind = engine::dataKindFromString(std::string(toString(training.data.kind)));
+    data.path = training.data.path;
+    data.seed = training.data.seed;
     const engine::DataOrder order(
         engine::loadTokens(data, setup.model.vocab, static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq),
         setup.microbatches, setup.shape.batch, setup.shape.seq);
-    const engine::RunSchedule program = engine::runProgram(plan, static_cast<int>(spec.steps));
+    const engine::RunSchedule program = engine::runProgram(plan, training.steps);
     const planner::Schedule& schedule = program.period;
     for (int d : spec.devices)
         if (d < 0 || d >= schedule.num_devices)
             throw planner::InputError("device " + std::to_string(d) + " is not in the plan's cluster");
 
-    // Transports: Gloo between agents (rendezvous through the controller), or in-process when this agent holds
-    // every device of the plan.
+    // Transports: Gloo between agents (rendezvous through the controller), NCCL between GPUs when the controller
+    // chose it (every device of the plan on a GPU of its own; its unique id through the same relayed store), or
+    // in-process when this agent holds every device of the plan. NCCL reads its settings (NCCL_SOCKET_IFNAME,
+    // NCCL_IB_*, NCCL_DEBUG) from this process's environment: the node's `env` in the cluster file.
     std::unique_ptr<engine::LocalFabric> fabric;
     std::vector<std::unique_ptr<engine::Transport>> gloo;
     auto store = std::make_shared<RelayStore>(*this);
+    RelayRendezvous rendezvous(store);
     if (spec.transport == Transport::Local) {
         if (static_cast<int>(spec.devices.size()) != schedule.num_devices)
             throw planner::InputError("the local transport needs every device of the plan in one agent");
@@ -464,13 +509,20 @@ void Session::train(const RunSpec& spec)
     for (auto& b : backends)
         if (!b)
             b = engine::makeCpuBackend(); // a CPU device: its own backend, so its memory is counted too
+    const std::optional<DroppedSend> dropped = droppedSendFromEnv();
+    std::vector<std::unique_ptr<engine::Transport>> hooked; // before the executors: they use it until they end
     std::vector<std::unique_ptr<engine::DeviceExecutor>> executors;
     for (std::size_t k = 0; k < spec.devices.size(); ++k) {
         const int d = spec.devices[k];
         engine::Transport* t = nullptr;
         if (fabric)
             t = &fabric->endpoint(d);
-        else {
+        else if (spec.transport == Transport::Nccl) {
+            engine::NcclOptions o;
+            o.prefix = spec.run_id;
+            gloo.push_back(engine::makeNcclTransport(d, schedule.num_devices, rendezvous, backends[k], o));
+            t = gloo.back().get();
+        } else {
             engine::GlooOptions o;
             o.prefix = spec.run_id;
             if (!spec.gloo_host.empty())
@@ -482,8 +534,18 @@ void Session::train(const RunSpec& spec)
             gloo.push_back(engine::makeGlooTransport(d, schedule.num_devices, store, o));
             t = gloo.back().get();
         }
+        if (dropped && dropped->device == d) { // the stall tests' hook (drop_send.h)
+            hooked.push_back(
+                dropOneSend(*t, *dropped, [this](const std::string& text) { log(LogLevel::Warning, text); }));
+            t = hooked.back().get();
+        }
         engine::ExecutorSink sink;
-        sink.span = [this](const planner::Span& s) { queueSpan(s); };
+        DeviceActivity* activity = m_activity.load();
+        sink.begin = [activity](const planner::Span& planned) { activity->begin(planned); };
+        sink.span = [this, activity](const planner::Span& s) {
+            activity->end(s);
+            queueSpan(s);
+        };
         sink.loss = [this](int microbatch, float loss) {
             queueMetric({microbatch, "microbatch_loss", loss, engine::monotonicSeconds(), -1});
         };
@@ -543,12 +605,12 @@ void Session::train(const RunSpec& spec)
     if (!failure.empty())
         throw std::runtime_error(failure);
     // The trained model: each stage written once (by its lowest replica) into the one checkpoint file.
-    if (!spec.save_checkpoint.empty() && !stopping())
+    if (!spec.training.save_checkpoint.empty() && !stopping())
         for (std::size_t k = 0; k < executors.size(); ++k)
             for (const auto& [stage, model] : executors[k]->stages()) {
                 const auto& replicas = plan.stages.at(static_cast<std::size_t>(stage)).devices;
                 if (spec.devices[k] == *std::min_element(replicas.begin(), replicas.end()))
-                    engine::writeCheckpointPart(spec.save_checkpoint, *model);
+                    engine::writeCheckpointPart(spec.training.save_checkpoint, *model);
             }
 }
 
@@ -573,6 +635,7 @@ int Session::run()
     m_batch.agent = spec.agent;
     m_batchLimit = std::max(1, spec.telemetry_batch);
     m_journalPath = spec.journal_path;
+    m_activity = new DeviceActivity(spec.devices);
     if (!m_journalPath.empty())
         m_journal.open(m_journalPath, std::ios::binary | std::ios::trunc);
     std::thread heartbeat([this] { heartbeatLoop(); });

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -67,6 +68,29 @@ bool writeAllTo(int fd, const char* data, std::size_t n)
     return true;
 }
 
+/// The relay that served the controller before this one (SOCKET.relay names it), when it still runs: a relay
+/// whose SSH link went silent lives on, holding the served agent's connection (the agent accepts one controller at
+/// a time). The controller that attaches again has given up that link, so the old relay is ended here, and the
+/// agent, seeing its connection end, takes the new one.
+void endPreviousRelay(const std::string& socket)
+{
+    const std::string file = socket + ".relay";
+    long pid = 0;
+    std::ifstream(file) >> pid;
+    if (pid > 0 && pid != ::getpid()) {
+        std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+        std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        // Only a relay of this socket: the pid may have been reused by another process since.
+        if (cmd.find("pipewright-agent") != std::string::npos && cmd.find(socket) != std::string::npos
+            && (cmd.find("--attach") != std::string::npos || cmd.find("--session") != std::string::npos)) {
+            ::kill(static_cast<pid_t>(pid), SIGTERM);
+            for (int i = 0; i < 100 && ::kill(static_cast<pid_t>(pid), 0) == 0; ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    }
+    std::ofstream(file, std::ios::trunc) << ::getpid() << "\n";
+}
+
 } // namespace
 
 int serveCommand(const std::string& socket, std::chrono::seconds linger)
@@ -117,10 +141,28 @@ int attachCommand(const std::string& socket, std::chrono::seconds wait)
         std::cerr << "pipewright-agent: no agent serves " << socket << "\n";
         return 1;
     }
+    endPreviousRelay(socket);
+    // The agent listens: its run directory is no longer one being deployed, which a cleanup must keep
+    // (app/run/remote.h, removeLeftoverRuns).
+    ::unlink((std::filesystem::path(socket).parent_path() / ".preparing").c_str());
     std::signal(SIGPIPE, SIG_IGN);
+    // The agent's output is buffered here, not in the agent: while the controller's link is silent (packets
+    // dropped, no reset), sshd stops taking bytes, and an agent writing into a full socket would stop training.
+    // Up to kRelayBuffer waits here; beyond that the relay lets go, and the agent journals until the controller is
+    // back (Resume). A new relay ends this one (endPreviousRelay).
+    constexpr std::size_t kRelayBuffer = 64u << 20;
+    const int outFlags = ::fcntl(STDOUT_FILENO, F_GETFL);
+    ::fcntl(STDOUT_FILENO, F_SETFL, outFlags | O_NONBLOCK);
     std::array<char, 1 << 16> buffer;
-    std::array<pollfd, 2> fds {pollfd {STDIN_FILENO, POLLIN, 0}, pollfd {fd, POLLIN, 0}};
+    std::string pending; // from the agent, not yet taken by stdout
+    std::size_t sent = 0; // of pending
+    bool agentEnded = false;
     for (;;) {
+        const bool waiting = sent < pending.size();
+        std::array<pollfd, 3> fds {pollfd {STDIN_FILENO, POLLIN, 0}, pollfd {agentEnded ? -1 : fd, POLLIN, 0},
+            pollfd {waiting ? STDOUT_FILENO : -1, POLLOUT, 0}};
+        if (agentEnded && !waiting)
+            break;
         if (::poll(fds.data(), fds.size(), -1) < 0) {
             if (errno == EINTR)
                 continue;
@@ -133,10 +175,26 @@ int attachCommand(const std::string& socket, std::chrono::seconds wait)
         }
         if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
             const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-            if (n <= 0 || !writeAllTo(STDOUT_FILENO, buffer.data(), static_cast<std::size_t>(n)))
-                break; // the served agent ended
+            if (n <= 0)
+                agentEnded = true; // the served agent ended: what it said still goes out
+            else
+                pending.append(buffer.data(), static_cast<std::size_t>(n));
+            if (pending.size() - sent > kRelayBuffer)
+                break; // the controller has not read for a long while: the agent journals from here
+        }
+        if (sent < pending.size() && ((fds[2].revents & (POLLOUT | POLLERR | POLLHUP)) != 0 || agentEnded)) {
+            const ssize_t n = ::write(STDOUT_FILENO, pending.data() + sent, pending.size() - sent);
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                break; // the channel is gone
+            if (n > 0)
+                sent += static_cast<std::size_t>(n);
+            if (sent == pending.size() || sent > (1u << 20)) { // compact now and then, not per write
+                pending.erase(0, sent);
+                sent = 0;
+            }
         }
     }
+    ::fcntl(STDOUT_FILENO, F_SETFL, outFlags);
     ::close(fd);
     return 0;
 }

@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::array<std::string_view, kMessageTypeCount> kTypeNames
     = {"Hello", "RunSpec", "RendezvousSet", "RendezvousGet", "RendezvousValue", "Start", "Stop", "Resume", "Telemetry",
-        "Heartbeat", "Log", "Error", "Done", "ClockProbe", "ClockReply"};
+        "Heartbeat", "Log", "Error", "Done", "ClockProbe", "ClockReply", "FlightRecorderAsk", "FlightRecorder"};
 
 constexpr std::array<std::uint32_t, 256> makeCrcTable()
 {

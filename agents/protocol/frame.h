@@ -35,7 +35,10 @@ inline constexpr std::array<char, 4> kMagic = {'P', 'W', 'A', 'G'};
 /// run's Gloo key (`gloo_secret`), and agents prove every Gloo connection with it: a version 1 agent would connect
 /// without, and its peers refuse that. 3: Hello describes the agent's CUDA and each GPU (a map per GPU, no longer
 /// a name), and RunSpec says which CUDA device each of the agent's devices trains on and in what precision.
-inline constexpr std::uint16_t kProtocolVersion = 4;
+/// 4: ClockProbe and ClockReply. 5: Heartbeat says what each device is doing now (DeviceProgress), and the
+/// controller asks for an agent's flight recorder (FlightRecorderAsk, answered by FlightRecorder); RunSpec's
+/// steps, data, checkpoints and optimizer settings move into one map, `training` (TrainingOptions).
+inline constexpr std::uint16_t kProtocolVersion = 5;
 /// The largest payload a frame may announce: a corrupt length must not make the reader allocate gigabytes.
 inline constexpr std::uint32_t kMaxPayload = 64u << 20;
 inline constexpr std::size_t kHeaderSize = 16;
@@ -59,9 +62,11 @@ enum class MessageType : std::uint16_t {
     Done,
     ClockProbe,
     ClockReply,
+    FlightRecorderAsk,
+    FlightRecorder,
 };
 /// The number of message types; valid codes are 1..kMessageTypeCount.
-inline constexpr std::uint16_t kMessageTypeCount = static_cast<std::uint16_t>(MessageType::ClockReply);
+inline constexpr std::uint16_t kMessageTypeCount = static_cast<std::uint16_t>(MessageType::FlightRecorder);
 
 /// "Hello", "RunSpec", ...; "type N" for a code that is no MessageType.
 std::string toString(MessageType type);

@@ -13,7 +13,7 @@ using nlohmann::json;
 namespace {
 
 constexpr std::array<std::string_view, 3> kDataKindNames = {"synthetic", "tokens", "text"};
-constexpr std::array<std::string_view, 2> kTransportNames = {"gloo", "local"};
+constexpr std::array<std::string_view, 3> kTransportNames = {"gloo", "local", "nccl"};
 constexpr std::array<std::string_view, 2> kPrecisionNames = {"fp32", "bf16"};
 constexpr std::array<std::string_view, 4> kLogLevelNames = {"debug", "info", "warning", "error"};
 constexpr std::array<std::string_view, 3> kDoneStatusNames = {"succeeded", "failed", "stopped"};
@@ -360,13 +360,20 @@ Hello Hello::fromJson(const json& j)
 
 // ---- RunSpec ----
 
+namespace {
+json trainingToJson(const TrainingOptions& t)
+{
+    const json dataJson = {{"kind", toString(t.data.kind)}, {"path", t.data.path}, {"seed", t.data.seed}};
+    return {{"steps", t.steps}, {"data", dataJson}, {"init_checkpoint", t.init_checkpoint},
+        {"save_checkpoint", t.save_checkpoint}, {"lr", t.lr}, {"weight_decay", t.weight_decay},
+        {"warmup_steps", t.warmup_steps}, {"cosine", t.cosine}, {"seed", t.seed}};
+}
+} // namespace
+
 json RunSpec::toJson() const
 {
-    const json dataJson = {{"kind", toString(data.kind)}, {"path", data.path}, {"seed", data.seed}};
     return {{"run_id", run_id}, {"agent", agent}, {"plan", plan}, {"devices", devices}, {"cuda_devices", cuda_devices},
-        {"precision", toString(precision)}, {"steps", steps}, {"data", dataJson}, {"init_checkpoint", init_checkpoint},
-        {"save_checkpoint", save_checkpoint}, {"lr", lr}, {"weight_decay", weight_decay},
-        {"warmup_steps", warmup_steps}, {"cosine", cosine}, {"seed", seed}, {"threads", threads},
+        {"precision", toString(precision)}, {"training", trainingToJson(training)}, {"threads", threads},
         {"journal_path", journal_path}, {"transport", toString(transport)}, {"telemetry_batch", telemetry_batch},
         {"gloo_host", gloo_host}, {"gloo_secret", binary(gloo_secret)}};
 }
@@ -379,6 +386,21 @@ DataSpec dataFromJson(const Fields& f)
     d.path = f.string("path");
     d.seed = f.integer<std::uint64_t>("seed");
     return d;
+}
+
+TrainingOptions trainingFromJson(const Fields& f)
+{
+    TrainingOptions t;
+    t.steps = f.integer<int>("steps", 0);
+    t.data = dataFromJson(f.object("data"));
+    t.init_checkpoint = f.stringOr("init_checkpoint", "");
+    t.save_checkpoint = f.stringOr("save_checkpoint", "");
+    t.lr = f.number("lr");
+    t.weight_decay = f.number("weight_decay");
+    t.warmup_steps = f.integer<int>("warmup_steps", 0);
+    t.cosine = f.boolean("cosine");
+    t.seed = f.integer<std::uint64_t>("seed");
+    return t;
 }
 
 std::vector<int> indicesFromJson(const Fields& f, std::string_view key, int min)
@@ -403,15 +425,7 @@ RunSpec RunSpec::fromJson(const json& j)
         r.cuda_devices = indicesFromJson(f, "cuda_devices", -1);
     if (j.contains("precision"))
         r.precision = f.enumeration<Precision>("precision", kPrecisionNames);
-    r.steps = f.integer<std::int64_t>("steps", 0);
-    r.data = dataFromJson(f.object("data"));
-    r.init_checkpoint = f.stringOr("init_checkpoint", "");
-    r.save_checkpoint = f.stringOr("save_checkpoint", "");
-    r.lr = f.number("lr");
-    r.weight_decay = f.number("weight_decay");
-    r.warmup_steps = f.integer<std::int64_t>("warmup_steps", 0);
-    r.cosine = f.boolean("cosine");
-    r.seed = f.integer<std::uint64_t>("seed");
+    r.training = trainingFromJson(f.object("training"));
     r.threads = f.integer<int>("threads", 0);
     r.journal_path = f.string("journal_path");
     r.transport = f.enumeration<Transport>("transport", kTransportNames);
@@ -514,12 +528,23 @@ Telemetry Telemetry::fromJson(const json& j)
 
 json Heartbeat::toJson() const
 {
-    return {{"t_s", t_s}, {"step", step}};
+    json devicesJson = json::array();
+    for (const DeviceProgress& d : devices)
+        devicesJson.push_back(
+            {{"device", d.device}, {"finished", d.finished}, {"busy", d.busy}, {"action", spanToJson(d.action)}});
+    return {{"t_s", t_s}, {"step", step}, {"devices", std::move(devicesJson)}};
 }
 Heartbeat Heartbeat::fromJson(const json& j)
 {
     const Fields f(j, kType);
-    return {f.number("t_s"), f.integer<std::int64_t>("step")};
+    Heartbeat h {f.number("t_s"), f.integer<std::int64_t>("step"), {}};
+    for (const json& d : f.array("devices")) {
+        const std::string name = Fields::elementName("devices", h.devices.size());
+        const Fields g(d, kType, name + ".");
+        h.devices.push_back({g.integer<std::int32_t>("device"), g.integer<std::int64_t>("finished", 0),
+            g.boolean("busy"), spanFromJson(g, "action", g.get("action"))});
+    }
+    return h;
 }
 
 json ClockProbe::toJson() const
@@ -540,6 +565,31 @@ ClockReply ClockReply::fromJson(const json& j)
 {
     const Fields f(j, kType);
     return {f.integer<std::int64_t>("id"), f.number("controller_t_s"), f.number("agent_t_s")};
+}
+
+json FlightRecorderAsk::toJson() const
+{
+    return {{"reason", reason}};
+}
+FlightRecorderAsk FlightRecorderAsk::fromJson(const json& j)
+{
+    return {Fields(j, kType).string("reason")};
+}
+
+json FlightRecorder::toJson() const
+{
+    json actionsJson = json::array();
+    for (const planner::Span& s : actions)
+        actionsJson.push_back(spanToJson(s));
+    return {{"agent", agent}, {"t_s", t_s}, {"actions", std::move(actionsJson)}};
+}
+FlightRecorder FlightRecorder::fromJson(const json& j)
+{
+    const Fields f(j, kType);
+    FlightRecorder r {f.string("agent"), f.number("t_s"), {}};
+    for (const json& s : f.array("actions"))
+        r.actions.push_back(spanFromJson(f, Fields::elementName("actions", r.actions.size()), s));
+    return r;
 }
 
 json Log::toJson() const

@@ -8,6 +8,7 @@
 //   agent -> controller   Telemetry, Heartbeat, Log, Error, Done
 //   controller -> agent   Stop, Resume                 (Resume: resend journaled telemetry after a reconnect)
 //   controller -> agent   ClockProbe, answered at once by ClockReply (the agent host's clock against the controller's)
+//   controller -> agent   FlightRecorderAsk, answered at once by FlightRecorder (each device's last actions)
 //
 // fromJson ignores fields it does not know (a newer peer of the same protocol version may add some) and throws
 // ProtocolError naming the message and the field for a missing or ill-typed one.
@@ -87,8 +88,10 @@ std::string_view toString(DataKind kind);
 enum class Precision : std::uint8_t { Fp32, Bf16 };
 std::string_view toString(Precision precision);
 
-/// How the agents' devices talk to each other.
-enum class Transport : std::uint8_t { Gloo, Local };
+/// How the agents' devices talk to each other: Gloo over TCP (host memory; GPUs staged through it), in-process
+/// (one agent holds every device), or NCCL between the devices' GPUs (every device of the plan on a GPU of its
+/// own; protocol version 5).
+enum class Transport : std::uint8_t { Gloo, Local, Nccl };
 std::string_view toString(Transport transport);
 
 /// @brief A run's training data.
@@ -99,6 +102,25 @@ struct DataSpec
     std::uint64_t seed = 0;
 
     bool operator==(const DataSpec&) const = default;
+};
+
+/// @brief What a run trains, and with which optimizer settings: the one copy that travels from the CLI or the
+/// desktop app (app::RunRequest) to every agent (RunSpec), where it becomes the engine's AdamWOptions. It lives in
+/// the protocol because that is the lowest layer both sides always build (the controller may be built without the
+/// engine).
+struct TrainingOptions
+{
+    int steps = 20; ///< optimizer steps
+    DataSpec data;
+    std::string init_checkpoint; ///< llm.c checkpoint to start from; empty: initialise from the seed
+    std::string save_checkpoint; ///< where the trained model goes as an llm.c checkpoint; empty: save none
+    double lr = 3e-4; ///< AdamW's learning rate (the peak, after the warm-up)
+    double weight_decay = 0.0; ///< AdamW's decoupled weight decay
+    int warmup_steps = 0; ///< linear warm-up steps
+    bool cosine = false; ///< cosine decay after the warm-up (else constant)
+    std::uint64_t seed = 1234; ///< the weights' initialisation (and, where the caller says so, the data's)
+
+    bool operator==(const TrainingOptions&) const = default;
 };
 
 /// @brief Controller -> agent: the run this agent takes part in.
@@ -113,15 +135,7 @@ struct RunSpec
     /// CUDA_VISIBLE_DEVICES), or -1 for the CPU. Empty: every device on the CPU.
     std::vector<int> cuda_devices;
     Precision precision = Precision::Fp32; ///< of the CUDA devices (CPU devices train in fp32)
-    std::int64_t steps = 0;
-    DataSpec data;
-    std::string init_checkpoint; ///< empty: initialise from the seed
-    std::string save_checkpoint; ///< empty: save none
-    double lr = 0;
-    double weight_decay = 0;
-    std::int64_t warmup_steps = 0;
-    bool cosine = false; ///< cosine decay after warm-up (else constant)
-    std::uint64_t seed = 0;
+    TrainingOptions training; ///< as the user asked (app::RunRequest::training)
     int threads = 0; ///< CPU threads (0: the agent's choice)
     std::string journal_path; ///< where the agent journals telemetry for Resume
     Transport transport = Transport::Gloo;
@@ -235,12 +249,26 @@ struct Telemetry
     bool operator==(const Telemetry&) const = default;
 };
 
-/// @brief Agent -> controller, periodically: still alive, at this step.
+/// @brief What one device of an agent is doing now: how many actions it has finished, and the action it is in (a
+/// span that has begun and not ended: t0 = when it began on the agent's clock, t1 = 0). What the controller's stall
+/// report follows from device to device (a receive waits on its peer).
+struct DeviceProgress
+{
+    std::int32_t device = 0;
+    std::int64_t finished = 0; ///< actions finished so far
+    bool busy = false; ///< in `action` now; false: between actions (or not started, or done)
+    planner::Span action;
+
+    bool operator==(const DeviceProgress&) const = default;
+};
+
+/// @brief Agent -> controller, periodically: still alive, at this step, and each device's progress.
 struct Heartbeat
 {
     static constexpr MessageType kType = MessageType::Heartbeat;
     double t_s = 0;
     std::int64_t step = 0;
+    std::vector<DeviceProgress> devices; ///< one per device of the agent, once it trains
 
     nlohmann::json toJson() const;
     static Heartbeat fromJson(const nlohmann::json& j);
@@ -272,6 +300,35 @@ struct ClockReply
     nlohmann::json toJson() const;
     static ClockReply fromJson(const nlohmann::json& j);
     bool operator==(const ClockReply&) const = default;
+};
+
+/// @brief Controller -> agent: send your flight recorder now (a run stalled: the controller stores every agent's).
+struct FlightRecorderAsk
+{
+    static constexpr MessageType kType = MessageType::FlightRecorderAsk;
+    std::string reason;
+
+    nlohmann::json toJson() const;
+    static FlightRecorderAsk fromJson(const nlohmann::json& j);
+    bool operator==(const FlightRecorderAsk&) const = default;
+};
+
+/// The actions an agent's flight recorder keeps per device.
+inline constexpr std::size_t kFlightRecorderActions = 256;
+
+/// @brief Agent -> controller, at once on a FlightRecorderAsk: each device's last kFlightRecorderActions actions
+/// (spans, on the agent's clock, by device then start), an action still in progress last with t1 = 0. Spans travel
+/// as Telemetry's arrays.
+struct FlightRecorder
+{
+    static constexpr MessageType kType = MessageType::FlightRecorder;
+    std::string agent;
+    double t_s = 0; ///< the agent's clock when it answered
+    std::vector<planner::Span> actions;
+
+    nlohmann::json toJson() const;
+    static FlightRecorder fromJson(const nlohmann::json& j);
+    bool operator==(const FlightRecorder&) const = default;
 };
 
 enum class LogLevel : std::uint8_t { Debug, Info, Warning, Error };
@@ -322,7 +379,7 @@ struct Done
 /// Any message. The alternatives are in MessageType's order (alternative i has code i + 1; checked at compile
 /// time), so the type tag indexes a table: no dispatch on names.
 using Message = std::variant<Hello, RunSpec, RendezvousSet, RendezvousGet, RendezvousValue, Start, Stop, Resume,
-    Telemetry, Heartbeat, Log, Error, Done, ClockProbe, ClockReply>;
+    Telemetry, Heartbeat, Log, Error, Done, ClockProbe, ClockReply, FlightRecorderAsk, FlightRecorder>;
 
 MessageType typeOf(const Message& message);
 /// The message a frame carries. Throws ProtocolError for malformed CBOR, a payload that is not a map, or a missing

@@ -217,20 +217,30 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     runCmd->add_flag("--keep-run-dir", runOpt.keep_run_dir, "leave the run directories (logs, journals) on the hosts");
     runCmd->add_option("--remote-root", runOpt.remote_root,
         "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
-    runCmd->add_option("--steps", runOpt.steps, "optimizer steps")->capture_default_str();
+    runCmd->add_option("--steps", runOpt.training.steps, "optimizer steps")->capture_default_str();
     runCmd->add_option("--data", runOpt.data, "llm.c token file or text file (default: a synthetic Markov corpus)");
     runCmd->add_option("--init", runOpt.init, "llm.c GPT-2 checkpoint (fp32) to start from");
     runCmd->add_option("--save", runOpt.save, "write the trained model as an llm.c checkpoint");
-    runCmd->add_option("--lr", runOpt.lr, "learning rate (AdamW)")->capture_default_str();
-    runCmd->add_option("--weight-decay", runOpt.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
-    runCmd->add_option("--warmup", runOpt.warmup, "linear warm-up steps");
-    runCmd->add_flag("--cosine", runOpt.cosine, "cosine decay after the warm-up");
+    runCmd->add_option("--lr", runOpt.training.lr, "learning rate (AdamW)")->capture_default_str();
+    runCmd->add_option("--weight-decay", runOpt.training.weight_decay, "AdamW's decoupled weight decay")
+        ->capture_default_str();
+    runCmd->add_option("--warmup", runOpt.training.warmup_steps, "linear warm-up steps");
+    runCmd->add_flag("--cosine", runOpt.training.cosine, "cosine decay after the warm-up");
     runCmd->add_option("--seed", runOpt.seed, "initialisation and synthetic data seed")->capture_default_str();
     runCmd->add_option("--threads", runOpt.threads, "CPU threads per agent (default: cores / agents)");
     runCmd->add_flag("--force", runOpt.force,
         "start a local run even with more agents or threads than cores, or predicted memory above the RAM");
     runCmd->add_option("--stop-on-nonfinite", runOpt.stop_on_nonfinite,
         "on (default): a NaN or infinite loss fails the run (exit 4) naming the step; off: train on");
+    runCmd
+        ->add_option("--stall-timeout", runOpt.stall_timeout_s,
+            "seconds without any device finishing an action before the run counts as stalled: the report names the "
+            "chain of waits and each agent's last actions are stored")
+        ->capture_default_str();
+    runCmd
+        ->add_option(
+            "--on-stall", runOpt.on_stall, "fail: a stall fails the run (default); wait: report it and wait on")
+        ->check(CLI::IsMember({"fail", "wait"}));
     runCmd->add_option("--history", runOpt.history, "history SQLite file (default: the user's data directory)");
     runCmd->add_flag("--json", runOpt.json, "print the outcome as JSON");
 
@@ -245,6 +255,18 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     pre->add_option("--remote-root", preOpt.remote_root,
         "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
     pre->add_flag("--json", preOpt.json, "print the checks as JSON");
+
+    TeardownOptions downOpt;
+    auto* down = app.add_subcommand("teardown",
+        "remove the run directories no agent uses any more (runs whose host was out of reach at their end, or whose "
+        "controller died) from every node of a cluster");
+    down->add_option("--cluster", downOpt.cluster, "cluster JSON (host, ssh_port, ssh_user, ssh_identity_file)")
+        ->required();
+    down->add_option("--known-hosts", downOpt.known_hosts,
+        "known_hosts file (default: .ssh/known_hosts in the account's home directory, from the password database)");
+    down->add_flag("--accept-new-host-keys", downOpt.accept_new_host_keys, "trust and record unknown host keys");
+    down->add_option("--remote-root", downOpt.remote_root,
+        "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
 
     HistoryOptions histOpt;
     auto* hist = app.add_subcommand("history", "the runs this machine recorded");
@@ -331,6 +353,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             }
         } else if (pre->parsed())
             return preflightCommand(preOpt, out, err);
+        else if (down->parsed())
+            return teardownCommand(downOpt, out, err);
         else if (cal->parsed())
             calibrate(calOpt, out);
         else if (histList->parsed())

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -24,6 +25,7 @@
 #include "commands.h"
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
+#include "planner/schedule.h"
 #include "planner/sim/calibration.h"
 #include "planner/units.h"
 
@@ -152,18 +154,18 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         req.remote = remote;
     }
     req.plan_label = std::filesystem::path(o.plan).filename().string();
-    req.steps = o.steps;
-    req.seed = app::parseSeed(o.seed);
-    req.data = dataSpec(o, req.seed);
-    req.init_checkpoint = o.init.empty() ? "" : std::filesystem::absolute(o.init).string();
-    req.save_checkpoint = o.save.empty() ? "" : std::filesystem::absolute(o.save).string();
-    req.lr = o.lr;
-    req.weight_decay = o.weight_decay;
-    req.warmup_steps = o.warmup;
-    req.cosine = o.cosine;
+    req.training = o.training;
+    req.training.seed = app::parseSeed(o.seed);
+    req.training.data = dataSpec(o, req.training.seed);
+    req.training.init_checkpoint = o.init.empty() ? "" : std::filesystem::absolute(o.init).string();
+    req.training.save_checkpoint = o.save.empty() ? "" : std::filesystem::absolute(o.save).string();
     req.threads = o.threads;
     req.stop_on_nonfinite = o.stop_on_nonfinite;
     req.force = o.force;
+    if (!(o.stall_timeout_s >= 1) || o.stall_timeout_s > 1e6)
+        throw InputError("--stall-timeout " + std::to_string(o.stall_timeout_s) + ": give seconds from 1 to 1e6");
+    req.stall_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.stall_timeout_s * 1000));
+    req.on_stall = o.on_stall == "wait" ? app::RunRequest::OnStall::Wait : app::RunRequest::OnStall::Fail;
     // The options are checked before the history is opened (created): a refused run leaves nothing behind.
     app::validateRunSettings(req);
     const char* env = std::getenv("PIPEWRIGHT_AGENT");
@@ -272,6 +274,51 @@ int preflightCommand(const PreflightOptions& o, std::ostream& out, std::ostream&
             << checks.size() << " checks passed\n";
     }
     return all ? 0 : 1;
+}
+
+int teardownCommand(const TeardownOptions& o, std::ostream& out, std::ostream& err)
+{
+    planner::Cluster cluster;
+    try {
+        cluster = planner::loadCluster(o.cluster);
+    } catch (const InputError& e) {
+        throw e.inFile(o.cluster);
+    }
+    agents::SshSettings ssh;
+    ssh.known_hosts = o.known_hosts;
+    ssh.accept_new_host_keys = o.accept_new_host_keys;
+    int status = 0;
+    std::vector<agents::SshEndpoint> done; // nodes on one host and account share its run directories
+    const auto join = [](const std::vector<std::string>& runs) {
+        std::string s;
+        for (const auto& r : runs)
+            s += (s.empty() ? "" : ", ") + r;
+        return s;
+    };
+    for (const auto& node : cluster.nodes) {
+        const auto endpoint = app::endpointOf(node);
+        if (std::find(done.begin(), done.end(), endpoint) != done.end())
+            continue;
+        done.push_back(endpoint);
+        try {
+            auto session = agents::SshSession::open(endpoint, ssh);
+            const std::string root = app::remoteRoot(*session, o.remote_root);
+            const auto left = app::removeLeftoverRuns(*session, root, {}, true);
+            out << node.name << " (" << session->name() << "): ";
+            if (left.removed.empty())
+                out << "no leftover run directory in " << root << "/runs";
+            else
+                out << "removed " << left.removed.size() << " run director" << (left.removed.size() == 1 ? "y" : "ies")
+                    << " in " << root << "/runs: " << join(left.removed);
+            if (!left.in_use.empty())
+                out << "; kept " << join(left.in_use) << " (an agent of the run is running, or it is being deployed)";
+            out << "\n";
+        } catch (const std::exception& e) {
+            err << node.name << ": " << e.what() << "\n";
+            status = 1;
+        }
+    }
+    return status;
 }
 
 void historyCompare(const HistoryOptions& o, std::ostream& out)
@@ -389,6 +436,30 @@ void historyList(const HistoryOptions& o, std::ostream& out)
         out << "(no runs in " << h.path().string() << ")\n";
 }
 
+/// One action of a flight recorder, for people: "RecvActivation stage 0 mb 3 from device 0, 12.001 s -> in
+/// progress".
+std::string recordedAction(const app::RecordedAction& r)
+{
+    const planner::Span& s = r.span;
+    std::ostringstream line;
+    line << planner::toString(s.kind) << " stage " << s.stage;
+    if (s.microbatch >= 0)
+        line << " mb " << s.microbatch;
+    if (s.peer >= 0)
+        line << (planner::isSend(s.kind)  ? " to device "
+                : planner::isRecv(s.kind) ? " from device "
+                                          : " with device ")
+             << s.peer;
+    if (s.bytes > 0)
+        line << ", " << planner::formatBytes(s.bytes);
+    line << ", " << fixed(s.t0, 3) << " s -> ";
+    if (r.in_progress)
+        line << "in progress";
+    else
+        line << fixed(s.t1, 3) << " s";
+    return line.str();
+}
+
 void historyShow(const HistoryOptions& o, std::ostream& out)
 {
     auto h = readHistory(o.history);
@@ -400,6 +471,8 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     const int steps = static_cast<int>(losses.size());
     const auto cmp = app::compareRun(plan, predicted, static_cast<int>(r.predicted_steps), measured, steps);
     const auto memory = app::compareMemory(plan, app::measuredPeakMemory(measured));
+    const auto stalls = h.stalls(r.id);
+    const auto recorder = h.flightRecorder(r.id);
     // The calibrated costs' prediction of the same steps as the stored one (of the run's steps when none is stored).
     std::optional<app::RunComparison> calibrated;
     if (!o.costs.empty()) {
@@ -434,6 +507,18 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
             {"predicted_iteration_s", cmp.predicted_iteration_s}, {"measured_iteration_s", cmp.measured_iteration_s},
             {"iteration_error", cmp.iteration_error}, {"stages", stages}, {"memory", mem}});
+        nlohmann::json stallsJson = nlohmann::json::array();
+        for (const auto& s : stalls)
+            stallsJson.push_back({{"t_s", s.t_s}, {"report", s.report}, {"chain", s.chain}});
+        j["stalls"] = stallsJson;
+        nlohmann::json recorderJson = nlohmann::json::array();
+        for (const auto& a : recorder)
+            recorderJson.push_back(
+                {{"agent", a.agent}, {"device", a.span.device}, {"kind", std::string(planner::toString(a.span.kind))},
+                    {"stage", a.span.stage}, {"microbatch", a.span.microbatch}, {"action", a.span.action},
+                    {"peer", a.span.peer}, {"bytes", a.span.bytes}, {"t0", a.span.t0}, {"t1", a.span.t1},
+                    {"in_progress", a.in_progress}, {"source", a.source}});
+        j["flight_recorder"] = recorderJson;
         if (calibrated) {
             j["costs"] = o.costs;
             j["calibrated_iteration_s"] = calibrated->predicted_iteration_s;
@@ -478,6 +563,25 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                 << std::right << " predicted " << std::setw(10) << planner::formatBytes(m.predicted_peak_bytes)
                 << "  measured " << std::setw(10) << planner::formatBytes(m.measured_peak_bytes) << "  "
                 << (m.predicted_peak_bytes > 0 ? percent(m.error) : std::string("(no prediction)")) << "\n";
+        }
+    }
+    for (const auto& s : stalls)
+        out << "  stall at " << fixed(s.t_s, 1) << " s: " << s.report << "\n";
+    if (!recorder.empty()) {
+        // The last few actions of each device (--json has every one the recorder kept).
+        constexpr std::size_t kShown = 8;
+        std::map<int, std::vector<const app::RecordedAction*>> byDevice;
+        for (const auto& a : recorder)
+            byDevice[a.span.device].push_back(&a);
+        out << "  flight recorder: each device's last actions before the stall (times from the run's start)\n";
+        for (const auto& [device, actions] : byDevice) {
+            out << "    device " << device << " (agent " << actions.front()->agent << ", " << actions.size() << " kept"
+                << (actions.front()->source == "controller" ? ", as the controller received them: the agent did not "
+                                                              "answer"
+                                                            : "")
+                << ")\n";
+            for (std::size_t i = actions.size() > kShown ? actions.size() - kShown : 0; i < actions.size(); ++i)
+                out << "      " << recordedAction(*actions[i]) << "\n";
         }
     }
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "agents/protocol/messages.h"
 #include "app/history/history.h"
 
 namespace pw::cli {
@@ -24,20 +25,20 @@ struct RunOptions
     bool accept_new_host_keys = false;
     bool keep_run_dir = false;
     std::string remote_root; ///< --remote-root: where runs and agent builds go on the hosts
-    int steps = 20;
+    /// --steps, --lr, --weight-decay, --warmup and --cosine land here; runPlan fills in its seed, data and
+    /// checkpoints from the options below, which keep what the user wrote.
+    agents::TrainingOptions training;
     std::string data; ///< llm.c token file or a text file (bytes); empty: the synthetic corpus
     std::string init; ///< llm.c checkpoint
     std::string save;
-    double lr = 3e-4;
-    double weight_decay = 0.0;
-    int warmup = 0;
-    bool cosine = false;
     std::string seed = "1234"; ///< as written: app::parseSeed refuses what is not a uint64
     std::optional<int> threads; ///< per agent; unset: cores / agents
     bool force = false; ///< start a local run beyond this machine's cores or memory
     std::string history; ///< empty: the user's data directory
     bool json = false;
     bool stop_on_nonfinite = true; ///< fail the run (exit kExitRunFailed) at the first NaN or infinite loss
+    double stall_timeout_s = 60; ///< --stall-timeout: no device finished an action this long = a stall
+    std::string on_stall = "fail"; ///< --on-stall: "fail" the run with the stall report, or "wait" on
 };
 
 struct PreflightOptions
@@ -52,6 +53,20 @@ struct PreflightOptions
 
 /// pipewright-cli preflight: every check on every node, a line each; exit 0 when all passed, 1 otherwise.
 int preflightCommand(const PreflightOptions& o, std::ostream& out, std::ostream& err);
+
+struct TeardownOptions
+{
+    std::string cluster;
+    std::string known_hosts;
+    std::string remote_root;
+    bool accept_new_host_keys = false;
+};
+
+/// pipewright-cli teardown --cluster FILE: on every node of the cluster, removes the Pipewright run directories
+/// (with their journals and logs) that no agent process uses: what runs left where their host was out of reach at
+/// teardown or their controller died, and those kept with --keep-run-dir. A line per node says what it removed and
+/// what it kept (in use, or being deployed). Exit 0; 1 when a node could not be reached (the others are done).
+int teardownCommand(const TeardownOptions& o, std::ostream& out, std::ostream& err);
 
 struct HistoryOptions
 {

@@ -129,9 +129,9 @@ int main(int argc, char** argv)
     window.showView(name);
     if (parser.isSet(runLocal)) { // a run, live in the run view until it ends
         pw::app::RunRequest settings;
-        settings.steps = parser.value(runLocal).toInt();
-        settings.lr = 1e-3;
-        if (settings.steps <= 0)
+        settings.training.steps = parser.value(runLocal).toInt();
+        settings.training.lr = 1e-3;
+        if (settings.training.steps <= 0)
             return fail(QStringLiteral("--run-local wants a positive number of steps"), 2);
         if (!window.runLocally(settings) || !window.runSession()->waitForFinished(600'000))
             return fail(window.lastError().isEmpty() ? QStringLiteral("the run did not finish") : window.lastError());

@@ -434,7 +434,8 @@ void HistoryStore::deleteRun(const std::string& id)
     }
     for (const char* sql : {"DELETE FROM metrics WHERE run = ?1", "DELETE FROM logs WHERE run = ?1",
              "DELETE FROM tags WHERE run = ?1", "DELETE FROM run_devices WHERE run = ?1",
-             "DELETE FROM agent_clocks WHERE run = ?1", "DELETE FROM runs WHERE id = ?1"}) {
+             "DELETE FROM agent_clocks WHERE run = ?1", "DELETE FROM stall_reports WHERE run = ?1",
+             "DELETE FROM flight_recorder WHERE run = ?1", "DELETE FROM runs WHERE id = ?1"}) {
         Statement erase(m.db, sql);
         erase.text(1, id).run();
     }

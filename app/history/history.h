@@ -20,7 +20,7 @@ namespace pw::app {
 
 /// The schema version this code writes (`PRAGMA user_version`). Older files are migrated step by step on open;
 /// newer ones are refused.
-inline constexpr int kHistorySchemaVersion = 4;
+inline constexpr int kHistorySchemaVersion = 5;
 
 /// @brief Anything that went wrong with a history file. what() names the file and, for SQLite failures, carries
 /// sqlite3_errmsg().
@@ -95,6 +95,30 @@ struct AgentClock
     std::int64_t samples = 0; ///< round trips measured
 
     bool operator==(const AgentClock&) const = default;
+};
+
+/// @brief A stall the controller explained (app/run/stall_report.h): when, and the chain of waits it found.
+struct StallRecord
+{
+    double t_s = 0; ///< seconds from the run's start
+    std::string report;
+    std::vector<int> chain; ///< the devices of the chain, in order
+
+    bool operator==(const StallRecord&) const = default;
+};
+
+/// @brief One action of a device's flight recorder: its last actions before a stall (agents keep
+/// agents::kFlightRecorderActions per device).
+struct RecordedAction
+{
+    int agent = 0;
+    planner::Span span; ///< t0/t1 from the run's start; t1 = t0 while in progress
+    bool in_progress = false;
+    /// "agent": from the agent's recorder; "controller": an agent that no longer answered, as the controller had
+    /// received its actions
+    std::string source = "agent";
+
+    bool operator==(const RecordedAction&) const = default;
 };
 
 struct MetricSample
@@ -197,6 +221,13 @@ public:
     void setAgentClocks(const std::string& id, const std::vector<AgentClock>& clocks, planner::ClockDomain clock);
     /// The run's agent clocks, by agent.
     std::vector<AgentClock> agentClocks(const std::string& id);
+    /// Adds a stall report to the run, and replaces its flight recorders with `recorder` (ordered per device as
+    /// given) unless that is empty.
+    void addStall(const std::string& id, const StallRecord& stall, const std::vector<RecordedAction>& recorder);
+    /// The run's stall reports, in the order they were added.
+    std::vector<StallRecord> stalls(const std::string& id);
+    /// The run's flight recorders, by device then the order they were stored in.
+    std::vector<RecordedAction> flightRecorder(const std::string& id);
     /// Stores measured spans in one transaction. A span whose (agent, seq) the run already holds is ignored.
     void appendSpans(const std::string& id, std::span<const MeasuredSpan> spans);
     /// The highest span number stored for `agent` in the run, 0 when none: where telemetry resumes.

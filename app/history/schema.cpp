@@ -148,6 +148,38 @@ CREATE TABLE agent_clocks (
 );
 ALTER TABLE runs ADD COLUMN clock TEXT NOT NULL DEFAULT 'host' CHECK (clock IN ('host', 'aligned'));
 )sql"),
+    // 5: hangs that name their cause. A run that stalled keeps the controller's report (the chain of waits) and each
+    // device's flight recorder: its last actions (lanes and kinds as in spans; t0/t1 on the run's clock as spans
+    // are), an action still in progress with in_progress = 1 and t1 = its t0. source: 'agent' (the agent's own
+    // recorder) or 'controller' (what the controller had received from an agent that no longer answered).
+    std::string_view(R"sql(
+CREATE TABLE stall_reports (
+    run TEXT NOT NULL,
+    t_s REAL NOT NULL,
+    report TEXT NOT NULL,
+    chain TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX stall_reports_by_run ON stall_reports (run);
+CREATE TABLE flight_recorder (
+    run TEXT NOT NULL,
+    device INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    agent INTEGER NOT NULL,
+    lane INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    stage INTEGER NOT NULL,
+    microbatch INTEGER NOT NULL,
+    action INTEGER NOT NULL,
+    weight_version INTEGER NOT NULL,
+    peer INTEGER NOT NULL,
+    bytes REAL NOT NULL,
+    t0 REAL NOT NULL,
+    t1 REAL NOT NULL,
+    in_progress INTEGER NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT 'agent' CHECK (source IN ('agent', 'controller')),
+    PRIMARY KEY (run, device, seq)
+);
+)sql"),
 };
 static_assert(kMigrations.size() == kHistorySchemaVersion, "one migration step per schema version");
 

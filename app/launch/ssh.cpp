@@ -9,6 +9,7 @@
 #include <libssh/sftp.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -281,7 +282,18 @@ int SshSession::socket() const
 
 bool SshSession::connected() const
 {
-    return ssh_is_connected(S(m_session)) != 0;
+    return !m_abandoned && ssh_is_connected(S(m_session)) != 0;
+}
+
+void SshSession::abandon()
+{
+    // Not ssh_silent_disconnect: it frees the session's channels, which SshChannel objects still hold. The socket
+    // is shut down (its descriptor stays libssh's), and the channels are freed by ssh_free in the destructor.
+    if (m_abandoned || !m_session)
+        return;
+    m_abandoned = true;
+    if (const int fd = ssh_get_fd(S(m_session)); fd >= 0)
+        ::shutdown(fd, SHUT_RDWR);
 }
 
 std::unique_ptr<SshChannel> SshSession::start(const std::string& command)
@@ -291,8 +303,12 @@ std::unique_ptr<SshChannel> SshSession::start(const std::string& command)
         throw SshError(
             SshFailure::Remote, m_name, std::string("cannot open a channel: ") + ssh_get_error(S(m_session)));
     if (ssh_channel_open_session(c) != SSH_OK || ssh_channel_request_exec(c, command.c_str()) != SSH_OK) {
-        const std::string why = ssh_get_error(S(m_session));
+        std::string why = ssh_get_error(S(m_session));
         ssh_channel_free(c);
+        // libssh gives up after the session's timeout (SSH_OPTIONS_TIMEOUT) and says nothing about it.
+        if (why.empty())
+            throw SshError(SshFailure::Unreachable, m_name,
+                "cannot start a command: the server did not answer in time (is the host or its link down?)");
         throw SshError(SshFailure::Remote, m_name, "cannot start a command: " + why);
     }
     return std::unique_ptr<SshChannel>(new SshChannel(*this, c));
@@ -381,6 +397,10 @@ void SshChannel::close()
 {
     if (!m_channel)
         return;
+    if (m_session.m_abandoned) { // freed with its session (SshSession::abandon)
+        m_channel = nullptr;
+        return;
+    }
     ssh_channel c = C(m_channel);
     if (ssh_channel_is_open(c))
         ssh_channel_close(c);
@@ -388,23 +408,31 @@ void SshChannel::close()
     m_channel = nullptr;
 }
 
-void SshChannel::write(std::span<const char> data)
+void SshChannel::write(std::span<const char> data, std::chrono::milliseconds timeout)
 {
     std::size_t done = 0;
+    auto deadline = Clock::now() + timeout;
     while (done < data.size()) {
-        if (!m_channel)
+        if (!m_channel || !m_session.connected())
             throw SshError(SshFailure::Remote, m_session.name(), "write on a closed channel");
+        // libssh waits for the server's window at most the session's timeout, then returns what it wrote (maybe
+        // nothing): a link that stays silent ends in an error here instead of an endless loop.
         const int n = ssh_channel_write(C(m_channel), data.data() + done, static_cast<uint32_t>(data.size() - done));
         if (n == SSH_ERROR)
             throw SshError(SshFailure::Remote, m_session.name(),
                 std::string("write failed: ") + ssh_get_error(S(m_session.m_session)));
+        if (n > 0)
+            deadline = Clock::now() + timeout;
+        else if (Clock::now() > deadline)
+            throw SshError(SshFailure::Unreachable, m_session.name(),
+                "the server took no data for " + std::to_string(timeout.count() / 1000) + " s (is the link down?)");
         done += static_cast<std::size_t>(n);
     }
 }
 
 void SshChannel::sendEof()
 {
-    if (m_channel)
+    if (m_channel && !m_session.m_abandoned)
         ssh_channel_send_eof(C(m_channel));
 }
 
@@ -423,7 +451,7 @@ void SshChannel::drainStderr()
 
 long SshChannel::readSome(std::span<char> buffer)
 {
-    if (!m_channel)
+    if (!m_channel || m_session.m_abandoned)
         return -1;
     drainStderr();
     const int n = ssh_channel_read_nonblocking(C(m_channel), buffer.data(), static_cast<uint32_t>(buffer.size()), 0);
@@ -436,7 +464,7 @@ long SshChannel::readSome(std::span<char> buffer)
 
 long SshChannel::read(std::span<char> buffer, std::chrono::milliseconds timeout)
 {
-    if (!m_channel)
+    if (!m_channel || m_session.m_abandoned)
         return -1;
     const int ready = ssh_channel_poll_timeout(C(m_channel), static_cast<int>(timeout.count()), 0);
     if (ready == SSH_ERROR)
@@ -449,12 +477,12 @@ long SshChannel::read(std::span<char> buffer, std::chrono::milliseconds timeout)
 
 bool SshChannel::atEof() const
 {
-    return !m_channel || ssh_channel_is_eof(C(m_channel));
+    return !m_channel || m_session.m_abandoned || ssh_channel_is_eof(C(m_channel));
 }
 
 int SshChannel::exitStatus() const
 {
-    return m_channel ? ssh_channel_get_exit_status(C(m_channel)) : -1;
+    return m_channel && !m_session.m_abandoned ? ssh_channel_get_exit_status(C(m_channel)) : -1;
 }
 
 } // namespace pw::agents

@@ -95,8 +95,9 @@ public:
     SshChannel(const SshChannel&) = delete;
     SshChannel& operator=(const SshChannel&) = delete;
 
-    /// Writes all of `data` to the command's stdin (blocking). Throws SshError when the channel is closed.
-    void write(std::span<const char> data);
+    /// Writes all of `data` to the command's stdin (blocking, at most `timeout` without progress: a silent link
+    /// must not hold the caller forever). Throws SshError when the channel is closed or the time is up.
+    void write(std::span<const char> data, std::chrono::milliseconds timeout = std::chrono::milliseconds {10000});
     /// Closes the command's stdin (it reads end of file).
     void sendEof();
     /// Reads what has arrived on stdout without blocking: bytes read, 0 when nothing is there yet, -1 at end of file.
@@ -149,12 +150,17 @@ public:
     void upload(std::span<const char> data, const std::string& remote_path, int mode = 0644);
     /// The socket the session reads from, to poll() on beside other connections.
     int socket() const;
-    /// Whether the connection is still up.
+    /// Whether the connection is still up (as far as libssh knows: a link that went silent still looks up).
     bool connected() const;
+    /// Gives up a connection that went silent: shuts its socket down without a word to the server (a polite
+    /// disconnect would wait on the dead link). Its channels read the end of their streams, and are freed with the
+    /// session; nothing blocks.
+    void abandon();
 
 private:
     SshSession() = default;
     void* m_session = nullptr; ///< ssh_session
+    bool m_abandoned = false; ///< abandon(): no call reaches libssh's session but its destruction
     std::string m_name;
     std::string m_host; ///< for errors
     HostKey m_hostKey;

@@ -35,10 +35,14 @@ public:
     virtual std::optional<std::string> ended(bool wait) = 0;
     /// Sends `signal` to the agent process, wherever it runs.
     virtual void signal(int signal) = 0;
-    /// For a link that dropped while its agent lives on: tries once to reach it again (the caller then sends
-    /// Resume). Local agents cannot: false.
+    /// For a link that dropped while its agent lives on: tries to reach it again without blocking (the caller
+    /// then sends Resume). True once the link is back; false while an attempt is still on its way (call again);
+    /// throws std::runtime_error when an attempt failed (the next call starts another). Local agents cannot.
     virtual bool reconnect() { return false; }
     virtual bool canReconnect() const { return false; }
+    /// Gives up a link that went silent (no bytes for longer than the agent's heartbeat allows) without waiting on
+    /// it: the agent may live on beyond it, and reconnect() makes a new one. Nothing for local agents.
+    virtual void abandonLink() { }
 };
 
 /// Starts `exe` as a child process speaking the protocol on its stdin and stdout (stderr stays the caller's). It

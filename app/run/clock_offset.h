@@ -3,6 +3,7 @@
 // controller's, estimated from timestamped round trips as NTP's minimum-delay filter does.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <deque>
 
@@ -31,7 +32,15 @@ public:
     /// Half the chosen sample's round trip: the true offset is within offset() ± this (0 until known).
     double uncertainty() const;
     /// A time of the agent's clock on the controller's.
-    double toController(double agentTime) const { return agentTime - offset(); }
+    double toController(double agentTime) const
+    {
+        m_worstUsed = std::max(m_worstUsed, uncertainty());
+        return agentTime - offset();
+    }
+    /// The largest uncertainty() of the estimates toController() used so far: every time it converted is within
+    /// this of the true controller time (an early estimate, from fewer or slower round trips, may be wider than the
+    /// last one).
+    double convertedWithin() const { return std::max(m_worstUsed, uncertainty()); }
 
 private:
     struct Sample
@@ -44,6 +53,7 @@ private:
     std::size_t m_window;
     std::deque<Sample> m_samples;
     std::size_t m_count = 0;
+    mutable double m_worstUsed = 0; ///< what toController's conversions are bounded by
 };
 
 } // namespace pw::app

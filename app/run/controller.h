@@ -30,21 +30,23 @@ struct RunRequest
 {
     planner::Plan plan;
     std::string plan_label; ///< for the history (e.g. the plan file's name)
-    int steps = 20;
-    agents::DataSpec data;
-    std::string init_checkpoint;
-    std::string save_checkpoint; ///< the trained model as an llm.c checkpoint (replaced when it exists)
-    double lr = 3e-4;
-    double weight_decay = 0.0;
-    int warmup_steps = 0;
-    bool cosine = false;
-    std::uint64_t seed = 1234;
+    /// Steps, data, checkpoints (paths as the agents see them; a saved one is replaced when it exists) and optimizer
+    /// settings: sent to every agent as they are (RunSpec::training).
+    agents::TrainingOptions training;
     std::optional<int> threads; ///< per agent (at least 1); unset: cores / agents
     /// Start a local run even when it asks more of this machine than it has (more agents or threads than cores,
     /// predicted memory above its RAM: localRunExcess in app/run/run_checks.h); `run --force`.
     bool force = false;
     std::filesystem::path agent_executable; ///< pipewright-agent
     std::chrono::milliseconds heartbeat_timeout {10000}; ///< an agent silent this long is dead
+    /// No device of the run finished an action for this long: the run stalled, and the controller names the chain
+    /// of waits (app/run/stall_report.h), stores each agent's flight recorder, and acts as `on_stall` says. An
+    /// action running more than 10x the plan's prediction (and over 10 s) counts as well. `run --stall-timeout`.
+    std::chrono::milliseconds stall_timeout {60000};
+    /// What a stall does: fail the run (its message is the report), or log the report and keep waiting
+    /// (`run --on-stall fail|wait`).
+    enum class OnStall : std::uint8_t { Fail, Wait };
+    OnStall on_stall = OnStall::Fail;
     int telemetry_batch = 256;
     /// A step whose loss is NaN or infinite fails the run (after storing it and every step before); false: the
     /// run goes on (the history keeps the non-finite values).

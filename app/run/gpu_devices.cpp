@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "gpu_devices.h"
 
+#include <set>
+#include <sstream>
+
 #include "planner/errors.h"
 
 namespace pw::app {
@@ -12,6 +15,40 @@ std::optional<int> cudaDeviceOf(const planner::Cluster& cluster, int device)
     if (gpus.empty())
         return std::nullopt;
     return gpus.at(static_cast<std::size_t>(ref.local));
+}
+
+std::optional<std::string> physicalGpu(const planner::Cluster& cluster, int device)
+{
+    const auto gpu = cudaDeviceOf(cluster, device);
+    if (!gpu)
+        return std::nullopt;
+    const auto& node = cluster.nodes[static_cast<std::size_t>(cluster.device(device).node)];
+    std::string physical = std::to_string(*gpu);
+    // The mask renumbers the visible GPUs: index k of the agent's is the mask's k-th entry. A redacted mask is
+    // unknown; the index then stands for itself.
+    if (const auto mask = node.env.find("CUDA_VISIBLE_DEVICES");
+        mask != node.env.end() && mask->second != planner::kRedactedValue) {
+        std::istringstream entries(mask->second);
+        std::string entry;
+        for (int k = 0; std::getline(entries, entry, ','); ++k)
+            if (k == *gpu)
+                physical = entry;
+    }
+    return (node.host.empty() ? node.name : node.host) + "/" + physical;
+}
+
+agents::Transport runTransport(const planner::Plan& plan)
+{
+    if (!trainsOnGpus(plan))
+        return agents::Transport::Gloo;
+    std::set<int> devices; // a device may hold several stages (interleaved schedules)
+    for (const auto& stage : plan.stages)
+        devices.insert(stage.devices.begin(), stage.devices.end());
+    std::set<std::string> gpus;
+    for (int d : devices)
+        if (!gpus.insert(*physicalGpu(*plan.cluster, d)).second)
+            return agents::Transport::Gloo; // two devices on one GPU: NCCL cannot make them two ranks
+    return agents::Transport::Nccl;
 }
 
 bool trainsOnGpus(const planner::Plan& plan)

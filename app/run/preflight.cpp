@@ -192,6 +192,40 @@ std::vector<PreflightCheck> deviceChecks(const planner::Cluster& cluster, const 
     return out;
 }
 
+std::optional<PreflightCheck> ncclCheck(const planner::Plan& plan, const std::map<std::string, std::string>& versions)
+{
+    if (runTransport(plan) != agents::Transport::Nccl)
+        return std::nullopt;
+    std::map<std::string, std::vector<std::string>> nodesOf; // version -> nodes
+    for (const auto& [node, version] : versions)
+        nodesOf[version].push_back(node);
+    std::string found;
+    for (const auto& [version, nodes] : nodesOf) {
+        std::string names;
+        for (const auto& n : nodes)
+            names += (names.empty() ? "" : ", ") + n;
+        found += (found.empty() ? "" : "; ") + ("NCCL " + version + " on " + names);
+    }
+    PreflightCheck c;
+    c.node = "cluster";
+    c.check = "NCCL version";
+    const auto missing = std::find_if(versions.begin(), versions.end(),
+        [](const auto& v) { return v.second.empty() || v.second.rfind("not found", 0) == 0; });
+    if (missing != versions.end()) {
+        c.detail = "the run's GPUs talk NCCL (every device on a GPU of its own), and node " + missing->first
+            + "'s agent found no NCCL: " + found;
+        c.fix = "install NCCL (libnccl.so.2) on " + missing->first
+            + ", or put its lib folder in LD_LIBRARY_PATH in the node's env in the cluster file";
+    } else if (nodesOf.size() > 1) {
+        c.detail = "the nodes' NCCL versions differ: " + found;
+        c.fix = "install the same NCCL on every node of the run (NCCL's protocol changes between versions)";
+    } else {
+        c.ok = true;
+        c.detail = versions.empty() ? "no node holds a device of the plan" : found;
+    }
+    return c;
+}
+
 std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const planner::Plan* plan,
     const PreflightOptions& options, const std::function<void(const PreflightCheck&)>& progress)
 {
@@ -235,6 +269,8 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
         std::string agent;
     };
     std::map<int, Reached> reached;
+    std::map<std::string, std::string>
+        ncclVersions; // node -> its agent's NCCL, for the nodes holding the plan's devices
     for (int index : usedNodes(cluster, plan)) {
         const auto& node = cluster.nodes[static_cast<std::size_t>(index)];
         const auto endpoint = endpointOf(node);
@@ -293,9 +329,11 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
             // The GPUs the run's agents will see: the node's CUDA_VISIBLE_DEVICES applied (a device index counts
             // among the visible ones). Its value only: the node's other env values may be secrets.
             std::map<std::string, std::string> cudaEnv;
-            if (const auto mask = node.env.find("CUDA_VISIBLE_DEVICES");
-                mask != node.env.end() && mask->second != planner::kRedactedValue)
-                cudaEnv.insert(*mask);
+            // LD_LIBRARY_PATH too: where the node's NCCL is found (the run's agents get the node's whole env).
+            for (const char* name : {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"})
+                if (const auto value = node.env.find(name);
+                    value != node.env.end() && value->second != planner::kRedactedValue)
+                    cudaEnv.insert(*value);
             const auto caps = session->run(shellCommand(cudaEnv, {agentPath, "--capabilities"}));
             agents::Hello hello;
             std::string problem;
@@ -320,6 +358,8 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
                                 : "install the libraries the agent links (run `ldd " + agentPath
                         + "` there), or build the agent for that host"});
             if (problem.empty()) {
+                if (plan && !devicesUsed(cluster, plan, index).empty())
+                    ncclVersions[node.name] = hello.cuda.nccl;
                 if (!predicted && plan && !node.gpus.empty())
                     predicted = predictedMemory(*plan); // once, for the first GPU node
                 for (auto& check :
@@ -331,6 +371,10 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
             report({c.node, c.where, "agent", false, e.what(), "check the run directory's permissions and disk"});
         }
     }
+    // NCCL's version agrees over the nodes whose agents answered (a node that did not has failed already).
+    if (plan && !ncclVersions.empty())
+        if (auto c = ncclCheck(*plan, ncclVersions))
+            report(std::move(*c));
     // Every node reaches every other one on the transport's ports: the target node listens on an ephemeral port
     // of its address (as Gloo does), the source node connects to it, both run by the agent on the nodes themselves.
     for (auto& [from, r] : reached)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,12 @@ PredictedMemory predictedMemory(const planner::Plan& plan);
 /// failed check names the node, the GPU and the fix.
 std::vector<PreflightCheck> deviceChecks(const planner::Cluster& cluster, const planner::Plan* plan, int node,
     const PredictedMemory& predicted, const agents::Hello& hello, const std::string& where);
+
+/// The NCCL check of a run whose agents talk NCCL (runTransport: every device on a GPU of its own), or nullopt
+/// for any other run: node "cluster", check "NCCL version". `versions`: per node name holding a device of the plan,
+/// the NCCL its agent reported (Hello's cuda.nccl). Fails, naming the nodes and versions, when a node has none
+/// ("not found") or the nodes disagree (NCCL's wire protocol differs between versions).
+std::optional<PreflightCheck> ncclCheck(const planner::Plan& plan, const std::map<std::string, std::string>& versions);
 
 /// Runs the checks on the nodes of `cluster` (those holding a device of `plan` when given), reporting each as it
 /// completes. A node that fails to connect gets no further checks. With a plan, the first check (node "plan",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <future>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -88,18 +89,77 @@ struct RemoteDeployment::Node
     agents::SshEndpoint endpoint;
     const agents::SshSettings* settings = nullptr;
     std::unique_ptr<SshSession> session;
+    /// Sessions given up (a link that went silent): the agents' channels on them are freed before they are.
+    std::vector<std::unique_ptr<SshSession>> retired;
+    /// A new session being opened in the background (connecting to a host that does not answer takes up to the
+    /// SSH timeout, which the controller's loop must not spend blocked).
+    std::future<std::unique_ptr<SshSession>> opening;
+    int generation = 0; ///< sessions opened so far: which one an agent's channel belongs to
     std::string where; ///< user@host:port
     std::string host; ///< after ~/.ssh/config
     std::string runDir, agentPath;
 
+    /// The session, opened now (blocking) when there is none or it dropped; throws SshError.
     SshSession& connected()
     {
+        if (opening.valid()) {
+            auto pending = std::move(opening);
+            try {
+                adopt(pending.get());
+            } catch (const std::exception&) {
+                // Failed in the background: one more try, here, below.
+            }
+        }
         if (!session || !session->connected()) {
-            session.reset();
-            session = SshSession::open(endpoint, *settings);
-            where = session->name();
+            retire();
+            adopt(SshSession::open(endpoint, *settings));
         }
         return *session;
+    }
+
+    /// Without blocking: the session when it is up; nullptr while a new one is being opened in the background
+    /// (started here when there is none); throws SshError when that attempt failed (the next call starts another).
+    SshSession* tryConnected()
+    {
+        if (!opening.valid() && session && session->connected())
+            return session.get();
+        if (!opening.valid()) {
+            retire();
+            // A copy for the other thread; no question about a host key there (the key was recorded at the first
+            // contact: an unknown one now is refused, a changed one always is).
+            agents::SshSettings copy = *settings;
+            copy.confirm_new_host_key = nullptr;
+            opening = std::async(
+                std::launch::async, [e = endpoint, copy = std::move(copy)] { return SshSession::open(e, copy); });
+            return nullptr;
+        }
+        if (opening.wait_for(std::chrono::seconds {0}) != std::future_status::ready)
+            return nullptr;
+        auto pending = std::move(opening);
+        adopt(pending.get());
+        return session.get();
+    }
+
+    /// Gives up the session of `of_generation` when it is still the current one (a link that went silent).
+    void abandon(int of_generation)
+    {
+        if (of_generation == generation && !opening.valid())
+            retire();
+    }
+
+private:
+    void adopt(std::unique_ptr<SshSession> s)
+    {
+        session = std::move(s);
+        ++generation;
+        where = session->name();
+    }
+    void retire()
+    {
+        if (!session)
+            return;
+        session->abandon();
+        retired.push_back(std::move(session));
     }
 };
 
@@ -113,14 +173,12 @@ public:
         : m_node(node)
         , m_socket(std::move(socket))
         , m_channel(std::move(channel))
+        , m_generation(node.generation)
     {
     }
 
     std::string where() const override { return m_node.where; }
-    int pollFd() const override
-    {
-        return m_channel && m_node.session && m_node.session->connected() ? m_node.session->socket() : -1;
-    }
+    int pollFd() const override { return current() ? m_node.session->socket() : -1; }
     bool buffersInput() const override { return m_channel != nullptr; }
 
     long read(std::span<char> buffer) override
@@ -135,7 +193,7 @@ public:
 
     void write(std::string_view bytes) override
     {
-        if (!m_channel)
+        if (!m_channel || !current())
             throw std::runtime_error("the link to the agent is down");
         m_channel->write(std::span<const char>(bytes.data(), bytes.size()));
     }
@@ -143,7 +201,7 @@ public:
     std::optional<std::string> ended(bool) override
     {
         try {
-            if (!m_node.session || !m_node.session->connected())
+            if (m_node.opening.valid() || !m_node.session || !m_node.session->connected())
                 return std::nullopt; // cannot tell: the caller reconnects
             // Alive: its pid file names a process that is not a zombie (an agent's parent is init, which may
             // take its time to reap it, and kill -0 succeeds on a zombie).
@@ -169,7 +227,7 @@ public:
     void signal(int signal) override
     {
         try {
-            if (m_node.session && m_node.session->connected())
+            if (!m_node.opening.valid() && m_node.session && m_node.session->connected())
                 m_node.session->run("kill -" + std::to_string(signal) + " \"$(cat " + shellQuote(m_socket + ".pid")
                         + " 2>/dev/null)\" 2>/dev/null",
                     {}, std::chrono::seconds {10});
@@ -177,19 +235,38 @@ public:
         }
     }
 
+    void abandonLink() override
+    {
+        // The session first: closing the channel politely would wait on the dead link.
+        m_node.abandon(m_generation);
+        m_channel.reset();
+    }
+
     bool canReconnect() const override { return true; }
     bool reconnect() override
     {
         m_channel.reset();
-        auto& session = m_node.connected(); // throws SshError when the host is still out of reach
-        m_channel = session.start(shellCommand({}, {m_node.agentPath, "--attach", m_socket}));
+        SshSession* session = m_node.tryConnected(); // throws SshError when the host was not reached this time
+        if (!session)
+            return false; // still connecting, in the background
+        // The new relay takes the served agent over from the old one, which may still hang on the silent link.
+        m_channel = session->start(shellCommand({}, {m_node.agentPath, "--attach", m_socket}));
+        m_generation = m_node.generation;
         return true;
     }
 
 private:
+    /// Whether the channel belongs to the node's current session, and that session is up.
+    bool current() const
+    {
+        return m_channel && !m_node.opening.valid() && m_node.session && m_node.session->connected()
+            && m_generation == m_node.generation;
+    }
+
     RemoteDeployment::Node& m_node;
     std::string m_socket;
     std::unique_ptr<SshChannel> m_channel;
+    int m_generation = 0; ///< of the session the channel is on
 };
 
 } // namespace
@@ -257,6 +334,41 @@ std::pair<std::string, bool> installAgent(
     return {path, true};
 }
 
+LeftoverRuns removeLeftoverRuns(
+    agents::SshSession& session, const std::string& root, const std::string& keep, bool include_kept)
+{
+    // The markers first, then the processes: a run whose marker is gone has an agent process that already listens
+    // (it removes the marker), so that a run being deployed right now is never taken for a leftover.
+    const std::string script = "r=" + shellQuote(root + "/runs") + "\nkeep=" + shellQuote(keep)
+        + "\nkept=" + (include_kept ? "0" : "1")
+        + "\n[ -d \"$r\" ] || exit 0"
+          "\ncand="
+          "\nfor d in \"$r\"/*/; do [ -d \"$d\" ] || continue; d=${d%/}; n=${d##*/}; [ \"$n\" = \"$keep\" ] && "
+          "continue; "
+          "if [ -e \"$d/.preparing\" ] && [ -n \"$(find \"$d/.preparing\" -mmin -10 2>/dev/null)\" ]; then echo "
+          "\"inuse:$n\"; "
+          "continue; fi; if [ \"$kept\" = 1 ] && [ -e \"$d/.kept\" ]; then echo \"kept:$n\"; continue; fi; "
+          "cand=\"$cand $n\"; done"
+          "\nps=$(for p in /proc/[0-9]*; do tr '\\000' ' ' < \"$p/cmdline\" 2>/dev/null; echo; done)"
+          "\nfor n in $cand; do d=\"$r/$n\"; case \"$ps\" in *\"pipewright-agent --serve $d/\"*|"
+          "*\"pipewright-agent --session $d/\"*|*\"pipewright-agent --attach $d/\"*) echo \"inuse:$n\";; "
+          "*) rm -rf -- \"$d\" && echo \"removed:$n\";; esac; done\n";
+    const auto r = session.run("sh -s", script, std::chrono::seconds {30});
+    if (r.exit_status != 0)
+        throw agents::SshError(agents::SshFailure::Remote, session.name(),
+            "cannot look for leftover run directories in " + root + "/runs: " + r.err);
+    LeftoverRuns out;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+        const auto colon = line.find(':');
+        if (colon == std::string::npos)
+            continue;
+        const std::string what = line.substr(0, colon), run = line.substr(colon + 1);
+        (what == "removed" ? out.removed : what == "kept" ? out.kept : out.in_use).push_back(run);
+    }
+    return out;
+}
+
 void RemoteDeployment::prepare(
     const std::vector<int>& devices, const std::string& plan_json, const std::function<void(const std::string&)>& log)
 {
@@ -279,7 +391,16 @@ void RemoteDeployment::prepare(
             build = AgentBuild::load(m_agent);
         const std::string root = remoteRoot(session, m_options.remote_root);
         n.runDir = root + "/runs/" + m_runId;
-        const auto made = session.run("mkdir -p -m 700 " + shellQuote(n.runDir));
+        // What earlier runs left on this host (it was out of reach at their teardown, or their controller died).
+        if (const auto left = removeLeftoverRuns(session, root, m_runId); !left.removed.empty() && log) {
+            std::string names;
+            for (const auto& run : left.removed)
+                names += (names.empty() ? "" : ", ") + run;
+            log(n.where + ": removed the leftover directories of earlier runs (no agent of theirs runs): " + names);
+        }
+        // The marker keeps this directory from another controller's cleanup until the agent listens.
+        const auto made = session.run(
+            "mkdir -p -m 700 " + shellQuote(n.runDir) + " && : > " + shellQuote(n.runDir + "/.preparing"));
         if (made.exit_status != 0)
             throw agents::SshError(
                 agents::SshFailure::Remote, n.where, "cannot make the run directory " + n.runDir + ": " + made.err);
@@ -346,7 +467,7 @@ std::vector<std::string> RemoteDeployment::teardown()
               "0.2; fi"
               "\nstill=$(run)"
               "\necho \"left:$left\"\necho \"still:$still\"\n"
-            + (m_options.keep_run_dir ? std::string() : "rm -rf -- \"$d\"\n");
+            + (m_options.keep_run_dir ? std::string(": > \"$d/.kept\"\n") : "rm -rf -- \"$d\"\n");
         try {
             auto& session = n.connected();
             const auto r = session.run("sh -s", script, std::chrono::seconds {30});

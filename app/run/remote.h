@@ -25,10 +25,13 @@ namespace pw::app {
 struct RemoteOptions
 {
     agents::SshSettings ssh;
-    /// An agent whose controller is away this long stops its run (the served agents' --linger).
-    std::chrono::seconds linger {30};
-    /// How long the controller tries to reach a lost agent again before it fails the run (less than linger).
-    std::chrono::seconds reconnect_for {20};
+    /// An agent whose controller is away this long stops its run (the served agents' --linger). Long enough for the
+    /// outages of real networks (a switch rebooting, a route flapping): a controller that died leaves its agents
+    /// this long, and their directories until the next contact (removeLeftoverRuns).
+    std::chrono::seconds linger {120};
+    /// How long the controller tries to reach a lost agent again (a dropped link, or one silent for the heartbeat
+    /// timeout) before it fails the run; less than linger, so that the agent is still there when the link is back.
+    std::chrono::seconds reconnect_for {90};
     bool keep_run_dir = false; ///< leave the run directories on the hosts (logs, journals) for a post-mortem
     /// Where runs and agent builds live on every host; empty: ~/.cache/pipewright of the SSH user.
     std::string remote_root;
@@ -56,6 +59,24 @@ std::string remoteRoot(agents::SshSession& session, const std::string& configure
 std::pair<std::string, bool> installAgent(
     agents::SshSession& session, const std::string& root, const AgentBuild& build, const std::string& upload_tag);
 
+/// @brief What removeLeftoverRuns() did on one host.
+struct LeftoverRuns
+{
+    std::vector<std::string> removed; ///< run ids whose directories it removed
+    std::vector<std::string> in_use; ///< run ids kept: an agent process of theirs runs, or they are being deployed
+    std::vector<std::string> kept; ///< run ids kept on purpose (--keep-run-dir) and left so (include_kept false)
+
+    bool operator==(const LeftoverRuns&) const = default;
+};
+
+/// Removes the run directories under ROOT/runs on the session's host that no agent process uses any more: those
+/// of runs that ended while the host was out of reach, or whose controller died (their agents stop themselves after
+/// the linger time). Kept are `keep` (the run being deployed), directories of runs still being deployed (a
+/// `.preparing` marker younger than 10 minutes: prepare() makes it, the served agent removes it once it listens)
+/// and, unless `include_kept`, those a teardown kept for a post-mortem (`.kept`). Throws agents::SshError.
+LeftoverRuns removeLeftoverRuns(
+    agents::SshSession& session, const std::string& root, const std::string& keep = {}, bool include_kept = false);
+
 /// A command line for a POSIX shell: `env NAME=VALUE ...` for `env` (each word quoted), then `words` quoted.
 std::string shellCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& words);
 
@@ -73,9 +94,10 @@ public:
     RemoteDeployment(const RemoteDeployment&) = delete;
     RemoteDeployment& operator=(const RemoteDeployment&) = delete;
 
-    /// Connects to every node holding one of `devices` (host key verified, authenticated), makes the run
-    /// directory there, uploads the agent when that build is not there yet, and the plan. Throws agents::SshError
-    /// or std::runtime_error naming the host.
+    /// Connects to every node holding one of `devices` (host key verified, authenticated), removes the leftover
+    /// directories of earlier runs there (removeLeftoverRuns, said in `log`), makes the run directory there,
+    /// uploads the agent when that build is not there yet, and the plan. Throws agents::SshError or
+    /// std::runtime_error naming the host.
     void prepare(const std::vector<int>& devices, const std::string& plan_json,
         const std::function<void(const std::string&)>& log = {});
     /// Starts the served agent of `device` on its node and returns the connection to it.

@@ -54,8 +54,9 @@ MachineResources MachineResources::thisMachine()
     return m;
 }
 
-void validateRunSettings(const RunRequest& r)
+void validateRunSettings(const RunRequest& request)
 {
+    const auto& r = request.training;
     if (r.steps <= 0)
         refuse("--steps", "steps", "must be at least 1, got " + std::to_string(r.steps));
     if (!std::isfinite(r.lr) || r.lr < 0)
@@ -64,8 +65,8 @@ void validateRunSettings(const RunRequest& r)
         refuse("--weight-decay", "weight decay", "must be a finite number >= 0, got " + number(r.weight_decay));
     if (r.warmup_steps < 0)
         refuse("--warmup", "warm-up steps", "must be 0 or more, got " + std::to_string(r.warmup_steps));
-    if (r.threads && *r.threads <= 0)
-        refuse("--threads", "threads per agent", "must be at least 1, got " + std::to_string(*r.threads));
+    if (request.threads && *request.threads <= 0)
+        refuse("--threads", "threads per agent", "must be at least 1, got " + std::to_string(*request.threads));
 }
 
 std::uint64_t parseSeed(const std::string& text)
@@ -91,14 +92,15 @@ void checkTrainable(const planner::Plan& plan)
 void checkRunFiles(const RunRequest& request)
 {
 #ifdef PW_WITH_ENGINE
-    if (request.init_checkpoint.empty() && request.data.kind == agents::DataKind::Synthetic)
+    const auto& training = request.training;
+    if (training.init_checkpoint.empty() && training.data.kind == agents::DataKind::Synthetic)
         return;
     engine::DataSpec data;
-    data.kind = engine::dataKindFromString(std::string(agents::toString(request.data.kind)));
-    data.path = request.data.path;
-    data.seed = request.data.seed;
+    data.kind = engine::dataKindFromString(std::string(agents::toString(training.data.kind)));
+    data.path = training.data.path;
+    data.seed = training.data.seed;
     const auto where = trainsOnGpus(request.plan) ? engine::TrainsOn::Cuda : engine::TrainsOn::Cpu;
-    engine::checkRunInputs(engine::trainingSetup(request.plan, where), data, request.init_checkpoint);
+    engine::checkRunInputs(engine::trainingSetup(request.plan, where), data, training.init_checkpoint);
 #else
     (void)request;
 #endif

@@ -22,6 +22,8 @@ RunSnapshot loadRunSnapshot(HistoryStore& history, const std::string& id)
     s.losses = history.metrics(id, "loss");
     s.tokens_per_s = history.metrics(id, "tokens_per_s");
     s.logs = history.logs(id);
+    s.stalls = history.stalls(id);
+    s.flight_recorder = history.flightRecorder(id);
     if (s.plan) {
         s.comparison = compareRun(*s.plan, *s.predicted, static_cast<int>(s.record.predicted_steps), *s.measured,
             static_cast<int>(s.losses.size()));

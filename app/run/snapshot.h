@@ -26,6 +26,8 @@ struct RunSnapshot
     std::vector<MetricSample> losses; ///< per step
     std::vector<MetricSample> tokens_per_s; ///< per step, over the steps so far
     std::vector<LogEntry> logs;
+    std::vector<StallRecord> stalls; ///< the stall reports of a run that stalled
+    std::vector<RecordedAction> flight_recorder; ///< its devices' last actions before the stall
     RunComparison comparison; ///< empty stages without a plan
 };
 

@@ -465,6 +465,7 @@ public:
     std::string name() const override { return m_name; }
     Precision precision() const override { return m_precision; }
     bool hostAddressable() const override { return false; }
+    CudaPlace place() const { return {m_device, m_stream.get()}; }
     bool padsLogits() const override { return true; }
 
     void* allocate(std::size_t bytes) override { return m_arena.allocate(bytes); }
@@ -775,6 +776,12 @@ int cudaVisibleDeviceCount()
         return 0;
     }
     return count;
+}
+
+CudaPlace cudaPlace(const Backend& backend)
+{
+    const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+    return cuda ? cuda->place() : CudaPlace {};
 }
 
 std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision)

@@ -43,4 +43,15 @@ std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision);
 /// CUDA devices visible to this process; 0 when there is no driver or no device (never throws).
 int cudaVisibleDeviceCount();
 
+/// @brief Where a CUDA backend's work runs: what NCCL enqueues its operations against.
+struct CudaPlace
+{
+    int device = -1; ///< the CUDA device index
+    void* stream = nullptr; ///< the backend's cudaStream_t
+
+    bool operator==(const CudaPlace&) const = default;
+};
+/// The device and stream of `backend` when it is a CUDA backend; device -1 otherwise.
+CudaPlace cudaPlace(const Backend& backend);
+
 } // namespace pw::engine

@@ -55,15 +55,15 @@ RunSpec runSpec()
     r.devices = {0, 1};
     r.cuda_devices = {3, -1}; // device 0 on CUDA device 3, device 1 on the CPU
     r.precision = Precision::Bf16;
-    r.steps = 1000;
-    r.data = {DataKind::Tokens, "/data/tiny_shakespeare_train.bin", 42};
-    r.init_checkpoint = "";
-    r.save_checkpoint = "/tmp/ckpt.bin";
-    r.lr = 3e-4;
-    r.weight_decay = 0.1;
-    r.warmup_steps = 100;
-    r.cosine = true;
-    r.seed = std::numeric_limits<std::uint64_t>::max(); // beyond int64: CBOR's unsigned integers carry it
+    r.training.steps = 1000;
+    r.training.data = {DataKind::Tokens, "/data/tiny_shakespeare_train.bin", 42};
+    r.training.init_checkpoint = "";
+    r.training.save_checkpoint = "/tmp/ckpt.bin";
+    r.training.lr = 3e-4;
+    r.training.weight_decay = 0.1;
+    r.training.warmup_steps = 100;
+    r.training.cosine = true;
+    r.training.seed = std::numeric_limits<std::uint64_t>::max(); // beyond int64: CBOR's unsigned integers carry it
     r.threads = 4;
     r.journal_path = "/tmp/journal.cbor";
     r.transport = Transport::Local;
@@ -101,9 +101,13 @@ std::vector<Message> samples()
 {
     return {hello(), runSpec(), RendezvousSet {"gloo/rank/0", {0x00, 0xFF, 0x10, 0x80}}, RendezvousGet {"gloo/rank/1"},
         RendezvousValue {"gloo/rank/1", {1, 2, 3}}, Start {}, Stop {"user pressed stop"}, Resume {41}, telemetry(),
-        Heartbeat {12.5, 99}, Log {LogLevel::Warning, "gradient norm 1e6 at step 12", 3.25},
-        Error {"peer 2 is gone", true}, Done {DoneStatus::Stopped, 2.75, 1000, "stopped by the user"},
-        ClockProbe {7, 12.5}, ClockReply {7, 12.5, 1012.75}};
+        Heartbeat {12.5, 99,
+            {{3, 1207, true, span(3, planner::Lane::Recv, planner::ActionKind::RecvActivation, 11.25, 0)},
+                {4, 1180, false, {}}}},
+        Log {LogLevel::Warning, "gradient norm 1e6 at step 12", 3.25}, Error {"peer 2 is gone", true},
+        Done {DoneStatus::Stopped, 2.75, 1000, "stopped by the user"}, ClockProbe {7, 12.5},
+        ClockReply {7, 12.5, 1012.75}, FlightRecorderAsk {"no progress for 60 s"},
+        FlightRecorder {"node-a", 71.5, telemetry().spans}};
 }
 
 std::string stream(const std::vector<Message>& messages)
@@ -204,7 +208,7 @@ TEST_CASE("a frame's header is magic, version, type, length and CRC, little-endi
     // Start's payload is the empty CBOR map, one byte 0xA0. Pinning the bytes pins the wire format.
     const std::string bytes = encode(Start {});
     const std::uint32_t crc = crc32(std::vector<std::uint8_t> {0xA0});
-    const std::string expected = std::string("PWAG") + std::string("\x04\x00", 2) + std::string("\x06\x00", 2)
+    const std::string expected = std::string("PWAG") + std::string("\x05\x00", 2) + std::string("\x06\x00", 2)
         + std::string("\x01\x00\x00\x00", 4)
         + std::string {char(crc & 0xFF), char((crc >> 8) & 0xFF), char((crc >> 16) & 0xFF), char(crc >> 24)} + "\xA0";
     CHECK(bytes == expected);
@@ -339,11 +343,13 @@ TEST_CASE("framing errors say what is wrong", "[protocol]")
     {
         std::string bad = good;
         putU16(bad, 4, 1); // a version 1 peer (before the Gloo key)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 4)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 5)"));
         putU16(bad, 4, 2); // a version 2 peer (GPUs as names, no CUDA device in the run spec)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 4)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 5)"));
         putU16(bad, 4, 3); // a version 3 peer (no clock probes)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 3 (this side speaks 4)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 3 (this side speaks 5)"));
+        putU16(bad, 4, 4); // a version 4 peer (training settings loose in RunSpec, no progress in its heartbeats)
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 4 (this side speaks 5)"));
     }
     SECTION("unknown message type")
     {
@@ -451,23 +457,34 @@ TEST_CASE("payload errors name the message and the field", "[protocol]")
     SECTION("ill-typed fields")
     {
         json j = runSpec().toJson();
-        j["lr"] = "fast";
-        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: field 'lr': expected a number, got string");
+        j["training"]["lr"] = "fast";
+        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: field 'training.lr': expected a number, got string");
         j = runSpec().toJson();
         j["devices"][1] = -1;
         CHECK(messageError(MessageType::RunSpec, j)
             == "RunSpec: field 'devices[1]': integer -1 out of range [0, "
                 + std::to_string(std::numeric_limits<int>::max()) + "]");
         j = runSpec().toJson();
-        j["data"]["kind"] = "images";
+        j["training"]["data"]["kind"] = "images";
         CHECK(messageError(MessageType::RunSpec, j)
-            == "RunSpec: field 'data.kind': unknown value 'images' (expected one of synthetic, tokens, text)");
+            == "RunSpec: field 'training.data.kind': unknown value 'images' (expected one of synthetic, tokens, text)");
         j = runSpec().toJson();
-        j["data"] = 3;
-        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: field 'data' is not a map (got number)");
+        j["training"]["data"] = 3;
+        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: field 'training.data' is not a map (got number)");
         j = runSpec().toJson();
-        j["steps"] = 1.5;
-        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: field 'steps': expected an integer, got number");
+        j["training"]["steps"] = 1.5;
+        CHECK(messageError(MessageType::RunSpec, j)
+            == "RunSpec: field 'training.steps': expected an integer, got number");
+        j = runSpec().toJson();
+        j["training"]["warmup_steps"] = -1;
+        CHECK_THAT(messageError(MessageType::RunSpec, j),
+            Contains("RunSpec: field 'training.warmup_steps': integer -1 out of range [0, "));
+        j = runSpec().toJson();
+        j["training"].erase("cosine");
+        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: missing field 'training.cosine'");
+        j = runSpec().toJson();
+        j["training"] = json::array();
+        CHECK(messageError(MessageType::RunSpec, j) == "RunSpec: field 'training' is not a map (got array)");
         j = std::get<Hello>(samples()[0]).toJson();
         j["cores"] = std::uint64_t(1) << 40;
         CHECK_THAT(messageError(MessageType::Hello, j), Contains("Hello: field 'cores': integer 1099511627776 out of"));

@@ -30,10 +30,10 @@ RunSpec servedRun(const std::filesystem::path& dir, int steps)
     spec.agent = "agent 0";
     spec.plan = planner::toJson(test::gpt2Plan(test::tinyGpt2(2), {{0, 3, {0}}}, "gpipe", 2));
     spec.devices = {0};
-    spec.steps = steps;
-    spec.data = {DataKind::Synthetic, "", 1234};
-    spec.lr = 1e-3;
-    spec.seed = 1234;
+    spec.training.steps = steps;
+    spec.training.data = {DataKind::Synthetic, "", 1234};
+    spec.training.lr = 1e-3;
+    spec.training.seed = 1234;
     spec.threads = 1;
     spec.journal_path = (dir / "journal.bin").string();
     spec.transport = Transport::Local;

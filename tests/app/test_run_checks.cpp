@@ -48,16 +48,18 @@ TEST_CASE("run settings out of range are refused naming the option", "[run-check
         change(r);
         return refusal(r);
     };
-    CHECK(with([](auto& r) { r.lr = 0; }).empty()); // a learning rate of 0 evaluates; it is not refused
-    CHECK_THAT(with([](auto& r) { r.lr = -1e-3; }),
+    CHECK(with([](auto& r) { r.training.lr = 0; }).empty()); // a learning rate of 0 evaluates; it is not refused
+    CHECK_THAT(with([](auto& r) { r.training.lr = -1e-3; }),
         Contains("--lr (learning rate): must be a finite number >= 0, got -0.001"));
-    CHECK_THAT(with([](auto& r) { r.lr = std::nan(""); }), Contains("--lr (learning rate)") && Contains("nan"));
-    CHECK_THAT(with([](auto& r) { r.lr = std::numeric_limits<double>::infinity(); }), Contains("got inf"));
-    CHECK_THAT(with([](auto& r) { r.weight_decay = -0.1; }), Contains("--weight-decay (weight decay)"));
-    CHECK_THAT(with([](auto& r) { r.warmup_steps = -1; }), Contains("--warmup (warm-up steps): must be 0 or more"));
+    CHECK_THAT(
+        with([](auto& r) { r.training.lr = std::nan(""); }), Contains("--lr (learning rate)") && Contains("nan"));
+    CHECK_THAT(with([](auto& r) { r.training.lr = std::numeric_limits<double>::infinity(); }), Contains("got inf"));
+    CHECK_THAT(with([](auto& r) { r.training.weight_decay = -0.1; }), Contains("--weight-decay (weight decay)"));
+    CHECK_THAT(
+        with([](auto& r) { r.training.warmup_steps = -1; }), Contains("--warmup (warm-up steps): must be 0 or more"));
     CHECK_THAT(with([](auto& r) { r.threads = 0; }), Contains("--threads (threads per agent): must be at least 1"));
     CHECK_THAT(with([](auto& r) { r.threads = -2; }), Contains("got -2"));
-    CHECK_THAT(with([](auto& r) { r.steps = 0; }), Contains("--steps (steps): must be at least 1, got 0"));
+    CHECK_THAT(with([](auto& r) { r.training.steps = 0; }), Contains("--steps (steps): must be at least 1, got 0"));
     CHECK(app::parseSeed("0") == 0);
     CHECK(app::parseSeed("18446744073709551615") == std::numeric_limits<std::uint64_t>::max());
     for (const char* bad : {"-1", "18446744073709551616", "1e3", "", "12x"})
@@ -122,7 +124,7 @@ TEST_CASE("a local run on GPUs this machine lacks is refused before it starts, n
     // Through the controller's check, with nothing recorded: the request is refused before any history exists.
     app::RunRequest request;
     request.plan = plan;
-    request.steps = 2;
+    request.training.steps = 2;
     CHECK_THROWS_WITH(app::checkRun(request), Contains("/nodes/0/gpus"));
     // A GPU device's memory is not counted against this machine's RAM.
     const auto sim = planner::simulate(plan);

@@ -71,7 +71,7 @@ int main(int argc, char** argv)
             app::RunRequest request;
             request.plan = plan;
             request.plan_label = "bench_agent_overhead";
-            request.steps = kSteps;
+            request.training.steps = kSteps;
             request.threads = threads;
             request.agent_executable = PW_AGENT_EXE;
             app::RunController controller(request, history);

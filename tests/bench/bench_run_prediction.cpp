@@ -83,7 +83,7 @@ Measured runLocally(const planner::Plan& plan, app::HistoryStore& history)
     app::RunRequest request;
     request.plan = plan;
     request.plan_label = "bench_run_prediction";
-    request.steps = kSteps;
+    request.training.steps = kSteps;
     request.threads = kThreads;
     request.agent_executable = PW_AGENT_EXE;
     app::RunController controller(request, history);

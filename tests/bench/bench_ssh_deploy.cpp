@@ -51,9 +51,9 @@ app::RunRequest request(const planner::Plan& plan)
 {
     app::RunRequest r;
     r.plan = plan;
-    r.steps = 3;
-    r.data = {agents::DataKind::Synthetic, "", 1234};
-    r.lr = 1e-3;
+    r.training.steps = 3;
+    r.training.data = {agents::DataKind::Synthetic, "", 1234};
+    r.training.lr = 1e-3;
     r.threads = 1;
     r.agent_executable = PW_AGENT_EXE;
     return r;

@@ -7,16 +7,23 @@
 // all-reduce among 2 and 4. The baseline, measured in the same run: plain TCP sockets between two threads over the
 // same loopback, each sending its buffer to the other at the same time (what any transport over TCP can reach here);
 // the ratio column is the transport's bus bandwidth over it.
-//   bench_transport [--max-bytes N] [--iters N]
+// With --nccl, the NCCL transport (engine/cuda/nccl_transport.h) on the GPUs instead, same columns: a send and
+// receive to itself and an all-reduce on one GPU (a one-rank communicator: the transport's own cost), and between
+// GPUs 0 and 1 a send/receive both ways and an all-reduce among all visible GPUs (skipped, saying so, with fewer
+// than two); the baseline is a device-to-device copy of the same size on GPU 0 (cudaMemcpyAsync through the
+// backend), its ratio the transport's bus bandwidth over it.
+//   bench_transport [--nccl] [--max-bytes N] [--iters N]
 #include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -29,6 +36,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine/backend.h"
+#include "engine/cuda/nccl_transport.h"
+#include "engine/devices.h"
 #include "engine/executor.h"
 #include "engine/gloo_transport.h"
 
@@ -212,23 +222,193 @@ std::string sizeText(std::size_t bytes)
     return text;
 }
 
+// --- NCCL -------------------------------------------------------------------------------------------------------
+
+std::shared_ptr<engine::Backend> gpuBackend(int index)
+{
+    engine::DeviceChoice choice;
+    choice.cuda = index;
+    return std::shared_ptr<engine::Backend>(engine::makeBackend(choice));
+}
+
+/// `devices` NCCL transports, device d on cuda:d, on threads; every device in one group. `body` returns seconds.
+double onGpus(int devices, const std::function<double(int, engine::Transport&, engine::Backend&)>& body)
+{
+    engine::MemoryRendezvous store;
+    std::vector<double> times(static_cast<std::size_t>(devices), 0.0);
+    std::vector<std::string> errors(static_cast<std::size_t>(devices));
+    std::vector<std::thread> threads;
+    for (int d = 0; d < devices; ++d)
+        threads.emplace_back([&, d] {
+            try {
+                auto backend = gpuBackend(d);
+                engine::NcclOptions o;
+                o.prefix = "bench";
+                o.timeout = std::chrono::seconds(60);
+                auto t = engine::makeNcclTransport(d, devices, store, backend, o);
+                std::vector<int> all(static_cast<std::size_t>(devices));
+                for (int k = 0; k < devices; ++k)
+                    all[static_cast<std::size_t>(k)] = k;
+                t->makeGroups({all});
+                times[static_cast<std::size_t>(d)] = body(d, *t, *backend);
+                t->flush();
+            } catch (const std::exception& e) {
+                errors[static_cast<std::size_t>(d)] = e.what();
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    for (const auto& e : errors)
+        if (!e.empty())
+            throw std::runtime_error(e);
+    return *std::max_element(times.begin(), times.end());
+}
+
+/// Seconds per send/receive of `bytes` each way: to itself on one GPU (`devices` 1), or between GPUs 0 and 1.
+double ncclSendRecv(int devices, std::size_t bytes, int iterations)
+{
+    return onGpus(devices, [&](int d, engine::Transport& t, engine::Backend& b) {
+        const std::size_t n = bytes / sizeof(float);
+        engine::Buffer out(b, n, engine::DType::F32), in(b, n, engine::DType::F32);
+        const std::vector<float> value(n, static_cast<float>(d + 1));
+        b.upload(out.data(), engine::DType::F32, value.data(), n);
+        const int peer = devices == 1 ? 0 : 1 - d;
+        const std::vector<engine::Transfer> exchange {{engine::Transfer::Direction::Send, peer, 1, engine::region(out)},
+            {engine::Transfer::Direction::Recv, peer, 1, engine::region(in)}};
+        const auto once = [&] {
+            for (auto& h : t.exchange(exchange))
+                h.wait();
+        };
+        once(); // warm-up: NCCL's connections between the pair are made on first use
+        b.synchronize();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iterations; ++i)
+            once();
+        b.synchronize();
+        const double s = seconds(t0) / iterations;
+        float first = 0;
+        b.download(&first, in.data(), engine::DType::F32, 1);
+        if (first != static_cast<float>(peer + 1))
+            throw std::runtime_error("NCCL send/receive delivered the wrong data");
+        return s;
+    });
+}
+
+/// Seconds per all-reduce of `bytes` among `devices` GPUs.
+double ncclAllReduce(int devices, std::size_t bytes, int iterations)
+{
+    return onGpus(devices, [&](int d, engine::Transport& t, engine::Backend& b) {
+        std::vector<int> all(static_cast<std::size_t>(devices));
+        for (int k = 0; k < devices; ++k)
+            all[static_cast<std::size_t>(k)] = k;
+        const std::size_t n = bytes / sizeof(float);
+        engine::Buffer data(b, n, engine::DType::F32);
+        b.zero(data.data(), data.bytes());
+        t.allReduceSum(all, engine::region(data)).wait(); // warm-up
+        b.synchronize();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iterations; ++i)
+            t.allReduceSum(all, engine::region(data)).wait();
+        b.synchronize();
+        const double s = seconds(t0) / iterations;
+        const std::vector<float> value(n, static_cast<float>(d + 1));
+        b.upload(data.data(), engine::DType::F32, value.data(), n);
+        t.allReduceSum(all, engine::region(data)).wait();
+        float first = 0;
+        b.download(&first, data.data(), engine::DType::F32, 1);
+        if (first != static_cast<float>(devices * (devices + 1) / 2))
+            throw std::runtime_error("NCCL all-reduce summed wrong");
+        return s;
+    });
+}
+
+/// Seconds per device-to-device copy of `bytes` on GPU 0 through its backend.
+double copyBaseline(std::size_t bytes, int iterations)
+{
+    auto b = gpuBackend(0);
+    engine::Buffer src(*b, bytes, engine::DType::F32), dst(*b, bytes, engine::DType::F32); // elements: room to spare
+    b->copy(dst.data(), src.data(), bytes);
+    b->synchronize();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iterations; ++i)
+        b->copy(dst.data(), src.data(), bytes);
+    b->synchronize();
+    return seconds(t0) / iterations;
+}
+
+int ncclBench(std::size_t maxBytes, int iters)
+{
+    const int gpus = engine::cudaDeviceCount();
+    const std::string version = engine::probeCuda().nccl;
+    if (!engine::ncclCompiledIn() || gpus == 0 || version.rfind("not found", 0) == 0) {
+        std::printf("[pw-skip] NCCL mode: %s\n",
+            !engine::ncclCompiledIn() ? "this build has no CUDA"
+                : gpus == 0           ? "no CUDA device is visible"
+                                      : ("NCCL " + version + " (LD_LIBRARY_PATH?)").c_str());
+        return 0;
+    }
+    std::printf("# NCCL %s on %d GPU(s) (cuda:0 %s), devices as threads of one process\n", version.c_str(), gpus,
+        engine::probeCuda().gpus.front().name.c_str());
+    std::printf("# time: per operation; algbw = size / time; busbw: sendrecv = algbw, allreduce = algbw x 2(n-1)/n;\n"
+                "# ratio: the transport's busbw over a device-to-device copy on cuda:0 of the same size\n");
+    if (gpus < 2)
+        std::printf("[pw-skip] sendrecv and all-reduce between GPUs: %d GPU visible, 2 needed\n", gpus);
+    std::printf("%-10s %10s %5s  %-13s %12s %10s %10s %8s\n", "size", "count", "type", "operation", "time (us)",
+        "algbw GB/s", "busbw GB/s", "ratio");
+    for (std::size_t bytes = 1024; bytes <= maxBytes; bytes *= 4) {
+        const int n = iterationsFor(bytes, iters) * 4; // the GPU is fast: more of them for a stable time
+        const double base = copyBaseline(bytes, n);
+        const double baseBw = static_cast<double>(bytes) / base / 1e9;
+        const auto row = [&](const std::string& op, double s, double busFactor) {
+            const double alg = static_cast<double>(bytes) / s / 1e9;
+            std::printf("%-10s %10zu %5s  %-13s %12.1f %10.3f %10.3f %8.2f\n", sizeText(bytes).c_str(),
+                bytes / sizeof(float), "float", op.c_str(), s * 1e6, alg, alg * busFactor, alg * busFactor / baseBw);
+            std::fflush(stdout);
+        };
+        std::printf("%-10s %10zu %5s  %-13s %12.1f %10.3f %10.3f %8.2f\n", sizeText(bytes).c_str(), bytes, "byte",
+            "d2d copy", base * 1e6, baseBw, baseBw, 1.0);
+        row("sendrecv self", ncclSendRecv(1, bytes, n), 1.0);
+        row("allreduce 1", ncclAllReduce(1, bytes, n), 1.0);
+        if (gpus >= 2) {
+            row("sendrecv 2", ncclSendRecv(2, bytes, n), 1.0);
+            row("allreduce " + std::to_string(gpus), ncclAllReduce(gpus, bytes, n),
+                2.0 * (gpus - 1) / static_cast<double>(gpus));
+        }
+    }
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
     std::size_t maxBytes = std::size_t {64} << 20;
     int iters = 10;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    bool nccl = false;
+    for (int i = 1; i < argc; i += 2) {
         const std::string flag = argv[i];
-        if (flag == "--max-bytes")
+        if (flag == "--nccl") {
+            nccl = true;
+            --i; // no value
+        } else if (i + 1 >= argc) {
+            std::fprintf(stderr, "usage: bench_transport [--nccl] [--max-bytes N] [--iters N]\n");
+            return 2;
+        } else if (flag == "--max-bytes")
             maxBytes = std::strtoull(argv[i + 1], nullptr, 10);
         else if (flag == "--iters")
             iters = std::atoi(argv[i + 1]);
         else {
-            std::fprintf(stderr, "usage: bench_transport [--max-bytes N] [--iters N]\n");
+            std::fprintf(stderr, "usage: bench_transport [--nccl] [--max-bytes N] [--iters N]\n");
             return 2;
         }
     }
+    if (nccl)
+        try {
+            return ncclBench(maxBytes, iters);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "bench_transport --nccl: %s\n", e.what());
+            return 1;
+        }
     std::printf("# Gloo over TCP on 127.0.0.1 (devices as threads of one process); %u cores\n",
         std::thread::hardware_concurrency());
     std::printf("# time: per operation; algbw = size / time; busbw: sendrecv = algbw, allreduce = algbw x 2(n-1)/n;\n"

@@ -22,14 +22,18 @@
 #include "engine/backend.h"
 #include "engine/llmc.h"
 #include "engine/local_run.h"
+#include "tests/cuda/comparison.h"
 #include "tests/engine/checkpoint_fixtures.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/skip.h"
 
 using namespace pw::engine;
 using pw::planner::ActionKind;
+using pw::test::Comparison;
+using pw::test::comparison;
 using pw::test::gpt2Plan;
 using pw::test::randomCheckpoint;
+using pw::test::setupOf;
 using pw::test::StageCut;
 namespace fs = std::filesystem;
 
@@ -47,46 +51,12 @@ BackendFactory onTheGpu(Precision precision)
     };
 }
 
-/// @brief The fp32 comparison's inputs: a small GPT-2 of odd sizes (2 blocks, C = 64 in 4 heads, T = 32,
-/// V = 301 padded to 384, 3 sequences per microbatch, 4 microbatches per step), a random checkpoint that went
-/// through an llm.c file, and a Markov token stream.
-struct Comparison
-{
-    pw::planner::TransformerConfig shape;
-    std::shared_ptr<const std::vector<float>> checkpoint;
-    std::vector<std::uint16_t> tokens;
-    int microbatches = 4;
-    int steps = 20;
-};
-
-Comparison comparison()
-{
-    Comparison r;
-    r.shape = pw::test::tinyGpt2(2, 3);
-    r.shape.hidden = 64;
-    r.shape.heads = 4;
-    r.shape.sequence = 32;
-    r.shape.vocab = 301;
-    const Gpt2Config config = Gpt2Config::fromTransformer(r.shape);
-    const fs::path file = fs::temp_directory_path() / ("pw-cuda-train-" + std::to_string(::getpid()) + ".bin");
-    writeCheckpoint(file, randomCheckpoint(config, 2024));
-    Checkpoint read = readCheckpoint(file);
-    fs::remove(file);
-    REQUIRE(read.config == config);
-    r.checkpoint = std::make_shared<const std::vector<float>>(std::move(read.params));
-    r.tokens = MarkovSource(config.vocab, 7).generate(20000, 8);
-    return r;
-}
-
 /// The plan's losses over r.steps, on the CPU (`backends` empty) or on the GPU.
 LocalRunResult train(
     const Comparison& r, const std::vector<StageCut>& stages, const std::string& kind, const BackendFactory& backends)
 {
     const auto plan = gpt2Plan(r.shape, stages, kind, r.microbatches);
-    TrainingSetup setup = trainingSetup(plan);
-    setup.checkpoint = r.checkpoint;
-    setup.adam.lr = 1e-3;
-    setup.adam.weight_decay = 0.1;
+    TrainingSetup setup = setupOf(r, plan);
     auto result = runLocally(
         plan, setup, DataOrder(r.tokens, setup.microbatches, setup.shape.batch, setup.shape.seq), r.steps, backends);
     REQUIRE(result.losses.size() == static_cast<std::size_t>(r.steps));

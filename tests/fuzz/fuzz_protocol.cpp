@@ -263,8 +263,8 @@ std::vector<std::string> pwFuzzSeeds()
     run.devices = {0, 1};
     run.cuda_devices = {0, -1};
     run.precision = Precision::Bf16;
-    run.data = {DataKind::Text, "/data/x.txt", 7};
-    run.init_checkpoint = "/c";
+    run.training = {12, {DataKind::Text, "/data/x.txt", 7}, "/c", "/s", 1e-3, 0.1, 3, true, 99};
+    run.transport = Transport::Nccl; // version 5's transport: its name in the seed, mutated like any other field
     const std::vector<Message> messages = {
         Hello {1, "0.3", "host", 42, 8, 1 << 30, {"cpu", "gloo", "cuda"}, {{0, "H100", 80, 79, 9, 0}}, "OpenBLAS",
             {true, "13.0", "13.0", "13.1.0", "2.28.9", {80, 90}, ""}},
@@ -276,12 +276,14 @@ std::vector<std::string> pwFuzzSeeds()
         Stop {"why"},
         Resume {3},
         Telemetry {"a", 2, 5, {span, span}, {{1, "loss", 2.5, 0.75, 0}}},
-        Heartbeat {1.5, 10},
+        Heartbeat {1.5, 10, {{0, 12, true, span}, {1, 0, false, {}}}},
         Log {LogLevel::Debug, "hi", 0.5},
         Error {"bad", true},
         Done {DoneStatus::Succeeded, 0.125, 10, ""},
         ClockProbe {1, 2.5},
         ClockReply {1, 2.5, 3.5},
+        FlightRecorderAsk {"stalled"},
+        FlightRecorder {"a", 2.5, {span, span}},
     };
     std::vector<std::string> seeds;
     std::string all;

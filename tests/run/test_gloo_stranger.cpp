@@ -169,11 +169,11 @@ app::RunRequest request(const planner::Plan& plan)
     app::RunRequest r;
     r.plan = plan;
     r.plan_label = "stranger";
-    r.steps = 3;
-    r.data = {agents::DataKind::Synthetic, "", 1234};
-    r.lr = 1e-2;
-    r.weight_decay = 0.1;
-    r.seed = 1234;
+    r.training.steps = 3;
+    r.training.data = {agents::DataKind::Synthetic, "", 1234};
+    r.training.lr = 1e-2;
+    r.training.weight_decay = 0.1;
+    r.training.seed = 1234;
     r.threads = 1;
     r.agent_executable = PW_AGENT_EXE;
     return r;

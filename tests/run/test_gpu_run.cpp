@@ -28,10 +28,10 @@ app::RunRequest request(const planner::Plan& plan, int steps)
     app::RunRequest r;
     r.plan = plan;
     r.plan_label = "gpu plan";
-    r.steps = steps;
-    r.data = {agents::DataKind::Synthetic, "", 1234};
-    r.lr = 1e-2;
-    r.seed = 1234;
+    r.training.steps = steps;
+    r.training.data = {agents::DataKind::Synthetic, "", 1234};
+    r.training.lr = 1e-2;
+    r.training.seed = 1234;
     r.threads = 1;
     r.force = true;
     r.agent_executable = PW_AGENT_EXE;

@@ -45,11 +45,11 @@ app::RunRequest request(const planner::Plan& plan, int steps)
     app::RunRequest r;
     r.plan = plan;
     r.plan_label = "test plan";
-    r.steps = steps;
-    r.data = {agents::DataKind::Synthetic, "", 1234};
-    r.lr = 1e-2;
-    r.weight_decay = 0.1;
-    r.seed = 1234;
+    r.training.steps = steps;
+    r.training.data = {agents::DataKind::Synthetic, "", 1234};
+    r.training.lr = 1e-2;
+    r.training.weight_decay = 0.1;
+    r.training.seed = 1234;
     r.threads = 1;
     r.force = true; // plans of up to 4 devices (tiny ones) on test machines of fewer cores
     r.agent_executable = PW_AGENT_EXE;
@@ -371,13 +371,13 @@ TEST_CASE("a run saves the trained model as one llm.c checkpoint written by its 
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0, 1}}, {2, 3, {2}}}, "1f1b");
     const int steps = 3;
     auto req = request(plan, steps);
-    req.save_checkpoint = (dir.path / "trained.bin").string();
-    std::ofstream(req.save_checkpoint) << std::string(1 << 20, 'x'); // an old, longer file is replaced
+    req.training.save_checkpoint = (dir.path / "trained.bin").string();
+    std::ofstream(req.training.save_checkpoint) << std::string(1 << 20, 'x'); // an old, longer file is replaced
     app::RunController controller(req, history);
     const auto outcome = controller.run();
     INFO(outcome.message);
     REQUIRE(outcome.status == app::RunStatus::Succeeded);
-    const auto saved = engine::readCheckpoint(req.save_checkpoint); // checks magic, version and size
+    const auto saved = engine::readCheckpoint(req.training.save_checkpoint); // checks magic, version and size
     const auto expected = inProcessParameters(plan, steps);
     REQUIRE(saved.params.size() == expected.size());
     double worst = 0;

@@ -88,10 +88,10 @@ app::RunRequest request(const planner::Plan& plan, int steps)
     app::RunRequest r;
     r.plan = plan;
     r.plan_label = "ssh test";
-    r.steps = steps;
-    r.data = {agents::DataKind::Synthetic, "", 1234};
-    r.lr = 1e-2;
-    r.weight_decay = 0.1;
+    r.training.steps = steps;
+    r.training.data = {agents::DataKind::Synthetic, "", 1234};
+    r.training.lr = 1e-2;
+    r.training.weight_decay = 0.1;
     r.threads = 1;
     r.agent_executable = PW_AGENT_EXE;
     r.force = true; // the local reference runs three agents, on a 2-core machine too
@@ -461,6 +461,9 @@ TEST_CASE("a host whose clock is 1000 s ahead lands on the controller's clock, w
                 && (recv.kind == planner::ActionKind::RecvActivation || recv.kind == planner::ActionKind::RecvGradient)
                 && (recv.kind == planner::ActionKind::RecvGradient)
                     == (send.kind == planner::ActionKind::SendGradient)) {
+                INFO("send " << planner::toString(send.kind) << " device " << send.device << " mb " << send.microbatch
+                             << " [" << send.t0 << ", " << send.t1 << "], receive on device " << recv.device << " ["
+                             << recv.t0 << ", " << recv.t1 << "]");
                 CHECK(recv.t1 >= send.t0 - slack);
                 ++pairs;
             }

@@ -189,7 +189,7 @@ TEST_CASE("a wrong user key, an unreachable host and a wrong port fail with the 
     }
 }
 
-TEST_CASE("~/.ssh/config's Host alias, HostName, Port, User and IdentityFile are honoured", "[ssh]")
+TEST_CASE("the account's ~/.ssh/config: Host alias, HostName, Port, User and IdentityFile are honoured", "[ssh]")
 {
     test::Sshd sshd;
     sshd.trust();

@@ -142,8 +142,8 @@ TEST_CASE(
     const auto knownHosts = dir.filePath(QStringLiteral("known_hosts")).toStdString();
     std::ofstream(knownHosts) << a.knownHostsLine() << "\n" << b.knownHostsLine() << "\n";
     app::RunRequest settings;
-    settings.steps = 4;
-    settings.lr = 1e-3;
+    settings.training.steps = 4;
+    settings.training.lr = 1e-3;
     settings.threads = 1;
     settings.agent_executable = PW_AGENT_EXE;
     app::RemoteOptions remote;

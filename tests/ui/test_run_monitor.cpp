@@ -43,8 +43,8 @@ const QString kTinyProject = QStringLiteral(PW_DEMO_DIR "/gpt2-tiny-local.pwproj
 app::RunRequest settings(int steps)
 {
     app::RunRequest r;
-    r.steps = steps;
-    r.lr = 1e-3;
+    r.training.steps = steps;
+    r.training.lr = 1e-3;
     r.threads = 1;
     r.agent_executable = PW_AGENT_EXE;
     return r;
@@ -304,12 +304,12 @@ TEST_CASE("run locally: the form's settings are checked as the CLI checks them, 
 {
     Window w;
     auto bad = settings(3);
-    bad.lr = -0.5;
+    bad.training.lr = -0.5;
     CHECK_FALSE(w.window.runLocally(bad));
     CHECK(w.window.runSession() == nullptr);
     CHECK_THAT(w.window.lastError().toStdString(), Contains("--lr (learning rate): must be a finite number >= 0"));
     bad = settings(3);
-    bad.weight_decay = std::numeric_limits<double>::quiet_NaN();
+    bad.training.weight_decay = std::numeric_limits<double>::quiet_NaN();
     CHECK_FALSE(w.window.runLocally(bad));
     CHECK_THAT(w.window.lastError().toStdString(), Contains("--weight-decay (weight decay)"));
 

@@ -284,12 +284,12 @@ void MainWindow::buildMenus()
     plan->addAction(tr("Run &locally…"), QKeySequence(Qt::Key_F6), this, [this] {
         bool ok = false;
         app::RunRequest settings;
-        settings.steps = QInputDialog::getInt(this, tr("Run locally"),
+        settings.training.steps = QInputDialog::getInt(this, tr("Run locally"),
             tr("Train the current plan with one agent process per device on this machine.\nSteps:"), 50, 1, 10'000'000,
             10, &ok);
         if (!ok)
             return;
-        settings.lr = QInputDialog::getDouble(
+        settings.training.lr = QInputDialog::getDouble(
             this, tr("Run locally"), tr("Learning rate (AdamW):"), 1e-3, 1e-7, 1.0, 6, &ok, Qt::WindowFlags(), 1e-4);
         if (ok)
             runLocally(settings);
@@ -300,8 +300,8 @@ void MainWindow::buildMenus()
             dialog.setPlan(m_document->planDocument().plan()); // pre-flight checks the plan too
         connect(&dialog, &DeployDialog::deployRequested, this, [this, &dialog] {
             app::RunRequest settings;
-            settings.steps = dialog.steps();
-            settings.lr = 1e-3;
+            settings.training.steps = dialog.steps();
+            settings.training.lr = 1e-3;
             settings.remote = dialog.remoteOptions();
             const planner::Cluster cluster = dialog.cluster();
             runLocally(settings, &cluster);

@@ -11,6 +11,7 @@
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableWidget>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -18,6 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
+#include "app/history/history.h"
+#include "planner/schedule.h"
 #include "planner/units.h"
 #include "ui/document/run_session.h"
 #include "ui/models/format.h"
@@ -99,6 +102,22 @@ RunMonitor::RunMonitor(QWidget* parent)
     m_tabs->addTab(m_agents, tr("Agents"));
     m_tabs->addTab(m_log, tr("Log"));
     m_tabs->addTab(comparisonScroll, tr("Predicted vs measured"));
+    // A stalled run: the report (the chain of waits) over each device's last actions.
+    // A splitter, so that a long report scrolls in a small window rather than pushing the table out.
+    auto* stallPage = new QSplitter(Qt::Vertical, this);
+    m_stallReport = new QPlainTextEdit(tr("No stall."), stallPage);
+    m_stallReport->setReadOnly(true);
+    m_recorder = new QTableWidget(0, 9, stallPage);
+    m_recorder->setHorizontalHeaderLabels({tr("Device"), tr("Agent"), tr("Action"), tr("Stage"), tr("Microbatch"),
+        tr("Peer"), tr("Bytes"), tr("Start (s)"), tr("End (s)")});
+    m_recorder->verticalHeader()->hide();
+    m_recorder->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_recorder->horizontalHeader()->setStretchLastSection(true);
+    stallPage->addWidget(m_stallReport);
+    stallPage->addWidget(m_recorder);
+    stallPage->setStretchFactor(0, 1);
+    stallPage->setStretchFactor(1, 2);
+    m_stallTab = m_tabs->addTab(stallPage, tr("Stall"));
 
     auto* bottom = new QSplitter(Qt::Horizontal, this);
     bottom->addWidget(m_curves);
@@ -130,6 +149,7 @@ void RunMonitor::clear()
     m_agents->setRowCount(0);
     m_log->clear();
     m_comparison->clear();
+    setStalls({}, {});
     setCurves({}, {}, {});
     m_stop->setEnabled(false);
 }
@@ -221,6 +241,13 @@ void RunMonitor::onFinished()
     if (!o.message.empty())
         text += QStringLiteral(" (") + QString::fromStdString(o.message) + QStringLiteral(")");
     m_status->setText(text);
+    // What the controller stored of a stall (its report and the flight recorders): read back from the history.
+    try {
+        auto history = app::HistoryStore::open(m_session->historyPath(), app::HistoryStore::Access::ReadOnly);
+        setStalls(history.stalls(o.run_id), history.flightRecorder(o.run_id));
+    } catch (const std::exception&) {
+        // No history to read (the run failed before it was recorded): nothing stalled.
+    }
     if (m_session->predictedTimeline() && !o.losses.empty()) {
         auto comparison
             = app::compareRun(m_session->request().plan, *m_session->predictedTimeline(), m_session->predictedSteps(),
@@ -287,6 +314,7 @@ void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)
     for (const auto& l : s->logs)
         appendLog(l.agent < 0 ? tr("controller") : tr("agent %1").arg(l.agent), QString::fromStdString(l.level),
             QString::fromStdString(l.text));
+    setStalls(s->stalls, s->flight_recorder);
     if (s->plan)
         setComparison(s->comparison, static_cast<int>(r.predicted_steps));
     else
@@ -310,6 +338,56 @@ void RunMonitor::setCurves(
             m_curves->yAxis2->setRange(0, std::max(1.0, tpsRange.upper * 1.1));
     }
     m_curves->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QString RunMonitor::stallText() const
+{
+    return m_stallReport->property("report").toString();
+}
+
+void RunMonitor::setStalls(
+    const std::vector<app::StallRecord>& stalls, const std::vector<app::RecordedAction>& recorder)
+{
+    QStringList reports;
+    for (const auto& s : stalls)
+        reports << tr("At %1: %2").arg(secondsText(s.t_s, 1), QString::fromStdString(s.report));
+    m_stallReport->setProperty("report", reports.join(QStringLiteral("\n")));
+    m_stallReport->setPlainText(reports.isEmpty() ? tr("No stall.")
+                                                  : reports.join(QStringLiteral("\n"))
+                + tr("\nEach device's last actions before it (times from the run's start; \"in progress\": "
+                     "the action it was in):"));
+    if (!reports.isEmpty())
+        m_tabs->setCurrentIndex(m_stallTab); // what a stalled run's user looks for first
+    m_recorder->setRowCount(static_cast<int>(recorder.size()));
+    for (int r = 0; r < static_cast<int>(recorder.size()); ++r) {
+        const auto& a = recorder[static_cast<std::size_t>(r)];
+        const auto kind = planner::toString(a.span.kind);
+        const QStringList cells = {QString::number(a.span.device), QString::number(a.agent),
+            QString::fromUtf8(kind.data(), static_cast<int>(kind.size())), QString::number(a.span.stage),
+            a.span.microbatch >= 0 ? QString::number(a.span.microbatch) : QString(),
+            a.span.peer >= 0 ? QString::number(a.span.peer) : QString(),
+            a.span.bytes > 0 ? QString::fromStdString(planner::formatBytes(a.span.bytes)) : QString(),
+            QString::number(a.span.t0, 'f', 3), a.in_progress ? tr("in progress") : QString::number(a.span.t1, 'f', 3)};
+        for (int c = 0; c < cells.size(); ++c) {
+            auto* item = new QTableWidgetItem(cells[c]);
+            if (a.source == "controller")
+                item->setToolTip(tr("The agent did not answer: as the controller had received its actions"));
+            if (a.in_progress)
+                item->setForeground(QColor(200, 30, 30));
+            m_recorder->setItem(r, c, item);
+        }
+    }
+    if (!recorder.empty())
+        m_recorder->resizeColumnsToContents();
+    // The first device's action in progress in view, with the actions that led to it above it.
+    const auto stuck = std::find_if(recorder.begin(), recorder.end(), [](const auto& a) { return a.in_progress; });
+    if (stuck != recorder.end()) {
+        // Once laid out: a table not shown yet has no viewport to scroll.
+        const int row = static_cast<int>(stuck - recorder.begin());
+        QTimer::singleShot(0, m_recorder, [table = m_recorder, row] {
+            table->scrollToItem(table->item(row, 0), QAbstractItemView::PositionAtBottom);
+        });
+    }
 }
 
 int RunMonitor::lossPoints() const

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The run monitor: a training run live (a RunSession) or a past one from the history (app::RunSnapshot). The
 // measured Gantt under the predicted one on one time axis, loss and throughput per step, each agent's status,
-// the run's log, and the prediction's error per stage.
+// the run's log, the prediction's error per stage, and for a run that stalled its stall report and each device's
+// flight recorder (its last actions).
 #pragma once
 
 #include <QWidget>
@@ -44,6 +45,9 @@ public:
     QTableWidget* agentTable() const { return m_agents; }
     QPlainTextEdit* logView() const { return m_log; }
     QPushButton* stopButton() const { return m_stop; }
+    /// The stall reports (empty text: none) and the flight recorders' actions, a row each.
+    QString stallText() const;
+    QTableWidget* flightRecorderTable() const { return m_recorder; }
     /// Points on the loss curve (tests).
     int lossPoints() const;
 
@@ -56,6 +60,7 @@ private:
         const std::vector<double>& steps, const std::vector<double>& losses, const std::vector<double>& tokensPerS);
     void setComparison(const app::RunComparison& c, int predictedSteps);
     void appendLog(const QString& agent, const QString& level, const QString& text);
+    void setStalls(const std::vector<app::StallRecord>& stalls, const std::vector<app::RecordedAction>& recorder);
 
     RunSession* m_session = nullptr;
     std::vector<QMetaObject::Connection> m_connections;
@@ -67,6 +72,9 @@ private:
     QTableWidget* m_agents = nullptr;
     QPlainTextEdit* m_log = nullptr;
     QLabel* m_comparison = nullptr;
+    QPlainTextEdit* m_stallReport = nullptr;
+    QTableWidget* m_recorder = nullptr;
+    int m_stallTab = -1; ///< the Stall tab's index in m_tabs
 };
 
 } // namespace pw::ui

@@ -60,29 +60,20 @@ int iterationsFor(std::size_t bytes, int iters)
     return std::max(3, static_cast<int>(static_cast<double>(iters) * double(1u << 22) / double(bytes)) + 2);
 }
 
-/// `devices` Gloo transports on threads; `body(device, transport)` runs on each; returns the slowest device's time.
-double onDevices(int devices, const std::function<double(int, engine::Transport&)>& body)
+/// Runs `device(d, all)` for d = 0..devices-1 on threads of their own (`all`: every device, the one collective
+/// group); returns the slowest one's time and rethrows the first failure.
+double onThreads(int devices, const std::function<double(int, const std::vector<int>&)>& device)
 {
-    auto store = std::make_shared<gloo::rendezvous::HashStore>();
-    static int run = 0;
-    const std::string prefix = "bench-" + std::to_string(++run);
+    std::vector<int> all(static_cast<std::size_t>(devices));
+    for (int k = 0; k < devices; ++k)
+        all[static_cast<std::size_t>(k)] = k;
     std::vector<double> times(static_cast<std::size_t>(devices), 0.0);
     std::vector<std::string> errors(static_cast<std::size_t>(devices));
     std::vector<std::thread> threads;
     for (int d = 0; d < devices; ++d)
         threads.emplace_back([&, d] {
             try {
-                engine::GlooOptions o;
-                o.prefix = prefix;
-                o.secret.assign(32, 42);
-                o.timeout = std::chrono::seconds(60);
-                auto t = engine::makeGlooTransport(d, devices, store, o);
-                std::vector<int> all(static_cast<std::size_t>(devices));
-                for (int k = 0; k < devices; ++k)
-                    all[static_cast<std::size_t>(k)] = k;
-                t->makeGroups({all});
-                times[static_cast<std::size_t>(d)] = body(d, *t);
-                t->flush();
+                times[static_cast<std::size_t>(d)] = device(d, all);
             } catch (const std::exception& e) {
                 errors[static_cast<std::size_t>(d)] = e.what();
             }
@@ -93,6 +84,25 @@ double onDevices(int devices, const std::function<double(int, engine::Transport&
         if (!e.empty())
             throw std::runtime_error(e);
     return *std::max_element(times.begin(), times.end());
+}
+
+/// `devices` Gloo transports on threads; `body(device, transport)` runs on each; returns the slowest device's time.
+double onDevices(int devices, const std::function<double(int, engine::Transport&)>& body)
+{
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    static int run = 0;
+    const std::string prefix = "bench-" + std::to_string(++run);
+    return onThreads(devices, [&](int d, const std::vector<int>& all) {
+        engine::GlooOptions o;
+        o.prefix = prefix;
+        o.secret.assign(32, 42);
+        o.timeout = std::chrono::seconds(60);
+        auto t = engine::makeGlooTransport(d, devices, store, o);
+        t->makeGroups({all});
+        const double s = body(d, *t);
+        t->flush();
+        return s;
+    });
 }
 
 /// Seconds per send/receive of `bytes` in each direction between two Gloo devices.
@@ -235,33 +245,17 @@ std::shared_ptr<engine::Backend> gpuBackend(int index)
 double onGpus(int devices, const std::function<double(int, engine::Transport&, engine::Backend&)>& body)
 {
     engine::MemoryRendezvous store;
-    std::vector<double> times(static_cast<std::size_t>(devices), 0.0);
-    std::vector<std::string> errors(static_cast<std::size_t>(devices));
-    std::vector<std::thread> threads;
-    for (int d = 0; d < devices; ++d)
-        threads.emplace_back([&, d] {
-            try {
-                auto backend = gpuBackend(d);
-                engine::NcclOptions o;
-                o.prefix = "bench";
-                o.timeout = std::chrono::seconds(60);
-                auto t = engine::makeNcclTransport(d, devices, store, backend, o);
-                std::vector<int> all(static_cast<std::size_t>(devices));
-                for (int k = 0; k < devices; ++k)
-                    all[static_cast<std::size_t>(k)] = k;
-                t->makeGroups({all});
-                times[static_cast<std::size_t>(d)] = body(d, *t, *backend);
-                t->flush();
-            } catch (const std::exception& e) {
-                errors[static_cast<std::size_t>(d)] = e.what();
-            }
-        });
-    for (auto& t : threads)
-        t.join();
-    for (const auto& e : errors)
-        if (!e.empty())
-            throw std::runtime_error(e);
-    return *std::max_element(times.begin(), times.end());
+    return onThreads(devices, [&](int d, const std::vector<int>& all) {
+        auto backend = gpuBackend(d);
+        engine::NcclOptions o;
+        o.prefix = "bench";
+        o.timeout = std::chrono::seconds(60);
+        auto t = engine::makeNcclTransport(d, devices, store, backend, o);
+        t->makeGroups({all});
+        const double s = body(d, *t, *backend);
+        t->flush();
+        return s;
+    });
 }
 
 /// Seconds per send/receive of `bytes` each way: to itself on one GPU (`devices` 1), or between GPUs 0 and 1.

@@ -199,4 +199,86 @@ int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, s
     return 1;
 }
 
+const char* const kGemmProfileUsage
+    = "usage: pipewright-agent --profile-gemm [--device cuda[:N]] [--precision bf16|fp32] [--dims N,N,...]\n"
+      "                                        [--repeats N] [-o FILE]\n"
+      "  Times cuBLASLt's products D = A^T B (the engine's forward layout) for every m, n and k of --dims (default\n"
+      "  128,256,512,1024,2048,3072,4096,8192,12288,16384: 1,000 shapes, under a minute on an H100), each the median\n"
+      "  of --repeats (default 5) timings by CUDA events, in bf16 with fp32 accumulation (the default) or fp32, and\n"
+      "  writes the GEMM table (JSON, docs/formats.md) that the planner's cost model interpolates.\n";
+
+GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& args)
+{
+    GemmProfileArguments a;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        if (arg == "--help" || arg == "-h") {
+            a.help = true;
+            continue;
+        }
+        if (i + 1 >= args.size())
+            throw InputError({}, 0, arg, arg.rfind("-", 0) == 0 ? "needs a value" : "unexpected argument");
+        const std::string& value = args[++i];
+        if (arg == "--device") {
+            const auto device = parseDevice(arg, value);
+            if (!device)
+                throw InputError({}, 0, arg, "GEMM throughput is measured on a GPU: give cuda or cuda:N");
+            a.options.gpu = *device;
+        } else if (arg == "--precision")
+            a.options.bf16 = parsePrecision(arg, value) == engine::Precision::Bf16Mixed;
+        else if (arg == "--repeats") {
+            a.options.repeats = parseNumber<int>(arg, value);
+            if (a.options.repeats < 1)
+                throw InputError({}, 0, arg, "must be at least 1");
+        } else if (arg == "--dims") {
+            std::size_t at = 0;
+            while (at <= value.size()) {
+                const std::size_t comma = std::min(value.find(',', at), value.size());
+                const long long d = parseNumber<long long>(arg, value.substr(at, comma - at));
+                if (d < 1 || d > 65536)
+                    throw InputError({}, 0, arg, std::to_string(d) + " is not a dimension of 1 ... 65536");
+                a.options.dims.push_back(d);
+                at = comma + 1;
+            }
+        } else if (arg == "-o" || arg == "--output")
+            a.output = value;
+        else
+            throw InputError({}, 0, arg, "unknown option");
+    }
+    return a;
+}
+
+int runGemmProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
+{
+    GemmProfileArguments parsed;
+    try {
+        parsed = parseGemmProfileArguments(args);
+    } catch (const InputError& e) {
+        err << "pipewright-agent --profile-gemm: " << planner::formatInputError(e) << "\n" << kGemmProfileUsage;
+        return 2;
+    }
+    if (parsed.help) {
+        out << kGemmProfileUsage;
+        return 0;
+    }
+    try {
+        std::size_t tenth = 0;
+        const auto table = engine::measureGemmTable(parsed.options, [&](std::size_t done, std::size_t all) {
+            if (done * 10 / all > tenth || done == all) {
+                tenth = done * 10 / all;
+                err << "pipewright-agent --profile-gemm: " << done << " of " << all << " shapes\n" << std::flush;
+            }
+        });
+        const auto j = planner::toJson(table);
+        if (parsed.output.empty())
+            out << j.dump(1) << "\n" << std::flush;
+        else
+            planner::writeJsonFile(parsed.output, j, 1);
+        return 0;
+    } catch (const std::exception& e) {
+        err << "pipewright-agent --profile-gemm: " << e.what() << "\n";
+    }
+    return 1;
+}
+
 } // namespace pw::agents

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gemm_profile.h"
 #include "engine/profiler.h"
 
 namespace pw::agents {
@@ -48,5 +49,27 @@ engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args);
 
 /// Runs the command; returns the exit status (0 written, 1 failed, 2 bad arguments) with the error on `err`.
 int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+/// The usage text of --profile-gemm.
+extern const char* const kGemmProfileUsage;
+
+/// @brief The command line after --profile-gemm.
+struct GemmProfileArguments
+{
+    engine::GemmProfileOptions options;
+    std::string output; ///< -o: "" writes to stdout
+    bool help = false;
+
+    bool operator==(const GemmProfileArguments&) const = default;
+};
+
+/// Parses --device cuda[:N], --precision bf16|fp32, --dims N,N,..., --repeats N, -o FILE, --help. Throws
+/// InputError naming the option at fault.
+GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& args);
+
+/// `pipewright-agent --profile-gemm`: measures the GEMM table (engine/gemm_profile.h) and writes it (JSON,
+/// planner/gemm_table.h) to stdout or a file, the progress on `err`. Exit status 0 written, 1 failed (no CUDA, no
+/// such device), 2 bad arguments.
+int runGemmProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 } // namespace pw::agents

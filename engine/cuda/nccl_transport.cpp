@@ -190,7 +190,9 @@ public:
             check(
                 m_nccl.commSplit(m_world, member ? static_cast<int>(g) : NCCL_SPLIT_NOCOLOR, m_device, &comm, &config),
                 m_world, what);
-            settle(comm ? comm : m_world, what);
+            // A non-blocking split leaves the parent in progress too: both must settle before either is used.
+            settle(m_world, what);
+            settle(comm, what);
             if (member)
                 m_groups[members] = comm;
         }
@@ -429,6 +431,7 @@ private:
         settle(m_world, what);
         ncclConfig_t twin = nonBlocking();
         check(m_nccl.commSplit(m_world, 0, m_device, &m_twin, &twin), m_world, "making the twin communicator");
+        settle(m_world, "making the twin communicator");
         settle(m_twin, "making the twin communicator");
     }
 

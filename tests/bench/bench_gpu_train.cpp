@@ -17,6 +17,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -104,6 +105,8 @@ struct Speed
     double step_s = 0;
     double peak_bytes = 0;
     std::vector<double> losses;
+    /// Per device, the time its timed steps spent in each kind of action (ms per step; the pipelines' breakdown).
+    std::vector<std::map<std::string, double>> ms_per_kind;
     std::string error; ///< why the run failed (then nothing else is set)
 };
 
@@ -138,6 +141,14 @@ Speed trainEngine(const planner::Plan& plan, const Options& o)
         for (const auto& m : run.memory)
             s.peak_bytes += static_cast<double>(m.peak);
         s.losses = run.losses;
+        for (const planner::Span& span : run.spans) {
+            if (span.t0 < start)
+                continue;
+            if (s.ms_per_kind.size() <= static_cast<std::size_t>(span.device))
+                s.ms_per_kind.resize(static_cast<std::size_t>(span.device) + 1);
+            s.ms_per_kind[static_cast<std::size_t>(span.device)][std::string(planner::toString(span.kind))]
+                += (span.t1 - span.t0) * 1e3 / o.steps;
+        }
     } catch (const std::exception& e) {
         s.error = e.what();
     }
@@ -386,7 +397,15 @@ int main(int argc, char** argv)
             oneStage = s.tokens_per_s;
         std::printf("  %-10s %9.0f tok/s  %7.2f ms/step  %.2fx the one-stage run  peak %.1f GiB\n", name.c_str(),
             s.tokens_per_s, s.step_s * 1e3, oneStage > 0 ? s.tokens_per_s / oneStage : 0.0, s.peak_bytes / (1 << 30));
-        results["pipelines"].push_back({{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s}});
+        // Where each device's step goes (span time per action kind; transfers include their waits).
+        for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1; ++d) {
+            std::string line;
+            for (const auto& [kind, ms] : s.ms_per_kind[d])
+                line += "  " + kind + " " + std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2);
+            std::printf("    device %zu, ms per step:%s\n", d, line.c_str());
+        }
+        results["pipelines"].push_back(
+            {{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s}, {"ms_per_kind", s.ms_per_kind}});
     }
 
     // 3. The planner's prediction from a profile measured on this GPU, against the one-stage batch-16 run.

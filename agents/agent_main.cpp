@@ -4,19 +4,24 @@
 //   pipewright-agent --capabilities [--human]   prints this machine's capabilities: JSON (the Hello, what
 //                                               pre-flight reads), or lines for people
 //   pipewright-agent --profile ...   measures a GPT-2's layers here and writes a model profile (profile_command.h)
+//   pipewright-agent --profile-gemm ...   times cuBLASLt products over a grid of shapes: the GEMM table (same file)
 //   pipewright-agent --session SOCKET [--linger S]   a served agent for an SSH deployment (agent/serve.h)
+//   pipewright-agent --connect HOST:PORT --secret-file F [--task N]   connects to its controller (a Slurm run's
+//                                                                     task: agent/connect.h)
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include "agents/agent/agent.h"
+#include "agents/agent/connect.h"
 #include "agents/agent/profile_command.h"
 #include "agents/agent/serve.h"
 
@@ -31,12 +36,37 @@ void onTerminate(int)
 
 int main(int argc, char** argv)
 {
+    if (argc > 1 && std::strcmp(argv[1], "--profile-gemm") == 0)
+        return pw::agents::runGemmProfileCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
     if (argc > 1 && std::strcmp(argv[1], "--profile") == 0)
         return pw::agents::runProfileCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
     if (argc == 4 && std::strcmp(argv[1], "--probe") == 0)
         return pw::agents::probeCommand(argv[2], std::atoi(argv[3]));
     if (argc == 3 && std::strcmp(argv[1], "--listen-probe") == 0)
         return pw::agents::listenProbeCommand(argv[2]);
+    if (argc > 1 && std::strcmp(argv[1], "--connect") == 0) {
+        // A Slurm run's task: --connect HOST:PORT --secret-file FILE [--task N] (the secret never on a command line).
+        std::string secretFile;
+        std::optional<int> task;
+        bool ok = argc >= 5 && argc % 2 == 1;
+        for (int i = 3; ok && i + 1 < argc; i += 2) {
+            if (std::strcmp(argv[i], "--secret-file") == 0)
+                secretFile = argv[i + 1];
+            else if (std::strcmp(argv[i], "--task") == 0)
+                task = std::atoi(argv[i + 1]);
+            else
+                ok = false;
+        }
+        if (!ok || secretFile.empty()) {
+            std::cerr << "usage: pipewright-agent --connect HOST:PORT --secret-file FILE [--task N]\n";
+            return 2;
+        }
+        struct sigaction term = {};
+        term.sa_handler = onTerminate;
+        sigaction(SIGTERM, &term, nullptr);
+        sigaction(SIGINT, &term, nullptr);
+        return pw::agents::connectCommand(argv[2], secretFile, task);
+    }
     // Served agents (runs deployed over SSH): --serve SOCKET | --attach SOCKET | --session SOCKET, [--linger S].
     for (const char* mode : {"--serve", "--attach", "--session"})
         if (argc > 2 && std::strcmp(argv[1], mode) == 0) {
@@ -73,7 +103,8 @@ int main(int argc, char** argv)
             return 0;
         }
         std::cerr << "pipewright-agent: unknown argument '" << argv[i]
-                  << "'\nusage: pipewright-agent [--capabilities [--human] | --version | --profile OPTIONS]\n"
+                  << "'\nusage: pipewright-agent [--capabilities [--human] | --version | --profile OPTIONS | "
+                     "--profile-gemm OPTIONS]\n"
                      "  (without arguments it speaks the controller protocol on stdin/stdout)\n";
         return 2;
     }

@@ -67,6 +67,11 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
     for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
         if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
             refuse("/layer_order", "the engine runs GPT-2's layers in their order");
+    if (const auto* traits = planner::findScheduleTraits(o.kind); traits && traits->splits_backward)
+        refuse("/schedule/kind",
+            "schedule '" + o.kind
+                + "' splits the backward into input and weight gradients (I and W actions), which the engine does "
+                  "not compute separately yet: plan with 1f1b (the same math, with 1F1B's bubble)");
     if (plan.tensor_parallel > 1)
         refuse("/tensor_parallel",
             "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
@@ -643,6 +648,7 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     case ActionKind::WavePull:
         span.bytes = wavePull(a);
         break;
+    case ActionKind::BackwardInput:
     case ActionKind::BackwardWeight:
         throw InputError("the engine does not run '" + std::string(planner::toString(a.kind))
             + "' actions yet (schedule '" + m_schedule.kind + "')");

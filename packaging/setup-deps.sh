@@ -9,6 +9,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev catch2 libsqlite3-dev libssh-dev libssl-dev libgloo-dev libopenblas-dev
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev
   openssh-server openssh-client xvfb xauth
+  lintian appstream man-db file # the Debian package's checks (packaging/deb.sh, tests/packaging)
+  slurm-wlm munge # the Slurm launcher's tests start their own slurmctld, slurmd and munged (tests/slurm)
 )
 
 missing=()

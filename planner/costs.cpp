@@ -110,6 +110,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         auto times = layerTimesOn(layer, type, speed);
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;
+        t.backward_weight_s += times.backward_ms * backwardWeightShare(layer) * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
         if (tp == 1) {
@@ -126,6 +127,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     if (tp > 1) {
         t.forward_s /= tp;
         t.backward_s /= tp;
+        t.backward_weight_s /= tp;
         t.weight_bytes /= tp;
         t.optimizer_bytes /= tp;
     }

@@ -48,6 +48,8 @@ struct StageTotals
 {
     double forward_s = 0;
     double backward_s = 0;
+    /// The weight-gradient part of backward_s (each layer's backwardWeightShare); the rest is the input gradient.
+    double backward_weight_s = 0;
     double weight_bytes = 0;
     double activation_bytes = 0; ///< activation memory the stage keeps per microbatch for its backward pass
     double input_bytes = 0; ///< bytes received from the previous stage

@@ -19,6 +19,15 @@ bool isDataSource(const Layer& layer)
     return layer.kind.rfind("Input", 0) == 0;
 }
 
+double backwardWeightShare(const Layer& layer)
+{
+    if (layer.backward_input_ms && layer.backward_weight_ms) {
+        const double sum = *layer.backward_input_ms + *layer.backward_weight_ms;
+        return sum > 0 ? *layer.backward_weight_ms / sum : 0.0;
+    }
+    return layer.weight_bytes > 0 ? 0.5 : 0.0;
+}
+
 double ModelProfile::totalWeightBytes() const
 {
     double sum = 0;
@@ -90,6 +99,13 @@ void ModelProfile::validate() const
             check(*l.optimizer_state_bytes, "optimizer_state_bytes");
         if (l.stashed_bytes)
             check(*l.stashed_bytes, "stashed_bytes");
+        if (l.backward_input_ms.has_value() != l.backward_weight_ms.has_value())
+            throw InputError({}, 0, path + (l.backward_input_ms ? "/backward_weight_ms" : "/backward_input_ms"),
+                "backward_input_ms and backward_weight_ms split the backward together: give both or neither");
+        if (l.backward_input_ms) {
+            check(*l.backward_input_ms, "backward_input_ms");
+            check(*l.backward_weight_ms, "backward_weight_ms");
+        }
         for (const auto& [type, t] : l.device_times) {
             if (!std::isfinite(t.forward_ms) || t.forward_ms < 0 || !std::isfinite(t.backward_ms) || t.backward_ms < 0)
                 throw InputError({}, 0, path + "/device_times/" + type, "times must be finite numbers >= 0");
@@ -128,6 +144,10 @@ json toJson(const ModelProfile& model)
             jl["optimizer_state_bytes"] = *l.optimizer_state_bytes;
         if (l.forward_flops)
             jl["forward_flops"] = *l.forward_flops;
+        if (l.backward_input_ms)
+            jl["backward_input_ms"] = *l.backward_input_ms;
+        if (l.backward_weight_ms)
+            jl["backward_weight_ms"] = *l.backward_weight_ms;
         if (model.is_graph)
             jl["inputs"] = l.inputs;
         if (!l.device_times.empty()) {
@@ -176,6 +196,10 @@ ModelProfile modelFromJson(const json& j)
             l.optimizer_state_bytes = f::nonNegative(jl, "optimizer_state_bytes", path);
         if (jl.contains("forward_flops"))
             l.forward_flops = f::nonNegative(jl, "forward_flops", path);
+        if (jl.contains("backward_input_ms"))
+            l.backward_input_ms = f::nonNegative(jl, "backward_input_ms", path);
+        if (jl.contains("backward_weight_ms"))
+            l.backward_weight_ms = f::nonNegative(jl, "backward_weight_ms", path);
         if (jl.contains("inputs")) {
             const auto& in = f::array(jl, "inputs", path);
             for (std::size_t k = 0; k < in.size(); ++k) {

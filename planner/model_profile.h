@@ -36,11 +36,21 @@ struct Layer
     std::optional<double> stashed_bytes;
     std::optional<double> optimizer_state_bytes; ///< when absent the plan's optimizer decides
     std::optional<double> forward_flops;
+    /// The backward split into its input gradient (what the previous layer waits for) and its weight gradient
+    /// (zero-bubble schedules run them apart). Given together or not at all; only their ratio is used: it splits
+    /// backward_ms (and every device_times backward) the same way. Absent: backwardWeightShare's estimate.
+    std::optional<double> backward_input_ms;
+    std::optional<double> backward_weight_ms;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
     std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
 
     bool operator==(const Layer&) const = default;
 };
+
+/// The weight gradient's share of `layer`'s backward: backward_weight_ms / (backward_input_ms + backward_weight_ms)
+/// when the profile splits it (0 when both are 0), else 1/2 for a layer with weights (an even split: a matrix
+/// product's input and weight gradients each cost its forward FLOPs) and 0 for a layer without (no weight gradient).
+double backwardWeightShare(const Layer& layer);
 
 /// @brief The shape of a GPT-style transformer, kept so that a plan made from it can later be trained.
 struct TransformerConfig

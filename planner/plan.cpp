@@ -313,8 +313,12 @@ void Plan::validateParallelism() const
             throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
                 "has " + std::to_string(stages[s].replicas()) + " devices, not a multiple of tensor_parallel "
                     + std::to_string(tensor_parallel));
-    // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's.
+    // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's, or with
+    // two chunks in a V (schedule "zbv") stage 2p - 1 - s's. Each generator checks the placement it runs.
     const int p = pipelineDepth();
+    bool v = schedule.chunks == 2 && p > 1;
+    for (int s = p; s < stageCount() && v; ++s)
+        v = stages[s].devices == stages[2 * p - 1 - s].devices;
     std::set<int> used;
     for (int s = 0; s < p; ++s)
         for (int d : stages[s].devices)
@@ -322,9 +326,12 @@ void Plan::validateParallelism() const
                 throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
                     "device " + std::to_string(d) + " is in two stages");
     for (int s = p; s < stageCount(); ++s)
-        if (stages[s].devices != stages[s % p].devices)
+        if (!v && stages[s].devices != stages[s % p].devices)
             throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
-                "virtual stage " + std::to_string(s) + " must run on the devices of stage " + std::to_string(s % p));
+                "virtual stage " + std::to_string(s) + " must run on the devices of stage " + std::to_string(s % p)
+                    + (schedule.chunks == 2 ? " (or, with two chunks in a V, of stage " + std::to_string(2 * p - 1 - s)
+                                + " for every virtual stage)"
+                                            : std::string()));
 }
 
 std::string digestOf(const json& j)

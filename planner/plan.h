@@ -29,7 +29,8 @@ inline constexpr long long kMaxStageMicrobatches = 5'000'000; ///< ~30 M actions
 int pipeDreamMicrobatches(const Plan& plan);
 
 /// @brief A contiguous range of layers (in the plan's layer order) replicated over `devices`.
-/// With interleaving these are virtual stages; virtual stage s runs on the devices of stage s mod p.
+/// With interleaving these are virtual stages; virtual stage s runs on the devices of stage s mod p, or with two
+/// chunks in a V (schedule "zbv") virtual stage s >= p on those of stage 2p - 1 - s.
 struct PlanStage
 {
     int first_layer = 0;
@@ -49,10 +50,11 @@ struct PlanStage
 /// @brief How the schedule generator and simulator run the plan.
 struct ScheduleOptions
 {
-    std::string kind = "1f1b"; ///< gpipe | 1f1b | pipedream | 2bw | interleaved | 1f1b-so | 1f1b-as | wsp
+    /// gpipe | 1f1b | pipedream | 2bw | interleaved | 1f1b-so | 1f1b-as | wsp | zb-h1 | zb-h2 | zbv
+    std::string kind = "1f1b";
     int microbatches = 8; ///< per batch (per pipeline replica set); inputs simulated for pipedream
     int microbatch_size = 0; ///< 0 = the profile's
-    int chunks = 1; ///< virtual stages per device (interleaved)
+    int chunks = 1; ///< virtual stages per device (interleaved; 2 for zbv)
     int iterations = 1; ///< batches to simulate
     bool recompute = false; ///< activation recomputation
     std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)

@@ -13,7 +13,7 @@ namespace pw::planner {
 using nlohmann::json;
 
 namespace {
-constexpr std::array<std::string_view, 11> kKindNames = {
+constexpr std::array<std::string_view, 12> kKindNames = {
     "F",
     "B",
     "W",
@@ -25,6 +25,7 @@ constexpr std::array<std::string_view, 11> kKindNames = {
     "OPTIMIZER_STEP",
     "WAVE_PUSH",
     "WAVE_PULL",
+    "I",
 };
 }
 
@@ -43,8 +44,12 @@ ActionKind actionKindFromString(std::string_view name)
 
 bool isCompute(ActionKind kind)
 {
-    return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::BackwardWeight
-        || kind == ActionKind::OptimizerStep;
+    return kind == ActionKind::Forward || isBackward(kind) || kind == ActionKind::OptimizerStep;
+}
+
+bool isBackward(ActionKind kind)
+{
+    return kind == ActionKind::Backward || kind == ActionKind::BackwardInput || kind == ActionKind::BackwardWeight;
 }
 
 bool isSend(ActionKind kind)

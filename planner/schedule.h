@@ -17,7 +17,9 @@ inline constexpr int kScheduleFormatVersion = 1;
 enum class ActionKind : std::uint8_t {
     Forward,
     Backward, ///< input and weight gradients together
-    BackwardWeight, ///< weight gradient alone (split backward; not generated yet)
+    /// Weight gradient alone (zero-bubble schedules: after its own BackwardInput, before the batch's optimizer
+    /// step; it frees the stage's stashed activations of its microbatch).
+    BackwardWeight,
     SendActivation,
     RecvActivation,
     SendGradient,
@@ -30,6 +32,10 @@ enum class ActionKind : std::uint8_t {
     /// Blocks until every WavePush of wave `wave` in the schedule has arrived at the parameter servers, then
     /// pulls the partition's global weights (bytes = the partition's weights).
     WavePull,
+    /// Input gradient alone (zero-bubble schedules, Qi et al. 2024): the part of the backward the previous stage
+    /// waits for; it sends the gradient on, and its BackwardWeight follows later. Appended last: the history
+    /// stores kinds by number (app/history/schema.h).
+    BackwardInput,
 };
 
 std::string_view toString(ActionKind kind);
@@ -39,6 +45,8 @@ bool isCompute(ActionKind kind);
 bool isSend(ActionKind kind);
 bool isRecv(ActionKind kind);
 bool isWaveSync(ActionKind kind); ///< WavePush or WavePull
+/// Backward, BackwardInput or BackwardWeight.
+bool isBackward(ActionKind kind);
 
 /// @brief One step of a device's program.
 ///

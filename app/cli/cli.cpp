@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "measure_commands.h"
 #include "planner/errors.h"
+#include "planner/export/export.h"
 #include "planner/schedule/generator.h"
 #include "run_commands.h"
 
@@ -20,7 +21,8 @@ namespace {
 
 constexpr const char* kExitStatusHelp = "Exit status: 0 done; 1 error (bad input, no plan); 2 usage error (a wrong "
                                         "or meaningless option); 3 the plan was written and printed but does not "
-                                        "fit device memory.\nMemory is shown in GiB (2^30 bytes), bandwidth in "
+                                        "fit device memory; 4 a run started but failed or was stopped (its record "
+                                        "is in the history).\nMemory is shown in GiB (2^30 bytes), bandwidth in "
                                         "GB/s (1e9 bytes/s).";
 
 /// Schedule and device options shared by `plan` and `compare`.
@@ -166,10 +168,19 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     ExportOptions expOpt;
     auto* exp = app.add_subcommand("export", "export a plan's schedule or profile");
     exp->add_option("plan", expOpt.plan, "plan JSON")->required();
-    exp->add_option("--format", expOpt.format, "chrome-trace | actions-csv | graph-txt | schedule-json")
+    // The other runtimes' formats come from the planner's registry of exporters (planner/export/export.h).
+    std::vector<std::string> formats = {"chrome-trace", "actions-csv", "graph-txt", "schedule-json"};
+    std::string runtimes;
+    for (const auto* e : planner::planExporters()) {
+        formats.emplace_back(e->name());
+        runtimes += std::string(runtimes.empty() ? "" : " | ") + std::string(e->name());
+    }
+    exp->add_option("--format", expOpt.format,
+           "chrome-trace | actions-csv | graph-txt | schedule-json (a file), or the files another runtime loads: "
+               + runtimes + " (a directory)")
         ->required()
-        ->check(CLI::IsMember({"chrome-trace", "actions-csv", "graph-txt", "schedule-json"}));
-    exp->add_option("-o,--output", expOpt.output, "file to write")->required();
+        ->check(CLI::IsMember(formats));
+    exp->add_option("-o,--output", expOpt.output, "file to write (a directory for " + runtimes + ")")->required();
     exp->add_flag("--json", expOpt.json, "print a JSON summary");
 
     CompareOptions cmpOpt;
@@ -217,6 +228,18 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     runCmd->add_flag("--keep-run-dir", runOpt.keep_run_dir, "leave the run directories (logs, journals) on the hosts");
     runCmd->add_option("--remote-root", runOpt.remote_root,
         "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
+    runCmd->add_flag("--slurm", runOpt.slurm,
+        "submit a Slurm batch job whose srun starts one agent per device; they connect back to this machine");
+    runCmd->add_option("--partition", runOpt.partition, "with --slurm: the partition (default: Slurm's default)");
+    runCmd->add_option("--account", runOpt.account, "with --slurm: the account to charge");
+    runCmd->add_option("--time", runOpt.time, "with --slurm: the job's time limit, as sbatch takes it");
+    runCmd->add_option("--sbatch-arg", runOpt.sbatch_args, "with --slurm: one more sbatch option (repeatable)")
+        ->allow_extra_args(false);
+    runCmd->add_option("--controller-address", runOpt.controller_address,
+        "with --slurm: the address the compute nodes reach this machine at (default: its hostname)");
+    runCmd->add_option("--slurm-dir", runOpt.slurm_dir,
+        "with --slurm: where the run directories go, on a filesystem the nodes share (default: "
+        "~/.cache/pipewright/slurm)");
     runCmd->add_option("--steps", runOpt.training.steps, "optimizer steps")->capture_default_str();
     runCmd->add_option("--data", runOpt.data, "llm.c token file or text file (default: a synthetic Markov corpus)");
     runCmd->add_option("--init", runOpt.init, "llm.c GPT-2 checkpoint (fp32) to start from");
@@ -246,8 +269,12 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 
     PreflightOptions preOpt;
     auto* pre = app.add_subcommand("preflight", "check every node of a cluster before a deployment");
-    pre->add_option("cluster", preOpt.cluster, "cluster JSON (host, ssh_port, ssh_user, ssh_identity_file, env)")
+    pre->add_option("cluster", preOpt.cluster,
+           "cluster JSON (host, ssh_port, ssh_user, ssh_identity_file, env); with --slurm: the plan")
         ->required();
+    pre->add_flag("--slurm", preOpt.slurm,
+        "check that a Slurm partition holds the plan (sinfo, scontrol show node): nodes, CPUs, GPUs as Gres");
+    pre->add_option("--partition", preOpt.partition, "with --slurm: the partition (default: Slurm's default)");
     pre->add_option("--plan", preOpt.plan, "check only the nodes and devices this plan uses");
     pre->add_option("--known-hosts", preOpt.known_hosts,
         "known_hosts file (default: .ssh/known_hosts in the account's home directory, from the password database)");
@@ -267,6 +294,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     down->add_flag("--accept-new-host-keys", downOpt.accept_new_host_keys, "trust and record unknown host keys");
     down->add_option("--remote-root", downOpt.remote_root,
         "where runs and agent builds go on the hosts (default: ~/.cache/pipewright of the SSH user)");
+    down->add_flag("--json", downOpt.json, "print what each node removed and kept as JSON");
 
     HistoryOptions histOpt;
     auto* hist = app.add_subcommand("history", "the runs this machine recorded");
@@ -285,12 +313,14 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         ->check(CLI::IsMember({"csv", "chrome-trace"}))
         ->capture_default_str();
     histExport->add_option("-o,--output", histOpt.output, "file to write")->required();
+    histExport->add_flag("--json", histOpt.json, "print what was written as JSON");
     auto* histCompare = hist->add_subcommand("compare",
         "several runs side by side: configuration differences, per-stage time and bubble deltas, metric summaries");
     histCompare->add_option("runs", histOpt.runs, "run ids (unique prefixes, or latest), two or more")->required();
     histCompare->add_flag("--json", histOpt.json, "print JSON");
     auto* histDelete = hist->add_subcommand("delete", "delete a run and everything recorded about it");
     histDelete->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
+    histDelete->add_flag("--json", histOpt.json, "print the deleted run's id as JSON");
     for (auto* sub : {histList, histShow, histExport, histDelete, histCompare})
         sub->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
 

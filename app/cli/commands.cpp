@@ -10,6 +10,7 @@
 #include "planner/analysis/advisor.h"
 #include "planner/device_presets.h"
 #include "planner/errors.h"
+#include "planner/export/export.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/io/graph_txt.h"
 #include "planner/io/json_file.h"
@@ -333,9 +334,42 @@ void simulate(const SimulateOptions& o, std::ostream& out)
         throw DoesNotFit(o.plan, 0, "", problem);
 }
 
+namespace {
+
+/// The files another runtime loads, into the directory o.output (made when missing; nothing is written when the
+/// runtime cannot express the plan), and what the user must know about them.
+void exportForRuntime(const PlanExporter& exporter, const Plan& plan, const ExportOptions& o, std::ostream& out)
+{
+    PlanExport result;
+    try {
+        result = exporter.write(plan);
+    } catch (const InputError& e) {
+        throw inPlanFile(e, o.plan);
+    }
+    const auto written = writePlanExport(result, o.output);
+    json files = json::array();
+    for (std::size_t i = 0; i < written.size(); ++i)
+        files.push_back({{"name", written[i]}, {"bytes", result.files[i].text.size()}});
+    if (o.json) {
+        out << json {{"format", o.format}, {"output", o.output}, {"files", files}, {"notes", result.notes}}.dump(2)
+            << "\n";
+        return;
+    }
+    for (const std::string& path : written)
+        out << "wrote " << path << "\n";
+    for (const std::string& note : result.notes)
+        out << "note: " << note << "\n";
+}
+
+} // namespace
+
 void exportPlan(const ExportOptions& o, std::ostream& out)
 {
     Plan plan = loadPlan(o.plan);
+    if (const PlanExporter* exporter = findPlanExporter(o.format)) {
+        exportForRuntime(*exporter, plan, o, out);
+        return;
+    }
     if (o.format == "graph-txt") {
         std::ostringstream text;
         writeGraphTxt(text, plan.model, &plan);

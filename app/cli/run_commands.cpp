@@ -114,9 +114,14 @@ app::RunRecord findRun(app::HistoryStore& h, const std::string& id)
 
 int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
 {
-    if (o.local == !o.cluster.empty())
+    if (int(o.local) + int(!o.cluster.empty()) + int(o.slurm) != 1)
+        throw InputError("run: give --local (agents on this machine), --cluster CLUSTER.json (over SSH) or --slurm "
+                         "(a Slurm batch job), one of them");
+    if (!o.slurm
+        && (!o.partition.empty() || !o.account.empty() || !o.time.empty() || !o.sbatch_args.empty()
+            || !o.controller_address.empty() || !o.slurm_dir.empty()))
         throw InputError(
-            "run: give --local (agents on this machine) or --cluster CLUSTER.json (over SSH), one of them");
+            "--partition, --account, --time, --sbatch-arg, --controller-address and --slurm-dir go with --slurm");
     if (o.cluster.empty()
         && (o.accept_new_host_keys || !o.known_hosts.empty() || o.keep_run_dir || !o.remote_root.empty()))
         throw InputError("--known-hosts, --accept-new-host-keys, --keep-run-dir and --remote-root go with --cluster");
@@ -153,6 +158,16 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         remote.remote_root = o.remote_root;
         req.remote = remote;
     }
+    if (o.slurm) {
+        app::SlurmOptions slurm;
+        slurm.partition = o.partition;
+        slurm.account = o.account;
+        slurm.time = o.time;
+        slurm.sbatch_args = o.sbatch_args;
+        slurm.controller_address = o.controller_address;
+        slurm.run_root = o.slurm_dir;
+        req.slurm = slurm;
+    }
     req.plan_label = std::filesystem::path(o.plan).filename().string();
     req.training = o.training;
     req.training.seed = app::parseSeed(o.seed);
@@ -186,7 +201,7 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     observer.log = [&](const std::string& agent, const std::string& level, const std::string& text) {
         // A remote run's deployment (uploads, teardown), where each agent landed and each reconnect and resume of a
         // dropped link are worth a line too (the controller says these at level info).
-        if (level == "error" || level == "warning" || (req.remote && (agent == "controller" || level == "info")))
+        if (level == "error" || level == "warning" || (!req.local() && (agent == "controller" || level == "info")))
             err << (tty ? "\n" : "") << agent << ": " << level << ": " << text << "\n";
     };
     g_running = &controller;
@@ -230,8 +245,42 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     return r.status == app::RunStatus::Succeeded ? 0 : kExitRunFailed;
 }
 
+namespace {
+
+/// preflight PLAN --slurm: whether the partition holds the plan, a line per check.
+int slurmPreflight(const PreflightOptions& o, std::ostream& out, std::ostream& err)
+{
+    planner::Plan plan;
+    try {
+        plan = planner::loadPlan(o.cluster);
+    } catch (const InputError& e) {
+        throw e.inFile(o.cluster);
+    }
+    app::SlurmOptions options;
+    options.partition = o.partition;
+    const auto fit = app::checkSlurmFit(plan, options);
+    if (o.json) {
+        out << nlohmann::json {{"partition", fit.partition}, {"fits", fit.refusal.empty()}, {"checks", fit.lines},
+            {"refusal", fit.refusal}}
+                   .dump(2)
+            << "\n";
+    } else {
+        for (const auto& line : fit.lines)
+            err << "  " << line << "\n";
+        (fit.refusal.empty() ? err : out)
+            << (fit.refusal.empty() ? "  ok: the plan fits" : "  FAIL  " + fit.refusal) << "\n";
+    }
+    return fit.refusal.empty() ? 0 : 1;
+}
+
+} // namespace
+
 int preflightCommand(const PreflightOptions& o, std::ostream& out, std::ostream& err)
 {
+    if (o.slurm)
+        return slurmPreflight(o, out, err);
+    if (!o.partition.empty())
+        throw InputError("--partition goes with --slurm");
     planner::Cluster cluster;
     try {
         cluster = planner::loadCluster(o.cluster);
@@ -295,6 +344,7 @@ int teardownCommand(const TeardownOptions& o, std::ostream& out, std::ostream& e
             s += (s.empty() ? "" : ", ") + r;
         return s;
     };
+    nlohmann::json nodes = nlohmann::json::array();
     for (const auto& node : cluster.nodes) {
         const auto endpoint = app::endpointOf(node);
         if (std::find(done.begin(), done.end(), endpoint) != done.end())
@@ -304,6 +354,11 @@ int teardownCommand(const TeardownOptions& o, std::ostream& out, std::ostream& e
             auto session = agents::SshSession::open(endpoint, ssh);
             const std::string root = app::remoteRoot(*session, o.remote_root);
             const auto left = app::removeLeftoverRuns(*session, root, {}, true);
+            if (o.json) {
+                nodes.push_back({{"node", node.name}, {"host", session->name()}, {"runs_dir", root + "/runs"},
+                    {"removed", left.removed}, {"in_use", left.in_use}});
+                continue;
+            }
             out << node.name << " (" << session->name() << "): ";
             if (left.removed.empty())
                 out << "no leftover run directory in " << root << "/runs";
@@ -314,10 +369,15 @@ int teardownCommand(const TeardownOptions& o, std::ostream& out, std::ostream& e
                 out << "; kept " << join(left.in_use) << " (an agent of the run is running, or it is being deployed)";
             out << "\n";
         } catch (const std::exception& e) {
-            err << node.name << ": " << e.what() << "\n";
+            if (o.json)
+                nodes.push_back({{"node", node.name}, {"error", e.what()}});
+            else
+                err << node.name << ": " << e.what() << "\n";
             status = 1;
         }
     }
+    if (o.json)
+        out << nlohmann::json {{"nodes", nodes}}.dump(2) << "\n";
     return status;
 }
 
@@ -417,7 +477,8 @@ void historyList(const HistoryOptions& o, std::ostream& out)
         for (const auto& r : runs)
             j.push_back({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
                 {"message", r.status_message}, {"started_unix_s", r.started_unix_s}, {"ended_unix_s", r.ended_unix_s},
-                {"steps", r.steps_done}, {"steps_planned", r.steps_planned}, {"tags", r.tags}});
+                {"steps", r.steps_done}, {"steps_planned", r.steps_planned}, {"tags", r.tags}, {"launcher", r.launcher},
+                {"job_id", r.job_id}});
         out << j.dump(2) << "\n";
         return;
     }
@@ -506,7 +567,8 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
         nlohmann::json j({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
             {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
             {"predicted_iteration_s", cmp.predicted_iteration_s}, {"measured_iteration_s", cmp.measured_iteration_s},
-            {"iteration_error", cmp.iteration_error}, {"stages", stages}, {"memory", mem}});
+            {"iteration_error", cmp.iteration_error}, {"stages", stages}, {"memory", mem}, {"launcher", r.launcher},
+            {"job_id", r.job_id}});
         nlohmann::json stallsJson = nlohmann::json::array();
         for (const auto& s : stalls)
             stallsJson.push_back({{"t_s", s.t_s}, {"report", s.report}, {"chain", s.chain}});
@@ -529,6 +591,9 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     }
     out << "run " << r.id << " (" << r.label << "): " << app::toString(r.status)
         << (r.status_message.empty() ? "" : " - " + r.status_message) << "\n";
+    if (!r.launcher.empty())
+        out << "  launched " << (r.launcher == "local" ? "on this machine" : "by " + r.launcher)
+            << (r.job_id.empty() ? "" : " as job " + r.job_id) << "\n";
     out << "  plan " << plan.configString() << ", schedule " << plan.schedule.kind << ", " << steps << " of "
         << r.steps_planned << " steps, " << measured.spans.size() << " measured spans\n";
     if (!losses.empty())
@@ -597,7 +662,12 @@ void historyExport(const HistoryOptions& o, std::ostream& out)
         h.exportCsv(r.id, file);
     else
         h.exportChromeTrace(r.id, file);
-    out << "wrote " << o.output << " (" << o.format << " of run " << r.id << ")\n";
+    if (!file.flush())
+        throw InputError(o.output + ": write failed");
+    if (o.json)
+        out << nlohmann::json {{"run_id", r.id}, {"format", o.format}, {"output", o.output}}.dump(2) << "\n";
+    else
+        out << "wrote " << o.output << " (" << o.format << " of run " << r.id << ")\n";
 }
 
 void historyDelete(const HistoryOptions& o, std::ostream& out)
@@ -605,7 +675,10 @@ void historyDelete(const HistoryOptions& o, std::ostream& out)
     auto h = openHistory(o.history);
     const auto r = findRun(h, o.run);
     h.deleteRun(r.id);
-    out << "deleted run " << r.id << "\n";
+    if (o.json)
+        out << nlohmann::json {{"deleted", r.id}}.dump(2) << "\n";
+    else
+        out << "deleted run " << r.id << "\n";
 }
 
 } // namespace pw::cli

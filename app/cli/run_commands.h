@@ -25,6 +25,11 @@ struct RunOptions
     bool accept_new_host_keys = false;
     bool keep_run_dir = false;
     std::string remote_root; ///< --remote-root: where runs and agent builds go on the hosts
+    bool slurm = false; ///< --slurm: a Slurm batch job (app/run/slurm.h) instead of --local or --cluster
+    std::string partition, account, time; ///< --partition, --account, --time (sbatch's)
+    std::vector<std::string> sbatch_args; ///< --sbatch-arg, each one word for sbatch
+    std::string controller_address; ///< --controller-address: where the compute nodes reach this machine
+    std::string slurm_dir; ///< --slurm-dir: the run directories' folder, on a filesystem the nodes share
     /// --steps, --lr, --weight-decay, --warmup and --cosine land here; runPlan fills in its seed, data and
     /// checkpoints from the options below, which keep what the user wrote.
     agents::TrainingOptions training;
@@ -43,7 +48,9 @@ struct RunOptions
 
 struct PreflightOptions
 {
-    std::string cluster;
+    std::string cluster; ///< with --slurm: the plan
+    bool slurm = false; ///< check a Slurm partition against the plan instead of SSH nodes
+    std::string partition; ///< --partition (with --slurm; default: the cluster's default partition)
     std::string plan; ///< only the nodes and devices this plan uses
     std::string known_hosts;
     std::string remote_root;
@@ -60,6 +67,7 @@ struct TeardownOptions
     std::string known_hosts;
     std::string remote_root;
     bool accept_new_host_keys = false;
+    bool json = false; ///< one JSON object: per node, what it removed and kept, or its error
 };
 
 /// pipewright-cli teardown --cluster FILE: on every node of the cluster, removes the Pipewright run directories

@@ -61,6 +61,8 @@ int main(int argc, char** argv)
     QApplication::setOrganizationName(QStringLiteral("Pipewright"));
     QApplication::setApplicationName(QStringLiteral("Pipewright"));
     QApplication::setApplicationVersion(QStringLiteral(PW_VERSION));
+    // The installed desktop entry (packaging/linux/): Wayland compositors match windows to it by this name.
+    QGuiApplication::setDesktopFileName(QStringLiteral("io.github.pipewright.Pipewright"));
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Plan pipeline-parallel training: drag stage boundaries, run "

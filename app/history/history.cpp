@@ -102,7 +102,7 @@ constexpr const char* kRunSelect
     = "id, plan_json, cluster_json, hosts_json, label, status, status_message, started_unix_s, ended_unix_s, "
       "controller_host, controller_pid, steps_planned, predicted_steps, "
       "(SELECT count(DISTINCT step) FROM metrics m WHERE m.run = runs.id AND m.name = 'loss' AND m.device = -1), "
-      "updated_unix_s";
+      "updated_unix_s, launcher, job_id";
 } // namespace
 
 std::string_view toString(RunStatus status)
@@ -200,6 +200,8 @@ RunRecord HistoryStore::Impl::readRun(const Statement& s)
     r.steps_planned = s.integer(11);
     r.predicted_steps = s.integer(12);
     r.steps_done = s.integer(13);
+    r.launcher = s.text(15);
+    r.job_id = s.text(16);
     r.tags = tags(r.id);
     // A reader that may not write shows what markInterrupted() would write.
     if (access == Access::ReadOnly && r.status == RunStatus::Running
@@ -345,7 +347,7 @@ std::string HistoryStore::createRun(const NewRun& run, std::int64_t controllerPi
     }
     Statement insert(m.db,
         std::string("INSERT INTO runs (") + kRunColumns
-            + ", run_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, "
+            + ", launcher, run_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, "
               "(SELECT coalesce(max(run_key), 0) + 1 FROM runs))");
     insert.text(1, id)
         .text(2, run.plan_json)
@@ -359,6 +361,7 @@ std::string HistoryStore::createRun(const NewRun& run, std::int64_t controllerPi
         .text(10, hostName())
         .integer(11, controllerPid)
         .integer(12, run.steps_planned)
+        .text(13, run.launcher)
         .run();
     m.insertTags(id, run.tags);
     m.touch(id);
@@ -439,6 +442,16 @@ void HistoryStore::deleteRun(const std::string& id)
         Statement erase(m.db, sql);
         erase.text(1, id).run();
     }
+    tx.commit();
+}
+
+void HistoryStore::setJobId(const std::string& id, const std::string& job_id)
+{
+    auto& m = impl();
+    Transaction tx(m.db, Transaction::Access::Write);
+    m.requireRun(id);
+    Statement update(m.db, "UPDATE runs SET job_id = ?2 WHERE id = ?1");
+    update.text(1, id).text(2, job_id).run();
     tx.commit();
 }
 

@@ -20,7 +20,7 @@ namespace pw::app {
 
 /// The schema version this code writes (`PRAGMA user_version`). Older files are migrated step by step on open;
 /// newer ones are refused.
-inline constexpr int kHistorySchemaVersion = 5;
+inline constexpr int kHistorySchemaVersion = 6;
 
 /// @brief Anything that went wrong with a history file. what() names the file and, for SQLite failures, carries
 /// sqlite3_errmsg().
@@ -57,6 +57,8 @@ struct RunRecord
     std::int64_t predicted_steps = 0; ///< the steps the stored prediction covers (0: none stored)
     std::int64_t steps_done = 0; ///< steps whose loss is recorded (steps_planned is what was asked for)
     std::vector<std::string> tags; ///< sorted, no duplicates
+    std::string launcher; ///< how its agents were started: "local", "ssh" or "slurm" (empty: not known)
+    std::string job_id; ///< the scheduler's job of the run (Slurm's job id); empty: none
 
     bool operator==(const RunRecord&) const = default;
 };
@@ -70,6 +72,7 @@ struct NewRun
     std::string label;
     std::int64_t steps_planned = 0;
     std::vector<std::string> tags;
+    std::string launcher; ///< "local", "ssh" or "slurm"
 };
 
 /// @brief A span as telemetry delivers it: the agent that sent it and its number among that agent's spans (from 1,
@@ -215,6 +218,8 @@ public:
     /// The run and every row that belongs to it, in one transaction.
     void deleteRun(const std::string& id);
 
+    /// Stores the scheduler's job of the run (Slurm's job id), once it is submitted.
+    void setJobId(const std::string& id, const std::string& job_id);
     /// Replaces the run's device names (index = device).
     void setDeviceNames(const std::string& id, const std::vector<std::string>& names);
     /// Replaces the run's agent clocks and says which clock its measured spans are on (Host or Aligned).

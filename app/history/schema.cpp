@@ -180,6 +180,13 @@ CREATE TABLE flight_recorder (
     PRIMARY KEY (run, device, seq)
 );
 )sql"),
+    // 6: launchers. How a run's agents were started ('local', 'ssh', 'slurm'; earlier runs: what their hosts_json
+    // says) and the scheduler's job of the run (Slurm's job id; '' for none).
+    std::string_view(R"sql(
+ALTER TABLE runs ADD COLUMN launcher TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN job_id TEXT NOT NULL DEFAULT '';
+UPDATE runs SET launcher = coalesce(json_extract(hosts_json, '$[0].launcher'), '') WHERE json_valid(hosts_json);
+)sql"),
 };
 static_assert(kMigrations.size() == kHistorySchemaVersion, "one migration step per schema version");
 

@@ -17,13 +17,14 @@ std::span<const std::string_view> historyMigrations();
 /// The spans table stores lanes and kinds as numbers: reordering an enum of the planner would reinterpret every
 /// stored span, so the build fails instead (append new values at the end; a new one needs kKindCount raised).
 inline constexpr int kLaneCount = 4;
-inline constexpr int kKindCount = 11;
+inline constexpr int kKindCount = 12;
 inline constexpr bool enumsInSchemaOrder()
 {
     using K = planner::ActionKind;
     using L = planner::Lane;
-    constexpr std::array<K, kKindCount> kinds = {K::Forward, K::Backward, K::BackwardWeight, K::SendActivation,
-        K::RecvActivation, K::SendGradient, K::RecvGradient, K::AllReduce, K::OptimizerStep, K::WavePush, K::WavePull};
+    constexpr std::array<K, kKindCount> kinds
+        = {K::Forward, K::Backward, K::BackwardWeight, K::SendActivation, K::RecvActivation, K::SendGradient,
+            K::RecvGradient, K::AllReduce, K::OptimizerStep, K::WavePush, K::WavePull, K::BackwardInput};
     constexpr std::array<L, kLaneCount> lanes = {L::Compute, L::Send, L::Recv, L::Collective};
     for (int i = 0; i < kKindCount; ++i)
         if (static_cast<int>(kinds[i]) != i)

@@ -16,9 +16,8 @@ std::string demoDirectory()
     namespace fs = std::filesystem;
     if (const char* env = std::getenv("PIPEWRIGHT_DEMO_DIR"); env && *env)
         return env;
-    for (const char* dir : {PW_DEMO_DIR, PW_INSTALLED_DEMO_DIR})
-        if (fs::exists(fs::path(dir) / "gpt-demo.json"))
-            return dir;
+    // An installed program (bin/ beside share/: /usr/bin/pipewright, the .deb) reads its own copy first, so that
+    // it never depends on the source tree it was built from still being there, nor reads a newer one.
     std::error_code ec;
     auto exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
@@ -26,6 +25,9 @@ std::string demoDirectory()
         if (fs::exists(shared / "gpt-demo.json"))
             return shared.string();
     }
+    for (const char* dir : {PW_DEMO_DIR, PW_INSTALLED_DEMO_DIR})
+        if (fs::exists(fs::path(dir) / "gpt-demo.json"))
+            return dir;
     throw planner::InputError("cannot find the bundled demo; set PIPEWRIGHT_DEMO_DIR to resources/demo");
 }
 

@@ -8,7 +8,8 @@
 
 namespace pw::app {
 
-/// Where the bundled demo lives: $PIPEWRIGHT_DEMO_DIR, the source tree, or the installed share folder.
+/// Where the bundled demo lives: $PIPEWRIGHT_DEMO_DIR, the share folder beside an installed executable
+/// (../share/pipewright/demo), or the source tree.
 /// Throws InputError when none holds it.
 std::string demoDirectory();
 

@@ -115,10 +115,17 @@ CheckedRun checkRun(const RunRequest& req)
         p.validate();
         planner::generateSchedule(p); // throws for a schedule the plan does not suit
     }
-    if (!req.remote) // a remote run's files are on its hosts, where its agents check them the same way
+    if (req.remote && req.slurm)
+        throw planner::InputError("a run goes over SSH or through Slurm, not both");
+    if (req.local()) // a remote run's files are on its hosts, where its agents check them the same way
         checkRunFiles(req);
-    else
+    else if (req.remote)
         requireEnvValues(*req.plan.cluster);
+    else { // the partition must hold the plan: refused here, before anything is submitted (app/run/slurm.h)
+        SlurmOptions slurm = *req.slurm;
+        slurm.cpus_per_task = std::max(1, req.threads.value_or(1));
+        requireSlurmFit(req.plan, slurm);
+    }
     // The prediction of the first steps: the schedule repeats, so a few steps give the per-step figures and the
     // overlay's shape, and a run of a million steps is not simulated (and stored) in full first. It is also what
     // a local run's memory is checked against.
@@ -131,10 +138,10 @@ CheckedRun checkRun(const RunRequest& req)
     } catch (const std::exception& e) {
         out.no_prediction = e.what();
     }
-    if (!req.remote) // before the run is recorded: GPUs this machine does not have fail here, not in an agent
+    if (req.local()) // before the run is recorded: GPUs this machine does not have fail here, not in an agent
         checkLocalGpus(req.plan, out.prediction ? &*out.prediction : nullptr);
     const auto machine = MachineResources::thisMachine();
-    if (!req.remote && !req.force)
+    if (req.local() && !req.force)
         if (const auto excess
             = localRunExcess(localRunLoad(req, out.prediction ? &*out.prediction : nullptr, machine), machine);
             !excess.empty())
@@ -174,16 +181,13 @@ void RunController::Impl::prepare(CheckedRun& checked, const RunObserver& o)
     NewRun nr;
     nr.plan_json = planner::toJson(request.plan).dump();
     nr.cluster_json = planner::toJson(*request.plan.cluster).dump();
+    launcher = makeLauncher(request);
+    threadsPerAgent = launcher->threadsPerAgent().value_or(threadsPerAgent);
     nlohmann::json hosts = nlohmann::json::array();
-    for (int d : devices) {
-        const auto& node = request.plan.cluster->nodes[static_cast<std::size_t>(request.plan.cluster->device(d).node)];
-        if (request.remote)
-            hosts.push_back({{"device", d}, {"host", node.host.empty() ? node.name : node.host}, {"node", node.name},
-                {"launcher", "ssh"}});
-        else
-            hosts.push_back({{"device", d}, {"host", "localhost"}, {"launcher", "local"}});
-    }
+    for (int d : devices)
+        hosts.push_back(launcher->hostOf(d));
     nr.hosts_json = hosts.dump();
+    nr.launcher = launcher->kind();
     nr.label = request.plan_label;
     nr.steps_planned = request.training.steps;
     runId = history.createRun(nr);
@@ -230,17 +234,25 @@ void RunController::Impl::launch(const RunObserver& o)
     }
     t0 = monotonicNow();
     try {
-        if (request.remote) {
-            // Over SSH: sessions to the nodes, the run directories, the agent and the plan uploaded there.
-            std::vector<int> devices;
-            for (const auto& a : agents)
-                devices.push_back(a->devices.front());
-            remote = std::make_unique<RemoteDeployment>(
-                *request.plan.cluster, runId, *request.remote, request.agent_executable);
-            remote->prepare(devices, planJson, [&](const std::string& line) { logLine(-1, "info", line, o); });
+        // What the launcher needs first: SSH sessions and uploads, a Slurm job and its agents connected back.
+        std::vector<int> devices;
+        for (const auto& a : agents)
+            devices.push_back(a->devices.front());
+        LaunchContext context;
+        context.run_id = runId;
+        context.log = [&](const std::string& line) { logLine(-1, "info", line, o); };
+        context.stop_requested = [this] { return stopRequested.load(); };
+        try {
+            launcher->prepare(devices, planJson, context);
+        } catch (...) {
+            recordJob(); // a job that was submitted is the run's even when its agents never came
+            throw;
         }
+        recordJob();
+        if (stopRequested)
+            return; // asked while the launcher waited (a pending job): nothing more starts
         for (auto& a : agents) {
-            a->conn = remote ? remote->startAgent(a->devices.front()) : startLocalAgent(request.agent_executable);
+            a->conn = launcher->startAgent(a->devices.front());
             a->last_heard = Clock::now(); // silence counts from its start (an upload before may take a while)
         }
     } catch (const std::exception& e) {
@@ -271,10 +283,11 @@ agents::RunSpec RunController::Impl::runSpecFor(const AgentLink& a, const std::v
     spec.transport = runTransport(request.plan); // NCCL between GPUs of their own, else Gloo
     spec.telemetry_batch = request.telemetry_batch;
     assignDevices(spec, request.plan); // the node's GPU for each device; none on a CPU node
-    if (remote) {
-        spec.journal_path = remote->journalPath(a.devices.front());
-        spec.gloo_host = remote->glooHost(a.devices.front());
-    }
+    for (std::size_t i = 0; i < spec.cuda_devices.size(); ++i) // as the launcher's agents see their GPUs
+        if (spec.cuda_devices[i] >= 0)
+            spec.cuda_devices[i] = launcher->cudaDevice(spec.devices[i], spec.cuda_devices[i]).value_or(-1);
+    spec.journal_path = launcher->journalPath(a.devices.front());
+    spec.gloo_host = launcher->glooHost(a.devices.front());
     return spec;
 }
 
@@ -295,6 +308,7 @@ void RunController::Impl::loop(const RunObserver& o)
         reconnectLost(o);
         checkSilence(o);
         checkStall(o);
+        checkAllocation();
         reportAgents(o);
         flushPeriodically();
     }
@@ -314,6 +328,25 @@ void RunController::Impl::startWhenReady()
     lastProgress = Clock::now();
     for (auto& a : agents)
         send(*a, agents::Start {});
+}
+
+void RunController::Impl::recordJob()
+{
+    if (const auto job = launcher->jobId(); !job.empty() && job != recordedJob) {
+        history.setJobId(runId, job);
+        recordedJob = job;
+    }
+}
+
+void RunController::Impl::checkAllocation()
+{
+    // A job the scheduler ended (cancelled from outside, out of time, a node failed) fails the run with its reason,
+    // even before its agents' links tell (they may be killed without a word).
+    if (Clock::now() < nextAllocationCheck)
+        return;
+    nextAllocationCheck = Clock::now() + 1s;
+    if (auto ended = launcher->allocationEnded())
+        fail(*ended);
 }
 
 void RunController::Impl::flushPeriodically()
@@ -336,6 +369,13 @@ RunOutcome RunController::Impl::finish(const RunObserver& o)
 {
     if (!failure.empty())
         nameFirstCause(o);
+    // A scheduler that ended the job (cancelled, out of time) is the cause of whatever its agents did then: killed,
+    // or stopped as if asked (SIGTERM), which alone would look like a finished run.
+    if (!stopping && !stopRequested && launcher)
+        if (auto ended = launcher->allocationEnded(); ended && failure.rfind(*ended, 0) != 0)
+            failure = *ended + (failure.empty() ? "" : "; then " + failure);
+    if ((stopping || stopRequested) && launcher)
+        launcher->cancel(); // a stopped run's job ends as cancelled, whatever its agents do on their Stop
     shutdown();
     // Whatever was already on the pipes still counts (the last batches before Done).
     for (auto& a : agents) {
@@ -346,8 +386,8 @@ RunOutcome RunController::Impl::finish(const RunObserver& o)
         } catch (const std::exception&) {
         }
     }
-    if (remote)
-        for (const auto& line : remote->teardown())
+    if (launcher)
+        for (const auto& line : launcher->teardown())
             logLine(-1, "info", line, o);
     for (auto& a : agents)
         a->conn.reset();
@@ -426,7 +466,8 @@ void RunController::Impl::storeLastEvents()
             clocks.push_back({static_cast<int>(i), a.host, a.clock.offset(), a.clock.convertedWithin(),
                 static_cast<std::int64_t>(a.clock.samples())});
     }
-    history.setAgentClocks(runId, clocks, request.remote ? planner::ClockDomain::Aligned : planner::ClockDomain::Host);
+    history.setAgentClocks(
+        runId, clocks, launcher->remoteClocks() ? planner::ClockDomain::Aligned : planner::ClockDomain::Host);
     flush();
 }
 

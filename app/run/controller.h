@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The run controller: starts the agents of a plan (local child processes, or served agents on the cluster's nodes
-// over SSH: app/run/agent_connection.h, app/run/remote.h), relays their rendezvous, ingests telemetry into the history,
-// notices a dead or stalled agent, stops every agent of a failed run, and records how the run ended. No Qt: the CLI and
-// the app both drive it.
+// The run controller: starts the agents of a plan through a launcher (local child processes, served agents on the
+// cluster's nodes over SSH, or the tasks of a Slurm job: app/run/launcher.h), relays their rendezvous, ingests
+// telemetry into the history, notices a dead or stalled agent, stops every agent of a failed run, and records how the
+// run ended. No Qt: the CLI and the app both drive it.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include "agents/protocol/messages.h"
 #include "app/history/history.h"
 #include "app/run/remote.h"
+#include "app/run/slurm.h"
 #include "planner/plan.h"
 #include "planner/sim/simulator.h"
 
@@ -53,6 +54,11 @@ struct RunRequest
     bool stop_on_nonfinite = true;
     /// Deploy over SSH to the plan's cluster nodes (run --cluster); unset: local agent processes (run --local).
     std::optional<RemoteOptions> remote;
+    /// Run as a Slurm batch job whose tasks connect back to the controller (run --slurm); not with `remote`.
+    std::optional<SlurmOptions> slurm;
+
+    /// Whether the agents are processes of this machine (neither SSH nor Slurm): what is checked against it.
+    bool local() const { return !remote && !slurm; }
 };
 
 /// @brief Where a run stands, for progress lines and the run monitor.

@@ -60,7 +60,7 @@ void RunController::Impl::reconnectLost(const RunObserver& o)
         }
         if (!why.empty())
             a->unreachable_why = why;
-        const auto limit = request.remote ? request.remote->reconnect_for : std::chrono::seconds {0};
+        const auto limit = launcher->reconnectFor();
         const auto away = Clock::now() - a->lost_since;
         if (away > limit) {
             a->lost = false;
@@ -316,7 +316,7 @@ void RunController::Impl::checkSilence(const RunObserver& o)
             // firewall) leave TCP retrying for many minutes while the agent trains on. Give that link up and make
             // another, as for a dropped one; the agent resends from its journal. Only if it stays silent once its
             // host answers again is the agent itself stalled or hung.
-            const auto limit = request.remote ? request.remote->reconnect_for : std::chrono::seconds {0};
+            const auto limit = launcher->reconnectFor();
             logLine(agentIndex(*a), "warning",
                 "waiting for " + a->name + " on " + a->conn->where() + " to answer: its link has been silent for "
                     + std::to_string(

@@ -28,6 +28,7 @@
 #include "clock_offset.h"
 #include "controller.h"
 #include "gpu_devices.h"
+#include "launcher.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
@@ -217,12 +218,14 @@ struct RunController::Impl
     void onEnd(AgentLink& a, const RunObserver& o);
     /// Tries again to reach agents whose link dropped; fails the run when one stays out of reach too long.
     void reconnectLost(const RunObserver& o);
-    std::unique_ptr<RemoteDeployment> remote;
+    std::unique_ptr<Launcher> launcher; ///< made in prepare(): local, SSH or Slurm
+    Clock::time_point nextAllocationCheck; ///< when to ask the launcher again whether the allocation ended
 
     // RunController::run in its four phases, each called once, in this order.
     /// Records the run in the history (with its prediction) and makes one AgentLink per device; nothing starts.
     void prepare(CheckedRun& checked, const RunObserver& o);
-    /// Starts the agents (local processes, or over SSH after uploading what they need) and sends each its RunSpec.
+    /// Starts the agents through the launcher (local processes, over SSH after uploading what they need, or a Slurm
+    /// job's tasks once they connected) and sends each its RunSpec.
     /// A failure here ends in `failure`: finish() still stops whatever started.
     void launch(const RunObserver& o);
     /// Until every agent is Done, the run fails or a stop is asked: one pass per poll of the agents' connections.
@@ -277,6 +280,12 @@ struct RunController::Impl
     /// Every agent's flight recorder: asked for, awaited up to `wait`; the controller's view of those that did not
     /// answer.
     std::vector<RecordedAction> collectRecorders(const RunObserver& o, std::chrono::milliseconds wait);
+    /// Stores the launcher's job id (Slurm's) with the run once it has one.
+    void recordJob();
+    std::string recordedJob;
+    /// Fails the run when the launcher says its allocation ended (a Slurm job cancelled or out of time); once a
+    /// second.
+    void checkAllocation();
     /// Stores the buffered spans, metrics and logs when enough are waiting or a quarter of a second has passed.
     void flushPeriodically();
     /// Reads for a moment what agents still send, and puts the agents that died on their own first in `failure`.

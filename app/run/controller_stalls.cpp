@@ -95,14 +95,14 @@ void RunController::Impl::checkStall(const RunObserver& o)
     const bool noProgress = Clock::now() - lastProgress > request.stall_timeout;
     const std::vector<DeviceWait> waits = deviceWaits();
     // An action "far beyond the plan" only where its agent still works and speaks: a done agent's last report is
-    // old news, and a remote agent silent for a few seconds may be behind a silent link (checkSilence's).
+    // old news, and an agent on another host silent for a few seconds may be behind a silent link (checkSilence's).
     std::vector<DeviceWait> heard = waits;
     std::set<int> doneDevices;
     for (const auto& a : agents)
         if (a->done)
             doneDevices.insert(a->devices.begin(), a->devices.end());
     for (auto& w : heard)
-        w.busy = w.busy && !doneDevices.count(w.device) && !(remote && w.silent);
+        w.busy = w.busy && !doneDevices.count(w.device) && !(launcher->remoteClocks() && w.silent);
     const int slow = noProgress ? -1 : slowestBeyondPlan(heard, now);
     if (!noProgress && slow < 0)
         return;

@@ -78,8 +78,8 @@ private:
 
 std::string microbatch(const planner::Span& a)
 {
-    const bool backward = a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight
-        || a.kind == ActionKind::SendGradient || a.kind == ActionKind::RecvGradient;
+    const bool backward
+        = planner::isBackward(a.kind) || a.kind == ActionKind::SendGradient || a.kind == ActionKind::RecvGradient;
     return std::string(backward ? "B" : "F") + " mb " + std::to_string(a.microbatch);
 }
 
@@ -89,6 +89,7 @@ std::string doing(const planner::Span& a)
     switch (a.kind) {
     case ActionKind::Forward:
     case ActionKind::Backward:
+    case ActionKind::BackwardInput:
     case ActionKind::BackwardWeight:
         return "computing " + microbatch(a);
     case ActionKind::OptimizerStep:

@@ -130,9 +130,13 @@ std::vector<std::pair<std::size_t, std::size_t>> matchTransfers(
     std::vector<std::size_t> sends;
     for (std::size_t i = 0; i < spans.size(); ++i) {
         const Span& s = spans[i];
-        bool consumer = s.lane == Lane::Compute && (s.kind == ActionKind::Forward || s.kind == ActionKind::Backward);
+        // A gradient flows into the fused backward, or into the input-gradient half of a split one (zero-bubble
+        // schedules): both are keyed as Backward.
+        const bool input = s.kind == ActionKind::BackwardInput;
+        bool consumer
+            = s.lane == Lane::Compute && (s.kind == ActionKind::Forward || s.kind == ActionKind::Backward || input);
         if (isRecv(s.kind) || consumer)
-            targets[Key {static_cast<int>(s.kind), s.stage, s.microbatch}].push_back(i);
+            targets[Key {static_cast<int>(input ? ActionKind::Backward : s.kind), s.stage, s.microbatch}].push_back(i);
         else if (isSend(s.kind))
             sends.push_back(i);
     }

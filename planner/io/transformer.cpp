@@ -73,6 +73,12 @@ ModelProfile transformerProfile(
         layer.activation_bytes = outBytes;
         return layer;
     };
+    // Splits a layer's backward into its input and weight gradients by their FLOPs (zero-bubble schedules).
+    auto splitBackward = [](Layer& layer, double inputFlops, double weightFlops) {
+        const double sum = inputFlops + weightFlops;
+        layer.backward_weight_ms = sum > 0 ? layer.backward_ms * weightFlops / sum : 0.0;
+        layer.backward_input_ms = layer.backward_ms - *layer.backward_weight_ms;
+    };
 
     ModelProfile model;
     model.name = modelName(config);
@@ -89,11 +95,18 @@ ModelProfile transformerProfile(
         embedding.forward_ms = 3.0 * hiddenBytes / device.memory_bandwidth_bytes_per_s * 1e3;
         embedding.backward_ms = embedding.forward_ms * options.backward_factor;
     }
+    // Its input is token ids: the whole backward is the weight gradient (the rows' scatter-add).
+    splitBackward(embedding, 0.0, 1.0);
     model.layers.push_back(std::move(embedding));
 
     // QKV 6Bsh^2 + scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2 + MLP 16Bsh^2.
     const double layerFlops = 24.0 * B * s * h * h + 4.0 * B * s * s * h;
     const double layerParams = 12.0 * h * h + 13.0 * h;
+    // The backward of a product with weights costs its forward FLOPs twice: once for the input gradient, once for
+    // the weight gradient. The score and value products multiply two activations and have no weights: both of
+    // their operands' gradients (twice their 4Bs^2h) are input gradient.
+    const double layerWeightGradFlops = 24.0 * B * s * h * h;
+    const double layerInputGradFlops = 24.0 * B * s * h * h + 8.0 * B * s * s * h;
     // What a layer keeps for its backward pass is far more than its output: Korthikanti et al. (2022,
     // "Reducing Activation Recomputation in Large Transformer Models") count s b h (34 + 5 a s / h) bytes
     // with 16-bit activations and 1-byte dropout masks; scaled here by bytes_per_element / 2.
@@ -103,6 +116,7 @@ ModelProfile transformerProfile(
         auto layer = makeLayer(
             "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams, hiddenBytes);
         layer.stashed_bytes = layerStash;
+        splitBackward(layer, layerInputGradFlops, layerWeightGradFlops);
         model.layers.push_back(std::move(layer));
     }
 
@@ -111,7 +125,9 @@ ModelProfile transformerProfile(
     // than one stage the last stage keeps its own copy of the word embedding (and its optimizer state),
     // and a planner that left it out would under-count that stage's memory. Hence
     // totalWeightBytes() = (Eq. 4.3 + V h + 2h) * bytes_per_element.
-    model.layers.push_back(makeLayer("head", "head", 2.0 * B * s * h * V, V * h + 2.0 * h, B * s * V * bpe));
+    Layer head = makeLayer("head", "head", 2.0 * B * s * h * V, V * h + 2.0 * h, B * s * V * bpe);
+    splitBackward(head, 2.0 * B * s * h * V, 2.0 * B * s * h * V); // the logits product: one of each
+    model.layers.push_back(std::move(head));
     return model;
 }
 

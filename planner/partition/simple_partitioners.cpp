@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "../schedule/traits.h"
 #include "builtin.h"
 
 namespace pw::planner::detail {
@@ -39,12 +40,15 @@ PartitionResult planFromBoundaries(
     }
     Plan plan = basePlan(request, algorithm);
     const int replicas = request.options.straight ? 1 : devices / p;
+    // Virtual stages reuse the physical stages' devices in a loop, or in a V for a kind that runs two chunks so.
+    const auto* traits = findScheduleTraits(request.options.schedule.kind);
+    const bool vShape = traits && traits->chunks == ChunkRule::V && v == 2;
     int first = 0;
     for (int s = 0; s < stages; ++s) {
         PlanStage st;
         st.first_layer = first;
         st.last_layer = s + 1 < stages ? boundaries[s] : n - 1;
-        int physical = s % p;
+        const int physical = s < p ? s : vShape ? 2 * p - 1 - s : s % p;
         for (int r = 0; r < replicas; ++r)
             st.devices.push_back(physical * replicas + r);
         first = st.last_layer + 1;

@@ -39,16 +39,20 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
         m_last[s] = plan.lastInPipeline(s);
     }
 
-    // Plan::validate() checks these as well; repeated here because the generators index by them.
+    // Plan::validate() checks these as well; repeated here because the generators index by them. The kind decides
+    // the placement: the V (ChunkRule::V, two chunks) or the loop of every other kind.
+    const bool v = traits && traits->chunks == ChunkRule::V && m_chunks == 2;
+    const auto physical = [&](int s) { return s < m_depth ? s : v ? 2 * m_depth - 1 - s : s % m_depth; };
     std::vector<int> owner(numDevices, -1);
     m_devices.resize(m_stages);
     for (int s = 0; s < m_stages; ++s) {
         const auto& st = plan.stages[s];
         const std::string field = "/stages/" + std::to_string(s) + "/devices";
-        if (s >= m_depth && st.devices != plan.stages[s % m_depth].devices)
+        if (s >= m_depth && st.devices != plan.stages[physical(s)].devices)
             throw InputError({}, 0, field,
                 "with " + std::to_string(m_chunks) + " chunks virtual stage " + std::to_string(s)
-                    + " must run on the devices of stage " + std::to_string(s % m_depth));
+                    + " must run on the devices of stage " + std::to_string(physical(s))
+                    + (v ? " (schedule '" + std::string(kind) + "' places two chunks per device in a V)" : ""));
         for (int d : st.devices) {
             if (d < 0 || d >= numDevices)
                 throw InputError({}, 0, field, "device " + std::to_string(d) + " is not in the cluster");
@@ -90,7 +94,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
         m_inFlight[s] = (downstream + replicas(s) - 1) / replicas(s);
     }
     for (int s = m_depth; s < m_stages; ++s)
-        m_inFlight[s] = m_inFlight[s % m_depth];
+        m_inFlight[s] = m_inFlight[physical(s)];
     if (!plan.schedule.in_flight.empty()) {
         if (static_cast<int>(plan.schedule.in_flight.size()) != m_stages)
             throw InputError({}, 0, "/schedule/in_flight", "needs one entry per stage");
@@ -156,6 +160,27 @@ void ScheduleBuilder::backward(int stage, int microbatch, int version)
         if (dst != d)
             push(d, {ActionKind::SendGradient, stage, microbatch, dst, 0, -1, m_cutBytes[stage - 1]});
     }
+}
+
+void ScheduleBuilder::backwardInput(int stage, int microbatch, int version)
+{
+    const int d = deviceOf(stage, microbatch);
+    if (!m_last[stage]) {
+        const int src = deviceOf(stage + 1, microbatch);
+        if (src != d)
+            push(d, {ActionKind::RecvGradient, stage + 1, microbatch, src, 0, -1, m_cutBytes[stage]});
+    }
+    push(d, {ActionKind::BackwardInput, stage, microbatch, -1, version, -1, 0.0});
+    if (!m_first[stage]) {
+        const int dst = deviceOf(stage - 1, microbatch);
+        if (dst != d)
+            push(d, {ActionKind::SendGradient, stage, microbatch, dst, 0, -1, m_cutBytes[stage - 1]});
+    }
+}
+
+void ScheduleBuilder::backwardWeight(int stage, int microbatch, int version)
+{
+    push(deviceOf(stage, microbatch), {ActionKind::BackwardWeight, stage, microbatch, -1, version, -1, 0.0});
 }
 
 void ScheduleBuilder::step(int device, int stage, int version)

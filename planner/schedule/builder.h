@@ -4,6 +4,7 @@
 // generator.h and the registries.
 #pragma once
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -15,7 +16,8 @@ namespace pw::planner {
 //
 // Stages and devices
 // - plan.stages are virtual stages in model order, S = stages.size(), v = schedule.chunks, p = S / v.
-//   Virtual stage s runs on the devices of stage s mod p; chunk c of physical stage r is s = c*p + r.
+//   Virtual stage s runs on the devices of stage s mod p; chunk c of physical stage r is s = c*p + r (zbv: in a V,
+//   see below).
 // - Microbatches carry a global 0-based id k over all batches (batch b holds ids b*m .. b*m+m-1).
 //   Microbatch k of stage s runs on replica k mod r_s, device plan.stages[s].devices[k % r_s] (1F1B-RR).
 // - Schedule::num_devices = cluster.deviceCount(); devices in no stage get empty lists.
@@ -56,6 +58,12 @@ namespace pw::planner {
 //   minibatches with local ids 0.. (a stage's neighbours are the stages of its own pipeline); FIFO order per
 //   device from a simulation with predicted costs; a step after every B; WavePush / WavePull across
 //   pipelines with schedule.staleness. One replica per stage.
+// - zb-h1, zb-h2 (zb_h1.cpp, zb_h2.cpp): zeroBubbleOrder per replica and batch, then the step: every backward split
+//   into BackwardInput (I, with B's transfers) and a later BackwardWeight (W); one chunk.
+// - zbv (zbv.cpp): two chunks per device in a V (ChunkRule::V): virtual stage s >= p runs on the devices of stage
+//   2p - 1 - s instead of s mod p (Plan::validate accepts either placement with two chunks; the builder requires
+//   the one its kind runs). torch.distributed.pipelining's ZBV order per device and copy of the V, then both
+//   chunks' steps; every stage on the same number of replicas, which divides the microbatches.
 //
 // Validation (validator.cpp): every (s,k) has one F and one B on device of (s,k), F first, same version;
 // every F/B input arrives through a receive placed before it (or an earlier compute on the same device);
@@ -109,6 +117,11 @@ public:
     void forward(int stage, int microbatch, int version);
     /// Appends B(stage, microbatch) to its device with the receive before and the send after it.
     void backward(int stage, int microbatch, int version);
+    /// Appends I(stage, microbatch), the input-gradient half of a split backward, with the gradient's receive
+    /// before and its send after it (the transfers of B).
+    void backwardInput(int stage, int microbatch, int version);
+    /// Appends W(stage, microbatch), the weight-gradient half: no transfers.
+    void backwardWeight(int stage, int microbatch, int version);
     /// Appends the AllReduce (replicated stages) and the OptimizerStep producing `version` on `device`.
     void step(int device, int stage, int version);
 
@@ -157,6 +170,33 @@ template <class Fwd, class Bwd> void oneFOneB(int count, int warm, Fwd&& fwd, Bw
         bwd(i);
 }
 
+/// The zero-bubble order (Qi et al. 2024) over `count` microbatches: `warm` forwards, then pairs F(warm+i) I(i),
+/// each followed by W(w) of the oldest microbatch whose W is pending once more than `defer` are; then the
+/// remaining I, each followed by the oldest pending W; then the last W. fwd, in and wt receive local indices.
+template <class Fwd, class In, class Wt>
+void zeroBubbleOrder(int count, int warm, int defer, Fwd&& fwd, In&& in, Wt&& wt)
+{
+    warm = std::min(warm, count);
+    int w = 0; // next W
+    for (int i = 0; i < warm; ++i)
+        fwd(i);
+    for (int i = 0; i < count - warm; ++i) {
+        fwd(warm + i);
+        in(i);
+        if (i - w >= defer)
+            wt(w++);
+    }
+    for (int i = count - warm; i < count; ++i) {
+        in(i);
+        wt(w++);
+    }
+    while (w < count)
+        wt(w++);
+}
+
+/// ZB-H1 (h2 false) and ZB-H2 (h2 true) with a flush after every batch (zb_h1.cpp).
+Schedule generateZeroBubble(const Plan& plan, std::string_view kind, bool h2);
+
 /// 1F1B with a flush after every batch: "1f1b", and "interleaved" with one chunk.
 Schedule generateFlushedOneFOneB(const Plan& plan, std::string_view kind);
 
@@ -169,5 +209,8 @@ const ScheduleGenerator& interleavedGenerator();
 const ScheduleGenerator& oneFOneBSoGenerator();
 const ScheduleGenerator& oneFOneBAsGenerator();
 const ScheduleGenerator& wspGenerator(); ///< HetPipe's FIFO pipelines under wave synchronous parallel
+const ScheduleGenerator& zbH1Generator(); ///< zero bubble at 1F1B's memory (Qi et al. 2024)
+const ScheduleGenerator& zbH2Generator(); ///< zero bubble at about twice 1F1B's activations
+const ScheduleGenerator& zbvGenerator(); ///< two chunks per device in a V: zero bubble at 1F1B's memory
 
 } // namespace pw::planner

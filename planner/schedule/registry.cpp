@@ -19,6 +19,9 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators()
         &oneFOneBSoGenerator(),
         &oneFOneBAsGenerator(),
         &wspGenerator(),
+        &zbH1Generator(),
+        &zbH2Generator(),
+        &zbvGenerator(),
     };
     return generators;
 }

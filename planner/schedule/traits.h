@@ -26,6 +26,10 @@ enum class StashDepth : std::uint8_t {
 enum class InFlightLimit : std::uint8_t {
     Warmup, ///< the 1F1B warm-up: in_flight_factor x ceil(W_s / r_s) on stage s (or schedule.in_flight)
     ConcurrentMinibatches, ///< N_m on every stage (HetPipe: Plan::effectiveConcurrentMinibatches)
+    /// The first stage's count on every stage: in_flight_factor x n_0 - (in_flight_factor - 1), n_0 the first
+    /// stage's Warmup count (zero-bubble schedules: later stages defer their W until they hold as many; ZB-H1 p,
+    /// ZB-H2 2p - 1 on a straight pipeline).
+    FirstStage,
 };
 
 /// The window of a simulated run its iteration time is measured over.
@@ -40,6 +44,9 @@ enum class ChunkRule : std::uint8_t {
     None, ///< one chunk per device
     Any, ///< any chunk count (GPipe's all-forward-all-backward over chunks)
     WholeRounds, ///< Megatron's interleaving: equal replicas per stage, microbatches per copy a multiple of p
+    /// Two chunks per device in a V (ZBV): virtual stage s on the devices of stage s for s < p and of stage
+    /// 2p - 1 - s after; equal replicas per stage, any microbatch count they divide.
+    V,
 };
 
 /// @brief The facts about a schedule kind that code outside its generator may rely on.
@@ -76,6 +83,9 @@ struct ScheduleTraits
     /// Runs plans of several pipelines that synchronise per wave through parameter servers (HetPipe's WSP:
     /// WavePush / WavePull actions, staleness bound); every other kind runs one pipeline.
     bool wave_synchronous = false;
+    /// Splits every backward into BackwardInput (I) and a later BackwardWeight (W) (the zero-bubble schedules of
+    /// Qi et al. 2024); false: one fused Backward (B) per stage and microbatch.
+    bool splits_backward = false;
 
     bool operator==(const ScheduleTraits&) const = default;
 };

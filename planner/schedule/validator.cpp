@@ -14,12 +14,14 @@ namespace {
 constexpr std::size_t kMaxErrors = 40;
 constexpr std::size_t kMaxStuckListed = 8;
 
-/// Where the F and B of one (stage, microbatch) are, and how often they occur.
+/// Where the F and B of one (stage, microbatch) are, and how often they occur. A split backward (zero-bubble
+/// schedules) is an I, recorded in the b_ fields (it is what the previous stage waits for), and a W.
 struct ComputeSlot
 {
-    std::int32_t f_device = -1, f_index = -1, b_device = -1, b_index = -1;
-    std::int32_t f_version = 0, b_version = 0;
-    std::int32_t f_count = 0, b_count = 0;
+    std::int32_t f_device = -1, f_index = -1, b_device = -1, b_index = -1, w_device = -1, w_index = -1;
+    std::int32_t f_version = 0, b_version = 0, w_version = 0;
+    std::int32_t f_count = 0, b_count = 0, w_count = 0;
+    std::int32_t split = 0; ///< I actions among b_count (the rest are fused B)
     std::int32_t f_pulled = -1; ///< wsp: the newest wave its device pulled before the forward
 };
 
@@ -199,10 +201,24 @@ private:
                     else
                         latest[a.stage] = a.weight_version;
                     break;
-                case ActionKind::Backward: {
+                case ActionKind::Backward:
+                case ActionKind::BackwardInput: {
                     auto& c = m_compute[slot(a.stage, a.microbatch)];
                     if (++c.b_count == 1)
                         c.b_device = d, c.b_index = i, c.b_version = a.weight_version;
+                    c.split += a.kind == ActionKind::BackwardInput;
+                    break;
+                }
+                case ActionKind::BackwardWeight: {
+                    auto& c = m_compute[slot(a.stage, a.microbatch)];
+                    if (++c.w_count == 1)
+                        c.w_device = d, c.w_index = i, c.w_version = a.weight_version;
+                    // Its gradients go into the update of its version: a step of the stage before it would
+                    // leave them out.
+                    if (a.weight_version != latest[a.stage])
+                        error(where(d, i) + " runs after the optimizer step producing version "
+                            + std::to_string(latest[a.stage]) + " of stage " + std::to_string(a.stage)
+                            + " (a weight gradient must come before its batch's step)");
                     break;
                 }
                 case ActionKind::SendActivation:
@@ -300,12 +316,42 @@ private:
                     error(fb(s, k, true) + " uses weight version " + std::to_string(c.b_version)
                         + " but its forward used " + std::to_string(c.f_version)
                         + " (the backward must use the stashed version)");
+                checkWeightGradient(c, s, k);
                 if (!m_plan.firstInPipeline(s))
                     checkInput(m_compute[slot(s - 1, k)], false, false, s, k, c.f_device, c.f_index, false);
                 if (!m_plan.lastInPipeline(s))
                     checkInput(m_compute[slot(s + 1, k)], true, true, s, k, c.b_device, c.b_index, true);
             }
         }
+    }
+
+    /// A split backward: one I and one W, the W after its I on the same device with the same version (its stashed
+    /// inputs are kept until then); a fused B has no W.
+    void checkWeightGradient(const ComputeSlot& c, int s, int k)
+    {
+        const std::string name = "W(stage " + std::to_string(s) + ", microbatch " + std::to_string(k) + ")";
+        if (c.split == 0) {
+            if (c.w_count > 0)
+                error(name + " has no input gradient I before it (the backward is fused: B)");
+            return;
+        }
+        if (c.split != c.b_count) {
+            error("stage " + std::to_string(s) + " microbatch " + std::to_string(k) + " mixes a fused B with I");
+            return;
+        }
+        if (c.w_count == 0)
+            error(name + " is missing (its I runs on device " + std::to_string(c.b_device) + ")");
+        else if (c.w_count > 1)
+            error(name + " occurs " + std::to_string(c.w_count) + " times");
+        else if (c.w_device != c.b_device)
+            error(name + " runs on device " + std::to_string(c.w_device) + ", its I on device "
+                + std::to_string(c.b_device));
+        else if (c.w_index < c.b_index)
+            error(where(c.w_device, c.w_index) + " comes before its input gradient (action #"
+                + std::to_string(c.b_index) + ")");
+        else if (c.w_version != c.b_version)
+            error(name + " uses weight version " + std::to_string(c.w_version) + " but its I used "
+                + std::to_string(c.b_version));
     }
 
     void checkTransfers()

@@ -131,6 +131,13 @@ StageCharge CostModel::charge(int stage, int replica, bool recompute) const
     return c;
 }
 
+double CostModel::backwardWeight(int stage, int replica) const
+{
+    const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
+    const double compute = backward_s[i] - (i < tp_backward_s.size() ? tp_backward_s[i] : 0.0);
+    return std::max(0.0, compute) * (i < backward_weight_share.size() ? backward_weight_share[i] : 0.5);
+}
+
 double CostModel::optimizerStepSeconds(int device, int stage) const
 {
     const double bandwidth = device_memory_bandwidth[device];
@@ -164,6 +171,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
             c.backward_s.push_back(t.backward_s + tpBackward);
             c.tp_forward_s.push_back(tpForward);
             c.tp_backward_s.push_back(tpBackward);
+            c.backward_weight_share.push_back(t.backward_s > 0 ? t.backward_weight_s / t.backward_s : 0.5);
             if (r == 0)
                 first = t;
         }
@@ -209,6 +217,8 @@ void CostModel::check(const Plan& plan, int devices) const
     for (auto* v : {&c.tp_forward_s, &c.tp_backward_s})
         if (!v->empty() && v->size() != replicas)
             bad("tensor-parallel all-reduce times", v->size(), replicas);
+    if (!c.backward_weight_share.empty() && c.backward_weight_share.size() != replicas)
+        bad("weight-gradient shares", c.backward_weight_share.size(), replicas);
     for (auto* v : {&c.stage_weight_bytes, &c.stage_activation_bytes, &c.stage_input_bytes, &c.stage_optimizer_bytes,
              &c.boundary_bytes})
         if (v->size() != S)

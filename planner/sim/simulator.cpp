@@ -139,7 +139,7 @@ public:
                         m_waves[a.wave].expected += 1;
                     continue;
                 }
-                if ((a.kind != ActionKind::Forward && a.kind != ActionKind::Backward) || a.stage < 0
+                if ((a.kind != ActionKind::Forward && !isBackward(a.kind)) || a.stage < 0
                     || a.stage >= schedule.num_stages || a.weight_version < 0)
                     continue;
                 auto& uses = book(d, a.stage).last_use;
@@ -358,9 +358,12 @@ private:
         case ActionKind::Forward:
             forward(d, a);
             return true;
+        case ActionKind::BackwardInput:
+            backwardInput(d, a);
+            return true;
         case ActionKind::BackwardWeight:
-            throw InputError(
-                m_plan.cluster->deviceName(d) + ": split weight-gradient actions (W) are not simulated yet");
+            backwardWeight(d, a);
+            return true;
         case ActionKind::Backward:
             backward(d, a);
             return true;
@@ -413,9 +416,47 @@ private:
         memoryChange(d, t1, -stash(a.stage));
         dev.stashed -= 1;
         useVersion(d, a, t1, true);
+        lastStageDone(a, t1);
+    }
+
+    // A split backward (zero-bubble schedules). I computes the input gradient, which the previous stage waits for;
+    // W, later, the weight gradient. Memory: W needs the layers' inputs and the output gradients I leaves behind,
+    // which this model counts as the whole stash (the activations stay until W ends, as in Qi et al.'s memory
+    // accounting); with recomputation I recomputes the forward and its activations live until W ends.
+    void backwardInput(int d, const Action& a)
+    {
+        const int r = replica(d, a);
+        const bool recompute = m_plan.schedule.recompute;
+        const double t0 = m_devices[d].compute_free;
+        const double t1 = t0 + m_cost.backwardInput(a.stage, r) + (recompute ? m_cost.forward(a.stage, r) : 0);
+        if (recompute)
+            memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
+        compute(d, a, t0, t1);
+        useVersion(d, a, t1, true);
+        lastStageDone(a, t1);
+    }
+
+    void backwardWeight(int d, const Action& a)
+    {
+        auto& dev = m_devices[d];
+        const int r = replica(d, a);
+        const double t0 = dev.compute_free, t1 = t0 + m_cost.backwardWeight(a.stage, r);
+        compute(d, a, t0, t1);
+        // The stage's gradients are final only after its last W: the all-reduce's buckets wait for it.
+        m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + a.stage]
+            = {t1, m_cost.backwardWeight(a.stage, r)};
+        if (m_plan.schedule.recompute)
+            memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
+        memoryChange(d, t1, -stash(a.stage));
+        dev.stashed -= 1;
+        useVersion(d, a, t1, true);
+    }
+
+    void lastStageDone(const Action& a, double t)
+    {
         if (a.stage == m_s.num_stages - 1 && a.microbatch >= 0
             && a.microbatch < static_cast<int>(m_lastStageDone.size()))
-            m_lastStageDone[a.microbatch] = t1;
+            m_lastStageDone[a.microbatch] = t;
     }
 
     void optimizerStep(int d, const Action& a)
@@ -556,9 +597,10 @@ private:
 
     int replica(int d, const Action& a) const
     {
-        const int p = m_plan.pipelineDepth();
-        int r = m_replicaOf[d];
-        if (r < 0 || a.stage < 0 || a.stage >= m_plan.stageCount() || m_plan.stages[a.stage % p].devices[r] != d)
+        // A virtual stage's devices are its physical stage's (in a loop or a V), in the same order.
+        const int r = m_replicaOf[d];
+        if (r < 0 || a.stage < 0 || a.stage >= m_plan.stageCount()
+            || r >= static_cast<int>(m_plan.stages[a.stage].devices.size()) || m_plan.stages[a.stage].devices[r] != d)
             throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " is not for a stage it holds");
         return r;
     }

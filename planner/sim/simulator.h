@@ -57,6 +57,10 @@ struct CostModel
     /// calibrated model, whose measured times are what they are).
     std::vector<double> tp_forward_s;
     std::vector<double> tp_backward_s;
+    /// The weight gradient's share of the backward compute (backward_s less its tensor-parallel all-reduces), same
+    /// indexing: what a split backward's W costs, the rest going to its I (the tensor-parallel all-reduces carry
+    /// input gradients). Empty: 1/2 everywhere. Calibration keeps the estimated shares of fromPlan.
+    std::vector<double> backward_weight_share;
     std::vector<int> stage_offset; ///< first index of each stage in the flattened vectors
     std::vector<double> stage_weight_bytes;
     std::vector<double> stage_activation_bytes; ///< stashed per microbatch (all intermediate outputs)
@@ -88,6 +92,12 @@ struct CostModel
     void check(const Plan& plan, int devices) const;
     double forward(int stage, int replica) const { return forward_s[stage_offset[stage] + replica]; }
     double backward(int stage, int replica) const { return backward_s[stage_offset[stage] + replica]; }
+    /// A split backward's weight gradient (W) and input gradient (I); the two add up to backward().
+    double backwardWeight(int stage, int replica) const;
+    double backwardInput(int stage, int replica) const
+    {
+        return backward(stage, replica) - backwardWeight(stage, replica);
+    }
     /// What one microbatch of `stage` costs `replica`'s compute lane, forward and backward (with the forward again
     /// when `recompute`), split into its parts.
     StageCharge charge(int stage, int replica, bool recompute) const;

@@ -228,3 +228,34 @@ TEST_CASE("plan summary, actions CSV and graph.txt match their golden files", "[
     checkGolden("tiny-1f1b.graph.txt", slurp(dir / "g.txt"));
     fs::remove_all(dir);
 }
+
+TEST_CASE("export writes another runtime's files into a directory or refuses naming the plan's line", "[cli]")
+{
+    const fs::path dir = fs::temp_directory_path() / ("pw-cli-runtime-export-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const std::string tiny = kDemo + "/gpt2-tiny-local.plan.json";
+    auto r = cli({"export", tiny, "--format", "torchtitan", "-o", (dir / "tt").string()});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("wrote " + (dir / "tt" / "schedule.csv").string()) != std::string::npos);
+    CHECK(r.out.find("note: ") != std::string::npos);
+    CHECK(slurp(dir / "tt" / "schedule.csv") == "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n");
+    r = cli({"export", tiny, "--format", "megatron", "-o", (dir / "mg").string(), "--json"});
+    REQUIRE(r.code == 0);
+    const auto summary = nlohmann::json::parse(r.out);
+    CHECK(summary.at("files").at(0).at("name") == (dir / "mg" / "megatron_args.sh").string());
+    CHECK(summary.at("notes").size() == 2);
+    // A plan the runtime cannot express: one line naming the file, the line and the field; nothing written.
+    auto plan = nlohmann::json::parse(slurp(tiny));
+    plan["schedule"]["kind"] = "pipedream";
+    const fs::path async = dir / "async.plan.json";
+    std::ofstream(async) << plan.dump(2);
+    r = cli({"export", async.string(), "--format", "deepspeed", "-o", (dir / "ds").string()});
+    CHECK(r.code == 1);
+    CHECK(r.err.find("error: " + async.string() + ":") != std::string::npos);
+    CHECK(r.err.find("/schedule/kind") != std::string::npos);
+    CHECK(r.err.find("schedule 'pipedream' is asynchronous") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_FALSE(fs::exists(dir / "ds"));
+    fs::remove_all(dir);
+}

@@ -192,6 +192,9 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
     refused([](auto& p) { p.schedule.recompute = true; }, "/schedule/recompute", "does not recompute");
     refused([](auto& p) { p.schedule.optimizer = "sgd"; }, "/schedule/optimizer", "AdamW only");
     refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
+    // Zero-bubble schedules split the backward into I and W, which the engine does not compute apart yet.
+    refused([](auto& p) { p.schedule.kind = "zb-h1"; }, "/schedule/kind", "does not compute separately yet");
+    refused([](auto& p) { p.schedule.kind = "zb-h2"; }, "/schedule/kind", "splits the backward");
     refused(
         [](auto& p) {
             auto model = *p.model;

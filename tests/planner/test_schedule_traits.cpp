@@ -48,8 +48,10 @@ Plan makePlan(
     for (int j = 0, next = 0; j < p; ++j)
         for (int r = 0; r < replicas[j]; ++r)
             owned[j].push_back(next++);
+    // Virtual stages in a loop, or in a V for a kind that runs two chunks so (ZBV).
+    const bool v = g.traits().chunks == ChunkRule::V && chunks == 2;
     for (int s = 0; s < stages; ++s)
-        plan.stages.push_back({2 * s, 2 * s + 1, owned[s % p]});
+        plan.stages.push_back({2 * s, 2 * s + 1, owned[v && s >= p ? 2 * p - 1 - s : s % p]});
     plan.schedule.kind = std::string(g.name());
     plan.schedule.microbatches = microbatches;
     plan.schedule.chunks = chunks;
@@ -61,7 +63,7 @@ Plan makePlan(
 struct Counted
 {
     int peak_versions = 0; ///< live weight versions (a version dies once superseded and used for the last time)
-    int peak_in_flight = 0; ///< microbatches past F and not yet past B
+    int peak_in_flight = 0; ///< microbatches past F and not yet past B (or past W when the backward is split)
     int backwards = 0;
     int steps = 0;
 };
@@ -71,7 +73,7 @@ Counted count(const Schedule& schedule, int device, int stage)
     const auto& list = schedule.devices[device];
     std::map<int, std::size_t> lastUse;
     for (std::size_t i = 0; i < list.size(); ++i)
-        if (list[i].stage == stage && (list[i].kind == ActionKind::Forward || list[i].kind == ActionKind::Backward))
+        if (list[i].stage == stage && (list[i].kind == ActionKind::Forward || isBackward(list[i].kind)))
             lastUse[list[i].weight_version] = i;
     Counted c;
     std::map<int, bool> alive = {{0, true}};
@@ -83,7 +85,9 @@ Counted count(const Schedule& schedule, int device, int stage)
             continue;
         if (a.kind == ActionKind::Forward) {
             c.peak_in_flight = std::max(c.peak_in_flight, ++inFlight);
-        } else if (a.kind == ActionKind::Backward) {
+        } else if (a.kind == ActionKind::BackwardInput) {
+            continue; // its W ends the microbatch
+        } else if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) {
             --inFlight;
             ++c.backwards;
             if (a.weight_version != latest && lastUse[a.weight_version] == i && alive[a.weight_version]) {
@@ -112,7 +116,7 @@ bool flushesPerBatch(const Schedule& schedule)
         std::map<int, std::size_t> lastB, firstF;
         for (std::size_t i = 0; i < list.size(); ++i) {
             const int batch = list[i].microbatch / m;
-            if (list[i].kind == ActionKind::Backward)
+            if (isBackward(list[i].kind))
                 lastB[batch] = i;
             else if (list[i].kind == ActionKind::Forward && !firstF.count(batch))
                 firstF[batch] = i;
@@ -130,8 +134,7 @@ bool synchronousVersions(const Schedule& schedule)
     const int m = std::max(1, schedule.microbatches_per_batch);
     for (const auto& list : schedule.devices)
         for (const auto& a : list)
-            if ((a.kind == ActionKind::Forward || a.kind == ActionKind::Backward)
-                && a.weight_version != a.microbatch / m)
+            if ((a.kind == ActionKind::Forward || isBackward(a.kind)) && a.weight_version != a.microbatch / m)
                 return false;
     return true;
 }
@@ -140,8 +143,15 @@ bool synchronousVersions(const Schedule& schedule)
 int inFlightLimit(const ScheduleTraits& t, const Plan& plan, int s)
 {
     const int p = plan.stageCount();
-    return t.in_flight_limit == InFlightLimit::ConcurrentMinibatches ? plan.effectiveConcurrentMinibatches()
-                                                                     : t.in_flight_factor * (p - s);
+    switch (t.in_flight_limit) {
+    case InFlightLimit::ConcurrentMinibatches:
+        return plan.effectiveConcurrentMinibatches();
+    case InFlightLimit::FirstStage:
+        return t.in_flight_factor * p - (t.in_flight_factor - 1);
+    case InFlightLimit::Warmup:
+        break;
+    }
+    return t.in_flight_factor * (p - s);
 }
 
 int expectedInFlight(const ScheduleTraits& t, int limit, int m)
@@ -190,7 +200,10 @@ TEST_CASE("every generator keeps its traits on a straight pipeline", "[schedule-
         INFO("kind " << g->name());
         CHECK(findScheduleTraits(g->name()) == &t);
         CHECK(scheduleTraits(g->name()) == t);
-        auto plan = makePlan(*g, std::vector<int>(p, 1), m, 1, std::max(3, t.min_iterations));
+        // A V kind runs its two chunks; its per-stage in-flight and memory promises are the device's (both chunks
+        // together), which test_zero_bubble.cpp checks.
+        const bool v = t.chunks == ChunkRule::V;
+        auto plan = makePlan(*g, std::vector<int>(p, 1), m, v ? 2 : 1, std::max(3, t.min_iterations));
         plan.schedule.iterations = simulatedIterations(plan);
         CHECK(plan.schedule.iterations >= t.min_iterations);
         const auto schedule = generateSchedule(plan);
@@ -204,9 +217,16 @@ TEST_CASE("every generator keeps its traits on a straight pipeline", "[schedule-
             for (const auto& a : list)
                 waves = waves || isWaveSync(a.kind);
         CHECK(waves == t.wave_synchronous);
+        bool split = false;
+        for (const auto& list : schedule.devices)
+            for (const auto& a : list)
+                split = split || a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight;
+        CHECK(split == t.splits_backward);
 
         auto sim = simulate(plan, schedule);
-        for (int s = 0; s < p; ++s) {
+        for (int s = 0; v && s < 2 * p; ++s)
+            CHECK(count(schedule, s < p ? s : 2 * p - 1 - s, s).steps == batches);
+        for (int s = 0; !v && s < p; ++s) {
             INFO("stage " << s);
             const auto c = count(schedule, s, s);
             const int limit = inFlightLimit(t, plan, s);
@@ -248,6 +268,24 @@ TEST_CASE("every generator accepts and rejects the plans its traits say", "[sche
     for (const auto* g : scheduleGenerators()) {
         const auto& t = g->traits();
         INFO("kind " << g->name());
+        if (t.chunks == ChunkRule::V) {
+            // Two chunks in a V, any microbatch count, equal replicas per stage; not one chunk, not the loop.
+            CHECK(generates(makePlan(*g, {1, 1}, 4, 2)));
+            CHECK(generates(makePlan(*g, {1, 1, 1}, 2, 2)));
+            CHECK(generates(makePlan(*g, {2, 2}, 6, 2)));
+            CHECK_FALSE(generates(makePlan(*g, {2, 2}, 5, 2)));
+            CHECK_FALSE(generates(makePlan(*g, {2, 1}, 4, 2)));
+            CHECK_FALSE(generates(makePlan(*g, {1, 1}, 4, 1)));
+            CHECK_FALSE(generates(makePlan(*g, {1, 1}, 4, 3)));
+            auto loop = makePlan(*g, {1, 1, 1}, 6, 2);
+            for (int s = 3; s < 6; ++s)
+                loop.stages[s].devices = loop.stages[s - 3].devices;
+            CHECK_FALSE(generates(loop));
+            auto plain = makePlan(*g, {1, 1}, 4, 2);
+            plain.cluster.edit().device_types[0].streaming_execution = false;
+            CHECK(generates(plain) == !t.streams_transfers);
+            continue;
+        }
         // Replicated stages; inputs that the replica counts do not divide.
         CHECK(generates(makePlan(*g, {2, 1}, 4)) == t.replicated_stages);
         if (t.replicated_stages)
@@ -272,7 +310,7 @@ TEST_CASE("streamed kinds start a transfer with the op producing it", "[schedule
 {
     for (const auto* g : scheduleGenerators()) {
         INFO("kind " << g->name());
-        auto plan = makePlan(*g, {1, 1}, 4);
+        auto plan = makePlan(*g, {1, 1}, 4, g->traits().chunks == ChunkRule::V ? 2 : 1);
         plan.schedule.iterations = simulatedIterations(plan);
         const auto r = simulate(plan);
         bool overlapped = false; // a send on device 0 begins before the forward it carries has ended

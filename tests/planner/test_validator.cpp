@@ -41,8 +41,11 @@ Plan makePlan(
     for (int j = 0, next = 0; j < p; ++j)
         for (int r = 0; r < replicas[j]; ++r)
             owned[j].push_back(next++);
+    // Virtual stages in a loop, or in a V for a kind that runs two chunks so (ZBV).
+    const auto* traits = findScheduleTraits(kind);
+    const bool v = traits && traits->chunks == ChunkRule::V && chunks == 2;
     for (int s = 0; s < stages; ++s)
-        plan.stages.push_back({s, s, owned[s % p]});
+        plan.stages.push_back({s, s, owned[v && s >= p ? 2 * p - 1 - s : s % p]});
     plan.schedule.kind = kind;
     plan.schedule.microbatches = microbatches;
     plan.schedule.chunks = chunks;
@@ -70,6 +73,8 @@ bool accepts(const ScheduleTraits& t, const std::vector<int>& replicas, int m, i
         return false;
     if (chunks > 1 && t.chunks == ChunkRule::WholeRounds
         && !(equal && m % replicas[0] == 0 && (m / replicas[0]) % p == 0))
+        return false;
+    if (t.chunks == ChunkRule::V && !(chunks == 2 && equal && m % replicas[0] == 0))
         return false;
     if (t.replicas_divide_inputs && (m * iterations) % lcmOf(replicas) != 0)
         return false;

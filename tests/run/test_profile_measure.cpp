@@ -18,6 +18,7 @@
 #include "engine/backend.h"
 #include "engine/gpt2.h"
 #include "planner/device_presets.h"
+#include "planner/gemm_table.h"
 #include "planner/io/json_file.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/run/process_helpers.h"
@@ -242,4 +243,44 @@ TEST_CASE("cli: profile measure --device cuda times the layers on the GPU", "[ru
         for (const auto& l : model.layers)
             CHECK(l.forward_ms > 0);
     }
+}
+
+TEST_CASE("pipewright-agent --profile-gemm checks its options and writes a GEMM table the planner reads", "[run]")
+{
+    const test::TempDir dir;
+    const auto agent = [&](const std::string& args) {
+        const std::string command
+            = std::string(PW_AGENT_EXE) + " --profile-gemm " + args + " 2>" + (dir.path / "err").string();
+        std::FILE* pipe = ::popen(command.c_str(), "r");
+        REQUIRE(pipe);
+        std::string out;
+        char buffer[4096];
+        for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+            out.append(buffer, n);
+        const int status = ::pclose(pipe);
+        return Result {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, slurp(dir.path / "err")};
+    };
+    auto r = agent("--dims 128,x");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("pipewright-agent --profile-gemm: --dims: 'x' is not a whole number"));
+    r = agent("--device cpu");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Contains("--device: GEMM throughput is measured on a GPU"));
+    r = agent("--repeats 0");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Contains("--repeats: must be at least 1"));
+    r = agent("--dims 128,256 --repeats 2 -o " + (dir.path / "gemm.json").string());
+    if (engine::cudaDeviceCount() < 1) {
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err,
+            Contains("pipewright-agent --profile-gemm: ")
+                && (Contains("CUDA device(s) visible") || Contains("this build has no CUDA")));
+        CHECK_FALSE(fs::exists(dir.path / "gemm.json"));
+        PW_SKIP("no CUDA device visible: the options and the refusal were checked, not a measurement");
+    }
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto table = planner::gemmTableFromJson(planner::readJsonFile((dir.path / "gemm.json").string()));
+    CHECK(table.samples.size() == 8);
+    CHECK_THAT(r.err, Contains("8 of 8 shapes"));
 }

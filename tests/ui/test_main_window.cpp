@@ -6,6 +6,7 @@
 #include <QApplication>
 #include <QDockWidget>
 #include <QDragEnterEvent>
+#include <QFile>
 #include <QFileInfo>
 #include <QGuiApplication>
 #include <QMessageBox>
@@ -14,6 +15,7 @@
 #include <QScreen>
 #include <QSettings>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QUndoStack>
@@ -412,4 +414,34 @@ TEST_CASE("main window: on first start (no saved geometry) it takes most of the 
     // The size hint (about 790 x 550) squeezed the partition panel to 70 px on a 1024 x 700 screen.
     CHECK(first.width() == available.width() * 9 / 10);
     CHECK(first.height() == available.height() * 9 / 10);
+}
+
+TEST_CASE("main window: File - Export plan for writes a runtime's files in the background or shows the refusal", "[ui]")
+{
+    MainWindow window;
+    REQUIRE(window.openProject(QStringLiteral(PW_DEMO_DIR "/gpt2-tiny-local.pwproj")));
+    REQUIRE(window.waitUntilIdle());
+    QTemporaryDir dir;
+    window.exportPlanFor(QStringLiteral("torchtitan"), dir.path());
+    REQUIRE(window.waitForExport());
+    CHECK(window.lastError().isEmpty());
+    const QStringList files = window.lastExportedFiles();
+    REQUIRE(files.size() == 2);
+    QFile csv(dir.filePath(QStringLiteral("schedule.csv")));
+    REQUIRE(csv.open(QIODevice::ReadOnly));
+    CHECK(csv.readAll().toStdString() == "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n");
+    CHECK(window.statusBar()->currentMessage().startsWith(QStringLiteral("Exported the plan for torchtitan: ")));
+    // An asynchronous schedule: the refusal names the field, and nothing is written.
+    auto& plan = window.document().planDocument();
+    REQUIRE(plan.apply(QStringLiteral("PipeDream's schedule"), [](const planner::Plan& p) {
+        planner::Plan async = p;
+        async.schedule.kind = "pipedream";
+        return async;
+    }));
+    QTemporaryDir refused;
+    window.exportPlanFor(QStringLiteral("megatron"), refused.path() + QStringLiteral("/out"));
+    REQUIRE(window.waitForExport());
+    CHECK(window.lastError().startsWith(QStringLiteral("/schedule/kind: megatron cannot express this plan")));
+    CHECK(window.lastExportedFiles().isEmpty());
+    CHECK_FALSE(QFileInfo::exists(refused.path() + QStringLiteral("/out")));
 }

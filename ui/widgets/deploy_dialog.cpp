@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "deploy_dialog.h"
 
+#include <QComboBox>
 #include <QCoreApplication>
 #include <QDialogButtonBox>
 #include <QFileDialog>
@@ -48,10 +49,40 @@ DeployDialog::DeployDialog(QWidget* parent)
     m_steps = new QSpinBox(this);
     m_steps->setRange(1, 10'000'000);
     m_steps->setValue(50);
+    m_launcher = new QComboBox(this);
+    m_launcher->addItem(tr("SSH to the cluster file's nodes"));
+    m_launcher->addItem(tr("Slurm batch job"));
+    m_sshFields = new QWidget(this);
+    auto* sshForm = new QFormLayout(m_sshFields);
+    sshForm->setContentsMargins(0, 0, 0, 0);
+    sshForm->addRow(tr("Cluster file:"), fileRow);
+    sshForm->addRow(tr("known_hosts:"), m_knownHosts);
+    sshForm->addRow(tr("Remote root:"), m_remoteRoot);
+    m_slurmFields = new QWidget(this);
+    auto* slurmForm = new QFormLayout(m_slurmFields);
+    slurmForm->setContentsMargins(0, 0, 0, 0);
+    m_partition = new QLineEdit(this);
+    m_partition->setPlaceholderText(tr("Slurm's default partition"));
+    m_account = new QLineEdit(this);
+    m_account->setPlaceholderText(tr("your default account"));
+    m_time = new QLineEdit(this);
+    m_time->setPlaceholderText(tr("the partition's default (as sbatch --time takes it: 30, 2:00:00, 1-0)"));
+    m_sbatchArgs = new QLineEdit(this);
+    m_sbatchArgs->setPlaceholderText(tr("more sbatch options, separated by spaces (--qos=high --exclusive)"));
+    m_controllerAddress = new QLineEdit(this);
+    m_controllerAddress->setPlaceholderText(tr("this machine's hostname"));
+    m_controllerAddress->setToolTip(tr("The address the compute nodes reach this machine at: the agents connect "
+                                       "back to it."));
+    slurmForm->addRow(tr("Partition:"), m_partition);
+    slurmForm->addRow(tr("Account:"), m_account);
+    slurmForm->addRow(tr("Time limit:"), m_time);
+    slurmForm->addRow(tr("sbatch options:"), m_sbatchArgs);
+    slurmForm->addRow(tr("Controller address:"), m_controllerAddress);
+    m_slurmFields->setVisible(false);
     auto* form = new QFormLayout;
-    form->addRow(tr("Cluster file:"), fileRow);
-    form->addRow(tr("known_hosts:"), m_knownHosts);
-    form->addRow(tr("Remote root:"), m_remoteRoot);
+    form->addRow(tr("Launch with:"), m_launcher);
+    form->addRow(m_sshFields);
+    form->addRow(m_slurmFields);
     form->addRow(tr("Steps:"), m_steps);
     m_list = new QTreeWidget(this);
     m_list->setColumnCount(4);
@@ -89,6 +120,18 @@ DeployDialog::DeployDialog(QWidget* parent)
         const QString path = QFileDialog::getOpenFileName(this, tr("Cluster file"), QString(), tr("JSON (*.json)"));
         if (!path.isEmpty())
             setClusterFile(path);
+    });
+    connect(m_launcher, &QComboBox::currentIndexChanged, this, [this](int index) {
+        m_sshFields->setVisible(index == 0);
+        m_slurmFields->setVisible(index == 1);
+        setWindowTitle(index == 0 ? tr("Deploy over SSH") : tr("Deploy with Slurm"));
+        // The other launcher's checks say nothing of this one.
+        m_list->clear();
+        m_checks.clear();
+        m_deploy->setEnabled(false);
+        m_summary->setText(index == 0 ? tr("Pre-flight checks every node before anything starts.")
+                                      : tr("Pre-flight checks that the partition holds the plan before anything is "
+                                           "submitted."));
     });
     connect(m_check, &QPushButton::clicked, this, &DeployDialog::check);
     connect(m_deploy, &QPushButton::clicked, this, [this] {
@@ -134,6 +177,63 @@ int DeployDialog::steps() const
     return m_steps->value();
 }
 
+void DeployDialog::setSlurm(bool slurm)
+{
+    m_launcher->setCurrentIndex(slurm ? 1 : 0);
+}
+
+bool DeployDialog::usesSlurm() const
+{
+    return m_launcher->currentIndex() == 1;
+}
+
+app::SlurmOptions DeployDialog::slurmOptions() const
+{
+    app::SlurmOptions o;
+    o.partition = m_partition->text().trimmed().toStdString();
+    o.account = m_account->text().trimmed().toStdString();
+    o.time = m_time->text().trimmed().toStdString();
+    for (const QString& word : m_sbatchArgs->text().split(QLatin1Char(' '), Qt::SkipEmptyParts))
+        o.sbatch_args.push_back(word.toStdString());
+    o.controller_address = m_controllerAddress->text().trimmed().toStdString();
+    return o;
+}
+
+void DeployDialog::setSlurmOptions(const app::SlurmOptions& o)
+{
+    m_partition->setText(QString::fromStdString(o.partition));
+    m_account->setText(QString::fromStdString(o.account));
+    m_time->setText(QString::fromStdString(o.time));
+    QStringList words;
+    for (const auto& a : o.sbatch_args)
+        words << QString::fromStdString(a);
+    m_sbatchArgs->setText(words.join(QLatin1Char(' ')));
+    m_controllerAddress->setText(QString::fromStdString(o.controller_address));
+}
+
+void DeployDialog::checkSlurm()
+{
+    if (!m_plan) {
+        m_summary->setText(tr("There is no plan to check against the partition."));
+        m_check->setEnabled(true);
+        return;
+    }
+    // sinfo and scontrol may take a while on a busy cluster: off the UI thread, as the SSH checks.
+    m_jobs->submit(
+        [plan = *m_plan, options = slurmOptions()](std::stop_token) { return app::checkSlurmFit(plan, options); },
+        [this](app::SlurmFit fit) {
+            std::vector<app::PreflightCheck> checks;
+            for (const auto& line : fit.lines)
+                checks.push_back({"slurm", fit.partition, "partition", true, line, "", std::nullopt});
+            if (!fit.refusal.empty())
+                checks.push_back({"slurm", fit.partition, "plan fits", false, fit.refusal,
+                    "choose another partition, or a plan made for this one", std::nullopt});
+            for (const auto& c : checks)
+                addCheck(c);
+            checked(std::move(checks));
+        });
+}
+
 std::filesystem::path DeployDialog::knownHostsFile() const
 {
     return agents::knownHostsFile(m_knownHosts->text().trimmed().toStdString());
@@ -172,6 +272,10 @@ void DeployDialog::check()
     m_deploy->setEnabled(false);
     m_check->setEnabled(false);
     m_summary->setText(tr("Checking…"));
+    if (usesSlurm()) {
+        checkSlurm();
+        return;
+    }
     const std::string clusterFile = m_clusterFile->text().toStdString();
     app::PreflightOptions options;
     options.ssh = remoteOptions().ssh;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Plan ▸ Deploy over SSH: a cluster file (its nodes' host, ssh_port, ssh_user, ssh_identity_file, env), pre-flight
+// Plan ▸ Deploy: over SSH, a cluster file (its nodes' host, ssh_port, ssh_user, ssh_identity_file, env), pre-flight
 // as a live checklist (every check of every node as it completes, off the UI thread, with the fix when it failed),
 // an unknown host key shown with its fingerprint for the user to trust or refuse (trusted keys are recorded in
-// known_hosts and the checks run again), and Deploy once every check passed.
+// known_hosts and the checks run again), and Deploy once every check passed. Or, as "Slurm", a batch job on the
+// cluster's scheduler (app/run/slurm.h: partition, account, time, more sbatch options, the address the nodes reach
+// this machine at), its check whether the partition holds the plan (sinfo, scontrol) run off the UI thread too.
 #pragma once
 
 #include <QDialog>
@@ -14,7 +16,9 @@
 
 #include "app/run/preflight.h"
 #include "app/run/remote.h"
+#include "app/run/slurm.h"
 
+class QComboBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
@@ -54,6 +58,13 @@ public:
     const planner::Cluster& cluster() const { return m_cluster; }
     int steps() const;
 
+    /// SSH (a cluster file's nodes) or Slurm (a batch job): what Deploy launches with.
+    void setSlurm(bool slurm);
+    bool usesSlurm() const;
+    /// The Slurm fields as the launcher takes them (extra sbatch options split at spaces).
+    app::SlurmOptions slurmOptions() const;
+    void setSlurmOptions(const app::SlurmOptions& options);
+
     JobRunner* jobs() const { return m_jobs; }
     QTreeWidget* checklist() const { return m_list; }
     QPushButton* deployButton() const { return m_deploy; }
@@ -66,6 +77,17 @@ private:
     void addCheck(const app::PreflightCheck& c);
     void checked(std::vector<app::PreflightCheck> checks);
 
+    /// Pre-flight for Slurm: whether the partition holds the plan, a checklist row per line.
+    void checkSlurm();
+
+    QComboBox* m_launcher = nullptr;
+    QWidget* m_sshFields = nullptr;
+    QWidget* m_slurmFields = nullptr;
+    QLineEdit* m_partition = nullptr;
+    QLineEdit* m_account = nullptr;
+    QLineEdit* m_time = nullptr;
+    QLineEdit* m_sbatchArgs = nullptr;
+    QLineEdit* m_controllerAddress = nullptr;
     QLineEdit* m_clusterFile = nullptr;
     QLineEdit* m_knownHosts = nullptr;
     QLineEdit* m_remoteRoot = nullptr;

@@ -13,7 +13,7 @@ using planner::ActionKind;
 
 namespace {
 
-constexpr int kKinds = static_cast<int>(ActionKind::WavePull) + 1;
+constexpr int kKinds = static_cast<int>(ActionKind::BackwardInput) + 1; // the last kind
 
 int hueOf(int microbatch)
 {
@@ -35,6 +35,8 @@ QColor spanColor(ActionKind kind, int microbatch)
         return QColor::fromHsv(hue, 110, 245);
     case ActionKind::Backward:
         return QColor::fromHsv(hue, 210, 185);
+    case ActionKind::BackwardInput:
+        return QColor::fromHsv(hue, 255, 215); // a zero-bubble backward's first half: between F and B
     case ActionKind::BackwardWeight:
         return QColor::fromHsv(hue, 230, 120);
     case ActionKind::SendActivation:

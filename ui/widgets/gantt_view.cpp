@@ -84,11 +84,13 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
     };
     m_legend->setText(swatch(spanColor(ActionKind::Forward, 0), tr("forward"))
         + swatch(spanColor(ActionKind::Backward, 0), tr("backward"))
+        + swatch(spanColor(ActionKind::BackwardInput, 0), tr("input gradient"))
         + swatch(spanColor(ActionKind::BackwardWeight, 0), tr("weight gradient"))
         + swatch(spanColor(ActionKind::AllReduce, 0), tr("all-reduce"))
         + swatch(spanColor(ActionKind::OptimizerStep, 0), tr("optimizer"))
         + swatch(spanColor(ActionKind::WavePush, 0), tr("wave push/pull")) + tr("· hue: microbatch · grey: idle"));
-    m_legend->setToolTip(tr("Light: forward; dark: backward. The hue tells the microbatch. Thin rows under a device "
+    m_legend->setToolTip(tr("Light: forward; dark: backward (zero-bubble schedules split it into the input gradient "
+                            "and the later weight gradient). The hue tells the microbatch. Thin rows under a device "
                             "are its sends/receives and collectives; grey is idle time (the bubbles)."));
     // Wraps between entries (each swatch and its name stay together); never sets the window's width.
     m_legend->setMinimumWidth(120);
@@ -687,10 +689,10 @@ void GanttView::paintExportLegend(QPainter& painter, int width) const
     painter.save();
     painter.fillRect(QRect(0, 0, width, kExportLegendHeight), Qt::white);
     const QFontMetrics fm(painter.font());
-    const std::pair<ActionKind, QString> entries[]
-        = {{ActionKind::Forward, tr("forward")}, {ActionKind::Backward, tr("backward")},
-            {ActionKind::BackwardWeight, tr("weight gradient")}, {ActionKind::AllReduce, tr("all-reduce")},
-            {ActionKind::OptimizerStep, tr("optimizer")}, {ActionKind::WavePush, tr("wave push/pull")}};
+    const std::pair<ActionKind, QString> entries[] = {{ActionKind::Forward, tr("forward")},
+        {ActionKind::Backward, tr("backward")}, {ActionKind::BackwardInput, tr("input gradient")},
+        {ActionKind::BackwardWeight, tr("weight gradient")}, {ActionKind::AllReduce, tr("all-reduce")},
+        {ActionKind::OptimizerStep, tr("optimizer")}, {ActionKind::WavePush, tr("wave push/pull")}};
     int x = 8;
     const int y = (kExportLegendHeight - 12) / 2;
     for (const auto& [kind, text] : entries) {

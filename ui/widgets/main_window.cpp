@@ -29,6 +29,7 @@
 #include "app/run/snapshot.h"
 #include "planner/edit.h"
 #include "planner/errors.h"
+#include "planner/export/export.h"
 #include "planner/io/graph_txt.h"
 #include "planner/io/json_file.h"
 #include "ui/document/project_document.h"
@@ -225,6 +226,17 @@ void MainWindow::buildMenus()
         if (!path.isEmpty() && !m_gantt->exportChromeTrace(path, &error))
             showError(tr("Not exported"), error);
     });
+    // One entry per runtime the planner exports to (planner/export/export.h): the files go into a directory.
+    QMenu* exportFor = file->addMenu(tr("Export &plan for"));
+    for (const auto* exporter : planner::planExporters()) {
+        const QString name = QString::fromUtf8(exporter->name().data(), static_cast<int>(exporter->name().size()));
+        QAction* action = exportFor->addAction(name + QStringLiteral("…"), this, [this, name] {
+            const QString dir = QFileDialog::getExistingDirectory(this, tr("Export the plan for %1 into").arg(name));
+            if (!dir.isEmpty())
+                exportPlanFor(name, dir);
+        });
+        action->setStatusTip(QString::fromStdString(std::string(exporter->description())));
+    }
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
@@ -294,7 +306,7 @@ void MainWindow::buildMenus()
         if (ok)
             runLocally(settings);
     });
-    plan->addAction(tr("&Deploy over SSH…"), QKeySequence(Qt::SHIFT | Qt::Key_F6), this, [this] {
+    plan->addAction(tr("&Deploy (SSH or Slurm)…"), QKeySequence(Qt::SHIFT | Qt::Key_F6), this, [this] {
         DeployDialog dialog(this);
         if (m_document->planDocument().hasPlan())
             dialog.setPlan(m_document->planDocument().plan()); // pre-flight checks the plan too
@@ -302,6 +314,11 @@ void MainWindow::buildMenus()
             app::RunRequest settings;
             settings.training.steps = dialog.steps();
             settings.training.lr = 1e-3;
+            if (dialog.usesSlurm()) { // the plan's own cluster, its nodes the job's
+                settings.slurm = dialog.slurmOptions();
+                runLocally(settings);
+                return;
+            }
             settings.remote = dialog.remoteOptions();
             const planner::Cluster cluster = dialog.cluster();
             runLocally(settings, &cluster);
@@ -395,6 +412,49 @@ bool MainWindow::importCluster(const QString& path)
     statusBar()->showMessage(tr("Imported the cluster %1; plans that no longer fit were kept as scenarios")
                                  .arg(QString::fromStdString(m_document->project().cluster->name)));
     return true;
+}
+
+void MainWindow::exportPlanFor(const QString& format, const QString& directory)
+{
+    const planner::PlanExporter* exporter = planner::findPlanExporter(format.toStdString());
+    if (!exporter || !m_document->planDocument().hasPlan()) {
+        showError(
+            tr("Not exported"), exporter ? tr("There is no plan to export.") : tr("No export for %1.").arg(format));
+        return;
+    }
+    // What the export did, carried back from the worker.
+    struct Outcome
+    {
+        std::vector<std::string> files, notes;
+        std::string error;
+    };
+    m_exported.clear();
+    m_exporter.submit(
+        [exporter, plan = m_document->planDocument().plan(), dir = directory.toStdString()](std::stop_token) {
+            Outcome out;
+            try {
+                const planner::PlanExport exported = exporter->write(plan);
+                out.files = planner::writePlanExport(exported, dir);
+                out.notes = exported.notes;
+            } catch (const std::exception& e) {
+                out.error = e.what();
+            }
+            return out;
+        },
+        [this, format](Outcome out) {
+            if (!out.error.empty()) {
+                showError(tr("Not exported for %1").arg(format), QString::fromStdString(out.error));
+                return;
+            }
+            QStringList names;
+            for (const auto& f : out.files) {
+                m_exported << QString::fromStdString(f);
+                names << QString::fromStdString(std::filesystem::path(f).filename().string());
+            }
+            statusBar()->showMessage(tr("Exported the plan for %1: %2 (%3)")
+                                         .arg(format, names.join(QStringLiteral(", ")),
+                                             QString::fromStdString(out.notes.empty() ? "" : out.notes.front())));
+        });
 }
 
 void MainWindow::showError(const QString& title, const QString& text)
@@ -519,7 +579,7 @@ bool MainWindow::runLocally(const app::RunRequest& settings, const planner::Clus
         showError(tr("Run locally"), QString::fromStdString(e.what()));
         return false;
     }
-    if (!deployTo && !request.force) {
+    if (request.local() && !request.force) {
         const auto& doc = m_document->planDocument();
         const auto machine = app::MachineResources::thisMachine();
         const auto excess = app::localRunExcess(

@@ -79,6 +79,14 @@ public:
     void openRun(const QString& id);
     /// Runs the event loop until a run opened with openRun() is shown; false on timeout.
     bool waitForOpenedRun(int timeoutMs = 60'000);
+    /// Writes the files with which another runtime trains the current plan (File ▸ Export plan for; `format` is a
+    /// planner::PlanExporter's name) into `directory`, in the background; what the runtime cannot express is shown
+    /// as an error and nothing is written.
+    void exportPlanFor(const QString& format, const QString& directory);
+    /// Runs the event loop until an export has ended; false on timeout. For tests.
+    bool waitForExport(int timeoutMs = 60'000) { return m_exporter.waitForIdle(timeoutMs); }
+    /// The files the last export wrote (empty after a refused one).
+    QStringList lastExportedFiles() const { return m_exported; }
 
     ModelView* modelView() const { return m_modelView; }
     MetricsPanel* metricsPanel() const { return m_metrics; }
@@ -138,6 +146,8 @@ private:
     std::filesystem::path m_historyPath;
     std::unique_ptr<RunSession> m_session;
     JobRunner m_runLoader {QStringLiteral("run loader")};
+    JobRunner m_exporter {QStringLiteral("plan export")};
+    QStringList m_exported;
 };
 
 } // namespace pw::ui

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// torchtitan: the schedule as torch.distributed.pipelining's CSV (the compute_only form that
+// _PipelineScheduleRuntime._load_csv reads: one row per pipeline rank, actions {stage}{F|B|W}{microbatch}) and the
+// TOML fragment that points torchtitan at it and cuts the model by module names.
+#include <sstream>
+
+#include "../errors.h"
+#include "export.h"
+#include "export_common.h"
+
+namespace pw::planner::exports {
+
+namespace {
+
+/// torch.distributed.pipelining's letter for a compute action; 0 for the rest (its runtime adds the transfers).
+char actionLetter(ActionKind kind)
+{
+    switch (kind) {
+    case ActionKind::Forward:
+        return 'F';
+    case ActionKind::Backward:
+        return 'B'; // full backward: input and weight gradients together
+    case ActionKind::BackwardInput:
+        return 'I'; // input gradient alone (zero-bubble schedules)
+    case ActionKind::BackwardWeight:
+        return 'W';
+    default:
+        return 0;
+    }
+}
+
+/// torchtitan's module names of a decoder model (its Llama-style models): tok_embeddings, layers.N, norm, output.
+std::vector<std::string> moduleNames(LayerRole role, int block)
+{
+    switch (role) {
+    case LayerRole::Embedding:
+        return {"tok_embeddings"};
+    case LayerRole::Block:
+        return {"layers." + std::to_string(block)};
+    case LayerRole::Head:
+        return {"norm", "output"};
+    }
+    return {};
+}
+
+/// torchtitan's name of a schedule with the plan's stages per rank and their placement: it derives the virtual
+/// stage count and which rank holds which stage from it (a loop, or ZBV's V); the CSV then gives the order.
+std::string scheduleName(const Plan& plan, int chunks)
+{
+    if (plan.schedule.kind == "zbv")
+        return "ZBVZeroBubble";
+    if (plan.schedule.kind == "gpipe" && chunks == 1)
+        return "GPipe";
+    return chunks == 1 ? "1F1B" : "Interleaved1F1B";
+}
+
+class Torchtitan final : public PlanExporter
+{
+public:
+    std::string_view name() const override { return "torchtitan"; }
+    std::string_view description() const override
+    {
+        return "torch.distributed.pipelining schedule CSV (compute_only) and torchtitan's [parallelism] TOML";
+    }
+
+    PlanExport write(const Plan& plan) const override
+    {
+        const PipelineShape shape = checkExportable(plan, name());
+        const auto roles = transformerRoles(*plan.model, name());
+        const Schedule schedule = oneStep(plan);
+
+        // One row per pipeline rank: the first replica's device of stage r (its first tensor-parallel rank).
+        std::ostringstream csv;
+        for (int rank = 0; rank < shape.depth; ++rank) {
+            const int device = plan.stages[rank].devices.front();
+            bool first = true;
+            for (const Action& a : schedule.devices.at(static_cast<std::size_t>(device))) {
+                const char letter = actionLetter(a.kind);
+                if (!letter)
+                    continue;
+                csv << (first ? "" : ",") << a.stage << letter << a.microbatch;
+                first = false;
+            }
+            csv << "\n";
+        }
+
+        std::ostringstream toml;
+        toml << planSummary(plan, shape, "# ");
+        toml << "# torchtitan reads the schedule from the CSV (torch.distributed.pipelining's compute_only form: a "
+                "row per\n# pipeline rank, actions {stage}{F|B|W}{microbatch}) and cuts the model by module names "
+                "(its decoder\n# models' tok_embeddings, layers.N, norm, output). The CSV path is relative to where "
+                "torchtitan runs.\n";
+        toml << "[parallelism]\n";
+        toml << "pipeline_parallel_degree = " << shape.depth << "\n";
+        toml << "pipeline_parallel_schedule = \"" << scheduleName(plan, shape.chunks) << "\"\n";
+        toml << "pipeline_parallel_schedule_csv = \"schedule.csv\"\n";
+        toml << "pipeline_parallel_microbatch_size = " << shape.microbatch_size << "\n";
+        toml << "module_fqns_per_model_part = [\n";
+        for (const PlanStage& stage : plan.stages) {
+            toml << "  [";
+            bool first = true;
+            for (int layer = stage.first_layer; layer <= stage.last_layer; ++layer)
+                for (const auto& module : moduleNames(roles[static_cast<std::size_t>(layer)], layer - 1)) {
+                    toml << (first ? "" : ", ") << '"' << module << '"';
+                    first = false;
+                }
+            toml << "],\n";
+        }
+        toml << "]\n";
+        toml << "tensor_parallel_degree = " << shape.tensor << "\n";
+        toml << "data_parallel_replicate_degree = " << shape.data << "\n\n";
+        toml << "[training]\n";
+        toml << "local_batch_size = " << shape.microbatch_size * shape.microbatches << "\n";
+        if (plan.model->architecture)
+            toml << "seq_len = " << plan.model->architecture->sequence << "\n";
+        toml << "mixed_precision_param = \"" << (shape.precision == "fp32" ? "float32" : "bfloat16") << "\"\n\n";
+        toml << "[activation_checkpoint]\n";
+        toml << "mode = \"" << (plan.schedule.recompute ? "full" : "none") << "\"\n";
+
+        PlanExport out;
+        out.files = {{"schedule.csv", csv.str()}, {"torchtitan.toml", toml.str()}};
+        out.notes.push_back("torchtitan derives its stages per rank from pipeline_parallel_schedule (\""
+            + scheduleName(plan, shape.chunks) + "\"); the order of actions is the CSV's, "
+            + std::to_string(schedule.microbatches_per_batch) + " microbatches per step");
+        if (plan.schedule.kind == "zb-h1" || plan.schedule.kind == "zb-h2")
+            out.notes.push_back("torch.distributed.pipelining names no zero-bubble schedule with one stage per rank: "
+                                "\"1F1B\" gives torchtitan the stage count, the CSV the order with its I (input "
+                                "gradient) and W (weight gradient) actions");
+        if (shape.precision == "fp16")
+            out.notes.push_back("torchtitan trains in bfloat16 or float32: the fp16 plan is exported as bfloat16");
+        return out;
+    }
+};
+
+} // namespace
+
+const PlanExporter& torchtitanExporter()
+{
+    static const Torchtitan exporter;
+    return exporter;
+}
+
+} // namespace pw::planner::exports

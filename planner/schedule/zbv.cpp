@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: MIT
+// ZBV (Qi et al. 2024, §6): two chunks per device in a V (virtual stage s on the devices of stage s for s < p and
+// of stage 2p - 1 - s after), the backward split into I and W; no bubble at 1F1B's activation memory.
+#include <algorithm>
+#include <string>
+
+#include "../errors.h"
+#include "builder.h"
+
+namespace pw::planner {
+namespace {
+
+/// One device's ZBV order over `count` microbatches as rank `rank` of p: torch.distributed.pipelining's
+/// ScheduleZBVZeroBubble, itself the paper's handcrafted ZB-V. The order is built for max(2p - 1, count)
+/// microbatches and the ones past `count` are left out (a short batch keeps the same relative order). op(chunk,
+/// kind, i) appends chunk 0 (virtual stage rank) or 1 (virtual stage 2p - 1 - rank).
+template <class Op> void zbvOrder(int p, int rank, int count, Op&& op)
+{
+    const int n = std::max(2 * p - 1, count);
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    auto emit = [&](int chunk, ActionKind kind, int i) {
+        if (i < count)
+            op(chunk, kind, i);
+    };
+    // Warm-up: chunk 0 forwards until the V's turn reaches this device, then both chunks, then chunk 1 starts its
+    // backwards (the loss is at the bottom of the V, on device 0's chunk 1).
+    for (int i = 0; i < 2 * (p - rank) - 1; ++i)
+        emit(0, ActionKind::Forward, f0++);
+    for (int i = 0; i < rank; ++i) {
+        emit(1, ActionKind::Forward, f1++);
+        emit(0, ActionKind::Forward, f0++);
+    }
+    for (int i = 0; i < p - rank; ++i) {
+        emit(1, ActionKind::Forward, f1++);
+        emit(1, ActionKind::BackwardInput, b1);
+        emit(1, ActionKind::BackwardWeight, b1++);
+    }
+    // Steady state: F I W of each chunk in turn.
+    while (f1 < f0 || f0 < n) {
+        if (f0 < n)
+            emit(0, ActionKind::Forward, f0++);
+        emit(0, ActionKind::BackwardInput, b0);
+        emit(0, ActionKind::BackwardWeight, b0++);
+        emit(1, ActionKind::Forward, f1++);
+        emit(1, ActionKind::BackwardInput, b1);
+        emit(1, ActionKind::BackwardWeight, b1++);
+    }
+    // Cool-down: the input gradients first, the weight gradients filling the gaps and the end.
+    int w0 = b0, w1 = b1;
+    for (int i = 0; i < rank; ++i) {
+        emit(0, ActionKind::BackwardInput, b0++);
+        emit(1, ActionKind::BackwardInput, b1++);
+    }
+    for (int i = 0; i < p - rank; ++i) {
+        emit(0, ActionKind::BackwardInput, b0++);
+        emit(0, ActionKind::BackwardWeight, w0++);
+    }
+    while (w1 < b1)
+        emit(1, ActionKind::BackwardWeight, w1++);
+    while (w0 < b0)
+        emit(0, ActionKind::BackwardWeight, w0++);
+}
+
+class ZbvGenerator final : public ScheduleGenerator
+{
+public:
+    std::string_view name() const override { return "zbv"; }
+    std::string_view description() const override
+    {
+        return "ZBV (Qi et al. 2024): two chunks per device in a V, the backward split into input and weight "
+               "gradients: no bubble at 1F1B's activation memory once the batch has 2p - 1 microbatches";
+    }
+    const ScheduleTraits& traits() const override
+    {
+        static const ScheduleTraits traits {.in_flight_limit = InFlightLimit::FirstStage,
+            .steady_state = SteadyState::BatchToBatch,
+            .min_iterations = 3,
+            .chunks = ChunkRule::V,
+            .splits_backward = true};
+        return traits;
+    }
+
+    Schedule generate(const Plan& plan) const override
+    {
+        ScheduleBuilder b(plan, name());
+        if (b.chunks() != 2)
+            throw InputError({}, 0, "/schedule/chunks",
+                "'zbv' runs two chunks per device in a V (chunks 2), not " + std::to_string(b.chunks()));
+        const int p = b.depth();
+        const int m = b.microbatchesPerBatch();
+        // Replicated stages: d copies of the V, every stage on d devices; copy j runs the ids k with k mod d == j
+        // (the builder's deviceOf), m / d of them per batch.
+        const int d = b.replicas(0);
+        for (int s = 0; s < b.stageCount(); ++s)
+            if (b.replicas(s) != d)
+                throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
+                    "'zbv' runs replicated stages as equal copies of the V, so every stage needs the same number of "
+                    "replicas (stage 0 has "
+                        + std::to_string(d) + ", stage " + std::to_string(s) + " has " + std::to_string(b.replicas(s))
+                        + ")");
+        if (m % d != 0)
+            throw InputError({}, 0, "/schedule/microbatches",
+                "'zbv' needs the microbatches per batch (" + std::to_string(m) + ") to be a multiple of the replicas "
+                    + std::to_string(d));
+        const int local = m / d;
+        for (int j = 0; j < d; ++j)
+            for (int rank = 0; rank < p; ++rank) {
+                const int device = b.device(rank, j);
+                const int stages[2] = {rank, 2 * p - 1 - rank};
+                for (int batch = 0; batch < b.batches(); ++batch) {
+                    const int base = batch * m + j;
+                    zbvOrder(p, rank, local, [&](int chunk, ActionKind kind, int i) {
+                        const int s = stages[chunk], k = base + d * i;
+                        if (kind == ActionKind::Forward)
+                            b.forward(s, k, batch);
+                        else if (kind == ActionKind::BackwardInput)
+                            b.backwardInput(s, k, batch);
+                        else
+                            b.backwardWeight(s, k, batch);
+                    });
+                    for (int s : stages)
+                        b.step(device, s, batch + 1);
+                }
+            }
+        return b.finish();
+    }
+};
+
+} // namespace
+
+const ScheduleGenerator& zbvGenerator()
+{
+    static const ZbvGenerator generator;
+    return generator;
+}
+
+} // namespace pw::planner

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -169,34 +170,49 @@ engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args)
     return o;
 }
 
-int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
+namespace {
+
+/// What both measuring commands share: their arguments parsed (exit status 2 with the usage when they are wrong),
+/// --help, the measurement, and its JSON written to stdout or -o FILE (indented as `measure` says); exit status 1
+/// with the error when measuring fails.
+template <class Parse, class Measure>
+int runMeasureCommand(const char* name, const char* usage, const std::vector<std::string>& args, std::ostream& out,
+    std::ostream& err, Parse parse, Measure measure)
 {
-    ProfileArguments parsed;
+    decltype(parse(args)) parsed;
     try {
-        parsed = parseProfileArguments(args);
+        parsed = parse(args);
     } catch (const InputError& e) {
-        err << "pipewright-agent --profile: " << planner::formatInputError(e) << "\n" << kProfileUsage;
+        err << name << ": " << planner::formatInputError(e) << "\n" << usage;
         return 2;
     }
     if (parsed.help) {
-        out << kProfileUsage;
+        out << usage;
         return 0;
     }
     try {
-        const auto options = resolveProfileOptions(parsed);
-        const auto profile = engine::measureProfile(options);
-        const auto j = planner::toJson(profile);
+        const auto [j, indent] = measure(parsed);
         if (parsed.output.empty())
-            out << j.dump(2) << "\n" << std::flush;
+            out << j.dump(indent) << "\n" << std::flush;
         else
-            planner::writeJsonFile(parsed.output, j);
+            planner::writeJsonFile(parsed.output, j, indent);
         return 0;
     } catch (const InputError& e) {
-        err << "pipewright-agent --profile: " << planner::formatInputError(e) << "\n";
+        err << name << ": " << planner::formatInputError(e) << "\n";
     } catch (const std::exception& e) {
-        err << "pipewright-agent --profile: " << e.what() << "\n";
+        err << name << ": " << e.what() << "\n";
     }
     return 1;
+}
+
+} // namespace
+
+int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
+{
+    return runMeasureCommand("pipewright-agent --profile", kProfileUsage, args, out, err, parseProfileArguments,
+        [](const ProfileArguments& parsed) {
+            return std::pair {planner::toJson(engine::measureProfile(resolveProfileOptions(parsed))), 2};
+        });
 }
 
 const char* const kGemmProfileUsage
@@ -250,35 +266,17 @@ GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& a
 
 int runGemmProfileCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)
 {
-    GemmProfileArguments parsed;
-    try {
-        parsed = parseGemmProfileArguments(args);
-    } catch (const InputError& e) {
-        err << "pipewright-agent --profile-gemm: " << planner::formatInputError(e) << "\n" << kGemmProfileUsage;
-        return 2;
-    }
-    if (parsed.help) {
-        out << kGemmProfileUsage;
-        return 0;
-    }
-    try {
-        std::size_t tenth = 0;
-        const auto table = engine::measureGemmTable(parsed.options, [&](std::size_t done, std::size_t all) {
-            if (done * 10 / all > tenth || done == all) {
-                tenth = done * 10 / all;
-                err << "pipewright-agent --profile-gemm: " << done << " of " << all << " shapes\n" << std::flush;
-            }
+    return runMeasureCommand("pipewright-agent --profile-gemm", kGemmProfileUsage, args, out, err,
+        parseGemmProfileArguments, [&err](const GemmProfileArguments& parsed) {
+            std::size_t tenth = 0;
+            const auto table = engine::measureGemmTable(parsed.options, [&](std::size_t done, std::size_t all) {
+                if (done * 10 / all > tenth || done == all) {
+                    tenth = done * 10 / all;
+                    err << "pipewright-agent --profile-gemm: " << done << " of " << all << " shapes\n" << std::flush;
+                }
+            });
+            return std::pair {planner::toJson(table), 1}; // one sample a line: 1,000 of them
         });
-        const auto j = planner::toJson(table);
-        if (parsed.output.empty())
-            out << j.dump(1) << "\n" << std::flush;
-        else
-            planner::writeJsonFile(parsed.output, j, 1);
-        return 0;
-    } catch (const std::exception& e) {
-        err << "pipewright-agent --profile-gemm: " << e.what() << "\n";
-    }
-    return 1;
 }
 
 } // namespace pw::agents

@@ -40,6 +40,22 @@ template <class T> T parseNumber(const std::string& option, const std::string& t
     return value;
 }
 
+/// Walks `args` as --help or -h (sets `help`) and OPTION VALUE pairs, each handed to `option`; throws InputError
+/// for an option without its value or a word that is no option.
+template <class Option> void forEachOption(const std::vector<std::string>& args, bool& help, Option option)
+{
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        if (arg == "--help" || arg == "-h") {
+            help = true;
+            continue;
+        }
+        if (i + 1 >= args.size())
+            throw InputError({}, 0, arg, arg.rfind("-", 0) == 0 ? "needs a value" : "unexpected argument");
+        option(arg, args[++i]);
+    }
+}
+
 } // namespace
 
 std::optional<int> parseDevice(const std::string& option, const std::string& text)
@@ -94,15 +110,7 @@ ProfileArguments parseProfileArguments(const std::vector<std::string>& args)
     ProfileArguments a;
     a.options.shape = {0, 0, 0, 0, 0, 0, 4};
     auto& o = a.options;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& arg = args[i];
-        if (arg == "--help" || arg == "-h") {
-            a.help = true;
-            continue;
-        }
-        if (i + 1 >= args.size())
-            throw InputError({}, 0, arg, arg.rfind("-", 0) == 0 ? "needs a value" : "unexpected argument");
-        const std::string& value = args[++i];
+    forEachOption(args, a.help, [&](const std::string& arg, const std::string& value) {
         if (arg == "--layers")
             o.shape.layers = parseNumber<int>(arg, value);
         else if (arg == "--hidden")
@@ -133,7 +141,7 @@ ProfileArguments parseProfileArguments(const std::vector<std::string>& args)
             a.output = value;
         else
             throw InputError({}, 0, arg, "unknown option");
-    }
+    });
     return a;
 }
 
@@ -226,15 +234,7 @@ const char* const kGemmProfileUsage
 GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& args)
 {
     GemmProfileArguments a;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& arg = args[i];
-        if (arg == "--help" || arg == "-h") {
-            a.help = true;
-            continue;
-        }
-        if (i + 1 >= args.size())
-            throw InputError({}, 0, arg, arg.rfind("-", 0) == 0 ? "needs a value" : "unexpected argument");
-        const std::string& value = args[++i];
+    forEachOption(args, a.help, [&](const std::string& arg, const std::string& value) {
         if (arg == "--device") {
             const auto device = parseDevice(arg, value);
             if (!device)
@@ -260,7 +260,7 @@ GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& a
             a.output = value;
         else
             throw InputError({}, 0, arg, "unknown option");
-    }
+    });
     return a;
 }
 

@@ -399,10 +399,10 @@ int main(int argc, char** argv)
             s.tokens_per_s, s.step_s * 1e3, oneStage > 0 ? s.tokens_per_s / oneStage : 0.0, s.peak_bytes / (1 << 30));
         // Where each device's step goes (span time per action kind; transfers include their waits).
         for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1; ++d) {
-            std::string line;
+            std::printf("    device %zu, ms per step:", d);
             for (const auto& [kind, ms] : s.ms_per_kind[d])
-                line += "  " + kind + " " + std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2);
-            std::printf("    device %zu, ms per step:%s\n", d, line.c_str());
+                std::printf("  %s %.1f", kind.c_str(), ms);
+            std::printf("\n");
         }
         results["pipelines"].push_back(
             {{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s}, {"ms_per_kind", s.ms_per_kind}});

@@ -49,23 +49,39 @@ inline bool readStat(pid_t pid, std::string& name, char& state, pid_t& ppid)
     return true;
 }
 
-/// Live (not zombie) pipewright-agent processes whose parent is `parent`, ascending.
-inline std::vector<pid_t> childAgents(pid_t parent)
+/// @brief A live (not zombie) process as /proc/PID/stat shows it.
+struct ProcessInfo
 {
-    std::vector<pid_t> out;
+    pid_t pid = 0;
+    std::string name; ///< the kernel's 15 characters of its command's name
+    pid_t ppid = 0;
+};
+
+/// Every live (not zombie) process, ascending by pid.
+inline std::vector<ProcessInfo> liveProcesses()
+{
+    std::vector<ProcessInfo> out;
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
         const std::string n = entry.path().filename().string();
         if (n.empty() || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
             continue;
-        std::string name;
+        ProcessInfo p;
+        p.pid = static_cast<pid_t>(std::atol(n.c_str()));
         char state = 0;
-        pid_t ppid = 0;
-        // The kernel keeps 15 characters of a command's name: "pipewright-agen".
-        if (readStat(static_cast<pid_t>(std::atol(n.c_str())), name, state, ppid) && ppid == parent
-            && name.rfind("pipewright-agen", 0) == 0 && state != 'Z')
-            out.push_back(static_cast<pid_t>(std::atol(n.c_str())));
+        if (readStat(p.pid, p.name, state, p.ppid) && state != 'Z')
+            out.push_back(std::move(p));
     }
-    std::sort(out.begin(), out.end());
+    std::sort(out.begin(), out.end(), [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
+    return out;
+}
+
+/// Live pipewright-agent processes whose parent is `parent`, ascending.
+inline std::vector<pid_t> childAgents(pid_t parent)
+{
+    std::vector<pid_t> out;
+    for (const auto& p : liveProcesses())
+        if (p.ppid == parent && p.name.rfind("pipewright-agen", 0) == 0) // the kernel keeps 15 characters
+            out.push_back(p.pid);
     return out;
 }
 

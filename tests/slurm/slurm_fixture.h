@@ -116,19 +116,11 @@ public:
     static std::string processesUsing(const std::string& text)
     {
         std::string out;
-        for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-            const std::string n = entry.path().filename().string();
-            if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos)
-                continue;
-            std::string name;
-            char state = 0;
-            pid_t ppid = 0;
-            if (!readStat(static_cast<pid_t>(std::stol(n)), name, state, ppid) || state == 'Z')
-                continue;
-            std::string cmdline = slurpFile(entry.path() / "cmdline");
+        for (const auto& p : liveProcesses()) {
+            std::string cmdline = slurpFile("/proc/" + std::to_string(p.pid) + "/cmdline");
             std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
             if (cmdline.find(text) != std::string::npos)
-                out += (out.empty() ? "" : ", ") + n + " " + cmdline;
+                out += (out.empty() ? "" : ", ") + std::to_string(p.pid) + " " + cmdline;
         }
         return out;
     }

@@ -109,16 +109,39 @@ bool noLiveJob(const SlurmCluster& cluster)
     return false;
 }
 
+/// What a run test starts with: a Slurm cluster of its own, a directory for its runs' files, and a history.
+struct SlurmRunTest
+{
+    SlurmCluster cluster;
+    TempDir runs;
+    TempDir files;
+    app::HistoryStore history = app::HistoryStore::open(files.path / "history.sqlite");
+
+    /// After the run: Slurm has no live job of ours, no process uses the runs' directory; then the cluster stops.
+    void checkNothingLeft()
+    {
+        CHECK(noLiveJob(cluster));
+        CHECK(SlurmCluster::processesUsing(runs.path.string()).empty());
+        cluster.stop();
+    }
+};
+
+/// A run through Slurm trains as the same plan does locally: every step's loss within 1e-6.
+void checkSameLosses(const app::RunOutcome& slurm, const app::RunOutcome& local)
+{
+    REQUIRE(slurm.losses.size() == local.losses.size());
+    for (std::size_t i = 0; i < local.losses.size(); ++i)
+        CHECK(std::abs(slurm.losses[i] - local.losses[i]) <= 1e-6);
+}
+
 } // namespace
 
 TEST_CASE("the tiny demo plan trains through Slurm with the losses of a local run and its job id stored", "[slurm]")
 {
     if (const auto why = SlurmCluster::unavailable(); !why.empty())
         PW_SKIP(why);
-    SlurmCluster cluster;
-    TempDir runs;
-    TempDir files;
-    auto history = app::HistoryStore::open(files.path / "history.sqlite");
+    SlurmRunTest t;
+    auto& [cluster, runs, files, history] = t;
     const auto plan = demoPlan();
 
     const auto local = app::RunController(request(plan, 4), history).run();
@@ -130,9 +153,7 @@ TEST_CASE("the tiny demo plan trains through Slurm with the losses of a local ru
     const auto slurm = app::RunController(slurmRequest(plan, 4, runs), history).run(o);
     INFO(slurm.message);
     REQUIRE(slurm.status == app::RunStatus::Succeeded);
-    REQUIRE(slurm.losses.size() == local.losses.size());
-    for (std::size_t i = 0; i < local.losses.size(); ++i)
-        CHECK(std::abs(slurm.losses[i] - local.losses[i]) <= 1e-6);
+    checkSameLosses(slurm, local);
 
     const auto record = history.run(slurm.run_id);
     REQUIRE(record);
@@ -146,43 +167,34 @@ TEST_CASE("the tiny demo plan trains through Slurm with the losses of a local ru
     CHECK((std::filesystem::status(dir).permissions() & std::filesystem::perms::all)
         == std::filesystem::perms::owner_all);
     CHECK(!std::filesystem::exists(dir / "secret"));
-    CHECK(noLiveJob(cluster));
-    CHECK(SlurmCluster::processesUsing(runs.path.string()).empty());
-    cluster.stop();
+    t.checkNothingLeft();
 }
 
 TEST_CASE("a plan over two nodes runs its agents on two Slurm nodes with the losses of a local run", "[slurm]")
 {
     if (const auto why = SlurmCluster::unavailable(); !why.empty())
         PW_SKIP(why);
-    SlurmCluster cluster;
-    TempDir runs;
-    TempDir files;
-    auto history = app::HistoryStore::open(files.path / "history.sqlite");
+    SlurmRunTest t;
+    auto& [cluster, runs, files, history] = t;
     const auto plan = planOnNodes(2);
     const auto local = app::RunController(request(plan, 3), history).run();
     REQUIRE(local.status == app::RunStatus::Succeeded);
     const auto slurm = app::RunController(slurmRequest(plan, 3, runs), history).run();
     INFO(slurm.message);
     REQUIRE(slurm.status == app::RunStatus::Succeeded);
-    REQUIRE(slurm.losses.size() == local.losses.size());
-    for (std::size_t i = 0; i < local.losses.size(); ++i)
-        CHECK(std::abs(slurm.losses[i] - local.losses[i]) <= 1e-6);
+    checkSameLosses(slurm, local);
     const auto job = history.run(slurm.run_id)->job_id;
     CHECK(jobField(cluster, job, "NodeList") == "pw[1-2]");
     CHECK(jobField(cluster, job, "NumNodes") == "2");
-    CHECK(noLiveJob(cluster));
-    cluster.stop();
+    t.checkNothingLeft();
 }
 
 TEST_CASE("scancel from outside fails the run with Slurm's reason and leaves no agent", "[slurm]")
 {
     if (const auto why = SlurmCluster::unavailable(); !why.empty())
         PW_SKIP(why);
-    SlurmCluster cluster;
-    TempDir runs;
-    TempDir files;
-    auto history = app::HistoryStore::open(files.path / "history.sqlite");
+    SlurmRunTest t;
+    auto& [cluster, runs, files, history] = t;
     app::RunController controller(slurmRequest(demoPlan(), 100000, runs), history);
     std::string runId;
     bool cancelled = false;
@@ -200,19 +212,15 @@ TEST_CASE("scancel from outside fails the run with Slurm's reason and leaves no 
     const auto job = history.run(out.run_id)->job_id;
     CHECK_THAT(out.message, Contains("the Slurm job " + job + " ended: CANCELLED"));
     CHECK(history.run(out.run_id)->status_message == out.message);
-    CHECK(noLiveJob(cluster));
-    CHECK(SlurmCluster::processesUsing(runs.path.string()).empty());
-    cluster.stop();
+    t.checkNothingLeft();
 }
 
 TEST_CASE("stopping a Slurm run ends its job and leaves no agent", "[slurm]")
 {
     if (const auto why = SlurmCluster::unavailable(); !why.empty())
         PW_SKIP(why);
-    SlurmCluster cluster;
-    TempDir runs;
-    TempDir files;
-    auto history = app::HistoryStore::open(files.path / "history.sqlite");
+    SlurmRunTest t;
+    auto& [cluster, runs, files, history] = t;
     app::RunController controller(slurmRequest(demoPlan(), 100000, runs), history);
     app::RunObserver o;
     o.progress = [&](const app::RunProgress& p) {
@@ -235,10 +243,8 @@ TEST_CASE("a pending Slurm job is reported with its reason and can be stopped", 
 {
     if (const auto why = SlurmCluster::unavailable(); !why.empty())
         PW_SKIP(why);
-    SlurmCluster cluster;
-    TempDir runs;
-    TempDir files;
-    auto history = app::HistoryStore::open(files.path / "history.sqlite");
+    SlurmRunTest t;
+    auto& [cluster, runs, files, history] = t;
     auto req = slurmRequest(demoPlan(), 5, runs);
     req.slurm->sbatch_args = {"--begin=now+1hour"}; // held back: pending with Reason=BeginTime
     app::RunController controller(req, history);
@@ -357,10 +363,8 @@ TEST_CASE("a job whose agents cannot start fails the run with the job's state an
 {
     if (const auto why = SlurmCluster::unavailable(); !why.empty())
         PW_SKIP(why);
-    SlurmCluster cluster;
-    TempDir runs;
-    TempDir files;
-    auto history = app::HistoryStore::open(files.path / "history.sqlite");
+    SlurmRunTest t;
+    auto& [cluster, runs, files, history] = t;
     auto req = slurmRequest(demoPlan(), 2, runs);
     req.agent_executable = files.path / "no-such-agent"; // not on the nodes' (shared) filesystem
     const auto out = app::RunController(req, history).run();
@@ -369,6 +373,5 @@ TEST_CASE("a job whose agents cannot start fails the run with the job's state an
     REQUIRE(!job.empty());
     CHECK_THAT(out.message, Contains("the Slurm job " + job + " ended before its agents connected: FAILED"));
     CHECK_THAT(out.message, Contains("no-such-agent"));
-    CHECK(noLiveJob(cluster));
-    cluster.stop();
+    t.checkNothingLeft();
 }

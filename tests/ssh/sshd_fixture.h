@@ -200,17 +200,9 @@ public:
     std::vector<pid_t> connections() const
     {
         std::vector<pid_t> out;
-        for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-            const std::string n = entry.path().filename().string();
-            if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos)
-                continue;
-            std::string name;
-            char state = 0;
-            pid_t ppid = 0;
-            if (readStat(static_cast<pid_t>(std::atol(n.c_str())), name, state, ppid) && ppid == m_pid && name == "sshd"
-                && state != 'Z')
-                out.push_back(static_cast<pid_t>(std::atol(n.c_str())));
-        }
+        for (const auto& p : liveProcesses())
+            if (p.ppid == m_pid && p.name == "sshd")
+                out.push_back(p.pid);
         return out;
     }
 

@@ -140,6 +140,8 @@ public:
     virtual void layernormForward(
         void* out, float* mean, float* rstd, const void* inp, const void* weight, const void* bias, int BT, int C)
         = 0;
+    /// dinp null: the weight and bias gradients only (weight unused); dweight and dbias both null: dinp only. The
+    /// split backward (StageModel::backwardInput / backwardWeight) computes each part in its own call.
     virtual void layernormBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
         const void* weight, const float* mean, const float* rstd, int BT, int C)
         = 0;
@@ -148,6 +150,8 @@ public:
     virtual void matmulForward(
         void* out, const void* inp, const void* weight, const void* bias, int BT, int C, int OC, void* gelu_out)
         = 0;
+    /// Any of dinp, dweight, dbias may be null, its part then skipped: dinp alone is the input gradient (inp
+    /// unused), dweight and dbias alone the weight gradient (weight unused).
     virtual void matmulBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
         const void* weight, int BT, int C, int OC)
         = 0;

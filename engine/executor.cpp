@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: MIT
+// DeviceExecutor (executor.h): one device's actions of a run; the run's setup is in run_setup.cpp.
 #include "executor.h"
 
 #include <algorithm>
-#include <ctime>
 #include <optional>
 #include <utility>
 
-#include "llmc.h"
 #include "planner/errors.h"
-#include "planner/schedule/generator.h"
 #include "planner/schedule/traits.h"
 
 namespace pw::engine {
@@ -16,168 +14,6 @@ namespace pw::engine {
 using planner::Action;
 using planner::ActionKind;
 using planner::InputError;
-
-double monotonicSeconds()
-{
-    timespec ts {};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
-{
-    const auto refuse
-        = [](const std::string& field, const std::string& message) { throw InputError({}, 0, field, message); };
-    const auto& o = plan.schedule;
-    const std::string weights = planner::weightPrecision(o, *plan.model);
-    const std::string gradients = o.gradient_precision.empty() ? weights : o.gradient_precision;
-    const std::string weightsField
-        = o.precision.empty() ? "/model/architecture/bytes_per_element" : "/schedule/precision";
-    const std::string weightsWhy = o.precision.empty() ? " (the profile's 2 bytes per element)" : std::string();
-    Precision precision = Precision::Fp32;
-    if (weights == "bf16" && where == TrainsOn::Cuda)
-        precision = Precision::Bf16Mixed;
-    else if (weights == "bf16")
-        refuse(weightsField,
-            "the plan's weights are bf16" + weightsWhy
-                + ", and the CPU engine trains in fp32 only (bf16 mixed precision trains on CUDA GPUs): make the "
-                  "profile with `profile transformer --bytes-per-element 4`, or plan with `--precision fp32`");
-    else if (weights != "fp32")
-        refuse(weightsField,
-            "the plan's weights are " + weights + weightsWhy
-                + ", and the engine trains in fp32, or in bf16 mixed precision on CUDA GPUs: plan with `--precision "
-                  "fp32` (or bf16 for a GPU run)");
-    const std::string want = precision == Precision::Bf16Mixed ? "bf16" : "fp32";
-    if (gradients != want)
-        refuse("/schedule/gradient_precision",
-            "the plan's gradients are " + gradients + ", and the engine keeps them in its weights' precision (" + want
-                + "): plan without --gradient-precision");
-    if (o.optimizer != "adam")
-        refuse("/schedule/optimizer",
-            "the plan's optimizer is '" + o.optimizer
-                + "', and the engine trains with AdamW only (memory as \"adam\"): plan with `--optimizer adam`");
-    if (o.distributed_optimizer)
-        refuse("/schedule/distributed_optimizer",
-            "the engine keeps the whole optimizer state on every replica, not sharded over them: plan without "
-            "--distributed-optimizer");
-    if (o.recompute)
-        refuse("/schedule/recompute",
-            "the engine keeps every activation for its backward, it does not recompute them: plan without "
-            "--recompute");
-    for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
-        if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
-            refuse("/layer_order", "the engine runs GPT-2's layers in their order");
-    if (const auto* traits = planner::findScheduleTraits(o.kind); traits && traits->splits_backward)
-        refuse("/schedule/kind",
-            "schedule '" + o.kind
-                + "' splits the backward into input and weight gradients (I and W actions), which the engine does "
-                  "not compute separately yet: plan with 1f1b (the same math, with 1F1B's bubble)");
-    if (plan.tensor_parallel > 1)
-        refuse("/tensor_parallel",
-            "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
-                + ") is not run by the engine yet; plan with t = 1");
-    return precision;
-}
-
-TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
-{
-    const auto& model = *plan.model;
-    if (!model.architecture)
-        throw InputError({}, 0, "/model/architecture",
-            "the plan's model '" + model.name
-                + "' has no transformer shape: only plans made with `profile transformer` (or `profile measure`) "
-                  "can be trained, since the engine must know the layers' sizes");
-    const auto& arch = *model.architecture;
-    TrainingSetup s;
-    s.model = Gpt2Config::fromTransformer(arch);
-    try {
-        s.model.validate();
-    } catch (const InputError& e) {
-        throw InputError({}, 0, "/model/architecture", e.message());
-    }
-    if (model.layerCount() != s.model.layerCount())
-        throw InputError({}, 0, "/model/layers",
-            "the profile lists " + std::to_string(model.layerCount()) + " layers, but its architecture's "
-                + std::to_string(arch.layers) + " transformer blocks make " + std::to_string(s.model.layerCount())
-                + " layers to train: the embedding, the " + std::to_string(arch.layers)
-                + " blocks and the head (/model/architecture/layers counts the blocks only); make the profile with "
-                  "`profile transformer`");
-    s.precision = checkEngineHonours(plan, where);
-    s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
-    s.shape.seq = arch.sequence;
-    s.microbatches = plan.microbatchesPerStep();
-    return s;
-}
-
-void checkRunInputs(const TrainingSetup& setup, const DataSpec& data, const std::filesystem::path& init)
-{
-    if (!init.empty())
-        checkCheckpointFits(init, readCheckpointConfig(init), setup.model, setup.shape.seq);
-    if (data.kind != DataSpec::Kind::Synthetic)
-        loadTokens(data, setup.model.vocab, static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq);
-}
-
-planner::Schedule runSchedule(const planner::Plan& plan, int steps)
-{
-    if (steps <= 0)
-        throw InputError("steps: must be positive, got " + std::to_string(steps));
-    planner::Plan p = plan;
-    p.schedule.iterations = steps;
-    p.validate();
-    return planner::generateSchedule(p);
-}
-
-planner::Action repeatedAction(const planner::Action& a, int repeat, int periodMicrobatches)
-{
-    planner::Action b = a;
-    if (b.microbatch >= 0)
-        b.microbatch += repeat * periodMicrobatches;
-    if (planner::isCompute(b.kind)) // transfers and collectives carry no version
-        b.weight_version += repeat;
-    return b;
-}
-
-namespace {
-
-/// Whether `two` (two steps) is `one` (one step) executed twice, all-reduce groups compared by their members.
-bool repeatsOneStep(const planner::Schedule& one, const planner::Schedule& two)
-{
-    if (one.num_devices != two.num_devices || two.microbatches != 2 * one.microbatches)
-        return false;
-    const auto sameGroup = [&](int g1, int g2) {
-        if (g1 < 0 || g2 < 0)
-            return g1 == g2;
-        return one.groups.at(static_cast<std::size_t>(g1)) == two.groups.at(static_cast<std::size_t>(g2));
-    };
-    for (int d = 0; d < one.num_devices; ++d) {
-        const auto& a = one.devices[static_cast<std::size_t>(d)];
-        const auto& b = two.devices[static_cast<std::size_t>(d)];
-        if (b.size() != 2 * a.size())
-            return false;
-        for (std::size_t i = 0; i < b.size(); ++i) {
-            auto expected = repeatedAction(a[i % a.size()], static_cast<int>(i / a.size()), one.microbatches);
-            const auto& got = b[i];
-            if (!sameGroup(expected.group, got.group))
-                return false;
-            expected.group = got.group;
-            if (!(expected == got))
-                return false;
-        }
-    }
-    return true;
-}
-
-} // namespace
-
-RunSchedule runProgram(const planner::Plan& plan, int steps)
-{
-    if (steps <= 1)
-        return {runSchedule(plan, steps), 1};
-    auto one = runSchedule(plan, 1);
-    if (repeatsOneStep(one, runSchedule(plan, 2)))
-        return {std::move(one), steps};
-    return {runSchedule(plan, steps), 1};
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -209,6 +45,10 @@ struct DeviceExecutor::StageState
     std::vector<int> replicas; ///< devices of the stage (all-reduce group)
     std::vector<Handle> buckets; ///< the posted all-reduces of the gradients' buckets, until the AllReduce action
     std::optional<std::uint64_t> bucketTicket; ///< the AllReduce's timer ticket, begun with its first bucket
+    /// The other stage of this device holding a copy of the tied wte (ZBV: the embedding's and the head's), or -1;
+    /// tiedSummed: both copies' gradients are summed for the coming step.
+    int tiedPartner = -1;
+    bool tiedSummed = false;
     // wsp
     int lastBackward = -1; ///< microbatch of the latest backward (its step's wave)
     int pulledWave = -1; ///< every wave up to this one is in the live weights
@@ -225,19 +65,26 @@ std::vector<int> tiedDevices(const planner::Plan& plan, int pipeline)
     int last = 0; // the head's layer
     for (const auto& ps : plan.stages)
         last = std::max(last, ps.last_layer);
-    std::vector<int> group;
+    std::vector<int> group, embedding, head;
     for (const auto& ps : plan.stages) {
         if (ps.pipeline != pipeline)
             continue; // every pipeline keeps its own tied copies
         if (ps.first_layer == 0 && ps.last_layer == last)
             return {};
+        if (ps.first_layer == 0)
+            embedding.insert(embedding.end(), ps.devices.begin(), ps.devices.end());
+        if (ps.last_layer == last)
+            head.insert(head.end(), ps.devices.begin(), ps.devices.end());
         if (ps.first_layer == 0 || ps.last_layer == last)
             for (int d : ps.devices)
                 if (std::find(group.begin(), group.end(), d) == group.end())
                     group.push_back(d);
     }
     std::sort(group.begin(), group.end());
-    if (group.size() < 2)
+    std::sort(embedding.begin(), embedding.end());
+    std::sort(head.begin(), head.end());
+    // Every device holding one holds the other (ZBV's V): each sums its two copies itself (tiedLocal).
+    if (group.size() < 2 || embedding == head)
         group.clear();
     return group;
 }
@@ -305,7 +152,8 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
                 pulls[a.stage] += 1;
             else if (a.kind == ActionKind::Forward)
                 m_keys[i] = forwardKey[{a.stage, a.microbatch}] = own;
-            else if (a.kind == ActionKind::Backward) {
+            else if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput
+                || a.kind == ActionKind::BackwardWeight) {
                 auto it = forwardKey.find({a.stage, a.microbatch});
                 // A backward whose forward ran before a pull uses the forward's weights; its version must match.
                 m_keys[i] = it != forwardKey.end() && static_cast<std::int32_t>(it->second) == a.weight_version
@@ -314,13 +162,14 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             }
         }
     }
-    // The backward before each AllReduce of its stage (none of the stage's between): its buckets go out early.
+    // The backward before each AllReduce of its stage (none of the stage's between): its buckets go out early. With
+    // the backward split, a layer's gradients are final after its W: the last W before the AllReduce posts them.
     m_bucketed.assign(actions.size(), 0);
     {
         std::map<int, std::size_t> lastBackward; // stage -> the period index of its latest backward
         for (std::size_t i = 0; i < actions.size(); ++i) {
             const auto& a = actions[i];
-            if (a.kind == ActionKind::Backward)
+            if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
                 lastBackward[a.stage] = i;
             else if (a.kind == ActionKind::AllReduce) {
                 const int stage = schedule.groups.at(static_cast<std::size_t>(a.group)).stage;
@@ -353,14 +202,37 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
         st->adam = std::make_unique<AdamW>(*model);
         st->replicas = ps.devices;
         std::sort(st->replicas.begin(), st->replicas.end());
+        // The actions that read the weights (a W reads activations and gradients only).
         for (std::size_t i = 0; i < actions.size(); ++i)
             if (actions[i].stage == s
-                && (actions[i].kind == ActionKind::Forward || actions[i].kind == ActionKind::Backward))
+                && (actions[i].kind == ActionKind::Forward || actions[i].kind == ActionKind::Backward
+                    || actions[i].kind == ActionKind::BackwardInput))
                 st->lastUse[m_keys[i]] = static_cast<int>(i);
         m_models[s] = std::move(model);
         m_states[s] = std::move(st);
         if (waves)
             linkWaves(*m_states[s], s);
+    }
+    // ZBV's V (and any placement giving one device both the embedding's and the head's stage): the two copies of
+    // wte are on this device, summed here before the stages' all-reduces (tiedLocal) instead of over a group.
+    for (auto& [s, st] : m_states) {
+        if (!st->model->tiedSlot())
+            continue;
+        for (auto& [t, other] : m_states)
+            if (t != s && other->model->tiedSlot())
+                st->tiedPartner = t;
+        if (st->tiedPartner >= 0) {
+            if (!m_tiedGroup.empty())
+                throw InputError({}, 0, "/stages",
+                    "device " + std::to_string(device)
+                        + " holds both the embedding's and the head's stage while other devices hold only one of "
+                          "them: the engine sums the tied embedding's gradients either on one device or over a group, "
+                          "not both");
+            // Summed before the all-reduce: its buckets must not leave during the W or backward before it.
+            for (std::size_t i = 0; i < actions.size(); ++i)
+                if (actions[i].stage == s)
+                    m_bucketed[i] = 0;
+        }
     }
 }
 
@@ -609,7 +481,11 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
         forward(a, key);
         break;
     case ActionKind::Backward:
+    case ActionKind::BackwardInput:
         backward(a, key);
+        break;
+    case ActionKind::BackwardWeight:
+        weightGradient(a);
         break;
     case ActionKind::SendActivation:
     case ActionKind::SendGradient: {
@@ -632,6 +508,7 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     }
     case ActionKind::AllReduce: {
         auto& st = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage);
+        tiedLocal(st);
         if (st.buckets.empty())
             m_transport->allReduceSum(st.replicas, region(st.model->grads())).wait();
         for (auto& h : st.buckets)
@@ -648,10 +525,6 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     case ActionKind::WavePull:
         span.bytes = wavePull(a);
         break;
-    case ActionKind::BackwardInput:
-    case ActionKind::BackwardWeight:
-        throw InputError("the engine does not run '" + std::string(planner::toString(a.kind))
-            + "' actions yet (schedule '" + m_schedule.kind + "')");
     }
     m_timer->end(ticket);
     m_openSpans.emplace(ticket, span);
@@ -717,47 +590,62 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
     }
 }
 
+StageModel::LayerDone DeviceExecutor::bucketing(StageState& st, std::pair<std::size_t, std::size_t>& pending)
+{
+    // Gradients are final layer by layer (last to first), so contiguous buckets of them are all-reduced while the
+    // earlier layers' backward runs. pending: the finished gradients [first, end) not posted yet.
+    return [this, &st, &pending](int, std::size_t from, std::size_t count) {
+        auto& [first, end] = pending;
+        if (end > first && from + count != first) { // not adjacent (never, with the stage's layout): apart
+            postBucket(st, first, end);
+            end = first;
+        }
+        if (end == first)
+            end = from + count;
+        first = from;
+        if ((end - first) * byteSize(m_backend->act()) >= m_setup.bucket_bytes) {
+            postBucket(st, first, end);
+            end = first;
+        }
+    };
+}
+
 void DeviceExecutor::backward(const Action& a, std::int64_t key)
 {
+    // The fused backward (B), or its input half (I: zero-bubble schedules), which keeps the stash for its W.
+    const bool split = a.kind == ActionKind::BackwardInput;
+    const char* what = split ? "input gradient" : "backward";
     StageState& st = state(a.stage);
     auto stash = st.stashes.find(a.microbatch);
     if (stash == st.stashes.end())
-        throw std::runtime_error("device " + std::to_string(m_device) + ": backward of stage " + std::to_string(a.stage)
-            + " microbatch " + std::to_string(a.microbatch) + " before its forward");
+        throw std::runtime_error("device " + std::to_string(m_device) + ": " + what + " of stage "
+            + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch) + " before its forward");
     Buffer dout;
     if (!st.model->hasHead()) {
         auto it = m_gradients.find({a.stage + 1, a.microbatch});
         if (it == m_gradients.end())
-            throw std::runtime_error("device " + std::to_string(m_device) + ": backward of stage "
+            throw std::runtime_error("device " + std::to_string(m_device) + ": " + what + " of stage "
                 + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch) + " has no output gradient");
         dout = std::move(it->second);
         m_gradients.erase(it);
     }
-    const void* weights = weightsFor(st, key, "backward", a.microbatch);
-    // The last backward before the stage's all-reduce: gradients are final layer by layer (last to first), so
-    // contiguous buckets of them are all-reduced while the earlier layers' backward runs.
-    std::size_t first = 0, end = 0; // the finished gradients not posted yet
-    StageModel::LayerDone done;
-    if (m_bucketed[static_cast<std::size_t>(m_index)])
-        done = [&](int, std::size_t from, std::size_t count) {
-            if (end > first && from + count != first) { // not adjacent (never, with the stage's layout): apart
-                postBucket(st, first, end);
-                end = first;
-            }
-            if (end == first)
-                end = from + count;
-            first = from;
-            if ((end - first) * byteSize(m_backend->act()) >= m_setup.bucket_bytes) {
-                postBucket(st, first, end);
-                end = first;
-            }
-        };
-    const Buffer* din = st.model->backward(
-        stash->second, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout, done);
-    if (end > first)
-        postBucket(st, first, end);
-    st.spare.push_back(std::move(stash->second));
-    st.stashes.erase(stash);
+    const void* weights = weightsFor(st, key, what, a.microbatch);
+    const Buffer* din = nullptr;
+    if (split) {
+        din = st.model->backwardInput(stash->second, weights, st.model->hasHead() ? nullptr : &dout);
+    } else {
+        // The last backward before the stage's all-reduce posts its buckets as its layers finish.
+        std::pair<std::size_t, std::size_t> pending {0, 0};
+        StageModel::LayerDone done;
+        if (m_bucketed[static_cast<std::size_t>(m_index)])
+            done = bucketing(st, pending);
+        din = st.model->backward(
+            stash->second, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout, done);
+        if (pending.second > pending.first)
+            postBucket(st, pending.first, pending.second);
+        st.spare.push_back(std::move(stash->second));
+        st.stashes.erase(stash);
+    }
     st.lastBackward = a.microbatch;
     if (din) {
         Buffer& sent = m_gradients[{a.stage, a.microbatch}];
@@ -767,6 +655,49 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
     // The last use of these weights (a repeated period's versions are past the table: used once, here).
     if (auto last = st.lastUse.find(key); last == st.lastUse.end() || last->second <= m_index)
         st.snapshots.erase(key);
+}
+
+void DeviceExecutor::weightGradient(const Action& a)
+{
+    // W: the weight gradients from what the microbatch's I kept; the stash's activations are free after it.
+    StageState& st = state(a.stage);
+    auto stash = st.stashes.find(a.microbatch);
+    if (stash == st.stashes.end())
+        throw std::runtime_error("device " + std::to_string(m_device) + ": weight gradient of stage "
+            + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch) + " before its forward");
+    std::pair<std::size_t, std::size_t> pending {0, 0};
+    StageModel::LayerDone done;
+    if (m_bucketed[static_cast<std::size_t>(m_index)])
+        done = bucketing(st, pending);
+    st.model->backwardWeight(stash->second, st.model->grads().data(), done);
+    if (pending.second > pending.first)
+        postBucket(st, pending.first, pending.second);
+    st.spare.push_back(std::move(stash->second));
+    st.stashes.erase(stash);
+}
+
+void DeviceExecutor::tiedLocal(StageState& st)
+{
+    // Both copies of wte are on this device (ZBV): each gets the sum of the two gradients, before the stages'
+    // all-reduces (which then sum the replicas' sums) and steps, once per step. The sum goes through fp32 (the
+    // backend's vector operations), as the group exchange's reduction does.
+    if (st.tiedPartner < 0 || st.tiedSummed)
+        return;
+    StageState& other = state(st.tiedPartner);
+    const DType act = m_backend->act();
+    const std::size_t e = byteSize(act);
+    const TensorSlot* mine = st.model->tiedSlot();
+    const TensorSlot* theirs = other.model->tiedSlot();
+    void* g = static_cast<std::byte*>(st.model->grads().data()) + mine->offset * e;
+    void* h = static_cast<std::byte*>(other.model->grads().data()) + theirs->offset * e;
+    Buffer zeros(*m_backend, mine->size, act);
+    Buffer wide(*m_backend, mine->size, DType::F32);
+    m_backend->zero(zeros.data(), zeros.bytes());
+    m_backend->zero(wide.data(), wide.bytes());
+    m_backend->addDifference(wide.as<float>(), h, zeros.data(), mine->size); // the partner's gradient in fp32
+    m_backend->addUpdate(g, nullptr, wide.as<float>(), mine->size);
+    m_backend->copy(h, g, mine->size * e);
+    st.tiedSummed = other.tiedSummed = true;
 }
 
 void DeviceExecutor::postBucket(StageState& st, std::size_t first, std::size_t end)
@@ -807,6 +738,7 @@ void DeviceExecutor::keepLiveVersion(StageState& st)
 void DeviceExecutor::optimizerStep(const Action& a)
 {
     StageState& st = state(a.stage);
+    tiedLocal(st);
     tiedExchange(st);
     keepLiveVersion(st);
     const bool waves = !st.pushTo.empty() || !st.pullFrom.empty();
@@ -819,6 +751,7 @@ void DeviceExecutor::optimizerStep(const Action& a)
     const double lr = m_setup.adam.lrAt(st.steps);
     st.adam->step(*st.model, m_setup.adam, lr, ++st.steps);
     st.model->zeroGrads();
+    st.tiedSummed = false; // the partner's flag goes with its own step
     st.version = a.weight_version;
     if (waves) {
         // HetPipe's local update u_p, summed per wave for the push.

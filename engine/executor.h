@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The stage executor: runs one device's action list of a planner Schedule with the real model. Forwards stash
-// activations until their backward; backwards use the weight version the schedule names (PipeDream's weight
+// activations until their backward (zero-bubble schedules: until the W that follows their I); backwards use the
+// weight version the schedule names (PipeDream's weight
 // stashing, 2BW's double buffering and the flushed schedules' single version all follow from the actions'
 // weight_version fields); all-reduces sum a stage's gradients over its replicas; optimizer steps apply AdamW.
 // HetPipe's wave synchronous parallel (schedule "wsp"): every pipeline (virtual worker) trains on its own data
@@ -151,7 +152,13 @@ private:
     double transferBytes(const planner::Action& a) const;
     static bool isTransfer(planner::ActionKind kind);
     void forward(const planner::Action& a, std::int64_t key);
+    /// B, or I (its input half: zero-bubble schedules), then W (weightGradient) from what the I kept.
     void backward(const planner::Action& a, std::int64_t key);
+    void weightGradient(const planner::Action& a);
+    /// The LayerDone of the last backward (or W) before the stage's all-reduce: posts buckets as layers finish.
+    StageModel::LayerDone bucketing(StageState& st, std::pair<std::size_t, std::size_t>& pending);
+    /// Sums the two copies of wte when this device holds both (ZBV's V), once per step.
+    void tiedLocal(StageState& st);
     /// Posts the replicas' all-reduce of gradient elements [first, end) of `st` (a bucket).
     void postBucket(StageState& st, std::size_t first, std::size_t end);
     void optimizerStep(const planner::Action& a);
@@ -202,8 +209,8 @@ private:
     std::map<std::pair<int, int>, Buffer> m_activations;
     std::map<std::pair<int, int>, Buffer> m_gradients;
     std::vector<int> m_tiedGroup; ///< devices holding the embedding or the head when they are not one stage
-    /// Per action of the period: a backward after which its stage's AllReduce comes with no other backward of the
-    /// stage between (its gradients are then final as each layer finishes: they are all-reduced in buckets).
+    /// Per action of the period: a backward (or W) after which its stage's AllReduce comes with no other backward of
+    /// the stage between (its gradients are then final as each layer finishes: they are all-reduced in buckets).
     std::vector<char> m_bucketed;
 };
 

@@ -551,4 +551,175 @@ void StageModel::headBackward(LayerStash& s, const std::byte* P, std::byte* G, c
         s.ln1_mean.as<float>(), s.ln1_rstd.as<float>(), BT, C);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Backward, split (zero-bubble schedules): I computes what backward() computes for the stage's input gradient, in
+// the same order and with the same kernels, writing the intermediate gradients the weight gradients read into the
+// microbatch's stash instead of the shared workspaces; W makes backward()'s weight, bias and layer-norm products
+// from them. Layer norms and biases go with W: they are weight gradients, and the paper's W holds every parameter
+// gradient (the I then does only what the previous stage waits for).
+
+const void* StageModel::layerInput(const StageStash& stash, int layer) const
+{
+    return layer == m_first ? stash.input.data()
+                            : stash.layers[static_cast<std::size_t>(layer - m_first - 1)].out.data();
+}
+
+const Buffer* StageModel::backwardInput(StageStash& stash, const void* params, const Buffer* dout)
+{
+    Backend& be = *m_backend;
+    const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels;
+    const std::size_t n = static_cast<std::size_t>(B) * T * C;
+    const auto* P = static_cast<const std::byte*>(params);
+    if (stash.layers.size() != static_cast<std::size_t>(m_last - m_first + 1))
+        throw std::logic_error("stage backward: no forward stashed for this microbatch");
+    // Each layer's output gradient goes straight into its stash (g_out), where its W reads it; the stage's input
+    // gradient goes to a workspace, as backward()'s does.
+    const auto outGradient = [&](int layer) -> Buffer& {
+        Buffer& g = stash.layers[static_cast<std::size_t>(layer - m_first)].g_out;
+        ensure(g, be, n, m_act);
+        return g;
+    };
+    if (!hasHead()) {
+        if (!dout || dout->count() != n)
+            throw std::logic_error("stage backward: the output gradient is missing or of the wrong size");
+        Buffer& top = outGradient(m_last);
+        be.copy(top.data(), dout->data(), top.bytes());
+    }
+    ensure(m_dA, be, n, m_act);
+    for (int layer = m_last; layer >= m_first; --layer) {
+        LayerStash& s = stash.layers[static_cast<std::size_t>(layer - m_first)];
+        const void* x = layerInput(stash, layer);
+        void* dx = layer == m_first ? m_dA.data() : outGradient(layer - 1).data();
+        switch (layerKind(m_config, layer)) {
+        case LayerKind::Embedding:
+            return nullptr; // its gradients are all weight gradients (W)
+        case LayerKind::Block:
+            blockBackwardInput(s, P, x, dx, layer - 1);
+            break;
+        case LayerKind::Head:
+            be.zero(dx, n * byteSize(m_act));
+            headBackwardInput(s, P, x, dx);
+            break;
+        }
+    }
+    return &m_dA;
+}
+
+void StageModel::backwardWeight(StageStash& stash, void* grads, const LayerDone& done)
+{
+    Backend& be = *m_backend;
+    const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels;
+    auto* G = static_cast<std::byte*>(grads);
+    for (int layer = m_last; layer >= m_first; --layer) {
+        LayerStash& s = stash.layers[static_cast<std::size_t>(layer - m_first)];
+        if (s.g_out.empty() && layerKind(m_config, layer) != LayerKind::Head)
+            throw std::logic_error("stage weight gradient before its input gradient");
+        const void* x = layerInput(stash, layer);
+        switch (layerKind(m_config, layer)) {
+        case LayerKind::Embedding:
+            be.encoderBackward(
+                G + at(Tensor::Wte, 0), G + at(Tensor::Wpe, 0), s.g_out.data(), s.tokens.as<std::int32_t>(), B, T, C);
+            break;
+        case LayerKind::Block:
+            blockBackwardWeight(s, G, x, layer - 1);
+            break;
+        case LayerKind::Head:
+            headBackwardWeight(s, G, x);
+            break;
+        }
+        if (done) {
+            const auto [first, count] = layerRange(layer);
+            done(layer, first, count);
+        }
+    }
+    // The gradients the I kept go back to the backend's arena (the next microbatch's I takes them from there).
+    for (LayerStash& s : stash.layers)
+        for (Buffer* b : {&s.g_out, &s.g_res2, &s.g_fch, &s.g_ln2, &s.g_qkv, &s.g_ln1})
+            b->reset();
+}
+
+void StageModel::blockBackwardInput(LayerStash& s, const std::byte* P, const void* x, void* dx, int block)
+{
+    Backend& be = *m_backend;
+    const int B = m_shape.batch, T = m_shape.seq, C = m_config.channels, NH = m_config.heads;
+    const int BT = B * T;
+    const auto w = [&](Tensor t) { return P + at(t, block); };
+    const std::size_t n = static_cast<std::size_t>(BT) * C;
+    const std::size_t e = byteSize(m_act);
+    ensure(s.g_res2, be, n, m_act);
+    ensure(s.g_fch, be, 4 * n, m_act);
+    ensure(s.g_ln2, be, n, m_act);
+    ensure(s.g_qkv, be, 3 * n, m_act);
+    ensure(s.g_ln1, be, n, m_act);
+    ensure(m_dBig, be, 4 * n, m_act);
+    ensure(m_dAtty, be, n, m_act);
+    const void* dout = s.g_out.data();
+    be.copy(s.g_res2.data(), dout, n * e); // the residual passes dout through to res2
+    be.zero(m_dBig.data(), m_dBig.bytes());
+    be.zero(s.g_fch.data(), s.g_fch.bytes());
+    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
+    be.matmulBackward(m_dBig.data(), nullptr, nullptr, dout, nullptr, w(Tensor::Fcprojw), BT, 4 * C, C);
+    be.geluBackward(s.g_fch.data(), s.fch.data(), m_dBig.data(), 4 * n);
+    be.zero(s.g_ln2.data(), n * e);
+    be.matmulBackward(s.g_ln2.data(), nullptr, nullptr, s.g_fch.data(), nullptr, w(Tensor::Fcw), BT, C, 4 * C);
+    be.layernormBackward(s.g_res2.data(), nullptr, nullptr, s.g_ln2.data(), s.res2.data(), w(Tensor::Ln2w),
+        s.ln2_mean.as<float>(), s.ln2_rstd.as<float>(), BT, C);
+    // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
+    be.copy(dx, s.g_res2.data(), n * e); // the residual passes dres2 through to x
+    void* datty = m_dAtty.data();
+    be.zero(datty, n * e);
+    be.matmulBackward(datty, nullptr, nullptr, s.g_res2.data(), nullptr, w(Tensor::Attprojw), BT, C, C);
+    be.zero(s.g_qkv.data(), s.g_qkv.bytes());
+    be.attentionBackward(s.g_qkv.data(), datty, s.qkv.data(), s.atty.data(), s.att.as<float>(), B, T, C, NH);
+    be.zero(s.g_ln1.data(), n * e);
+    be.matmulBackward(s.g_ln1.data(), nullptr, nullptr, s.g_qkv.data(), nullptr, w(Tensor::Qkvw), BT, C, 3 * C);
+    be.layernormBackward(dx, nullptr, nullptr, s.g_ln1.data(), x, w(Tensor::Ln1w), s.ln1_mean.as<float>(),
+        s.ln1_rstd.as<float>(), BT, C);
+}
+
+void StageModel::blockBackwardWeight(LayerStash& s, std::byte* G, const void* x, int block)
+{
+    Backend& be = *m_backend;
+    const int BT = m_shape.batch * m_shape.seq, C = m_config.channels;
+    const auto g = [&](Tensor t) { return G + at(t, block); };
+    be.matmulBackward(
+        nullptr, g(Tensor::Fcprojw), g(Tensor::Fcprojb), s.g_out.data(), s.fch_gelu.data(), nullptr, BT, 4 * C, C);
+    be.matmulBackward(nullptr, g(Tensor::Fcw), g(Tensor::Fcb), s.g_fch.data(), s.ln2.data(), nullptr, BT, C, 4 * C);
+    be.layernormBackward(nullptr, g(Tensor::Ln2w), g(Tensor::Ln2b), s.g_ln2.data(), s.res2.data(), nullptr,
+        s.ln2_mean.as<float>(), s.ln2_rstd.as<float>(), BT, C);
+    be.matmulBackward(
+        nullptr, g(Tensor::Attprojw), g(Tensor::Attprojb), s.g_res2.data(), s.atty.data(), nullptr, BT, C, C);
+    be.matmulBackward(nullptr, g(Tensor::Qkvw), g(Tensor::Qkvb), s.g_qkv.data(), s.ln1.data(), nullptr, BT, C, 3 * C);
+    be.layernormBackward(nullptr, g(Tensor::Ln1w), g(Tensor::Ln1b), s.g_ln1.data(), x, nullptr, s.ln1_mean.as<float>(),
+        s.ln1_rstd.as<float>(), BT, C);
+}
+
+void StageModel::headBackwardInput(LayerStash& s, const std::byte* P, const void* x, void* dx)
+{
+    Backend& be = *m_backend;
+    const int BT = m_shape.batch * m_shape.seq, C = m_config.channels;
+    // The forward's classifier already turned the logits into their gradient (kept for the W).
+    const std::size_t n = static_cast<std::size_t>(BT) * C;
+    ensure(s.g_ln1, be, n, m_act);
+    be.zero(s.g_ln1.data(), s.g_ln1.bytes());
+    be.matmulBackward(
+        s.g_ln1.data(), nullptr, nullptr, s.logits.data(), nullptr, P + at(Tensor::Wte, 0), BT, C, logitColumns());
+    be.layernormBackward(dx, nullptr, nullptr, s.g_ln1.data(), x, P + at(Tensor::Lnfw, 0), s.ln1_mean.as<float>(),
+        s.ln1_rstd.as<float>(), BT, C);
+}
+
+void StageModel::headBackwardWeight(LayerStash& s, std::byte* G, const void* x)
+{
+    Backend& be = *m_backend;
+    const int BT = m_shape.batch * m_shape.seq, C = m_config.channels;
+    if (s.g_ln1.empty())
+        throw std::logic_error("stage weight gradient before its input gradient");
+    // The tied embedding's gradient from the logits is a weight gradient: the head's copy of wte (or the stage's
+    // one wte when it holds the embedding too, the encoder's share following in the embedding's W).
+    be.matmulBackward(
+        nullptr, G + at(Tensor::Wte, 0), nullptr, s.logits.data(), s.ln1.data(), nullptr, BT, C, logitColumns());
+    be.layernormBackward(nullptr, G + at(Tensor::Lnfw, 0), G + at(Tensor::Lnfb, 0), s.g_ln1.data(), x, nullptr,
+        s.ln1_mean.as<float>(), s.ln1_rstd.as<float>(), BT, C);
+}
+
 } // namespace pw::engine

@@ -107,6 +107,12 @@ struct LayerStash
     /// gradient (the classifier's fused softmax, cross-entropy and backward); and the positions' losses (fp32)
     Buffer logits, losses;
     Buffer tokens; ///< embedding: inputs; head: targets (int32)
+    /// Split backward only (backwardInput, then backwardWeight): the gradients the weight gradient needs, kept
+    /// from the I to the W of the microbatch and released by the W. g_out: the layer's output gradient (a block's
+    /// fcproj and the embedding read it); g_res2: res2's (attproj's); g_fch: fc's output (before GELU); g_ln2,
+    /// g_ln1: the layer norms' outputs (the head's final layer norm uses g_ln1). The head's logits gradient is in
+    /// logits already.
+    Buffer g_out, g_res2, g_fch, g_ln2, g_qkv, g_ln1;
 };
 
 /// @brief The stashed activations of one microbatch through a stage.
@@ -178,6 +184,15 @@ public:
     /// finished gradients (the executor all-reduces them in buckets while the backward goes on).
     const Buffer* backward(
         StageStash& stash, const void* params, void* grads, const Buffer* dout, const LayerDone& done = {});
+    /// The backward split in two (zero-bubble schedules' I and W). backwardInput computes the gradient of the
+    /// stage's input only (returned as backward() returns it: null for the embedding's stage, valid until the next
+    /// backward), keeping in the stash the gradients the weight gradients need; backwardWeight, later and with the
+    /// same stash, accumulates the weight, bias and layer-norm gradients into grads (the head's and the embedding's
+    /// share of the tied wte included), calls `done` per layer as backward() does, and releases what the I kept.
+    /// The forward's activations stay in the stash until the W, which reads them. I then W gives backward()'s
+    /// gradients: the same products and reductions, each on its own.
+    const Buffer* backwardInput(StageStash& stash, const void* params, const Buffer* dout);
+    void backwardWeight(StageStash& stash, void* grads, const LayerDone& done = {});
     /// Elements [first, first + count) of the parameters (and gradients) that hold `layer`'s tensors.
     std::pair<std::size_t, std::size_t> layerRange(int layer) const;
 
@@ -191,6 +206,12 @@ private:
     void headForward(LayerStash& s, const std::byte* P, const void* x, std::span<const std::int32_t> targets,
         float loss_scale, float* loss) const;
     void headBackward(LayerStash& s, const std::byte* P, std::byte* G, const void* x, void* dx);
+    void blockBackwardInput(LayerStash& s, const std::byte* P, const void* x, void* dx, int block);
+    void blockBackwardWeight(LayerStash& s, std::byte* G, const void* x, int block);
+    void headBackwardInput(LayerStash& s, const std::byte* P, const void* x, void* dx);
+    void headBackwardWeight(LayerStash& s, std::byte* G, const void* x);
+    /// The input of layer `layer` in the stash: the received activation, or the previous layer's output.
+    const void* layerInput(const StageStash& stash, int layer) const;
     int logitColumns() const; ///< V, or Vp when the backend pads the logits
     /// Where slot (t, block) starts in a parameter or gradient buffer of this stage.
     std::size_t at(Tensor t, int block) const { return slot(t, block).offset * byteSize(m_act); }

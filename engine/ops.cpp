@@ -160,6 +160,39 @@ PW_KERNEL void layernormBackwardRow(
     }
 }
 
+/// layernormBackwardRow's two halves, each with the same arithmetic: the input gradient, and the weight and bias
+/// gradients.
+PW_KERNEL void layernormBackwardInputRow(
+    float* dx, const float* d, const float* x, const float* w, float m, float s, int C)
+{
+    float dnormMean = 0, dnormNormMean = 0;
+#pragma omp simd reduction(+ : dnormMean, dnormNormMean)
+    for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = w[c] * d[c];
+        dnormMean += dnorm;
+        dnormNormMean += dnorm * norm;
+    }
+    dnormMean /= static_cast<float>(C);
+    dnormNormMean /= static_cast<float>(C);
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = w[c] * d[c];
+        dx[c] += (dnorm - dnormMean - norm * dnormNormMean) * s;
+    }
+}
+
+PW_KERNEL void layernormBackwardWeightRow(float* dw, float* db, const float* d, const float* x, float m, float s, int C)
+{
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * s;
+        db[c] += d[c];
+        dw[c] += norm * d[c];
+    }
+}
+
 /// The range of [0, n) this OpenMP thread takes (contiguous chunks, for kernels that want long runs).
 std::pair<long, long> threadChunk(long n)
 {
@@ -228,6 +261,29 @@ void layernormForward(
 void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
     const float* weight, const float* mean, const float* rstd, int BT, int C)
 {
+    if (!dweight && !dbias) { // the input gradient alone (the split backward's I)
+#pragma omp parallel for
+        for (int i = 0; i < BT; ++i)
+            layernormBackwardInputRow(dinp + static_cast<long>(i) * C, dout + static_cast<long>(i) * C,
+                inp + static_cast<long>(i) * C, weight, mean[i], rstd[i], C);
+        return;
+    }
+    if (!dinp) { // the weight and bias gradients alone (its W)
+#pragma omp parallel
+        {
+            std::vector<float> dw(C, 0.0f), db(C, 0.0f);
+#pragma omp for
+            for (int i = 0; i < BT; ++i)
+                layernormBackwardWeightRow(dw.data(), db.data(), dout + static_cast<long>(i) * C,
+                    inp + static_cast<long>(i) * C, mean[i], rstd[i], C);
+#pragma omp critical
+            for (int c = 0; c < C; ++c) {
+                dweight[c] += dw[c];
+                dbias[c] += db[c];
+            }
+        }
+        return;
+    }
     // dinp rows are independent; dweight and dbias sum over rows, so each thread keeps its own partial sums.
 #pragma omp parallel
     {
@@ -261,7 +317,8 @@ void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
 {
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
         return;
         // Row after row (the column walk strides by OC); each thread sums its own columns.

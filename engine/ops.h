@@ -21,11 +21,13 @@ void encoderBackward(float* dwte, float* dwpe, const float* dout, const std::int
 /// Layer norm over C with eps 1e-5; keeps mean and 1/std per position for the backward.
 void layernormForward(
     float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int BT, int C);
+/// dweight and dbias both null: dinp alone; dinp null: dweight and dbias alone (the split backward's I and W).
 void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
     const float* weight, const float* mean, const float* rstd, int BT, int C);
 
 /// out (BT x OC) = inp (BT x C) . weight^T (weight is OC x C, PyTorch's Linear) + bias (may be null).
 void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC);
+/// Each of dinp, dweight and dbias may be null: its part is then skipped.
 void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
     int BT, int C, int OC);
 

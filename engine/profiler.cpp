@@ -27,6 +27,15 @@ std::size_t stashBytes(const LayerStash& s)
     return bytes;
 }
 
+/// What a layer's backwardInput left in its stash for the backwardWeight (the output gradients W reads).
+std::size_t weightGradientBytes(const LayerStash& s)
+{
+    std::size_t bytes = 0;
+    for (const auto* v : {&s.g_out, &s.g_res2, &s.g_fch, &s.g_ln2, &s.g_qkv, &s.g_ln1})
+        bytes += v->bytes();
+    return bytes;
+}
+
 std::string layerName(const Gpt2Config& config, int layer)
 {
     switch (layerKind(config, layer)) {
@@ -133,9 +142,10 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
 
     // Times are the device's (the backend's action timer): on a GPU the host only launches the work.
     std::vector<LayerSamples> samples(static_cast<std::size_t>(layers));
+    std::vector<std::size_t> keptForWeight(static_cast<std::size_t>(layers)); // bytes each layer's I keeps for its W
     for (int pass = 0; pass < options.warmup + options.repeats; ++pass) {
         const bool timed = pass >= options.warmup;
-        std::vector<std::uint64_t> forwardTickets, backwardTickets;
+        std::vector<std::uint64_t> forwardTickets, backwardTickets, inputTickets, weightTickets;
         Buffer x;
         for (int l = 0; l < layers; ++l) {
             auto& m = *models[static_cast<std::size_t>(l)];
@@ -161,6 +171,23 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
                 backend->copy(dx.data(), din->data(), din->bytes());
             }
         }
+        // The same backward split in two on the same stashes (the fused one leaves them as the forward made
+        // them): I, then W at once, each timed alone.
+        for (int l = layers - 1; l >= 0; --l) {
+            auto& m = *models[static_cast<std::size_t>(l)];
+            auto& stash = stashes[static_cast<std::size_t>(l)];
+            inputTickets.push_back(timer->begin());
+            const Buffer* din = m.backwardInput(stash, m.params().data(), m.hasHead() ? nullptr : &dx);
+            timer->end(inputTickets.back());
+            keptForWeight[static_cast<std::size_t>(l)] = weightGradientBytes(stash.layers.at(0));
+            weightTickets.push_back(timer->begin());
+            m.backwardWeight(stash, m.grads().data());
+            timer->end(weightTickets.back());
+            if (din) {
+                dx.ensure(*backend, din->count(), din->dtype());
+                backend->copy(dx.data(), din->data(), din->bytes());
+            }
+        }
         timer->resolve(
             [&](std::uint64_t ticket, double t0, double t1) {
                 if (!timed)
@@ -169,8 +196,13 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
                     auto& sample = samples[static_cast<std::size_t>(l)];
                     if (forwardTickets[static_cast<std::size_t>(l)] == ticket)
                         sample.forward_s.push_back(t1 - t0);
-                    if (backwardTickets[static_cast<std::size_t>(layers - 1 - l)] == ticket)
+                    const auto back = static_cast<std::size_t>(layers - 1 - l);
+                    if (backwardTickets[back] == ticket)
                         sample.backward_s.push_back(t1 - t0);
+                    if (inputTickets[back] == ticket)
+                        sample.backward_input_s.push_back(t1 - t0);
+                    if (weightTickets[back] == ticket)
+                        sample.backward_weight_s.push_back(t1 - t0);
                 }
             },
             true);
@@ -202,10 +234,13 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
         layer.kind = layerKindName(config, l);
         layer.forward_ms = median(s.forward_s) * 1e3;
         layer.backward_ms = median(s.backward_s) * 1e3;
+        layer.backward_input_ms = median(s.backward_input_s) * 1e3;
+        layer.backward_weight_ms = median(s.backward_weight_s) * 1e3;
         layer.weight_bytes = element * static_cast<double>(m.parameterCount());
         layer.activation_bytes = m.hasHead() ? element * static_cast<double>(tokens) * config.vocab
                                              : element * static_cast<double>(m.activationCount());
         layer.stashed_bytes = static_cast<double>(stashBytes(stashes[static_cast<std::size_t>(l)].layers.at(0)));
+        layer.weight_gradient_bytes = static_cast<double>(keptForWeight[static_cast<std::size_t>(l)]);
         layer.forward_flops = forwardFlops(config, shape, l);
         profile.layers.push_back(std::move(layer));
     }

@@ -33,16 +33,22 @@ struct LayerSamples
 {
     std::vector<double> forward_s;
     std::vector<double> backward_s;
+    /// The backward again, split as zero-bubble schedules run it: its input gradient (I), then its weight gradient (W).
+    std::vector<double> backward_input_s;
+    std::vector<double> backward_weight_s;
 
     bool operator==(const LayerSamples&) const = default;
 };
 
 /// Runs warm-up + timed passes over the model's layers, each layer a one-layer StageModel fed by the previous
 /// layer's output (forward) and gradient (backward), and returns the planner's profile: forward_ms and
-/// backward_ms the medians, activation_bytes the layer's output (the head's: its logits), weight_bytes 4 x the
-/// layer's parameters (the head holds its tied copy of the token embedding, as a last stage does),
-/// stashed_bytes what the layer's forward keeps for its backward; profiled on device "cpu" in fp32, with the
-/// architecture, so plans made from it can be trained. `samples`, when given, receives every pass's times.
+/// backward_ms the medians, backward_input_ms and backward_weight_ms the medians of the same backward run split
+/// (StageModel::backwardInput, then backwardWeight, timed apart after the fused one on the same stash),
+/// activation_bytes the layer's output (the head's: its logits), weight_bytes 4 x the layer's parameters (the head
+/// holds its tied copy of the token embedding, as a last stage does), stashed_bytes what the layer's forward keeps for
+/// its backward, weight_gradient_bytes what its backwardInput keeps for its backwardWeight; profiled on device "cpu" in
+/// fp32, with the architecture, so plans made from it can be trained. `samples`, when given, receives every pass's
+/// times.
 planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<LayerSamples>* samples = nullptr);
 
 /// The median of `values` (the mean of the middle two for an even count); 0 when empty.

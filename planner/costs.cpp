@@ -115,9 +115,11 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
         if (tp == 1) {
             t.activation_bytes += layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
+            t.weight_gradient_bytes += layer.weight_gradient_bytes * scale;
             continue;
         }
         t.activation_bytes += tensorParallelStash(layer, scale, tp);
+        t.weight_gradient_bytes += tensorParallelWeightGradient(layer, scale, tp);
         const auto traffic = tensorParallelTraffic(layer, pos > 0 ? cut[pos - 1] : 0.0, scale, tp);
         t.tp_forward_allreduces += traffic.forward_allreduces;
         t.tp_forward_bytes += traffic.forward_bytes;
@@ -176,6 +178,17 @@ double tensorParallelStash(const Layer& layer, double scale, int t)
     return replicated + (stash - replicated) / t;
 }
 
+double tensorParallelWeightGradient(const Layer& layer, double scale, int t)
+{
+    const double bytes = layer.weight_gradient_bytes * scale;
+    if (t <= 1 || layer.kind != "transformer_layer")
+        return bytes; // the embedding's and the head's (b, s, h) output gradients are whole on every rank
+    // Of a block's 11 b s h kept values the column-parallel products' output gradients (QKV 3, MLP up 4) are split
+    // over the ranks; the row-parallel ones (attention projection, MLP down: 1 each) and the layer norms' (2) whole.
+    const double replicated = bytes * 4.0 / 11.0;
+    return replicated + (bytes - replicated) / t;
+}
+
 double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in)
 {
     const int inFlight = std::max(1, in.in_flight);
@@ -192,6 +205,9 @@ double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in
         stashes = std::min(inFlight, microbatches);
     double perStash = in.recompute ? in.input_bytes : in.activation_bytes;
     double working = in.recompute ? in.activation_bytes : 0;
+    // A split backward keeps its output gradients from I to W: at most every stashed microbatch waits for its W.
+    if (traits.splits_backward && in.weight_gradient_bytes > 0)
+        working += std::clamp(in.awaiting_weight.value_or(stashes), 0, stashes) * in.weight_gradient_bytes;
     return versions * in.weight_bytes + in.weight_bytes + in.optimizer_bytes + stashes * perStash + working;
 }
 

@@ -2,6 +2,8 @@
 // Per-layer and per-stage costs of a model on a device type: the numbers partitioners and the simulator share.
 #pragma once
 
+#include <optional>
+
 #include "cluster.h"
 #include "model_profile.h"
 #include "plan.h"
@@ -52,6 +54,10 @@ struct StageTotals
     double backward_weight_s = 0;
     double weight_bytes = 0;
     double activation_bytes = 0; ///< activation memory the stage keeps per microbatch for its backward pass
+    /// What the stage's input gradient (I) keeps for its weight gradient (W) per microbatch, on top of
+    /// activation_bytes (the layers' weight_gradient_bytes; divided by t like the compute): only the kinds that
+    /// split the backward hold it, from a microbatch's I to its W.
+    double weight_gradient_bytes = 0;
     double input_bytes = 0; ///< bytes received from the previous stage
     double optimizer_bytes = 0; ///< optimizer state (layer values where given, else factor x weights)
     // Tensor parallelism (plan.tensor_parallel = t > 1; all zero when t = 1): the ring all-reduces a rank
@@ -98,6 +104,11 @@ double tensorParallelTime(double bytes, int count, int t, double bandwidth, doub
 /// whole without sequence parallelism); for any other layer its output (activation_bytes). t = 1: the stash.
 double tensorParallelStash(const Layer& layer, double scale, int t);
 
+/// What one of t ranks keeps from `layer`'s I for its W per microbatch (weight_gradient_bytes x scale): a
+/// transformer layer's column-parallel output gradients (QKV 3 b s h, MLP up 4 b s h of its 11) split by t, the
+/// rest whole (the row-parallel products' and layer norms' b s h, every other layer's); t = 1: all of it.
+double tensorParallelWeightGradient(const Layer& layer, double scale, int t);
+
 /// @brief The memory a device of a stage needs at its peak under a schedule kind.
 struct StageMemoryInput
 {
@@ -108,12 +119,19 @@ struct StageMemoryInput
     int in_flight = 1; ///< microbatches whose activations are stashed at once (1F1B warm-up depth)
     int microbatches = 1; ///< microbatches of one batch on this device (GPipe stashes them all)
     bool recompute = false;
+    /// Kinds that split the backward (traits.splits_backward) only: the bytes a microbatch's I keeps for its W
+    /// (StageTotals::weight_gradient_bytes), and how many microbatches wait between their I and their W at the
+    /// stage's peak (awaitingWeight); absent: every stash, an upper bound (the last stage of a straight pipeline
+    /// reaches it under zb-h1 and zb-h2).
+    double weight_gradient_bytes = 0;
+    std::optional<int> awaiting_weight;
 };
 
 /// Weights x versions kept + gradients + optimizer state + stashed activations, by the schedule's traits.
 /// Versions (traits.weight_versions): 1, 2 or in_flight. Stashes (traits.stash): all microbatches, in_flight,
 /// or in_flight at most microbatches. With recomputation a stash is the stage input and one full set of
-/// activations is live during a backward pass.
+/// activations is live during a backward pass. Split-backward kinds add awaiting_weight x weight_gradient_bytes
+/// (at most one per stash).
 double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in);
 /// The same for a registered schedule kind; throws InputError for an unknown kind.
 double stageMemoryBytes(std::string_view schedule_kind, const StageMemoryInput& in);

@@ -106,6 +106,7 @@ void ModelProfile::validate() const
             check(*l.backward_input_ms, "backward_input_ms");
             check(*l.backward_weight_ms, "backward_weight_ms");
         }
+        check(l.weight_gradient_bytes, "weight_gradient_bytes");
         for (const auto& [type, t] : l.device_times) {
             if (!std::isfinite(t.forward_ms) || t.forward_ms < 0 || !std::isfinite(t.backward_ms) || t.backward_ms < 0)
                 throw InputError({}, 0, path + "/device_times/" + type, "times must be finite numbers >= 0");
@@ -148,6 +149,8 @@ json toJson(const ModelProfile& model)
             jl["backward_input_ms"] = *l.backward_input_ms;
         if (l.backward_weight_ms)
             jl["backward_weight_ms"] = *l.backward_weight_ms;
+        if (l.weight_gradient_bytes > 0)
+            jl["weight_gradient_bytes"] = l.weight_gradient_bytes;
         if (model.is_graph)
             jl["inputs"] = l.inputs;
         if (!l.device_times.empty()) {
@@ -200,6 +203,8 @@ ModelProfile modelFromJson(const json& j)
             l.backward_input_ms = f::nonNegative(jl, "backward_input_ms", path);
         if (jl.contains("backward_weight_ms"))
             l.backward_weight_ms = f::nonNegative(jl, "backward_weight_ms", path);
+        if (jl.contains("weight_gradient_bytes"))
+            l.weight_gradient_bytes = f::nonNegative(jl, "weight_gradient_bytes", path);
         if (jl.contains("inputs")) {
             const auto& in = f::array(jl, "inputs", path);
             for (std::size_t k = 0; k < in.size(); ++k) {

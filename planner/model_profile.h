@@ -41,6 +41,11 @@ struct Layer
     /// backward_ms (and every device_times backward) the same way. Absent: backwardWeightShare's estimate.
     std::optional<double> backward_input_ms;
     std::optional<double> backward_weight_ms;
+    /// Bytes the layer's input-gradient pass (I) keeps for its weight-gradient pass (W), per microbatch, on top
+    /// of stashed_bytes: the output gradients of its matrix products and layer norms, which only W reads. Held
+    /// from a microbatch's I to its W by the kinds that split the backward (a fused B frees them at once).
+    /// 0 when absent (a profile that does not say keeps nothing extra).
+    double weight_gradient_bytes = 0;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
     std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
 

@@ -37,8 +37,10 @@ inline constexpr std::array<char, 4> kMagic = {'P', 'W', 'A', 'G'};
 /// a name), and RunSpec says which CUDA device each of the agent's devices trains on and in what precision.
 /// 4: ClockProbe and ClockReply. 5: Heartbeat says what each device is doing now (DeviceProgress), and the
 /// controller asks for an agent's flight recorder (FlightRecorderAsk, answered by FlightRecorder); RunSpec's
-/// steps, data, checkpoints and optimizer settings move into one map, `training` (TrainingOptions).
-inline constexpr std::uint16_t kProtocolVersion = 5;
+/// steps, data, checkpoints and optimizer settings move into one map, `training` (TrainingOptions). 6: spans,
+/// progress and plans carry the zero-bubble action kinds (BackwardInput, the last kind; BackwardWeight), which a
+/// version 5 peer refuses.
+inline constexpr std::uint16_t kProtocolVersion = 6;
 /// The largest payload a frame may announce: a corrupt length must not make the reader allocate gigabytes.
 inline constexpr std::uint32_t kMaxPayload = 64u << 20;
 inline constexpr std::size_t kHeaderSize = 16;

@@ -18,7 +18,8 @@ constexpr std::array<std::string_view, 2> kPrecisionNames = {"fp32", "bf16"};
 constexpr std::array<std::string_view, 4> kLogLevelNames = {"debug", "info", "warning", "error"};
 constexpr std::array<std::string_view, 3> kDoneStatusNames = {"succeeded", "failed", "stopped"};
 constexpr int kLaneCount = static_cast<int>(planner::Lane::Collective) + 1;
-constexpr int kActionKindCount = static_cast<int>(planner::ActionKind::WavePull) + 1;
+// BackwardInput is the last kind (appended for zero-bubble schedules, protocol version 6).
+constexpr int kActionKindCount = static_cast<int>(planner::ActionKind::BackwardInput) + 1;
 constexpr std::size_t kSpanFields = 11;
 
 /// Nesting allowed in a payload. Our messages nest a few levels (the plan a few more); copying, comparing or

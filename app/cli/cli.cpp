@@ -118,7 +118,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--bytes-per-element", tOpt.bytes_per_element,
           "2 for bf16/fp16, 4 for fp32 (the CPU engine trains fp32 only; bf16 trains on CUDA GPUs, in mixed precision)")
         ->capture_default_str();
-    tr->add_option("--efficiency", tOpt.efficiency, "share of peak the GEMMs sustain")->capture_default_str();
+    tr->add_option("--efficiency", tOpt.efficiency,
+        "time every layer by one share of peak (default: by shapes on H100/H200 in bf16, else 0.5)");
+    tr->add_option("--gemm-table", tOpt.gemm_table,
+        "time every matrix product by this GEMM table (pipewright-agent --profile-gemm) instead of the default curve");
     tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();
     tr->add_flag("--json", tOpt.json, "print a JSON summary");
     MeasureOptions mOpt;
@@ -303,7 +306,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     auto* histList = hist->add_subcommand("list", "list runs, newest first");
     histList->add_option("--status", histOpt.status, "only runs of this status");
     histList->add_flag("--json", histOpt.json, "print JSON");
-    auto* histShow = hist->add_subcommand("show", "a run: losses, predicted against measured per stage");
+    auto* histShow
+        = hist->add_subcommand("show", "a run: losses, predicted against measured per stage and per action kind");
     histShow->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
     histShow->add_option("--costs", histOpt.costs, "also the prediction of these calibrated costs against the run");
     histShow->add_flag("--json", histOpt.json, "print JSON");

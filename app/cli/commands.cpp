@@ -141,12 +141,28 @@ void transformer(const TransformerOptions& o, std::ostream& out)
 {
     TransformerConfig c {o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch, o.bytes_per_element};
     TransformerProfileOptions po;
-    po.efficiency = o.efficiency;
-    auto model = transformerProfile(c, deviceFromArgument(o.device), po);
+    if (!std::isnan(o.efficiency))
+        po.efficiency = o.efficiency;
+    if (!o.gemm_table.empty()) {
+        if (!std::isnan(o.efficiency))
+            throw UsageError({}, 0, "--gemm-table", "times products by shape; leave out --efficiency");
+        try {
+            po.gemm_table = std::make_shared<GemmTable>(gemmTableFromJson(readJsonFile(o.gemm_table)));
+        } catch (const InputError& e) {
+            if (!e.source().empty())
+                throw;
+            throw InputError(o.gemm_table, 0, e.field(), e.message()); // the table's content: name its file
+        }
+    }
+    const auto device = deviceFromArgument(o.device);
+    auto model = transformerProfile(c, device, po);
     writeJsonFile(o.output, toJson(model));
+    // Which time model the profile used: "shapes" (a GEMM table or the default curve) or "flat" (docs/planner.md).
+    const bool shapes = resolvedTimeModel(c, device, po) == TransformerTimeModel::Shapes;
     if (o.json)
         out << json {{"model", model.name}, {"layers", model.layerCount()},
-            {"parameters", transformerParameterCount(c)}, {"output", o.output}}
+            {"parameters", transformerParameterCount(c)}, {"output", o.output},
+            {"time_model", shapes ? (po.gemm_table ? "shapes (GEMM table)" : "shapes (default curve)") : "flat"}}
                    .dump(2)
             << "\n";
     else

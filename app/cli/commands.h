@@ -2,6 +2,7 @@
 // The CLI's subcommands, separated from argument parsing. Each throws planner::InputError on bad input.
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -47,7 +48,8 @@ struct TransformerOptions
 {
     int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, microbatch = 1;
     int bytes_per_element = 2;
-    double efficiency = 0.5;
+    double efficiency = std::numeric_limits<double>::quiet_NaN(); ///< NaN: not given (the device's time model)
+    std::string gemm_table; ///< a GEMM table file: time the products by it
     std::string device;
     std::string output;
     bool json = false;

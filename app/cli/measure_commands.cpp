@@ -174,23 +174,27 @@ void profileMeasure(const MeasureOptions& o, std::ostream& out)
             + "): " + (why.empty() ? "no message" : why));
     }
     const auto model = planner::loadModel(o.output);
-    double forward = 0, backward = 0;
+    double forward = 0, backward = 0, input = 0, weight = 0; // the backward split: I and W, timed apart
     for (const auto& l : model.layers) {
         forward += l.forward_ms;
         backward += l.backward_ms;
+        input += l.backward_input_ms.value_or(0);
+        weight += l.backward_weight_ms.value_or(0);
     }
     if (o.json) {
         out << nlohmann::json(
             {{"model", model.name}, {"layers", model.layerCount()}, {"device", model.profiled_device},
                 {"microbatch_size", model.microbatch_size}, {"forward_ms", forward}, {"backward_ms", backward},
+                {"backward_input_ms", input}, {"backward_weight_ms", weight},
                 {"weight_bytes", model.totalWeightBytes()}, {"output", o.output}})
                    .dump(2)
             << "\n";
         return;
     }
     out << "measured " << model.layerCount() << " layers of " << model.name << ": " << fixed(forward, 3)
-        << " ms forward, " << fixed(backward, 3) << " ms backward per microbatch of " << model.microbatch_size << " -> "
-        << o.output << "\n";
+        << " ms forward, " << fixed(backward, 3) << " ms backward (split: " << fixed(input, 3) << " ms input + "
+        << fixed(weight, 3) << " ms weight gradients) per microbatch of " << model.microbatch_size << " -> " << o.output
+        << "\n";
 }
 
 void calibrate(const CalibrateOptions& o, std::ostream& out)

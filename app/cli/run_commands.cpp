@@ -581,6 +581,14 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                     {"peer", a.span.peer}, {"bytes", a.span.bytes}, {"t0", a.span.t0}, {"t1", a.span.t1},
                     {"in_progress", a.in_progress}, {"source", a.source}});
         j["flight_recorder"] = recorderJson;
+        nlohmann::json kinds = nlohmann::json::array();
+        const auto kindTimes = [](const app::KindTimes& t) {
+            return nlohmann::json {{"time_s", t.time_s}, {"actions", t.actions}, {"mean_s", t.mean_s}};
+        };
+        for (const auto& k : cmp.kinds)
+            kinds.push_back({{"kind", std::string(app::toString(k.kind))}, {"predicted", kindTimes(k.predicted)},
+                {"measured", kindTimes(k.measured)}, {"error", k.error}, {"counts_match", k.counts_match}});
+        j["kinds"] = kinds;
         if (calibrated) {
             j["costs"] = o.costs;
             j["calibrated_iteration_s"] = calibrated->predicted_iteration_s;
@@ -616,6 +624,36 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             << milliseconds(s.predicted.compute_s) << std::setw(10) << milliseconds(s.measured.compute_s)
             << std::setw(10) << percent(s.compute_error) << std::setw(19) << milliseconds(s.predicted.idle_s)
             << std::setw(10) << milliseconds(s.measured.idle_s) << std::setw(14) << percent(s.iteration_error) << "\n";
+    if (!cmp.kinds.empty()) {
+        // Actions per step: whole numbers where the steps ran whole.
+        const auto count = [](double n) { return std::abs(n - std::round(n)) < 1e-9 ? fixed(n, 0) : fixed(n, 2); };
+        out << "  per action kind and step: time = its spans summed over every device, mean = per action, error = "
+               "measured / predicted - 1;\n  send: the simulator's transfer against the sender's posting of it; "
+               "receive: the wait for the data, on both sides\n";
+        out << std::string(16, ' ') << std::setw(19) << "time: predicted" << std::setw(10) << "measured"
+            << std::setw(12) << "error" << std::setw(19) << "mean: predicted" << std::setw(10) << "measured"
+            << std::setw(10) << "actions"
+            << "\n";
+        std::vector<std::string> differ;
+        for (const auto& k : cmp.kinds) {
+            const std::string actions = k.counts_match
+                ? count(k.measured.actions)
+                : count(k.predicted.actions) + " / " + count(k.measured.actions) + " !";
+            out << "    " << std::left << std::setw(12) << app::toString(k.kind) << std::right << std::setw(19)
+                << milliseconds(k.predicted.time_s) << std::setw(10) << milliseconds(k.measured.time_s) << std::setw(12)
+                << percent(k.error) << std::setw(19) << fixed(k.predicted.mean_s * 1e3, 3) + " ms" << std::setw(10)
+                << fixed(k.measured.mean_s * 1e3, 3) + " ms" << std::setw(10) << actions << "\n";
+            if (!k.counts_match)
+                differ.push_back(std::string(app::toString(k.kind)) + " " + count(k.predicted.actions) + " predicted, "
+                    + count(k.measured.actions) + " measured");
+        }
+        if (!differ.empty()) {
+            out << "  the run did not follow the plan: its actions per step differ from the prediction's (";
+            for (std::size_t i = 0; i < differ.size(); ++i)
+                out << (i ? "; " : "") << differ[i];
+            out << "), or it stopped within a step\n";
+        }
+    }
     if (!memory.empty()) {
         out << "  memory per device: the planner's predicted peak, the peak the engine's buffers reached on it "
                "(weights, gradients, optimizer state, stashed activations, workspaces), error = measured / predicted - "

@@ -27,6 +27,112 @@ double relativeError(double measured, double predicted)
 
 } // namespace
 
+std::string_view toString(KindRow row)
+{
+    switch (row) {
+    case KindRow::Forward:
+        return "F";
+    case KindRow::Backward:
+        return "B";
+    case KindRow::BackwardInput:
+        return "I";
+    case KindRow::BackwardWeight:
+        return "W";
+    case KindRow::Send:
+        return "send";
+    case KindRow::Receive:
+        return "receive";
+    case KindRow::AllReduce:
+        return "all-reduce";
+    case KindRow::OptimizerStep:
+        return "optimizer";
+    case KindRow::WavePush:
+        return "wave push";
+    case KindRow::WavePull:
+        return "wave pull";
+    }
+    return "?";
+}
+
+KindRow kindRow(planner::ActionKind kind)
+{
+    using planner::ActionKind;
+    switch (kind) {
+    case ActionKind::Forward:
+        return KindRow::Forward;
+    case ActionKind::Backward:
+        return KindRow::Backward;
+    case ActionKind::BackwardInput:
+        return KindRow::BackwardInput;
+    case ActionKind::BackwardWeight:
+        return KindRow::BackwardWeight;
+    case ActionKind::SendActivation:
+    case ActionKind::SendGradient:
+        return KindRow::Send;
+    case ActionKind::RecvActivation:
+    case ActionKind::RecvGradient:
+        return KindRow::Receive;
+    case ActionKind::AllReduce:
+        return KindRow::AllReduce;
+    case ActionKind::OptimizerStep:
+        return KindRow::OptimizerStep;
+    case ActionKind::WavePush:
+        return KindRow::WavePush;
+    case ActionKind::WavePull:
+        return KindRow::WavePull;
+    }
+    return KindRow::Forward;
+}
+
+std::map<KindRow, KindTimes> kindTimes(const planner::Timeline& timeline, int steps, bool simulated)
+{
+    std::map<KindRow, KindTimes> rows;
+    for (const auto& s : timeline.spans) {
+        auto& r = rows[kindRow(s.kind)];
+        r.time_s += s.t1 - s.t0;
+        r.actions += 1;
+    }
+    if (simulated) {
+        // The simulator leaves out a receive whose data had arrived (it takes no time): every send pairs with one
+        // receive, so the sends count the receives.
+        const auto sends = rows.find(KindRow::Send);
+        if (sends != rows.end())
+            rows[KindRow::Receive].actions = sends->second.actions;
+    }
+    const double n = std::max(1, steps);
+    for (auto& [row, t] : rows) {
+        t.mean_s = t.actions > 0 ? t.time_s / t.actions : 0.0;
+        t.time_s /= n;
+        t.actions /= n;
+    }
+    return rows;
+}
+
+std::vector<KindComparison> compareKinds(
+    const planner::Timeline& predicted, int predictedSteps, const planner::Timeline& measured, int measuredSteps)
+{
+    const auto p = kindTimes(predicted, predictedSteps, true);
+    const auto m = kindTimes(measured, measuredSteps, false);
+    std::map<KindRow, KindComparison> rows;
+    for (const auto& [row, t] : p) {
+        rows[row].kind = row;
+        rows[row].predicted = t;
+    }
+    for (const auto& [row, t] : m) {
+        rows[row].kind = row;
+        rows[row].measured = t;
+    }
+    std::vector<KindComparison> out;
+    for (auto& [row, c] : rows) {
+        c.error = relativeError(c.measured.time_s, c.predicted.time_s);
+        // Counts per step are whole numbers over whole steps: a difference beyond rounding is a real one.
+        c.counts_match = predicted.spans.empty()
+            || std::abs(c.measured.actions - c.predicted.actions) <= 1e-9 * std::max(1.0, c.predicted.actions);
+        out.push_back(c);
+    }
+    return out;
+}
+
 std::vector<StageTimes> stageTimes(const planner::Plan& plan, const planner::Timeline& timeline, int steps)
 {
     std::map<int, DeviceSums> devices;
@@ -141,6 +247,7 @@ RunComparison compareRun(const planner::Plan& plan, const planner::Timeline& pre
     c.predicted_iteration_s = predicted.spans.empty() ? 0.0 : planIterationS;
     c.measured_iteration_s = makespan(measured) / std::max(1, measuredSteps);
     c.iteration_error = relativeError(c.measured_iteration_s, c.predicted_iteration_s);
+    c.kinds = compareKinds(predicted, predictedSteps, measured, measuredSteps);
     return c;
 }
 

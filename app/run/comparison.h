@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Predicted against measured: per stage, the compute time, idle time and iteration time of a run's measured
-// timeline next to the simulator's prediction for the same plan and steps.
+// timeline next to the simulator's prediction for the same plan and steps; the same per action kind (F, B, I, W,
+// send, receive, all-reduce, optimizer), which tells which part of the cost model is off.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "planner/plan.h"
@@ -48,6 +51,64 @@ struct DeviceMemory
 
     bool operator==(const DeviceMemory&) const = default;
 };
+/// @brief The rows of the comparison per action kind: the schedule's kinds as the cost model prices them. The two
+/// sends (activation, gradient) are one row, the two receives another: one link model times both.
+enum class KindRow : std::uint8_t {
+    Forward, ///< F
+    Backward, ///< B: the fused backward (input and weight gradients together)
+    BackwardInput, ///< I: zero-bubble schedules' input gradient
+    BackwardWeight, ///< W: zero-bubble schedules' weight gradient
+    Send, ///< SendActivation and SendGradient
+    Receive, ///< RecvActivation and RecvGradient
+    AllReduce,
+    OptimizerStep,
+    WavePush, ///< HetPipe's asynchronous schedule (wsp)
+    WavePull,
+};
+/// "F", "B", "I", "W", "send", "receive", "all-reduce", "optimizer", "wave push", "wave pull".
+std::string_view toString(KindRow row);
+KindRow kindRow(planner::ActionKind kind);
+
+/// @brief One timeline's figures for one KindRow, per step.
+///
+/// time_s: the durations of the row's spans summed over every device, divided by the steps (device time, so that
+/// the compute rows add up to the per-stage compute: F + B + I + W + optimizer = the sum over stages of their compute
+/// times their replicas). actions: how many actions of the row all devices run per step. mean_s: time_s / actions,
+/// one action's mean duration.
+///
+/// What a span's duration is differs between the two sides for the transfers:
+/// - receive: the time the device is blocked until the data is there, on both sides: the simulator's receive waits
+///   from when the device reaches it (or the send started) to the data's arrival, the engine's from when it reaches
+///   the receive to when the data is in. Both include the wait for a late sender, so the row is the link's cost
+///   and the sender's lateness together. The simulator records a receive only when it waits: its receive count is
+///   that of the sends it pairs with (one each), and a receive whose data was already there counts with 0 s.
+/// - send: the simulator times the transfer from its start to its arrival at the peer; the engine times the
+///   sending device's own part (posting the transfer: it completes in the background and shows in the receiver's
+///   receive). A measured send far shorter than predicted is the expected case, not an error of the link model.
+struct KindTimes
+{
+    double time_s = 0;
+    double actions = 0;
+    double mean_s = 0;
+
+    bool operator==(const KindTimes&) const = default;
+};
+
+struct KindComparison
+{
+    KindRow kind = KindRow::Forward;
+    KindTimes predicted;
+    KindTimes measured;
+    /// measured / predicted - 1 of the row's time per step (0 without a prediction of it). Where the counts agree,
+    /// also the error of one action's mean duration.
+    double error = 0;
+    /// false when there is a prediction and the actions per step differ: the run did not run the plan's actions (or
+    /// stopped within a step, whose actions count for a step that did not finish)
+    bool counts_match = true;
+
+    bool operator==(const KindComparison&) const = default;
+};
+
 struct RunComparison
 {
     std::vector<StageComparison> stages;
@@ -58,6 +119,8 @@ struct RunComparison
     /// Per device with a measured peak: compareMemory (filled where the plan's simulation may run: not on a UI
     /// thread)
     std::vector<DeviceMemory> memory;
+    /// Per action kind present in either timeline: compareKinds
+    std::vector<KindComparison> kinds;
 
     bool operator==(const RunComparison&) const = default;
 };
@@ -71,6 +134,12 @@ std::map<int, double> measuredPeakMemory(const planner::Timeline& measured);
 /// Times per (virtual) stage of one timeline: one entry per stage of the plan, its compute from the spans of that
 /// stage on the devices the plan gives it.
 std::vector<StageTimes> stageTimes(const planner::Plan& plan, const planner::Timeline& timeline, int steps);
+/// One timeline's figures per KindRow over `steps` steps (rows without spans left out). `simulated`: the timeline
+/// is the simulator's, whose receives are counted as the sends they pair with (see KindTimes).
+std::map<KindRow, KindTimes> kindTimes(const planner::Timeline& timeline, int steps, bool simulated);
+/// Every KindRow present in either timeline, in KindRow's order; the predicted timeline is the simulator's.
+std::vector<KindComparison> compareKinds(
+    const planner::Timeline& predicted, int predictedSteps, const planner::Timeline& measured, int measuredSteps);
 /// The one predicted iteration time of a plan: the simulator's iteration_time_s for the plan as it stands (its
 /// schedule's iterations), under `cost` (the profile's when null). What `pipewright-cli plan` and `simulate` print,
 /// the app's metrics panel shows and a run's comparison uses: a prediction of the first steps of a run would give

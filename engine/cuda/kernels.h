@@ -42,6 +42,7 @@ void encoderBackward(
 
 void layernormForward(const Launch& l, void* out, float* mean, float* rstd, const void* inp, const void* weight,
     const void* bias, int BT, int C);
+/// dinp null: the weight and bias gradients alone; dweight and dbias null: dinp alone (the split backward).
 void layernormBackward(const Launch& l, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
     const void* weight, const float* mean, const float* rstd, int BT, int C);
 /// dbias (cols) += the column sums of dout (rows x cols): the bias gradient of a matrix product.

@@ -261,12 +261,16 @@ void layernormBackward(const Launch& l, void* dinp, void* dweight, void* dbias, 
         const auto* x = static_cast<const E*>(inp);
         const auto* w = static_cast<const E*>(weight);
         const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
-        if (C % 8 == 0 && aligned16(g, d, x, w))
-            layernormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, mean, rstd, BT, C);
-        else
-            layernormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, mean, rstd, BT, C);
-        PW_CUDA_LAUNCHED();
-        columnSums<E>(l, static_cast<E*>(dbias), static_cast<E*>(dweight), d, x, mean, rstd, BT, C);
+        // The split backward asks for one part per call: dinp alone (I), or dweight and dbias alone (W).
+        if (g) {
+            if (C % 8 == 0 && aligned16(g, d, x, w))
+                layernormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, mean, rstd, BT, C);
+            else
+                layernormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, mean, rstd, BT, C);
+            PW_CUDA_LAUNCHED();
+        }
+        if (dweight || dbias)
+            columnSums<E>(l, static_cast<E*>(dbias), static_cast<E*>(dweight), d, x, mean, rstd, BT, C);
     });
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../errors.h"
+#include "../gpu_cost_model.h"
 
 namespace pw::planner {
 
@@ -47,19 +48,55 @@ double transformerParameterCount(const TransformerConfig& config)
     return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
 }
 
+TransformerTimeModel resolvedTimeModel(
+    const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options)
+{
+    if (options.time_model != TransformerTimeModel::Auto)
+        return options.time_model;
+    if (options.efficiency)
+        return TransformerTimeModel::FlatEfficiency;
+    if (options.gemm_table)
+        return TransformerTimeModel::Shapes;
+    // The default curve describes Hopper's 16-bit tensor cores: fp32 models keep the flat efficiency.
+    return config.bytes_per_element == 2 && defaultGpuCurve(device) ? TransformerTimeModel::Shapes
+                                                                    : TransformerTimeModel::FlatEfficiency;
+}
+
 ModelProfile transformerProfile(
     const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options)
 {
     validateConfig(config);
     requirePositive(device.peak_tflops, "peak_tflops");
-    if (!(options.efficiency > 0 && options.efficiency <= 1))
-        throw InputError({}, 0, "efficiency", "must be in (0, 1], got " + std::to_string(options.efficiency));
+    const double efficiency = options.efficiency.value_or(0.5);
+    if (!(efficiency > 0 && efficiency <= 1))
+        throw InputError({}, 0, "efficiency", "must be in (0, 1], got " + std::to_string(efficiency));
     if (!(options.backward_factor >= 0) || !std::isfinite(options.backward_factor))
         throw InputError({}, 0, "backward_factor", "must be a finite number >= 0");
+    const bool byShapes = resolvedTimeModel(config, device, options) == TransformerTimeModel::Shapes;
+    if (byShapes && options.gemm_table) {
+        const bool bf16 = options.gemm_table->dtype == "bf16";
+        if ((bf16 && config.bytes_per_element != 2) || (!bf16 && config.bytes_per_element != 4))
+            throw InputError({}, 0, "gemm_table",
+                "the table's products are " + options.gemm_table->dtype + ", the model has "
+                    + std::to_string(config.bytes_per_element) + "-byte elements");
+    }
+    if (byShapes && !options.gemm_table && !defaultGpuCurve(device))
+        throw InputError({}, 0, "gemm_table",
+            "'" + device.name + "' has no default GPU curve (H100 and H200 have): give its GEMM table");
+    std::optional<GpuCostModel> gpu;
+    if (byShapes)
+        gpu.emplace(device, options.gemm_table, defaultGpuCurve(device));
 
     const double B = config.microbatch, s = config.sequence, h = config.hidden, V = config.vocab;
     const double bpe = config.bytes_per_element;
-    const double flopsPerMs = device.peak_tflops * 1e12 * options.efficiency / 1e3;
+    const double flopsPerMs = device.peak_tflops * 1e12 * efficiency / 1e3;
+    // The shape model's estimate replaces a layer's flat times (its FLOPs, bytes and parameters stay the same).
+    auto applyEstimate = [](Layer& layer, const LayerEstimate& e) {
+        layer.forward_ms = e.forward_ms;
+        layer.backward_ms = e.backwardMs();
+        layer.backward_input_ms = e.backward_input_ms;
+        layer.backward_weight_ms = e.backward_weight_ms;
+    };
     const double hiddenBytes = B * s * h * bpe; // one [B, s, h] activation tensor
 
     auto makeLayer = [&](std::string name, std::string kind, double forwardFlops, double params, double outBytes) {
@@ -95,8 +132,10 @@ ModelProfile transformerProfile(
         embedding.forward_ms = 3.0 * hiddenBytes / device.memory_bandwidth_bytes_per_s * 1e3;
         embedding.backward_ms = embedding.forward_ms * options.backward_factor;
     }
-    // Its input is token ids: the whole backward is the weight gradient (the rows' scatter-add).
+    // Its input is token ids: the whole backward is the weight gradient (the rows' scatter-add), which reads the
+    // output gradient: a split backward keeps that from I to W.
     splitBackward(embedding, 0.0, 1.0);
+    embedding.weight_gradient_bytes = hiddenBytes;
     model.layers.push_back(std::move(embedding));
 
     // QKV 6Bsh^2 + scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2 + MLP 16Bsh^2.
@@ -112,11 +151,19 @@ ModelProfile transformerProfile(
     // with 16-bit activations and 1-byte dropout masks; scaled here by bytes_per_element / 2.
     const double a = config.heads;
     const double layerStash = s * B * h * (34.0 + 5.0 * a * s / h) * (bpe / 2.0);
+    // A split backward's W multiplies the output gradients of the four products (QKV 3h, attention projection h,
+    // MLP up 4h, MLP down h) by their stashed inputs and reduces the two layer norms' (2h): I keeps those 11 B s h
+    // values until W (what the engine's backwardInput leaves in the stash; the paper's M_W).
+    const double layerWeightGradientBytes = 11.0 * hiddenBytes;
+    const LayerEstimate block = gpu ? transformerBlockEstimate(config, *gpu) : LayerEstimate {};
     for (int i = 0; i < config.layers; ++i) {
         auto layer = makeLayer(
             "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams, hiddenBytes);
         layer.stashed_bytes = layerStash;
         splitBackward(layer, layerInputGradFlops, layerWeightGradFlops);
+        layer.weight_gradient_bytes = layerWeightGradientBytes;
+        if (gpu)
+            applyEstimate(layer, block);
         model.layers.push_back(std::move(layer));
     }
 
@@ -127,6 +174,11 @@ ModelProfile transformerProfile(
     // totalWeightBytes() = (Eq. 4.3 + V h + 2h) * bytes_per_element.
     Layer head = makeLayer("head", "head", 2.0 * B * s * h * V, V * h + 2.0 * h, B * s * V * bpe);
     splitBackward(head, 2.0 * B * s * h * V, 2.0 * B * s * h * V); // the logits product: one of each
+    // Its W reads the logits' gradient, which the forward's fused loss already wrote over the stashed logits
+    // (activation_bytes), and the final layer norm's output gradient, which I keeps.
+    head.weight_gradient_bytes = hiddenBytes;
+    if (gpu)
+        applyEstimate(head, transformerHeadEstimate(config, *gpu));
     model.layers.push_back(std::move(head));
     return model;
 }

@@ -3,13 +3,17 @@
 #include "megatron.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/generator.h"
 #include "../sim/simulator.h"
 #include "../units.h"
 #include "builtin.h"
@@ -41,10 +45,56 @@ int peakStashes(int p, int v, int m, int rank)
     return std::min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
 }
 
+double pipelineBubble(std::string_view kind, int p, int v, double forward_s, double input_s, double weight_s)
+{
+    const double steps = p - 1.0;
+    if (kind == "zb-h1")
+        return steps * (forward_s + input_s - std::min(weight_s, forward_s));
+    if (kind == "zb-h2" || kind == "zbv")
+        return steps * std::max(0.0, forward_s + input_s - 2 * weight_s);
+    return steps * (forward_s + input_s + weight_s) / std::max(1, v);
+}
+
+int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank)
+{
+    if (kind == "zb-h1")
+        return std::max(1, std::min(p, m));
+    if (kind == "zb-h2")
+        return std::max(1, std::min(2 * p - 1, m));
+    if (kind == "zbv")
+        return 2 * p;
+    return peakStashes(p, v, m, rank);
+}
+
+double kindPeakActivationBytes(std::string_view kind, int p, int v, int m, int rank, double stash, double kept)
+{
+    const double stashes = kindPeakStashes(kind, p, v, m, rank) * stash;
+    if (kind == "zb-h1" || kind == "zb-h2") {
+        // zeroBubbleOrder(m, warm, defer) on a straight pipeline (n_s = p - rank): the peak follows an I, when the
+        // deferred W, the I's own and the pairs' I since the warm-up all wait; a short batch bounds them.
+        const int factor = kind == "zb-h2" ? 2 : 1;
+        const int warm = std::min(factor * (p - rank - 1), m), defer = factor * rank;
+        return stashes + std::max(1, std::min({defer + 1, m - warm + 1, m})) * kept;
+    }
+    if (kind == "zbv") {
+        // Torch's ZBV order: in the steady state every I is followed by its W (one waits, at 2p chunk stashes);
+        // the cool-down runs `rank` input gradients of each chunk before their W, with p + rank chunk stashes left.
+        const double steady = stashes + kept;
+        return m >= 2 * p - 1 ? std::max(steady, (p + rank) * stash + (2 * rank + 1) * kept) : steady;
+    }
+    return stashes;
+}
+
+std::string Config::scheduleKind() const
+{
+    return !kind.empty() ? kind : v > 1 ? "interleaved" : "1f1b";
+}
+
 std::string Config::text() const
 {
     return "p=" + std::to_string(p) + " t=" + std::to_string(t) + " d=" + std::to_string(d) + " b=" + std::to_string(b)
-        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (recompute ? " recompute" : "");
+        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (recompute ? " recompute" : "")
+        + (kind.empty() ? "" : " " + kind);
 }
 
 Plan configPlan(const PartitionRequest& request, const Config& c)
@@ -52,7 +102,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     const auto& model = request.model;
     Plan plan = detail::basePlan(request, "megatron");
     plan.tensor_parallel = c.t;
-    plan.schedule.kind = c.v > 1 ? "interleaved" : "1f1b";
+    plan.schedule.kind = c.scheduleKind();
     plan.schedule.chunks = c.v;
     plan.schedule.microbatches = c.m * c.d;
     plan.schedule.recompute = c.recompute;
@@ -87,12 +137,13 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     for (int s = 0; s < c.p * c.v; ++s) {
         const int last = s < static_cast<int>(bounds.size()) ? bounds[s] : model->layerCount() - 1;
         PlanStage st {first, last, {}};
-        const int r = s % c.p;
+        const int r = c.kind == "zbv" && s >= c.p ? 2 * c.p - 1 - s : s % c.p; // zbv: the V
         for (int i = 0; i < perStage; ++i)
             st.devices.push_back(r * perStage + i);
         plan.stages.push_back(std::move(st));
         first = last + 1;
     }
+    plan.schedule.iterations = simulatedIterations(plan); // zb-h2 and zbv measure batch to batch (traits)
     return plan;
 }
 
@@ -101,25 +152,39 @@ Estimate estimate(const Plan& plan, const Config& c)
     const CostModel cost = CostModel::fromPlan(plan);
     const int p = plan.pipelineDepth(), S = plan.stageCount(), t = c.t;
     const auto& cluster = plan.cluster;
+    const std::string& kind = plan.schedule.kind;
+    const bool splitsBackward = scheduleTraits(kind).splits_backward;
+    // The stages of rank r: every p-th (Megatron's loop), or s and 2p - 1 - s (zbv's V).
+    const auto onRank = [&](int s, int r) { return kind == "zbv" && s >= p ? 2 * p - 1 - s == r : s % p == r; };
     Estimate e;
-    double worstRatio = -1;
+    double worstRatio = -1, slowestForward = 0, slowestWeight = 0;
     for (int r = 0; r < p; ++r) {
         const auto& devices = plan.stages[r].devices;
         for (std::size_t i = 0; i < devices.size(); ++i) {
-            double time = 0;
-            for (int s = r; s < S; s += p)
-                time += cost.forward(s, static_cast<int>(i)) * (c.recompute ? 2 : 1)
-                    + cost.backward(s, static_cast<int>(i));
-            e.stage_time_s = std::max(e.stage_time_s, time);
+            double time = 0, forward = 0, weight = 0;
+            for (int s = 0; s < S; ++s)
+                if (onRank(s, r)) {
+                    time += cost.forward(s, static_cast<int>(i)) * (c.recompute ? 2 : 1)
+                        + cost.backward(s, static_cast<int>(i));
+                    forward += cost.forward(s, static_cast<int>(i));
+                    weight += cost.backwardWeight(s, static_cast<int>(i));
+                }
+            if (time > e.stage_time_s) {
+                e.stage_time_s = time;
+                slowestForward = forward;
+                slowestWeight = weight;
+            }
         }
         // Rank 0 of each replica: the data-parallel all-reduce among the replicas holding the same slice.
-        double dp = 0, opt = 0, fixed = 0, stash = 0, working = 0;
+        double dp = 0, opt = 0, fixed = 0, stash = 0, working = 0, kept = 0;
         std::vector<int> dpGroup;
         for (int j = 0; j < c.d; ++j)
             dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
         const double bw = cluster->groupBandwidth(dpGroup), lat = cluster->groupLatency(dpGroup);
         const auto& type = cluster->typeOf(devices[0]);
-        for (int s = r; s < S; s += p) {
+        for (int s = 0; s < S; ++s) {
+            if (!onRank(s, r))
+                continue;
             const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
             if (c.d > 1)
                 dp += 2.0 * (c.d - 1) / c.d * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
@@ -130,10 +195,19 @@ Estimate estimate(const Plan& plan, const Config& c)
             stash = std::max(stash, c.recompute ? cost.stage_input_bytes[s] : cost.stage_activation_bytes[s]);
             if (c.recompute)
                 working = std::max(working, cost.stage_activation_bytes[s]);
+            if (splitsBackward)
+                kept = std::max(
+                    kept, cost.stage_weight_gradient_bytes.empty() ? 0.0 : cost.stage_weight_gradient_bytes[s]);
         }
         e.data_parallel_s = std::max(e.data_parallel_s, dp);
         e.optimizer_s = std::max(e.optimizer_s, opt);
-        const double memory = fixed + peakStashes(p, c.v, c.m, r) * stash + working;
+        // A split backward keeps what W needs from I to W; with recomputation that includes the activations the I
+        // recomputed, so every microbatch waiting for its W holds a full set (not just the one being worked on).
+        if (splitsBackward && c.recompute) {
+            kept += working;
+            working = 0;
+        }
+        const double memory = fixed + kindPeakActivationBytes(kind, p, c.v, c.m, r, stash, kept) + working;
         const double capacity = type.memory_bytes;
         const double ratio = capacity > 0 ? memory / capacity : std::numeric_limits<double>::infinity();
         if (ratio > worstRatio) {
@@ -145,6 +219,8 @@ Estimate estimate(const Plan& plan, const Config& c)
     e.fits = worstRatio <= 1.0;
     for (int s = 0; s + 1 < S; ++s) {
         const int a = plan.stages[s].devices[0], b = plan.stages[s + 1].devices[0];
+        if (a == b)
+            continue; // zbv's turn at the bottom of the V stays on its device
         const double bw = cluster->bandwidth(a, b);
         const double bytes = cost.boundary_bytes[s];
         e.p2p_s = std::max(e.p2p_s,
@@ -153,7 +229,10 @@ Estimate estimate(const Plan& plan, const Config& c)
                         : bw > 0 ? bytes / bw
                                  : std::numeric_limits<double>::infinity()));
     }
-    e.pipeline_s = batchTime(p, c.v, c.m, e.stage_time_s, 0) + 2.0 * (c.v * p - 1) * e.p2p_s;
+    // The recomputed forward runs before the input gradient: it counts with I.
+    e.bubble_s
+        = pipelineBubble(kind, p, c.v, slowestForward, e.stage_time_s - slowestForward - slowestWeight, slowestWeight);
+    e.pipeline_s = c.m * e.stage_time_s + e.bubble_s + 2.0 * (c.v * p - 1) * e.p2p_s;
     if (!plan.schedule.overlap_communication)
         e.pipeline_s += 2.0 * c.v * c.m * e.p2p_s; // blocking sends: every chunk sends both ways per microbatch
     e.batch_time_s = e.pipeline_s + e.data_parallel_s + e.optimizer_s;
@@ -169,6 +248,13 @@ namespace {
 using Severity = Diagnostic::Severity;
 using megatron::Config;
 using nlohmann::json;
+
+std::string samplesPerSecond(double rate)
+{
+    char text[48];
+    std::snprintf(text, sizeof text, "%.1f samples/s", rate);
+    return text;
+}
 
 std::vector<int> divisors(int n)
 {
@@ -220,6 +306,10 @@ public:
                 "interleaving degrees v to try (v > 1 needs p > 1 and m a multiple of p); auto: 1, 2, 3, 4", 1, 64, {}},
             {"recompute", T::Choice, "auto", "activation recomputation: auto tries both", std::nullopt, std::nullopt,
                 {"auto", "on", "off"}},
+            {"zero-bubble", T::Boolean, true,
+                "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) where the request leaves the "
+                "kind to the search; --schedule zb-h1, zb-h2, zbv or interleaved searches that kind alone",
+                std::nullopt, std::nullopt, {}},
             {"tensor-within-node", T::Boolean, true,
                 "rule of thumb 1 (Takeaway #1) as a constraint: every tensor-parallel group inside one node",
                 std::nullopt, std::nullopt, {}},
@@ -243,6 +333,16 @@ private:
         bool within_node = true;
         bool straight = false;
         int iterations = 1;
+        bool zero_bubble = true; ///< try zb-h1, zb-h2 and zbv beside 1f1b and interleaved
+        std::string fixed_kind; ///< the request's kind when it is one this search makes: only that one
+
+        /// Whether configurations of `kind` are searched.
+        bool allows(const std::string& kind) const
+        {
+            if (!fixed_kind.empty())
+                return kind == fixed_kind;
+            return zero_bubble || kind == "1f1b" || kind == "interleaved";
+        }
     };
 
     /// Configurations left out before estimation, for the diagnostics.
@@ -271,16 +371,15 @@ private:
             if (skipped.interleave > 0)
                 why += "; interleaving needs p > 1, m a multiple of p and p v <= " + std::to_string(space.layers)
                     + " layers";
+            if (!space.fixed_kind.empty())
+                why += "; --schedule " + space.fixed_kind
+                    + " searches that kind alone (zero-bubble kinds need p > 1, zb-h2 and zbv m >= 2p - 1, zbv 2p <= "
+                      "the layers)";
             diag.push_back({Severity::Error, "bad-option", why});
             return {std::nullopt, std::move(diag)};
         }
-        for (std::size_t i = 0; i < entries.size(); ++i) {
-            if (stop.stop_requested())
-                return detail::failure("cancelled", "partitioning was cancelled");
-            estimateEntry(request, entries[i]);
-            if (progress)
-                progress(0.5 * static_cast<double>(i + 1) / entries.size());
-        }
+        if (!estimateAll(request, entries, progress, stop))
+            return detail::failure("cancelled", "partitioning was cancelled");
         std::vector<int> order(entries.size());
         for (std::size_t i = 0; i < order.size(); ++i)
             order[i] = static_cast<int>(i);
@@ -332,6 +431,10 @@ private:
         if (rc != "off")
             space.recompute.push_back(true);
         space.within_node = values.boolean("tensor-within-node");
+        space.zero_bubble = values.boolean("zero-bubble");
+        for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv"})
+            if (opt.schedule.kind == kind)
+                space.fixed_kind = kind;
         space.straight = opt.straight;
         space.iterations = std::max(1, opt.schedule.iterations);
         if (!model->architecture && std::any_of(space.tensor.begin(), space.tensor.end(), [](int t) { return t > 1; }))
@@ -389,15 +492,26 @@ private:
                         continue;
                     }
                     const long long m = space.batch / d / b;
+                    const int mi = static_cast<int>(std::min<long long>(m, INT32_MAX));
                     for (int v : space.chunks) {
+                        if (!space.allows(v > 1 ? "interleaved" : "1f1b"))
+                            continue;
                         // Interleaving: m (per pipeline copy) a multiple of p (interleaved.cpp).
                         if (v > 1 && (p == 1 || m % p != 0 || p * v > space.layers)) {
                             ++skipped.interleave;
                             continue;
                         }
                         for (bool r : space.recompute)
-                            entries.push_back(entry(
-                                {p, t, d, b, v, r, static_cast<int>(std::min<long long>(m, INT32_MAX))}, space, rule));
+                            entries.push_back(entry({p, t, d, b, v, r, mi}, space, rule));
+                    }
+                    // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
+                    // (fewer run, with a bubble the estimate does not model); zbv two chunks of layers per device.
+                    for (const std::string kind : {"zb-h1", "zb-h2", "zbv"}) {
+                        if (!space.allows(kind) || p == 1 || (kind != "zb-h1" && m < 2LL * p - 1)
+                            || (kind == "zbv" && 2 * p > space.layers))
+                            continue;
+                        for (bool r : space.recompute)
+                            entries.push_back(entry({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind}, space, rule));
                     }
                 }
             }
@@ -425,8 +539,9 @@ private:
         e.config = config;
         auto& c = e.candidate;
         c.description = config.text();
-        c.config = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v},
-            {"m", config.m}, {"recompute", config.recompute}, {"global_batch", space.batch}};
+        c.config
+            = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v}, {"m", config.m},
+                {"recompute", config.recompute}, {"schedule", config.scheduleKind()}, {"global_batch", space.batch}};
         if (!rule.empty()) {
             c.feasible = false;
             c.reason = rule;
@@ -450,7 +565,8 @@ private:
         c.memory_capacity_bytes = e.estimate.memory_capacity_bytes;
         c.config["analytic_batch_time_s"] = e.estimate.batch_time_s;
         c.config["analytic_throughput"] = e.estimate.throughput_samples_per_s;
-        c.config["bubble"] = megatron::bubbleFraction(e.config.p, e.config.v, e.config.m);
+        const double ideal = e.config.m * e.estimate.stage_time_s; // idle over ideal time, (p-1)/(v m) for 1F1B
+        c.config["bubble"] = ideal > 0 ? e.estimate.bubble_s / ideal : 0.0;
         std::vector<int> layers;
         for (const auto& st : plan.stages)
             layers.push_back(st.layerCount());
@@ -460,6 +576,37 @@ private:
             c.reason = "needs " + formatBytes(e.estimate.peak_memory_bytes) + " of "
                 + formatBytes(e.estimate.memory_capacity_bytes) + " by the memory formula";
         }
+    }
+
+    /// estimateEntry on every entry. The entries are independent and at thousands of devices each costs a plan
+    /// and a cost model of every device, so they are shared out among threads; the calling thread reports
+    /// progress. False when cancelled.
+    static bool estimateAll(
+        const PartitionRequest& request, std::vector<Entry>& entries, const ProgressFn& progress, std::stop_token stop)
+    {
+        std::atomic<std::size_t> next {0}, finished {0};
+        std::atomic<bool> cancelled {false};
+        auto work = [&](bool reporter) {
+            for (std::size_t i = next++; i < entries.size() && !cancelled; i = next++) {
+                if (stop.stop_requested()) {
+                    cancelled = true;
+                    return;
+                }
+                estimateEntry(request, entries[i]);
+                ++finished;
+                if (reporter && progress)
+                    progress(0.5 * static_cast<double>(finished) / entries.size());
+            }
+        };
+        const auto threads = std::min<std::size_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u),
+            std::max<std::size_t>(1, entries.size() / 4)); // a few configurations are not worth a thread
+        std::vector<std::thread> pool;
+        for (std::size_t t = 1; t < threads; ++t)
+            pool.emplace_back(work, false);
+        work(true);
+        for (auto& t : pool)
+            t.join();
+        return !cancelled;
     }
 
     /// Feasible first, then throughput; ties go to the smaller t p (rule of thumb 2), smaller v, no recompute.
@@ -474,6 +621,8 @@ private:
             return x.config.t * x.config.p < y.config.t * y.config.p;
         if (x.config.v != y.config.v)
             return x.config.v < y.config.v;
+        if (x.config.kind.empty() != y.config.kind.empty())
+            return x.config.kind.empty(); // Megatron's own schedule on a tie
         return !x.config.recompute && y.config.recompute;
     }
 
@@ -524,6 +673,85 @@ private:
         return true;
     }
 
+    /// "; " and why the chosen schedule kind won, for the note: how much faster it is than 1F1B with the same sizes
+    /// and at what memory, and the fastest kind that was over memory. Simulated throughputs where both have them.
+    static std::string whyKind(const PartitionRequest& request, const std::vector<Entry>& entries, int best)
+    {
+        const auto& chosen = entries[best];
+        const auto& cc = chosen.config;
+        const auto percent = [](double x) {
+            std::ostringstream out; // one decimal under 10 %: "0.4 %", not "0 %"
+            out.precision(std::abs(x) < 0.1 ? 1 : 0);
+            out << std::fixed << x * 100 << " %";
+            return out.str();
+        };
+        const auto bubble = [](const Entry& e) { return e.candidate.config.value("bubble", 0.0); };
+        std::string why;
+        // Megatron's own 1F1B on the same p, t, d, b and recomputation.
+        const Entry* plain = nullptr;
+        for (const auto& e : entries)
+            if (e.config.kind.empty() && e.config.v == 1 && e.config.p == cc.p && e.config.t == cc.t
+                && e.config.d == cc.d && e.config.b == cc.b && e.config.recompute == cc.recompute)
+                plain = &e;
+        const std::string kind = cc.scheduleKind();
+        if (plain && &chosen != plain && cc.p > 1) {
+            // The chosen plan was simulated; 1F1B is, for the note, when the ranking left it out.
+            double simulatedPlain = plain->simulated ? plain->candidate.throughput_samples_per_s : 0.0;
+            double plainPeak = plain->simulated ? plain->candidate.peak_memory_bytes : 0.0;
+            if (!plain->simulated && chosen.simulated)
+                try {
+                    const auto sim
+                        = simulate(megatron::configPlan(request, plain->config), SimulationOptions {false, false});
+                    simulatedPlain = sim.throughput_samples_per_s;
+                    double worst = -1;
+                    for (const auto& dm : sim.devices)
+                        if (dm.memory_capacity_bytes > 0 && dm.peak_memory_bytes / dm.memory_capacity_bytes > worst) {
+                            worst = dm.peak_memory_bytes / dm.memory_capacity_bytes;
+                            plainPeak = dm.peak_memory_bytes;
+                        }
+                } catch (const InputError&) {
+                }
+            const bool bothSimulated = simulatedPlain > 0 && chosen.simulated;
+            const double mine
+                = bothSimulated ? chosen.candidate.throughput_samples_per_s : chosen.estimate.throughput_samples_per_s;
+            const double theirs = bothSimulated ? simulatedPlain : plain->estimate.throughput_samples_per_s;
+            why += "; " + kind + ": ";
+            if (theirs > 0 && mine >= theirs)
+                why += percent(mine / theirs - 1) + " faster than 1f1b";
+            else if (theirs > 0)
+                why += percent(1 - mine / theirs) + " slower than 1f1b";
+            why += std::string(bothSimulated ? " (simulated)" : " (analytically)")
+                + " with the same sizes, estimated bubble " + percent(bubble(chosen)) + " instead of "
+                + percent(bubble(*plain));
+            // Memory as simulated where both were (the estimate's zbv stashes are an upper bound).
+            const double minePeak
+                = bothSimulated ? chosen.candidate.peak_memory_bytes : chosen.estimate.peak_memory_bytes;
+            const double theirPeak = bothSimulated && plainPeak > 0 ? plainPeak : plain->estimate.peak_memory_bytes;
+            std::ostringstream mem;
+            mem.precision(2);
+            mem << std::fixed << (theirPeak > 0 ? minePeak / theirPeak : 1.0);
+            why += ", at " + mem.str() + "x its memory (" + formatBytes(minePeak) + " of "
+                + formatBytes(
+                    bothSimulated ? chosen.candidate.memory_capacity_bytes : chosen.estimate.memory_capacity_bytes)
+                + ")";
+            if (!plain->candidate.feasible && !plain->candidate.reason.empty())
+                why += "; 1f1b there: " + plain->candidate.reason;
+        }
+        // The fastest configuration turned away for memory that would have beaten the chosen one.
+        const Entry* over = nullptr;
+        for (const auto& e : entries)
+            if (!e.candidate.feasible && e.estimate.memory_capacity_bytes > 0 && !e.estimate.fits
+                && e.estimate.throughput_samples_per_s > chosen.estimate.throughput_samples_per_s
+                && (!over || e.estimate.throughput_samples_per_s > over->estimate.throughput_samples_per_s))
+                over = &e;
+        if (over)
+            why += "; " + over->config.scheduleKind() + " (" + over->config.text() + ") would be "
+                + percent(over->estimate.throughput_samples_per_s / chosen.estimate.throughput_samples_per_s - 1)
+                + " faster analytically but needs " + formatBytes(over->estimate.peak_memory_bytes) + " of "
+                + formatBytes(over->estimate.memory_capacity_bytes) + " (over memory): chose " + kind;
+        return why;
+    }
+
     /// The chosen plan (or the over-memory error) with every candidate, the chosen one first.
     PartitionResult finish(const PartitionRequest& request, const detail::OptionValues& values, const Space& space,
         const std::vector<Entry>& entries, std::vector<int> order, int best, std::vector<Diagnostic> diag) const
@@ -565,15 +793,16 @@ private:
         plan.algorithm_options = std::move(options);
         plan.objective_s = chosen.estimate.stage_time_s; // slowest device per microbatch (F + B)
         diag.push_back({Severity::Info, "megatron",
-            "chose " + chosen.config.text() + " (" + plan.schedule.kind + ") of " + std::to_string(entries.size())
-                + " configurations: " + std::to_string(chosen.candidate.throughput_samples_per_s)
-                + " samples/s simulated, " + std::to_string(chosen.estimate.throughput_samples_per_s)
-                + " analytically"});
+            "chose " + chosen.config.text() + (chosen.config.kind.empty() ? " (" + plan.schedule.kind + ")" : "")
+                + " of " + std::to_string(entries.size())
+                + " configurations: " + samplesPerSecond(chosen.candidate.throughput_samples_per_s) + " simulated, "
+                + samplesPerSecond(chosen.estimate.throughput_samples_per_s) + " analytically"
+                + whyKind(request, entries, best)});
         const auto& kind = request.options.schedule.kind;
         if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
-                "megatron chooses between 1f1b and interleaved; the requested kind '" + kind + "' was replaced by '"
-                    + plan.schedule.kind + "'"});
+                "megatron chooses between 1f1b, interleaved, zb-h1, zb-h2 and zbv; the requested kind '" + kind
+                    + "' was replaced by '" + plan.schedule.kind + "'"});
         auto result = detail::validated(std::move(plan), std::move(diag));
         result.candidates = std::move(candidates);
         return result;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "partitioner.h"
 
@@ -25,6 +26,26 @@ double tensorParallelVolume(double b, double s, double h, int t);
 /// one chunk (at most m), else m v when m == p, else min(2 (p - rank - 1) + (v - 1) p + 1, m v).
 int peakStashes(int p, int v, int m, int rank);
 
+/// Idle time per batch of a device whose per-microbatch forward, input gradient and weight gradient take
+/// `forward_s`, `input_s` and `weight_s` (the fused backward is input + weight), by the schedule kind's closed
+/// form (docs/algorithms/zero-bubble.md): 1f1b (p-1)(F+B+W); interleaved that over v; zb-h1 (p-1)(F+B-min(W,F));
+/// zb-h2 and zbv (p-1) max(0, F+B-2W) (their domain m >= 2p - 1; zbv's from the paper's Table 8, where its
+/// bubble is ZB-H2's within a few per cent).
+double pipelineBubble(std::string_view kind, int p, int v, double forward_s, double input_s, double weight_s);
+
+/// Chunk activations device `rank` stashes at its peak under `kind` (zero-bubble traits: every stage holds the
+/// first stage's count): zb-h1 min(p, m), zb-h2 min(2p - 1, m), zbv 2p chunk stashes (two chunks in a V, about 1F1B's
+/// p stages' worth); else peakStashes.
+int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank);
+
+/// Activation bytes device `rank` holds at its peak under `kind`: kindPeakStashes x `stash` (the largest chunk stash
+/// on the device), plus, for the kinds that split the backward, `kept` (the largest weight-gradient bytes, what an I
+/// keeps for its W) x the microbatches waiting for their W at that peak. zb-h1 and zb-h2 (zeroBubbleOrder's warm-up
+/// f (p - rank - 1) and deferral f rank, f = 1 or 2): min(f rank + 1, m - min(warm, m) + 1, m), at least 1 (ZB-H1's
+/// last stage: p). zbv: one in the steady state (2p chunk stashes); with m >= 2p - 1 also the cool-down's
+/// (p + rank) chunk stashes with 2 rank + 1 waiting, whichever is larger.
+double kindPeakActivationBytes(std::string_view kind, int p, int v, int m, int rank, double stash, double kept);
+
 /// @brief One point of the search space. p t d = devices; m = B / (b d) microbatches per pipeline.
 struct Config
 {
@@ -35,15 +56,20 @@ struct Config
     int v = 1; ///< model chunks per device (interleaving); 1 = 1F1B
     bool recompute = false;
     int m = 1; ///< microbatches per pipeline and batch
+    /// Schedule kind: empty for Megatron's own (1f1b with v = 1, interleaved with v > 1), or zb-h1, zb-h2
+    /// (v = 1) or zbv (v = 2, the chunks in a V).
+    std::string kind;
 
-    std::string text() const; ///< "p=4 t=2 d=1 b=1 v=2 m=8 recompute"
+    std::string scheduleKind() const; ///< kind, or 1f1b / interleaved by v
+    std::string text() const; ///< "p=4 t=2 d=1 b=1 v=2 m=8 recompute", then the kind when it is a zero-bubble one
 };
 
 /// @brief The analytical model's verdict on a configuration's plan.
 struct Estimate
 {
     double stage_time_s = 0; ///< slowest device's F + B (+ recomputed F) per microbatch, TP all-reduces included
-    double pipeline_s = 0; ///< (m + (p-1)/v) stage_time + 2 (v p - 1) p2p
+    double pipeline_s = 0; ///< m stage_time + the kind's bubble + 2 (v p - 1) p2p
+    double bubble_s = 0; ///< the kind's idle time per batch (pipelineBubble on the slowest device)
     double p2p_s = 0; ///< one boundary crossing: latency + b s h bytes / t / bandwidth (slowest boundary)
     double data_parallel_s = 0; ///< ring all-reduce 2 (d-1)/d x the rank's weight bytes (slowest device)
     double optimizer_s = 0;
@@ -56,10 +82,12 @@ struct Estimate
 
 /// Devices in Megatron's rank order (tensor fastest, then data, then pipeline): stage r holds devices
 /// [r d t, (r+1) d t) of the first p t d. Layer boundaries split the profile into p v virtual stages, balanced
-/// by time per tensor-parallel rank (tensor all-reduces included); schedule 1f1b (v = 1) or interleaved.
+/// by time per tensor-parallel rank (tensor all-reduces included); schedule config.scheduleKind(). zbv puts virtual
+/// stage s on rank s for s < p and on rank 2p - 1 - s after (the V).
 Plan configPlan(const PartitionRequest& request, const Config& config);
 
-/// The closed-form estimate of a plan made by configPlan (costs from CostModel::fromPlan).
+/// The closed-form estimate of a plan made by configPlan (costs from CostModel::fromPlan); bubble and stashes follow
+/// the plan's schedule kind.
 Estimate estimate(const Plan& plan, const Config& config);
 
 } // namespace pw::planner::megatron

@@ -75,6 +75,7 @@ public:
             problem.weight_bytes.push_back(layer.weight_bytes);
             problem.activation_bytes.push_back(layer.stashed_bytes.value_or(layer.activation_bytes) * scale);
             problem.optimizer_bytes.push_back(layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes));
+            problem.weight_gradient_bytes.push_back(layer.weight_gradient_bytes * scale);
         }
         if (opt.memory_limit) {
             problem.memory_capacity_bytes = type.memory_bytes;
@@ -98,7 +99,15 @@ public:
         solveOptions.progress = progress;
         solveOptions.stop = stop;
         bool cancelled = false;
+        // Zero-bubble kinds stash the first stage's count on every stage, which the DP knows only once it has chosen
+        // the first stage: start from the most it can be (all devices in one straight pipeline).
+        const auto* traits = findScheduleTraits(plan.schedule.kind);
+        const bool firstStage = traits && traits->in_flight_limit == InFlightLimit::FirstStage;
+        if (opt.memory_limit && firstStage)
+            problem.first_stage_in_flight = firstStageInFlight(*traits, *devices, 1);
         auto sol = solvePipeDream(problem, solveOptions, &cancelled);
+        if (!cancelled && problem.first_stage_in_flight > 0 && sol.feasible)
+            sol = lowerFirstStageBound(problem, solveOptions, *traits, std::move(sol), cancelled);
         if (cancelled)
             return detail::failure("cancelled", "partitioning was cancelled");
         if (!sol.feasible) {
@@ -116,10 +125,73 @@ public:
                 {"per_worker_allreduce", opt.per_worker_allreduce}, {"memory_limit", opt.memory_limit}};
         interleave(plan, diag);
         finish(plan, opt, false, diag);
+        if (firstStage)
+            diag.push_back({Severity::Info, "zero-bubble", zeroBubbleNote(plan, *traits, opt.memory_limit)});
         return detail::validated(std::move(plan), std::move(diag));
     }
 
 private:
+    /// Microbatches every stage stashes under a FirstStage kind whose first stage has `replicas` of `devices`:
+    /// in_flight_factor x n_0 - (in_flight_factor - 1), n_0 = ceil(devices / replicas) (zb-h1 p, zb-h2 2p - 1 on a
+    /// straight pipeline).
+    static int firstStageInFlight(const ScheduleTraits& traits, int devices, int replicas)
+    {
+        const int n0 = (devices + std::max(1, replicas) - 1) / std::max(1, replicas);
+        return traits.in_flight_factor * n0 - (traits.in_flight_factor - 1);
+    }
+
+    static int firstStageInFlight(const ScheduleTraits& traits, const std::vector<PlanStage>& stages)
+    {
+        int devices = 0;
+        for (const auto& st : stages)
+            devices += st.replicas();
+        return stages.empty() ? 1 : firstStageInFlight(traits, devices, stages.front().replicas());
+    }
+
+    /// The DP's answer under the bound of `problem` stashes only its own first stage's count: lower the bound to
+    /// that and solve again, which can only find a faster split, kept while its own count stays within the bound
+    /// (a split whose first stage holds more would not fit as checked). At most 16 rounds.
+    static PipeDreamSolution lowerFirstStageBound(PipeDreamProblem& problem, const PipeDreamSolveOptions& options,
+        const ScheduleTraits& traits, PipeDreamSolution sol, bool& cancelled)
+    {
+        for (int round = 0; round < 16; ++round) {
+            const int need = firstStageInFlight(traits, sol.stages);
+            if (need >= problem.first_stage_in_flight)
+                break;
+            const int previous = problem.first_stage_in_flight;
+            problem.first_stage_in_flight = need;
+            auto next = solvePipeDream(problem, options, &cancelled);
+            if (cancelled)
+                break;
+            if (!next.feasible || firstStageInFlight(traits, next.stages) > need) {
+                problem.first_stage_in_flight = previous;
+                break;
+            }
+            sol = std::move(next);
+        }
+        return sol;
+    }
+
+    /// What a zero-bubble kind costs on this plan, for its Info diagnostic: the stashes of every stage and the bubble
+    /// it leaves (docs/algorithms/zero-bubble.md).
+    static std::string zeroBubbleNote(const Plan& plan, const ScheduleTraits& traits, bool memoryLimit)
+    {
+        int devices = 0;
+        for (int s = 0; s < plan.pipelineDepth(); ++s)
+            devices += plan.stages[s].replicas();
+        const int stashes = firstStageInFlight(traits, devices, plan.stages.front().replicas());
+        const auto& kind = plan.schedule.kind;
+        std::string note = kind + " stashes " + std::to_string(stashes)
+            + " microbatches on every stage (the first stage's count"
+            + (traits.in_flight_factor > 1 ? ", about twice 1F1B's" : ", 1F1B's peak") + ")";
+        if (kind == "zb-h1")
+            note += "; bubble (p-1)(T_F + T_B - T_W), a third of 1F1B's when the three are equal";
+        else if (kind == "zb-h2" || kind == "zbv")
+            note += "; bubble (p-1) max(0, T_F + T_B - 2 T_W) with at least 2p - 1 microbatches";
+        note += memoryLimit ? "; the DP's memory check counted them" : "; --memory-limit makes the DP count them";
+        return note;
+    }
+
     /// Replicas that add nothing (warned, or dropped with use_fewer_machines), microbatches the asynchronous
     /// schedule can run, then the memory check on the final plan.
     static void finish(Plan& plan, const PartitionOptions& opt, bool reference, std::vector<Diagnostic>& diag)
@@ -264,11 +336,13 @@ private:
             compute.push_back((plan.schedule.recompute ? 2 : 1) * t.forward_ms + t.backward_ms);
         }
         auto cuts = detail::balancedBoundaries(compute, p * v);
+        const auto* traits = findScheduleTraits(plan.schedule.kind);
+        const bool vShape = traits && traits->chunks == ChunkRule::V && v == 2; // zbv: s, then 2p - 1 - s
         std::vector<PlanStage> stages;
         int first = 0;
         for (int s = 0; s < p * v; ++s) {
             int last = s + 1 < p * v ? cuts[s] : n - 1;
-            stages.push_back({first, last, plan.stages[s % p].devices});
+            stages.push_back({first, last, plan.stages[vShape && s >= p ? 2 * p - 1 - s : s % p].devices});
             first = last + 1;
         }
         plan.stages = std::move(stages);
@@ -307,7 +381,8 @@ private:
             auto totals = stageTotals(plan, s, type);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
                 totals.optimizer_bytes, traits.in_flight_factor * ((after + st.replicas() - 1) / st.replicas()),
-                (plan.schedule.microbatches + st.replicas() - 1) / st.replicas(), plan.schedule.recompute};
+                (plan.schedule.microbatches + st.replicas() - 1) / st.replicas(), plan.schedule.recompute,
+                totals.weight_gradient_bytes};
             double need = stageMemoryBytes(traits, in);
             if (need > type.memory_bytes)
                 report(s, need, type.memory_bytes, type.name);

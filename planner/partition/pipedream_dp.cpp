@@ -11,14 +11,24 @@
 //    max(C(s+1..j) / (cap m'), sync(s+1..j,m') / m') shrinks with s (cap = devices per worker). The split
 //    search starts where the two bounds cross and walks outwards in order of increasing bound, stopping
 //    when the bound reaches the best value found: every skipped split is provably no better.
+//  * A top level of thousands of workers (2,048 nodes, or 16,384 devices planned flat) makes even the pruned
+//    row cost O(N M^2) split searches. There the optimum is found by bisection on the bottleneck tau instead:
+//    a stage i..j on r workers costs max(A_prev(i,j), sync(i,j,r)) / r, whose compute part falls and whose
+//    sync part rises with r, so the counts within tau form at most two intervals (one, except with the
+//    per-worker all-reduce). Workers are interchangeable, so a feasibility check needs only the set of worker
+//    totals that can cover each prefix (a union of intervals), and "is M in the set for the whole chain?".
+//    Both the bound and the costs are evaluated with the same floating-point expressions as the table, so
+//    the smallest feasible double is exactly the table's optimum.
 #include "pipedream_dp.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "../costs.h"
 
@@ -33,6 +43,12 @@ struct Arg
 {
     std::int32_t split = -1; ///< -1: no split (m == 1, or the whole range replicated)
     std::int32_t last_workers = 0;
+};
+
+/// Worker counts lo..hi (inclusive).
+struct Span
+{
+    int lo = 0, hi = 0;
 };
 
 /// A(i, j, m) for one row i at one level: j in [i, N), m in [1, M].
@@ -68,6 +84,7 @@ public:
         m_cpre = prefix(p.compute_s);
         m_wpre = prefix(p.weight_bytes);
         m_apre = prefix(p.activation_bytes);
+        m_gpre = prefix(p.weight_gradient_bytes);
         m_opre = prefix(p.optimizer_bytes);
         m_cap.assign(m_levels + 1, 1);
         for (int k = 1; k <= m_levels; ++k)
@@ -112,6 +129,10 @@ public:
             done += m_n;
         }
         const int top = m_levels;
+        if (useThreshold(top)) {
+            solveByThreshold(top, done, total, sol);
+            return sol;
+        }
         if (!m_o.prune) {
             // Textbook: the top level solves every row as the paper's pseudocode does.
             for (int i = m_n - 1; i > 0; --i) {
@@ -188,7 +209,11 @@ private:
         in.activation_bytes = m_apre[j + 1] - m_apre[i];
         in.input_bytes = i > 0 && i - 1 < static_cast<int>(m_p.cut_bytes.size()) ? m_p.cut_bytes[i - 1] : 0;
         in.optimizer_bytes = m_opre[j + 1] - m_opre[i];
-        in.in_flight = inFlight * m_traits.in_flight_factor; // 1F1B-SO keeps twice the warm-up in flight
+        if (!m_gpre.empty() && j + 1 < static_cast<int>(m_gpre.size()))
+            in.weight_gradient_bytes = m_gpre[j + 1] - m_gpre[i];
+        in.in_flight = m_p.first_stage_in_flight > 0
+            ? m_p.first_stage_in_flight
+            : inFlight * m_traits.in_flight_factor; // 1F1B-SO keeps twice the warm-up in flight
         in.microbatches = (m_p.microbatches + replicas - 1) / replicas;
         in.recompute = m_p.recompute;
         return stageMemoryBytes(m_traits, in) <= m_p.memory_capacity_bytes;
@@ -204,7 +229,8 @@ private:
         return std::max(below(k, i, j), sync(k, i, j, m)) / m;
     }
 
-    Row solveRow(int k, int i)
+    /// A(i, j, m) for j in [i, upTo] (upTo < 0: to the last layer).
+    Row solveRow(int k, int i, int upTo = -1)
     {
         const int M = levelSize(k);
         Row row;
@@ -213,7 +239,8 @@ private:
         row.value.assign(static_cast<std::size_t>(m_n - i) * M, kInf);
         row.arg.assign(row.value.size(), {});
         const double capk = static_cast<double>(m_cap[k]);
-        for (int j = i; j < m_n; ++j) {
+        const int end = upTo < 0 ? m_n : upTo + 1;
+        for (int j = i; j < end; ++j) {
             if (m_o.stop.stop_requested()) {
                 m_cancelled = true;
                 return row;
@@ -300,6 +327,236 @@ private:
         }
     }
 
+    bool useThreshold(int top) const
+    {
+        using TopLevel = PipeDreamSolveOptions::TopLevel;
+        if (!m_o.prune || m_o.top_level == TopLevel::Table)
+            return false;
+        if (top == 1 && m_p.memory_capacity_bytes > 0) // in-flight counts depend on the workers after a stage
+            return false;
+        return m_o.top_level == TopLevel::Threshold || levelSize(top) >= kThresholdSearchWorkers;
+    }
+
+    /// Sync part of a stage's cost, sync(r) / r, as stage() computes it.
+    double syncShare(int k, int i, int j, int r) const { return sync(k, i, j, r) / r; }
+
+    /// Smallest r in [1, M] with value / r <= tau (value / M <= tau holds).
+    static int fewestWithin(double value, double tau, int M)
+    {
+        if (value / 1 <= tau)
+            return 1;
+        const double guess = std::ceil(value / tau);
+        int r = guess >= M ? M : std::max(1, static_cast<int>(guess));
+        while (r < M && value / r > tau)
+            ++r;
+        while (r > 1 && value / (r - 1) <= tau)
+            --r;
+        return r;
+    }
+
+    /// Worker counts r of [1, M] whose stage i..j costs at most tau at level k: up to two spans, ascending.
+    /// The compute part max(...)/r falls with r (r >= lo); the sync part rises with r (r <= hi), or with the
+    /// per-worker all-reduce falls from r = 2 on (r == 1 or r >= r*).
+    int countsWithin(int k, int i, int j, double tau, int M, Span out[2]) const
+    {
+        const double b = below(k, i, j);
+        if (!(b / M <= tau))
+            return 0;
+        int lo = fewestWithin(b, tau, M);
+        if (m_p.straight) {
+            if (lo > 1)
+                return 0;
+            out[0] = {1, 1};
+            return 1;
+        }
+        if (!m_p.per_worker_allreduce) {
+            int hi = M;
+            if (syncShare(k, i, j, M) > tau) {
+                // 2 (r-1) w / (B r) <= tau  <=>  r <= 1 / (1 - tau B / 2w): a guess, corrected by the true costs.
+                const double w = weights(i, j), bw = bandwidth(k);
+                const double x = w > 0 && bw > 0 ? tau * bw / (2.0 * w) : 0.0;
+                const double guess = x < 1 ? std::floor(1.0 / (1.0 - x)) : M;
+                hi = guess >= M ? M - 1 : std::max(1, static_cast<int>(guess));
+                while (hi > 1 && syncShare(k, i, j, hi) > tau)
+                    --hi;
+                while (hi + 1 < M && syncShare(k, i, j, hi + 1) <= tau)
+                    ++hi;
+            }
+            if (lo > hi)
+                return 0;
+            out[0] = {lo, hi};
+            return 1;
+        }
+        // Per-worker: sync(r) / r = 2 (r-1) w / (B r^2) is 0 at r = 1 and falls from r = 2 on.
+        int n = 0;
+        if (lo == 1)
+            out[n++] = {1, 1};
+        if (M >= 2 && syncShare(k, i, j, M) <= tau) {
+            int a = 2, z = M; // smallest r >= 2 within tau
+            while (a < z) {
+                const int mid = a + (z - a) / 2;
+                if (syncShare(k, i, j, mid) <= tau)
+                    z = mid;
+                else
+                    a = mid + 1;
+            }
+            const int from = std::max(a, std::max(lo, 2));
+            if (from <= M) {
+                if (n > 0 && from == 2)
+                    out[0].hi = M;
+                else
+                    out[n++] = {from, M};
+            }
+        }
+        return n;
+    }
+
+    /// True when no stage that starts at i or earlier and ends at j can cost tau or less: the compute lower
+    /// bound (exact at level 1) and the weights only grow as the stage grows, so the search stops there.
+    bool hopeless(int k, int i, int j, double tau, int M) const
+    {
+        const double lb = k == 1 ? compute(i, j) : compute(i, j) / static_cast<double>(m_cap[k]) * kBoundSlack;
+        if (!(lb / M <= tau))
+            return true;
+        const int lo = fewestWithin(lb, tau, M);
+        if (lo == 1 || m_p.per_worker_allreduce)
+            return m_p.per_worker_allreduce && lo > 1 && syncShare(k, i, j, M) > tau;
+        return m_p.straight || syncShare(k, i, j, lo) > tau;
+    }
+
+    /// Worker totals that can run layers 0..j at level k with every stage and cut within tau, for every j:
+    /// sets[j + 1] (sets[0] = {0}). False when cancelled.
+    bool coverable(int k, double tau, std::vector<std::vector<Span>>& sets)
+    {
+        const int M = levelSize(k);
+        sets.assign(m_n + 1, {});
+        sets[0] = {{0, 0}};
+        std::vector<Span> acc;
+        Span spans[2];
+        for (int j = 0; j < m_n; ++j) {
+            if (m_o.stop.stop_requested()) {
+                m_cancelled = true;
+                return false;
+            }
+            acc.clear();
+            for (int s = j - 1; s >= -1; --s) { // last stage s+1..j after the prefix 0..s
+                if (hopeless(k, s + 1, j, tau, M))
+                    break;
+                const auto& prefix = sets[s + 1];
+                if (prefix.empty() || (s >= 0 && comm(k, s) > tau))
+                    continue;
+                const int n = countsWithin(k, s + 1, j, tau, M, spans);
+                for (int q = 0; q < n; ++q)
+                    for (const Span& f : prefix)
+                        if (f.lo + spans[q].lo <= M)
+                            acc.push_back({f.lo + spans[q].lo, std::min(M, f.hi + spans[q].hi)});
+            }
+            std::sort(acc.begin(), acc.end(), [](Span a, Span b) { return a.lo < b.lo; });
+            auto& out = sets[j + 1];
+            for (const Span& sp : acc)
+                if (!out.empty() && sp.lo <= out.back().hi + 1)
+                    out.back().hi = std::max(out.back().hi, sp.hi);
+                else
+                    out.push_back(sp);
+        }
+        return true;
+    }
+
+    static bool contains(const std::vector<Span>& set, int w)
+    {
+        for (const Span& sp : set)
+            if (sp.lo <= w && w <= sp.hi)
+                return true;
+        return false;
+    }
+
+    /// The top level by bisection on the bottleneck over the doubles' ordering: the smallest tau for which
+    /// every worker is placed with every stage and cut within tau is the recurrence's optimum, because the
+    /// optimum is the cost of one such placement and no placement has all costs below it.
+    void solveByThreshold(int k, double done, double total, PipeDreamSolution& sol)
+    {
+        const int M = levelSize(k);
+        std::vector<std::vector<Span>> sets;
+        auto feasible = [&](double tau) { return coverable(k, tau, sets) && contains(sets[m_n], M); };
+        auto bits = [](double v) {
+            std::uint64_t u;
+            std::memcpy(&u, &v, sizeof u);
+            return u;
+        };
+        auto value = [](std::uint64_t u) {
+            double v;
+            std::memcpy(&v, &u, sizeof v);
+            return v;
+        };
+        // Positive doubles order as their bit patterns; search (lo, hi] with hi feasible.
+        std::uint64_t lo = bits(0.0), hi = bits(std::numeric_limits<double>::max());
+        if (!feasible(0.0)) {
+            if (m_cancelled || !feasible(value(hi)))
+                return; // infeasible (or cancelled): no finite-cost placement
+            int steps = 0;
+            while (hi - lo > 1) {
+                const std::uint64_t mid = lo + (hi - lo) / 2;
+                if (feasible(value(mid)))
+                    hi = mid;
+                else if (m_cancelled)
+                    return;
+                else
+                    lo = mid;
+                report((done + std::min(1.0, ++steps / 64.0)) / total);
+            }
+        } else {
+            hi = lo;
+        }
+        const double tau = value(hi);
+        if (!feasible(tau))
+            return;
+        report(1.0);
+        // Walk back from the last layer: the longest last stage whose worker count leaves a coverable rest.
+        std::vector<LevelStage> stages;
+        int j = m_n - 1, W = M;
+        Span spans[2];
+        while (j >= 0) {
+            bool placed = false;
+            for (int s = -1; s < j && !placed; ++s) {
+                if (s >= 0 && comm(k, s) > tau)
+                    continue;
+                const int n = countsWithin(k, s + 1, j, tau, M, spans);
+                for (int q = 0; q < n && !placed; ++q)
+                    for (const Span& f : sets[s + 1]) {
+                        const int r = std::max(spans[q].lo, W - f.hi);
+                        if (r <= std::min(spans[q].hi, W - f.lo)) {
+                            stages.push_back({s + 1, j, r});
+                            j = s;
+                            W -= r;
+                            placed = true;
+                            break;
+                        }
+                    }
+            }
+            if (!placed)
+                return; // cannot happen: sets[j + 1] contains W
+        }
+        std::reverse(stages.begin(), stages.end());
+        double objective = 0;
+        int used = 0;
+        for (std::size_t q = 0; q < stages.size(); ++q) {
+            used += stages[q].workers;
+            objective = std::max(objective, stage(k, stages[q].a, stages[q].b, stages[q].workers, used));
+            if (q + 1 < stages.size())
+                objective = std::max(objective, comm(k, stages[q].b));
+        }
+        sol.objective_s = objective;
+        sol.feasible = std::isfinite(objective);
+        if (sol.feasible)
+            sol.stages = expandStages(k, stages, 0);
+    }
+
+    /// One stage of level k: layers a..b on `workers` level-k workers.
+    struct LevelStage
+    {
+        int a, b, workers;
+    };
+
     /// Device-level stages of A^k(first..last, m), workers numbered from `base` in level-k units.
     std::vector<PlanStage> expand(int k, int first, int last, int m, int base, const Row* solved)
     {
@@ -307,14 +564,10 @@ private:
             return {PlanStage {first, last, {base}}};
         Row local;
         if (!solved || solved->i != first) {
-            local = solveRow(k, first);
+            local = solveRow(k, first, last); // later columns are not needed for this stage
             solved = &local;
         }
         // Unroll into this level's stages (first to last), each with its worker count.
-        struct LevelStage
-        {
-            int a, b, workers;
-        };
         std::vector<LevelStage> levelStages;
         int j = last, mm = m;
         while (mm > 0) {
@@ -328,6 +581,12 @@ private:
             mm -= a.last_workers;
         }
         std::reverse(levelStages.begin(), levelStages.end());
+        return expandStages(k, levelStages, base);
+    }
+
+    /// Device-level stages of level-k stages, workers numbered from `base` in level-k units.
+    std::vector<PlanStage> expandStages(int k, const std::vector<LevelStage>& levelStages, int base)
+    {
         std::vector<PlanStage> out;
         int offset = 0;
         const int inner = k == 1 ? 1 : levelSize(k - 1);
@@ -353,7 +612,7 @@ private:
     const PipeDreamSolveOptions& m_o;
     int m_n;
     int m_levels;
-    std::vector<double> m_cpre, m_wpre, m_apre, m_opre;
+    std::vector<double> m_cpre, m_wpre, m_apre, m_opre, m_gpre;
     std::vector<long long> m_cap;
     std::vector<std::vector<double>> m_full;
     std::atomic<bool> m_cancelled {false};

@@ -29,7 +29,13 @@ struct PipeDreamProblem
     double memory_capacity_bytes = 0; ///< 0: no constraint
     std::vector<double> activation_bytes; ///< stashed bytes per layer per microbatch
     std::vector<double> optimizer_bytes; ///< optimizer state per layer
+    /// Kinds that split the backward: what a microbatch's I keeps for its W per layer (Layer::weight_gradient_bytes,
+    /// scaled); empty: none. The check counts it for every stash (stageMemoryBytes' upper bound).
+    std::vector<double> weight_gradient_bytes;
     std::string schedule_kind = "pipedream";
+    /// > 0: every device-level stage stashes this many microbatches instead of its warm-up count (the zero-bubble
+    /// kinds, InFlightLimit::FirstStage: the first stage's count on every stage; the caller bounds it).
+    int first_stage_in_flight = 0;
     int microbatches = 1;
     bool recompute = false;
 };
@@ -44,13 +50,23 @@ struct PipeDreamSolution
 struct PipeDreamSolveOptions
 {
     bool prune = true; ///< false: the textbook recurrence over every row and every split (for tests, baselines)
+    /// How the top level is solved when pruning: Automatic takes the threshold search from
+    /// kThresholdSearchWorkers workers on. The threshold search does not model the position-dependent memory
+    /// rule, so a one-level problem with a memory capacity always uses the table.
+    enum class TopLevel { Automatic, Table, Threshold };
+    TopLevel top_level = TopLevel::Automatic;
     std::function<void(double)> progress;
     std::stop_token stop;
 };
 
+/// Top levels with at least this many workers are solved by the threshold search (Automatic).
+constexpr int kThresholdSearchWorkers = 64;
+
 /// Exact optimum of the recurrence. With pruning only the top level's first row is solved and every split
 /// search is confined by monotone lower bounds (compute / workers on each side), so the result is the
-/// same value the textbook recurrence gives. Sets `cancelled` when the stop token fires.
+/// same value the textbook recurrence gives. A large top level is instead solved over worker counts by
+/// bisection on the bottleneck (see pipedream_dp.cpp), with the same optimum. Sets `cancelled` when the stop
+/// token fires.
 PipeDreamSolution solvePipeDream(
     const PipeDreamProblem& problem, const PipeDreamSolveOptions& options, bool* cancelled = nullptr);
 

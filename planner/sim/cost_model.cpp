@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "../costs.h"
@@ -156,14 +157,25 @@ CostModel CostModel::fromPlan(const Plan& plan)
         c.stage_offset.push_back(static_cast<int>(c.forward_s.size()));
         StageTotals first;
         const auto& devices = plan.stages[s].devices;
+        // A stage's totals depend only on the device type, a group's link only on the group: computed once each
+        // (a data-parallel stage of 16,384 GPUs has thousands of devices of one type).
+        std::vector<std::optional<StageTotals>> byType(plan.cluster->device_types.size());
+        double bw = 0, lat = 0;
         for (std::size_t r = 0; r < devices.size(); ++r) {
-            auto t = stageTotals(plan, s, plan.cluster->typeOf(devices[r]));
+            const DeviceType& type = plan.cluster->typeOf(devices[r]); // throws for an unknown type
+            auto& totals = byType[static_cast<std::size_t>(&type - plan.cluster->device_types.data())];
+            if (!totals)
+                totals = stageTotals(plan, s, type);
+            const StageTotals& t = *totals;
             double tpForward = 0, tpBackward = 0;
             if (tp > 1) {
                 // Tensor parallelism: the rank's share of the compute plus its group's all-reduces (costs.h).
                 const std::size_t first = r - r % tp, last = std::min(devices.size(), first + tp);
-                const std::vector<int> group(devices.begin() + first, devices.begin() + last);
-                const double bw = plan.cluster->groupBandwidth(group), lat = plan.cluster->groupLatency(group);
+                if (r == first) {
+                    const std::vector<int> group(devices.begin() + first, devices.begin() + last);
+                    bw = plan.cluster->groupBandwidth(group);
+                    lat = plan.cluster->groupLatency(group);
+                }
                 tpForward = tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
                 tpBackward = tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
             }
@@ -178,6 +190,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
         c.stage_weight_bytes.push_back(first.weight_bytes);
         c.stage_activation_bytes.push_back(first.activation_bytes);
         c.stage_input_bytes.push_back(first.input_bytes);
+        c.stage_weight_gradient_bytes.push_back(first.weight_gradient_bytes);
         c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
         c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
@@ -223,6 +236,8 @@ void CostModel::check(const Plan& plan, int devices) const
              &c.boundary_bytes})
         if (v->size() != S)
             bad("per-stage byte counts", v->size(), S);
+    if (!c.stage_weight_gradient_bytes.empty() && c.stage_weight_gradient_bytes.size() != S)
+        bad("per-stage weight-gradient byte counts", c.stage_weight_gradient_bytes.size(), S);
     if (!c.stage_buckets.empty() && c.stage_buckets.size() != S)
         bad("stages of gradient buckets", c.stage_buckets.size(), S);
     for (auto* v : {&c.device_memory_capacity, &c.device_memory_bandwidth})

@@ -28,6 +28,15 @@ public:
         if (it != m_busy.begin())
             t = std::max(t, std::prev(it)->second);
         double at = t, end = t;
+        while (it != m_busy.end() && it->first <= at) {
+            at = std::max(at, it->second);
+            ++it;
+        }
+        // Most transfers fit the first gap: booked at once, without splitting (the loop below does the rest).
+        if (seconds > 0 && (it == m_busy.end() || seconds <= it->first - at)) {
+            insert(at, at + seconds);
+            return at + seconds;
+        }
         while (seconds > 0) {
             while (it != m_busy.end() && it->first <= at) {
                 at = std::max(at, it->second);

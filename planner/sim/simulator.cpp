@@ -50,7 +50,9 @@ struct DeviceState
     double send_free = 0;
     bool registered = false; ///< has announced itself to the all-reduce it is waiting on
     bool queued = false;
-    std::vector<int> collective_seq; ///< per group: all-reduces reached so far
+    /// (group, all-reduces reached so far) of the groups it has reached: a device is in a few of the groups, so a
+    /// short list rather than one entry per group (thousands of devices x thousands of groups).
+    std::vector<std::pair<int, int>> collective_seq;
     double busy = 0;
     double memory = 0;
     double peak_memory = 0;
@@ -107,7 +109,6 @@ public:
         cost.check(plan, D);
         m_uplinks.resize(m_cost.node_links.size());
         m_collectiveFree.assign(D, 0.0);
-        m_lastBackward.assign(static_cast<std::size_t>(D) * schedule.num_stages, {});
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);
         m_tpRankOf.assign(D, 0);
@@ -122,9 +123,13 @@ public:
         m_waiter.assign(m_transfers.size(), -1);
         m_devices.assign(D, {});
         m_collectives.resize(schedule.groups.size());
-        for (auto& dev : m_devices)
-            dev.collective_seq.assign(schedule.groups.size(), 0);
-        m_books.resize(static_cast<std::size_t>(D) * schedule.num_stages);
+        // Per-(device, stage) books only for the pairs the plan has (a stage's replicas in order), not devices x
+        // stages: at 16,384 devices and a hundred stages that table alone was a gigabyte.
+        m_slotOffset.assign(plan.stageCount() + 1, 0);
+        for (int s = 0; s < plan.stageCount(); ++s)
+            m_slotOffset[s + 1] = m_slotOffset[s] + plan.stages[s].devices.size();
+        m_books.resize(m_slotOffset.back());
+        m_lastBackward.assign(m_slotOffset.back(), {});
         m_waves.resize(std::max(1, schedule.microbatches));
         for (int d = 0; d < D; ++d) {
             const auto& list = schedule.devices[d];
@@ -140,9 +145,9 @@ public:
                     continue;
                 }
                 if ((a.kind != ActionKind::Forward && !isBackward(a.kind)) || a.stage < 0
-                    || a.stage >= schedule.num_stages || a.weight_version < 0)
-                    continue;
-                auto& uses = book(d, a.stage).last_use;
+                    || a.stage >= schedule.num_stages || a.weight_version < 0 || slot(d, a.stage) == kNoSlot)
+                    continue; // a stage the device does not hold fails when the action runs (replica())
+                auto& uses = m_books[slot(d, a.stage)].last_use;
                 if (static_cast<int>(uses.size()) <= a.weight_version)
                     uses.resize(a.weight_version + 1, -1);
                 uses[a.weight_version] = static_cast<std::int64_t>(i);
@@ -218,7 +223,8 @@ private:
         const auto& buckets = m_cost.stage_buckets[stage];
         if (c.bucket_ready.empty())
             c.bucket_ready.assign(buckets.size(), 0.0);
-        const auto& last = m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + stage];
+        const std::size_t at = slot(d, stage);
+        const auto& last = at == kNoSlot ? LastBackward {} : m_lastBackward[at];
         for (std::size_t j = 0; j < buckets.size(); ++j) {
             const double ready = last.end == kUnset ? m_devices[d].compute_free
                                                     : last.end - (1.0 - buckets[j].ready_fraction) * last.backward_s;
@@ -277,8 +283,9 @@ private:
     {
         // Every stage a device holds: weights (version 0), gradients and optimizer state.
         for (int s = 0; s < m_plan.stageCount(); ++s) {
-            for (int d : m_plan.stages[s].devices) {
-                auto& book = m_books[static_cast<std::size_t>(d) * m_s.num_stages + s];
+            for (std::size_t r = 0; r < m_plan.stages[s].devices.size(); ++r) {
+                const int d = m_plan.stages[s].devices[r];
+                auto& book = m_books[m_slotOffset[s] + r];
                 book.alive.assign(1, true);
                 if (book.last_use.empty())
                     book.last_use.assign(1, -1);
@@ -289,7 +296,26 @@ private:
         }
     }
 
-    VersionBook& book(int d, int stage) { return m_books[static_cast<std::size_t>(d) * m_s.num_stages + stage]; }
+    static constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
+
+    /// Index of (device d, stage) in the per-(stage, replica) tables; kNoSlot when d does not hold the stage.
+    std::size_t slot(int d, int stage) const
+    {
+        if (stage < 0 || stage >= m_plan.stageCount())
+            return kNoSlot;
+        const auto& devices = m_plan.stages[stage].devices;
+        const int r = m_replicaOf[d];
+        if (r >= 0 && r < static_cast<int>(devices.size()) && devices[r] == d)
+            return m_slotOffset[stage] + r;
+        const auto it = std::find(devices.begin(), devices.end(), d); // a virtual stage in another order
+        return it == devices.end() ? kNoSlot : m_slotOffset[stage] + (it - devices.begin());
+    }
+
+    /// The slot of a (device, stage) that replica() has checked: the device is the stage's replica m_replicaOf[d].
+    std::size_t heldSlot(int d, int stage) const { return m_slotOffset[stage] + m_replicaOf[d]; }
+
+    /// The version book of a (device, stage) the device holds (replica() has checked it).
+    VersionBook& book(int d, int stage) { return m_books[heldSlot(d, stage)]; }
 
     void useVersion(int d, const Action& a, double t, bool finished)
     {
@@ -330,6 +356,12 @@ private:
         dev.versions += 1;
         dev.peak_versions = std::max(dev.peak_versions, dev.versions);
         memoryChange(d, t, m_cost.stage_weight_bytes[a.stage]);
+    }
+
+    double weightGradientBytes(int stage) const
+    {
+        const auto& bytes = m_cost.stage_weight_gradient_bytes;
+        return bytes.empty() ? 0.0 : bytes[static_cast<std::size_t>(stage)];
     }
 
     double stash(int stage) const
@@ -412,7 +444,7 @@ private:
             memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
         }
         compute(d, a, t0, t1);
-        m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + a.stage] = {t1, m_cost.backward(a.stage, r)};
+        m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backward(a.stage, r)};
         memoryChange(d, t1, -stash(a.stage));
         dev.stashed -= 1;
         useVersion(d, a, t1, true);
@@ -420,9 +452,10 @@ private:
     }
 
     // A split backward (zero-bubble schedules). I computes the input gradient, which the previous stage waits for;
-    // W, later, the weight gradient. Memory: W needs the layers' inputs and the output gradients I leaves behind,
-    // which this model counts as the whole stash (the activations stay until W ends, as in Qi et al.'s memory
-    // accounting); with recomputation I recomputes the forward and its activations live until W ends.
+    // W, later, the weight gradient. Memory: W needs the layers' inputs, so the whole stash stays until W ends (as
+    // in Qi et al.'s memory accounting), and the output gradients I leaves behind (the stage's weight-gradient
+    // bytes, the paper's M_W), held from the end of the I to the end of the W; with recomputation I recomputes the
+    // forward and its activations live until W ends.
     void backwardInput(int d, const Action& a)
     {
         const int r = replica(d, a);
@@ -432,6 +465,8 @@ private:
         if (recompute)
             memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
         compute(d, a, t0, t1);
+        if (const double kept = weightGradientBytes(a.stage); kept > 0)
+            memoryChange(d, t1, kept);
         useVersion(d, a, t1, true);
         lastStageDone(a, t1);
     }
@@ -443,10 +478,11 @@ private:
         const double t0 = dev.compute_free, t1 = t0 + m_cost.backwardWeight(a.stage, r);
         compute(d, a, t0, t1);
         // The stage's gradients are final only after its last W: the all-reduce's buckets wait for it.
-        m_lastBackward[static_cast<std::size_t>(d) * m_s.num_stages + a.stage]
-            = {t1, m_cost.backwardWeight(a.stage, r)};
+        m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backwardWeight(a.stage, r)};
         if (m_plan.schedule.recompute)
             memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
+        if (const double kept = weightGradientBytes(a.stage); kept > 0)
+            memoryChange(d, t1, -kept);
         memoryChange(d, t1, -stash(a.stage));
         dev.stashed -= 1;
         useVersion(d, a, t1, true);
@@ -557,7 +593,11 @@ private:
         if (a.group < 0 || a.group >= static_cast<int>(m_collectives.size()))
             throw InputError(m_plan.cluster->deviceName(d) + ": all-reduce without a valid group");
         auto& seqs = m_collectives[a.group];
-        const int seq = dev.collective_seq[a.group];
+        auto reached = std::find_if(dev.collective_seq.begin(), dev.collective_seq.end(),
+            [&](const std::pair<int, int>& g) { return g.first == a.group; });
+        if (reached == dev.collective_seq.end())
+            reached = dev.collective_seq.insert(reached, {a.group, 0});
+        const int seq = reached->second;
         if (static_cast<int>(seqs.size()) <= seq)
             seqs.resize(seq + 1);
         auto& c = seqs[seq];
@@ -566,7 +606,7 @@ private:
         if (c.end == kUnset)
             return false;
         dev.registered = false;
-        dev.collective_seq[a.group] += 1;
+        reached->second += 1;
         span(d, Lane::Collective, a, dev.pc, c.start, c.end);
         dev.compute_free = std::max(dev.compute_free, c.end);
         return true;
@@ -717,12 +757,13 @@ private:
     std::vector<int> m_replicaOf, m_tpRankOf;
     std::vector<LinkCalendar> m_uplinks; ///< per node: its inter-node uplink
     std::vector<double> m_collectiveFree; ///< per device: when its latest all-reduce has left the link
-    std::vector<LastBackward> m_lastBackward; ///< per (device, stage)
+    std::vector<std::size_t> m_slotOffset; ///< per stage: its first (device, stage) slot; one past the last at the end
+    std::vector<LastBackward> m_lastBackward; ///< per (device, stage) slot
     std::vector<Transfer> m_transfers;
     std::vector<int> m_waiter;
     std::vector<DeviceState> m_devices;
     std::vector<std::vector<Collective>> m_collectives;
-    std::vector<VersionBook> m_books;
+    std::vector<VersionBook> m_books; ///< per (device, stage) slot
     std::vector<Wave> m_waves; ///< wsp: per wave index
     std::vector<double> m_lastStageDone;
     std::vector<int> m_ready;

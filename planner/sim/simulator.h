@@ -65,6 +65,9 @@ struct CostModel
     std::vector<double> stage_weight_bytes;
     std::vector<double> stage_activation_bytes; ///< stashed per microbatch (all intermediate outputs)
     std::vector<double> stage_input_bytes; ///< received per microbatch (recomputation keeps only these)
+    /// Per stage, what a microbatch's I keeps for its W (StageTotals::weight_gradient_bytes), held from the end of
+    /// the I to the end of the W; a fused B frees it at once, so only split backwards count it. Empty: none.
+    std::vector<double> stage_weight_gradient_bytes;
     std::vector<double> stage_optimizer_bytes;
     std::vector<double> boundary_bytes; ///< bytes sent from stage s to s+1 per microbatch
     std::vector<double> device_memory_capacity;

@@ -85,8 +85,12 @@ TEST_CASE("plan --json and compare --json report tensor parallelism, chunks, mic
         for (const char* key :
             {"tensor_parallel", "chunks", "microbatch_size", "recompute", "model_flops_per_s_per_gpu", "mfu"})
             CHECK(row.contains(key));
-        if (row.at("algorithm") == "megatron")
-            CHECK(row.at("chunks").get<int>() > 1); // the demo's megatron plan interleaves
+        if (row.at("algorithm") == "megatron") {
+            // The demo's megatron plan is a zero-bubble one (issue 23); zbv's V has two chunks per device.
+            const auto kind = row.at("schedule").get<std::string>();
+            CHECK(kind.rfind("zb", 0) == 0);
+            CHECK(row.at("chunks").get<int>() == (kind == "zbv" ? 2 : 1));
+        }
     }
 }
 

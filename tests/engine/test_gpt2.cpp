@@ -155,3 +155,99 @@ TEST_CASE("bad shapes are refused with the field", "[engine][gpt2]")
     CHECK_THROWS_WITH(StageModel(tiny(), {1, 9}, 0, 1), Catch::Contains("8 positions"));
     CHECK_THROWS_WITH(StageModel(tiny(), {1, 4}, 0, 9), Catch::Contains("outside the model's 4 layers"));
 }
+
+TEST_CASE("the split backward (I then W) gives the fused backward's gradients and input gradient", "[engine][gpt2]")
+{
+    // Every cut of the model: the whole model (embedding and head on one stage), the embedding with a block, a
+    // block alone (input and output gradients both cross), the head alone, and a last block with the head.
+    const Gpt2Config c = tiny();
+    const BatchShape shape {2, 6};
+    const Batch b = batch(c, shape, 9);
+    const int last = c.layerCount() - 1;
+    for (const auto& [first, end] :
+        std::vector<std::pair<int, int>> {{0, last}, {0, 1}, {1, 1}, {2, last}, {last, last}}) {
+        INFO("layers " << first << ".." << end);
+        StageModel fused(c, shape, first, end), split(c, shape, first, end);
+        fused.initialise(3);
+        split.initialise(3);
+        // The stage's input (a previous stage's output) and output gradient, the same for both.
+        const std::size_t n = fused.activationCount();
+        std::mt19937 rng(11);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> input(n), dout(n);
+        for (auto& v : input)
+            v = normal(rng);
+        for (auto& v : dout)
+            v = 0.01f * normal(rng);
+        Buffer g(cpuBackend(), n, DType::F32);
+        cpuBackend().upload(g.data(), DType::F32, dout.data(), n);
+        const bool head = end == last;
+        // Two microbatches through each, the second's I before the first's W (as a zero-bubble schedule orders them).
+        StageStash f1, f2, s1, s2;
+        float loss = 0;
+        const auto fwd = [&](StageModel& m, StageStash& st) {
+            Buffer in(cpuBackend(), n, DType::F32); // the forward takes it into the stash
+            cpuBackend().upload(in.data(), DType::F32, input.data(), n);
+            m.forward(
+                st, m.params().data(), b.tokens, first == 0 ? nullptr : &in, b.targets, 0.5f, head ? &loss : nullptr);
+        };
+        fwd(fused, f1);
+        fwd(split, s1);
+        fwd(fused, f2);
+        fwd(split, s2);
+        std::vector<std::vector<float>> fusedInputs, splitInputs;
+        const auto host = [&](const Buffer* d) {
+            std::vector<float> v;
+            if (d)
+                v.assign(d->as<float>(), d->as<float>() + d->count());
+            return v;
+        };
+        for (StageStash* st : {&f1, &f2})
+            fusedInputs.push_back(
+                host(fused.backward(*st, fused.params().data(), fused.grads().data(), head ? nullptr : &g)));
+        splitInputs.push_back(host(split.backwardInput(s1, split.params().data(), head ? nullptr : &g)));
+        splitInputs.push_back(host(split.backwardInput(s2, split.params().data(), head ? nullptr : &g)));
+        std::vector<std::pair<int, std::size_t>> heard;
+        const auto done = [&](int layer, std::size_t, std::size_t count) { heard.emplace_back(layer, count); };
+        split.backwardWeight(s1, split.grads().data(), done);
+        split.backwardWeight(s2, split.grads().data());
+        // The embedding's stage returns no input gradient on either path.
+        CHECK(fusedInputs[0].empty() == (first == 0));
+        for (std::size_t k = 0; k < 2; ++k) {
+            REQUIRE(splitInputs[k].size() == fusedInputs[k].size());
+            for (std::size_t i = 0; i < fusedInputs[k].size(); ++i)
+                REQUIRE(splitInputs[k][i] == Approx(fusedInputs[k][i]).epsilon(1e-6).margin(1e-9));
+        }
+        const auto gf = fused.hostGrads(), gs = split.hostGrads();
+        REQUIRE(gf.size() == gs.size());
+        double largest = 0;
+        for (float v : gf)
+            largest = std::max(largest, std::abs(static_cast<double>(v)));
+        CHECK(largest > 0);
+        for (std::size_t i = 0; i < gf.size(); ++i) {
+            INFO("gradient " << i);
+            REQUIRE(gs[i] == Approx(gf[i]).epsilon(1e-6).margin(1e-9));
+        }
+        // W reports every layer once, last to first, with the layer's range (the executor's all-reduce buckets).
+        REQUIRE(heard.size() == static_cast<std::size_t>(end - first + 1));
+        for (std::size_t k = 0; k < heard.size(); ++k) {
+            CHECK(heard[k].first == end - static_cast<int>(k));
+            CHECK(heard[k].second == split.layerRange(heard[k].first).second);
+        }
+        // W releases the gradients its I kept.
+        for (const auto& layer : s1.layers)
+            CHECK((layer.g_out.empty() && layer.g_fch.empty() && layer.g_ln1.empty()));
+    }
+}
+
+TEST_CASE("a weight gradient without its input gradient is refused", "[engine][gpt2]")
+{
+    const Gpt2Config c = tiny();
+    const BatchShape shape {2, 6};
+    const Batch b = batch(c, shape, 4);
+    StageModel m(c, shape, 0, 1);
+    m.initialise(1);
+    StageStash st;
+    m.forward(st, m.params().data(), b.tokens, nullptr, {}, 1.0f, nullptr);
+    CHECK_THROWS_WITH(m.backwardWeight(st, m.grads().data()), Catch::Contains("before its input gradient"));
+}

@@ -3,6 +3,8 @@
 // measurements, a profile a plan can be made from and trained with.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/executor.h"
@@ -67,6 +69,16 @@ TEST_CASE(
         CHECK(samples[l].forward_s.size() == 3);
         CHECK(samples[l].backward_s.size() == 3);
         CHECK(layer.forward_ms == Approx(median(samples[l].forward_s) * 1e3));
+        // The backward split as zero-bubble schedules run it: I and W measured apart, the planner's two fields.
+        CHECK(samples[l].backward_input_s.size() == 3);
+        CHECK(samples[l].backward_weight_s.size() == 3);
+        REQUIRE(layer.backward_input_ms.has_value());
+        REQUIRE(layer.backward_weight_ms.has_value());
+        CHECK(*layer.backward_input_ms == Approx(median(samples[l].backward_input_s) * 1e3));
+        CHECK(*layer.backward_weight_ms == Approx(median(samples[l].backward_weight_s) * 1e3));
+        CHECK(*layer.backward_weight_ms > 0); // every layer has weights (the embedding's are all of its backward)
+        if (l > 0)
+            CHECK(*layer.backward_input_ms > 0);
         // Exactly what a stage holding the layer stores, in fp32.
         CHECK(layer.weight_bytes == 4.0 * static_cast<double>(StageModel(config, shape, l, l).parameterCount()));
         weights += layer.weight_bytes;
@@ -83,6 +95,11 @@ TEST_CASE(
     // Outputs: B T C floats between layers; the head's logits B T V.
     CHECK(profile.layers[0].activation_bytes == 4.0 * 2 * 16 * 32);
     CHECK(profile.layers.back().activation_bytes == 4.0 * 2 * 16 * 100);
+    // What each layer's I kept for its W (the split backward's output gradients): a block's four products and two
+    // layer norms, 11 B T C floats; the embedding's output gradient and the head's final layer norm's, B T C each.
+    CHECK(profile.layers[1].weight_gradient_bytes == 4.0 * 11 * 2 * 16 * 32);
+    CHECK(profile.layers.front().weight_gradient_bytes == 4.0 * 2 * 16 * 32);
+    CHECK(profile.layers.back().weight_gradient_bytes == 4.0 * 2 * 16 * 32);
 }
 
 TEST_CASE("profile: times are measurements: a block 8x as wide costs more", "[engine][profiler]")
@@ -91,6 +108,27 @@ TEST_CASE("profile: times are measurements: a block 8x as wide costs more", "[en
     const auto wide = measureProfile(smallModel(256)); // ~64x the block's GEMM work
     CHECK(wide.layers[1].forward_ms > 4 * narrow.layers[1].forward_ms);
     CHECK(wide.layers[1].backward_ms > 4 * narrow.layers[1].backward_ms);
+}
+
+TEST_CASE("profile: the split backward's I + W is about the fused backward", "[engine][profiler]")
+{
+    // The same kernels in two calls instead of one: a block's I + W within a sane margin of B, measured on a block
+    // big enough to time. Each compared by its fastest pass: on a machine shared with other work a pass may lose
+    // its core for milliseconds, which the fastest of several passes does not see.
+    auto o = smallModel(256);
+    o.repeats = 7;
+    std::vector<LayerSamples> samples;
+    const auto profile = measureProfile(o, &samples);
+    const auto fastest = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+    for (int l = 1; l < profile.layerCount(); ++l) {
+        const auto& s = samples[static_cast<std::size_t>(l)];
+        const double fused = fastest(s.backward_s);
+        const double input = fastest(s.backward_input_s), weight = fastest(s.backward_weight_s);
+        INFO(profile.layers[static_cast<std::size_t>(l)].name << ": B " << fused * 1e3 << " ms, I " << input * 1e3
+                                                              << " ms + W " << weight * 1e3 << " ms");
+        CHECK(input + weight > 0.5 * fused);
+        CHECK(input + weight < 2.0 * fused);
+    }
 }
 
 TEST_CASE("profile: a plan made from a measured profile can be trained", "[engine][profiler]")

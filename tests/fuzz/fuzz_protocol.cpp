@@ -256,6 +256,15 @@ std::vector<std::string> pwFuzzSeeds()
     span.peer = 1;
     span.weight_version = 3;
     span.bytes = 4096;
+    // The zero-bubble kinds (version 6): BackwardInput is the last kind, so a mutated kind just past it is refused.
+    pw::planner::Span input;
+    input.kind = pw::planner::ActionKind::BackwardInput;
+    input.stage = 3;
+    input.microbatch = 7;
+    input.t0 = 0.5;
+    input.t1 = 0.75;
+    pw::planner::Span weight = input;
+    weight.kind = pw::planner::ActionKind::BackwardWeight;
     RunSpec run;
     run.run_id = "r1";
     run.agent = "a";
@@ -275,7 +284,7 @@ std::vector<std::string> pwFuzzSeeds()
         Start {},
         Stop {"why"},
         Resume {3},
-        Telemetry {"a", 2, 5, {span, span}, {{1, "loss", 2.5, 0.75, 0}}},
+        Telemetry {"a", 2, 5, {span, span, input, weight}, {{1, "loss", 2.5, 0.75, 0}}},
         Heartbeat {1.5, 10, {{0, 12, true, span}, {1, 0, false, {}}}},
         Log {LogLevel::Debug, "hi", 0.5},
         Error {"bad", true},
@@ -283,7 +292,8 @@ std::vector<std::string> pwFuzzSeeds()
         ClockProbe {1, 2.5},
         ClockReply {1, 2.5, 3.5},
         FlightRecorderAsk {"stalled"},
-        FlightRecorder {"a", 2.5, {span, span}},
+        FlightRecorder {"a", 2.5, {span, input}},
+        Heartbeat {2.5, 11, {{0, 13, true, weight}}},
     };
     std::vector<std::string> seeds;
     std::string all;

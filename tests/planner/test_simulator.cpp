@@ -244,7 +244,9 @@ TEST_CASE(
     // depend on them).
     const TransformerConfig config {96, 12288, 96, 2048, 51200, 1, 2};
     const auto h100 = *devicePreset("H100");
-    const auto model = transformerProfile(config, h100);
+    TransformerProfileOptions flat; // the demo was profiled with the flat efficiency (before the shape model)
+    flat.efficiency = 0.5;
+    const auto model = transformerProfile(config, h100, flat);
     Cluster cluster;
     cluster.device_types = {h100};
     for (int n = 0; n < 8; ++n)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -141,6 +142,33 @@ TEST_CASE("cli: run --local --json trains and reports: history lists, shows, exp
     const auto latest = runCli(dir, {"history", "show", "latest", "--history", history});
     REQUIRE(latest.code == 0);
     CHECK(latest.out == show.out);
+    CHECK_THAT(show.out, Contains("per action kind and step"));
+
+    // The prediction's error per action kind (issue 23 item 5): 2 stages x 4 microbatches of F and B per step, as
+    // many measured as predicted, each taking time on both sides.
+    const auto showJson = runCli(dir, {"history", "show", id, "--history", history, "--json"});
+    REQUIRE(showJson.code == 0);
+    const auto shown = json::parse(showJson.out);
+    std::map<std::string, json> kinds;
+    for (const auto& k : shown.at("kinds"))
+        kinds[k.at("kind").get<std::string>()] = k;
+    for (const char* name : {"F", "B", "send", "receive", "optimizer"}) {
+        INFO(name << ": " << (kinds.count(name) ? kinds.at(name).dump() : std::string("missing")));
+        REQUIRE(kinds.count(name) == 1);
+        const auto& k = kinds.at(name);
+        CHECK(k.at("counts_match") == true);
+        CHECK(k.at("measured").at("actions") == k.at("predicted").at("actions"));
+        CHECK(k.at("measured").at("time_s").get<double>() > 0);
+        CHECK(k.at("error").get<double>() > -1);
+    }
+    CHECK(kinds.count("I") == 0);
+    CHECK(kinds.count("W") == 0);
+    for (const char* name : {"F", "B"}) {
+        const auto& k = kinds.at(name);
+        CHECK(k.at("predicted").at("actions") == 8);
+        CHECK(k.at("predicted").at("time_s").get<double>() > 0);
+        CHECK(k.at("measured").at("mean_s").get<double>() == Approx(k.at("measured").at("time_s").get<double>() / 8));
+    }
 
     const auto csv = dir.path / "spans.csv";
     REQUIRE(runCli(dir, {"history", "export", id, "--history", history, "-o", csv.string()}).code == 0);

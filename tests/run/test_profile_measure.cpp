@@ -116,6 +116,8 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
     const auto summary = json::parse(r.out);
     CHECK(summary.at("layers") == 4);
     CHECK(summary.at("device") == "cpu");
+    CHECK(summary.at("backward_input_ms").get<double>() > 0);
+    CHECK(summary.at("backward_weight_ms").get<double>() > 0);
 
     const auto model = planner::loadModel(profilePath.string());
     REQUIRE(model.layerCount() == 4); // embedding, 2 blocks, head
@@ -127,6 +129,10 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
         INFO("layer " << l);
         CHECK(model.layers[l].forward_ms > 0);
         CHECK(model.layers[l].backward_ms > 0);
+        // The backward's two parts, timed apart (what zero-bubble schedules are planned and simulated from).
+        REQUIRE(model.layers[l].backward_input_ms.has_value());
+        REQUIRE(model.layers[l].backward_weight_ms.has_value());
+        CHECK(*model.layers[l].backward_weight_ms > 0);
         CHECK(model.layers[l].weight_bytes
             == 4.0 * static_cast<double>(engine::StageModel(config, {2, 16}, l, l).parameterCount()));
     }
@@ -146,6 +152,24 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
     const auto report = json::parse(run.out);
     CHECK(report.at("status") == "succeeded");
     CHECK(report.at("losses").size() == 3);
+
+    // A zero-bubble plan from the same measured profile trains too, to the 1F1B plan's losses.
+    const auto zbPath = dir.path / "zb.json";
+    const auto zbPlanned = cli(dir,
+        {"plan", "--model", profilePath.string(), "--cluster", cluster.string(), "--algorithm", "manual",
+            "--boundaries", "1", "--schedule", "zb-h1", "--microbatches", "4", "-o", zbPath.string()});
+    INFO(zbPlanned.err);
+    REQUIRE(zbPlanned.code == 0);
+    const auto zbRun = cli(dir,
+        {"run", zbPath.string(), "--local", "--steps", "3", "--threads", "1", "--history",
+            (dir.path / "history.sqlite").string(), "--json"});
+    INFO(zbRun.err);
+    REQUIRE(zbRun.code == 0);
+    const auto zbReport = json::parse(zbRun.out);
+    CHECK(zbReport.at("status") == "succeeded");
+    REQUIRE(zbReport.at("losses").size() == 3);
+    for (std::size_t i = 0; i < 3; ++i)
+        CHECK(zbReport.at("losses")[i].get<double>() == Approx(report.at("losses")[i].get<double>()).epsilon(1e-6));
 
     // --plan takes the plan's shape and microbatch size.
     const auto again = dir.path / "again.json";

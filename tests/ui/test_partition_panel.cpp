@@ -69,11 +69,12 @@ app::Project bigProject()
 namespace {
 
 /// The last row of the panel's table whose plan interleaves (Megatron's for the demo), -1 when none does.
-int interleavedRow(ui::PartitionPanel& panel)
+/// The row of Megatron's plan: its search picks its own schedule (a zero-bubble one for the demo), unlike the form's.
+int megatronRow(ui::PartitionPanel& panel)
 {
     int row = -1;
     for (int r = 0; r < panel.results()->rowCount(); ++r)
-        if (panel.results()->row(r).plan && panel.results()->row(r).plan->schedule.kind == "interleaved")
+        if (panel.results()->row(r).plan && panel.results()->row(r).plan->algorithm == "megatron")
             row = r;
     return row;
 }
@@ -359,7 +360,8 @@ TEST_CASE("partition panel: after a run the best plan that fits is selected, sor
     CHECK(planJson(doc) == chosen);
 }
 
-TEST_CASE("partition panel: applying an interleaved plan shows its schedule, focus stays off the options", "[ui]")
+TEST_CASE(
+    "partition panel: applying a plan of another schedule shows its schedule, focus stays off the options", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
@@ -368,13 +370,13 @@ TEST_CASE("partition panel: applying an interleaved plan shows its schedule, foc
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.compareAll();
     REQUIRE(waitFinished(finished));
-    const int interleaved = interleavedRow(panel);
-    REQUIRE(interleaved >= 0); // Megatron's plan for the demo interleaves
-    const auto chunks = panel.results()->row(interleaved).plan->schedule.chunks;
-    REQUIRE(chunks > 1);
-    REQUIRE(panel.applyRow(interleaved));
-    CHECK(panel.settings().schedule.kind == "interleaved");
-    CHECK(panel.settings().schedule.chunks == chunks);
+    const int megatron = megatronRow(panel);
+    REQUIRE(megatron >= 0);
+    const auto schedule = panel.results()->row(megatron).plan->schedule;
+    REQUIRE(schedule.kind != panel.settings().schedule.kind); // Megatron's search chose its own (zero-bubble) kind
+    REQUIRE(panel.applyRow(megatron));
+    CHECK(panel.settings().schedule.kind == schedule.kind);
+    CHECK(panel.settings().schedule.chunks == schedule.chunks);
     CHECK(panel.settings().schedule.microbatches == doc.planDocument().plan().schedule.microbatches);
     CHECK(panel.focusWidget() == panel.table());
 }
@@ -385,26 +387,27 @@ TEST_CASE("partition panel: undo of an Apply brings back the form as well as the
     ui::PartitionPanel panel(doc);
     panel.show();
     doc.setProject(demo());
-    // A form that differs from what the interleaved plan will set: another algorithm, an option, a schedule.
+    // A form that differs from what Megatron's plan will set: another algorithm, an option, a schedule.
     panel.setAlgorithm(QStringLiteral("pipedream-2bw"));
     panel.setOption(QStringLiteral("recompute"), "on");
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.compareAll();
     REQUIRE(waitFinished(finished));
-    const int interleaved = interleavedRow(panel);
-    REQUIRE(interleaved >= 0);
+    const int megatron = megatronRow(panel);
+    REQUIRE(megatron >= 0);
+    const std::string kind = panel.results()->row(megatron).plan->schedule.kind;
     const app::PartitionSettings before = panel.settings();
     REQUIRE(before.algorithm == "pipedream-2bw");
     REQUIRE(before.params.value("recompute", "") == "on");
-    REQUIRE(before.schedule.kind != "interleaved");
+    REQUIRE(before.schedule.kind != kind);
     const std::string planBefore = planJson(doc);
     auto* undo = doc.planDocument().undoStack();
     const int steps = undo->count();
 
-    REQUIRE(panel.applyRow(interleaved));
+    REQUIRE(panel.applyRow(megatron));
     CHECK(undo->count() == steps + 1); // one step for the plan and the form
     const app::PartitionSettings applied = panel.settings();
-    CHECK(applied.schedule.kind == "interleaved");
+    CHECK(applied.schedule.kind == kind);
     CHECK(applied != before);
     CHECK(applied.algorithm == before.algorithm); // only the schedule follows the plan
     CHECK(applied.params == before.params);
@@ -414,7 +417,7 @@ TEST_CASE("partition panel: undo of an Apply brings back the form as well as the
     CHECK(panel.settings() == before); // the form as it was before Apply: algorithm, option and schedule
     undo->redo();
     CHECK(panel.settings() == applied);
-    CHECK(doc.planDocument().plan().schedule.kind == "interleaved");
+    CHECK(doc.planDocument().plan().schedule.kind == kind);
 }
 
 TEST_CASE("partition panel: a DP run does not count candidates it never had, a new project resets the panel", "[ui]")

@@ -190,6 +190,9 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
         CHECK(m.predicted_peak_bytes > 0);
     }
     CHECK_THAT(monitor->comparisonText().toStdString(), Contains("Memory per device"));
+    // Per action kind (issue 23 item 5): the run ran the plan's actions, F and B among them.
+    CHECK_THAT(monitor->kindsText().toStdString(),
+        Contains("<tr><td>F</td>") && Contains("<tr><td>B</td>") && !Contains("did not follow the plan"));
     CHECK_THAT(monitor->logView()->toPlainText().toStdString(), Contains("run succeeded"));
 
     // The history lists it, selected.
@@ -215,6 +218,8 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
     CHECK(monitor->gantt()->blockCount() == 2);
     CHECK_THAT(
         monitor->comparisonText().toStdString(), Contains("Iteration time per step") && Contains("Memory per device"));
+    CHECK_THAT(monitor->kindsText().toStdString(),
+        Contains("<tr><td>F</td>") && Contains("<tr><td>B</td>") && !Contains("did not follow the plan"));
     CHECK(w.window.lastError().isEmpty());
 }
 

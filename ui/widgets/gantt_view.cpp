@@ -432,7 +432,8 @@ void GanttView::rebuildMemory()
         label->setText(tr("capacity %1 (above the scale)").arg(above.join(QStringLiteral(", "))));
         label->setColor(QColor(160, 30, 30));
     }
-    m_memory->yAxis->setRange(0, std::max(top * 1.1, 0.01));
+    // Room above the curves for the "above the scale" note, which sits at the top of the plot.
+    m_memory->yAxis->setRange(0, std::max(top * (above.isEmpty() ? 1.1 : 1.35), 0.01));
     fitMemoryLegend();
     m_memory->replot();
 }

@@ -89,19 +89,24 @@ RunMonitor::RunMonitor(QWidget* parent)
     m_log = new QPlainTextEdit(this);
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(10000);
-    m_comparison = new QLabel(this);
-    m_comparison->setAlignment(Qt::AlignTop | Qt::AlignLeft);
-    m_comparison->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_comparison->setMargin(6);
-    // In a scroll area: the per-stage table must not set the window's minimum width.
-    auto* comparisonScroll = new QScrollArea(this);
-    comparisonScroll->setWidget(m_comparison);
-    comparisonScroll->setWidgetResizable(true);
-    comparisonScroll->setFrameShape(QFrame::NoFrame);
+    // Each table in a scroll area: it must not set the window's minimum width.
+    const auto scrolled = [this](QLabel*& label) {
+        label = new QLabel(this);
+        label->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+        label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        label->setMargin(6);
+        auto* scroll = new QScrollArea(this);
+        scroll->setWidget(label);
+        scroll->setWidgetResizable(true);
+        scroll->setFrameShape(QFrame::NoFrame);
+        return scroll;
+    };
     m_tabs = new QTabWidget(this);
     m_tabs->addTab(m_agents, tr("Agents"));
     m_tabs->addTab(m_log, tr("Log"));
-    m_tabs->addTab(comparisonScroll, tr("Predicted vs measured"));
+    m_tabs->addTab(scrolled(m_comparison), tr("Predicted vs measured"));
+    // Its own tab: in a small window the per-stage and memory tables fill the first one.
+    m_tabs->addTab(scrolled(m_kinds), tr("Per action kind"));
     // A stalled run: the report (the chain of waits) over each device's last actions.
     // A splitter, so that a long report scrolls in a small window rather than pushing the table out.
     auto* stallPage = new QSplitter(Qt::Vertical, this);
@@ -149,6 +154,7 @@ void RunMonitor::clear()
     m_agents->setRowCount(0);
     m_log->clear();
     m_comparison->clear();
+    m_kinds->clear();
     setStalls({}, {});
     setCurves({}, {}, {});
     m_stop->setEnabled(false);
@@ -425,6 +431,49 @@ void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
         html += QStringLiteral("</table>");
     }
     m_comparison->setText(html);
+    setKinds(c.kinds);
+}
+
+void RunMonitor::setKinds(const std::vector<app::KindComparison>& kinds)
+{
+    if (kinds.empty()) {
+        m_kinds->setText(tr("No spans to compare."));
+        return;
+    }
+    // Which part of the cost model is off: the stages' comparison per action kind.
+    QString html = tr("<p>Per step: time = the kind's spans summed over every device,<br>mean = per action, "
+                      "error = measured / predicted - 1</p>"
+                      "<table cellspacing='0' cellpadding='2' border='1'><tr><th>kind</th><th>time<br>predicted</th>"
+                      "<th>time<br>measured</th><th>error</th><th>mean<br>predicted</th><th>mean<br>measured</th>"
+                      "<th>actions<br>per step</th></tr>");
+    const auto count = [](double n) {
+        return std::abs(n - std::round(n)) < 1e-9 ? QString::number(n, 'f', 0) : QString::number(n, 'f', 2);
+    };
+    QStringList differ;
+    for (const auto& k : kinds) {
+        const auto name = app::toString(k.kind);
+        const QString kind = QString::fromUtf8(name.data(), static_cast<int>(name.size()));
+        const QString actions = k.counts_match ? count(k.measured.actions)
+                                               : QStringLiteral("<span style='color:#c81e1e'>%1 / %2</span>")
+                                                     .arg(count(k.predicted.actions), count(k.measured.actions));
+        html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5</td><td>%6</td><td>%7</td></tr>")
+                    .arg(kind, secondsText(k.predicted.time_s, 2), secondsText(k.measured.time_s, 2),
+                        signedPercentText(k.error), secondsText(k.predicted.mean_s, 2),
+                        secondsText(k.measured.mean_s, 2), actions);
+        if (!k.counts_match)
+            differ
+                << tr("%1: %2 predicted, %3 measured").arg(kind, count(k.predicted.actions), count(k.measured.actions));
+    }
+    html += QStringLiteral("</table>");
+    if (!differ.isEmpty())
+        html += tr("<p style='color:#c81e1e'>The run did not follow the plan: its actions per step differ from the "
+                   "prediction's<br>(%1), or it stopped within a step.</p>")
+                    .arg(differ.join(QStringLiteral("; ")));
+    html
+        += tr("<p>send: predicted, the transfer from its start to its arrival;<br>measured, the sender posting it (the "
+              "transfer goes on<br>in the background and shows in the receiver's wait).<br>receive: the wait until "
+              "the data is there, on both sides.</p>");
+    m_kinds->setText(html);
 }
 
 QString RunMonitor::statusText() const
@@ -435,6 +484,11 @@ QString RunMonitor::statusText() const
 QString RunMonitor::comparisonText() const
 {
     return m_comparison->text();
+}
+
+QString RunMonitor::kindsText() const
+{
+    return m_kinds->text();
 }
 
 void RunMonitor::appendLog(const QString& agent, const QString& level, const QString& text)

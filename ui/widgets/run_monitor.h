@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The run monitor: a training run live (a RunSession) or a past one from the history (app::RunSnapshot). The
 // measured Gantt under the predicted one on one time axis, loss and throughput per step, each agent's status,
-// the run's log, the prediction's error per stage, and for a run that stalled its stall report and each device's
-// flight recorder (its last actions).
+// the run's log, the prediction's error per stage and per action kind, and for a run that stalled its stall report and
+// each device's flight recorder (its last actions).
 #pragma once
 
 #include <QWidget>
@@ -40,6 +40,8 @@ public:
     QString statusText() const;
     /// The prediction's error per stage (empty until known).
     QString comparisonText() const;
+    /// The prediction's error per action kind (F, B, I, W, send, receive, ...; empty until known).
+    QString kindsText() const;
     GanttView* gantt() const { return m_gantt; }
     QCustomPlot* curves() const { return m_curves; }
     QTableWidget* agentTable() const { return m_agents; }
@@ -59,6 +61,7 @@ private:
     void setCurves(
         const std::vector<double>& steps, const std::vector<double>& losses, const std::vector<double>& tokensPerS);
     void setComparison(const app::RunComparison& c, int predictedSteps);
+    void setKinds(const std::vector<app::KindComparison>& kinds);
     void appendLog(const QString& agent, const QString& level, const QString& text);
     void setStalls(const std::vector<app::StallRecord>& stalls, const std::vector<app::RecordedAction>& recorder);
 
@@ -72,6 +75,7 @@ private:
     QTableWidget* m_agents = nullptr;
     QPlainTextEdit* m_log = nullptr;
     QLabel* m_comparison = nullptr;
+    QLabel* m_kinds = nullptr;
     QPlainTextEdit* m_stallReport = nullptr;
     QTableWidget* m_recorder = nullptr;
     int m_stallTab = -1; ///< the Stall tab's index in m_tabs

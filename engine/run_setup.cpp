@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+// The run's setup around the executor (executor.h): which of a plan's settings the engine honours, the training
+// setup and input checks made from a plan, and the schedule a run executes (one step repeated where it can be).
+#include <ctime>
+#include <utility>
+
+#include "executor.h"
+#include "llmc.h"
+#include "planner/errors.h"
+#include "planner/schedule/generator.h"
+#include "planner/schedule/traits.h"
+
+namespace pw::engine {
+
+using planner::InputError;
+
+double monotonicSeconds()
+{
+    timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
+{
+    const auto refuse
+        = [](const std::string& field, const std::string& message) { throw InputError({}, 0, field, message); };
+    const auto& o = plan.schedule;
+    const std::string weights = planner::weightPrecision(o, *plan.model);
+    const std::string gradients = o.gradient_precision.empty() ? weights : o.gradient_precision;
+    const std::string weightsField
+        = o.precision.empty() ? "/model/architecture/bytes_per_element" : "/schedule/precision";
+    const std::string weightsWhy = o.precision.empty() ? " (the profile's 2 bytes per element)" : std::string();
+    Precision precision = Precision::Fp32;
+    if (weights == "bf16" && where == TrainsOn::Cuda)
+        precision = Precision::Bf16Mixed;
+    else if (weights == "bf16")
+        refuse(weightsField,
+            "the plan's weights are bf16" + weightsWhy
+                + ", and the CPU engine trains in fp32 only (bf16 mixed precision trains on CUDA GPUs): make the "
+                  "profile with `profile transformer --bytes-per-element 4`, or plan with `--precision fp32`");
+    else if (weights != "fp32")
+        refuse(weightsField,
+            "the plan's weights are " + weights + weightsWhy
+                + ", and the engine trains in fp32, or in bf16 mixed precision on CUDA GPUs: plan with `--precision "
+                  "fp32` (or bf16 for a GPU run)");
+    const std::string want = precision == Precision::Bf16Mixed ? "bf16" : "fp32";
+    if (gradients != want)
+        refuse("/schedule/gradient_precision",
+            "the plan's gradients are " + gradients + ", and the engine keeps them in its weights' precision (" + want
+                + "): plan without --gradient-precision");
+    if (o.optimizer != "adam")
+        refuse("/schedule/optimizer",
+            "the plan's optimizer is '" + o.optimizer
+                + "', and the engine trains with AdamW only (memory as \"adam\"): plan with `--optimizer adam`");
+    if (o.distributed_optimizer)
+        refuse("/schedule/distributed_optimizer",
+            "the engine keeps the whole optimizer state on every replica, not sharded over them: plan without "
+            "--distributed-optimizer");
+    if (o.recompute)
+        refuse("/schedule/recompute",
+            "the engine keeps every activation for its backward, it does not recompute them: plan without "
+            "--recompute");
+    for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
+        if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
+            refuse("/layer_order", "the engine runs GPT-2's layers in their order");
+    if (plan.tensor_parallel > 1)
+        refuse("/tensor_parallel",
+            "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
+                + ") is not run by the engine yet; plan with t = 1");
+    return precision;
+}
+
+TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
+{
+    const auto& model = *plan.model;
+    if (!model.architecture)
+        throw InputError({}, 0, "/model/architecture",
+            "the plan's model '" + model.name
+                + "' has no transformer shape: only plans made with `profile transformer` (or `profile measure`) "
+                  "can be trained, since the engine must know the layers' sizes");
+    const auto& arch = *model.architecture;
+    TrainingSetup s;
+    s.model = Gpt2Config::fromTransformer(arch);
+    try {
+        s.model.validate();
+    } catch (const InputError& e) {
+        throw InputError({}, 0, "/model/architecture", e.message());
+    }
+    if (model.layerCount() != s.model.layerCount())
+        throw InputError({}, 0, "/model/layers",
+            "the profile lists " + std::to_string(model.layerCount()) + " layers, but its architecture's "
+                + std::to_string(arch.layers) + " transformer blocks make " + std::to_string(s.model.layerCount())
+                + " layers to train: the embedding, the " + std::to_string(arch.layers)
+                + " blocks and the head (/model/architecture/layers counts the blocks only); make the profile with "
+                  "`profile transformer`");
+    s.precision = checkEngineHonours(plan, where);
+    s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
+    s.shape.seq = arch.sequence;
+    s.microbatches = plan.microbatchesPerStep();
+    return s;
+}
+
+void checkRunInputs(const TrainingSetup& setup, const DataSpec& data, const std::filesystem::path& init)
+{
+    if (!init.empty())
+        checkCheckpointFits(init, readCheckpointConfig(init), setup.model, setup.shape.seq);
+    if (data.kind != DataSpec::Kind::Synthetic)
+        loadTokens(data, setup.model.vocab, static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq);
+}
+
+planner::Schedule runSchedule(const planner::Plan& plan, int steps)
+{
+    if (steps <= 0)
+        throw InputError("steps: must be positive, got " + std::to_string(steps));
+    planner::Plan p = plan;
+    p.schedule.iterations = steps;
+    p.validate();
+    return planner::generateSchedule(p);
+}
+
+planner::Action repeatedAction(const planner::Action& a, int repeat, int periodMicrobatches)
+{
+    planner::Action b = a;
+    if (b.microbatch >= 0)
+        b.microbatch += repeat * periodMicrobatches;
+    if (planner::isCompute(b.kind)) // transfers and collectives carry no version
+        b.weight_version += repeat;
+    return b;
+}
+
+namespace {
+
+/// Whether `two` (two steps) is `one` (one step) executed twice, all-reduce groups compared by their members.
+bool repeatsOneStep(const planner::Schedule& one, const planner::Schedule& two)
+{
+    if (one.num_devices != two.num_devices || two.microbatches != 2 * one.microbatches)
+        return false;
+    const auto sameGroup = [&](int g1, int g2) {
+        if (g1 < 0 || g2 < 0)
+            return g1 == g2;
+        return one.groups.at(static_cast<std::size_t>(g1)) == two.groups.at(static_cast<std::size_t>(g2));
+    };
+    for (int d = 0; d < one.num_devices; ++d) {
+        const auto& a = one.devices[static_cast<std::size_t>(d)];
+        const auto& b = two.devices[static_cast<std::size_t>(d)];
+        if (b.size() != 2 * a.size())
+            return false;
+        for (std::size_t i = 0; i < b.size(); ++i) {
+            auto expected = repeatedAction(a[i % a.size()], static_cast<int>(i / a.size()), one.microbatches);
+            const auto& got = b[i];
+            if (!sameGroup(expected.group, got.group))
+                return false;
+            expected.group = got.group;
+            if (!(expected == got))
+                return false;
+        }
+    }
+    return true;
+}
+
+} // namespace
+
+RunSchedule runProgram(const planner::Plan& plan, int steps)
+{
+    if (steps <= 1)
+        return {runSchedule(plan, steps), 1};
+    auto one = runSchedule(plan, 1);
+    if (repeatsOneStep(one, runSchedule(plan, 2)))
+        return {std::move(one), steps};
+    return {runSchedule(plan, steps), 1};
+}
+
+} // namespace pw::engine

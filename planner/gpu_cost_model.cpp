@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: MIT
+// GpuCostModel (gpu_cost_model.h): the default curve's constants, the products' times and a transformer block's.
+#include "gpu_cost_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+
+namespace pw::planner {
+
+namespace {
+
+std::string lowerAlnum(const std::string& name)
+{
+    std::string out;
+    for (char c : name)
+        if (std::isalnum(static_cast<unsigned char>(c)))
+            out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+/// Share of the tiles' work that is useful, times the share of the last wave that is busy: one output tile per SM
+/// per wave (NVIDIA's "Matrix Multiplication Background" guide: tile and wave quantization). The better of the two
+/// orientations of the tile, as cuBLAS's heuristics choose.
+double quantization(double m, double n, double batch, const GpuCurve& c)
+{
+    double best = 0;
+    for (const auto& [tm, tn] : {std::pair<double, double>(c.tile_m, c.tile_n), {c.tile_n, c.tile_m}}) {
+        const double rows = std::ceil(m / tm), cols = std::ceil(n / tn);
+        const double tiles = rows * cols * batch;
+        const double useful = m * n / (rows * tm * cols * tn);
+        const double waves = std::ceil(tiles / c.sms);
+        best = std::max(best, useful * tiles / (waves * c.sms));
+    }
+    return best;
+}
+
+/// The Hopper curve (H100 SXM and H200: same 132 SMs and 989 dense bf16 TFLOP/s). Sources in docs/planner.md.
+GpuCurve hopperCurve()
+{
+    GpuCurve c;
+    c.sms = 132;
+    c.tile_m = 128;
+    c.tile_n = 256;
+    // Fitted to the shape dependence of tests/data/gemm/h100-constant-fill-bf16.json (products with m, n >= 1024 and
+    // k >= 256: median |log error| 3.6 %), not to any transformer block.
+    c.k0 = 288;
+    // cuBLAS bf16 8192^3 with random matrices reached 792 TFLOP/s on the H200 (shared/docs/gpu.md): that product's
+    // quantization and K term taken out, what is left is the curve's ceiling.
+    c.eff_max = 792.0 / 989.0 / (quantization(8192, 8192, 1, c) * 8192.0 / (8192.0 + c.k0));
+    // Device-to-device copies measured 4.3 of the H200's 4.8 TB/s and 3.0 of the H100's 3.35 (gpu.md).
+    c.bandwidth_efficiency = 0.9;
+    // FlashAttention-2 (Dao, 2023, section 4.1): up to 335 TFLOP/s forward on an H100 (head dim 128, long
+    // sequences); its backward reaches 63 % of peak where the forward reaches 73 % (A100), the same ratio here.
+    c.flash_forward = 335.0 / 989.0;
+    c.flash_backward = c.flash_forward * 63.0 / 73.0;
+    // A flash kernel's rate over sequence length on an H100 (pytorch/benchmark #2391: 329, 390, 434, 458, 471, 477
+    // TFLOP/s at 512 ... 16384 tokens, head dim 128) fits r = r_inf s / (s + 243).
+    c.flash_s0 = 243;
+    // About 4 non-matmul operations per score (scale, running max, exp, sum: FlashAttention-2 section 3.1), each as
+    // dear as 989 / 67 tensor-core FLOPs (the H100's dense bf16 tensor and fp32 vector peaks).
+    c.nonmatmul_cost = 4.0 * 989.0 / 67.0;
+    return c;
+}
+
+} // namespace
+
+std::optional<GpuCurve> defaultGpuCurve(const DeviceType& device)
+{
+    const std::string name = lowerAlnum(device.name);
+    for (const char* hopper : {"h100", "h200"})
+        if (name.find(hopper) != std::string::npos)
+            return hopperCurve();
+    return std::nullopt;
+}
+
+GpuCostModel::GpuCostModel(
+    const DeviceType& device, std::shared_ptr<const GemmTable> table, std::optional<GpuCurve> curve)
+    : m_device(device)
+    , m_table(std::move(table))
+    , m_curve(curve ? *curve : hopperCurve())
+{
+}
+
+double GpuCostModel::bytesSeconds(double bytes) const
+{
+    const double bandwidth = m_device.memory_bandwidth_bytes_per_s * m_curve.bandwidth_efficiency;
+    return bandwidth > 0 ? bytes / bandwidth : 0.0;
+}
+
+double GpuCostModel::gemmSeconds(double m, double n, double k, double batch) const
+{
+    if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+        return 0.0;
+    if (m_table)
+        return batch
+            * m_table->seconds(
+                std::llround(std::max(1.0, m)), std::llround(std::max(1.0, n)), std::llround(std::max(1.0, k)));
+    const double flops = 2.0 * m * n * k * batch;
+    const double rate
+        = m_device.peak_tflops * 1e12 * m_curve.eff_max * quantization(m, n, batch, m_curve) * k / (k + m_curve.k0);
+    // Roofline: a thin product is bound by reading A and B and writing D (16-bit elements).
+    const double bytes = 2.0 * (m * k + k * n + m * n) * batch;
+    return std::max(flops / rate, bytesSeconds(bytes));
+}
+
+double GpuCostModel::attentionSeconds(double batch, double heads, double sequence, double headDim, bool backward) const
+{
+    // Causal: half of the score matrix is computed, and a query sees s/2 keys on average.
+    const double forwardFlops = 4.0 * batch * heads * sequence * sequence * headDim / 2.0;
+    const double keys = sequence / 2.0;
+    auto headTerm = [&](double dh) { return 4.0 * dh / (4.0 * dh + m_curve.nonmatmul_cost); };
+    const double share = (backward ? m_curve.flash_backward : m_curve.flash_forward) * keys / (keys + m_curve.flash_s0)
+        * headTerm(headDim) / headTerm(128);
+    const double flops = backward ? 2.5 * forwardFlops : forwardFlops;
+    // Q, K, V in and O out (forward); Q, K, V, O, dO in and dQ, dK, dV out (backward), 16-bit.
+    const double bytes = (backward ? 8.0 : 4.0) * batch * sequence * heads * headDim * 2.0;
+    return std::max(flops / (m_device.peak_tflops * 1e12 * share), bytesSeconds(bytes));
+}
+
+LayerEstimate transformerBlockEstimate(const TransformerConfig& config, const GpuCostModel& model)
+{
+    const double T = static_cast<double>(config.microbatch) * config.sequence; // tokens
+    const double d = config.hidden, e = config.bytes_per_element;
+    struct Product
+    {
+        double m, n, k;
+    };
+    // X (T x K) W (K x N): QKV, attention out-projection, MLP up, MLP down.
+    const Product products[] = {{T, 3 * d, d}, {T, d, d}, {T, 4 * d, d}, {T, d, 4 * d}};
+    double forward = 0, input = 0, weight = 0;
+    for (const auto& p : products) {
+        forward += model.gemmSeconds(p.m, p.n, p.k);
+        input += model.gemmSeconds(p.m, p.k, p.n); // dX = dY W^T
+        weight += model.gemmSeconds(p.k, p.n, p.m); // dW = X^T dY
+    }
+    const double B = config.microbatch, a = config.heads, s = config.sequence;
+    forward += model.attentionSeconds(B, a, s, d / a, false);
+    input += model.attentionSeconds(B, a, s, d / a, true);
+    // Memory-bound ops in units of one [T, d] tensor read or written. Forward: 2 layer norms (read, write: 2 each),
+    // GELU on [T, 4d] (8), 2 residual adds (read 2, write 1: 3 each) = 18. Input gradient: 2 layer norms' dX (read x
+    // and dY, write dX: 3 each), GELU's (read x and dY, write dX on [T, 4d]: 12), the 2 residual branches' gradients
+    // summed (3 each) = 24. Weight gradient: 2 layer norms' dgamma and dbeta (read x and dY: 2 each) and the 4
+    // biases' gradients (read dY of QKV 3, out-projection 1, MLP up 4, down 1) = 13.
+    const double tensor = T * d * e;
+    forward += model.bytesSeconds(18 * tensor);
+    input += model.bytesSeconds(24 * tensor);
+    weight += model.bytesSeconds(13 * tensor);
+    return {forward * 1e3, input * 1e3, weight * 1e3};
+}
+
+LayerEstimate transformerHeadEstimate(const TransformerConfig& config, const GpuCostModel& model)
+{
+    const double T = static_cast<double>(config.microbatch) * config.sequence;
+    const double d = config.hidden, V = config.vocab, e = config.bytes_per_element;
+    // Final layer norm (read, write), logits X (T x d) W (d x V), cross-entropy reading the logits; backward: the
+    // layer norm's dX (3) and dgamma, dbeta (2), the loss's gradient (read the logits, write their gradient).
+    const double forward
+        = model.bytesSeconds(2 * T * d * e) + model.gemmSeconds(T, V, d) + model.bytesSeconds(T * V * e);
+    const double input
+        = model.gemmSeconds(T, d, V) + model.bytesSeconds(2 * T * V * e) + model.bytesSeconds(3 * T * d * e);
+    const double weight = model.gemmSeconds(d, V, T) + model.bytesSeconds(2 * T * d * e);
+    return {forward * 1e3, input * 1e3, weight * 1e3};
+}
+
+} // namespace pw::planner

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MIT
+// Zero-bubble schedules (zb-h1, zb-h2, zbv) through real agent processes: the engine computes each backward as an
+// I and a later W, and the run gives the losses of the in-process 1F1B plan of the same stages (the same math in
+// another order); every action, I and W included, lands once as a span of its own kind.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "app/history/history.h"
+#include "app/run/controller.h"
+#include "engine/local_run.h"
+#include "tests/engine/engine_fixtures.h"
+#include "tests/run/process_helpers.h"
+
+using namespace pw;
+using planner::ActionKind;
+using pw::test::gpt2Plan;
+using pw::test::StageCut;
+using pw::test::tinyGpt2;
+
+namespace {
+
+constexpr int kSteps = 3;
+constexpr int kMicrobatches = 8;
+
+app::RunRequest request(const planner::Plan& plan)
+{
+    app::RunRequest r;
+    r.plan = plan;
+    r.plan_label = "zero-bubble test plan";
+    r.training.steps = kSteps;
+    r.training.data = {agents::DataKind::Synthetic, "", 1234};
+    r.training.lr = 1e-2;
+    r.training.weight_decay = 0.1;
+    r.training.seed = 1234;
+    r.threads = 1;
+    r.force = true; // up to 4 tiny agents on a test machine of fewer cores
+    r.agent_executable = PW_AGENT_EXE;
+    return r;
+}
+
+/// The 1F1B plan's losses, trained in this process: what the zero-bubble run through agents must give.
+std::vector<double> oneFOneBLosses(const planner::Plan& plan)
+{
+    engine::TrainingSetup setup = engine::trainingSetup(plan);
+    setup.adam.lr = 1e-2;
+    setup.adam.weight_decay = 0.1;
+    setup.adam.total_steps = kSteps;
+    setup.seed = 1234;
+    engine::DataSpec data;
+    data.seed = 1234;
+    const engine::DataOrder order(
+        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
+    return engine::runLocally(plan, setup, order, kSteps).losses;
+}
+
+void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
+{
+    test::TempDir dir;
+    auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+    const auto want = oneFOneBLosses(reference);
+    REQUIRE(want.size() == kSteps);
+    app::RunController controller(request(zb), history);
+    const auto outcome = controller.run();
+    INFO(outcome.message);
+    REQUIRE(outcome.status == app::RunStatus::Succeeded);
+    REQUIRE(outcome.losses.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO("step " << i);
+        CHECK(outcome.losses[i] == Approx(want[i]).epsilon(1e-6));
+    }
+    // Every action once, as a span of its kind: the I and W spans too, and no fused backward.
+    const auto schedule = engine::runSchedule(zb, kSteps);
+    const auto measured = history.measuredTimeline(outcome.run_id);
+    CHECK(measured.spans.size() == schedule.actionCount());
+    std::set<std::pair<int, int>> seen;
+    std::size_t inputs = 0, weights = 0;
+    for (const auto& s : measured.spans) {
+        INFO("device " << s.device << " action " << s.action);
+        CHECK(seen.insert({s.device, s.action}).second);
+        const auto& a = schedule.devices.at(static_cast<std::size_t>(s.device)).at(static_cast<std::size_t>(s.action));
+        CHECK(s.kind == a.kind);
+        CHECK(s.stage == a.stage);
+        CHECK(s.microbatch == a.microbatch);
+        CHECK(s.t1 >= s.t0);
+        CHECK(s.kind != ActionKind::Backward);
+        inputs += s.kind == ActionKind::BackwardInput ? 1 : 0;
+        weights += s.kind == ActionKind::BackwardWeight ? 1 : 0;
+    }
+    const auto each = static_cast<std::size_t>(kSteps * kMicrobatches * zb.stageCount());
+    CHECK(inputs == each);
+    CHECK(weights == each);
+}
+
+const std::vector<StageCut> kTwo = {{0, 3, {0}}, {4, 7, {1}}};
+const std::vector<StageCut> kFour = {{0, 1, {0}}, {2, 3, {1}}, {4, 5, {2}}, {6, 7, {3}}};
+
+} // namespace
+
+TEST_CASE("zb-h1 and zb-h2 through agents give 1F1B's losses with 2 and 4 stages", "[run][local]")
+{
+    const auto shape = tinyGpt2(6); // 8 layers: embedding, 6 blocks, head
+    for (const char* kind : {"zb-h1", "zb-h2"}) {
+        SECTION(std::string(kind) + " 2 stages")
+        {
+            runAndCompare(gpt2Plan(shape, kTwo, kind, kMicrobatches), gpt2Plan(shape, kTwo, "1f1b", kMicrobatches));
+        }
+        SECTION(std::string(kind) + " 4 stages")
+        {
+            runAndCompare(gpt2Plan(shape, kFour, kind, kMicrobatches), gpt2Plan(shape, kFour, "1f1b", kMicrobatches));
+        }
+    }
+}
+
+TEST_CASE("zbv through agents gives 1F1B's losses on 2 and 4 devices", "[run][local]")
+{
+    // Two chunks per device in a V: the turn of the V (virtual stages p - 1 and p) and the tied embedding and head
+    // (virtual stages 0 and 2p - 1) are on one device; the 1F1B reference runs each virtual stage on a device of its
+    // own.
+    const auto shape = tinyGpt2(6);
+    SECTION("2 devices")
+    {
+        const std::vector<StageCut> v = {{0, 1, {0}}, {2, 3, {1}}, {4, 5, {1}}, {6, 7, {0}}};
+        runAndCompare(gpt2Plan(shape, v, "zbv", kMicrobatches, 2), gpt2Plan(shape, kFour, "1f1b", kMicrobatches));
+    }
+    SECTION("4 devices")
+    {
+        std::vector<StageCut> v, straight;
+        const int devices[8] = {0, 1, 2, 3, 3, 2, 1, 0};
+        for (int s = 0; s < 8; ++s) {
+            v.push_back({s, s, {devices[s]}});
+            straight.push_back({s, s, {s}});
+        }
+        runAndCompare(gpt2Plan(shape, v, "zbv", kMicrobatches, 2), gpt2Plan(shape, straight, "1f1b", kMicrobatches));
+    }
+}

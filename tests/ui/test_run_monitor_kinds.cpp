@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+// The run monitor's comparison per action kind (issue 23 item 5), offscreen: a past run whose forwards took 20 %
+// longer than predicted shows an F row at +20.0 % beside the B, send, receive and optimizer rows, in ms; a run that
+// ran one forward too few is said not to have followed the plan.
+#include <catch2/catch.hpp>
+
+#include <QImage>
+#include <QTabWidget>
+#include <algorithm>
+
+#include "app/run/snapshot.h"
+#include "planner/sim/simulator.h"
+#include "tests/app/measured_fixture.h"
+#include "tests/planner/fixtures.h"
+#include "ui/widgets/run_monitor.h"
+
+using namespace pw;
+using Catch::Contains;
+
+namespace {
+
+/// A past run of `plan` (one step): the simulator's timeline as its prediction, `measured` as what it measured.
+std::shared_ptr<app::RunSnapshot> snapshot(
+    const planner::Plan& plan, const planner::Timeline& predicted, const planner::Timeline& measured)
+{
+    auto s = std::make_shared<app::RunSnapshot>();
+    s->record.id = "kinds";
+    s->record.label = "per kind";
+    s->record.status = app::RunStatus::Succeeded;
+    s->record.steps_planned = 1;
+    s->record.predicted_steps = 1;
+    s->plan = plan;
+    s->predicted = std::make_shared<const planner::Timeline>(predicted);
+    s->measured = std::make_shared<const planner::Timeline>(measured);
+    s->losses.push_back({0, "loss", 1.0, 1.0, -1});
+    s->comparison = app::compareRun(plan, predicted, 1, measured, 1);
+    return s;
+}
+
+} // namespace
+
+TEST_CASE("run monitor: the prediction's error per action kind is a row per kind", "[ui][run][kinds]")
+{
+    planner::Plan plan = test::chainPlan(2, 4, "1f1b");
+    plan.schedule.iterations = 1;
+    const auto predicted = planner::simulate(plan).timeline;
+    planner::Timeline measured = test::asMeasured(predicted);
+    for (auto& s : measured.spans)
+        if (s.kind == planner::ActionKind::Forward)
+            s.t1 = s.t0 + (s.t1 - s.t0) * 1.2;
+    auto run = snapshot(plan, predicted, measured);
+    REQUIRE_FALSE(run->comparison.kinds.empty());
+
+    ui::RunMonitor monitor;
+    monitor.resize(1024, 700);
+    monitor.showSnapshot(run);
+    const std::string html = monitor.kindsText().toStdString();
+    CHECK_THAT(html, Contains("Per step") && Contains("receive: the wait until the data is there"));
+    // F: 8 forwards of 1 ms predicted (1.2 ms measured) per step.
+    CHECK_THAT(html,
+        Contains("<tr><td>F</td><td>8.00 ms</td><td>9.60 ms</td><td>+20.0 %</td><td>1.00 ms</td><td>1.20 ms</td>"
+                 "<td>8</td></tr>"));
+    CHECK_THAT(html, Contains("<tr><td>B</td><td>16.00 ms</td><td>16.00 ms</td><td>+0.0 %</td>"));
+    for (const char* row : {"<td>send</td>", "<td>receive</td>", "<td>optimizer</td>"})
+        CHECK_THAT(html, Contains(row));
+    CHECK_THAT(html, !Contains("did not follow the plan"));
+    // Drawn (offscreen) with its tab open at the smallest supported window size and at full HD; PW_SCREENSHOT_DIR
+    // keeps the images for a person to look at.
+    auto* tabs = monitor.findChild<QTabWidget*>();
+    REQUIRE(tabs);
+    for (int i = 0; i < tabs->count(); ++i)
+        if (tabs->tabText(i) == QStringLiteral("Per action kind"))
+            tabs->setCurrentIndex(i);
+    REQUIRE(tabs->tabText(tabs->currentIndex()) == QStringLiteral("Per action kind"));
+    for (const QSize size : {QSize(1024, 700), QSize(1920, 1080)}) {
+        monitor.resize(size);
+        const QImage image = monitor.grab().toImage();
+        CHECK(image.size() == size);
+        if (const QByteArray dir = qgetenv("PW_SCREENSHOT_DIR"); !dir.isEmpty())
+            CHECK(image.save(QStringLiteral("%1/run-monitor-kinds-%2x%3.png")
+                                 .arg(QString::fromLocal8Bit(dir))
+                                 .arg(size.width())
+                                 .arg(size.height())));
+    }
+
+    // One forward too few: the counts differ, in red, and the text says what it means.
+    const auto forward = std::find_if(measured.spans.begin(), measured.spans.end(),
+        [](const planner::Span& s) { return s.kind == planner::ActionKind::Forward; });
+    REQUIRE(forward != measured.spans.end());
+    measured.spans.erase(forward);
+    monitor.showSnapshot(snapshot(plan, predicted, measured));
+    const std::string differ = monitor.kindsText().toStdString();
+    CHECK_THAT(
+        differ, Contains("8 / 7") && Contains("did not follow the plan") && Contains("F: 8 predicted, 7 measured"));
+}

@@ -137,8 +137,10 @@ PW_KERNEL void layernormRow(float* o, float* mean, float* rstd, const float* x, 
     *rstd = s;
 }
 
-PW_KERNEL void layernormBackwardRow(
-    float* dx, float* dw, float* db, const float* d, const float* x, const float* w, float m, float s, int C)
+/// The two means over a row that a layer norm's input gradient needs: of dnorm = w d, and of dnorm x norm. Inlined
+/// into each kernel clone, so that the fused and the split backward do the same arithmetic.
+[[gnu::always_inline]] inline std::pair<float, float> layernormRowMeans(
+    const float* d, const float* x, const float* w, float m, float s, int C)
 {
     float dnormMean = 0, dnormNormMean = 0;
 #pragma omp simd reduction(+ : dnormMean, dnormNormMean)
@@ -148,8 +150,13 @@ PW_KERNEL void layernormBackwardRow(
         dnormMean += dnorm;
         dnormNormMean += dnorm * norm;
     }
-    dnormMean /= static_cast<float>(C);
-    dnormNormMean /= static_cast<float>(C);
+    return {dnormMean / static_cast<float>(C), dnormNormMean / static_cast<float>(C)};
+}
+
+PW_KERNEL void layernormBackwardRow(
+    float* dx, float* dw, float* db, const float* d, const float* x, const float* w, float m, float s, int C)
+{
+    const auto [dnormMean, dnormNormMean] = layernormRowMeans(d, x, w, m, s, C);
 #pragma omp simd
     for (int c = 0; c < C; ++c) {
         const float norm = (x[c] - m) * s;
@@ -165,16 +172,7 @@ PW_KERNEL void layernormBackwardRow(
 PW_KERNEL void layernormBackwardInputRow(
     float* dx, const float* d, const float* x, const float* w, float m, float s, int C)
 {
-    float dnormMean = 0, dnormNormMean = 0;
-#pragma omp simd reduction(+ : dnormMean, dnormNormMean)
-    for (int c = 0; c < C; ++c) {
-        const float norm = (x[c] - m) * s;
-        const float dnorm = w[c] * d[c];
-        dnormMean += dnorm;
-        dnormNormMean += dnorm * norm;
-    }
-    dnormMean /= static_cast<float>(C);
-    dnormNormMean /= static_cast<float>(C);
+    const auto [dnormMean, dnormNormMean] = layernormRowMeans(d, x, w, m, s, C);
 #pragma omp simd
     for (int c = 0; c < C; ++c) {
         const float norm = (x[c] - m) * s;

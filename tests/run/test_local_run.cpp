@@ -29,6 +29,7 @@
 #include "engine/local_run.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/engine/wsp_checks.h"
+#include "tests/run/local_run_fixtures.h"
 #include "tests/run/process_helpers.h"
 
 using namespace pw;
@@ -40,36 +41,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-app::RunRequest request(const planner::Plan& plan, int steps)
-{
-    app::RunRequest r;
-    r.plan = plan;
-    r.plan_label = "test plan";
-    r.training.steps = steps;
-    r.training.data = {agents::DataKind::Synthetic, "", 1234};
-    r.training.lr = 1e-2;
-    r.training.weight_decay = 0.1;
-    r.training.seed = 1234;
-    r.threads = 1;
-    r.force = true; // plans of up to 4 devices (tiny ones) on test machines of fewer cores
-    r.agent_executable = PW_AGENT_EXE;
-    return r;
-}
-
-/// The same training in this process (engine::runLocally): what the agents must reproduce.
-std::vector<double> inProcessLosses(const planner::Plan& plan, int steps)
-{
-    engine::TrainingSetup setup = engine::trainingSetup(plan);
-    setup.adam.lr = 1e-2;
-    setup.adam.weight_decay = 0.1;
-    setup.adam.total_steps = steps;
-    setup.seed = 1234;
-    engine::DataSpec data;
-    data.seed = 1234;
-    const engine::DataOrder order(
-        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
-    return engine::runLocally(plan, setup, order, steps).losses;
-}
+using test::inProcessLosses;
+using test::localRunRequest;
 
 /// The in-process engine's final parameters for the same run.
 std::vector<float> inProcessParameters(const planner::Plan& plan, int steps)
@@ -116,7 +89,7 @@ TEST_CASE("agents started as processes give the in-process engine's losses on ev
     REQUIRE(reference.size() == steps);
 
     auto check = [&](const planner::Plan& plan) {
-        app::RunController controller(request(plan, steps), history);
+        app::RunController controller(localRunRequest(plan, steps), history);
         const auto outcome = controller.run();
         INFO(outcome.message);
         REQUIRE(outcome.status == app::RunStatus::Succeeded);
@@ -151,7 +124,7 @@ TEST_CASE("every action of the schedule lands once as a span: span numbers have 
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
     const int steps = 3;
-    auto req = request(plan, steps);
+    auto req = localRunRequest(plan, steps);
     req.telemetry_batch = 7; // many batches, the last one partial
     app::RunController controller(req, history);
     const auto outcome = controller.run();
@@ -194,7 +167,7 @@ TEST_CASE("an agent killed mid-run fails the run within 5 s and leaves no agent 
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 2, {1}}, {3, 3, {2}}}, "1f1b");
-    app::RunController controller(request(plan, 100000), history);
+    app::RunController controller(localRunRequest(plan, 100000), history);
     Clock::time_point killed;
     pid_t victim = 0;
     app::RunObserver observer;
@@ -223,7 +196,7 @@ TEST_CASE("a stalled agent fails the run after the heartbeat timeout", "[run][fa
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "gpipe");
-    auto req = request(plan, 100000);
+    auto req = localRunRequest(plan, 100000);
     req.heartbeat_timeout = std::chrono::milliseconds(1500);
     app::RunController controller(req, history);
     pid_t frozen = 0;
@@ -250,7 +223,7 @@ TEST_CASE("a stop request stops every agent and records the run stopped", "[run]
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
-    app::RunController controller(request(plan, 100000), history);
+    app::RunController controller(localRunRequest(plan, 100000), history);
     app::RunObserver observer;
     observer.progress = [&](const app::RunProgress& p) {
         if (p.step >= 2)
@@ -269,7 +242,7 @@ TEST_CASE("an agent that writes garbage or dies mid-frame is a clear error, not 
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 3, {0}}}, "gpipe");
-    auto req = request(plan, 10);
+    auto req = localRunRequest(plan, 10);
     std::string expected;
     SECTION("not our protocol")
     {
@@ -305,7 +278,7 @@ TEST_CASE("asynchronous schedules through agents: the versions recorded in telem
     SECTION("PipeDream: every backward uses the version its forward used, some older than the stage's newest")
     {
         const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "pipedream", 4);
-        app::RunController controller(request(plan, steps), history);
+        app::RunController controller(localRunRequest(plan, steps), history);
         const auto outcome = controller.run();
         INFO(outcome.message);
         REQUIRE(outcome.status == app::RunStatus::Succeeded);
@@ -332,7 +305,7 @@ TEST_CASE("asynchronous schedules through agents: the versions recorded in telem
     SECTION("2BW: microbatch k of m runs on version max(k / m - 1, 0)")
     {
         const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "2bw", 4);
-        app::RunController controller(request(plan, steps), history);
+        app::RunController controller(localRunRequest(plan, steps), history);
         const auto outcome = controller.run();
         INFO(outcome.message);
         REQUIRE(outcome.status == app::RunStatus::Succeeded);
@@ -349,7 +322,7 @@ TEST_CASE("asynchronous schedules through agents: the versions recorded in telem
     {
         auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0}, 0}, {2, 3, {1}, 0}, {0, 2, {2}, 1}, {3, 3, {3}, 1}}, "wsp", 4);
         plan.schedule.staleness = 1;
-        app::RunController controller(request(plan, steps), history);
+        app::RunController controller(localRunRequest(plan, steps), history);
         const auto outcome = controller.run();
         INFO(outcome.message);
         REQUIRE(outcome.status == app::RunStatus::Succeeded);
@@ -370,7 +343,7 @@ TEST_CASE("a run saves the trained model as one llm.c checkpoint written by its 
     // A replicated first stage (written once) and the head on another agent (its copy of the tied embedding).
     const auto plan = gpt2Plan(tinyGpt2(2), {{0, 1, {0, 1}}, {2, 3, {2}}}, "1f1b");
     const int steps = 3;
-    auto req = request(plan, steps);
+    auto req = localRunRequest(plan, steps);
     req.training.save_checkpoint = (dir.path / "trained.bin").string();
     std::ofstream(req.training.save_checkpoint) << std::string(1 << 20, 'x'); // an old, longer file is replaced
     app::RunController controller(req, history);

@@ -12,6 +12,7 @@
 #include "app/run/controller.h"
 #include "engine/local_run.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/run/local_run_fixtures.h"
 #include "tests/run/process_helpers.h"
 
 using namespace pw;
@@ -25,44 +26,13 @@ namespace {
 constexpr int kSteps = 3;
 constexpr int kMicrobatches = 8;
 
-app::RunRequest request(const planner::Plan& plan)
-{
-    app::RunRequest r;
-    r.plan = plan;
-    r.plan_label = "zero-bubble test plan";
-    r.training.steps = kSteps;
-    r.training.data = {agents::DataKind::Synthetic, "", 1234};
-    r.training.lr = 1e-2;
-    r.training.weight_decay = 0.1;
-    r.training.seed = 1234;
-    r.threads = 1;
-    r.force = true; // up to 4 tiny agents on a test machine of fewer cores
-    r.agent_executable = PW_AGENT_EXE;
-    return r;
-}
-
-/// The 1F1B plan's losses, trained in this process: what the zero-bubble run through agents must give.
-std::vector<double> oneFOneBLosses(const planner::Plan& plan)
-{
-    engine::TrainingSetup setup = engine::trainingSetup(plan);
-    setup.adam.lr = 1e-2;
-    setup.adam.weight_decay = 0.1;
-    setup.adam.total_steps = kSteps;
-    setup.seed = 1234;
-    engine::DataSpec data;
-    data.seed = 1234;
-    const engine::DataOrder order(
-        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
-    return engine::runLocally(plan, setup, order, kSteps).losses;
-}
-
 void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
 {
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    const auto want = oneFOneBLosses(reference);
+    const auto want = test::inProcessLosses(reference, kSteps); // 1F1B, in this process
     REQUIRE(want.size() == kSteps);
-    app::RunController controller(request(zb), history);
+    app::RunController controller(test::localRunRequest(zb, kSteps, "zero-bubble test plan"), history);
     const auto outcome = controller.run();
     INFO(outcome.message);
     REQUIRE(outcome.status == app::RunStatus::Succeeded);

@@ -160,15 +160,19 @@ Estimate estimate(const Plan& plan, const Config& c)
     double worstRatio = -1, slowestForward = 0, slowestWeight = 0;
     for (int r = 0; r < p; ++r) {
         const auto& devices = plan.stages[r].devices;
+        // The rank's v stages, found once: every device of the rank (d t of them) sums over these alone.
+        std::vector<int> mine;
+        for (int s = 0; s < S; ++s)
+            if (onRank(s, r))
+                mine.push_back(s);
         for (std::size_t i = 0; i < devices.size(); ++i) {
             double time = 0, forward = 0, weight = 0;
-            for (int s = 0; s < S; ++s)
-                if (onRank(s, r)) {
-                    time += cost.forward(s, static_cast<int>(i)) * (c.recompute ? 2 : 1)
-                        + cost.backward(s, static_cast<int>(i));
-                    forward += cost.forward(s, static_cast<int>(i));
-                    weight += cost.backwardWeight(s, static_cast<int>(i));
-                }
+            for (int s : mine) {
+                time += cost.forward(s, static_cast<int>(i)) * (c.recompute ? 2 : 1)
+                    + cost.backward(s, static_cast<int>(i));
+                forward += cost.forward(s, static_cast<int>(i));
+                weight += cost.backwardWeight(s, static_cast<int>(i));
+            }
             if (time > e.stage_time_s) {
                 e.stage_time_s = time;
                 slowestForward = forward;
@@ -641,7 +645,7 @@ private:
             ++simulated;
             SimulationResult sim;
             try {
-                sim = simulate(megatron::configPlan(request, e.config), SimulationOptions {false, false});
+                sim = simulateDataParallel(megatron::configPlan(request, e.config), SimulationOptions {false, false});
             } catch (const InputError& err) {
                 e.candidate.feasible = false;
                 e.candidate.reason = std::string("does not simulate: ") + err.what();
@@ -700,8 +704,8 @@ private:
             double plainPeak = plain->simulated ? plain->candidate.peak_memory_bytes : 0.0;
             if (!plain->simulated && chosen.simulated)
                 try {
-                    const auto sim
-                        = simulate(megatron::configPlan(request, plain->config), SimulationOptions {false, false});
+                    const auto sim = simulateDataParallel(
+                        megatron::configPlan(request, plain->config), SimulationOptions {false, false});
                     simulatedPlain = sim.throughput_samples_per_s;
                     double worst = -1;
                     for (const auto& dm : sim.devices)

@@ -101,7 +101,13 @@ double CostModel::allReduceSeconds(const std::vector<int>& group, double bytes) 
     const int n = static_cast<int>(group.size());
     if (n < 2)
         return 0;
-    const LinkCost link = groupLink(group);
+    return ringAllReduceSeconds(n, groupLink(group), bytes);
+}
+
+double CostModel::ringAllReduceSeconds(int n, const LinkCost& link, double bytes)
+{
+    if (n < 2)
+        return 0;
     return 2.0 * (n - 1) / n * link.wireSeconds(bytes) + 2.0 * (n - 1) * link.latency_s;
 }
 
@@ -153,6 +159,8 @@ CostModel CostModel::fromPlan(const Plan& plan)
     auto cut = plan.model->cutBytes(plan.layer_order);
     const double scale = microbatchScale(plan);
     const int tp = std::max(1, plan.tensor_parallel);
+    // Every device's node and type in one pass over the nodes (typeOf per device looks both up again).
+    const auto refs = plan.cluster->devices();
     for (int s = 0; s < S; ++s) {
         c.stage_offset.push_back(static_cast<int>(c.forward_s.size()));
         StageTotals first;
@@ -162,7 +170,10 @@ CostModel CostModel::fromPlan(const Plan& plan)
         std::vector<std::optional<StageTotals>> byType(plan.cluster->device_types.size());
         double bw = 0, lat = 0;
         for (std::size_t r = 0; r < devices.size(); ++r) {
-            const DeviceType& type = plan.cluster->typeOf(devices[r]); // throws for an unknown type
+            const int dev = devices[r];
+            const int known = dev >= 0 && static_cast<std::size_t>(dev) < refs.size() ? refs[dev].type : -1;
+            const DeviceType& type // typeOf throws for an unknown type or device
+                = known >= 0 ? plan.cluster->device_types[known] : plan.cluster->typeOf(dev);
             auto& totals = byType[static_cast<std::size_t>(&type - plan.cluster->device_types.data())];
             if (!totals)
                 totals = stageTotals(plan, s, type);
@@ -195,7 +206,6 @@ CostModel CostModel::fromPlan(const Plan& plan)
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
         c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
     }
-    const auto refs = plan.cluster->devices();
     for (const auto& ref : refs) {
         const auto& type = plan.cluster->device_types[ref.type];
         c.device_memory_capacity.push_back(type.memory_bytes);
@@ -240,6 +250,8 @@ void CostModel::check(const Plan& plan, int devices) const
         bad("per-stage weight-gradient byte counts", c.stage_weight_gradient_bytes.size(), S);
     if (!c.stage_buckets.empty() && c.stage_buckets.size() != S)
         bad("stages of gradient buckets", c.stage_buckets.size(), S);
+    if (!c.stage_rings.empty() && c.stage_rings.size() != S)
+        bad("stages of all-reduce rings", c.stage_rings.size(), S);
     for (auto* v : {&c.device_memory_capacity, &c.device_memory_bandwidth})
         if (v->size() != D)
             bad("per-device values", v->size(), D);

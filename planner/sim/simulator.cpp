@@ -14,6 +14,7 @@
 #include "../errors.h"
 #include "../schedule/generator.h"
 #include "link_calendar.h"
+#include "simulation_metrics.h"
 
 namespace pw::planner {
 namespace {
@@ -235,14 +236,17 @@ private:
     /// Start and end of an all-reduce of `bytes` whose last member has arrived.
     void scheduleAllReduce(Collective& c, const std::vector<int>& group, int stage, double bytes) const
     {
-        const int n = static_cast<int>(group.size());
+        // A stand-in group (CostModel::stage_rings) is charged as the real one: its members and its link.
+        const bool standIn
+            = static_cast<std::size_t>(stage) < m_cost.stage_rings.size() && m_cost.stage_rings[stage].members > 0;
+        const int n = standIn ? m_cost.stage_rings[stage].members : static_cast<int>(group.size());
+        const LinkCost link = standIn ? m_cost.stage_rings[stage].link : m_cost.groupLink(group);
         if (!overlapsAllReduce(stage) || n < 2) {
             c.start = c.ready;
-            c.end = c.ready + m_cost.allReduceSeconds(group, bytes);
+            c.end = c.ready + CostModel::ringAllReduceSeconds(n, link, bytes);
             return;
         }
         // Buckets follow each other on the ring; the latency steps are paid once, with the first bucket.
-        const LinkCost link = m_cost.groupLink(group);
         const auto& buckets = m_cost.stage_buckets[stage];
         const double share = 2.0 * (n - 1) / n;
         double t = c.bucket_ready[0] + 2.0 * (n - 1) * link.latency_s;
@@ -678,8 +682,7 @@ private:
             makespan = std::max({makespan, dev.compute_free, dev.send_free});
         r.makespan_s = makespan;
         r.devices.resize(D);
-        double bubbleSum = 0, overheadSum = 0;
-        int used = 0;
+        std::vector<bool> used(D);
         for (int d = 0; d < D; ++d) {
             const auto& dev = m_devices[d];
             auto& m = r.devices[d];
@@ -688,17 +691,9 @@ private:
             m.memory_capacity_bytes = m_cost.device_memory_capacity[d];
             m.peak_stashed_microbatches = dev.peak_stashed;
             m.peak_weight_versions = dev.peak_versions;
-            if (m_s.devices[d].empty() || makespan <= 0)
-                continue;
-            m.bubble_fraction = 1.0 - dev.busy / makespan;
-            bubbleSum += m.bubble_fraction;
-            overheadSum += dev.busy > 0 ? (makespan - dev.busy) / dev.busy : 0;
-            ++used;
+            used[d] = !m_s.devices[d].empty();
         }
-        if (used) {
-            r.bubble_fraction = bubbleSum / used;
-            r.bubble_overhead = overheadSum / used;
-        }
+        bubbleMetrics(r, used);
         r.stages.resize(m_plan.stageCount());
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             auto& sm = r.stages[s];
@@ -740,11 +735,7 @@ private:
                     r.iteration_time_s = (done(k2) - done(k1)) / (k2 - k1) * perBatch;
             }
         }
-        const int mbSize = m_plan.schedule.microbatch_size > 0 ? m_plan.schedule.microbatch_size
-                                                               : std::max(1, m_plan.model->microbatch_size);
-        // Independent pipelines (wsp) each run a batch of perBatch microbatches per iteration.
-        const double samples = static_cast<double>(perBatch) * mbSize * m_plan.pipelineCount();
-        r.throughput_samples_per_s = r.iteration_time_s > 0 ? samples / r.iteration_time_s : 0;
+        r.throughput_samples_per_s = throughput(m_plan, perBatch, r.iteration_time_s);
         r.timeline.label = m_plan.algorithm + " " + m_s.kind;
     }
 
@@ -771,6 +762,35 @@ private:
 };
 
 } // namespace
+
+void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used)
+{
+    const double makespan = r.makespan_s;
+    double bubbleSum = 0, overheadSum = 0;
+    int count = 0;
+    for (std::size_t d = 0; d < r.devices.size(); ++d) {
+        auto& m = r.devices[d];
+        if (!used[d] || makespan <= 0)
+            continue;
+        m.bubble_fraction = 1.0 - m.busy_s / makespan;
+        bubbleSum += m.bubble_fraction;
+        overheadSum += m.busy_s > 0 ? (makespan - m.busy_s) / m.busy_s : 0;
+        ++count;
+    }
+    if (count) {
+        r.bubble_fraction = bubbleSum / count;
+        r.bubble_overhead = overheadSum / count;
+    }
+}
+
+double throughput(const Plan& plan, int perBatch, double iteration_time_s)
+{
+    const int mbSize
+        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model->microbatch_size);
+    // Independent pipelines (wsp) each run a batch of perBatch microbatches per iteration.
+    const double samples = static_cast<double>(perBatch) * mbSize * plan.pipelineCount();
+    return iteration_time_s > 0 ? samples / iteration_time_s : 0;
+}
 
 MemoryPeak worstMemory(const SimulationResult& result)
 {

@@ -89,6 +89,18 @@ struct CostModel
     /// (k equal transfers end after k times one transfer). false: every device has the uplink to itself.
     bool shared_node_uplink = true;
 
+    /// @brief A stage's data-parallel all-reduce as the real group would run it, where the scheduled group stands
+    /// for a larger one (simulateDataParallel simulates a few of a plan's identical pipelines): how many members the
+    /// ring has and its slowest link (groupLink of the real group).
+    struct Ring
+    {
+        int members = 0; ///< 0: the scheduled group is the real one
+        LinkCost link;
+        bool operator==(const Ring&) const = default;
+    };
+    /// Per stage (empty: no stand-ins): the ring every data-parallel all-reduce of the stage is charged as.
+    std::vector<Ring> stage_rings;
+
     static CostModel fromPlan(const Plan& plan);
     /// Throws InputError when this model does not describe `plan` on `devices` devices (an injected model built for
     /// another plan): the sizes of its per-stage, per-replica and per-device tables, and its devices' nodes.
@@ -113,6 +125,8 @@ struct CostModel
     LinkCost groupLink(const std::vector<int>& group) const;
     /// Ring all-reduce of `bytes` among the group: 2 (n-1)/n bytes / bandwidth + 2 (n-1) latency (0 for n < 2).
     double allReduceSeconds(const std::vector<int>& group, double bytes) const;
+    /// The same on a ring of n members whose slowest link is `link`.
+    static double ringAllReduceSeconds(int n, const LinkCost& link, double bytes);
     /// HetPipe's push (or pull) of `bytes` between `device` and the parameter servers (parameterServerSeconds in
     /// costs.h, on this model's links).
     double parameterServerSeconds(int device, double bytes, bool local) const;
@@ -190,5 +204,20 @@ SimulationResult simulate(
     const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options = {});
 /// Generates the plan's schedule and simulates it.
 SimulationResult simulate(const Plan& plan, const SimulationOptions& options = {});
+
+/// Why simulateDataParallel must simulate `plan` whole (empty: it may simulate q of its d pipelines): its d
+/// data-parallel pipelines (every stage's devices, t tensor-parallel ranks after another) are alike only when the
+/// cluster is homogeneous, the q t devices of q pipelines of a stage are consecutive whole nodes (q = lcm(t, node
+/// size) / t < d), the stages are in device order, the schedule is one of the kinds whose generators give every
+/// replica the same program (1f1b, interleaved, zb-h1, zb-h2, zbv), the microbatches split evenly, the schedule runs
+/// one batch (after an all-reduce the turns on a shared uplink may differ between pipelines: zb-h2 and zbv measure
+/// two), and only metrics are recorded (no spans, no memory counters).
+std::string dataParallelAsymmetry(const Plan& plan, const SimulationOptions& options = {});
+/// simulate(plan, options) with the same metrics (iteration time, throughput, bubble, every device's and stage's
+/// metrics) at q/d of the cost: where dataParallelAsymmetry is empty, it simulates q pipelines on as many nodes,
+/// charging each data-parallel all-reduce as the whole group (CostModel::stage_rings), and gives every device the
+/// metrics of its counterpart there. simulated_actions counts the actions actually simulated.
+/// Otherwise simulate(plan, options).
+SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions& options = {});
 
 } // namespace pw::planner

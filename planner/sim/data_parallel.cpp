@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+// simulateDataParallel: a plan's d identical data-parallel pipelines simulated through the fewest of them that fill
+// whole nodes, each all-reduce charged as the whole group; the metrics are those of simulating the whole plan.
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <string>
+#include <string_view>
+
+#include "../schedule/generator.h"
+#include "simulation_metrics.h"
+#include "simulator.h"
+
+namespace pw::planner {
+namespace {
+
+/// Kinds whose generators give every replica of a stage the same program on its own microbatches (k, k + d, ...):
+/// the ones tests/planner/test_data_parallel_simulation.cpp compares with the whole simulation.
+constexpr std::array<std::string_view, 5> kSymmetricKinds {"1f1b", "interleaved", "zb-h1", "zb-h2", "zbv"};
+
+/// How a plan's pipelines reduce: t ranks per tensor-parallel group, d pipelines, q of them simulated (q t devices
+/// of a stage fill whole nodes); `why` is non-empty where they may not be simulated apart.
+struct Layout
+{
+    int t = 1;
+    int d = 1;
+    int q = 1;
+    std::string why;
+};
+
+Layout layoutOf(const Plan& plan, const SimulationOptions& options)
+{
+    Layout l;
+    auto refuse = [&](std::string why) {
+        l.why = std::move(why);
+        return l;
+    };
+    if (options.record_spans || options.record_memory)
+        return refuse("it records spans or memory counters");
+    if (std::find(kSymmetricKinds.begin(), kSymmetricKinds.end(), plan.schedule.kind) == kSymmetricKinds.end())
+        return refuse("schedule kind '" + plan.schedule.kind + "' is not known to run its replicas alike");
+    if (plan.stages.empty() || plan.pipelineCount() != 1)
+        return refuse("it has no stages or several independent pipelines");
+    const auto& cluster = *plan.cluster;
+    if (cluster.nodes.empty() || !cluster.isHomogeneous())
+        return refuse("the cluster is not homogeneous");
+    const auto& first = cluster.nodes[0];
+    for (const auto& n : cluster.nodes)
+        if (n.intra_bandwidth_bytes_per_s != first.intra_bandwidth_bytes_per_s
+            || n.intra_latency_s != first.intra_latency_s)
+            return refuse("its nodes' links differ");
+    const int perNode = first.count;
+    l.t = std::max(1, plan.tensor_parallel);
+    const std::size_t replicas = plan.stages[0].devices.size();
+    for (const auto& st : plan.stages)
+        if (st.devices.size() != replicas)
+            return refuse("its stages have different numbers of replicas");
+    if (perNode <= 0 || replicas % l.t != 0)
+        return refuse("its stages' devices are not whole tensor-parallel groups");
+    l.d = static_cast<int>(replicas) / l.t;
+    l.q = std::lcm(l.t, perNode) / l.t;
+    if (l.d % l.q != 0 || l.q >= l.d)
+        return refuse("no fewer than its " + std::to_string(l.d) + " pipelines fill whole nodes");
+    // Transfers that share an uplink (tensor-parallel ranks, pipelines of a node) take turns in the order the dataflow
+    // reaches them. That order is the same in every block of nodes and in the reduced run until the first all-reduce
+    // ends, which releases the members of all blocks in turn: after it, with another batch to run, blocks may differ.
+    if (plan.schedule.iterations > 1)
+        return refuse("it runs " + std::to_string(plan.schedule.iterations)
+            + " batches, whose transfers after an all-reduce may take their turns differently in every pipeline");
+    if (plan.schedule.microbatches < l.d || plan.schedule.microbatches % l.d != 0)
+        return refuse("its microbatches do not split evenly among its pipelines");
+    // Each block of q pipelines of a stage: consecutive devices from a node's first on, so whole nodes that hold
+    // nothing else (a device is in one physical stage), laid out like every other block. The physical stages in
+    // device order, as their reduced copies: the simulator then meets each block's devices in the same order.
+    const int block = l.q * l.t;
+    for (int r = 1; r < plan.pipelineDepth(); ++r)
+        if (plan.stages[r].devices[0] <= plan.stages[r - 1].devices[0])
+            return refuse("its stages are not in device order");
+    for (const auto& st : plan.stages)
+        for (std::size_t b = 0; b < replicas; b += block) {
+            const int start = st.devices[b];
+            if (start % perNode != 0)
+                return refuse("a node holds devices of two stages or of pipelines simulated apart");
+            for (int i = 1; i < block; ++i)
+                if (st.devices[b + i] != start + i)
+                    return refuse("a pipeline's devices of a stage are not consecutive");
+        }
+    return l;
+}
+
+/// The plan on q of its pipelines: each stage keeps its first q t devices, renumbered onto as many nodes of the
+/// same kind, and q/d of the microbatches.
+Plan reducedPlan(const Plan& plan, const Layout& l, std::vector<int>& reducedOf)
+{
+    const auto& cluster = *plan.cluster;
+    const int block = l.q * l.t, depth = plan.pipelineDepth();
+    const int perNode = cluster.nodes[0].count;
+    Cluster small = cluster;
+    std::vector<Node> nodes(
+        cluster.nodes.begin(), cluster.nodes.begin() + static_cast<std::ptrdiff_t>(depth) * block / perNode);
+    small.nodes = std::move(nodes);
+    // Every device of the whole plan to its counterpart: block b of physical stage r, offset i -> r q t + i.
+    reducedOf.assign(cluster.deviceCount(), -1);
+    for (int r = 0; r < depth; ++r) {
+        const auto& devices = plan.stages[r].devices;
+        for (std::size_t k = 0; k < devices.size(); ++k)
+            reducedOf[devices[k]] = r * block + static_cast<int>(k % block);
+    }
+    Plan reduced = plan;
+    reduced.cluster = Shared<Cluster>(std::move(small));
+    for (auto& st : reduced.stages) {
+        std::vector<int> devices;
+        for (int i = 0; i < block; ++i)
+            devices.push_back(reducedOf[st.devices[i]]);
+        st.devices = std::move(devices);
+    }
+    reduced.schedule.microbatches = plan.schedule.microbatches / l.d * l.q;
+    return reduced;
+}
+
+/// One pipeline (q = 1) has no data-parallel group, so its generator adds no all-reduce: the ones it would add with
+/// replicas,
+/// one group per (stage, tensor-parallel rank) and an all-reduce of the rank's share of the stage's gradients before
+/// each optimizer step (ScheduleBuilder::step, expandTensorParallel).
+void addAllReduces(Schedule& schedule, const Plan& reduced, int t)
+{
+    const double gradientScale = gradientBytesPerWeightByte(reduced.schedule, *reduced.model);
+    std::vector<double> bytes;
+    for (int s = 0; s < reduced.stageCount(); ++s) {
+        const auto& st = reduced.stages[s];
+        double weights = 0.0;
+        for (int pos = st.first_layer; pos <= st.last_layer; ++pos)
+            weights += reduced.model->layers.at(reduced.layerAt(pos)).weight_bytes;
+        double b = weights * gradientScale;
+        if (t > 1)
+            b /= t;
+        bytes.push_back(b);
+        for (int j = 0; j < t; ++j)
+            schedule.groups.push_back({s, {st.devices[j]}});
+    }
+    for (int dev = 0; dev < schedule.num_devices; ++dev) {
+        auto& list = schedule.devices[dev];
+        std::vector<Action> out;
+        out.reserve(list.size() + list.size() / 8);
+        for (const auto& a : list) {
+            if (a.kind == ActionKind::OptimizerStep) {
+                const auto& devices = reduced.stages[a.stage].devices;
+                const int j = static_cast<int>(std::find(devices.begin(), devices.end(), dev) - devices.begin());
+                out.push_back({ActionKind::AllReduce, a.stage, -1, -1, 0, a.stage * t + j, bytes[a.stage]});
+            }
+            out.push_back(a);
+        }
+        list = std::move(out);
+    }
+}
+
+} // namespace
+
+std::string dataParallelAsymmetry(const Plan& plan, const SimulationOptions& options)
+{
+    return layoutOf(plan, options).why;
+}
+
+SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions& options)
+{
+    const Layout l = layoutOf(plan, options);
+    if (!l.why.empty())
+        return simulate(plan, options);
+    std::vector<int> reducedOf;
+    const Plan reduced = reducedPlan(plan, l, reducedOf);
+    Schedule schedule = generateSchedule(reduced);
+    if (l.q == 1)
+        addAllReduces(schedule, reduced, l.t);
+    CostModel cost = CostModel::fromPlan(reduced);
+    // Each stage's all-reduces are charged as the whole group's ring: d members and the slowest link they cross
+    // (groupLink on the whole cluster's nodes; every tensor-parallel rank's group crosses alike).
+    const auto& cluster = *plan.cluster;
+    CostModel whole;
+    for (const auto& ref : cluster.devices())
+        whole.device_node.push_back(ref.node);
+    for (const auto& node : cluster.nodes)
+        whole.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
+    whole.inter_node = {cluster.inter_node_bandwidth_bytes_per_s, cluster.inter_node_latency_s};
+    for (const auto& st : plan.stages) {
+        std::vector<int> group;
+        for (int k = 0; k < l.d; ++k)
+            group.push_back(st.devices[static_cast<std::size_t>(k) * l.t]);
+        cost.stage_rings.push_back({l.d, whole.groupLink(group)});
+    }
+    SimulationResult part = simulate(reduced, schedule, cost, options);
+
+    // Every device gets its counterpart's metrics; the run's metrics are recomputed over all of them.
+    const int D = cluster.deviceCount();
+    SimulationResult r;
+    r.timeline.source = part.timeline.source;
+    r.timeline.label = part.timeline.label;
+    for (int dev = 0; dev < D; ++dev)
+        r.timeline.device_names.push_back(cluster.deviceName(dev));
+    r.makespan_s = part.makespan_s;
+    r.iteration_time_s = part.iteration_time_s;
+    r.batch_ends_s = part.batch_ends_s;
+    r.stages = part.stages;
+    r.simulated_actions = part.simulated_actions;
+    r.devices.resize(D);
+    std::vector<bool> used(D, false);
+    for (int dev = 0; dev < D; ++dev) {
+        if (reducedOf[dev] >= 0) {
+            r.devices[dev] = part.devices[reducedOf[dev]];
+            r.devices[dev].bubble_fraction = 0;
+            used[dev] = !schedule.devices[reducedOf[dev]].empty();
+        } else {
+            r.devices[dev].memory_capacity_bytes = cluster.typeOf(dev).memory_bytes;
+        }
+    }
+    bubbleMetrics(r, used);
+    r.throughput_samples_per_s = throughput(plan, plan.schedule.microbatches, r.iteration_time_s);
+    return r;
+}
+
+} // namespace pw::planner

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: MIT
+// The simulator's whole-run metrics that a reduced simulation (data_parallel.cpp) recomputes for the full plan.
+// Internal to planner/sim/: the simulator and simulateDataParallel share them so both compute them alike.
+#pragma once
+
+#include <vector>
+
+#include "simulator.h"
+
+namespace pw::planner {
+
+/// Every used device's bubble fraction from its busy time and r.makespan_s, and their means (bubble_fraction,
+/// bubble_overhead) over the used devices (those with actions), in device order.
+void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used);
+
+/// Samples per second of `plan` at perBatch microbatches per iteration of iteration_time_s (0 without a time).
+double throughput(const Plan& plan, int perBatch, double iteration_time_s);
+
+} // namespace pw::planner

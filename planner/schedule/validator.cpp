@@ -15,14 +15,21 @@ constexpr std::size_t kMaxErrors = 40;
 constexpr std::size_t kMaxStuckListed = 8;
 
 /// Where the F and B of one (stage, microbatch) are, and how often they occur. A split backward (zero-bubble
-/// schedules) is an I, recorded in the b_ fields (it is what the previous stage waits for), and a W.
+/// schedules) is an I, recorded in the b_ fields (it is what the previous stage waits for), and a W (WeightSlot).
 struct ComputeSlot
 {
-    std::int32_t f_device = -1, f_index = -1, b_device = -1, b_index = -1, w_device = -1, w_index = -1;
-    std::int32_t f_version = 0, b_version = 0, w_version = 0;
-    std::int32_t f_count = 0, b_count = 0, w_count = 0;
-    std::int32_t split = 0; ///< I actions among b_count (the rest are fused B)
+    std::int32_t f_device = -1, f_index = -1, b_device = -1, b_index = -1;
+    std::int32_t f_version = 0, b_version = 0;
+    std::int32_t f_count = 0, b_count = 0;
     std::int32_t f_pulled = -1; ///< wsp: the newest wave its device pulled before the forward
+};
+
+/// The W of one (stage, microbatch), and how many of its backwards were I: kept apart from ComputeSlot, and only for
+/// schedules that split the backward, so that the other schedules' slots stay as small as they were.
+struct WeightSlot
+{
+    std::int32_t w_device = -1, w_index = -1, w_version = 0, w_count = 0;
+    std::int32_t split = 0; ///< I actions among the slot's b_count (the rest are fused B)
 };
 
 /// One transfer (activation or gradient of a stage's microbatch): its send and its receive.
@@ -206,11 +213,12 @@ private:
                     auto& c = m_compute[slot(a.stage, a.microbatch)];
                     if (++c.b_count == 1)
                         c.b_device = d, c.b_index = i, c.b_version = a.weight_version;
-                    c.split += a.kind == ActionKind::BackwardInput;
+                    if (a.kind == ActionKind::BackwardInput)
+                        weightSlot(a.stage, a.microbatch).split += 1;
                     break;
                 }
                 case ActionKind::BackwardWeight: {
-                    auto& c = m_compute[slot(a.stage, a.microbatch)];
+                    auto& c = weightSlot(a.stage, a.microbatch);
                     if (++c.w_count == 1)
                         c.w_device = d, c.w_index = i, c.w_version = a.weight_version;
                     // Its gradients go into the update of its version: a step of the stage before it would
@@ -273,11 +281,15 @@ private:
             return;
         }
         const auto& t = m_transfers[transfer(gradient, fromStage, mb)];
+        const bool received = t.recv_count > 0 && t.recv_device == d && t.recv_index <= index;
+        const bool sent = t.send_count > 0 && t.send_device == pd && t.send_index >= pi;
+        if (received && sent && t.send_peer == d)
+            return; // the common case: no text built
         const std::string what
             = std::string(gradient ? "gradient" : "activation") + " of " + fb(fromStage, mb, producerIsBackward);
-        if (t.recv_count == 0 || t.recv_device != d || t.recv_index > index)
+        if (!received)
             error(where(d, index) + " has no receive of the " + what + " before it");
-        if (t.send_count == 0 || t.send_device != pd || t.send_index < pi)
+        if (!sent)
             error(fb(stage, mb, backward) + " on device " + std::to_string(d) + ": device " + std::to_string(pd)
                 + " does not send the " + what + " after computing it");
         else if (t.send_peer != d)
@@ -294,12 +306,14 @@ private:
                 for (int backward = 0; backward < 2; ++backward) {
                     const int count = backward ? c.b_count : c.f_count;
                     const int dev = backward ? c.b_device : c.f_device;
+                    if (count == 1 && dev == want)
+                        continue; // the common case: no text built
                     const std::string name = fb(s, k, backward);
                     if (count == 0)
                         error(name + " is missing (expected on device " + std::to_string(want) + ")");
                     else if (count > 1)
                         error(name + " occurs " + std::to_string(count) + " times");
-                    else if (dev != want)
+                    else
                         error(name + " runs on device " + std::to_string(dev) + ", but microbatch " + std::to_string(k)
                             + " belongs to device " + std::to_string(want) + " (replica "
                             + std::to_string(k % m_plan.stages[s].replicas()) + " of stage " + std::to_string(s) + ")");
@@ -327,31 +341,36 @@ private:
 
     /// A split backward: one I and one W, the W after its I on the same device with the same version (its stashed
     /// inputs are kept until then); a fused B has no W.
-    void checkWeightGradient(const ComputeSlot& c, int s, int k)
+    void checkWeightGradient(const ComputeSlot& b, int s, int k)
     {
+        if (m_weight.empty())
+            return; // no I and no W anywhere: every backward is fused
+        const WeightSlot& c = m_weight[slot(s, k)];
+        if (c.split == 0 && c.w_count == 0)
+            return;
         const std::string name = "W(stage " + std::to_string(s) + ", microbatch " + std::to_string(k) + ")";
         if (c.split == 0) {
             if (c.w_count > 0)
                 error(name + " has no input gradient I before it (the backward is fused: B)");
             return;
         }
-        if (c.split != c.b_count) {
+        if (c.split != b.b_count) {
             error("stage " + std::to_string(s) + " microbatch " + std::to_string(k) + " mixes a fused B with I");
             return;
         }
         if (c.w_count == 0)
-            error(name + " is missing (its I runs on device " + std::to_string(c.b_device) + ")");
+            error(name + " is missing (its I runs on device " + std::to_string(b.b_device) + ")");
         else if (c.w_count > 1)
             error(name + " occurs " + std::to_string(c.w_count) + " times");
-        else if (c.w_device != c.b_device)
+        else if (c.w_device != b.b_device)
             error(name + " runs on device " + std::to_string(c.w_device) + ", its I on device "
-                + std::to_string(c.b_device));
-        else if (c.w_index < c.b_index)
+                + std::to_string(b.b_device));
+        else if (c.w_index < b.b_index)
             error(where(c.w_device, c.w_index) + " comes before its input gradient (action #"
-                + std::to_string(c.b_index) + ")");
-        else if (c.w_version != c.b_version)
+                + std::to_string(b.b_index) + ")");
+        else if (c.w_version != b.b_version)
             error(name + " uses weight version " + std::to_string(c.w_version) + " but its I used "
-                + std::to_string(c.b_version));
+                + std::to_string(b.b_version));
     }
 
     void checkTransfers()
@@ -544,6 +563,14 @@ private:
     int m_devices = 0;
     int m_microbatches = 0;
     std::vector<ComputeSlot> m_compute;
+    std::vector<WeightSlot> m_weight; ///< empty unless the schedule has an I or a W
+
+    WeightSlot& weightSlot(int stage, int microbatch)
+    {
+        if (m_weight.empty())
+            m_weight.assign(m_compute.size(), {});
+        return m_weight[slot(stage, microbatch)];
+    }
     std::vector<TransferSlot> m_transfers;
     std::vector<std::int64_t> m_allReduces; ///< [group][device]: all-reduces the device reaches
     std::vector<std::int64_t> m_wavePushes; ///< [wave]: WavePush actions in the schedule

@@ -145,10 +145,14 @@ public:
                         m_waves[a.wave].expected += 1;
                     continue;
                 }
-                if ((a.kind != ActionKind::Forward && !isBackward(a.kind)) || a.stage < 0
-                    || a.stage >= schedule.num_stages || a.weight_version < 0 || slot(d, a.stage) == kNoSlot)
+                const bool computes = a.kind == ActionKind::Forward || a.kind == ActionKind::Backward
+                    || a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight;
+                if (!computes || a.stage < 0 || a.stage >= schedule.num_stages || a.weight_version < 0)
+                    continue;
+                const std::size_t at = slot(d, a.stage);
+                if (at == kNoSlot)
                     continue; // a stage the device does not hold fails when the action runs (replica())
-                auto& uses = m_books[slot(d, a.stage)].last_use;
+                auto& uses = m_books[at].last_use;
                 if (static_cast<int>(uses.size()) <= a.weight_version)
                     uses.resize(a.weight_version + 1, -1);
                 uses[a.weight_version] = static_cast<std::int64_t>(i);

@@ -29,7 +29,7 @@ inline app::RunRequest localRunRequest(const planner::Plan& plan, int steps, std
 }
 
 /// The same training in this process (engine::runLocally): what the agents must reproduce.
-inline std::vector<double> inProcessLosses(const planner::Plan& plan, int steps)
+inline engine::LocalRunResult inProcessRun(const planner::Plan& plan, int steps)
 {
     engine::TrainingSetup setup = engine::trainingSetup(plan);
     setup.adam.lr = 1e-2;
@@ -40,7 +40,12 @@ inline std::vector<double> inProcessLosses(const planner::Plan& plan, int steps)
     data.seed = 1234;
     const engine::DataOrder order(
         engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
-    return engine::runLocally(plan, setup, order, steps).losses;
+    return engine::runLocally(plan, setup, order, steps);
+}
+
+inline std::vector<double> inProcessLosses(const planner::Plan& plan, int steps)
+{
+    return inProcessRun(plan, steps).losses;
 }
 
 } // namespace pw::test

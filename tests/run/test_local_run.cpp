@@ -47,16 +47,7 @@ using test::localRunRequest;
 /// The in-process engine's final parameters for the same run.
 std::vector<float> inProcessParameters(const planner::Plan& plan, int steps)
 {
-    engine::TrainingSetup setup = engine::trainingSetup(plan);
-    setup.adam.lr = 1e-2;
-    setup.adam.weight_decay = 0.1;
-    setup.adam.total_steps = steps;
-    setup.seed = 1234;
-    engine::DataSpec data;
-    data.seed = 1234;
-    const engine::DataOrder order(
-        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
-    return engine::runLocally(plan, setup, order, steps).final_parameters;
+    return test::inProcessRun(plan, steps).final_parameters;
 }
 
 /// CSV rows of a run's measured spans: per agent, the span numbers it stored.

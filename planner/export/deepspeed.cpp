@@ -49,7 +49,7 @@ public:
                 "graph of operators");
 
         nlohmann::ordered_json config;
-        config["train_batch_size"] = shape.microbatch_size * shape.microbatches * shape.data;
+        config["train_batch_size"] = shape.globalBatch();
         config["train_micro_batch_size_per_gpu"] = shape.microbatch_size;
         config["gradient_accumulation_steps"] = shape.microbatches;
         if (shape.precision == "bf16")

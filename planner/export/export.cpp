@@ -115,7 +115,15 @@ PipelineShape checkExportable(const Plan& plan, std::string_view runtime)
     shape.depth = plan.pipelineDepth();
     shape.tensor = std::max(1, plan.tensor_parallel);
     shape.data = replicas / shape.tensor;
-    shape.microbatches = plan.schedule.microbatches;
+    // The plan's microbatches are the whole step's, dealt round-robin over the data-parallel replicas (replica k runs
+    // k, k + d, ...); the runtimes count a replica's own (gradient accumulation steps, n_microbatches).
+    if (plan.schedule.microbatches % shape.data != 0)
+        refuse(runtime, "/schedule/microbatches",
+            std::to_string(plan.schedule.microbatches) + " microbatches per step do not split evenly over "
+                + std::to_string(shape.data)
+                + " data-parallel replicas; the runtime gives every replica the same number: plan a multiple of "
+                + std::to_string(shape.data));
+    shape.microbatches = plan.schedule.microbatches / shape.data;
     shape.microbatch_size
         = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     shape.precision = weightPrecision(plan.schedule, *plan.model);
@@ -171,7 +179,9 @@ std::string planSummary(const Plan& plan, const PipelineShape& shape, std::strin
         out << " x " << shape.chunks << " chunks";
     out << ", tensor parallel " << shape.tensor << ", data parallel " << shape.data << " = " << shape.gpus() << " "
         << shape.device_type << "; " << shape.microbatches << " microbatches of " << shape.microbatch_size
-        << " per step, " << shape.precision << (plan.schedule.recompute ? ", recomputation" : "") << "\n";
+        << " per step"
+        << (shape.data > 1 ? " on each replica (" + std::to_string(shape.globalBatch()) + " samples per step)" : "")
+        << ", " << shape.precision << (plan.schedule.recompute ? ", recomputation" : "") << "\n";
     return out.str();
 }
 

@@ -19,11 +19,13 @@ struct PipelineShape
     int chunks = 1; ///< virtual stages per device
     int tensor = 1; ///< t
     int data = 1; ///< d: data-parallel replicas of every stage
-    int microbatches = 1; ///< per step and data-parallel replica
+    int microbatches = 1; ///< per step and data-parallel replica (the plan's per step / data)
     int microbatch_size = 1; ///< samples per microbatch
     std::string precision; ///< "fp32" | "bf16" | "fp16" (the weights')
     std::string device_type; ///< every device's type
     int gpus() const { return depth * tensor * data; }
+    /// Samples one step trains over every replica: what the plan's schedule runs (microbatch size x its microbatches).
+    long long globalBatch() const { return static_cast<long long>(microbatch_size) * microbatches * data; }
     int virtualStages() const { return depth * chunks; }
 
     bool operator==(const PipelineShape&) const = default;

@@ -98,7 +98,7 @@ public:
             arg("--max-position-embeddings", std::to_string(a->sequence));
         }
         arg("--micro-batch-size", std::to_string(shape.microbatch_size));
-        arg("--global-batch-size", std::to_string(shape.microbatch_size * shape.microbatches * shape.data));
+        arg("--global-batch-size", std::to_string(shape.globalBatch()));
         if (plan.schedule.recompute) {
             arg("--recompute-granularity", "full");
             arg("--recompute-method", "uniform");
@@ -129,7 +129,7 @@ public:
                     + " transformer layers per virtual stage)"
                                  : "the split is uneven: --pipeline-model-parallel-layout gives every virtual "
                                    "stage's layers (a Megatron-core feature, 2025 or later)");
-        out.notes.push_back("global batch = micro-batch size x microbatches x data-parallel degree = "
+        out.notes.push_back("global batch = micro-batch size x microbatches per replica x data-parallel degree = "
             + std::to_string(shape.microbatch_size) + " x " + std::to_string(shape.microbatches) + " x "
             + std::to_string(shape.data));
         return out;

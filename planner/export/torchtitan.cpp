@@ -2,6 +2,8 @@
 // torchtitan: the schedule as torch.distributed.pipelining's CSV (the compute_only form that
 // _PipelineScheduleRuntime._load_csv reads: one row per pipeline rank, actions {stage}{F|B|W}{microbatch}) and the
 // TOML fragment that points torchtitan at it and cuts the model by module names.
+#include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "../errors.h"
@@ -69,16 +71,26 @@ public:
         const auto roles = transformerRoles(*plan.model, name());
         const Schedule schedule = oneStep(plan);
 
-        // One row per pipeline rank: the first replica's device of stage r (its first tensor-parallel rank).
+        // One row per pipeline rank: the first replica's device of stage r (its first tensor-parallel rank). Every
+        // replica runs the same order on its own microbatches, which torchtitan numbers from 0 on each rank: the
+        // plan's microbatches of that replica (0, d, 2d, ... for replica 0) become 0, 1, 2, ...
         std::ostringstream csv;
         for (int rank = 0; rank < shape.depth; ++rank) {
-            const int device = plan.stages[rank].devices.front();
+            const auto& actions = schedule.devices.at(static_cast<std::size_t>(plan.stages[rank].devices.front()));
+            std::set<int> own;
+            for (const Action& a : actions)
+                if (actionLetter(a.kind))
+                    own.insert(a.microbatch);
+            const std::vector<int> ordered(own.begin(), own.end());
+            const auto local = [&](int microbatch) {
+                return std::lower_bound(ordered.begin(), ordered.end(), microbatch) - ordered.begin();
+            };
             bool first = true;
-            for (const Action& a : schedule.devices.at(static_cast<std::size_t>(device))) {
+            for (const Action& a : actions) {
                 const char letter = actionLetter(a.kind);
                 if (!letter)
                     continue;
-                csv << (first ? "" : ",") << a.stage << letter << a.microbatch;
+                csv << (first ? "" : ",") << a.stage << letter << local(a.microbatch);
                 first = false;
             }
             csv << "\n";
@@ -121,7 +133,8 @@ public:
         out.files = {{"schedule.csv", csv.str()}, {"torchtitan.toml", toml.str()}};
         out.notes.push_back("torchtitan derives its stages per rank from pipeline_parallel_schedule (\""
             + scheduleName(plan, shape.chunks) + "\"); the order of actions is the CSV's, "
-            + std::to_string(schedule.microbatches_per_batch) + " microbatches per step");
+            + std::to_string(shape.microbatches) + " microbatches per step on each of the " + std::to_string(shape.data)
+            + " data-parallel replicas");
         if (plan.schedule.kind == "zb-h1" || plan.schedule.kind == "zb-h2")
             out.notes.push_back("torch.distributed.pipelining names no zero-bubble schedule with one stage per rank: "
                                 "\"1F1B\" gives torchtitan the stage count, the CSV the order with its I (input "

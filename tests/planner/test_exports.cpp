@@ -25,6 +25,7 @@
 #include "planner/errors.h"
 #include "planner/export/export.h"
 #include "planner/io/json_file.h"
+#include "planner/partition/partitioner.h"
 #include "planner/plan.h"
 #include "tests/skip.h"
 
@@ -270,11 +271,38 @@ std::vector<Case> zeroBubbleCases()
     return out;
 }
 
+/// The demo's GPT on its 8 H100s as `plan --algorithm uniform --stages 4 --microbatches 8` makes it: 4 stages, each
+/// on 2 devices (data parallel 2), 8 microbatches of 4 samples per step dealt round-robin (replica 0 runs 0, 2, 4,
+/// 6): 32 samples per step, 4 microbatches per replica.
+Plan replicatedPlan()
+{
+    PartitionOptions o;
+    o.stages = 4;
+    o.schedule.microbatches = 8;
+    auto r = findPartitioner("uniform")->partition({loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json"),
+                                                       loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json"), o},
+        {}, {});
+    REQUIRE(r.ok());
+    REQUIRE(r.plan->dataReplicas(0) == 2);
+    return *r.plan;
+}
+
+/// Samples one step of the plan trains, and microbatches per data-parallel replica.
+long long planBatch(const Plan& plan)
+{
+    return static_cast<long long>(plan.schedule.microbatches)
+        * (plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size);
+}
+int replicaMicrobatches(const Plan& plan)
+{
+    return plan.schedule.microbatches / plan.dataReplicas(0);
+}
+
 std::vector<Case> cases()
 {
     return {{"gpt2-tiny-local", demoPlan("gpt2-tiny-local.plan.json")},
         {"gpt2-124m-h100", demoPlan("gpt2-124m-h100.plan.json")}, {"gpt2-tiny-interleaved", interleavedPlan()},
-        {"gpt3-175b-64xh100", gpt3Plan()}};
+        {"gpt3-175b-64xh100", gpt3Plan()}, {"gpt-demo-replicated", replicatedPlan()}};
 }
 
 } // namespace
@@ -306,7 +334,7 @@ TEST_CASE("torchtitan exports match their golden files and the CSV runs as PyTor
         const int depth = c.plan.pipelineDepth();
         const auto rows = parseCsv(csv->text);
         REQUIRE(static_cast<int>(rows.size()) == depth);
-        checkCsvRuns(rows, c.plan.stageCount(), c.plan.schedule.microbatches);
+        checkCsvRuns(rows, c.plan.stageCount(), replicaMicrobatches(c.plan)); // each rank numbers its own from 0
         const auto* toml = fileNamed(e, "torchtitan.toml");
         REQUIRE(toml);
         CHECK_THAT(toml->text, Catch::Contains("pipeline_parallel_degree = " + std::to_string(depth) + "\n"));
@@ -334,8 +362,7 @@ TEST_CASE("torchtitan TOML parses with Python's tomllib into the plan's stages a
         REQUIRE(status == 0);
         const int layers = c.plan.model->layerCount();
         const int modules = layers + 1; // the head is norm and output
-        const int batch = c.plan.schedule.microbatches
-            * (c.plan.schedule.microbatch_size > 0 ? c.plan.schedule.microbatch_size : c.plan.model->microbatch_size);
+        const long long batch = planBatch(c.plan) / c.plan.dataReplicas(0); // local: one data-parallel replica's
         CHECK(out
             == std::to_string(c.plan.pipelineDepth()) + " " + std::to_string(c.plan.stageCount()) + " "
                 + std::to_string(modules) + " " + std::to_string(batch) + "\n");
@@ -389,6 +416,7 @@ TEST_CASE("Megatron arguments match their golden files and the layout follows Me
         const int blocks = c.plan.model->layerCount() - 2;
         CHECK(megatronArg(text, "--pipeline-model-parallel-size") == std::to_string(depth));
         CHECK(megatronArg(text, "--num-layers") == std::to_string(blocks));
+        CHECK(megatronArg(text, "--global-batch-size") == std::to_string(planBatch(c.plan)));
         std::string layout = megatronArg(text, "--pipeline-model-parallel-layout");
         if (!layout.empty()) {
             REQUIRE(layout.size() > 2);
@@ -439,9 +467,10 @@ TEST_CASE("DeepSpeed partitions match their golden files and parse as JSON and P
         const PlanExport e = exporter.write(c.plan);
         checkGolden(c.name, "deepspeed", e);
         const auto config = nlohmann::json::parse(fileNamed(e, "ds_config.json")->text);
-        CHECK(config.at("gradient_accumulation_steps") == c.plan.schedule.microbatches);
+        CHECK(config.at("gradient_accumulation_steps") == replicaMicrobatches(c.plan));
+        CHECK(config.at("train_batch_size").get<long long>() == planBatch(c.plan)); // what the plan trains per step
         CHECK(config.at("train_batch_size").get<int>()
-            == config.at("train_micro_batch_size_per_gpu").get<int>() * c.plan.schedule.microbatches
+            == config.at("train_micro_batch_size_per_gpu").get<int>() * replicaMicrobatches(c.plan)
                 * c.plan.dataReplicas(0));
         // The Python file runs (without DeepSpeed it only defines the numbers) and its PARTS are the stages' cuts.
         writeFile(dir / "pipeline_partition.py", fileNamed(e, "pipeline_partition.py")->text);
@@ -458,6 +487,44 @@ TEST_CASE("DeepSpeed partitions match their golden files and parse as JSON and P
                 + std::to_string(layers) + "\n");
     }
     fs::remove_all(dir);
+}
+
+TEST_CASE("exports of a replicated plan number each replica's microbatches and train the plan's batch", "[exports]")
+{
+    // 4 stages x 2 replicas, 8 microbatches of 4: replica 0 runs the plan's 0, 2, 4, 6, replica 1 runs 1, 3, 5, 7;
+    // each runtime sees 4 microbatches per replica, numbered 0-3 on every rank, and a global batch of 32 samples.
+    const Plan plan = replicatedPlan();
+    REQUIRE(plan.schedule.microbatches == 8);
+    REQUIRE(plan.model->microbatch_size == 4);
+    const PlanExport tt = findPlanExporter("torchtitan")->write(plan);
+    const auto rows = parseCsv(fileNamed(tt, "schedule.csv")->text);
+    REQUIRE(rows.size() == 4);
+    for (const auto& row : rows) {
+        std::set<int> microbatches;
+        for (const auto& a : row)
+            microbatches.insert(a.microbatch);
+        CHECK(microbatches == std::set<int> {0, 1, 2, 3});
+    }
+    CHECK(rows[0].front().kind == 'F');
+    CHECK(rows[0].front().microbatch == 0);
+    CHECK(rows[0][1].microbatch == 1); // 0F0,0F1,... (the plan's 0 and 2), no gaps
+    const std::string& toml = fileNamed(tt, "torchtitan.toml")->text;
+    CHECK_THAT(toml, Catch::Contains("local_batch_size = 16\n"));
+    CHECK_THAT(toml, Catch::Contains("data_parallel_replicate_degree = 2\n"));
+    CHECK_THAT(toml, Catch::Contains("4 microbatches of 4 per step on each replica (32 samples per step)"));
+    const PlanExport mg = findPlanExporter("megatron")->write(plan);
+    CHECK(megatronArg(mg.files.front().text, "--global-batch-size") == "32");
+    CHECK(megatronArg(mg.files.front().text, "--micro-batch-size") == "4");
+    const PlanExport ds = findPlanExporter("deepspeed")->write(plan);
+    const auto config = nlohmann::json::parse(fileNamed(ds, "ds_config.json")->text);
+    CHECK(config.at("train_batch_size") == 32);
+    CHECK(config.at("gradient_accumulation_steps") == 4);
+    CHECK(config.at("train_micro_batch_size_per_gpu") == 4);
+    // Microbatches that do not split evenly over the replicas cannot be exported: the runtimes give each the same.
+    Plan odd = plan;
+    odd.schedule.microbatches = 7;
+    for (const auto* e : planExporters())
+        CHECK_THROWS_WITH(e->write(odd), Catch::Contains("7 microbatches per step do not split evenly over 2"));
 }
 
 TEST_CASE("every exporter refuses what its runtime cannot express and names the field", "[exports]")

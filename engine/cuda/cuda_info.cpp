@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The CUDA half of probeCuda() (engine/devices.h): the runtime's, driver's and cuBLASLt's versions and every visible
 // device, through the CUDA runtime API. Plain C++: nothing here runs on the GPU.
-#include <cublasLt.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "../devices.h"
+#include "cublaslt.h"
 
 namespace pw::engine {
 
@@ -53,10 +53,7 @@ CudaInfo probeCudaRuntime()
         info.runtime = cudaVersionString(version);
     version = 0;
     info.driver = cudaDriverGetVersion(&version) == cudaSuccess && version > 0 ? cudaVersionString(version) : "none";
-    // cuBLASLt's number is major * 10000 + minor * 100 + patch.
-    const std::size_t cublas = cublasLtGetVersion();
-    info.cublas = std::to_string(cublas / 10000) + "." + std::to_string(cublas % 10000 / 100) + "."
-        + std::to_string(cublas % 100);
+    info.cublas = cuda::cublasLtVersion(); // loads it: a probe asks what a GPU run would use
 
     int count = 0;
     if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "cublaslt.h"
+
 namespace pw::engine::cuda {
 
 namespace {
@@ -30,8 +32,8 @@ void throwCudaError(cudaError_t error, const char* call, const char* file, int l
 
 void throwCublasError(cublasStatus_t status, const char* call, const char* file, int line)
 {
-    throw std::runtime_error("cuBLASLt error in " + where(call, file, line) + ": " + cublasLtGetStatusString(status)
-        + " (" + cublasLtGetStatusName(status) + ")");
+    throw std::runtime_error("cuBLASLt error in " + where(call, file, line) + ": " + cublasLt().getStatusString(status)
+        + " (" + cublasLt().getStatusName(status) + ")");
 }
 
 } // namespace pw::engine::cuda

@@ -13,6 +13,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "cublaslt.h"
 #include "cuda_util.h"
 #include "matmul.h"
 
@@ -143,10 +144,8 @@ planner::GemmTable measureGemmTable(
         throw;
     }
     release();
-    const std::size_t cublas = cublasLtGetVersion();
     table.device = prop.name;
-    table.library = "cuBLASLt " + std::to_string(cublas / 10000) + "." + std::to_string(cublas % 10000 / 100) + "."
-        + std::to_string(cublas % 100);
+    table.library = "cuBLASLt " + cuda::cublasLtVersion();
     table.dtype = options.bf16 ? "bf16" : "fp32";
     table.layout = "TN";
     return table;

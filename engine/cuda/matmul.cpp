@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cublaslt.h"
 #include "cuda_util.h"
 
 namespace pw::engine::cuda {
@@ -23,7 +24,7 @@ int alignmentOf(const void* p)
 
 template <class V> void setDesc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const V& value)
 {
-    PW_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+    PW_CUBLAS(cublasLt().matmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
 
 cublasLtEpilogue_t epilogueOf(const Matmul::Product& p)
@@ -41,23 +42,23 @@ Matmul::Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes,
     , m_workspaceBytes(workspaceBytes)
     , m_bf16(bf16)
 {
-    PW_CUBLAS(cublasLtCreate(&m_handle));
+    PW_CUBLAS(cublasLt().create(&m_handle));
 }
 
 Matmul::~Matmul()
 {
     for (auto& [key, plan] : m_plans)
         destroy(plan);
-    cublasLtDestroy(m_handle);
+    cublasLt().destroy(m_handle);
 }
 
 void Matmul::destroy(Plan& plan)
 {
     for (cublasLtMatrixLayout_t layout : {plan.a, plan.b, plan.d})
         if (layout)
-            cublasLtMatrixLayoutDestroy(layout);
+            cublasLt().matrixLayoutDestroy(layout);
     if (plan.desc)
-        cublasLtMatmulDescDestroy(plan.desc);
+        cublasLt().matmulDescDestroy(plan.desc);
     plan = Plan {};
 }
 
@@ -83,7 +84,7 @@ Matmul::Plan& Matmul::plan(const Product& p)
 void Matmul::build(Plan& plan, const Product& p)
 {
     const cudaDataType_t type = m_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    PW_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    PW_CUBLAS(cublasLt().matmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, p.transA ? CUBLAS_OP_T : CUBLAS_OP_N);
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.transB ? CUBLAS_OP_T : CUBLAS_OP_N);
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogueOf(p));
@@ -94,17 +95,17 @@ void Matmul::build(Plan& plan, const Product& p)
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.geluInput);
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
     }
-    PW_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a, type, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
-    PW_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b, type, p.transB ? p.n : p.k, p.transB ? p.k : p.n, p.ldb));
-    PW_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, type, p.m, p.n, p.ldd));
+    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.a, type, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
+    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.b, type, p.transB ? p.n : p.k, p.transB ? p.k : p.n, p.ldb));
+    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.d, type, p.m, p.n, p.ldd));
 
     cublasLtMatmulPreference_t preference = nullptr;
-    PW_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+    PW_CUBLAS(cublasLt().matmulPreferenceCreate(&preference));
     const auto setPreference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
         const cublasStatus_t status
-            = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
+            = cublasLt().matmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
         if (status != CUBLAS_STATUS_SUCCESS) {
-            cublasLtMatmulPreferenceDestroy(preference);
+            cublasLt().matmulPreferenceDestroy(preference);
             PW_CUBLAS(status);
         }
     };
@@ -115,9 +116,9 @@ void Matmul::build(Plan& plan, const Product& p)
     setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(alignmentOf(p.D)));
     cublasLtMatmulHeuristicResult_t result {};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+    const cublasStatus_t status = cublasLt().matmulAlgoGetHeuristic(
         m_handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(preference);
+    cublasLt().matmulPreferenceDestroy(preference);
     // "Not supported" is how cuBLASLt says that no algorithm fits (e.g. an epilogue on this type): a fallback, not
     // an error.
     if (status != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -141,8 +142,8 @@ bool Matmul::run(const Product& p)
     if (p.geluInput)
         setDesc(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.geluInput);
     const float alpha = 1.0f;
-    PW_CUBLAS(cublasLtMatmul(m_handle, pl.desc, &alpha, p.A, pl.a, p.B, pl.b, &p.beta, p.D, pl.d, p.D, pl.d, &pl.algo,
-        m_workspace, m_workspaceBytes, m_stream));
+    PW_CUBLAS(cublasLt().matmul(m_handle, pl.desc, &alpha, p.A, pl.a, p.B, pl.b, &p.beta, p.D, pl.d, p.D, pl.d,
+        &pl.algo, m_workspace, m_workspaceBytes, m_stream));
     return true;
 }
 

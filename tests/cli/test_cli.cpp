@@ -259,3 +259,29 @@ TEST_CASE("export writes another runtime's files into a directory or refuses nam
     CHECK_FALSE(fs::exists(dir / "ds"));
     fs::remove_all(dir);
 }
+
+TEST_CASE("the CLI loads no CUDA library to start, plan or simulate", "[cli]")
+{
+    // issue 30 item 10: every start mapped cuBLASLt (541 MB, 60 ms, 211 MB resident) before `--version` printed, on
+    // machines without a GPU too. The dynamic loader's own trace (LD_DEBUG=files) lists every library it loads,
+    // dlopen'ed ones included. (Speed and memory: tests/bench/bench_cli_start.cpp.)
+    const auto loaded = [](const std::string& args) {
+        std::string out;
+        std::FILE* pipe
+            = ::popen(("LD_DEBUG=files " + std::string(PW_CLI_EXE) + " " + args + " 2>&1 >/dev/null").c_str(), "r");
+        REQUIRE(pipe);
+        char buffer[4096];
+        for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+            out.append(buffer, n);
+        CHECK(::pclose(pipe) == 0);
+        return out;
+    };
+    for (const std::string& args :
+        std::vector<std::string> {"--version", "--help", "simulate " + kDemo + "/gpt2-tiny-local.plan.json",
+            "plan --model " + kDemo + "/gpt-demo.json --cluster " + kDemo + "/dgx-h100.json --algorithm megatron"}) {
+        const std::string trace = loaded(args);
+        INFO(args);
+        REQUIRE_THAT(trace, Catch::Contains("file=")); // the trace is there
+        CHECK_THAT(trace, !Catch::Contains("cublas") && !Catch::Contains("libcudnn") && !Catch::Contains("libnccl"));
+    }
+}

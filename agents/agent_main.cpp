@@ -27,9 +27,9 @@
 
 namespace {
 
-void onTerminate(int)
+void onTerminate(int signal)
 {
-    pw::agents::requestAgentStop();
+    pw::agents::requestAgentStop(signal);
 }
 
 } // namespace

@@ -18,6 +18,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include <arpa/inet.h>
@@ -177,6 +178,15 @@ std::chrono::milliseconds until(Clock::time_point deadline)
         std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
 }
 
+/// "0, 1, 3": devices for a message.
+std::string listOf(const std::vector<int>& devices)
+{
+    std::string out;
+    for (int d : devices)
+        out += (out.empty() ? "" : ", ") + std::to_string(d);
+    return out;
+}
+
 std::string groupKey(const std::vector<int>& devices)
 {
     std::string key = "group";
@@ -188,8 +198,10 @@ std::string groupKey(const std::vector<int>& devices)
 class GlooTransport final : public Transport
 {
 public:
-    GlooTransport(int device, int devices, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options)
+    GlooTransport(int device, std::vector<int> devices, std::shared_ptr<gloo::rendezvous::Store> store,
+        const GlooOptions& options)
         : m_device(device)
+        , m_members(std::move(devices))
         , m_store(std::move(store))
         , m_options(options)
     {
@@ -208,10 +220,12 @@ public:
             throw TransportError("device " + std::to_string(device) + ": Gloo cannot listen on "
                 + (options.iface.empty() ? options.hostname : "interface " + options.iface) + ": " + e.what());
         }
-        std::vector<int> all(static_cast<std::size_t>(devices));
-        for (int d = 0; d < devices; ++d)
-            all[static_cast<std::size_t>(d)] = d;
-        m_mesh = connect(all, "mesh");
+        if (!std::is_sorted(m_members.begin(), m_members.end())
+            || std::adjacent_find(m_members.begin(), m_members.end()) != m_members.end()
+            || !std::binary_search(m_members.begin(), m_members.end(), device))
+            throw TransportError("device " + std::to_string(device) + " is not among the run's devices ("
+                + listOf(m_members) + ", ascending, each once)");
+        m_mesh = connect(m_members, "mesh");
     }
 
     ~GlooTransport() override
@@ -235,7 +249,8 @@ public:
         Pending p;
         p.data.assign(values.begin(), values.end());
         p.buffer = m_mesh->createUnboundBuffer(p.data.data(), p.data.size() * sizeof(float));
-        guard("send to device " + std::to_string(peer), [&] { p.buffer->send(peer, tag); });
+        const int rank = meshRank(peer);
+        guard("send to device " + std::to_string(peer), [&] { p.buffer->send(rank, tag); });
         m_pending.push_back(std::move(p));
         // Keep a bounded number in flight: the oldest send is done long before the queue fills.
         while (m_pending.size() > 64)
@@ -269,7 +284,8 @@ public:
         };
         const std::span<float> values = host(data);
         auto buffer = m_mesh->createUnboundBuffer(values.data(), values.size() * sizeof(float));
-        guard("receive from device " + std::to_string(peer), [&] { buffer->recv(peer, tag); });
+        const int rank = meshRank(peer);
+        guard("receive from device " + std::to_string(peer), [&] { buffer->recv(rank, tag); });
         return Handle(std::make_unique<Receive>(*this, peer, std::move(buffer)));
     }
 
@@ -305,6 +321,16 @@ private:
             throw TransportError("device " + std::to_string(m_device)
                 + ": the Gloo transport carries fp32 host memory (stage other memory through throughHost)");
         return {static_cast<float*>(r.data), r.count};
+    }
+
+    /// The mesh's rank of device `peer` (its place among the run's devices).
+    int meshRank(int peer) const
+    {
+        const auto at = std::lower_bound(m_members.begin(), m_members.end(), peer);
+        if (at == m_members.end() || *at != peer)
+            throw TransportError("device " + std::to_string(m_device) + ": device " + std::to_string(peer)
+                + " is not among the run's devices (" + listOf(m_members) + ")");
+        return static_cast<int>(at - m_members.begin());
     }
 
     struct Pending
@@ -525,6 +551,7 @@ private:
     }
 
     int m_device;
+    std::vector<int> m_members; ///< the run's devices, ascending: device m_members[r] is the mesh's rank r
     std::shared_ptr<gloo::rendezvous::Store> m_store;
     GlooOptions m_options;
     std::shared_ptr<gloo::transport::Device> m_dev;
@@ -536,9 +563,17 @@ private:
 } // namespace
 
 std::unique_ptr<Transport> makeGlooTransport(
+    int device, std::vector<int> devices, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options)
+{
+    return std::make_unique<GlooTransport>(device, std::move(devices), std::move(store), options);
+}
+
+std::unique_ptr<Transport> makeGlooTransport(
     int device, int devices, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options)
 {
-    return std::make_unique<GlooTransport>(device, devices, std::move(store), options);
+    std::vector<int> all(static_cast<std::size_t>(std::max(0, devices)));
+    std::iota(all.begin(), all.end(), 0);
+    return makeGlooTransport(device, std::move(all), std::move(store), options);
 }
 
 } // namespace pw::engine

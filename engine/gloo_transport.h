@@ -17,7 +17,7 @@ class Store;
 
 namespace pw::engine {
 
-/// @brief Gloo over TCP: a full mesh among all devices of the run for transfers, and a context per collective group
+/// @brief Gloo over TCP: a full mesh among the devices of the run for transfers, and a context per collective group
 /// (made up front by makeGroups). Rendezvous goes through `store` (the controller relays it between agents).
 ///
 /// Gloo's TCP transport accepts the first connection on a pair's listener, whoever makes it. So every connection
@@ -39,6 +39,11 @@ struct GlooOptions
     std::chrono::milliseconds connect_timeout {5000};
     std::function<void(const std::string&)> warn; ///< a failed attempt, naming the connection (may be empty)
 };
+/// Device `device` among the run's `devices` (ascending; the plan's, which may leave some of its cluster's out):
+/// the mesh has a rank per device of the list, so a device that is not in it is never waited for.
+std::unique_ptr<Transport> makeGlooTransport(
+    int device, std::vector<int> devices, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options);
+/// The same among devices 0 to `devices` - 1.
 std::unique_ptr<Transport> makeGlooTransport(
     int device, int devices, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options);
 

@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <system_error>
 
@@ -153,6 +155,30 @@ void writeCheckpoint(const std::filesystem::path& path, const Checkpoint& c)
     h[6] = c.config.channels;
     h[7] = c.config.padded_vocab;
     writeAll(path, h, c.params.data(), c.params.size() * sizeof(float));
+}
+
+void checkCheckpointDestination(const std::filesystem::path& path)
+{
+    const auto refuse = [&](const std::string& why) {
+        throw InputError(path.string(), 0, "", "cannot save the trained model there: " + why);
+    };
+    if (path.empty() || !path.has_filename())
+        refuse("give a file name, not a folder");
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(status))
+        refuse("it is a directory; give a file name in it (e.g. " + (path / "model.bin").string() + ")");
+    const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    const auto folderStatus = std::filesystem::status(folder, ec);
+    if (!std::filesystem::exists(folderStatus))
+        refuse("the folder " + folder.string() + " does not exist");
+    if (!std::filesystem::is_directory(folderStatus))
+        refuse(folder.string() + " is not a folder");
+    // Whoever starts the run removes an old file and the agents create it anew: the folder must take new files.
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+        refuse("the folder " + folder.string() + " is not writable (" + std::strerror(errno) + ")");
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+        refuse("it is not a regular file");
 }
 
 void writeCheckpointPart(const std::filesystem::path& path, const StageModel& stage)

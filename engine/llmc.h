@@ -45,6 +45,10 @@ class StageModel;
 /// written by different processes in any order, make one checkpoint; whoever starts the run removes an old file
 /// first. Throws std::system_error naming the file.
 void writeCheckpointPart(const std::filesystem::path& path, const StageModel& stage);
+/// Throws InputError naming `path` when a checkpoint cannot be written there, so that a run is refused before it
+/// trains instead of failing after: a directory of that name, a folder that is missing, not a folder or not
+/// writable, an existing file that cannot be replaced.
+void checkCheckpointDestination(const std::filesystem::path& path);
 
 /// Reads a token file; throws InputError naming the file and the header field (magic, version, count against the
 /// file's size; a directory).

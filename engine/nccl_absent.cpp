@@ -11,10 +11,17 @@ bool ncclCompiledIn()
     return false;
 }
 
-std::unique_ptr<Transport> makeNcclTransport(int device, int, Rendezvous&, std::shared_ptr<Backend>, const NcclOptions&)
+std::unique_ptr<Transport> makeNcclTransport(
+    int device, std::vector<int>, Rendezvous&, std::shared_ptr<Backend>, const NcclOptions&)
 {
     throw TransportError("device " + std::to_string(device)
         + ": this build has no NCCL transport (configured with PW_WITH_CUDA=OFF, or no CUDA compiler was found)");
+}
+
+std::unique_ptr<Transport> makeNcclTransport(
+    int device, int, Rendezvous& store, std::shared_ptr<Backend> backend, const NcclOptions& options)
+{
+    return makeNcclTransport(device, std::vector<int> {}, store, std::move(backend), options);
 }
 #endif
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The run's setup around the executor (executor.h): which of a plan's settings the engine honours, the training
 // setup and input checks made from a plan, and the schedule a run executes (one step repeated where it can be).
+#include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <utility>
 
@@ -71,6 +73,51 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
     return precision;
 }
 
+namespace {
+
+/// The profile's layers against the architecture the engine will build from: the microbatch they were measured at
+/// and every block's output and weights. A hand-edited architecture (another microbatch, hidden size or sequence)
+/// would otherwise train a model other than the one planned, with other times and memory.
+void checkLayersFitArchitecture(const planner::ModelProfile& model)
+{
+    const auto& arch = *model.architecture;
+    if (arch.microbatch != model.microbatch_size)
+        throw InputError({}, 0, "/model/architecture/microbatch",
+            std::to_string(arch.microbatch) + ", but the profile's layers are of microbatches of "
+                + std::to_string(model.microbatch_size)
+                + " (/model/microbatch_size): the engine would train another microbatch than the plan's; make the "
+                  "profile again with `profile transformer --microbatch N` (or plan --microbatch-size N)");
+    const double element = arch.bytes_per_element;
+    const double h = arch.hidden;
+    const double output = element * arch.microbatch * static_cast<double>(arch.sequence) * h;
+    const double weights = element * (12 * h * h + 13 * h); // QKV 3h^2+3h, projection h^2+h, MLP 8h^2+5h, 2 norms 4h
+    const auto agrees = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
+    const auto describe = [&](double want) {
+        return std::string(" by the architecture (") + std::to_string(arch.microbatch) + " x "
+            + std::to_string(arch.sequence) + " x " + std::to_string(arch.hidden) + ", "
+            + std::to_string(arch.bytes_per_element)
+            + " bytes per element: " + std::to_string(static_cast<long long>(want)) + " bytes)";
+    };
+    for (int l = 1; l <= arch.layers && l < model.layerCount(); ++l) {
+        const auto& layer = model.layers[static_cast<std::size_t>(l)];
+        const std::string path = "/model/layers/" + std::to_string(l);
+        if (!agrees(layer.activation_bytes, output))
+            throw InputError({}, 0, path + "/activation_bytes",
+                "block " + std::to_string(l - 1) + " ('" + layer.name + "') outputs "
+                    + std::to_string(static_cast<long long>(layer.activation_bytes)) + " bytes, not the ones given"
+                    + describe(output) + ": the profile's layers and /model/architecture describe different models");
+        if (!agrees(layer.weight_bytes, weights))
+            throw InputError({}, 0, path + "/weight_bytes",
+                "block " + std::to_string(l - 1) + " ('" + layer.name + "') has "
+                    + std::to_string(static_cast<long long>(layer.weight_bytes))
+                    + " bytes of weights, not GPT-2's 12h^2 + 13h parameters at hidden " + std::to_string(arch.hidden)
+                    + " (" + std::to_string(static_cast<long long>(weights))
+                    + " bytes): the profile's layers and /model/architecture describe different models");
+    }
+}
+
+} // namespace
+
 TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
 {
     const auto& model = *plan.model;
@@ -95,6 +142,7 @@ TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
                 + " blocks and the head (/model/architecture/layers counts the blocks only); make the profile with "
                   "`profile transformer`");
     s.precision = checkEngineHonours(plan, where);
+    checkLayersFitArchitecture(model);
     s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
     s.shape.seq = arch.sequence;
     s.microbatches = plan.microbatchesPerStep();

@@ -387,7 +387,9 @@ Cluster clusterFromJson(const json& j)
         const auto& jt = f::object(types[i], path);
         DeviceType t;
         t.name = f::string(jt, "name", path);
-        t.memory_bytes = f::nonNegative(jt, "memory_bytes", path);
+        t.memory_bytes = f::number(jt, "memory_bytes", path);
+        if (!(t.memory_bytes > 0)) // as the cluster editor says it
+            f::fail(f::child(path, "memory_bytes"), "must be > 0 bytes, got " + jt.at("memory_bytes").dump());
         t.peak_tflops = f::nonNegativeOr(jt, "peak_tflops", path, 0);
         t.memory_bandwidth_bytes_per_s = f::nonNegativeOr(jt, "memory_bandwidth_bytes_per_s", path, 0);
         t.relative_speed = f::optionalNumber(jt, "relative_speed", path);

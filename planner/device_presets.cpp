@@ -81,4 +81,10 @@ std::optional<DeviceType> devicePreset(std::string_view name)
     return std::nullopt;
 }
 
+int defaultBytesPerElement(const DeviceType& device)
+{
+    const auto preset = devicePreset(device.name);
+    return preset && preset->name == "cpu" ? 4 : 2;
+}
+
 } // namespace pw::planner

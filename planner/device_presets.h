@@ -14,5 +14,8 @@ namespace pw::planner {
 /// and "cpu" (a measured guess for this kind of machine). Names match case-insensitively.
 const std::vector<DeviceType>& devicePresets();
 std::optional<DeviceType> devicePreset(std::string_view name);
+/// Bytes per element a profile for `device` takes by default: what the engine trains in there, 4 (fp32) on the
+/// "cpu" preset's type, whose engine trains fp32 only, and 2 (bf16 mixed precision) on every accelerator.
+int defaultBytesPerElement(const DeviceType& device);
 
 } // namespace pw::planner

@@ -28,7 +28,7 @@ double nonNegative(const nlohmann::json& obj, const std::string& key, const std:
 {
     double d = number(obj, key, path);
     if (d < 0)
-        fail(child(path, key), "must be >= 0, got " + std::to_string(d));
+        fail(child(path, key), "must be >= 0, got " + obj.at(key).dump()); // as written, not "-80000000000.000000"
     return d;
 }
 

@@ -223,6 +223,13 @@ ModelProfile modelFromJson(const json& j)
     }
     if (j.contains("architecture") && !j.at("architecture").is_null()) {
         const auto& a = f::object(j.at("architecture"), "/architecture");
+        // The one model family the profile's layers and the engine know: GPT-2's blocks (learned positions, layer
+        // norms, GELU MLP, tied head). Another family's shape is refused, not read as GPT-2's.
+        if (const std::string type = f::stringOr(a, "type", "/architecture", "gpt"); type != "gpt")
+            f::fail("/architecture/type",
+                "'" + type
+                    + "' is not a model family Pipewright knows: the architecture is a GPT-style transformer "
+                      "(type \"gpt\")");
         TransformerConfig c;
         c.layers = f::integer(a, "layers", "/architecture");
         c.hidden = f::integer(a, "hidden", "/architecture");

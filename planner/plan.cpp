@@ -8,6 +8,7 @@
 
 #include "errors.h"
 #include "json_fields.h"
+#include "schedule/generator.h"
 
 namespace pw::planner {
 
@@ -70,6 +71,16 @@ double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& 
 {
     const double weights = precisionBytes(weightPrecision(options, model));
     return (trainingBytesPerParameter(options, model, dataParallel) - 2 * weights) / weights;
+}
+
+std::vector<int> Plan::devicesUsed() const
+{
+    std::vector<int> out;
+    for (const PlanStage& s : stages)
+        out.insert(out.end(), s.devices.begin(), s.devices.end());
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
 }
 
 int Plan::pipelineDepth() const
@@ -380,16 +391,25 @@ Plan planFromJson(const json& j)
     namespace f = fields;
     f::object(j, "");
     f::checkVersion(j, "plan", kPlanFormatVersion);
+    // A project file (the app's .pwproj) holds a plan under "plan": say so instead of a missing field.
+    if (!j.contains("stages") && f::stringOr(j, "kind", "", "") == "pipewright-project")
+        f::fail("/kind",
+            "this is a Pipewright project file, not a plan: save its plan from the app (File > Save plan) or make "
+            "one with `pipewright-cli plan ... -o plan.json`");
     Plan plan;
+    // "/model: missing required field" is found outside the prefixing of the model's own fields (it said
+    // "/model/model"), and so is the cluster's.
+    const auto& model = f::required(j, "model", "");
     try {
-        plan.model = modelFromJson(f::required(j, "model", ""));
+        plan.model = modelFromJson(model);
     } catch (const InputError& e) {
-        throw InputError({}, 0, "/model" + e.field(), e.message());
+        throw InputError({}, 0, "/model" + (e.field() == "/" ? std::string() : e.field()), e.message());
     }
+    const auto& cluster = f::required(j, "cluster", "");
     try {
-        plan.cluster = clusterFromJson(f::required(j, "cluster", ""));
+        plan.cluster = clusterFromJson(cluster);
     } catch (const InputError& e) {
-        throw InputError({}, 0, "/cluster" + e.field(), e.message());
+        throw InputError({}, 0, "/cluster" + (e.field() == "/" ? std::string() : e.field()), e.message());
     }
     const auto& stages = f::array(j, "stages", "");
     for (std::size_t i = 0; i < stages.size(); ++i) {
@@ -434,6 +454,12 @@ Plan planFromJson(const json& j)
             }
         }
         plan.predicted = std::move(p);
+    }
+    if (!findScheduleGenerator(plan.schedule.kind)) { // here, where the file's line is still known
+        std::string known;
+        for (const auto* g : scheduleGenerators())
+            known += (known.empty() ? "" : ", ") + std::string(g->name());
+        f::fail("/schedule/kind", "unknown schedule kind '" + plan.schedule.kind + "' (known: " + known + ")");
     }
     plan.validate();
     return plan;

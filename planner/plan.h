@@ -146,6 +146,8 @@ struct Plan
     int effectiveConcurrentMinibatches() const;
     /// Physical pipeline depth p: stages / chunks (all pipelines' stages together when there are several).
     int pipelineDepth() const;
+    /// Every device some stage runs on, ascending: the run's devices (a plan may leave some of its cluster's idle).
+    std::vector<int> devicesUsed() const;
     /// Data-parallel replicas of a stage: its devices / tensor_parallel.
     int dataReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
     /// Layer index at position `pos` of the plan's order.

@@ -38,6 +38,7 @@ namespace {
 using namespace std::chrono_literals;
 
 std::atomic<bool> g_stopRequested {false};
+std::atomic<int> g_stopSignal {0}; ///< the signal that asked for the stop (requestAgentStop), 0: none
 
 /// @brief Everything the session's threads share.
 class Session
@@ -74,6 +75,21 @@ private:
     void flushTelemetry();
     void resend(std::int64_t from);
     bool stopping() const { return m_stop.load() || g_stopRequested.load(); }
+    /// Why the session stopped, for its Done: the controller's reason, or the signal that asked it here.
+    std::string stopText() const
+    {
+        if (!m_stopReason.empty())
+            return m_stopReason;
+        if (!m_stop.load() && g_stopRequested.load()) {
+            const int signal = g_stopSignal.load();
+            return "stopped by a signal on its host"
+                + std::string(signal == SIGTERM ? " (SIGTERM)"
+                        : signal == SIGINT      ? " (SIGINT)"
+                                                : "")
+                + ", not by the controller";
+        }
+        return "stopped";
+    }
 
     friend class RelayStore;
 
@@ -478,6 +494,8 @@ void Session::train(const RunSpec& spec)
         setup.model = ckpt.config; // its padded vocabulary and positions
         setup.checkpoint = std::make_shared<const std::vector<float>>(std::move(ckpt.params));
     }
+    if (!training.save_checkpoint.empty()) // on this host, before it trains (a local run's controller checked too)
+        engine::checkCheckpointDestination(training.save_checkpoint);
     engine::ops::setThreads(spec.threads);
     engine::DataSpec data;
     data.kind = engine::dataKindFromString(std::string(toString(training.data.kind)));
@@ -500,8 +518,11 @@ void Session::train(const RunSpec& spec)
     std::vector<std::unique_ptr<engine::Transport>> gloo;
     auto store = std::make_shared<RelayStore>(*this);
     RelayRendezvous rendezvous(store);
+    // The run's devices are the plan's: a plan may leave some of its cluster's devices idle, and no transport waits
+    // for those.
+    const std::vector<int> runDevices = plan.devicesUsed();
     if (spec.transport == Transport::Local) {
-        if (static_cast<int>(spec.devices.size()) != schedule.num_devices)
+        if (spec.devices.size() != runDevices.size())
             throw planner::InputError("the local transport needs every device of the plan in one agent");
         fabric = std::make_unique<engine::LocalFabric>(schedule.num_devices);
     }
@@ -520,7 +541,7 @@ void Session::train(const RunSpec& spec)
         else if (spec.transport == Transport::Nccl) {
             engine::NcclOptions o;
             o.prefix = spec.run_id;
-            gloo.push_back(engine::makeNcclTransport(d, schedule.num_devices, rendezvous, backends[k], o));
+            gloo.push_back(engine::makeNcclTransport(d, runDevices, rendezvous, backends[k], o));
             t = gloo.back().get();
         } else {
             engine::GlooOptions o;
@@ -531,7 +552,7 @@ void Session::train(const RunSpec& spec)
                 o.iface = iface; // the node's environment in the cluster file
             o.secret = spec.gloo_secret; // proves every connection to the run's other agents
             o.warn = [this](const std::string& text) { log(LogLevel::Warning, text); };
-            gloo.push_back(engine::makeGlooTransport(d, schedule.num_devices, store, o));
+            gloo.push_back(engine::makeGlooTransport(d, runDevices, store, o));
             t = gloo.back().get();
         }
         if (dropped && dropped->device == d) { // the stall tests' hook (drop_send.h)
@@ -644,7 +665,7 @@ int Session::run()
     try {
         train(spec);
         done.status = stopping() ? DoneStatus::Stopped : DoneStatus::Succeeded;
-        done.message = stopping() ? (m_stopReason.empty() ? "stopped" : m_stopReason) : "";
+        done.message = stopping() ? stopText() : "";
     } catch (const std::exception& e) {
         done.status = DoneStatus::Failed;
         done.message = e.what();
@@ -754,8 +775,14 @@ int runServedSession(int connection, const ServeOptions& options)
     return status;
 }
 
-void requestAgentStop()
+bool agentStopRequested()
 {
+    return g_stopRequested.load();
+}
+
+void requestAgentStop(int signal)
+{
+    g_stopSignal = signal;
     g_stopRequested = true;
 }
 

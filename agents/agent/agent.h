@@ -36,7 +36,11 @@ struct ServeOptions
 /// goodbye (Stop after Done) or stayed away for the linger time.
 int runServedSession(int connection, const ServeOptions& options);
 
-/// Asks a running session to stop as if the controller had sent Stop (SIGTERM's handler calls it).
-void requestAgentStop();
+/// Asks a running session to stop as if the controller had sent Stop (SIGTERM's and SIGINT's handler calls it, with
+/// the signal's number: the session's Done then says it was stopped by that signal, not by the controller).
+/// Async-signal-safe.
+void requestAgentStop(int signal = 0);
+/// Whether requestAgentStop was called (a relay's loop ends on it: SIGTERM from the relay that replaces it).
+bool agentStopRequested();
 
 } // namespace pw::agents

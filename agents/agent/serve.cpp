@@ -161,10 +161,13 @@ int attachCommand(const std::string& socket, std::chrono::seconds wait)
         const bool waiting = sent < pending.size();
         std::array<pollfd, 3> fds {pollfd {STDIN_FILENO, POLLIN, 0}, pollfd {agentEnded ? -1 : fd, POLLIN, 0},
             pollfd {waiting ? STDOUT_FILENO : -1, POLLOUT, 0}};
-        if (agentEnded && !waiting)
+        if ((agentEnded && !waiting) || agentStopRequested())
             break;
-        if (::poll(fds.data(), fds.size(), -1) < 0) {
-            if (errno == EINTR)
+        // A bounded wait: a SIGTERM that lands just before poll is seen within it.
+        if (::poll(fds.data(), fds.size(), 200) < 0) {
+            // SIGTERM (the relay that replaces this one, endPreviousRelay, or the user) ends the relay: it must let
+            // go of the agent's connection, which the agent hands to one relay at a time.
+            if (errno == EINTR && !agentStopRequested())
                 continue;
             break;
         }

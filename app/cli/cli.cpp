@@ -55,7 +55,7 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_flag(
         "--no-overlap", [&p](std::int64_t) { p.schedule.overlap_communication = false; },
         "sends and receives block compute");
-    cmd->add_option("--devices", p.devices, "use the first N devices (default: all)");
+    cmd->add_option("--devices", p.devices, "use the first N devices (default: all)")->check(CLI::PositiveNumber);
     cmd->add_flag("--memory-limit", p.memory_limit, "reject stages over device memory");
 }
 
@@ -116,8 +116,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")
         ->required();
     tr->add_option("--bytes-per-element", tOpt.bytes_per_element,
-          "2 for bf16/fp16, 4 for fp32 (the CPU engine trains fp32 only; bf16 trains on CUDA GPUs, in mixed precision)")
-        ->capture_default_str();
+          "2 for bf16/fp16, 4 for fp32 (default: what the engine trains in on --device: 4 on cpu, which trains fp32 "
+          "only, 2 on GPUs, bf16 mixed precision)")
+        ->check(CLI::IsMember(std::vector<int> {2, 4}));
     tr->add_option("--efficiency", tOpt.efficiency,
         "time every layer by one share of peak (default: by shapes on H100/H200 in bf16, else 0.5)");
     tr->add_option("--gemm-table", tOpt.gemm_table,

@@ -139,7 +139,9 @@ void importPipeDream(const ImportOptions& o, std::ostream& out)
 
 void transformer(const TransformerOptions& o, std::ostream& out)
 {
-    TransformerConfig c {o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch, o.bytes_per_element};
+    const auto device = deviceFromArgument(o.device);
+    TransformerConfig c {o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch,
+        o.bytes_per_element > 0 ? o.bytes_per_element : defaultBytesPerElement(device)};
     TransformerProfileOptions po;
     if (!std::isnan(o.efficiency))
         po.efficiency = o.efficiency;
@@ -154,7 +156,6 @@ void transformer(const TransformerOptions& o, std::ostream& out)
             throw InputError(o.gemm_table, 0, e.field(), e.message()); // the table's content: name its file
         }
     }
-    const auto device = deviceFromArgument(o.device);
     auto model = transformerProfile(c, device, po);
     writeJsonFile(o.output, toJson(model));
     // Which time model the profile used: "shapes" (a GEMM table or the default curve) or "flat" (docs/planner.md).
@@ -216,7 +217,8 @@ const Partitioner& partitionerNamed(const std::string& name)
     std::string names;
     for (const auto* p : partitioners())
         names += (names.empty() ? "" : ", ") + std::string(p->name());
-    throw InputError({}, 0, "--algorithm", "unknown algorithm '" + name + "' (known: " + names + ")");
+    // A value the option does not take, as an unknown --schedule is: a usage error (exit status 2).
+    throw UsageError({}, 0, "--algorithm", "unknown algorithm '" + name + "' (known: " + names + ")");
 }
 
 json parseSettings(const Partitioner& partitioner, const std::vector<std::string>& settings)

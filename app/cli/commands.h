@@ -47,7 +47,7 @@ struct ImportOptions
 struct TransformerOptions
 {
     int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, microbatch = 1;
-    int bytes_per_element = 2;
+    int bytes_per_element = 0; ///< 0: what the engine trains in on the device (defaultBytesPerElement)
     double efficiency = std::numeric_limits<double>::quiet_NaN(); ///< NaN: not given (the device's time model)
     std::string gemm_table; ///< a GEMM table file: time the products by it
     std::string device;

@@ -98,8 +98,9 @@ void printDiagnostics(std::ostream& out, const std::vector<Diagnostic>& diagnost
 void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResult& r)
 {
     char line[1024];
-    std::snprintf(line, sizeof line, "plan     %s on %s / %s (%d devices), config %s\n", plan.algorithm.c_str(),
-        plan.model->name.c_str(), plan.cluster->name.c_str(), plan.cluster->deviceCount(), plan.configString().c_str());
+    std::snprintf(line, sizeof line, "plan     %s on %s / %s (%d devices), config %s\n",
+        plan.algorithm.empty() ? "(no algorithm)" : plan.algorithm.c_str(), plan.model->name.c_str(),
+        plan.cluster->name.c_str(), plan.cluster->deviceCount(), plan.configString().c_str());
     out << line;
     std::snprintf(line, sizeof line, "schedule %s, %d microbatches x %d iteration(s)%s%s\n", plan.schedule.kind.c_str(),
         plan.schedule.microbatches, plan.schedule.iterations,

@@ -460,7 +460,11 @@ void historyList(const HistoryOptions& o, std::ostream& out)
 {
     // Listing creates nothing: a missing file (or directory) has no runs.
     const std::filesystem::path file = o.history.empty() ? app::defaultHistoryPath() : std::filesystem::path(o.history);
-    if (std::error_code ec; !std::filesystem::exists(file, ec)) {
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(file, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory) // a folder one may not enter: not "no history yet"
+        throw app::HistoryError(file.string() + ": cannot look at it: " + ec.message());
+    if (!exists) {
         if (o.json)
             out << "[]\n";
         else
@@ -496,6 +500,17 @@ void historyList(const HistoryOptions& o, std::ostream& out)
     if (runs.empty())
         out << "(no runs in " << h.path().string() << ")\n";
 }
+
+namespace {
+
+/// `text` right-aligned in `width` columns, with at least one space before it: a wide value pushes the row on
+/// instead of running into the column before ("14.36 ms5688.61 ms").
+std::string cell(const std::string& text, int width)
+{
+    return std::string(static_cast<std::size_t>(std::max(1, width - static_cast<int>(text.size()))), ' ') + text;
+}
+
+} // namespace
 
 /// One action of a flight recorder, for people: "RecvActivation stage 0 mb 3 from device 0, 12.001 s -> in
 /// progress".
@@ -620,10 +635,10 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
         << "window error"
         << "\n";
     for (const auto& s : cmp.stages)
-        out << "    stage " << std::left << std::setw(14) << s.stage << std::right << std::setw(19)
-            << milliseconds(s.predicted.compute_s) << std::setw(10) << milliseconds(s.measured.compute_s)
-            << std::setw(10) << percent(s.compute_error) << std::setw(19) << milliseconds(s.predicted.idle_s)
-            << std::setw(10) << milliseconds(s.measured.idle_s) << std::setw(14) << percent(s.iteration_error) << "\n";
+        out << "    stage " << std::left << std::setw(14) << s.stage << cell(milliseconds(s.predicted.compute_s), 19)
+            << cell(milliseconds(s.measured.compute_s), 10) << cell(percent(s.compute_error), 10)
+            << cell(milliseconds(s.predicted.idle_s), 19) << cell(milliseconds(s.measured.idle_s), 10)
+            << cell(percent(s.iteration_error), 14) << "\n";
     if (!cmp.kinds.empty()) {
         // Actions per step: whole numbers where the steps ran whole.
         const auto count = [](double n) { return std::abs(n - std::round(n)) < 1e-9 ? fixed(n, 0) : fixed(n, 2); };
@@ -639,10 +654,10 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             const std::string actions = k.counts_match
                 ? count(k.measured.actions)
                 : count(k.predicted.actions) + " / " + count(k.measured.actions) + " !";
-            out << "    " << std::left << std::setw(12) << app::toString(k.kind) << std::right << std::setw(19)
-                << milliseconds(k.predicted.time_s) << std::setw(10) << milliseconds(k.measured.time_s) << std::setw(12)
-                << percent(k.error) << std::setw(19) << fixed(k.predicted.mean_s * 1e3, 3) + " ms" << std::setw(10)
-                << fixed(k.measured.mean_s * 1e3, 3) + " ms" << std::setw(10) << actions << "\n";
+            out << "    " << std::left << std::setw(12) << app::toString(k.kind)
+                << cell(milliseconds(k.predicted.time_s), 19) << cell(milliseconds(k.measured.time_s), 10)
+                << cell(percent(k.error), 12) << cell(fixed(k.predicted.mean_s * 1e3, 3) + " ms", 19)
+                << cell(fixed(k.measured.mean_s * 1e3, 3) + " ms", 10) << cell(actions, 10) << "\n";
             if (!k.counts_match)
                 differ.push_back(std::string(app::toString(k.kind)) + " " + count(k.predicted.actions) + " predicted, "
                     + count(k.measured.actions) + " measured");

@@ -279,19 +279,38 @@ HistoryStore::Impl& HistoryStore::impl()
 
 HistoryStore HistoryStore::open(const fs::path& path, Access access)
 {
+    std::error_code ec;
+    // A history is an SQLite file of its own with its -wal and -shm beside it: a device (/dev/null, whose
+    // "-journal" SQLite would leave in /dev), a directory or a FIFO is refused before SQLite touches it.
+    const auto status = fs::status(path, ec);
+    if (fs::is_directory(status))
+        throw HistoryError(path.string() + ": is a directory, not a history file");
+    if (fs::exists(status) && !fs::is_regular_file(status))
+        throw HistoryError(path.string()
+            + ": is not a regular file (a device, a FIFO or a socket): a history is an "
+              "SQLite file; give a file's path");
+    if (ec && ec != std::errc::no_such_file_or_directory)
+        throw HistoryError(path.string() + ": cannot look at it: " + ec.message()); // e.g. a folder one cannot enter
     if (access == Access::ReadWrite) {
         createDirectoryFor(path);
-        createPrivate(path);
-        auto impl = std::make_unique<Impl>(path, access);
-        checkIdentity(impl->db);
-        configureForWriting(impl->db);
-        migrate(impl->db);
-        return HistoryStore(std::move(impl));
+        const bool created = createPrivate(path);
+        try {
+            auto impl = std::make_unique<Impl>(path, access);
+            checkIdentity(impl->db);
+            configureForWriting(impl->db);
+            migrate(impl->db);
+            return HistoryStore(std::move(impl));
+        } catch (...) {
+            // A history this call made and could not set up (a full disk) is not left behind, empty or cut.
+            if (created) {
+                fs::remove(path, ec);
+                for (const char* suffix : {"-wal", "-shm", "-journal"})
+                    fs::remove(path.string() + suffix, ec);
+            }
+            throw;
+        }
     }
-    std::error_code ec;
-    if (fs::is_directory(path, ec))
-        throw HistoryError(path.string() + ": is a directory, not a history file");
-    if (!fs::exists(path, ec))
+    if (!fs::exists(status))
         throw HistoryError(path.string() + ": no history file there (a run creates it)");
     std::unique_ptr<Impl> impl;
     try {

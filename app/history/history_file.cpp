@@ -123,11 +123,13 @@ void createDirectoryFor(const fs::path& file)
                 + std::generic_category().message(errno));
 }
 
-void createPrivate(const fs::path& file)
+bool createPrivate(const fs::path& file)
 {
     const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0)
-        ::close(fd); // else it exists (or SQLite's open names the cause)
+    if (fd < 0)
+        return false; // it exists (or SQLite's open names the cause)
+    ::close(fd);
+    return true;
 }
 
 std::string immutableUri(const fs::path& file)

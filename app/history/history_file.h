@@ -19,7 +19,8 @@ void createDirectoryFor(const std::filesystem::path& file);
 /// A history holds plans, clusters, host names and logs: only its owner reads it. A missing file is created 0600
 /// (SQLite gives its -wal and -shm files the database file's mode); an existing one keeps the mode its owner gave it
 /// (a history shared for reading on purpose stays readable).
-void createPrivate(const std::filesystem::path& file);
+/// True when this call made the file (it was not there).
+bool createPrivate(const std::filesystem::path& file);
 /// The file as an SQLite URI opened immutable (percent-encoded, `?immutable=1`): how a reader who cannot create the
 /// -shm file beside it reads a WAL file that no writer holds.
 std::string immutableUri(const std::filesystem::path& file);

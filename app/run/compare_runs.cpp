@@ -66,8 +66,13 @@ RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
         f.steps = static_cast<int>(s.losses.size());
         f.first_loss = s.losses.empty() ? NAN : s.losses.front().value;
         f.final_loss = s.losses.empty() ? NAN : s.losses.back().value;
-        f.tokens_per_s = s.tokens_per_s.empty() ? 0 : s.tokens_per_s.back().value;
         f.iteration_s = s.comparison.measured_iteration_s;
+        f.tokens_per_s = s.tokens_per_s.empty() ? 0 : s.tokens_per_s.back().value;
+        if (s.plan && s.plan->model->architecture && f.iteration_s > 0 && f.steps > 0) {
+            const auto& arch = *s.plan->model->architecture;
+            const int b = s.plan->schedule.microbatch_size > 0 ? s.plan->schedule.microbatch_size : arch.microbatch;
+            f.tokens_per_s = static_cast<double>(s.plan->microbatchesPerStep()) * b * arch.sequence / f.iteration_s;
+        }
         f.predicted_iteration_s = s.comparison.predicted_iteration_s;
         f.prediction_error = s.comparison.iteration_error;
         for (const auto& st : s.comparison.stages)

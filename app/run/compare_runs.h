@@ -30,7 +30,10 @@ struct RunFigures
     std::string status;
     int steps = 0; ///< with a loss
     double first_loss = 0, final_loss = 0; ///< NaN without steps
-    double tokens_per_s = 0; ///< the last step's (over the run so far); 0 without steps
+    /// The plan's tokens per step / iteration_s: the same measurement as iteration_s, so the two agree on the screen
+    /// (the last "tokens_per_s" sample, an average since the start, where the plan or the steps are unknown); 0
+    /// without steps.
+    double tokens_per_s = 0;
     double iteration_s = 0; ///< measured per step (the slowest stage's device span / steps)
     double predicted_iteration_s = 0; ///< the planner's prediction stored with the run (0: none)
     double prediction_error = 0; ///< measured / predicted - 1

@@ -191,6 +191,7 @@ void RunController::Impl::prepare(CheckedRun& checked, const RunObserver& o)
     nr.label = request.plan_label;
     nr.steps_planned = request.training.steps;
     runId = history.createRun(nr);
+    recordedAt = monotonicNow();
     planJson = nr.plan_json;
     auto& sim = checked.prediction;
     try {
@@ -308,6 +309,7 @@ void RunController::Impl::loop(const RunObserver& o)
         reconnectLost(o);
         checkSilence(o);
         checkStall(o);
+        logAgentErrors(o, false);
         checkAllocation();
         reportAgents(o);
         flushPeriodically();
@@ -369,6 +371,7 @@ RunOutcome RunController::Impl::finish(const RunObserver& o)
 {
     if (!failure.empty())
         nameFirstCause(o);
+    logAgentErrors(o, true); // what nameFirstCause learnt decides their level
     // A scheduler that ended the job (cancelled, out of time) is the cause of whatever its agents did then: killed,
     // or stopped as if asked (SIGTERM), which alone would look like a finished run.
     if (!stopping && !stopRequested && launcher)
@@ -392,6 +395,7 @@ RunOutcome RunController::Impl::finish(const RunObserver& o)
     for (auto& a : agents)
         a->conn.reset();
 
+    logAgentErrors(o, true); // those read last
     RunOutcome out = outcome();
     logLine(-1, out.status == RunStatus::Failed ? "error" : "info",
         std::string("run ") + std::string(toString(out.status)) + (out.message.empty() ? "" : ": " + out.message), o);
@@ -432,6 +436,9 @@ void RunController::Impl::nameFirstCause(const RunObserver& o)
         if (a->died && failure.rfind(a->name + " ", 0) != 0)
             causes += a->name + (a->conn->where() == "local" ? "" : " on " + a->conn->where()) + " " + a->exit_text
                 + " before the run finished; then ";
+        else if (a->stopped_alone && failure.rfind(a->name + " ", 0) != 0)
+            causes += a->name + (a->conn->where() == "local" ? "" : " on " + a->conn->where())
+                + " stopped before the run finished: " + a->done_message + "; then ";
     failure = causes + failure;
 }
 
@@ -440,7 +447,7 @@ RunOutcome RunController::Impl::outcome() const
     RunOutcome out;
     out.run_id = runId;
     out.losses = losses;
-    out.seconds = monotonicNow() - t0;
+    out.seconds = monotonicNow() - recordedAt; // as `history list` counts it: from the run's record to its end
     out.spans = spanCount;
     if (!stepEnds.empty() && stepEnds.back() > 0)
         out.tokens_per_s = tokensPerStep * static_cast<double>(stepEnds.size()) / stepEnds.back();

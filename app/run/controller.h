@@ -80,7 +80,7 @@ struct RunOutcome
     std::string message;
     std::vector<double> losses; ///< per step
     double tokens_per_s = 0; ///< trained tokens over the wall time from Start to the last step
-    double seconds = 0;
+    double seconds = 0; ///< from the run's record to its end (the history's started and ended times)
     std::int64_t spans = 0;
 };
 

@@ -43,6 +43,8 @@ void RunController::Impl::reconnectLost(const RunObserver& o)
         }
         if (back) {
             a->lost = false;
+            a->stale = true;
+            a->relinked_at = monotonicNow() - t0;
             a->last_heard = Clock::now();
             a->relinked_after_silence = a->lost_to_silence;
             a->lost_to_silence = false;
@@ -87,6 +89,21 @@ void RunController::Impl::reconnectLost(const RunObserver& o)
         a->next_attempt = Clock::now() + a->backoff;
         a->backoff = std::min<std::chrono::milliseconds>(a->backoff * 2, 2000ms);
     }
+}
+
+void RunController::Impl::logAgentErrors(const RunObserver& o, bool all)
+{
+    // Once the run is stopping (the user asked, or an agent stopped on its own), a peer's failed transfers are what
+    // the stop does, not errors of their own.
+    const bool aftermath = stopping || stopRequested
+        || std::any_of(agents.begin(), agents.end(), [](const auto& other) { return other->stopped_alone; });
+    const auto due = Clock::now() - 300ms;
+    std::erase_if(pendingErrors, [&](const PendingError& e) {
+        if (!all && !aftermath && e.at > due)
+            return false;
+        logLine(e.agent, aftermath ? "info" : "error", (aftermath ? "after the stop: " : "") + e.text, o);
+        return true;
+    });
 }
 
 void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObserver& o)
@@ -136,7 +153,7 @@ void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObs
             } else if constexpr (std::is_same_v<T, agents::Log>) {
                 logLine(index, std::string(agents::toString(msg.level)), msg.text, o);
             } else if constexpr (std::is_same_v<T, agents::Error>) {
-                logLine(index, "error", msg.message, o);
+                pendingErrors.push_back({index, msg.message, Clock::now()}); // logged by logAgentErrors
                 if (msg.fatal && !a.done) // after its Done an agent's run is over: what it says then is only logged
                     fail(a.name + ": " + msg.message);
             } else if constexpr (std::is_same_v<T, agents::Done>) {
@@ -147,7 +164,16 @@ void RunController::Impl::handle(AgentLink& a, agents::Message&& m, const RunObs
                 a.done_message = msg.message;
                 if (msg.status == agents::DoneStatus::Failed)
                     fail(a.name + ": " + msg.message);
+                if (msg.status == agents::DoneStatus::Stopped && !stopping && !stopRequested) {
+                    a.stopped_alone = true; // the cause of its peers' failures: named first (nameFirstCause)
+                    fail(a.name + (a.conn->where() == "local" ? "" : " on " + a.conn->where())
+                        + " stopped before the run finished: " + msg.message);
+                }
             } else if constexpr (std::is_same_v<T, agents::Heartbeat>) {
+                // Its devices' actions as they are now, once a heartbeat sent after the reconnect comes (one queued
+                // on the old link would be from before the outage).
+                if (a.stale && a.clock.toController(msg.t_s) - t0 >= a.relinked_at - 1.0)
+                    a.stale = false;
                 statusChanged = statusChanged || a.step != msg.step;
                 a.step = msg.step;
                 std::int64_t before = 0, after = 0;

@@ -65,6 +65,11 @@ struct AgentLink
     std::string exit_text; ///< how its process ended
     bool lost = false; ///< a remote agent's link dropped: reconnecting
     bool died = false; ///< its process ended before its Done, while the run went on
+    /// Back after a lost link, its devices' last reported actions are from before the outage (it trained on): none
+    /// of them is judged (checkStall) until its first heartbeat after the reconnect says where it is now.
+    bool stale = false;
+    double relinked_at = 0; ///< when it was back (s on the run's clock): older heartbeats are still stale
+    bool stopped_alone = false; ///< it stopped (a signal on its host) while the controller asked no stop
     Clock::time_point lost_since;
     Clock::time_point next_attempt;
     std::chrono::milliseconds backoff {200};
@@ -111,6 +116,8 @@ struct RunController::Impl
     std::vector<std::unique_ptr<AgentLink>> agents;
     std::string runId;
     double t0 = 0; ///< monotonic seconds at Start: measured spans are rebased onto it
+    /// Monotonic seconds when the run was recorded: its duration counts from here, as the history's start does.
+    double recordedAt = 0;
     int microbatches = 1;
     double tokensPerStep = 0;
     // Rendezvous store relayed between agents.
@@ -290,6 +297,17 @@ struct RunController::Impl
     void flushPeriodically();
     /// Reads for a moment what agents still send, and puts the agents that died on their own first in `failure`.
     void nameFirstCause(const RunObserver& o);
+    /// An agent's error waits here a moment before it is logged (`all`: every one now): a peer's failed receive
+    /// often arrives before the Done of the agent whose stop caused it, and is then logged as that stop's aftermath
+    /// (info), not as an error of its own.
+    void logAgentErrors(const RunObserver& o, bool all);
+    struct PendingError
+    {
+        int agent = -1;
+        std::string text;
+        Clock::time_point at;
+    };
+    std::vector<PendingError> pendingErrors;
     /// The outcome as the run stands (status, losses, throughput).
     RunOutcome outcome() const;
     /// The agents' clocks and the last buffered events into the history; throws when they cannot be stored.

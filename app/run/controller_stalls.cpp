@@ -22,7 +22,16 @@ std::vector<DeviceWait> RunController::Impl::deviceWaits() const
                 if (std::find(devs.begin(), devs.end(), d) != devs.end())
                     w.stages.push_back(static_cast<int>(s));
             }
-            w.host = a->host.empty() ? (a->conn ? a->conn->where() : std::string()) : a->host;
+            // The cluster's node by its name (two hosts may share a hostname: "vm" and "vm"), with the host name
+            // its agent reported where that says more.
+            const std::string reported = a->host.empty() ? (a->conn ? a->conn->where() : std::string()) : a->host;
+            const auto& cluster = *request.plan.cluster;
+            const std::string node = d >= 0 && d < cluster.deviceCount()
+                ? cluster.nodes[static_cast<std::size_t>(cluster.device(d).node)].name
+                : std::string();
+            w.host = node.empty()                      ? reported
+                : reported.empty() || reported == node ? node
+                                                       : node + " (" + reported + ")";
             const auto gpu = cudaDeviceOf(*request.plan.cluster, d);
             w.where = gpu ? "cuda:" + std::to_string(*gpu) : "cpu";
             w.tied = tiedWith(d);
@@ -35,6 +44,17 @@ std::vector<DeviceWait> RunController::Impl::deviceWaits() const
                     w.action = p.action;
                     w.finished = p.finished;
                 }
+            // The newest state: telemetry may have come after the last heartbeat (a heartbeat a second old, or the
+            // last before the agent stopped). A span that began at or after the reported action and has ended says
+            // the device got past that action: it is reported between actions, after the newest one it finished.
+            if (auto it = a->recent.find(d); it != a->recent.end() && w.reported) {
+                const auto last = std::find_if(
+                    it->second.rbegin(), it->second.rend(), [](const planner::Span& sp) { return sp.t1 > 0; });
+                if (last != it->second.rend() && (w.busy ? last->t0 >= w.action.t0 : last->t1 > w.action.t1)) {
+                    w.busy = false;
+                    w.action = *last;
+                }
+            }
             if (w.busy)
                 if (auto it = predictedAction.find({d, static_cast<int>(w.action.kind)}); it != predictedAction.end())
                     w.predicted_s = it->second;
@@ -70,14 +90,16 @@ std::vector<RecordedAction> RunController::Impl::collectRecorders(const RunObser
                 out.push_back({agent, sp, sp.t1 == 0, "agent"});
             continue;
         }
-        // What the controller received before the agent stopped answering, and the action it last reported.
+        // What the controller received before the agent stopped answering, and the action it last reported unless
+        // its telemetry says that one ended (deviceWaits: the newest state).
+        const auto waits = deviceWaits();
         for (int d : a.devices) {
             if (auto it = a.recent.find(d); it != a.recent.end())
                 for (const auto& sp : it->second)
                     out.push_back({agent, sp, false, "controller"});
-            for (const auto& p : a.progress)
-                if (p.device == d && p.busy)
-                    out.push_back({agent, p.action, true, "controller"});
+            for (const auto& w : waits)
+                if (w.device == d && w.busy)
+                    out.push_back({agent, w.action, true, "controller"});
         }
     }
     return out;
@@ -87,8 +109,9 @@ void RunController::Impl::checkStall(const RunObserver& o)
 {
     if (!started || stallReported || stopping || !failure.empty())
         return;
-    // While a link is down, what its agent does is unknown until it is back (it resends from its journal).
-    if (std::any_of(agents.begin(), agents.end(), [](const auto& a) { return a->lost; }))
+    // While a link is down, what its agent does is unknown until it is back (it resends from its journal), and until
+    // its first heartbeat after the reconnect its devices' actions are the ones from before the outage.
+    if (std::any_of(agents.begin(), agents.end(), [](const auto& a) { return a->lost || a->stale; }))
         return;
     const double now = monotonicNow() - t0;
     const double still = std::chrono::duration<double>(Clock::now() - lastProgress).count();

@@ -24,6 +24,16 @@ namespace pw::app {
 
 namespace {
 
+/// "4 devices", or "2 of the cluster's 4 devices" for a plan that leaves some idle (those get no agent).
+std::string devicesInUse(const planner::Plan& plan, const planner::Cluster& cluster)
+{
+    const std::size_t used = plan.devicesUsed().size();
+    const int all = cluster.deviceCount();
+    if (static_cast<int>(used) == all)
+        return std::to_string(all) + (all == 1 ? " device" : " devices");
+    return std::to_string(used) + " of the cluster's " + std::to_string(all) + " devices";
+}
+
 using agents::shellQuote;
 using agents::SshFailure;
 
@@ -255,9 +265,7 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
             }
         }
         report({"plan", "this machine", "plan", problem.empty(),
-            problem.empty() ? std::to_string(cluster.deviceCount()) + " devices, trainable by the engine as planned"
-                            : problem,
-            fix});
+            problem.empty() ? devicesInUse(*plan, cluster) + ", trainable by the engine as planned" : problem, fix});
         if (!problem.empty())
             plan = nullptr; // the nodes are still checked, every one of them
     }

@@ -21,6 +21,7 @@
 #include "engine/data.h"
 #include "engine/devices.h"
 #include "engine/executor.h"
+#include "engine/llmc.h"
 #endif
 
 namespace pw::app {
@@ -93,6 +94,8 @@ void checkRunFiles(const RunRequest& request)
 {
 #ifdef PW_WITH_ENGINE
     const auto& training = request.training;
+    if (!training.save_checkpoint.empty()) // before it trains: a run whose model cannot be saved is lost work
+        engine::checkCheckpointDestination(training.save_checkpoint);
     if (training.init_checkpoint.empty() && training.data.kind == agents::DataKind::Synthetic)
         return;
     engine::DataSpec data;

@@ -50,7 +50,8 @@ std::uint64_t parseSeed(const std::string& text);
 /// Whether the engine trains `plan` as it was planned and predicted (engine::trainingSetup, which asks
 /// engine::checkEngineHonours); throws InputError naming the plan's field.
 void checkTrainable(const planner::Plan& plan);
-/// The request's --init checkpoint and --data file read with the engine's own readers and checked against the
+/// The request's --save destination (engine::checkCheckpointDestination), its --init checkpoint and --data file
+/// read with the engine's own readers and checked against the
 /// plan (engine::checkRunInputs); throws InputError naming the file and the field.
 void checkRunFiles(const RunRequest& request);
 /// What a local run of `request` asks of `machine`; `predicted` (the plan's simulation) gives the memory.

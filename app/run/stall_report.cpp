@@ -189,14 +189,21 @@ StallReport explainStall(
             text += "has sent nothing for " + seconds(d.silent_s) + " (stopped or hung";
             if (d.busy)
                 text += "; it last reported " + doing(a) + ", begun " + waited + " ago";
+            else if (d.reported && a.t1 > 0)
+                text += "; the newest action it finished: " + doing(a) + ", " + seconds(now - a.t1) + " ago";
             else if (!d.reported)
                 text += "; it never reported its progress";
             text += ")";
             break;
         }
         if (!d.busy) {
-            text += d.reported ? "is between actions (" + std::to_string(d.finished) + " finished)"
-                               : "has not reported its progress";
+            if (!d.reported)
+                text += "has not reported its progress";
+            else if (d.action.t1 > 0) // the newest action it finished, as its telemetry said
+                text
+                    += "is between actions: it finished " + doing(d.action) + " " + seconds(now - d.action.t1) + " ago";
+            else
+                text += "is between actions (" + std::to_string(d.finished) + " finished)";
             break;
         }
         int next = -1;

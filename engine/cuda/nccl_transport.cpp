@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <type_traits>
 
@@ -123,10 +124,11 @@ struct Op
 class NcclTransport final : public Transport
 {
 public:
-    NcclTransport(int device, int devices, Rendezvous& store, std::shared_ptr<Backend> backend, NcclOptions options)
+    NcclTransport(
+        int device, std::vector<int> devices, Rendezvous& store, std::shared_ptr<Backend> backend, NcclOptions options)
         : m_nccl(ncclApi())
         , m_device(device)
-        , m_devices(devices)
+        , m_devices(std::move(devices))
         , m_store(store)
         , m_backend(std::move(backend))
         , m_options(std::move(options))
@@ -135,9 +137,12 @@ public:
         if (place.device < 0)
             throw TransportError("device " + std::to_string(device) + ": the NCCL transport needs a CUDA backend, not "
                 + m_backend->name());
-        if (device < 0 || device >= devices)
-            throw TransportError(
-                "device " + std::to_string(device) + " is not among the run's " + std::to_string(devices) + " devices");
+        if (!std::is_sorted(m_devices.begin(), m_devices.end())
+            || std::adjacent_find(m_devices.begin(), m_devices.end()) != m_devices.end()
+            || !std::binary_search(m_devices.begin(), m_devices.end(), device))
+            throw TransportError("device " + std::to_string(device) + " is not among the run's devices ("
+                + listText(m_devices) + ", ascending, each once)");
+        m_rank = rankOf(device);
         m_gpu = place.device;
         m_compute = static_cast<cudaStream_t>(place.stream);
         activate();
@@ -187,8 +192,7 @@ public:
             ncclConfig_t config = nonBlocking();
             ncclComm_t comm = nullptr;
             const std::string what = "making the communicator of group " + listText(members) + " (ncclCommSplit)";
-            check(
-                m_nccl.commSplit(m_world, member ? static_cast<int>(g) : NCCL_SPLIT_NOCOLOR, m_device, &comm, &config),
+            check(m_nccl.commSplit(m_world, member ? static_cast<int>(g) : NCCL_SPLIT_NOCOLOR, m_rank, &comm, &config),
                 m_world, what);
             // A non-blocking split leaves the parent in progress too: both must settle before either is used.
             settle(m_world, what);
@@ -224,9 +228,9 @@ public:
         std::vector<void*> staging(transfers.size(), nullptr);
         for (std::size_t i = 0; i < transfers.size(); ++i) {
             const Transfer& t = transfers[i];
-            if (t.peer < 0 || t.peer >= m_devices)
+            if (!std::binary_search(m_devices.begin(), m_devices.end(), t.peer))
                 throw TransportError("device " + std::to_string(m_device) + ": no device " + std::to_string(t.peer)
-                    + " among the run's " + std::to_string(m_devices));
+                    + " among the run's (" + listText(m_devices) + ")");
             if (t.direction == Transfer::Direction::Send && t.region.bytes() > 0) {
                 staging[i] = m_backend->allocate(t.region.bytes());
                 PW_CUDA(
@@ -249,11 +253,12 @@ public:
             ncclComm_t comm = upward ? m_world : m_twin;
             cudaStream_t stream = upward ? m_up : m_down;
             if (sending)
-                check(m_nccl.send(staging[i], t.region.count, ncclType(t.region.dtype), t.peer, comm, stream), comm,
-                    describe(t));
+                check(m_nccl.send(staging[i], t.region.count, ncclType(t.region.dtype), rankOf(t.peer), comm, stream),
+                    comm, describe(t));
             else
-                check(m_nccl.recv(t.region.data, t.region.count, ncclType(t.region.dtype), t.peer, comm, stream), comm,
-                    describe(t));
+                check(
+                    m_nccl.recv(t.region.data, t.region.count, ncclType(t.region.dtype), rankOf(t.peer), comm, stream),
+                    comm, describe(t));
         }
         const ncclResult_t ended = m_nccl.groupEnd();
         if (ended != ncclInProgress)
@@ -404,12 +409,18 @@ private:
         }
     }
 
-    /// The world communicator from device 0's unique id, and its twin.
+    /// The communicators' rank of device `device` (its place among the run's devices; checked by the caller).
+    int rankOf(int device) const
+    {
+        return static_cast<int>(std::lower_bound(m_devices.begin(), m_devices.end(), device) - m_devices.begin());
+    }
+
+    /// The world communicator from the first device's unique id, and its twin.
     void makeWorld()
     {
         const std::string key = m_options.prefix + "/nccl/id";
         ncclUniqueId id {};
-        if (m_device == 0) {
+        if (m_rank == 0) { // the run's first device publishes the id
             check(m_nccl.getUniqueId(&id), nullptr, "making the run's NCCL unique id");
             m_store.set(key, std::vector<std::uint8_t>(id.internal, id.internal + sizeof(id.internal)));
         } else {
@@ -417,7 +428,8 @@ private:
             try {
                 bytes = m_store.get(key, m_options.timeout);
             } catch (const std::exception& e) {
-                throw TransportError("device " + std::to_string(m_device) + ": no NCCL id from device 0: " + e.what());
+                throw TransportError("device " + std::to_string(m_device) + ": no NCCL id from device "
+                    + std::to_string(m_devices.front()) + ": " + e.what());
             }
             if (bytes.size() != sizeof(id.internal))
                 throw TransportError("device " + std::to_string(m_device) + ": the NCCL id under '" + key + "' has "
@@ -425,12 +437,13 @@ private:
             std::memcpy(id.internal, bytes.data(), bytes.size());
         }
         ncclConfig_t config = nonBlocking();
-        const std::string what
-            = "joining the run's NCCL communicator of " + std::to_string(m_devices) + " devices (ncclCommInitRank)";
-        check(m_nccl.commInitRankConfig(&m_world, m_devices, id, m_device, &config), m_world, what);
+        const std::string what = "joining the run's NCCL communicator of " + std::to_string(m_devices.size())
+            + " devices (ncclCommInitRank)";
+        check(m_nccl.commInitRankConfig(&m_world, static_cast<int>(m_devices.size()), id, m_rank, &config), m_world,
+            what);
         settle(m_world, what);
         ncclConfig_t twin = nonBlocking();
-        check(m_nccl.commSplit(m_world, 0, m_device, &m_twin, &twin), m_world, "making the twin communicator");
+        check(m_nccl.commSplit(m_world, 0, m_rank, &m_twin, &twin), m_world, "making the twin communicator");
         settle(m_world, "making the twin communicator");
         settle(m_twin, "making the twin communicator");
     }
@@ -555,7 +568,8 @@ private:
 
     const NcclApi& m_nccl;
     int m_device;
-    int m_devices;
+    std::vector<int> m_devices; ///< the run's devices, ascending: device m_devices[r] is rank r of the communicators
+    int m_rank = 0; ///< m_device's rank
     Rendezvous& m_store;
     std::shared_ptr<Backend> m_backend;
     NcclOptions m_options;
@@ -582,12 +596,20 @@ bool ncclCompiledIn()
     return true;
 }
 
-std::unique_ptr<Transport> makeNcclTransport(
-    int device, int devices, Rendezvous& store, std::shared_ptr<Backend> backend, const NcclOptions& options)
+std::unique_ptr<Transport> makeNcclTransport(int device, std::vector<int> devices, Rendezvous& store,
+    std::shared_ptr<Backend> backend, const NcclOptions& options)
 {
     if (!backend)
         throw TransportError("device " + std::to_string(device) + ": the NCCL transport needs a CUDA backend");
-    return std::make_unique<NcclTransport>(device, devices, store, std::move(backend), options);
+    return std::make_unique<NcclTransport>(device, std::move(devices), store, std::move(backend), options);
+}
+
+std::unique_ptr<Transport> makeNcclTransport(
+    int device, int devices, Rendezvous& store, std::shared_ptr<Backend> backend, const NcclOptions& options)
+{
+    std::vector<int> all(static_cast<std::size_t>(std::max(0, devices)));
+    std::iota(all.begin(), all.end(), 0);
+    return makeNcclTransport(device, std::move(all), store, std::move(backend), options);
 }
 
 } // namespace pw::engine

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../backend.h"
 #include "../rendezvous.h"
@@ -52,5 +53,9 @@ bool ncclCompiledIn();
 /// has no NCCL.
 std::unique_ptr<Transport> makeNcclTransport(
     int device, int devices, Rendezvous& store, std::shared_ptr<Backend> backend, const NcclOptions& options = {});
+/// The same among the run's `devices` (ascending; the plan's, which may leave some of its cluster's out): rank r of
+/// the communicators is devices[r], and the first publishes the unique id.
+std::unique_ptr<Transport> makeNcclTransport(int device, std::vector<int> devices, Rendezvous& store,
+    std::shared_ptr<Backend> backend, const NcclOptions& options = {});
 
 } // namespace pw::engine

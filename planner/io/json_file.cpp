@@ -32,6 +32,11 @@ int lineAt(std::string_view text, std::size_t offset)
     return line;
 }
 
+/// The largest input file read: far beyond any profile, cluster, plan or project Pipewright writes (the 64-stage
+/// GPT-3 project is 70 KB, a 100,000-operator graph profile about 50 MB), so that /dev/zero or a disk image is
+/// refused instead of read until memory runs out.
+constexpr std::size_t kMaxJsonFileBytes = std::size_t {256} << 20;
+
 std::string readText(const std::string& path)
 {
     std::error_code ec;
@@ -40,11 +45,55 @@ std::string readText(const std::string& path)
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw InputError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
+    std::string text;
+    char chunk[1 << 16];
+    while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+        const std::size_t before = text.size();
+        text.append(chunk, static_cast<std::size_t>(in.gcount()));
+        // JSON text holds no control characters but tab, newline and carriage return (not even inside strings): one
+        // is a binary file (or /dev/zero), refused at once and never echoed to the terminal.
+        for (std::size_t i = before; i < text.size(); ++i) {
+            const auto c = static_cast<unsigned char>(text[i]);
+            if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+                char hex[8];
+                std::snprintf(hex, sizeof hex, "0x%02x", c);
+                throw InputError(path, lineAt(text, i), "",
+                    std::string("is not a JSON text file: byte ") + std::to_string(i + 1) + " is the control character "
+                        + hex + " (a binary file?)");
+            }
+        }
+        if (text.size() > kMaxJsonFileBytes)
+            throw InputError(path, 0, "",
+                "is larger than " + std::to_string(kMaxJsonFileBytes >> 20)
+                    + " MiB: not a Pipewright JSON file (profiles, clusters, plans and projects are far smaller)");
+    }
     if (in.bad())
         throw InputError(path, 0, "", std::string("cannot read: ") + std::strerror(errno));
-    return buffer.str();
+    return text;
+}
+
+/// `text` with every byte that is not printable ASCII or part of valid UTF-8 written as \xNN: what a parser quotes
+/// back from the input is safe to print.
+std::string printable(std::string_view text)
+{
+    std::string out;
+    for (std::size_t i = 0; i < text.size();) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        std::size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        bool valid = length > 0 && i + length <= text.size();
+        for (std::size_t k = 1; valid && k < length; ++k)
+            valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+        if (valid && (length > 1 || (c >= 0x20 && c != 0x7f))) {
+            out.append(text.substr(i, length));
+            i += length;
+            continue;
+        }
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", c);
+        out += hex;
+        ++i;
+    }
+    return out;
 }
 
 /// nlohmann's what() is "[json.exception.<kind>.<id>] <message>"; the bracketed tag is noise for users.
@@ -68,6 +117,8 @@ struct DuplicateKey
 };
 /// The first duplicate key of valid JSON text (defined with the scanner below).
 std::optional<DuplicateKey> findDuplicateKey(std::string_view text);
+/// The pointer of the value holding byte `offset` of `text` (Scanner::pointerAt, defined below).
+std::string pointerAtOffset(std::string_view text, std::size_t offset);
 
 json parseText(const std::string& path, const std::string& text)
 {
@@ -89,15 +140,35 @@ json parseText(const std::string& path, const std::string& text)
         std::size_t lineStart = at;
         while (lineStart > 0 && text[lineStart - 1] != '\n')
             --lineStart;
-        std::string message = stripExceptionTag(e.what());
+        std::string message = printable(stripExceptionTag(e.what()));
         // "parse error at line 3, column 5: syntax error ..." -> "syntax error ... (column 5)"
         if (auto colon = message.find(": "); message.rfind("parse error", 0) == 0 && colon != std::string::npos)
             message = message.substr(colon + 2);
         message += " (column " + std::to_string(at - lineStart + 1) + ")";
         throw InputError(path, line, "", message);
     } catch (const json::exception& e) {
-        // e.g. a number too large for a double; nlohmann gives no position for these.
-        throw InputError(path, 0, "", stripExceptionTag(e.what()));
+        // A number too large for a double ("number overflow parsing '1e999'"): nlohmann gives no position, so the
+        // number it quotes is found in the text, with its line and the field it is the value of.
+        const std::string message = printable(stripExceptionTag(e.what()));
+        const std::string what = stripExceptionTag(e.what());
+        if (const auto open = what.find(" parsing '"); open != std::string::npos) {
+            const auto begin = open + 10;
+            const auto end = what.find('\'', begin);
+            const std::string literal = end == std::string::npos ? "" : what.substr(begin, end - begin);
+            for (std::size_t at = literal.empty() ? std::string::npos : text.find(literal); at != std::string::npos;
+                 at = text.find(literal, at + 1)) {
+                const auto boundary = [&](std::size_t i) {
+                    return i >= text.size()
+                        || std::string_view(",]} \t\r\n:[{").find(text[i]) != std::string_view::npos;
+                };
+                if ((at == 0 || boundary(at - 1)) && boundary(at + literal.size())) {
+                    std::string field = pointerAtOffset(text, at);
+                    throw InputError(path, lineAt(text, at), field.empty() ? "/" : field,
+                        message + ": the number is out of range (a double holds up to about 1.8e308)");
+                }
+            }
+        }
+        throw InputError(path, 0, "", message);
     }
 }
 
@@ -133,7 +204,21 @@ public:
     }
 
     /// Walks the whole (valid) text once and returns the first key given twice in one object.
-    std::optional<DuplicateKey> firstDuplicateKey()
+    std::optional<DuplicateKey> firstDuplicateKey() { return walk(std::string_view::npos, nullptr); }
+
+    /// The JSON pointer of the value that holds `offset` (the text need not be valid JSON: a number nlohmann would
+    /// not take, e.g. 1e999), "" for the document itself.
+    std::string pointerAt(std::size_t offset)
+    {
+        std::string pointer;
+        walk(offset, &pointer);
+        return pointer;
+    }
+
+private:
+    /// Walks the text from m_pos: up to `stop` (then the pointer of the value there goes to `pointer`), or to its end
+    /// returning the first duplicate key.
+    std::optional<DuplicateKey> walk(std::size_t stop, std::string* pointer)
     {
         struct Frame
         {
@@ -161,13 +246,20 @@ public:
         std::vector<Frame> stack;
         int line = 1;
         while (!atEnd()) {
+            if (m_pos >= stop) {
+                if (pointer) {
+                    for (const Frame& f : stack)
+                        *pointer += "/" + (f.object ? escapedToken(f.current) : std::to_string(f.index));
+                }
+                return std::nullopt;
+            }
             const char c = peek();
             if (c == '"') {
                 Frame* top = stack.empty() ? nullptr : &stack.back();
                 if (top && top->object && top->expectKey) {
                     std::string key = readString();
                     top->expectKey = false;
-                    if (!top->add(key))
+                    if (!top->add(key) && !pointer)
                         return DuplicateKey {pointerOf(stack) + "/" + escapedToken(key), key, line};
                     top->current = std::move(key);
                 } else {
@@ -195,7 +287,6 @@ public:
         return std::nullopt;
     }
 
-private:
     /// Skips a string literal at m_pos (on its opening quote), counting the (escaped) newlines it holds.
     void skipString(int& line)
     {
@@ -408,6 +499,11 @@ private:
 std::optional<DuplicateKey> findDuplicateKey(std::string_view text)
 {
     return Scanner(text).firstDuplicateKey();
+}
+
+std::string pointerAtOffset(std::string_view text, std::size_t offset)
+{
+    return Scanner(text).pointerAt(offset);
 }
 
 /// RFC 6901 tokens of a pointer ("~1" is '/', "~0" is '~'); nullopt when it does not start with '/'.

@@ -2,6 +2,7 @@
 // The list of partitioners and the helpers they share.
 #include "../costs.h"
 #include "../errors.h"
+#include "../schedule/generator.h"
 #include "builtin.h"
 #include "partitioner.h"
 
@@ -176,6 +177,9 @@ std::optional<PartitionResult> checkOneStagePerDevice(
 
 PartitionResult validated(Plan plan, std::vector<Diagnostic> diagnostics)
 {
+    // A kind whose steady state shows only from batch to batch (zb-h2, zbv, 2bw) is simulated over the batches it
+    // needs whichever partitioner made the plan: zb-h2 over one batch is zb-h1 (the panel showed the same time).
+    plan.schedule.iterations = simulatedIterations(plan);
     try {
         plan.validate();
     } catch (const InputError& e) {

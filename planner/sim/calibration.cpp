@@ -200,7 +200,7 @@ CalibratedCosts calibrate(const Plan& plan, const Timeline& measured, SpanStatis
         = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model->microbatch_size);
     const int S = plan.stageCount();
     // (stage, replica) -> measured seconds of each kind
-    std::map<std::pair<int, int>, std::vector<double>> forward, backward, step;
+    std::map<std::pair<int, int>, std::vector<double>> forward, backward, input, weight, step;
     // (sender, receiver, gradient, stage, microbatch) -> span
     using TransferKey = std::tuple<int, int, bool, int, int>;
     std::map<TransferKey, const Span*> sends, receives;
@@ -213,6 +213,8 @@ CalibratedCosts calibrate(const Plan& plan, const Timeline& measured, SpanStatis
                 continue;
             auto* into = s.kind == ActionKind::Forward ? &forward
                 : s.kind == ActionKind::Backward       ? &backward
+                : s.kind == ActionKind::BackwardInput  ? &input
+                : s.kind == ActionKind::BackwardWeight ? &weight
                 : s.kind == ActionKind::OptimizerStep  ? &step
                                                        : nullptr;
             if (into)
@@ -229,19 +231,32 @@ CalibratedCosts calibrate(const Plan& plan, const Timeline& measured, SpanStatis
         st.first_layer = ps.first_layer;
         st.last_layer = ps.last_layer;
         st.devices = ps.devices;
+        // A zero-bubble run splits every backward of a stage into I and W (the schedule's kind decides for all).
+        const bool split = backward[{s, 0}].empty() && !input[{s, 0}].empty();
         for (int r = 0; r < ps.replicas(); ++r) {
             const auto& fw = forward[{s, r}];
             const auto& bw = backward[{s, r}];
-            for (auto [what, v] : {std::pair {"forward", &fw}, {"backward", &bw}})
-                if (v->empty())
-                    throw InputError("the run has no measured " + std::string(what) + " of stage " + std::to_string(s)
-                        + " on device " + std::to_string(ps.devices[static_cast<std::size_t>(r)])
-                        + ": it did not get through a step");
+            const auto& in = input[{s, r}];
+            const auto& wt = weight[{s, r}];
+            const auto missing = [&](const std::string& what) {
+                throw InputError("the run has no measured " + what + " of stage " + std::to_string(s) + " on device "
+                    + std::to_string(ps.devices[static_cast<std::size_t>(r)]) + ": it did not get through a step");
+            };
+            if (fw.empty())
+                missing("forward");
+            if (split && (in.empty() || wt.empty()))
+                missing(in.empty() ? "input gradient (I)" : "weight gradient (W)");
+            if (!split && bw.empty())
+                missing("backward");
             st.forward_s.push_back(statisticOf(statistic, fw));
-            st.backward_s.push_back(statisticOf(statistic, bw));
+            if (split) {
+                st.backward_weight_s.push_back(statisticOf(statistic, wt));
+                st.backward_s.push_back(statisticOf(statistic, in) + st.backward_weight_s.back());
+            } else
+                st.backward_s.push_back(statisticOf(statistic, bw));
             st.optimizer_step_s.push_back(statisticOf(statistic, step[{s, r}]));
             st.forward_samples.push_back(static_cast<int>(fw.size()));
-            st.backward_samples.push_back(static_cast<int>(bw.size()));
+            st.backward_samples.push_back(static_cast<int>(split ? std::min(in.size(), wt.size()) : bw.size()));
         }
         c.stages.push_back(std::move(st));
     }
@@ -333,6 +348,12 @@ CostModel calibratedCostModel(const CalibratedCosts& costs, const Plan& plan)
             // on its own (StageCharge::recompute_s): the backward alone is the rest.
             c.backward_s[i]
                 = plan.schedule.recompute ? std::max(0.0, st.backward_s[r] - st.forward_s[r]) : st.backward_s[r];
+            // A split backward's measured parts: W's share of it (the profile's estimate otherwise).
+            if (r < st.backward_weight_s.size() && c.backward_s[i] > 0) {
+                if (c.backward_weight_share.size() != c.backward_s.size())
+                    c.backward_weight_share.assign(c.backward_s.size(), 0.5);
+                c.backward_weight_share[i] = std::min(1.0, st.backward_weight_s[r] / c.backward_s[i]);
+            }
             const auto d = static_cast<std::size_t>(st.devices[r]);
             stepBytes[d] += 3 * c.stage_weight_bytes[static_cast<std::size_t>(s)]
                 + 2 * c.stage_optimizer_bytes[static_cast<std::size_t>(s)];
@@ -360,6 +381,9 @@ json toJson(const CalibratedCosts& costs)
         stages.push_back({{"first_layer", s.first_layer}, {"last_layer", s.last_layer}, {"devices", s.devices},
             {"forward_s", s.forward_s}, {"backward_s", s.backward_s}, {"optimizer_step_s", s.optimizer_step_s},
             {"forward_samples", s.forward_samples}, {"backward_samples", s.backward_samples}});
+    for (std::size_t i = 0; i < costs.stages.size(); ++i)
+        if (!costs.stages[i].backward_weight_s.empty())
+            stages[i]["backward_weight_s"] = costs.stages[i].backward_weight_s;
     json nodes = json::array();
     for (const auto& l : costs.node_links)
         nodes.push_back(linkJson(l));
@@ -408,6 +432,14 @@ CalibratedCosts costsFromJson(const json& j)
         s.forward_s = secondsList(js, "forward_s", path, n);
         s.backward_s = secondsList(js, "backward_s", path, n);
         s.optimizer_step_s = secondsList(js, "optimizer_step_s", path, n);
+        if (js.contains("backward_weight_s")) {
+            s.backward_weight_s = secondsList(js, "backward_weight_s", path, n);
+            for (std::size_t r = 0; r < n; ++r)
+                if (s.backward_weight_s[r] > s.backward_s[r])
+                    f::fail(f::child(f::child(path, "backward_weight_s"), r),
+                        "the weight gradient (W) is part of the backward: at most backward_s's "
+                            + std::to_string(s.backward_s[r]) + " s");
+        }
         s.forward_samples = countList(js, "forward_samples", path, n);
         s.backward_samples = countList(js, "backward_samples", path, n);
         c.stages.push_back(std::move(s));

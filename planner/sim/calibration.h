@@ -40,7 +40,12 @@ struct StageCosts
     int last_layer = 0;
     std::vector<int> devices; ///< replicas, in the plan's order
     std::vector<double> forward_s; ///< per replica: the statistic (median) of its forward spans
+    /// Per replica: the whole backward. A run whose schedule split it (zero-bubble kinds: I then W) has it as the
+    /// statistic of its I spans plus that of its W spans.
     std::vector<double> backward_s;
+    /// Per replica: the weight-gradient pass (W) of a split backward, part of backward_s; empty when the run fused
+    /// its backwards (B spans), so that the profile's share of W is kept.
+    std::vector<double> backward_weight_s;
     std::vector<double> optimizer_step_s; ///< per replica: of its optimizer steps (0: none measured)
     std::vector<int> forward_samples; ///< per replica: spans the medians were taken over
     std::vector<int> backward_samples;
@@ -77,8 +82,9 @@ struct CalibratedCosts
 std::string planDigest(const Plan& plan);
 
 /// Fits the costs of `plan` to a run's measured timeline (spans in seconds, any t = 0), each stage time the
-/// `statistic` of its spans. Throws InputError when a stage replica has no measured forward or backward (the run did
-/// not get through a step).
+/// `statistic` of its spans; a split backward (I and W spans, zero-bubble schedules) is fitted as its two parts, W's
+/// share then replacing the profile's. Throws InputError when a stage replica has no measured forward or backward
+/// (B, or I and W) (the run did not get through a step).
 CalibratedCosts calibrate(const Plan& plan, const Timeline& measured, SpanStatistic statistic = SpanStatistic::Median);
 
 /// The simulator's cost model for `plan` with the calibrated costs in place of the profile's (compute, optimizer

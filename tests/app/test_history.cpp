@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -831,4 +833,44 @@ TEST_CASE("migration 3 redacts the node env values earlier versions stored, leav
     if (fs::exists(file.string() + "-wal"))
         bytes += text(fs::path(file.string() + "-wal"));
     CHECK(bytes.find(secret) == std::string::npos);
+}
+
+TEST_CASE("a history path that is not a regular file is refused before SQLite touches it", "[history]")
+{
+    // issue 30 item 15: `--history /dev/null` left /dev/null-journal (0666) in /dev.
+    fs::remove("/dev/null-journal"); // a leftover of an earlier version, if any
+    for (const auto access : {HistoryStore::Access::ReadWrite, HistoryStore::Access::ReadOnly})
+        CHECK_THROWS_WITH(HistoryStore::open("/dev/null", access), Contains("/dev/null: is not a regular file"));
+    CHECK_FALSE(fs::exists("/dev/null-journal"));
+    TempDir dir;
+    const auto fifo = dir.path() / "fifo.sqlite";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(HistoryStore::open(fifo), Contains("is not a regular file"));
+    CHECK_THROWS_WITH(HistoryStore::open(dir.path()), Contains("is a directory"));
+}
+
+TEST_CASE("a new history that cannot be written (a full disk) is not left behind as an empty file", "[history]")
+{
+    // issue 30 item 15. A full disk, as a process sees it: RLIMIT_FSIZE 0 makes every write past byte 0 fail
+    // (EFBIG), in a child so that this process keeps its limits.
+    TempDir dir;
+    const auto file = dir.file();
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::signal(SIGXFSZ, SIG_IGN);
+        const rlimit none {0, 0};
+        ::setrlimit(RLIMIT_FSIZE, &none);
+        try {
+            HistoryStore::open(file);
+            ::_exit(1); // it should not open
+        } catch (const std::exception&) {
+            ::_exit(fs::exists(file) ? 2 : 0);
+        }
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0); // 1: it opened; 2: the empty file stayed
+    CHECK_FALSE(fs::exists(file));
 }

@@ -51,7 +51,7 @@ TEST_CASE("compare rejects unknown algorithms and bad input clearly", "[cli][com
 {
     auto r = cli({"compare", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithms",
         "uniform,nosuch"});
-    CHECK(r.code == 1);
+    CHECK(r.code == 2); // a usage error, as an unknown --schedule is
     CHECK(r.err.find("unknown algorithm 'nosuch'") != std::string::npos);
     auto bad = cli({"compare", "--model", kData + "/bad/truncated-model.json", "--cluster", kDemo + "/dgx-h100.json"});
     CHECK(bad.code == 1);

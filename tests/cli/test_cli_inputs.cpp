@@ -3,12 +3,14 @@
 // unit-bearing results; the documented exit statuses; one memory unit; one rule for graph.txt files.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_harness.h"
@@ -247,4 +249,118 @@ TEST_CASE("a graph.txt is recognised by the rule the app uses, whatever its name
     INFO(r.err);
     CHECK(r.code == 0);
     CHECK(r.out.find("plan     uniform") != std::string::npos);
+}
+
+TEST_CASE(
+    "input files: missing parts, project files, huge numbers, unknown kinds, binary and endless files", "[cli][inputs]")
+{
+    // issue 30 item 14: each names the file, and the line and field where there is one.
+    Scratch s;
+    const json plan = readJson(kDemo + "/gpt2-tiny-local.plan.json");
+    {
+        json noModel = plan;
+        noModel.erase("model");
+        const auto path = s.writeJson("no-model.json", noModel);
+        const auto r = cli({"simulate", path});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Catch::Contains(path + ":1: /model: missing required field"));
+        json noCluster = plan;
+        noCluster.erase("cluster");
+        const auto r2 = cli({"simulate", s.writeJson("no-cluster.json", noCluster)});
+        CHECK_THAT(r2.err, Catch::Contains(": /cluster: missing required field"));
+    }
+    {
+        const auto r
+            = cli({"run", kDemo + "/gpt2-tiny-local.pwproj", "--local", "--history", (s.dir / "h.sqlite").string()});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err,
+            Catch::Contains("gpt2-tiny-local.pwproj:") && Catch::Contains("/kind")
+                && Catch::Contains("a Pipewright project file, not a plan"));
+        CHECK_FALSE(fs::exists(s.dir / "h.sqlite"));
+    }
+    {
+        // A number beyond a double, on line 5 as the value of /schedule/microbatches.
+        std::string text = plan.dump(2);
+        const auto at = text.find("\"microbatches\": ");
+        REQUIRE(at != std::string::npos);
+        const auto end = text.find_first_of(",\n}", at + 16);
+        text.replace(at + 16, end - at - 16, "1e999");
+        const auto path = s.write("huge.json", text);
+        const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+        const auto r = cli({"simulate", path});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err,
+            Catch::Contains(path + ":" + std::to_string(line) + ": /schedule/microbatches: ")
+                && Catch::Contains("1e999") && Catch::Contains("out of range"));
+    }
+    {
+        json kind = plan;
+        kind["schedule"]["kind"] = "zb-h3";
+        const auto path = s.writeJson("kind.json", kind);
+        const std::string text = kind.dump(2);
+        const int line = 1
+            + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(text.find("zb-h3")), '\n'));
+        const auto r = cli({"simulate", path});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err,
+            Catch::Contains(path + ":" + std::to_string(line) + ": /schedule/kind: unknown schedule kind 'zb-h3'"));
+    }
+    {
+        // Binary bytes never reach the terminal: not those of the file, not those a parser quotes back.
+        const auto binary = s.write("binary.json",
+            std::string("\x7f"
+                        "ELF\x02\x01\x01\0\0\0garbage\xff\xfe",
+                19));
+        const auto r = cli({"simulate", binary});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Catch::Contains("is not a JSON text file"));
+        const auto latin = s.write("latin1.json", "{\"name\": \xe9t\xe9}");
+        const auto r2 = cli({"simulate", latin});
+        CHECK(r2.code == 1);
+        for (const std::string& err : {r.err, r2.err}) {
+            INFO(err);
+            // Printable ASCII only: these messages quote no valid UTF-8 either.
+            CHECK(std::all_of(err.begin(), err.end(), [](char c) { return c == '\n' || (c >= 0x20 && c < 0x7f); }));
+        }
+    }
+    {
+        // /dev/zero is refused at its first byte, and an endless text (a FIFO fed spaces) at the size limit, instead
+        // of being read until memory runs out.
+        const auto zero = cli({"simulate", "/dev/zero"});
+        CHECK(zero.code == 1);
+        CHECK_THAT(zero.err, Catch::Contains("/dev/zero:1: is not a JSON text file: byte 1"));
+        const auto fifo = (s.dir / "endless.json").string();
+        REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+        std::FILE* feeder = ::popen(("exec yes ' ' > " + fifo + " 2>/dev/null").c_str(), "r");
+        REQUIRE(feeder);
+        const auto endless = cli({"simulate", fifo});
+        ::pclose(feeder); // yes ends on the closed pipe (SIGPIPE)
+        CHECK(endless.code == 1);
+        CHECK_THAT(endless.err, Catch::Contains(fifo + ": is larger than 256 MiB"));
+    }
+}
+
+TEST_CASE("numbers as written: --devices 0, a negative memory, an unknown algorithm's exit status", "[cli][inputs]")
+{
+    // issue 30 item 16.
+    Scratch s;
+    const auto zero = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json",
+        "--algorithm", "uniform", "--devices", "0"});
+    CHECK(zero.code == 2); // it used every device, silently
+    CHECK_THAT(zero.err, Catch::Contains("--devices"));
+    auto cluster = readJson(kDemo + "/dgx-h100.json");
+    cluster["device_types"][0]["memory_bytes"] = -80000000000.0;
+    const auto path = s.writeJson("negative.json", cluster);
+    const auto negative
+        = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", path, "--algorithm", "uniform"});
+    CHECK(negative.code == 1);
+    CHECK_THAT(negative.err, Catch::Contains("/device_types/0/memory_bytes: must be > 0 bytes, got -80000000000.0"));
+    CHECK_THAT(negative.err, !Catch::Contains(".000000")); // std::to_string's six decimals
+    // An unknown value of an option is a usage error (2), for --algorithm as for --schedule.
+    const auto algorithm = cli(
+        {"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "nosuch"});
+    const auto schedule = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json",
+        "--algorithm", "uniform", "--schedule", "zb-h3"});
+    CHECK(algorithm.code == 2);
+    CHECK(schedule.code == 2);
 }

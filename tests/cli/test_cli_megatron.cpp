@@ -203,3 +203,29 @@ TEST_CASE("profile transformer writes its parameter count in a unit that fits", 
     CHECK(r.out.find("(168.1 K parameters)") != std::string::npos);
     fs::remove_all(dir);
 }
+
+TEST_CASE("profile transformer's default precision is what the engine trains in on the device", "[cli]")
+{
+    // issue 30 item 17: `--device cpu` wrote bf16 (2 bytes per element), which the CPU engine then refused.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-precision-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto profile = [&](const std::string& device, std::vector<std::string> extra = {}) {
+        std::vector<std::string> args
+            = {"profile", "transformer", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "64", "--vocab",
+                "128", "--microbatch", "2", "--device", device, "-o", (dir / (device + ".json")).string()};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const auto r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return nlohmann::json::parse(std::ifstream(dir / (device + ".json"))).at("architecture");
+    };
+    CHECK(profile("cpu").at("bytes_per_element") == 4);
+    CHECK(profile("H100").at("bytes_per_element") == 2);
+    CHECK(profile("cpu", {"--bytes-per-element", "2"}).at("bytes_per_element") == 2); // asked for: kept
+    const auto three = cli(
+        {"profile", "transformer", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "64", "--vocab", "128",
+            "--microbatch", "2", "--device", "cpu", "--bytes-per-element", "3", "-o", (dir / "x.json").string()});
+    CHECK(three.code != 0);
+    CHECK_THAT(three.err, Catch::Contains("--bytes-per-element"));
+    fs::remove_all(dir);
+}

@@ -286,11 +286,26 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
         },
         "/model/layers", "the embedding, the 4 blocks and the head");
     // A bf16 profile planned with --precision fp32 is what the engine trains.
-    auto fp32 = base;
-    auto model = *fp32.model;
-    model.architecture->bytes_per_element = 2;
-    fp32.model = model;
+    auto bf16Shape = tinyGpt2();
+    bf16Shape.bytes_per_element = 2;
+    auto fp32 = gpt2Plan(bf16Shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
     fp32.schedule.precision = "fp32";
+    // An architecture that does not describe the profile's layers (a hand-edited sequence, hidden size,
+    // microbatch or precision) is another model than the one planned: refused, naming the field.
+    refused(
+        [](auto& p) {
+            auto model = *p.model;
+            model.architecture->sequence *= 2;
+            p.model = model;
+        },
+        "/model/layers/1/activation_bytes", "describe different models");
+    refused(
+        [](auto& p) {
+            auto model = *p.model;
+            model.architecture->microbatch = 1000;
+            p.model = model;
+        },
+        "/model/architecture/microbatch", "1000, but the profile's layers are of microbatches of 2");
     CHECK_NOTHROW(trainingSetup(fp32));
     CHECK(trainingSetup(fp32).precision == Precision::Fp32);
 }

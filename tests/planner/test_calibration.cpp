@@ -142,6 +142,46 @@ TEST_CASE("calibration: the median or the mean of a stage's spans", "[planner][c
     CHECK_THROWS_WITH(spanStatisticFromString("mode"), Contains("neither median nor mean"));
 }
 
+TEST_CASE("calibration: a zero-bubble run is fitted from its I and W spans, and W's measured share is kept",
+    "[planner][calibration]")
+{
+    for (const std::string kind : {"zb-h1", "zb-h2"}) {
+        INFO(kind);
+        Plan plan = twoStagePlan();
+        plan.schedule.kind = kind;
+        plan.validate();
+        CostModel truth = CostModel::fromPlan(plan);
+        truth.forward_s = {0.003, 0.005};
+        truth.backward_s = {0.008, 0.012};
+        truth.backward_weight_share = {0.25, 0.75}; // W: 2 ms of stage 0's 8, 9 ms of stage 1's 12
+        const auto run = simulateWith(plan, truth);
+        const auto costs = calibrate(plan, run.timeline);
+        REQUIRE(costs.stages.size() == 2);
+        CHECK(costs.stages[0].backward_s[0] == Approx(0.008));
+        CHECK(costs.stages[1].backward_s[0] == Approx(0.012));
+        REQUIRE(costs.stages[0].backward_weight_s.size() == 1);
+        CHECK(costs.stages[0].backward_weight_s[0] == Approx(0.002));
+        CHECK(costs.stages[1].backward_weight_s[0] == Approx(0.009));
+        CHECK(costs.stages[1].backward_samples == std::vector<int> {12});
+        // The file keeps W; the model built from it charges I and W as measured and reproduces the run.
+        const auto again = costsFromJson(toJson(costs));
+        CHECK(again == costs);
+        const CostModel calibrated = calibratedCostModel(again, plan);
+        CHECK(calibrated.backwardWeight(1, 0) == Approx(0.009));
+        CHECK(calibrated.backwardInput(1, 0) == Approx(0.003));
+        CHECK(simulateWith(plan, calibrated).makespan_s == Approx(run.makespan_s));
+    }
+    // A costs file whose W exceeds its backward is refused, naming the field.
+    Plan plan = twoStagePlan();
+    plan.schedule.kind = "zb-h1";
+    plan.validate();
+    auto j = toJson(calibrate(plan, simulate(plan).timeline));
+    j["stages"][1]["backward_weight_s"][0] = 1.0;
+    CHECK_THROWS_WITH(costsFromJson(j), Contains("/stages/1/backward_weight_s/0"));
+    // A fused run keeps no W: the profile's share stays.
+    CHECK(calibrate(twoStagePlan(), simulate(twoStagePlan()).timeline).stages[0].backward_weight_s.empty());
+}
+
 TEST_CASE("calibration: a run without a measured step of every stage cannot be calibrated", "[planner][calibration]")
 {
     const Plan plan = twoStagePlan();

@@ -172,3 +172,58 @@ TEST_CASE("cli: calibrate fits costs to a run, they predict a second run of the 
     CHECK(missing.code == 1);
     CHECK_THAT(missing.err, Contains("no run 'r-nonexistent'"));
 }
+
+TEST_CASE("cli: calibrate fits a zero-bubble run from its I and W spans", "[run][cli][calibrate]")
+{
+    // The zero-bubble kinds split every backward into I and W: calibrate refused them ("no measured backward").
+    test::TempDir dir;
+    const auto profile = (dir.path / "measured.json").string();
+    ok(cli(dir,
+        {"profile", "measure", "--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
+            "--microbatch", "2", "--repeats", "3", "-o", profile, "--json"}));
+    planner::Cluster local;
+    local.name = "local";
+    local.device_types = {*planner::devicePreset("cpu")};
+    local.nodes.push_back({"local", "", 22, "", "cpu", 2, 1e10, 1e-6});
+    const auto cluster = (dir.path / "cluster.json").string();
+    std::ofstream(cluster) << planner::toJson(local).dump(2);
+    const auto history = (dir.path / "history.sqlite").string();
+    struct Kind
+    {
+        std::string schedule;
+        std::vector<std::string> layout;
+        std::size_t stages;
+    };
+    for (const Kind& kind : {Kind {"zb-h1", {"--boundaries", "1"}, 2}, Kind {"zb-h2", {"--boundaries", "1"}, 2},
+             Kind {"zbv", {"--boundaries", "0,1,2", "--chunks", "2"}, 4}}) {
+        INFO(kind.schedule);
+        const auto plan = (dir.path / (kind.schedule + ".json")).string();
+        std::vector<std::string> args = {"plan", "--model", profile, "--cluster", cluster, "--algorithm", "manual",
+            "--schedule", kind.schedule, "--microbatches", "4", "-o", plan, "--json"};
+        args.insert(args.end(), kind.layout.begin(), kind.layout.end());
+        ok(cli(dir, args));
+        const std::string run
+            = ok(cli(dir, {"run", plan, "--local", "--steps", "4", "--threads", "1", "--history", history, "--json"}))
+                  .at("run_id");
+        const auto costsPath = (dir.path / (kind.schedule + "-costs.json")).string();
+        const auto fit
+            = ok(cli(dir, {"calibrate", run, "-o", costsPath, "--history", history, "--statistic", "mean", "--json"}));
+        const auto costs = json::parse(slurp(costsPath));
+        REQUIRE(costs.at("stages").size() == kind.stages);
+        for (const auto& st : costs.at("stages")) {
+            const double backward = st.at("backward_s").at(0), weight = st.at("backward_weight_s").at(0);
+            CHECK(weight > 0);
+            CHECK(weight < backward); // I is the rest
+            CHECK(st.at("backward_samples").at(0) == 16); // 4 microbatches x 4 steps
+        }
+        CHECK(fit.at("measured_iteration_s").get<double>() > 0);
+        // A few short steps of a small model on shared cores: the factor the second-run check above allows (the
+        // transfers and the gaps between these sub-millisecond actions are much of a step here).
+        const double error = fit.at("calibrated_iteration_error");
+        INFO("calibrated error on the run it was fitted to: " << error << ", the profile's "
+                                                              << fit.at("profile_iteration_error").get<double>());
+        CHECK(error > 1 / kFactor - 1);
+        CHECK(error < kFactor - 1);
+        ok(cli(dir, {"simulate", plan, "--costs", costsPath, "--json"}));
+    }
+}

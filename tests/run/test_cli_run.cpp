@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -588,7 +589,7 @@ TEST_CASE("cli: run names the plan's file and field: unknown schedule kind, miss
         const auto path = writePlan(dir, p);
         const auto r = runCli(dir, {"run", path.string(), "--local", "--steps", "1", "--history", history});
         CHECK(r.code == 1);
-        CHECK_THAT(r.err, Contains("pipewright-cli: error: " + path.string() + ": "));
+        CHECK_THAT(r.err, Contains("pipewright-cli: error: " + path.string() + ":")); // and its line, where known
         return r.err;
     };
     auto kind = plan;
@@ -614,5 +615,69 @@ TEST_CASE("cli: run names the plan's file and field: unknown schedule kind, miss
     CHECK_THAT(refused(bf16),
         Contains("/model/architecture/bytes_per_element: the plan's weights are bf16")
             && Contains("--bytes-per-element 4"));
+    // The architecture must describe the profile's layers (issue 30 item 3): a microbatch, hidden size or sequence
+    // edited in the file trained another model than the one planned (a 1000-sample microbatch at 9.47 s per step
+    // against 18 ms predicted; agents dying of bad_alloc), and another family was trained as GPT-2.
+    const auto edited = [&](const std::function<void(planner::TransformerConfig&)>& edit) {
+        auto p = plan;
+        auto m = *plan.model;
+        edit(*m.architecture);
+        p.model = m;
+        return p;
+    };
+    CHECK_THAT(refused(edited([](auto& a) { a.microbatch = 1000; })),
+        Contains("/model/architecture/microbatch: 1000, but the profile's layers are of microbatches of "));
+    CHECK_THAT(refused(edited([](auto& a) { a.hidden = 1 << 20; })),
+        Contains("/model/layers/1/activation_bytes: block 0") && Contains("describe different models"));
+    CHECK_THAT(refused(edited([](auto& a) { a.sequence = 1000000000; })),
+        Contains("/model/layers/1/activation_bytes: block 0"));
+    {
+        auto j = planner::toJson(plan);
+        j["model"]["architecture"]["type"] = "llama";
+        const auto path = dir.path / "llama.json";
+        std::ofstream(path) << j.dump(2);
+        const auto r = runCli(dir, {"run", path.string(), "--local", "--steps", "1", "--history", history});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Contains("/model/architecture/type: 'llama' is not a model family Pipewright knows"));
+    }
     CHECK_FALSE(fs::exists(dir.path / "h.sqlite")); // not even created
+}
+
+TEST_CASE("cli: --save is checked with the other inputs, before anything trains or is recorded", "[run][cli]")
+{
+    // issue 30 item 6: a missing folder trained, then failed (the training lost); a directory recorded a failed run.
+    test::TempDir dir;
+    const auto history = (dir.path / "h.sqlite").string();
+    const auto plan = writePlan(dir, gpt2Plan(tinyGpt2(2), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {(dir.path / "missing" / "model.bin").string(),
+            "the folder " + (dir.path / "missing").string() + " does not exist"},
+        {dir.path.string(), "it is a directory"},
+        {(dir.path / "h.sqlite" / "x.bin").string(), ""}, // under a file that is not there yet: a missing folder
+    };
+    for (const auto& [save, message] : cases) {
+        const auto r
+            = runCli(dir, {"run", plan.string(), "--local", "--steps", "1", "--save", save, "--history", history});
+        INFO(save << ": " << r.err);
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Contains(save + ": cannot save the trained model there: " + message));
+        CHECK_FALSE(fs::exists(history));
+    }
+    if (::geteuid() != 0) { // root writes anywhere
+        const auto locked = dir.path / "locked";
+        fs::create_directories(locked);
+        fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+        const auto r = runCli(dir,
+            {"run", plan.string(), "--local", "--steps", "1", "--save", (locked / "m.bin").string(), "--history",
+                history});
+        CHECK(r.code == 1);
+        CHECK_THAT(r.err, Contains("is not writable"));
+        fs::permissions(locked, fs::perms::owner_all);
+    }
+    const auto good = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "1", "--save", (dir.path / "m.bin").string(), "--history",
+            history});
+    INFO(good.err);
+    CHECK(good.code == 0);
+    CHECK(fs::file_size(dir.path / "m.bin") > 0);
 }

@@ -133,6 +133,8 @@ TEST_CASE("a stopped agent is named by the stall report within the threshold and
     // step's all-reduce of the tied embedding, depending on where it stopped), whose agent went silent.
     CHECK_THAT(outcome.message, StartsWith("stalled: no device finished an action for 3 s: stage 1 (device 1, host "));
     CHECK_THAT(outcome.message, Contains(" stage 0; stage 0 (device 0, host "));
+    // Hosts by the cluster's node name (two hosts may share a hostname), the reported hostname beside it.
+    CHECK_THAT(outcome.message, Contains("(device 1, host local"));
     CHECK_THAT(outcome.message, Contains("has sent nothing for"));
     CHECK_THAT(outcome.message, Contains("(stopped or hung"));
     REQUIRE(watch.reported);
@@ -159,6 +161,19 @@ TEST_CASE("a stopped agent is named by the stall report within the threshold and
                         || (planner::isRecv(a.span.kind) && a.span.peer == 0)));
         }
     CHECK(waiting);
+    // The report rests on the newest state of the stopped device (issue 30 item 5: it named "B mb 248" while the
+    // recorder showed RECV_B mb 341 finished): an action it still calls in progress began after every one it had
+    // finished, and a stopped device's peer waiting on it is no cycle.
+    double newestFinished = -1;
+    for (const auto& a : recorder)
+        if (a.span.device == 0 && !a.in_progress)
+            newestFinished = std::max(newestFinished, a.span.t0);
+    for (const auto& a : recorder)
+        if (a.span.device == 0 && a.in_progress) {
+            INFO("in progress on device 0 from " << a.span.t0 << " s; the newest finished began at " << newestFinished);
+            CHECK(a.span.t0 > newestFinished);
+        }
+    CHECK_THAT(outcome.message, !Contains("cycle"));
     CHECK(device1 > 10);
     CHECK(device1 <= agents::kFlightRecorderActions + 1);
     CHECK(history.run(outcome.run_id)->status == app::RunStatus::Failed);

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 
 #include "tests/ssh/sshd_fixture.h"
 
@@ -117,6 +119,25 @@ public:
         const Host& h = hosts.at(static_cast<std::size_t>(i));
         ipIn(h.ns, {"link", "set", "data", silent ? "down" : "up"});
     }
+
+    /// Host `i`'s sshd killed (SIGKILL), its listener and every session it runs (the controller's SSH channels to the
+    /// agents there die with them; the agents, started apart, train on).
+    void killSshd(int i)
+    {
+        Host& h = hosts.at(static_cast<std::size_t>(i));
+        for (pid_t p : pidsIn(h.ns)) {
+            std::ifstream in("/proc/" + std::to_string(p) + "/comm");
+            std::string comm;
+            std::getline(in, comm);
+            if (comm == "sshd")
+                ::kill(p, SIGKILL);
+        }
+        if (h.sshd > 0)
+            ::waitpid(h.sshd, nullptr, 0); // `ip netns exec` ends with the sshd it ran
+        h.sshd = -1;
+    }
+    /// Host `i`'s sshd started again (after killSshd), listening when this returns.
+    void restartSshd(int i) { startSshd(hosts.at(static_cast<std::size_t>(i)), i); }
 
     /// The processes living in host `i`'s namespace (its sshd, the agents started through it).
     std::vector<pid_t> processes(int i) const { return pidsIn(hosts.at(static_cast<std::size_t>(i)).ns); }

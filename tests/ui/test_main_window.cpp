@@ -406,6 +406,33 @@ TEST_CASE("main window: a layout saved at 1920x1080 leaves every dock usable at 
     CHECK(partition->width() + metrics->width() + small.centralWidget()->width() <= 1024);
 }
 
+TEST_CASE("main window: at 1024x700 every view keeps the docks usable and the window its width", "[ui]")
+{
+    // issue 30 item 8: after History (its comparison) the window grew from 921 to 950 px and the partition panel
+    // fell to ~70 px; the docks keep their minimum (240 px) and the views give way instead.
+    QSettings().remove(QStringLiteral("window"));
+    MainWindow small;
+    REQUIRE(small.openDemo());
+    small.resize(1024, 700);
+    small.show();
+    REQUIRE(QTest::qWaitForWindowExposed(&small));
+    const auto* partition = small.findChild<QDockWidget*>(QStringLiteral("partitionDock"));
+    const auto* metrics = small.findChild<QDockWidget*>(QStringLiteral("metricsDock"));
+    REQUIRE(partition);
+    REQUIRE(metrics);
+    for (const char* view :
+        {"model", "gantt", "memory", "scenarios", "cluster", "run", "history", "partition", "model"}) {
+        REQUIRE(small.showView(QString::fromLatin1(view)));
+        QApplication::processEvents();
+        CAPTURE(view, small.width(), partition->width(), metrics->width(), small.centralWidget()->width());
+        CHECK(small.width() == 1024);
+        CHECK(partition->width() >= 240);
+        CHECK(metrics->width() >= 240);
+        CHECK(small.centralWidget()->width() >= 300);
+    }
+    CHECK(small.minimumSizeHint().width() <= 1024);
+}
+
 TEST_CASE("main window: on first start (no saved geometry) it takes most of the screen, not its size hint", "[ui]")
 {
     QSettings().remove(QStringLiteral("window"));
@@ -430,7 +457,22 @@ TEST_CASE("main window: File - Export plan for writes a runtime's files in the b
     QFile csv(dir.filePath(QStringLiteral("schedule.csv")));
     REQUIRE(csv.open(QIODevice::ReadOnly));
     CHECK(csv.readAll().toStdString() == "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n");
-    CHECK(window.statusBar()->currentMessage().startsWith(QStringLiteral("Exported the plan for torchtitan: ")));
+    CHECK(window.statusBar()->currentMessage().startsWith(
+        QStringLiteral("Exported the plan for torchtitan into ") + dir.path() + QStringLiteral(": schedule.csv")));
+    // A folder that is not there yet is made, as the CLI makes -o's (issue 30 item 7).
+    window.exportPlanFor(QStringLiteral("torchtitan"), dir.path() + QStringLiteral("/new/tt"));
+    REQUIRE(window.waitForExport());
+    CHECK(QFileInfo(dir.path() + QStringLiteral("/new/tt/torchtitan.toml")).isFile());
+    // What the folder dialog returns is checked first: Qt reads `"/" "tmp"` typed in its name field as two names,
+    // of which the first ("/") took the files.
+    QString why;
+    CHECK(MainWindow::exportFolderFrom({QStringLiteral("/"), QStringLiteral("/tmp")}, &why).isEmpty());
+    CHECK(why.startsWith(QStringLiteral("Choose one folder to export into, not 2")));
+    CHECK(MainWindow::exportFolderFrom({QStringLiteral("tmp/x")}, &why).isEmpty());
+    CHECK(MainWindow::exportFolderFrom({QStringLiteral("/tmp/\"a\" \"b\"")}, &why).isEmpty());
+    CHECK(MainWindow::exportFolderFrom({}, &why).isEmpty());
+    CHECK(MainWindow::exportFolderFrom({dir.path() + QStringLiteral("/x/../tt")}, &why)
+        == dir.path() + QStringLiteral("/tt"));
     // An asynchronous schedule: the refusal names the field, and nothing is written.
     auto& plan = window.document().planDocument();
     REQUIRE(plan.apply(QStringLiteral("PipeDream's schedule"), [](const planner::Plan& p) {
@@ -444,4 +486,25 @@ TEST_CASE("main window: File - Export plan for writes a runtime's files in the b
     CHECK(window.lastError().startsWith(QStringLiteral("/schedule/kind: megatron cannot express this plan")));
     CHECK(window.lastExportedFiles().isEmpty());
     CHECK_FALSE(QFileInfo::exists(refused.path() + QStringLiteral("/out")));
+}
+
+TEST_CASE("main window: Cancel partitioner and Stop the run are enabled only while there is one", "[ui]")
+{
+    // issue 30 item 18: both were enabled with nothing running.
+    MainWindow window;
+    REQUIRE(window.openDemo());
+    REQUIRE(window.waitUntilIdle());
+    auto* cancel = window.findChild<QAction*>(QStringLiteral("cancelPartitionerAction"));
+    auto* stop = window.findChild<QAction*>(QStringLiteral("stopRunAction"));
+    REQUIRE(cancel);
+    REQUIRE(stop);
+    CHECK_FALSE(cancel->isEnabled());
+    CHECK_FALSE(stop->isEnabled());
+    QSignalSpy finished(window.partitionPanel(), &PartitionPanel::finished);
+    window.partitionPanel()->run();
+    REQUIRE(window.partitionPanel()->isRunning());
+    CHECK(cancel->isEnabled()); // while it runs
+    REQUIRE((finished.count() > 0 || finished.wait(60'000)));
+    CHECK_FALSE(cancel->isEnabled());
+    CHECK_FALSE(stop->isEnabled());
 }

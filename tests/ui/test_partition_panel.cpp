@@ -4,6 +4,7 @@
 // option value by name.
 #include <catch2/catch.hpp>
 
+#include <QComboBox>
 #include <QCoreApplication>
 #include <QDeadlineTimer>
 #include <QSet>
@@ -445,4 +446,25 @@ TEST_CASE("partition panel: a DP run does not count candidates it never had, a n
     REQUIRE(doc.planDocument().waitForPrediction());
     REQUIRE(panel.results()->rowCount() == 1);
     CHECK(planner::toJson(*panel.results()->row(0).plan).dump() == planJson(doc));
+}
+
+TEST_CASE("partition panel: choosing a schedule sets the chunks it runs", "[ui]")
+{
+    // issue 30 item 18: zbv kept 1 chunk per device, and every plan made with it was invalid.
+    ui::ProjectDocument doc;
+    ui::PartitionPanel panel(doc);
+    doc.setProject(demo());
+    QComboBox* schedule = nullptr;
+    for (auto* box : panel.findChildren<QComboBox*>())
+        if (box->findText(QStringLiteral("zbv")) >= 0)
+            schedule = box;
+    REQUIRE(schedule);
+    schedule->setCurrentText(QStringLiteral("zbv"));
+    CHECK(panel.settings().schedule.chunks == 2);
+    schedule->setCurrentText(QStringLiteral("1f1b"));
+    CHECK(panel.settings().schedule.chunks == 1);
+    schedule->setCurrentText(QStringLiteral("interleaved"));
+    CHECK(panel.settings().schedule.chunks == 2);
+    schedule->setCurrentText(QStringLiteral("zb-h1"));
+    CHECK(panel.settings().schedule.chunks == 1);
 }

@@ -11,7 +11,9 @@
 #include "planner/edit.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
+#include "planner/sim/simulator.h"
 #include "planner/units.h"
+#include "tests/engine/engine_fixtures.h"
 #include "ui/document/plan_document.h"
 #include "ui/models/format.h"
 #include "ui/models/stage_model.h"
@@ -148,4 +150,22 @@ TEST_CASE("the metrics panel shows MFU and HFU apart, FLOP rates in the unit tha
     CHECK(hfu.startsWith(ui::percentText(flops->hfu)));
     CHECK(flops->hfu > flops->mfu); // recomputation: HFU counts the forward twice, MFU once
     CHECK(mfu.contains(QString::fromStdString(planner::formatFlopRate(flops->model_flops_per_s_per_gpu))));
+}
+
+TEST_CASE("the metrics panel writes peak memory and capacity each in the unit that fits", "[widgets]")
+{
+    // issue 30 item 16: a tiny model read "0.00 of 80.00 GiB" beside the per-stage table's "8.53 MiB".
+    const auto shape = pw::test::tinyGpt2(2);
+    planner::Plan plan = pw::test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
+    ui::PlanDocument doc;
+    ui::MetricsPanel panel(doc);
+    doc.reset(plan);
+    REQUIRE(doc.waitForPrediction());
+    const auto worst = planner::worstMemory(*doc.prediction());
+    REQUIRE(worst.peak_bytes < (1 << 30));
+    const QString memory = panel.value(QStringLiteral("memory"));
+    CHECK(memory
+        == QString::fromStdString(
+            planner::formatBytes(worst.peak_bytes) + " of " + planner::formatBytes(worst.capacity_bytes)));
+    CHECK_FALSE(memory.startsWith(QStringLiteral("0.00")));
 }

@@ -203,9 +203,10 @@ QString GanttScene::toolTip(double t, double y, double tolerance) const
                 ? QString::fromStdString(block->timeline->device_names[d])
                 : QString::number(d);
         };
-        QString text = QStringLiteral("<b>%1</b> · microbatch %2 · stage %3<br>%4, %5 lane<br>%6 → %7 (%8)")
-                           .arg(QString::fromStdString(std::string(planner::toString(s.kind))))
-                           .arg(s.microbatch)
+        // An action of no microbatch (an optimizer step, an all-reduce) says none, not "microbatch -1".
+        const QString microbatch = s.microbatch >= 0 ? QStringLiteral(" · microbatch %1").arg(s.microbatch) : QString();
+        QString text = QStringLiteral("<b>%1</b>%2 · stage %3<br>%4, %5 lane<br>%6 → %7 (%8)")
+                           .arg(QString::fromStdString(std::string(planner::toString(s.kind))), microbatch)
                            .arg(s.stage)
                            .arg(name(s.device), QString::fromStdString(std::string(planner::toString(s.lane))),
                                secondsText(s.t0), secondsText(s.t1), secondsText(s.t1 - s.t0));

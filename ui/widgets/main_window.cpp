@@ -4,6 +4,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFileDialog>
@@ -62,6 +63,13 @@ QStringList MainWindow::viewNames()
         QStringLiteral("memory"), QStringLiteral("scenarios"), QStringLiteral("run"), QStringLiteral("history")};
 }
 
+namespace {
+
+constexpr int kMinDockWidth = 240; ///< the partition form and the metrics' numbers need about this
+constexpr int kMinViewWidth = 300; ///< the central views (tabs)
+
+} // namespace
+
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent)
     , m_document(new ProjectDocument(this))
@@ -80,6 +88,10 @@ MainWindow::MainWindow(QWidget* parent)
     m_history = new HistoryView(m_tabs);
     m_tabs->addTab(m_monitor, tr("Run"));
     m_tabs->addTab(m_history, tr("History"));
+    // An explicit minimum: the layout takes it instead of the widest tab's minimum size hint, so a view that wants
+    // more (History's comparison) scrolls or clips inside the tab rather than growing the window past the screen
+    // or squeezing the docks (issue 30 item 8: the window grew from 921 to 950 px, the partition panel fell to 70).
+    m_tabs->setMinimumWidth(kMinViewWidth);
     setCentralWidget(m_tabs);
     connect(m_history, &HistoryView::openRequested, this, &MainWindow::openRun);
     connect(m_tabs, &QTabWidget::currentChanged, this, [this] {
@@ -95,6 +107,7 @@ MainWindow::MainWindow(QWidget* parent)
     auto* metricsDock = new QDockWidget(tr("Metrics"), this);
     metricsDock->setObjectName(QStringLiteral("metricsDock"));
     metricsDock->setWidget(m_metrics);
+    metricsDock->setMinimumWidth(kMinDockWidth);
     addDockWidget(Qt::RightDockWidgetArea, metricsDock);
     m_partition = new PartitionPanel(*m_document, this);
     auto* partitionDock = new QDockWidget(tr("Partition"), this);
@@ -106,6 +119,7 @@ MainWindow::MainWindow(QWidget* parent)
     partitionScroll->setWidgetResizable(true);
     partitionScroll->setFrameShape(QFrame::NoFrame);
     partitionDock->setWidget(partitionScroll);
+    partitionDock->setMinimumWidth(kMinDockWidth); // its form, its Cancel and "Apply selected plan" stay usable
     addDockWidget(Qt::LeftDockWidgetArea, partitionDock);
     m_partitionDock = partitionDock;
     m_metricsDock = metricsDock;
@@ -231,8 +245,19 @@ void MainWindow::buildMenus()
     for (const auto* exporter : planner::planExporters()) {
         const QString name = QString::fromUtf8(exporter->name().data(), static_cast<int>(exporter->name().size()));
         QAction* action = exportFor->addAction(name + QStringLiteral("…"), this, [this, name] {
-            const QString dir = QFileDialog::getExistingDirectory(this, tr("Export the plan for %1 into").arg(name));
-            if (!dir.isEmpty())
+            // A dialog of folders (its New Folder button makes one, as the CLI makes a missing -o folder); what it
+            // returns is checked before anything is written.
+            QFileDialog dialog(this, tr("Export the plan for %1 into a folder").arg(name));
+            dialog.setFileMode(QFileDialog::Directory);
+            dialog.setOption(QFileDialog::ShowDirsOnly);
+            dialog.setLabelText(QFileDialog::Accept, tr("Export here"));
+            if (dialog.exec() != QDialog::Accepted)
+                return;
+            QString error;
+            const QString dir = exportFolderFrom(dialog.selectedFiles(), &error);
+            if (dir.isEmpty())
+                showError(tr("Not exported"), error);
+            else
                 exportPlanFor(name, dir);
         });
         action->setStatusTip(QString::fromStdString(std::string(exporter->description())));
@@ -253,7 +278,9 @@ void MainWindow::buildMenus()
     plan->addAction(tr("&Run partitioner"), QKeySequence(Qt::Key_F5), m_partition, &PartitionPanel::run);
     plan->addAction(
         tr("&Compare all algorithms"), QKeySequence(tr("Shift+F5")), m_partition, &PartitionPanel::compareAll);
-    plan->addAction(tr("Ca&ncel partitioner"), QKeySequence(tr("Ctrl+.")), m_partition, &PartitionPanel::cancel);
+    QAction* cancelPartitioner
+        = plan->addAction(tr("Ca&ncel partitioner"), QKeySequence(tr("Ctrl+.")), m_partition, &PartitionPanel::cancel);
+    cancelPartitioner->setObjectName(QStringLiteral("cancelPartitionerAction"));
     plan->addSeparator();
     // The model view's context menu, by keyboard: a layer (split after it) or a stage (merge, assign) to act on.
     plan->addAction(tr("Split a stage after layer…"), QKeySequence(tr("Ctrl+K")), this, [this] {
@@ -325,10 +352,22 @@ void MainWindow::buildMenus()
         });
         dialog.exec();
     });
-    plan->addAction(tr("S&top the run"), this, [this] {
+    QAction* stopRun = plan->addAction(tr("S&top the run"), this, [this] {
         if (m_session)
             m_session->stop();
     });
+    stopRun->setObjectName(QStringLiteral("stopRunAction"));
+    // Enabled only when there is something to cancel or stop (issue 30 item 18), checked as the menu opens and
+    // whenever a partitioner or a run starts or ends.
+    const auto refreshPlanActions = [this, cancelPartitioner, stopRun] {
+        cancelPartitioner->setEnabled(m_partition->isRunning());
+        stopRun->setEnabled(m_session && m_session->running());
+    };
+    connect(plan, &QMenu::aboutToShow, this, refreshPlanActions);
+    connect(m_partition, &PartitionPanel::started, this, refreshPlanActions);
+    connect(m_partition, &PartitionPanel::finished, this, refreshPlanActions);
+    connect(this, &MainWindow::runStateChanged, this, refreshPlanActions);
+    refreshPlanActions();
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     const QStringList tabs = {QStringLiteral("model"), QStringLiteral("gantt"), QStringLiteral("scenarios"),
@@ -414,6 +453,23 @@ bool MainWindow::importCluster(const QString& path)
     return true;
 }
 
+QString MainWindow::exportFolderFrom(const QStringList& selected, QString* error)
+{
+    const auto refuse = [&](const QString& why) {
+        if (error)
+            *error = why;
+        return QString();
+    };
+    if (selected.size() != 1)
+        return refuse(tr("Choose one folder to export into, not %1 (%2).")
+                          .arg(selected.size())
+                          .arg(selected.join(QStringLiteral(", "))));
+    const QString& path = selected.front();
+    if (path.isEmpty() || QDir::isRelativePath(path) || path.contains(QLatin1Char('"')))
+        return refuse(tr("'%1' is not a folder's full path: choose the folder in the dialog.").arg(path));
+    return QDir::cleanPath(path);
+}
+
 void MainWindow::exportPlanFor(const QString& format, const QString& directory)
 {
     const planner::PlanExporter* exporter = planner::findPlanExporter(format.toStdString());
@@ -441,7 +497,7 @@ void MainWindow::exportPlanFor(const QString& format, const QString& directory)
             }
             return out;
         },
-        [this, format](Outcome out) {
+        [this, format, directory](Outcome out) {
             if (!out.error.empty()) {
                 showError(tr("Not exported for %1").arg(format), QString::fromStdString(out.error));
                 return;
@@ -451,9 +507,11 @@ void MainWindow::exportPlanFor(const QString& format, const QString& directory)
                 m_exported << QString::fromStdString(f);
                 names << QString::fromStdString(std::filesystem::path(f).filename().string());
             }
-            statusBar()->showMessage(tr("Exported the plan for %1: %2 (%3)")
-                                         .arg(format, names.join(QStringLiteral(", ")),
-                                             QString::fromStdString(out.notes.empty() ? "" : out.notes.front())));
+            // Where the files went, named: a wrong folder shows at once.
+            statusBar()->showMessage(
+                tr("Exported the plan for %1 into %2: %3 (%4)")
+                    .arg(format, QDir::toNativeSeparators(directory), names.join(QStringLiteral(", ")),
+                        QString::fromStdString(out.notes.empty() ? "" : out.notes.front())));
         });
 }
 
@@ -520,8 +578,6 @@ void MainWindow::resizeEvent(QResizeEvent* event)
 
 bool MainWindow::docksFit() const
 {
-    constexpr int kMinDockWidth = 240; // the partition form and the metrics' numbers need about this
-    constexpr int kMinViewWidth = 300;
     for (const QDockWidget* dock : {m_partitionDock, m_metricsDock}) {
         const auto area = dockWidgetArea(const_cast<QDockWidget*>(dock));
         if (dock->isVisible() && !dock->isFloating()
@@ -602,6 +658,7 @@ bool MainWindow::runLocally(const app::RunRequest& settings, const planner::Clus
     m_session = std::make_unique<RunSession>(std::move(request), m_historyPath);
     m_monitor->attach(m_session.get());
     connect(m_session.get(), &RunSession::finished, this, [this] {
+        emit runStateChanged();
         m_busy->setBusy(tr("Training"), false);
         m_history->refresh();
         m_history->select(m_session->runId().toStdString());
@@ -614,6 +671,7 @@ bool MainWindow::runLocally(const app::RunRequest& settings, const planner::Clus
     });
     m_busy->setBusy(tr("Training"), true);
     m_session->start();
+    emit runStateChanged();
     showView(QStringLiteral("run"));
     return true;
 }

@@ -83,6 +83,10 @@ public:
     /// planner::PlanExporter's name) into `directory`, in the background; what the runtime cannot express is shown
     /// as an error and nothing is written.
     void exportPlanFor(const QString& format, const QString& directory);
+    /// The folder an export goes to, from what a folder dialog returned (its selectedFiles()): exactly one absolute
+    /// path without quotes; else empty, and `error` says why. Qt's dialog reads `"/" "tmp"` typed into its name field
+    /// as two names, of which the first ("/") took the export (issue 30 item 7).
+    static QString exportFolderFrom(const QStringList& selected, QString* error);
     /// Runs the event loop until an export has ended; false on timeout. For tests.
     bool waitForExport(int timeoutMs = 60'000) { return m_exporter.waitForIdle(timeoutMs); }
     /// The files the last export wrote (empty after a refused one).
@@ -97,6 +101,10 @@ public:
     HistoryView* historyView() const { return m_history; }
     ClusterEditor* clusterEditor() const { return m_cluster; }
     BusyIndicator* busyIndicator() const { return m_busy; }
+
+signals:
+    /// A run started or ended (Plan ▸ Stop the run follows it).
+    void runStateChanged();
 
 protected:
     void closeEvent(QCloseEvent* event) override;

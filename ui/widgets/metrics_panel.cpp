@@ -149,9 +149,10 @@ void MetricsPanel::refresh()
     m_throughput->setText(tr("%1 samples/s").arg(r->throughput_samples_per_s, 0, 'f', 1));
     m_bubble->setText(percentText(r->bubble_fraction));
     const auto worst = planner::worstMemory(*r);
-    m_memory->setText(tr("%1 of %2 GiB")
-                          .arg(worst.peak_bytes / double(1ull << 30), 0, 'f', 2)
-                          .arg(worst.capacity_bytes / double(1ull << 30), 0, 'f', 2));
+    // Each in the unit that fits, as the per-stage table writes it: "8.53 MiB of 80.00 GiB", not "0.00 of 80.00 GiB".
+    m_memory->setText(tr("%1 of %2")
+                          .arg(QString::fromStdString(planner::formatBytes(worst.peak_bytes)),
+                              QString::fromStdString(planner::formatBytes(worst.capacity_bytes))));
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
     const auto flops = planner::flopsReport(*m_document.predictedPlan(), r->throughput_samples_per_s);
     const auto rate = [](double flops) { return QString::fromStdString(planner::formatFlopRate(flops)); };

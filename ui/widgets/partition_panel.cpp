@@ -19,9 +19,11 @@
 #include <QUndoCommand>
 #include <QUndoStack>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
+#include "planner/schedule/traits.h"
 #include "ui/document/project_document.h"
 #include "ui/models/result_model.h"
 #include "ui/widgets/tables.h"
@@ -145,6 +147,26 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
             m_status->setText(m_comparingNow->text); // which algorithm runs now
     });
     connect(m_algorithm, &QComboBox::currentTextChanged, this, &PartitionPanel::rebuildOptions);
+    // The chunks a kind runs follow it (issue 30 item 18: zbv kept 1 chunk, and its partitioners' plans failed): a V
+    // has 2, a kind of one chunk per device 1; interleaving and GPipe keep what is set (at least 2 for interleaved).
+    connect(m_schedule, &QComboBox::currentTextChanged, this, [this](const QString& kind) {
+        const auto* generator = planner::findScheduleGenerator(kind.toStdString());
+        if (!generator)
+            return;
+        switch (generator->traits().chunks) {
+        case planner::ChunkRule::V:
+            m_chunks->setValue(2);
+            break;
+        case planner::ChunkRule::None:
+            m_chunks->setValue(1);
+            break;
+        case planner::ChunkRule::WholeRounds:
+            m_chunks->setValue(std::max(2, m_chunks->value()));
+            break;
+        case planner::ChunkRule::Any:
+            break;
+        }
+    });
     connect(m_run, &QPushButton::clicked, this, &PartitionPanel::run);
     connect(m_compare, &QPushButton::clicked, this, &PartitionPanel::compareAll);
     connect(m_cancel, &QPushButton::clicked, this, &PartitionPanel::cancel);
@@ -416,6 +438,7 @@ void PartitionPanel::start(bool compare)
     m_fraction = std::make_shared<std::atomic<double>>(0.0);
     m_comparingNow = std::make_shared<Running>();
     m_running = true;
+    emit started();
     m_run->setEnabled(false);
     m_compare->setEnabled(false);
     m_cancel->setEnabled(true);

@@ -65,6 +65,7 @@ public:
     QTableView* table() const { return m_table; }
 
 signals:
+    void started(); ///< a partitioner or Compare all began (isRunning() is true)
     void finished();
     void message(const QString& text);
 

@@ -126,6 +126,43 @@ TEST_CASE("agent: a served agent's run survives a dropped connection and resumes
     CHECK_FALSE(std::filesystem::exists(socket));
 }
 
+TEST_CASE("agent: a relay ends on SIGTERM, its link still open, and the next relay takes the agent", "[agent][served]")
+{
+    // issue 30 item 9: the relay's SIGTERM handler only asked for a stop and its poll loop went on after EINTR, so a
+    // relay stuck on a dead link kept the served agent's one connection when the controller came back (the new relay
+    // ends the old one with SIGTERM), and the run failed as silent 10 s later.
+    test::TempDir dir;
+    const std::string socket = (dir.path / "agent-0.sock").string();
+    const int steps = 60;
+    Received got;
+    AgentProcess first({"--session", socket, "--linger", "10"});
+    auto hello = first.next();
+    REQUIRE(hello);
+    const auto servedPid = std::get<Hello>(*hello).pid;
+    first.send(servedRun(dir.path, steps));
+    first.send(Start {});
+    while (got.seqs.size() < 2) {
+        auto m = first.next();
+        REQUIRE(m);
+        got.take(*m);
+    }
+    // The relay's stdin stays open (a link that is silent, not closed): only the signal can end it.
+    ::kill(first.pid, SIGTERM);
+    const int status = first.wait(std::chrono::milliseconds(2000));
+    CHECK(WIFEXITED(status));
+    REQUIRE(processAlive(servedPid)); // the agent trains on
+    AgentProcess second({"--attach", socket});
+    second.send(Resume {got.seqs.back()});
+    while (!got.done) {
+        auto m = second.next(std::chrono::milliseconds(30000));
+        REQUIRE(m);
+        got.take(*m);
+    }
+    CHECK(got.done->status == DoneStatus::Succeeded);
+    CHECK(got.contiguousSpans);
+    second.send(Stop {"goodbye"});
+}
+
 TEST_CASE("agent: a served agent whose controller stays away stops its run after the linger time", "[agent][served]")
 {
     test::TempDir dir;

@@ -47,10 +47,15 @@ bool hasDisplay()
 int main(int argc, char** argv)
 {
     bool screenshot = false;
-    for (int i = 1; i < argc; ++i)
-        screenshot = screenshot || QByteArray(argv[i]).startsWith("--screenshot");
-    if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen"); // screenshots need no display
+    bool informational = false; // --version, --help: printed, no window
+    for (int i = 1; i < argc; ++i) {
+        const QByteArray arg(argv[i]);
+        screenshot = screenshot || arg.startsWith("--screenshot");
+        informational = informational || arg == "--version" || arg == "-v" || arg == "--help" || arg == "-h"
+            || arg == "-?" || arg == "--help-all";
+    }
+    if ((screenshot || informational) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen"); // screenshots, the version and the help need no display
     if (screenshot)
         g_previousHandler = qInstallMessageHandler(quietOffscreen);
     if (!hasDisplay())

@@ -549,6 +549,7 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     const auto memory = app::compareMemory(plan, app::measuredPeakMemory(measured));
     const auto stalls = h.stalls(r.id);
     const auto recorder = h.flightRecorder(r.id);
+    const auto clocks = h.agentClocks(r.id); // what every measured span was moved by onto the controller's clock
     // The calibrated costs' prediction of the same steps as the stored one (of the run's steps when none is stored).
     std::optional<app::RunComparison> calibrated;
     if (!o.costs.empty()) {
@@ -596,6 +597,11 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                     {"peer", a.span.peer}, {"bytes", a.span.bytes}, {"t0", a.span.t0}, {"t1", a.span.t1},
                     {"in_progress", a.in_progress}, {"source", a.source}});
         j["flight_recorder"] = recorderJson;
+        nlohmann::json clocksJson = nlohmann::json::array();
+        for (const auto& c : clocks)
+            clocksJson.push_back({{"agent", c.agent}, {"host", c.host}, {"offset_s", c.offset_s},
+                {"uncertainty_s", c.uncertainty_s}, {"samples", c.samples}});
+        j["clocks"] = clocksJson;
         nlohmann::json kinds = nlohmann::json::array();
         const auto kindTimes = [](const app::KindTimes& t) {
             return nlohmann::json {{"time_s", t.time_s}, {"actions", t.actions}, {"mean_s", t.mean_s}};
@@ -682,6 +688,15 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                 << "  measured " << std::setw(10) << planner::formatBytes(m.measured_peak_bytes) << "  "
                 << (m.predicted_peak_bytes > 0 ? percent(m.error) : std::string("(no prediction)")) << "\n";
         }
+    }
+    if (!clocks.empty()) {
+        // issue 30 item 15: the history stores them; the spans above were moved by these onto one clock.
+        out << "  clocks: each agent's host clock minus the controller's, as the run measured it (its spans were "
+               "moved by it)\n";
+        for (const auto& c : clocks)
+            out << "    agent " << std::left << std::setw(4) << c.agent << std::setw(24) << c.host.substr(0, 23)
+                << std::right << " offset " << planner::formatSeconds(c.offset_s) << " ± "
+                << planner::formatSeconds(c.uncertainty_s) << " (" << c.samples << " round trips)\n";
     }
     for (const auto& s : stalls)
         out << "  stall at " << fixed(s.t_s, 1) << " s: " << s.report << "\n";

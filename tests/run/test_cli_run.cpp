@@ -144,12 +144,17 @@ TEST_CASE("cli: run --local --json trains and reports: history lists, shows, exp
     REQUIRE(latest.code == 0);
     CHECK(latest.out == show.out);
     CHECK_THAT(show.out, Contains("per action kind and step"));
+    // Each agent's clock offset, which the history stores (issue 30 item 15): two local agents, measured.
+    CHECK_THAT(show.out, Contains("  clocks: each agent's host clock minus the controller's"));
+    CHECK_THAT(show.out, Contains("    agent 0 ") && Contains("    agent 1 ") && Contains(" round trips)"));
 
     // The prediction's error per action kind (issue 23 item 5): 2 stages x 4 microbatches of F and B per step, as
     // many measured as predicted, each taking time on both sides.
     const auto showJson = runCli(dir, {"history", "show", id, "--history", history, "--json"});
     REQUIRE(showJson.code == 0);
     const auto shown = json::parse(showJson.out);
+    REQUIRE(shown.at("clocks").size() == 2);
+    CHECK(shown.at("clocks").at(0).at("samples").get<int>() > 0);
     std::map<std::string, json> kinds;
     for (const auto& k : shown.at("kinds"))
         kinds[k.at("kind").get<std::string>()] = k;

@@ -163,6 +163,10 @@ void checkIdentity(const Connection& db)
     if (!fresh && applicationId != kApplicationId)
         throw HistoryError(db.file() + ": not a Pipewright history: an SQLite database of something else "
             + "(application_id " + std::to_string(applicationId) + ")");
+    if (!fresh && version == 0) // ours, with tables, yet at version 0: migrating would create them again
+        throw HistoryError(db.file() + ": a damaged history: its schema version is 0 (PRAGMA user_version) but it "
+            + "holds " + std::to_string(tables.integer(0)) + " tables and objects; this Pipewright writes version "
+            + std::to_string(kHistorySchemaVersion) + ": restore the file from a copy");
     if (version > kHistorySchemaVersion)
         refuseNewer(db, version);
 }

@@ -3,8 +3,10 @@
 // name the file), a prepared statement, a transaction.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -55,7 +57,44 @@ public:
     void exec(const std::string& sql) const
     {
         if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
-            fail(sql.substr(0, sql.find_first_of("\n(")));
+            fail(whatItDoes(sql));
+    }
+
+    /// What a statement does, for an error message ("writing runs", "reading spans", "creating the history's
+    /// tables"), from its first words: never a cut copy of its SQL.
+    static std::string whatItDoes(std::string_view sql)
+    {
+        std::istringstream words {std::string(sql.substr(0, 200))};
+        std::string first, second;
+        words >> first >> second;
+        const auto upper = [](std::string w) {
+            for (char& c : w)
+                c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            return w;
+        };
+        const auto table = [](std::string w) { return w.substr(0, w.find_first_of("( ,;\n")); };
+        // The word after `keyword` (" FROM ", " INTO "), or "" when the statement has none.
+        const auto after = [&](const std::string& keyword) {
+            const std::string text(sql.substr(0, 400));
+            const auto at = upper(text).find(keyword);
+            return at == std::string::npos ? std::string() : table(text.substr(at + keyword.size()));
+        };
+        first = upper(first);
+        if (first == "INSERT" || first == "REPLACE")
+            return "writing " + after(" INTO ");
+        if (first == "UPDATE")
+            return "writing " + table(second);
+        if (first == "DELETE")
+            return "deleting from " + after(" FROM ");
+        if (first == "SELECT") {
+            const std::string from = after(" FROM ");
+            return "reading " + (from.empty() ? std::string("the history") : from);
+        }
+        if (first == "CREATE" || first == "ALTER" || first == "DROP")
+            return "changing the history's tables (" + upper(first) + " " + upper(second) + ")";
+        if (first == "PRAGMA")
+            return "setting " + table(second);
+        return "running " + first;
     }
 
 private:
@@ -71,7 +110,7 @@ public:
         : m_db(&db)
     {
         if (sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &m_stmt, nullptr) != SQLITE_OK)
-            db.fail("cannot prepare '" + std::string(sql.substr(0, 48)) + "'");
+            db.fail("cannot prepare " + Connection::whatItDoes(sql));
     }
     ~Statement() { sqlite3_finalize(m_stmt); }
     Statement(const Statement&) = delete;
@@ -94,7 +133,7 @@ public:
         if (rc == SQLITE_DONE)
             return false;
         sqlite3_reset(m_stmt);
-        m_db->fail(sqlite3_sql(m_stmt) ? std::string(sqlite3_sql(m_stmt)).substr(0, 48) : "step");
+        m_db->fail(sqlite3_sql(m_stmt) ? Connection::whatItDoes(sqlite3_sql(m_stmt)) : "step");
     }
     /// Runs a statement without results (INSERT, UPDATE, DELETE) and makes it ready to run again.
     void run()

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "app/history/history.h"
+#include "app/history/sqlite_wrappers.h"
 
 namespace fs = std::filesystem;
 using namespace pw::app;
@@ -873,4 +874,36 @@ TEST_CASE("a new history that cannot be written (a full disk) is not left behind
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0); // 1: it opened; 2: the empty file stayed
     CHECK_FALSE(fs::exists(file));
+}
+
+TEST_CASE("history errors say what was being done, never a cut copy of the SQL", "[history]")
+{
+    // issue 30 item 15: "INSERT INTO runs (id, plan_json, cluster_json, h: attempt to write a readonly database" and,
+    // for a history at schema version 0 that holds tables, ": table runs already exists".
+    TempDir dir;
+    {
+        auto h = HistoryStore::open(dir.file());
+        h.createRun({});
+    }
+    // A damaged history: ours (its application id), with tables, but its schema version reset to 0.
+    {
+        sqlite3* db = nullptr;
+        REQUIRE(sqlite3_open(dir.file().c_str(), &db) == SQLITE_OK);
+        REQUIRE(sqlite3_exec(db, "PRAGMA user_version=0", nullptr, nullptr, nullptr) == SQLITE_OK);
+        sqlite3_close(db);
+    }
+    try {
+        HistoryStore::open(dir.file());
+        FAIL("opened a damaged history");
+    } catch (const HistoryError& e) {
+        CHECK_THAT(e.what(), Contains("a damaged history: its schema version is 0"));
+    }
+    // The statement described, not quoted: what a failed write says.
+    CHECK(Connection::whatItDoes("INSERT INTO runs (id, plan_json, cluster_json, hosts_json) VALUES (?1, ?2)")
+        == "writing runs");
+    CHECK(Connection::whatItDoes("INSERT OR REPLACE INTO tags (run_id, tag) VALUES (?1, ?2)") == "writing tags");
+    CHECK(Connection::whatItDoes("UPDATE runs SET status = ?1") == "writing runs");
+    CHECK(Connection::whatItDoes("DELETE FROM spans WHERE run_id = ?1") == "deleting from spans");
+    CHECK(Connection::whatItDoes("SELECT count(*) FROM spans WHERE run_id = ?1") == "reading spans");
+    CHECK(Connection::whatItDoes("\nCREATE TABLE runs (id TEXT)") == "changing the history's tables (CREATE TABLE)");
 }

@@ -69,16 +69,17 @@ string(CONCAT pw_description
     "This package holds the desktop application (pipewright), its command-line\n"
     "twin (pipewright-cli), the training agent (pipewright-agent) and the bundled\n"
     "demo projects in /usr/share/pipewright/demo.")
-# A tree built with CUDA links NVIDIA's cuBLASLt, which no Debian package provides. CPack runs dpkg-shlibdeps with
+# A tree built with CUDA loads NVIDIA's cuBLASLt when a GPU trains (engine/cuda/cublaslt.cpp: dlopen, not linked),
+# and no Debian package provides it. CPack runs dpkg-shlibdeps with
 # --ignore-missing-info, so Depends lists the Debian packages only; the description says what the programs then
 # need, and packaging/deb.sh refuses any other library that comes from no package. A tree configured with
 # PW_WITH_CUDA=OFF (CI's, or the one docs/build.md shows for a package to hand out) needs nothing beyond Debian 12.
 if(PW_HAVE_CUDA)
   find_package(CUDAToolkit REQUIRED)
   string(APPEND pw_description
-         "\nThis build has the CUDA backend: its programs need NVIDIA's cuBLASLt\n"
+         "\nThis build has the CUDA backend: training on a GPU needs NVIDIA's cuBLASLt\n"
          "${CUDAToolkit_VERSION_MAJOR} from the CUDA toolkit in the dynamic loader's path (an\n"
-         "/etc/ld.so.conf.d entry), which no Debian package provides.")
+         "/etc/ld.so.conf.d entry), which no Debian package provides; it is loaded only then.")
 endif()
 set(CPACK_PACKAGE_DESCRIPTION "${pw_description}")
 

@@ -509,6 +509,13 @@ private:
         const double t0 = m_devices[d].compute_free, t1 = t0 + m_cost.optimizerStepSeconds(d, a.stage);
         compute(d, a, t0, t1);
         newVersion(d, a, t1);
+        // The k-th optimizer step of a (device, stage) closes its batch k: a schedule that flushes every batch ends
+        // the batch when the last of them ends (after its last W and its all-reduces), not at the last backward.
+        const int batch = m_stepsDone[{d, a.stage}]++;
+        if (batch >= static_cast<int>(m_batchStepEnds.size()))
+            m_batchStepEnds.resize(static_cast<std::size_t>(batch) + 1, kUnset);
+        auto& end = m_batchStepEnds[static_cast<std::size_t>(batch)];
+        end = end == kUnset ? t1 : std::max(end, t1);
     }
 
     void send(int d, const Action& a)
@@ -715,7 +722,11 @@ private:
         const int perBatch = std::max(1, m_s.microbatches_per_batch);
         const int iterations = std::max(1, m_s.microbatches / perBatch);
         r.iteration_time_s = makespan / iterations;
-        if (iterations >= 2)
+        if (iterations >= 2 && m_traits.flush_per_batch && m_traits.synchronous
+            && static_cast<int>(m_batchStepEnds.size()) == iterations
+            && std::none_of(m_batchStepEnds.begin(), m_batchStepEnds.end(), [](double t) { return t == kUnset; }))
+            r.batch_ends_s = m_batchStepEnds; // each batch's last optimizer step
+        else if (iterations >= 2)
             for (int b = 0; b < iterations; ++b) {
                 const int last = (b + 1) * perBatch - 1;
                 if (last < static_cast<int>(m_lastStageDone.size()) && m_lastStageDone[last] != kUnset)
@@ -761,6 +772,8 @@ private:
     std::vector<VersionBook> m_books; ///< per (device, stage) slot
     std::vector<Wave> m_waves; ///< wsp: per wave index
     std::vector<double> m_lastStageDone;
+    std::map<std::pair<int, int>, int> m_stepsDone; ///< (device, stage) -> optimizer steps done
+    std::vector<double> m_batchStepEnds; ///< per batch: when its last optimizer step ended
     std::vector<int> m_ready;
     SimulationResult m_result;
 };

@@ -165,8 +165,9 @@ struct SimulationResult
     std::vector<DeviceMetrics> devices;
     std::vector<StageMetrics> stages;
     std::size_t simulated_actions = 0;
-    /// With more than one batch simulated (2BW, PipeDream, iterations > 1): when each batch's last microbatch
-    /// finished its backward on the last stage, in order. What the Gantt marks as batch boundaries.
+    /// With more than one batch simulated (2BW, PipeDream, iterations > 1), in order: for the schedules that flush
+    /// every batch, when its last optimizer step ended (after its last W and all-reduces); for the others, when
+    /// its last microbatch finished its backward on the last stage. What the Gantt marks as batch boundaries.
     std::vector<double> batch_ends_s;
 
     bool fitsMemory() const;

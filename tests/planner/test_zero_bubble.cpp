@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -351,4 +352,38 @@ TEST_CASE("the uniform partitioner places ZBV's chunks in a V", "[zero-bubble]")
     for (int s = 0; s < 8; ++s)
         CHECK(result.plan->stages[s].devices == std::vector<int> {s < 4 ? s : 7 - s});
     CHECK(validate(generateSchedule(*result.plan), *result.plan).ok);
+}
+
+TEST_CASE("zero bubble: a batch ends when its last optimizer step does, after its last W", "[zero-bubble]")
+{
+    // issue 30 item 12: the Gantt's dashed batch-end line sat before batch 1's last W and optimizer step (it was the
+    // last stage's last backward).
+    for (const std::string kind : {"zb-h2", "1f1b", "zb-h1"}) {
+        INFO(kind);
+        Plan plan = pw::test::chainPlan(4, 8, kind, {1, 2, 1e6, 1e6, {}}, {80e9, 100, 1e10, 5e-6, 0, 0});
+        plan.cluster.edit().device_types[0].memory_bandwidth_bytes_per_s = 1e11; // steps take time
+        plan.schedule.iterations = 3;
+        plan.validate();
+        const auto r = simulate(plan);
+        REQUIRE(r.batch_ends_s.size() == 3);
+        std::map<std::pair<int, int>, int> steps;
+        std::vector<double> lastStep(3, 0), lastWork(3, 0);
+        const int perBatch = plan.schedule.microbatches;
+        for (const auto& s : r.timeline.spans) {
+            if (s.lane != Lane::Compute)
+                continue;
+            if (s.kind == ActionKind::OptimizerStep) {
+                const int b = steps[{s.device, s.stage}]++;
+                lastStep[static_cast<std::size_t>(b)] = std::max(lastStep[static_cast<std::size_t>(b)], s.t1);
+            } else if (s.microbatch >= 0) {
+                const auto b = static_cast<std::size_t>(s.microbatch / perBatch);
+                lastWork[b] = std::max(lastWork[b], s.t1);
+            }
+        }
+        for (std::size_t b = 0; b < 3; ++b) {
+            INFO("batch " << b);
+            CHECK(r.batch_ends_s[b] == Approx(lastStep[b]));
+            CHECK(r.batch_ends_s[b] >= lastWork[b]); // every F, B, I and W of the batch is before its end
+        }
+    }
 }

@@ -68,6 +68,24 @@ struct Received
             done = *d;
         }
     }
+    /// Reads from `agent` until `batches` telemetry batches have come.
+    void takeBatches(AgentProcess& agent, std::size_t batches)
+    {
+        while (seqs.size() < batches) {
+            auto m = agent.next();
+            REQUIRE(m);
+            take(*m);
+        }
+    }
+    /// Reads from `agent` until its Done.
+    void takeUntilDone(AgentProcess& agent)
+    {
+        while (!done) {
+            auto m = agent.next(std::chrono::milliseconds(30000));
+            REQUIRE(m);
+            take(*m);
+        }
+    }
 };
 
 } // namespace
@@ -89,11 +107,7 @@ TEST_CASE("agent: a served agent's run survives a dropped connection and resumes
         CHECK(servedPid != first.pid); // the agent runs apart from the process on the connection
         first.send(servedRun(dir.path, steps));
         first.send(Start {});
-        while (got.seqs.size() < 3) {
-            auto m = first.next();
-            REQUIRE(m);
-            got.take(*m);
-        }
+        got.takeBatches(first, 3);
         // The connection drops: the process relaying it dies (as sshd's child does when a link goes down).
         ::kill(first.pid, SIGKILL);
         first.wait();
@@ -104,11 +118,7 @@ TEST_CASE("agent: a served agent's run survives a dropped connection and resumes
 
     AgentProcess second({"--attach", socket});
     second.send(Resume {got.seqs.back()});
-    while (!got.done) {
-        auto m = second.next(std::chrono::milliseconds(30000));
-        REQUIRE(m);
-        got.take(*m);
-    }
+    got.takeUntilDone(second);
     CHECK(got.done->status == DoneStatus::Succeeded);
     CHECK(got.done->steps == steps);
     CHECK(got.seqs.size() > beforeDrop);
@@ -141,11 +151,7 @@ TEST_CASE("agent: a relay ends on SIGTERM, its link still open, and the next rel
     const auto servedPid = std::get<Hello>(*hello).pid;
     first.send(servedRun(dir.path, steps));
     first.send(Start {});
-    while (got.seqs.size() < 2) {
-        auto m = first.next();
-        REQUIRE(m);
-        got.take(*m);
-    }
+    got.takeBatches(first, 2);
     // The relay's stdin stays open (a link that is silent, not closed): only the signal can end it.
     ::kill(first.pid, SIGTERM);
     const int status = first.wait(std::chrono::milliseconds(2000));
@@ -153,11 +159,7 @@ TEST_CASE("agent: a relay ends on SIGTERM, its link still open, and the next rel
     REQUIRE(processAlive(servedPid)); // the agent trains on
     AgentProcess second({"--attach", socket});
     second.send(Resume {got.seqs.back()});
-    while (!got.done) {
-        auto m = second.next(std::chrono::milliseconds(30000));
-        REQUIRE(m);
-        got.take(*m);
-    }
+    got.takeUntilDone(second);
     CHECK(got.done->status == DoneStatus::Succeeded);
     CHECK(got.contiguousSpans);
     second.send(Stop {"goodbye"});

@@ -88,22 +88,30 @@ json ok(const Result& r)
     return json::parse(r.out);
 }
 
-} // namespace
-
-TEST_CASE("cli: calibrate fits costs to a run, they predict a second run of the plan, simulate and plan take them",
-    "[run][cli][calibrate]")
+/// A GPT-2 (2 blocks, hidden 128, sequence 64) measured on this machine with `repeats` repeats, and a cluster of
+/// two local CPU devices: the files' paths.
+std::pair<std::string, std::string> measuredSetup(const test::TempDir& dir, int repeats)
 {
-    test::TempDir dir;
     const auto profile = (dir.path / "measured.json").string();
     ok(cli(dir,
         {"profile", "measure", "--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
-            "--microbatch", "2", "--repeats", "5", "-o", profile, "--json"}));
+            "--microbatch", "2", "--repeats", std::to_string(repeats), "-o", profile, "--json"}));
     planner::Cluster local;
     local.name = "local";
     local.device_types = {*planner::devicePreset("cpu")};
     local.nodes.push_back({"local", "", 22, "", "cpu", 2, 1e10, 1e-6});
     const auto cluster = (dir.path / "cluster.json").string();
     std::ofstream(cluster) << planner::toJson(local).dump(2);
+    return {profile, cluster};
+}
+
+} // namespace
+
+TEST_CASE("cli: calibrate fits costs to a run, they predict a second run of the plan, simulate and plan take them",
+    "[run][cli][calibrate]")
+{
+    test::TempDir dir;
+    const auto [profile, cluster] = measuredSetup(dir, 5);
     const auto plan = (dir.path / "plan.json").string();
     ok(cli(dir,
         {"plan", "--model", profile, "--cluster", cluster, "--algorithm", "manual", "--boundaries", "1", "--schedule",
@@ -177,16 +185,7 @@ TEST_CASE("cli: calibrate fits a zero-bubble run from its I and W spans", "[run]
 {
     // The zero-bubble kinds split every backward into I and W: calibrate refused them ("no measured backward").
     test::TempDir dir;
-    const auto profile = (dir.path / "measured.json").string();
-    ok(cli(dir,
-        {"profile", "measure", "--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
-            "--microbatch", "2", "--repeats", "3", "-o", profile, "--json"}));
-    planner::Cluster local;
-    local.name = "local";
-    local.device_types = {*planner::devicePreset("cpu")};
-    local.nodes.push_back({"local", "", 22, "", "cpu", 2, 1e10, 1e-6});
-    const auto cluster = (dir.path / "cluster.json").string();
-    std::ofstream(cluster) << planner::toJson(local).dump(2);
+    const auto [profile, cluster] = measuredSetup(dir, 3);
     const auto history = (dir.path / "history.sqlite").string();
     struct Kind
     {

@@ -60,6 +60,10 @@ set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_COMPRESSION_TYPE xz)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON) # Depends from the programs' shared libraries (dpkg-shlibdeps)
+# Libraries the programs load at run time rather than link, which dpkg-shlibdeps cannot see: OpenBLAS where a CPU
+# trains (engine/openblas.cpp) and libssh where nodes are reached (app/launch/libssh.cpp). CPack appends the
+# shlibdeps list to these.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas0, libssh-4")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "plan and train pipeline-parallel models over GPUs")
 # Debian shows the description as it is: lines under 80 characters, broken here.
 string(CONCAT pw_description

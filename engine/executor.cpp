@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "planner/errors.h"
@@ -58,37 +59,6 @@ struct DeviceExecutor::StageState
 
 namespace {
 
-/// The devices of `pipeline` holding the embedding or the head, ascending; empty when one stage holds both or
-/// fewer than two devices hold them (nothing to exchange).
-std::vector<int> tiedDevices(const planner::Plan& plan, int pipeline)
-{
-    int last = 0; // the head's layer
-    for (const auto& ps : plan.stages)
-        last = std::max(last, ps.last_layer);
-    std::vector<int> group, embedding, head;
-    for (const auto& ps : plan.stages) {
-        if (ps.pipeline != pipeline)
-            continue; // every pipeline keeps its own tied copies
-        if (ps.first_layer == 0 && ps.last_layer == last)
-            return {};
-        if (ps.first_layer == 0)
-            embedding.insert(embedding.end(), ps.devices.begin(), ps.devices.end());
-        if (ps.last_layer == last)
-            head.insert(head.end(), ps.devices.begin(), ps.devices.end());
-        if (ps.first_layer == 0 || ps.last_layer == last)
-            for (int d : ps.devices)
-                if (std::find(group.begin(), group.end(), d) == group.end())
-                    group.push_back(d);
-    }
-    std::sort(group.begin(), group.end());
-    std::sort(embedding.begin(), embedding.end());
-    std::sort(head.begin(), head.end());
-    // Every device holding one holds the other (ZBV's V): each sums its two copies itself (tiedLocal).
-    if (group.size() < 2 || embedding == head)
-        group.clear();
-    return group;
-}
-
 } // namespace
 
 std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
@@ -102,7 +72,8 @@ std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
     for (const auto& ps : plan.stages)
         add(ps.devices);
     for (int p = 0; p < plan.pipelineCount(); ++p)
-        add(tiedDevices(plan, p));
+        for (auto& g : plan.tiedWeightGroups(p))
+            add(std::move(g));
     return groups;
 }
 
@@ -171,7 +142,7 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             const auto& a = actions[i];
             if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
                 lastBackward[a.stage] = i;
-            else if (a.kind == ActionKind::AllReduce) {
+            else if (a.kind == ActionKind::AllReduce && !tiedAllReduce(a)) {
                 const int stage = schedule.groups.at(static_cast<std::size_t>(a.group)).stage;
                 if (auto it = lastBackward.find(stage); it != lastBackward.end()) {
                     m_bucketed[it->second] = 1;
@@ -187,7 +158,20 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             myPipeline = ps.pipeline;
     }
     m_pipeline = std::max(0, myPipeline);
-    m_tiedGroup = tiedDevices(plan, m_pipeline);
+    // The tied embedding's group of this device, when it holds one copy and other devices the other: the schedule
+    // must sum it (an AllReduce of a TiedWeights group before the step), else the copies would drift apart.
+    for (const auto& g : plan.tiedWeightGroups(m_pipeline))
+        if (std::find(g.begin(), g.end(), device) != g.end())
+            m_tiedGroup = g;
+    if (!m_tiedGroup.empty()) {
+        const bool summed
+            = std::any_of(actions.begin(), actions.end(), [&](const Action& a) { return tiedAllReduce(a); });
+        if (!summed)
+            throw InputError({}, 0, "/schedule",
+                "device " + std::to_string(device)
+                    + " holds one copy of the tied embedding, but its schedule has no all-reduce of a tied_weights "
+                      "group: the schedule was made by an older planner; plan it again");
+    }
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& ps = plan.stages[static_cast<std::size_t>(s)];
         if (ps.pipeline != m_pipeline || std::find(ps.devices.begin(), ps.devices.end(), device) == ps.devices.end())
@@ -457,6 +441,8 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     double bytes = 0; // what a transfer or collective moves, known before it starts
     if (isTransfer(a.kind))
         bytes = m_exchange.empty() ? transferBytes(a) : m_exchange.front().second;
+    else if (a.kind == ActionKind::AllReduce && tiedAllReduce(a))
+        bytes = static_cast<double>(state(a.stage).model->tiedSlot()->size * byteSize(m_backend->act()));
     else if (a.kind == ActionKind::AllReduce)
         bytes = static_cast<double>(
             state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).model->grads().bytes());
@@ -468,7 +454,7 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     }
     // An all-reduce whose buckets went out during the backward began with the first of them.
     std::optional<std::uint64_t> early;
-    if (a.kind == ActionKind::AllReduce)
+    if (a.kind == ActionKind::AllReduce && !tiedAllReduce(a))
         early = std::exchange(state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).bucketTicket, {});
     const std::uint64_t ticket = early ? *early : m_timer->begin();
     if (isTransfer(a.kind) && m_exchange.empty()) {
@@ -507,6 +493,10 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
         break;
     }
     case ActionKind::AllReduce: {
+        if (tiedAllReduce(a)) {
+            tiedExchange(state(a.stage), m_schedule.groups.at(static_cast<std::size_t>(a.group)).devices);
+            break;
+        }
         auto& st = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage);
         tiedLocal(st);
         if (st.buckets.empty())
@@ -709,19 +699,29 @@ void DeviceExecutor::postBucket(StageState& st, std::size_t first, std::size_t e
     st.buckets.push_back(m_transport->allReduceSum(st.replicas, {g, act, end - first}));
 }
 
-void DeviceExecutor::tiedExchange(StageState& st)
+bool DeviceExecutor::tiedAllReduce(const Action& a) const
+{
+    return a.kind == ActionKind::AllReduce && a.group >= 0
+        && static_cast<std::size_t>(a.group) < m_schedule.groups.size()
+        && m_schedule.groups[static_cast<std::size_t>(a.group)].purpose == planner::CollectivePurpose::TiedWeights;
+}
+
+void DeviceExecutor::tiedExchange(StageState& st, const std::vector<std::int32_t>& members)
 {
     // The embedding's and the head's copies of wte each got the gradient of their own use; both need the sum.
-    // After the replicas' all-reduce every replica of a stage holds the same sum, so each contributes its share.
+    // After the replicas' all-reduce every replica of a stage holds the same sum: in a group of several replicas of
+    // a stage each contributes its share (a pair, replica j of each stage, contributes all of it).
     const TensorSlot* slot = st.model->tiedSlot();
-    if (m_tiedGroup.empty() || !slot)
-        return;
+    if (!slot)
+        throw std::logic_error("an all-reduce of the tied embedding on a stage without it");
     const DType act = m_backend->act();
     void* g = static_cast<std::byte*>(st.model->grads().data()) + slot->offset * byteSize(act);
-    const float share = 1.0f / static_cast<float>(st.replicas.size());
-    if (share != 1.0f)
-        m_backend->scale(g, share, slot->size);
-    m_transport->allReduceSum(m_tiedGroup, {g, act, slot->size}).wait();
+    const auto holders = std::count_if(members.begin(), members.end(),
+        [&](int d) { return std::binary_search(st.replicas.begin(), st.replicas.end(), d); });
+    if (holders > 1)
+        m_backend->scale(g, 1.0f / static_cast<float>(holders), slot->size);
+    const std::vector<int> group(members.begin(), members.end());
+    m_transport->allReduceSum(group, {g, act, slot->size}).wait();
 }
 
 void DeviceExecutor::keepLiveVersion(StageState& st)
@@ -738,8 +738,7 @@ void DeviceExecutor::keepLiveVersion(StageState& st)
 void DeviceExecutor::optimizerStep(const Action& a)
 {
     StageState& st = state(a.stage);
-    tiedLocal(st);
-    tiedExchange(st);
+    tiedLocal(st); // the tied embedding's group exchange was its own AllReduce, before this step
     keepLiveVersion(st);
     const bool waves = !st.pushTo.empty() || !st.pullFrom.empty();
     const Buffer& params = st.model->params();

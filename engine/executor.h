@@ -98,7 +98,7 @@ RunSchedule runProgram(const planner::Plan& plan, int steps);
 double monotonicSeconds();
 
 /// The collective groups of a plan, in one order every device agrees on: the devices of each replicated stage (its
-/// all-reduce), then per pipeline the devices holding the tied embedding and head when they are different stages.
+/// all-reduce), then per pipeline the groups that sum the tied embedding's gradient (Plan::tiedWeightGroups).
 /// Every device passes this list to Transport::makeGroups before its first step.
 std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan);
 
@@ -165,7 +165,10 @@ private:
     double wavePush(const planner::Action& a);
     double wavePull(const planner::Action& a);
     void keepLiveVersion(StageState& st);
-    void tiedExchange(StageState& st);
+    /// Sums the tied embedding's gradient of `st` over `members` (an AllReduce of a TiedWeights group).
+    void tiedExchange(StageState& st, const std::vector<std::int32_t>& members);
+    /// Whether `a` is the all-reduce of a TiedWeights group.
+    bool tiedAllReduce(const planner::Action& a) const;
     void linkWaves(StageState& st, int stage);
     const void* weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch);
     /// Hands the losses read back so far to the sink (one download), and the finished actions' spans.
@@ -208,7 +211,7 @@ private:
     /// Activations and input gradients by (producing stage, microbatch): sent, or consumed on this device.
     std::map<std::pair<int, int>, Buffer> m_activations;
     std::map<std::pair<int, int>, Buffer> m_gradients;
-    std::vector<int> m_tiedGroup; ///< devices holding the embedding or the head when they are not one stage
+    std::vector<int> m_tiedGroup; ///< this device's group of Plan::tiedWeightGroups, empty when it is in none
     /// Per action of the period: a backward (or W) after which its stage's AllReduce comes with no other backward of
     /// the stage between (its gradients are then final as each layer finishes: they are all-reduced in buckets).
     std::vector<char> m_bucketed;

@@ -5,18 +5,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
-#include <cblas.h>
 #include <omp.h>
 
-// OpenBLAS's own controls (declared in its cblas.h; kept explicit here so another CBLAS fails to link loudly).
-extern "C" {
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-char* openblas_get_config(void);
-}
+#include "openblas.h"
 
 namespace pw::engine::ops {
 
@@ -191,6 +187,13 @@ PW_KERNEL void layernormBackwardWeightRow(float* dw, float* db, const float* d, 
     }
 }
 
+/// OpenBLAS's single-precision product, its library loaded on the first call (openblas.h).
+void sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha, const float* a,
+    int lda, const float* b, int ldb, float beta, float* c, int ldc)
+{
+    openblas::api().sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /// The range of [0, n) this OpenMP thread takes (contiguous chunks, for kernels that want long runs).
 std::pair<long, long> threadChunk(long n)
 {
@@ -205,18 +208,22 @@ void setThreads(int threads)
 {
     if (threads <= 0)
         return;
-    openblas_set_num_threads(threads);
+    openblas::api().setNumThreads(threads);
     omp_set_num_threads(threads);
 }
 
 int threads()
 {
-    return openblas_get_num_threads();
+    return openblas::api().getNumThreads();
 }
 
-const char* blasName()
+std::string blasName()
 {
-    return openblas_get_config();
+    try {
+        return openblas::api().getConfig();
+    } catch (const std::exception& e) {
+        return std::string("none (") + e.what() + ")";
+    }
 }
 
 void encoderForward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C)
@@ -300,7 +307,7 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
 
 void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
     if (!bias)
         return;
 #pragma omp parallel for
@@ -314,9 +321,9 @@ void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
     int BT, int C, int OC)
 {
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+        sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
         return;
         // Row after row (the column walk strides by OC); each thread sums its own columns.
@@ -340,7 +347,7 @@ void attentionForward(float* out, float* att, const float* qkv, int B, int T, in
             const float* v = q + 2 * C;
             float* a = att + (static_cast<long>(b) * NH + h) * T * T;
             // Scores for every pair; the causal mask and the softmax then keep j <= i only.
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
 #pragma omp parallel for
             for (int i = 0; i < T; ++i) {
                 float* row = a + static_cast<long>(i) * T;
@@ -349,7 +356,7 @@ void attentionForward(float* out, float* att, const float* qkv, int B, int T, in
                 std::fill(row + i + 1, row + T, 0.0f);
             }
             float* o = out + static_cast<long>(b) * T * C + h * hs;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
         }
 }
 
@@ -372,8 +379,8 @@ void attentionBackward(
             const float* dy = dout + static_cast<long>(b) * T * C + h * hs;
             float* da = scratch;
             // y = a . v  =>  da = dy . v^T,  dv += a^T . dy
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
+            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
             // Softmax backward in place: ds[i,j] = a[i,j] (da[i,j] - sum_k a[i,k] da[i,k]); masked entries are 0.
 #pragma omp parallel for
             for (int i = 0; i < T; ++i) {
@@ -388,8 +395,8 @@ void attentionBackward(
                     dr[j] = 0.0f;
             }
             // s = scale q . k^T  =>  dq += scale ds . k,  dk += scale ds^T . q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, k, C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 1.0f, dk, C3);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, k, C3, 1.0f, dq, C3);
+            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 1.0f, dk, C3);
         }
 }
 

@@ -5,14 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace pw::engine::ops {
 
 /// Threads BLAS may use (OpenBLAS's own pool); 0 keeps the library's default.
 void setThreads(int threads);
 int threads();
-/// The BLAS the engine was linked with, for capabilities ("OpenBLAS 0.3.21 ...").
-const char* blasName();
+/// The BLAS the engine uses, for capabilities ("OpenBLAS 0.3.21 ..."); "none (why)" where OpenBLAS cannot be
+/// loaded (then the CPU engine cannot train, and the agent does not offer the cpu backend).
+std::string blasName();
 
 /// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]
 void encoderForward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);

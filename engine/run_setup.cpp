@@ -66,6 +66,18 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
     for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
         if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
             refuse("/layer_order", "the engine runs GPT-2's layers in their order");
+    if (plan.model->architecture && !plan.model->architecture->tied_embeddings)
+        refuse("/model/architecture/tied_embeddings",
+            "false, and the engine trains GPT-2, whose head's output projection is its token embedding: plan with a "
+            "tied architecture (remove the field)");
+    for (int p = 0; p < plan.pipelineCount(); ++p)
+        if (plan.tiedWeightsStepApart(p))
+            refuse("/stages",
+                "schedule '" + o.kind
+                    + "' steps each replica after each of its backwards, and the stages holding the token embedding "
+                      "and the head (whose weights are tied) have different replica counts: their copies would step "
+                      "different numbers of times, and no all-reduce can keep them equal; give both stages the same "
+                      "replicas, or use another schedule");
     if (plan.tensor_parallel > 1)
         refuse("/tensor_parallel",
             "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)

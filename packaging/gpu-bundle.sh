@@ -108,6 +108,19 @@ for exe in "$out"/bin/*; do
     [ -e "$out/lib/$name" ] || cp -L "$path" "$out/lib/$name"
   done < <(ldd "$exe")
 done
+# Libraries the programs load at run time (dlopen) rather than link, so ldd does not list them: OpenBLAS (the CPU
+# engine, engine/openblas.cpp) and libssh (app/launch/libssh.cpp), with what they link. The programs' DT_RPATH
+# finds them in lib/ there too.
+for soname in libopenblas.so.0 libssh.so.4; do
+  path=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ { print $NF; exit }')
+  [ -n "$path" ] || { echo "gpu-bundle: $soname is not installed here (packaging/setup-deps.sh)" >&2; exit 1; }
+  [ -e "$out/lib/$soname" ] || cp -L "$path" "$out/lib/$soname"
+  while read -r name arrow dep _; do
+    [ "$arrow" = "=>" ] || continue
+    if system_lib "$name" || cuda_lib "$name" "$dep"; then continue; fi
+    [ -e "$out/lib/$name" ] || cp -L "$dep" "$out/lib/$name"
+  done < <(ldd "$path")
+done
 chmod 0644 "$out"/lib/*
 
 # Check: with the bundle's RPATH every library that is not the GPU machine's own must now come from lib/.

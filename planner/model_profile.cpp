@@ -168,6 +168,8 @@ json toJson(const ModelProfile& model)
         j["architecture"] = {{"type", "gpt"}, {"layers", a.layers}, {"hidden", a.hidden}, {"heads", a.heads},
             {"sequence", a.sequence}, {"vocab", a.vocab}, {"microbatch", a.microbatch},
             {"bytes_per_element", a.bytes_per_element}};
+        if (!a.tied_embeddings)
+            j["architecture"]["tied_embeddings"] = false; // written only when not GPT-2's tying
     }
     return j;
 }
@@ -238,6 +240,7 @@ ModelProfile modelFromJson(const json& j)
         c.vocab = f::integer(a, "vocab", "/architecture");
         c.microbatch = f::integerOr(a, "microbatch", "/architecture", 1);
         c.bytes_per_element = f::integerOr(a, "bytes_per_element", "/architecture", 2);
+        c.tied_embeddings = f::booleanOr(a, "tied_embeddings", "/architecture", true);
         c.validate("/architecture");
         m.architecture = c;
     }

@@ -67,10 +67,21 @@ struct TransformerConfig
     int vocab = 0;
     int microbatch = 1;
     int bytes_per_element = 2;
+    /// The head's output projection is the token embedding (GPT-2's weight tying), so the stages holding the two
+    /// sum its gradient before their steps; false: the head has its own (Megatron's
+    /// --untie-embeddings-and-output-weights, as the zero-bubble paper's runs use), the same size, shared with none.
+    bool tied_embeddings = true;
 
     /// Every size > 0 and hidden a multiple of heads; throws InputError naming `path`/field (just the field
     /// name when `path` is empty, as the CLI's options are named).
     void validate(const std::string& path = "") const;
+    /// Bytes of the weights the first and the last layer share: GPT-2 ties its token embedding (layer 0) to its
+    /// head's output projection (the last layer), vocab x hidden x bytes_per_element, whose gradient the stages
+    /// holding them sum before their optimizer steps; 0 when untied.
+    double tiedWeightBytes() const
+    {
+        return tied_embeddings ? static_cast<double>(vocab) * hidden * bytes_per_element : 0.0;
+    }
 
     bool operator==(const TransformerConfig&) const = default;
 };
@@ -91,6 +102,9 @@ struct ModelProfile
     int layerCount() const { return static_cast<int>(layers.size()); }
     double totalWeightBytes() const;
     double totalComputeMs() const;
+    /// Bytes of weights the first and the last layer share (TransformerConfig::tiedWeightBytes); 0 for a profile
+    /// without an architecture, whose layers share nothing.
+    double tiedWeightBytes() const { return architecture ? architecture->tiedWeightBytes() : 0.0; }
 
     /// Bytes crossing a cut placed after layer `cut` in the given order (identity when empty): the outputs
     /// of layers at or before the cut that a later layer reads. For a chain this is activation_bytes[cut].

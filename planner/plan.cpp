@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "plan.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
@@ -9,6 +10,7 @@
 #include "errors.h"
 #include "json_fields.h"
 #include "schedule/generator.h"
+#include "schedule/traits.h"
 
 namespace pw::planner {
 
@@ -101,6 +103,74 @@ int Plan::pipelineEnd(int stage) const
     while (!lastInPipeline(stage))
         ++stage;
     return stage + 1;
+}
+
+std::vector<std::vector<int>> Plan::tiedWeightGroups(int pipeline) const
+{
+    if (model->tiedWeightBytes() <= 0 || stages.empty())
+        return {};
+    int last = 0; // the head's position
+    for (const auto& ps : stages)
+        last = std::max(last, ps.last_layer);
+    const PlanStage* embedding = nullptr;
+    const PlanStage* head = nullptr;
+    for (const auto& ps : stages) {
+        if (ps.pipeline != pipeline)
+            continue;
+        if (ps.first_layer == 0)
+            embedding = &ps;
+        if (ps.last_layer == last)
+            head = &ps;
+    }
+    if (!embedding || !head || embedding == head)
+        return {};
+    std::vector<int> e = embedding->devices, h = head->devices;
+    std::sort(e.begin(), e.end());
+    std::sort(h.begin(), h.end());
+    if (e == h)
+        return {};
+    // PipeDream's kind steps each replica after each of its backwards: replicas of stages with other replica counts
+    // step other numbers of times, and no all-reduce can pair their steps (tiedWeightsStepApart()).
+    if (tiedWeightsStepApart(pipeline))
+        return {};
+    std::vector<std::vector<int>> groups;
+    if (embedding->devices.size() == head->devices.size()) {
+        for (std::size_t j = 0; j < embedding->devices.size(); ++j) {
+            std::vector<int> pair {embedding->devices[j], head->devices[j]};
+            std::sort(pair.begin(), pair.end());
+            if (pair[0] != pair[1])
+                groups.push_back(std::move(pair));
+        }
+        if (groups.size() == embedding->devices.size())
+            return groups;
+        groups.clear(); // some device holds both copies of its replica but not of all: one group of all
+    }
+    std::vector<int> all = e;
+    all.insert(all.end(), h.begin(), h.end());
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    groups.push_back(std::move(all));
+    return groups;
+}
+
+bool Plan::tiedWeightsStepApart(int pipeline) const
+{
+    const auto* traits = findScheduleTraits(schedule.kind);
+    if (!traits || !traits->update_per_backward || model->tiedWeightBytes() <= 0 || stages.empty())
+        return false;
+    int last = 0;
+    for (const auto& ps : stages)
+        last = std::max(last, ps.last_layer);
+    std::size_t embedding = 0, head = 0;
+    for (const auto& ps : stages) {
+        if (ps.pipeline != pipeline)
+            continue;
+        if (ps.first_layer == 0)
+            embedding = ps.devices.size();
+        if (ps.last_layer == last)
+            head = ps.devices.size();
+    }
+    return embedding != head;
 }
 
 int steadyIterations(const Plan& plan, int minimum)

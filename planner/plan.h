@@ -148,6 +148,19 @@ struct Plan
     int pipelineDepth() const;
     /// Every device some stage runs on, ascending: the run's devices (a plan may leave some of its cluster's idle).
     std::vector<int> devicesUsed() const;
+    /// The groups of devices of `pipeline` that sum the gradient of the weights its first and last layers share
+    /// (ModelProfile::tiedWeightBytes() > 0: GPT-2's token embedding and head), each ascending, before their optimizer
+    /// steps. When both stages have r replicas, r pairs: replica j of the embedding's stage with replica j of the
+    /// head's (after the replicas' own all-reduce each replica holds its stage's whole gradient; Megatron's
+    /// embedding group); otherwise one group of every device of both stages, each contributing its share. None
+    /// when the model ties nothing, one stage holds both layers, or the two are on the same devices (ZBV's V: each
+    /// device sums its own two copies). Every pipeline keeps its own copies.
+    std::vector<std::vector<int>> tiedWeightGroups(int pipeline) const;
+    /// Whether the tied weights' holders in `pipeline` step different numbers of times, so that no all-reduce can
+    /// sum their gradients step by step: a kind that steps after every backward (PipeDream) with the embedding's
+    /// and the head's stages on different replica counts. tiedWeightGroups() is then empty; the engine refuses
+    /// such a plan.
+    bool tiedWeightsStepApart(int pipeline) const;
     /// Data-parallel replicas of a stage: its devices / tensor_parallel.
     int dataReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
     /// Layer index at position `pos` of the plan's order.

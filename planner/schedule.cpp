@@ -88,8 +88,12 @@ std::string actionLabel(const Action& a)
 json toJson(const Schedule& s)
 {
     json groups = json::array();
-    for (const auto& g : s.groups)
-        groups.push_back({{"stage", g.stage}, {"devices", g.devices}});
+    for (const auto& g : s.groups) {
+        json jg = {{"stage", g.stage}, {"devices", g.devices}};
+        if (g.purpose == CollectivePurpose::TiedWeights)
+            jg["purpose"] = "tied_weights"; // absent: the replicas of the stage
+        groups.push_back(std::move(jg));
+    }
     json devices = json::array();
     for (const auto& list : s.devices) {
         json actions = json::array();
@@ -137,6 +141,11 @@ Schedule scheduleFromJson(const json& j)
             for (std::size_t k = 0; k < devices.size(); ++k) {
                 g.devices.push_back(f::index(devices[k], f::child(f::child(path, "devices"), k)));
             }
+            const std::string purpose = f::stringOr(groups[i], "purpose", path, "replicas");
+            if (purpose == "tied_weights")
+                g.purpose = CollectivePurpose::TiedWeights;
+            else if (purpose != "replicas")
+                f::fail(f::child(path, "purpose"), "'" + purpose + "' is not replicas or tied_weights");
             s.groups.push_back(std::move(g));
         }
     }

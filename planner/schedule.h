@@ -24,7 +24,7 @@ enum class ActionKind : std::uint8_t {
     RecvActivation,
     SendGradient,
     RecvGradient,
-    AllReduce, ///< gradient all-reduce among the replicas of a stage
+    AllReduce, ///< gradient all-reduce among a CollectiveGroup (a stage's replicas, or the holders of tied weights)
     OptimizerStep,
     /// HetPipe's wave synchronous parallel (schedule "wsp"): the device pushes its partition's aggregated
     /// update of wave `wave` to the parameter servers (send lane, bytes = the partition's weights).
@@ -68,11 +68,22 @@ struct Action
     bool operator==(const Action&) const = default;
 };
 
-/// @brief A set of devices that all-reduce together (the replicas of one stage).
+/// What a collective group's all-reduce sums.
+enum class CollectivePurpose : std::uint8_t {
+    /// The gradients of one stage's data-parallel replicas (stage = that stage).
+    Replicas,
+    /// The gradient of weights two stages of a pipeline share, summed before their optimizer steps: a transformer's
+    /// token embedding, tied to its head (stage = the embedding's stage; each member's AllReduce names its own
+    /// stage). Its members are both stages' devices (every replica of each, each contributing its share).
+    TiedWeights,
+};
+
+/// @brief A set of devices that all-reduce together.
 struct CollectiveGroup
 {
     std::int32_t stage = 0;
     std::vector<std::int32_t> devices;
+    CollectivePurpose purpose = CollectivePurpose::Replicas;
 
     bool operator==(const CollectiveGroup&) const = default;
 };

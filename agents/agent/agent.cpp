@@ -707,8 +707,10 @@ Hello capabilities()
     h.pid = getpid();
     h.cores = static_cast<int>(std::thread::hardware_concurrency());
     h.memory_bytes = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-    h.backends = {"cpu", "gloo"};
     h.blas = engine::ops::blasName();
+    h.backends = {"gloo"};
+    if (!h.blas.starts_with("none ("))
+        h.backends.insert(h.backends.begin(), "cpu"); // the CPU engine's products are OpenBLAS's
     const engine::CudaInfo cuda = engine::probeCuda();
     h.cuda = {cuda.compiled_in, cuda.runtime, cuda.driver, cuda.cublas, cuda.nccl, cuda.architectures, cuda.error};
     for (const engine::GpuInfo& g : cuda.gpus)

@@ -3,8 +3,8 @@
 // before the protocol starts. The controller sends kConnectHello and a fresh 32-byte nonce; the agent answers
 // kConnectAnswer, its task number (big-endian 32 bits: its place among the run's agents) and
 // HMAC-SHA256(secret, kConnectLabel | nonce | task). The secret is the run's, 32 random bytes in a 0600 file that
-// only the user's processes read; it never travels. A wrong answer closes the connection. Header-only: the
-// controller and the agent both link OpenSSL's libcrypto, the protocol library does not.
+// only the user's processes read; it never travels. A wrong answer closes the connection. The MAC is OpenSSL's,
+// loaded when first needed (crypto.h).
 #pragma once
 
 #include <array>
@@ -14,9 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include "crypto.h"
 
 namespace pw::agents {
 
@@ -36,13 +34,8 @@ inline std::array<unsigned char, kConnectMacBytes> connectMac(
     data += nonce;
     for (int shift = 24; shift >= 0; shift -= 8)
         data += static_cast<char>((task >> shift) & 0xff);
-    std::array<unsigned char, kConnectMacBytes> mac {};
-    unsigned int len = 0;
-    if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-            reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac.data(), &len)
-        || len != mac.size())
-        throw std::runtime_error("HMAC-SHA256 failed (OpenSSL)");
-    return mac;
+    static_assert(kConnectMacBytes == std::tuple_size_v<crypto::Digest>);
+    return crypto::hmacSha256(secret, data);
 }
 
 /// The agent's answer to `nonce`.
@@ -66,7 +59,7 @@ inline long checkConnectAnswer(const std::vector<std::uint8_t>& secret, std::str
     for (std::size_t i = 4; i < 8; ++i)
         task = (task << 8) | static_cast<unsigned char>(answer[i]);
     const auto mac = connectMac(secret, nonce, task);
-    if (CRYPTO_memcmp(mac.data(), answer.data() + 8, mac.size()) != 0)
+    if (!crypto::equalBytes(mac.data(), answer.data() + 8, mac.size()))
         return -1;
     return static_cast<long>(task);
 }

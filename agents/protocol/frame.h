@@ -39,8 +39,11 @@ inline constexpr std::array<char, 4> kMagic = {'P', 'W', 'A', 'G'};
 /// controller asks for an agent's flight recorder (FlightRecorderAsk, answered by FlightRecorder); RunSpec's
 /// steps, data, checkpoints and optimizer settings move into one map, `training` (TrainingOptions). 6: spans,
 /// progress and plans carry the zero-bubble action kinds (BackwardInput, the last kind; BackwardWeight), which a
-/// version 5 peer refuses.
-inline constexpr std::uint16_t kProtocolVersion = 6;
+/// version 5 peer refuses. 7: the tied embedding's gradient is summed in an AllReduce action of its own before the
+/// step, replica j of the embedding's stage with replica j of the head's (planner CollectivePurpose::TiedWeights);
+/// a version 6 agent sums it inside the step over every device of both stages, so the two would wait on different
+/// groups.
+inline constexpr std::uint16_t kProtocolVersion = 7;
 /// The largest payload a frame may announce: a corrupt length must not make the reader allocate gigabytes.
 inline constexpr std::uint32_t kMaxPayload = 64u << 20;
 inline constexpr std::size_t kHeaderSize = 16;

@@ -48,8 +48,14 @@ SimulationResult predict(Plan& plan, bool spans, Schedule* scheduleOut = nullptr
     SimulationOptions options;
     options.record_spans = spans;
     options.record_memory = spans;
-    auto result = costs.empty() ? simulate(plan, schedule, options)
-                                : simulate(plan, schedule, loadCostModel(costs, plan), options);
+    // Simulated over the batches its kind needs to show its steady state (zb-h2, zbv, 2BW: simulatedIterations),
+    // as the partitioners and the app simulate it; the plan and its exported schedule keep their own.
+    Plan simulated = plan;
+    simulated.schedule.iterations = simulatedIterations(plan);
+    const Schedule steady
+        = simulated.schedule.iterations == plan.schedule.iterations ? schedule : generateSchedule(simulated);
+    auto result = costs.empty() ? simulate(simulated, steady, options)
+                                : simulate(simulated, steady, loadCostModel(costs, simulated), options);
     if (!std::isfinite(result.iteration_time_s) || !std::isfinite(result.bubble_fraction))
         throw InputError("the predicted iteration time is not finite (" + formatSeconds(result.iteration_time_s)
             + "): a layer time or a transfer over a link overflows; check the model's times (ms) and the cluster's "

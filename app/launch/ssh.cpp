@@ -5,19 +5,25 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <libssh/libssh.h>
-#include <libssh/sftp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libssh.h"
+
 namespace pw::agents {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// libssh, loaded when the first session opens (libssh.h).
+const libssh::Api& lib()
+{
+    return libssh::api();
+}
 
 ssh_session S(void* p)
 {
@@ -32,12 +38,12 @@ std::string fingerprintOf(ssh_key key)
 {
     unsigned char* hash = nullptr;
     std::size_t length = 0;
-    if (ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &length) != SSH_OK)
+    if (lib().ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &length) != SSH_OK)
         return "?";
-    char* text = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, length);
+    char* text = lib().ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, length);
     std::string out = text ? text : "?";
-    ssh_string_free_char(text);
-    ssh_clean_pubkey_hash(&hash);
+    lib().ssh_string_free_char(text);
+    lib().ssh_clean_pubkey_hash(&hash);
     return out;
 }
 
@@ -53,9 +59,9 @@ std::string knownFingerprint(const std::filesystem::path& file, const std::strin
     std::string out;
     for (std::string line; std::getline(in, line);) {
         ssh_knownhosts_entry* entry = nullptr;
-        if (ssh_known_hosts_parse_line(host.c_str(), line.c_str(), &entry) == SSH_OK && entry && entry->publickey)
+        if (lib().ssh_known_hosts_parse_line(host.c_str(), line.c_str(), &entry) == SSH_OK && entry && entry->publickey)
             out += (out.empty() ? "" : ", ") + fingerprintOf(entry->publickey);
-        ssh_knownhosts_entry_free(entry);
+        lib().ssh_knownhosts_entry_free(entry);
     }
     return out;
 }
@@ -123,8 +129,13 @@ std::string shellQuote(const std::string& word)
 
 std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const SshSettings& settings)
 {
+    try {
+        lib(); // loaded now, so that a machine without libssh hears why before anything else
+    } catch (const std::runtime_error& e) {
+        throw SshError(SshFailure::Unreachable, endpoint.host, e.what());
+    }
     std::unique_ptr<SshSession> self(new SshSession());
-    ssh_session s = ssh_new();
+    ssh_session s = lib().ssh_new();
     if (!s)
         throw SshError(SshFailure::Unreachable, endpoint.host, "cannot create an SSH session (out of memory)");
     self->m_session = s;
@@ -134,61 +145,72 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
     };
     // The configuration first (matched against the name given: Host aliases), then what the cluster file says,
     // which wins over it (OpenSSH's order: the command line before the configuration).
-    ssh_options_set(s, SSH_OPTIONS_HOST, endpoint.host.c_str());
+    lib().ssh_options_set(s, SSH_OPTIONS_HOST, endpoint.host.c_str());
     if (!settings.config.empty()) {
-        if (ssh_options_parse_config(s, settings.config.c_str()) != SSH_OK)
+        if (lib().ssh_options_parse_config(s, settings.config.c_str()) != SSH_OK)
             throw fail(SshFailure::Unreachable,
-                "cannot read the SSH configuration " + settings.config.string() + ": " + ssh_get_error(s));
-    } else if (ssh_options_parse_config(s, nullptr) != SSH_OK) {
-        throw fail(SshFailure::Unreachable, std::string("cannot read ~/.ssh/config: ") + ssh_get_error(s));
+                "cannot read the SSH configuration " + settings.config.string() + ": " + lib().ssh_get_error(s));
+    } else if (lib().ssh_options_parse_config(s, nullptr) != SSH_OK) {
+        throw fail(SshFailure::Unreachable, std::string("cannot read ~/.ssh/config: ") + lib().ssh_get_error(s));
     }
     {
         const int no = 0; // parsed above; do not parse the default files again at connect
-        ssh_options_set(s, SSH_OPTIONS_PROCESS_CONFIG, &no);
+        lib().ssh_options_set(s, SSH_OPTIONS_PROCESS_CONFIG, &no);
     }
     if (endpoint.port > 0) {
         const unsigned int port = static_cast<unsigned int>(endpoint.port);
-        ssh_options_set(s, SSH_OPTIONS_PORT, &port);
+        lib().ssh_options_set(s, SSH_OPTIONS_PORT, &port);
     }
     if (!endpoint.user.empty())
-        ssh_options_set(s, SSH_OPTIONS_USER, endpoint.user.c_str());
+        lib().ssh_options_set(s, SSH_OPTIONS_USER, endpoint.user.c_str());
     if (!endpoint.identity_file.empty() && !std::filesystem::exists(endpoint.identity_file))
         throw fail(SshFailure::Authentication,
             "the identity file " + endpoint.identity_file + " does not exist (ssh_identity_file in the cluster file)");
     const long timeoutS = std::max<long>(1, static_cast<long>(settings.timeout.count() / 1000));
-    ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &timeoutS);
+    lib().ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &timeoutS);
     // The file is set explicitly, so that what libssh reads and writes is the file messages name.
     const std::filesystem::path knownFile = knownHostsFile(settings.known_hosts);
-    ssh_options_set(s, SSH_OPTIONS_KNOWNHOSTS, knownFile.c_str());
+    lib().ssh_options_set(s, SSH_OPTIONS_KNOWNHOSTS, knownFile.c_str());
     if (!settings.known_hosts.empty())
-        ssh_options_set(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null"); // that file alone decides
+        lib().ssh_options_set(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null"); // that file alone decides
     char* user = nullptr;
     char* host = nullptr;
     unsigned int port = 22;
-    ssh_options_get(s, SSH_OPTIONS_USER, &user);
-    ssh_options_get(s, SSH_OPTIONS_HOST, &host);
-    ssh_options_get_port(s, &port);
+    lib().ssh_options_get(s, SSH_OPTIONS_USER, &user);
+    lib().ssh_options_get(s, SSH_OPTIONS_HOST, &host);
+    lib().ssh_options_get_port(s, &port);
     const std::string resolved = host ? host : endpoint.host;
-    self->m_name = std::string(user ? user : "?") + "@" + resolved + ":" + std::to_string(port);
-    ssh_string_free_char(user);
-    ssh_string_free_char(host);
+    // libssh takes the user from the password database; an account without an entry there (a container's
+    // arbitrary uid) has none: then the login name as the environment says it (as OpenSSH does), and when even
+    // that is missing the name says only where ("?@host" was shown).
+    std::string login = user ? user : "";
+    if (login.empty())
+        for (const char* variable : {"USER", "LOGNAME"})
+            if (const char* v = std::getenv(variable); v && *v) {
+                login = v;
+                lib().ssh_options_set(s, SSH_OPTIONS_USER, v);
+                break;
+            }
+    self->m_name = (login.empty() ? "" : login + "@") + resolved + ":" + std::to_string(port);
+    lib().ssh_string_free_char(user);
+    lib().ssh_string_free_char(host);
 
-    if (ssh_connect(s) != SSH_OK)
+    if (lib().ssh_connect(s) != SSH_OK)
         throw fail(SshFailure::Unreachable,
-            std::string("cannot connect: ") + ssh_get_error(s)
+            std::string("cannot connect: ") + lib().ssh_get_error(s)
                 + " (is the host up and sshd listening on that port? check host and ssh_port in the cluster file)");
 
     // The host key, against known_hosts.
     ssh_key serverKey = nullptr;
-    if (ssh_get_server_publickey(s, &serverKey) != SSH_OK)
-        throw fail(SshFailure::Unreachable, std::string("the server sent no host key: ") + ssh_get_error(s));
+    if (lib().ssh_get_server_publickey(s, &serverKey) != SSH_OK)
+        throw fail(SshFailure::Unreachable, std::string("the server sent no host key: ") + lib().ssh_get_error(s));
     HostKey& key = self->m_hostKey;
     key.host = knownHostsName(resolved, port);
-    key.type = ssh_key_type_to_char(ssh_key_type(serverKey));
+    key.type = lib().ssh_key_type_to_char(lib().ssh_key_type(serverKey));
     key.fingerprint = fingerprintOf(serverKey);
-    ssh_key_free(serverKey);
+    lib().ssh_key_free(serverKey);
     key.known_hosts_file = knownFile;
-    switch (ssh_session_is_known_server(s)) {
+    switch (lib().ssh_session_is_known_server(s)) {
     case SSH_KNOWN_HOSTS_OK:
         break;
     case SSH_KNOWN_HOSTS_CHANGED:
@@ -199,10 +221,10 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
         if (key.known_fingerprint.empty() && settings.known_hosts.empty()) {
             char* global = nullptr;
             const std::filesystem::path system
-                = ssh_options_get(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, &global) == SSH_OK && global
+                = lib().ssh_options_get(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, &global) == SSH_OK && global
                 ? std::filesystem::path(global)
                 : std::filesystem::path("/etc/ssh/ssh_known_hosts");
-            ssh_string_free_char(global);
+            lib().ssh_string_free_char(global);
             if (std::string known = knownFingerprint(system, key.host); !known.empty()) {
                 key.known_fingerprint = std::move(known);
                 holder = system;
@@ -231,15 +253,15 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
             if (std::filesystem::create_directories(knownFile.parent_path(), ec)) // ~/.ssh as OpenSSH makes it
                 std::filesystem::permissions(knownFile.parent_path(), std::filesystem::perms::owner_all, ec);
         }
-        if (ssh_session_update_known_hosts(s) != SSH_OK)
+        if (lib().ssh_session_update_known_hosts(s) != SSH_OK)
             throw fail(SshFailure::HostKeyUnknown,
-                "cannot record the host key in " + knownFile.string() + ": " + ssh_get_error(s));
+                "cannot record the host key in " + knownFile.string() + ": " + lib().ssh_get_error(s));
         break;
     }
     case SSH_KNOWN_HOSTS_ERROR:
     default:
         throw fail(SshFailure::HostKeyUnknown,
-            "cannot check the host key against " + knownFile.string() + ": " + ssh_get_error(s));
+            "cannot check the host key against " + knownFile.string() + ": " + lib().ssh_get_error(s));
     }
 
     // Authentication: the identity file given, else ssh-agent, ~/.ssh/config's IdentityFile and the default keys.
@@ -247,16 +269,16 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
     std::string tried;
     if (!endpoint.identity_file.empty()) {
         ssh_key privateKey = nullptr;
-        if (ssh_pki_import_privkey_file(endpoint.identity_file.c_str(), nullptr, nullptr, nullptr, &privateKey)
+        if (lib().ssh_pki_import_privkey_file(endpoint.identity_file.c_str(), nullptr, nullptr, nullptr, &privateKey)
             != SSH_OK)
             throw fail(SshFailure::Authentication,
                 "cannot read the identity file " + endpoint.identity_file
                     + " (a key with a passphrase must be added to ssh-agent, and ssh_identity_file left out)");
-        rc = ssh_userauth_publickey(s, nullptr, privateKey);
-        ssh_key_free(privateKey);
+        rc = lib().ssh_userauth_publickey(s, nullptr, privateKey);
+        lib().ssh_key_free(privateKey);
         tried = "the identity file " + endpoint.identity_file;
     } else {
-        rc = ssh_userauth_publickey_auto(s, nullptr, nullptr);
+        rc = lib().ssh_userauth_publickey_auto(s, nullptr, nullptr);
         tried = "ssh-agent, ~/.ssh/config's IdentityFile and the default keys (~/.ssh/id_ed25519, id_ecdsa, id_rsa)";
     }
     if (rc != SSH_AUTH_SUCCESS)
@@ -270,19 +292,19 @@ std::unique_ptr<SshSession> SshSession::open(const SshEndpoint& endpoint, const 
 SshSession::~SshSession()
 {
     if (m_session) {
-        ssh_disconnect(S(m_session));
-        ssh_free(S(m_session));
+        lib().ssh_disconnect(S(m_session));
+        lib().ssh_free(S(m_session));
     }
 }
 
 int SshSession::socket() const
 {
-    return ssh_get_fd(S(m_session));
+    return lib().ssh_get_fd(S(m_session));
 }
 
 bool SshSession::connected() const
 {
-    return !m_abandoned && ssh_is_connected(S(m_session)) != 0;
+    return !m_abandoned && lib().ssh_is_connected(S(m_session)) != 0;
 }
 
 void SshSession::abandon()
@@ -292,19 +314,19 @@ void SshSession::abandon()
     if (m_abandoned || !m_session)
         return;
     m_abandoned = true;
-    if (const int fd = ssh_get_fd(S(m_session)); fd >= 0)
+    if (const int fd = lib().ssh_get_fd(S(m_session)); fd >= 0)
         ::shutdown(fd, SHUT_RDWR);
 }
 
 std::unique_ptr<SshChannel> SshSession::start(const std::string& command)
 {
-    ssh_channel c = ssh_channel_new(S(m_session));
+    ssh_channel c = lib().ssh_channel_new(S(m_session));
     if (!c)
         throw SshError(
-            SshFailure::Remote, m_name, std::string("cannot open a channel: ") + ssh_get_error(S(m_session)));
-    if (ssh_channel_open_session(c) != SSH_OK || ssh_channel_request_exec(c, command.c_str()) != SSH_OK) {
-        std::string why = ssh_get_error(S(m_session));
-        ssh_channel_free(c);
+            SshFailure::Remote, m_name, std::string("cannot open a channel: ") + lib().ssh_get_error(S(m_session)));
+    if (lib().ssh_channel_open_session(c) != SSH_OK || lib().ssh_channel_request_exec(c, command.c_str()) != SSH_OK) {
+        std::string why = lib().ssh_get_error(S(m_session));
+        lib().ssh_channel_free(c);
         // libssh gives up after the session's timeout (SSH_OPTIONS_TIMEOUT) and says nothing about it.
         if (why.empty())
             throw SshError(SshFailure::Unreachable, m_name,
@@ -345,39 +367,40 @@ SshSession::Result SshSession::run(
 
 void SshSession::upload(std::span<const char> data, const std::string& remote_path, int mode)
 {
-    sftp_session sftp = sftp_new(S(m_session));
-    if (!sftp || sftp_init(sftp) != SSH_OK) {
-        const std::string why = ssh_get_error(S(m_session));
+    sftp_session sftp = lib().sftp_new(S(m_session));
+    if (!sftp || lib().sftp_init(sftp) != SSH_OK) {
+        const std::string why = lib().ssh_get_error(S(m_session));
         if (sftp)
-            sftp_free(sftp);
+            lib().sftp_free(sftp);
         throw SshError(SshFailure::Transfer, m_name, "cannot start SFTP (is the sftp subsystem enabled?): " + why);
     }
     struct Guard
     {
         sftp_session s;
-        ~Guard() { sftp_free(s); }
+        ~Guard() { lib().sftp_free(s); }
     } guard {sftp};
-    sftp_file file = sftp_open(sftp, remote_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(mode));
+    sftp_file file
+        = lib().sftp_open(sftp, remote_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(mode));
     if (!file)
         throw SshError(SshFailure::Transfer, m_name,
-            "cannot create " + remote_path + " (SFTP error " + std::to_string(sftp_get_error(sftp)) + ")");
+            "cannot create " + remote_path + " (SFTP error " + std::to_string(lib().sftp_get_error(sftp)) + ")");
     std::size_t done = 0;
     while (done < data.size()) {
         // One SSH_FXP_WRITE per chunk, each waiting for its status: large chunks (OpenSSH's sftp-server takes
         // messages up to 256 KiB) keep the round trips few.
         const std::size_t chunk = std::min<std::size_t>(data.size() - done, 192 * 1024);
-        const ssize_t n = sftp_write(file, data.data() + done, chunk);
+        const ssize_t n = lib().sftp_write(file, data.data() + done, chunk);
         if (n <= 0) {
-            sftp_close(file);
+            lib().sftp_close(file);
             throw SshError(SshFailure::Transfer, m_name,
                 "writing " + remote_path + " failed after " + std::to_string(done) + " of "
                     + std::to_string(data.size()) + " bytes (disk full?)");
         }
         done += static_cast<std::size_t>(n);
     }
-    if (sftp_close(file) != SSH_OK)
+    if (lib().sftp_close(file) != SSH_OK)
         throw SshError(SshFailure::Transfer, m_name, "closing " + remote_path + " failed");
-    sftp_chmod(sftp, remote_path.c_str(), static_cast<mode_t>(mode)); // the umask may have trimmed it
+    lib().sftp_chmod(sftp, remote_path.c_str(), static_cast<mode_t>(mode)); // the umask may have trimmed it
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -402,9 +425,9 @@ void SshChannel::close()
         return;
     }
     ssh_channel c = C(m_channel);
-    if (ssh_channel_is_open(c))
-        ssh_channel_close(c);
-    ssh_channel_free(c);
+    if (lib().ssh_channel_is_open(c))
+        lib().ssh_channel_close(c);
+    lib().ssh_channel_free(c);
     m_channel = nullptr;
 }
 
@@ -417,10 +440,11 @@ void SshChannel::write(std::span<const char> data, std::chrono::milliseconds tim
             throw SshError(SshFailure::Remote, m_session.name(), "write on a closed channel");
         // libssh waits for the server's window at most the session's timeout, then returns what it wrote (maybe
         // nothing): a link that stays silent ends in an error here instead of an endless loop.
-        const int n = ssh_channel_write(C(m_channel), data.data() + done, static_cast<uint32_t>(data.size() - done));
+        const int n
+            = lib().ssh_channel_write(C(m_channel), data.data() + done, static_cast<uint32_t>(data.size() - done));
         if (n == SSH_ERROR)
             throw SshError(SshFailure::Remote, m_session.name(),
-                std::string("write failed: ") + ssh_get_error(S(m_session.m_session)));
+                std::string("write failed: ") + lib().ssh_get_error(S(m_session.m_session)));
         if (n > 0)
             deadline = Clock::now() + timeout;
         else if (Clock::now() > deadline)
@@ -433,14 +457,14 @@ void SshChannel::write(std::span<const char> data, std::chrono::milliseconds tim
 void SshChannel::sendEof()
 {
     if (m_channel && !m_session.m_abandoned)
-        ssh_channel_send_eof(C(m_channel));
+        lib().ssh_channel_send_eof(C(m_channel));
 }
 
 void SshChannel::drainStderr()
 {
     char buffer[4096];
     for (;;) {
-        const int n = ssh_channel_read_nonblocking(C(m_channel), buffer, sizeof buffer, 1);
+        const int n = lib().ssh_channel_read_nonblocking(C(m_channel), buffer, sizeof buffer, 1);
         if (n <= 0)
             break;
         m_stderr.append(buffer, static_cast<std::size_t>(n));
@@ -454,10 +478,11 @@ long SshChannel::readSome(std::span<char> buffer)
     if (!m_channel || m_session.m_abandoned)
         return -1;
     drainStderr();
-    const int n = ssh_channel_read_nonblocking(C(m_channel), buffer.data(), static_cast<uint32_t>(buffer.size()), 0);
+    const int n
+        = lib().ssh_channel_read_nonblocking(C(m_channel), buffer.data(), static_cast<uint32_t>(buffer.size()), 0);
     if (n > 0)
         return n;
-    if (n == SSH_ERROR || ssh_channel_is_eof(C(m_channel)) || !ssh_channel_is_open(C(m_channel)))
+    if (n == SSH_ERROR || lib().ssh_channel_is_eof(C(m_channel)) || !lib().ssh_channel_is_open(C(m_channel)))
         return -1;
     return 0;
 }
@@ -466,7 +491,7 @@ long SshChannel::read(std::span<char> buffer, std::chrono::milliseconds timeout)
 {
     if (!m_channel || m_session.m_abandoned)
         return -1;
-    const int ready = ssh_channel_poll_timeout(C(m_channel), static_cast<int>(timeout.count()), 0);
+    const int ready = lib().ssh_channel_poll_timeout(C(m_channel), static_cast<int>(timeout.count()), 0);
     if (ready == SSH_ERROR)
         return -1;
     const long n = readSome(buffer);
@@ -477,12 +502,12 @@ long SshChannel::read(std::span<char> buffer, std::chrono::milliseconds timeout)
 
 bool SshChannel::atEof() const
 {
-    return !m_channel || m_session.m_abandoned || ssh_channel_is_eof(C(m_channel));
+    return !m_channel || m_session.m_abandoned || lib().ssh_channel_is_eof(C(m_channel));
 }
 
 int SshChannel::exitStatus() const
 {
-    return m_channel && !m_session.m_abandoned ? ssh_channel_get_exit_status(C(m_channel)) : -1;
+    return m_channel && !m_session.m_abandoned ? lib().ssh_channel_get_exit_status(C(m_channel)) : -1;
 }
 
 } // namespace pw::agents

@@ -262,8 +262,11 @@ void RunController::Impl::launch(const RunObserver& o)
     // The key that proves the agents' Gloo connections to each other: new per run, sent only over the agents'
     // channels (pipes, SSH), never stored or logged (docs/execution.md, threat model).
     std::vector<std::uint8_t> glooSecret(32);
-    if (RAND_bytes(glooSecret.data(), static_cast<int>(glooSecret.size())) != 1)
-        fail("no random bytes for the run's Gloo key (OpenSSL RAND_bytes)");
+    try {
+        agents::crypto::randomBytes(glooSecret);
+    } catch (const std::exception& e) {
+        fail(std::string("no random bytes for the run's Gloo key: ") + e.what());
+    }
     for (auto& a : agents) {
         if (!a->conn || !failure.empty()) // a run without its key sends no plan: the agents are stopped in finish
             continue; // not started: the run failed before (an unreachable node)

@@ -16,12 +16,12 @@
 #include <thread>
 
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agents/protocol/crypto.h"
 #include "app/run/agent_connection.h"
 #include "app/run/remote.h"
 #include "app/run/run_checks.h"
@@ -255,31 +255,16 @@ struct RunController::Impl
     /// Names the chain of waits (explainStall) after `head`, logs it at `level`, and stores it with every agent's
     /// flight recorder in the history; returns the whole text. Once per stall.
     std::string reportStall(const std::string& head, int slow, const std::string& level, const RunObserver& o);
-    /// The devices that all-reduce the tied embedding with `device` in their optimizer step (the engine's tied group:
-    /// the devices holding the embedding and the head of its pipeline, when those are different stages); empty for
-    /// none.
+    /// The devices that all-reduce the tied embedding's gradient with `device` before their steps (its group of
+    /// Plan::tiedWeightGroups, less itself); empty for none.
     std::vector<int> tiedWith(int device) const
     {
-        int last = 0;
-        for (const auto& st : request.plan.stages)
-            last = std::max(last, st.last_layer);
-        for (const auto& st : request.plan.stages) {
-            if (std::find(st.devices.begin(), st.devices.end(), device) == st.devices.end())
-                continue;
-            std::vector<int> group;
-            for (const auto& other : request.plan.stages) {
-                if (other.pipeline != st.pipeline)
-                    continue;
-                if (other.first_layer == 0 && other.last_layer == last)
-                    return {};
-                if (other.first_layer == 0 || other.last_layer == last)
-                    for (int d : other.devices)
-                        if (d != device && std::find(group.begin(), group.end(), d) == group.end())
-                            group.push_back(d);
-            }
-            const bool holds = st.first_layer == 0 || st.last_layer == last;
-            return holds ? group : std::vector<int> {};
-        }
+        for (int p = 0; p < request.plan.pipelineCount(); ++p)
+            for (auto group : request.plan.tiedWeightGroups(p))
+                if (std::find(group.begin(), group.end(), device) != group.end()) {
+                    group.erase(std::find(group.begin(), group.end(), device));
+                    return group;
+                }
         return {};
     }
     /// What each device is doing, for explainStall.

@@ -317,7 +317,9 @@ std::vector<PreflightCheck> preflight(const planner::Cluster& cluster, const pla
         report({c.node, c.where, "reachable", true, "sshd answered", ""});
         report({c.node, c.where, "host key", true, session->hostKey().type + " " + session->hostKey().fingerprint, "",
             session->hostKey()});
-        report({c.node, c.where, "authenticated", true, "as " + c.where.substr(0, c.where.find('@')), ""});
+        const auto at = c.where.find('@');
+        report({c.node, c.where, "authenticated", true,
+            at == std::string::npos ? "as this account" : "as " + c.where.substr(0, at), ""});
         try {
             if (!build)
                 build = AgentBuild::load(options.agent_executable);

@@ -10,8 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <openssl/evp.h>
-
+#include "agents/protocol/crypto.h"
 #include "planner/errors.h"
 
 namespace pw::app {
@@ -22,14 +21,12 @@ using agents::SshSession;
 
 namespace {
 
-/// SHA-256 of a file, in hex (OpenSSL): the agent build's name in the hosts' cache.
+/// SHA-256 of a file, in hex (OpenSSL, crypto.h): the agent build's name in the hosts' cache.
 std::string sha256Of(const std::string& bytes)
 {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> digest {};
-    unsigned int length = 0;
-    EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr);
+    const agents::crypto::Digest digest = agents::crypto::sha256(bytes);
     std::ostringstream hex;
-    for (unsigned int i = 0; i < length; ++i)
+    for (std::size_t i = 0; i < digest.size(); ++i)
         hex << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(digest[i]);
     return hex.str();
 }

@@ -16,13 +16,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "agents/protocol/connect_auth.h"
+#include "agents/protocol/crypto.h"
 #include "app/run/controller.h"
 #include "app/run/remote.h"
 #include "gpu_devices.h"
@@ -393,8 +393,7 @@ void SlurmLauncher::prepare(const std::vector<int>& devices, const std::string&,
     if (::mkdir(m_dir.c_str(), 0700) != 0)
         throw std::runtime_error(m_dir.string() + ": cannot make the run directory: " + std::strerror(errno));
     m_secret.resize(32);
-    if (RAND_bytes(m_secret.data(), static_cast<int>(m_secret.size())) != 1)
-        throw std::runtime_error("no random bytes for the run's secret (OpenSSL RAND_bytes)");
+    agents::crypto::randomBytes(m_secret);
     const auto secretPath = m_dir / "secret";
     const int sf = ::open(secretPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (sf < 0 || ::write(sf, m_secret.data(), m_secret.size()) != static_cast<ssize_t>(m_secret.size())) {
@@ -478,9 +477,12 @@ void SlurmLauncher::awaitAgents(const LaunchContext& context)
             Pending p;
             p.fd = fd;
             p.nonce.resize(agents::kConnectNonceBytes);
-            if (RAND_bytes(reinterpret_cast<unsigned char*>(p.nonce.data()), static_cast<int>(p.nonce.size())) != 1) {
+            try {
+                agents::crypto::randomBytes(
+                    {reinterpret_cast<std::uint8_t*>(p.nonce.data()), p.nonce.size()}); // a fresh challenge
+            } catch (const std::exception&) {
                 ::close(fd);
-                throw std::runtime_error("no random bytes for a challenge (OpenSSL RAND_bytes)");
+                throw;
             }
             const std::string hello = std::string(agents::kConnectHello) + p.nonce;
             if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) {

@@ -220,29 +220,26 @@ StallReport explainStall(
             break;
         case ActionKind::AllReduce: {
             const int stage = a.stage;
-            if (stage >= 0 && stage < static_cast<int>(stageDevices.size()))
+            const std::vector<int> replicas = stage >= 0 && stage < static_cast<int>(stageDevices.size())
+                ? stageDevices[static_cast<std::size_t>(stage)]
+                : std::vector<int> {};
+            next = missingMember(d, replicas, byDevice,
+                [&](const DeviceWait& o) { return o.action.kind == ActionKind::AllReduce && o.action.stage == stage; });
+            if (next < 0 && !d.tied.empty()) {
+                // Every replica of its stage is past their all-reduce or in it: this is the tied embedding's, which
+                // follows it before the step (its other holders are other stages).
                 next = missingMember(
-                    d, stageDevices[static_cast<std::size_t>(stage)], byDevice, [&](const DeviceWait& o) {
-                        return o.action.kind == ActionKind::AllReduce && o.action.stage == stage;
-                    });
-            text += "is blocked " + waited + " in its all-reduce of stage " + std::to_string(a.stage)
-                + (next >= 0 ? " with " + names.brief(next)
-                             : ", which every replica has reached"
-                            + stuckCollective(d, stageDevices[static_cast<std::size_t>(stage)]));
-            break;
-        }
-        case ActionKind::OptimizerStep:
-            if (!d.tied.empty()) {
-                // The engine all-reduces the tied embedding's gradient between its holders in the optimizer step.
-                next = missingMember(d, d.tied, byDevice,
-                    [](const DeviceWait& o) { return o.action.kind == ActionKind::OptimizerStep; });
-                text += "is blocked " + waited + " in its optimizer step's all-reduce of the tied embedding"
+                    d, d.tied, byDevice, [](const DeviceWait& o) { return o.action.kind == ActionKind::AllReduce; });
+                text += "is blocked " + waited + " in its all-reduce of the tied embedding"
                     + (next >= 0 ? " with " + names.brief(next)
                                  : ", which every holder has reached" + stuckCollective(d, d.tied));
                 break;
             }
-            text += "has been " + doing(a) + " for " + waited;
+            text += "is blocked " + waited + " in its all-reduce of stage " + std::to_string(a.stage)
+                + (next >= 0 ? " with " + names.brief(next)
+                             : ", which every replica has reached" + stuckCollective(d, replicas));
             break;
+        }
         case ActionKind::WavePush:
         case ActionKind::WavePull:
             text += "is blocked " + waited + " in " + doing(a);

@@ -27,7 +27,8 @@ struct DeviceWait
     planner::Span action;
     std::int64_t finished = 0; ///< actions it finished
     double predicted_s = 0; ///< what the plan predicts `action` takes (0: no prediction)
-    /// The devices its optimizer step all-reduces the tied embedding with (the engine's tied group, less itself)
+    /// The devices it all-reduces the tied embedding's gradient with before its step (its TiedWeights group of
+    /// Plan::tiedWeightGroups, less itself)
     std::vector<int> tied;
 
     bool operator==(const DeviceWait&) const = default;

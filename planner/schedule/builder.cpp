@@ -84,6 +84,28 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
             m_schedule.groups.push_back({s, std::vector<std::int32_t>(st.devices.begin(), st.devices.end())});
         }
     }
+    // Each pipeline's tied weights (the embedding's and the head's copies): their groups (Plan::tiedWeightGroups).
+    m_tied.assign(m_stages, {});
+    m_tiedBytes = plan.model->tiedWeightBytes() * m_gradientScale;
+    int lastLayer = 0;
+    for (const auto& st : plan.stages)
+        lastLayer = std::max(lastLayer, st.last_layer);
+    for (int p = 0; p < plan.pipelineCount(); ++p) {
+        for (const std::vector<int>& devices : plan.tiedWeightGroups(p)) {
+            const int group = static_cast<int>(m_schedule.groups.size());
+            int embedding = -1;
+            for (int s = 0; s < m_stages; ++s) {
+                const auto& st = plan.stages[s];
+                if (st.pipeline != p || (st.first_layer != 0 && st.last_layer != lastLayer))
+                    continue;
+                m_tied[s].push_back(group);
+                if (embedding < 0 && st.first_layer == 0)
+                    embedding = s;
+            }
+            m_schedule.groups.push_back({std::max(embedding, 0),
+                std::vector<std::int32_t>(devices.begin(), devices.end()), CollectivePurpose::TiedWeights});
+        }
+    }
 
     m_inFlight.assign(m_stages, 1);
     int downstream = 0; // devices of physical stages s..p-1
@@ -122,7 +144,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
 
 bool ScheduleBuilder::replicated() const
 {
-    return !m_schedule.groups.empty();
+    return std::any_of(m_group.begin(), m_group.end(), [](int g) { return g >= 0; });
 }
 
 int ScheduleBuilder::inFlight(int stage) const
@@ -187,7 +209,17 @@ void ScheduleBuilder::step(int device, int stage, int version)
 {
     if (m_group[stage] >= 0)
         push(device, {ActionKind::AllReduce, stage, -1, -1, 0, m_group[stage], m_weightBytes[stage] * m_gradientScale});
+    tiedAllReduce(device, stage);
     push(device, {ActionKind::OptimizerStep, stage, -1, -1, version, -1, 0.0});
+}
+
+void ScheduleBuilder::tiedAllReduce(int device, int stage)
+{
+    for (int g : m_tied[stage]) {
+        const auto& members = m_schedule.groups[g].devices;
+        if (std::find(members.begin(), members.end(), device) != members.end())
+            push(device, {ActionKind::AllReduce, stage, -1, -1, 0, g, m_tiedBytes});
+    }
 }
 
 Schedule ScheduleBuilder::finish()

@@ -32,8 +32,10 @@ namespace pw::planner {
 //   microbatchScale(plan) (schedule.microbatch_size / profile microbatch_size when set).
 //
 // Updates
-// - step(): for a stage with r_s > 1 an AllReduce{group, bytes = stage weight bytes} and then an
-//   OptimizerStep{weight_version = the version it produces}. One CollectiveGroup per replicated virtual stage.
+// - step(): for a stage with r_s > 1 an AllReduce{group, bytes = stage weight bytes}, for a stage holding weights
+//   tied to another stage's (Plan::tiedWeightGroups: GPT-2's embedding and head) an AllReduce{the TiedWeights group
+//   holding the device, bytes = ModelProfile::tiedWeightBytes() as gradients}, and then an OptimizerStep{weight_version
+//   = the version it produces}. One CollectiveGroup per replicated virtual stage, then the tied weights' groups.
 // - F/B weight_version: flush kinds use the batch index; "pipedream" the device's latest version when F runs
 //   (B reuses it: weight stashing); "2bw" max(k/m - 1, 0).
 //
@@ -122,8 +124,12 @@ public:
     void backwardInput(int stage, int microbatch, int version);
     /// Appends W(stage, microbatch), the weight-gradient half: no transfers.
     void backwardWeight(int stage, int microbatch, int version);
-    /// Appends the AllReduce (replicated stages) and the OptimizerStep producing `version` on `device`.
+    /// Appends the AllReduces (replicated stages, tied weights) and the OptimizerStep producing `version` on
+    /// `device`.
     void step(int device, int stage, int version);
+    /// Appends the tied weights' AllReduce of `stage` on `device` when it holds some (step() does; "wsp" appends
+    /// its own steps).
+    void tiedAllReduce(int device, int stage);
 
     /// Takes the built lists (the builder is spent).
     Schedule finish();
@@ -147,6 +153,8 @@ private:
     std::vector<double> m_weightBytes; ///< per virtual stage
     double m_gradientScale = 1; ///< gradient bytes per weight byte
     std::vector<int> m_group; ///< per virtual stage: index into groups, -1 when not replicated
+    std::vector<std::vector<int>> m_tied; ///< per virtual stage: indices into groups of its tied weights' all-reduces
+    double m_tiedBytes = 0; ///< the tied weights' gradient bytes
     std::vector<int> m_inFlight; ///< per virtual stage
     std::vector<bool> m_first, m_last; ///< per stage: first / last of its pipeline (several only with "wsp")
 };

@@ -58,7 +58,7 @@ Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
     // schedule becomes t groups, g * t + j among the rank-j devices.
     for (const auto& group : logical.groups)
         for (int j = 0; j < t; ++j) {
-            CollectiveGroup g {group.stage, {}};
+            CollectiveGroup g {group.stage, {}, group.purpose};
             for (int d : group.devices)
                 g.devices.push_back(rankOf(d, j));
             out.groups.push_back(std::move(g));

@@ -218,6 +218,7 @@ private:
         }
         // Local update w_local += u_k (HetPipe applies one per minibatch, digest §1.2.4).
         st.version += 1;
+        m_b.tiedAllReduce(d, s);
         m_b.append(d, {ActionKind::OptimizerStep, s, -1, -1, st.version, -1, 0.0});
         st.free += st.step;
         st.step_end[k] = st.free;

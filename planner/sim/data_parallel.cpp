@@ -135,19 +135,27 @@ void addAllReduces(Schedule& schedule, const Plan& reduced, int t)
         if (t > 1)
             b /= t;
         bytes.push_back(b);
-        for (int j = 0; j < t; ++j)
-            schedule.groups.push_back({s, {st.devices[j]}});
     }
+    const int base = static_cast<int>(schedule.groups.size()); // the tied weights' groups, when there are some
+    for (int s = 0; s < reduced.stageCount(); ++s)
+        for (int j = 0; j < t; ++j)
+            schedule.groups.push_back({s, {reduced.stages[s].devices[j]}});
     for (int dev = 0; dev < schedule.num_devices; ++dev) {
         auto& list = schedule.devices[dev];
         std::vector<Action> out;
         out.reserve(list.size() + list.size() / 8);
+        bool added = false; // this step's replicas' all-reduce, which goes before its tied weights' one
         for (const auto& a : list) {
-            if (a.kind == ActionKind::OptimizerStep) {
+            const bool tied = a.kind == ActionKind::AllReduce
+                && schedule.groups[static_cast<std::size_t>(a.group)].purpose == CollectivePurpose::TiedWeights;
+            if ((tied || a.kind == ActionKind::OptimizerStep) && !added) {
                 const auto& devices = reduced.stages[a.stage].devices;
                 const int j = static_cast<int>(std::find(devices.begin(), devices.end(), dev) - devices.begin());
-                out.push_back({ActionKind::AllReduce, a.stage, -1, -1, 0, a.stage * t + j, bytes[a.stage]});
+                out.push_back({ActionKind::AllReduce, a.stage, -1, -1, 0, base + a.stage * t + j, bytes[a.stage]});
+                added = true;
             }
+            if (a.kind == ActionKind::OptimizerStep)
+                added = false;
             out.push_back(a);
         }
         list = std::move(out);

@@ -237,12 +237,13 @@ private:
         }
     }
 
-    /// Start and end of an all-reduce of `bytes` whose last member has arrived.
+    /// Start and end of an all-reduce of `bytes` whose last member has arrived; `stage` is the stage whose replicas
+    /// sum their gradients, -1 for another group (tied weights), which is charged as itself and overlaps nothing.
     void scheduleAllReduce(Collective& c, const std::vector<int>& group, int stage, double bytes) const
     {
         // A stand-in group (CostModel::stage_rings) is charged as the real one: its members and its link.
-        const bool standIn
-            = static_cast<std::size_t>(stage) < m_cost.stage_rings.size() && m_cost.stage_rings[stage].members > 0;
+        const bool standIn = stage >= 0 && static_cast<std::size_t>(stage) < m_cost.stage_rings.size()
+            && m_cost.stage_rings[stage].members > 0;
         const int n = standIn ? m_cost.stage_rings[stage].members : static_cast<int>(group.size());
         const LinkCost link = standIn ? m_cost.stage_rings[stage].link : m_cost.groupLink(group);
         if (!overlapsAllReduce(stage) || n < 2) {
@@ -262,7 +263,7 @@ private:
 
     bool overlapsAllReduce(int stage) const
     {
-        return m_cost.overlap_gradient_allreduce && !m_cost.stage_buckets.empty()
+        return stage >= 0 && m_cost.overlap_gradient_allreduce && !m_cost.stage_buckets.empty()
             && !m_cost.stage_buckets[stage].empty();
     }
 
@@ -637,12 +638,14 @@ private:
         if (a.stage < 0 || a.stage >= m_s.num_stages)
             throw InputError(
                 m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " names a stage outside the schedule");
-        if (overlapsAllReduce(a.stage))
-            noteBuckets(c, d, a.stage);
+        // A stage's replicas sum its gradient buckets as they are ready; tied weights are summed whole, after them.
+        const int stage = m_s.groups[a.group].purpose == CollectivePurpose::Replicas ? a.stage : -1;
+        if (overlapsAllReduce(stage))
+            noteBuckets(c, d, stage);
         if (c.arrived < static_cast<int>(members.size()))
             return;
         const std::vector<int> group(members.begin(), members.end());
-        scheduleAllReduce(c, group, a.stage, a.bytes);
+        scheduleAllReduce(c, group, stage, a.bytes);
         for (int member : members) {
             m_collectiveFree[member] = std::max(m_collectiveFree[member], c.end);
             if (member != d)

@@ -128,6 +128,30 @@ TEST_CASE("agent: --capabilities --human prints every item for people", "[agent]
     CHECK_THAT(usage, Contains("usage: pipewright-agent --capabilities [--json | --human]"));
 }
 
+TEST_CASE("agent: OpenBLAS is loaded when asked for, and a library that is not OpenBLAS is named", "[agent]")
+{
+    // issue 30 item 10: OpenBLAS is loaded at run time (engine/openblas.cpp), not linked. A libopenblas.so.0 found
+    // first that is not OpenBLAS (here zlib under its name) leaves the agent up, without the cpu backend, saying why.
+    const std::string dir = "/tmp/pw-fake-blas-" + std::to_string(::getpid());
+    REQUIRE(std::system(("mkdir -p " + dir
+                + " && cp -L \"$(ldconfig -p | awk '$1 == \"libz.so.1\" && /x86-64/ "
+                  "{ print $NF; exit }')\" "
+                + dir + "/libopenblas.so.0")
+                            .c_str())
+        == 0);
+    const auto [text, status] = capture("LD_LIBRARY_PATH=" + dir + " " PW_AGENT_EXE " --capabilities");
+    std::system(("rm -rf " + dir).c_str());
+    REQUIRE(status == 0);
+    const auto hello = Hello::fromJson(nlohmann::json::parse(text));
+    CHECK_THAT(hello.blas, Contains("none (libopenblas.so.0 has no cblas_sgemm: it is not OpenBLAS)"));
+    CHECK(std::find(hello.backends.begin(), hello.backends.end(), "cpu") == hello.backends.end());
+    CHECK(std::find(hello.backends.begin(), hello.backends.end(), "gloo") != hello.backends.end());
+    // The real one, found by the loader's own search, is OpenBLAS and the cpu backend is offered.
+    const auto real = Hello::fromJson(nlohmann::json::parse(capture(PW_AGENT_EXE " --capabilities").first));
+    CHECK_THAT(real.blas, Contains("OpenBLAS"));
+    CHECK(std::find(real.backends.begin(), real.backends.end(), "cpu") != real.backends.end());
+}
+
 TEST_CASE("agent: an unknown argument is refused with the usage", "[agent]")
 {
     const int rc = std::system(PW_AGENT_EXE " --bogus 2>/dev/null");

@@ -208,7 +208,7 @@ TEST_CASE("a frame's header is magic, version, type, length and CRC, little-endi
     // Start's payload is the empty CBOR map, one byte 0xA0. Pinning the bytes pins the wire format.
     const std::string bytes = encode(Start {});
     const std::uint32_t crc = crc32(std::vector<std::uint8_t> {0xA0});
-    const std::string expected = std::string("PWAG") + std::string("\x06\x00", 2) + std::string("\x06\x00", 2)
+    const std::string expected = std::string("PWAG") + std::string("\x07\x00", 2) + std::string("\x06\x00", 2)
         + std::string("\x01\x00\x00\x00", 4)
         + std::string {char(crc & 0xFF), char((crc >> 8) & 0xFF), char((crc >> 16) & 0xFF), char(crc >> 24)} + "\xA0";
     CHECK(bytes == expected);
@@ -343,15 +343,17 @@ TEST_CASE("framing errors say what is wrong", "[protocol]")
     {
         std::string bad = good;
         putU16(bad, 4, 1); // a version 1 peer (before the Gloo key)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 6)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 1 (this side speaks 7)"));
         putU16(bad, 4, 2); // a version 2 peer (GPUs as names, no CUDA device in the run spec)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 6)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 2 (this side speaks 7)"));
         putU16(bad, 4, 3); // a version 3 peer (no clock probes)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 3 (this side speaks 6)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 3 (this side speaks 7)"));
         putU16(bad, 4, 4); // a version 4 peer (training settings loose in RunSpec, no progress in its heartbeats)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 4 (this side speaks 6)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 4 (this side speaks 7)"));
         putU16(bad, 4, 5); // a version 5 peer (no zero-bubble kinds: I and W spans would be unknown to it)
-        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 5 (this side speaks 6)"));
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 5 (this side speaks 7)"));
+        putU16(bad, 4, 6); // a version 6 peer (the tied embedding summed inside the step, over another group)
+        CHECK_THAT(streamError(bad), Contains("unsupported protocol version 6 (this side speaks 7)"));
     }
     SECTION("unknown message type")
     {

@@ -187,8 +187,10 @@ TEST_CASE("a HetPipe run's predicted iteration is the plan's, not the mean of it
     const auto c = app::compareRun(plan, predicted, 20, predicted, 20);
     CHECK(c.predicted_iteration_s == Approx(planned).epsilon(1e-12));
     CHECK(app::planIterationTime(plan) == Approx(planned).epsilon(1e-12));
-    // The number the history showed before: the makespan of the 20 steps over 20, a different prediction.
-    CHECK(c.measured_iteration_s < 0.9 * planned);
+    // The number the history showed before: the makespan of the 20 steps over 20, a different prediction (since
+    // the tied embedding's all-reduce holds each pipeline's first and last stages together at every step, by a few
+    // per cent rather than the 17 % of issue 19).
+    CHECK(c.measured_iteration_s != Approx(planned).epsilon(0.01));
     CHECK(c.iteration_error == Approx(c.measured_iteration_s / planned - 1));
     // Calibrated costs give their own, by the same definition.
     auto slower = planner::CostModel::fromPlan(plan);

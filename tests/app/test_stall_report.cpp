@@ -107,18 +107,26 @@ TEST_CASE("an all-reduce names the replica that has not reached it and a chain e
     CHECK(slowestBeyondPlan({d0, d1, d2}, 8) == -1); // beyond 10x the plan, but not over 10 s yet
 }
 
-TEST_CASE("an optimizer step waiting on the tied embedding names the other holder", "[stall]")
+TEST_CASE("an all-reduce waiting on the tied embedding names the other holder", "[stall]")
 {
-    auto last = busy(device(1, {1}, "b"), ActionKind::OptimizerStep, 1, -1, -1, 20);
+    // The tied embedding's gradient is summed in an all-reduce of its own before the step (issue 30 item 11): with
+    // its stage's replicas past theirs, a device in an all-reduce waits on the other holder.
+    auto last = busy(device(1, {1}, "b"), ActionKind::AllReduce, 1, -1, -1, 20);
     last.tied = {0};
     auto first = device(0, {0}, "a");
     first.silent = true;
     first.silent_s = 9;
     const auto r = explainStall({first, last}, {{0}, {1}}, 30);
     CHECK(r.text
-        == "stage 1 (device 1, host b, cpu) is blocked 10 s in its optimizer step's all-reduce of the tied embedding "
-           "with stage 0; stage 0 (device 0, host a, cpu) has sent nothing for 9.0 s (stopped or hung)");
+        == "stage 1 (device 1, host b, cpu) is blocked 10 s in its all-reduce of the tied embedding with stage 0; "
+           "stage 0 (device 0, host a, cpu) has sent nothing for 9.0 s (stopped or hung)");
     CHECK(r.chain == std::vector<int> {1, 0});
+    // A device whose replica has not reached the stage's all-reduce waits on that replica first.
+    const auto replica = busy(device(2, {1}, "c"), ActionKind::Backward, 1, 3, -1, 25);
+    const auto r2 = explainStall({first, last, replica}, {{0}, {1, 2}}, 30);
+    CHECK_THAT(r2.text,
+        Catch::StartsWith(
+            "stage 1 (device 1, host b, cpu) is blocked 10 s in its all-reduce of stage 1 with stage 1 (device 2)"));
 }
 
 TEST_CASE("stall reports and flight recorders are stored and a schema 4 history migrates to them", "[stall][history]")

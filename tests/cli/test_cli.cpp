@@ -260,11 +260,12 @@ TEST_CASE("export writes another runtime's files into a directory or refuses nam
     fs::remove_all(dir);
 }
 
-TEST_CASE("the CLI loads no CUDA library to start, plan or simulate", "[cli]")
+TEST_CASE("the CLI loads no CUDA library, OpenBLAS, libssh or libcrypto to start, plan or simulate", "[cli]")
 {
     // issue 30 item 10: every start mapped cuBLASLt (541 MB, 60 ms, 211 MB resident) before `--version` printed, on
-    // machines without a GPU too. The dynamic loader's own trace (LD_DEBUG=files) lists every library it loads,
-    // dlopen'ed ones included. (Speed and memory: tests/bench/bench_cli_start.cpp.)
+    // machines without a GPU too; then OpenBLAS (its thread pool started at load), libssh with Kerberos and
+    // libcrypto were 10 of the 16 ms left. The dynamic loader's own trace (LD_DEBUG=files) lists every library it
+    // loads, dlopen'ed ones included. (Speed and memory: tests/bench/bench_cli_start.cpp.)
     const auto loaded = [](const std::string& args) {
         std::string out;
         std::FILE* pipe
@@ -283,5 +284,8 @@ TEST_CASE("the CLI loads no CUDA library to start, plan or simulate", "[cli]")
         INFO(args);
         REQUIRE_THAT(trace, Catch::Contains("file=")); // the trace is there
         CHECK_THAT(trace, !Catch::Contains("cublas") && !Catch::Contains("libcudnn") && !Catch::Contains("libnccl"));
+        CHECK_THAT(trace, !Catch::Contains("libopenblas") && !Catch::Contains("libgfortran"));
+        CHECK_THAT(trace, !Catch::Contains("libssh") && !Catch::Contains("libkrb5") && !Catch::Contains("libgssapi"));
+        CHECK_THAT(trace, !Catch::Contains("libcrypto"));
     }
 }

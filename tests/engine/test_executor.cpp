@@ -6,7 +6,9 @@
 #include <map>
 #include <set>
 
+#include "engine/executor.h"
 #include "engine/local_run.h"
+#include "engine/transport.h"
 #include "planner/errors.h"
 #include "tests/engine/engine_fixtures.h"
 
@@ -172,6 +174,34 @@ TEST_CASE("every action of the schedule runs once and is reported as a span", "[
         CHECK(a.kind == s.kind);
         CHECK(s.t1 >= s.t0);
     }
+}
+
+TEST_CASE("the tied embedding is summed in an all-reduce of its own, and a schedule without it is refused",
+    "[engine][executor]")
+{
+    // issue 30 item 11: the engine summed it inside the optimizer step, which the simulator could not see.
+    const auto plan = gpt2Plan(tinyGpt2(), {{0, 1, {0}}, {2, 3, {1}}}, "1f1b");
+    const int steps = 2;
+    const auto result = train(plan, steps);
+    const TrainingSetup setup = trainingSetup(plan);
+    const double wte = static_cast<double>(setup.model.padded_vocab) * setup.model.channels * 4; // fp32 gradient
+    std::map<int, int> tied; // device -> its tied all-reduces
+    for (const auto& s : result.spans)
+        if (s.kind == ActionKind::AllReduce) {
+            CHECK(s.bytes == wte);
+            ++tied[s.device];
+        }
+    CHECK(tied == std::map<int, int> {{0, steps}, {1, steps}});
+    // The same schedule without it (an older planner's) is refused, not trained with copies drifting apart.
+    auto schedule = runSchedule(plan, 1);
+    for (auto& list : schedule.devices)
+        std::erase_if(list, [](const pw::planner::Action& a) { return a.kind == ActionKind::AllReduce; });
+    schedule.groups.clear();
+    LocalFabric fabric(2);
+    const DataOrder data = syntheticData(setup);
+    CHECK_THROWS_WITH(DeviceExecutor(plan, schedule, 0, setup, data, fabric.endpoint(0), {}, 1),
+        Catch::Contains("device 0 holds one copy of the tied embedding, but its schedule has no all-reduce of a "
+                        "tied_weights group"));
 }
 
 TEST_CASE("PipeDream's backwards use the weights their forwards used", "[engine][executor]")

@@ -5,7 +5,10 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "planner/device_presets.h"
+#include "planner/io/transformer.h"
 #include "planner/plan.h"
 
 namespace pw::test {
@@ -77,6 +80,25 @@ inline planner::Plan chainPlan(int stages, int microbatches, std::string kind = 
         plan.stages.push_back({s, s, {s}});
     plan.schedule.kind = std::move(kind);
     plan.schedule.microbatches = microbatches;
+    return plan;
+}
+
+/// A GPT-2-shaped transformer (4 blocks of 64 channels, vocabulary 1000, fp32: its token embedding tied to its head)
+/// on `devices` H100s of one node, with the given stages, schedule kind, microbatches and chunks.
+inline planner::Plan tiedPlan(
+    int devices, std::vector<planner::PlanStage> stages, std::string kind, int microbatches, int chunks = 1)
+{
+    const planner::TransformerConfig config {4, 64, 4, 32, 1000, 1, 4};
+    planner::Plan plan;
+    plan.model = planner::transformerProfile(config, *planner::devicePreset("H100"));
+    planner::Cluster cluster;
+    cluster.device_types = {*planner::devicePreset("H100")};
+    cluster.nodes.push_back({"n0", "", 22, "", "H100", devices, 4.5e11, 2e-6});
+    plan.cluster = std::move(cluster);
+    plan.stages = std::move(stages);
+    plan.schedule.kind = std::move(kind);
+    plan.schedule.microbatches = microbatches;
+    plan.schedule.chunks = chunks;
     return plan;
 }
 

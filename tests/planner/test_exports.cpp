@@ -385,7 +385,7 @@ TEST_CASE("torchtitan CSV loads with PyTorch's own parser validator and dry run"
         writeFile(dir / "schedule.csv", fileNamed(e, "schedule.csv")->text);
         const auto [status, out] = shell("python3 " + script.string() + " " + (dir / "schedule.csv").string() + " "
             + std::to_string(c.plan.pipelineDepth()) + " " + std::to_string(c.plan.stageCount()) + " "
-            + std::to_string(c.plan.schedule.microbatches));
+            + std::to_string(replicaMicrobatches(c.plan))); // the CSV is one replica's ranks, numbered from 0
         INFO(out);
         if (status == 3) { // no torch.distributed.pipelining here
             why = out;

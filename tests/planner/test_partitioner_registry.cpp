@@ -10,6 +10,7 @@
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
+#include "planner/schedule/traits.h"
 #include "planner/sim/simulator.h"
 
 using namespace pw::planner;
@@ -58,11 +59,15 @@ void checkInvariants(const Plan& plan, const ModelProfile& model, const Cluster&
             const int d = s.devices[r];
             CHECK(d >= 0);
             CHECK(d < c.deviceCount());
-            // A device serves one physical stage; interleaved virtual stage s reuses stage s mod p's devices.
-            if (i < plan.pipelineDepth())
+            // A device serves one physical stage; interleaved virtual stage s reuses stage s mod p's devices, in
+            // a V (zbv) stage 2p - 1 - s's.
+            const int p = plan.pipelineDepth();
+            const auto* traits = findScheduleTraits(plan.schedule.kind);
+            const bool v = traits && traits->chunks == ChunkRule::V;
+            if (i < p)
                 CHECK(devices.insert(d).second);
             else
-                CHECK(d == plan.stages[i % plan.pipelineDepth()].devices.at(r));
+                CHECK(d == plan.stages[v ? 2 * p - 1 - i : i % p].devices.at(r));
         }
     }
     CHECK(next == model.layerCount());

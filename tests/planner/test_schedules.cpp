@@ -12,6 +12,7 @@
 
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
+#include "tests/planner/fixtures.h"
 
 using namespace pw::planner;
 
@@ -362,4 +363,87 @@ TEST_CASE("2bw rejects replicated plans whose batches are too small for the next
     CHECK_THROWS_WITH(generateSchedule(makePlan("2bw", {2, 2, 1}, 3, 1, 3)), Catch::Contains("5 pipeline devices"));
     auto ok = makePlan("2bw", {2, 2, 1}, 5, 1, 3);
     CHECK(validate(generateSchedule(ok), ok).ok);
+}
+
+namespace {
+
+/// Per device: the actions of `kind` with a group of `purpose`, in order.
+std::vector<std::vector<Action>> groupActions(const Schedule& s, CollectivePurpose purpose)
+{
+    std::vector<std::vector<Action>> out(s.devices.size());
+    for (std::size_t d = 0; d < s.devices.size(); ++d)
+        for (const auto& a : s.devices[d])
+            if (a.kind == ActionKind::AllReduce && s.groups.at(a.group).purpose == purpose)
+                out[d].push_back(a);
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("the tied embedding's gradient is an all-reduce of its own before the step of both holders", "[schedule]")
+{
+    // issue 30 item 11: the engine summed it inside the optimizer step and the simulator left it out ("groups": []).
+    const double tiedBytes = 1000.0 * 64 * 4; // vocab x hidden x fp32
+    SECTION("two stages: one pair, an all-reduce per step on each, after the B and right before the step")
+    {
+        const Plan plan = pw::test::tiedPlan(2, {{0, 2, {0}}, {3, 5, {1}}}, "1f1b", 4);
+        const Schedule s = generateSchedule(plan);
+        REQUIRE(s.groups.size() == 1);
+        CHECK(s.groups[0].purpose == CollectivePurpose::TiedWeights);
+        CHECK(s.groups[0].devices == std::vector<std::int32_t> {0, 1});
+        for (int d = 0; d < 2; ++d) {
+            const auto& list = s.devices[d];
+            const auto step = std::find_if(
+                list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::OptimizerStep; });
+            REQUIRE(step != list.begin());
+            const Action& before = *(step - 1);
+            CHECK(before.kind == ActionKind::AllReduce);
+            CHECK(before.group == 0);
+            CHECK(before.stage == d);
+            CHECK(before.bytes == Approx(tiedBytes));
+        }
+        // The JSON names the purpose, and reads back the same.
+        CHECK(toJson(s)["groups"][0]["purpose"] == "tied_weights");
+        CHECK(scheduleFromJson(toJson(s)) == s);
+    }
+    SECTION("replicated stages: replica j of the embedding's stage with replica j of the head's, after the replicas'")
+    {
+        const Plan plan = pw::test::tiedPlan(4, {{0, 2, {0, 1}}, {3, 5, {2, 3}}}, "1f1b", 4);
+        const Schedule s = generateSchedule(plan);
+        const auto tied = groupActions(s, CollectivePurpose::TiedWeights);
+        std::vector<std::vector<std::int32_t>> pairs;
+        for (const auto& g : s.groups)
+            if (g.purpose == CollectivePurpose::TiedWeights)
+                pairs.push_back(g.devices);
+        CHECK(pairs == std::vector<std::vector<std::int32_t>> {{0, 2}, {1, 3}});
+        for (int d = 0; d < 4; ++d) {
+            REQUIRE(tied[d].size() == 1);
+            const auto& list = s.devices[d];
+            const auto at = std::find(list.begin(), list.end(), tied[d][0]) - list.begin();
+            REQUIRE(at >= 1);
+            CHECK(list[at - 1].kind == ActionKind::AllReduce); // the replicas' own, first
+            CHECK(s.groups.at(list[at - 1].group).purpose == CollectivePurpose::Replicas);
+            CHECK(list[at + 1].kind == ActionKind::OptimizerStep);
+        }
+    }
+    SECTION("none where one stage holds both, in a V, or for a model that ties nothing")
+    {
+        CHECK(generateSchedule(pw::test::tiedPlan(1, {{0, 5, {0}}}, "1f1b", 4)).groups.empty());
+        const Plan v = pw::test::tiedPlan(2, {{0, 1, {0}}, {2, 3, {1}}, {4, 4, {1}}, {5, 5, {0}}}, "zbv", 4, 2);
+        CHECK(generateSchedule(v).groups.empty());
+        Plan untied = pw::test::tiedPlan(2, {{0, 2, {0}}, {3, 5, {1}}}, "1f1b", 4);
+        untied.model.edit().architecture.reset(); // a profile without an architecture ties nothing
+        CHECK(generateSchedule(untied).groups.empty());
+    }
+    SECTION("interleaved: the embedding's chunk on the first device, the head's on the last, once per step")
+    {
+        const Plan plan
+            = pw::test::tiedPlan(2, {{0, 1, {0}}, {2, 2, {1}}, {3, 4, {0}}, {5, 5, {1}}}, "interleaved", 4, 2);
+        const Schedule s = generateSchedule(plan);
+        const auto tied = groupActions(s, CollectivePurpose::TiedWeights);
+        REQUIRE(tied[0].size() == 1);
+        REQUIRE(tied[1].size() == 1);
+        CHECK(tied[0][0].stage == 0);
+        CHECK(tied[1][0].stage == 3);
+    }
 }

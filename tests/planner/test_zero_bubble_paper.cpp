@@ -138,8 +138,11 @@ Outcome run(const ModelProfile& model, int p, int m, const std::string& kind)
 
 ModelProfile gpt(int layers, int hidden, int heads, int b)
 {
-    // GPT-3's vocabulary padded as Megatron-LM pads it (50257 to a multiple of 128), 2-byte values.
-    return transformerProfile({layers, hidden, heads, 1024, 50304, b, 2}, *devicePreset("A100"));
+    // GPT-3's vocabulary padded as Megatron-LM pads it (50257 to a multiple of 128), 2-byte values; the embedding
+    // and the output projection untied, as the paper's runs train (the zero-bubble repository's
+    // examples/pretrain_zero_bubble.sh: --untie-embeddings-and-output-weights). Tied, the last stage's step waits
+    // for the first stage's last W (the tied gradient's all-reduce), which ZB-H2's overlap of batches cannot hide.
+    return transformerProfile({layers, hidden, heads, 1024, 50304, b, 2, false}, *devicePreset("A100"));
 }
 
 std::string percent(double gain)

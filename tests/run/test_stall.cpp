@@ -129,8 +129,8 @@ TEST_CASE("a stopped agent is named by the stall report within the threshold and
     REQUIRE(frozen != 0);
     CHECK(outcome.status == app::RunStatus::Failed);
     CHECK_THAT(outcome.message, StartsWith("stalled: no device finished an action for"));
-    // The device still running waits on the stopped one (for its activations or gradients, or in the optimizer
-    // step's all-reduce of the tied embedding, depending on where it stopped), whose agent went silent.
+    // The device still running waits on the stopped one (for its activations or gradients, or in the all-reduce of
+    // the tied embedding before the step, depending on where it stopped), whose agent went silent.
     CHECK_THAT(outcome.message, StartsWith("stalled: no device finished an action for 3 s: stage 1 (device 1, host "));
     CHECK_THAT(outcome.message, Contains(" stage 0; stage 0 (device 0, host "));
     // Hosts by the cluster's node name (two hosts may share a hostname), the reported hostname beside it.

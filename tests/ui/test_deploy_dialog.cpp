@@ -9,6 +9,7 @@
 
 #include <QApplication>
 #include <QCoreApplication>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
@@ -217,6 +218,21 @@ TEST_CASE("deploy dialog: pre-flight checks the plan against the cluster file an
     CHECK(d.checks().front().check == "plan");
     CHECK(d.checks().front().ok);
     CHECK_FALSE(d.allPassed());
+    // Every row names its node, the unreachable host's too (issue 30 item 18: the column was blank there).
+    for (int i = 1; i < d.checklist()->topLevelItemCount(); ++i) {
+        INFO(d.checklist()->topLevelItem(i)->text(1).toStdString());
+        CHECK(d.checklist()->topLevelItem(i)->text(0) == QStringLiteral("solo"));
+    }
+
+    // A cluster file that is not there: said once, without the job's name twice ("pre-flight: pre-flight: ").
+    d.setClusterFile(dir.filePath(QStringLiteral("missing.json")));
+    d.check();
+    settle(d);
+    const QString summary = d.summary()->text();
+    INFO(summary.toStdString());
+    CHECK(summary.startsWith(QStringLiteral("Pre-flight could not run: ")));
+    CHECK(summary.contains(QStringLiteral("missing.json")));
+    CHECK_FALSE(summary.contains(QStringLiteral("pre-flight:")));
 }
 
 TEST_CASE("deploy dialog: the known_hosts file shown is the one keys are checked against and recorded in", "[ui][ssh]")

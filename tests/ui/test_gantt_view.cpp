@@ -18,6 +18,7 @@
 #include "planner/io/chrome_trace.h"
 #include "planner/sim/simulator.h"
 #include "tests/planner/fixtures.h"
+#include "ui/widgets/gantt_scene.h"
 #include "ui/widgets/gantt_view.h"
 
 using namespace pw;
@@ -76,6 +77,85 @@ QString kindName(planner::ActionKind kind)
 }
 
 } // namespace
+
+TEST_CASE("gantt scene: the batches' labels get a band above the lanes, not over the bars", "[ui]")
+{
+    // issue 30 item 12: "batch k" was drawn at the top of the first device's lane, over its bars.
+    const auto timeline
+        = std::make_shared<const planner::Timeline>(planner::simulate(pw::test::chainPlan(2, 4)).timeline);
+    const ui::GanttBlockData one(ui::GanttBlock {{}, timeline, {}, {}}, 0);
+    CHECK(one.headerHeight() == 0); // one batch: no labels, no band
+    const ui::GanttBlockData three(ui::GanttBlock {{}, timeline, {}, {0.01, 0.02, 0.03}}, 10);
+    CHECK(three.headerHeight() == ui::GanttBlockData::kBatchLabelHeight);
+    CHECK(three.layout.deviceTop(0) == 10 + ui::GanttBlockData::kBatchLabelHeight);
+    CHECK(three.bottom == three.layout.deviceTop(0) + three.layout.height());
+    const ui::GanttBlockData titled(ui::GanttBlock {QStringLiteral("zb-h2"), timeline, {}, {0.01, 0.02}}, 0);
+    CHECK(titled.headerHeight() == ui::GanttBlockData::kTitleHeight); // the title's band holds them
+}
+
+TEST_CASE("gantt view: a chart that is not the current plan's is greyed until the new one lands", "[ui]")
+{
+    // issue 30 item 18: the Schedule tab showed the previous project's chart for 0.2-0.4 s, not greyed, beside
+    // the new plan's (greyed) metrics.
+    const auto timeline = planner::simulate(pw::test::chainPlan(4, 8)).timeline;
+    ShownView shown(timeline);
+    const auto meanLightness = [&] {
+        shown.view.ganttPlot()->replot(QCustomPlot::rpImmediateRefresh);
+        const QImage image = shown.view.ganttPlot()->grab().toImage().convertToFormat(QImage::Format_RGB32);
+        double sum = 0;
+        for (int y = 0; y < image.height(); ++y)
+            for (int x = 0; x < image.width(); ++x)
+                sum += QColor(image.pixel(x, y)).lightnessF();
+        return sum / (image.width() * image.height());
+    };
+    CHECK_FALSE(shown.view.stale());
+    const double current = meanLightness();
+    shown.view.setStale(true); // the plan changed; its simulation runs
+    CHECK(shown.view.stale());
+    const double greyed = meanLightness();
+    CHECK(greyed > current + 0.02);
+    // The next scene prepared in the background: still greyed while it is, then drawn as it is.
+    shown.view.setStale(false);
+    shown.view.setBlocksInBackground({ui::GanttBlock {{}, shared(timeline)}});
+    CHECK(shown.view.stale());
+    REQUIRE(shown.view.waitForPrepared());
+    QCoreApplication::processEvents(); // the scene is adopted on the GUI thread
+    CHECK_FALSE(shown.view.stale());
+    CHECK(meanLightness() == Approx(current).margin(0.005));
+}
+
+TEST_CASE("gantt view: the memory plot's 'hover a curve' note sits clear of every curve", "[ui]")
+{
+    // issue 30 item 18: "64 devices: hover a curve" was drawn bottom left, over the lowest curves.
+    const auto timeline = planner::simulate(pw::test::chainPlan(64, 64)).timeline;
+    ShownView shown(timeline);
+    shown.view.setTimeline(shared(timeline), std::vector<double>(64, 80e9)); // 80 GB a device: above the scale
+    QCustomPlot* plot = shown.view.memoryPlot();
+    plot->replot(QCustomPlot::rpImmediateRefresh);
+    QCPItemText* note = nullptr;
+    QCPItemText* capacity = nullptr;
+    for (int i = 0; i < plot->itemCount(); ++i) {
+        auto* t = qobject_cast<QCPItemText*>(plot->item(i));
+        if (t && t->text().contains(QStringLiteral("hover a curve")))
+            note = t;
+        if (t && t->text().contains(QStringLiteral("above the scale")))
+            capacity = t;
+    }
+    REQUIRE(note); // 64 devices do not fit a legend of two rows
+    const QRectF box(note->topLeft->pixelPosition(), note->bottomRight->pixelPosition());
+    const auto rectOf
+        = [](const QCPItemText* t) { return QRectF(t->topLeft->pixelPosition(), t->bottomRight->pixelPosition()); };
+    REQUIRE(capacity); // 80 GB a device, far above these megabytes: both notes at the top, apart
+    CHECK_FALSE(box.intersects(rectOf(capacity)));
+    for (int g = 0; g < plot->graphCount(); ++g)
+        for (auto it = plot->graph(g)->data()->constBegin(); it != plot->graph(g)->data()->constEnd(); ++it) {
+            const QPointF p(plot->xAxis->coordToPixel(it->key), plot->yAxis->coordToPixel(it->value));
+            CHECK_FALSE(box.contains(p));
+        }
+    shown.view.resize(520, 700); // narrow: the note goes below the capacity one, still apart
+    plot->replot(QCustomPlot::rpImmediateRefresh);
+    CHECK_FALSE(rectOf(note).intersects(rectOf(capacity)));
+}
 
 TEST_CASE("gantt view: hovering a span names its kind and microbatch, a bubble shows nothing", "[ui]")
 {

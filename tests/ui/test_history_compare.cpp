@@ -108,28 +108,41 @@ TEST_CASE("history browser: two selected runs compare side by side, only what di
     CHECK(cv->gantt()->blockCount() == 2);
     cv->tabs()->setCurrentIndex(2);
 
-    const QString out = dir.filePath(QStringLiteral("compare.csv"));
-    REQUIRE(cv->exportCsv(out));
-    QFile f(out);
-    REQUIRE(f.open(QIODevice::ReadOnly));
-    const QString text = QString::fromUtf8(f.readAll());
-    CHECK(text.contains(QStringLiteral("/schedule/kind,\"\"\"gpipe\"\"\",\"\"\"1f1b\"\"\"")));
-    CHECK(text.contains(QStringLiteral("# per stage and step")));
+    // Three tables, three CSV files named after the one chosen (issue 30 item 18: one file held all three, and
+    // a name without ".csv" was written as it was).
+    const QStringList written = cv->exportCsv(dir.filePath(QStringLiteral("compare")));
+    REQUIRE(written
+        == QStringList {dir.filePath(QStringLiteral("compare.csv")),
+            dir.filePath(QStringLiteral("compare-differences.csv")),
+            dir.filePath(QStringLiteral("compare-stages.csv"))});
+    const auto slurp = [](const QString& path) {
+        QFile f(path);
+        REQUIRE(f.open(QIODevice::ReadOnly));
+        return QString::fromUtf8(f.readAll());
+    };
+    const QString runs = slurp(written[0]), differences = slurp(written[1]), stagesCsv = slurp(written[2]);
+    CHECK(differences.contains(QStringLiteral("/schedule/kind,\"\"\"gpipe\"\"\",\"\"\"1f1b\"\"\"")));
     // issue 19 item 13: numbers in one unit per column (seconds, named in the header), no unit text.
-    CHECK(text.contains(QStringLiteral(",iteration_s,predicted_iteration_s,")));
-    CHECK(text.contains(QStringLiteral("stage,run_1_compute_s,run_1_idle_s,")));
-    CHECK_FALSE(text.contains(QStringLiteral(" ms")));
-    CHECK_FALSE(text.contains(QStringLiteral("µs")));
-    const QString stageSection = text.mid(text.indexOf(QStringLiteral("# per stage and step")));
-    const QStringList stageLines = stageSection.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
-    REQUIRE(stageLines.size() == 4); // the comment, the header, two stages
-    for (int i = 2; i < stageLines.size(); ++i)
+    CHECK(runs.startsWith(QStringLiteral("run,run_id,status,steps,")));
+    CHECK(runs.contains(QStringLiteral(",iteration_s,predicted_iteration_s,")));
+    CHECK(stagesCsv.startsWith(QStringLiteral("stage,run_1_compute_s,run_1_idle_s,")));
+    for (const QString& text : {runs, differences, stagesCsv}) {
+        CHECK_FALSE(text.contains(QStringLiteral(" ms")));
+        CHECK_FALSE(text.contains(QStringLiteral("µs")));
+        CHECK_FALSE(text.contains(QLatin1Char('#'))); // one table per file: no section comments
+    }
+    const QStringList stageLines = stagesCsv.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    REQUIRE(stageLines.size() == 3); // the header, two stages
+    for (int i = 1; i < stageLines.size(); ++i)
         for (const QString& field : stageLines[i].split(QLatin1Char(','))) {
             bool number = false;
             field.toDouble(&number);
             CHECK((number || field.isEmpty()));
         }
-    CHECK(stageLines[2].split(QLatin1Char(','))[1].toDouble() == Approx(c.runs[0].stages[0].compute_s));
+    CHECK(stageLines[1].split(QLatin1Char(','))[1].toDouble() == Approx(c.runs[0].stages[0].compute_s));
+    // A name with its extension writes the same three.
+    CHECK(cv->exportCsv(dir.filePath(QStringLiteral("again.csv"))).size() == 3);
+    CHECK(QFileInfo::exists(dir.filePath(QStringLiteral("again-stages.csv"))));
 
     // Tags: one run tagged, the tag filter finds it alone; untagged, the filter finds none.
     const std::string first = view.model()->run(0).id;

@@ -3,6 +3,7 @@
 // malformed profile, and render every view.
 #include <catch2/catch.hpp>
 
+#include <QAction>
 #include <QApplication>
 #include <QDockWidget>
 #include <QDragEnterEvent>
@@ -173,6 +174,30 @@ TEST_CASE("main window: split and merge from the model view are undoable steps",
     doc.planDocument().undoStack()->undo();
     doc.planDocument().undoStack()->undo();
     CHECK(planJson(doc) == before);
+}
+
+TEST_CASE("main window: Undo and Redo say in the status bar what they did", "[ui]")
+{
+    // issue 30 item 18: after Undo the status bar kept the message of the step undone.
+    Window w;
+    auto& doc = w.window.document();
+    w.view()->splitStageAt(5.5);
+    QAction* undo = nullptr;
+    QAction* redo = nullptr;
+    for (QAction* a : w.window.findChildren<QAction*>()) {
+        if (a->shortcuts().contains(QKeySequence(QKeySequence::Undo)))
+            undo = a;
+        if (a->shortcuts().contains(QKeySequence(QKeySequence::Redo)))
+            redo = a;
+    }
+    REQUIRE(undo);
+    REQUIRE(redo);
+    const QString step = doc.planDocument().undoStack()->undoText();
+    REQUIRE_FALSE(step.isEmpty());
+    undo->trigger();
+    CHECK(w.window.statusBar()->currentMessage() == QStringLiteral("Undone: ") + step);
+    redo->trigger();
+    CHECK(w.window.statusBar()->currentMessage() == QStringLiteral("Redone: ") + step);
 }
 
 TEST_CASE("main window: a malformed profile shows an error and leaves the project untouched", "[ui]")

@@ -113,3 +113,17 @@ TEST_CASE("a drag previews without undo steps and commits one", "[document]")
     CHECK(doc.undoStack()->count() == 1); // only the first drag's step, still redoable
     CHECK(doc.undoStack()->canRedo());
 }
+
+TEST_CASE("a plan of a two-batch kind is simulated in its steady state, whatever iterations it says", "[document]")
+{
+    // issue 30 item 12: a zb-h2 plan with iterations 1 (cut by hand, or loaded) was simulated over one batch, where
+    // it equals zb-h1; a partitioner's plan of the same kind over three.
+    planner::Plan plan = demoPlan();
+    plan.schedule.kind = "zb-h2";
+    plan.schedule.iterations = 1;
+    ui::PlanDocument doc;
+    doc.reset(plan);
+    iteration(doc);
+    CHECK(doc.prediction()->batch_ends_s.size() == 3); // planner::simulatedIterations: zb-h2's three batches
+    CHECK(doc.plan().schedule.iterations == 1); // the plan keeps its own
+}

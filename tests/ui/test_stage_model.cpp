@@ -5,6 +5,8 @@
 
 #include <QAbstractItemModelTester>
 #include <QBrush>
+#include <QLabel>
+#include <algorithm>
 
 #include "planner/analysis/flops.h"
 #include "planner/costs.h"
@@ -168,4 +170,24 @@ TEST_CASE("the metrics panel writes peak memory and capacity each in the unit th
         == QString::fromStdString(
             planner::formatBytes(worst.peak_bytes) + " of " + planner::formatBytes(worst.capacity_bytes)));
     CHECK_FALSE(memory.startsWith(QStringLiteral("0.00")));
+}
+
+TEST_CASE("the metrics panel's plan line wraps in a narrow dock, never cut", "[widgets]")
+{
+    // issue 30 item 18: at 1024x700 the plan line read "2 stages (1-1),...h2, cut by hand", elided mid-word.
+    const auto shape = pw::test::tinyGpt2(2);
+    planner::Plan plan = pw::test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "zb-h2");
+    ui::PlanDocument doc;
+    ui::MetricsPanel panel(doc);
+    panel.resize(240, 400);
+    panel.show();
+    doc.reset(plan);
+    REQUIRE(doc.waitForPrediction());
+    const QString full = panel.value(QStringLiteral("plan"));
+    REQUIRE(full.contains(QStringLiteral("zb-h2")));
+    // What is drawn is the whole text: the label that shows it holds it unshortened, on as many lines as it needs.
+    const auto labels = panel.findChildren<QLabel*>();
+    const auto shown = std::find_if(labels.begin(), labels.end(), [&](const QLabel* l) { return l->text() == full; });
+    REQUIRE(shown != labels.end());
+    CHECK((*shown)->wordWrap());
 }

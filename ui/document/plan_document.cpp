@@ -4,6 +4,7 @@
 #include <QUndoCommand>
 
 #include "planner/errors.h"
+#include "planner/schedule/generator.h"
 
 namespace pw::ui {
 
@@ -173,7 +174,11 @@ void PlanDocument::show(planner::Plan plan, bool drag)
             planner::SimulationOptions options;
             options.stop = stop;
             try {
-                s.result = std::make_shared<const planner::SimulationResult>(planner::simulate(plan, options));
+                // Over the batches its kind needs to show its steady state (zb-h2, zbv, 2BW), as a partitioner's
+                // plan is: a hand-made or loaded plan says iterations 1 (issue 30 item 12).
+                planner::Plan steady = plan;
+                steady.schedule.iterations = planner::simulatedIterations(plan);
+                s.result = std::make_shared<const planner::SimulationResult>(planner::simulate(steady, options));
             } catch (const planner::InputError& e) {
                 s.error = QString::fromStdString(planner::formatInputError(e));
             }

@@ -9,6 +9,7 @@
 #include "planner/io/graph_txt.h"
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
+#include "planner/schedule/generator.h"
 #include "planner/schedule/traits.h"
 
 namespace pw::ui {
@@ -54,7 +55,9 @@ void ProjectDocument::simulateScenarios()
                 planner::SimulationOptions options;
                 options.stop = stop; // with spans: the scenarios view stacks these timelines
                 try {
-                    p.result = std::make_shared<const planner::SimulationResult>(planner::simulate(plan, options));
+                    planner::Plan steady = plan; // its kind's steady-state batches, as the current plan's
+                    steady.schedule.iterations = planner::simulatedIterations(plan);
+                    p.result = std::make_shared<const planner::SimulationResult>(planner::simulate(steady, options));
                 } catch (const planner::InputError& e) {
                     p.error = errorText(e);
                 }

@@ -102,8 +102,16 @@ QVariant ScenarioModel::data(const QModelIndex& index, int role) const
         return m_checked.contains(name) ? Qt::Checked : Qt::Unchecked;
     if (role == Qt::DisplayRole) {
         switch (index.column()) {
-        case Name:
-            return matchesProject(index.row()) ? name : tr("%1 (other model)").arg(name);
+        case Name: {
+            // What differs from the project: its model, its cluster (Cluster ▸ Apply keeps the model), or both.
+            if (matchesProject(index.row()))
+                return name;
+            const bool model = s.plan.model == m_project.project().model;
+            const bool cluster = s.plan.cluster == m_project.project().cluster;
+            return !model && !cluster ? tr("%1 (other model and cluster)").arg(name)
+                : !model              ? tr("%1 (other model)").arg(name)
+                                      : tr("%1 (other cluster)").arg(name);
+        }
         case Config:
             return configText(QString::fromStdString(s.plan.configString()));
         case Algorithm:

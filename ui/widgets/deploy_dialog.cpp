@@ -142,7 +142,11 @@ DeployDialog::DeployDialog(QWidget* parent)
     });
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     connect(m_jobs, &JobRunner::failed, this, [this](const QString& message) {
-        m_summary->setText(tr("Pre-flight could not run: %1").arg(message));
+        // The runner names its job ("pre-flight: why"): said once.
+        QString why = message;
+        if (const QString named = QStringLiteral("pre-flight: "); why.startsWith(named))
+            why.remove(0, named.size());
+        m_summary->setText(tr("Pre-flight could not run: %1").arg(why));
         m_check->setEnabled(true);
     });
 }

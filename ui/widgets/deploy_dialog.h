@@ -67,6 +67,7 @@ public:
 
     JobRunner* jobs() const { return m_jobs; }
     QTreeWidget* checklist() const { return m_list; }
+    QLabel* summary() const { return m_summary; }
     QPushButton* deployButton() const { return m_deploy; }
 
 signals:

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "gantt_plottable.h"
 
+#include <QFontMetricsF>
 #include <QThreadPool>
 #include <algorithm>
 #include <atomic>
@@ -171,11 +172,14 @@ protected:
                 drawArrows(painter, *block, time, left, yOf, left + time.width());
             drawBatchEnds(painter, *block, time, left, yOf);
         }
+        if (m_scene.stale) // greyed: veiled in the window's background colour
+            painter->fillRect(rect, QColor(255, 255, 255, 170));
     }
 
 private:
-    /// Dashed lines where the block's batches end, "batch k" beside each: a multi-batch simulation (2BW runs three)
-    /// shows where one batch, the unit of its metrics, begins and ends.
+    /// Dashed lines where the block's batches end, "batch k" beside each in the band above the lanes (the title's
+    /// band, right of the title): a multi-batch simulation (2BW runs three) shows where one batch, the unit of its
+    /// metrics, begins and ends.
     template <class YOf>
     void drawBatchEnds(QCPPainter* painter, const GanttBlockData& block, const TimeAxis& time, double left, YOf yOf)
     {
@@ -183,17 +187,26 @@ private:
             return;
         painter->save();
         painter->setPen(QPen(QColor(120, 20, 120), 1, Qt::DashLine));
-        const double top = yOf(block.layout.deviceTop(0)), bottom = yOf(block.bottom);
-        double previous = -1e300;
+        const double lanes = yOf(block.layout.deviceTop(0)), bottom = yOf(block.bottom);
+        const QRectF band(0, yOf(block.top), 0, lanes - yOf(block.top));
+        double previous = left; // labels start right of the title and do not collide
+        if (!block.title.isEmpty()) {
+            QFont bold = painter->font();
+            bold.setBold(true);
+            previous += 8 + QFontMetricsF(bold).horizontalAdvance(block.title);
+        }
+        const QFontMetricsF metrics(painter->font());
         for (std::size_t b = 0; b < block.batch_ends.size(); ++b) {
             const double t = block.batch_ends[b];
             if (t < time.begin() || t > time.end())
                 continue;
             const double x = left + time.toPixel(t);
-            painter->drawLine(QPointF(x, top), QPointF(x, bottom));
-            if (x - previous > 70) { // labels only where they do not collide
+            painter->drawLine(QPointF(x, lanes), QPointF(x, bottom));
+            const QString label = QObject::tr("batch %1 ▸").arg(b + 1);
+            const double width = metrics.horizontalAdvance(label) + 2;
+            if (band.height() >= metrics.height() - 2 && x - width > previous + 4) {
                 painter->drawText(
-                    QRectF(x - 66, top, 64, 14), Qt::AlignRight | Qt::AlignTop, QObject::tr("batch %1 ▸").arg(b + 1));
+                    QRectF(x - width, band.top(), width, band.height()), Qt::AlignRight | Qt::AlignVCenter, label);
                 previous = x;
             }
         }

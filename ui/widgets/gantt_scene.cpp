@@ -61,6 +61,14 @@ std::shared_ptr<const planner::Timeline> orEmpty(std::shared_ptr<const planner::
 {
     return t ? std::move(t) : std::make_shared<const planner::Timeline>();
 }
+
+/// The band above a block's lanes: its title's, else room for its batches' labels, else none.
+double headerOf(const QString& title, const std::vector<double>& batchEnds)
+{
+    if (!title.isEmpty())
+        return GanttBlockData::kTitleHeight;
+    return batchEnds.size() > 1 ? GanttBlockData::kBatchLabelHeight : 0;
+}
 } // namespace
 
 GanttBlockData::GanttBlockData(GanttBlock block, double blockTop)
@@ -70,7 +78,7 @@ GanttBlockData::GanttBlockData(GanttBlock block, double blockTop)
     , batch_ends(std::move(block.batch_ends_s))
     , index(*timeline)
     , layout(std::max(index.devices(), static_cast<int>(timeline->device_names.size())), RowHeights {},
-          blockTop + (title.isEmpty() ? 0 : kTitleHeight))
+          blockTop + headerOf(title, batch_ends))
     , top(blockTop)
     , bottom(layout.deviceTop(0) + layout.height())
 {
@@ -80,7 +88,7 @@ void GanttBlockData::grow(double blockTop)
 {
     index.extend(*timeline);
     layout = RowLayout(std::max(index.devices(), static_cast<int>(timeline->device_names.size())), RowHeights {},
-        blockTop + (title.isEmpty() ? 0 : kTitleHeight));
+        blockTop + headerOf(title, batch_ends));
     top = blockTop;
     bottom = layout.deviceTop(0) + layout.height();
 }

@@ -34,6 +34,9 @@ QColor spanColor(planner::ActionKind kind, int microbatch);
 struct GanttBlockData
 {
     static constexpr double kTitleHeight = 18; ///< layout units above a titled block
+    /// Layout units above an untitled block of several batches, where their "batch k" labels go (a titled one
+    /// shows them in its title's band): above the lanes, never over a bar.
+    static constexpr double kBatchLabelHeight = 14;
 
     QString title;
     std::shared_ptr<const planner::Timeline> timeline; ///< never null
@@ -48,6 +51,8 @@ struct GanttBlockData
 
     /// Indexes the spans appended to the timeline since, and moves the block's top to `blockTop`.
     void grow(double blockTop);
+    /// The band above the lanes, [top, first lane's top): the title and the batches' labels are drawn there.
+    double headerHeight() const { return layout.deviceTop(0) - top; }
 
     /// The point-to-point messages, as their sends (the transfer leaves the sender at t0 and has arrived at the
     /// peer at t1; the receiver records a receive span only when it had to wait). Collected when first asked
@@ -103,6 +108,9 @@ public:
     QString toolTip(double t, double y, double tolerance) const;
 
     Settings settings;
+    /// What is shown is not the current plan's (its simulation or its indexing is still running): drawn greyed, as
+    /// the metrics panel greys its numbers, so an old chart is never read as the new plan's.
+    bool stale = false;
     mutable Stats stats; ///< written by the painting
 
 private:

@@ -209,6 +209,8 @@ void GanttView::setBlocksInBackground(std::vector<GanttBlock> blocks)
     // Indexing millions of spans and collecting millions of memory samples take a good part of a second: on the
     // view's own job runner. What is shown stays until the new scene lands.
     const bool memory = m_memory != nullptr;
+    m_waiting = true; // what is shown now is not what is coming: greyed until it lands
+    setStale(m_stale);
     m_preparing.submit(
         [blocks = std::move(blocks), memory](std::stop_token) mutable {
             auto prepared = std::make_shared<Prepared>();
@@ -221,9 +223,26 @@ void GanttView::setBlocksInBackground(std::vector<GanttBlock> blocks)
         [this](std::shared_ptr<Prepared> ready) {
             m_scene->adopt(std::move(ready->scene));
             m_preparedMemory = std::move(ready->memory);
+            m_waiting = false;
+            m_scene->stale = m_stale;
             rebuild();
             emit prepared();
         });
+}
+
+void GanttView::setStale(bool stale)
+{
+    m_stale = stale;
+    const bool shown = m_stale || m_waiting;
+    if (m_scene->stale == shown)
+        return;
+    m_scene->stale = shown;
+    m_gantt->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool GanttView::stale() const
+{
+    return m_scene->stale;
 }
 
 bool GanttView::waitForPrepared(int timeoutMs)
@@ -239,6 +258,8 @@ bool GanttView::preparing() const
 void GanttView::setEmptyMessage(const QString& message)
 {
     m_preparing.cancel();
+    m_waiting = false;
+    m_scene->stale = false; // a message, not an old chart
     m_scene->clear(message);
     m_preparedMemory.reset();
     rebuild();
@@ -368,6 +389,7 @@ void GanttView::rebuildMemory()
     m_memory->clearGraphs();
     m_memoryCurves.clear(); // their graphs are gone
     m_memory->clearItems();
+    m_aboveNote = nullptr;
     m_memory->legend->setVisible(false);
     if (m_scene->empty()) {
         m_memory->replot();
@@ -431,10 +453,11 @@ void GanttView::rebuildMemory()
         label->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
         label->setText(tr("capacity %1 (above the scale)").arg(above.join(QStringLiteral(", "))));
         label->setColor(QColor(160, 30, 30));
+        m_aboveNote = label;
     }
-    // Room above the curves for the "above the scale" note, which sits at the top of the plot.
-    m_memory->yAxis->setRange(0, std::max(top * (above.isEmpty() ? 1.1 : 1.35), 0.01));
-    fitMemoryLegend();
+    // Room above the curves for the notes at the top of the plot: "above the scale" (right), "hover a curve" (left).
+    const bool note = fitMemoryLegend();
+    m_memory->yAxis->setRange(0, std::max(top * (above.isEmpty() && !note ? 1.1 : 1.35), 0.01));
     m_memory->replot();
 }
 
@@ -573,7 +596,7 @@ TimeAxis GanttView::timeAxis() const
     return m_scene->axis(m_gantt->xAxis->range().lower, m_gantt->xAxis->range().upper, m_gantt->axisRect()->width());
 }
 
-void GanttView::fitMemoryLegend()
+bool GanttView::fitMemoryLegend()
 {
     // As many entries a row as fit the plot's width, at most two rows; with more devices than that the legend
     // gives way to a note, and hovering a curve names its device (memoryToolTipAt).
@@ -589,14 +612,23 @@ void GanttView::fitMemoryLegend()
     m_memory->legend->setFillOrder(m_memory->legend->fillOrder(), true);
     m_memory->legend->setVisible(fits);
     if (!fits && graphs > 0) {
+        // Top left, in the room kept above the curves (it sat bottom left, over the lowest curve); the capacity
+        // note sits top right.
         auto* note = new QCPItemText(m_memory);
         note->position->setType(QCPItemPosition::ptAxisRectRatio);
-        note->position->setCoords(0.005, 0.98); // bottom left: the capacity labels sit top right
-        note->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        note->position->setCoords(0.005, 0.02);
+        if (m_aboveNote) { // a narrow plot would run the two together: this one on the line below it
+            note->position->setParentAnchorY(m_aboveNote->bottom);
+            note->position->setTypeY(QCPItemPosition::ptAbsolute);
+            note->position->setCoords(0.005, 2);
+        }
+        note->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
         note->setText(tr("%1 devices: hover a curve").arg(graphs));
         note->setClipToAxisRect(true);
         note->setColor(QColor(90, 90, 90));
+        return true;
     }
+    return false;
 }
 
 QString GanttView::memoryToolTipAt(QPoint pos) const

@@ -15,6 +15,7 @@
 
 class QCPGraph;
 class QCustomPlot;
+class QCPItemText;
 class QCheckBox;
 class QLabel;
 class QPainter;
@@ -52,6 +53,10 @@ public:
     void timelineGrew(int block = 0);
     /// Shows `message` instead of a chart (why there is no schedule).
     void setEmptyMessage(const QString& message);
+    /// Whether what is shown is not the current plan's (a simulation is still running): drawn greyed. Also greyed
+    /// while setBlocksInBackground() prepares the next scene.
+    void setStale(bool stale);
+    bool stale() const;
     int blockCount() const;
 
     double windowBegin() const;
@@ -107,7 +112,8 @@ private:
     void rebuildMemory();
     /// Sets each memory curve's points for the window shown (peakPerPixel()).
     void updateMemoryCurves();
-    void fitMemoryLegend();
+    /// Lays the legend out for the plot's width; returns whether it gave way to a note ("N devices: hover a curve").
+    bool fitMemoryLegend();
     static constexpr int kExportLegendHeight = 24;
     /// The legend an exported picture carries on top (the window's legend is a widget, not part of the plots).
     void paintExportLegend(QPainter& painter, int width) const;
@@ -143,6 +149,7 @@ private:
 
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
+    QCPItemText* m_aboveNote = nullptr; ///< the memory plot's "capacity … (above the scale)", when shown
     /// A device's memory curve: its graph and its samples; the graph shows a reduction of them (peakPerPixel).
     struct MemoryCurve
     {
@@ -156,6 +163,8 @@ private:
     QSplitter* m_splitter = nullptr;
     std::unique_ptr<GanttScene> m_scene; ///< what the plot shows; the plottable paints it
     bool m_adjusting = false;
+    bool m_stale = false; ///< setStale(): the caller's word
+    bool m_waiting = false; ///< a scene is being prepared in the background
     JobRunner m_preparing {QStringLiteral("schedule view")}; // last: stopped and joined first
 };
 

@@ -54,6 +54,7 @@ HistoryView::HistoryView(QWidget* parent)
     m_jobs = new JobRunner(QStringLiteral("compare runs"), this);
     m_compare = new RunCompareView(this);
     m_compare->hide();
+    connect(m_compare, &RunCompareView::message, this, [this](const QString& text) { m_summary->setFullText(text); });
     // Filters above the table, actions on the selected run below it: two short rows keep narrow windows narrow.
     auto* bar = new QHBoxLayout;
     bar->addWidget(m_filter, 1);

@@ -134,6 +134,11 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_modelView, &ModelView::message, this, toStatusBar);
     connect(m_partition, &PartitionPanel::message, this, toStatusBar);
     connect(m_scenarios, &ScenariosView::message, this, toStatusBar);
+    // A new simulation makes the chart shown the previous plan's: greyed at once, until its prediction lands.
+    connect(&m_document->planDocument(), &PlanDocument::simulatingChanged, this, [this](bool busy) {
+        if (busy)
+            m_gantt->setStale(true);
+    });
     connect(&m_document->planDocument(), &PlanDocument::predictionChanged, this, [this] {
         m_scheduleStale = true;
         if (m_tabs->currentWidget() == m_gantt)
@@ -273,6 +278,12 @@ void MainWindow::buildMenus()
     redoAction->setShortcuts(QKeySequence::Redo);
     edit->addAction(undoAction);
     edit->addAction(redoAction);
+    // The status bar says what Undo and Redo did: a message about the step undone ("Applied the … plan") must not
+    // stay beside the plan it no longer describes.
+    connect(undoAction, &QAction::triggered, this,
+        [this, undo] { statusBar()->showMessage(tr("Undone: %1").arg(undo->redoText())); });
+    connect(redoAction, &QAction::triggered, this,
+        [this, undo] { statusBar()->showMessage(tr("Redone: %1").arg(undo->undoText())); });
 
     QMenu* plan = menuBar()->addMenu(tr("&Plan"));
     plan->addAction(tr("&Run partitioner"), QKeySequence(Qt::Key_F5), m_partition, &PartitionPanel::run);
@@ -732,6 +743,8 @@ void MainWindow::refreshSchedule()
     std::vector<double> capacity;
     for (const auto& d : doc.prediction()->devices)
         capacity.push_back(d.memory_capacity_bytes);
+    // The newest finished prediction while the current plan is simulated: greyed, as the metrics beside it.
+    m_gantt->setStale(!doc.isPredictionCurrent());
     // Indexed off the GUI thread (a 4 M-action plan takes a good part of a second); the timeline shared, not copied.
     m_gantt->setBlocksInBackground({GanttBlock {
         {}, {doc.prediction(), &doc.prediction()->timeline}, std::move(capacity), doc.prediction()->batch_ends_s}});

@@ -33,7 +33,9 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
         l->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
         return l;
     };
-    m_plan = new ElidedLabel(this, Qt::ElideMiddle);
+    // Wrapped, never elided: at 1024x700 one line cut the plan's description mid-word ("(1-1),...h2").
+    m_plan = new QLabel(this);
+    m_plan->setWordWrap(true);
     m_iteration = big();
     m_throughput = big();
     m_bubble = big();
@@ -93,7 +95,7 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
 QString MetricsPanel::value(const QString& name) const
 {
     if (name == QLatin1String("plan"))
-        return m_plan->fullText();
+        return m_plan->text();
     const QLabel* l = name == QLatin1String("iteration") ? m_iteration
         : name == QLatin1String("throughput")            ? m_throughput
         : name == QLatin1String("bubble")                ? m_bubble
@@ -108,7 +110,7 @@ QString MetricsPanel::value(const QString& name) const
 void MetricsPanel::refresh()
 {
     if (!m_document.hasPlan()) {
-        m_plan->setFullText(QStringLiteral("–"));
+        m_plan->setText(QStringLiteral("–"));
         for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("No plan yet: run a partitioner or open a project."));
@@ -121,7 +123,7 @@ void MetricsPanel::refresh()
     // A plan cut by hand (or loaded without one) names no algorithm.
     const QString by
         = plan.algorithm.empty() ? tr("cut by hand") : tr("by %1").arg(QString::fromStdString(plan.algorithm));
-    m_plan->setFullText(
+    m_plan->setText(
         tr("%1, %2 × %3 microbatches, %4, %5")
             .arg(stages)
             .arg(plan.schedule.microbatches)

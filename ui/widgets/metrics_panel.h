@@ -10,8 +10,6 @@ class QTableView;
 
 namespace pw::ui {
 
-class ElidedLabel;
-
 class PlanDocument;
 class StageModel;
 
@@ -30,7 +28,7 @@ private:
     void refresh();
 
     PlanDocument& m_document;
-    ElidedLabel* m_plan = nullptr;
+    QLabel* m_plan = nullptr; ///< wraps: the plan's description is never cut
     QLabel* m_iteration = nullptr;
     QLabel* m_throughput = nullptr;
     QLabel* m_bubble = nullptr;

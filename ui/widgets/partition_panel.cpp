@@ -568,6 +568,8 @@ bool PartitionPanel::applyRow(int row)
     const app::PartitionSettings before = settings();
     app::PartitionSettings after = before;
     after.schedule = r.plan->schedule;
+    if (planner::findPartitioner(r.plan->algorithm)) // the algorithm that made it ("megatron" for a search's row)
+        after.algorithm = r.plan->algorithm;
     const QString text = tr("Apply %1 plan").arg(r.label);
     QUndoStack* undo = m_project.planDocument().undoStack();
     undo->beginMacro(text);

@@ -2,9 +2,11 @@
 #include "run_compare_view.h"
 
 #include <QComboBox>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -256,61 +258,84 @@ void RunCompareView::updateOverlay()
     m_plot->replot();
 }
 
-QString RunCompareView::csv() const
+std::vector<RunCompareView::CsvTable> RunCompareView::csvTables() const
 {
     // Numbers for a spreadsheet: one unit per column, named in its header (seconds, tokens/s, a fraction), plain
     // numbers at full precision; an empty field where a run has no value.
     const auto number = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
     const auto& c = m_comparison;
-    QString out = QStringLiteral("# runs\nrun,run_id,status,steps,first_loss,final_loss,tokens_per_s,iteration_s,"
-                                 "predicted_iteration_s,prediction_error_fraction\n");
+    QString runs = QStringLiteral("run,run_id,status,steps,first_loss,final_loss,tokens_per_s,iteration_s,"
+                                  "predicted_iteration_s,prediction_error_fraction\n");
     for (std::size_t i = 0; i < c.runs.size(); ++i) {
         const auto& r = c.runs[i];
         const bool predicted = r.predicted_iteration_s > 0;
-        out += QStringList {QString::number(i + 1), csvField(QString::fromStdString(r.run_id)),
-                   csvField(QString::fromStdString(r.status)), QString::number(r.steps), number(r.first_loss),
-                   number(r.final_loss), number(r.tokens_per_s), number(r.iteration_s),
-                   predicted ? number(r.predicted_iteration_s) : QString(),
-                   predicted ? number(r.prediction_error) : QString()}
-                   .join(QLatin1Char(','))
+        runs += QStringList {QString::number(i + 1), csvField(QString::fromStdString(r.run_id)),
+                    csvField(QString::fromStdString(r.status)), QString::number(r.steps), number(r.first_loss),
+                    number(r.final_loss), number(r.tokens_per_s), number(r.iteration_s),
+                    predicted ? number(r.predicted_iteration_s) : QString(),
+                    predicted ? number(r.prediction_error) : QString()}
+                    .join(QLatin1Char(','))
             + QLatin1Char('\n');
     }
-    out += QStringLiteral("\n# configuration differences (JSON values)\n") + tableCsv(m_differences);
-    out += QStringLiteral("\n# per stage and step\nstage");
+    QString stages = QStringLiteral("stage");
     for (std::size_t i = 0; i < c.runs.size(); ++i)
-        out += QStringLiteral(",run_%1_compute_s,run_%1_idle_s,run_%1_compute_delta_s,run_%1_idle_delta_s").arg(i + 1);
-    out += QLatin1Char('\n');
+        stages
+            += QStringLiteral(",run_%1_compute_s,run_%1_idle_s,run_%1_compute_delta_s,run_%1_idle_delta_s").arg(i + 1);
+    stages += QLatin1Char('\n');
     for (std::size_t s = 0; s < c.compute_delta_s.size(); ++s) {
         QStringList row {QString::number(s)};
         for (std::size_t i = 0; i < c.runs.size(); ++i) {
-            const auto& stages = c.runs[i].stages;
-            const bool has = s < stages.size();
-            row << (has ? number(stages[s].compute_s) : QString()) << (has ? number(stages[s].idle_s) : QString())
+            const auto& perStage = c.runs[i].stages;
+            const bool has = s < perStage.size();
+            row << (has ? number(perStage[s].compute_s) : QString()) << (has ? number(perStage[s].idle_s) : QString())
                 << (i < c.compute_delta_s[s].size() ? number(c.compute_delta_s[s][i]) : QString())
                 << (i < c.idle_delta_s[s].size() ? number(c.idle_delta_s[s][i]) : QString());
         }
-        out += row.join(QLatin1Char(',')) + QLatin1Char('\n');
+        stages += row.join(QLatin1Char(',')) + QLatin1Char('\n');
     }
-    return out;
+    // The differences' values are JSON (strings quoted within the CSV field).
+    return {{QString(), runs}, {QStringLiteral("-differences"), tableCsv(m_differences)},
+        {QStringLiteral("-stages"), stages}};
 }
 
-bool RunCompareView::exportCsv(const QString& path)
+QStringList RunCompareView::exportCsv(const QString& path)
 {
-    QFile f(path);
-    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) {
-        m_error = tr("%1: %2").arg(path, f.errorString());
-        return false;
+    QFileInfo info(path);
+    const QString base
+        = info.suffix().isEmpty() ? info.filePath() : info.path() + QLatin1Char('/') + info.completeBaseName();
+    QStringList written;
+    for (const CsvTable& t : csvTables()) {
+        const QString file = base + t.suffix + QStringLiteral(".csv");
+        QFile f(file);
+        if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) {
+            m_error = tr("%1: %2").arg(file, f.errorString());
+            return {};
+        }
+        QTextStream(&f) << t.text;
+        written << file;
     }
-    QTextStream(&f) << csv();
     m_error.clear();
-    return true;
+    return written;
 }
 
 void RunCompareView::exportAsked()
 {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export comparison"), QString(), tr("CSV (*.csv)"));
-    if (!path.isEmpty() && !exportCsv(path))
+    // A name to start from, in the folder of the last export; ".csv" is added when the name has none.
+    static QString lastFolder = QDir::homePath();
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export comparison (three CSV files)"),
+        QDir(lastFolder).filePath(QStringLiteral("run-comparison.csv")), tr("CSV (*.csv)"));
+    if (path.isEmpty())
+        return;
+    lastFolder = QFileInfo(path).absolutePath();
+    const QStringList written = exportCsv(path);
+    if (written.isEmpty()) {
         QMessageBox::warning(this, tr("Export comparison"), m_error);
+        return;
+    }
+    QStringList names;
+    for (const QString& f : written)
+        names << QFileInfo(f).fileName();
+    emit message(tr("Exported the comparison to %1: %2").arg(lastFolder, names.join(QStringLiteral(", "))));
 }
 
 } // namespace pw::ui

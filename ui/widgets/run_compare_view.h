@@ -7,6 +7,7 @@
 #pragma once
 
 #include <QWidget>
+#include <vector>
 
 #include "app/run/compare_runs.h"
 
@@ -32,11 +33,19 @@ public:
     /// Redraws the metric overlay from the chosen metric, x axis and smoothing.
     void updateOverlay();
     const app::RunsComparison& comparison() const { return m_comparison; }
-    /// The three tables as CSV sections (runs, differences, stages): plain numbers, one unit per column named in
-    /// its header (`iteration_s`, `run_1_compute_s`, ...; seconds for times), no unit text.
-    QString csv() const;
-    /// Writes csv() to `path`; false (and lastError()) when it cannot.
-    bool exportCsv(const QString& path);
+    /// @brief One table as a CSV file's text, and what its file name ends with.
+    struct CsvTable
+    {
+        QString suffix; ///< "" for the runs, "-differences", "-stages"
+        QString text;
+    };
+    /// The three tables, each a CSV of its own (runs, differences, stages): a header row, plain numbers, one unit
+    /// per column named in its header (`iteration_s`, `run_1_compute_s`, ...; seconds for times), no unit text.
+    std::vector<CsvTable> csvTables() const;
+    /// Writes each table to its own file, named after `path` (with ".csv" added when it has no extension):
+    /// BASE.csv (runs), BASE-differences.csv, BASE-stages.csv. Returns the paths written; empty (and lastError())
+    /// when one cannot be written.
+    QStringList exportCsv(const QString& path);
     QString lastError() const { return m_error; }
 
     QTableWidget* runsTable() const { return m_runs; }
@@ -48,6 +57,10 @@ public:
     QDoubleSpinBox* smoothingBox() const { return m_smoothing; }
     class GanttView* gantt() const { return m_gantt; }
     QTabWidget* tabs() const { return m_tabs; }
+
+signals:
+    /// What an action did, for the status line (the files an export wrote).
+    void message(const QString& text);
 
 private:
     void exportAsked();

@@ -7,8 +7,11 @@
 // the GPU (engine::measureProfile) against the measured one. Every run times the steps after its warm-up steps.
 // Prints a table; where no CUDA device is visible it says "skipped: no CUDA device" and exits 0.
 //
-// MFU = tokens/s x (6 N + 12 L C T) / peak (llm.c's count: N the parameters with the padded vocabulary, the
-// second term attention's score and value products), peak the GPU's dense bf16 tensor FLOP/s from its name.
+// MFU = tokens/s x (6 N + 6 L C T) / peak (llm.c's count, gpt2_estimate_mfu: N the parameters with the padded
+// vocabulary, the second term attention's score and value products), peak the GPU's dense bf16 tensor FLOP/s from
+// its name. Last, where one block's time goes (issue 33 item 3): each kernel call of a GPT-2-small block at the
+// first batch, forward and backward, timed by CUDA events (engine/kernel_timing.h), beside what the planner's shape
+// model (planner/gpu_cost_model.h, its default curve for the GPU) charges for the same work.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,9 +31,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend.h"
+#include "engine/kernel_timing.h"
 #include "engine/local_run.h"
 #include "engine/profiler.h"
 #include "planner/device_presets.h"
+#include "planner/gpu_cost_model.h"
 #include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
 
@@ -49,6 +54,7 @@ struct Options
     bool torch = true;
     double peak_tflops = 0; ///< 0: from the GPU's name
     std::string json_path; ///< where to write the results too (empty: nowhere)
+    bool kernels_only = false; ///< only the block's kernel table (part 4)
 };
 
 /// GPT-2 124M as llm.c trains it: 12 blocks, 768 channels in 12 heads, 1024 positions, vocabulary 50257 (padded
@@ -274,10 +280,12 @@ Options parse(int argc, char** argv)
             o.peak_tflops = std::atof(value());
         else if (a == "--json")
             o.json_path = value();
+        else if (a == "--kernels-only")
+            o.kernels_only = true;
         else {
             std::fprintf(stderr,
                 "usage: bench_gpu_train [--steps N] [--warmup N] [--batches 16,32,64] [--python python3] "
-                "[--oracle gpt2_torch_gpu_bench.py] [--no-torch] [--peak-tflops T] [--json FILE]\n");
+                "[--oracle gpt2_torch_gpu_bench.py] [--no-torch] [--peak-tflops T] [--json FILE] [--kernels-only]\n");
             std::exit(a == "--help" ? 0 : 2);
         }
     }
@@ -309,149 +317,201 @@ int main(int argc, char** argv)
     }
     const auto config = engine::Gpt2Config::fromTransformer(gpt2Small(1));
     const double N = static_cast<double>(engine::parameterCount(config));
-    const double flopsPerToken = 6 * N + 12.0 * config.layers * config.channels * config.max_seq;
+    const double flopsPerToken = 6 * N + 6.0 * config.layers * config.channels * config.max_seq;
     std::printf("GPU training benchmark: GPT-2 124M (L %d, C %d, NH %d, V %d padded to %d, T %d), bf16 mixed, "
                 "%d timed steps after %d warm-up\n",
         config.layers, config.channels, config.heads, config.vocab, config.padded_vocab, config.max_seq, o.steps,
         o.warmup);
-    std::printf("  device: %s\n  N = %.0f parameters, %.3g FLOP/token (6N + 12 L C T); peak %.0f TFLOP/s (%s)\n\n",
+    std::printf("  device: %s\n  N = %.0f parameters, %.3g FLOP/token (6N + 6 L C T); peak %.0f TFLOP/s (%s)\n\n",
         gpu.c_str(), N, flopsPerToken, peak / 1e12, peakSource.c_str());
     std::fflush(stdout);
 
     json results = {{"gpu", gpu}, {"peak_flops", peak}, {"flops_per_token", flopsPerToken}};
     bool failed = false;
 
-    // 1. One stage, the whole batch as one microbatch, against PyTorch.
-    struct Row
-    {
-        int batch;
-        Speed engine;
-        TorchSpeed torch;
-    };
-    std::vector<Row> rows;
-    for (int batch : o.batches) {
-        Row row {batch, trainEngine(test::gpt2Plan(gpt2Small(batch), {{0, 13, {0}}}, "gpipe", 1), o), {}};
-        if (!row.engine.error.empty()) {
-            failed = true;
-            std::printf("  engine, batch %d: failed: %s\n", batch, row.engine.error.c_str());
+    if (!o.kernels_only) {
+        // 1. One stage, the whole batch as one microbatch, against PyTorch.
+        struct Row
+        {
+            int batch;
+            Speed engine;
+            TorchSpeed torch;
+        };
+        std::vector<Row> rows;
+        for (int batch : o.batches) {
+            Row row {batch, trainEngine(test::gpt2Plan(gpt2Small(batch), {{0, 13, {0}}}, "gpipe", 1), o), {}};
+            if (!row.engine.error.empty()) {
+                failed = true;
+                std::printf("  engine, batch %d: failed: %s\n", batch, row.engine.error.c_str());
+            }
+            row.torch = runTorch(batch, o);
+            rows.push_back(std::move(row));
         }
-        row.torch = runTorch(batch, o);
-        rows.push_back(std::move(row));
-    }
-    std::printf("%-10s %-22s %-22s %-22s %-12s %-14s %s\n", "batch", "engine tok/s (MFU)", "eager tok/s (MFU)",
-        "compile tok/s (MFU)", "vs eager", "vs compile", "engine peak");
-    for (const auto& r : rows) {
-        const std::optional<double> engineRate
-            = r.engine.error.empty() ? std::optional<double>(r.engine.tokens_per_s) : std::nullopt;
-        char memory[32];
-        std::snprintf(memory, sizeof memory, "%.1f GiB", r.engine.peak_bytes / (1 << 30));
-        std::printf("%-10s %-22s %-22s %-22s %-12s %-14s %s\n",
-            (std::to_string(r.batch) + " x " + std::to_string(config.max_seq)).c_str(),
-            rate(engineRate, flopsPerToken, peak).c_str(), rate(r.torch.eager, flopsPerToken, peak).c_str(),
-            rate(r.torch.compiled, flopsPerToken, peak).c_str(), ratio(r.engine.tokens_per_s, r.torch.eager).c_str(),
-            ratio(r.engine.tokens_per_s, r.torch.compiled).c_str(), memory);
-        json j = {{"batch", r.batch}, {"engine_tokens_per_s", r.engine.tokens_per_s},
-            {"engine_peak_bytes", r.engine.peak_bytes}};
-        if (!r.engine.error.empty())
-            j["engine_error"] = r.engine.error;
-        if (r.torch.eager)
-            j["eager_tokens_per_s"] = *r.torch.eager;
-        if (r.torch.compiled)
-            j["compile_tokens_per_s"] = *r.torch.compiled;
-        results["batches"].push_back(j);
-    }
-    for (const auto& r : rows)
-        if (r.batch == 16 && r.engine.error.empty() && r.torch.eager)
-            std::printf("  target (issue 20): engine >= 1.00x PyTorch eager at 16 x %d: %s (%.2fx)\n", config.max_seq,
-                r.engine.tokens_per_s >= *r.torch.eager ? "met" : "NOT met", r.engine.tokens_per_s / *r.torch.eager);
-    for (const auto& r : rows) {
-        if (!r.torch.note.empty())
-            std::printf("  PyTorch, batch %d: %s\n", r.batch, r.torch.note.c_str());
-        if (r.engine.error.empty() && r.torch.eager)
-            std::printf("  batch %d: first loss engine %.3f, PyTorch %.3f (ln V = %.3f); torch %s compiled in "
-                        "%.0f s\n",
-                r.batch, r.engine.losses.front(), r.torch.eager_first_loss, std::log(config.vocab),
-                r.torch.version.c_str(), r.torch.compile_s);
+        std::printf("%-10s %-22s %-22s %-22s %-12s %-14s %s\n", "batch", "engine tok/s (MFU)", "eager tok/s (MFU)",
+            "compile tok/s (MFU)", "vs eager", "vs compile", "engine peak");
+        for (const auto& r : rows) {
+            const std::optional<double> engineRate
+                = r.engine.error.empty() ? std::optional<double>(r.engine.tokens_per_s) : std::nullopt;
+            char memory[32];
+            std::snprintf(memory, sizeof memory, "%.1f GiB", r.engine.peak_bytes / (1 << 30));
+            std::printf("%-10s %-22s %-22s %-22s %-12s %-14s %s\n",
+                (std::to_string(r.batch) + " x " + std::to_string(config.max_seq)).c_str(),
+                rate(engineRate, flopsPerToken, peak).c_str(), rate(r.torch.eager, flopsPerToken, peak).c_str(),
+                rate(r.torch.compiled, flopsPerToken, peak).c_str(),
+                ratio(r.engine.tokens_per_s, r.torch.eager).c_str(),
+                ratio(r.engine.tokens_per_s, r.torch.compiled).c_str(), memory);
+            json j = {{"batch", r.batch}, {"engine_tokens_per_s", r.engine.tokens_per_s},
+                {"engine_peak_bytes", r.engine.peak_bytes}};
+            if (!r.engine.error.empty())
+                j["engine_error"] = r.engine.error;
+            if (r.torch.eager)
+                j["eager_tokens_per_s"] = *r.torch.eager;
+            if (r.torch.compiled)
+                j["compile_tokens_per_s"] = *r.torch.compiled;
+            results["batches"].push_back(j);
+        }
+        for (const auto& r : rows)
+            if (r.batch == 16 && r.engine.error.empty() && r.torch.eager)
+                std::printf("  target (issue 20): engine >= 1.00x PyTorch eager at 16 x %d: %s (%.2fx)\n",
+                    config.max_seq, r.engine.tokens_per_s >= *r.torch.eager ? "met" : "NOT met",
+                    r.engine.tokens_per_s / *r.torch.eager);
+        for (const auto& r : rows) {
+            if (!r.torch.note.empty())
+                std::printf("  PyTorch, batch %d: %s\n", r.batch, r.torch.note.c_str());
+            if (r.engine.error.empty() && r.torch.eager)
+                std::printf("  batch %d: first loss engine %.3f, PyTorch %.3f (ln V = %.3f); torch %s compiled in "
+                            "%.0f s\n",
+                    r.batch, r.engine.losses.front(), r.torch.eager_first_loss, std::log(config.vocab),
+                    r.torch.version.c_str(), r.torch.compile_s);
+        }
+
+        // 2. Pipelines on one GPU: 16 sequences as 4 microbatches of 4, one stage (gradient accumulation) against 2 and
+        // 4 stages under 1F1B. The layers: embedding 0, blocks 1..12, head 13 (the head's classifier over 50304
+        // columns costs about five blocks, so the cuts give it fewer blocks).
+        std::printf("\n1F1B on one GPU, 16 x %d per step as 4 microbatches of 4 (stages share the GPU, each on its "
+                    "own stream; transfers through host memory):\n",
+            config.max_seq);
+        const std::vector<std::pair<std::string, std::vector<test::StageCut>>> pipelines = {
+            {"one stage", {{0, 13, {0}}}},
+            {"2 stages", {{0, 8, {0}}, {9, 13, {1}}}},
+            {"4 stages", {{0, 4, {0}}, {5, 8, {1}}, {9, 12, {2}}, {13, 13, {3}}}},
+        };
+        double oneStage = 0;
+        for (const auto& [name, cuts] : pipelines) {
+            const Speed s = trainEngine(test::gpt2Plan(gpt2Small(4), cuts, "1f1b", 4), o);
+            if (!s.error.empty()) {
+                failed = true;
+                std::printf("  %-10s failed: %s\n", name.c_str(), s.error.c_str());
+                continue;
+            }
+            if (oneStage == 0)
+                oneStage = s.tokens_per_s;
+            std::printf("  %-10s %9.0f tok/s  %7.2f ms/step  %.2fx the one-stage run  peak %.1f GiB\n", name.c_str(),
+                s.tokens_per_s, s.step_s * 1e3, oneStage > 0 ? s.tokens_per_s / oneStage : 0.0,
+                s.peak_bytes / (1 << 30));
+            // Where each device's step goes (span time per action kind; transfers include their waits).
+            for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1; ++d) {
+                std::printf("    device %zu, ms per step:", d);
+                for (const auto& [kind, ms] : s.ms_per_kind[d])
+                    std::printf("  %s %.1f", kind.c_str(), ms);
+                std::printf("\n");
+            }
+            results["pipelines"].push_back({{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s},
+                {"ms_per_kind", s.ms_per_kind}});
+        }
+
+        // 3. The planner's prediction from a profile measured on this GPU, against the one-stage batch-16 run.
+        const int predictedBatch = 16;
+        try {
+            engine::ProfileOptions po;
+            po.shape = gpt2Small(predictedBatch);
+            po.device.cuda = 0;
+            po.device.precision = engine::Precision::Bf16Mixed;
+            po.warmup = 2;
+            po.repeats = 5;
+            const planner::ModelProfile profile = engine::measureProfile(po);
+            auto plan = test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1);
+            plan.model = profile;
+            // The GPU's own times as they are (relative speed 1); the preset gives its memory and bandwidth (the
+            // optimizer step's cost).
+            auto type = *planner::devicePreset(gpu.find("H200") != std::string::npos ? "H200" : "H100");
+            type.relative_speed = 1.0;
+            auto cluster = *plan.cluster;
+            cluster.device_types = {type};
+            cluster.nodes.at(0).device_type = type.name;
+            plan.cluster = cluster;
+            plan.validate();
+            const double predicted = planner::simulate(plan).iteration_time_s;
+            // The one-stage run of that batch from the first table, or a run of its own when it was not measured.
+            const auto same
+                = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.batch == predictedBatch; });
+            const Speed measured = same != rows.end()
+                ? same->engine
+                : trainEngine(test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1), o);
+            if (!measured.error.empty())
+                throw std::runtime_error(measured.error);
+            double forward = 0, backward = 0;
+            for (const auto& l : profile.layers) {
+                forward += l.forward_ms;
+                backward += l.backward_ms;
+            }
+            std::printf("\nPrediction from a profile measured on the GPU (%d x %d, one stage): measured %.2f ms/step, "
+                        "predicted %.2f ms (%+.1f %%); the profile's layers: forward %.2f ms, backward %.2f ms\n",
+                predictedBatch, config.max_seq, measured.step_s * 1e3, predicted * 1e3,
+                (predicted / measured.step_s - 1) * 100, forward, backward);
+            results["prediction"]
+                = {{"batch", predictedBatch}, {"measured_s", measured.step_s}, {"predicted_s", predicted}};
+        } catch (const std::exception& e) {
+            failed = true;
+            std::printf("\nPrediction: failed: %s\n", e.what());
+        }
     }
 
-    // 2. Pipelines on one GPU: 16 sequences as 4 microbatches of 4, one stage (gradient accumulation) against 2 and
-    // 4 stages under 1F1B. The layers: embedding 0, blocks 1..12, head 13 (the head's classifier over 50304
-    // columns costs about five blocks, so the cuts give it fewer blocks).
-    std::printf("\n1F1B on one GPU, 16 x %d per step as 4 microbatches of 4 (stages share the GPU, each on its "
-                "own stream; transfers through host memory):\n",
-        config.max_seq);
-    const std::vector<std::pair<std::string, std::vector<test::StageCut>>> pipelines = {
-        {"one stage", {{0, 13, {0}}}},
-        {"2 stages", {{0, 8, {0}}, {9, 13, {1}}}},
-        {"4 stages", {{0, 4, {0}}, {5, 8, {1}}, {9, 12, {2}}, {13, 13, {3}}}},
-    };
-    double oneStage = 0;
-    for (const auto& [name, cuts] : pipelines) {
-        const Speed s = trainEngine(test::gpt2Plan(gpt2Small(4), cuts, "1f1b", 4), o);
-        if (!s.error.empty()) {
-            failed = true;
-            std::printf("  %-10s failed: %s\n", name.c_str(), s.error.c_str());
-            continue;
-        }
-        if (oneStage == 0)
-            oneStage = s.tokens_per_s;
-        std::printf("  %-10s %9.0f tok/s  %7.2f ms/step  %.2fx the one-stage run  peak %.1f GiB\n", name.c_str(),
-            s.tokens_per_s, s.step_s * 1e3, oneStage > 0 ? s.tokens_per_s / oneStage : 0.0, s.peak_bytes / (1 << 30));
-        // Where each device's step goes (span time per action kind; transfers include their waits).
-        for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1; ++d) {
-            std::printf("    device %zu, ms per step:", d);
-            for (const auto& [kind, ms] : s.ms_per_kind[d])
-                std::printf("  %s %.1f", kind.c_str(), ms);
-            std::printf("\n");
-        }
-        results["pipelines"].push_back(
-            {{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s}, {"ms_per_kind", s.ms_per_kind}});
-    }
-
-    // 3. The planner's prediction from a profile measured on this GPU, against the one-stage batch-16 run.
-    const int predictedBatch = 16;
+    // 4. Where one block's time goes, kernel by kernel, against the planner's shape model.
     try {
+        const int batch = o.batches.empty() ? 16 : o.batches.front();
         engine::ProfileOptions po;
-        po.shape = gpt2Small(predictedBatch);
+        po.shape = gpt2Small(batch);
+        po.shape.bytes_per_element = 2; // bf16: what the model's memory traffic is priced in
         po.device.cuda = 0;
         po.device.precision = engine::Precision::Bf16Mixed;
-        po.warmup = 2;
-        po.repeats = 5;
-        const planner::ModelProfile profile = engine::measureProfile(po);
-        auto plan = test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1);
-        plan.model = profile;
-        // The GPU's own times as they are (relative speed 1); the preset gives its memory and bandwidth (the
-        // optimizer step's cost).
-        auto type = *planner::devicePreset(gpu.find("H200") != std::string::npos ? "H200" : "H100");
-        type.relative_speed = 1.0;
-        auto cluster = *plan.cluster;
-        cluster.device_types = {type};
-        cluster.nodes.at(0).device_type = type.name;
-        plan.cluster = cluster;
-        plan.validate();
-        const double predicted = planner::simulate(plan).iteration_time_s;
-        // The one-stage run of that batch from the first table, or a run of its own when it was not measured.
-        const auto same
-            = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.batch == predictedBatch; });
-        const Speed measured = same != rows.end()
-            ? same->engine
-            : trainEngine(test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1), o);
-        if (!measured.error.empty())
-            throw std::runtime_error(measured.error);
-        double forward = 0, backward = 0;
-        for (const auto& l : profile.layers) {
-            forward += l.forward_ms;
-            backward += l.backward_ms;
+        po.warmup = 3;
+        po.repeats = 10;
+        const std::vector<engine::KernelCall> calls = engine::measureLayerKernels(po, 1);
+        const planner::DeviceType type
+            = *planner::devicePreset(gpu.find("H200") != std::string::npos ? "H200" : "H100");
+        const planner::GpuCostModel model(type, nullptr, planner::defaultGpuCurve(type));
+        const planner::LayerEstimate estimate = planner::transformerBlockEstimate(po.shape, model);
+        std::printf("\nOne GPT-2-small block at %d x %d, kernel by kernel (median of %d passes, CUDA events), "
+                    "against the planner's shape model for %s (default curve):\n",
+            batch, config.max_seq, po.repeats, type.name.c_str());
+        std::printf("  %-20s %-36s %10s %10s %8s\n", "kernel", "shape", "measured", "model", "ratio");
+        double measured[2] = {0, 0}, priced[2] = {0, 0};
+        json rowsJson = json::array();
+        bool backward = false;
+        for (const engine::KernelCall& c : calls) {
+            backward = backward || c.kernel.find("backward") != std::string::npos;
+            const double m = engine::modelSeconds(c.work, model);
+            measured[backward] += c.seconds;
+            priced[backward] += m;
+            char r[16] = "-";
+            if (m > 0)
+                std::snprintf(r, sizeof r, "%.2fx", c.seconds / m);
+            std::printf("  %-20s %-36s %7.1f us %7.1f us %8s\n", c.kernel.c_str(), c.shape.c_str(), c.seconds * 1e6,
+                m * 1e6, r);
+            rowsJson.push_back({{"kernel", c.kernel}, {"shape", c.shape}, {"measured_s", c.seconds}, {"model_s", m}});
         }
-        std::printf("\nPrediction from a profile measured on the GPU (%d x %d, one stage): measured %.2f ms/step, "
-                    "predicted %.2f ms (%+.1f %%); the profile's layers: forward %.2f ms, backward %.2f ms\n",
-            predictedBatch, config.max_seq, measured.step_s * 1e3, predicted * 1e3,
-            (predicted / measured.step_s - 1) * 100, forward, backward);
-        results["prediction"]
-            = {{"batch", predictedBatch}, {"measured_s", measured.step_s}, {"predicted_s", predicted}};
+        std::printf("  forward:  kernels %.3f ms, their model %.3f ms; the planner's block estimate %.3f ms\n",
+            measured[0] * 1e3, priced[0] * 1e3, estimate.forward_ms);
+        std::printf("  backward: kernels %.3f ms, their model %.3f ms; the planner's block estimate %.3f ms "
+                    "(I %.3f + W %.3f)\n",
+            measured[1] * 1e3, priced[1] * 1e3, estimate.backwardMs(), estimate.backward_input_ms,
+            estimate.backward_weight_ms);
+        results["block_kernels"] = {{"batch", batch}, {"calls", rowsJson}, {"estimate_forward_ms", estimate.forward_ms},
+            {"estimate_backward_ms", estimate.backwardMs()}};
     } catch (const std::exception& e) {
         failed = true;
-        std::printf("\nPrediction: failed: %s\n", e.what());
+        std::printf("\nBlock kernels: failed: %s\n", e.what());
     }
 
     if (!o.json_path.empty())

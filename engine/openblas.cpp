@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <dlfcn.h>
+#include "planner/runtime_library.h"
 
 namespace pw::engine::openblas {
 
@@ -22,26 +22,15 @@ std::atomic<bool> g_loaded {false};
 const std::pair<Api, std::string>& loadedApi()
 {
     static const std::pair<Api, std::string> api = [] {
-        std::pair<Api, std::string> out;
-        void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* why = dlerror();
-            out.second = std::string(kLibrary) + " could not be loaded (" + (why ? why : "no reason given")
-                + "): the CPU engine's matrix products need OpenBLAS (Debian: apt install libopenblas0)";
-            return out;
-        }
-        Api& a = out.first;
-        const auto find = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && out.second.empty())
-                out.second = std::string(kLibrary) + " has no " + name + ": it is not OpenBLAS";
-        };
-        find(a.sgemm, "cblas_sgemm");
-        find(a.setNumThreads, "openblas_set_num_threads");
-        find(a.getNumThreads, "openblas_get_num_threads");
-        find(a.getConfig, "openblas_get_config");
-        g_loaded = true;
-        return out;
+        planner::RuntimeLibrary lib(kLibrary,
+            "the CPU engine's matrix products need OpenBLAS (Debian: apt install libopenblas0)", "it is not OpenBLAS");
+        Api a;
+        lib.find(a.sgemm, "cblas_sgemm");
+        lib.find(a.setNumThreads, "openblas_set_num_threads");
+        lib.find(a.getNumThreads, "openblas_get_num_threads");
+        lib.find(a.getConfig, "openblas_get_config");
+        g_loaded = lib.ok();
+        return std::pair {a, lib.error()};
     }();
     return api;
 }

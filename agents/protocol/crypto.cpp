@@ -10,12 +10,13 @@
 #include <type_traits>
 #include <utility>
 
-#include <dlfcn.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/opensslv.h>
 #include <sys/random.h>
+
+#include "planner/runtime_library.h"
 
 namespace pw::agents::crypto {
 
@@ -39,26 +40,15 @@ std::atomic<bool> g_loaded {false};
 const Api& api()
 {
     static const std::pair<Api, std::string> loadedApi = [] {
-        std::pair<Api, std::string> out;
-        void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* why = dlerror();
-            out.second = std::string(kLibrary) + " could not be loaded (" + (why ? why : "no reason given")
-                + "): proving a connection and naming a build need OpenSSL's libcrypto (Debian: apt install libssl3)";
-            return out;
-        }
-        Api& a = out.first;
-        const auto find = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && out.second.empty())
-                out.second = std::string(kLibrary) + " has no " + name;
-        };
-        find(a.hmac, "HMAC");
-        find(a.sha256, "EVP_sha256");
-        find(a.digest, "EVP_Digest");
-        find(a.memcmp, "CRYPTO_memcmp");
-        g_loaded = true;
-        return out;
+        planner::RuntimeLibrary lib(
+            kLibrary, "proving a connection and naming a build need OpenSSL's libcrypto (Debian: apt install libssl3)");
+        Api a;
+        lib.find(a.hmac, "HMAC");
+        lib.find(a.sha256, "EVP_sha256");
+        lib.find(a.digest, "EVP_Digest");
+        lib.find(a.memcmp, "CRYPTO_memcmp");
+        g_loaded = lib.ok();
+        return std::pair {a, lib.error()};
     }();
     if (!loadedApi.second.empty())
         throw std::runtime_error(loadedApi.second);

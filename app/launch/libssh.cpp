@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <dlfcn.h>
+#include "planner/runtime_library.h"
 
 namespace pw::agents::libssh {
 
@@ -22,25 +22,15 @@ std::atomic<bool> g_loaded {false};
 const std::pair<Api, std::string>& loadedApi()
 {
     static const std::pair<Api, std::string> api = [] {
-        std::pair<Api, std::string> out;
-        void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* why = dlerror();
-            out.second = std::string(kLibrary) + " could not be loaded (" + (why ? why : "no reason given")
-                + "): connecting to a cluster's nodes needs libssh (Debian: apt install libssh-4)";
-            return out;
-        }
-        Api& a = out.first;
-        const auto find = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && out.second.empty())
-                out.second = std::string(kLibrary) + " has no " + name + ": libssh 0.9 or later is needed";
-        };
-#define PW_LIBSSH_FIND(name) find(a.name, #name);
+        planner::RuntimeLibrary lib(kLibrary,
+            "connecting to a cluster's nodes needs libssh (Debian: apt install libssh-4)",
+            "libssh 0.9 or later is needed");
+        Api a;
+#define PW_LIBSSH_FIND(name) lib.find(a.name, #name);
         PW_LIBSSH_FUNCTIONS(PW_LIBSSH_FIND)
 #undef PW_LIBSSH_FIND
-        g_loaded = true;
-        return out;
+        g_loaded = lib.ok();
+        return std::pair {a, lib.error()};
     }();
     return api;
 }

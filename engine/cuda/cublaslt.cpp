@@ -8,7 +8,8 @@
 #include <utility>
 
 #include <cublas_api.h>
-#include <dlfcn.h>
+
+#include "planner/runtime_library.h"
 
 namespace pw::engine::cuda {
 
@@ -24,20 +25,10 @@ std::atomic<bool> g_loaded {false};
 const std::pair<CublasLtApi, std::string>& loaded()
 {
     static const std::pair<CublasLtApi, std::string> api = [] {
-        std::pair<CublasLtApi, std::string> out;
-        void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* why = dlerror();
-            out.second = std::string(kLibrary) + " was not found (" + (why ? why : "no reason given")
-                + "): install the CUDA toolkit's cuBLAS on this machine, or put its lib folder in LD_LIBRARY_PATH";
-            return out;
-        }
-        CublasLtApi& a = out.first;
-        const auto find = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && out.second.empty())
-                out.second = std::string(kLibrary) + " has no " + name;
-        };
+        planner::RuntimeLibrary lib(
+            kLibrary, "install the CUDA toolkit's cuBLAS on this machine, or put its lib folder in LD_LIBRARY_PATH");
+        CublasLtApi a;
+        const auto find = [&](auto& fn, const char* name) { lib.find(fn, name); };
         find(a.getVersion, "cublasLtGetVersion");
         find(a.getStatusName, "cublasLtGetStatusName");
         find(a.getStatusString, "cublasLtGetStatusString");
@@ -53,8 +44,8 @@ const std::pair<CublasLtApi, std::string>& loaded()
         find(a.matmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
         find(a.matmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
         find(a.matmul, "cublasLtMatmul");
-        g_loaded = true;
-        return out;
+        g_loaded = lib.ok();
+        return std::pair {a, lib.error()};
     }();
     return api;
 }

@@ -15,11 +15,11 @@
 #include <type_traits>
 
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include "cuda_backend.h"
 #include "cuda_util.h"
+#include "planner/runtime_library.h"
 
 namespace pw::engine {
 
@@ -70,20 +70,11 @@ struct NcclApi
 const NcclApi& ncclApi()
 {
     static const std::pair<NcclApi, std::string> loaded = [] {
-        std::pair<NcclApi, std::string> out;
-        void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* why = dlerror();
-            out.second = std::string("libnccl.so.2 was not found (") + (why ? why : "no reason given")
-                + "): install NCCL on the node, or put its lib folder in LD_LIBRARY_PATH through the node's env";
-            return out;
-        }
-        NcclApi& a = out.first;
-        const auto find = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && out.second.empty())
-                out.second = std::string("libnccl.so.2 has no ") + name + " (NCCL 2.18 or newer is needed)";
-        };
+        planner::RuntimeLibrary lib("libnccl.so.2",
+            "install NCCL on the node, or put its lib folder in LD_LIBRARY_PATH through the node's env",
+            "NCCL 2.18 or newer is needed");
+        NcclApi a;
+        const auto find = [&](auto& fn, const char* name) { lib.find(fn, name); };
         find(a.getErrorString, "ncclGetErrorString");
         find(a.getLastError, "ncclGetLastError");
         find(a.getUniqueId, "ncclGetUniqueId");
@@ -96,7 +87,7 @@ const NcclApi& ncclApi()
         find(a.send, "ncclSend");
         find(a.recv, "ncclRecv");
         find(a.allReduce, "ncclAllReduce");
-        return out;
+        return std::pair {a, lib.error()};
     }();
     if (!loaded.second.empty())
         throw TransportError(loaded.second);

@@ -329,6 +329,44 @@ TEST_CASE("project document: a cluster too small for the plan keeps it as a scen
     CHECK(error.contains(QStringLiteral("cluster")));
 }
 
+TEST_CASE("project document: a cluster change is one undo step that brings the old cluster and plan back", "[ui]")
+{
+    for (const int devices : {0, 4}) { // 0: the cluster renamed (the stages fit), 4: too small (re-planned)
+        INFO("devices " << devices);
+        ui::ProjectDocument doc;
+        doc.setProject(demo());
+        openDemoWithAnEdit(doc); // an edit before: Apply must not clear the history
+        const int stepsBefore = doc.planDocument().undoStack()->count();
+        REQUIRE(stepsBefore > 0);
+        const std::string planBefore = planJson(doc.planDocument().plan());
+        const auto clusterBefore = planner::toJson(doc.project().cluster);
+        auto cluster = demo().cluster;
+        cluster.edit().name = "dgx-renamed";
+        if (devices > 0)
+            cluster.edit().nodes[0].count = devices;
+        QSignalSpy clusterChanged(&doc, &ui::ProjectDocument::clusterChanged);
+        QString error;
+        REQUIRE(doc.setCluster(cluster, &error));
+        CHECK(doc.planDocument().undoStack()->count() == stepsBefore + 1);
+        CHECK(doc.planDocument().undoStack()->undoText().contains(QStringLiteral("dgx-renamed")));
+        CHECK(doc.project().cluster->name == "dgx-renamed");
+        CHECK(doc.planDocument().plan().cluster->name == "dgx-renamed");
+        CHECK(clusterChanged.count() == 1);
+        doc.planDocument().undoStack()->undo();
+        CHECK(planner::toJson(doc.project().cluster) == clusterBefore);
+        CHECK(planJson(doc.planDocument().plan()) == planBefore);
+        CHECK(clusterChanged.count() == 2);
+        CHECK_NOTHROW(doc.snapshot().validate());
+        doc.planDocument().undoStack()->redo();
+        CHECK(doc.project().cluster->name == "dgx-renamed");
+        CHECK(doc.project().cluster->deviceCount() == (devices > 0 ? devices : demo().cluster->deviceCount()));
+        CHECK_NOTHROW(doc.snapshot().validate());
+        // Applying the same cluster again is no step.
+        REQUIRE(doc.setCluster(cluster, &error));
+        CHECK(doc.planDocument().undoStack()->count() == stepsBefore + 1);
+    }
+}
+
 TEST_CASE("project document: save then open gives the same project, not modified", "[ui]")
 {
     QTemporaryDir dir;

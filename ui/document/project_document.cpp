@@ -28,6 +28,8 @@ ProjectDocument::ProjectDocument(QObject* parent)
     : QObject(parent)
 {
     connect(m_plan.undoStack(), &QUndoStack::cleanChanged, this, [this] { emit modifiedChanged(isModified()); });
+    // The project's cluster is the current plan's: a cluster change is an undoable plan step.
+    connect(&m_plan, &PlanDocument::planChanged, this, &ProjectDocument::syncCluster);
     connect(this, &ProjectDocument::scenariosChanged, this, &ProjectDocument::simulateScenarios);
     connect(&m_scenarioRunner, &JobRunner::busyChanged, this, &ProjectDocument::simulatingScenariosChanged);
 }
@@ -233,23 +235,53 @@ bool ProjectDocument::setCluster(const planner::Cluster& cluster, QString* error
             *error = errorText(e);
         return false;
     }
-    app::Project next = snapshot();
-    next.cluster = cluster;
-    if (next.plan) {
-        planner::Plan kept = *next.plan;
+    if (m_project.cluster == cluster)
+        return true;
+    const QString text = tr("Apply cluster %1").arg(QString::fromStdString(cluster.name));
+    if (m_plan.hasPlan()) {
+        // One undoable step: the plan on the new cluster (its stages kept when they still fit, else the model
+        // re-planned and the old plan kept as a scenario); undo brings the old plan and its cluster back.
+        planner::Plan kept = m_plan.plan();
         kept.cluster = cluster;
         kept.predicted.reset();
+        std::optional<planner::Plan> next;
         try {
             kept.validate();
-            next.plan = std::move(kept);
+            next = std::move(kept);
         } catch (const planner::InputError&) {
-            keepAsScenario(next, tr("before the cluster changed")); // setProject() re-plans
+            app::Project replanned = m_project;
+            replanned.cluster = cluster;
+            next = planFresh(replanned, nullptr);
+            if (next) {
+                app::Project withScenario = snapshot();
+                keepAsScenario(withScenario, tr("before the cluster changed"));
+                m_project.scenarios = std::move(withScenario.scenarios);
+                markDirty();
+                emit scenariosChanged();
+            }
+        }
+        if (next) {
+            m_plan.replace(text, std::move(*next)); // syncCluster() takes the plan's cluster
+            return true;
         }
     }
+    // No plan to carry over (or none fits the new cluster): the project starts anew on it.
+    app::Project next = snapshot();
+    next.cluster = cluster;
+    keepAsScenario(next, tr("before the cluster changed"));
+    next.plan.reset();
     const QString keepPath = m_path;
     setProject(std::move(next), keepPath);
     markDirty();
     return true;
+}
+
+void ProjectDocument::syncCluster()
+{
+    if (!m_plan.hasPlan() || m_project.cluster == m_plan.plan().cluster)
+        return;
+    m_project.cluster = m_plan.plan().cluster;
+    emit clusterChanged();
 }
 
 void ProjectDocument::setPartitionSettings(const app::PartitionSettings& settings)

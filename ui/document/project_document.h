@@ -47,8 +47,9 @@ public:
     /// Replaces the cluster by a cluster JSON file, as setCluster(); on error (the file, line and field) nothing
     /// changes.
     bool importCluster(const QString& path, QString* error = nullptr);
-    /// Replaces the cluster. A plan whose stages still fit is kept; otherwise it becomes a scenario and the
-    /// model is re-planned. On error (the cluster does not validate) nothing changes.
+    /// Replaces the cluster as one undoable step of the plan (undo brings the old cluster back). A plan whose stages
+    /// still fit is kept; otherwise it becomes a scenario and the model is re-planned. On error (the cluster does
+    /// not validate) nothing changes.
     bool setCluster(const planner::Cluster& cluster, QString* error = nullptr);
     void setPartitionSettings(const app::PartitionSettings& settings);
 
@@ -75,6 +76,8 @@ public:
 signals:
     /// The model, the cluster or the whole project changed (views rebuild).
     void projectChanged();
+    /// Only the cluster changed (setCluster, or its undo and redo): project().cluster is the current plan's.
+    void clusterChanged();
     void scenariosChanged();
     /// scenarioPredictions() changed: emptied (scenarios changed) or landed.
     void scenarioPredictionsChanged();
@@ -88,6 +91,8 @@ private:
     /// Plans the project's model on its cluster with the partition settings, or uniformly when they fail.
     std::optional<planner::Plan> planFresh(const app::Project& project, QString* note) const;
     void keepAsScenario(app::Project& project, const QString& why) const;
+    /// Takes the current plan's cluster as the project's (after an undo or redo of a cluster change).
+    void syncCluster();
     void markDirty();
     /// Empties scenarioPredictions() and simulates the scenarios in the background.
     void simulateScenarios();

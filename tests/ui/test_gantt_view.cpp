@@ -152,9 +152,21 @@ TEST_CASE("gantt view: the memory plot's 'hover a curve' note sits clear of ever
             const QPointF p(plot->xAxis->coordToPixel(it->key), plot->yAxis->coordToPixel(it->value));
             CHECK_FALSE(box.contains(p));
         }
-    shown.view.resize(520, 700); // narrow: the note goes below the capacity one, still apart
-    plot->replot(QCustomPlot::rpImmediateRefresh);
-    CHECK_FALSE(rectOf(note).intersects(rectOf(capacity)));
+    // Narrow: the note goes below the capacity one, still apart; short too (a 1024 x 700 window leaves the memory
+    // plot about 120 px): the top curve stays below both notes' lines.
+    for (const QSize size : {QSize(520, 700), QSize(520, 330)}) {
+        INFO(size.width() << " x " << size.height());
+        shown.view.resize(size);
+        plot->replot(QCustomPlot::rpImmediateRefresh);
+        plot->replot(QCustomPlot::rpImmediateRefresh); // the range follows the layout: ticks at the next replot
+        CHECK_FALSE(rectOf(note).intersects(rectOf(capacity)));
+        const double notesBottom = std::max(rectOf(note).bottom(), rectOf(capacity).bottom());
+        double topCurve = 1e9; // pixels grow downwards
+        for (int g = 0; g < plot->graphCount(); ++g)
+            for (auto it = plot->graph(g)->data()->constBegin(); it != plot->graph(g)->data()->constEnd(); ++it)
+                topCurve = std::min(topCurve, plot->yAxis->coordToPixel(it->value));
+        CHECK(topCurve > notesBottom);
+    }
 }
 
 TEST_CASE("gantt view: hovering a span names its kind and microbatch, a bubble shows nothing", "[ui]")

@@ -148,6 +148,12 @@ GanttView::GanttView(QWidget* parent, bool withMemory)
         m_memory->legend->setFont(QFont(font().family(), 8));
         m_memory->legend->setMargins(QMargins(8, 2, 8, 0));
         m_memory->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+        // The notes' room depends on the plot's height, known after its layout: the range follows every layout (a
+        // resize). The axis took its ticks before this signal: a changed range replots once more for them.
+        connect(m_memory, &QCustomPlot::afterLayout, this, [this] {
+            if (m_memoryTop > 0 && fitMemoryHeadroom())
+                m_memory->replot(QCustomPlot::rpQueuedReplot);
+        });
         m_memory->axisRect()->setRangeDrag(Qt::Horizontal);
         m_memory->axisRect()->setRangeZoom(Qt::Horizontal);
         connect(m_memory->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this](const QCPRange& r) {
@@ -389,6 +395,8 @@ void GanttView::rebuildMemory()
     m_memory->clearGraphs();
     m_memoryCurves.clear(); // their graphs are gone
     m_memory->clearItems();
+    m_memoryTop = 0;
+    m_memoryNoteLines = 0;
     m_aboveNote = nullptr;
     m_memory->legend->setVisible(false);
     if (m_scene->empty()) {
@@ -455,10 +463,30 @@ void GanttView::rebuildMemory()
         label->setColor(QColor(160, 30, 30));
         m_aboveNote = label;
     }
-    // Room above the curves for the notes at the top of the plot: "above the scale" (right), "hover a curve" (left).
+    // Room above the curves for the notes at the top of the plot: "above the scale" (right), "hover a curve" (left),
+    // in pixels once the plot's height is known (fitMemoryHeadroom, after every layout).
     const bool note = fitMemoryLegend();
-    m_memory->yAxis->setRange(0, std::max(top * (above.isEmpty() && !note ? 1.1 : 1.35), 0.01));
+    m_memoryTop = std::max(top, 0.01 / 1.1);
+    m_memoryNoteLines = (above.isEmpty() ? 0 : 1) + (note ? 1 : 0);
+    fitMemoryHeadroom();
     m_memory->replot();
+}
+
+bool GanttView::fitMemoryHeadroom()
+{
+    // The notes' lines (and a margin) as a share of the axis rectangle's height: a short plot (about 120 px at
+    // 1024 x 700) gives them a larger share of its range than a tall one, so that the top curve never crosses them.
+    double share = 0.1 / 1.1; // 10 % above the top curve without notes
+    if (m_memoryNoteLines > 0) {
+        const int lineHeight = QFontMetrics(m_memory->font()).height() + 2;
+        const int height = std::max(1, m_memory->axisRect()->height());
+        share = std::clamp(double(m_memoryNoteLines * lineHeight + 8) / height, 0.25, 0.6);
+    }
+    const double upper = m_memoryTop / (1 - share);
+    if (std::abs(m_memory->yAxis->range().upper - upper) <= 1e-9 * upper && m_memory->yAxis->range().lower == 0)
+        return false;
+    m_memory->yAxis->setRange(0, upper);
+    return true;
 }
 
 void GanttView::updateMemoryCurves()

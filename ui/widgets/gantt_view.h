@@ -114,6 +114,9 @@ private:
     void updateMemoryCurves();
     /// Lays the legend out for the plot's width; returns whether it gave way to a note ("N devices: hover a curve").
     bool fitMemoryLegend();
+    /// Sets the memory axis' range: the top curve below the notes' lines (m_memoryNoteLines) at the plot's height;
+    /// true when it changed.
+    bool fitMemoryHeadroom();
     static constexpr int kExportLegendHeight = 24;
     /// The legend an exported picture carries on top (the window's legend is a widget, not part of the plots).
     void paintExportLegend(QPainter& painter, int width) const;
@@ -150,6 +153,8 @@ private:
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
     QCPItemText* m_aboveNote = nullptr; ///< the memory plot's "capacity … (above the scale)", when shown
+    double m_memoryTop = 0; ///< GiB: the highest curve or capacity line the memory plot must show
+    int m_memoryNoteLines = 0; ///< lines of notes at the top of the memory plot (0, 1 or 2)
     /// A device's memory curve: its graph and its samples; the graph shows a reduction of them (peakPerPixel).
     struct MemoryCurve
     {

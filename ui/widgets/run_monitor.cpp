@@ -466,9 +466,10 @@ void RunMonitor::setKinds(const std::vector<app::KindComparison>& kinds)
     }
     html += QStringLiteral("</table>");
     if (!differ.isEmpty())
-        html += tr("<p style='color:#c81e1e'>The run did not follow the plan: its actions per step differ from the "
-                   "prediction's<br>(%1), or it stopped within a step.</p>")
-                    .arg(differ.join(QStringLiteral("; ")));
+        // A line per kind, as short as the notes below: a long line would need scrolling sideways in a small window.
+        html += tr("<p style='color:#c81e1e'>The run did not follow the plan: its actions per<br>step differ from "
+                   "the prediction's, or it stopped within a step:<br>%1</p>")
+                    .arg(differ.join(QStringLiteral("<br>")));
     html
         += tr("<p>send: predicted, the transfer from its start to its arrival;<br>measured, the sender posting it (the "
               "transfer goes on<br>in the background and shows in the receiver's wait).<br>receive: the wait until "

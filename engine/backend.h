@@ -10,7 +10,9 @@
 // Pointers given to kernels are the backend's device pointers. "act" pointers hold the backend's activation
 // dtype (act(): fp32, or bf16 in mixed precision), as do parameters and their gradients; float pointers are fp32
 // on every backend (layer-norm statistics, losses, AdamW's master weights and moments). Backward kernels
-// accumulate (+=) into their gradient outputs, as ops.h does.
+// accumulate (+=) into the parameters' gradients (weights, biases, layer norms, embeddings) and into the layer
+// norm's input gradient (the residual's sum); the input gradients of the products, GELU and attention are written
+// (=), so that nothing is zeroed to be overwritten (issue 33 item 2), as ops.h does.
 #pragma once
 
 #include <cstddef>
@@ -151,18 +153,27 @@ public:
         void* out, const void* inp, const void* weight, const void* bias, int BT, int C, int OC, void* gelu_out)
         = 0;
     /// Any of dinp, dweight, dbias may be null, its part then skipped: dinp alone is the input gradient (inp
-    /// unused), dweight and dbias alone the weight gradient (weight unused).
+    /// unused, dinp written), dweight and dbias alone the weight gradient (weight unused, both accumulated).
     virtual void matmulBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
         const void* weight, int BT, int C, int OC)
+        = 0;
+    /// The input gradient of a product whose input was GELU(pre_gelu) (the MLP's down projection, after the up
+    /// projection's fused GELU), through the GELU: dinp (BT x C) = GELU'(pre_gelu) * (dout (BT x OC) . weight),
+    /// written; matmulBackward's dinp followed by geluBackward, fused into the product's epilogue where the backend
+    /// can.
+    virtual void matmulBackwardGelu(
+        void* dinp, const void* dout, const void* weight, const void* pre_gelu, int BT, int C, int OC)
         = 0;
     /// fp32 elements the attention's forward keeps for its backward (the CPU: the softmax, B NH T T; a fused
     /// kernel: the log-sum-exp of each row, B NH T).
     virtual std::size_t attentionStashCount(int B, int T, int NH) const = 0;
     virtual void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) = 0;
+    /// dqkv written.
     virtual void attentionBackward(
         void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B, int T, int C, int NH)
         = 0;
     virtual void geluForward(void* out, const void* inp, std::size_t n) = 0;
+    /// dinp = GELU'(inp) * dout, written (dinp may be dout itself).
     virtual void geluBackward(void* dinp, const void* inp, const void* dout, std::size_t n) = 0;
     virtual void residualForward(void* out, const void* a, const void* b, std::size_t n) = 0; ///< out = a + b
     /// The classifier's loss and its gradient in one pass over the logits (BT rows of `stride` columns, the first

@@ -181,6 +181,12 @@ public:
     {
         ops::matmulBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), BT, C, OC);
     }
+    void matmulBackwardGelu(
+        void* dinp, const void* dout, const void* weight, const void* pre_gelu, int BT, int C, int OC) override
+    {
+        ops::matmulBackward(f(dinp), nullptr, nullptr, f(dout), nullptr, f(weight), BT, C, OC);
+        ops::geluBackward(f(dinp), f(pre_gelu), f(dinp), BT * C); // in place
+    }
     std::size_t attentionStashCount(int B, int T, int NH) const override
     {
         return static_cast<std::size_t>(B) * NH * T * T; // the softmax itself

@@ -505,31 +505,24 @@ void StageModel::blockBackward(
     const std::size_t e = byteSize(m_act);
     ensure(m_dRes, be, n, m_act);
     ensure(m_dBig, be, 4 * n, m_act);
-    ensure(m_dBig2, be, 4 * n, m_act);
     ensure(m_dQkv, be, 3 * n, m_act);
     ensure(m_dAtty, be, n, m_act);
+    // Input gradients are written, not accumulated (backend.h): nothing is zeroed first.
     be.copy(m_dRes.data(), dout, n * e); // the residual passes dout through to res2
-    be.zero(m_dBig.data(), m_dBig.bytes());
-    be.zero(m_dBig2.data(), m_dBig2.bytes());
-    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
-    be.matmulBackward(m_dBig.data(), g(Tensor::Fcprojw), g(Tensor::Fcprojb), dout, s.fch_gelu.data(),
-        w(Tensor::Fcprojw), BT, 4 * C, C);
-    be.geluBackward(m_dBig2.data(), s.fch.data(), m_dBig.data(), 4 * n);
+    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); fcproj's input gradient goes through GELU's backward in one call.
+    be.matmulBackward(nullptr, g(Tensor::Fcprojw), g(Tensor::Fcprojb), dout, s.fch_gelu.data(), nullptr, BT, 4 * C, C);
+    be.matmulBackwardGelu(m_dBig.data(), dout, w(Tensor::Fcprojw), s.fch.data(), BT, 4 * C, C);
     void* dln = m_dQkv.data(); // reused: (BT, C) here, (BT, 3C) below
-    be.zero(dln, n * e);
-    be.matmulBackward(dln, g(Tensor::Fcw), g(Tensor::Fcb), m_dBig2.data(), s.ln2.data(), w(Tensor::Fcw), BT, C, 4 * C);
+    be.matmulBackward(dln, g(Tensor::Fcw), g(Tensor::Fcb), m_dBig.data(), s.ln2.data(), w(Tensor::Fcw), BT, C, 4 * C);
     be.layernormBackward(m_dRes.data(), g(Tensor::Ln2w), g(Tensor::Ln2b), dln, s.res2.data(), w(Tensor::Ln2w),
         s.ln2_mean.as<float>(), s.ln2_rstd.as<float>(), BT, C);
     // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
     be.copy(dx, m_dRes.data(), n * e); // the residual passes dres2 through to x
     void* datty = m_dAtty.data();
-    be.zero(datty, n * e);
     be.matmulBackward(
         datty, g(Tensor::Attprojw), g(Tensor::Attprojb), m_dRes.data(), s.atty.data(), w(Tensor::Attprojw), BT, C, C);
-    be.zero(m_dQkv.data(), m_dQkv.bytes());
     be.attentionBackward(m_dQkv.data(), datty, s.qkv.data(), s.atty.data(), s.att.as<float>(), B, T, C, NH);
     void* dln1 = datty; // reused
-    be.zero(dln1, n * e);
     be.matmulBackward(
         dln1, g(Tensor::Qkvw), g(Tensor::Qkvb), m_dQkv.data(), s.ln1.data(), w(Tensor::Qkvw), BT, C, 3 * C);
     be.layernormBackward(dx, g(Tensor::Ln1w), g(Tensor::Ln1b), dln1, x, w(Tensor::Ln1w), s.ln1_mean.as<float>(),
@@ -544,7 +537,6 @@ void StageModel::headBackward(LayerStash& s, const std::byte* P, std::byte* G, c
     const std::size_t n = static_cast<std::size_t>(BT) * C;
     ensure(m_dRes, be, n, m_act);
     void* dln = m_dRes.data();
-    be.zero(dln, m_dRes.bytes());
     be.matmulBackward(dln, G + at(Tensor::Wte, 0), nullptr, s.logits.data(), s.ln1.data(), P + at(Tensor::Wte, 0), BT,
         C, logitColumns());
     be.layernormBackward(dx, G + at(Tensor::Lnfw, 0), G + at(Tensor::Lnfb, 0), dln, x, P + at(Tensor::Lnfw, 0),
@@ -651,27 +643,19 @@ void StageModel::blockBackwardInput(LayerStash& s, const std::byte* P, const voi
     ensure(s.g_ln2, be, n, m_act);
     ensure(s.g_qkv, be, 3 * n, m_act);
     ensure(s.g_ln1, be, n, m_act);
-    ensure(m_dBig, be, 4 * n, m_act);
     ensure(m_dAtty, be, n, m_act);
     const void* dout = s.g_out.data();
     be.copy(s.g_res2.data(), dout, n * e); // the residual passes dout through to res2
-    be.zero(m_dBig.data(), m_dBig.bytes());
-    be.zero(s.g_fch.data(), s.g_fch.bytes());
-    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
-    be.matmulBackward(m_dBig.data(), nullptr, nullptr, dout, nullptr, w(Tensor::Fcprojw), BT, 4 * C, C);
-    be.geluBackward(s.g_fch.data(), s.fch.data(), m_dBig.data(), 4 * n);
-    be.zero(s.g_ln2.data(), n * e);
+    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); input gradients written (nothing zeroed first)
+    be.matmulBackwardGelu(s.g_fch.data(), dout, w(Tensor::Fcprojw), s.fch.data(), BT, 4 * C, C);
     be.matmulBackward(s.g_ln2.data(), nullptr, nullptr, s.g_fch.data(), nullptr, w(Tensor::Fcw), BT, C, 4 * C);
     be.layernormBackward(s.g_res2.data(), nullptr, nullptr, s.g_ln2.data(), s.res2.data(), w(Tensor::Ln2w),
         s.ln2_mean.as<float>(), s.ln2_rstd.as<float>(), BT, C);
     // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
     be.copy(dx, s.g_res2.data(), n * e); // the residual passes dres2 through to x
     void* datty = m_dAtty.data();
-    be.zero(datty, n * e);
     be.matmulBackward(datty, nullptr, nullptr, s.g_res2.data(), nullptr, w(Tensor::Attprojw), BT, C, C);
-    be.zero(s.g_qkv.data(), s.g_qkv.bytes());
     be.attentionBackward(s.g_qkv.data(), datty, s.qkv.data(), s.atty.data(), s.att.as<float>(), B, T, C, NH);
-    be.zero(s.g_ln1.data(), n * e);
     be.matmulBackward(s.g_ln1.data(), nullptr, nullptr, s.g_qkv.data(), nullptr, w(Tensor::Qkvw), BT, C, 3 * C);
     be.layernormBackward(dx, nullptr, nullptr, s.g_ln1.data(), x, w(Tensor::Ln1w), s.ln1_mean.as<float>(),
         s.ln1_rstd.as<float>(), BT, C);
@@ -701,7 +685,6 @@ void StageModel::headBackwardInput(LayerStash& s, const std::byte* P, const void
     // The forward's classifier already turned the logits into their gradient (kept for the W).
     const std::size_t n = static_cast<std::size_t>(BT) * C;
     ensure(s.g_ln1, be, n, m_act);
-    be.zero(s.g_ln1.data(), s.g_ln1.bytes());
     be.matmulBackward(
         s.g_ln1.data(), nullptr, nullptr, s.logits.data(), nullptr, P + at(Tensor::Wte, 0), BT, C, logitColumns());
     be.layernormBackward(dx, nullptr, nullptr, s.g_ln1.data(), x, P + at(Tensor::Lnfw, 0), s.ln1_mean.as<float>(),

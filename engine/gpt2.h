@@ -227,7 +227,7 @@ private:
     Buffer m_grads;
     Buffer m_master;
     // Backward workspaces, reused by every microbatch.
-    Buffer m_dA, m_dB, m_dRes, m_dBig, m_dBig2, m_dQkv, m_dAtty;
+    Buffer m_dA, m_dB, m_dRes, m_dBig, m_dQkv, m_dAtty;
 };
 
 } // namespace pw::engine

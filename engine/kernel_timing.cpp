@@ -159,6 +159,17 @@ void TimingBackend::matmulBackward(void* dinp, void* dweight, void* dbias, const
         std::move(work), [&] { m_inner.matmulBackward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC); });
 }
 
+void TimingBackend::matmulBackwardGelu(
+    void* dinp, const void* dout, const void* weight, const void* pre_gelu, int BT, int C, int OC)
+{
+    // The input gradient's product and GELU's backward (the planner's: its input and dY read, dX written, 3 tensors).
+    KernelWork work;
+    work.products.push_back({d(BT), d(C), d(OC)});
+    work.bytes = 3 * d(BT) * C * element();
+    timed("matmul backward GELU", text("%d x %d <- %d, dx", BT, C, OC), std::move(work),
+        [&] { m_inner.matmulBackwardGelu(dinp, dout, weight, pre_gelu, BT, C, OC); });
+}
+
 void TimingBackend::attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH)
 {
     timed("attention forward", text("%d x %d x %d, %d heads", B, T, C, NH),

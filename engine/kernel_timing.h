@@ -99,6 +99,8 @@ public:
         void* gelu_out) override;
     void matmulBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp, const void* weight,
         int BT, int C, int OC) override;
+    void matmulBackwardGelu(
+        void* dinp, const void* dout, const void* weight, const void* pre_gelu, int BT, int C, int OC) override;
     std::size_t attentionStashCount(int B, int T, int NH) const override
     {
         return m_inner.attentionStashCount(B, T, NH);

@@ -74,7 +74,7 @@ PW_KERNEL void geluBackwardKernel(float* dinp, const float* inp, const float* do
         const float x = inp[i];
         const float s = geluSigmoid(x);
         const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-        dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+        dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
     }
 }
 
@@ -321,7 +321,7 @@ void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
     int BT, int C, int OC)
 {
     if (dinp)
-        sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+        sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
     if (dweight)
         sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
@@ -378,9 +378,9 @@ void attentionBackward(
             const float* a = att + (static_cast<long>(b) * NH + h) * T * T;
             const float* dy = dout + static_cast<long>(b) * T * C + h * hs;
             float* da = scratch;
-            // y = a . v  =>  da = dy . v^T,  dv += a^T . dy
+            // y = a . v  =>  da = dy . v^T,  dv = a^T . dy
             sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
-            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
+            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
             // Softmax backward in place: ds[i,j] = a[i,j] (da[i,j] - sum_k a[i,k] da[i,k]); masked entries are 0.
 #pragma omp parallel for
             for (int i = 0; i < T; ++i) {
@@ -394,9 +394,9 @@ void attentionBackward(
                 for (int j = i + 1; j < T; ++j)
                     dr[j] = 0.0f;
             }
-            // s = scale q . k^T  =>  dq += scale ds . k,  dk += scale ds^T . q
-            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, k, C3, 1.0f, dq, C3);
-            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 1.0f, dk, C3);
+            // s = scale q . k^T  =>  dq = scale ds . k,  dk = scale ds^T . q
+            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, k, C3, 0.0f, dq, C3);
+            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 0.0f, dk, C3);
         }
 }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The CPU kernels of GPT-2 training, fp32, forward and backward (llm.c's train_gpt2.c is the model; matrix
-// products go through BLAS). Backward kernels accumulate (+=) into their gradient outputs, so gradients of
-// several microbatches add up in place. Shapes: B sequences of T positions, C channels, NH heads.
+// products go through BLAS). Backward kernels accumulate (+=) into the parameters' gradients, so that gradients of
+// several microbatches add up in place, and into the layer norm's input gradient (the residual's sum); the input
+// gradients of the products, GELU and attention are written (=). Shapes: B sequences of T positions, C channels, NH
+// heads.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +31,8 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
 
 /// out (BT x OC) = inp (BT x C) . weight^T (weight is OC x C, PyTorch's Linear) + bias (may be null).
 void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC);
-/// Each of dinp, dweight and dbias may be null: its part is then skipped.
+/// Each of dinp, dweight and dbias may be null: its part is then skipped. dinp is written, dweight and dbias
+/// accumulated.
 void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
     int BT, int C, int OC);
 
@@ -42,6 +45,7 @@ void attentionBackward(
 
 /// GELU, tanh approximation.
 void geluForward(float* out, const float* inp, int n);
+/// dinp = GELU'(inp) * dout, written; dinp may be dout itself.
 void geluBackward(float* dinp, const float* inp, const float* dout, int n);
 
 /// out = a + b

@@ -166,7 +166,7 @@ __global__ void attentionBackwardQueryGeneric(
     }
     T* dq = dqkv + (static_cast<std::size_t>(b) * T_ + t) * C3 + static_cast<std::size_t>(h) * hs;
     for (int d = lane; d < hs; d += 32)
-        dq[d] = fromFloat<T>(toFloat(dq[d]) + scale * acc[d]);
+        dq[d] = fromFloat<T>(scale * acc[d]);
 }
 
 /// dK and dV, one warp per key row j, over queries t >= j: dv = sum_t P_tj dO_t, dk = scale sum_t dS_tj q_t.
@@ -233,8 +233,8 @@ __global__ void attentionBackwardKeyGeneric(
     T* dkRow = dqkv + (static_cast<std::size_t>(b) * T_ + j) * C3 + C + static_cast<std::size_t>(h) * hs;
     T* dvRow = dkRow + C;
     for (int d = lane; d < hs; d += 32) {
-        dkRow[d] = fromFloat<T>(toFloat(dkRow[d]) + scale * dk[d]);
-        dvRow[d] = fromFloat<T>(toFloat(dvRow[d]) + dv[d]);
+        dkRow[d] = fromFloat<T>(scale * dk[d]);
+        dvRow[d] = fromFloat<T>(dv[d]);
     }
 }
 
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 }
 
 /// dQ: block (bh, query tile), the longest first; each warp owns 16 query rows and walks the key tiles up to its
-/// own: S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K; then dq += scale dQ.
+/// own: S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K; then dq = scale dQ (written).
 template <int D>
 __global__ void __launch_bounds__(kMmaWarps * 32) attentionBackwardQueryMma(bf16* dqkv, const bf16* dout,
     const bf16* qkv, const float* lse, const float* delta, int T_, int C, int NH, float scale)
@@ -537,15 +537,14 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attentionBackwardQueryMma(bf16
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
             auto* pair = reinterpret_cast<__nv_bfloat162*>(dst + dt * 8 + 2 * q);
-            const float2 old = __bfloat1622float2(*pair);
-            *pair = __floats2bfloat162_rn(old.x + scale * dq[dt][2 * i], old.y + scale * dq[dt][2 * i + 1]);
+            *pair = __floats2bfloat162_rn(scale * dq[dt][2 * i], scale * dq[dt][2 * i + 1]);
         }
     }
 }
 
 /// dK and dV: block (bh, key tile), the first tiles (the longest walks) first; each warp owns 16 key rows and walks
 /// the query tiles of BQ rows from its own on: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
-/// dV += P^T dO, dK += dS^T Q; then dk += scale dK, dv += dV.
+/// dV += P^T dO, dK += dS^T Q; then dk = scale dK, dv = dV (written).
 template <int D, int BQ>
 __global__ void __launch_bounds__(kMmaWarps * 32) attentionBackwardKeyMma(bf16* dqkv, const bf16* dout, const bf16* qkv,
     const float* lse, const float* delta, int T_, int C, int NH, float scale)
@@ -641,9 +640,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attentionBackwardKeyMma(bf16* 
         for (int dt = 0; dt < DT; ++dt) {
             auto* kp = reinterpret_cast<__nv_bfloat162*>(dkRow + dt * 8 + 2 * q);
             auto* vp = reinterpret_cast<__nv_bfloat162*>(dvRow + dt * 8 + 2 * q);
-            const float2 ko = __bfloat1622float2(*kp), vo = __bfloat1622float2(*vp);
-            *kp = __floats2bfloat162_rn(ko.x + scale * dk[dt][2 * i], ko.y + scale * dk[dt][2 * i + 1]);
-            *vp = __floats2bfloat162_rn(vo.x + dv[dt][2 * i], vo.y + dv[dt][2 * i + 1]);
+            *kp = __floats2bfloat162_rn(scale * dk[dt][2 * i], scale * dk[dt][2 * i + 1]);
+            *vp = __floats2bfloat162_rn(dv[dt][2 * i], dv[dt][2 * i + 1]);
         }
     }
 }

@@ -644,21 +644,8 @@ public:
         if (BT <= 0 || OC <= 0 || C <= 0)
             return;
         activate();
-        if (dinp) {
-            // dinp (BT x C) += dout . weight: column-major dinp^T (C x BT) += weight (C x OC) . dout^T (OC x BT).
-            cuda::Matmul::Product p;
-            p.m = C;
-            p.n = BT;
-            p.k = OC;
-            p.A = weight;
-            p.lda = C;
-            p.B = dout;
-            p.ldb = OC;
-            p.D = dinp;
-            p.ldd = C;
-            p.beta = 1.0f;
-            m_matmul->run(p);
-        }
+        if (dinp)
+            m_matmul->run(inputGradient(dinp, dout, weight, BT, C, OC));
         if (dweight) {
             // dweight (OC x C) += dout^T . inp: column-major dweight^T (C x OC) += inp^T (C x BT) . dout (BT x OC).
             cuda::Matmul::Product p;
@@ -677,6 +664,21 @@ public:
         }
         if (dbias)
             cuda::biasBackward(m_launch, dbias, dout, BT, OC);
+    }
+
+    void matmulBackwardGelu(
+        void* dinp, const void* dout, const void* weight, const void* pre_gelu, int BT, int C, int OC) override
+    {
+        if (BT <= 0 || OC <= 0 || C <= 0)
+            return;
+        activate();
+        cuda::Matmul::Product p = inputGradient(dinp, dout, weight, BT, C, OC);
+        p.dgeluAux = pre_gelu; // cuBLASLt's DGELU epilogue: the product times GELU'(the forward's aux)
+        if (m_matmul->run(p))
+            return;
+        p.dgeluAux = nullptr; // no algorithm with the epilogue: the product, then GELU's backward in place
+        m_matmul->run(p);
+        cuda::geluBackward(m_launch, dinp, pre_gelu, dinp, static_cast<std::size_t>(BT) * C);
     }
 
     std::size_t attentionStashCount(int B, int T, int NH) const override
@@ -752,6 +754,23 @@ public:
 private:
     bool bf16() const { return m_precision == Precision::Bf16Mixed; }
     void activate() const { useDevice(m_device); }
+    /// dinp (BT x C) = dout . weight, written (beta 0: nothing read or zeroed first): column-major dinp^T (C x BT)
+    /// = weight (C x OC) . dout^T (OC x BT).
+    static cuda::Matmul::Product inputGradient(void* dinp, const void* dout, const void* weight, int BT, int C, int OC)
+    {
+        cuda::Matmul::Product p;
+        p.m = C;
+        p.n = BT;
+        p.k = OC;
+        p.A = weight;
+        p.lda = C;
+        p.B = dout;
+        p.ldb = OC;
+        p.D = dinp;
+        p.ldd = C;
+        p.beta = 0.0f;
+        return p;
+    }
 
     int m_device;
     Precision m_precision;

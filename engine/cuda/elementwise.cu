@@ -123,13 +123,12 @@ template <class T> struct GeluBackwardOp
         float x[N], d[N], g[N];
         load<N>(inp + i, x);
         load<N>(dout + i, d);
-        load<N>(dinp + i, g);
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            // d/dx [x s(x)] with s = sigmoid(2u): s + x 2 s (1 - s) u'(x)
+            // d/dx [x s(x)] with s = sigmoid(2u): s + x 2 s (1 - s) u'(x); written, not accumulated
             const float s = geluSigmoid(x[k]);
             const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x[k] * x[k]);
-            g[k] += (s + 2.0f * x[k] * s * (1.0f - s) * du) * d[k];
+            g[k] = (s + 2.0f * x[k] * s * (1.0f - s) * du) * d[k];
         }
         store<N>(dinp + i, g);
     }

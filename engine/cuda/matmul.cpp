@@ -31,6 +31,8 @@ cublasLtEpilogue_t epilogueOf(const Matmul::Product& p)
 {
     if (p.geluInput)
         return p.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (p.dgeluAux)
+        return CUBLASLT_EPILOGUE_DGELU;
     return p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
@@ -67,7 +69,7 @@ Matmul::Plan& Matmul::plan(const Product& p)
     // The algorithm depends on the shape, the epilogue, whether C is read, and every pointer's alignment.
     const Key key {p.transA, p.transB, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.beta != 0.0f,
         static_cast<int>(epilogueOf(p)), alignmentOf(p.A), alignmentOf(p.B), alignmentOf(p.D), alignmentOf(p.bias),
-        alignmentOf(p.geluInput)};
+        alignmentOf(p.geluInput), alignmentOf(p.dgeluAux)};
     if (auto it = m_plans.find(key); it != m_plans.end())
         return it->second;
     // Built aside and cached only when complete: a failure leaves nothing half-made behind.
@@ -91,8 +93,8 @@ void Matmul::build(Plan& plan, const Product& p)
     // The heuristic reads the bias and aux pointers for their alignment: set this call's (run() sets them again).
     if (p.bias)
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-    if (p.geluInput) {
-        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.geluInput);
+    if (const void* aux = p.geluInput ? p.geluInput : p.dgeluAux) {
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
     }
     PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.a, type, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
@@ -132,15 +134,15 @@ bool Matmul::run(const Product& p)
 {
     Plan& pl = plan(p);
     if (!pl.found) {
-        if (p.geluInput)
+        if (p.geluInput || p.dgeluAux)
             return false;
         throw std::runtime_error("cuBLASLt has no algorithm for a " + std::string(m_bf16 ? "bf16" : "fp32") + " "
             + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " + std::to_string(p.k) + " product");
     }
     if (p.bias)
         setDesc(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-    if (p.geluInput)
-        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.geluInput);
+    if (const void* aux = p.geluInput ? p.geluInput : p.dgeluAux)
+        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     const float alpha = 1.0f;
     PW_CUBLAS(cublasLt().matmul(m_handle, pl.desc, &alpha, p.A, pl.a, p.B, pl.b, &p.beta, p.D, pl.d, p.D, pl.d,
         &pl.algo, m_workspace, m_workspaceBytes, m_stream));

@@ -33,6 +33,8 @@ public:
         float beta = 0.0f;
         const void* bias = nullptr; ///< m elements added to every column (the epilogue's bias), or null
         void* geluInput = nullptr; ///< with GELU: D gets GELU(result) and this (ldd) the result before it
+        /// GELU's backward: D gets result * GELU'(this), this (ldd) the forward's GELU input (its aux).
+        const void* dgeluAux = nullptr;
     };
 
     Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, bool bf16);
@@ -41,7 +43,7 @@ public:
     Matmul& operator=(const Matmul&) = delete;
 
     /// Enqueues the product; false (nothing enqueued) when cuBLASLt has no algorithm for it, which only a fused
-    /// GELU may meet (the caller then applies GELU itself). Throws on any other failure.
+    /// GELU or GELU backward may meet (the caller then applies it itself). Throws on any other failure.
     bool run(const Product& p);
 
 private:
@@ -52,7 +54,7 @@ private:
         cublasLtMatmulAlgo_t algo {};
         bool found = false;
     };
-    using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, int, int, int, int, int, int>;
+    using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, int, int, int, int, int, int, int>;
 
     Plan& plan(const Product& p);
     void build(Plan& plan, const Product& p);

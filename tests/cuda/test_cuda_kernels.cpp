@@ -2,7 +2,7 @@
 // The CUDA backend against the CPU backend (ops.h, the oracle): every Backend member on random inputs of odd sizes,
 // in fp32 (norm-wise relative error <= 1e-5) and bf16 mixed precision (<= 2e-2). Inputs are rounded to the GPU's
 // storage type first, so both backends start from the same values; gradient outputs start non-zero, so the
-// accumulation (+=) is checked too. The error is norm-wise: |gpu - cpu|_2 / |cpu|_2 over the whole output, which a
+// accumulation (+=) of the parameters' gradients is checked too, and that input gradients are written (=). The error is norm-wise: |gpu - cpu|_2 / |cpu|_2 over the whole output, which a
 // single wrong element of a small output still fails and which needs no absolute floor for outputs near zero.
 // Every case skips where no CUDA device is visible.
 #include <catch2/catch.hpp>
@@ -438,6 +438,13 @@ TEST_CASE("CUDA matrix products match the CPU with bias and fused GELU", "[cuda]
             be.cpu->matmulBackward(nullptr, dweight2.c(), nullptr, dout.c(), inp.c(), weight.c(), s.BT, s.C, s.OC);
             be.gpu->matmulBackward(nullptr, dweight2.g(), nullptr, dout.g(), inp.g(), weight.g(), s.BT, s.C, s.OC);
             expectClose(dweight2, be, "matmul dweight without dinp" + at);
+
+            // The input gradient through GELU (cuBLASLt's DGELU epilogue, or the product then GELU's backward where
+            // it has no algorithm), written over whatever the output held.
+            Twin dfused(be, randomValues(in, 28), be.act());
+            be.cpu->matmulBackwardGelu(dfused.c(), dout.c(), weight.c(), inp.c(), s.BT, s.C, s.OC);
+            be.gpu->matmulBackwardGelu(dfused.g(), dout.g(), weight.g(), inp.g(), s.BT, s.C, s.OC);
+            expectClose(dfused, be, "matmul dinp through GELU" + at);
         }
     }
 }

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// The backend's gradient contract (engine/backend.h) on the CPU, the oracle of every other backend: the input
+// gradients of the products, GELU and attention are written, not accumulated (issue 33 item 2: nothing is zeroed to
+// be overwritten), so an output that starts as NaN ends as one that starts as zero; the product's input gradient
+// through GELU is the product's followed by GELU's backward, bit for bit.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/backend.h"
+
+using namespace pw::engine;
+
+namespace {
+
+std::vector<float> random(std::size_t n, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    std::vector<float> v(n);
+    for (float& x : v)
+        x = normal(rng);
+    return v;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b)
+{
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+} // namespace
+
+TEST_CASE("backend: input gradients are written, whatever the output held", "[kernels]")
+{
+    auto be = makeCpuBackend();
+    const int B = 2, T = 8, C = 16, NH = 4, OC = 24, BT = B * T;
+    const auto dout = random(static_cast<std::size_t>(BT) * OC, 1);
+    const auto weight = random(static_cast<std::size_t>(OC) * C, 2);
+    const auto inp = random(static_cast<std::size_t>(BT) * C, 3);
+    for (const float start : {0.0f, kNaN, 7.0f}) {
+        INFO("the output starts at " << start);
+        std::vector<float> dinp(static_cast<std::size_t>(BT) * C, start), zeroed(dinp.size(), 0.0f);
+        be->matmulBackward(dinp.data(), nullptr, nullptr, dout.data(), nullptr, weight.data(), BT, C, OC);
+        be->matmulBackward(zeroed.data(), nullptr, nullptr, dout.data(), nullptr, weight.data(), BT, C, OC);
+        CHECK(sameBits(dinp, zeroed));
+
+        std::vector<float> g(inp.size(), start), g0(inp.size(), 0.0f);
+        be->geluBackward(g.data(), inp.data(), zeroed.data(), inp.size());
+        be->geluBackward(g0.data(), inp.data(), zeroed.data(), inp.size());
+        CHECK(sameBits(g, g0));
+
+        const auto qkv = random(static_cast<std::size_t>(BT) * 3 * C, 4);
+        const auto dy = random(static_cast<std::size_t>(BT) * C, 5);
+        std::vector<float> out(static_cast<std::size_t>(BT) * C), stash(be->attentionStashCount(B, T, NH));
+        be->attentionForward(out.data(), stash.data(), qkv.data(), B, T, C, NH);
+        std::vector<float> dqkv(qkv.size(), start), dqkv0(qkv.size(), 0.0f);
+        be->attentionBackward(dqkv.data(), dy.data(), qkv.data(), out.data(), stash.data(), B, T, C, NH);
+        be->attentionBackward(dqkv0.data(), dy.data(), qkv.data(), out.data(), stash.data(), B, T, C, NH);
+        CHECK(sameBits(dqkv, dqkv0));
+    }
+}
+
+TEST_CASE("backend: the input gradient through GELU is the product's then GELU's backward", "[kernels]")
+{
+    auto be = makeCpuBackend();
+    const int BT = 12, C = 32, OC = 8; // the MLP's down projection: 4C in, C out
+    const auto dout = random(static_cast<std::size_t>(BT) * OC, 11);
+    const auto weight = random(static_cast<std::size_t>(OC) * C, 12);
+    const auto pre = random(static_cast<std::size_t>(BT) * C, 13);
+    std::vector<float> fused(static_cast<std::size_t>(BT) * C, kNaN), product(fused.size()), expected(fused.size());
+    be->matmulBackwardGelu(fused.data(), dout.data(), weight.data(), pre.data(), BT, C, OC);
+    be->matmulBackward(product.data(), nullptr, nullptr, dout.data(), nullptr, weight.data(), BT, C, OC);
+    be->geluBackward(expected.data(), pre.data(), product.data(), product.size());
+    CHECK(sameBits(fused, expected));
+    // GELU's slope is not 1: the GELU did something.
+    CHECK_FALSE(sameBits(fused, product));
+}

@@ -124,6 +124,24 @@ TEST_CASE("gantt view: a chart that is not the current plan's is greyed until th
     CHECK(meanLightness() == Approx(current).margin(0.005));
 }
 
+namespace {
+
+/// The memory plot's text item that says `what`, or null.
+QCPItemText* memoryNote(QCustomPlot* plot, const char* what)
+{
+    for (int i = 0; i < plot->itemCount(); ++i)
+        if (auto* t = qobject_cast<QCPItemText*>(plot->item(i)); t && t->text().contains(QLatin1String(what)))
+            return t;
+    return nullptr;
+}
+
+QRectF rectOf(const QCPItemText* t)
+{
+    return QRectF(t->topLeft->pixelPosition(), t->bottomRight->pixelPosition());
+}
+
+} // namespace
+
 TEST_CASE("gantt view: the memory plot's 'hover a curve' note sits clear of every curve", "[ui]")
 {
     // issue 30 item 18: "64 devices: hover a curve" was drawn bottom left, over the lowest curves.
@@ -131,41 +149,53 @@ TEST_CASE("gantt view: the memory plot's 'hover a curve' note sits clear of ever
     ShownView shown(timeline);
     shown.view.setTimeline(shared(timeline), std::vector<double>(64, 80e9)); // 80 GB a device: above the scale
     QCustomPlot* plot = shown.view.memoryPlot();
-    plot->replot(QCustomPlot::rpImmediateRefresh);
-    QCPItemText* note = nullptr;
-    QCPItemText* capacity = nullptr;
-    for (int i = 0; i < plot->itemCount(); ++i) {
-        auto* t = qobject_cast<QCPItemText*>(plot->item(i));
-        if (t && t->text().contains(QStringLiteral("hover a curve")))
-            note = t;
-        if (t && t->text().contains(QStringLiteral("above the scale")))
-            capacity = t;
-    }
-    REQUIRE(note); // 64 devices do not fit a legend of two rows
-    const QRectF box(note->topLeft->pixelPosition(), note->bottomRight->pixelPosition());
-    const auto rectOf
-        = [](const QCPItemText* t) { return QRectF(t->topLeft->pixelPosition(), t->bottomRight->pixelPosition()); };
-    REQUIRE(capacity); // 80 GB a device, far above these megabytes: both notes at the top, apart
-    CHECK_FALSE(box.intersects(rectOf(capacity)));
-    for (int g = 0; g < plot->graphCount(); ++g)
-        for (auto it = plot->graph(g)->data()->constBegin(); it != plot->graph(g)->data()->constEnd(); ++it) {
-            const QPointF p(plot->xAxis->coordToPixel(it->key), plot->yAxis->coordToPixel(it->value));
-            CHECK_FALSE(box.contains(p));
-        }
-    // Narrow: the note goes below the capacity one, still apart; short too (a 1024 x 700 window leaves the memory
-    // plot about 120 px): the top curve stays below both notes' lines.
-    for (const QSize size : {QSize(520, 700), QSize(520, 330)}) {
+    // Wide, then narrow (the note goes below the capacity one, still apart), then short too (a 1024 x 700 window
+    // leaves the memory plot about 120 px): the top curve stays below both notes' lines.
+    for (const QSize size : {QSize(1200, 700), QSize(520, 700), QSize(520, 330)}) {
         INFO(size.width() << " x " << size.height());
         shown.view.resize(size);
         plot->replot(QCustomPlot::rpImmediateRefresh);
         plot->replot(QCustomPlot::rpImmediateRefresh); // the range follows the layout: ticks at the next replot
+        const QCPItemText* note = memoryNote(plot, "hover a curve");
+        const QCPItemText* capacity = memoryNote(plot, "above the scale");
+        REQUIRE(note); // 64 devices do not fit a legend of two rows
+        REQUIRE(capacity); // 80 GB a device, far above these megabytes: both notes at the top, apart
         CHECK_FALSE(rectOf(note).intersects(rectOf(capacity)));
         const double notesBottom = std::max(rectOf(note).bottom(), rectOf(capacity).bottom());
         double topCurve = 1e9; // pixels grow downwards
         for (int g = 0; g < plot->graphCount(); ++g)
-            for (auto it = plot->graph(g)->data()->constBegin(); it != plot->graph(g)->data()->constEnd(); ++it)
-                topCurve = std::min(topCurve, plot->yAxis->coordToPixel(it->value));
+            for (auto it = plot->graph(g)->data()->constBegin(); it != plot->graph(g)->data()->constEnd(); ++it) {
+                const QPointF p(plot->xAxis->coordToPixel(it->key), plot->yAxis->coordToPixel(it->value));
+                CHECK_FALSE(rectOf(note).contains(p));
+                topCurve = std::min(topCurve, p.y());
+            }
         CHECK(topCurve > notesBottom);
+    }
+}
+
+TEST_CASE("gantt view: the memory legend's entries all fit the plot's width, at every width", "[ui]")
+{
+    // issue 30 item 18: at 1024 x 700 the demo's legend was cut ("dgx0/gpu("): it kept the rows it was laid out
+    // with for another width.
+    const auto timeline = planner::simulate(pw::test::chainPlan(8, 16)).timeline;
+    ShownView shown(timeline);
+    QCustomPlot* plot = shown.view.memoryPlot();
+    for (const int width : {1900, 1000, 700, 420, 1200}) {
+        INFO("width " << width);
+        shown.view.resize(width, 700);
+        plot->replot(QCustomPlot::rpImmediateRefresh);
+        QCPLegend* legend = plot->legend;
+        if (!legend->visible()) { // gave way to the note
+            CHECK(memoryNote(plot, "hover a curve"));
+            continue;
+        }
+        CHECK_FALSE(memoryNote(plot, "hover a curve"));
+        REQUIRE(legend->itemCount() == 8);
+        for (int i = 0; i < legend->itemCount(); ++i) {
+            const QRect r = legend->item(i)->outerRect();
+            CHECK(r.left() >= 0);
+            CHECK(r.right() <= plot->width());
+        }
     }
 }
 

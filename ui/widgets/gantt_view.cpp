@@ -398,6 +398,7 @@ void GanttView::rebuildMemory()
     m_memoryTop = 0;
     m_memoryNoteLines = 0;
     m_aboveNote = nullptr;
+    m_hoverNote = nullptr; // clearItems deleted both notes
     m_memory->legend->setVisible(false);
     if (m_scene->empty()) {
         m_memory->replot();
@@ -465,9 +466,8 @@ void GanttView::rebuildMemory()
     }
     // Room above the curves for the notes at the top of the plot: "above the scale" (right), "hover a curve" (left),
     // in pixels once the plot's height is known (fitMemoryHeadroom, after every layout).
-    const bool note = fitMemoryLegend();
+    fitMemoryLegend();
     m_memoryTop = std::max(top, 0.01 / 1.1);
-    m_memoryNoteLines = (above.isEmpty() ? 0 : 1) + (note ? 1 : 0);
     fitMemoryHeadroom();
     m_memory->replot();
 }
@@ -626,19 +626,28 @@ TimeAxis GanttView::timeAxis() const
 
 bool GanttView::fitMemoryLegend()
 {
-    // As many entries a row as fit the plot's width, at most two rows; with more devices than that the legend
-    // gives way to a note, and hovering a curve names its device (memoryToolTipAt).
+    // As many entries a row as fit the plot's width (each entry as wide as the widest one's own size hint: its icon,
+    // padding, text and margins), at most two rows; with more devices than that the legend gives way to a note, and
+    // hovering a curve names its device (memoryToolTipAt). Called again on every resize: a legend laid out for
+    // another width clipped its last entries ("dgx0/gpu(").
     const int graphs = m_memory->graphCount();
+    QCPLegend* legend = m_memory->legend;
     int widest = 0;
-    const QFontMetrics fm(m_memory->legend->font());
-    for (int i = 0; i < graphs; ++i)
-        widest = std::max(widest, fm.horizontalAdvance(m_memory->graph(i)->name()));
-    const int perRow = std::max(1, (m_memory->width() - 40) / (widest + 40));
+    for (int i = 0; i < legend->itemCount(); ++i)
+        widest = std::max(widest, legend->item(i)->minimumOuterSizeHint().width());
+    const QMargins margins = legend->margins();
+    const int spacing = legend->columnSpacing();
+    const int available = m_memory->width() - margins.left() - margins.right();
+    const int perRow = std::max(1, (available + spacing) / std::max(1, widest + spacing));
     const bool fits = graphs > 0 && graphs <= 2 * perRow;
     // Not fitting, it is hidden in a single row (a hidden legend of many rows would still take the plot's height).
-    m_memory->legend->setWrap(fits ? std::min(graphs, perRow) : std::max(1, graphs));
-    m_memory->legend->setFillOrder(m_memory->legend->fillOrder(), true);
-    m_memory->legend->setVisible(fits);
+    legend->setWrap(fits ? std::min(graphs, perRow) : std::max(1, graphs));
+    legend->setFillOrder(legend->fillOrder(), true);
+    legend->setVisible(fits);
+    if (m_hoverNote) {
+        m_memory->removeItem(m_hoverNote);
+        m_hoverNote = nullptr;
+    }
     if (!fits && graphs > 0) {
         // Top left, in the room kept above the curves (it sat bottom left, over the lowest curve); the capacity
         // note sits top right.
@@ -654,9 +663,10 @@ bool GanttView::fitMemoryLegend()
         note->setText(tr("%1 devices: hover a curve").arg(graphs));
         note->setClipToAxisRect(true);
         note->setColor(QColor(90, 90, 90));
-        return true;
+        m_hoverNote = note;
     }
-    return false;
+    m_memoryNoteLines = (m_aboveNote ? 1 : 0) + (m_hoverNote ? 1 : 0);
+    return m_hoverNote != nullptr;
 }
 
 QString GanttView::memoryToolTipAt(QPoint pos) const
@@ -686,8 +696,11 @@ bool GanttView::eventFilter(QObject* watched, QEvent* event)
     auto* plot = qobject_cast<QCustomPlot*>(watched);
     if (!plot)
         return QWidget::eventFilter(watched, event);
-    if (event->type() == QEvent::Resize && plot == m_memory)
+    if (event->type() == QEvent::Resize && plot == m_memory) {
         updateMemoryCurves(); // one point per pixel column of the new width
+        if (m_memory->graphCount() > 0)
+            fitMemoryLegend(); // the legend's rows for the new width; the headroom follows at the next layout
+    }
     if (event->type() == QEvent::Resize) {
         // About one time label per 110 px: a narrow window must not run "10.0 s12.5 s" together.
         const int width = static_cast<QResizeEvent*>(event)->size().width();

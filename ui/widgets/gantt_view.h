@@ -113,6 +113,7 @@ private:
     /// Sets each memory curve's points for the window shown (peakPerPixel()).
     void updateMemoryCurves();
     /// Lays the legend out for the plot's width; returns whether it gave way to a note ("N devices: hover a curve").
+    /// Sets m_memoryNoteLines.
     bool fitMemoryLegend();
     /// Sets the memory axis' range: the top curve below the notes' lines (m_memoryNoteLines) at the plot's height;
     /// true when it changed.
@@ -153,6 +154,7 @@ private:
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
     QCPItemText* m_aboveNote = nullptr; ///< the memory plot's "capacity … (above the scale)", when shown
+    QCPItemText* m_hoverNote = nullptr; ///< the memory plot's "N devices: hover a curve", when shown
     double m_memoryTop = 0; ///< GiB: the highest curve or capacity line the memory plot must show
     int m_memoryNoteLines = 0; ///< lines of notes at the top of the memory plot (0, 1 or 2)
     /// A device's memory curve: its graph and its samples; the graph shows a reduction of them (peakPerPixel).

@@ -95,22 +95,26 @@ __global__ void attentionForwardGeneric(T* out, float* lse, const T* qkv, int T_
         lse[static_cast<std::size_t>(bh) * T_ + t] = m + logf(l);
 }
 
-/// delta[b, h, t] = dout[b, t, h] . out[b, t, h]: the softmax backward's row term (sum_j P dP = dO . O).
+/// delta[b, h, t] = dout[b, t, h] . out[b, t, h]: the softmax backward's row term (sum_j P dP = dO . O). One warp
+/// per row, its lanes over the head's dimensions (coalesced: a thread per row read hs scattered elements one by one).
 template <class T>
 __global__ void attentionDelta(float* delta, const T* dout, const T* out, int B, int T_, int C, int NH)
 {
-    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const std::size_t i = (static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x % 32);
     if (i >= static_cast<std::size_t>(B) * T_ * NH)
-        return;
+        return; // the whole warp: blocks are whole warps
     const int hs = C / NH;
     const int h = static_cast<int>(i % NH);
     const std::size_t bt = i / NH;
     const int b = static_cast<int>(bt / T_), t = static_cast<int>(bt % T_);
     const std::size_t offset = bt * C + static_cast<std::size_t>(h) * hs;
     float sum = 0.0f;
-    for (int d = 0; d < hs; ++d)
+    for (int d = lane; d < hs; d += 32)
         sum += toFloat(dout[offset + d]) * toFloat(out[offset + d]);
-    delta[(static_cast<std::size_t>(b) * NH + h) * T_ + t] = sum;
+    sum = warpSum(sum);
+    if (lane == 0)
+        delta[(static_cast<std::size_t>(b) * NH + h) * T_ + t] = sum;
 }
 
 /// dQ, one warp per query row t: dq = scale sum_j P_tj (dP_tj - delta_t) k_j, over keys j <= t.
@@ -744,7 +748,7 @@ void attentionBackward(const Launch& l, void* dqkv, const void* dout, const void
     auto* delta = static_cast<float*>(l.scratch->get(Scratch::AttentionDelta, rows * sizeof(float)));
     auto run = [&](auto type) {
         using E = decltype(type);
-        attentionDelta<E><<<static_cast<unsigned>(ceilDiv(rows, 256)), 256, 0, l.stream>>>(
+        attentionDelta<E><<<static_cast<unsigned>(ceilDiv(rows * 32, 256)), 256, 0, l.stream>>>(
             delta, static_cast<const E*>(dout), static_cast<const E*>(out), B, T, C, NH);
         PW_CUDA_LAUNCHED();
         if constexpr (sizeof(E) == 2) {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "kernel_timing.h"
 
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <utility>
 
 #include "gpt2.h"
+#include "ops.h"
 #include "planner/gpu_cost_model.h"
 
 namespace pw::engine {

@@ -4,6 +4,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QDir>
+#include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QInputDialog>
@@ -28,8 +29,11 @@
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/graph_import_dialog.h"
 #include "ui/widgets/history_view.h"
+#include "ui/widgets/metrics_panel.h"
+#include "ui/widgets/model_view.h"
 #include "ui/widgets/partition_panel.h"
 #include "ui/widgets/run_monitor.h"
+#include "ui/widgets/scenarios_view.h"
 
 namespace pw::ui {
 

@@ -290,8 +290,12 @@ std::vector<KernelCall> measureLayerKernels(const ProfileOptions& options, int l
         backend.take(); // the input's upload is not the layer's
         model.forward(
             stash, model.params().data(), inputs, model.hasEmbedding() ? nullptr : &x, targets, 1.0f, loss.as<float>());
-        model.backward(stash, model.params().data(), model.grads().data(), model.hasHead() ? nullptr : &dout);
         std::vector<KernelCall> calls = backend.take();
+        model.backward(stash, model.params().data(), model.grads().data(), model.hasHead() ? nullptr : &dout);
+        for (KernelCall& c : backend.take()) {
+            c.backward = true;
+            calls.push_back(std::move(c));
+        }
         model.zeroGrads();
         backend.take();
         if (pass >= options.warmup)

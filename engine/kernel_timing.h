@@ -49,6 +49,7 @@ struct KernelCall
     std::string shape; ///< "16384 x 768 -> 2304, bias", "12582912 B", ...
     KernelWork work;
     double seconds = 0; ///< device time (after resolve; the median over passes from measureLayerKernels)
+    bool backward = false; ///< made by the layer's backward (measureLayerKernels), not its forward
 
     bool operator==(const KernelCall&) const = default;
 };

@@ -488,9 +488,8 @@ int main(int argc, char** argv)
         std::printf("  %-20s %-36s %10s %10s %8s\n", "kernel", "shape", "measured", "model", "ratio");
         double measured[2] = {0, 0}, priced[2] = {0, 0};
         json rowsJson = json::array();
-        bool backward = false;
         for (const engine::KernelCall& c : calls) {
-            backward = backward || c.kernel.find("backward") != std::string::npos;
+            const bool backward = c.backward;
             const double m = engine::modelSeconds(c.work, model);
             measured[backward] += c.seconds;
             priced[backward] += m;

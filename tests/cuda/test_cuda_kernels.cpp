@@ -2,9 +2,9 @@
 // The CUDA backend against the CPU backend (ops.h, the oracle): every Backend member on random inputs of odd sizes,
 // in fp32 (norm-wise relative error <= 1e-5) and bf16 mixed precision (<= 2e-2). Inputs are rounded to the GPU's
 // storage type first, so both backends start from the same values; gradient outputs start non-zero, so the
-// accumulation (+=) of the parameters' gradients is checked too, and that input gradients are written (=). The error is norm-wise: |gpu - cpu|_2 / |cpu|_2 over the whole output, which a
-// single wrong element of a small output still fails and which needs no absolute floor for outputs near zero.
-// Every case skips where no CUDA device is visible.
+// accumulation (+=) of the parameters' gradients is checked too, and that input gradients are written (=). The error is
+// norm-wise: |gpu - cpu|_2 / |cpu|_2 over the whole output, which a single wrong element of a small output still fails
+// and which needs no absolute floor for outputs near zero. Every case skips where no CUDA device is visible.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

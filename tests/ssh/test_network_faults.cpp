@@ -271,13 +271,13 @@ TEST_CASE("network namespace hosts answer over SSH and a silenced link drops eve
     CHECK(agents::SshSession::open(app::endpointOf(cluster.nodes[1]), remote.ssh)->run("echo ok").out == "ok\n");
 }
 
-TEST_CASE("a 15 s silent outage of the controller's link mid-run is waited out and resumed: every step and span once",
+TEST_CASE("a 15 s silent outage of the controller's link mid-run: waited out and resumed, every step and span once",
     "[ssh][net][run]")
 {
     faultMidRun(Fault::Silence, std::chrono::seconds {15});
 }
 
-TEST_CASE("a 60 s silent outage of the controller's link mid-run is waited out and resumed: every step and span once",
+TEST_CASE("a 60 s silent outage of the controller's link mid-run: waited out and resumed, every step and span once",
     "[ssh][net][run][long]")
 {
     // Beyond the heartbeat timeout (10 s): the agents trained through it, and their devices' last reported actions

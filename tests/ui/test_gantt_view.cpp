@@ -190,12 +190,16 @@ TEST_CASE("gantt view: the memory legend's entries all fit the plot's width, at 
             continue;
         }
         CHECK_FALSE(memoryNote(plot, "hover a curve"));
-        REQUIRE(legend->itemCount() == 8);
-        for (int i = 0; i < legend->itemCount(); ++i) {
-            const QRect r = legend->item(i)->outerRect();
-            CHECK(r.left() >= 0);
-            CHECK(r.right() <= plot->width());
+        int entries = 0;
+        for (int i = 0; i < legend->itemCount(); ++i) { // the grid's cells: a wrapped last row has empty ones
+            const QCPAbstractLegendItem* item = legend->item(i);
+            if (!item)
+                continue;
+            ++entries;
+            CHECK(item->outerRect().left() >= 0);
+            CHECK(item->outerRect().right() <= plot->width());
         }
+        CHECK(entries == plot->graphCount());
     }
 }
 

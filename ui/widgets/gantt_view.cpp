@@ -633,8 +633,9 @@ bool GanttView::fitMemoryLegend()
     const int graphs = m_memory->graphCount();
     QCPLegend* legend = m_memory->legend;
     int widest = 0;
-    for (int i = 0; i < legend->itemCount(); ++i)
-        widest = std::max(widest, legend->item(i)->minimumOuterSizeHint().width());
+    for (int i = 0; i < legend->itemCount(); ++i) // the grid's cells: a wrapped last row has empty ones
+        if (const QCPAbstractLegendItem* item = legend->item(i))
+            widest = std::max(widest, item->minimumOuterSizeHint().width());
     const QMargins margins = legend->margins();
     const int spacing = legend->columnSpacing();
     const int available = m_memory->width() - margins.left() - margins.right();

@@ -5,6 +5,7 @@
 
 #include <QFile>
 #include <QFileInfo>
+#include <QFontMetricsF>
 #include <QImage>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -671,4 +672,23 @@ TEST_CASE("gantt view: every time tick is labelled with its own value (2.5 s ste
             CHECK(std::abs(shownValue - ticks[i]) <= 1e-9 * std::max(1.0, std::abs(ticks[i]) / unit) * unit);
         }
     }
+}
+
+TEST_CASE("gantt view: a block's title fits its band's height and width, elided, or is left out", "[ui]")
+{
+    // issue 30 item 18: at 1024 x 700 a stacked scenario's title ran into the bars and off the right edge.
+    const QString title = QStringLiteral("PipeDream, 1F1B — 6-2, 1f1b: 1112.2 samples/s, 57.546 ms");
+    QFont font;
+    font.setPointSize(10);
+    for (const double band : {9.0, 11.0, 14.0, 30.0}) {
+        const auto fitted = ui::fitTitle(title, font, band, 200);
+        INFO("band " << band << " px");
+        REQUIRE_FALSE(fitted.text.isEmpty());
+        CHECK(fitted.font.bold());
+        CHECK(QFontMetricsF(fitted.font).height() <= band);
+        CHECK(QFontMetricsF(fitted.font).horizontalAdvance(fitted.text) <= 200);
+        CHECK(fitted.text.endsWith(QChar(0x2026))); // elided: the whole title is wider than 200 px
+    }
+    CHECK(ui::fitTitle(title, font, 30, 2000).text == title); // room for all of it
+    CHECK(ui::fitTitle(title, font, 5, 200).text.isEmpty()); // too thin to read: left out
 }

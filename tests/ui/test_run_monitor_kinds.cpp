@@ -9,6 +9,8 @@
 #include <QTabWidget>
 #include <algorithm>
 
+#include <qcustomplot.h>
+
 #include "app/run/snapshot.h"
 #include "planner/sim/simulator.h"
 #include "tests/app/measured_fixture.h"
@@ -103,4 +105,26 @@ TEST_CASE("run monitor: the prediction's error per action kind is a row per kind
     CHECK_THAT(differ,
         Contains("8 / 7") && Contains("did not follow the plan") && Contains("F: 8 predicted, 7 measured<br>B: "));
     CHECK(kinds->widget()->sizeHint().width() <= widthFollowed);
+}
+
+TEST_CASE("run monitor: the loss plot's legend sits above the plot, clear of the curves and ticks", "[ui][run]")
+{
+    // issue 30 item 18: at 1024 x 700 the legend inside the narrow plot covered the curves and the throughput ticks.
+    planner::Plan plan = test::chainPlan(2, 4, "1f1b");
+    plan.schedule.iterations = 1;
+    const auto predicted = planner::simulate(plan).timeline;
+    ui::RunMonitor monitor;
+    monitor.resize(1024, 700);
+    monitor.showSnapshot(snapshot(plan, predicted, test::asMeasured(predicted)));
+    monitor.show();
+    QCustomPlot* plot = monitor.curves();
+    plot->replot();
+    REQUIRE(plot->legend->visible());
+    const QRect legend = plot->legend->outerRect();
+    const QRect axes = plot->axisRect()->outerRect();
+    INFO("legend " << legend.x() << "," << legend.y() << " " << legend.width() << "x" << legend.height() << "; axes "
+                   << axes.x() << "," << axes.y() << " " << axes.width() << "x" << axes.height());
+    CHECK(legend.height() > 0);
+    CHECK_FALSE(legend.intersects(axes));
+    CHECK(legend.bottom() <= axes.top());
 }

@@ -170,6 +170,15 @@ TEST_CASE("the metrics panel writes peak memory and capacity each in the unit th
         == QString::fromStdString(
             planner::formatBytes(worst.peak_bytes) + " of " + planner::formatBytes(worst.capacity_bytes)));
     CHECK_FALSE(memory.startsWith(QStringLiteral("0.00")));
+    // The per-stage table beside it writes each stage's peak in the unit that fits too ("0.00 of 16.00 GiB" before).
+    ui::StageModel model(doc);
+    for (int s = 0; s < model.rowCount(); ++s) {
+        const double peak = doc.prediction()->stages[static_cast<std::size_t>(s)].peak_memory_bytes;
+        REQUIRE(peak < (1 << 30));
+        const QString cell = model.data(model.index(s, ui::StageModel::Memory)).toString();
+        CHECK(cell.startsWith(QString::fromStdString(planner::formatBytes(peak)) + QStringLiteral(" of ")));
+        CHECK_FALSE(cell.startsWith(QStringLiteral("0.00")));
+    }
 }
 
 TEST_CASE("the metrics panel's plan line wraps in a narrow dock, never cut", "[widgets]")

@@ -6,6 +6,8 @@
 #include <QStringList>
 #include <cmath>
 
+#include "planner/units.h"
+
 namespace pw::ui {
 
 /// "1.234 s", "12.500 ms", "80.000 µs", "0 s" (with `decimals` after the point).
@@ -31,10 +33,11 @@ inline QString secondsTextIn(double s, double unit, int decimals)
     return QString::number(s / unit, 'f', decimals) + symbol;
 }
 
-/// Bytes in GiB (2^30) with two decimals: "21.09 GiB".
+/// Bytes in the binary unit that fits, two decimals: "21.09 GiB", "8.53 MiB" (planner::formatBytes, as the CLI
+/// writes them: a tiny model's memory is never "0.00 GiB").
 inline QString bytesText(double bytes)
 {
-    return QString::number(bytes / double(1ull << 30), 'f', 2) + QStringLiteral(" GiB");
+    return QString::fromStdString(planner::formatBytes(bytes));
 }
 
 /// Bytes in MiB (2^20) with one decimal: "12.5 MiB" (per-layer sizes).

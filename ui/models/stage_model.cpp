@@ -110,9 +110,7 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
         return !m_document.isPredictionCurrent() ? tr("simulating…") : tr("not simulated");
     case Memory:
         if (have) // against the capacity: the table needs no second column for it
-            return tr("%1 of %2 GiB")
-                .arg(peak / double(1ull << 30), 0, 'f', 2)
-                .arg(capacity / double(1ull << 30), 0, 'f', 2);
+            return tr("%1 of %2").arg(bytesText(peak), bytesText(capacity));
         return !m_document.isPredictionCurrent() ? tr("simulating…") : tr("not simulated");
     case Capacity:
         return have ? bytesText(capacity) : QString();

@@ -2,6 +2,7 @@
 #include "gantt_scene.h"
 
 #include <QCoreApplication>
+#include <QFontMetricsF>
 #include <algorithm>
 #include <cmath>
 
@@ -54,6 +55,23 @@ QColor spanColor(ActionKind kind, int microbatch)
         return QColor(230, 140, 20);
     }
     return Qt::black;
+}
+
+FittedTitle fitTitle(const QString& title, QFont font, double bandPixels, double widthPixels)
+{
+    constexpr int kSmallest = 7; // pixels: below this a title is not legible
+    font.setBold(true);
+    if (bandPixels < kSmallest || widthPixels <= 0)
+        return {font, {}};
+    if (QFontMetricsF(font).height() > bandPixels) {
+        int px = static_cast<int>(std::floor(bandPixels));
+        font.setPixelSize(px);
+        while (px > kSmallest && QFontMetricsF(font).height() > bandPixels)
+            font.setPixelSize(--px);
+        if (QFontMetricsF(font).height() > bandPixels)
+            return {font, {}};
+    }
+    return {font, QFontMetricsF(font).elidedText(title, Qt::ElideRight, widthPixels)};
 }
 
 namespace {

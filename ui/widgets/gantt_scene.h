@@ -5,6 +5,7 @@
 #pragma once
 
 #include <QColor>
+#include <QFont>
 #include <QString>
 #include <memory>
 #include <vector>
@@ -29,6 +30,16 @@ struct GanttBlock
 
 /// The colour of a span: a hue per microbatch (a golden angle apart, so neighbours differ), the kind's lightness.
 QColor spanColor(planner::ActionKind kind, int microbatch);
+
+/// A block's title as drawn in its band (`bandPixels` high, `widthPixels` wide): bold, the font shrunk until a line
+/// fits the band's height, the text elided to the width. An empty text: the band is too thin for a legible title
+/// (under 7 px); the hover text still names the block.
+struct FittedTitle
+{
+    QFont font;
+    QString text;
+};
+FittedTitle fitTitle(const QString& title, QFont font, double bandPixels, double widthPixels);
 
 /// @brief One stacked timeline: its spans indexed by row and its rows' place in the scene's layout units.
 struct GanttBlockData

@@ -77,8 +77,13 @@ RunMonitor::RunMonitor(QWidget* parent)
     // Few step ticks: the plot may be narrow, and steps run to millions.
     m_curves->xAxis->ticker()->setTickCount(3);
     m_curves->xAxis->ticker()->setTickStepStrategy(QCPAxisTicker::tssMeetTickCount);
-    m_curves->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignLeft);
-    m_curves->legend->setBrush(QColor(255, 255, 255, 200));
+    // The legend sits in a row above the plot, as in the model view: inside a narrow plot (1024 x 700) it covered
+    // the curves and the throughput axis's ticks.
+    m_curves->plotLayout()->insertRow(0);
+    m_curves->plotLayout()->addElement(0, 0, m_curves->legend);
+    m_curves->plotLayout()->setRowStretchFactor(0, 0.001);
+    m_curves->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    m_curves->legend->setBorderPen(Qt::NoPen);
 
     m_agents = new QTableWidget(0, 7, this);
     m_agents->setHorizontalHeaderLabels(

@@ -33,6 +33,7 @@ struct Collective
     double ready = 0;
     double start = 0;
     double end = kUnset;
+    int stage = -2; ///< the stage whose gradients the members sum (-1: another group); -2 until the first arrives
     std::vector<double> bucket_ready; ///< overlapped all-reduce: when each bucket is final on every member
 };
 
@@ -640,6 +641,13 @@ private:
                 m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " names a stage outside the schedule");
         // A stage's replicas sum its gradient buckets as they are ready; tied weights are summed whole, after them.
         const int stage = m_s.groups[a.group].purpose == CollectivePurpose::Replicas ? a.stage : -1;
+        // Every member sums the same stage's gradients: a member that names another stage (a damaged schedule) would
+        // sum buckets of another size (AddressSanitizer found the read past them).
+        if (c.stage == -2)
+            c.stage = stage;
+        else if (c.stage != stage)
+            throw InputError(m_plan.cluster->deviceName(d) + ": " + actionLabel(a) + " joins an all-reduce of stage "
+                + std::to_string(c.stage) + "'s gradients as stage " + std::to_string(stage));
         if (overlapsAllReduce(stage))
             noteBuckets(c, d, stage);
         if (c.arrived < static_cast<int>(members.size()))

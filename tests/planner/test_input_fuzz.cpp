@@ -199,3 +199,29 @@ TEST_CASE("mutated tensor-parallel plans are rejected or schedule and simulate",
             simulate(p, schedule, {false, false});
     });
 }
+
+TEST_CASE("an all-reduce whose members name different stages is refused, not summed over another's buckets", "[fuzz]")
+{
+    // AddressSanitizer found it in the mutated HetPipe schedules above: the second member's stage had fewer gradient
+    // buckets than the first's, and the simulator read past them. Here: 2 stages of 2 replicas each.
+    auto model = modelFromJson(smallModelJson());
+    auto cluster = loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    PartitionOptions o;
+    o.devices = 4;
+    o.stages = 2;
+    o.schedule.microbatches = 4;
+    auto plan = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
+    REQUIRE(plan.ok());
+    auto schedule = generateSchedule(*plan.plan);
+    REQUIRE(schedule.num_stages > 1);
+    // The first member of the first replicas' all-reduce names the next stage instead of its own.
+    Action* changed = nullptr;
+    for (auto& actions : schedule.devices)
+        for (auto& a : actions)
+            if (!changed && a.kind == ActionKind::AllReduce
+                && schedule.groups[static_cast<std::size_t>(a.group)].purpose == CollectivePurpose::Replicas)
+                changed = &a;
+    REQUIRE(changed);
+    changed->stage = (changed->stage + 1) % schedule.num_stages;
+    CHECK_THROWS_WITH(simulate(*plan.plan, schedule, {false, false}), Catch::Contains("joins an all-reduce of stage"));
+}

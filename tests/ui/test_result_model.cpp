@@ -215,3 +215,19 @@ TEST_CASE("result model: a plan over its devices' memory paints red", "[ui]")
     CHECK(cell(m, 0, ResultModel::Label, Qt::FontRole).value<QFont>().bold());
     CHECK_FALSE(cell(m, 1, ResultModel::Label, Qt::FontRole).isValid());
 }
+
+TEST_CASE("result model: a peak under 1 GiB is written in the unit that fits, never 0.0 GiB", "[ui]")
+{
+    // issue 30 item 16: the tiny demo's row read "0.0 / 16 GiB" beside the metrics' "8.53 MiB of 16.00 GiB".
+    ResultModel model;
+    ResultRow tiny;
+    tiny.label = QStringLiteral("current plan");
+    tiny.peak_bytes = 8.53 * (1 << 20);
+    tiny.capacity_bytes = 16.0 * (1ull << 30);
+    ResultRow large = tiny;
+    large.peak_bytes = 62.3 * (1ull << 30);
+    large.capacity_bytes = 80.0 * (1ull << 30);
+    model.setRows({tiny, large});
+    CHECK(model.data(model.index(0, ResultModel::Memory)).toString() == QStringLiteral("8.53 MiB / 16.00 GiB"));
+    CHECK(model.data(model.index(1, ResultModel::Memory)).toString() == QStringLiteral("62.3 / 80 GiB"));
+}

@@ -54,10 +54,15 @@ QVariant ResultModel::data(const QModelIndex& index, int role) const
         case Bubble:
             return r.bubble >= 0 ? percentText(r.bubble) : QString();
         case Memory:
-            return r.peak_bytes > 0 ? tr("%1 / %2 GiB")
-                                          .arg(r.peak_bytes / double(1ull << 30), 0, 'f', 1)
-                                          .arg(r.capacity_bytes / double(1ull << 30), 0, 'f', 0)
-                                    : QString();
+            if (r.peak_bytes <= 0)
+                return QString();
+            // Compact in GiB where it reads right ("62.3 / 80 GiB"); a peak under 1 GiB in the unit that fits, or
+            // a tiny model read "0.0 / 16 GiB" beside the metrics' "8.53 MiB of 16.00 GiB".
+            if (r.peak_bytes < double(1ull << 30))
+                return tr("%1 / %2").arg(bytesText(r.peak_bytes), bytesText(r.capacity_bytes));
+            return tr("%1 / %2 GiB")
+                .arg(r.peak_bytes / double(1ull << 30), 0, 'f', 1)
+                .arg(r.capacity_bytes / double(1ull << 30), 0, 'f', 0);
         case Note:
             return r.note;
         }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <string>
 
+#include "transformer_shape.h"
+
 namespace pw::planner {
 
 namespace {
@@ -122,31 +124,41 @@ double GpuCostModel::attentionSeconds(double batch, double heads, double sequenc
 LayerEstimate transformerBlockEstimate(const TransformerConfig& config, const GpuCostModel& model)
 {
     const double T = static_cast<double>(config.microbatch) * config.sequence; // tokens
-    const double d = config.hidden, e = config.bytes_per_element;
-    struct Product
-    {
-        double m, n, k;
-    };
-    // X (T x K) W (K x N): QKV, attention out-projection, MLP up, MLP down.
-    const Product products[] = {{T, 3 * d, d}, {T, d, d}, {T, 4 * d, d}, {T, d, 4 * d}};
+    const double d = config.hidden, e = config.bytes_per_element, f = config.ffnHidden();
     double forward = 0, input = 0, weight = 0;
-    for (const auto& p : products) {
-        forward += model.gemmSeconds(p.m, p.n, p.k);
-        input += model.gemmSeconds(p.m, p.k, p.n); // dX = dY W^T
-        weight += model.gemmSeconds(p.k, p.n, p.m); // dW = X^T dY
+    // X (T x K) W (K x N): QKV, attention out-projection, MLP up (and gate), MLP down (transformer_shape.h).
+    for (const auto& p : blockProducts(config)) {
+        forward += model.gemmSeconds(T, p.n, p.k);
+        input += model.gemmSeconds(T, p.k, p.n); // dX = dY W^T
+        weight += model.gemmSeconds(p.k, p.n, T); // dW = X^T dY
     }
     const double B = config.microbatch, a = config.heads, s = config.sequence;
-    forward += model.attentionSeconds(B, a, s, d / a, false);
-    input += model.attentionSeconds(B, a, s, d / a, true);
-    // Memory-bound ops in units of one [T, d] tensor read or written. Forward: 2 layer norms (read, write: 2 each),
-    // GELU on [T, 4d] (8), 2 residual adds (read 2, write 1: 3 each) = 18. Input gradient: 2 layer norms' dX (read x
-    // and dY, write dX: 3 each), GELU's (read x and dY, write dX on [T, 4d]: 12), the 2 residual branches' gradients
-    // summed (3 each) = 24. Weight gradient: 2 layer norms' dgamma and dbeta (read x and dY: 2 each) and the 4
-    // biases' gradients (read dY of QKV 3, out-projection 1, MLP up 4, down 1) = 13.
+    forward += model.attentionSeconds(B, a, s, config.headDim(), false);
+    input += model.attentionSeconds(B, a, s, config.headDim(), true);
+    // Memory-bound ops in units of one [T, d] tensor read or written. Forward: 2 norms (read, write: 2 each), the
+    // activation on [T, f] (GELU reads and writes one: 2f/d; SwiGLU reads gate and up, writes their product: 3f/d),
+    // 2 residual adds (read 2, write 1: 3 each). GPT: 4 + 8 + 6 = 18. Input gradient: 2 norms' dX (read x and dY,
+    // write dX: 3 each), the activation's (GELU reads x and dY, writes dX: 3f/d; SwiGLU reads gate, up and dY,
+    // writes both gradients: 5f/d), the 2 residual branches' gradients summed (3 each). GPT: 6 + 12 + 6 = 24.
+    // Weight gradient: 2 norms' scale (and shift) gradients (read x and dY: 2 each) and the biases' gradients (read
+    // the dY of each biased product: its n / d). GPT: 4 + 9 = 13. Rotary positions rotate Q and K in the forward and
+    // their gradients in the backward (read and write each: 2 (d + kv) / d).
+    const bool swiglu = config.mlp == MlpKind::SwiGlu;
+    double fwdUnits = 4 + (swiglu ? 3 : 2) * f / d + 6;
+    double inUnits = 6 + (swiglu ? 5 : 3) * f / d + 6;
+    double wUnits = 4;
+    for (const auto& p : blockProducts(config))
+        if (p.bias)
+            wUnits += p.n / d;
+    if (config.positions == PositionKind::Rotary) {
+        const double rotated = 2 * (d + static_cast<double>(config.kvHeads()) * config.headDim()) / d;
+        fwdUnits += rotated;
+        inUnits += rotated;
+    }
     const double tensor = T * d * e;
-    forward += model.bytesSeconds(18 * tensor);
-    input += model.bytesSeconds(24 * tensor);
-    weight += model.bytesSeconds(13 * tensor);
+    forward += model.bytesSeconds(fwdUnits * tensor);
+    input += model.bytesSeconds(inUnits * tensor);
+    weight += model.bytesSeconds(wUnits * tensor);
     return {forward * 1e3, input * 1e3, weight * 1e3};
 }
 

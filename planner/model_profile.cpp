@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "model_profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -13,6 +14,71 @@
 namespace pw::planner {
 
 using nlohmann::json;
+
+namespace {
+
+template <class Kind, std::size_t N>
+Kind kindNamed(const std::string& text, const std::string& field, const std::pair<const char*, Kind> (&names)[N])
+{
+    std::string list;
+    for (const auto& [n, kind] : names) {
+        if (text == n)
+            return kind;
+        list += (list.empty() ? "" : " | ") + std::string(n);
+    }
+    throw InputError({}, 0, field, "'" + text + "' is not one of " + list);
+}
+
+const std::pair<const char*, MlpKind> kMlpNames[] = {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}};
+const std::pair<const char*, NormKind> kNormNames[]
+    = {{"layernorm", NormKind::LayerNorm}, {"rmsnorm", NormKind::RmsNorm}};
+const std::pair<const char*, PositionKind> kPositionNames[]
+    = {{"learned", PositionKind::Learned}, {"rotary", PositionKind::Rotary}};
+const std::pair<const char*, BiasKind> kBiasNames[]
+    = {{"all", BiasKind::All}, {"qkv", BiasKind::Qkv}, {"none", BiasKind::None}};
+
+template <class Kind, std::size_t N> const char* nameOf(Kind kind, const std::pair<const char*, Kind> (&names)[N])
+{
+    for (const auto& [n, k] : names)
+        if (k == kind)
+            return n;
+    return "?";
+}
+
+} // namespace
+
+const char* name(MlpKind kind)
+{
+    return nameOf(kind, kMlpNames);
+}
+const char* name(NormKind kind)
+{
+    return nameOf(kind, kNormNames);
+}
+const char* name(PositionKind kind)
+{
+    return nameOf(kind, kPositionNames);
+}
+const char* name(BiasKind kind)
+{
+    return nameOf(kind, kBiasNames);
+}
+MlpKind mlpKindNamed(const std::string& text, const std::string& field)
+{
+    return kindNamed(text, field, kMlpNames);
+}
+NormKind normKindNamed(const std::string& text, const std::string& field)
+{
+    return kindNamed(text, field, kNormNames);
+}
+PositionKind positionKindNamed(const std::string& text, const std::string& field)
+{
+    return kindNamed(text, field, kPositionNames);
+}
+BiasKind biasKindNamed(const std::string& text, const std::string& field)
+{
+    return kindNamed(text, field, kBiasNames);
+}
 
 bool isDataSource(const Layer& layer)
 {
@@ -107,6 +173,18 @@ void ModelProfile::validate() const
             check(*l.backward_weight_ms, "backward_weight_ms");
         }
         check(l.weight_gradient_bytes, "weight_gradient_bytes");
+        check(l.selective_recompute_ms, "selective_recompute_ms");
+        if (const auto& p = l.activation_parts) {
+            for (auto [v, field] :
+                {std::pair {p->replicated, "activation_parts/replicated"}, {p->sharded, "activation_parts/sharded"},
+                    {p->attention_core, "activation_parts/attention_core"}, {p->input, "activation_parts/input"}})
+                check(v, field);
+            const double stash = l.stashed_bytes.value_or(l.activation_bytes);
+            if (std::abs(p->total() - stash) > 1e-9 * std::max(1.0, stash))
+                throw InputError({}, 0, path + "/activation_parts",
+                    "its parts add up to " + std::to_string(p->total()) + " bytes, the layer stashes "
+                        + std::to_string(stash) + " (stashed_bytes): they describe the same memory");
+        }
         for (const auto& [type, t] : l.device_times) {
             if (!std::isfinite(t.forward_ms) || t.forward_ms < 0 || !std::isfinite(t.backward_ms) || t.backward_ms < 0)
                 throw InputError({}, 0, path + "/device_times/" + type, "times must be finite numbers >= 0");
@@ -120,6 +198,12 @@ void ModelProfile::validate() const
     }
 }
 
+bool TransformerConfig::isGpt2Block() const
+{
+    return ffnHidden() == 4 * hidden && kvHeads() == heads && mlp == MlpKind::Gelu && norm == NormKind::LayerNorm
+        && positions == PositionKind::Learned && bias == BiasKind::All && tied_embeddings;
+}
+
 void TransformerConfig::validate(const std::string& path) const
 {
     auto field = [&](const char* name) { return path.empty() ? std::string(name) : path + "/" + name; };
@@ -128,9 +212,21 @@ void TransformerConfig::validate(const std::string& path) const
             {"microbatch", microbatch}, {"bytes_per_element", bytes_per_element}})
         if (value <= 0)
             throw InputError({}, 0, field(name), "must be > 0, got " + std::to_string(value));
+    for (auto [name, value] :
+        {std::pair {"ffn_hidden", ffn_hidden}, {"kv_heads", kv_heads}, {"max_positions", max_positions}})
+        if (value < 0)
+            throw InputError({}, 0, field(name), "must be > 0 (or 0 for the default), got " + std::to_string(value));
     if (hidden % heads != 0)
         throw InputError({}, 0, field("heads"),
             "must divide hidden (" + std::to_string(hidden) + " is not a multiple of " + std::to_string(heads) + ")");
+    if (heads % kvHeads() != 0)
+        throw InputError({}, 0, field("kv_heads"),
+            "must divide heads (" + std::to_string(heads) + " is not a multiple of " + std::to_string(kvHeads())
+                + "): each key and value head serves a whole group of query heads");
+    if (positions == PositionKind::Learned && positionRows() < sequence)
+        throw InputError({}, 0, field("max_positions"),
+            "the learned position table has " + std::to_string(positionRows()) + " rows, fewer than the sequence ("
+                + std::to_string(sequence) + ")");
 }
 
 json toJson(const ModelProfile& model)
@@ -151,6 +247,13 @@ json toJson(const ModelProfile& model)
             jl["backward_weight_ms"] = *l.backward_weight_ms;
         if (l.weight_gradient_bytes > 0)
             jl["weight_gradient_bytes"] = l.weight_gradient_bytes;
+        if (l.activation_parts) {
+            const auto& p = *l.activation_parts;
+            jl["activation_parts"] = {{"replicated", p.replicated}, {"sharded", p.sharded},
+                {"attention_core", p.attention_core}, {"input", p.input}};
+        }
+        if (l.selective_recompute_ms > 0)
+            jl["selective_recompute_ms"] = l.selective_recompute_ms;
         if (model.is_graph)
             jl["inputs"] = l.inputs;
         if (!l.device_times.empty()) {
@@ -165,11 +268,28 @@ json toJson(const ModelProfile& model)
         {"microbatch_size", model.microbatch_size}, {"is_graph", model.is_graph}, {"layers", std::move(layers)}};
     if (model.architecture) {
         const auto& a = *model.architecture;
-        j["architecture"] = {{"type", "gpt"}, {"layers", a.layers}, {"hidden", a.hidden}, {"heads", a.heads},
-            {"sequence", a.sequence}, {"vocab", a.vocab}, {"microbatch", a.microbatch},
+        json& arch = j["architecture"];
+        // GPT-2's block keeps the first format's fields alone ("gpt"); any other family writes every one of its own.
+        arch = {{"type", a.isGpt2Block() ? "gpt" : "transformer"}, {"layers", a.layers}, {"hidden", a.hidden},
+            {"heads", a.heads}, {"sequence", a.sequence}, {"vocab", a.vocab}, {"microbatch", a.microbatch},
             {"bytes_per_element", a.bytes_per_element}};
         if (!a.tied_embeddings)
-            j["architecture"]["tied_embeddings"] = false; // written only when not GPT-2's tying
+            arch["tied_embeddings"] = false; // written only when not GPT-2's tying
+        if (!a.isGpt2Block()) {
+            arch["family"] = a.family;
+            arch["ffn_hidden"] = a.ffnHidden();
+            arch["kv_heads"] = a.kvHeads();
+            arch["mlp"] = name(a.mlp);
+            arch["norm"] = name(a.norm);
+            arch["positions"] = name(a.positions);
+            arch["bias"] = name(a.bias);
+        }
+        if (a.max_positions > 0)
+            arch["max_positions"] = a.max_positions;
+        if (!a.dropout)
+            arch["dropout"] = false;
+        if (!a.flash_attention)
+            arch["flash_attention"] = false;
     }
     return j;
 }
@@ -207,6 +327,14 @@ ModelProfile modelFromJson(const json& j)
             l.backward_weight_ms = f::nonNegative(jl, "backward_weight_ms", path);
         if (jl.contains("weight_gradient_bytes"))
             l.weight_gradient_bytes = f::nonNegative(jl, "weight_gradient_bytes", path);
+        if (jl.contains("activation_parts")) {
+            const auto pp = f::child(path, "activation_parts");
+            const auto& jp = f::object(jl.at("activation_parts"), pp);
+            l.activation_parts
+                = ActivationParts {f::nonNegative(jp, "replicated", pp), f::nonNegative(jp, "sharded", pp),
+                    f::nonNegative(jp, "attention_core", pp), f::nonNegative(jp, "input", pp)};
+        }
+        l.selective_recompute_ms = f::nonNegativeOr(jl, "selective_recompute_ms", path, 0.0);
         if (jl.contains("inputs")) {
             const auto& in = f::array(jl, "inputs", path);
             for (std::size_t k = 0; k < in.size(); ++k) {
@@ -224,23 +352,43 @@ ModelProfile modelFromJson(const json& j)
         m.layers.push_back(std::move(l));
     }
     if (j.contains("architecture") && !j.at("architecture").is_null()) {
-        const auto& a = f::object(j.at("architecture"), "/architecture");
-        // The one model family the profile's layers and the engine know: GPT-2's blocks (learned positions, layer
-        // norms, GELU MLP, tied head). Another family's shape is refused, not read as GPT-2's.
-        if (const std::string type = f::stringOr(a, "type", "/architecture", "gpt"); type != "gpt")
-            f::fail("/architecture/type",
+        const std::string at = "/architecture";
+        const auto& a = f::object(j.at("architecture"), at);
+        // "gpt": GPT-2's block, the first format (its family fields may not appear); "transformer": any family, its
+        // fields given or at GPT-2's defaults. Another type is refused, not read as GPT-2's.
+        const std::string type = f::stringOr(a, "type", at, "gpt");
+        if (type != "gpt" && type != "transformer")
+            f::fail(at + "/type",
                 "'" + type
-                    + "' is not a model family Pipewright knows: the architecture is a GPT-style transformer "
-                      "(type \"gpt\")");
+                    + "' is not a model type Pipewright knows: \"gpt\" (GPT-2's block) or \"transformer\" (a "
+                      "decoder-only transformer described by family, ffn_hidden, kv_heads, mlp, norm, positions, "
+                      "bias)");
         TransformerConfig c;
-        c.layers = f::integer(a, "layers", "/architecture");
-        c.hidden = f::integer(a, "hidden", "/architecture");
-        c.heads = f::integer(a, "heads", "/architecture");
-        c.sequence = f::integer(a, "sequence", "/architecture");
-        c.vocab = f::integer(a, "vocab", "/architecture");
-        c.microbatch = f::integerOr(a, "microbatch", "/architecture", 1);
-        c.bytes_per_element = f::integerOr(a, "bytes_per_element", "/architecture", 2);
-        c.tied_embeddings = f::booleanOr(a, "tied_embeddings", "/architecture", true);
+        c.layers = f::integer(a, "layers", at);
+        c.hidden = f::integer(a, "hidden", at);
+        c.heads = f::integer(a, "heads", at);
+        c.sequence = f::integer(a, "sequence", at);
+        c.vocab = f::integer(a, "vocab", at);
+        c.microbatch = f::integerOr(a, "microbatch", at, 1);
+        c.bytes_per_element = f::integerOr(a, "bytes_per_element", at, 2);
+        c.tied_embeddings = f::booleanOr(a, "tied_embeddings", at, true);
+        c.max_positions = f::integerOr(a, "max_positions", at, 0);
+        c.dropout = f::booleanOr(a, "dropout", at, true);
+        c.flash_attention = f::booleanOr(a, "flash_attention", at, true);
+        if (type == "transformer") {
+            c.family = f::stringOr(a, "family", at, "gpt");
+            c.ffn_hidden = f::integerOr(a, "ffn_hidden", at, 0);
+            c.kv_heads = f::integerOr(a, "kv_heads", at, 0);
+            c.mlp = mlpKindNamed(f::stringOr(a, "mlp", at, "gelu"), at + "/mlp");
+            c.norm = normKindNamed(f::stringOr(a, "norm", at, "layernorm"), at + "/norm");
+            c.positions = positionKindNamed(f::stringOr(a, "positions", at, "learned"), at + "/positions");
+            c.bias = biasKindNamed(f::stringOr(a, "bias", at, "all"), at + "/bias");
+        } else {
+            for (const char* field : {"family", "ffn_hidden", "kv_heads", "mlp", "norm", "positions", "bias"})
+                if (a.contains(field))
+                    f::fail(at + "/" + field,
+                        "describes a model family; type \"gpt\" is GPT-2's block: give type \"transformer\"");
+        }
         c.validate("/architecture");
         m.architecture = c;
     }

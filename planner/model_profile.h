@@ -22,6 +22,28 @@ struct LayerTimes
     bool operator==(const LayerTimes&) const = default;
 };
 
+/// @brief A layer's stashed activations in the parts that tensor and sequence parallelism and each recomputation
+/// granularity treat differently (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+/// Models", section 4), bytes per microbatch at the profile's microbatch on one device (t = 1).
+struct ActivationParts
+{
+    /// Whole on every tensor-parallel rank unless sequence parallelism splits it: a block's norm inputs, the inputs
+    /// of its column-parallel products, its dropout masks (GPT: 10 s b h of 34 s b h).
+    double replicated = 0;
+    /// Split over tensor-parallel ranks: Q, K, V, the attention output and the MLP's inner activations (GPT: 24 s b h).
+    double sharded = 0;
+    /// The attention core, split over ranks, which selective recomputation recomputes instead of keeping: the
+    /// softmax output, its dropout mask and output (GPT: 5 a s^2 b), or with a flash-style kernel its log-sum-exp
+    /// only (4 bytes per head and token).
+    double attention_core = 0;
+    /// The layer's input: all that full recomputation keeps of it (split by sequence parallelism).
+    double input = 0;
+
+    double total() const { return replicated + sharded + attention_core; }
+
+    bool operator==(const ActivationParts&) const = default;
+};
+
 /// @brief One layer (or graph node) of the profile. Bytes are per microbatch of the profile's size.
 struct Layer
 {
@@ -46,6 +68,13 @@ struct Layer
     /// from a microbatch's I to its W by the kinds that split the backward (a fused B frees them at once).
     /// 0 when absent (a profile that does not say keeps nothing extra).
     double weight_gradient_bytes = 0;
+    /// The stash in its parts (a transformer block's, written by `profile transformer`); stashed_bytes is then their
+    /// total. Absent: the stash is one part, kept whole per tensor-parallel rank up to the layer's output and split
+    /// beyond it, and full recomputation keeps the stage's input only (tensorParallelStash, costs.h).
+    std::optional<ActivationParts> activation_parts;
+    /// Forward time of what selective recomputation runs again before the backward (the attention core), at the
+    /// profile's times; 0: the layer has nothing selective recomputation recomputes.
+    double selective_recompute_ms = 0;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
     std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
 
@@ -57,7 +86,33 @@ struct Layer
 /// product's input and weight gradients each cost its forward FLOPs) and 0 for a layer without (no weight gradient).
 double backwardWeightShare(const Layer& layer);
 
-/// @brief The shape of a GPT-style transformer, kept so that a plan made from it can later be trained.
+/// The feed-forward block of a transformer layer: GPT's two products around a GELU (up h -> f, down f -> h), or
+/// Llama's SwiGLU, three products (gate and up h -> f, down f -> h) around SiLU(gate) * up.
+enum class MlpKind { Gelu, SwiGlu };
+/// The layer norms of a block and before the head: LayerNorm (scale and shift per feature), or RMSNorm (scale only).
+enum class NormKind { LayerNorm, RmsNorm };
+/// How positions enter: GPT-2's learned table (max_positions x h parameters, added to the token rows), or rotary
+/// embeddings applied to queries and keys (no parameters).
+enum class PositionKind { Learned, Rotary };
+/// Which products have biases: every product and layer norm (GPT-2), the query, key and value products only
+/// (Qwen2), or none (Llama, Mistral).
+enum class BiasKind { All, Qkv, None };
+
+/// Names in profiles, on the command line and in messages: "gelu" | "swiglu", "layernorm" | "rmsnorm",
+/// "learned" | "rotary", "all" | "qkv" | "none".
+const char* name(MlpKind kind);
+const char* name(NormKind kind);
+const char* name(PositionKind kind);
+const char* name(BiasKind kind);
+/// The kind called `text`; throws InputError at `field` listing the names when there is none.
+MlpKind mlpKindNamed(const std::string& text, const std::string& field);
+NormKind normKindNamed(const std::string& text, const std::string& field);
+PositionKind positionKindNamed(const std::string& text, const std::string& field);
+BiasKind biasKindNamed(const std::string& text, const std::string& field);
+
+/// @brief The shape of a decoder-only transformer (GPT-2, Llama, Mistral, Qwen2 and their relatives), kept so that
+/// a plan made from it can later be trained. Its defaults are GPT-2's block (4h GELU MLP, multi-head attention,
+/// LayerNorm, biases, learned positions, tied head, dropout).
 struct TransformerConfig
 {
     int layers = 0;
@@ -69,11 +124,34 @@ struct TransformerConfig
     int bytes_per_element = 2;
     /// The head's output projection is the token embedding (GPT-2's weight tying), so the stages holding the two
     /// sum its gradient before their steps; false: the head has its own (Megatron's
-    /// --untie-embeddings-and-output-weights, as the zero-bubble paper's runs use), the same size, shared with none.
+    /// --untie-embeddings-and-output-weights, as the zero-bubble paper's runs and Llama use), the same size, shared
+    /// with none.
     bool tied_embeddings = true;
+    int ffn_hidden = 0; ///< the MLP's inner size f; 0 = 4 x hidden (GPT)
+    int kv_heads = 0; ///< key and value heads (grouped-query attention when < heads, multi-query when 1); 0 = heads
+    MlpKind mlp = MlpKind::Gelu;
+    NormKind norm = NormKind::LayerNorm;
+    PositionKind positions = PositionKind::Learned;
+    BiasKind bias = BiasKind::All;
+    int max_positions = 0; ///< rows of a learned position table; 0 = sequence
+    /// Dropout after attention and after the MLP (GPT-2, Megatron's GPT runs): each keeps a 1-byte mask per value for
+    /// its backward. Llama-family models train without.
+    bool dropout = true;
+    /// The attention kernel is flash-style (FlashAttention, cuDNN's SDPA): it keeps no s x s scores for its backward,
+    /// only a log-sum-exp per head and token, and recomputes the scores there. false: the scores are materialized and
+    /// kept (softmax output, dropout mask and output: Korthikanti et al.'s 5 a s^2 b bytes per layer).
+    bool flash_attention = true;
+    std::string family = "gpt"; ///< what the model is called ("gpt", "llama", ...): its name, not its math
 
-    /// Every size > 0 and hidden a multiple of heads; throws InputError naming `path`/field (just the field
-    /// name when `path` is empty, as the CLI's options are named).
+    int ffnHidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+    int kvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
+    int headDim() const { return heads > 0 ? hidden / heads : 0; }
+    int positionRows() const { return max_positions > 0 ? max_positions : sequence; }
+    /// GPT-2's block exactly (the one the engine trains today): every family field at its default.
+    bool isGpt2Block() const;
+
+    /// Every size > 0, hidden a multiple of heads and heads of kv_heads; throws InputError naming `path`/field
+    /// (just the field name when `path` is empty, as the CLI's options are named).
     void validate(const std::string& path = "") const;
     /// Bytes of the weights the first and the last layer share: GPT-2 ties its token embedding (layer 0) to its
     /// head's output projection (the last layer), vocab x hidden x bytes_per_element, whose gradient the stages

@@ -106,12 +106,29 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         ->check(CLI::PositiveNumber);
     imp->add_flag("--json", importOpt.json, "print a JSON summary");
     TransformerOptions tOpt;
-    auto* tr = profile->add_subcommand("transformer", "analytic profile of a GPT-style transformer");
-    tr->add_option("--layers", tOpt.layers, "transformer layers")->required();
-    tr->add_option("--hidden", tOpt.hidden, "hidden size")->required();
-    tr->add_option("--heads", tOpt.heads, "attention heads")->required();
+    auto* tr = profile->add_subcommand("transformer",
+        "analytic profile of a decoder-only transformer (GPT-2, Llama, Mistral, Qwen2 and their relatives)");
+    auto* hf = tr->add_option("--hf-config", tOpt.hf_config,
+        "a Hugging Face config.json (gpt2, llama, mistral, qwen2): the model's shape; give --seq, --microbatch and "
+        "--device beside it");
+    auto shapeOption
+        = [&](const char* name, auto& value, const char* help) { tr->add_option(name, value, help)->excludes(hf); };
+    shapeOption("--layers", tOpt.layers, "transformer layers");
+    shapeOption("--hidden", tOpt.hidden, "hidden size");
+    shapeOption("--heads", tOpt.heads, "attention heads");
+    shapeOption("--vocab", tOpt.vocab, "vocabulary size");
+    shapeOption("--ffn-hidden", tOpt.ffn_hidden, "the MLP's inner size (default 4 x hidden)");
+    shapeOption(
+        "--kv-heads", tOpt.kv_heads, "key and value heads: grouped-query (< heads) or multi-query (1) attention");
+    shapeOption("--mlp", tOpt.mlp, "gelu (GPT) | swiglu (Llama)");
+    shapeOption("--norm", tOpt.norm, "layernorm (GPT) | rmsnorm (Llama)");
+    shapeOption("--positions", tOpt.positions, "learned (GPT-2's table) | rotary (Llama: no parameters)");
+    tr->add_flag("--untied-embeddings", tOpt.untied_embeddings, "the head has its own output projection (Llama)")
+        ->excludes(hf);
+    tr->add_flag("--no-bias", tOpt.no_bias, "no biases in products or norms (Llama)")->excludes(hf);
+    tr->add_flag("--no-dropout", tOpt.no_dropout, "train without dropout (Llama): no dropout masks are kept")
+        ->excludes(hf);
     tr->add_option("--seq", tOpt.seq, "sequence length")->required();
-    tr->add_option("--vocab", tOpt.vocab, "vocabulary size")->required();
     tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")
         ->required();

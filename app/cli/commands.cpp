@@ -13,6 +13,7 @@
 #include "planner/export/export.h"
 #include "planner/io/chrome_trace.h"
 #include "planner/io/graph_txt.h"
+#include "planner/io/hf_config.h"
 #include "planner/io/json_file.h"
 #include "planner/io/transformer.h"
 #include "planner/schedule/generator.h"
@@ -146,8 +147,32 @@ void importPipeDream(const ImportOptions& o, std::ostream& out)
 void transformer(const TransformerOptions& o, std::ostream& out)
 {
     const auto device = deviceFromArgument(o.device);
-    TransformerConfig c {o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch,
-        o.bytes_per_element > 0 ? o.bytes_per_element : defaultBytesPerElement(device)};
+    const int bytes = o.bytes_per_element > 0 ? o.bytes_per_element : defaultBytesPerElement(device);
+    TransformerConfig c;
+    if (!o.hf_config.empty()) {
+        c = loadHfConfig(o.hf_config, RunShape {o.seq, o.microbatch, bytes});
+    } else {
+        for (auto [name, value] :
+            {std::pair {"--layers", o.layers}, {"--hidden", o.hidden}, {"--heads", o.heads}, {"--vocab", o.vocab}})
+            if (value == 0)
+                throw UsageError({}, 0, name, "is required (or give the model's shape with --hf-config)");
+        c = TransformerConfig {o.layers, o.hidden, o.heads, o.seq, o.vocab, o.microbatch, bytes};
+        c.ffn_hidden = o.ffn_hidden;
+        c.kv_heads = o.kv_heads;
+        if (!o.mlp.empty())
+            c.mlp = mlpKindNamed(o.mlp, "--mlp");
+        if (!o.norm.empty())
+            c.norm = normKindNamed(o.norm, "--norm");
+        if (!o.positions.empty())
+            c.positions = positionKindNamed(o.positions, "--positions");
+        c.tied_embeddings = !o.untied_embeddings;
+        if (o.no_bias)
+            c.bias = BiasKind::None;
+        c.dropout = !o.no_dropout;
+        if (!c.isGpt2Block())
+            c.family = "transformer";
+        c.validate();
+    }
     TransformerProfileOptions po;
     if (!std::isnan(o.efficiency))
         po.efficiency = o.efficiency;
@@ -168,7 +193,7 @@ void transformer(const TransformerOptions& o, std::ostream& out)
     const bool shapes = resolvedTimeModel(c, device, po) == TransformerTimeModel::Shapes;
     if (o.json)
         out << json {{"model", model.name}, {"layers", model.layerCount()},
-            {"parameters", transformerParameterCount(c)}, {"output", o.output},
+            {"parameters", transformerParameterCount(c)}, {"family", c.family}, {"output", o.output},
             {"time_model", shapes ? (po.gemm_table ? "shapes (GEMM table)" : "shapes (default curve)") : "flat"}}
                    .dump(2)
             << "\n";

@@ -47,6 +47,11 @@ struct ImportOptions
 struct TransformerOptions
 {
     int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, microbatch = 1;
+    // The family's fields (TransformerConfig; 0 and "" leave GPT-2's default).
+    int ffn_hidden = 0, kv_heads = 0;
+    std::string mlp, norm, positions;
+    bool untied_embeddings = false, no_bias = false, no_dropout = false;
+    std::string hf_config; ///< a Hugging Face config.json: the model's shape comes from it
     int bytes_per_element = 0; ///< 0: what the engine trains in on the device (defaultBytesPerElement)
     double efficiency = std::numeric_limits<double>::quiet_NaN(); ///< NaN: not given (the device's time model)
     std::string gemm_table; ///< a GEMM table file: time the products by it

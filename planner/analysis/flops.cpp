@@ -4,14 +4,15 @@
 #include <algorithm>
 #include <set>
 
+#include "../transformer_shape.h"
+
 namespace pw::planner {
 
 double transformerFlops(const TransformerConfig& c, double batch, bool recompute)
 {
-    const double B = batch, s = c.sequence, l = c.layers, h = c.hidden, V = c.vocab;
-    if (recompute)
-        return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-    return 72 * B * s * l * h * h * (1 + s / (6 * h)) + 6 * B * s * h * V;
+    // Forward, backward (2x) and with recomputation the blocks' forward again; the logits are not recomputed.
+    const double blocks = c.layers * blockForwardFlops(c, batch);
+    return (recompute ? 4 : 3) * blocks + 3 * headForwardFlops(c, batch);
 }
 
 std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recompute)

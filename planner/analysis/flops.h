@@ -9,8 +9,9 @@
 
 namespace pw::planner {
 
-/// Megatron's Eq. 4.2 (digest megatron-gavel.md §3.1) for `batch` samples of a GPT: with recomputation
-/// 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (four passes of 24 B s h^2 + 4 B s^2 h per layer and the logit
+/// FLOPs of `batch` samples of a transformer: 3 x (4 x with recomputation) its blocks' forward FLOPs plus 3 x its
+/// logits' (transformer_shape.h). For a GPT this is Megatron's Eq. 4.2 (digest megatron-gavel.md §3.1): with
+/// recomputation 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (four passes of 24 B s h^2 + 4 B s^2 h per layer and the logit
 /// layer's 6 B s h V, not recomputed); without it 72 B s l h^2 (1 + s/(6h)) + 6 B s h V. Every floating-point
 /// operation counts once, whatever its precision.
 double transformerFlops(const TransformerConfig& config, double batch, bool recompute);

@@ -8,6 +8,7 @@
 
 #include "../errors.h"
 #include "../gpu_cost_model.h"
+#include "../transformer_shape.h"
 
 namespace pw::planner {
 
@@ -34,18 +35,18 @@ std::string modelName(const TransformerConfig& c)
         std::snprintf(size, sizeof size, "%.0fM", params / 1e6);
     else
         std::snprintf(size, sizeof size, "%.0fK", params / 1e3);
-    return "gpt-" + std::string(size) + " (l=" + std::to_string(c.layers) + ", h=" + std::to_string(c.hidden)
-        + ", a=" + std::to_string(c.heads) + ", s=" + std::to_string(c.sequence) + ")";
+    std::string shape
+        = "l=" + std::to_string(c.layers) + ", h=" + std::to_string(c.hidden) + ", a=" + std::to_string(c.heads);
+    if (c.kvHeads() != c.heads)
+        shape += ", kv=" + std::to_string(c.kvHeads());
+    return c.family + "-" + std::string(size) + " (" + shape + ", s=" + std::to_string(c.sequence) + ")";
 }
 
 } // namespace
 
 double transformerParameterCount(const TransformerConfig& config)
 {
-    validateConfig(config);
-    const double l = config.layers, h = config.hidden, V = config.vocab, s = config.sequence;
-    // Eq. 4.3: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) = 12lh^2 + 13lh + (V + s)h.
-    return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
+    return transformerParameters(config).total();
 }
 
 TransformerTimeModel resolvedTimeModel(
@@ -87,9 +88,10 @@ ModelProfile transformerProfile(
     if (byShapes)
         gpu.emplace(device, options.gemm_table, defaultGpuCurve(device));
 
-    const double B = config.microbatch, s = config.sequence, h = config.hidden, V = config.vocab;
+    const double B = config.microbatch, s = config.sequence, h = config.hidden;
     const double bpe = config.bytes_per_element;
     const double flopsPerMs = device.peak_tflops * 1e12 * efficiency / 1e3;
+    const auto params = transformerParameters(config);
     // The shape model's estimate replaces a layer's flat times (its FLOPs, bytes and parameters stay the same).
     auto applyEstimate = [](Layer& layer, const LayerEstimate& e) {
         layer.forward_ms = e.forward_ms;
@@ -99,14 +101,14 @@ ModelProfile transformerProfile(
     };
     const double hiddenBytes = B * s * h * bpe; // one [B, s, h] activation tensor
 
-    auto makeLayer = [&](std::string name, std::string kind, double forwardFlops, double params, double outBytes) {
+    auto makeLayer = [&](std::string name, std::string kind, double forwardFlops, double weights, double outBytes) {
         Layer layer;
         layer.name = std::move(name);
         layer.kind = std::move(kind);
         layer.forward_flops = forwardFlops;
         layer.forward_ms = forwardFlops / flopsPerMs;
         layer.backward_ms = layer.forward_ms * options.backward_factor;
-        layer.weight_bytes = params * bpe;
+        layer.weight_bytes = weights * bpe;
         layer.activation_bytes = outBytes;
         return layer;
     };
@@ -124,10 +126,10 @@ ModelProfile transformerProfile(
     model.architecture = config;
     model.layers.reserve(static_cast<std::size_t>(config.layers) + 2);
 
-    // Token + position lookup: no GEMM, so no FLOPs in Megatron's count (and none here, so that the FLOPs
+    // Token (+ learned position) lookup: no GEMM, so no FLOPs in Megatron's count (and none here, so that the FLOPs
     // of the layers add up to Eq. 4.2). It is memory-bound: read the word and position rows, write their
     // sum. Its time comes from memory bandwidth when the device has one, and is 0 otherwise.
-    Layer embedding = makeLayer("embedding", "embedding", 0.0, (V + s) * h, hiddenBytes);
+    Layer embedding = makeLayer("embedding", "embedding", 0.0, params.embedding + params.positions, hiddenBytes);
     if (device.memory_bandwidth_bytes_per_s > 0) {
         embedding.forward_ms = 3.0 * hiddenBytes / device.memory_bandwidth_bytes_per_s * 1e3;
         embedding.backward_ms = embedding.forward_ms * options.backward_factor;
@@ -138,28 +140,34 @@ ModelProfile transformerProfile(
     embedding.weight_gradient_bytes = hiddenBytes;
     model.layers.push_back(std::move(embedding));
 
-    // QKV 6Bsh^2 + scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2 + MLP 16Bsh^2.
-    const double layerFlops = 24.0 * B * s * h * h + 4.0 * B * s * s * h;
-    const double layerParams = 12.0 * h * h + 13.0 * h;
+    // The block's products (transformer_shape.h; GPT: QKV 6Bsh^2, projection 2Bsh^2, MLP 16Bsh^2) and its
+    // attention core (scores and values, 4Bs^2h).
+    const double layerFlops = blockForwardFlops(config, B);
+    const double coreFlops = attentionCoreFlops(config, B);
     // The backward of a product with weights costs its forward FLOPs twice: once for the input gradient, once for
     // the weight gradient. The score and value products multiply two activations and have no weights: both of
-    // their operands' gradients (twice their 4Bs^2h) are input gradient.
-    const double layerWeightGradFlops = 24.0 * B * s * h * h;
-    const double layerInputGradFlops = 24.0 * B * s * h * h + 8.0 * B * s * s * h;
-    // What a layer keeps for its backward pass is far more than its output: Korthikanti et al. (2022,
-    // "Reducing Activation Recomputation in Large Transformer Models") count s b h (34 + 5 a s / h) bytes
-    // with 16-bit activations and 1-byte dropout masks; scaled here by bytes_per_element / 2.
-    const double a = config.heads;
-    const double layerStash = s * B * h * (34.0 + 5.0 * a * s / h) * (bpe / 2.0);
-    // A split backward's W multiplies the output gradients of the four products (QKV 3h, attention projection h,
-    // MLP up 4h, MLP down h) by their stashed inputs and reduces the two layer norms' (2h): I keeps those 11 B s h
-    // values until W (what the engine's backwardInput leaves in the stash; the paper's M_W).
-    const double layerWeightGradientBytes = 11.0 * hiddenBytes;
+    // their operands' gradients (twice their FLOPs) are input gradient.
+    const double layerWeightGradFlops = layerFlops - coreFlops;
+    const double layerInputGradFlops = layerFlops - coreFlops + 2.0 * coreFlops;
+    // What a layer keeps for its backward pass, in Korthikanti et al.'s parts (transformer_shape.h): GPT with
+    // materialized scores s b h (34 + 5 a s / h) bytes at 16 bits.
+    const ActivationParts parts = blockActivations(config);
+    // A split backward's W multiplies the output gradients of the products (GPT: QKV 3h, attention projection h, MLP
+    // up 4h, MLP down h) by their stashed inputs and reduces the two norms' (2h): I keeps those values until W (what
+    // the engine's backwardInput leaves in the stash; the paper's M_W). GPT: 11 B s h.
+    double gradientValues = 2 * h;
+    for (const auto& p : blockProducts(config))
+        gradientValues += p.n;
+    const double layerWeightGradientBytes = B * s * gradientValues * bpe;
     const LayerEstimate block = gpu ? transformerBlockEstimate(config, *gpu) : LayerEstimate {};
+    const double coreMs
+        = gpu ? gpu->attentionSeconds(B, config.heads, s, config.headDim(), false) * 1e3 : coreFlops / flopsPerMs;
     for (int i = 0; i < config.layers; ++i) {
         auto layer = makeLayer(
-            "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, layerParams, hiddenBytes);
-        layer.stashed_bytes = layerStash;
+            "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, params.per_layer, hiddenBytes);
+        layer.stashed_bytes = parts.total();
+        layer.activation_parts = parts;
+        layer.selective_recompute_ms = coreMs;
         splitBackward(layer, layerInputGradFlops, layerWeightGradFlops);
         layer.weight_gradient_bytes = layerWeightGradientBytes;
         if (gpu)
@@ -167,15 +175,17 @@ ModelProfile transformerProfile(
         model.layers.push_back(std::move(layer));
     }
 
-    // Final layer norm + logits (h -> V). Weights are tied to the word embedding, as in Megatron and GPT-2,
-    // so Eq. 4.3 counts that matrix once (in "embedding"). The head still records V*h weights: with more
-    // than one stage the last stage keeps its own copy of the word embedding (and its optimizer state),
-    // and a planner that left it out would under-count that stage's memory. Hence
-    // totalWeightBytes() = (Eq. 4.3 + V h + 2h) * bytes_per_element.
-    Layer head = makeLayer("head", "head", 2.0 * B * s * h * V, V * h + 2.0 * h, B * s * V * bpe);
-    splitBackward(head, 2.0 * B * s * h * V, 2.0 * B * s * h * V); // the logits product: one of each
+    // Final norm + logits (h -> V). Tied weights (GPT-2, Megatron's GPT) are the word embedding, which the exact
+    // count holds once (in "embedding"); the head still records V*h weights: with more than one stage the last
+    // stage keeps its own copy of the word embedding (and its optimizer state), and a planner that left it out
+    // would under-count that stage's memory. Untied (Llama), they are the head's own. Either way
+    // totalWeightBytes() = (parameters + (tied ? V h : 0)) * bytes_per_element.
+    const double logits = headForwardFlops(config, B);
+    const double headWeights = static_cast<double>(config.vocab) * h + params.final_norm;
+    Layer head = makeLayer("head", "head", logits, headWeights, B * s * config.vocab * bpe);
+    splitBackward(head, logits, logits); // the logits product: one of each
     // Its W reads the logits' gradient, which the forward's fused loss already wrote over the stashed logits
-    // (activation_bytes), and the final layer norm's output gradient, which I keeps.
+    // (activation_bytes), and the final norm's output gradient, which I keeps.
     head.weight_gradient_bytes = hiddenBytes;
     if (gpu)
         applyEstimate(head, transformerHeadEstimate(config, *gpu));

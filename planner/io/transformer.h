@@ -37,14 +37,16 @@ struct TransformerProfileOptions
 TransformerTimeModel resolvedTimeModel(
     const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options);
 
-/// Layers: embedding, `layers` transformer layers, final layer norm + logits. Forward FLOPs per layer
-/// 24Bsh^2 + 4Bs^2h; logits 2BshV; parameters 12h^2 + 13h per layer and (V + s)h for the embeddings.
+/// Layers: embedding, `layers` transformer layers, final norm + logits. FLOPs, parameters and stashed activations per
+/// layer from transformer_shape.h (GPT: forward 24Bsh^2 + 4Bs^2h per block, logits 2BshV; 12h^2 + 13h parameters
+/// per block and (V + s)h for the embeddings).
 /// The result records `config` as its architecture and `device.name` as the profiled device. Times: by the flat
 /// efficiency or by shapes (TransformerTimeModel); the FLOPs, bytes and parameters are the same either way.
 ModelProfile transformerProfile(
     const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options = {});
 
-/// Total parameters by Eq. 4.3: 12lh^2 (1 + 13/(12h) + (V + s)/(12lh)).
+/// The model's exact parameter count (transformerParameters(config).total(): GPT-2 small 124,439,808; Llama 3 8B
+/// 8,030,261,248). Megatron's Eq. 4.3 leaves out the final layer norm: megatronParameterCount.
 double transformerParameterCount(const TransformerConfig& config);
 
 } // namespace pw::planner

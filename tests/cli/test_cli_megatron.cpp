@@ -229,3 +229,55 @@ TEST_CASE("profile transformer's default precision is what the engine trains in 
     CHECK_THAT(three.err, Catch::Contains("--bytes-per-element"));
     fs::remove_all(dir);
 }
+
+TEST_CASE("profile transformer reads a Hugging Face config.json and counts its parameters exactly", "[cli][families]")
+{
+    // issue 31 item 1: Llama 3 8B's 8.03 B parameters; GPT-2's 124,439,808 with its final layer norm.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-hf-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string hf = std::string(PW_TEST_DATA_DIR) + "/hf/";
+    auto r = cli({"profile", "transformer", "--hf-config", hf + "llama-3-8b.config.json", "--seq", "8192",
+        "--microbatch", "1", "--device", "H100", "-o", (dir / "llama.json").string(), "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    auto j = json::parse(r.out);
+    CHECK(j.at("parameters") == 8'030'261'248.0);
+    CHECK(j.at("family") == "llama");
+    CHECK(j.at("layers") == 34);
+    const auto arch = json::parse(std::ifstream(dir / "llama.json")).at("architecture");
+    CHECK(arch.at("kv_heads") == 8);
+    CHECK(arch.at("mlp") == "swiglu");
+
+    // The same model by flags.
+    r = cli({"profile", "transformer", "--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8",
+        "--ffn-hidden", "14336", "--mlp", "swiglu", "--norm", "rmsnorm", "--positions", "rotary", "--no-bias",
+        "--untied-embeddings", "--no-dropout", "--vocab", "128256", "--seq", "8192", "--microbatch", "1", "--device",
+        "H100", "-o", (dir / "flags.json").string(), "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(json::parse(r.out).at("parameters") == 8'030'261'248.0);
+
+    r = cli({"profile", "transformer", "--hf-config", hf + "gpt2.config.json", "--seq", "1024", "--microbatch", "1",
+        "--device", "H100", "-o", (dir / "gpt2.json").string(), "--json"});
+    REQUIRE(r.code == 0);
+    CHECK(json::parse(r.out).at("parameters") == 124'439'808.0);
+
+    // The shape comes from the file or from flags, never both; without the file the sizes are required.
+    r = cli({"profile", "transformer", "--hf-config", hf + "gpt2.config.json", "--layers", "4", "--seq", "1024",
+        "--microbatch", "1", "--device", "H100", "-o", (dir / "x.json").string()});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("--layers"));
+    r = cli({"profile", "transformer", "--hidden", "64", "--heads", "4", "--vocab", "100", "--seq", "64",
+        "--microbatch", "1", "--device", "H100", "-o", (dir / "x.json").string()});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("--layers: is required"));
+    r = cli({"profile", "transformer", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "3", "--vocab",
+        "100", "--seq", "64", "--microbatch", "1", "--device", "H100", "-o", (dir / "x.json").string()});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("kv_heads: must divide heads"));
+    r = cli({"profile", "transformer", "--hf-config", hf + "README.md", "--seq", "64", "--microbatch", "1", "--device",
+        "H100", "-o", (dir / "x.json").string()});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("README.md"));
+    fs::remove_all(dir);
+}

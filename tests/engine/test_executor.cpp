@@ -302,6 +302,23 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
     refused([](auto& p) { p.schedule.recompute = true; }, "/schedule/recompute", "does not recompute");
     refused([](auto& p) { p.schedule.optimizer = "sgd"; }, "/schedule/optimizer", "AdamW only");
     refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
+    // Another family's block (issue 31): refused at the first field that differs from GPT-2's, until the engine
+    // builds it.
+    refused(
+        [](auto& p) {
+            auto model = *p.model;
+            model.architecture->mlp = pw::planner::MlpKind::SwiGlu;
+            model.architecture->family = "llama";
+            p.model = model;
+        },
+        "/model/architecture/mlp", "a llama transformer, and the engine trains GPT-2's block only");
+    refused(
+        [](auto& p) {
+            auto model = *p.model;
+            model.architecture->kv_heads = 1;
+            p.model = model;
+        },
+        "/model/architecture/kv_heads", "GPT-2's block only");
     // Zero-bubble schedules split the backward into I and W, which the engine computes apart.
     for (const char* kind : {"zb-h1", "zb-h2"}) {
         auto zb = base;

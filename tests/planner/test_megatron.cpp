@@ -18,6 +18,7 @@
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "planner/transformer_shape.h"
 #include "tests/planner/fixtures.h"
 
 using namespace pw::planner;
@@ -179,7 +180,7 @@ TEST_CASE("Eq. 4.3 gives Table 4.1's parameter counts, the profile's weights agr
         {529.6, 128, 20480, 105}, {1008.0, 160, 25600, 128}};
     for (const auto& row : rows) {
         TransformerConfig config {row.layers, row.hidden, row.heads, 2048, 51200, 1, 2};
-        const double P = transformerParameterCount(config);
+        const double P = megatronParameterCount(config);
         INFO(row.billions << "B");
         CHECK(std::abs(P / 1e9 - row.billions) < 0.05);
         const double l = row.layers, h = row.hidden;

@@ -8,6 +8,7 @@
 #include "planner/device_presets.h"
 #include "planner/errors.h"
 #include "planner/io/transformer.h"
+#include "planner/transformer_shape.h"
 
 using namespace pw::planner;
 
@@ -72,7 +73,7 @@ TEST_CASE("Eq. 4.3 reproduces every parameter count of Megatron's Table 4.1", "[
 {
     for (const auto& row : kTable41) {
         INFO("model " << row.billions << "B");
-        double p = transformerParameterCount(configOf(row)) / 1e9;
+        double p = megatronParameterCount(configOf(row)) / 1e9;
         CHECK(std::abs(p - row.billions) <= 0.05); // the table prints one decimal
     }
 }
@@ -81,7 +82,9 @@ TEST_CASE("Eq. 4.3 equals 12lh^2 + 13lh + (V + s)h and the profile's weights", "
 {
     const auto c = configOf(kTable41[0]);
     const double l = c.layers, h = c.hidden, V = c.vocab, s = c.sequence;
-    CHECK(transformerParameterCount(c) == Approx(12 * l * h * h + 13 * l * h + (V + s) * h).epsilon(1e-12));
+    CHECK(megatronParameterCount(c) == Approx(12 * l * h * h + 13 * l * h + (V + s) * h).epsilon(1e-12));
+    // The exact count adds what Eq. 4.3 leaves out: the final layer norm's 2h.
+    CHECK(transformerParameterCount(c) == megatronParameterCount(c) + 2 * h);
 
     auto m = transformerProfile(c, a100());
     REQUIRE(m.layerCount() == c.layers + 2);
@@ -91,7 +94,7 @@ TEST_CASE("Eq. 4.3 equals 12lh^2 + 13lh + (V + s)h and the profile's weights", "
     CHECK(m.layers[1].weight_bytes == Approx((12 * h * h + 13 * h) * 2));
     // Tied weights: Eq. 4.3 counts the word embedding once; the head keeps the last stage's copy (V h) and
     // the final layer norm (2h).
-    CHECK(m.totalWeightBytes() == Approx((transformerParameterCount(c) + V * h + 2 * h) * 2).epsilon(1e-12));
+    CHECK(m.totalWeightBytes() == Approx((megatronParameterCount(c) + V * h + 2 * h) * 2).epsilon(1e-12));
 }
 
 TEST_CASE("Per-layer FLOPs add up to Eq. 4.2", "[transformer]")

@@ -59,7 +59,7 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
         refuse("/schedule/distributed_optimizer",
             "the engine keeps the whole optimizer state on every replica, not sharded over them: plan without "
             "--distributed-optimizer");
-    if (o.recompute)
+    if (o.recompute != planner::Recompute::None)
         refuse("/schedule/recompute",
             "the engine keeps every activation for its backward, it does not recompute them: plan without "
             "--recompute");

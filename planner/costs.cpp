@@ -104,7 +104,12 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     StageTotals t;
     const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
     const int tp = std::max(1, plan.tensor_parallel);
+    const bool sp = plan.schedule.sequence_parallel && tp > 1;
+    const double spSplit = sp ? tp : 1.0;
     const auto cut = plan.model->cutBytes(plan.layer_order);
+    // Recomputation's parts (per rank): the blocks' attention cores and checkpoints, the largest block's stash and
+    // core, the stash of the layers without parts, the attention cores' forward time.
+    double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0, selective_s = 0;
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model->layers[plan.layerAt(pos)];
         auto times = layerTimesOn(layer, type, speed);
@@ -113,12 +118,24 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.backward_weight_s += times.backward_ms * backwardWeightShare(layer) * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
+        const double stash = tensorParallelStash(layer, scale, tp, sp);
+        t.activation_bytes += stash;
+        if (const auto& parts = layer.activation_parts) {
+            const double core = parts->attention_core * scale / tp;
+            cores += core;
+            largestCore = std::max(largestCore, core);
+            largestStash = std::max(largestStash, stash);
+            if (pos > st.first_layer) // the first layer's input is the stage's, kept anyway
+                checkpoints += parts->input * scale / spSplit;
+            if (layer.forward_ms > 0)
+                selective_s += layer.selective_recompute_ms * (times.forward_ms / layer.forward_ms) * 1e-3 * scale;
+        } else {
+            unsplit += stash;
+        }
         if (tp == 1) {
-            t.activation_bytes += layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
             t.weight_gradient_bytes += layer.weight_gradient_bytes * scale;
             continue;
         }
-        t.activation_bytes += tensorParallelStash(layer, scale, tp);
         t.weight_gradient_bytes += tensorParallelWeightGradient(layer, scale, tp);
         const auto traffic = tensorParallelTraffic(layer, pos > 0 ? cut[pos - 1] : 0.0, scale, tp);
         t.tp_forward_allreduces += traffic.forward_allreduces;
@@ -132,11 +149,41 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.backward_weight_s /= tp;
         t.weight_bytes /= tp;
         t.optimizer_bytes /= tp;
+        selective_s /= tp;
     }
     if (st.first_layer > 0) {
-        t.input_bytes = cut[st.first_layer - 1] * scale;
+        t.input_bytes = cut[st.first_layer - 1] * scale / spSplit;
+    }
+    switch (plan.schedule.recompute) {
+    case Recompute::None:
+        t.kept_bytes = t.activation_bytes;
+        break;
+    case Recompute::Selective:
+        t.kept_bytes = t.activation_bytes - cores;
+        t.recompute_working_bytes = largestCore;
+        t.recompute_s = selective_s;
+        break;
+    case Recompute::Full:
+        t.kept_bytes = t.input_bytes + checkpoints;
+        t.recompute_working_bytes = largestStash + unsplit;
+        t.recompute_s = t.forward_s;
+        break;
     }
     return t;
+}
+
+StageMemoryInput memoryInput(const StageTotals& totals, int in_flight, int microbatches)
+{
+    StageMemoryInput in;
+    in.weight_bytes = totals.weight_bytes;
+    in.activation_bytes = totals.kept_bytes;
+    in.input_bytes = totals.input_bytes;
+    in.optimizer_bytes = totals.optimizer_bytes;
+    in.in_flight = in_flight;
+    in.microbatches = microbatches;
+    in.weight_gradient_bytes = totals.weight_gradient_bytes;
+    in.working_bytes = totals.recompute_working_bytes;
+    return in;
 }
 
 TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_bytes, double scale, int t)
@@ -168,14 +215,19 @@ double tensorParallelTime(double bytes, int count, int t, double bandwidth, doub
     return 2.0 * (t - 1) / t * wire + 2.0 * (t - 1) * latency * count;
 }
 
-double tensorParallelStash(const Layer& layer, double scale, int t)
+double tensorParallelStash(const Layer& layer, double scale, int t, bool sequence_parallel)
 {
+    if (const auto& parts = layer.activation_parts) {
+        const double replicated = parts->replicated * scale / (sequence_parallel && t > 1 ? t : 1);
+        return replicated + (parts->sharded + parts->attention_core) * scale / std::max(1, t);
+    }
     const double stash = layer.stashed_bytes.value_or(layer.activation_bytes) * scale;
     if (t <= 1)
         return stash;
     const double output = layer.activation_bytes * scale;
     const double replicated = std::min(stash, layer.kind == "transformer_layer" ? 5.0 * output : output);
-    return replicated + (stash - replicated) / t;
+    // Sequence parallelism splits the replicated part too.
+    return (sequence_parallel ? replicated / t : replicated) + (stash - replicated) / t;
 }
 
 double tensorParallelWeightGradient(const Layer& layer, double scale, int t)
@@ -204,7 +256,7 @@ double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in
     else if (traits.stash == StashDepth::InFlightInBatch)
         stashes = std::min(inFlight, microbatches);
     double perStash = in.recompute ? in.input_bytes : in.activation_bytes;
-    double working = in.recompute ? in.activation_bytes : 0;
+    double working = (in.recompute ? in.activation_bytes : 0) + in.working_bytes;
     // A split backward keeps its output gradients from I to W: at most every stashed microbatch waits for its W.
     if (traits.splits_backward && in.weight_gradient_bytes > 0)
         working += std::clamp(in.awaiting_weight.value_or(stashes), 0, stashes) * in.weight_gradient_bytes;

@@ -58,8 +58,18 @@ struct StageTotals
     /// activation_bytes (the layers' weight_gradient_bytes; divided by t like the compute): only the kinds that
     /// split the backward hold it, from a microbatch's I to its W.
     double weight_gradient_bytes = 0;
-    double input_bytes = 0; ///< bytes received from the previous stage
+    double input_bytes = 0; ///< bytes received from the previous stage (split by t with sequence parallelism)
     double optimizer_bytes = 0; ///< optimizer state (layer values where given, else factor x weights)
+    // Recomputation (plan.schedule.recompute), per microbatch on one rank:
+    /// What a microbatch keeps from its forward to its backward: activation_bytes without recomputation; less the
+    /// layers' attention cores with selective; with full the stage's input plus every later block's input (the
+    /// checkpoints Megatron keeps; layers without activation_parts are recomputed from the stage's input).
+    double kept_bytes = 0;
+    /// What the backward holds on top while it recomputes: selective, the largest layer's attention core; full, the
+    /// largest block's stash (one block is recomputed at a time) plus the stash of the layers without
+    /// activation_parts (recomputed together from the stage's input); none, 0.
+    double recompute_working_bytes = 0;
+    double recompute_s = 0; ///< the forward computed again before the backward (its compute; divided by t)
     // Tensor parallelism (plan.tensor_parallel = t > 1; all zero when t = 1): the ring all-reduces a rank
     // runs per microbatch inside its forward and backward passes, and their total payload.
     int tp_forward_allreduces = 0;
@@ -98,11 +108,13 @@ TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_byt
 /// 2 (t-1)/t bytes / bandwidth + 2 (t-1) latency x count (0 when t = 1).
 double tensorParallelTime(double bytes, int count, int t, double bandwidth, double latency);
 
-/// Activation bytes one of t ranks stashes for `layer` per microbatch: a replicated part R plus (stash - R)/t.
+/// Activation bytes one of t ranks stashes for `layer` per microbatch without recomputation. A layer with
+/// activation_parts: its replicated part (split by t too with `sequence_parallel`) plus its sharded part and attention
+/// core over t. Otherwise a replicated part R plus (stash - R)/t.
 /// R for a transformer layer is 5 x its output bytes, Korthikanti et al. (2022) 10sbh of sbh(34 + 5as/h) at
 /// 2 bytes per value (layer-norm inputs, the attention and MLP inputs, dropout masks: what Megatron keeps
 /// whole without sequence parallelism); for any other layer its output (activation_bytes). t = 1: the stash.
-double tensorParallelStash(const Layer& layer, double scale, int t);
+double tensorParallelStash(const Layer& layer, double scale, int t, bool sequence_parallel = false);
 
 /// What one of t ranks keeps from `layer`'s I for its W per microbatch (weight_gradient_bytes x scale): a
 /// transformer layer's column-parallel output gradients (QKV 3 b s h, MLP up 4 b s h of its 11) split by t, the
@@ -118,6 +130,9 @@ struct StageMemoryInput
     double optimizer_bytes = 0;
     int in_flight = 1; ///< microbatches whose activations are stashed at once (1F1B warm-up depth)
     int microbatches = 1; ///< microbatches of one batch on this device (GPipe stashes them all)
+    /// Stage-level recomputation (the PipeDream-2BW, BaPipe and MadPipe papers' model): a stash is input_bytes and one
+    /// full activation_bytes is live during a backward. Leave false and give kept activation_bytes and working_bytes
+    /// for a plan's own recomputation (memoryInput).
     bool recompute = false;
     /// Kinds that split the backward (traits.splits_backward) only: the bytes a microbatch's I keeps for its W
     /// (StageTotals::weight_gradient_bytes), and how many microbatches wait between their I and their W at the
@@ -125,7 +140,12 @@ struct StageMemoryInput
     /// reaches it under zb-h1 and zb-h2).
     double weight_gradient_bytes = 0;
     std::optional<int> awaiting_weight;
+    double working_bytes = 0; ///< live during one backward on top of the stashes (StageTotals::recompute_working_bytes)
 };
+
+/// The memory input of a stage with `totals` (under its plan's recomputation: kept_bytes stashed per microbatch,
+/// recompute_working_bytes live during a backward), `in_flight` and `microbatches` as in StageMemoryInput.
+StageMemoryInput memoryInput(const StageTotals& totals, int in_flight, int microbatches);
 
 /// Weights x versions kept + gradients + optimizer state + stashed activations, by the schedule's traits.
 /// Versions (traits.weight_versions): 1, 2 or in_flight. Stashes (traits.stash): all microbatches, in_flight,

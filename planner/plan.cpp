@@ -535,11 +535,32 @@ Plan planFromJson(const json& j)
     return plan;
 }
 
+const char* name(Recompute recompute)
+{
+    switch (recompute) {
+    case Recompute::None:
+        return "none";
+    case Recompute::Selective:
+        return "selective";
+    case Recompute::Full:
+        return "full";
+    }
+    return "none";
+}
+
+Recompute recomputeNamed(const std::string& text, const std::string& field)
+{
+    for (auto mode : {Recompute::None, Recompute::Selective, Recompute::Full})
+        if (text == name(mode))
+            return mode;
+    throw InputError({}, 0, field, "'" + text + "' is not one of none | selective | full");
+}
+
 json toJson(const ScheduleOptions& o)
 {
     json j = {{"kind", o.kind}, {"microbatches", o.microbatches}, {"microbatch_size", o.microbatch_size},
-        {"chunks", o.chunks}, {"iterations", o.iterations}, {"recompute", o.recompute}, {"optimizer", o.optimizer},
-        {"overlap_communication", o.overlap_communication}};
+        {"chunks", o.chunks}, {"iterations", o.iterations}, {"recompute", name(o.recompute)},
+        {"optimizer", o.optimizer}, {"overlap_communication", o.overlap_communication}};
     if (!o.in_flight.empty())
         j["in_flight"] = o.in_flight;
     if (o.concurrent_minibatches != 0)
@@ -554,6 +575,8 @@ json toJson(const ScheduleOptions& o)
         j["gradient_precision"] = o.gradient_precision;
     if (o.distributed_optimizer)
         j["distributed_optimizer"] = true;
+    if (o.sequence_parallel)
+        j["sequence_parallel"] = true;
     return j;
 }
 
@@ -567,7 +590,12 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     o.microbatch_size = f::integerOr(js, "microbatch_size", path, o.microbatch_size);
     o.chunks = f::integerOr(js, "chunks", path, o.chunks);
     o.iterations = f::integerOr(js, "iterations", path, o.iterations);
-    o.recompute = f::booleanOr(js, "recompute", path, o.recompute);
+    // "none" | "selective" | "full"; the first format's booleans read as none and full.
+    if (const auto it = js.find("recompute"); it != js.end() && it->is_boolean())
+        o.recompute = it->get<bool>() ? Recompute::Full : Recompute::None;
+    else
+        o.recompute = recomputeNamed(f::stringOr(js, "recompute", path, "none"), path + "/recompute");
+    o.sequence_parallel = f::booleanOr(js, "sequence_parallel", path, false);
     o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);

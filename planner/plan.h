@@ -47,6 +47,22 @@ struct PlanStage
     bool operator==(const PlanStage&) const = default;
 };
 
+/// @brief Which activations the backward computes again instead of keeping them (Korthikanti et al. 2022).
+enum class Recompute {
+    None, ///< every activation is kept from the forward to the backward
+    /// The attention core (scores, softmax, dropout) is recomputed, the rest kept: Megatron's
+    /// --recompute-activations. On layers without activation_parts nothing changes.
+    Selective,
+    /// Every block keeps only its input and runs its forward again before its backward (Megatron's
+    /// --recompute-granularity full --recompute-method uniform --recompute-num-layers 1); layers without
+    /// activation_parts are recomputed from the stage's input.
+    Full,
+};
+/// "none" | "selective" | "full".
+const char* name(Recompute recompute);
+/// The mode called `text` ("none", "selective", "full"); throws InputError at `field` otherwise.
+Recompute recomputeNamed(const std::string& text, const std::string& field);
+
 /// @brief How the schedule generator and simulator run the plan.
 struct ScheduleOptions
 {
@@ -56,7 +72,12 @@ struct ScheduleOptions
     int microbatch_size = 0; ///< 0 = the profile's
     int chunks = 1; ///< virtual stages per device (interleaved; 2 for zbv)
     int iterations = 1; ///< batches to simulate
-    bool recompute = false; ///< activation recomputation
+    Recompute recompute = Recompute::None; ///< activation recomputation
+    /// Megatron's sequence parallelism (with tensor_parallel > 1): the norms and dropouts run on 1/t of the sequence
+    /// each, so the activations tensor parallelism keeps whole (ActivationParts::replicated, a block's input) are split
+    /// over the group too; its all-reduces become reduce-scatters and all-gathers of the same bytes. No effect at t
+    /// = 1.
+    bool sequence_parallel = false;
     std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)
     /// fp32 | bf16 | fp16: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training is
     /// mixed precision: the optimizer keeps fp32 master weights.

@@ -44,7 +44,17 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_option("--microbatch-size", p.schedule.microbatch_size, "samples per microbatch (0 = the profile's)");
     cmd->add_option("--chunks", p.schedule.chunks, "virtual stages per device (interleaved)")->capture_default_str();
     cmd->add_option("--iterations", p.schedule.iterations, "batches to simulate")->capture_default_str();
-    cmd->add_flag("--recompute", p.schedule.recompute, "activation recomputation");
+    cmd->add_option_function<std::string>(
+           "--recompute",
+           [&p](const std::string& mode) {
+               p.schedule.recompute = planner::recomputeNamed(mode.empty() ? "full" : mode, "--recompute");
+           },
+           "activation recomputation: none | selective (the attention core) | full (every block from its input); "
+           "alone: full")
+        ->expected(0, 1);
+    cmd->add_flag("--sequence-parallel", p.schedule.sequence_parallel,
+        "Megatron's sequence parallelism with tensor parallelism: norms, dropouts and their activations split over "
+        "the group");
     cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
     cmd->add_option("--precision", p.schedule.precision,
         "weights: fp32 | bf16 | fp16 (default: the profile's; below fp32 the optimizer keeps fp32 master weights)");

@@ -77,7 +77,7 @@ void demo(bool asJson, std::ostream& out)
 
     auto sched = [](std::string kind, int microbatches, int chunks = 1, int iterations = 1, bool recompute = false) {
         ScheduleOptions s;
-        s.recompute = recompute;
+        s.recompute = recompute ? Recompute::Full : Recompute::None;
         s.kind = std::move(kind);
         s.microbatches = microbatches;
         s.chunks = chunks;

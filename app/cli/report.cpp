@@ -73,7 +73,7 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
         {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)}, {"devices", std::move(devices)}};
     const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     j.update({{"tensor_parallel", std::max(1, plan.tensor_parallel)}, {"chunks", plan.schedule.chunks},
-        {"microbatch_size", size}, {"recompute", plan.schedule.recompute}});
+        {"microbatch_size", size}, {"recompute", name(plan.schedule.recompute)}});
     if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
         j["model_flops_per_s_per_gpu"] = flops->model_flops_per_s_per_gpu;
         j["hardware_flops_per_s_per_gpu"] = flops->hardware_flops_per_s_per_gpu;
@@ -105,7 +105,9 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
     std::snprintf(line, sizeof line, "schedule %s, %d microbatches x %d iteration(s)%s%s\n", plan.schedule.kind.c_str(),
         plan.schedule.microbatches, plan.schedule.iterations,
         plan.schedule.chunks > 1 ? (", " + std::to_string(plan.schedule.chunks) + " chunks").c_str() : "",
-        plan.schedule.recompute ? ", recompute" : "");
+        plan.schedule.recompute != Recompute::None
+            ? (std::string(", ") + name(plan.schedule.recompute) + " recomputation").c_str()
+            : "");
     out << line;
     if (plan.pipelineCount() > 1) {
         // HetPipe: independent pipelines (virtual workers); stage numbers below are global, "v/q" per pipeline.
@@ -121,10 +123,10 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         out << "objective " << formatSeconds(plan.objective_s) << " (the partitioner's slowest stage per microbatch)\n";
     // Per microbatch, what the simulation charged each stage's compute lane (under the costs it ran with: the
     // profile's or calibrated ones), and its parts.
-    const bool recompute = plan.schedule.recompute, tp = plan.tensor_parallel > 1;
+    const bool recompute = plan.schedule.recompute != Recompute::None, tp = plan.tensor_parallel > 1;
     std::string parts = "forward + backward";
     if (recompute)
-        parts += " + recomputed forward";
+        parts += plan.schedule.recompute == Recompute::Full ? " + recomputed forward" : " + recomputed attention core";
     if (tp)
         parts += " + tensor-parallel all-reduces";
     out << "per microbatch on each stage's first device, as simulated: " << parts << "\n";
@@ -217,7 +219,7 @@ json comparisonJson(const std::vector<ComparisonRow>& rows)
                 {"iteration_time_s", r.iteration_time_s}, {"bubble_fraction", r.bubble_fraction},
                 {"peak_memory_bytes", r.peak_memory_bytes}, {"memory_capacity_bytes", r.memory_capacity_bytes},
                 {"memory_ratio", r.memory_ratio}, {"fits_memory", r.memory_ratio <= 1},
-                {"tensor_parallel", r.tensor_parallel}, {"chunks", r.chunks}, {"recompute", r.recompute}});
+                {"tensor_parallel", r.tensor_parallel}, {"chunks", r.chunks}, {"recompute", name(r.recompute)}});
             if (r.model_flops_per_s_per_gpu)
                 row["model_flops_per_s_per_gpu"] = *r.model_flops_per_s_per_gpu;
             if (r.mfu)

@@ -27,7 +27,7 @@ struct ComparisonRow
     int microbatch_size = 0;
     int tensor_parallel = 1;
     int chunks = 1; ///< virtual stages per device (interleaving)
-    bool recompute = false;
+    Recompute recompute = Recompute::None;
     double throughput_samples_per_s = 0;
     /// Achieved model FLOP/s per device and its share of the devices' peak (MFU), and the hardware FLOPs' share
     /// (HFU: with the recomputed forward; flops.h); absent when the profile gives no FLOPs (or, for the

@@ -8,14 +8,20 @@
 
 namespace pw::planner {
 
-double transformerFlops(const TransformerConfig& c, double batch, bool recompute)
+double transformerFlops(const TransformerConfig& c, double batch, Recompute recompute)
 {
-    // Forward, backward (2x) and with recomputation the blocks' forward again; the logits are not recomputed.
+    // Forward, backward (2x) and with recomputation the blocks' forward again (full) or their attention core
+    // (selective); the logits are not recomputed.
     const double blocks = c.layers * blockForwardFlops(c, batch);
-    return (recompute ? 4 : 3) * blocks + 3 * headForwardFlops(c, batch);
+    double again = 0;
+    if (recompute == Recompute::Full)
+        again = blocks;
+    else if (recompute == Recompute::Selective)
+        again = c.layers * attentionCoreFlops(c, batch);
+    return 3 * blocks + again + 3 * headForwardFlops(c, batch);
 }
 
-std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recompute)
+std::optional<double> modelFlopsPerSample(const ModelProfile& model, Recompute recompute)
 {
     if (model.architecture)
         return transformerFlops(*model.architecture, 1, recompute);
@@ -28,12 +34,13 @@ std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recomp
         }
     if (!any)
         return std::nullopt;
-    return (recompute ? 4 : 3) * forward / std::max(1, model.microbatch_size);
+    // Without an architecture nothing says which FLOPs are the attention core: selective recomputes none of them.
+    return (recompute == Recompute::Full ? 4 : 3) * forward / std::max(1, model.microbatch_size);
 }
 
 std::optional<FlopsReport> flopsReport(const Plan& plan, double throughput_samples_per_s)
 {
-    const auto model = modelFlopsPerSample(plan.model, false);
+    const auto model = modelFlopsPerSample(plan.model, Recompute::None);
     const auto hardware = modelFlopsPerSample(plan.model, plan.schedule.recompute);
     if (!model || !hardware)
         return std::nullopt;

@@ -14,12 +14,12 @@ namespace pw::planner {
 /// recomputation 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (four passes of 24 B s h^2 + 4 B s^2 h per layer and the logit
 /// layer's 6 B s h V, not recomputed); without it 72 B s l h^2 (1 + s/(6h)) + 6 B s h V. Every floating-point
 /// operation counts once, whatever its precision.
-double transformerFlops(const TransformerConfig& config, double batch, bool recompute);
+double transformerFlops(const TransformerConfig& config, double batch, Recompute recompute);
 
 /// FLOPs one sample of `model` costs per training step: Eq. 4.2 when the profile has an architecture, else
 /// 3 (4 with recomputation) x the layers' forward_flops per profiled microbatch / its size; nullopt when the
 /// profile has neither.
-std::optional<double> modelFlopsPerSample(const ModelProfile& model, bool recompute);
+std::optional<double> modelFlopsPerSample(const ModelProfile& model, Recompute recompute);
 
 /// @brief What a plan's predicted throughput means in FLOP/s, counted two ways. Model FLOPs are the useful ones
 /// (PaLM's and Megatron's convention for MFU, digest megatron-gavel.md §3.1): forward and backward, 3 x the forward,

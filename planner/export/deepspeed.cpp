@@ -42,6 +42,10 @@ public:
             throw InputError({}, 0, "/tensor_parallel",
                 "deepspeed cannot express this plan: tensor parallelism in a DeepSpeed pipeline needs the model's "
                 "own model-parallel topology (Megatron-DeepSpeed); export it as megatron instead");
+        if (plan.schedule.recompute == Recompute::Selective)
+            throw InputError({}, 0, "/schedule/recompute",
+                "deepspeed cannot express this plan: a PipelineModule checkpoints whole layers "
+                "(activation_checkpoint_interval), not the attention core alone; plan with --recompute=full or none");
         const ModelProfile& model = *plan.model;
         if (model.is_graph)
             throw InputError({}, 0, "/model/is_graph",
@@ -78,7 +82,7 @@ public:
         py << "]\n";
         py << "# PipelineModule(activation_checkpoint_interval=...): 1 recomputes every layer's activations in the "
               "backward pass.\n";
-        py << "ACTIVATION_CHECKPOINT_INTERVAL = " << (plan.schedule.recompute ? 1 : 0) << "\n\n";
+        py << "ACTIVATION_CHECKPOINT_INTERVAL = " << (plan.schedule.recompute == Recompute::Full ? 1 : 0) << "\n\n";
         py << "try:\n"
               "    from deepspeed.pipe import PipelineModule\n"
               "except ImportError:  # the numbers above are of use without DeepSpeed too\n"

@@ -181,7 +181,11 @@ std::string planSummary(const Plan& plan, const PipelineShape& shape, std::strin
         << shape.device_type << "; " << shape.microbatches << " microbatches of " << shape.microbatch_size
         << " per step"
         << (shape.data > 1 ? " on each replica (" + std::to_string(shape.globalBatch()) + " samples per step)" : "")
-        << ", " << shape.precision << (plan.schedule.recompute ? ", recomputation" : "") << "\n";
+        << ", " << shape.precision
+        << (plan.schedule.recompute != Recompute::None
+                   ? std::string(", ") + name(plan.schedule.recompute) + " recomputation"
+                   : std::string())
+        << "\n";
     return out.str();
 }
 

@@ -99,11 +99,15 @@ public:
         }
         arg("--micro-batch-size", std::to_string(shape.microbatch_size));
         arg("--global-batch-size", std::to_string(shape.globalBatch()));
-        if (plan.schedule.recompute) {
+        if (plan.schedule.recompute == Recompute::Full) {
             arg("--recompute-granularity", "full");
             arg("--recompute-method", "uniform");
             arg("--recompute-num-layers", "1");
+        } else if (plan.schedule.recompute == Recompute::Selective) {
+            arg("--recompute-activations"); // selective: the attention core
         }
+        if (plan.schedule.sequence_parallel && plan.tensor_parallel > 1)
+            arg("--sequence-parallel");
         if (plan.schedule.distributed_optimizer)
             arg("--use-distributed-optimizer");
         if (shape.precision == "bf16")

@@ -127,7 +127,9 @@ public:
             toml << "seq_len = " << plan.model->architecture->sequence << "\n";
         toml << "mixed_precision_param = \"" << (shape.precision == "fp32" ? "float32" : "bfloat16") << "\"\n\n";
         toml << "[activation_checkpoint]\n";
-        toml << "mode = \"" << (plan.schedule.recompute ? "full" : "none") << "\"\n";
+        toml << "mode = \"" << planner::name(plan.schedule.recompute) << "\"\n";
+        if (plan.schedule.recompute == Recompute::Selective)
+            toml << "selective_ac_option = \"op\"\n"; // recompute the attention core's ops, keep the rest
 
         PlanExport out;
         out.files = {{"schedule.csv", csv.str()}, {"torchtitan.toml", toml.str()}};

@@ -253,7 +253,7 @@ private:
         c.stages = N;
         c.kind = sc.kind.empty() ? "1f1b-so" : sc.kind;
         c.microbatches = M;
-        c.recompute = so.recompute;
+        c.recompute = so.recompute == Recompute::Full;
         c.time_prefix.assign(N, std::vector<double>(L + 1, 0.0));
         c.forward_prefix.assign(N, std::vector<double>(L + 1, 0.0));
         for (int n = 0; n < N; ++n) {
@@ -263,7 +263,7 @@ private:
                 auto t = layerTimesOn(model->layers[l], type, speed);
                 const double f = t.forward_ms * 1e-3 * scale, b = t.backward_ms * 1e-3 * scale;
                 c.forward_prefix[n][l + 1] = c.forward_prefix[n][l] + f;
-                c.time_prefix[n][l + 1] = c.time_prefix[n][l] + (so.recompute ? 2 * f : f) + b;
+                c.time_prefix[n][l + 1] = c.time_prefix[n][l] + (so.recompute == Recompute::Full ? 2 * f : f) + b;
             }
             c.capacity.push_back(type.memory_bytes);
             c.in_flight.push_back(sc.stash_factor * (N - n));

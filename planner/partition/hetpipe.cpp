@@ -403,7 +403,7 @@ private:
         if (opt.schedule.chunks > 1)
             return detail::failure("bad-option",
                 "hetpipe plans one stage per GPU (chunks = 1), got chunks = " + std::to_string(opt.schedule.chunks));
-        if (opt.schedule.recompute)
+        if (opt.schedule.recompute != Recompute::None)
             return detail::failure("bad-option", "hetpipe keeps activations (HetPipe does not recompute)");
         if (opt.schedule.microbatches < 1 || opt.schedule.microbatches > kMaxMicrobatches)
             return detail::failure("bad-option",

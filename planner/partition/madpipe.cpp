@@ -60,7 +60,7 @@ Layers layerCosts(const PartitionRequest& request, const DeviceType& type)
         const auto t = layerTimesOn(layer, type, speed);
         const double f = t.forward_ms * 1e-3 * scale;
         c.forward.push_back(f);
-        c.backward.push_back(t.backward_ms * 1e-3 * scale + (so.recompute ? f : 0.0));
+        c.backward.push_back(t.backward_ms * 1e-3 * scale + (so.recompute == Recompute::Full ? f : 0.0));
         c.weight.push_back(layer.weight_bytes);
         c.optimizer.push_back(layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes));
         c.stash.push_back(model->stashedBytes(l) * scale);
@@ -219,7 +219,7 @@ private:
         chain.capacity = capacity;
         chain.bandwidth = P > 1 ? request.cluster->groupBandwidth(group) : kInf;
         chain.latency = P > 1 ? request.cluster->groupLatency(group) : 0.0;
-        chain.recompute = opt.schedule.recompute;
+        chain.recompute = opt.schedule.recompute == Recompute::Full;
         chain.comm_buffers = values.boolean("comm-buffers");
         if (chain.layers < model->layerCount())
             diag.push_back({Severity::Info, "blocks",

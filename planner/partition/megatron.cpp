@@ -85,6 +85,16 @@ double kindPeakActivationBytes(std::string_view kind, int p, int v, int m, int r
     return stashes;
 }
 
+std::string Estimate::memoryPartsText() const
+{
+    const auto& m = memory_parts;
+    std::string text = "weights " + formatBytes(m.weights) + ", gradients " + formatBytes(m.gradients)
+        + ", optimizer state " + formatBytes(m.optimizer) + ", activations " + formatBytes(m.activations);
+    if (m.working > 0)
+        text += ", recomputation " + formatBytes(m.working);
+    return text;
+}
+
 std::string Config::scheduleKind() const
 {
     return !kind.empty() ? kind : v > 1 ? "interleaved" : "1f1b";
@@ -93,7 +103,8 @@ std::string Config::scheduleKind() const
 std::string Config::text() const
 {
     return "p=" + std::to_string(p) + " t=" + std::to_string(t) + " d=" + std::to_string(d) + " b=" + std::to_string(b)
-        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (recompute ? " recompute" : "")
+        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (sequence_parallel ? " sp" : "")
+        + (recompute != Recompute::None ? std::string(" recompute=") + name(recompute) : std::string())
         + (kind.empty() ? "" : " " + kind);
 }
 
@@ -106,6 +117,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     plan.schedule.chunks = c.v;
     plan.schedule.microbatches = c.m * c.d;
     plan.schedule.recompute = c.recompute;
+    plan.schedule.sequence_parallel = c.sequence_parallel;
     plan.schedule.in_flight.clear();
     const int profileSize = std::max(1, model->microbatch_size);
     plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
@@ -124,10 +136,14 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     for (int l = 0; l < model->layerCount(); ++l) {
         const auto& layer = model->layers[l];
         const auto times = layerTimesOn(layer, type, speed);
-        double w = (times.forward_ms * (c.recompute ? 2 : 1) + times.backward_ms) * 1e-3 * scale / c.t;
+        const bool full = c.recompute == Recompute::Full;
+        const double again = full ? times.forward_ms
+            : c.recompute == Recompute::Selective && layer.forward_ms > 0
+            ? layer.selective_recompute_ms * times.forward_ms / layer.forward_ms
+            : 0.0;
+        double w = (times.forward_ms + again + times.backward_ms) * 1e-3 * scale / c.t;
         const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
-        w += tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat)
-            * (c.recompute ? 2 : 1);
+        w += tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat) * (full ? 2 : 1);
         w += tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
         weights.push_back(w);
     }
@@ -168,7 +184,7 @@ Estimate estimate(const Plan& plan, const Config& c)
         for (std::size_t i = 0; i < devices.size(); ++i) {
             double time = 0, forward = 0, weight = 0;
             for (int s : mine) {
-                time += cost.forward(s, static_cast<int>(i)) * (c.recompute ? 2 : 1)
+                time += cost.forward(s, static_cast<int>(i)) + cost.recompute(s, static_cast<int>(i))
                     + cost.backward(s, static_cast<int>(i));
                 forward += cost.forward(s, static_cast<int>(i));
                 weight += cost.backwardWeight(s, static_cast<int>(i));
@@ -180,7 +196,7 @@ Estimate estimate(const Plan& plan, const Config& c)
             }
         }
         // Rank 0 of each replica: the data-parallel all-reduce among the replicas holding the same slice.
-        double dp = 0, opt = 0, fixed = 0, stash = 0, working = 0, kept = 0;
+        double dp = 0, opt = 0, weights = 0, optimizer = 0, stash = 0, working = 0, kept = 0;
         std::vector<int> dpGroup;
         for (int j = 0; j < c.d; ++j)
             dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
@@ -195,10 +211,10 @@ Estimate estimate(const Plan& plan, const Config& c)
                     + 2.0 * (c.d - 1) * lat;
             if (type.memory_bandwidth_bytes_per_s > 0)
                 opt += (3 * w + 2 * o) / type.memory_bandwidth_bytes_per_s;
-            fixed += 2 * w + o;
-            stash = std::max(stash, c.recompute ? cost.stage_input_bytes[s] : cost.stage_activation_bytes[s]);
-            if (c.recompute)
-                working = std::max(working, cost.stage_activation_bytes[s]);
+            weights += w;
+            optimizer += o;
+            stash = std::max(stash, cost.keptBytes(s));
+            working = std::max(working, cost.recomputeWorkingBytes(s));
             if (splitsBackward)
                 kept = std::max(
                     kept, cost.stage_weight_gradient_bytes.empty() ? 0.0 : cost.stage_weight_gradient_bytes[s]);
@@ -207,17 +223,19 @@ Estimate estimate(const Plan& plan, const Config& c)
         e.optimizer_s = std::max(e.optimizer_s, opt);
         // A split backward keeps what W needs from I to W; with recomputation that includes the activations the I
         // recomputed, so every microbatch waiting for its W holds a full set (not just the one being worked on).
-        if (splitsBackward && c.recompute) {
+        if (splitsBackward && c.recompute != Recompute::None) {
             kept += working;
             working = 0;
         }
-        const double memory = fixed + kindPeakActivationBytes(kind, p, c.v, c.m, r, stash, kept) + working;
+        const double activations = kindPeakActivationBytes(kind, p, c.v, c.m, r, stash, kept);
+        const double memory = 2 * weights + optimizer + activations + working;
         const double capacity = type.memory_bytes;
         const double ratio = capacity > 0 ? memory / capacity : std::numeric_limits<double>::infinity();
         if (ratio > worstRatio) {
             worstRatio = ratio;
             e.peak_memory_bytes = memory;
             e.memory_capacity_bytes = capacity;
+            e.memory_parts = {weights, weights, optimizer, activations, working};
         }
     }
     e.fits = worstRatio <= 1.0;
@@ -308,8 +326,14 @@ public:
                 "pipeline depths p to try; auto: every divisor (--stages fixes one)", 1, 1'000'000, {}},
             {"chunks", T::IntegerList, json(),
                 "interleaving degrees v to try (v > 1 needs p > 1 and m a multiple of p); auto: 1, 2, 3, 4", 1, 64, {}},
-            {"recompute", T::Choice, "auto", "activation recomputation: auto tries both", std::nullopt, std::nullopt,
-                {"auto", "on", "off"}},
+            {"recompute", T::Choice, "auto",
+                "activation recomputation: none, selective (the attention core), full (every block from its input); "
+                "auto tries the three (on: full, off: none)",
+                std::nullopt, std::nullopt, {"auto", "none", "selective", "full", "on", "off"}},
+            {"sequence-parallel", T::Choice, "auto",
+                "Megatron's sequence parallelism with t > 1 (activations the tensor-parallel group keeps whole are "
+                "split over it, same traffic); auto: on wherever t > 1, where it only saves memory",
+                std::nullopt, std::nullopt, {"auto", "true", "false"}},
             {"zero-bubble", T::Boolean, true,
                 "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) where the request leaves the "
                 "kind to the search; --schedule zb-h1, zb-h2, zbv or interleaved searches that kind alone",
@@ -333,7 +357,8 @@ private:
         long long batch = 0; ///< B
         int base_size = 1; ///< the request's (else the profile's) microbatch size
         std::vector<int> tensor, pipeline, chunks, microbatch_sizes; ///< empty microbatch_sizes = auto
-        std::vector<bool> recompute;
+        std::vector<Recompute> recompute;
+        std::string sequence_parallel = "auto"; ///< auto | true | false
         bool within_node = true;
         bool straight = false;
         int iterations = 1;
@@ -430,10 +455,13 @@ private:
         if (values.has("microbatch-sizes"))
             space.microbatch_sizes = values.integers("microbatch-sizes");
         const std::string rc = values.choice("recompute");
-        if (rc != "on")
-            space.recompute.push_back(false);
-        if (rc != "off")
-            space.recompute.push_back(true);
+        if (rc == "auto")
+            space.recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
+        else
+            space.recompute = {rc == "on" ? Recompute::Full
+                    : rc == "off"         ? Recompute::None
+                                          : recomputeNamed(rc, "recompute")};
+        space.sequence_parallel = values.choice("sequence-parallel");
         space.within_node = values.boolean("tensor-within-node");
         space.zero_bubble = values.boolean("zero-bubble");
         for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv"})
@@ -480,6 +508,7 @@ private:
                 continue;
             }
             const std::string rule = space.within_node ? crossNodeGroup(request.cluster, N, t) : std::string();
+            const bool sp = t > 1 && space.sequence_parallel != "false";
             for (int p : space.pipeline) {
                 if ((N / t) % p != 0 || p > space.layers)
                     continue;
@@ -505,8 +534,8 @@ private:
                             ++skipped.interleave;
                             continue;
                         }
-                        for (bool r : space.recompute)
-                            entries.push_back(entry({p, t, d, b, v, r, mi}, space, rule));
+                        for (Recompute r : space.recompute)
+                            entries.push_back(entry({p, t, d, b, v, r, mi, {}, sp}, space, rule));
                     }
                     // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
                     // (fewer run, with a bubble the estimate does not model); zbv two chunks of layers per device.
@@ -514,8 +543,8 @@ private:
                         if (!space.allows(kind) || p == 1 || (kind != "zb-h1" && m < 2LL * p - 1)
                             || (kind == "zbv" && 2 * p > space.layers))
                             continue;
-                        for (bool r : space.recompute)
-                            entries.push_back(entry({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind}, space, rule));
+                        for (Recompute r : space.recompute)
+                            entries.push_back(entry({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp}, space, rule));
                     }
                 }
             }
@@ -545,7 +574,8 @@ private:
         c.description = config.text();
         c.config
             = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v}, {"m", config.m},
-                {"recompute", config.recompute}, {"schedule", config.scheduleKind()}, {"global_batch", space.batch}};
+                {"recompute", planner::name(config.recompute)}, {"sequence_parallel", config.sequence_parallel},
+                {"schedule", config.scheduleKind()}, {"global_batch", space.batch}};
         if (!rule.empty()) {
             c.feasible = false;
             c.reason = rule;
@@ -578,7 +608,8 @@ private:
         if (c.feasible && !e.estimate.fits) {
             c.feasible = false;
             c.reason = "needs " + formatBytes(e.estimate.peak_memory_bytes) + " of "
-                + formatBytes(e.estimate.memory_capacity_bytes) + " by the memory formula";
+                + formatBytes(e.estimate.memory_capacity_bytes) + " by the memory formula ("
+                + e.estimate.memoryPartsText() + ")";
         }
     }
 
@@ -627,7 +658,7 @@ private:
             return x.config.v < y.config.v;
         if (x.config.kind.empty() != y.config.kind.empty())
             return x.config.kind.empty(); // Megatron's own schedule on a tie
-        return !x.config.recompute && y.config.recompute;
+        return x.config.recompute < y.config.recompute; // none, then selective, then full
     }
 
     /// Simulates the analytical leaders in `order` (`top` of them, and on until one fits the simulator's
@@ -665,7 +696,9 @@ private:
                 }
             if (!sim.fitsMemory()) {
                 c.feasible = false;
-                c.reason = "the simulator's peak memory exceeds a device's capacity";
+                c.reason = "needs " + formatBytes(c.peak_memory_bytes) + " of " + formatBytes(c.memory_capacity_bytes)
+                    + " in simulation (by the memory formula " + formatBytes(e.estimate.peak_memory_bytes) + ": "
+                    + e.estimate.memoryPartsText() + ")";
                 continue;
             }
             ++fits;

@@ -54,20 +54,23 @@ struct Config
     int d = 1; ///< data-parallel size
     int b = 1; ///< microbatch size (samples)
     int v = 1; ///< model chunks per device (interleaving); 1 = 1F1B
-    bool recompute = false;
+    Recompute recompute = Recompute::None;
     int m = 1; ///< microbatches per pipeline and batch
     /// Schedule kind: empty for Megatron's own (1f1b with v = 1, interleaved with v > 1), or zb-h1, zb-h2
     /// (v = 1) or zbv (v = 2, the chunks in a V).
     std::string kind;
 
     std::string scheduleKind() const; ///< kind, or 1f1b / interleaved by v
-    std::string text() const; ///< "p=4 t=2 d=1 b=1 v=2 m=8 recompute", then the kind when it is a zero-bubble one
+    bool sequence_parallel = false; ///< Megatron's sequence parallelism (t > 1 only)
+
+    /// "p=4 t=2 d=1 b=1 v=2 m=8 sp recompute=selective", then the kind when it is a zero-bubble one
+    std::string text() const;
 };
 
 /// @brief The analytical model's verdict on a configuration's plan.
 struct Estimate
 {
-    double stage_time_s = 0; ///< slowest device's F + B (+ recomputed F) per microbatch, TP all-reduces included
+    double stage_time_s = 0; ///< slowest device's F + B (+ what it recomputes) per microbatch, TP all-reduces included
     double pipeline_s = 0; ///< m stage_time + the kind's bubble + 2 (v p - 1) p2p
     double bubble_s = 0; ///< the kind's idle time per batch (pipelineBubble on the slowest device)
     double p2p_s = 0; ///< one boundary crossing: latency + b s h bytes / t / bandwidth (slowest boundary)
@@ -77,7 +80,17 @@ struct Estimate
     double throughput_samples_per_s = 0;
     double peak_memory_bytes = 0; ///< the device closest to (or furthest over) its capacity
     double memory_capacity_bytes = 0;
+    /// That device's peak by part: weights, their gradients (one weight-sized copy), optimizer state (fp32 master
+    /// weights, moments, wider gradients; sharded with the distributed optimizer), stashed activations (and what
+    /// split backwards keep for their W), recomputation's working set.
+    struct MemoryParts
+    {
+        double weights = 0, gradients = 0, optimizer = 0, activations = 0, working = 0;
+    } memory_parts;
     bool fits = true;
+
+    /// "weights 16.1 GiB, gradients 16.1 GiB, optimizer state 48.3 GiB, activations 9.4 GiB, recomputation 1.2 GiB"
+    std::string memoryPartsText() const;
 };
 
 /// Devices in Megatron's rank order (tensor fastest, then data, then pipeline): stage r holds devices

@@ -70,7 +70,7 @@ public:
         for (const auto& layer : model->layers) {
             auto t = layerTimesOn(layer, type, speed);
             // Recomputation runs the forward pass again before every backward pass.
-            const double forwards = plan.schedule.recompute ? 2.0 : 1.0;
+            const double forwards = plan.schedule.recompute == Recompute::Full ? 2.0 : 1.0;
             problem.compute_s.push_back((forwards * t.forward_ms + t.backward_ms) * 1e-3 * scale);
             problem.weight_bytes.push_back(layer.weight_bytes);
             problem.activation_bytes.push_back(layer.stashed_bytes.value_or(layer.activation_bytes) * scale);
@@ -84,7 +84,7 @@ public:
                     = std::min(problem.memory_capacity_bytes, request.cluster->typeOf(d).memory_bytes);
             problem.schedule_kind = plan.schedule.kind;
             problem.microbatches = plan.schedule.microbatches;
-            problem.recompute = plan.schedule.recompute;
+            problem.recompute = plan.schedule.recompute == Recompute::Full;
         }
 
         // Lower levels keep an N x N table per level; past this many layers that is gigabytes.
@@ -243,7 +243,8 @@ private:
         std::vector<double> compute;
         for (const auto& layer : model->layers) {
             const auto t = layerTimesOn(layer, type, speed);
-            compute.push_back(((plan.schedule.recompute ? 2 : 1) * t.forward_ms + t.backward_ms) * 1e-3 * scale);
+            compute.push_back(
+                ((plan.schedule.recompute == Recompute::Full ? 2 : 1) * t.forward_ms + t.backward_ms) * 1e-3 * scale);
         }
         const int S = plan.stageCount();
         std::vector<int> fastest(S);
@@ -333,7 +334,7 @@ private:
         std::vector<double> compute;
         for (const auto& l : plan.model->layers) {
             auto t = layerTimesOn(l, type, speed);
-            compute.push_back((plan.schedule.recompute ? 2 : 1) * t.forward_ms + t.backward_ms);
+            compute.push_back((plan.schedule.recompute == Recompute::Full ? 2 : 1) * t.forward_ms + t.backward_ms);
         }
         auto cuts = detail::balancedBoundaries(compute, p * v);
         const auto* traits = findScheduleTraits(plan.schedule.kind);
@@ -379,10 +380,8 @@ private:
             after += st.replicas();
             const auto& type = plan.cluster->typeOf(st.devices[0]);
             auto totals = stageTotals(plan, s, type);
-            StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
-                totals.optimizer_bytes, traits.in_flight_factor * ((after + st.replicas() - 1) / st.replicas()),
-                (plan.schedule.microbatches + st.replicas() - 1) / st.replicas(), plan.schedule.recompute,
-                totals.weight_gradient_bytes};
+            const auto in = memoryInput(totals, traits.in_flight_factor * ((after + st.replicas() - 1) / st.replicas()),
+                (plan.schedule.microbatches + st.replicas() - 1) / st.replicas());
             double need = stageMemoryBytes(traits, in);
             if (need > type.memory_bytes)
                 report(s, need, type.memory_bytes, type.name);

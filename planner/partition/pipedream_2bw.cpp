@@ -293,7 +293,7 @@ public:
         plan.schedule.chunks = 1;
         plan.schedule.microbatch_size = c.b;
         plan.schedule.microbatches = static_cast<int>(m * c.d); // the project counts a batch over all replicas
-        plan.schedule.recompute = c.execution == Execution::Recompute;
+        plan.schedule.recompute = c.execution == Execution::Recompute ? Recompute::Full : Recompute::None;
         plan.schedule.in_flight.clear();
         if (c.execution == Execution::Unpipelined)
             plan.schedule.in_flight.assign(c.p, 1);

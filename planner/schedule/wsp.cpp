@@ -285,7 +285,7 @@ public:
                 throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
                     "wsp runs each stage on one device (HetPipe's virtual workers do not replicate stages), got "
                         + std::to_string(plan.stages[s].replicas()));
-        if (plan.schedule.recompute)
+        if (plan.schedule.recompute != Recompute::None)
             throw InputError({}, 0, "/schedule/recompute", "wsp keeps activations (HetPipe does not recompute)");
         Wsp wsp(plan, builder);
         wsp.run();

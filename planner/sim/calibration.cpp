@@ -344,10 +344,17 @@ CostModel calibratedCostModel(const CalibratedCosts& costs, const Plan& plan)
         for (std::size_t r = 0; r < st.devices.size(); ++r) {
             const std::size_t i = static_cast<std::size_t>(c.stage_offset[static_cast<std::size_t>(s)]) + r;
             c.forward_s[i] = st.forward_s[r];
-            // With recomputation a backward span holds the forward computed again, which the simulator charges
-            // on its own (StageCharge::recompute_s): the backward alone is the rest.
-            c.backward_s[i]
-                = plan.schedule.recompute ? std::max(0.0, st.backward_s[r] - st.forward_s[r]) : st.backward_s[r];
+            // With recomputation a backward span holds what it computed again, which the simulator charges on its
+            // own (StageCharge::recompute_s): the backward alone is the rest. Full recomputation runs the measured
+            // forward again; selective, the attention cores the profile predicts.
+            const double again = plan.schedule.recompute == Recompute::Full ? st.forward_s[r]
+                : i < c.recompute_s.size()                                  ? c.recompute_s[i]
+                                                                            : 0.0;
+            c.backward_s[i] = std::max(0.0, st.backward_s[r] - again);
+            if (i < c.recompute_s.size()) {
+                c.recompute_s[i] = again;
+                c.recompute_tp_s[i] = 0; // inside the measured span
+            }
             // A split backward's measured parts: W's share of it (the profile's estimate otherwise).
             if (r < st.backward_weight_s.size() && c.backward_s[i] > 0) {
                 if (c.backward_weight_share.size() != c.backward_s.size())

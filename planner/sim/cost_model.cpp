@@ -125,7 +125,7 @@ double CostModel::parameterServerSeconds(int device, double bytes, bool local) c
     return latency + std::max(pcie, remote);
 }
 
-StageCharge CostModel::charge(int stage, int replica, bool recompute) const
+StageCharge CostModel::charge(int stage, int replica) const
 {
     const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
     const double tpForward = i < tp_forward_s.size() ? tp_forward_s[i] : 0.0;
@@ -133,9 +133,15 @@ StageCharge CostModel::charge(int stage, int replica, bool recompute) const
     StageCharge c;
     c.forward_s = forward_s[i] - tpForward;
     c.backward_s = backward_s[i] - tpBackward;
-    c.recompute_s = recompute ? c.forward_s : 0.0;
-    c.tensor_parallel_s = tpForward * (recompute ? 2 : 1) + tpBackward;
+    c.recompute_s = i < recompute_s.size() ? recompute_s[i] : 0.0;
+    c.tensor_parallel_s = tpForward + tpBackward + (i < recompute_tp_s.size() ? recompute_tp_s[i] : 0.0);
     return c;
+}
+
+double CostModel::recompute(int stage, int replica) const
+{
+    const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
+    return (i < recompute_s.size() ? recompute_s[i] : 0.0) + (i < recompute_tp_s.size() ? recompute_tp_s[i] : 0.0);
 }
 
 double CostModel::backwardWeight(int stage, int replica) const
@@ -195,12 +201,17 @@ CostModel CostModel::fromPlan(const Plan& plan)
             c.tp_forward_s.push_back(tpForward);
             c.tp_backward_s.push_back(tpBackward);
             c.backward_weight_share.push_back(t.backward_s > 0 ? t.backward_weight_s / t.backward_s : 0.5);
+            c.recompute_s.push_back(t.recompute_s);
+            // Full recomputation runs the forward's tensor-parallel all-reduces again; the attention core has none.
+            c.recompute_tp_s.push_back(plan.schedule.recompute == Recompute::Full ? tpForward : 0.0);
             if (r == 0)
                 first = t;
         }
         c.stage_weight_bytes.push_back(first.weight_bytes);
         c.stage_activation_bytes.push_back(first.activation_bytes);
         c.stage_input_bytes.push_back(first.input_bytes);
+        c.stage_kept_bytes.push_back(first.kept_bytes);
+        c.stage_recompute_working_bytes.push_back(first.recompute_working_bytes);
         c.stage_weight_gradient_bytes.push_back(first.weight_gradient_bytes);
         c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
@@ -242,6 +253,12 @@ void CostModel::check(const Plan& plan, int devices) const
             bad("tensor-parallel all-reduce times", v->size(), replicas);
     if (!c.backward_weight_share.empty() && c.backward_weight_share.size() != replicas)
         bad("weight-gradient shares", c.backward_weight_share.size(), replicas);
+    for (auto* v : {&c.recompute_s, &c.recompute_tp_s})
+        if (!v->empty() && v->size() != replicas)
+            bad("recomputation times", v->size(), replicas);
+    for (auto* v : {&c.stage_kept_bytes, &c.stage_recompute_working_bytes})
+        if (!v->empty() && v->size() != S)
+            bad("per-stage recomputation byte counts", v->size(), S);
     for (auto* v : {&c.stage_weight_bytes, &c.stage_activation_bytes, &c.stage_input_bytes, &c.stage_optimizer_bytes,
              &c.boundary_bytes})
         if (v->size() != S)

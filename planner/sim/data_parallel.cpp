@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "../costs.h"
 #include "../schedule/generator.h"
 #include "simulation_metrics.h"
 #include "simulator.h"
@@ -180,6 +181,12 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
     if (l.q == 1)
         addAllReduces(schedule, reduced, l.t);
     CostModel cost = CostModel::fromPlan(reduced);
+    // The optimizer state as the whole group keeps it: the distributed optimizer shards it over the plan's d
+    // replicas, not over the q simulated ones (issue 31: the search's simulation ignored --distributed-optimizer).
+    if (plan.schedule.distributed_optimizer)
+        for (int s = 0; s < plan.stageCount(); ++s)
+            cost.stage_optimizer_bytes[static_cast<std::size_t>(s)]
+                = stageTotals(plan, s, plan.cluster->typeOf(plan.stages[s].devices.at(0))).optimizer_bytes;
     // Each stage's all-reduces are charged as the whole group's ring: d members and the slowest link they cross
     // (groupLink on the whole cluster's nodes; every tensor-parallel rank's group crosses alike).
     const auto& cluster = *plan.cluster;

@@ -374,10 +374,7 @@ private:
         return bytes.empty() ? 0.0 : bytes[static_cast<std::size_t>(stage)];
     }
 
-    double stash(int stage) const
-    {
-        return m_plan.schedule.recompute ? m_cost.stage_input_bytes[stage] : m_cost.stage_activation_bytes[stage];
-    }
+    double stash(int stage) const { return m_cost.keptBytes(stage); }
 
     /// Runs device d until it finishes or blocks.
     void advance(int d)
@@ -446,12 +443,11 @@ private:
     {
         auto& dev = m_devices[d];
         const int r = replica(d, a);
-        const bool recompute = m_plan.schedule.recompute;
         const double t0 = dev.compute_free;
-        const double t1 = t0 + m_cost.backward(a.stage, r) + (recompute ? m_cost.forward(a.stage, r) : 0);
-        if (recompute) {
-            memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
-            memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
+        const double t1 = t0 + m_cost.backward(a.stage, r) + m_cost.recompute(a.stage, r);
+        if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0) {
+            memoryChange(d, t0, working);
+            memoryChange(d, t1, -working);
         }
         compute(d, a, t0, t1);
         m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backward(a.stage, r)};
@@ -469,11 +465,10 @@ private:
     void backwardInput(int d, const Action& a)
     {
         const int r = replica(d, a);
-        const bool recompute = m_plan.schedule.recompute;
         const double t0 = m_devices[d].compute_free;
-        const double t1 = t0 + m_cost.backwardInput(a.stage, r) + (recompute ? m_cost.forward(a.stage, r) : 0);
-        if (recompute)
-            memoryChange(d, t0, m_cost.stage_activation_bytes[a.stage]);
+        const double t1 = t0 + m_cost.backwardInput(a.stage, r) + m_cost.recompute(a.stage, r);
+        if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0)
+            memoryChange(d, t0, working);
         compute(d, a, t0, t1);
         if (const double kept = weightGradientBytes(a.stage); kept > 0)
             memoryChange(d, t1, kept);
@@ -489,8 +484,8 @@ private:
         compute(d, a, t0, t1);
         // The stage's gradients are final only after its last W: the all-reduce's buckets wait for it.
         m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backwardWeight(a.stage, r)};
-        if (m_plan.schedule.recompute)
-            memoryChange(d, t1, -m_cost.stage_activation_bytes[a.stage]);
+        if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0)
+            memoryChange(d, t1, -working);
         if (const double kept = weightGradientBytes(a.stage); kept > 0)
             memoryChange(d, t1, -kept);
         memoryChange(d, t1, -stash(a.stage));
@@ -720,7 +715,7 @@ private:
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             auto& sm = r.stages[s];
             if (!m_plan.stages[s].devices.empty())
-                sm.charge = m_cost.charge(s, 0, m_plan.schedule.recompute);
+                sm.charge = m_cost.charge(s, 0);
             sm.memory_capacity_bytes = std::numeric_limits<double>::infinity();
             for (int d : m_plan.stages[s].devices) {
                 sm.peak_memory_bytes = std::max(sm.peak_memory_bytes, r.devices[d].peak_memory_bytes);

@@ -41,7 +41,9 @@ struct StageCharge
 {
     double forward_s = 0; ///< forward compute
     double backward_s = 0; ///< backward compute
-    double recompute_s = 0; ///< the forward computed again before the backward (recomputation; 0 without)
+    /// What recomputation computes again before the backward: the whole forward (full) or the attention cores
+    /// (selective); 0 without.
+    double recompute_s = 0;
     double tensor_parallel_s = 0; ///< the tensor-parallel group's all-reduces of these passes (recomputed ones too)
 
     double total_s() const { return forward_s + backward_s + recompute_s + tensor_parallel_s; }
@@ -63,8 +65,16 @@ struct CostModel
     std::vector<double> backward_weight_share;
     std::vector<int> stage_offset; ///< first index of each stage in the flattened vectors
     std::vector<double> stage_weight_bytes;
-    std::vector<double> stage_activation_bytes; ///< stashed per microbatch (all intermediate outputs)
-    std::vector<double> stage_input_bytes; ///< received per microbatch (recomputation keeps only these)
+    std::vector<double> stage_activation_bytes; ///< stashed per microbatch without recomputation
+    std::vector<double> stage_input_bytes; ///< received per microbatch
+    /// Recomputation (the plan's schedule.recompute; StageTotals): per stage, what a microbatch keeps from its
+    /// forward to its backward, and what its backward holds on top while it recomputes; per replica (indexed like
+    /// forward_s), the compute recomputed before the backward and its tensor-parallel all-reduces. Empty:
+    /// stage_activation_bytes kept, nothing recomputed.
+    std::vector<double> stage_kept_bytes;
+    std::vector<double> stage_recompute_working_bytes;
+    std::vector<double> recompute_s;
+    std::vector<double> recompute_tp_s;
     /// Per stage, what a microbatch's I keeps for its W (StageTotals::weight_gradient_bytes), held from the end of
     /// the I to the end of the W; a fused B frees it at once, so only split backwards count it. Empty: none.
     std::vector<double> stage_weight_gradient_bytes;
@@ -113,9 +123,19 @@ struct CostModel
     {
         return backward(stage, replica) - backwardWeight(stage, replica);
     }
-    /// What one microbatch of `stage` costs `replica`'s compute lane, forward and backward (with the forward again
-    /// when `recompute`), split into its parts.
-    StageCharge charge(int stage, int replica, bool recompute) const;
+    /// What one microbatch of `stage` costs `replica`'s compute lane, forward and backward (with what it recomputes),
+    /// split into its parts.
+    StageCharge charge(int stage, int replica) const;
+    /// The time the backward of `stage` on `replica` recomputes before it (compute and its all-reduces); 0 without.
+    double recompute(int stage, int replica) const;
+    double keptBytes(int stage) const
+    {
+        return stage_kept_bytes.empty() ? stage_activation_bytes[stage] : stage_kept_bytes[stage];
+    }
+    double recomputeWorkingBytes(int stage) const
+    {
+        return stage_recompute_working_bytes.empty() ? 0.0 : stage_recompute_working_bytes[stage];
+    }
     /// The link from device a to device b (a node's own link, or the inter-node one).
     const LinkCost& link(int a, int b) const;
     bool sameNode(int a, int b) const { return device_node[a] == device_node[b]; }

@@ -299,7 +299,8 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
         "/model/architecture/bytes_per_element", "--bytes-per-element 4");
     refused([](auto& p) { p.schedule.gradient_precision = "bf16"; }, "/schedule/gradient_precision",
         "its weights' precision (fp32)");
-    refused([](auto& p) { p.schedule.recompute = true; }, "/schedule/recompute", "does not recompute");
+    refused([](auto& p) { p.schedule.recompute = pw::planner::Recompute::Full; }, "/schedule/recompute",
+        "does not recompute");
     refused([](auto& p) { p.schedule.optimizer = "sgd"; }, "/schedule/optimizer", "AdamW only");
     refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
     // Another family's block (issue 31): refused at the first field that differs from GPT-2's, until the engine

@@ -321,7 +321,7 @@ TEST_CASE("on the bundled heterogeneous cluster faster GPUs get more layers and 
         auto cluster = hetpipe(perNode);
         PartitionOptions o;
         o.schedule.microbatches = 32;
-        o.schedule.recompute = true;
+        o.schedule.recompute = Recompute::Full;
         auto r = plan(gpt, cluster, o);
         INFO(r.errorText());
         REQUIRE(r.ok());

@@ -101,7 +101,7 @@ TEST_CASE("simulating a few data-parallel pipelines gives the whole simulation's
         if (c.kind == "zbv" && c.p == 1)
             c.p = 2;
         c.m = c.p * pick({1, 2, 3});
-        c.recompute = trial % 3 == 0;
+        c.recompute = trial % 3 == 0 ? Recompute::Full : Recompute::None;
         const int perNode = pick({1, 2, 4, 8});
         const int devices = c.p * c.t * c.d;
         const int nodes = (devices + perNode - 1) / perNode;
@@ -135,7 +135,7 @@ TEST_CASE("the data-parallel reduction refuses plans whose pipelines are not ali
 {
     const SimulationOptions metricsOnly {false, false};
     const auto model = gpt(8);
-    const megatron::Config c {2, 4, 4, 1, 1, false, 4};
+    const megatron::Config c {2, 4, 4, 1, 1, Recompute::None, 4};
     const auto even = cluster(8, 4, 1e11, 1e10, 2e-6, 0);
     const Plan plan = megatron::configPlan(PartitionRequest {model, even, {}}, c);
     REQUIRE(dataParallelAsymmetry(plan, metricsOnly).empty());

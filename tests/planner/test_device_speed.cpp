@@ -194,7 +194,8 @@ TEST_CASE(
         const auto config = [](const Plan& p) {
             const auto& j = p.algorithm_options.at("chosen");
             return megatron::Config {j.at("p").get<int>(), j.at("t").get<int>(), j.at("d").get<int>(),
-                j.at("b").get<int>(), j.at("v").get<int>(), j.at("recompute").get<bool>(), j.at("m").get<int>()};
+                j.at("b").get<int>(), j.at("v").get<int>(),
+                recomputeNamed(j.at("recompute").get<std::string>(), "recompute"), j.at("m").get<int>()};
         };
         const auto ef = megatron::estimate(*fast.plan, config(*fast.plan));
         const auto es = megatron::estimate(*slow.plan, config(*slow.plan));

@@ -28,7 +28,7 @@ PartitionResult uniformOnFourH100(const TransformerConfig& c, bool recompute)
     cluster.nodes.push_back({"n0", "", 22, "", "H100", 4, 4.5e11, 5e-6});
     PartitionOptions o;
     o.schedule.microbatches = 8;
-    o.schedule.recompute = recompute;
+    o.schedule.recompute = recompute ? Recompute::Full : Recompute::None;
     auto r = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
     REQUIRE(r.ok());
     return r;
@@ -48,17 +48,17 @@ TEST_CASE("Eq. 4.2 reproduces Table 4.1's TFLOP/s per GPU from its iteration tim
     for (const Row& row : {Row {96, 12288, 80, 1536, 2304, 24.8, 148}, Row {64, 8192, 48, 512, 1536, 14.5, 138},
              Row {160, 25600, 128, 3072, 3072, 102.6, 163}}) {
         const TransformerConfig c {row.layers, row.hidden, row.heads, 2048, 51200, 1, 2};
-        const double F = transformerFlops(c, row.batch, true);
+        const double F = transformerFlops(c, row.batch, Recompute::Full);
         const double l = row.layers, h = row.hidden, s = 2048, V = 51200;
         CHECK(F == Approx(96 * row.batch * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))));
         // Without recomputation one forward fewer per layer; the logit layer is never recomputed.
-        CHECK(transformerFlops(c, row.batch, false)
+        CHECK(transformerFlops(c, row.batch, Recompute::None)
             == Approx(F - row.batch * l * (24 * s * h * h + 4 * s * s * h)).epsilon(1e-12));
         INFO(row.hidden);
         CHECK(F / (row.seconds * row.n) / 1e12 == Approx(row.tflops).epsilon(0.01));
     }
     const TransformerConfig big {80, 12288, 96, 2048, 51200, 1, 2};
-    CHECK(transformerFlops(big, 2304, true) / (24.8 * 1536) / 312e12 == Approx(0.475).margin(0.001));
+    CHECK(transformerFlops(big, 2304, Recompute::Full) / (24.8 * 1536) / 312e12 == Approx(0.475).margin(0.001));
 }
 
 TEST_CASE("flopsReport of a plan: per sample, per device, MFU against the devices' peak", "[flops]")
@@ -68,8 +68,8 @@ TEST_CASE("flopsReport of a plan: per sample, per device, MFU against the device
     const auto sim = simulate(*r.plan);
     const auto report = flopsReport(*r.plan, sim.throughput_samples_per_s);
     REQUIRE(report);
-    CHECK(report->model_flops_per_sample == Approx(transformerFlops(c, 1, false)));
-    CHECK(report->model_flops_per_iteration == Approx(transformerFlops(c, 8 * 4, false)));
+    CHECK(report->model_flops_per_sample == Approx(transformerFlops(c, 1, Recompute::None)));
+    CHECK(report->model_flops_per_iteration == Approx(transformerFlops(c, 8 * 4, Recompute::None)));
     CHECK(
         report->model_flops_per_s_per_gpu == Approx(report->model_flops_per_sample * sim.throughput_samples_per_s / 4));
     CHECK(report->peak_flops_per_s_per_gpu == 989e12);
@@ -85,10 +85,10 @@ TEST_CASE("flopsReport of a plan: per sample, per device, MFU against the device
     double forward = 0;
     for (const auto& l : plain.layers)
         forward += l.forward_flops.value_or(0);
-    CHECK(*modelFlopsPerSample(plain, true) == Approx(4 * forward / 4));
+    CHECK(*modelFlopsPerSample(plain, Recompute::Full) == Approx(4 * forward / 4));
     for (auto& l : plain.layers)
         l.forward_flops.reset();
-    CHECK_FALSE(modelFlopsPerSample(plain, false));
+    CHECK_FALSE(modelFlopsPerSample(plain, Recompute::None));
 }
 
 TEST_CASE("MFU counts useful model FLOPs only, HFU the recomputed forward too (closed form)", "[flops]")
@@ -99,7 +99,7 @@ TEST_CASE("MFU counts useful model FLOPs only, HFU the recomputed forward too (c
     // 96 s l h^2 (1 + s/(6h) + V/(16 l h)).
     const TransformerConfig c = kGpt345M;
     auto r = uniformOnFourH100(c, true);
-    REQUIRE(r.plan->schedule.recompute);
+    REQUIRE(r.plan->schedule.recompute == Recompute::Full);
     const double throughput = 100; // samples/s: any rate, the definitions are linear in it
     const auto report = flopsReport(*r.plan, throughput);
     REQUIRE(report);

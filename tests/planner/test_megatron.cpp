@@ -59,7 +59,7 @@ megatron::Config chosen(const Plan& plan)
 {
     const auto& j = plan.algorithm_options.at("chosen");
     return {j.at("p").get<int>(), j.at("t").get<int>(), j.at("d").get<int>(), j.at("b").get<int>(),
-        j.at("v").get<int>(), j.at("recompute").get<bool>(), j.at("m").get<int>()};
+        j.at("v").get<int>(), recomputeNamed(j.at("recompute").get<std::string>(), "recompute"), j.at("m").get<int>()};
 }
 
 bool hasCode(const PartitionResult& r, const std::string& code)
@@ -80,7 +80,7 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
                 const auto model = pw::test::uniformChain(p * v * 2);
                 const auto c = cluster(1, p, 1e15, 0.0);
                 PartitionRequest request {model, c, {}};
-                const megatron::Config config {p, 1, 1, 1, v, false, m};
+                const megatron::Config config {p, 1, 1, 1, v, Recompute::None, m};
                 const Plan plan = megatron::configPlan(request, config);
                 REQUIRE_NOTHROW(plan.validate());
                 const auto schedule = generateSchedule(plan);
@@ -102,7 +102,7 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
     const auto model = pw::test::uniformChain(8);
     const auto c = cluster(1, 4, 1e15, 0.0);
     PartitionRequest request {model, c, {}};
-    const auto sim = simulate(megatron::configPlan(request, {4, 1, 1, 1, 2, false, 8}));
+    const auto sim = simulate(megatron::configPlan(request, {4, 1, 1, 1, 2, Recompute::None, 8}));
     CHECK(sim.makespan_s == Approx(57e-3));
     const std::vector<int> stashes {11, 9, 7, 5};
     for (int r = 0; r < 4; ++r) {
@@ -124,7 +124,7 @@ TEST_CASE("interleaving with data parallelism: every pipeline copy keeps (p-1)/(
                 const auto model = pw::test::uniformChain(p * v * 2);
                 const auto c = cluster(1, p * d, 1e15, 0.0);
                 PartitionRequest request {model, c, {}};
-                const megatron::Config config {p, 1, d, 1, v, false, m};
+                const megatron::Config config {p, 1, d, 1, v, Recompute::None, m};
                 const Plan plan = megatron::configPlan(request, config);
                 INFO("d=" << d << " p=" << p << " v=" << v);
                 REQUIRE(plan.stages.front().replicas() == d);
@@ -217,8 +217,8 @@ TEST_CASE("a t=2 plan validates, simulates and halves the compute plus the TP al
     const auto model = gpt(8, 1024, 16, 1024, 1);
     const auto c = cluster(1, 4, 80e9);
     PartitionRequest request {model, c, {}};
-    const megatron::Config one {2, 1, 1, 1, 1, false, 4};
-    const megatron::Config two {2, 2, 1, 1, 1, false, 4};
+    const megatron::Config one {2, 1, 1, 1, 1, Recompute::None, 4};
+    const megatron::Config two {2, 2, 1, 1, 1, Recompute::None, 4};
     const Plan p2 = megatron::configPlan(request, two);
     REQUIRE(p2.tensor_parallel == 2);
     REQUIRE(p2.stages[0].devices == std::vector<int> {0, 1});
@@ -279,13 +279,13 @@ TEST_CASE("tensor_parallel round-trips through plan JSON and is validated", "[me
     const auto model = gpt(4, 512, 8, 256, 1);
     const auto c = cluster(1, 4, 80e9);
     PartitionRequest request {model, c, {}};
-    const Plan plan = megatron::configPlan(request, {1, 2, 2, 1, 1, false, 2});
+    const Plan plan = megatron::configPlan(request, {1, 2, 2, 1, 1, Recompute::None, 2});
     const auto j = toJson(plan);
     CHECK(j.at("tensor_parallel") == 2);
     const Plan back = planFromJson(j);
     CHECK(back.tensor_parallel == 2);
     CHECK(back.dataReplicas(0) == 2);
-    CHECK_FALSE(toJson(megatron::configPlan(request, {1, 1, 4, 1, 1, false, 1})).contains("tensor_parallel"));
+    CHECK_FALSE(toJson(megatron::configPlan(request, {1, 1, 4, 1, 1, Recompute::None, 1})).contains("tensor_parallel"));
     auto zero = j;
     zero["tensor_parallel"] = 0;
     CHECK_THROWS_AS(planFromJson(zero), InputError);
@@ -293,7 +293,7 @@ TEST_CASE("tensor_parallel round-trips through plan JSON and is validated", "[me
     uneven["tensor_parallel"] = 3;
     CHECK_THROWS_WITH(planFromJson(uneven), Catch::Contains("not a multiple of tensor_parallel"));
     // A tensor-parallel interleaved plan: p 2, t 2, v 2 (4 virtual stages on 2 groups of 2).
-    const Plan inter = megatron::configPlan(request, {2, 2, 1, 1, 2, false, 2});
+    const Plan inter = megatron::configPlan(request, {2, 2, 1, 1, 2, Recompute::None, 2});
     CHECK(inter.schedule.kind == "interleaved");
     CHECK(inter.stageCount() == 4);
     CHECK(validate(generateSchedule(inter), inter).ok);
@@ -459,9 +459,9 @@ TEST_CASE("a stage's time per microbatch is what the simulation charges: compute
     const auto model = gpt(8, 1024, 16, 1024, 1);
     const auto c = cluster(1, 4, 80e9);
     PartitionRequest request {model, c, {}};
-    const Plan plan = megatron::configPlan(request, {2, 2, 1, 1, 1, true, 4});
+    const Plan plan = megatron::configPlan(request, {2, 2, 1, 1, 1, Recompute::Full, 4});
     REQUIRE(plan.tensor_parallel == 2);
-    REQUIRE(plan.schedule.recompute);
+    REQUIRE(plan.schedule.recompute == Recompute::Full);
     const auto sim = simulate(plan);
     for (int s = 0; s < plan.stageCount(); ++s) {
         INFO("stage " << s);

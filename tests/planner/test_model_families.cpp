@@ -159,7 +159,7 @@ TEST_CASE("a block's FLOPs are 2 per multiply-add of its products plus the atten
     // A model's training FLOPs per token: 6 N plus the attention's 12 l s h (Llama 3 paper's convention, causal
     // attention counted whole) with N the parameters outside the embedding's lookup.
     const double N = p.total() - p.embedding;
-    CHECK(transformerFlops(c, 1, false) / T == Approx(6 * N + 12.0 * 32 * s * h).epsilon(1e-3));
+    CHECK(transformerFlops(c, 1, Recompute::None) / T == Approx(6 * N + 12.0 * 32 * s * h).epsilon(1e-3));
     // Grouped-query attention shrinks K and V: QKV is h x (h + 2 x 8 x 128).
     CHECK(blockProducts(c)[0].n == 4096 + 2 * 1024);
     CHECK(blockProducts(c)[2].n == 2 * 14336); // SwiGLU's gate and up

@@ -94,7 +94,7 @@ TEST_CASE("D:1235 / D:1239: 2BW memory per stage equals the simulator's peak", "
     for (bool recompute : {false, true}) {
         INFO("recompute " << recompute);
         auto plan = chainPlan("2bw", L, p, m, 1, 2, w, stash, out);
-        plan.schedule.recompute = recompute;
+        plan.schedule.recompute = recompute ? Recompute::Full : Recompute::None;
         plan.schedule.iterations = 3;
         auto sim = run(plan);
         const double paper = twobw::paperMemoryBytes(W, A, out, p, recompute, /*input_term=*/false);
@@ -239,11 +239,11 @@ TEST_CASE("recomputation is chosen exactly when memory needs it", "[pipedream-2b
     }
     REQUIRE(minWith < minWithout);
     // Without memory pressure recomputation only costs time (4/3-style extra forward), so it is not chosen.
-    CHECK(all.plan->schedule.recompute == false);
+    CHECK(all.plan->schedule.recompute == Recompute::None);
     auto tight = plan2bw(model, nodes(1, 8, (minWith + minWithout) / 2), {{"pipelining", "on"}});
     INFO(tight.errorText());
     REQUIRE(tight.ok());
-    CHECK(tight.plan->schedule.recompute);
+    CHECK(tight.plan->schedule.recompute == Recompute::Full);
     CHECK(simulate(*tight.plan).fitsMemory());
     auto off = plan2bw(model, nodes(1, 8, (minWith + minWithout) / 2), {{"pipelining", "on"}, {"recompute", "off"}});
     CHECK_FALSE(off.ok());

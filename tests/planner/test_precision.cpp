@@ -147,7 +147,7 @@ TEST_CASE("Table 4.1: Megatron's published t and p fit 80 GB under the corrected
         PartitionOptions o;
         o.schedule.gradient_precision = "fp32";
         const int d = row.n / (row.t * row.p);
-        const megatron::Config published {row.p, row.t, d, 1, 1, true, row.batch / d};
+        const megatron::Config published {row.p, row.t, d, 1, 1, Recompute::Full, row.batch / d};
         const PartitionRequest request {model, cluster, o};
         const auto estimate = megatron::estimate(megatron::configPlan(request, published), published);
         WARN(row.billions << "B published p=" << row.p << " t=" << row.t << ": " << estimate.peak_memory_bytes / kGiB

@@ -257,7 +257,7 @@ TEST_CASE(
     PartitionOptions o;
     o.schedule.kind = "1f1b";
     o.schedule.microbatches = 256;
-    o.schedule.recompute = true;
+    o.schedule.recompute = Recompute::Full;
     auto r = findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
     REQUIRE(r.ok());
     const Plan& plan = *r.plan;

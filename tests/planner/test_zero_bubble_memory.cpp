@@ -33,7 +33,7 @@ Plan keptPlan(int p, int m, const std::string& kind, double kept, bool recompute
         layer.backward_weight_ms = 1;
         layer.weight_gradient_bytes = kept;
     }
-    plan.schedule.recompute = recompute;
+    plan.schedule.recompute = recompute ? Recompute::Full : Recompute::None;
     return plan;
 }
 
@@ -195,7 +195,8 @@ TEST_CASE("megatron's zero-bubble memory estimate counts what W keeps and meets 
                     for (const bool recompute : {false, true}) {
                         INFO(kind << " p = " << p << " m = " << m << " kept = " << kept << " recompute " << recompute);
                         const auto request = keptChain(4 * p, p, kept);
-                        const megatron::Config config {p, 1, 1, 1, kind == "zbv" ? 2 : 1, recompute, m, kind};
+                        const megatron::Config config {
+                            p, 1, 1, 1, kind == "zbv" ? 2 : 1, recompute ? Recompute::Full : Recompute::None, m, kind};
                         const Plan plan = megatron::configPlan(request, config);
                         const auto sim = run(plan);
                         const auto est = megatron::estimate(plan, config);

@@ -56,7 +56,7 @@ megatron::Config chosen(const Plan& plan)
     const auto& j = plan.algorithm_options.at("chosen");
     const std::string kind = j.at("schedule");
     return {j.at("p").get<int>(), j.at("t").get<int>(), j.at("d").get<int>(), j.at("b").get<int>(),
-        j.at("v").get<int>(), j.at("recompute").get<bool>(), j.at("m").get<int>(),
+        j.at("v").get<int>(), recomputeNamed(j.at("recompute").get<std::string>(), "recompute"), j.at("m").get<int>(),
         kind == "1f1b" || kind == "interleaved" ? std::string() : kind};
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("the estimate's zero-bubble bubbles are the simulator's", "[zero-bubbl
                 for (const std::string kind : {"zb-h1", "zb-h2", "zbv"}) {
                     INFO(kind << " p = " << p << " m = " << m << " T = " << t.f << ", " << t.b << ", " << t.w);
                     const auto request = chain(4 * p, p, t.f, t.b, t.w);
-                    const megatron::Config config {p, 1, 1, 1, kind == "zbv" ? 2 : 1, false, m, kind};
+                    const megatron::Config config {p, 1, 1, 1, kind == "zbv" ? 2 : 1, Recompute::None, m, kind};
                     const Plan plan = megatron::configPlan(request, config);
                     REQUIRE(plan.schedule.kind == kind);
                     const auto schedule = generateSchedule(plan);
@@ -145,7 +145,8 @@ TEST_CASE(
     // zb-h2 out. Links of 50 us latency make zbv's twice as many transfers cost something.
     const int p = 4, m = 12;
     const auto roomy = chain(16, p, 1, 1, 1, 80e9, 5e-5);
-    const megatron::Config h1 {p, 1, 1, 1, 1, false, m, "zb-h1"}, h2 {p, 1, 1, 1, 1, false, m, "zb-h2"};
+    const megatron::Config h1 {p, 1, 1, 1, 1, Recompute::None, m, "zb-h1"},
+        h2 {p, 1, 1, 1, 1, Recompute::None, m, "zb-h2"};
     const double fits = megatron::estimate(megatron::configPlan(roomy, h1), h1).peak_memory_bytes;
     const double over = megatron::estimate(megatron::configPlan(roomy, h2), h2).peak_memory_bytes;
     REQUIRE(over > fits);

@@ -643,7 +643,7 @@ TEST_CASE("cli: run names the plan's file and field: unknown schedule kind, miss
         std::ofstream(path) << j.dump(2);
         const auto r = runCli(dir, {"run", path.string(), "--local", "--steps", "1", "--history", history});
         CHECK(r.code == 1);
-        CHECK_THAT(r.err, Contains("/model/architecture/type: 'llama' is not a model family Pipewright knows"));
+        CHECK_THAT(r.err, Contains("/model/architecture/type: 'llama' is not a model type Pipewright knows"));
     }
     CHECK_FALSE(fs::exists(dir.path / "h.sqlite")); // not even created
 }

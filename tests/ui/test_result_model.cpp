@@ -192,7 +192,7 @@ TEST_CASE("result model: a plan over its devices' memory paints red", "[ui]")
     const auto cluster = demoCluster("hetpipe-cluster.json");
     const auto result = partition("uniform", model, cluster, 8);
     REQUIRE(result.ok());
-    REQUIRE_FALSE(result.plan->schedule.recompute);
+    REQUIRE(result.plan->schedule.recompute == planner::Recompute::None);
     const ResultRow over = ResultModel::planRow(QStringLiteral("uniform"), *result.plan, false);
     REQUIRE(over.plan.has_value());
     CHECK(over.peak_bytes > over.capacity_bytes);

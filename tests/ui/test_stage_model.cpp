@@ -105,7 +105,7 @@ TEST_CASE("the stage table's time per microbatch is what the simulation charges,
     // issue 19 item 9: the "F+B" column left out the recomputed forward (large demo: 92.55 ms shown, 123.4 ms
     // simulated).
     planner::Plan plan = demoPlan();
-    plan.schedule.recompute = true;
+    plan.schedule.recompute = planner::Recompute::Full;
     ui::PlanDocument doc;
     ui::StageModel model(doc);
     doc.reset(plan);
@@ -135,7 +135,7 @@ TEST_CASE("the metrics panel shows MFU and HFU apart, FLOP rates in the unit tha
     planner::PartitionOptions o;
     o.devices = 4;
     o.schedule.microbatches = 8;
-    o.schedule.recompute = true;
+    o.schedule.recompute = planner::Recompute::Full;
     auto r = planner::findPartitioner("uniform")->partition({model, cluster, o}, {}, {});
     REQUIRE(r.ok());
     ui::PlanDocument doc;

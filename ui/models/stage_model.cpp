@@ -69,7 +69,7 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
                             .arg(s)
                             .arg(QString::fromStdString(plan.cluster->deviceName(st.devices.at(0))),
                                 secondsText(compute), secondsText(charge.forward_s), secondsText(charge.backward_s));
-        if (plan.schedule.recompute)
+        if (plan.schedule.recompute != planner::Recompute::None)
             parts += tr("\nrecomputed forward %1").arg(secondsText(charge.recompute_s));
         if (plan.tensor_parallel > 1)
             parts += tr("\ntensor-parallel all-reduces %1").arg(secondsText(charge.tensor_parallel_s));

@@ -101,8 +101,24 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     m_devices->setRange(0, planner::kMaxDevices);
     m_devices->setSpecialValueText(tr("all"));
     form->addRow(tr("Devices to use"), m_devices);
-    m_recompute = new QCheckBox(tr("Recompute activations"), general);
-    form->addRow(m_recompute);
+    m_recompute = new QComboBox(general);
+    m_recompute->setObjectName(QStringLiteral("scheduleRecompute"));
+    for (auto mode : {planner::Recompute::None, planner::Recompute::Selective, planner::Recompute::Full})
+        m_recompute->addItem(QString::fromLatin1(planner::name(mode)), static_cast<int>(mode));
+    m_recompute->setToolTip(tr("Activation recomputation: none keeps every activation; selective recomputes the "
+                               "attention core; full keeps each block's input and runs its forward again"));
+    form->addRow(tr("Recompute"), m_recompute);
+    m_sequenceParallel = new QCheckBox(tr("Sequence parallelism"), general);
+    m_sequenceParallel->setObjectName(QStringLiteral("sequenceParallel"));
+    m_sequenceParallel->setToolTip(tr("With tensor parallelism: the activations its group keeps whole (norm inputs, "
+                                      "dropout masks, block inputs) are split over the group (Megatron's "
+                                      "--sequence-parallel)"));
+    form->addRow(m_sequenceParallel);
+    m_distributedOptimizer = new QCheckBox(tr("Distributed optimizer"), general);
+    m_distributedOptimizer->setObjectName(QStringLiteral("distributedOptimizer"));
+    m_distributedOptimizer->setToolTip(tr("Shard the fp32 master weights and moments over the data-parallel "
+                                          "replicas (ZeRO stage 1, Megatron's --use-distributed-optimizer)"));
+    form->addRow(m_distributedOptimizer);
     m_memoryLimit = new QCheckBox(tr("Reject stages over memory"), general);
     m_memoryLimit->setToolTip(tr("Reject stages that do not fit device memory (PipeDream, uniform)"));
     form->addRow(m_memoryLimit);
@@ -216,7 +232,9 @@ void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
     m_microbatches->setValue(schedule.microbatches);
     m_microbatchSize->setValue(schedule.microbatch_size);
     m_chunks->setValue(schedule.chunks);
-    m_recompute->setChecked(schedule.recompute);
+    m_recompute->setCurrentIndex(m_recompute->findData(static_cast<int>(schedule.recompute)));
+    m_sequenceParallel->setChecked(schedule.sequence_parallel);
+    m_distributedOptimizer->setChecked(schedule.distributed_optimizer);
 }
 
 PartitionPanel::~PartitionPanel() = default; // the runner (last member) stops and joins its job first
@@ -338,7 +356,9 @@ app::PartitionSettings PartitionPanel::settings() const
     s.schedule.microbatches = m_microbatches->value();
     s.schedule.microbatch_size = m_microbatchSize->value();
     s.schedule.chunks = m_chunks->value();
-    s.schedule.recompute = m_recompute->isChecked();
+    s.schedule.recompute = static_cast<planner::Recompute>(m_recompute->currentData().toInt());
+    s.schedule.sequence_parallel = m_sequenceParallel->isChecked();
+    s.schedule.distributed_optimizer = m_distributedOptimizer->isChecked();
     for (const auto& [spec, editor] : m_optionEditors) {
         const std::string& name = spec.name;
         if (auto* box = qobject_cast<QSpinBox*>(editor)) {

@@ -92,7 +92,9 @@ private:
     QSpinBox* m_microbatchSize = nullptr;
     QSpinBox* m_chunks = nullptr;
     QSpinBox* m_devices = nullptr;
-    QCheckBox* m_recompute = nullptr;
+    QComboBox* m_recompute = nullptr; ///< none | selective | full
+    QCheckBox* m_sequenceParallel = nullptr;
+    QCheckBox* m_distributedOptimizer = nullptr;
     QCheckBox* m_memoryLimit = nullptr;
     QPushButton* m_run = nullptr;
     QPushButton* m_compare = nullptr;

@@ -1,4 +1,4 @@
-# Pipewright plan of gpt-174.6B (l=96, h=12288, a=96, s=2048) (98 layers) by uniform: schedule 1f1b, 64 pipeline stages, tensor parallel 1, data parallel 1 = 64 H100; 128 microbatches of 1 per step, bf16, recomputation
+# Pipewright plan of gpt-174.6B (l=96, h=12288, a=96, s=2048) (98 layers) by uniform: schedule 1f1b, 64 pipeline stages, tensor parallel 1, data parallel 1 = 64 H100; 128 microbatches of 1 per step, bf16, full recomputation
 """The plan's stages as a DeepSpeed PipelineModule partition.
 
 DeepSpeed cuts a PipelineModule's list of layers at PARTS: stage k builds layers PARTS[k] to

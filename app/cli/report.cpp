@@ -69,8 +69,9 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
         {"microbatches", plan.schedule.microbatches}, {"objective_s", plan.objective_s},
         {"iteration_time_s", r.iteration_time_s}, {"makespan_s", r.makespan_s},
         {"throughput_samples_per_s", r.throughput_samples_per_s}, {"bubble_fraction", r.bubble_fraction},
-        {"bubble_overhead", r.bubble_overhead}, {"fits_memory", r.fitsMemory()},
-        {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)}, {"devices", std::move(devices)}};
+        {"bubble_overhead", r.bubble_overhead}, {"data_parallel_wait_fraction", r.data_parallel_wait_fraction},
+        {"fits_memory", r.fitsMemory()}, {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)},
+        {"devices", std::move(devices)}};
     const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     j.update({{"tensor_parallel", std::max(1, plan.tensor_parallel)}, {"chunks", plan.schedule.chunks},
         {"microbatch_size", size}, {"recompute", name(plan.schedule.recompute)}});
@@ -156,9 +157,10 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
             m.peak_memory_bytes > m.memory_capacity_bytes ? "  OVER" : "");
         out << line;
     }
-    std::snprintf(line, sizeof line, "iteration %s   throughput %.1f samples/s   bubble %.1f %%   %zu actions\n",
+    std::snprintf(line, sizeof line,
+        "iteration %s   throughput %.1f samples/s   bubble %.1f %%   all-reduce wait %.1f %%   %zu actions\n",
         formatSeconds(r.iteration_time_s).c_str(), r.throughput_samples_per_s, 100 * r.bubble_fraction,
-        r.simulated_actions);
+        100 * r.data_parallel_wait_fraction, r.simulated_actions);
     out << line;
     if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
         out << "flops    " << formatFlopRate(flops->model_flops_per_s_per_gpu) << " per device of model FLOPs";

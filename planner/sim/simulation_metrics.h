@@ -9,8 +9,9 @@
 
 namespace pw::planner {
 
-/// Every used device's bubble fraction from its busy time and r.makespan_s, and their means (bubble_fraction,
-/// bubble_overhead) over the used devices (those with actions), in device order.
+/// Every used device's bubble and data-parallel wait fractions from its busy and all-reduce wait times and
+/// r.makespan_s, and their means (bubble_fraction, bubble_overhead, data_parallel_wait_fraction) over the used
+/// devices (those with actions), in device order.
 void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used);
 
 /// Samples per second of `plan` at perBatch microbatches per iteration of iteration_time_s (0 without a time).

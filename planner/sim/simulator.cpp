@@ -56,6 +56,7 @@ struct DeviceState
     /// short list rather than one entry per group (thousands of devices x thousands of groups).
     std::vector<std::pair<int, int>> collective_seq;
     double busy = 0;
+    double collective_wait = 0; ///< compute lane idle until an all-reduce it waits on ends
     double memory = 0;
     double peak_memory = 0;
     int stashed = 0;
@@ -620,6 +621,7 @@ private:
         dev.registered = false;
         reached->second += 1;
         span(d, Lane::Collective, a, dev.pc, c.start, c.end);
+        dev.collective_wait += std::max(0.0, c.end - dev.compute_free);
         dev.compute_free = std::max(dev.compute_free, c.end);
         return true;
     }
@@ -704,6 +706,7 @@ private:
             const auto& dev = m_devices[d];
             auto& m = r.devices[d];
             m.busy_s = dev.busy;
+            m.collective_wait_s = dev.collective_wait;
             m.peak_memory_bytes = dev.peak_memory;
             m.memory_capacity_bytes = m_cost.device_memory_capacity[d];
             m.peak_stashed_microbatches = dev.peak_stashed;
@@ -789,20 +792,25 @@ private:
 void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used)
 {
     const double makespan = r.makespan_s;
-    double bubbleSum = 0, overheadSum = 0;
+    double bubbleSum = 0, overheadSum = 0, waitSum = 0;
     int count = 0;
     for (std::size_t d = 0; d < r.devices.size(); ++d) {
         auto& m = r.devices[d];
         if (!used[d] || makespan <= 0)
             continue;
-        m.bubble_fraction = 1.0 - m.busy_s / makespan;
+        // Idle time is the pipeline's bubble, except the wait for all-reduces (data parallelism), counted apart.
+        const double wait = std::min(m.collective_wait_s, std::max(0.0, makespan - m.busy_s));
+        m.data_parallel_wait_fraction = wait / makespan;
+        m.bubble_fraction = std::max(0.0, 1.0 - (m.busy_s + wait) / makespan);
         bubbleSum += m.bubble_fraction;
-        overheadSum += m.busy_s > 0 ? (makespan - m.busy_s) / m.busy_s : 0;
+        waitSum += m.data_parallel_wait_fraction;
+        overheadSum += m.busy_s > 0 ? std::max(0.0, makespan - m.busy_s - wait) / m.busy_s : 0;
         ++count;
     }
     if (count) {
         r.bubble_fraction = bubbleSum / count;
         r.bubble_overhead = overheadSum / count;
+        r.data_parallel_wait_fraction = waitSum / count;
     }
 }
 

@@ -157,7 +157,13 @@ struct CostModel
 struct DeviceMetrics
 {
     double busy_s = 0; ///< compute lane busy time
-    double bubble_fraction = 0; ///< idle share of the compute lane over the measured window
+    /// Idle share of the compute lane over the measured window, waiting for the pipeline (fill, drain, a slower
+    /// neighbour): what is left idle after data_parallel_wait_fraction.
+    double bubble_fraction = 0;
+    /// Share of the window the compute lane waits for all-reduces to end (the data-parallel gradient sum's exposed
+    /// part, tied weights' sums): idle, but not the pipeline's bubble.
+    double data_parallel_wait_fraction = 0;
+    double collective_wait_s = 0; ///< that wait in seconds
     double peak_memory_bytes = 0;
     double memory_capacity_bytes = 0;
     int peak_stashed_microbatches = 0;
@@ -180,8 +186,9 @@ struct SimulationResult
     double makespan_s = 0;
     double iteration_time_s = 0; ///< per batch of microbatches_per_batch (steady state for async schedules)
     double throughput_samples_per_s = 0;
-    double bubble_fraction = 0; ///< mean over devices of the idle share of the compute lane
-    double bubble_overhead = 0; ///< idle / busy over the same window: the papers' (p-1)/m
+    double bubble_fraction = 0; ///< mean over devices of the pipeline's idle share of the compute lane
+    double bubble_overhead = 0; ///< that idle time / busy over the same window: the papers' (p-1)/m
+    double data_parallel_wait_fraction = 0; ///< mean over devices of the share spent waiting for all-reduces
     std::vector<DeviceMetrics> devices;
     std::vector<StageMetrics> stages;
     std::size_t simulated_actions = 0;

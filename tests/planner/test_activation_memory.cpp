@@ -11,6 +11,7 @@
 #include "planner/costs.h"
 #include "planner/io/hf_config.h"
 #include "planner/partition/megatron.h"
+#include "planner/partition/partitioner.h"
 #include "planner/sim/simulator.h"
 #include "planner/transformer_shape.h"
 
@@ -170,4 +171,70 @@ TEST_CASE("a data-parallel simulation shards the distributed optimizer over ever
     const auto reduced = simulateDataParallel(plan, SimulationOptions {false, false});
     for (std::size_t s = 0; s < whole.stages.size(); ++s)
         CHECK(reduced.stages[s].peak_memory_bytes == Approx(whole.stages[s].peak_memory_bytes).epsilon(1e-9));
+}
+
+TEST_CASE("the search's analytic estimate agrees with its simulation on Llama-family plans", "[megatron][families]")
+{
+    // issue 31 item 5: the search ranks by the estimate and simulates its leaders; the two must agree for the ranking
+    // to mean anything. Every simulated candidate, Llama 3 8B on 8 and 70B on 64 H100s, with the distributed optimizer.
+    struct Case
+    {
+        const char* file;
+        int nodes;
+        int microbatches;
+    };
+    for (const auto& k : {Case {"llama-3-8b", 1, 64}, Case {"llama-3-70b", 8, 128}}) {
+        INFO(k.file);
+        const auto c
+            = loadHfConfig(std::string(PW_TEST_DATA_DIR) + "/hf/" + k.file + ".config.json", RunShape {8192, 1, 2});
+        const auto model = transformerProfile(c, *devicePreset("H100"));
+        Cluster cluster = pw::test::uniformCluster(k.nodes, 8, {80e9, 100, 4.5e11, 5e-6, 5e10, 1e-5});
+        cluster.device_types[0] = *devicePreset("H100");
+        cluster.device_types[0].name = "gpu";
+        PartitionOptions o;
+        o.schedule.microbatches = k.microbatches;
+        o.schedule.distributed_optimizer = true;
+        const auto r = findPartitioner("megatron")->partition({model, cluster, o}, {}, {});
+        REQUIRE(r.ok());
+        int simulated = 0;
+        for (const auto& cand : r.candidates) {
+            if (!cand.config.contains("simulated_batch_time_s") || !cand.feasible)
+                continue;
+            ++simulated;
+            INFO(cand.description);
+            const double analytic = cand.config.at("analytic_throughput").get<double>();
+            CHECK(analytic == Approx(cand.throughput_samples_per_s).epsilon(0.05));
+        }
+        CHECK(simulated >= 1);
+        // The chosen plan fits, with sequence parallelism wherever it has tensor parallelism.
+        CHECK(simulate(*r.plan).fitsMemory());
+        if (r.plan->tensor_parallel > 1)
+            CHECK(r.plan->schedule.sequence_parallel);
+    }
+}
+
+TEST_CASE("waiting for the data-parallel all-reduce is not the pipeline's bubble", "[simulator][bubble]")
+{
+    // issue 31 item 5: a p = 1 plan reported its data-parallel waiting (22-23 %) as "bubble".
+    TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    Cluster cluster = pw::test::uniformCluster(2, 8, {80e9, 100, 4.5e11, 5e-6, 2e9, 1e-5}); // a slow uplink
+    cluster.device_types[0] = *devicePreset("H100");
+    cluster.device_types[0].name = "gpu";
+    const PartitionRequest request {model, cluster, {}};
+    const Plan plan = megatron::configPlan(request, {1, 1, 16, 1, 1, Recompute::None, 4});
+    const auto sim = simulate(plan);
+    CHECK(sim.bubble_fraction == Approx(0).margin(1e-9)); // one stage: no pipeline to wait for
+    CHECK(sim.data_parallel_wait_fraction > 0.2);
+    for (const auto& d : sim.devices) {
+        CHECK(d.busy_s / sim.makespan_s + d.data_parallel_wait_fraction + d.bubble_fraction == Approx(1));
+        CHECK(d.collective_wait_s == Approx(d.data_parallel_wait_fraction * sim.makespan_s));
+    }
+    // A pipeline without replicas (nor tied weights to sum between its ends) waits for nothing but the pipeline.
+    c.layers = 16;
+    c.tied_embeddings = false;
+    const PartitionRequest deep {transformerProfile(c, *devicePreset("H100")), cluster, {}};
+    const auto pipeline = simulate(megatron::configPlan(deep, {16, 1, 1, 1, 1, Recompute::None, 16}));
+    CHECK(pipeline.data_parallel_wait_fraction == 0);
+    CHECK(pipeline.bubble_fraction > 0.3);
 }

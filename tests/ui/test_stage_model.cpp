@@ -154,6 +154,28 @@ TEST_CASE("the metrics panel shows MFU and HFU apart, FLOP rates in the unit tha
     CHECK(mfu.contains(QString::fromStdString(planner::formatFlopRate(flops->model_flops_per_s_per_gpu))));
 }
 
+TEST_CASE("the metrics panel shows all-reduce waiting apart from the bubble", "[widgets]")
+{
+    // issue 31 item 5: four data-parallel replicas of one stage have no pipeline bubble, but wait for their
+    // all-reduce.
+    auto model = planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    auto cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    planner::Plan plan;
+    plan.model = model;
+    plan.cluster = cluster;
+    plan.stages = {{0, model.layerCount() - 1, {0, 1, 2, 3}}};
+    plan.schedule.microbatches = 8;
+    ui::PlanDocument doc;
+    ui::MetricsPanel panel(doc);
+    doc.reset(plan);
+    REQUIRE(doc.waitForPrediction());
+    const auto& r = *doc.prediction();
+    REQUIRE(r.data_parallel_wait_fraction > 0);
+    CHECK(panel.value(QStringLiteral("wait")) == ui::percentText(r.data_parallel_wait_fraction));
+    CHECK(panel.value(QStringLiteral("bubble")) == ui::percentText(r.bubble_fraction));
+    CHECK(r.bubble_fraction < r.data_parallel_wait_fraction);
+}
+
 TEST_CASE("the metrics panel writes peak memory and capacity each in the unit that fits", "[widgets]")
 {
     // issue 30 item 16: a tiny model read "0.00 of 80.00 GiB" beside the per-stage table's "8.53 MiB".

@@ -39,6 +39,7 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     m_iteration = big();
     m_throughput = big();
     m_bubble = big();
+    m_wait = big();
     m_memory = big();
     m_mfu = big();
     m_hfu = big();
@@ -49,6 +50,10 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     reserve(m_iteration, QStringLiteral("9999.999 ms"));
     reserve(m_throughput, tr("99999.9 samples/s"));
     reserve(m_bubble, QStringLiteral("100.0%"));
+    reserve(m_wait, QStringLiteral("100.0%"));
+    m_bubble->setToolTip(tr("Share of the devices' time idle waiting for the pipeline (fill, drain, slower stages)"));
+    m_wait->setToolTip(tr("Share of the devices' time idle waiting for all-reduces to end (the data-parallel\n"
+                          "gradient sum, tied weights): not part of the pipeline's bubble"));
     reserve(m_memory, tr("999.99 of 999.99 GiB"));
     reserve(m_mfu, tr("99.9% (999.9 TFLOP/s)"));
     reserve(m_hfu, tr("99.9% (999.9 TFLOP/s)"));
@@ -61,6 +66,7 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     form->addRow(tr("Iteration time"), m_iteration);
     form->addRow(tr("Throughput"), m_throughput);
     form->addRow(tr("Bubble"), m_bubble);
+    form->addRow(tr("All-reduce wait"), m_wait);
     form->addRow(tr("Peak memory"), m_memory);
     form->addRow(tr("MFU, per device"), m_mfu);
     form->addRow(tr("HFU, per device"), m_hfu);
@@ -99,6 +105,7 @@ QString MetricsPanel::value(const QString& name) const
     const QLabel* l = name == QLatin1String("iteration") ? m_iteration
         : name == QLatin1String("throughput")            ? m_throughput
         : name == QLatin1String("bubble")                ? m_bubble
+        : name == QLatin1String("wait")                  ? m_wait
         : name == QLatin1String("memory")                ? m_memory
         : name == QLatin1String("mfu")                   ? m_mfu
         : name == QLatin1String("hfu")                   ? m_hfu
@@ -111,7 +118,7 @@ void MetricsPanel::refresh()
 {
     if (!m_document.hasPlan()) {
         m_plan->setText(QStringLiteral("–"));
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_wait, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("No plan yet: run a partitioner or open a project."));
         return;
@@ -132,17 +139,17 @@ void MetricsPanel::refresh()
     // While the current plan is simulated the newest finished prediction stays, greyed: numbers follow a drag at
     // the speed of one simulation instead of blanking out.
     const bool current = m_document.isPredictionCurrent();
-    for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_mfu, m_hfu})
+    for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_wait, m_mfu, m_hfu})
         l->setEnabled(current);
     const auto& r = m_document.prediction();
     if (!r && !current) {
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_wait, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("…"));
         m_error->setText(tr("Simulating…"));
         return;
     }
     if (!r) {
-        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_memory, m_mfu, m_hfu})
+        for (QLabel* l : {m_iteration, m_throughput, m_bubble, m_wait, m_memory, m_mfu, m_hfu})
             l->setText(QStringLiteral("–"));
         m_error->setText(tr("The plan cannot be simulated: %1").arg(m_document.predictionError()));
         return;
@@ -150,6 +157,7 @@ void MetricsPanel::refresh()
     m_iteration->setText(secondsText(r->iteration_time_s));
     m_throughput->setText(tr("%1 samples/s").arg(r->throughput_samples_per_s, 0, 'f', 1));
     m_bubble->setText(percentText(r->bubble_fraction));
+    m_wait->setText(percentText(r->data_parallel_wait_fraction));
     const auto worst = planner::worstMemory(*r);
     // Each in the unit that fits, as the per-stage table writes it: "8.53 MiB of 80.00 GiB", not "0.00 of 80.00 GiB".
     m_memory->setText(tr("%1 of %2")

@@ -32,6 +32,7 @@ private:
     QLabel* m_iteration = nullptr;
     QLabel* m_throughput = nullptr;
     QLabel* m_bubble = nullptr;
+    QLabel* m_wait = nullptr; ///< waiting for all-reduces, apart from the bubble
     QLabel* m_memory = nullptr;
     QLabel* m_mfu = nullptr;
     QLabel* m_hfu = nullptr;

@@ -143,7 +143,7 @@ TransformerConfig transformerFromHfConfig(const json& j, const RunShape& run)
         c = llamaLike(j, type);
     else
         f::fail(field, "'" + type + "' is not an architecture Pipewright reads (" + knownHfArchitectures() + ")");
-    c.sequence = run.sequence;
+    c.sequence = run.sequence > 0 ? run.sequence : c.max_positions;
     c.microbatch = run.microbatch;
     c.bytes_per_element = run.bytes_per_element;
     if (c.sequence > c.max_positions)

@@ -13,7 +13,8 @@ namespace pw::planner {
 /// @brief What a config.json does not say about a training run.
 struct RunShape
 {
-    int sequence = 0; ///< tokens per sample (at most max_position_embeddings / n_positions)
+    /// Tokens per sample (at most max_position_embeddings / n_positions); 0: the model's limit, to learn it.
+    int sequence = 0;
     int microbatch = 1;
     int bytes_per_element = 2;
 

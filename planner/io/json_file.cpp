@@ -15,6 +15,8 @@
 
 #include "../analysis/advisor.h"
 #include "../errors.h"
+#include "../json_fields.h"
+#include "hf_config.h"
 
 namespace pw::planner {
 
@@ -605,7 +607,14 @@ void convertJsonFile(const std::string& path, const std::function<void(const jso
 
 ModelProfile loadModel(const std::string& path)
 {
-    return loadFile<ModelProfile>(path, modelFromJson);
+    return loadFile<ModelProfile>(path, [](const json& j) {
+        if (isHfConfig(j) && !j.contains("layers"))
+            fields::fail("/model_type",
+                "this is a Hugging Face config.json, not a model profile: make its profile with `pipewright-cli "
+                "profile transformer --hf-config FILE --seq S --microbatch B --device D` (in the app: File > Import "
+                "profile)");
+        return modelFromJson(j);
+    });
 }
 
 Cluster loadCluster(const std::string& path)

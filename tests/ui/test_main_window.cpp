@@ -18,7 +18,9 @@
 #include <QSignalSpy>
 #include <QStatusBar>
 #include <QTemporaryDir>
+#include <QSpinBox>
 #include <QTest>
+#include <QTimer>
 #include <QUndoStack>
 #include <set>
 
@@ -30,6 +32,7 @@
 #include "ui/models/stage_model.h"
 #include "ui/widgets/cluster_editor.h"
 #include "ui/widgets/gantt_view.h"
+#include "ui/widgets/hf_import_dialog.h"
 #include "ui/widgets/main_window.h"
 #include "ui/widgets/metrics_panel.h"
 #include "ui/widgets/model_view.h"
@@ -532,4 +535,33 @@ TEST_CASE("main window: Cancel partitioner and Stop the run are enabled only whi
     REQUIRE((finished.count() > 0 || finished.wait(60'000)));
     CHECK_FALSE(cancel->isEnabled());
     CHECK_FALSE(stop->isEnabled());
+}
+
+TEST_CASE("main window: importing a config.json asks its sequence, microbatch and device", "[ui][families]")
+{
+    // issue 31 item 1: File > Import profile takes a Hugging Face config.json as it takes a graph.txt, asking what
+    // the file does not say.
+    Window w;
+    const QString config = QStringLiteral(PW_DEMO_DIR "/../../tests/data/hf/qwen2-7b.config.json");
+    bool asked = false;
+    QTimer::singleShot(0, [&] {
+        auto* dialog = qobject_cast<ui::HfImportDialog*>(QApplication::activeModalWidget());
+        REQUIRE(dialog);
+        auto* sequence = dialog->findChild<QSpinBox*>(QStringLiteral("sequence"));
+        REQUIRE(sequence);
+        CHECK(sequence->maximum() == 131072); // the model's max_position_embeddings
+        dialog->setSettings({2048, 2, "H100"});
+        asked = true;
+        dialog->accept();
+    });
+    REQUIRE(w.window.importProfile(config));
+    CHECK(asked);
+    const auto& model = *w.window.document().project().model;
+    REQUIRE(model.architecture);
+    CHECK(model.architecture->family == "qwen2");
+    CHECK(model.architecture->sequence == 2048);
+    CHECK(model.microbatch_size == 2);
+    // Given the run, no dialog.
+    REQUIRE(w.window.importProfile(config, std::nullopt, ui::HfImport {1024, 1, "H100"}));
+    CHECK(w.window.document().project().model->architecture->sequence == 1024);
 }

@@ -15,6 +15,7 @@
 #include "app/project/demo_project.h"
 #include "app/project/project.h"
 #include "planner/io/json_file.h"
+#include "planner/io/transformer.h"
 #include "ui/document/project_document.h"
 
 using namespace pw;
@@ -545,6 +546,35 @@ TEST_CASE("project document: a graph.txt import takes the batch size and profile
     REQUIRE(doc.importProfile(graph, &error, ui::GraphImport {1, "V100"}));
     REQUIRE(doc.planDocument().waitForPrediction());
     CHECK(doc.planDocument().prediction()->throughput_samples_per_s == Approx(at64 / 64).epsilon(1e-9));
+}
+
+TEST_CASE("project document: a Hugging Face config.json imports as its analytic profile", "[ui][families]")
+{
+    // issue 31 item 1: File > Import profile accepts a config.json, at the sequence, microbatch and device asked.
+    ui::ProjectDocument doc;
+    doc.setProject(demo());
+    const QString config = testData("hf/llama-3-8b.config.json");
+    QString error;
+    REQUIRE(doc.importHfConfig(config, ui::HfImport {4096, 2, "H100"}, &error));
+    const auto& model = *doc.project().model;
+    REQUIRE(model.architecture);
+    CHECK(model.architecture->family == "llama");
+    CHECK(model.architecture->sequence == 4096);
+    CHECK(model.microbatch_size == 2);
+    CHECK(model.profiled_device == "H100");
+    CHECK(planner::transformerParameterCount(*model.architecture) == 8'030'261'248.0);
+    CHECK(doc.planDocument().hasPlan());
+    CHECK(doc.isModified());
+    // What cannot be: a sequence past the model's positions, a device nobody knows; nothing changes.
+    const auto before = planner::toJson(*doc.project().model).dump();
+    CHECK_FALSE(doc.importHfConfig(config, ui::HfImport {9000, 1, "H100"}, &error));
+    CHECK(error.contains(QStringLiteral("8192 positions")));
+    CHECK_FALSE(doc.importHfConfig(config, ui::HfImport {1024, 1, "TPU v9"}, &error));
+    CHECK(error.contains(QStringLiteral("TPU v9")));
+    CHECK(planner::toJson(*doc.project().model).dump() == before);
+    // As a profile it is refused saying what it is.
+    CHECK_FALSE(doc.importProfile(config, &error));
+    CHECK(error.contains(QStringLiteral("Hugging Face config.json")));
 }
 
 TEST_CASE("project document: a cluster file is imported, a malformed one refused naming it", "[ui]")

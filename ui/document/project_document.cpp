@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <fstream>
 
+#include "planner/device_presets.h"
 #include "planner/errors.h"
 #include "planner/io/graph_txt.h"
+#include "planner/io/hf_config.h"
 #include "planner/io/json_file.h"
+#include "planner/io/transformer.h"
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
 #include "planner/schedule/traits.h"
@@ -203,6 +206,37 @@ bool ProjectDocument::importProfile(const QString& path, QString* error, const G
             *error = errorText(e);
         return false;
     }
+    adoptModel(std::move(model), path);
+    return true;
+}
+
+bool ProjectDocument::importHfConfig(const QString& path, const HfImport& run, QString* error)
+{
+    planner::ModelProfile model;
+    try {
+        std::optional<planner::DeviceType> device;
+        for (const auto& t : m_project.cluster->device_types)
+            if (t.name == run.device)
+                device = t;
+        if (!device)
+            device = planner::devicePreset(run.device);
+        if (!device)
+            throw planner::InputError(
+                {}, 0, "device", "'" + run.device + "' is neither a device type of the cluster nor a preset");
+        const auto config = planner::loadHfConfig(path.toStdString(),
+            planner::RunShape {run.sequence, run.microbatch, planner::defaultBytesPerElement(*device)});
+        model = planner::transformerProfile(config, *device);
+    } catch (const planner::InputError& e) {
+        if (error)
+            *error = errorText(e);
+        return false;
+    }
+    adoptModel(std::move(model), path);
+    return true;
+}
+
+void ProjectDocument::adoptModel(planner::ModelProfile model, const QString& path)
+{
     app::Project next = snapshot();
     keepAsScenario(next, tr("before importing %1").arg(QFileInfo(path).fileName()));
     next.model = std::move(model);
@@ -210,7 +244,6 @@ bool ProjectDocument::importProfile(const QString& path, QString* error, const G
     const QString keepPath = m_path;
     setProject(std::move(next), keepPath);
     markDirty();
-    return true;
 }
 
 bool ProjectDocument::importCluster(const QString& path, QString* error)

@@ -20,6 +20,15 @@ struct GraphImport
     std::string profiled_device;
 };
 
+/// What a Hugging Face config.json does not say and an import must ask: the run's sequence length and microbatch,
+/// and the device type to profile on (the project's cluster type of that name, else a preset).
+struct HfImport
+{
+    int sequence = 2048;
+    int microbatch = 1;
+    std::string device;
+};
+
 class ProjectDocument : public QObject
 {
     Q_OBJECT
@@ -44,6 +53,9 @@ public:
     /// kept as a scenario and the new model is planned with the partition settings (uniform when they fail). On
     /// error nothing changes.
     bool importProfile(const QString& path, QString* error = nullptr, const GraphImport& graph = {});
+    /// The same for a Hugging Face config.json: the analytic profile of its model (`profile transformer
+    /// --hf-config`) at `run`'s sequence, microbatch and device, in the element size the engine trains in there.
+    bool importHfConfig(const QString& path, const HfImport& run, QString* error = nullptr);
     /// Replaces the cluster by a cluster JSON file, as setCluster(); on error (the file, line and field) nothing
     /// changes.
     bool importCluster(const QString& path, QString* error = nullptr);
@@ -91,6 +103,8 @@ private:
     /// Plans the project's model on its cluster with the partition settings, or uniformly when they fail.
     std::optional<planner::Plan> planFresh(const app::Project& project, QString* note) const;
     void keepAsScenario(app::Project& project, const QString& why) const;
+    /// Makes `model` (imported from `path`) the project's: the old plan becomes a scenario, the model is planned anew.
+    void adoptModel(planner::ModelProfile model, const QString& path);
     /// Takes the current plan's cluster as the project's (after an undo or redo of a cluster change).
     void syncCluster();
     void markDirty();

@@ -32,7 +32,10 @@
 #include "planner/errors.h"
 #include "planner/export/export.h"
 #include "planner/io/graph_txt.h"
+#include "planner/io/hf_config.h"
 #include "planner/io/json_file.h"
+#include "planner/io/transformer.h"
+#include "planner/units.h"
 #include "ui/document/project_document.h"
 #include "ui/document/run_session.h"
 #include "ui/widgets/busy_indicator.h"
@@ -40,6 +43,7 @@
 #include "ui/widgets/deploy_dialog.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/graph_import_dialog.h"
+#include "ui/widgets/hf_import_dialog.h"
 #include "ui/widgets/history_view.h"
 #include "ui/widgets/metrics_panel.h"
 #include "ui/widgets/model_view.h"
@@ -213,9 +217,47 @@ bool MainWindow::openDemo()
     }
 }
 
-bool MainWindow::importProfile(const QString& path, std::optional<GraphImport> graph)
+bool MainWindow::importProfile(const QString& path, std::optional<GraphImport> graph, std::optional<HfImport> hf)
 {
     QString error;
+    if (!hf && !planner::isGraphTxtFile(path.toStdString())) {
+        // A Hugging Face config.json describes the model, not the run: ask its sequence, microbatch and device.
+        std::optional<planner::TransformerConfig> config;
+        try {
+            const auto j = planner::readJsonFile(path.toStdString());
+            if (planner::isHfConfig(j) && !j.contains("layers"))
+                config = planner::loadHfConfig(path.toStdString(), planner::RunShape {0, 1, 2});
+        } catch (const planner::InputError& e) {
+            showError(tr("Cannot import the profile"), QString::fromStdString(planner::formatInputError(e)));
+            return false;
+        }
+        if (config) {
+            QStringList devices;
+            for (const auto& t : m_document->project().cluster->device_types)
+                devices << QString::fromStdString(t.name);
+            const QString what
+                = tr("a %1 transformer of %2 layers and %3 parameters")
+                      .arg(QString::fromStdString(config->family))
+                      .arg(config->layers)
+                      .arg(QString::fromStdString(planner::formatCount(planner::transformerParameterCount(*config))));
+            HfImportDialog dialog(QFileInfo(path).fileName(), what, config->sequence, devices, this);
+            if (dialog.exec() != QDialog::Accepted)
+                return false;
+            hf = dialog.settings();
+        }
+    }
+    if (hf) {
+        if (!m_document->importHfConfig(path, *hf, &error)) {
+            showError(tr("Cannot import the profile"), error);
+            return false;
+        }
+        if (m_document->planDocument().hasPlan())
+            statusBar()->showMessage(
+                tr("Imported %1 (%2) and planned it uniformly; the old plan is a scenario now. "
+                   "Run a partitioner (F5) for a better plan")
+                    .arg(QFileInfo(path).fileName(), QString::fromStdString(m_document->project().model->name)));
+        return true;
+    }
     if (!graph && planner::isGraphTxtFile(path.toStdString())) {
         // graph.txt stores neither the batch size nor the device: ask, once the file has read cleanly.
         int layers = 0;

@@ -46,7 +46,10 @@ public:
     bool openProject(const QString& path);
     /// Replaces the model by a profile (JSON or graph.txt); on error shows it and changes nothing. For a graph.txt
     /// without `graph`, a dialog asks the batch size and the profiled device.
-    bool importProfile(const QString& path, std::optional<GraphImport> graph = std::nullopt);
+    /// A profile (JSON, graph.txt) or a Hugging Face config.json; what the file does not say (graph.txt's batch size
+    /// and device, config.json's sequence, microbatch and device) is asked in a dialog unless `graph` or `hf` gives it.
+    bool importProfile(const QString& path, std::optional<GraphImport> graph = std::nullopt,
+        std::optional<HfImport> hf = std::nullopt);
     /// Replaces the cluster by a cluster JSON file (File ▸ Import cluster); on error shows it and changes nothing.
     bool importCluster(const QString& path);
     /// Opens the bundled demo project.

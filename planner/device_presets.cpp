@@ -39,10 +39,19 @@ std::string normalized(std::string_view name)
     for (char c : name)
         if (c != ' ' && c != '-' && c != '_')
             out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    // Vendor and product-line prefixes people type or tools print ("NVIDIA GeForce RTX 2060", "Tesla V100").
-    for (std::string_view prefix : {"nvidia", "geforce", "tesla"})
+    // Vendor and product-line prefixes people type or tools print ("NVIDIA GeForce RTX 2060", "Tesla V100",
+    // "AMD Instinct MI300X").
+    for (std::string_view prefix : {"nvidia", "geforce", "tesla", "amd", "instinct"})
         if (out.size() > prefix.size() && out.compare(0, prefix.size(), prefix) == 0)
             out.erase(0, prefix.size());
+    // Form factors and memory kinds nvidia-smi prints ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"): the SXM
+    // parts are the presets without a suffix; the 80 GB A100 and H100 too (the 40 GB A100 and the PCIe H100 differ).
+    for (std::string_view token : {"sxm5", "sxm4", "sxm", "hbm3e", "hbm3", "hbm2e"})
+        if (const auto at = out.find(token); at != std::string::npos && at > 0)
+            out.erase(at, token.size());
+    for (std::string_view base : {"a100", "h100"})
+        if (out == std::string(base) + "80gb")
+            out = base;
     return out;
 }
 
@@ -55,9 +64,14 @@ const std::vector<DeviceType>& devicePresets()
     // (2025-26 specialised-cloud rates for H100/H200/A100; 2020 GCP list price for V100, as quoted in the
     // Gavel digest); 0 where no cloud rents the device. Prices move often: treat them as defaults to edit.
     static const std::vector<DeviceType> presets = {
-        preset("H100", 80, 989, 3350, 3.00), // SXM5 80 GB, HBM3
+        // Vendor datasheets, dense (no sparsity) BF16 tensor-core peaks at boost clock:
+        preset("H100", 80, 989, 3350, 3.00), // H100 SXM5 80 GB, HBM3, 132 SMs, 700 W
+        preset("H100 PCIe", 80, 756, 2000, 2.50), // 114 SMs at 350 W, HBM2e 2.0 TB/s
         preset("H200", 141, 989, 4800, 3.80), // SXM5 141 GB, HBM3e; same compute as H100
-        preset("A100", 80, 312, 2000, 1.80), // SXM4 80 GB, HBM2e (312 TFLOPS is Megatron's peak)
+        preset("A100", 80, 312, 2039, 1.80), // SXM4 80 GB, HBM2e (312 TFLOPS is Megatron's peak)
+        preset("A100 40GB", 40, 312, 1555, 1.30), // SXM4 40 GB, HBM2
+        preset("B200", 180, 2250, 8000, 6.00), // HGX B200: 2.25 PFLOPS dense, 180 GB HBM3e (DGX B200: 1,440 GB / 8)
+        preset("MI300X", 192, 1307.4, 5300, 2.50), // AMD Instinct MI300X: 1307.4 TFLOPS dense BF16, 192 GB HBM3
         preset("V100", 16, 125, 900, 2.48), // 16 GB as in the PipeDream papers
         preset("TITAN V", 12, fp32Peak(5120, 1455), 653, 0), // HetPipe Table 1: 2017, Volta -> 14.9 TFLOPS
         preset("TITAN RTX", 24, fp32Peak(4608, 1770), 672, 0), // 2018, Turing -> 16.3 TFLOPS

@@ -70,9 +70,10 @@ GpuCurve hopperCurve()
 
 std::optional<GpuCurve> defaultGpuCurve(const DeviceType& device)
 {
+    // The SXM parts (132 SMs at 700 W); the H100 PCIe (114 SMs at 350 W) has no curve of its own yet.
     const std::string name = lowerAlnum(device.name);
     for (const char* hopper : {"h100", "h200"})
-        if (name.find(hopper) != std::string::npos)
+        if (name.find(hopper) != std::string::npos && name.find("pcie") == std::string::npos)
             return hopperCurve();
     return std::nullopt;
 }

@@ -21,7 +21,19 @@ TEST_CASE("Device presets carry the papers' numbers and match names loosely", "[
     CHECK(devicePreset("A100")->peak_tflops == 312);
     CHECK(devicePreset("H200")->memory_bandwidth_bytes_per_s == 4.8e12);
     CHECK(devicePreset("CPU")->peak_tflops == Approx(0.1));
-    CHECK_FALSE(devicePreset("B200"));
+    // Datasheet dense BF16 peaks and memory (issue 31 item 4).
+    CHECK(devicePreset("B200")->peak_tflops == 2250);
+    CHECK(devicePreset("AMD Instinct MI300X")->peak_tflops == Approx(1307.4));
+    CHECK(devicePreset("MI300X")->memory_bytes == 192.0 * (1 << 30));
+    CHECK(devicePreset("H100 PCIe")->peak_tflops == 756);
+    CHECK(devicePreset("A100 40GB")->memory_bandwidth_bytes_per_s == 1555e9);
+    // What nvidia-smi prints finds the preset.
+    CHECK(devicePreset("NVIDIA H100 80GB HBM3")->name == "H100");
+    CHECK(devicePreset("H100 SXM5")->name == "H100");
+    CHECK(devicePreset("NVIDIA A100-SXM4-80GB")->name == "A100");
+    CHECK(devicePreset("NVIDIA A100-SXM4-40GB")->name == "A100 40GB");
+    CHECK(devicePreset("NVIDIA H100 PCIe")->name == "H100 PCIe");
+    CHECK_FALSE(devicePreset("TPU v5p"));
     CHECK_FALSE(devicePreset(""));
     for (const auto& t : devicePresets()) {
         INFO(t.name);

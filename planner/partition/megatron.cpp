@@ -104,6 +104,7 @@ std::string Config::text() const
 {
     return "p=" + std::to_string(p) + " t=" + std::to_string(t) + " d=" + std::to_string(d) + " b=" + std::to_string(b)
         + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (sequence_parallel ? " sp" : "")
+        + (distributed_optimizer ? " dist-opt" : "")
         + (recompute != Recompute::None ? std::string(" recompute=") + name(recompute) : std::string())
         + (kind.empty() ? "" : " " + kind);
 }
@@ -118,6 +119,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     plan.schedule.microbatches = c.m * c.d;
     plan.schedule.recompute = c.recompute;
     plan.schedule.sequence_parallel = c.sequence_parallel;
+    plan.schedule.distributed_optimizer = c.distributed_optimizer || request.options.schedule.distributed_optimizer;
     plan.schedule.in_flight.clear();
     const int profileSize = std::max(1, model->microbatch_size);
     plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
@@ -334,6 +336,10 @@ public:
                 "Megatron's sequence parallelism with t > 1 (activations the tensor-parallel group keeps whole are "
                 "split over it, same traffic); auto: on wherever t > 1, where it only saves memory",
                 std::nullopt, std::nullopt, {"auto", "true", "false"}},
+            {"distributed-optimizer", T::Choice, "auto",
+                "Megatron's distributed optimizer (fp32 master weights and moments sharded over the d replicas, the "
+                "same traffic as the all-reduce); auto: on wherever d > 1, where it only saves memory",
+                std::nullopt, std::nullopt, {"auto", "true", "false"}},
             {"zero-bubble", T::Boolean, true,
                 "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) where the request leaves the "
                 "kind to the search; --schedule zb-h1, zb-h2, zbv or interleaved searches that kind alone",
@@ -359,6 +365,7 @@ private:
         std::vector<int> tensor, pipeline, chunks, microbatch_sizes; ///< empty microbatch_sizes = auto
         std::vector<Recompute> recompute;
         std::string sequence_parallel = "auto"; ///< auto | true | false
+        std::string distributed_optimizer = "auto"; ///< auto | true | false
         bool within_node = true;
         bool straight = false;
         int iterations = 1;
@@ -462,6 +469,10 @@ private:
                     : rc == "off"         ? Recompute::None
                                           : recomputeNamed(rc, "recompute")};
         space.sequence_parallel = values.choice("sequence-parallel");
+        space.distributed_optimizer = values.choice("distributed-optimizer");
+        if (space.distributed_optimizer == "false" && opt.schedule.distributed_optimizer)
+            return detail::failure("bad-option",
+                "--distributed-optimizer and --set distributed-optimizer=false contradict each other; give one");
         space.within_node = values.boolean("tensor-within-node");
         space.zero_bubble = values.boolean("zero-bubble");
         for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv"})
@@ -513,6 +524,10 @@ private:
                 if ((N / t) % p != 0 || p > space.layers)
                     continue;
                 const int d = N / (t * p);
+                // The distributed optimizer moves what the all-reduce moved (a reduce-scatter and an all-gather)
+                // and keeps 12/d of the 12 bytes per parameter: auto takes it wherever there are replicas.
+                const bool dist
+                    = space.distributed_optimizer == "true" || (space.distributed_optimizer == "auto" && d > 1);
                 if (space.straight && d > 1)
                     continue;
                 if (space.batch % d != 0) {
@@ -535,7 +550,7 @@ private:
                             continue;
                         }
                         for (Recompute r : space.recompute)
-                            entries.push_back(entry({p, t, d, b, v, r, mi, {}, sp}, space, rule));
+                            entries.push_back(entry({p, t, d, b, v, r, mi, {}, sp, dist}, space, rule));
                     }
                     // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
                     // (fewer run, with a bubble the estimate does not model); zbv two chunks of layers per device.
@@ -544,7 +559,8 @@ private:
                             || (kind == "zbv" && 2 * p > space.layers))
                             continue;
                         for (Recompute r : space.recompute)
-                            entries.push_back(entry({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp}, space, rule));
+                            entries.push_back(
+                                entry({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp, dist}, space, rule));
                     }
                 }
             }
@@ -572,10 +588,10 @@ private:
         e.config = config;
         auto& c = e.candidate;
         c.description = config.text();
-        c.config
-            = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v}, {"m", config.m},
-                {"recompute", planner::name(config.recompute)}, {"sequence_parallel", config.sequence_parallel},
-                {"schedule", config.scheduleKind()}, {"global_batch", space.batch}};
+        c.config = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v},
+            {"m", config.m}, {"recompute", planner::name(config.recompute)},
+            {"sequence_parallel", config.sequence_parallel}, {"distributed_optimizer", config.distributed_optimizer},
+            {"schedule", config.scheduleKind()}, {"global_batch", space.batch}};
         if (!rule.empty()) {
             c.feasible = false;
             c.reason = rule;

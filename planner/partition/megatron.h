@@ -62,8 +62,11 @@ struct Config
 
     std::string scheduleKind() const; ///< kind, or 1f1b / interleaved by v
     bool sequence_parallel = false; ///< Megatron's sequence parallelism (t > 1 only)
+    /// Megatron's distributed optimizer (optimizer state sharded over the d replicas); the request's
+    /// --distributed-optimizer sets it for every configuration.
+    bool distributed_optimizer = false;
 
-    /// "p=4 t=2 d=1 b=1 v=2 m=8 sp recompute=selective", then the kind when it is a zero-bubble one
+    /// "p=4 t=2 d=1 b=1 v=2 m=8 sp dist-opt recompute=selective", then the kind when it is a zero-bubble one
     std::string text() const;
 };
 

@@ -238,3 +238,39 @@ TEST_CASE("waiting for the data-parallel all-reduce is not the pipeline's bubble
     CHECK(pipeline.data_parallel_wait_fraction == 0);
     CHECK(pipeline.bubble_fraction > 0.3);
 }
+
+TEST_CASE("the search proposes Llama 3 70B on 64 H100s with sequence parallelism and the distributed optimizer",
+    "[megatron][families]")
+{
+    // issue 31 acceptance: a layout with SP and a distributed optimizer that fits 80 GB, found without being asked.
+    const auto c = loadHfConfig(std::string(PW_TEST_DATA_DIR) + "/hf/llama-3-70b.config.json", RunShape {8192, 1, 2});
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    Cluster cluster = pw::test::uniformCluster(8, 8, {80e9, 100, 4.5e11, 5e-6, 5e10, 1e-5});
+    cluster.device_types[0] = *devicePreset("H100"); // 80 GiB
+    cluster.device_types[0].name = "gpu";
+    PartitionOptions o;
+    o.schedule.microbatches = 128;
+    const auto r = findPartitioner("megatron")->partition({model, cluster, o}, {}, {});
+    REQUIRE(r.ok());
+    const Plan& plan = *r.plan;
+    INFO(plan.configString());
+    CHECK(plan.tensor_parallel > 1);
+    CHECK(plan.schedule.sequence_parallel);
+    CHECK(plan.dataReplicas(0) > 1);
+    CHECK(plan.schedule.distributed_optimizer);
+    const auto sim = simulate(plan, SimulationOptions {false, true});
+    CHECK(sim.fitsMemory());
+    CHECK(worstMemory(sim).peak_bytes <= 80.0 * (1 << 30));
+    // Forbidding both is refused when it contradicts the request, and otherwise searched without them.
+    o.params["distributed-optimizer"] = "false";
+    o.params["sequence-parallel"] = "false";
+    const auto without = findPartitioner("megatron")->partition({model, cluster, o}, {}, {});
+    if (without.ok()) {
+        CHECK_FALSE(without.plan->schedule.sequence_parallel);
+        CHECK_FALSE(without.plan->schedule.distributed_optimizer);
+    }
+    o.schedule.distributed_optimizer = true;
+    const auto contradiction = findPartitioner("megatron")->partition({model, cluster, o}, {}, {});
+    CHECK_FALSE(contradiction.ok());
+    CHECK_THAT(contradiction.errorText(), Catch::Contains("contradict"));
+}

@@ -51,7 +51,14 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
            },
            "activation recomputation: none | selective (the attention core) | full (every block from its input); "
            "alone: full")
-        ->expected(0, 1);
+        ->expected(0, 1)
+        ->check(
+            [](const std::string& mode) -> std::string {
+                if (mode.empty() || mode == "none" || mode == "selective" || mode == "full")
+                    return {};
+                return "'" + mode + "' is not one of none | selective | full";
+            },
+            "MODE");
     cmd->add_flag("--sequence-parallel", p.schedule.sequence_parallel,
         "Megatron's sequence parallelism with tensor parallelism: norms, dropouts and their activations split over "
         "the group");

@@ -166,7 +166,8 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         out << "flops    " << formatFlopRate(flops->model_flops_per_s_per_gpu) << " per device of model FLOPs";
         if (recompute)
             out << ", " << formatFlopRate(flops->hardware_flops_per_s_per_gpu)
-                << " of hardware FLOPs (with the recomputed forward)";
+                << " of hardware FLOPs (with the recomputed "
+                << (plan.schedule.recompute == Recompute::Full ? "forward)" : "attention core)");
         if (flops->peak_flops_per_s_per_gpu > 0) {
             std::snprintf(line, sizeof line, "   MFU %.1f %%", 100 * flops->mfu);
             out << line;

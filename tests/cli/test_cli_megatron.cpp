@@ -281,3 +281,34 @@ TEST_CASE("profile transformer reads a Hugging Face config.json and counts its p
     CHECK_THAT(r.err, Catch::Contains("README.md"));
     fs::remove_all(dir);
 }
+
+TEST_CASE("plan --recompute takes none, selective or full, and --sequence-parallel", "[cli][families]")
+{
+    // issue 31 item 2: the plan file keeps the mode; a wrong one is a usage error naming the option.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-recompute-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto planPath = (dir / "plan.json").string();
+    for (const std::string mode : {"none", "selective", "full"}) {
+        auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
+            "uniform", "--devices", "4", "--recompute=" + mode, "-o", planPath, "--json"});
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        CHECK(json::parse(r.out).at("recompute") == mode);
+        CHECK(json::parse(std::ifstream(planPath)).at("schedule").at("recompute") == mode);
+    }
+    auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
+        "uniform", "--recompute", "-o", planPath, "--json"});
+    REQUIRE(r.code == 0);
+    CHECK(json::parse(r.out).at("recompute") == "full"); // alone: full, as the flag was
+    r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
+        "uniform", "--recompute=partial"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--recompute: 'partial' is not one of none | selective | full"));
+    r = cli({"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--set", "tensor-sizes=2", "--set", "pipeline-sizes=2", "-o", planPath});
+    REQUIRE(r.code == 0);
+    const auto plan = json::parse(std::ifstream(planPath));
+    CHECK(plan.at("schedule").at("sequence_parallel") == true);
+    CHECK(plan.at("schedule").at("distributed_optimizer") == true);
+    fs::remove_all(dir);
+}

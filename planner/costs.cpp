@@ -106,7 +106,14 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     const int tp = std::max(1, plan.tensor_parallel);
     const bool sp = plan.schedule.sequence_parallel && tp > 1;
     const double spSplit = sp ? tp : 1.0;
-    const auto cut = plan.model->cutBytes(plan.layer_order);
+    // The bytes crossing a cut: a chain's are the layer's output (no vector of every cut for each stage: the
+    // search builds thousands of plans of a thousand layers); a graph's need the whole order.
+    const std::vector<double> graphCut
+        = plan.model->is_graph ? plan.model->cutBytes(plan.layer_order) : std::vector<double> {};
+    const auto cutAt = [&](int pos) {
+        return plan.model->is_graph ? graphCut[static_cast<std::size_t>(pos)]
+                                    : plan.model->layers[plan.layerAt(pos)].activation_bytes;
+    };
     // Recomputation's parts (per rank): the blocks' attention cores and checkpoints, the largest block's stash and
     // core, the stash of the layers without parts, the attention cores' forward time.
     double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0, selective_s = 0;
@@ -137,7 +144,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
             continue;
         }
         t.weight_gradient_bytes += tensorParallelWeightGradient(layer, scale, tp);
-        const auto traffic = tensorParallelTraffic(layer, pos > 0 ? cut[pos - 1] : 0.0, scale, tp);
+        const auto traffic = tensorParallelTraffic(layer, pos > 0 ? cutAt(pos - 1) : 0.0, scale, tp);
         t.tp_forward_allreduces += traffic.forward_allreduces;
         t.tp_forward_bytes += traffic.forward_bytes;
         t.tp_backward_allreduces += traffic.backward_allreduces;
@@ -152,7 +159,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         selective_s /= tp;
     }
     if (st.first_layer > 0) {
-        t.input_bytes = cut[st.first_layer - 1] * scale / spSplit;
+        t.input_bytes = cutAt(st.first_layer - 1) * scale / spSplit;
     }
     switch (plan.schedule.recompute) {
     case Recompute::None:

@@ -16,9 +16,9 @@
 #include <QScreen>
 #include <QSettings>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QStatusBar>
 #include <QTemporaryDir>
-#include <QSpinBox>
 #include <QTest>
 #include <QTimer>
 #include <QUndoStack>

@@ -214,6 +214,13 @@ TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_byt
     return r;
 }
 
+double overlappedTensorParallelTime(double comm_s, double compute_s, int t)
+{
+    if (comm_s <= 0 || t <= 1)
+        return std::max(0.0, comm_s);
+    return std::max(comm_s / t, comm_s - std::max(0.0, compute_s) * (t - 1) / t);
+}
+
 double tensorParallelTime(double bytes, int count, int t, double bandwidth, double latency)
 {
     if (t <= 1 || count <= 0)

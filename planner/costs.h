@@ -104,6 +104,12 @@ struct TensorParallelTraffic
 /// traffic when t = 1.
 TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_bytes, double scale, int t);
 
+/// What shows of `comm_s` of tensor-parallel communication when it is pipelined with `compute_s` of GEMMs in t
+/// chunks (Transformer Engine's userbuffer overlap, Megatron's --tp-comm-overlap): chunk i's transfer runs under chunk
+/// i + 1's GEMM, so the first chunk's (comm / t) always shows, and the rest shows where it outlasts the GEMMs:
+/// max(comm / t, comm - compute (t - 1) / t). 0 without communication.
+double overlappedTensorParallelTime(double comm_s, double compute_s, int t);
+
 /// Time of `count` ring all-reduces moving `bytes` in total among t ranks:
 /// 2 (t-1)/t bytes / bandwidth + 2 (t-1) latency x count (0 when t = 1).
 double tensorParallelTime(double bytes, int count, int t, double bandwidth, double latency);

@@ -385,6 +385,10 @@ void Plan::validateParallelism() const
 {
     if (tensor_parallel < 1)
         throw InputError({}, 0, "/tensor_parallel", "must be >= 1, got " + std::to_string(tensor_parallel));
+    if (schedule.tp_comm_overlap && (tensor_parallel < 2 || !schedule.sequence_parallel))
+        throw InputError({}, 0, "/schedule/tp_comm_overlap",
+            "overlaps the all-gathers and reduce-scatters of sequence parallelism with the GEMMs beside them: it needs "
+            "tensor_parallel > 1 and sequence_parallel (Megatron's --tp-comm-overlap needs --sequence-parallel)");
     if (tensor_parallel > 1 && pipelineCount() > 1)
         throw InputError({}, 0, "/tensor_parallel",
             "a plan with " + std::to_string(pipelineCount())
@@ -577,6 +581,8 @@ json toJson(const ScheduleOptions& o)
         j["distributed_optimizer"] = true;
     if (o.sequence_parallel)
         j["sequence_parallel"] = true;
+    if (o.tp_comm_overlap)
+        j["tp_comm_overlap"] = true;
     return j;
 }
 
@@ -596,6 +602,7 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     else
         o.recompute = recomputeNamed(f::stringOr(js, "recompute", path, "none"), path + "/recompute");
     o.sequence_parallel = f::booleanOr(js, "sequence_parallel", path, false);
+    o.tp_comm_overlap = f::booleanOr(js, "tp_comm_overlap", path, false);
     o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);

@@ -78,6 +78,10 @@ struct ScheduleOptions
     /// over the group too; its all-reduces become reduce-scatters and all-gathers of the same bytes. No effect at t
     /// = 1.
     bool sequence_parallel = false;
+    /// Megatron's --tp-comm-overlap (Transformer Engine's userbuffers; needs sequence_parallel and t > 1): each
+    /// all-gather and reduce-scatter is split into t chunks pipelined with the GEMM beside it, so only the first chunk
+    /// and what the GEMMs cannot cover show (overlappedTensorParallelTime in costs.h).
+    bool tp_comm_overlap = false;
     std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)
     /// fp32 | bf16 | fp16: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training is
     /// mixed precision: the optimizer keeps fp32 master weights.

@@ -108,6 +108,8 @@ public:
         }
         if (plan.schedule.sequence_parallel && plan.tensor_parallel > 1)
             arg("--sequence-parallel");
+        if (plan.schedule.tp_comm_overlap)
+            arg("--tp-comm-overlap");
         if (plan.schedule.distributed_optimizer)
             arg("--use-distributed-optimizer");
         if (shape.precision == "bf16")

@@ -120,6 +120,8 @@ public:
         }
         toml << "]\n";
         toml << "tensor_parallel_degree = " << shape.tensor << "\n";
+        if (plan.schedule.tp_comm_overlap) // torchtitan's counterpart: async TP overlaps the collectives with matmuls
+            toml << "enable_async_tensor_parallel = true\n";
         toml << "data_parallel_replicate_degree = " << shape.data << "\n\n";
         toml << "[training]\n";
         toml << "local_batch_size = " << shape.microbatch_size * shape.microbatches << "\n";

@@ -119,6 +119,8 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     plan.schedule.microbatches = c.m * c.d;
     plan.schedule.recompute = c.recompute;
     plan.schedule.sequence_parallel = c.sequence_parallel;
+    // The request's --tp-comm-overlap where the configuration can have it (t > 1 with sequence parallelism).
+    plan.schedule.tp_comm_overlap = request.options.schedule.tp_comm_overlap && c.sequence_parallel && c.t > 1;
     plan.schedule.distributed_optimizer = c.distributed_optimizer || request.options.schedule.distributed_optimizer;
     plan.schedule.in_flight.clear();
     const int profileSize = std::max(1, model->microbatch_size);
@@ -139,14 +141,20 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
         const auto& layer = model->layers[l];
         const auto times = layerTimesOn(layer, type, speed);
         const bool full = c.recompute == Recompute::Full;
+        const bool overlap = plan.schedule.tp_comm_overlap;
         const double again = full ? times.forward_ms
             : c.recompute == Recompute::Selective && layer.forward_ms > 0
             ? layer.selective_recompute_ms * times.forward_ms / layer.forward_ms
             : 0.0;
         double w = (times.forward_ms + again + times.backward_ms) * 1e-3 * scale / c.t;
         const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
-        w += tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat) * (full ? 2 : 1);
-        w += tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
+        double tpF = tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat);
+        double tpB = tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
+        if (overlap) {
+            tpF = overlappedTensorParallelTime(tpF, times.forward_ms * 1e-3 * scale / c.t, c.t);
+            tpB = overlappedTensorParallelTime(tpB, times.backward_ms * 1e-3 * scale / c.t, c.t);
+        }
+        w += tpF * (full ? 2 : 1) + tpB;
         weights.push_back(w);
     }
     const auto bounds = detail::balancedBoundaries(weights, c.p * c.v);

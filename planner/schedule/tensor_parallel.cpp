@@ -15,6 +15,7 @@ Plan tensorParallelRankPlan(const Plan& plan, int rank)
         throw InputError("tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(t));
     Plan logical = plan;
     logical.tensor_parallel = 1;
+    logical.schedule.tp_comm_overlap = false; // a rank's own view has no group to overlap with
     for (auto& stage : logical.stages) {
         std::vector<int> devices;
         for (std::size_t i = static_cast<std::size_t>(rank); i < stage.devices.size(); i += t)

@@ -195,6 +195,10 @@ CostModel CostModel::fromPlan(const Plan& plan)
                 }
                 tpForward = tensorParallelTime(t.tp_forward_bytes, t.tp_forward_allreduces, tp, bw, lat);
                 tpBackward = tensorParallelTime(t.tp_backward_bytes, t.tp_backward_allreduces, tp, bw, lat);
+                if (plan.schedule.tp_comm_overlap) {
+                    tpForward = overlappedTensorParallelTime(tpForward, t.forward_s, tp);
+                    tpBackward = overlappedTensorParallelTime(tpBackward, t.backward_s, tp);
+                }
             }
             c.forward_s.push_back(t.forward_s + tpForward);
             c.backward_s.push_back(t.backward_s + tpBackward);

@@ -312,3 +312,29 @@ TEST_CASE("plan --recompute takes none, selective or full, and --sequence-parall
     CHECK(plan.at("schedule").at("distributed_optimizer") == true);
     fs::remove_all(dir);
 }
+
+TEST_CASE("plan --tp-comm-overlap reaches the plan and Megatron's arguments", "[cli][overlap]")
+{
+    const auto dir = fs::temp_directory_path() / ("pw-cli-overlap-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto planPath = (dir / "plan.json").string();
+    auto r = cli({"plan", "--algorithm", "megatron", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--set", "tensor-sizes=2", "--set", "pipeline-sizes=2", "--set", "zero-bubble=false",
+        "--tp-comm-overlap", "-o", planPath});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto plan = json::parse(std::ifstream(planPath));
+    CHECK(plan.at("schedule").at("tp_comm_overlap") == true);
+    r = cli({"export", planPath, "--format", "megatron", "-o", (dir / "mg").string()});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    std::ifstream args(dir / "mg" / "megatron_args.sh");
+    const std::string text((std::istreambuf_iterator<char>(args)), std::istreambuf_iterator<char>());
+    CHECK_THAT(text, Catch::Contains("--tp-comm-overlap") && Catch::Contains("--sequence-parallel"));
+    // Without tensor parallelism there is nothing to overlap: the plan is refused naming the field.
+    r = cli({"plan", "--algorithm", "uniform", "--model", kDemo + "/gpt-demo.json", "--cluster",
+        kDemo + "/dgx-h100.json", "--tp-comm-overlap"});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("/schedule/tp_comm_overlap"));
+    fs::remove_all(dir);
+}

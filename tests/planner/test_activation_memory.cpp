@@ -274,3 +274,35 @@ TEST_CASE("the search proposes Llama 3 70B on 64 H100s with sequence parallelism
     CHECK_FALSE(contradiction.ok());
     CHECK_THAT(contradiction.errorText(), Catch::Contains("contradict"));
 }
+
+TEST_CASE("tensor-parallel communication overlapped with its GEMMs shows its first chunk and what outlasts them",
+    "[megatron][overlap]")
+{
+    // issue 31 item 3: Megatron's --tp-comm-overlap. t chunks pipelined: max(comm / t, comm - compute (t - 1) / t).
+    CHECK(overlappedTensorParallelTime(8e-3, 100e-3, 8) == Approx(1e-3)); // GEMMs cover all but the first chunk
+    CHECK(overlappedTensorParallelTime(8e-3, 4e-3, 8) == Approx(8e-3 - 4e-3 * 7 / 8)); // communication outlasts them
+    CHECK(overlappedTensorParallelTime(0, 1, 8) == 0);
+    CHECK(overlappedTensorParallelTime(5e-3, 1, 1) == 5e-3); // no group, nothing to pipeline
+
+    TransformerConfig c {8, 4096, 32, 2048, 51200, 1, 2};
+    auto plan = threeStagePlan(c, 4, Recompute::None, true);
+    const auto plain = simulate(plan);
+    plan.schedule.tp_comm_overlap = true;
+    plan.validate();
+    const auto overlapped = simulate(plan);
+    for (int s = 0; s < 3; ++s) {
+        INFO("stage " << s);
+        const auto& a = plain.stages[s].charge;
+        const auto& b = overlapped.stages[s].charge;
+        CHECK(b.forward_s == Approx(a.forward_s));
+        CHECK(b.backward_s == Approx(a.backward_s));
+        CHECK(b.tensor_parallel_s < a.tensor_parallel_s);
+        CHECK(b.tensor_parallel_s >= a.tensor_parallel_s / 4 - 1e-12); // at least the first of t = 4 chunks
+    }
+    CHECK(overlapped.throughput_samples_per_s > plain.throughput_samples_per_s);
+    // It pipelines sequence parallelism's collectives: without them it is refused, naming the field.
+    plan.schedule.sequence_parallel = false;
+    CHECK_THROWS_WITH(plan.validate(), Catch::StartsWith("/schedule/tp_comm_overlap: overlaps the all-gathers"));
+    const auto j = toJson(threeStagePlan(c, 4, Recompute::None, true));
+    CHECK_FALSE(j["schedule"].contains("tp_comm_overlap"));
+}

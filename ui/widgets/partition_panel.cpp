@@ -114,6 +114,11 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
                                       "dropout masks, block inputs) are split over the group (Megatron's "
                                       "--sequence-parallel)"));
     form->addRow(m_sequenceParallel);
+    m_tpCommOverlap = new QCheckBox(tr("Overlap tensor-parallel communication"), general);
+    m_tpCommOverlap->setObjectName(QStringLiteral("tpCommOverlap"));
+    m_tpCommOverlap->setToolTip(tr("With sequence parallelism: the group's all-gathers and reduce-scatters pipelined "
+                                   "with the GEMMs beside them in t chunks (Megatron's --tp-comm-overlap)"));
+    form->addRow(m_tpCommOverlap);
     m_distributedOptimizer = new QCheckBox(tr("Distributed optimizer"), general);
     m_distributedOptimizer->setObjectName(QStringLiteral("distributedOptimizer"));
     m_distributedOptimizer->setToolTip(tr("Shard the fp32 master weights and moments over the data-parallel "
@@ -234,6 +239,7 @@ void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
     m_chunks->setValue(schedule.chunks);
     m_recompute->setCurrentIndex(m_recompute->findData(static_cast<int>(schedule.recompute)));
     m_sequenceParallel->setChecked(schedule.sequence_parallel);
+    m_tpCommOverlap->setChecked(schedule.tp_comm_overlap);
     m_distributedOptimizer->setChecked(schedule.distributed_optimizer);
 }
 
@@ -358,6 +364,7 @@ app::PartitionSettings PartitionPanel::settings() const
     s.schedule.chunks = m_chunks->value();
     s.schedule.recompute = static_cast<planner::Recompute>(m_recompute->currentData().toInt());
     s.schedule.sequence_parallel = m_sequenceParallel->isChecked();
+    s.schedule.tp_comm_overlap = m_tpCommOverlap->isChecked();
     s.schedule.distributed_optimizer = m_distributedOptimizer->isChecked();
     for (const auto& [spec, editor] : m_optionEditors) {
         const std::string& name = spec.name;

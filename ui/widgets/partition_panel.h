@@ -94,6 +94,7 @@ private:
     QSpinBox* m_devices = nullptr;
     QComboBox* m_recompute = nullptr; ///< none | selective | full
     QCheckBox* m_sequenceParallel = nullptr;
+    QCheckBox* m_tpCommOverlap = nullptr;
     QCheckBox* m_distributedOptimizer = nullptr;
     QCheckBox* m_memoryLimit = nullptr;
     QPushButton* m_run = nullptr;

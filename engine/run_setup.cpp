@@ -70,23 +70,12 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
         refuse("/model/architecture/tied_embeddings",
             "false, and the engine trains GPT-2, whose head's output projection is its token embedding: plan with a "
             "tied architecture (remove the field)");
-    if (const auto& arch = plan.model->architecture; arch && !arch->isGpt2Block()) {
-        // The first field in which the model's block differs from GPT-2's, the one block the engine builds today.
-        const std::pair<bool, std::string> differences[] = {
-            {arch->mlp != planner::MlpKind::Gelu, "mlp"},
-            {arch->ffnHidden() != 4 * arch->hidden, "ffn_hidden"},
-            {arch->kvHeads() != arch->heads, "kv_heads"},
-            {arch->norm != planner::NormKind::LayerNorm, "norm"},
-            {arch->positions != planner::PositionKind::Learned, "positions"},
-            {arch->bias != planner::BiasKind::All, "bias"},
-        };
-        for (const auto& [differs, field] : differences)
-            if (differs)
-                refuse("/model/architecture/" + field,
-                    "the model is a " + arch->family
-                        + " transformer, and the engine trains GPT-2's block only (GELU MLP of 4 x hidden, multi-head "
-                          "attention, LayerNorm, biases, learned positions): plan a GPT-2-shaped profile to train it");
-    }
+    // The first field in which the model's block differs from GPT-2's, the one block the engine builds today.
+    if (const auto& arch = plan.model->architecture; arch && !arch->isGpt2Block())
+        refuse("/model/architecture/" + arch->gpt2BlockDifference(),
+            "the model is a " + arch->family
+                + " transformer, and the engine trains GPT-2's block only (GELU MLP of 4 x hidden, multi-head "
+                  "attention, LayerNorm, biases, learned positions): plan a GPT-2-shaped profile to train it");
     for (int p = 0; p < plan.pipelineCount(); ++p)
         if (plan.tiedWeightsStepApart(p))
             refuse("/stages",

@@ -89,6 +89,19 @@ LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type, double speed
     return {layer.forward_ms / speed, layer.backward_ms / speed};
 }
 
+double recomputedMs(const Layer& layer, const LayerTimes& times, Recompute recompute)
+{
+    switch (recompute) {
+    case Recompute::Full:
+        return times.forward_ms;
+    case Recompute::Selective:
+        return layer.forward_ms > 0 ? layer.selective_recompute_ms * times.forward_ms / layer.forward_ms : 0.0;
+    case Recompute::None:
+        break;
+    }
+    return 0.0;
+}
+
 double microbatchScale(const Plan& plan)
 {
     if (plan.schedule.microbatch_size <= 0)
@@ -116,13 +129,14 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     };
     // Recomputation's parts (per rank): the blocks' attention cores and checkpoints, the largest block's stash and
     // core, the stash of the layers without parts, the attention cores' forward time.
-    double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0, selective_s = 0;
+    double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0;
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model->layers[plan.layerAt(pos)];
         auto times = layerTimesOn(layer, type, speed);
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;
         t.backward_weight_s += times.backward_ms * backwardWeightShare(layer) * 1e-3 * scale;
+        t.recompute_s += recomputedMs(layer, times, plan.schedule.recompute) * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
         const double stash = tensorParallelStash(layer, scale, tp, sp);
@@ -134,8 +148,6 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
             largestStash = std::max(largestStash, stash);
             if (pos > st.first_layer) // the first layer's input is the stage's, kept anyway
                 checkpoints += parts->input * scale / spSplit;
-            if (layer.forward_ms > 0)
-                selective_s += layer.selective_recompute_ms * (times.forward_ms / layer.forward_ms) * 1e-3 * scale;
         } else {
             unsplit += stash;
         }
@@ -156,7 +168,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.backward_weight_s /= tp;
         t.weight_bytes /= tp;
         t.optimizer_bytes /= tp;
-        selective_s /= tp;
+        t.recompute_s /= tp;
     }
     if (st.first_layer > 0) {
         t.input_bytes = cutAt(st.first_layer - 1) * scale / spSplit;
@@ -168,12 +180,10 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     case Recompute::Selective:
         t.kept_bytes = t.activation_bytes - cores;
         t.recompute_working_bytes = largestCore;
-        t.recompute_s = selective_s;
         break;
     case Recompute::Full:
         t.kept_bytes = t.input_bytes + checkpoints;
         t.recompute_working_bytes = largestStash + unsplit;
-        t.recompute_s = t.forward_s;
         break;
     }
     return t;

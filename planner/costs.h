@@ -42,6 +42,11 @@ std::string speedNote(const DeviceType& type, const ModelProfile& model, const D
 /// times divided by `speed` (deviceSpeed(type, model).factor). Data-source layers cost nothing.
 LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type, double speed);
 
+/// The forward time `layer` computes again before its backward under `recompute`, on a device where it runs in
+/// `times` (layerTimesOn): its whole forward (full), its selective_recompute_ms scaled like its forward (selective),
+/// 0 (none).
+double recomputedMs(const Layer& layer, const LayerTimes& times, Recompute recompute);
+
 /// Factor from the profile's microbatch to the plan's (times and bytes scale linearly).
 double microbatchScale(const Plan& plan);
 

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,29 @@ std::string string(const nlohmann::json& obj, const std::string& key, const std:
 std::string stringOr(const nlohmann::json& obj, const std::string& key, const std::string& path, std::string fallback);
 bool booleanOr(const nlohmann::json& obj, const std::string& key, const std::string& path, bool fallback);
 const nlohmann::json& array(const nlohmann::json& obj, const std::string& key, const std::string& path);
+/// The value `text` names in `names` (the enum's {name, value} table); throws InputError at `field` listing the
+/// names ("'x' is not one of a | b") when none does.
+template <class Kind, std::size_t N>
+Kind enumNamed(const std::string& text, const std::string& field, const std::pair<const char*, Kind> (&names)[N])
+{
+    std::string list;
+    for (const auto& [n, kind] : names) {
+        if (text == n)
+            return kind;
+        list += (list.empty() ? "" : " | ") + std::string(n);
+    }
+    throw InputError({}, 0, field, "'" + text + "' is not one of " + list);
+}
+
+/// The name of `kind` in `names` ("?" when the table lacks it).
+template <class Kind, std::size_t N> const char* enumName(Kind kind, const std::pair<const char*, Kind> (&names)[N])
+{
+    for (const auto& [n, k] : names)
+        if (k == kind)
+            return n;
+    return "?";
+}
+
 /// Checks "format_version" when present: newer than `supported` is an error.
 void checkVersion(const nlohmann::json& obj, const std::string& what, int supported);
 

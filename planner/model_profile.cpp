@@ -17,18 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-template <class Kind, std::size_t N>
-Kind kindNamed(const std::string& text, const std::string& field, const std::pair<const char*, Kind> (&names)[N])
-{
-    std::string list;
-    for (const auto& [n, kind] : names) {
-        if (text == n)
-            return kind;
-        list += (list.empty() ? "" : " | ") + std::string(n);
-    }
-    throw InputError({}, 0, field, "'" + text + "' is not one of " + list);
-}
-
 const std::pair<const char*, MlpKind> kMlpNames[] = {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}};
 const std::pair<const char*, NormKind> kNormNames[]
     = {{"layernorm", NormKind::LayerNorm}, {"rmsnorm", NormKind::RmsNorm}};
@@ -37,47 +25,39 @@ const std::pair<const char*, PositionKind> kPositionNames[]
 const std::pair<const char*, BiasKind> kBiasNames[]
     = {{"all", BiasKind::All}, {"qkv", BiasKind::Qkv}, {"none", BiasKind::None}};
 
-template <class Kind, std::size_t N> const char* nameOf(Kind kind, const std::pair<const char*, Kind> (&names)[N])
-{
-    for (const auto& [n, k] : names)
-        if (k == kind)
-            return n;
-    return "?";
-}
-
 } // namespace
 
 const char* name(MlpKind kind)
 {
-    return nameOf(kind, kMlpNames);
+    return fields::enumName(kind, kMlpNames);
 }
 const char* name(NormKind kind)
 {
-    return nameOf(kind, kNormNames);
+    return fields::enumName(kind, kNormNames);
 }
 const char* name(PositionKind kind)
 {
-    return nameOf(kind, kPositionNames);
+    return fields::enumName(kind, kPositionNames);
 }
 const char* name(BiasKind kind)
 {
-    return nameOf(kind, kBiasNames);
+    return fields::enumName(kind, kBiasNames);
 }
 MlpKind mlpKindNamed(const std::string& text, const std::string& field)
 {
-    return kindNamed(text, field, kMlpNames);
+    return fields::enumNamed(text, field, kMlpNames);
 }
 NormKind normKindNamed(const std::string& text, const std::string& field)
 {
-    return kindNamed(text, field, kNormNames);
+    return fields::enumNamed(text, field, kNormNames);
 }
 PositionKind positionKindNamed(const std::string& text, const std::string& field)
 {
-    return kindNamed(text, field, kPositionNames);
+    return fields::enumNamed(text, field, kPositionNames);
 }
 BiasKind biasKindNamed(const std::string& text, const std::string& field)
 {
-    return kindNamed(text, field, kBiasNames);
+    return fields::enumNamed(text, field, kBiasNames);
 }
 
 bool isDataSource(const Layer& layer)
@@ -198,10 +178,21 @@ void ModelProfile::validate() const
     }
 }
 
-bool TransformerConfig::isGpt2Block() const
+std::string TransformerConfig::gpt2BlockDifference() const
 {
-    return ffnHidden() == 4 * hidden && kvHeads() == heads && mlp == MlpKind::Gelu && norm == NormKind::LayerNorm
-        && positions == PositionKind::Learned && bias == BiasKind::All && tied_embeddings;
+    const std::pair<bool, const char*> differences[] = {
+        {mlp != MlpKind::Gelu, "mlp"},
+        {ffnHidden() != 4 * hidden, "ffn_hidden"},
+        {kvHeads() != heads, "kv_heads"},
+        {norm != NormKind::LayerNorm, "norm"},
+        {positions != PositionKind::Learned, "positions"},
+        {bias != BiasKind::All, "bias"},
+        {!tied_embeddings, "tied_embeddings"},
+    };
+    for (const auto& [differs, field] : differences)
+        if (differs)
+            return field;
+    return {};
 }
 
 void TransformerConfig::validate(const std::string& path) const

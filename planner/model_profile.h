@@ -147,8 +147,10 @@ struct TransformerConfig
     int kvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
     int headDim() const { return heads > 0 ? hidden / heads : 0; }
     int positionRows() const { return max_positions > 0 ? max_positions : sequence; }
-    /// GPT-2's block exactly (the one the engine trains today): every family field at its default.
-    bool isGpt2Block() const;
+    /// The first family field in which the block differs from GPT-2's ("mlp", "ffn_hidden", "kv_heads", "norm",
+    /// "positions", "bias", "tied_embeddings"); empty for GPT-2's block, the one the engine trains today.
+    std::string gpt2BlockDifference() const;
+    bool isGpt2Block() const { return gpt2BlockDifference().empty(); }
 
     /// Every size > 0, hidden a multiple of heads and heads of kv_heads; throws InputError naming `path`/field
     /// (just the field name when `path` is empty, as the CLI's options are named).

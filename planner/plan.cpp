@@ -539,25 +539,19 @@ Plan planFromJson(const json& j)
     return plan;
 }
 
+namespace {
+const std::pair<const char*, Recompute> kRecomputeNames[]
+    = {{"none", Recompute::None}, {"selective", Recompute::Selective}, {"full", Recompute::Full}};
+} // namespace
+
 const char* name(Recompute recompute)
 {
-    switch (recompute) {
-    case Recompute::None:
-        return "none";
-    case Recompute::Selective:
-        return "selective";
-    case Recompute::Full:
-        return "full";
-    }
-    return "none";
+    return fields::enumName(recompute, kRecomputeNames);
 }
 
 Recompute recomputeNamed(const std::string& text, const std::string& field)
 {
-    for (auto mode : {Recompute::None, Recompute::Selective, Recompute::Full})
-        if (text == name(mode))
-            return mode;
-    throw InputError({}, 0, field, "'" + text + "' is not one of none | selective | full");
+    return fields::enumNamed(text, field, kRecomputeNames);
 }
 
 json toJson(const ScheduleOptions& o)

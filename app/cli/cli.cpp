@@ -54,9 +54,13 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
         ->expected(0, 1)
         ->check(
             [](const std::string& mode) -> std::string {
-                if (mode.empty() || mode == "none" || mode == "selective" || mode == "full")
+                try {
+                    if (!mode.empty())
+                        planner::recomputeNamed(mode, "--recompute");
                     return {};
-                return "'" + mode + "' is not one of none | selective | full";
+                } catch (const planner::InputError& e) {
+                    return e.message(); // a usage error before anything runs, not an exception out of the parser
+                }
             },
             "MODE");
     cmd->add_flag("--sequence-parallel", p.schedule.sequence_parallel,

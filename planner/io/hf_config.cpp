@@ -113,7 +113,7 @@ std::string knownHfArchitectures()
 
 bool isHfConfig(const json& j)
 {
-    return j.is_object() && (j.contains("model_type") || j.contains("architectures"));
+    return j.is_object() && (j.contains("model_type") || j.contains("architectures")) && !j.contains("layers");
 }
 
 TransformerConfig transformerFromHfConfig(const json& j, const RunShape& run)

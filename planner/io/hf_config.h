@@ -24,7 +24,7 @@ struct RunShape
 /// The architectures config.json files name that Pipewright reads (their model_type): "gpt2, llama, mistral, qwen2".
 std::string knownHfArchitectures();
 /// Whether `j` looks like a Hugging Face config (an object with "model_type" or "architectures") rather than a
-/// Pipewright profile.
+/// Pipewright profile (which has "layers").
 bool isHfConfig(const nlohmann::json& j);
 /// The model `config` describes, trained at `run`. GPT-2 (n_layer, n_embd, n_head, n_inner, n_positions, GELU,
 /// tied head, dropout when resid_pdrop or attn_pdrop > 0); Llama and Mistral (num_hidden_layers, hidden_size,

@@ -608,7 +608,7 @@ void convertJsonFile(const std::string& path, const std::function<void(const jso
 ModelProfile loadModel(const std::string& path)
 {
     return loadFile<ModelProfile>(path, [](const json& j) {
-        if (isHfConfig(j) && !j.contains("layers"))
+        if (isHfConfig(j))
             fields::fail("/model_type",
                 "this is a Hugging Face config.json, not a model profile: make its profile with `pipewright-cli "
                 "profile transformer --hf-config FILE --seq S --microbatch B --device D` (in the app: File > Import "

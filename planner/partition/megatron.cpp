@@ -142,10 +142,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
         const auto times = layerTimesOn(layer, type, speed);
         const bool full = c.recompute == Recompute::Full;
         const bool overlap = plan.schedule.tp_comm_overlap;
-        const double again = full ? times.forward_ms
-            : c.recompute == Recompute::Selective && layer.forward_ms > 0
-            ? layer.selective_recompute_ms * times.forward_ms / layer.forward_ms
-            : 0.0;
+        const double again = recomputedMs(layer, times, c.recompute);
         double w = (times.forward_ms + again + times.backward_ms) * 1e-3 * scale / c.t;
         const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
         double tpF = tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat);

@@ -289,13 +289,18 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
             CHECK_THAT(e.message(), Catch::Contains(text));
         }
     };
-    refused([](auto& p) { p.schedule.precision = "bf16"; }, "/schedule/precision", "trains in fp32 only");
-    refused(
-        [](auto& p) {
+    // A change to the plan's model architecture, as refused() takes changes.
+    const auto architecture = [](auto change) {
+        return [change](auto& p) {
             auto model = *p.model;
-            model.architecture->bytes_per_element = 2; // `profile transformer`'s default
+            change(*model.architecture);
             p.model = model;
-        },
+        };
+    };
+    refused([](auto& p) { p.schedule.precision = "bf16"; }, "/schedule/precision", "trains in fp32 only");
+    refused(architecture([](auto& a) {
+        a.bytes_per_element = 2; // `profile transformer`'s default
+    }),
         "/model/architecture/bytes_per_element", "--bytes-per-element 4");
     refused([](auto& p) { p.schedule.gradient_precision = "bf16"; }, "/schedule/gradient_precision",
         "its weights' precision (fp32)");
@@ -305,33 +310,21 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
     refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
     // Another family's block (issue 31): refused at the first field that differs from GPT-2's, until the engine
     // builds it.
-    refused(
-        [](auto& p) {
-            auto model = *p.model;
-            model.architecture->mlp = pw::planner::MlpKind::SwiGlu;
-            model.architecture->family = "llama";
-            p.model = model;
-        },
+    refused(architecture([](auto& a) {
+        a.mlp = pw::planner::MlpKind::SwiGlu;
+        a.family = "llama";
+    }),
         "/model/architecture/mlp", "a llama transformer, and the engine trains GPT-2's block only");
-    refused(
-        [](auto& p) {
-            auto model = *p.model;
-            model.architecture->kv_heads = 1;
-            p.model = model;
-        },
-        "/model/architecture/kv_heads", "GPT-2's block only");
+    refused(architecture([](auto& a) { a.kv_heads = 1; }), "/model/architecture/kv_heads", "GPT-2's block only");
     // Zero-bubble schedules split the backward into I and W, which the engine computes apart.
     for (const char* kind : {"zb-h1", "zb-h2"}) {
         auto zb = base;
         zb.schedule.kind = kind;
         CHECK_NOTHROW(trainingSetup(zb));
     }
-    refused(
-        [](auto& p) {
-            auto model = *p.model;
-            model.architecture->layers = 4; // the profile still lists 2 blocks' layers
-            p.model = model;
-        },
+    refused(architecture([](auto& a) {
+        a.layers = 4; // the profile still lists 2 blocks' layers
+    }),
         "/model/layers", "the embedding, the 4 blocks and the head");
     // A bf16 profile planned with --precision fp32 is what the engine trains.
     auto bf16Shape = tinyGpt2();
@@ -340,20 +333,10 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
     fp32.schedule.precision = "fp32";
     // An architecture that does not describe the profile's layers (a hand-edited sequence, hidden size,
     // microbatch or precision) is another model than the one planned: refused, naming the field.
-    refused(
-        [](auto& p) {
-            auto model = *p.model;
-            model.architecture->sequence *= 2;
-            p.model = model;
-        },
-        "/model/layers/1/activation_bytes", "describe different models");
-    refused(
-        [](auto& p) {
-            auto model = *p.model;
-            model.architecture->microbatch = 1000;
-            p.model = model;
-        },
-        "/model/architecture/microbatch", "1000, but the profile's layers are of microbatches of 2");
+    refused(architecture([](auto& a) { a.sequence *= 2; }), "/model/layers/1/activation_bytes",
+        "describe different models");
+    refused(architecture([](auto& a) { a.microbatch = 1000; }), "/model/architecture/microbatch",
+        "1000, but the profile's layers are of microbatches of 2");
     CHECK_NOTHROW(trainingSetup(fp32));
     CHECK(trainingSetup(fp32).precision == Precision::Fp32);
 }

@@ -5,6 +5,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFile>
@@ -550,6 +551,11 @@ TEST_CASE("main window: importing a config.json asks its sequence, microbatch an
         auto* sequence = dialog->findChild<QSpinBox*>(QStringLiteral("sequence"));
         REQUIRE(sequence);
         CHECK(sequence->maximum() == 131072); // the model's max_position_embeddings
+        auto* device = dialog->findChild<QComboBox*>(QStringLiteral("device"));
+        REQUIRE(device);
+        CHECK(device->itemText(0) == QStringLiteral("H100")); // the cluster's type first, then the presets
+        CHECK(device->findText(QStringLiteral("MI300X")) > 0);
+        CHECK(device->findText(QStringLiteral("H100")) == 0); // once
         dialog->setSettings({2048, 2, "H100"});
         asked = true;
         dialog->accept();

@@ -8,8 +8,6 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
-#include "planner/device_presets.h"
-
 namespace pw::ui {
 
 GraphImportDialog::GraphImportDialog(const QString& file, int layers, const QStringList& devices, QWidget* parent)
@@ -35,11 +33,7 @@ GraphImportDialog::GraphImportDialog(const QString& file, int layers, const QStr
     m_device = new QComboBox(this);
     m_device->setObjectName(QStringLiteral("profiledDevice"));
     m_device->setEditable(true);
-    QStringList names = devices;
-    for (const auto& t : planner::devicePresets())
-        if (!names.contains(QString::fromStdString(t.name)))
-            names << QString::fromStdString(t.name);
-    m_device->addItems(names);
+    m_device->addItems(devices);
     m_device->setToolTip(tr("The device type the times were measured on"));
     form->addRow(tr("Profiled &on:"), m_device);
     layout->addLayout(form);

@@ -18,7 +18,7 @@ class GraphImportDialog : public QDialog
     Q_OBJECT
 
 public:
-    /// `devices`: the device types to offer first (the project's cluster); the presets follow. `layers`: for the text.
+    /// `devices`: the device types to offer (the project's cluster's, then the presets). `layers`: for the text.
     GraphImportDialog(const QString& file, int layers, const QStringList& devices, QWidget* parent = nullptr);
 
     GraphImport settings() const;

@@ -9,8 +9,6 @@
 #include <QVBoxLayout>
 #include <algorithm>
 
-#include "planner/device_presets.h"
-
 namespace pw::ui {
 
 HfImportDialog::HfImportDialog(
@@ -42,11 +40,7 @@ HfImportDialog::HfImportDialog(
     form->addRow(tr("&Microbatch:"), m_microbatch);
     m_device = new QComboBox(this);
     m_device->setObjectName(QStringLiteral("device"));
-    QStringList names = devices;
-    for (const auto& t : planner::devicePresets())
-        if (!names.contains(QString::fromStdString(t.name)))
-            names << QString::fromStdString(t.name);
-    m_device->addItems(names);
+    m_device->addItems(devices);
     m_device->setToolTip(tr("The device type whose speed times the layers (a cluster type, else a preset)"));
     form->addRow(tr("Profile &on:"), m_device);
     layout->addLayout(form);

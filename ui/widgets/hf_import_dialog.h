@@ -19,7 +19,7 @@ class HfImportDialog : public QDialog
 
 public:
     /// `model`: a line on what the file holds (family, layers, parameters); `maxSequence`: its positions;
-    /// `devices`: the device types to offer first (the project's cluster), the presets follow.
+    /// `devices`: the device types to offer (the project's cluster's, then the presets).
     HfImportDialog(const QString& file, const QString& model, int maxSequence, const QStringList& devices,
         QWidget* parent = nullptr);
 

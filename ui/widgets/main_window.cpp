@@ -28,6 +28,7 @@
 #include "app/project/demo_project.h"
 #include "app/run/run_checks.h"
 #include "app/run/snapshot.h"
+#include "planner/device_presets.h"
 #include "planner/edit.h"
 #include "planner/errors.h"
 #include "planner/export/export.h"
@@ -60,6 +61,18 @@ QStringList MainWindow::viewNames()
 }
 
 namespace {
+
+/// The device types an import offers to profile on: the project cluster's, then the presets not among them.
+QStringList deviceChoices(const planner::Cluster& cluster)
+{
+    QStringList names;
+    for (const auto& t : cluster.device_types)
+        names << QString::fromStdString(t.name);
+    for (const auto& t : planner::devicePresets())
+        if (!names.contains(QString::fromStdString(t.name)))
+            names << QString::fromStdString(t.name);
+    return names;
+}
 
 constexpr int kMinDockWidth = 240; ///< the partition form and the metrics' numbers need about this
 constexpr int kMinViewWidth = 300; ///< the central views (tabs)
@@ -225,16 +238,14 @@ bool MainWindow::importProfile(const QString& path, std::optional<GraphImport> g
         std::optional<planner::TransformerConfig> config;
         try {
             const auto j = planner::readJsonFile(path.toStdString());
-            if (planner::isHfConfig(j) && !j.contains("layers"))
+            if (planner::isHfConfig(j))
                 config = planner::loadHfConfig(path.toStdString(), planner::RunShape {0, 1, 2});
         } catch (const planner::InputError& e) {
             showError(tr("Cannot import the profile"), QString::fromStdString(planner::formatInputError(e)));
             return false;
         }
         if (config) {
-            QStringList devices;
-            for (const auto& t : m_document->project().cluster->device_types)
-                devices << QString::fromStdString(t.name);
+            const QStringList devices = deviceChoices(*m_document->project().cluster);
             const QString what
                 = tr("a %1 transformer of %2 layers and %3 parameters")
                       .arg(QString::fromStdString(config->family))
@@ -267,9 +278,7 @@ bool MainWindow::importProfile(const QString& path, std::optional<GraphImport> g
             showError(tr("Cannot import the profile"), QString::fromStdString(planner::formatInputError(e)));
             return false;
         }
-        QStringList devices;
-        for (const auto& t : m_document->project().cluster->device_types)
-            devices << QString::fromStdString(t.name);
+        const QStringList devices = deviceChoices(*m_document->project().cluster);
         GraphImportDialog dialog(QFileInfo(path).fileName(), layers, devices, this);
         if (dialog.exec() != QDialog::Accepted)
             return false;

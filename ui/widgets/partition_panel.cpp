@@ -114,7 +114,7 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
                                       "dropout masks, block inputs) are split over the group (Megatron's "
                                       "--sequence-parallel)"));
     form->addRow(m_sequenceParallel);
-    m_tpCommOverlap = new QCheckBox(tr("Overlap tensor-parallel communication"), general);
+    m_tpCommOverlap = new QCheckBox(tr("Overlap TP communication"), general);
     m_tpCommOverlap->setObjectName(QStringLiteral("tpCommOverlap"));
     m_tpCommOverlap->setToolTip(tr("With sequence parallelism: the group's all-gathers and reduce-scatters pipelined "
                                    "with the GEMMs beside them in t chunks (Megatron's --tp-comm-overlap)"));

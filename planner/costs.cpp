@@ -102,6 +102,31 @@ double recomputedMs(const Layer& layer, const LayerTimes& times, Recompute recom
     return 0.0;
 }
 
+RankTimes rankTimesOn(
+    const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel, Recompute recompute)
+{
+    const LayerTimes times = layerTimesOn(layer, type, speed);
+    const int t = std::max(1, tp);
+    const TensorParallelTimes* own = nullptr;
+    if (t > 1 && !isDataSource(layer) && !layer.device_times.contains(type.name))
+        for (const auto& e : layer.tensor_parallel_times)
+            if (e.size == t)
+                own = &e;
+    RankTimes r;
+    if (own) {
+        r.forward_ms = (own->forward_ms + (sequenceParallel ? 0.0 : own->replicated_forward_ms)) / speed;
+        r.backward_ms = (own->backward_ms + (sequenceParallel ? 0.0 : own->replicated_backward_ms)) / speed;
+        r.backward_weight_ms = own->backward_weight_ms / speed;
+    } else {
+        r.forward_ms = times.forward_ms / t;
+        r.backward_ms = times.backward_ms / t;
+        r.backward_weight_ms = r.backward_ms * backwardWeightShare(layer);
+    }
+    // Full recomputation runs the rank's forward again; selective its share of the attention cores (split by heads).
+    r.recompute_ms = recompute == Recompute::Full ? r.forward_ms : recomputedMs(layer, times, recompute) / t;
+    return r;
+}
+
 double microbatchScale(const Plan& plan)
 {
     if (plan.schedule.microbatch_size <= 0)
@@ -132,11 +157,11 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0;
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model->layers[plan.layerAt(pos)];
-        auto times = layerTimesOn(layer, type, speed);
+        const auto times = rankTimesOn(layer, type, speed, tp, sp, plan.schedule.recompute);
         t.forward_s += times.forward_ms * 1e-3 * scale;
         t.backward_s += times.backward_ms * 1e-3 * scale;
-        t.backward_weight_s += times.backward_ms * backwardWeightShare(layer) * 1e-3 * scale;
-        t.recompute_s += recomputedMs(layer, times, plan.schedule.recompute) * 1e-3 * scale;
+        t.backward_weight_s += times.backward_weight_ms * 1e-3 * scale;
+        t.recompute_s += times.recompute_ms * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
         const double stash = tensorParallelStash(layer, scale, tp, sp);
@@ -163,12 +188,8 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.tp_backward_bytes += traffic.backward_bytes;
     }
     if (tp > 1) {
-        t.forward_s /= tp;
-        t.backward_s /= tp;
-        t.backward_weight_s /= tp;
         t.weight_bytes /= tp;
         t.optimizer_bytes /= tp;
-        t.recompute_s /= tp;
     }
     if (st.first_layer > 0) {
         t.input_bytes = cutAt(st.first_layer - 1) * scale / spSplit;

@@ -47,6 +47,23 @@ LayerTimes layerTimesOn(const Layer& layer, const DeviceType& type, double speed
 /// 0 (none).
 double recomputedMs(const Layer& layer, const LayerTimes& times, Recompute recompute);
 
+/// @brief One tensor-parallel rank's milliseconds for a layer per microbatch (at the profile's microbatch).
+struct RankTimes
+{
+    double forward_ms = 0;
+    double backward_ms = 0;
+    double backward_weight_ms = 0; ///< the weight-gradient part of backward_ms
+    double recompute_ms = 0; ///< what the rank computes again before its backward (recomputedMs's share)
+
+    bool operator==(const RankTimes&) const = default;
+};
+
+/// A rank's times for `layer` in a group of `tp` devices on `type`: the layer's tensor_parallel_times for that size
+/// (plus their replicated part without sequence parallelism) over `speed`, else layerTimesOn / tp. A layer measured
+/// on `type` (device_times) is divided by tp. tp = 1 gives layerTimesOn.
+RankTimes rankTimesOn(
+    const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel, Recompute recompute);
+
 /// Factor from the profile's microbatch to the plan's (times and bytes scale linearly).
 double microbatchScale(const Plan& plan);
 

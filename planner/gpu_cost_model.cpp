@@ -66,15 +66,48 @@ GpuCurve hopperCurve()
     return c;
 }
 
+/// The Ampere curve (A100 SXM, 40 and 80 GB: 108 SMs, 312 dense bf16 TFLOP/s). Sources in docs/planner.md; nothing
+/// here is taken from a training run.
+GpuCurve ampereCurve()
+{
+    GpuCurve c;
+    c.sms = 108;
+    c.tile_m = 128; // CUTLASS 2's largest Ampere bf16 tile is 256 x 128
+    c.tile_n = 256;
+    // k0 is the K a tile's fixed cost (prologue and epilogue cycles) is worth in main-loop work, which scales with an
+    // SM's tensor rate per clock: an A100 SM does 312e12 / (108 x 1.41 GHz) = 2,048 dense FLOP per clock, half of a
+    // Hopper SM's 989e12 / (132 x 1.83 GHz) = 4,096, so the same epilogue costs half the K: 288 / 2.
+    c.k0 = 144;
+    // Maximum achievable matmul FLOPS (Bekman, ml-engineering, mamf-finder.py, torch.randn operands, CUDA 12.1):
+    // 267.9 TFLOP/s on an A100 SXM at 6912 x 16384 x 2048, a product of whole tiles and whole waves on 108 SMs; its K
+    // term taken out, what is left is the ceiling. (A maximum over a search: slightly optimistic.)
+    c.eff_max = 267.9 / 312.0 / (quantization(6912, 16384, 1, c) * 2048.0 / (2048.0 + c.k0));
+    // As Hopper's: a streaming kernel reaches about 0.9 of the datasheet bandwidth.
+    c.bandwidth_efficiency = 0.9;
+    // FlashAttention-2 (Dao, 2023, section 4.1) on an A100: forward up to 73 % of peak, backward up to 63 %.
+    c.flash_forward = 0.73;
+    c.flash_backward = 0.63;
+    c.flash_s0 = 243; // the sequence dependence measured on an H100 (no A100 sweep at hand)
+    // Softmax work per score as on Hopper, each operation as dear as 312 / 19.5 tensor FLOPs (the A100's dense bf16
+    // tensor and fp32 vector peaks).
+    c.nonmatmul_cost = 4.0 * 312.0 / 19.5;
+    return c;
+}
+
 } // namespace
 
 std::optional<GpuCurve> defaultGpuCurve(const DeviceType& device)
 {
-    // The SXM parts (132 SMs at 700 W); the H100 PCIe (114 SMs at 350 W) has no curve of its own yet.
+    // The SXM parts (Hopper: 132 SMs at 700 W; Ampere: 108 SMs at 400 W); the PCIe cards (H100: 114 SMs at 350 W;
+    // A100: 250-300 W, so lower sustained clocks) have no curve of their own yet.
     const std::string name = lowerAlnum(device.name);
+    if (name.find("pcie") != std::string::npos)
+        return std::nullopt;
     for (const char* hopper : {"h100", "h200"})
-        if (name.find(hopper) != std::string::npos && name.find("pcie") == std::string::npos)
+        if (name.find(hopper) != std::string::npos)
             return hopperCurve();
+    if (name.find("a100") != std::string::npos)
+        return ampereCurve();
     return std::nullopt;
 }
 
@@ -108,6 +141,32 @@ double GpuCostModel::gemmSeconds(double m, double n, double k, double batch) con
     return std::max(flops / rate, bytesSeconds(bytes));
 }
 
+double GpuCostModel::materializedAttentionSeconds(
+    double batch, double heads, double sequence, double headDim, bool dropout, bool backward) const
+{
+    // Megatron's unfused core: every score of the s x s matrix (no causal skip) is computed, written and read.
+    const double products = batch * heads;
+    const double scores = products * sequence * sequence;
+    const double e = 2.0; // 16-bit scores
+    if (!backward) {
+        // Q K^T (s, s, dh); the fused scale-mask-softmax reads and writes them; dropout reads them and writes them
+        // and a 1-byte mask; P V (s, dh, s).
+        return gemmSeconds(sequence, sequence, headDim, products) + gemmSeconds(sequence, headDim, sequence, products)
+            + bytesSeconds(scores * (2 * e + (dropout ? 2 * e + 1 : 0)));
+    }
+    // dP = dO V^T (s, s, dh) and dV = P^T dO (s, dh, s); dropout's backward reads dP and the mask, writes its
+    // gradient; softmax's reads P and the gradient, writes dS; dQ = dS K and dK = dS^T Q (s, dh, s) each.
+    return gemmSeconds(sequence, sequence, headDim, products) + 3 * gemmSeconds(sequence, headDim, sequence, products)
+        + bytesSeconds(scores * (3 * e + (dropout ? 2 * e + 1 : 0)));
+}
+
+double attentionCoreSeconds(const TransformerConfig& config, const GpuCostModel& model, bool backward)
+{
+    const double B = config.microbatch, a = config.heads, s = config.sequence, dh = config.headDim();
+    return config.flash_attention ? model.attentionSeconds(B, a, s, dh, backward)
+                                  : model.materializedAttentionSeconds(B, a, s, dh, config.dropout, backward);
+}
+
 double GpuCostModel::attentionSeconds(double batch, double heads, double sequence, double headDim, bool backward) const
 {
     // Causal: half of the score matrix is computed, and a query sees s/2 keys on average.
@@ -122,20 +181,27 @@ double GpuCostModel::attentionSeconds(double batch, double heads, double sequenc
     return std::max(flops / (m_device.peak_tflops * 1e12 * share), bytesSeconds(bytes));
 }
 
-LayerEstimate transformerBlockEstimate(const TransformerConfig& config, const GpuCostModel& model)
+RankEstimate transformerBlockRankEstimate(const TransformerConfig& config, const GpuCostModel& model, int t)
 {
     const double T = static_cast<double>(config.microbatch) * config.sequence; // tokens
-    const double d = config.hidden, e = config.bytes_per_element, f = config.ffnHidden();
+    const double d = config.hidden, e = config.bytes_per_element, f = config.ffnHidden(), g = std::max(1, t);
+    RankEstimate r;
+    auto& split = r.split;
     double forward = 0, input = 0, weight = 0;
-    // X (T x K) W (K x N): QKV, attention out-projection, MLP up (and gate), MLP down (transformer_shape.h).
+    // X (T x K) W (K x N): QKV, attention out-projection, MLP up (and gate), MLP down (transformer_shape.h). A rank
+    // computes n / t of a column-parallel product's outputs and sums k / t of a row-parallel one's inputs.
     for (const auto& p : blockProducts(config)) {
-        forward += model.gemmSeconds(T, p.n, p.k);
-        input += model.gemmSeconds(T, p.k, p.n); // dX = dY W^T
-        weight += model.gemmSeconds(p.k, p.n, T); // dW = X^T dY
+        const double n = p.column_parallel ? p.n / g : p.n, k = p.column_parallel ? p.k : p.k / g;
+        forward += model.gemmSeconds(T, n, k);
+        input += model.gemmSeconds(T, k, n); // dX = dY W^T
+        weight += model.gemmSeconds(k, n, T); // dW = X^T dY
     }
-    const double B = config.microbatch, a = config.heads, s = config.sequence;
-    forward += model.attentionSeconds(B, a, s, config.headDim(), false);
-    input += model.attentionSeconds(B, a, s, config.headDim(), true);
+    // The attention core runs on the rank's heads: a / t of them, all on the same tokens.
+    TransformerConfig rank = config;
+    rank.heads = static_cast<int>(config.heads / g);
+    rank.hidden = rank.heads * config.headDim();
+    forward += attentionCoreSeconds(rank, model, false);
+    input += attentionCoreSeconds(rank, model, true);
     // Memory-bound ops in units of one [T, d] tensor read or written. Forward: 2 norms (read, write: 2 each), the
     // activation on [T, f] (GELU reads and writes one: 2f/d; SwiGLU reads gate and up, writes their product: 3f/d),
     // 2 residual adds (read 2, write 1: 3 each). GPT: 4 + 8 + 6 = 18. Input gradient: 2 norms' dX (read x and dY,
@@ -144,37 +210,60 @@ LayerEstimate transformerBlockEstimate(const TransformerConfig& config, const Gp
     // Weight gradient: 2 norms' scale (and shift) gradients (read x and dY: 2 each) and the biases' gradients (read
     // the dY of each biased product: its n / d). GPT: 4 + 9 = 13. Rotary positions rotate Q and K in the forward and
     // their gradients in the backward (read and write each: 2 (d + kv) / d).
+    // Under tensor parallelism the activation, rotary and the column-parallel products' biases are on the rank's
+    // share (/ t); the norms, residual adds and the row-parallel products' biases act on the whole [T, d] tensor on
+    // every rank unless sequence parallelism splits them too (the replicated part).
     const bool swiglu = config.mlp == MlpKind::SwiGlu;
-    double fwdUnits = 4 + (swiglu ? 3 : 2) * f / d + 6;
-    double inUnits = 6 + (swiglu ? 5 : 3) * f / d + 6;
-    double wUnits = 4;
+    double fwdSplit = (swiglu ? 3 : 2) * f / d, inSplit = (swiglu ? 5 : 3) * f / d, wSplit = 0;
+    const double fwdWhole = 4 + 6, inWhole = 6 + 6;
+    double wWhole = 4;
     for (const auto& p : blockProducts(config))
         if (p.bias)
-            wUnits += p.n / d;
+            (p.column_parallel ? wSplit : wWhole) += p.n / d;
     if (config.positions == PositionKind::Rotary) {
         const double rotated = 2 * (d + static_cast<double>(config.kvHeads()) * config.headDim()) / d;
-        fwdUnits += rotated;
-        inUnits += rotated;
+        fwdSplit += rotated;
+        inSplit += rotated;
     }
     const double tensor = T * d * e;
-    forward += model.bytesSeconds(fwdUnits * tensor);
-    input += model.bytesSeconds(inUnits * tensor);
-    weight += model.bytesSeconds(wUnits * tensor);
-    return {forward * 1e3, input * 1e3, weight * 1e3};
+    split.forward_ms = (forward + model.bytesSeconds((fwdSplit / g + fwdWhole / g) * tensor)) * 1e3;
+    split.backward_input_ms = (input + model.bytesSeconds((inSplit / g + inWhole / g) * tensor)) * 1e3;
+    split.backward_weight_ms = (weight + model.bytesSeconds((wSplit / g + wWhole / g) * tensor)) * 1e3;
+    // Without sequence parallelism each rank also runs the rest of the whole-tensor work itself.
+    r.replicated_forward_ms = model.bytesSeconds(fwdWhole * (1 - 1 / g) * tensor) * 1e3;
+    r.replicated_backward_ms = model.bytesSeconds((inWhole + wWhole) * (1 - 1 / g) * tensor) * 1e3;
+    return r;
+}
+
+LayerEstimate transformerBlockEstimate(const TransformerConfig& config, const GpuCostModel& model)
+{
+    return transformerBlockRankEstimate(config, model, 1).split;
+}
+
+RankEstimate transformerHeadRankEstimate(const TransformerConfig& config, const GpuCostModel& model, int t)
+{
+    const double T = static_cast<double>(config.microbatch) * config.sequence;
+    const double d = config.hidden, V = config.vocab, e = config.bytes_per_element, g = std::max(1, t);
+    // Final layer norm (read, write), logits X (T x d) W (d x V), cross-entropy reading the logits; backward: the
+    // layer norm's dX (3) and dgamma, dbeta (2), the loss's gradient (read the logits, write their gradient). The
+    // vocabulary is split over a tensor-parallel group (Megatron's vocab-parallel head and cross-entropy); the
+    // final norm is whole on every rank unless sequence parallelism splits it.
+    RankEstimate r;
+    r.split.forward_ms
+        = (model.bytesSeconds(2 * T * d * e / g) + model.gemmSeconds(T, V / g, d) + model.bytesSeconds(T * V / g * e))
+        * 1e3;
+    r.split.backward_input_ms = (model.gemmSeconds(T, d, V / g) + model.bytesSeconds(2 * T * V / g * e)
+                                    + model.bytesSeconds(3 * T * d * e / g))
+        * 1e3;
+    r.split.backward_weight_ms = (model.gemmSeconds(d, V / g, T) + model.bytesSeconds(2 * T * d * e / g)) * 1e3;
+    r.replicated_forward_ms = model.bytesSeconds(2 * T * d * e * (1 - 1 / g)) * 1e3;
+    r.replicated_backward_ms = model.bytesSeconds(5 * T * d * e * (1 - 1 / g)) * 1e3;
+    return r;
 }
 
 LayerEstimate transformerHeadEstimate(const TransformerConfig& config, const GpuCostModel& model)
 {
-    const double T = static_cast<double>(config.microbatch) * config.sequence;
-    const double d = config.hidden, V = config.vocab, e = config.bytes_per_element;
-    // Final layer norm (read, write), logits X (T x d) W (d x V), cross-entropy reading the logits; backward: the
-    // layer norm's dX (3) and dgamma, dbeta (2), the loss's gradient (read the logits, write their gradient).
-    const double forward
-        = model.bytesSeconds(2 * T * d * e) + model.gemmSeconds(T, V, d) + model.bytesSeconds(T * V * e);
-    const double input
-        = model.gemmSeconds(T, d, V) + model.bytesSeconds(2 * T * V * e) + model.bytesSeconds(3 * T * d * e);
-    const double weight = model.gemmSeconds(d, V, T) + model.bytesSeconds(2 * T * d * e);
-    return {forward * 1e3, input * 1e3, weight * 1e3};
+    return transformerHeadRankEstimate(config, model, 1).split;
 }
 
 } // namespace pw::planner

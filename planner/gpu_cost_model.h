@@ -31,8 +31,8 @@ struct GpuCurve
     bool operator==(const GpuCurve&) const = default;
 };
 
-/// The documented default curve of a device type (H100 and H200, matched by name like devicePreset); none for other
-/// devices (their transformer profiles keep the flat efficiency unless a GEMM table is given).
+/// The documented default curve of a device type (H100 and H200 SXM, A100 SXM, matched by name like devicePreset);
+/// none for other devices (their transformer profiles keep the flat efficiency unless a GEMM table is given).
 std::optional<GpuCurve> defaultGpuCurve(const DeviceType& device);
 
 /// @brief Times of the pieces of a layer on one device: products by a GEMM table when given, else by the curve.
@@ -50,6 +50,10 @@ public:
     /// Seconds of a causal flash attention over `batch` x `heads` sequences of `sequence` tokens with head dimension
     /// `headDim`: forward, or backward (recomputes the scores: 2.5 x the forward's products).
     double attentionSeconds(double batch, double heads, double sequence, double headDim, bool backward) const;
+    /// The same attention unfused, as Megatron ran it before flash kernels: the whole s x s score matrix by batched
+    /// products, its softmax (and dropout, with its 1-byte mask) through memory.
+    double materializedAttentionSeconds(
+        double batch, double heads, double sequence, double headDim, bool dropout, bool backward) const;
 
     const GpuCurve& curve() const { return m_curve; }
     bool usesTable() const { return m_table != nullptr; }
@@ -70,6 +74,28 @@ struct LayerEstimate
 
     bool operator==(const LayerEstimate&) const = default;
 };
+
+/// The attention core of one block of `config` on its microbatch (scores, softmax, values): a flash kernel, or
+/// unfused with `flash_attention` false. Forward, or its backward.
+double attentionCoreSeconds(const TransformerConfig& config, const GpuCostModel& model, bool backward);
+
+/// @brief One tensor-parallel rank's share of a layer: every part split over the group (as with sequence
+/// parallelism), and what each rank runs whole besides without sequence parallelism. At t = 1 the split part is the
+/// whole layer and nothing is replicated.
+struct RankEstimate
+{
+    LayerEstimate split;
+    double replicated_forward_ms = 0;
+    double replicated_backward_ms = 0;
+
+    bool operator==(const RankEstimate&) const = default;
+};
+
+/// One rank of a block split over t devices as Megatron splits it: QKV and MLP up by columns (n / t), the attention
+/// projection and MLP down by rows (k / t), the attention on a / t heads, each product timed by its own shape.
+RankEstimate transformerBlockRankEstimate(const TransformerConfig& config, const GpuCostModel& model, int t);
+/// The head's rank: the vocabulary split over the group (logits and cross-entropy), the final norm replicated.
+RankEstimate transformerHeadRankEstimate(const TransformerConfig& config, const GpuCostModel& model, int t);
 
 /// One pre-LN transformer block of `config` (its microbatch): QKV, out-projection, MLP up and down products (each
 /// backward as dX = dY W^T of shape (M, K, N) and dW = X^T dY of shape (K, N, M)), causal flash attention, two layer

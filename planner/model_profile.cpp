@@ -133,7 +133,7 @@ void ModelProfile::validate() const
     for (std::size_t i = 0; i < layers.size(); ++i) {
         const auto& l = layers[i];
         auto path = "/layers/" + std::to_string(i);
-        auto check = [&](double v, const char* field) {
+        auto check = [&](double v, const std::string& field) {
             if (!std::isfinite(v) || v < 0)
                 throw InputError({}, 0, path + "/" + field, "must be a finite number >= 0");
         };
@@ -164,6 +164,23 @@ void ModelProfile::validate() const
                 throw InputError({}, 0, path + "/activation_parts",
                     "its parts add up to " + std::to_string(p->total()) + " bytes, the layer stashes "
                         + std::to_string(stash) + " (stashed_bytes): they describe the same memory");
+        }
+        for (std::size_t k = 0; k < l.tensor_parallel_times.size(); ++k) {
+            const auto& e = l.tensor_parallel_times[k];
+            const std::string ep = "tensor_parallel_times/" + std::to_string(k);
+            if (e.size < 2)
+                throw InputError({}, 0, path + "/" + ep + "/size", "must be a group of 2 devices or more");
+            for (std::size_t j = 0; j < k; ++j)
+                if (l.tensor_parallel_times[j].size == e.size)
+                    throw InputError(
+                        {}, 0, path + "/" + ep + "/size", "size " + std::to_string(e.size) + " is listed twice");
+            for (auto [v, field] : {std::pair {e.forward_ms, "/forward_ms"}, {e.backward_ms, "/backward_ms"},
+                     {e.backward_weight_ms, "/backward_weight_ms"}, {e.replicated_forward_ms, "/replicated_forward_ms"},
+                     {e.replicated_backward_ms, "/replicated_backward_ms"}})
+                check(v, ep + field);
+            if (e.backward_weight_ms > e.backward_ms)
+                throw InputError(
+                    {}, 0, path + "/" + ep + "/backward_weight_ms", "is part of backward_ms and exceeds it");
         }
         for (const auto& [type, t] : l.device_times) {
             if (!std::isfinite(t.forward_ms) || t.forward_ms < 0 || !std::isfinite(t.backward_ms) || t.backward_ms < 0)
@@ -245,6 +262,14 @@ json toJson(const ModelProfile& model)
         }
         if (l.selective_recompute_ms > 0)
             jl["selective_recompute_ms"] = l.selective_recompute_ms;
+        if (!l.tensor_parallel_times.empty()) {
+            json tpt = json::array();
+            for (const auto& e : l.tensor_parallel_times)
+                tpt.push_back({{"size", e.size}, {"forward_ms", e.forward_ms}, {"backward_ms", e.backward_ms},
+                    {"backward_weight_ms", e.backward_weight_ms}, {"replicated_forward_ms", e.replicated_forward_ms},
+                    {"replicated_backward_ms", e.replicated_backward_ms}});
+            jl["tensor_parallel_times"] = std::move(tpt);
+        }
         if (model.is_graph)
             jl["inputs"] = l.inputs;
         if (!l.device_times.empty()) {
@@ -326,6 +351,16 @@ ModelProfile modelFromJson(const json& j)
                     f::nonNegative(jp, "attention_core", pp), f::nonNegative(jp, "input", pp)};
         }
         l.selective_recompute_ms = f::nonNegativeOr(jl, "selective_recompute_ms", path, 0.0);
+        if (jl.contains("tensor_parallel_times")) {
+            const auto& arr = f::array(jl, "tensor_parallel_times", path);
+            for (std::size_t k = 0; k < arr.size(); ++k) {
+                const auto ep = f::child(f::child(path, "tensor_parallel_times"), k);
+                const auto& je = f::object(arr[k], ep);
+                l.tensor_parallel_times.push_back({f::integer(je, "size", ep), f::nonNegative(je, "forward_ms", ep),
+                    f::nonNegative(je, "backward_ms", ep), f::nonNegative(je, "backward_weight_ms", ep),
+                    f::nonNegative(je, "replicated_forward_ms", ep), f::nonNegative(je, "replicated_backward_ms", ep)});
+            }
+        }
         if (jl.contains("inputs")) {
             const auto& in = f::array(jl, "inputs", path);
             for (std::size_t k = 0; k < in.size(); ++k) {

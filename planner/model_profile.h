@@ -44,6 +44,24 @@ struct ActivationParts
     bool operator==(const ActivationParts&) const = default;
 };
 
+/// @brief One tensor-parallel rank's times for a layer split over `size` devices as Megatron splits it, each product
+/// timed by the rank's own shape (n / t or k / t), at the profile's microbatch on the profiled device. A rank's
+/// products are thinner than the whole layer's, so they run below its rate: dividing the layer's time by t would be
+/// optimistic.
+struct TensorParallelTimes
+{
+    int size = 0; ///< the group size t (>= 2)
+    double forward_ms = 0; ///< the rank's share with sequence parallelism (every part split over the group)
+    double backward_ms = 0;
+    double backward_weight_ms = 0; ///< the weight-gradient part of backward_ms
+    /// What every rank runs whole without sequence parallelism, added then: the norms and residual adds on the whole
+    /// [tokens, h] activation, the biases of the row-parallel products, and their gradients.
+    double replicated_forward_ms = 0;
+    double replicated_backward_ms = 0;
+
+    bool operator==(const TensorParallelTimes&) const = default;
+};
+
 /// @brief One layer (or graph node) of the profile. Bytes are per microbatch of the profile's size.
 struct Layer
 {
@@ -75,6 +93,9 @@ struct Layer
     /// Forward time of what selective recomputation runs again before the backward (the attention core), at the
     /// profile's times; 0: the layer has nothing selective recomputation recomputes.
     double selective_recompute_ms = 0;
+    /// One rank's times at each tensor-parallel size the profile was made for (`profile transformer`: the sizes that
+    /// divide the heads); a size not listed is charged the layer's times / t.
+    std::vector<TensorParallelTimes> tensor_parallel_times;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
     std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
 

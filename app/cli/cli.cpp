@@ -152,6 +152,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_flag("--no-bias", tOpt.no_bias, "no biases in products or norms (Llama)")->excludes(hf);
     tr->add_flag("--no-dropout", tOpt.no_dropout, "train without dropout (Llama): no dropout masks are kept")
         ->excludes(hf);
+    tr->add_option("--attention", tOpt.attention,
+          "flash (a flash kernel: no s x s scores kept, the default) | materialized (unfused, as Megatron before "
+          "FlashAttention: the scores computed whole, kept for the backward)")
+        ->check(CLI::IsMember({"flash", "materialized"}));
     tr->add_option("--seq", tOpt.seq, "sequence length")->required();
     tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")

@@ -173,6 +173,7 @@ void transformer(const TransformerOptions& o, std::ostream& out)
             c.family = "transformer";
         c.validate();
     }
+    c.flash_attention = o.attention != "materialized";
     TransformerProfileOptions po;
     if (!std::isnan(o.efficiency))
         po.efficiency = o.efficiency;

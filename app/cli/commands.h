@@ -51,6 +51,7 @@ struct TransformerOptions
     int ffn_hidden = 0, kv_heads = 0;
     std::string mlp, norm, positions;
     bool untied_embeddings = false, no_bias = false, no_dropout = false;
+    std::string attention; ///< flash | materialized; empty: flash
     std::string hf_config; ///< a Hugging Face config.json: the model's shape comes from it
     int bytes_per_element = 0; ///< 0: what the engine trains in on the device (defaultBytesPerElement)
     double efficiency = std::numeric_limits<double>::quiet_NaN(); ///< NaN: not given (the device's time model)

@@ -58,7 +58,7 @@ TransformerTimeModel resolvedTimeModel(
         return TransformerTimeModel::FlatEfficiency;
     if (options.gemm_table)
         return TransformerTimeModel::Shapes;
-    // The default curve describes Hopper's 16-bit tensor cores: fp32 models keep the flat efficiency.
+    // The default curves describe 16-bit tensor cores: fp32 models keep the flat efficiency.
     return config.bytes_per_element == 2 && defaultGpuCurve(device) ? TransformerTimeModel::Shapes
                                                                     : TransformerTimeModel::FlatEfficiency;
 }
@@ -83,7 +83,7 @@ ModelProfile transformerProfile(
     }
     if (byShapes && !options.gemm_table && !defaultGpuCurve(device))
         throw InputError({}, 0, "gemm_table",
-            "'" + device.name + "' has no default GPU curve (H100 and H200 have): give its GEMM table");
+            "'" + device.name + "' has no default GPU curve (H100, H200 and A100 SXM have): give its GEMM table");
     std::optional<GpuCostModel> gpu;
     if (byShapes)
         gpu.emplace(device, options.gemm_table, defaultGpuCurve(device));
@@ -160,8 +160,23 @@ ModelProfile transformerProfile(
         gradientValues += p.n;
     const double layerWeightGradientBytes = B * s * gradientValues * bpe;
     const LayerEstimate block = gpu ? transformerBlockEstimate(config, *gpu) : LayerEstimate {};
-    const double coreMs
-        = gpu ? gpu->attentionSeconds(B, config.heads, s, config.headDim(), false) * 1e3 : coreFlops / flopsPerMs;
+    // One rank's times at each tensor-parallel size the search may try (powers of two dividing the heads, up to 64),
+    // each product by the rank's own shape (gpu_cost_model.h); the flat model has no shapes, so it divides by t.
+    std::vector<int> groupSizes;
+    for (int t = 2; t <= 64 && gpu; t *= 2)
+        if (config.heads % t == 0)
+            groupSizes.push_back(t);
+    auto rankTimes = [&](auto estimate) {
+        std::vector<TensorParallelTimes> out;
+        for (int t : groupSizes) {
+            const RankEstimate r = estimate(config, *gpu, t);
+            out.push_back({t, r.split.forward_ms, r.split.backwardMs(), r.split.backward_weight_ms,
+                r.replicated_forward_ms, r.replicated_backward_ms});
+        }
+        return out;
+    };
+    const auto blockRanks = rankTimes(transformerBlockRankEstimate);
+    const double coreMs = gpu ? attentionCoreSeconds(config, *gpu, false) * 1e3 : coreFlops / flopsPerMs;
     for (int i = 0; i < config.layers; ++i) {
         auto layer = makeLayer(
             "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, params.per_layer, hiddenBytes);
@@ -172,6 +187,7 @@ ModelProfile transformerProfile(
         layer.weight_gradient_bytes = layerWeightGradientBytes;
         if (gpu)
             applyEstimate(layer, block);
+        layer.tensor_parallel_times = blockRanks;
         model.layers.push_back(std::move(layer));
     }
 
@@ -187,8 +203,10 @@ ModelProfile transformerProfile(
     // Its W reads the logits' gradient, which the forward's fused loss already wrote over the stashed logits
     // (activation_bytes), and the final norm's output gradient, which I keeps.
     head.weight_gradient_bytes = hiddenBytes;
-    if (gpu)
+    if (gpu) {
         applyEstimate(head, transformerHeadEstimate(config, *gpu));
+        head.tensor_parallel_times = rankTimes(transformerHeadRankEstimate);
+    }
     model.layers.push_back(std::move(head));
     return model;
 }

@@ -139,17 +139,16 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     std::vector<double> weights;
     for (int l = 0; l < model->layerCount(); ++l) {
         const auto& layer = model->layers[l];
-        const auto times = layerTimesOn(layer, type, speed);
+        const auto times = rankTimesOn(layer, type, speed, c.t, plan.schedule.sequence_parallel, c.recompute);
         const bool full = c.recompute == Recompute::Full;
         const bool overlap = plan.schedule.tp_comm_overlap;
-        const double again = recomputedMs(layer, times, c.recompute);
-        double w = (times.forward_ms + again + times.backward_ms) * 1e-3 * scale / c.t;
+        double w = (times.forward_ms + times.recompute_ms + times.backward_ms) * 1e-3 * scale;
         const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
         double tpF = tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat);
         double tpB = tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
         if (overlap) {
-            tpF = overlappedTensorParallelTime(tpF, times.forward_ms * 1e-3 * scale / c.t, c.t);
-            tpB = overlappedTensorParallelTime(tpB, times.backward_ms * 1e-3 * scale / c.t, c.t);
+            tpF = overlappedTensorParallelTime(tpF, times.forward_ms * 1e-3 * scale, c.t);
+            tpB = overlappedTensorParallelTime(tpB, times.backward_ms * 1e-3 * scale, c.t);
         }
         w += tpF * (full ? 2 : 1) + tpB;
         weights.push_back(w);

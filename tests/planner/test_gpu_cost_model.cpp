@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "planner/costs.h"
 #include "planner/device_presets.h"
 #include "planner/errors.h"
 #include "planner/gpu_cost_model.h"
@@ -172,16 +173,22 @@ TEST_CASE("the flat efficiency stays where it is asked for or no curve exists", 
     flat.efficiency = 0.5;
     CHECK(resolvedTimeModel(c, h200, flat) == TransformerTimeModel::FlatEfficiency);
     CHECK(transformerProfile(c, h200, flat).layers.at(1).forward_ms == Approx(blockFlops(c) / (989e12 * 0.5) * 1e3));
-    // No documented curve for the A100, the CPU, or fp32 products: flat, unless forced (then refused for want of a
-    // table).
-    CHECK(resolvedTimeModel(c, *devicePreset("A100"), {}) == TransformerTimeModel::FlatEfficiency);
+    // No documented curve for the V100, PCIe cards, the CPU, or fp32 products: flat, unless forced (then refused for
+    // want of a table). The SXM A100 has one.
+    CHECK(resolvedTimeModel(c, *devicePreset("A100"), {}) == TransformerTimeModel::Shapes);
+    CHECK(resolvedTimeModel(c, *devicePreset("A100 40GB"), {}) == TransformerTimeModel::Shapes);
+    CHECK(resolvedTimeModel(c, *devicePreset("V100"), {}) == TransformerTimeModel::FlatEfficiency);
+    CHECK(resolvedTimeModel(c, *devicePreset("H100 PCIe"), {}) == TransformerTimeModel::FlatEfficiency);
+    auto pcie = *devicePreset("A100");
+    pcie.name = "NVIDIA A100-PCIE-40GB";
+    CHECK(resolvedTimeModel(c, pcie, {}) == TransformerTimeModel::FlatEfficiency);
     CHECK(resolvedTimeModel(c, *devicePreset("cpu"), {}) == TransformerTimeModel::FlatEfficiency);
     auto fp32 = c;
     fp32.bytes_per_element = 4;
     CHECK(resolvedTimeModel(fp32, h200, {}) == TransformerTimeModel::FlatEfficiency);
     TransformerProfileOptions forced;
     forced.time_model = TransformerTimeModel::Shapes;
-    CHECK_THROWS_AS(transformerProfile(c, *devicePreset("A100"), forced), InputError);
+    CHECK_THROWS_AS(transformerProfile(c, *devicePreset("V100"), forced), InputError);
 }
 
 TEST_CASE("calibrated costs still win over the shape model's estimates", "[gpu-cost]")
@@ -214,4 +221,87 @@ TEST_CASE("calibrated costs still win over the shape model's estimates", "[gpu-c
         CHECK(calibrated.forward_s[i] != Approx(estimate.forward_s[i]));
     }
     CHECK(simulate(plan, generateSchedule(plan), calibrated).makespan_s == Approx(run.makespan_s));
+}
+
+TEST_CASE("the A100 curve reproduces its source and a rank's products are timed by their own shapes", "[gpu-cost]")
+{
+    // issue 31 item 4: the A100 SXM's curve takes its ceiling from the maximum achievable matmul rate measured on
+    // random operands (267.9 TFLOP/s at 6912 x 16384 x 2048, docs/planner.md), nothing from a training run.
+    const auto a100 = *devicePreset("A100");
+    const GpuCostModel ampere(a100, nullptr, defaultGpuCurve(a100));
+    const double source = 2.0 * 6912 * 16384 * 2048 / ampere.gemmSeconds(6912, 16384, 2048) / 1e12;
+    CHECK(source == Approx(267.9).epsilon(1e-9));
+    CHECK(ampere.curve().sms == 108);
+    // A product with a ragged last wave and a short K runs slower per FLOP.
+    CHECK(2.0 * 4096 * 4608 * 1536 / ampere.gemmSeconds(4096, 4608, 1536) / 1e12 < source);
+
+    // A rank of t = 8 (GPT-3 175B's block, 2 x 2048 tokens): at t = 1 the rank is the block; at 8 its thinner products
+    // run below the block's rate (never faster than block / 8), and without sequence parallelism every rank also
+    // runs the whole-tensor norms and residual adds.
+    TransformerConfig c {1, 12288, 96, 2048, 51200, 2, 2};
+    const auto whole = transformerBlockEstimate(c, ampere);
+    const auto one = transformerBlockRankEstimate(c, ampere, 1);
+    CHECK(one.split == whole);
+    CHECK(one.replicated_forward_ms == 0);
+    CHECK(one.replicated_backward_ms == 0);
+    const auto eight = transformerBlockRankEstimate(c, ampere, 8);
+    CHECK(eight.split.forward_ms > whole.forward_ms / 8);
+    CHECK(eight.split.forward_ms < whole.forward_ms / 8 * 1.3);
+    CHECK(eight.split.backwardMs() > whole.backwardMs() / 8);
+    // Norms and residual adds: 10 [T, h] tensors forward, 12 + 4 backward (GPT: + the 2 row-parallel biases),
+    // 7 / 8 of them the replicated extra, over 0.9 x 2,039 GB/s.
+    const double tensor = 2.0 * 2048 * 12288 * 2;
+    CHECK(eight.replicated_forward_ms == Approx(10 * tensor * 7 / 8 / (0.9 * 2039e9) * 1e3));
+    CHECK(eight.replicated_backward_ms == Approx((12 + 4 + 2) * tensor * 7 / 8 / (0.9 * 2039e9) * 1e3));
+
+    // The profile carries them; the plan's stage totals use them (and add the replicated part without SP).
+    const auto model = transformerProfile(c, a100);
+    const auto& layer = model.layers.at(1);
+    REQUIRE(layer.tensor_parallel_times.size() == 5); // the powers of two dividing 96 heads: 2, 4, 8, 16, 32
+    for (const auto& e : layer.tensor_parallel_times)
+        CHECK(96 % e.size == 0);
+    const auto rank = rankTimesOn(layer, a100, 1.0, 8, false, Recompute::Full);
+    CHECK(rank.forward_ms == Approx(eight.split.forward_ms + eight.replicated_forward_ms));
+    CHECK(rank.backward_ms == Approx(eight.split.backwardMs() + eight.replicated_backward_ms));
+    CHECK(rank.recompute_ms == rank.forward_ms);
+    const auto withSp = rankTimesOn(layer, a100, 1.0, 8, true, Recompute::None);
+    CHECK(withSp.forward_ms == Approx(eight.split.forward_ms));
+    CHECK(withSp.recompute_ms == 0);
+    // A size the profile was not made for is the layer's time / t.
+    CHECK(rankTimesOn(layer, a100, 1.0, 3, false, Recompute::None).forward_ms == Approx(layer.forward_ms / 3));
+    // Written and read back unchanged; a bad entry is refused by name.
+    CHECK(modelFromJson(toJson(model)) == model);
+    auto bad = toJson(model);
+    bad["layers"][1]["tensor_parallel_times"][0]["size"] = 1;
+    CHECK_THROWS_WITH(modelFromJson(bad), Catch::Contains("/layers/1/tensor_parallel_times/0/size"));
+    bad = toJson(model);
+    bad["layers"][1]["tensor_parallel_times"][1]["size"] = 2;
+    CHECK_THROWS_WITH(modelFromJson(bad), Catch::Contains("listed twice"));
+    bad = toJson(model);
+    bad["layers"][1]["tensor_parallel_times"][0]["backward_weight_ms"] = 1e9;
+    CHECK_THROWS_WITH(modelFromJson(bad), Catch::Contains("backward_weight_ms"));
+}
+
+TEST_CASE("materialized attention costs its score products and the scores' trips through memory", "[gpu-cost]")
+{
+    // Megatron before flash kernels: Q K^T and P V as batched products over the whole s x s matrix, softmax and dropout
+    // through memory (9 bytes per score forward: softmax 2 + 2, dropout 2 + 2 + a 1-byte mask; 11 backward).
+    const auto a100 = *devicePreset("A100");
+    const GpuCostModel m(a100, nullptr, defaultGpuCurve(a100));
+    const double B = 2, a = 12, s = 2048, dh = 128, scores = B * a * s * s;
+    const double forward = m.gemmSeconds(s, s, dh, B * a) + m.gemmSeconds(s, dh, s, B * a) + m.bytesSeconds(9 * scores);
+    CHECK(m.materializedAttentionSeconds(B, a, s, dh, true, false) == Approx(forward));
+    const double backward
+        = m.gemmSeconds(s, s, dh, B * a) + 3 * m.gemmSeconds(s, dh, s, B * a) + m.bytesSeconds(11 * scores);
+    CHECK(m.materializedAttentionSeconds(B, a, s, dh, true, true) == Approx(backward));
+    CHECK(m.materializedAttentionSeconds(B, a, s, dh, false, false) < forward); // no dropout
+    // A flash kernel keeps the scores on chip and skips the causal half: faster here.
+    CHECK(m.attentionSeconds(B, a, s, dh, false) < forward);
+    TransformerConfig c {1, 1536, 12, 2048, 51200, 2, 2};
+    const auto flash = transformerProfile(c, a100);
+    c.flash_attention = false;
+    const auto unfused = transformerProfile(c, a100);
+    CHECK(unfused.layers.at(1).forward_ms > flash.layers.at(1).forward_ms);
+    CHECK(unfused.layers.at(1).selective_recompute_ms
+        == Approx(m.materializedAttentionSeconds(2, 12, 2048, 128, true, false) * 1e3));
 }

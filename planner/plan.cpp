@@ -577,6 +577,8 @@ json toJson(const ScheduleOptions& o)
         j["sequence_parallel"] = true;
     if (o.tp_comm_overlap)
         j["tp_comm_overlap"] = true;
+    if (!o.overlap_grad_reduce)
+        j["overlap_grad_reduce"] = false;
     return j;
 }
 
@@ -597,6 +599,7 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
         o.recompute = recomputeNamed(f::stringOr(js, "recompute", path, "none"), path + "/recompute");
     o.sequence_parallel = f::booleanOr(js, "sequence_parallel", path, false);
     o.tp_comm_overlap = f::booleanOr(js, "tp_comm_overlap", path, false);
+    o.overlap_grad_reduce = f::booleanOr(js, "overlap_grad_reduce", path, true);
     o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);

@@ -82,6 +82,10 @@ struct ScheduleOptions
     /// all-gather and reduce-scatter is split into t chunks pipelined with the GEMM beside it, so only the first chunk
     /// and what the GEMMs cannot cover show (overlappedTensorParallelTime in costs.h).
     bool tp_comm_overlap = false;
+    /// Megatron's --overlap-grad-reduce (PyTorch DDP's default too): the data-parallel gradient sum starts bucket by
+    /// bucket while the last backward still runs, so only what is left when the backward ends shows. false: it starts
+    /// after the backward (Megatron's older local DDP).
+    bool overlap_grad_reduce = true;
     std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)
     /// fp32 | bf16 | fp16: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training is
     /// mixed precision: the optimizer keeps fp32 master weights.

@@ -112,6 +112,8 @@ public:
             arg("--tp-comm-overlap");
         if (plan.schedule.distributed_optimizer)
             arg("--use-distributed-optimizer");
+        if (plan.schedule.overlap_grad_reduce && shape.data > 1)
+            arg("--overlap-grad-reduce");
         if (shape.precision == "bf16")
             arg("--bf16");
         else if (shape.precision == "fp16")

@@ -9,6 +9,7 @@
 
 #include "fixtures.h"
 #include "planner/costs.h"
+#include "planner/export/export.h"
 #include "planner/io/hf_config.h"
 #include "planner/partition/megatron.h"
 #include "planner/partition/partitioner.h"
@@ -237,6 +238,35 @@ TEST_CASE("waiting for the data-parallel all-reduce is not the pipeline's bubble
     const auto pipeline = simulate(megatron::configPlan(deep, {16, 1, 1, 1, 1, Recompute::None, 16}));
     CHECK(pipeline.data_parallel_wait_fraction == 0);
     CHECK(pipeline.bubble_fraction > 0.3);
+}
+
+TEST_CASE(
+    "without overlap-grad-reduce the gradient sum starts after the backward and all of it shows", "[simulator][bubble]")
+{
+    // Megatron's --overlap-grad-reduce (the default, as PyTorch DDP) against its older local DDP, which all-reduced
+    // after the backward: a plan setting, written to the plan file and to Megatron's arguments.
+    TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    Cluster cluster = pw::test::uniformCluster(2, 8, {80e9, 100, 4.5e11, 5e-6, 2e9, 1e-5});
+    cluster.device_types[0] = *devicePreset("H100");
+    cluster.device_types[0].name = "gpu";
+    Plan plan = megatron::configPlan({model, cluster, {}}, {1, 1, 16, 1, 1, Recompute::None, 4});
+    const auto overlapped = simulate(plan);
+    plan.schedule.overlap_grad_reduce = false;
+    const auto after = simulate(plan);
+    CHECK(after.data_parallel_wait_fraction > overlapped.data_parallel_wait_fraction);
+    CHECK(after.iteration_time_s > overlapped.iteration_time_s);
+    CHECK(planFromJson(toJson(plan)).schedule.overlap_grad_reduce == false);
+    CHECK(toJson(plan).at("schedule").at("overlap_grad_reduce") == false);
+    const auto args = [&](const Plan& p) {
+        std::string text;
+        for (const auto& f : findPlanExporter("megatron")->write(p).files)
+            text += f.text;
+        return text;
+    };
+    CHECK_THAT(args(plan), !Catch::Contains("--overlap-grad-reduce"));
+    plan.schedule.overlap_grad_reduce = true;
+    CHECK_THAT(args(plan), Catch::Contains("--overlap-grad-reduce"));
 }
 
 TEST_CASE("the search proposes Llama 3 70B on 64 H100s with sequence parallelism and the distributed optimizer",

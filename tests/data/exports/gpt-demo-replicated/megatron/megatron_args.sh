@@ -13,5 +13,6 @@ PIPEWRIGHT_MEGATRON_ARGS=(
   --max-position-embeddings 1024
   --micro-batch-size 4
   --global-batch-size 32
+  --overlap-grad-reduce
   --bf16
 )

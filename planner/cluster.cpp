@@ -304,6 +304,10 @@ void Cluster::validate() const
         if (n.count < 1)
             throw InputError(
                 {}, 0, path + "/count", "a node needs at least one device, got " + std::to_string(n.count));
+        if (n.inter_node_links < 1 || n.inter_node_links > n.count)
+            throw InputError({}, 0, path + "/inter_node_links",
+                "must be 1 to the node's " + std::to_string(n.count) + " devices, got "
+                    + std::to_string(n.inter_node_links));
         if (n.count > 1 && !(n.intra_bandwidth_bytes_per_s > 0))
             throw InputError(
                 {}, 0, path + "/intra_bandwidth_bytes_per_s", "must be > 0 for a node with several devices");
@@ -346,6 +350,8 @@ json toJson(const Cluster& c)
         json jn = {{"name", n.name}, {"host", n.host}, {"ssh_port", n.ssh_port}, {"ssh_user", n.ssh_user},
             {"device_type", n.device_type}, {"count", n.count},
             {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s}, {"intra_latency_s", n.intra_latency_s}};
+        if (n.inter_node_links != 1)
+            jn["inter_node_links"] = n.inter_node_links;
         if (!n.ssh_identity_file.empty())
             jn["ssh_identity_file"] = n.ssh_identity_file;
         if (!n.env.empty()) {
@@ -443,6 +449,7 @@ Cluster clusterFromJson(const json& j)
         n.count = f::integer(jn, "count", path);
         n.intra_bandwidth_bytes_per_s = f::nonNegativeOr(jn, "intra_bandwidth_bytes_per_s", path, 0);
         n.intra_latency_s = f::nonNegativeOr(jn, "intra_latency_s", path, 0);
+        n.inter_node_links = f::integerOr(jn, "inter_node_links", path, 1);
         c.nodes.push_back(std::move(n));
     }
     c.inter_node_bandwidth_bytes_per_s = f::nonNegativeOr(j, "inter_node_bandwidth_bytes_per_s", "", 0);

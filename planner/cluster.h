@@ -51,6 +51,10 @@ struct Node
     int count = 0;
     double intra_bandwidth_bytes_per_s = 0;
     double intra_latency_s = 0;
+    /// Independent links from the node to the network (NICs), each of the cluster's inter_node_bandwidth: device k
+    /// of the node sends on link k mod inter_node_links, so the node's sends share only their own link (a DGX gives
+    /// every GPU its own NIC: 8). 1: one uplink that every device of the node shares.
+    int inter_node_links = 1;
     std::string ssh_identity_file; ///< private key for this node; empty: ssh-agent, ~/.ssh/config, default keys
     /// Environment of the agents on this node (CUDA_VISIBLE_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, ...).
     /// Values may be secrets (tokens, passwords): every file Pipewright writes (plans, projects, the history)

@@ -63,6 +63,14 @@ GpuCurve hopperCurve()
     // About 4 non-matmul operations per score (scale, running max, exp, sum: FlashAttention-2 section 3.1), each as
     // dear as 989 / 67 tensor-core FLOPs (the H100's dense bf16 tensor and fp32 vector peaks).
     c.nonmatmul_cost = 4.0 * 989.0 / 67.0;
+    // The backward's products (dX = dY W^T, dW = X^T dY) ran slower than the curve's forward-layout rate on the two
+    // blocks of gpu.md measured on our H200 (PyTorch, bf16): at 0.85 of it their backwards come out -2.3 % and
+    // +0.3 % (1.0: -12 % and -11 %). A measurement of kernels, not of a training run.
+    c.backward_gemm_efficiency = 0.85;
+    // The peak (989 TFLOP/s) is quoted at 1,830 MHz, below the 1,980 MHz maximum boost; no sustained-clock
+    // measurement of an SXM H100 under a long bf16 GEMM load is at hand (a GPU session measures it:
+    // docs/planner.md), so none is applied.
+    c.sustained_clock = 1;
     return c;
 }
 
@@ -91,6 +99,11 @@ GpuCurve ampereCurve()
     // Softmax work per score as on Hopper, each operation as dear as 312 / 19.5 tensor FLOPs (the A100's dense bf16
     // tensor and fp32 vector peaks).
     c.nonmatmul_cost = 4.0 * 312.0 / 19.5;
+    c.backward_gemm_efficiency = 0.85; // Hopper's measured backward layouts (no A100 measurement at hand)
+    // The A100's 312 TFLOP/s are at its 1,410 MHz boost clock; under a long dense tensor-core load it holds about
+    // 1,305 MHz at its 400 W limit (the clock NVIDIA quotes HPL's sustained peak at, glennklockwood.com "peak FLOPS").
+    // The maximum-matmul measurement above is a short burst at boost.
+    c.sustained_clock = 1305.0 / 1410.0;
     return c;
 }
 
@@ -134,11 +147,17 @@ double GpuCostModel::gemmSeconds(double m, double n, double k, double batch) con
             * m_table->seconds(
                 std::llround(std::max(1.0, m)), std::llround(std::max(1.0, n)), std::llround(std::max(1.0, k)));
     const double flops = 2.0 * m * n * k * batch;
-    const double rate
-        = m_device.peak_tflops * 1e12 * m_curve.eff_max * quantization(m, n, batch, m_curve) * k / (k + m_curve.k0);
+    const double rate = m_device.peak_tflops * 1e12 * m_curve.sustained_clock * m_curve.eff_max
+        * quantization(m, n, batch, m_curve) * k / (k + m_curve.k0);
     // Roofline: a thin product is bound by reading A and B and writing D (16-bit elements).
     const double bytes = 2.0 * (m * k + k * n + m * n) * batch;
     return std::max(flops / rate, bytesSeconds(bytes));
+}
+
+double GpuCostModel::backwardGemmSeconds(double m, double n, double k, double batch) const
+{
+    const double seconds = gemmSeconds(m, n, k, batch);
+    return m_table ? seconds : seconds / m_curve.backward_gemm_efficiency;
 }
 
 double GpuCostModel::materializedAttentionSeconds(
@@ -156,7 +175,8 @@ double GpuCostModel::materializedAttentionSeconds(
     }
     // dP = dO V^T (s, s, dh) and dV = P^T dO (s, dh, s); dropout's backward reads dP and the mask, writes its
     // gradient; softmax's reads P and the gradient, writes dS; dQ = dS K and dK = dS^T Q (s, dh, s) each.
-    return gemmSeconds(sequence, sequence, headDim, products) + 3 * gemmSeconds(sequence, headDim, sequence, products)
+    return backwardGemmSeconds(sequence, sequence, headDim, products)
+        + 3 * backwardGemmSeconds(sequence, headDim, sequence, products)
         + bytesSeconds(scores * (3 * e + (dropout ? 2 * e + 1 : 0)));
 }
 
@@ -178,7 +198,7 @@ double GpuCostModel::attentionSeconds(double batch, double heads, double sequenc
     const double flops = backward ? 2.5 * forwardFlops : forwardFlops;
     // Q, K, V in and O out (forward); Q, K, V, O, dO in and dQ, dK, dV out (backward), 16-bit.
     const double bytes = (backward ? 8.0 : 4.0) * batch * sequence * heads * headDim * 2.0;
-    return std::max(flops / (m_device.peak_tflops * 1e12 * share), bytesSeconds(bytes));
+    return std::max(flops / (m_device.peak_tflops * 1e12 * m_curve.sustained_clock * share), bytesSeconds(bytes));
 }
 
 RankEstimate transformerBlockRankEstimate(const TransformerConfig& config, const GpuCostModel& model, int t)
@@ -193,8 +213,8 @@ RankEstimate transformerBlockRankEstimate(const TransformerConfig& config, const
     for (const auto& p : blockProducts(config)) {
         const double n = p.column_parallel ? p.n / g : p.n, k = p.column_parallel ? p.k : p.k / g;
         forward += model.gemmSeconds(T, n, k);
-        input += model.gemmSeconds(T, k, n); // dX = dY W^T
-        weight += model.gemmSeconds(k, n, T); // dW = X^T dY
+        input += model.backwardGemmSeconds(T, k, n); // dX = dY W^T
+        weight += model.backwardGemmSeconds(k, n, T); // dW = X^T dY
     }
     // The attention core runs on the rank's heads: a / t of them, all on the same tokens.
     TransformerConfig rank = config;
@@ -244,18 +264,23 @@ RankEstimate transformerHeadRankEstimate(const TransformerConfig& config, const 
 {
     const double T = static_cast<double>(config.microbatch) * config.sequence;
     const double d = config.hidden, V = config.vocab, e = config.bytes_per_element, g = std::max(1, t);
-    // Final layer norm (read, write), logits X (T x d) W (d x V), cross-entropy reading the logits; backward: the
-    // layer norm's dX (3) and dgamma, dbeta (2), the loss's gradient (read the logits, write their gradient). The
-    // vocabulary is split over a tensor-parallel group (Megatron's vocab-parallel head and cross-entropy); the
-    // final norm is whole on every rank unless sequence parallelism splits it.
+    // Final layer norm (read, write), logits X (T x d) W (d x V), the cross-entropy; backward: the layer norm's dX
+    // (3) and dgamma, dbeta (2), the loss's gradient. The vocabulary is split over a tensor-parallel group (Megatron's
+    // vocab-parallel head and cross-entropy); the final norm is whole on every rank unless sequence parallelism
+    // splits it. The cross-entropy in bytes per logit: fused in the logits' precision, read once (forward) and read
+    // and written (backward); in fp32 (Megatron's vocab_parallel_cross_entropy on output.float()): cast (read e,
+    // write 4), max (4), subtract it (8), exp (8), sum (4), the softmax kept (8): 30 + e forward; softmax minus the
+    // one-hot (8), times the loss's gradient (8), cast back (4 + e): 20 + e backward.
+    const double lossForward = config.fp32_cross_entropy ? 30 + e : e;
+    const double lossBackward = config.fp32_cross_entropy ? 20 + e : 2 * e;
     RankEstimate r;
-    r.split.forward_ms
-        = (model.bytesSeconds(2 * T * d * e / g) + model.gemmSeconds(T, V / g, d) + model.bytesSeconds(T * V / g * e))
+    r.split.forward_ms = (model.bytesSeconds(2 * T * d * e / g) + model.gemmSeconds(T, V / g, d)
+                             + model.bytesSeconds(T * V / g * lossForward))
         * 1e3;
-    r.split.backward_input_ms = (model.gemmSeconds(T, d, V / g) + model.bytesSeconds(2 * T * V / g * e)
+    r.split.backward_input_ms = (model.backwardGemmSeconds(T, d, V / g) + model.bytesSeconds(T * V / g * lossBackward)
                                     + model.bytesSeconds(3 * T * d * e / g))
         * 1e3;
-    r.split.backward_weight_ms = (model.gemmSeconds(d, V / g, T) + model.bytesSeconds(2 * T * d * e / g)) * 1e3;
+    r.split.backward_weight_ms = (model.backwardGemmSeconds(d, V / g, T) + model.bytesSeconds(2 * T * d * e / g)) * 1e3;
     r.replicated_forward_ms = model.bytesSeconds(2 * T * d * e * (1 - 1 / g)) * 1e3;
     r.replicated_backward_ms = model.bytesSeconds(5 * T * d * e * (1 - 1 / g)) * 1e3;
     return r;

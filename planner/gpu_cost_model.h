@@ -27,6 +27,11 @@ struct GpuCurve
     double flash_backward = 0; ///< the same for its backward (which does 2.5 x the forward's products)
     double flash_s0 = 0; ///< keys per query at which the flash kernel reaches half of its long-sequence rate
     double nonmatmul_cost = 0; ///< tensor-core FLOPs one score's softmax work costs (the head-dimension term)
+    /// The clock tensor-core work holds under the power limit over a long run, as a share of the clock the peak and
+    /// the short measurements above ran at (1: no lower sustained clock known).
+    double sustained_clock = 1;
+    /// Share of the curve's rate a backward product (dX = dY W^T, dW = X^T dY: transposed operands) reaches.
+    double backward_gemm_efficiency = 1;
 
     bool operator==(const GpuCurve&) const = default;
 };
@@ -45,6 +50,9 @@ public:
 
     /// Seconds of `batch` independent products D (m x n) = A (m x k) B (k x n) in 16-bit elements.
     double gemmSeconds(double m, double n, double k, double batch = 1) const;
+    /// The same product in a backward pass (its operands transposed): by the curve, at its backward_gemm_efficiency;
+    /// a measured table times it as measured.
+    double backwardGemmSeconds(double m, double n, double k, double batch = 1) const;
     /// Seconds to stream `bytes` through device memory.
     double bytesSeconds(double bytes) const;
     /// Seconds of a causal flash attention over `batch` x `heads` sequences of `sequence` tokens with head dimension

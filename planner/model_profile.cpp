@@ -306,6 +306,8 @@ json toJson(const ModelProfile& model)
             arch["dropout"] = false;
         if (!a.flash_attention)
             arch["flash_attention"] = false;
+        if (!a.fp32_cross_entropy)
+            arch["fp32_cross_entropy"] = false;
     }
     return j;
 }
@@ -401,6 +403,7 @@ ModelProfile modelFromJson(const json& j)
         c.max_positions = f::integerOr(a, "max_positions", at, 0);
         c.dropout = f::booleanOr(a, "dropout", at, true);
         c.flash_attention = f::booleanOr(a, "flash_attention", at, true);
+        c.fp32_cross_entropy = f::booleanOr(a, "fp32_cross_entropy", at, true);
         if (type == "transformer") {
             c.family = f::stringOr(a, "family", at, "gpt");
             c.ffn_hidden = f::integerOr(a, "ffn_hidden", at, 0);

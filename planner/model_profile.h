@@ -162,6 +162,10 @@ struct TransformerConfig
     /// only a log-sum-exp per head and token, and recomputes the scores there. false: the scores are materialized and
     /// kept (softmax output, dropout mask and output: Korthikanti et al.'s 5 a s^2 b bytes per layer).
     bool flash_attention = true;
+    /// The loss's softmax runs on the logits cast to fp32 (Megatron's default without --fp16-lm-cross-entropy, and
+    /// torchtitan's): several passes over [tokens, vocab] 4-byte values. false: in the logits' own precision, one
+    /// fused pass.
+    bool fp32_cross_entropy = true;
     std::string family = "gpt"; ///< what the model is called ("gpt", "llama", ...): its name, not its math
 
     int ffnHidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }

@@ -159,6 +159,10 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
           "flash (a flash kernel: no s x s scores kept, the default) | materialized (unfused, as Megatron before "
           "FlashAttention: the scores computed whole, kept for the backward)")
         ->check(CLI::IsMember({"flash", "materialized"}));
+    tr->add_option("--cross-entropy", tOpt.cross_entropy,
+          "fp32 (the loss's softmax on the logits cast to fp32, as Megatron and torchtitan do: the default) | native "
+          "(one fused pass in the logits' precision)")
+        ->check(CLI::IsMember({"fp32", "native"}));
     tr->add_option("--seq", tOpt.seq, "sequence length")->required();
     tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")

@@ -174,6 +174,7 @@ void transformer(const TransformerOptions& o, std::ostream& out)
         c.validate();
     }
     c.flash_attention = o.attention != "materialized";
+    c.fp32_cross_entropy = o.cross_entropy != "native";
     TransformerProfileOptions po;
     if (!std::isnan(o.efficiency))
         po.efficiency = o.efficiency;

@@ -52,6 +52,7 @@ struct TransformerOptions
     std::string mlp, norm, positions;
     bool untied_embeddings = false, no_bias = false, no_dropout = false;
     std::string attention; ///< flash | materialized; empty: flash
+    std::string cross_entropy; ///< fp32 | native; empty: fp32
     std::string hf_config; ///< a Hugging Face config.json: the model's shape comes from it
     int bytes_per_element = 0; ///< 0: what the engine trains in on the device (defaultBytesPerElement)
     double efficiency = std::numeric_limits<double>::quiet_NaN(); ///< NaN: not given (the device's time model)

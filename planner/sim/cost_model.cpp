@@ -221,11 +221,20 @@ CostModel CostModel::fromPlan(const Plan& plan)
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
         c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
     }
+    // Each node's inter-node links, numbered over the cluster: device k of a node sends on its link k mod links.
+    std::vector<int> firstUplink;
+    int uplinks = 0;
+    for (const auto& node : plan.cluster->nodes) {
+        firstUplink.push_back(uplinks);
+        uplinks += std::max(1, node.inter_node_links);
+    }
     for (const auto& ref : refs) {
         const auto& type = plan.cluster->device_types[ref.type];
         c.device_memory_capacity.push_back(type.memory_bytes);
         c.device_memory_bandwidth.push_back(type.memory_bandwidth_bytes_per_s);
         c.device_node.push_back(ref.node);
+        const auto& node = plan.cluster->nodes[ref.node];
+        c.device_uplink.push_back(firstUplink[ref.node] + ref.local % std::max(1, node.inter_node_links));
     }
     for (const auto& node : plan.cluster->nodes)
         c.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
@@ -283,6 +292,11 @@ void CostModel::check(const Plan& plan, int devices) const
         if (node < 0 || static_cast<std::size_t>(node) >= c.node_links.size())
             throw InputError("the cost model places a device on node " + std::to_string(node) + " of "
                 + std::to_string(c.node_links.size()));
+    if (!c.device_uplink.empty() && c.device_uplink.size() != D)
+        bad("device uplinks", c.device_uplink.size(), D);
+    for (int u : c.device_uplink)
+        if (u < 0)
+            throw InputError("the cost model gives a device the uplink " + std::to_string(u));
 }
 
 } // namespace pw::planner

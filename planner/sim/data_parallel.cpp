@@ -48,7 +48,7 @@ Layout layoutOf(const Plan& plan, const SimulationOptions& options)
     const auto& first = cluster.nodes[0];
     for (const auto& n : cluster.nodes)
         if (n.intra_bandwidth_bytes_per_s != first.intra_bandwidth_bytes_per_s
-            || n.intra_latency_s != first.intra_latency_s)
+            || n.intra_latency_s != first.intra_latency_s || n.inter_node_links != first.inter_node_links)
             return refuse("its nodes' links differ");
     const int perNode = first.count;
     l.t = std::max(1, plan.tensor_parallel);

@@ -85,7 +85,7 @@ inline double bookedArrival(
     if (!cost.shared_node_uplink || cost.sameNode(a, b) || bytes <= 0 || link.bandwidth_bytes_per_s <= 0)
         return arrival;
     const double wire = link.wireSeconds(bytes);
-    const double booked = uplinks[cost.device_node[a]].book(start, wire);
+    const double booked = uplinks[cost.uplinkOf(a)].book(start, wire);
     if (booked <= start + wire)
         return arrival; // the uplink was free: exactly the uncontended time
     return booked + link.latency_s;

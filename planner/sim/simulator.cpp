@@ -110,7 +110,7 @@ public:
             throw InputError("the schedule has " + std::to_string(schedule.num_stages) + " stages, the plan "
                 + std::to_string(plan.stageCount()));
         cost.check(plan, D);
-        m_uplinks.resize(m_cost.node_links.size());
+        m_uplinks.resize(m_cost.uplinkCount());
         m_collectiveFree.assign(D, 0.0);
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);

@@ -85,6 +85,17 @@ struct CostModel
 
     // Links and collectives.
     std::vector<int> device_node; ///< node of every device
+    /// The inter-node link (a node's NIC, Node::inter_node_links) every device sends on, numbered over the cluster;
+    /// empty: one per node, the device's node.
+    std::vector<int> device_uplink;
+    int uplinkOf(int device) const { return device_uplink.empty() ? device_node[device] : device_uplink[device]; }
+    int uplinkCount() const
+    {
+        int n = static_cast<int>(node_links.size());
+        for (int u : device_uplink)
+            n = std::max(n, u + 1);
+        return n;
+    }
     std::vector<LinkCost> node_links; ///< per node: the link between two of its devices
     LinkCost inter_node; ///< between devices of different nodes: each node's uplink
     std::vector<double> device_memory_bandwidth; ///< per device, bytes/s of the optimizer step (0: free)

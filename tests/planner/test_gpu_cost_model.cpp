@@ -229,8 +229,11 @@ TEST_CASE("the A100 curve reproduces its source and a rank's products are timed 
     // random operands (267.9 TFLOP/s at 6912 x 16384 x 2048, docs/planner.md), nothing from a training run.
     const auto a100 = *devicePreset("A100");
     const GpuCostModel ampere(a100, nullptr, defaultGpuCurve(a100));
+    // A long run holds the 1,305 MHz clock of the power limit, not the burst's 1,410.
     const double source = 2.0 * 6912 * 16384 * 2048 / ampere.gemmSeconds(6912, 16384, 2048) / 1e12;
-    CHECK(source == Approx(267.9).epsilon(1e-9));
+    CHECK(source == Approx(267.9 * 1305 / 1410).epsilon(1e-9));
+    // Backward products (transposed operands) at 0.85 of the forward layout's rate, as measured on Hopper.
+    CHECK(ampere.backwardGemmSeconds(6912, 16384, 2048) == Approx(ampere.gemmSeconds(6912, 16384, 2048) / 0.85));
     CHECK(ampere.curve().sms == 108);
     // A product with a ragged last wave and a short K runs slower per FLOP.
     CHECK(2.0 * 4096 * 4608 * 1536 / ampere.gemmSeconds(4096, 4608, 1536) / 1e12 < source);
@@ -282,6 +285,33 @@ TEST_CASE("the A100 curve reproduces its source and a rank's products are timed 
     CHECK_THROWS_WITH(modelFromJson(bad), Catch::Contains("backward_weight_ms"));
 }
 
+TEST_CASE("the loss in fp32 makes its passes over the logits at 4 bytes each", "[gpu-cost]")
+{
+    // Megatron's vocab_parallel_cross_entropy on output.float(): 30 + e bytes per logit forward, 20 + e backward,
+    // against one fused pass in the logits' precision (e forward, 2 e backward). Per rank with the vocabulary split.
+    const auto h100 = *devicePreset("H100");
+    const GpuCostModel m(h100, nullptr, defaultGpuCurve(h100));
+    TransformerConfig c {2, 2048, 16, 2048, 51200, 4, 2};
+    const double logits = 4.0 * 2048 * 51200;
+    for (int t : {1, 8}) {
+        INFO("t = " << t);
+        c.fp32_cross_entropy = true;
+        const auto fp32 = transformerHeadRankEstimate(c, m, t);
+        c.fp32_cross_entropy = false;
+        const auto native = transformerHeadRankEstimate(c, m, t);
+        CHECK(fp32.split.forward_ms - native.split.forward_ms == Approx(m.bytesSeconds(30 * logits / t) * 1e3));
+        CHECK(fp32.split.backward_input_ms - native.split.backward_input_ms
+            == Approx(m.bytesSeconds(18 * logits / t) * 1e3));
+    }
+    // The profile says which it assumed, and reads it back.
+    c.fp32_cross_entropy = false;
+    const auto model = transformerProfile(c, h100);
+    CHECK(toJson(model).at("architecture").at("fp32_cross_entropy") == false);
+    CHECK(modelFromJson(toJson(model)).architecture->fp32_cross_entropy == false);
+    c.fp32_cross_entropy = true;
+    CHECK_FALSE(toJson(transformerProfile(c, h100)).at("architecture").contains("fp32_cross_entropy"));
+}
+
 TEST_CASE("materialized attention costs its score products and the scores' trips through memory", "[gpu-cost]")
 {
     // Megatron before flash kernels: Q K^T and P V as batched products over the whole s x s matrix, softmax and dropout
@@ -291,8 +321,8 @@ TEST_CASE("materialized attention costs its score products and the scores' trips
     const double B = 2, a = 12, s = 2048, dh = 128, scores = B * a * s * s;
     const double forward = m.gemmSeconds(s, s, dh, B * a) + m.gemmSeconds(s, dh, s, B * a) + m.bytesSeconds(9 * scores);
     CHECK(m.materializedAttentionSeconds(B, a, s, dh, true, false) == Approx(forward));
-    const double backward
-        = m.gemmSeconds(s, s, dh, B * a) + 3 * m.gemmSeconds(s, dh, s, B * a) + m.bytesSeconds(11 * scores);
+    const double backward = m.backwardGemmSeconds(s, s, dh, B * a) + 3 * m.backwardGemmSeconds(s, dh, s, B * a)
+        + m.bytesSeconds(11 * scores);
     CHECK(m.materializedAttentionSeconds(B, a, s, dh, true, true) == Approx(backward));
     CHECK(m.materializedAttentionSeconds(B, a, s, dh, false, false) < forward); // no dropout
     // A flash kernel keeps the scores on chip and skips the causal half: faster here.

@@ -10,6 +10,7 @@
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/io/transformer.h"
+#include "planner/partition/megatron.h"
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
@@ -312,4 +313,40 @@ TEST_CASE("the tied embedding's all-reduce is priced, and a batch after the firs
     plan.schedule.iterations = 4;
     const auto four = simulate(plan);
     CHECK(four.iteration_time_s == Approx(one.iteration_time_s).epsilon(1e-3));
+}
+
+TEST_CASE("a node's inter-node links: each device sends on its own NIC, so a DGX's ranks do not take turns",
+    "[simulator][links]")
+{
+    // A DGX gives every GPU its own NIC (inter_node_links 8): the tensor-parallel ranks of a stage send their slices
+    // to the next stage at once. One shared uplink serialises them.
+    TransformerConfig c {8, 4096, 32, 2048, 51200, 1, 2};
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    auto planOn = [&](int links, int nodes, int d) {
+        Cluster cluster = pw::test::uniformCluster(nodes, 4, {80e9, 100, 4.5e11, 5e-6, 2.5e10, 1e-5});
+        cluster.device_types[0] = *devicePreset("H100");
+        cluster.device_types[0].name = "gpu";
+        for (auto& n : cluster.nodes)
+            n.inter_node_links = links;
+        PartitionOptions o;
+        o.schedule.overlap_communication = false; // the sends block: their time shows
+        return megatron::configPlan({model, cluster, o}, {2, 4, d, 1, 1, Recompute::None, 8});
+    };
+    const auto shared = simulate(planOn(1, 2, 1));
+    const auto own = simulate(planOn(4, 2, 1));
+    CHECK(own.iteration_time_s < shared.iteration_time_s);
+    // The cluster file carries it; a node cannot have more links than devices, nor none.
+    Cluster cluster = planOn(4, 2, 1).cluster;
+    CHECK(clusterFromJson(toJson(cluster)) == cluster);
+    CHECK(toJson(cluster).at("nodes").at(0).at("inter_node_links") == 4);
+    auto bad = toJson(cluster);
+    bad["nodes"][1]["inter_node_links"] = 5;
+    CHECK_THROWS_WITH(clusterFromJson(bad), Catch::Contains("/nodes/1/inter_node_links"));
+    bad["nodes"][1]["inter_node_links"] = 0;
+    CHECK_THROWS_WITH(clusterFromJson(bad), Catch::Contains("/nodes/1/inter_node_links"));
+    // The reduced simulation of q of d pipelines keeps the links: it agrees with the whole plan.
+    const Plan wide = planOn(4, 4, 2);
+    const auto whole = simulate(wide, SimulationOptions {false, false});
+    const auto reduced = simulateDataParallel(wide, SimulationOptions {false, false});
+    CHECK(reduced.iteration_time_s == Approx(whole.iteration_time_s).epsilon(1e-9));
 }

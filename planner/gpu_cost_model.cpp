@@ -51,6 +51,10 @@ GpuCurve hopperCurve()
     // cuBLAS bf16 8192^3 with random matrices reached 792 TFLOP/s on the H200 (shared/docs/gpu.md): that product's
     // quantization and K term taken out, what is left is the curve's ceiling.
     c.eff_max = 792.0 / 989.0 / (quantization(8192, 8192, 1, c) * 8192.0 / (8192.0 + c.k0));
+    // ... and no shape beyond what cuBLAS reached on random operands: 792 TFLOP/s (our H200 at 8192^3; the maximum
+    // over ml-engineering's mamf-finder search on an H100 SXM, 792.1, agrees), where the curve would extrapolate to
+    // 846 at endless K.
+    c.ceiling = 792.0 / 989.0;
     // Device-to-device copies measured 4.3 of the H200's 4.8 TB/s and 3.0 of the H100's 3.35 (gpu.md).
     c.bandwidth_efficiency = 0.9;
     // FlashAttention-2 (Dao, 2023, section 4.1): up to 335 TFLOP/s forward on an H100 (head dim 128, long
@@ -90,6 +94,7 @@ GpuCurve ampereCurve()
     // 267.9 TFLOP/s on an A100 SXM at 6912 x 16384 x 2048, a product of whole tiles and whole waves on 108 SMs; its K
     // term taken out, what is left is the ceiling. (A maximum over a search: slightly optimistic.)
     c.eff_max = 267.9 / 312.0 / (quantization(6912, 16384, 1, c) * 2048.0 / (2048.0 + c.k0));
+    c.ceiling = 267.9 / 312.0;
     // As Hopper's: a streaming kernel reaches about 0.9 of the datasheet bandwidth.
     c.bandwidth_efficiency = 0.9;
     // FlashAttention-2 (Dao, 2023, section 4.1) on an A100: forward up to 73 % of peak, backward up to 63 %.
@@ -147,8 +152,8 @@ double GpuCostModel::gemmSeconds(double m, double n, double k, double batch) con
             * m_table->seconds(
                 std::llround(std::max(1.0, m)), std::llround(std::max(1.0, n)), std::llround(std::max(1.0, k)));
     const double flops = 2.0 * m * n * k * batch;
-    const double rate = m_device.peak_tflops * 1e12 * m_curve.sustained_clock * m_curve.eff_max
-        * quantization(m, n, batch, m_curve) * k / (k + m_curve.k0);
+    const double rate = m_device.peak_tflops * 1e12 * m_curve.sustained_clock
+        * std::min(m_curve.ceiling, m_curve.eff_max * quantization(m, n, batch, m_curve) * k / (k + m_curve.k0));
     // Roofline: a thin product is bound by reading A and B and writing D (16-bit elements).
     const double bytes = 2.0 * (m * k + k * n + m * n) * batch;
     return std::max(flops / rate, bytesSeconds(bytes));

@@ -30,6 +30,9 @@ struct GpuCurve
     /// The clock tensor-core work holds under the power limit over a long run, as a share of the clock the peak and
     /// the short measurements above ran at (1: no lower sustained clock known).
     double sustained_clock = 1;
+    /// Share of peak no product exceeds: the fastest rate measured on random operands over a search of shapes (the
+    /// curve's extrapolation to endless K and whole waves would otherwise promise more than cuBLAS ever gave).
+    double ceiling = 1;
     /// Share of the curve's rate a backward product (dX = dY W^T, dW = X^T dY: transposed operands) reaches.
     double backward_gemm_efficiency = 1;
 

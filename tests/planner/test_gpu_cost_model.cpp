@@ -335,3 +335,33 @@ TEST_CASE("materialized attention costs its score products and the scores' trips
     CHECK(unfused.layers.at(1).selective_recompute_ms
         == Approx(m.materializedAttentionSeconds(2, 12, 2048, 128, true, false) * 1e3));
 }
+
+TEST_CASE("no product is faster by the curves than cuBLAS's measured maximum on random operands", "[gpu-cost]")
+{
+    // issue 31: the compute side alone must be honest. The maximum achievable matmul rate on random operands over a
+    // search of shapes (ml-engineering's mamf-finder.py: A100 SXM 267.9, H100 SXM 792.1 TFLOP/s; gpu.md: 792 on our
+    // H200 at 8192^3) bounds every shape: a curve above it anywhere would promise what cuBLAS never gave.
+    struct Device
+    {
+        const char* name;
+        double measured_max_tflops;
+    };
+    for (const auto& dev : {Device {"A100", 267.9}, Device {"H100", 792.1}, Device {"H200", 792.0}}) {
+        INFO(dev.name);
+        const auto type = *devicePreset(dev.name);
+        const GpuCostModel m(type, nullptr, defaultGpuCurve(type));
+        double fastest = 0;
+        for (double M = 128; M <= 65536; M *= 2)
+            for (double N = 128; N <= 65536; N *= 2)
+                for (double K = 64; K <= 65536; K *= 2) {
+                    for (double scale : {1.0, 1.5, 0.75}) {
+                        const double n = N * scale;
+                        const double rate = 2 * M * n * K / m.gemmSeconds(M, n, K) / 1e12;
+                        fastest = std::max(fastest, rate);
+                        CHECK(rate <= dev.measured_max_tflops * (1 + 1e-9));
+                    }
+                }
+        WARN(dev.name << ": fastest product by the curve " << fastest << " TFLOP/s, measured maximum "
+                      << dev.measured_max_tflops);
+    }
+}

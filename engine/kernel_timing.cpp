@@ -28,13 +28,14 @@ double d(auto value)
 
 } // namespace
 
-double modelSeconds(const KernelWork& work, const planner::GpuCostModel& model)
+double modelSeconds(const KernelCall& call, const planner::GpuCostModel& model)
 {
+    const KernelWork& work = call.work;
     if (work.host)
         return 0;
     double seconds = model.bytesSeconds(work.bytes);
     for (const auto& [m, n, k] : work.products)
-        seconds += model.gemmSeconds(m, n, k);
+        seconds += call.backward ? model.backwardGemmSeconds(m, n, k) : model.gemmSeconds(m, n, k);
     if (work.attention) {
         const auto& a = *work.attention;
         seconds += model.attentionSeconds(a.batch, a.heads, a.sequence, a.head_dim, a.backward);

@@ -54,9 +54,10 @@ struct KernelCall
     bool operator==(const KernelCall&) const = default;
 };
 
-/// What the planner's cost model charges for `work`: its products by gemmSeconds, its attention by attentionSeconds,
-/// its bytes by bytesSeconds; 0 for a host transfer.
-double modelSeconds(const KernelWork& work, const planner::GpuCostModel& model);
+/// What the planner's cost model charges for a call's work: its products by gemmSeconds (backwardGemmSeconds for a
+/// call of the layer's backward), its attention by attentionSeconds, its bytes by bytesSeconds; 0 for a host
+/// transfer.
+double modelSeconds(const KernelCall& call, const planner::GpuCostModel& model);
 
 /// @brief A Backend that forwards to `inner` and times every call on the stream (not download and synchronize,
 /// which wait for it, nor allocation). Results are the inner backend's exactly: the calls are the same calls.

@@ -490,7 +490,7 @@ int main(int argc, char** argv)
         json rowsJson = json::array();
         for (const engine::KernelCall& c : calls) {
             const bool backward = c.backward;
-            const double m = engine::modelSeconds(c.work, model);
+            const double m = engine::modelSeconds(c, model);
             measured[backward] += c.seconds;
             priced[backward] += m;
             char r[16] = "-";

@@ -75,7 +75,7 @@ double priced(const std::vector<KernelCall>& calls, const planner::GpuCostModel&
     for (KernelCall c : calls) {
         if (!withBytes)
             c.work.bytes = 0;
-        seconds += modelSeconds(c.work, model);
+        seconds += modelSeconds(c, model);
     }
     return seconds;
 }

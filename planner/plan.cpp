@@ -389,6 +389,10 @@ void Plan::validateParallelism() const
         throw InputError({}, 0, "/schedule/tp_comm_overlap",
             "overlaps the all-gathers and reduce-scatters of sequence parallelism with the GEMMs beside them: it needs "
             "tensor_parallel > 1 and sequence_parallel (Megatron's --tp-comm-overlap needs --sequence-parallel)");
+    if (schedule.overlap_param_gather && !schedule.distributed_optimizer)
+        throw InputError({}, 0, "/schedule/overlap_param_gather",
+            "overlaps the all-gather of the distributed optimizer's updated parameters with the next forward: it needs "
+            "distributed_optimizer (Megatron's --overlap-param-gather needs --use-distributed-optimizer)");
     if (tensor_parallel > 1 && pipelineCount() > 1)
         throw InputError({}, 0, "/tensor_parallel",
             "a plan with " + std::to_string(pipelineCount())
@@ -579,6 +583,8 @@ json toJson(const ScheduleOptions& o)
         j["tp_comm_overlap"] = true;
     if (!o.overlap_grad_reduce)
         j["overlap_grad_reduce"] = false;
+    if (o.overlap_param_gather)
+        j["overlap_param_gather"] = true;
     return j;
 }
 
@@ -600,6 +606,7 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     o.sequence_parallel = f::booleanOr(js, "sequence_parallel", path, false);
     o.tp_comm_overlap = f::booleanOr(js, "tp_comm_overlap", path, false);
     o.overlap_grad_reduce = f::booleanOr(js, "overlap_grad_reduce", path, true);
+    o.overlap_param_gather = f::booleanOr(js, "overlap_param_gather", path, false);
     o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);

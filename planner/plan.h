@@ -86,6 +86,10 @@ struct ScheduleOptions
     /// bucket while the last backward still runs, so only what is left when the backward ends shows. false: it starts
     /// after the backward (Megatron's older local DDP).
     bool overlap_grad_reduce = true;
+    /// Megatron's --overlap-param-gather (with the distributed optimizer): the all-gather of the updated parameters
+    /// after the step runs bucket by bucket under the next batch's forward, so the step's collective shows only its
+    /// reduce-scatter (half of the all-reduce's traffic). false: the all-gather follows the reduce-scatter.
+    bool overlap_param_gather = false;
     std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)
     /// fp32 | bf16 | fp16: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training is
     /// mixed precision: the optimizer keeps fp32 master weights.

@@ -72,6 +72,9 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_flag("!--no-overlap-grad-reduce", p.schedule.overlap_grad_reduce,
         "start the data-parallel gradient sum after the backward (Megatron's local DDP) instead of bucket by bucket "
         "during it (--overlap-grad-reduce, the default)");
+    cmd->add_flag("--overlap-param-gather", p.schedule.overlap_param_gather,
+        "Megatron's --overlap-param-gather (with --distributed-optimizer): the updated parameters' all-gather runs "
+        "under the next forward");
     cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
     cmd->add_option("--precision", p.schedule.precision,
         "weights: fp32 | bf16 | fp16 (default: the profile's; below fp32 the optimizer keeps fp32 master weights)");

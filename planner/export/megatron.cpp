@@ -114,6 +114,8 @@ public:
             arg("--use-distributed-optimizer");
         if (plan.schedule.overlap_grad_reduce && shape.data > 1)
             arg("--overlap-grad-reduce");
+        if (plan.schedule.overlap_param_gather)
+            arg("--overlap-param-gather");
         if (shape.precision == "bf16")
             arg("--bf16");
         else if (shape.precision == "fp16")

@@ -122,6 +122,9 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     // The request's --tp-comm-overlap where the configuration can have it (t > 1 with sequence parallelism).
     plan.schedule.tp_comm_overlap = request.options.schedule.tp_comm_overlap && c.sequence_parallel && c.t > 1;
     plan.schedule.distributed_optimizer = c.distributed_optimizer || request.options.schedule.distributed_optimizer;
+    // The request's --overlap-param-gather where the configuration shards the optimizer.
+    plan.schedule.overlap_param_gather
+        = request.options.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
     plan.schedule.in_flight.clear();
     const int profileSize = std::max(1, model->microbatch_size);
     plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
@@ -213,8 +216,9 @@ Estimate estimate(const Plan& plan, const Config& c)
                 continue;
             const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
             if (c.d > 1)
-                dp += 2.0 * (c.d - 1) / c.d * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
-                    + 2.0 * (c.d - 1) * lat;
+                dp += (plan.schedule.overlap_param_gather ? 0.5 : 1.0)
+                    * (2.0 * (c.d - 1) / c.d * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
+                        + 2.0 * (c.d - 1) * lat);
             if (type.memory_bandwidth_bytes_per_s > 0)
                 opt += (3 * w + 2 * o) / type.memory_bandwidth_bytes_per_s;
             weights += w;

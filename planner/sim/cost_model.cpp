@@ -240,6 +240,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
         c.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
     c.inter_node = {plan.cluster->inter_node_bandwidth_bytes_per_s, plan.cluster->inter_node_latency_s};
     c.overlap_gradient_allreduce = plan.schedule.overlap_grad_reduce;
+    c.overlap_param_gather = plan.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
     for (int s = 0; s < S; ++s)
         c.stage_buckets.push_back(gradientBuckets(plan, s));
     c.samples_per_microbatch

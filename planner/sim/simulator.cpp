@@ -248,15 +248,17 @@ private:
             && m_cost.stage_rings[stage].members > 0;
         const int n = standIn ? m_cost.stage_rings[stage].members : static_cast<int>(group.size());
         const LinkCost link = standIn ? m_cost.stage_rings[stage].link : m_cost.groupLink(group);
+        // With the parameters' all-gather under the next forward, a stage's sum shows its reduce-scatter only.
+        const double half = stage >= 0 && m_cost.overlap_param_gather ? 0.5 : 1.0;
         if (!overlapsAllReduce(stage) || n < 2) {
             c.start = c.ready;
-            c.end = c.ready + CostModel::ringAllReduceSeconds(n, link, bytes);
+            c.end = c.ready + half * CostModel::ringAllReduceSeconds(n, link, bytes);
             return;
         }
         // Buckets follow each other on the ring; the latency steps are paid once, with the first bucket.
         const auto& buckets = m_cost.stage_buckets[stage];
-        const double share = 2.0 * (n - 1) / n;
-        double t = c.bucket_ready[0] + 2.0 * (n - 1) * link.latency_s;
+        const double share = half * 2.0 * (n - 1) / n;
+        double t = c.bucket_ready[0] + half * 2.0 * (n - 1) * link.latency_s;
         for (std::size_t j = 0; j < buckets.size(); ++j)
             t = std::max(t, c.bucket_ready[j]) + share * link.wireSeconds(bytes * buckets[j].bytes_fraction);
         c.start = c.bucket_ready[0];

@@ -106,6 +106,9 @@ struct CostModel
     /// each other on the group's link, and only what is left after the backward shows. false: the all-reduce
     /// starts when the last replica reaches it.
     bool overlap_gradient_allreduce = true;
+    /// The distributed optimizer's parameter all-gather runs under the next forward (ScheduleOptions::
+    /// overlap_param_gather): a stage's gradient sum is charged as its reduce-scatter, half of the ring.
+    bool overlap_param_gather = false;
     /// Devices of one node share the node's uplink: concurrent inter-node sends from one node take turns on it
     /// (k equal transfers end after k times one transfer). false: every device has the uplink to itself.
     bool shared_node_uplink = true;

@@ -269,6 +269,41 @@ TEST_CASE(
     CHECK_THAT(args(plan), Catch::Contains("--overlap-grad-reduce"));
 }
 
+TEST_CASE("overlap-param-gather leaves the distributed optimizer's step its reduce-scatter", "[simulator][bubble]")
+{
+    // Megatron's --overlap-param-gather: the updated parameters' all-gather runs under the next forward, so the step's
+    // collective is charged as half of the ring. It needs the distributed optimizer.
+    TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
+    const auto model = transformerProfile(c, *devicePreset("H100"));
+    Cluster cluster = pw::test::uniformCluster(2, 8, {80e9, 100, 4.5e11, 5e-6, 2e9, 1e-5});
+    cluster.device_types[0] = *devicePreset("H100");
+    cluster.device_types[0].name = "gpu";
+    PartitionOptions o;
+    o.schedule.overlap_grad_reduce = false; // the whole collective after the backward: its length is plain to see
+    megatron::Config config {1, 1, 16, 1, 1, Recompute::None, 4};
+    config.distributed_optimizer = true;
+    Plan plan = megatron::configPlan({model, cluster, o}, config);
+    const auto whole = simulate(plan);
+    plan.schedule.overlap_param_gather = true;
+    REQUIRE_NOTHROW(plan.validate());
+    const auto half = simulate(plan);
+    const double before = whole.iteration_time_s * whole.data_parallel_wait_fraction;
+    const double after = half.iteration_time_s * half.data_parallel_wait_fraction;
+    CHECK(after == Approx(before / 2).epsilon(0.02));
+    CHECK(planFromJson(toJson(plan)).schedule.overlap_param_gather);
+    std::string args;
+    for (const auto& f : findPlanExporter("megatron")->write(plan).files)
+        args += f.text;
+    CHECK_THAT(args, Catch::Contains("--overlap-param-gather"));
+    plan.schedule.distributed_optimizer = false;
+    CHECK_THROWS_WITH(plan.validate(), Catch::Contains("/schedule/overlap_param_gather"));
+    // The search keeps the request's setting wherever a configuration shards the optimizer.
+    o.schedule.overlap_param_gather = true;
+    CHECK(megatron::configPlan({model, cluster, o}, config).schedule.overlap_param_gather);
+    config.distributed_optimizer = false;
+    CHECK_FALSE(megatron::configPlan({model, cluster, o}, config).schedule.overlap_param_gather);
+}
+
 TEST_CASE("the search proposes Llama 3 70B on 64 H100s with sequence parallelism and the distributed optimizer",
     "[megatron][families]")
 {

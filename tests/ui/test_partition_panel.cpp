@@ -4,6 +4,7 @@
 // option value by name.
 #include <catch2/catch.hpp>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QDeadlineTimer>
@@ -114,6 +115,38 @@ TEST_CASE("partition panel: the form shows the project's partition settings", "[
         REQUIRE(panel.results()->rowCount() == 1);
         CHECK(panel.results()->row(0).current);
     }
+}
+
+TEST_CASE("partition panel: the Megatron settings of the schedule show and come back", "[ui]")
+{
+    // issue 31: recomputation, sequence parallelism, TP overlap, the distributed optimizer and the two data-parallel
+    // overlaps are plan settings the panel shows and returns unchanged.
+    ui::ProjectDocument doc;
+    auto project = demo();
+    auto& s = project.partition.schedule;
+    s.recompute = planner::Recompute::Selective;
+    s.sequence_parallel = true;
+    s.tp_comm_overlap = true;
+    s.distributed_optimizer = true;
+    s.overlap_grad_reduce = false;
+    s.overlap_param_gather = true;
+    doc.setProject(project);
+    ui::PartitionPanel panel(doc);
+    const auto back = panel.settings().schedule;
+    CHECK(back.recompute == planner::Recompute::Selective);
+    CHECK(back.sequence_parallel);
+    CHECK(back.tp_comm_overlap);
+    CHECK(back.distributed_optimizer);
+    CHECK_FALSE(back.overlap_grad_reduce);
+    CHECK(back.overlap_param_gather);
+    auto* gather = panel.findChild<QCheckBox*>(QStringLiteral("overlapParamGather"));
+    REQUIRE(gather);
+    gather->setChecked(false);
+    CHECK_FALSE(panel.settings().schedule.overlap_param_gather);
+    auto* sum = panel.findChild<QCheckBox*>(QStringLiteral("overlapGradReduce"));
+    REQUIRE(sum);
+    sum->setChecked(true);
+    CHECK(panel.settings().schedule.overlap_grad_reduce);
 }
 
 TEST_CASE("partition panel: a PipeDream run lists its plan, applying it is one undo step", "[ui]")

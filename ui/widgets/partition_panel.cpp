@@ -124,6 +124,16 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     m_distributedOptimizer->setToolTip(tr("Shard the fp32 master weights and moments over the data-parallel "
                                           "replicas (ZeRO stage 1, Megatron's --use-distributed-optimizer)"));
     form->addRow(m_distributedOptimizer);
+    m_overlapGradReduce = new QCheckBox(tr("Overlap gradient sum"), general);
+    m_overlapGradReduce->setObjectName(QStringLiteral("overlapGradReduce"));
+    m_overlapGradReduce->setToolTip(tr("Sum the data-parallel gradients bucket by bucket during the backward "
+                                       "(Megatron's --overlap-grad-reduce, PyTorch DDP); off: after it"));
+    form->addRow(m_overlapGradReduce);
+    m_overlapParamGather = new QCheckBox(tr("Overlap parameter gather"), general);
+    m_overlapParamGather->setObjectName(QStringLiteral("overlapParamGather"));
+    m_overlapParamGather->setToolTip(tr("With the distributed optimizer: gather the updated parameters under the next "
+                                        "forward (Megatron's --overlap-param-gather)"));
+    form->addRow(m_overlapParamGather);
     m_memoryLimit = new QCheckBox(tr("Reject stages over memory"), general);
     m_memoryLimit->setToolTip(tr("Reject stages that do not fit device memory (PipeDream, uniform)"));
     form->addRow(m_memoryLimit);
@@ -241,6 +251,8 @@ void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
     m_sequenceParallel->setChecked(schedule.sequence_parallel);
     m_tpCommOverlap->setChecked(schedule.tp_comm_overlap);
     m_distributedOptimizer->setChecked(schedule.distributed_optimizer);
+    m_overlapGradReduce->setChecked(schedule.overlap_grad_reduce);
+    m_overlapParamGather->setChecked(schedule.overlap_param_gather);
 }
 
 PartitionPanel::~PartitionPanel() = default; // the runner (last member) stops and joins its job first
@@ -366,6 +378,8 @@ app::PartitionSettings PartitionPanel::settings() const
     s.schedule.sequence_parallel = m_sequenceParallel->isChecked();
     s.schedule.tp_comm_overlap = m_tpCommOverlap->isChecked();
     s.schedule.distributed_optimizer = m_distributedOptimizer->isChecked();
+    s.schedule.overlap_grad_reduce = m_overlapGradReduce->isChecked();
+    s.schedule.overlap_param_gather = m_overlapParamGather->isChecked();
     for (const auto& [spec, editor] : m_optionEditors) {
         const std::string& name = spec.name;
         if (auto* box = qobject_cast<QSpinBox*>(editor)) {

@@ -96,6 +96,8 @@ private:
     QCheckBox* m_sequenceParallel = nullptr;
     QCheckBox* m_tpCommOverlap = nullptr;
     QCheckBox* m_distributedOptimizer = nullptr;
+    QCheckBox* m_overlapGradReduce = nullptr;
+    QCheckBox* m_overlapParamGather = nullptr;
     QCheckBox* m_memoryLimit = nullptr;
     QPushButton* m_run = nullptr;
     QPushButton* m_compare = nullptr;

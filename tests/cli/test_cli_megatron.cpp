@@ -262,6 +262,31 @@ TEST_CASE("profile transformer reads a Hugging Face config.json and counts its p
     REQUIRE(r.code == 0);
     CHECK(json::parse(r.out).at("parameters") == 124'439'808.0);
 
+    // How the attention and the loss run (issue 31: Megatron's 2021 runs): written to the profile, slower than the
+    // defaults; a third value is a usage error naming the option.
+    r = cli({"profile", "transformer", "--hf-config", hf + "gpt2.config.json", "--seq", "1024", "--microbatch", "4",
+        "--device", "A100", "--attention", "materialized", "--cross-entropy", "native", "-o",
+        (dir / "unfused.json").string(), "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(json::parse(r.out).at("time_model") == "shapes (default curve)"); // the A100 has a curve
+    const auto unfused = json::parse(std::ifstream(dir / "unfused.json"));
+    CHECK(unfused.at("architecture").at("flash_attention") == false);
+    CHECK(unfused.at("architecture").at("fp32_cross_entropy") == false);
+    REQUIRE(cli({"profile", "transformer", "--hf-config", hf + "gpt2.config.json", "--seq", "1024", "--microbatch", "4",
+                    "--device", "A100", "-o", (dir / "fused.json").string()})
+                .code
+        == 0);
+    const auto fused = json::parse(std::ifstream(dir / "fused.json"));
+    CHECK(unfused.at("layers").at(1).at("forward_ms").get<double>()
+        > fused.at("layers").at(1).at("forward_ms").get<double>());
+    CHECK(unfused.at("layers").back().at("forward_ms").get<double>()
+        < fused.at("layers").back().at("forward_ms").get<double>()); // the fused loss: one pass over the logits
+    r = cli({"profile", "transformer", "--hf-config", hf + "gpt2.config.json", "--seq", "1024", "--microbatch", "4",
+        "--device", "A100", "--attention", "sparse", "-o", (dir / "x.json").string()});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--attention"));
+
     // The shape comes from the file or from flags, never both; without the file the sizes are required.
     r = cli({"profile", "transformer", "--hf-config", hf + "gpt2.config.json", "--layers", "4", "--seq", "1024",
         "--microbatch", "1", "--device", "H100", "-o", (dir / "x.json").string()});

@@ -154,7 +154,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     };
     // Recomputation's parts (per rank): the blocks' attention cores and checkpoints, the largest block's stash and
     // core, the stash of the layers without parts, the attention cores' forward time.
-    double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0;
+    double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0, largestWeights = 0;
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model->layers[plan.layerAt(pos)];
         const auto times = rankTimesOn(layer, type, speed, tp, sp, plan.schedule.recompute);
@@ -163,6 +163,9 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.backward_weight_s += times.backward_weight_ms * 1e-3 * scale;
         t.recompute_s += times.recompute_ms * 1e-3 * scale;
         t.weight_bytes += layer.weight_bytes;
+        largestWeights = std::max(largestWeights, layer.weight_bytes);
+        if (layer.weight_bytes > 0)
+            ++t.weight_layers;
         t.optimizer_bytes += layer.optimizer_state_bytes.value_or(optFactor * layer.weight_bytes);
         const double stash = tensorParallelStash(layer, scale, tp, sp);
         t.activation_bytes += stash;
@@ -190,6 +193,28 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     if (tp > 1) {
         t.weight_bytes /= tp;
         t.optimizer_bytes /= tp;
+        largestWeights /= tp;
+    }
+    // ZeRO: what a rank keeps of its weights and gradient between uses, and FSDP's gathers per microbatch.
+    const int d = plan.dataReplicas(stage);
+    const auto shares = residentShares(plan.schedule, d);
+    t.gradient_bytes = t.weight_bytes * shares.gradients;
+    t.resident_weight_bytes = t.weight_bytes * shares.weights;
+    if (plan.schedule.shard_weights && d > 1) {
+        t.resident_weight_bytes = std::min(t.weight_bytes, t.resident_weight_bytes + 2 * largestWeights);
+        // The data-parallel group of the stage's first rank: replica j's rank 0 (Megatron's order, costs.h).
+        std::vector<int> group;
+        for (int j = 0; j < d; ++j)
+            group.push_back(st.devices[static_cast<std::size_t>(j) * tp]);
+        const double bw = plan.cluster->groupBandwidth(group), lat = plan.cluster->groupLatency(group);
+        const double share = (d - 1.0) / d;
+        const double gradientBytes = t.weight_bytes * gradientBytesPerWeightByte(plan.schedule, *plan.model);
+        auto collective = [&](double bytes) {
+            return (bw > 0 ? share * bytes / bw : std::numeric_limits<double>::infinity())
+                + (d - 1.0) * lat * std::max(1, t.weight_layers);
+        };
+        t.weight_gather_forward_s = collective(t.weight_bytes);
+        t.weight_gather_backward_s = collective(t.weight_bytes) + collective(gradientBytes);
     }
     if (st.first_layer > 0) {
         t.input_bytes = cutAt(st.first_layer - 1) * scale / spSplit;
@@ -221,6 +246,8 @@ StageMemoryInput memoryInput(const StageTotals& totals, int in_flight, int micro
     in.microbatches = microbatches;
     in.weight_gradient_bytes = totals.weight_gradient_bytes;
     in.working_bytes = totals.recompute_working_bytes;
+    in.resident_weight_bytes = totals.resident_weight_bytes;
+    in.gradient_bytes = totals.gradient_bytes;
     return in;
 }
 
@@ -245,11 +272,16 @@ TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_byt
     return r;
 }
 
+double pipelinedCommunicationSeconds(double comm, double compute, int chunks)
+{
+    if (comm <= 0 || chunks <= 1)
+        return std::max(0.0, comm);
+    return std::max(comm / chunks, comm - std::max(0.0, compute) * (chunks - 1) / chunks);
+}
+
 double overlappedTensorParallelTime(double comm_s, double compute_s, int t)
 {
-    if (comm_s <= 0 || t <= 1)
-        return std::max(0.0, comm_s);
-    return std::max(comm_s / t, comm_s - std::max(0.0, compute_s) * (t - 1) / t);
+    return pipelinedCommunicationSeconds(comm_s, compute_s, t);
 }
 
 double tensorParallelTime(double bytes, int count, int t, double bandwidth, double latency)
@@ -305,7 +337,8 @@ double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in
     // A split backward keeps its output gradients from I to W: at most every stashed microbatch waits for its W.
     if (traits.splits_backward && in.weight_gradient_bytes > 0)
         working += std::clamp(in.awaiting_weight.value_or(stashes), 0, stashes) * in.weight_gradient_bytes;
-    return versions * in.weight_bytes + in.weight_bytes + in.optimizer_bytes + stashes * perStash + working;
+    return versions * in.resident_weight_bytes.value_or(in.weight_bytes) + in.gradient_bytes.value_or(in.weight_bytes)
+        + in.optimizer_bytes + stashes * perStash + working;
 }
 
 double stageMemoryBytes(std::string_view kind, const StageMemoryInput& in)

@@ -64,6 +64,11 @@ struct RankTimes
 RankTimes rankTimesOn(
     const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel, Recompute recompute);
 
+/// Seconds of `comm` split into `chunks` pipelined with `compute` of as many chunks: the first chunk's share shows, the
+/// rest only where it outlasts the compute, max(comm / chunks, comm - compute (chunks - 1) / chunks). Megatron's
+/// --tp-comm-overlap (overlappedTensorParallelTime) and FSDP's layer-by-layer prefetch are both this.
+double pipelinedCommunicationSeconds(double comm, double compute, int chunks);
+
 /// Factor from the profile's microbatch to the plan's (times and bytes scale linearly).
 double microbatchScale(const Plan& plan);
 
@@ -98,6 +103,19 @@ struct StageTotals
     double tp_forward_bytes = 0;
     int tp_backward_allreduces = 0;
     double tp_backward_bytes = 0;
+    // ZeRO (plan.schedule's distributed_optimizer, shard_gradients, shard_weights over the stage's d replicas):
+    /// The weights a rank keeps: weight_bytes, or with shard_weights its 1/d plus the two layers that are whole at a
+    /// time (the one computing and the next, prefetched).
+    double resident_weight_bytes = 0;
+    /// The weight-sized gradient a rank keeps: weight_bytes, or its 1/d with shard_gradients.
+    double gradient_bytes = 0;
+    /// With shard_weights, per microbatch on one rank: the all-gather of the stage's weights before the forward, and
+    /// before the backward the same again plus the reduce-scatter of its gradients, each (d-1)/d of the bytes over
+    /// the data-parallel group's slowest link (seconds, before overlap: CostModel::fromPlan pipelines them with the
+    /// pass's compute, layer by layer); and how many layers with weights they are split into.
+    double weight_gather_forward_s = 0;
+    double weight_gather_backward_s = 0;
+    int weight_layers = 0;
 };
 
 /// Totals of one tensor-parallel rank on `type` (at deviceSpeed(type, plan.model, plan.cluster.device_types)). With t =
@@ -169,6 +187,9 @@ struct StageMemoryInput
     double weight_gradient_bytes = 0;
     std::optional<int> awaiting_weight;
     double working_bytes = 0; ///< live during one backward on top of the stashes (StageTotals::recompute_working_bytes)
+    /// ZeRO's shares (StageTotals::resident_weight_bytes, gradient_bytes); absent: weight_bytes each.
+    std::optional<double> resident_weight_bytes;
+    std::optional<double> gradient_bytes;
 };
 
 /// The memory input of a stage with `totals` (under its plan's recomputation: kept_bytes stashed per microbatch,

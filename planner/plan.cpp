@@ -49,6 +49,12 @@ int moments(const std::string& optimizer)
 
 } // namespace
 
+ResidentShares residentShares(const ScheduleOptions& options, int dataParallel)
+{
+    const double d = std::max(1, dataParallel);
+    return {options.shard_weights ? 1.0 / d : 1.0, options.shard_gradients ? 1.0 / d : 1.0};
+}
+
 double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProfile& model, int dataParallel)
 {
     const double weights = precisionBytes(weightPrecision(options, model));
@@ -58,7 +64,8 @@ double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProf
     double state = 4.0 * moments(options.optimizer) + (weights < 4 ? 4.0 : 0.0);
     if (options.distributed_optimizer)
         state /= std::max(1, dataParallel);
-    return weights + gradients + state;
+    const auto shares = residentShares(options, dataParallel);
+    return weights * shares.weights + gradients * shares.gradients + state;
 }
 
 double gradientBytesPerWeightByte(const ScheduleOptions& options, const ModelProfile& model)
@@ -72,7 +79,11 @@ double gradientBytesPerWeightByte(const ScheduleOptions& options, const ModelPro
 double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& model, int dataParallel)
 {
     const double weights = precisionBytes(weightPrecision(options, model));
-    return (trainingBytesPerParameter(options, model, dataParallel) - 2 * weights) / weights;
+    const auto shares = residentShares(options, dataParallel);
+    // What is left once the weights and one weight-sized gradient are counted at their shares.
+    return (trainingBytesPerParameter(options, model, dataParallel) - weights * shares.weights
+               - weights * shares.gradients)
+        / weights;
 }
 
 std::vector<int> Plan::devicesUsed() const
@@ -389,6 +400,20 @@ void Plan::validateParallelism() const
         throw InputError({}, 0, "/schedule/tp_comm_overlap",
             "overlaps the all-gathers and reduce-scatters of sequence parallelism with the GEMMs beside them: it needs "
             "tensor_parallel > 1 and sequence_parallel (Megatron's --tp-comm-overlap needs --sequence-parallel)");
+    if (schedule.shard_gradients && !schedule.distributed_optimizer)
+        throw InputError({}, 0, "/schedule/shard_gradients",
+            "shards the gradients over the data-parallel replicas (ZeRO stage 2): it needs distributed_optimizer "
+            "(stage "
+            "1) too");
+    if (schedule.shard_weights && !schedule.shard_gradients)
+        throw InputError({}, 0, "/schedule/shard_weights",
+            "shards the weights over the data-parallel replicas (ZeRO stage 3, FSDP): it needs shard_gradients (stage "
+            "2) and distributed_optimizer (stage 1) too");
+    if (schedule.shard_gradients && scheduleTraits(schedule.kind).weight_versions != WeightVersions::One)
+        throw InputError({}, 0, "/schedule/shard_gradients",
+            "the '" + schedule.kind
+                + "' schedule keeps several weight versions; sharding gradients or weights (ZeRO 2 and 3) needs a "
+                  "flushed schedule with one version");
     if (schedule.overlap_param_gather && !schedule.distributed_optimizer)
         throw InputError({}, 0, "/schedule/overlap_param_gather",
             "overlaps the all-gather of the distributed optimizer's updated parameters with the next forward: it needs "
@@ -585,6 +610,10 @@ json toJson(const ScheduleOptions& o)
         j["overlap_grad_reduce"] = false;
     if (o.overlap_param_gather)
         j["overlap_param_gather"] = true;
+    if (o.shard_gradients)
+        j["shard_gradients"] = true;
+    if (o.shard_weights)
+        j["shard_weights"] = true;
     return j;
 }
 
@@ -607,6 +636,8 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     o.tp_comm_overlap = f::booleanOr(js, "tp_comm_overlap", path, false);
     o.overlap_grad_reduce = f::booleanOr(js, "overlap_grad_reduce", path, true);
     o.overlap_param_gather = f::booleanOr(js, "overlap_param_gather", path, false);
+    o.shard_gradients = f::booleanOr(js, "shard_gradients", path, false);
+    o.shard_weights = f::booleanOr(js, "shard_weights", path, false);
     o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);

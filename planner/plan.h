@@ -98,6 +98,13 @@ struct ScheduleOptions
     /// Megatron's distributed optimizer (ZeRO stage 1): master weights and moments sharded over the
     /// data-parallel replicas of a stage.
     bool distributed_optimizer = false;
+    /// ZeRO stage 2 (with distributed_optimizer): each data-parallel replica keeps only its 1/d of the gradients,
+    /// reduce-scattered into its shard; the gradient sum moves what the all-reduce moved.
+    bool shard_gradients = false;
+    /// ZeRO stage 3, PyTorch's FSDP (with shard_gradients): each replica keeps 1/d of the weights and all-gathers a
+    /// layer's before its forward and again before its backward, prefetching the next under the current one's
+    /// compute, and reduce-scatters the gradients every microbatch; two layers are whole at a time.
+    bool shard_weights = false;
     bool overlap_communication = true; ///< false: sends and receives block the compute lane
     /// Per virtual stage: microbatches a replica keeps in flight in the 1F1B order (warm-up forwards + 1).
     /// Empty = the kind's default (ceil(W_s / r_s)); BaPipe's 1F1B-SO and MadPipe's 1F1B* set it.
@@ -120,15 +127,27 @@ double precisionBytes(const std::string& precision, const std::string& path = "/
 /// The weights' precision: options.precision, else the profile's (architecture.bytes_per_element 2: "bf16",
 /// 4: "fp32"), else "fp32" (PipeDream's profiles were measured in fp32).
 std::string weightPrecision(const ScheduleOptions& options, const ModelProfile& model);
+/// @brief What share of a stage's weights and of its weight-sized gradient a data-parallel replica keeps between uses:
+/// 1, or 1/d where ZeRO shards them (shard_weights, shard_gradients).
+struct ResidentShares
+{
+    double weights = 1;
+    double gradients = 1;
+
+    bool operator==(const ResidentShares&) const = default;
+};
+ResidentShares residentShares(const ScheduleOptions& options, int dataParallel);
 /// Bytes one parameter costs in training with `dataParallel` replicas of its stage: weights P + gradients G +
 /// fp32 master weights (4, mixed precision only) + 4 per fp32 moment (SGD 0, momentum 1, Adam 2); the master
-/// weights and moments divided by dataParallel with distributed_optimizer. Adam: fp32 16, bf16 weights and
-/// gradients 16, bf16 with fp32 gradients 18 (Megatron's default), distributed 6 + 12/d (Megatron-LM's
-/// docs/distrib_optimizer.md; ZeRO's 2 + 2 + 12). Throws InputError for an unknown optimizer or precision.
+/// weights and moments divided by dataParallel with distributed_optimizer, the gradients too with shard_gradients
+/// and the weights with shard_weights. Adam: fp32 16, bf16 weights and gradients 16, bf16 with fp32 gradients 18
+/// (Megatron's default), distributed 6 + 12/d (Megatron-LM's docs/distrib_optimizer.md; ZeRO's 2 + 2 + 12), ZeRO-2
+/// 2 + 16/d, ZeRO-3 18/d. Throws InputError for an unknown optimizer or precision.
 double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProfile& model, int dataParallel = 1);
-/// The memory models count weights (weight_bytes, in the weights' precision) and one weight-sized gradient;
-/// this is the rest per weight byte: (trainingBytesPerParameter - 2 P) / P, the default of a layer's
-/// optimizer_state_bytes. fp32 Adam 2; bf16 Adam 6, 7 with fp32 gradients; distributed 1 + 6/d.
+/// The memory models count weights (weight_bytes, in the weights' precision, times ResidentShares::weights) and one
+/// weight-sized gradient (times ResidentShares::gradients); this is the rest per weight byte, the default of a
+/// layer's optimizer_state_bytes: the gradients' extra width (G - P, sharded with them) and the optimizer state.
+/// fp32 Adam 2; bf16 Adam 6, 7 with fp32 gradients; distributed 1 + 6/d; ZeRO-2 with fp32 gradients 7/d.
 double optimizerStateFactor(const ScheduleOptions& options, const ModelProfile& model, int dataParallel = 1);
 /// Bytes of gradient per byte of weight (G / P): what a data-parallel all-reduce moves per weight byte. 2 for
 /// bf16 weights with fp32 gradients (Megatron's default), else 1.

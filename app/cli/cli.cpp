@@ -72,6 +72,16 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_flag("!--no-overlap-grad-reduce", p.schedule.overlap_grad_reduce,
         "start the data-parallel gradient sum after the backward (Megatron's local DDP) instead of bucket by bucket "
         "during it (--overlap-grad-reduce, the default)");
+    cmd->add_option_function<int>(
+           "--zero-stage",
+           [&p](int stage) {
+               p.schedule.distributed_optimizer = p.schedule.distributed_optimizer || stage >= 1;
+               p.schedule.shard_gradients = stage >= 2;
+               p.schedule.shard_weights = stage >= 3;
+           },
+           "ZeRO stage: 1 the distributed optimizer (as --distributed-optimizer), 2 also the gradients sharded over "
+           "the data-parallel replicas, 3 also the weights (FSDP: gathered layer by layer every microbatch)")
+        ->check(CLI::Range(0, 3));
     cmd->add_flag("--overlap-param-gather", p.schedule.overlap_param_gather,
         "Megatron's --overlap-param-gather (with --distributed-optimizer): the updated parameters' all-gather runs "
         "under the next forward");

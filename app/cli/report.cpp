@@ -56,6 +56,8 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
                 {"peak_weight_versions", m.peak_weight_versions}, {"microbatch_time_s", m.charge.total_s()},
                 {"forward_s", m.charge.forward_s}, {"backward_s", m.charge.backward_s},
                 {"recompute_s", m.charge.recompute_s}, {"tensor_parallel_allreduce_s", m.charge.tensor_parallel_s}});
+        if (plan.schedule.shard_weights)
+            stages.back()["weight_gather_s"] = m.charge.weight_gather_s;
         if (plan.pipelineCount() > 1)
             stages.back()["pipeline"] = st.pipeline;
     }
@@ -125,15 +127,18 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
     // Per microbatch, what the simulation charged each stage's compute lane (under the costs it ran with: the
     // profile's or calibrated ones), and its parts.
     const bool recompute = plan.schedule.recompute != Recompute::None, tp = plan.tensor_parallel > 1;
+    const bool fsdp = plan.schedule.shard_weights;
     std::string parts = "forward + backward";
     if (recompute)
         parts += plan.schedule.recompute == Recompute::Full ? " + recomputed forward" : " + recomputed attention core";
     if (tp)
         parts += " + tensor-parallel all-reduces";
+    if (fsdp)
+        parts += " + ZeRO-3 gathers the compute does not cover";
     out << "per microbatch on each stage's first device, as simulated: " << parts << "\n";
-    std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8s  %-22s  %-11s  %-11s  %-11s%s%s  %s\n", "stage", "layers",
+    std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8s  %-22s  %-11s  %-11s  %-11s%s%s%s  %s\n", "stage", "layers",
         "replicas", "devices", "time", "forward", "backward", recompute ? "  recompute  " : "",
-        tp ? "  TP all-red." : "", "peak memory / capacity");
+        tp ? "  TP all-red." : "", fsdp ? "  ZeRO-3     " : "", "peak memory / capacity");
     out << line;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& st = plan.stages[s];
@@ -144,11 +149,12 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         const std::string label = plan.pipelineCount() > 1
             ? std::to_string(st.pipeline) + "/" + std::to_string(s - plan.pipelineBegin(s))
             : std::to_string(s);
-        char extra[64] = "";
-        if (recompute || tp)
-            std::snprintf(extra, sizeof extra, "%s%s",
+        char extra[96] = "";
+        if (recompute || tp || fsdp)
+            std::snprintf(extra, sizeof extra, "%s%s%s",
                 recompute ? ("  " + padded(formatSeconds(m.charge.recompute_s), 11)).c_str() : "",
-                tp ? ("  " + padded(formatSeconds(m.charge.tensor_parallel_s), 11)).c_str() : "");
+                tp ? ("  " + padded(formatSeconds(m.charge.tensor_parallel_s), 11)).c_str() : "",
+                fsdp ? ("  " + padded(formatSeconds(m.charge.weight_gather_s), 11)).c_str() : "");
         std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %-11s  %-11s%s  %s / %s%s\n",
             label.c_str(), (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(),
             plan.dataReplicas(s), devs.c_str(), formatSeconds(m.charge.total_s()).c_str(),

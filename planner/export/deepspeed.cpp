@@ -60,7 +60,13 @@ public:
             config["bf16"] = {{"enabled", true}};
         else if (shape.precision == "fp16")
             config["fp16"] = {{"enabled", true}};
-        // Megatron's distributed optimizer is ZeRO stage 1, the stage DeepSpeed's pipeline engine supports.
+        // Megatron's distributed optimizer is ZeRO stage 1, the stage DeepSpeed's pipeline engine supports (its
+        // stages 2 and 3 are refused beside pipeline parallelism).
+        if (plan.schedule.shard_gradients)
+            throw InputError({}, 0,
+                plan.schedule.shard_weights ? "/schedule/shard_weights" : "/schedule/shard_gradients",
+                "deepspeed cannot express this plan: DeepSpeed's pipeline engine supports ZeRO stage 1 only; the plan "
+                "shards its gradients (stage 2) or weights (stage 3)");
         config["zero_optimization"] = {{"stage", plan.schedule.distributed_optimizer ? 1 : 0}};
 
         std::ostringstream py;

@@ -76,6 +76,11 @@ public:
                 "megatron cannot express this plan: Megatron-LM runs 1F1B (schedule 1f1b, one chunk) and "
                 "interleaved 1F1B (schedule interleaved, chunks > 1), not '"
                     + kind + "' with " + std::to_string(shape.chunks) + " chunk(s)");
+        if (plan.schedule.shard_gradients)
+            throw InputError({}, 0,
+                plan.schedule.shard_weights ? "/schedule/shard_weights" : "/schedule/shard_gradients",
+                "megatron cannot express this plan: Megatron-LM's distributed optimizer is ZeRO stage 1; the plan "
+                "shards its gradients (stage 2) or weights (stage 3)");
         const auto roles = transformerRoles(*plan.model, name());
         const int blocks = plan.model->layerCount() - 2;
         const bool even = evenSplit(plan, blocks);

@@ -122,7 +122,16 @@ public:
         toml << "tensor_parallel_degree = " << shape.tensor << "\n";
         if (plan.schedule.tp_comm_overlap) // torchtitan's counterpart: async TP overlaps the collectives with matmuls
             toml << "enable_async_tensor_parallel = true\n";
-        toml << "data_parallel_replicate_degree = " << shape.data << "\n\n";
+        // FSDP is ZeRO stage 3: the replicas shard the weights (torchtitan's data_parallel_shard_degree); it has no
+        // stage 2.
+        if (plan.schedule.shard_gradients && !plan.schedule.shard_weights)
+            throw InputError({}, 0, "/schedule/shard_gradients",
+                "torchtitan cannot express this plan: it shards weights, gradients and optimizer state together "
+                "(FSDP, ZeRO stage 3) or replicates them; the plan shards gradients without weights (stage 2)");
+        if (plan.schedule.shard_weights)
+            toml << "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = " << shape.data << "\n\n";
+        else
+            toml << "data_parallel_replicate_degree = " << shape.data << "\n\n";
         toml << "[training]\n";
         toml << "local_batch_size = " << shape.microbatch_size * shape.microbatches << "\n";
         if (plan.model->architecture)

@@ -104,7 +104,10 @@ std::string Config::text() const
 {
     return "p=" + std::to_string(p) + " t=" + std::to_string(t) + " d=" + std::to_string(d) + " b=" + std::to_string(b)
         + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (sequence_parallel ? " sp" : "")
-        + (distributed_optimizer ? " dist-opt" : "")
+        + (shard_weights                ? " zero3"
+                : shard_gradients       ? " zero2"
+                : distributed_optimizer ? " dist-opt"
+                                        : "")
         + (recompute != Recompute::None ? std::string(" recompute=") + name(recompute) : std::string())
         + (kind.empty() ? "" : " " + kind);
 }
@@ -122,6 +125,11 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     // The request's --tp-comm-overlap where the configuration can have it (t > 1 with sequence parallelism).
     plan.schedule.tp_comm_overlap = request.options.schedule.tp_comm_overlap && c.sequence_parallel && c.t > 1;
     plan.schedule.distributed_optimizer = c.distributed_optimizer || request.options.schedule.distributed_optimizer;
+    // ZeRO 2 and 3 (the configuration's, or the request's --zero-stage) where the optimizer is sharded over replicas.
+    const bool sharded = plan.schedule.distributed_optimizer && c.d > 1;
+    plan.schedule.shard_gradients
+        = sharded && (c.shard_gradients || c.shard_weights || request.options.schedule.shard_gradients);
+    plan.schedule.shard_weights = sharded && (c.shard_weights || request.options.schedule.shard_weights);
     // The request's --overlap-param-gather where the configuration shards the optimizer.
     plan.schedule.overlap_param_gather
         = request.options.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
@@ -205,7 +213,7 @@ Estimate estimate(const Plan& plan, const Config& c)
             }
         }
         // Rank 0 of each replica: the data-parallel all-reduce among the replicas holding the same slice.
-        double dp = 0, opt = 0, weights = 0, optimizer = 0, stash = 0, working = 0, kept = 0;
+        double dp = 0, opt = 0, weights = 0, gradients = 0, optimizer = 0, stash = 0, working = 0, kept = 0;
         std::vector<int> dpGroup;
         for (int j = 0; j < c.d; ++j)
             dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
@@ -215,13 +223,14 @@ Estimate estimate(const Plan& plan, const Config& c)
             if (!onRank(s, r))
                 continue;
             const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
-            if (c.d > 1)
+            if (c.d > 1 && !plan.schedule.shard_weights) // FSDP sums microbatch by microbatch, inside B
                 dp += (plan.schedule.overlap_param_gather ? 0.5 : 1.0)
                     * (2.0 * (c.d - 1) / c.d * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
                         + 2.0 * (c.d - 1) * lat);
             if (type.memory_bandwidth_bytes_per_s > 0)
                 opt += (3 * w + 2 * o) / type.memory_bandwidth_bytes_per_s;
-            weights += w;
+            weights += cost.residentWeightBytes(s);
+            gradients += cost.gradientBytes(s);
             optimizer += o;
             stash = std::max(stash, cost.keptBytes(s));
             working = std::max(working, cost.recomputeWorkingBytes(s));
@@ -238,14 +247,14 @@ Estimate estimate(const Plan& plan, const Config& c)
             working = 0;
         }
         const double activations = kindPeakActivationBytes(kind, p, c.v, c.m, r, stash, kept);
-        const double memory = 2 * weights + optimizer + activations + working;
+        const double memory = weights + gradients + optimizer + activations + working;
         const double capacity = type.memory_bytes;
         const double ratio = capacity > 0 ? memory / capacity : std::numeric_limits<double>::infinity();
         if (ratio > worstRatio) {
             worstRatio = ratio;
             e.peak_memory_bytes = memory;
             e.memory_capacity_bytes = capacity;
-            e.memory_parts = {weights, weights, optimizer, activations, working};
+            e.memory_parts = {weights, gradients, optimizer, activations, working};
         }
     }
     e.fits = worstRatio <= 1.0;
@@ -348,6 +357,11 @@ public:
                 "Megatron's distributed optimizer (fp32 master weights and moments sharded over the d replicas, the "
                 "same traffic as the all-reduce); auto: on wherever d > 1, where it only saves memory",
                 std::nullopt, std::nullopt, {"auto", "true", "false"}},
+            {"zero-stage", T::Choice, "auto",
+                "ZeRO stage of every configuration with replicas: 0 none, 1 the distributed optimizer, 2 also the "
+                "gradients sharded, 3 also the weights (FSDP: gathered layer by layer every microbatch); auto: "
+                "distributed-optimizer's rule, the request's --zero-stage kept",
+                std::nullopt, std::nullopt, {"auto", "0", "1", "2", "3"}},
             {"zero-bubble", T::Boolean, true,
                 "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) where the request leaves the "
                 "kind to the search; --schedule zb-h1, zb-h2, zbv or interleaved searches that kind alone",
@@ -374,6 +388,7 @@ private:
         std::vector<Recompute> recompute;
         std::string sequence_parallel = "auto"; ///< auto | true | false
         std::string distributed_optimizer = "auto"; ///< auto | true | false
+        int zero_stage = -1; ///< -1 auto, else 0-3 for every configuration with replicas
         bool within_node = true;
         bool straight = false;
         int iterations = 1;
@@ -478,6 +493,15 @@ private:
                                           : recomputeNamed(rc, "recompute")};
         space.sequence_parallel = values.choice("sequence-parallel");
         space.distributed_optimizer = values.choice("distributed-optimizer");
+        if (const std::string z = values.choice("zero-stage"); z != "auto") {
+            space.zero_stage = std::stoi(z);
+            const bool dist = space.zero_stage >= 1;
+            if ((space.distributed_optimizer == "false" && dist) || (space.distributed_optimizer == "true" && !dist)
+                || (opt.schedule.distributed_optimizer && !dist))
+                return detail::failure("bad-option",
+                    "zero-stage=" + z + " and the distributed optimizer setting contradict each other; give one");
+            space.distributed_optimizer = dist ? "auto" : "false";
+        }
         if (space.distributed_optimizer == "false" && opt.schedule.distributed_optimizer)
             return detail::failure("bad-option",
                 "--distributed-optimizer and --set distributed-optimizer=false contradict each other; give one");
@@ -519,6 +543,12 @@ private:
         const int N = space.devices;
         const auto& arch = request.model->architecture;
         std::vector<Entry> entries;
+        // A fixed ZeRO stage above 1 on every configuration whose optimizer is sharded.
+        const auto zero = [&space](megatron::Config c) {
+            c.shard_gradients = c.distributed_optimizer && space.zero_stage >= 2;
+            c.shard_weights = c.distributed_optimizer && space.zero_stage >= 3;
+            return c;
+        };
         for (int t : space.tensor) {
             if (N % t != 0 || (t > 1 && (!arch || space.straight)))
                 continue;
@@ -534,8 +564,8 @@ private:
                 const int d = N / (t * p);
                 // The distributed optimizer moves what the all-reduce moved (a reduce-scatter and an all-gather)
                 // and keeps 12/d of the 12 bytes per parameter: auto takes it wherever there are replicas.
-                const bool dist
-                    = space.distributed_optimizer == "true" || (space.distributed_optimizer == "auto" && d > 1);
+                const bool dist = space.distributed_optimizer == "true"
+                    || (space.distributed_optimizer == "auto" && d > 1 && space.zero_stage != 0);
                 if (space.straight && d > 1)
                     continue;
                 if (space.batch % d != 0) {
@@ -558,7 +588,7 @@ private:
                             continue;
                         }
                         for (Recompute r : space.recompute)
-                            entries.push_back(entry({p, t, d, b, v, r, mi, {}, sp, dist}, space, rule));
+                            entries.push_back(entry(zero({p, t, d, b, v, r, mi, {}, sp, dist}), space, rule));
                     }
                     // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
                     // (fewer run, with a bubble the estimate does not model); zbv two chunks of layers per device.
@@ -568,7 +598,7 @@ private:
                             continue;
                         for (Recompute r : space.recompute)
                             entries.push_back(
-                                entry({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp, dist}, space, rule));
+                                entry(zero({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp, dist}), space, rule));
                     }
                 }
             }
@@ -599,6 +629,11 @@ private:
         c.config = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v},
             {"m", config.m}, {"recompute", planner::name(config.recompute)},
             {"sequence_parallel", config.sequence_parallel}, {"distributed_optimizer", config.distributed_optimizer},
+            {"zero_stage",
+                config.shard_weights               ? 3
+                    : config.shard_gradients       ? 2
+                    : config.distributed_optimizer ? 1
+                                                   : 0},
             {"schedule", config.scheduleKind()}, {"global_batch", space.batch}};
         if (!rule.empty()) {
             c.feasible = false;

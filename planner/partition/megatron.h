@@ -65,6 +65,9 @@ struct Config
     /// Megatron's distributed optimizer (optimizer state sharded over the d replicas); the request's
     /// --distributed-optimizer sets it for every configuration.
     bool distributed_optimizer = false;
+    /// ZeRO stages 2 and 3 on top of it (with replicas): the gradients, and also the weights, sharded over them.
+    bool shard_gradients = false;
+    bool shard_weights = false;
 
     /// "p=4 t=2 d=1 b=1 v=2 m=8 sp dist-opt recompute=selective", then the kind when it is a zero-bubble one
     std::string text() const;

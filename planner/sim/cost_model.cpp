@@ -130,9 +130,12 @@ StageCharge CostModel::charge(int stage, int replica) const
     const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
     const double tpForward = i < tp_forward_s.size() ? tp_forward_s[i] : 0.0;
     const double tpBackward = i < tp_backward_s.size() ? tp_backward_s[i] : 0.0;
+    const double gatherForward = i < weight_gather_forward_s.size() ? weight_gather_forward_s[i] : 0.0;
+    const double gatherBackward = i < weight_gather_backward_s.size() ? weight_gather_backward_s[i] : 0.0;
     StageCharge c;
-    c.forward_s = forward_s[i] - tpForward;
-    c.backward_s = backward_s[i] - tpBackward;
+    c.forward_s = forward_s[i] - tpForward - gatherForward;
+    c.backward_s = backward_s[i] - tpBackward - gatherBackward;
+    c.weight_gather_s = gatherForward + gatherBackward;
     c.recompute_s = i < recompute_s.size() ? recompute_s[i] : 0.0;
     c.tensor_parallel_s = tpForward + tpBackward + (i < recompute_tp_s.size() ? recompute_tp_s[i] : 0.0);
     return c;
@@ -147,7 +150,8 @@ double CostModel::recompute(int stage, int replica) const
 double CostModel::backwardWeight(int stage, int replica) const
 {
     const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
-    const double compute = backward_s[i] - (i < tp_backward_s.size() ? tp_backward_s[i] : 0.0);
+    const double compute = backward_s[i] - (i < tp_backward_s.size() ? tp_backward_s[i] : 0.0)
+        - (i < weight_gather_backward_s.size() ? weight_gather_backward_s[i] : 0.0);
     return std::max(0.0, compute) * (i < backward_weight_share.size() ? backward_weight_share[i] : 0.5);
 }
 
@@ -200,8 +204,15 @@ CostModel CostModel::fromPlan(const Plan& plan)
                     tpBackward = overlappedTensorParallelTime(tpBackward, t.backward_s, tp);
                 }
             }
-            c.forward_s.push_back(t.forward_s + tpForward);
-            c.backward_s.push_back(t.backward_s + tpBackward);
+            // FSDP: the gathers pipelined with the pass's compute layer by layer (the next layer's prefetched).
+            const double gatherForward
+                = pipelinedCommunicationSeconds(t.weight_gather_forward_s, t.forward_s, t.weight_layers);
+            const double gatherBackward = pipelinedCommunicationSeconds(
+                t.weight_gather_backward_s, t.backward_s + t.recompute_s, t.weight_layers);
+            c.weight_gather_forward_s.push_back(gatherForward);
+            c.weight_gather_backward_s.push_back(gatherBackward);
+            c.forward_s.push_back(t.forward_s + tpForward + gatherForward);
+            c.backward_s.push_back(t.backward_s + tpBackward + gatherBackward);
             c.tp_forward_s.push_back(tpForward);
             c.tp_backward_s.push_back(tpBackward);
             c.backward_weight_share.push_back(t.backward_s > 0 ? t.backward_weight_s / t.backward_s : 0.5);
@@ -212,6 +223,8 @@ CostModel CostModel::fromPlan(const Plan& plan)
                 first = t;
         }
         c.stage_weight_bytes.push_back(first.weight_bytes);
+        c.stage_resident_weight_bytes.push_back(first.resident_weight_bytes);
+        c.stage_gradient_bytes.push_back(first.gradient_bytes);
         c.stage_activation_bytes.push_back(first.activation_bytes);
         c.stage_input_bytes.push_back(first.input_bytes);
         c.stage_kept_bytes.push_back(first.kept_bytes);
@@ -241,6 +254,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
     c.inter_node = {plan.cluster->inter_node_bandwidth_bytes_per_s, plan.cluster->inter_node_latency_s};
     c.overlap_gradient_allreduce = plan.schedule.overlap_grad_reduce;
     c.overlap_param_gather = plan.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
+    c.zero_sum_after_microbatches = plan.schedule.shard_weights;
     for (int s = 0; s < S; ++s)
         c.stage_buckets.push_back(gradientBuckets(plan, s));
     c.samples_per_microbatch

@@ -183,10 +183,28 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
     CostModel cost = CostModel::fromPlan(reduced);
     // The optimizer state as the whole group keeps it: the distributed optimizer shards it over the plan's d
     // replicas, not over the q simulated ones (issue 31: the search's simulation ignored --distributed-optimizer).
+    // So do ZeRO's shards of gradients and weights, and FSDP's gathers over the whole group's d members and link.
     if (plan.schedule.distributed_optimizer)
-        for (int s = 0; s < plan.stageCount(); ++s)
-            cost.stage_optimizer_bytes[static_cast<std::size_t>(s)]
-                = stageTotals(plan, s, plan.cluster->typeOf(plan.stages[s].devices.at(0))).optimizer_bytes;
+        for (int s = 0; s < plan.stageCount(); ++s) {
+            const auto whole = stageTotals(plan, s, plan.cluster->typeOf(plan.stages[s].devices.at(0)));
+            const auto at = static_cast<std::size_t>(s);
+            cost.stage_optimizer_bytes[at] = whole.optimizer_bytes;
+            cost.stage_resident_weight_bytes[at] = whole.resident_weight_bytes;
+            cost.stage_gradient_bytes[at] = whole.gradient_bytes;
+            if (!plan.schedule.shard_weights)
+                continue;
+            const double forward
+                = pipelinedCommunicationSeconds(whole.weight_gather_forward_s, whole.forward_s, whole.weight_layers);
+            const double backward = pipelinedCommunicationSeconds(
+                whole.weight_gather_backward_s, whole.backward_s + whole.recompute_s, whole.weight_layers);
+            for (std::size_t r = 0; r < reduced.stages[s].devices.size(); ++r) {
+                const std::size_t i = static_cast<std::size_t>(cost.stage_offset[at]) + r;
+                cost.forward_s[i] += forward - cost.weight_gather_forward_s[i];
+                cost.backward_s[i] += backward - cost.weight_gather_backward_s[i];
+                cost.weight_gather_forward_s[i] = forward;
+                cost.weight_gather_backward_s[i] = backward;
+            }
+        }
     // Each stage's all-reduces are charged as the whole group's ring: d members and the slowest link they cross
     // (groupLink on the whole cluster's nodes; every tensor-parallel rank's group crosses alike).
     const auto& cluster = *plan.cluster;

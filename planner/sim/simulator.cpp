@@ -248,8 +248,11 @@ private:
             && m_cost.stage_rings[stage].members > 0;
         const int n = standIn ? m_cost.stage_rings[stage].members : static_cast<int>(group.size());
         const LinkCost link = standIn ? m_cost.stage_rings[stage].link : m_cost.groupLink(group);
-        // With the parameters' all-gather under the next forward, a stage's sum shows its reduce-scatter only.
-        const double half = stage >= 0 && m_cost.overlap_param_gather ? 0.5 : 1.0;
+        // With the parameters' all-gather under the next forward, a stage's sum shows its reduce-scatter only; with
+        // FSDP the gradients were reduce-scattered microbatch by microbatch (in B) and nothing is left to move.
+        const double half = stage >= 0 && m_cost.zero_sum_after_microbatches ? 0.0
+            : stage >= 0 && m_cost.overlap_param_gather                      ? 0.5
+                                                                             : 1.0;
         if (!overlapsAllReduce(stage) || n < 2) {
             c.start = c.ready;
             c.end = c.ready + half * CostModel::ringAllReduceSeconds(n, link, bytes);
@@ -304,7 +307,8 @@ private:
                     book.last_use.assign(1, -1);
                 m_devices[d].versions += 1;
                 m_devices[d].peak_versions = std::max(m_devices[d].peak_versions, m_devices[d].versions);
-                memoryChange(d, 0, 2 * m_cost.stage_weight_bytes[s] + m_cost.stage_optimizer_bytes[s]);
+                memoryChange(
+                    d, 0, m_cost.residentWeightBytes(s) + m_cost.gradientBytes(s) + m_cost.stage_optimizer_bytes[s]);
             }
         }
     }

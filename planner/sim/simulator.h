@@ -45,8 +45,11 @@ struct StageCharge
     /// (selective); 0 without.
     double recompute_s = 0;
     double tensor_parallel_s = 0; ///< the tensor-parallel group's all-reduces of these passes (recomputed ones too)
+    /// ZeRO-3 / FSDP: what the weights' all-gathers and the gradients' reduce-scatter of these passes add where the
+    /// compute does not cover them.
+    double weight_gather_s = 0;
 
-    double total_s() const { return forward_s + backward_s + recompute_s + tensor_parallel_s; }
+    double total_s() const { return forward_s + backward_s + recompute_s + tensor_parallel_s + weight_gather_s; }
     bool operator==(const StageCharge&) const = default;
 };
 
@@ -109,6 +112,16 @@ struct CostModel
     /// The distributed optimizer's parameter all-gather runs under the next forward (ScheduleOptions::
     /// overlap_param_gather): a stage's gradient sum is charged as its reduce-scatter, half of the ring.
     bool overlap_param_gather = false;
+    /// ZeRO per stage (StageTotals): the weights and the weight-sized gradient a device keeps; empty: the stage's
+    /// weight bytes each. With shard_weights the gradient sum happened microbatch by microbatch
+    /// (weight_gather_*), so the step's collective moves nothing (zero_sum_after_microbatches).
+    std::vector<double> stage_resident_weight_bytes;
+    std::vector<double> stage_gradient_bytes;
+    bool zero_sum_after_microbatches = false;
+    /// Per (stage, replica): FSDP's exposed all-gathers and reduce-scatter in F and B (included in forward_s and
+    /// backward_s, like tp_forward_s).
+    std::vector<double> weight_gather_forward_s;
+    std::vector<double> weight_gather_backward_s;
     /// Devices of one node share the node's uplink: concurrent inter-node sends from one node take turns on it
     /// (k equal transfers end after k times one transfer). false: every device has the uplink to itself.
     bool shared_node_uplink = true;
@@ -140,6 +153,18 @@ struct CostModel
     /// What one microbatch of `stage` costs `replica`'s compute lane, forward and backward (with what it recomputes),
     /// split into its parts.
     StageCharge charge(int stage, int replica) const;
+    /// What a device keeps of a stage's weights and weight-sized gradient (ZeRO's shares; the weight bytes each when
+    /// the model does not say).
+    double residentWeightBytes(int stage) const
+    {
+        return static_cast<std::size_t>(stage) < stage_resident_weight_bytes.size() ? stage_resident_weight_bytes[stage]
+                                                                                    : stage_weight_bytes[stage];
+    }
+    double gradientBytes(int stage) const
+    {
+        return static_cast<std::size_t>(stage) < stage_gradient_bytes.size() ? stage_gradient_bytes[stage]
+                                                                             : stage_weight_bytes[stage];
+    }
     /// The time the backward of `stage` on `replica` recomputes before it (compute and its all-reduces); 0 without.
     double recompute(int stage, int replica) const;
     double keptBytes(int stage) const

@@ -307,6 +307,27 @@ TEST_CASE("profile transformer reads a Hugging Face config.json and counts its p
     fs::remove_all(dir);
 }
 
+TEST_CASE("plan --zero-stage shards gradients and weights; a stage above 3 is a usage error", "[cli][families]")
+{
+    // issue 31 item 3: ZeRO 2 and 3 (FSDP) as plan settings, in the plan file.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-zero-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto planPath = (dir / "plan.json").string();
+    auto r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
+        "uniform", "--devices", "8", "--stages", "2", "--zero-stage", "3", "-o", planPath, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto schedule = json::parse(std::ifstream(planPath)).at("schedule");
+    CHECK(schedule.at("distributed_optimizer") == true);
+    CHECK(schedule.at("shard_gradients") == true);
+    CHECK(schedule.at("shard_weights") == true);
+    r = cli({"plan", "--model", kDemo + "/gpt-demo.json", "--cluster", kDemo + "/dgx-h100.json", "--algorithm",
+        "uniform", "--zero-stage", "4", "-o", planPath});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--zero-stage"));
+    fs::remove_all(dir);
+}
+
 TEST_CASE("plan --recompute takes none, selective or full, and --sequence-parallel", "[cli][families]")
 {
     // issue 31 item 2: the plan file keeps the mode; a wrong one is a usage error naming the option.

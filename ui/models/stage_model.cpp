@@ -73,6 +73,8 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
             parts += tr("\nrecomputed forward %1").arg(secondsText(charge.recompute_s));
         if (plan.tensor_parallel > 1)
             parts += tr("\ntensor-parallel all-reduces %1").arg(secondsText(charge.tensor_parallel_s));
+        if (plan.schedule.shard_weights)
+            parts += tr("\nZeRO-3 gathers not covered by the compute %1").arg(secondsText(charge.weight_gather_s));
         return parts;
     }
     if (role == ValueRole) {

@@ -307,7 +307,7 @@ TEST_CASE("profile transformer reads a Hugging Face config.json and counts its p
     fs::remove_all(dir);
 }
 
-TEST_CASE("plan --zero-stage shards gradients and weights; a stage above 3 is a usage error", "[cli][families]")
+TEST_CASE("plan --zero-stage shards gradients and weights, a stage above 3 is a usage error", "[cli][families]")
 {
     // issue 31 item 3: ZeRO 2 and 3 (FSDP) as plan settings, in the plan file.
     const auto dir = fs::temp_directory_path() / ("pw-cli-zero-" + std::to_string(::getpid()));

@@ -497,9 +497,12 @@ private:
             space.zero_stage = std::stoi(z);
             const bool dist = space.zero_stage >= 1;
             if ((space.distributed_optimizer == "false" && dist) || (space.distributed_optimizer == "true" && !dist)
-                || (opt.schedule.distributed_optimizer && !dist))
+                || (opt.schedule.distributed_optimizer && !dist)
+                || (opt.schedule.shard_gradients && space.zero_stage < 2)
+                || (opt.schedule.shard_weights && space.zero_stage < 3))
                 return detail::failure("bad-option",
-                    "zero-stage=" + z + " and the distributed optimizer setting contradict each other; give one");
+                    "zero-stage=" + z
+                        + " contradicts the distributed optimizer setting or the request's --zero-stage; give one");
             space.distributed_optimizer = dist ? "auto" : "false";
         }
         if (space.distributed_optimizer == "false" && opt.schedule.distributed_optimizer)
@@ -543,10 +546,15 @@ private:
         const int N = space.devices;
         const auto& arch = request.model->architecture;
         std::vector<Entry> entries;
-        // A fixed ZeRO stage above 1 on every configuration whose optimizer is sharded.
-        const auto zero = [&space](megatron::Config c) {
-            c.shard_gradients = c.distributed_optimizer && space.zero_stage >= 2;
-            c.shard_weights = c.distributed_optimizer && space.zero_stage >= 3;
+        // ZeRO above stage 1 on every configuration whose optimizer is sharded: the option's fixed stage, else
+        // (auto) the request's --zero-stage.
+        const auto& requested = request.options.schedule;
+        const auto zero = [&space, &requested](megatron::Config c) {
+            const bool fixed = space.zero_stage >= 0;
+            c.shard_weights
+                = c.distributed_optimizer && c.d > 1 && (fixed ? space.zero_stage >= 3 : requested.shard_weights);
+            c.shard_gradients = c.distributed_optimizer && c.d > 1
+                && (c.shard_weights || (fixed ? space.zero_stage >= 2 : requested.shard_gradients));
             return c;
         };
         for (int t : space.tensor) {

@@ -170,6 +170,18 @@ TEST_CASE("ZeRO: the Megatron search takes a stage for every configuration with 
     REQUIRE(result.ok());
     CHECK(result.plan->schedule.shard_weights);
     CHECK(result.plan->algorithm_options.at("chosen").at("zero_stage") == 3);
+    // Left to the search (auto), the request's --zero-stage 3 is what it reports and plans.
+    r.options.schedule.distributed_optimizer = r.options.schedule.shard_gradients = true;
+    r.options.schedule.shard_weights = true;
+    r.options.params = {{"pipeline-sizes", {2}}, {"tensor-sizes", {1}}, {"simulate-top", 2}};
+    const auto requested = findPartitioner("megatron")->partition(r, {}, {});
+    REQUIRE(requested.ok());
+    CHECK(requested.plan->schedule.shard_weights);
+    CHECK(requested.plan->algorithm_options.at("chosen").at("zero_stage") == 3);
+    r.options.params = {{"zero-stage", "1"}};
+    CHECK_THAT(findPartitioner("megatron")->partition(r, {}, {}).errorText(), Catch::Contains("contradicts"));
+    r.options.schedule = {};
+    r.options.schedule.microbatches = 16;
     // A contradiction with the distributed optimizer's setting is refused.
     r.options.params = {{"zero-stage", "2"}, {"distributed-optimizer", "false"}};
     const auto refused = findPartitioner("megatron")->partition(r, {}, {});

@@ -3,6 +3,9 @@
 // many tests and benchmarks build. Each names every number it sets, so a test reads what it relies on.
 #pragma once
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +15,15 @@
 #include "planner/plan.h"
 
 namespace pw::test {
+
+/// The whole of a file, as bytes (empty when it cannot be read).
+inline std::string readFile(const std::filesystem::path& path)
+{
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
 
 /// @brief What every layer of a uniform chain has.
 struct ChainLayer

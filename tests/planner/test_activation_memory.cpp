@@ -20,6 +20,15 @@ using namespace pw::planner;
 
 namespace {
 
+/// `nodes` nodes of 8 H100s (80 GiB, the preset's speed, named "gpu"), NVLink inside, `interNode` bytes/s between.
+Cluster h100Nodes(int nodes, double interNode)
+{
+    Cluster cluster = pw::test::uniformCluster(nodes, 8, {80e9, 100, 4.5e11, 5e-6, interNode, 1e-5});
+    cluster.device_types[0] = *devicePreset("H100");
+    cluster.device_types[0].name = "gpu";
+    return cluster;
+}
+
 /// `config`'s profile on `stages` x `t` devices (one node per stage): stage 0 the embedding and the first block,
 /// the last stage the last block and the head, the middle stage the rest, each one tensor-parallel group.
 Plan threeStagePlan(const TransformerConfig& config, int t, Recompute recompute, bool sequenceParallel)
@@ -158,9 +167,7 @@ TEST_CASE("a data-parallel simulation shards the distributed optimizer over ever
     // the q simulated replicas only, refusing layouts that fit.
     TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
     const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster = pw::test::uniformCluster(8, 8, {80e9, 100, 4.5e11, 5e-6, 5e10, 1e-5});
-    cluster.device_types[0] = *devicePreset("H100");
-    cluster.device_types[0].name = "gpu";
+    Cluster cluster = h100Nodes(8, 5e10);
     PartitionOptions o;
     o.schedule.distributed_optimizer = true;
     const PartitionRequest request {model, cluster, o};
@@ -189,9 +196,7 @@ TEST_CASE("the search's analytic estimate agrees with its simulation on Llama-fa
         const auto c
             = loadHfConfig(std::string(PW_TEST_DATA_DIR) + "/hf/" + k.file + ".config.json", RunShape {8192, 1, 2});
         const auto model = transformerProfile(c, *devicePreset("H100"));
-        Cluster cluster = pw::test::uniformCluster(k.nodes, 8, {80e9, 100, 4.5e11, 5e-6, 5e10, 1e-5});
-        cluster.device_types[0] = *devicePreset("H100");
-        cluster.device_types[0].name = "gpu";
+        const Cluster cluster = h100Nodes(k.nodes, 5e10);
         PartitionOptions o;
         o.schedule.microbatches = k.microbatches;
         o.schedule.distributed_optimizer = true;
@@ -219,9 +224,7 @@ TEST_CASE("waiting for the data-parallel all-reduce is not the pipeline's bubble
     // issue 31 item 5: a p = 1 plan reported its data-parallel waiting (22-23 %) as "bubble".
     TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
     const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster = pw::test::uniformCluster(2, 8, {80e9, 100, 4.5e11, 5e-6, 2e9, 1e-5}); // a slow uplink
-    cluster.device_types[0] = *devicePreset("H100");
-    cluster.device_types[0].name = "gpu";
+    Cluster cluster = h100Nodes(2, 2e9); // a slow uplink
     const PartitionRequest request {model, cluster, {}};
     const Plan plan = megatron::configPlan(request, {1, 1, 16, 1, 1, Recompute::None, 4});
     const auto sim = simulate(plan);
@@ -247,9 +250,7 @@ TEST_CASE(
     // after the backward: a plan setting, written to the plan file and to Megatron's arguments.
     TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
     const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster = pw::test::uniformCluster(2, 8, {80e9, 100, 4.5e11, 5e-6, 2e9, 1e-5});
-    cluster.device_types[0] = *devicePreset("H100");
-    cluster.device_types[0].name = "gpu";
+    Cluster cluster = h100Nodes(2, 2e9);
     Plan plan = megatron::configPlan({model, cluster, {}}, {1, 1, 16, 1, 1, Recompute::None, 4});
     const auto overlapped = simulate(plan);
     plan.schedule.overlap_grad_reduce = false;
@@ -275,9 +276,7 @@ TEST_CASE("overlap-param-gather leaves the distributed optimizer's step its redu
     // collective is charged as half of the ring. It needs the distributed optimizer.
     TransformerConfig c {8, 1024, 16, 1024, 51200, 1, 2};
     const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster = pw::test::uniformCluster(2, 8, {80e9, 100, 4.5e11, 5e-6, 2e9, 1e-5});
-    cluster.device_types[0] = *devicePreset("H100");
-    cluster.device_types[0].name = "gpu";
+    Cluster cluster = h100Nodes(2, 2e9);
     PartitionOptions o;
     o.schedule.overlap_grad_reduce = false; // the whole collective after the backward: its length is plain to see
     megatron::Config config {1, 1, 16, 1, 1, Recompute::None, 4};
@@ -310,9 +309,7 @@ TEST_CASE("the search proposes Llama 3 70B on 64 H100s with sequence parallelism
     // issue 31 acceptance: a layout with SP and a distributed optimizer that fits 80 GB, found without being asked.
     const auto c = loadHfConfig(std::string(PW_TEST_DATA_DIR) + "/hf/llama-3-70b.config.json", RunShape {8192, 1, 2});
     const auto model = transformerProfile(c, *devicePreset("H100"));
-    Cluster cluster = pw::test::uniformCluster(8, 8, {80e9, 100, 4.5e11, 5e-6, 5e10, 1e-5});
-    cluster.device_types[0] = *devicePreset("H100"); // 80 GiB
-    cluster.device_types[0].name = "gpu";
+    Cluster cluster = h100Nodes(8, 5e10);
     PartitionOptions o;
     o.schedule.microbatches = 128;
     const auto r = findPartitioner("megatron")->partition({model, cluster, o}, {}, {});

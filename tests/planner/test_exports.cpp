@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "planner/errors.h"
 #include "planner/export/export.h"
 #include "planner/io/json_file.h"
@@ -64,13 +65,7 @@ Plan interleavedPlan()
     return plan;
 }
 
-std::string readFile(const fs::path& path)
-{
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
+using pw::test::readFile;
 
 void writeFile(const fs::path& path, const std::string& text)
 {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fixtures.h"
 #include "planner/analysis/flops.h"
 #include "planner/device_presets.h"
 #include "planner/io/json_file.h"
@@ -163,14 +164,6 @@ std::string table(const std::vector<Prediction>& rows)
     return o.str();
 }
 
-std::string readText(const std::string& path)
-{
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 } // namespace
 
 TEST_CASE("published runs: predicted throughput of every published layout, and the table of docs/validation.md",
@@ -199,7 +192,7 @@ TEST_CASE("published runs: predicted throughput of every published layout, and t
     // docs/validation.md holds the table between two markers; it is this test's output.
     const std::string path = std::string(PW_SOURCE_DIR) + "/docs/validation.md";
     const std::string begin = "<!-- published-table:begin -->\n", end = "<!-- published-table:end -->";
-    std::string docText = readText(path);
+    std::string docText = pw::test::readFile(path);
     const auto a = docText.find(begin), z = docText.find(end);
     REQUIRE(a != std::string::npos);
     REQUIRE(z != std::string::npos);

@@ -108,32 +108,29 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     m_recompute->setToolTip(tr("Activation recomputation: none keeps every activation; selective recomputes the "
                                "attention core; full keeps each block's input and runs its forward again"));
     form->addRow(tr("Recompute"), m_recompute);
-    m_sequenceParallel = new QCheckBox(tr("Sequence parallelism"), general);
-    m_sequenceParallel->setObjectName(QStringLiteral("sequenceParallel"));
-    m_sequenceParallel->setToolTip(tr("With tensor parallelism: the activations its group keeps whole (norm inputs, "
-                                      "dropout masks, block inputs) are split over the group (Megatron's "
-                                      "--sequence-parallel)"));
-    form->addRow(m_sequenceParallel);
-    m_tpCommOverlap = new QCheckBox(tr("Overlap TP communication"), general);
-    m_tpCommOverlap->setObjectName(QStringLiteral("tpCommOverlap"));
-    m_tpCommOverlap->setToolTip(tr("With sequence parallelism: the group's all-gathers and reduce-scatters pipelined "
-                                   "with the GEMMs beside them in t chunks (Megatron's --tp-comm-overlap)"));
-    form->addRow(m_tpCommOverlap);
-    m_distributedOptimizer = new QCheckBox(tr("Distributed optimizer"), general);
-    m_distributedOptimizer->setObjectName(QStringLiteral("distributedOptimizer"));
-    m_distributedOptimizer->setToolTip(tr("Shard the fp32 master weights and moments over the data-parallel "
-                                          "replicas (ZeRO stage 1, Megatron's --use-distributed-optimizer)"));
-    form->addRow(m_distributedOptimizer);
-    m_overlapGradReduce = new QCheckBox(tr("Overlap gradient sum"), general);
-    m_overlapGradReduce->setObjectName(QStringLiteral("overlapGradReduce"));
-    m_overlapGradReduce->setToolTip(tr("Sum the data-parallel gradients bucket by bucket during the backward "
-                                       "(Megatron's --overlap-grad-reduce, PyTorch DDP); off: after it"));
-    form->addRow(m_overlapGradReduce);
-    m_overlapParamGather = new QCheckBox(tr("Overlap parameter gather"), general);
-    m_overlapParamGather->setObjectName(QStringLiteral("overlapParamGather"));
-    m_overlapParamGather->setToolTip(tr("With the distributed optimizer: gather the updated parameters under the next "
-                                        "forward (Megatron's --overlap-param-gather)"));
-    form->addRow(m_overlapParamGather);
+    // One check box per schedule setting: its label, object name (tests find it) and what it does.
+    auto check = [&](const QString& label, const char* objectName, const QString& tip) {
+        auto* box = new QCheckBox(label, general);
+        box->setObjectName(QString::fromLatin1(objectName));
+        box->setToolTip(tip);
+        form->addRow(box);
+        return box;
+    };
+    m_sequenceParallel = check(tr("Sequence parallelism"), "sequenceParallel",
+        tr("With tensor parallelism: the activations its group keeps whole (norm inputs, dropout masks, block inputs) "
+           "are split over the group (Megatron's --sequence-parallel)"));
+    m_tpCommOverlap = check(tr("Overlap TP communication"), "tpCommOverlap",
+        tr("With sequence parallelism: the group's all-gathers and reduce-scatters pipelined with the GEMMs beside "
+           "them in t chunks (Megatron's --tp-comm-overlap)"));
+    m_distributedOptimizer = check(tr("Distributed optimizer"), "distributedOptimizer",
+        tr("Shard the fp32 master weights and moments over the data-parallel replicas (ZeRO stage 1, Megatron's "
+           "--use-distributed-optimizer)"));
+    m_overlapGradReduce = check(tr("Overlap gradient sum"), "overlapGradReduce",
+        tr("Sum the data-parallel gradients bucket by bucket during the backward (Megatron's --overlap-grad-reduce, "
+           "PyTorch DDP); off: after it"));
+    m_overlapParamGather = check(tr("Overlap parameter gather"), "overlapParamGather",
+        tr("With the distributed optimizer: gather the updated parameters under the next forward (Megatron's "
+           "--overlap-param-gather)"));
     m_memoryLimit = new QCheckBox(tr("Reject stages over memory"), general);
     m_memoryLimit->setToolTip(tr("Reject stages that do not fit device memory (PipeDream, uniform)"));
     form->addRow(m_memoryLimit);

@@ -88,6 +88,10 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
         refuse("/tensor_parallel",
             "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
                 + ") is not run by the engine yet; plan with t = 1");
+    if (plan.context_parallel > 1)
+        refuse("/context_parallel",
+            "context parallelism (c = " + std::to_string(plan.context_parallel)
+                + ") is not run by the engine yet; plan with c = 1");
     return precision;
 }
 

@@ -102,8 +102,8 @@ double recomputedMs(const Layer& layer, const LayerTimes& times, Recompute recom
     return 0.0;
 }
 
-RankTimes rankTimesOn(
-    const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel, Recompute recompute)
+RankTimes rankTimesOn(const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel,
+    Recompute recompute, int cp)
 {
     const LayerTimes times = layerTimesOn(layer, type, speed);
     const int t = std::max(1, tp);
@@ -122,8 +122,23 @@ RankTimes rankTimesOn(
         r.backward_ms = times.backward_ms / t;
         r.backward_weight_ms = r.backward_ms * backwardWeightShare(layer);
     }
-    // Full recomputation runs the rank's forward again; selective its share of the attention cores (split by heads).
-    r.recompute_ms = recompute == Recompute::Full ? r.forward_ms : recomputedMs(layer, times, recompute) / t;
+    const int c = std::max(1, cp);
+    if (c > 1) {
+        // A context rank's 1/c of the tokens: each part by its profiled ratio to the whole layer's, else 1/c.
+        const ContextParallelTimes* split = nullptr;
+        if (!isDataSource(layer) && !layer.device_times.contains(type.name))
+            for (const auto& e : layer.context_parallel_times)
+                if (e.size == c)
+                    split = &e;
+        const double weightMs = layer.backward_ms * backwardWeightShare(layer);
+        const auto ratio = [c](double part, double whole) { return whole > 0 ? part / whole : 1.0 / c; };
+        r.forward_ms *= split ? ratio(split->forward_ms, layer.forward_ms) : 1.0 / c;
+        r.backward_ms *= split ? ratio(split->backward_ms, layer.backward_ms) : 1.0 / c;
+        r.backward_weight_ms *= split ? ratio(split->backward_weight_ms, weightMs) : 1.0 / c;
+    }
+    // Full recomputation runs the rank's forward again; selective its share of the attention cores (split by heads,
+    // and by queries over the context ranks).
+    r.recompute_ms = recompute == Recompute::Full ? r.forward_ms : recomputedMs(layer, times, recompute) / t / c;
     return r;
 }
 
@@ -137,8 +152,12 @@ double microbatchScale(const Plan& plan)
 StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
 {
     const auto& st = plan.stages[stage];
-    const double scale = microbatchScale(plan);
-    const double optFactor = optimizerStateFactor(plan.schedule, plan.model, plan.dataReplicas(stage));
+    // A context rank holds 1/c of every sequence: every per-microbatch byte count below is of its share (scale), and
+    // rankTimesOn gives the times of its share (at the profile's microbatch: timeScale).
+    const int cp = std::max(1, plan.context_parallel);
+    const double timeScale = microbatchScale(plan);
+    const double scale = timeScale / cp;
+    const double optFactor = optimizerStateFactor(plan.schedule, plan.model, plan.gradientReplicas(stage));
     StageTotals t;
     const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
     const int tp = std::max(1, plan.tensor_parallel);
@@ -157,11 +176,11 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     double cores = 0, checkpoints = 0, largestStash = 0, largestCore = 0, unsplit = 0, largestWeights = 0;
     for (int pos = st.first_layer; pos <= st.last_layer; ++pos) {
         const auto& layer = plan.model->layers[plan.layerAt(pos)];
-        const auto times = rankTimesOn(layer, type, speed, tp, sp, plan.schedule.recompute);
-        t.forward_s += times.forward_ms * 1e-3 * scale;
-        t.backward_s += times.backward_ms * 1e-3 * scale;
-        t.backward_weight_s += times.backward_weight_ms * 1e-3 * scale;
-        t.recompute_s += times.recompute_ms * 1e-3 * scale;
+        const auto times = rankTimesOn(layer, type, speed, tp, sp, plan.schedule.recompute, cp);
+        t.forward_s += times.forward_ms * 1e-3 * timeScale;
+        t.backward_s += times.backward_ms * 1e-3 * timeScale;
+        t.backward_weight_s += times.backward_weight_ms * 1e-3 * timeScale;
+        t.recompute_s += times.recompute_ms * 1e-3 * timeScale;
         t.weight_bytes += layer.weight_bytes;
         largestWeights = std::max(largestWeights, layer.weight_bytes);
         if (layer.weight_bytes > 0)
@@ -179,6 +198,17 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         } else {
             unsplit += stash;
         }
+        if (cp > 1 && layer.key_value_bytes > 0) {
+            // The ring: the rank's K and V block (key/value heads split over t, or one per rank where t exceeds them)
+            // against the attention core's step (its 1/c of the rank's share).
+            const int kvHeads = plan.model->architecture ? plan.model->architecture->kvHeads() : tp;
+            t.cp_step_bytes += layer.key_value_bytes * scale / std::min(tp, std::max(1, kvHeads));
+            const auto core = rankTimesOn(layer, type, speed, tp, sp, Recompute::Selective, cp);
+            const double ratio = times.forward_ms > 0 ? times.backward_ms / times.forward_ms : 2.0;
+            t.cp_step_forward_s += core.recompute_ms * 1e-3 * timeScale / cp;
+            t.cp_step_backward_s += core.recompute_ms * ratio * 1e-3 * timeScale / cp;
+            ++t.cp_layers;
+        }
         if (tp == 1) {
             t.weight_gradient_bytes += layer.weight_gradient_bytes * scale;
             continue;
@@ -195,8 +225,9 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
         t.optimizer_bytes /= tp;
         largestWeights /= tp;
     }
-    // ZeRO: what a rank keeps of its weights and gradient between uses, and FSDP's gathers per microbatch.
-    const int d = plan.dataReplicas(stage);
+    // ZeRO: what a rank keeps of its weights and gradient between uses, and FSDP's gathers per microbatch, over the
+    // devices that hold the same weights (data-parallel replicas times context ranks).
+    const int d = plan.gradientReplicas(stage);
     const auto shares = residentShares(plan.schedule, d);
     t.gradient_bytes = t.weight_bytes * shares.gradients;
     t.resident_weight_bytes = t.weight_bytes * shares.weights;
@@ -270,6 +301,19 @@ TensorParallelTraffic tensorParallelTraffic(const Layer& layer, double input_byt
     if (layer.kind == "head") // the all-reduced gradient is that of the head's input (b s h), not of the logits
         r.backward_bytes = input_bytes * scale;
     return r;
+}
+
+double contextParallelSeconds(const StageTotals& totals, int c, double bandwidth, double latency, bool backward)
+{
+    if (c <= 1 || totals.cp_layers == 0)
+        return 0;
+    const double bytes = totals.cp_step_bytes * (backward ? 2.0 : 1.0);
+    const double transfer = (bytes <= 0             ? 0.0
+                                    : bandwidth > 0 ? bytes / bandwidth
+                                                    : std::numeric_limits<double>::infinity())
+        + latency * totals.cp_layers;
+    const double compute = backward ? totals.cp_step_backward_s : totals.cp_step_forward_s;
+    return (c - 1.0) * std::max(0.0, transfer - compute);
 }
 
 double pipelinedCommunicationSeconds(double comm, double compute, int chunks)

@@ -60,9 +60,11 @@ struct RankTimes
 
 /// A rank's times for `layer` in a group of `tp` devices on `type`: the layer's tensor_parallel_times for that size
 /// (plus their replicated part without sequence parallelism) over `speed`, else layerTimesOn / tp. A layer measured
-/// on `type` (device_times) is divided by tp. tp = 1 gives layerTimesOn.
-RankTimes rankTimesOn(
-    const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel, Recompute recompute);
+/// on `type` (device_times) is divided by tp. tp = 1 gives layerTimesOn. With `cp` > 1 context ranks, the rank's 1/cp
+/// of the tokens: those times scaled by the layer's context_parallel_times for that size over its whole times (each
+/// part by its own ratio), else / cp; the attention core a selective recomputation runs again / cp.
+RankTimes rankTimesOn(const Layer& layer, const DeviceType& type, double speed, int tp, bool sequenceParallel,
+    Recompute recompute, int cp = 1);
 
 /// Seconds of `comm` split into `chunks` pipelined with `compute` of as many chunks: the first chunk's share shows, the
 /// rest only where it outlasts the compute, max(comm / chunks, comm - compute (chunks - 1) / chunks). Megatron's
@@ -116,7 +118,21 @@ struct StageTotals
     double weight_gather_forward_s = 0;
     double weight_gather_backward_s = 0;
     int weight_layers = 0;
+    // Context parallelism (plan.context_parallel = c > 1; all zero when c = 1), per microbatch on one rank, whose
+    // compute and activations above are its 1/c of every sequence: one step of the ring attention summed over the
+    // stage's layers with keys and values (Layer::key_value_bytes). A step sends the rank's current K and V block
+    // (its 1/c of the sequence, over t) to the next rank while the attention core computes on the one it holds.
+    double cp_step_bytes = 0; ///< K and V of one step, all layers (the backward sends twice that: K, V and their grads)
+    double cp_step_forward_s = 0; ///< the attention core's forward compute one step covers, all layers
+    double cp_step_backward_s = 0; ///< and its backward's
+    int cp_layers = 0; ///< layers that exchange (a latency each per step)
 };
+
+/// What shows of the ring exchanges of `totals` (a rank's, stageTotals) among c context-parallel ranks over a link of
+/// `bandwidth` and `latency`, per microbatch: c - 1 steps, each max(0, transfer - the attention compute it runs under)
+/// (Megatron's and Transformer Engine's ring attention, K and V round the ring; the backward also passes their
+/// gradients: twice the bytes). 0 when c = 1.
+double contextParallelSeconds(const StageTotals& totals, int c, double bandwidth, double latency, bool backward);
 
 /// Totals of one tensor-parallel rank on `type` (at deviceSpeed(type, plan.model, plan.cluster.device_types)). With t =
 /// plan.tensor_parallel > 1 compute, weights, optimizer state and the split part of the stashed activations are divided

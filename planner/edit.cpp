@@ -68,6 +68,8 @@ std::string whyNotEditable(const Plan& plan)
         return "an interleaved plan (chunks > 1) is re-planned, not edited stage by stage";
     if (plan.tensor_parallel > 1)
         return "a tensor-parallel plan is re-planned, not edited stage by stage";
+    if (plan.context_parallel > 1)
+        return "a context-parallel plan is re-planned, not edited stage by stage";
     return {};
 }
 

@@ -153,6 +153,7 @@ void ModelProfile::validate() const
             check(*l.backward_weight_ms, "backward_weight_ms");
         }
         check(l.weight_gradient_bytes, "weight_gradient_bytes");
+        check(l.key_value_bytes, "key_value_bytes");
         check(l.selective_recompute_ms, "selective_recompute_ms");
         if (const auto& p = l.activation_parts) {
             for (auto [v, field] :
@@ -177,6 +178,22 @@ void ModelProfile::validate() const
             for (auto [v, field] : {std::pair {e.forward_ms, "/forward_ms"}, {e.backward_ms, "/backward_ms"},
                      {e.backward_weight_ms, "/backward_weight_ms"}, {e.replicated_forward_ms, "/replicated_forward_ms"},
                      {e.replicated_backward_ms, "/replicated_backward_ms"}})
+                check(v, ep + field);
+            if (e.backward_weight_ms > e.backward_ms)
+                throw InputError(
+                    {}, 0, path + "/" + ep + "/backward_weight_ms", "is part of backward_ms and exceeds it");
+        }
+        for (std::size_t k = 0; k < l.context_parallel_times.size(); ++k) {
+            const auto& e = l.context_parallel_times[k];
+            const std::string ep = "context_parallel_times/" + std::to_string(k);
+            if (e.size < 2)
+                throw InputError({}, 0, path + "/" + ep + "/size", "must be 2 ranks or more");
+            for (std::size_t j = 0; j < k; ++j)
+                if (l.context_parallel_times[j].size == e.size)
+                    throw InputError(
+                        {}, 0, path + "/" + ep + "/size", "size " + std::to_string(e.size) + " is listed twice");
+            for (auto [v, field] : {std::pair {e.forward_ms, "/forward_ms"}, {e.backward_ms, "/backward_ms"},
+                     {e.backward_weight_ms, "/backward_weight_ms"}})
                 check(v, ep + field);
             if (e.backward_weight_ms > e.backward_ms)
                 throw InputError(
@@ -255,6 +272,8 @@ json toJson(const ModelProfile& model)
             jl["backward_weight_ms"] = *l.backward_weight_ms;
         if (l.weight_gradient_bytes > 0)
             jl["weight_gradient_bytes"] = l.weight_gradient_bytes;
+        if (l.key_value_bytes > 0)
+            jl["key_value_bytes"] = l.key_value_bytes;
         if (l.activation_parts) {
             const auto& p = *l.activation_parts;
             jl["activation_parts"] = {{"replicated", p.replicated}, {"sharded", p.sharded},
@@ -269,6 +288,13 @@ json toJson(const ModelProfile& model)
                     {"backward_weight_ms", e.backward_weight_ms}, {"replicated_forward_ms", e.replicated_forward_ms},
                     {"replicated_backward_ms", e.replicated_backward_ms}});
             jl["tensor_parallel_times"] = std::move(tpt);
+        }
+        if (!l.context_parallel_times.empty()) {
+            json cpt = json::array();
+            for (const auto& e : l.context_parallel_times)
+                cpt.push_back({{"size", e.size}, {"forward_ms", e.forward_ms}, {"backward_ms", e.backward_ms},
+                    {"backward_weight_ms", e.backward_weight_ms}});
+            jl["context_parallel_times"] = std::move(cpt);
         }
         if (model.is_graph)
             jl["inputs"] = l.inputs;
@@ -345,6 +371,8 @@ ModelProfile modelFromJson(const json& j)
             l.backward_weight_ms = f::nonNegative(jl, "backward_weight_ms", path);
         if (jl.contains("weight_gradient_bytes"))
             l.weight_gradient_bytes = f::nonNegative(jl, "weight_gradient_bytes", path);
+        if (jl.contains("key_value_bytes"))
+            l.key_value_bytes = f::nonNegative(jl, "key_value_bytes", path);
         if (jl.contains("activation_parts")) {
             const auto pp = f::child(path, "activation_parts");
             const auto& jp = f::object(jl.at("activation_parts"), pp);
@@ -361,6 +389,15 @@ ModelProfile modelFromJson(const json& j)
                 l.tensor_parallel_times.push_back({f::integer(je, "size", ep), f::nonNegative(je, "forward_ms", ep),
                     f::nonNegative(je, "backward_ms", ep), f::nonNegative(je, "backward_weight_ms", ep),
                     f::nonNegative(je, "replicated_forward_ms", ep), f::nonNegative(je, "replicated_backward_ms", ep)});
+            }
+        }
+        if (jl.contains("context_parallel_times")) {
+            const auto& arr = f::array(jl, "context_parallel_times", path);
+            for (std::size_t k = 0; k < arr.size(); ++k) {
+                const auto ep = f::child(f::child(path, "context_parallel_times"), k);
+                const auto& je = f::object(arr[k], ep);
+                l.context_parallel_times.push_back({f::integer(je, "size", ep), f::nonNegative(je, "forward_ms", ep),
+                    f::nonNegative(je, "backward_ms", ep), f::nonNegative(je, "backward_weight_ms", ep)});
             }
         }
         if (jl.contains("inputs")) {

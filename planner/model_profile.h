@@ -62,6 +62,20 @@ struct TensorParallelTimes
     bool operator==(const TensorParallelTimes&) const = default;
 };
 
+/// @brief One context-parallel rank's times for a layer whose sequence is split over `size` ranks (ring attention), at
+/// the profile's microbatch on the profiled device with no tensor parallelism: its 1/size of the tokens through every
+/// product (thinner products, which run below the whole layer's rate) and its queries' attention against every key.
+/// Dividing the layer's time by the size would be optimistic where the products get small.
+struct ContextParallelTimes
+{
+    int size = 0; ///< c (>= 2)
+    double forward_ms = 0;
+    double backward_ms = 0;
+    double backward_weight_ms = 0; ///< the weight-gradient part of backward_ms
+
+    bool operator==(const ContextParallelTimes&) const = default;
+};
+
 /// @brief One layer (or graph node) of the profile. Bytes are per microbatch of the profile's size.
 struct Layer
 {
@@ -86,6 +100,10 @@ struct Layer
     /// from a microbatch's I to its W by the kinds that split the backward (a fused B frees them at once).
     /// 0 when absent (a profile that does not say keeps nothing extra).
     double weight_gradient_bytes = 0;
+    /// Bytes of the layer's keys and values per microbatch (the whole sequence, one device): what context
+    /// parallelism's ring attention passes round its ranks (`profile transformer`: 2 b s kv_heads head_dim x bytes
+    /// per element). 0: the layer has no attention, and context parallelism splits it with no communication.
+    double key_value_bytes = 0;
     /// The stash in its parts (a transformer block's, written by `profile transformer`); stashed_bytes is then their
     /// total. Absent: the stash is one part, kept whole per tensor-parallel rank up to the layer's output and split
     /// beyond it, and full recomputation keeps the stage's input only (tensorParallelStash, costs.h).
@@ -96,6 +114,9 @@ struct Layer
     /// One rank's times at each tensor-parallel size the profile was made for (`profile transformer`: the sizes that
     /// divide the heads); a size not listed is charged the layer's times / t.
     std::vector<TensorParallelTimes> tensor_parallel_times;
+    /// One rank's times at each context-parallel size the profile was made for (`profile transformer`: powers of two
+    /// that split the sequence into 2c chunks); a size not listed is charged the layer's times / c.
+    std::vector<ContextParallelTimes> context_parallel_times;
     std::vector<int> inputs; ///< producer layers (indices < own index); used when the profile is a graph
     std::map<std::string, LayerTimes> device_times; ///< measured times per device type name
 

@@ -16,6 +16,18 @@ namespace pw::planner {
 
 using nlohmann::json;
 
+int zeroStage(const ScheduleOptions& options)
+{
+    return options.shard_weights ? 3 : options.shard_gradients ? 2 : options.distributed_optimizer ? 1 : 0;
+}
+
+void setZeroStage(ScheduleOptions& options, int stage)
+{
+    options.distributed_optimizer = stage >= 1;
+    options.shard_gradients = stage >= 2;
+    options.shard_weights = stage >= 3;
+}
+
 double precisionBytes(const std::string& precision, const std::string& path)
 {
     if (precision == "fp32")
@@ -228,6 +240,8 @@ std::string Plan::configString() const
     }
     if (tensor_parallel > 1)
         s += " t=" + std::to_string(tensor_parallel);
+    if (context_parallel > 1)
+        s += " c=" + std::to_string(context_parallel);
     return s;
 }
 
@@ -418,15 +432,31 @@ void Plan::validateParallelism() const
         throw InputError({}, 0, "/schedule/overlap_param_gather",
             "overlaps the all-gather of the distributed optimizer's updated parameters with the next forward: it needs "
             "distributed_optimizer (Megatron's --overlap-param-gather needs --use-distributed-optimizer)");
+    if (context_parallel < 1)
+        throw InputError({}, 0, "/context_parallel", "must be >= 1, got " + std::to_string(context_parallel));
     if (tensor_parallel > 1 && pipelineCount() > 1)
         throw InputError({}, 0, "/tensor_parallel",
             "a plan with " + std::to_string(pipelineCount())
                 + " pipelines (virtual workers) has no tensor parallelism");
+    if (context_parallel > 1 && pipelineCount() > 1)
+        throw InputError({}, 0, "/context_parallel",
+            "a plan with " + std::to_string(pipelineCount())
+                + " pipelines (virtual workers) has no context parallelism");
     for (std::size_t s = 0; s < stages.size(); ++s)
-        if (stages[s].replicas() % tensor_parallel != 0)
+        if (stages[s].replicas() % modelParallel() != 0)
             throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
                 "has " + std::to_string(stages[s].replicas()) + " devices, not a multiple of tensor_parallel "
-                    + std::to_string(tensor_parallel));
+                    + std::to_string(tensor_parallel)
+                    + (context_parallel > 1 ? " x context_parallel " + std::to_string(context_parallel) : ""));
+    if (context_parallel > 1 && model->architecture) {
+        // Megatron's load-balanced ring splits every sequence into 2c chunks, two per rank.
+        const int sequence = model->architecture->sequence;
+        if (sequence % (2 * context_parallel) != 0)
+            throw InputError({}, 0, "/context_parallel",
+                "context parallelism of " + std::to_string(context_parallel) + " splits each sequence into "
+                    + std::to_string(2 * context_parallel) + " chunks (two per rank), which the sequence length "
+                    + std::to_string(sequence) + " is not a multiple of");
+    }
     // Physical stages own their devices; virtual stage s of an interleaved plan reuses stage s mod p's, or with
     // two chunks in a V (schedule "zbv") stage 2p - 1 - s's. Each generator checks the placement it runs.
     const int p = pipelineDepth();
@@ -480,6 +510,8 @@ json toJson(const Plan& plan)
         j["layer_order"] = plan.layer_order;
     if (plan.tensor_parallel > 1)
         j["tensor_parallel"] = plan.tensor_parallel;
+    if (plan.context_parallel > 1)
+        j["context_parallel"] = plan.context_parallel;
     if (plan.predicted) {
         const auto& p = *plan.predicted;
         j["predicted"]
@@ -539,6 +571,7 @@ Plan planFromJson(const json& j)
         plan.algorithm_options = j.at("algorithm_options");
     plan.objective_s = f::nonNegativeOr(j, "objective_s", "", 0);
     plan.tensor_parallel = f::integerOr(j, "tensor_parallel", "", 1);
+    plan.context_parallel = f::integerOr(j, "context_parallel", "", 1);
     if (j.contains("schedule"))
         plan.schedule = scheduleOptionsFromJson(j.at("schedule"), "/schedule");
     if (j.contains("predicted")) { // written by toJson(); read back so that a saved plan keeps its prediction

@@ -122,6 +122,12 @@ struct ScheduleOptions
     bool operator==(const ScheduleOptions&) const = default;
 };
 
+/// The ZeRO stage the options describe: 3 with shard_weights, 2 with shard_gradients, 1 with distributed_optimizer,
+/// else 0.
+int zeroStage(const ScheduleOptions& options);
+/// Sets distributed_optimizer, shard_gradients and shard_weights to ZeRO stage `stage` (0-3; clamped).
+void setZeroStage(ScheduleOptions& options, int stage);
+
 /// Bytes per value of "fp32" (4), "bf16" or "fp16" (2); throws InputError at JSON path `path` for other names.
 double precisionBytes(const std::string& precision, const std::string& path = "/schedule/precision");
 /// The weights' precision: options.precision, else the profile's (architecture.bytes_per_element 2: "bf16",
@@ -179,6 +185,11 @@ struct Plan
     /// Tensor-parallel degree t (Megatron §4.2.3): a stage's devices are d*t entries, and each run of t
     /// consecutive entries is one tensor-parallel group (one data-parallel replica). 1 = none.
     int tensor_parallel = 1;
+    /// Context-parallel degree c (Megatron's --context-parallel-size, ring attention): each data-parallel replica of
+    /// a stage is c tensor-parallel groups, consecutive in its devices (d c t entries: replica, then context rank, then
+    /// tensor rank, Megatron's order), each holding 1/c of every sequence and all of the replica's weights; K and V
+    /// go round the c ranks inside every attention. 1 = none.
+    int context_parallel = 1;
     std::optional<PredictedMetrics> predicted;
 
     int stageCount() const { return static_cast<int>(stages.size()); }
@@ -213,8 +224,13 @@ struct Plan
     /// and the head's stages on different replica counts. tiedWeightGroups() is then empty; the engine refuses
     /// such a plan.
     bool tiedWeightsStepApart(int pipeline) const;
-    /// Data-parallel replicas of a stage: its devices / tensor_parallel.
-    int dataReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
+    /// Devices that run every microbatch of a stage's replica together: t c (the tensor- and context-parallel ranks).
+    int modelParallel() const { return std::max(1, tensor_parallel) * std::max(1, context_parallel); }
+    /// Data-parallel replicas of a stage (each a different microbatch): its devices / (t c).
+    int dataReplicas(int stage) const { return stages[stage].replicas() / modelParallel(); }
+    /// Devices of a stage that hold the same weights and sum their gradients: the data-parallel replicas times the
+    /// context ranks, d c (Megatron's data-parallel group with context parallelism); ZeRO shards over them.
+    int gradientReplicas(int stage) const { return stages[stage].replicas() / std::max(1, tensor_parallel); }
     /// Layer index at position `pos` of the plan's order.
     int layerAt(int pos) const { return layer_order.empty() ? pos : layer_order[pos]; }
     /// The configuration string of the PipeDream papers: data-parallel replicas per stage joined by '-', e.g.

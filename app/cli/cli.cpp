@@ -75,9 +75,9 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
     cmd->add_option_function<int>(
            "--zero-stage",
            [&p](int stage) {
-               p.schedule.distributed_optimizer = p.schedule.distributed_optimizer || stage >= 1;
-               p.schedule.shard_gradients = stage >= 2;
-               p.schedule.shard_weights = stage >= 3;
+               const bool distributed = p.schedule.distributed_optimizer; // --distributed-optimizer beside it stays
+               planner::setZeroStage(p.schedule, stage);
+               p.schedule.distributed_optimizer = p.schedule.distributed_optimizer || distributed;
            },
            "ZeRO stage: 1 the distributed optimizer (as --distributed-optimizer), 2 also the gradients sharded over "
            "the data-parallel replicas, 3 also the weights (FSDP: gathered layer by layer every microbatch)")

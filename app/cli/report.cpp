@@ -58,6 +58,8 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
                 {"recompute_s", m.charge.recompute_s}, {"tensor_parallel_allreduce_s", m.charge.tensor_parallel_s}});
         if (plan.schedule.shard_weights)
             stages.back()["weight_gather_s"] = m.charge.weight_gather_s;
+        if (plan.context_parallel > 1)
+            stages.back()["context_parallel_exchange_s"] = m.charge.context_parallel_s;
         if (plan.pipelineCount() > 1)
             stages.back()["pipeline"] = st.pipeline;
     }
@@ -75,7 +77,8 @@ json metricsJson(const Plan& plan, const SimulationResult& r)
         {"fits_memory", r.fitsMemory()}, {"simulated_actions", r.simulated_actions}, {"stages", std::move(stages)},
         {"devices", std::move(devices)}};
     const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
-    j.update({{"tensor_parallel", std::max(1, plan.tensor_parallel)}, {"chunks", plan.schedule.chunks},
+    j.update({{"tensor_parallel", std::max(1, plan.tensor_parallel)},
+        {"context_parallel", std::max(1, plan.context_parallel)}, {"chunks", plan.schedule.chunks},
         {"microbatch_size", size}, {"recompute", name(plan.schedule.recompute)}});
     if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
         j["model_flops_per_s_per_gpu"] = flops->model_flops_per_s_per_gpu;
@@ -122,12 +125,16 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
     if (plan.tensor_parallel > 1)
         out << "tensor   " << plan.tensor_parallel
             << "-way tensor parallelism: each replica below is a group of that many devices\n";
+    if (plan.context_parallel > 1)
+        out << "context  " << plan.context_parallel << "-way context parallelism: each replica below is "
+            << plan.context_parallel << " groups of " << std::max(1, plan.tensor_parallel) << " device(s), each on 1/"
+            << plan.context_parallel << " of every sequence\n";
     if (plan.objective_s > 0)
         out << "objective " << formatSeconds(plan.objective_s) << " (the partitioner's slowest stage per microbatch)\n";
     // Per microbatch, what the simulation charged each stage's compute lane (under the costs it ran with: the
     // profile's or calibrated ones), and its parts.
     const bool recompute = plan.schedule.recompute != Recompute::None, tp = plan.tensor_parallel > 1;
-    const bool fsdp = plan.schedule.shard_weights;
+    const bool fsdp = plan.schedule.shard_weights, cp = plan.context_parallel > 1;
     std::string parts = "forward + backward";
     if (recompute)
         parts += plan.schedule.recompute == Recompute::Full ? " + recomputed forward" : " + recomputed attention core";
@@ -135,10 +142,12 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         parts += " + tensor-parallel all-reduces";
     if (fsdp)
         parts += " + ZeRO-3 gathers the compute does not cover";
+    if (cp)
+        parts += " + ring-attention exchanges the attention does not cover";
     out << "per microbatch on each stage's first device, as simulated: " << parts << "\n";
-    std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8s  %-22s  %-11s  %-11s  %-11s%s%s%s  %s\n", "stage", "layers",
+    std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8s  %-22s  %-11s  %-11s  %-11s%s%s%s%s  %s\n", "stage", "layers",
         "replicas", "devices", "time", "forward", "backward", recompute ? "  recompute  " : "",
-        tp ? "  TP all-red." : "", fsdp ? "  ZeRO-3     " : "", "peak memory / capacity");
+        tp ? "  TP all-red." : "", fsdp ? "  ZeRO-3     " : "", cp ? "  CP ring    " : "", "peak memory / capacity");
     out << line;
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& st = plan.stages[s];
@@ -149,12 +158,13 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         const std::string label = plan.pipelineCount() > 1
             ? std::to_string(st.pipeline) + "/" + std::to_string(s - plan.pipelineBegin(s))
             : std::to_string(s);
-        char extra[96] = "";
-        if (recompute || tp || fsdp)
-            std::snprintf(extra, sizeof extra, "%s%s%s",
+        char extra[128] = "";
+        if (recompute || tp || fsdp || cp)
+            std::snprintf(extra, sizeof extra, "%s%s%s%s",
                 recompute ? ("  " + padded(formatSeconds(m.charge.recompute_s), 11)).c_str() : "",
                 tp ? ("  " + padded(formatSeconds(m.charge.tensor_parallel_s), 11)).c_str() : "",
-                fsdp ? ("  " + padded(formatSeconds(m.charge.weight_gather_s), 11)).c_str() : "");
+                fsdp ? ("  " + padded(formatSeconds(m.charge.weight_gather_s), 11)).c_str() : "",
+                cp ? ("  " + padded(formatSeconds(m.charge.context_parallel_s), 11)).c_str() : "");
         std::snprintf(line, sizeof line, "  %-5s  %-11s  %-8d  %-22s  %-11s  %-11s  %-11s%s  %s / %s%s\n",
             label.c_str(), (std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer)).c_str(),
             plan.dataReplicas(s), devs.c_str(), formatSeconds(m.charge.total_s()).c_str(),
@@ -228,7 +238,8 @@ json comparisonJson(const std::vector<ComparisonRow>& rows)
                 {"iteration_time_s", r.iteration_time_s}, {"bubble_fraction", r.bubble_fraction},
                 {"peak_memory_bytes", r.peak_memory_bytes}, {"memory_capacity_bytes", r.memory_capacity_bytes},
                 {"memory_ratio", r.memory_ratio}, {"fits_memory", r.memory_ratio <= 1},
-                {"tensor_parallel", r.tensor_parallel}, {"chunks", r.chunks}, {"recompute", name(r.recompute)}});
+                {"tensor_parallel", r.tensor_parallel}, {"context_parallel", r.context_parallel}, {"chunks", r.chunks},
+                {"recompute", name(r.recompute)}});
             if (r.model_flops_per_s_per_gpu)
                 row["model_flops_per_s_per_gpu"] = *r.model_flops_per_s_per_gpu;
             if (r.mfu)

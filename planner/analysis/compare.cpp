@@ -30,6 +30,7 @@ void fillPrediction(ComparisonRow& row, const Plan& plan)
         = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     const auto sim = simulate(plan, SimulationOptions {.record_spans = false, .record_memory = false});
     row.tensor_parallel = std::max(1, plan.tensor_parallel);
+    row.context_parallel = std::max(1, plan.context_parallel);
     row.chunks = plan.schedule.chunks;
     row.recompute = plan.schedule.recompute;
     row.throughput_samples_per_s = sim.throughput_samples_per_s;

@@ -26,6 +26,7 @@ struct ComparisonRow
     int microbatches = 0;
     int microbatch_size = 0;
     int tensor_parallel = 1;
+    int context_parallel = 1;
     int chunks = 1; ///< virtual stages per device (interleaving)
     Recompute recompute = Recompute::None;
     double throughput_samples_per_s = 0;

@@ -42,6 +42,11 @@ public:
             throw InputError({}, 0, "/tensor_parallel",
                 "deepspeed cannot express this plan: tensor parallelism in a DeepSpeed pipeline needs the model's "
                 "own model-parallel topology (Megatron-DeepSpeed); export it as megatron instead");
+        if (shape.context > 1)
+            throw InputError({}, 0, "/context_parallel",
+                "deepspeed cannot express this plan: its pipeline engine has no context parallelism (ring attention "
+                "over the sequence; DeepSpeed-Ulysses is another scheme, all-to-all over heads); export it as megatron "
+                "or torchtitan instead");
         if (plan.schedule.recompute == Recompute::Selective)
             throw InputError({}, 0, "/schedule/recompute",
                 "deepspeed cannot express this plan: a PipelineModule checkpoints whole layers "

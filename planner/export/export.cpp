@@ -114,7 +114,8 @@ PipelineShape checkExportable(const Plan& plan, std::string_view runtime)
     shape.chunks = std::max(1, plan.schedule.chunks);
     shape.depth = plan.pipelineDepth();
     shape.tensor = std::max(1, plan.tensor_parallel);
-    shape.data = replicas / shape.tensor;
+    shape.context = std::max(1, plan.context_parallel);
+    shape.data = replicas / (shape.tensor * shape.context);
     // The plan's microbatches are the whole step's, dealt round-robin over the data-parallel replicas (replica k runs
     // k, k + d, ...); the runtimes count a replica's own (gradient accumulation steps, n_microbatches).
     if (plan.schedule.microbatches % shape.data != 0)
@@ -177,9 +178,11 @@ std::string planSummary(const Plan& plan, const PipelineShape& shape, std::strin
         << (shape.depth == 1 ? "" : "s");
     if (shape.chunks > 1)
         out << " x " << shape.chunks << " chunks";
-    out << ", tensor parallel " << shape.tensor << ", data parallel " << shape.data << " = " << shape.gpus() << " "
-        << shape.device_type << "; " << shape.microbatches << " microbatches of " << shape.microbatch_size
-        << " per step"
+    out << ", tensor parallel " << shape.tensor;
+    if (shape.context > 1)
+        out << ", context parallel " << shape.context;
+    out << ", data parallel " << shape.data << " = " << shape.gpus() << " " << shape.device_type << "; "
+        << shape.microbatches << " microbatches of " << shape.microbatch_size << " per step"
         << (shape.data > 1 ? " on each replica (" + std::to_string(shape.globalBatch()) + " samples per step)" : "")
         << ", " << shape.precision
         << (plan.schedule.recompute != Recompute::None

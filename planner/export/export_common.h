@@ -12,18 +12,19 @@
 
 namespace pw::planner::exports {
 
-/// @brief The plan in the terms of the runtimes: p x t x d GPUs, microbatches of one step.
+/// @brief The plan in the terms of the runtimes: p x t x c x d GPUs, microbatches of one step.
 struct PipelineShape
 {
     int depth = 1; ///< p: physical pipeline stages (devices per replica of the pipeline)
     int chunks = 1; ///< virtual stages per device
     int tensor = 1; ///< t
+    int context = 1; ///< c: context-parallel ranks of every replica
     int data = 1; ///< d: data-parallel replicas of every stage
     int microbatches = 1; ///< per step and data-parallel replica (the plan's per step / data)
     int microbatch_size = 1; ///< samples per microbatch
     std::string precision; ///< "fp32" | "bf16" | "fp16" (the weights')
     std::string device_type; ///< every device's type
-    int gpus() const { return depth * tensor * data; }
+    int gpus() const { return depth * tensor * context * data; }
     /// Samples one step trains over every replica: what the plan's schedule runs (microbatch size x its microbatches).
     long long globalBatch() const { return static_cast<long long>(microbatch_size) * microbatches * data; }
     int virtualStages() const { return depth * chunks; }

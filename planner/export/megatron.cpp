@@ -91,6 +91,8 @@ public:
         };
         arg("--pipeline-model-parallel-size", std::to_string(shape.depth));
         arg("--tensor-model-parallel-size", std::to_string(shape.tensor));
+        if (shape.context > 1)
+            arg("--context-parallel-size", std::to_string(shape.context));
         if (!even)
             arg("--pipeline-model-parallel-layout", "\"" + layout(plan, roles) + "\"");
         else if (shape.chunks > 1)
@@ -132,7 +134,8 @@ public:
               "#   torchrun ... pretrain_gpt.py \"${PIPEWRIGHT_MEGATRON_ARGS[@]}\" <data, tokenizer and optimizer "
               "arguments>\n"
               "# Megatron takes the data-parallel degree from the world size: run it on "
-           << shape.depth << " x " << shape.tensor << " x " << shape.data << " = " << shape.gpus() << " GPUs.\n";
+           << shape.depth << " x " << shape.tensor << (shape.context > 1 ? " x " + std::to_string(shape.context) : "")
+           << " x " << shape.data << " = " << shape.gpus() << " GPUs.\n";
         sh << "PIPEWRIGHT_MEGATRON_ARGS=(\n";
         for (const auto& a : args)
             sh << "  " << a << "\n";

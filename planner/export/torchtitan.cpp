@@ -120,6 +120,8 @@ public:
         }
         toml << "]\n";
         toml << "tensor_parallel_degree = " << shape.tensor << "\n";
+        if (shape.context > 1) // torchtitan's ring attention over the sequence dimension
+            toml << "context_parallel_degree = " << shape.context << "\n";
         if (plan.schedule.tp_comm_overlap) // torchtitan's counterpart: async TP overlaps the collectives with matmuls
             toml << "enable_async_tensor_parallel = true\n";
         // FSDP is ZeRO stage 3: the replicas shard the weights (torchtitan's data_parallel_shard_degree); it has no

@@ -176,6 +176,31 @@ ModelProfile transformerProfile(
         return out;
     };
     const auto blockRanks = rankTimes(transformerBlockRankEstimate);
+    // One context rank's times at each size that splits the sequence into 2c chunks (powers of two up to 64): its
+    // 1/c of the tokens through the products (their own, thinner shapes), and its queries against every key, 1/c of
+    // the whole attention core (Megatron's load-balanced ring). The flat model has no shapes: it divides by c.
+    std::vector<int> contextSizes;
+    for (int c = 2; c <= 64 && gpu; c *= 2)
+        if (config.sequence % (2 * c) == 0)
+            contextSizes.push_back(c);
+    auto contextTimes = [&](auto estimate, bool attention) {
+        std::vector<ContextParallelTimes> out;
+        for (int c : contextSizes) {
+            TransformerConfig part = config;
+            part.sequence = config.sequence / c;
+            part.max_positions = config.positionRows();
+            LayerEstimate e = estimate(part, *gpu);
+            if (attention) { // the short sequence's own core out, the rank's share of the whole one in
+                e.forward_ms
+                    += (attentionCoreSeconds(config, *gpu, false) / c - attentionCoreSeconds(part, *gpu, false)) * 1e3;
+                e.backward_input_ms
+                    += (attentionCoreSeconds(config, *gpu, true) / c - attentionCoreSeconds(part, *gpu, true)) * 1e3;
+            }
+            out.push_back({c, e.forward_ms, e.backwardMs(), e.backward_weight_ms});
+        }
+        return out;
+    };
+    const auto blockContext = contextTimes(transformerBlockEstimate, true);
     const double coreMs = gpu ? attentionCoreSeconds(config, *gpu, false) * 1e3 : coreFlops / flopsPerMs;
     for (int i = 0; i < config.layers; ++i) {
         auto layer = makeLayer(
@@ -185,9 +210,11 @@ ModelProfile transformerProfile(
         layer.selective_recompute_ms = coreMs;
         splitBackward(layer, layerInputGradFlops, layerWeightGradFlops);
         layer.weight_gradient_bytes = layerWeightGradientBytes;
+        layer.key_value_bytes = B * s * 2.0 * config.kvHeads() * config.headDim() * bpe;
         if (gpu)
             applyEstimate(layer, block);
         layer.tensor_parallel_times = blockRanks;
+        layer.context_parallel_times = blockContext;
         model.layers.push_back(std::move(layer));
     }
 
@@ -206,6 +233,7 @@ ModelProfile transformerProfile(
     if (gpu) {
         applyEstimate(head, transformerHeadEstimate(config, *gpu));
         head.tensor_parallel_times = rankTimes(transformerHeadRankEstimate);
+        head.context_parallel_times = contextTimes(transformerHeadEstimate, false);
     }
     model.layers.push_back(std::move(head));
     return model;

@@ -57,7 +57,7 @@ public:
     SharedOptionUse sharedOptions() const override { return {true, true, false}; }
     std::string_view description() const override
     {
-        return "Megatron-LM PTD-P: search pipeline x tensor x data sizes, microbatch size, interleaving and "
+        return "Megatron-LM PTD-P: search pipeline x tensor x context x data sizes, microbatch size, interleaving and "
                "recomputation with the closed-form bubble, communication and memory model (SC'21 §4.3); the best "
                "analytical configurations are simulated";
     }
@@ -76,6 +76,10 @@ public:
             {"tensor-sizes", T::IntegerList, json(),
                 "tensor-parallel sizes t to try; auto: every divisor of the devices (t = 1 without an architecture)", 1,
                 1'000'000, {}},
+            {"context-sizes", T::IntegerList, json::array({1}),
+                "context-parallel sizes c to try (ring attention: each sequence split over c ranks, K and V passed "
+                "round them under the attention compute; c must divide the devices and the sequence into 2c chunks)",
+                1, 1'000'000, {}},
             {"pipeline-sizes", T::IntegerList, json(),
                 "pipeline depths p to try; auto: every divisor (--stages fixes one)", 1, 1'000'000, {}},
             {"chunks", T::IntegerList, json(),
@@ -119,7 +123,7 @@ private:
         int layers = 0;
         long long batch = 0; ///< B
         int base_size = 1; ///< the request's (else the profile's) microbatch size
-        std::vector<int> tensor, pipeline, chunks, microbatch_sizes; ///< empty microbatch_sizes = auto
+        std::vector<int> tensor, context, pipeline, chunks, microbatch_sizes; ///< empty microbatch_sizes = auto
         std::vector<Recompute> recompute;
         std::string sequence_parallel = "auto"; ///< auto | true | false
         std::string distributed_optimizer = "auto"; ///< auto | true | false
@@ -142,7 +146,7 @@ private:
     /// Configurations left out before estimation, for the diagnostics.
     struct Skipped
     {
-        int heads = 0, batch = 0, interleave = 0;
+        int heads = 0, batch = 0, interleave = 0, sequence = 0;
     };
 
     PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, const int N,
@@ -157,8 +161,12 @@ private:
             diag.push_back({Severity::Info, "heads",
                 std::to_string(skipped.heads) + " tensor-parallel size(s) skipped: t must divide the "
                     + std::to_string(request.model->architecture->heads) + " attention heads"});
+        if (skipped.sequence > 0)
+            diag.push_back({Severity::Info, "sequence",
+                std::to_string(skipped.sequence) + " context-parallel size(s) skipped: the sequence of "
+                    + std::to_string(request.model->architecture->sequence) + " tokens must split into 2c chunks"});
         if (entries.empty()) {
-            std::string why = "no (p, t, d, b, v) configuration of " + std::to_string(N)
+            std::string why = "no (p, t, c, d, b, v) configuration of " + std::to_string(N)
                 + " devices suits the global batch of " + std::to_string(space.batch) + " samples";
             if (skipped.batch > 0)
                 why += ": B must be divisible by d x b (data-parallel size x microbatch size)";
@@ -213,6 +221,12 @@ private:
         if (space.batch > 1'000'000'000)
             return detail::failure("bad-option", "the global batch " + std::to_string(space.batch) + " is too large");
         space.tensor = values.has("tensor-sizes") ? values.integers("tensor-sizes") : divisors(N);
+        space.context = values.integers("context-sizes");
+        if (std::any_of(space.context.begin(), space.context.end(), [](int c) { return c > 1; })
+            && !model->architecture)
+            return detail::failure("bad-option",
+                "context-sizes: context parallelism splits the sequence of a transformer; the profile has no "
+                "architecture (make it with `profile transformer`)");
         space.pipeline = values.has("pipeline-sizes") ? values.integers("pipeline-sizes") : divisors(N);
         if (opt.stages > 0)
             space.pipeline = {opt.stages};
@@ -286,29 +300,47 @@ private:
         const auto& requested = request.options.schedule;
         const auto zero = [&space, &requested](megatron::Config c) {
             const bool fixed = space.zero_stage >= 0;
+            const bool replicas = c.d * c.c > 1; // ZeRO shards over the data and context ranks
             c.shard_weights
-                = c.distributed_optimizer && c.d > 1 && (fixed ? space.zero_stage >= 3 : requested.shard_weights);
-            c.shard_gradients = c.distributed_optimizer && c.d > 1
+                = c.distributed_optimizer && replicas && (fixed ? space.zero_stage >= 3 : requested.shard_weights);
+            c.shard_gradients = c.distributed_optimizer && replicas
                 && (c.shard_weights || (fixed ? space.zero_stage >= 2 : requested.shard_gradients));
             return c;
         };
-        for (int t : space.tensor) {
-            if (N % t != 0 || (t > 1 && (!arch || space.straight)))
-                continue;
-            if (t > 1 && arch->heads % t != 0) {
-                ++skipped.heads;
-                continue;
+        for (int t : space.tensor)
+            for (int cp : space.context) {
+                if (N % (t * cp) != 0 || (t > 1 && (!arch || space.straight)) || (cp > 1 && space.straight))
+                    continue;
+                if (t > 1 && arch->heads % t != 0) {
+                    ++skipped.heads;
+                    continue;
+                }
+                if (cp > 1 && arch->sequence % (2 * cp) != 0) {
+                    ++skipped.sequence;
+                    continue;
+                }
+                enumerateShapes(request, space, t, cp, zero, entries, skipped);
             }
+        return entries;
+    }
+
+    /// enumerate() for one tensor- and context-parallel size: every p, d, b, v, recompute and kind.
+    template <typename Zero>
+    static void enumerateShapes(const PartitionRequest& request, const Space& space, int t, int cp, const Zero& zero,
+        std::vector<Entry>& entries, Skipped& skipped)
+    {
+        const int N = space.devices;
+        {
             const std::string rule = space.within_node ? crossNodeGroup(request.cluster, N, t) : std::string();
             const bool sp = t > 1 && space.sequence_parallel != "false";
             for (int p : space.pipeline) {
-                if ((N / t) % p != 0 || p > space.layers)
+                if ((N / (t * cp)) % p != 0 || p > space.layers)
                     continue;
-                const int d = N / (t * p);
+                const int d = N / (t * cp * p);
                 // The distributed optimizer moves what the all-reduce moved (a reduce-scatter and an all-gather)
-                // and keeps 12/d of the 12 bytes per parameter: auto takes it wherever there are replicas.
+                // and keeps 12/(d c) of the 12 bytes per parameter: auto takes it wherever there are replicas.
                 const bool dist = space.distributed_optimizer == "true"
-                    || (space.distributed_optimizer == "auto" && d > 1 && space.zero_stage != 0);
+                    || (space.distributed_optimizer == "auto" && d * cp > 1 && space.zero_stage != 0);
                 if (space.straight && d > 1)
                     continue;
                 if (space.batch % d != 0) {
@@ -331,7 +363,8 @@ private:
                             continue;
                         }
                         for (Recompute r : space.recompute)
-                            entries.push_back(entry(zero({p, t, d, b, v, r, mi, {}, sp, dist}), space, rule));
+                            entries.push_back(
+                                entry(zero({p, t, d, b, v, r, mi, {}, sp, dist, false, false, cp}), space, rule));
                     }
                     // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
                     // (fewer run, with a bubble the estimate does not model); zbv two chunks of layers per device.
@@ -340,13 +373,13 @@ private:
                             || (kind == "zbv" && 2 * p > space.layers))
                             continue;
                         for (Recompute r : space.recompute)
-                            entries.push_back(
-                                entry(zero({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp, dist}), space, rule));
+                            entries.push_back(entry(
+                                zero({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp, dist, false, false, cp}),
+                                space, rule));
                     }
                 }
             }
         }
-        return entries;
     }
 
     /// b values for data-parallel size d: the option's, else powers of two up to B / d and the request's.
@@ -369,8 +402,8 @@ private:
         e.config = config;
         auto& c = e.candidate;
         c.description = config.text();
-        c.config = {{"p", config.p}, {"t", config.t}, {"d", config.d}, {"b", config.b}, {"v", config.v},
-            {"m", config.m}, {"recompute", planner::name(config.recompute)},
+        c.config = {{"p", config.p}, {"t", config.t}, {"c", config.c}, {"d", config.d}, {"b", config.b},
+            {"v", config.v}, {"m", config.m}, {"recompute", planner::name(config.recompute)},
             {"sequence_parallel", config.sequence_parallel}, {"distributed_optimizer", config.distributed_optimizer},
             {"zero_stage",
                 config.shard_weights               ? 3
@@ -456,6 +489,8 @@ private:
             return tx > ty;
         if (x.config.t * x.config.p != y.config.t * y.config.p)
             return x.config.t * x.config.p < y.config.t * y.config.p;
+        if (x.config.c != y.config.c)
+            return x.config.c < y.config.c; // no ring exchanges on a tie
         if (x.config.v != y.config.v)
             return x.config.v < y.config.v;
         if (x.config.kind.empty() != y.config.kind.empty())
@@ -530,7 +565,7 @@ private:
         const Entry* plain = nullptr;
         for (const auto& e : entries)
             if (e.config.kind.empty() && e.config.v == 1 && e.config.p == cc.p && e.config.t == cc.t
-                && e.config.d == cc.d && e.config.b == cc.b && e.config.recompute == cc.recompute)
+                && e.config.c == cc.c && e.config.d == cc.d && e.config.b == cc.b && e.config.recompute == cc.recompute)
                 plain = &e;
         const std::string kind = cc.scheduleKind();
         if (plain && &chosen != plain && cc.p > 1) {

@@ -46,7 +46,7 @@ int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank);
 /// (p + rank) chunk stashes with 2 rank + 1 waiting, whichever is larger.
 double kindPeakActivationBytes(std::string_view kind, int p, int v, int m, int rank, double stash, double kept);
 
-/// @brief One point of the search space. p t d = devices; m = B / (b d) microbatches per pipeline.
+/// @brief One point of the search space. p t c d = devices; m = B / (b d) microbatches per pipeline.
 struct Config
 {
     int p = 1; ///< pipeline stages
@@ -68,8 +68,11 @@ struct Config
     /// ZeRO stages 2 and 3 on top of it (with replicas): the gradients, and also the weights, sharded over them.
     bool shard_gradients = false;
     bool shard_weights = false;
+    /// Context-parallel size (ring attention over c ranks per tensor rank); p t c d = devices.
+    int c = 1;
 
-    /// "p=4 t=2 d=1 b=1 v=2 m=8 sp dist-opt recompute=selective", then the kind when it is a zero-bubble one
+    /// "p=4 t=2 d=1 b=1 v=2 m=8 sp dist-opt recompute=selective", " c=2" with context parallelism, then the kind when
+    /// it is a zero-bubble one
     std::string text() const;
 };
 
@@ -99,8 +102,8 @@ struct Estimate
     std::string memoryPartsText() const;
 };
 
-/// Devices in Megatron's rank order (tensor fastest, then data, then pipeline): stage r holds devices
-/// [r d t, (r+1) d t) of the first p t d. Layer boundaries split the profile into p v virtual stages, balanced
+/// Devices in Megatron's rank order (tensor fastest, then context, then data, then pipeline): stage r holds devices
+/// [r d c t, (r+1) d c t) of the first p t c d. Layer boundaries split the profile into p v virtual stages, balanced
 /// by time per tensor-parallel rank (tensor all-reduces included); schedule config.scheduleKind(). zbv puts virtual
 /// stage s on rank s for s < p and on rank 2p - 1 - s after (the V).
 Plan configPlan(const PartitionRequest& request, const Config& config);

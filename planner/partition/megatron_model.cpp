@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "../costs.h"
 #include "../schedule/generator.h"
@@ -99,7 +100,8 @@ std::string Config::scheduleKind() const
 std::string Config::text() const
 {
     return "p=" + std::to_string(p) + " t=" + std::to_string(t) + " d=" + std::to_string(d) + " b=" + std::to_string(b)
-        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (sequence_parallel ? " sp" : "")
+        + " v=" + std::to_string(v) + " m=" + std::to_string(m) + (c > 1 ? " c=" + std::to_string(c) : "")
+        + (sequence_parallel ? " sp" : "")
         + (shard_weights                ? " zero3"
                 : shard_gradients       ? " zero2"
                 : distributed_optimizer ? " dist-opt"
@@ -113,6 +115,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     const auto& model = request.model;
     Plan plan = detail::basePlan(request, "megatron");
     plan.tensor_parallel = c.t;
+    plan.context_parallel = c.c;
     plan.schedule.kind = c.scheduleKind();
     plan.schedule.chunks = c.v;
     plan.schedule.microbatches = c.m * c.d;
@@ -122,7 +125,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     plan.schedule.tp_comm_overlap = request.options.schedule.tp_comm_overlap && c.sequence_parallel && c.t > 1;
     plan.schedule.distributed_optimizer = c.distributed_optimizer || request.options.schedule.distributed_optimizer;
     // ZeRO 2 and 3 (the configuration's, or the request's --zero-stage) where the optimizer is sharded over replicas.
-    const bool sharded = plan.schedule.distributed_optimizer && c.d > 1;
+    const bool sharded = plan.schedule.distributed_optimizer && c.d * c.c > 1; // over data and context ranks
     plan.schedule.shard_gradients
         = sharded && (c.shard_gradients || c.shard_weights || request.options.schedule.shard_gradients);
     plan.schedule.shard_weights = sharded && (c.shard_weights || request.options.schedule.shard_weights);
@@ -146,11 +149,11 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     std::vector<double> weights;
     for (int l = 0; l < model->layerCount(); ++l) {
         const auto& layer = model->layers[l];
-        const auto times = rankTimesOn(layer, type, speed, c.t, plan.schedule.sequence_parallel, c.recompute);
+        const auto times = rankTimesOn(layer, type, speed, c.t, plan.schedule.sequence_parallel, c.recompute, c.c);
         const bool full = c.recompute == Recompute::Full;
         const bool overlap = plan.schedule.tp_comm_overlap;
         double w = (times.forward_ms + times.recompute_ms + times.backward_ms) * 1e-3 * scale;
-        const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale, c.t);
+        const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale / c.c, c.t);
         double tpF = tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat);
         double tpB = tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
         if (overlap) {
@@ -161,7 +164,7 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
         weights.push_back(w);
     }
     const auto bounds = detail::balancedBoundaries(weights, c.p * c.v);
-    const int perStage = c.d * c.t;
+    const int perStage = c.d * c.c * c.t;
     int first = 0;
     for (int s = 0; s < c.p * c.v; ++s) {
         const int last = s < static_cast<int>(bounds.size()) ? bounds[s] : model->layerCount() - 1;
@@ -178,7 +181,12 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
 
 Estimate estimate(const Plan& plan, const Config& c)
 {
-    const CostModel cost = CostModel::fromPlan(plan);
+    // The costs of one of the identical data-parallel pipelines stand for all of them where they cost alike (at 16,384
+    // GPUs the whole plan's cost model was most of the search's time); the data-parallel groups are the whole plan's.
+    Plan reduced;
+    std::optional<CostModel> fast = reducedCostModel(plan, reduced);
+    const Plan& costed = fast ? reduced : plan;
+    const CostModel cost = fast ? std::move(*fast) : CostModel::fromPlan(plan);
     const int p = plan.pipelineDepth(), S = plan.stageCount(), t = c.t;
     const auto& cluster = plan.cluster;
     const std::string& kind = plan.schedule.kind;
@@ -189,12 +197,13 @@ Estimate estimate(const Plan& plan, const Config& c)
     double worstRatio = -1, slowestForward = 0, slowestWeight = 0;
     for (int r = 0; r < p; ++r) {
         const auto& devices = plan.stages[r].devices;
+        const std::size_t costedReplicas = costed.stages[r].devices.size();
         // The rank's v stages, found once: every device of the rank (d t of them) sums over these alone.
         std::vector<int> mine;
         for (int s = 0; s < S; ++s)
             if (onRank(s, r))
                 mine.push_back(s);
-        for (std::size_t i = 0; i < devices.size(); ++i) {
+        for (std::size_t i = 0; i < costedReplicas; ++i) {
             double time = 0, forward = 0, weight = 0;
             for (int s : mine) {
                 time += cost.forward(s, static_cast<int>(i)) + cost.recompute(s, static_cast<int>(i))
@@ -208,10 +217,12 @@ Estimate estimate(const Plan& plan, const Config& c)
                 slowestWeight = weight;
             }
         }
-        // Rank 0 of each replica: the data-parallel all-reduce among the replicas holding the same slice.
+        // Tensor rank 0 of each replica and context rank: the data-parallel all-reduce among the d c devices holding
+        // the same slice.
         double dp = 0, opt = 0, weights = 0, gradients = 0, optimizer = 0, stash = 0, working = 0, kept = 0;
         std::vector<int> dpGroup;
-        for (int j = 0; j < c.d; ++j)
+        const int g = c.d * c.c;
+        for (int j = 0; j < g; ++j)
             dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
         const double bw = cluster->groupBandwidth(dpGroup), lat = cluster->groupLatency(dpGroup);
         const auto& type = cluster->typeOf(devices[0]);
@@ -219,10 +230,10 @@ Estimate estimate(const Plan& plan, const Config& c)
             if (!onRank(s, r))
                 continue;
             const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
-            if (c.d > 1 && !plan.schedule.shard_weights) // FSDP sums microbatch by microbatch, inside B
+            if (g > 1 && !plan.schedule.shard_weights) // FSDP sums microbatch by microbatch, inside B
                 dp += (plan.schedule.overlap_param_gather ? 0.5 : 1.0)
-                    * (2.0 * (c.d - 1) / c.d * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
-                        + 2.0 * (c.d - 1) * lat);
+                    * (2.0 * (g - 1) / g * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
+                        + 2.0 * (g - 1) * lat);
             if (type.memory_bandwidth_bytes_per_s > 0)
                 opt += (3 * w + 2 * o) / type.memory_bandwidth_bytes_per_s;
             weights += cost.residentWeightBytes(s);

@@ -14,9 +14,10 @@ namespace pw::planner {
 ScheduleBuilder::ScheduleBuilder(const Plan& plan, std::string_view kind)
 {
     plan.validate();
-    if (plan.tensor_parallel > 1)
-        throw InputError({}, 0, "/tensor_parallel",
-            "generators build the logical plan (one device per tensor-parallel group); use generateSchedule()");
+    if (plan.modelParallel() > 1)
+        throw InputError({}, 0, plan.tensor_parallel > 1 ? "/tensor_parallel" : "/context_parallel",
+            "generators build the logical plan (one device per tensor- and context-parallel group); use "
+            "generateSchedule()");
     m_stages = plan.stageCount();
     m_chunks = std::max(1, plan.schedule.chunks);
     m_depth = plan.pipelineDepth();

@@ -71,7 +71,7 @@ int simulatedIterations(const Plan& plan)
 Schedule generateSchedule(const Plan& plan)
 {
     const auto* g = &generatorOrThrow(plan.schedule.kind);
-    if (plan.tensor_parallel > 1) {
+    if (plan.modelParallel() > 1) {
         plan.validate();
         return expandTensorParallel(g->generate(tensorParallelRankPlan(plan, 0)), plan);
     }

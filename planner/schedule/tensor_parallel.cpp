@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Tensor parallelism in schedules: generate on the logical plan (one device per tensor-parallel group),
-// then give every rank of a group a copy of the group's program (builder.h, "Tensor parallelism").
+// Tensor and context parallelism in schedules: generate on the logical plan (one device per model-parallel group of
+// t c devices), then give every rank of a group a copy of the group's program (builder.h, "Tensor parallelism").
 #include <string>
 
 #include "../errors.h"
@@ -10,11 +10,12 @@ namespace pw::planner {
 
 Plan tensorParallelRankPlan(const Plan& plan, int rank)
 {
-    const int t = std::max(1, plan.tensor_parallel);
+    const int t = plan.modelParallel();
     if (rank < 0 || rank >= t)
-        throw InputError("tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(t));
+        throw InputError("model-parallel rank " + std::to_string(rank) + " of " + std::to_string(t));
     Plan logical = plan;
     logical.tensor_parallel = 1;
+    logical.context_parallel = 1;
     logical.schedule.tp_comm_overlap = false; // a rank's own view has no group to overlap with
     for (auto& stage : logical.stages) {
         std::vector<int> devices;
@@ -27,7 +28,8 @@ Plan tensorParallelRankPlan(const Plan& plan, int rank)
 
 Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
 {
-    const int t = std::max(1, plan.tensor_parallel);
+    const int t = plan.modelParallel(); // group members: context rank k, tensor rank j at k tp + j
+    const int tp = std::max(1, plan.tensor_parallel), cp = std::max(1, plan.context_parallel);
     if (t == 1)
         return logical;
     const int D = plan.cluster->deviceCount();
@@ -55,13 +57,15 @@ Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
     out.microbatches_per_batch = logical.microbatches_per_batch;
     out.chunks = logical.chunks;
     out.devices.resize(logical.devices.size());
-    // Data-parallel all-reduces run among the replicas that hold the same slice: group g of the logical
-    // schedule becomes t groups, g * t + j among the rank-j devices.
+    // Data-parallel all-reduces run among the devices that hold the same weights: group g of the logical schedule
+    // becomes tp groups, g tp + j among the tensor-rank-j devices of every replica and context rank (Megatron sums
+    // gradients over data and context ranks together).
     for (const auto& group : logical.groups)
-        for (int j = 0; j < t; ++j) {
+        for (int j = 0; j < tp; ++j) {
             CollectiveGroup g {group.stage, {}, group.purpose};
             for (int d : group.devices)
-                g.devices.push_back(rankOf(d, j));
+                for (int k = 0; k < cp; ++k)
+                    g.devices.push_back(rankOf(d, k * tp + j));
             out.groups.push_back(std::move(g));
         }
     for (int leader = 0; leader < static_cast<int>(logical.devices.size()); ++leader) {
@@ -74,10 +78,12 @@ Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
             for (auto& a : copy) {
                 if (isSend(a.kind) || isRecv(a.kind)) {
                     a.peer = rankOf(a.peer, j);
-                    a.bytes /= t; // scatter/gather: each rank moves its 1/t slice (§4.4.1)
+                    // Scatter/gather: each tensor rank moves its 1/t slice (§4.4.1) of its context rank's 1/c of
+                    // the sequence.
+                    a.bytes /= t;
                 } else if (a.kind == ActionKind::AllReduce) {
-                    a.group = a.group * t + j;
-                    a.bytes /= t; // the rank's shard of the stage's weights
+                    a.group = a.group * tp + j % tp;
+                    a.bytes /= tp; // the rank's shard of the stage's weights
                 }
             }
         }

@@ -585,7 +585,7 @@ namespace {
 /// of a group must run the same compute sequence, or their all-reduces inside F and B would not meet.
 ValidationReport validateTensorParallel(const Schedule& schedule, const Plan& plan)
 {
-    const int t = plan.tensor_parallel;
+    const int t = plan.modelParallel();
     ValidationReport report;
     const int D = static_cast<int>(schedule.devices.size());
     std::vector<int> rankOf(D, -1);
@@ -603,6 +603,9 @@ ValidationReport validateTensorParallel(const Schedule& schedule, const Plan& pl
         for (int d = 0; d < D; ++d)
             if (rankOf[d] != j)
                 view.devices[d].clear();
+        // With context parallelism a gradient group spans the context ranks; the rank's view keeps its own members.
+        for (auto& g : view.groups)
+            std::erase_if(g.devices, [&](int d) { return d < 0 || d >= D || rankOf[d] != j; });
         auto sub = Validator(view, tensorParallelRankPlan(plan, j)).run();
         for (auto& e : sub.errors)
             report.errors.push_back("tensor-parallel rank " + std::to_string(j) + ": " + e);
@@ -645,7 +648,7 @@ ValidationReport validateTensorParallel(const Schedule& schedule, const Plan& pl
 
 ValidationReport validate(const Schedule& schedule, const Plan& plan)
 {
-    if (plan.tensor_parallel > 1 && schedule.devices.size() == static_cast<std::size_t>(plan.cluster->deviceCount()))
+    if (plan.modelParallel() > 1 && schedule.devices.size() == static_cast<std::size_t>(plan.cluster->deviceCount()))
         return validateTensorParallel(schedule, plan);
     return Validator(schedule, plan).run();
 }

@@ -337,6 +337,8 @@ CostModel calibratedCostModel(const CalibratedCosts& costs, const Plan& plan)
     // Measured spans hold whatever all-reduces ran inside them: no tensor-parallel share is split out.
     c.tp_forward_s.clear();
     c.tp_backward_s.clear();
+    c.cp_forward_s.clear();
+    c.cp_backward_s.clear();
     std::vector<double> stepBytes(static_cast<std::size_t>(costs.devices), 0.0);
     std::vector<double> stepSeconds(stepBytes.size(), 0.0);
     for (int s = 0; s < S; ++s) {
@@ -354,6 +356,8 @@ CostModel calibratedCostModel(const CalibratedCosts& costs, const Plan& plan)
             if (i < c.recompute_s.size()) {
                 c.recompute_s[i] = again;
                 c.recompute_tp_s[i] = 0; // inside the measured span
+                if (i < c.recompute_cp_s.size())
+                    c.recompute_cp_s[i] = 0;
             }
             // A split backward's measured parts: W's share of it (the profile's estimate otherwise).
             if (r < st.backward_weight_s.size() && c.backward_s[i] > 0) {

@@ -132,9 +132,12 @@ StageCharge CostModel::charge(int stage, int replica) const
     const double tpBackward = i < tp_backward_s.size() ? tp_backward_s[i] : 0.0;
     const double gatherForward = i < weight_gather_forward_s.size() ? weight_gather_forward_s[i] : 0.0;
     const double gatherBackward = i < weight_gather_backward_s.size() ? weight_gather_backward_s[i] : 0.0;
+    const double cpForward = i < cp_forward_s.size() ? cp_forward_s[i] : 0.0;
+    const double cpBackward = i < cp_backward_s.size() ? cp_backward_s[i] : 0.0;
     StageCharge c;
-    c.forward_s = forward_s[i] - tpForward - gatherForward;
-    c.backward_s = backward_s[i] - tpBackward - gatherBackward;
+    c.forward_s = forward_s[i] - tpForward - gatherForward - cpForward;
+    c.backward_s = backward_s[i] - tpBackward - gatherBackward - cpBackward;
+    c.context_parallel_s = cpForward + cpBackward + (i < recompute_cp_s.size() ? recompute_cp_s[i] : 0.0);
     c.weight_gather_s = gatherForward + gatherBackward;
     c.recompute_s = i < recompute_s.size() ? recompute_s[i] : 0.0;
     c.tensor_parallel_s = tpForward + tpBackward + (i < recompute_tp_s.size() ? recompute_tp_s[i] : 0.0);
@@ -144,14 +147,16 @@ StageCharge CostModel::charge(int stage, int replica) const
 double CostModel::recompute(int stage, int replica) const
 {
     const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
-    return (i < recompute_s.size() ? recompute_s[i] : 0.0) + (i < recompute_tp_s.size() ? recompute_tp_s[i] : 0.0);
+    return (i < recompute_s.size() ? recompute_s[i] : 0.0) + (i < recompute_tp_s.size() ? recompute_tp_s[i] : 0.0)
+        + (i < recompute_cp_s.size() ? recompute_cp_s[i] : 0.0);
 }
 
 double CostModel::backwardWeight(int stage, int replica) const
 {
     const std::size_t i = static_cast<std::size_t>(stage_offset[stage] + replica);
     const double compute = backward_s[i] - (i < tp_backward_s.size() ? tp_backward_s[i] : 0.0)
-        - (i < weight_gather_backward_s.size() ? weight_gather_backward_s[i] : 0.0);
+        - (i < weight_gather_backward_s.size() ? weight_gather_backward_s[i] : 0.0)
+        - (i < cp_backward_s.size() ? cp_backward_s[i] : 0.0);
     return std::max(0.0, compute) * (i < backward_weight_share.size() ? backward_weight_share[i] : 0.5);
 }
 
@@ -168,7 +173,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
     const int S = plan.stageCount();
     auto cut = plan.model->cutBytes(plan.layer_order);
     const double scale = microbatchScale(plan);
-    const int tp = std::max(1, plan.tensor_parallel);
+    const int tp = std::max(1, plan.tensor_parallel), cp = std::max(1, plan.context_parallel), mp = tp * cp;
     // Every device's node and type in one pass over the nodes (typeOf per device looks both up again).
     const auto refs = plan.cluster->devices();
     for (int s = 0; s < S; ++s) {
@@ -179,6 +184,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
         // (a data-parallel stage of 16,384 GPUs has thousands of devices of one type).
         std::vector<std::optional<StageTotals>> byType(plan.cluster->device_types.size());
         double bw = 0, lat = 0;
+        std::vector<std::pair<double, double>> ringLink(static_cast<std::size_t>(tp)); // per tensor rank j
         for (std::size_t r = 0; r < devices.size(); ++r) {
             const int dev = devices[r];
             const int known = dev >= 0 && static_cast<std::size_t>(dev) < refs.size() ? refs[dev].type : -1;
@@ -204,6 +210,19 @@ CostModel CostModel::fromPlan(const Plan& plan)
                     tpBackward = overlappedTensorParallelTime(tpBackward, t.backward_s, tp);
                 }
             }
+            double cpForward = 0, cpBackward = 0;
+            if (cp > 1) {
+                // Context parallelism: the ring of tensor rank j's c context ranks (stride t inside the replica).
+                const std::size_t i = r % mp, j = i % tp, base = r - i;
+                if (i < static_cast<std::size_t>(tp)) { // context rank 0: the group's link, once
+                    std::vector<int> ring;
+                    for (int k = 0; k < cp; ++k)
+                        ring.push_back(devices[base + static_cast<std::size_t>(k) * tp + j]);
+                    ringLink[j] = {plan.cluster->groupBandwidth(ring), plan.cluster->groupLatency(ring)};
+                }
+                cpForward = contextParallelSeconds(t, cp, ringLink[j].first, ringLink[j].second, false);
+                cpBackward = contextParallelSeconds(t, cp, ringLink[j].first, ringLink[j].second, true);
+            }
             // FSDP: the gathers pipelined with the pass's compute layer by layer (the next layer's prefetched).
             const double gatherForward
                 = pipelinedCommunicationSeconds(t.weight_gather_forward_s, t.forward_s, t.weight_layers);
@@ -211,10 +230,13 @@ CostModel CostModel::fromPlan(const Plan& plan)
                 t.weight_gather_backward_s, t.backward_s + t.recompute_s, t.weight_layers);
             c.weight_gather_forward_s.push_back(gatherForward);
             c.weight_gather_backward_s.push_back(gatherBackward);
-            c.forward_s.push_back(t.forward_s + tpForward + gatherForward);
-            c.backward_s.push_back(t.backward_s + tpBackward + gatherBackward);
+            c.forward_s.push_back(t.forward_s + tpForward + gatherForward + cpForward);
+            c.backward_s.push_back(t.backward_s + tpBackward + gatherBackward + cpBackward);
             c.tp_forward_s.push_back(tpForward);
             c.tp_backward_s.push_back(tpBackward);
+            c.cp_forward_s.push_back(cpForward);
+            c.cp_backward_s.push_back(cpBackward);
+            c.recompute_cp_s.push_back(plan.schedule.recompute == Recompute::Full ? cpForward : 0.0);
             c.backward_weight_share.push_back(t.backward_s > 0 ? t.backward_weight_s / t.backward_s : 0.5);
             c.recompute_s.push_back(t.recompute_s);
             // Full recomputation runs the forward's tensor-parallel all-reduces again; the attention core has none.
@@ -231,8 +253,9 @@ CostModel CostModel::fromPlan(const Plan& plan)
         c.stage_recompute_working_bytes.push_back(first.recompute_working_bytes);
         c.stage_weight_gradient_bytes.push_back(first.weight_gradient_bytes);
         c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
-        // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1).
-        c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / tp : 0.0);
+        // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1) of its context
+        // rank's 1/c of the sequence.
+        c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / mp : 0.0);
     }
     // Each node's inter-node links, numbered over the cluster: device k of a node sends on its link k mod links.
     std::vector<int> firstUplink;
@@ -282,7 +305,10 @@ void CostModel::check(const Plan& plan, int devices) const
             bad("tensor-parallel all-reduce times", v->size(), replicas);
     if (!c.backward_weight_share.empty() && c.backward_weight_share.size() != replicas)
         bad("weight-gradient shares", c.backward_weight_share.size(), replicas);
-    for (auto* v : {&c.recompute_s, &c.recompute_tp_s})
+    for (auto* v : {&c.cp_forward_s, &c.cp_backward_s})
+        if (!v->empty() && v->size() != replicas)
+            bad("context-parallel exchange times", v->size(), replicas);
+    for (auto* v : {&c.recompute_s, &c.recompute_tp_s, &c.recompute_cp_s})
         if (!v->empty() && v->size() != replicas)
             bad("recomputation times", v->size(), replicas);
     for (auto* v : {&c.stage_kept_bytes, &c.stage_recompute_working_bytes})

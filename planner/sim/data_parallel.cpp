@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,26 +20,30 @@ namespace {
 /// the ones tests/planner/test_data_parallel_simulation.cpp compares with the whole simulation.
 constexpr std::array<std::string_view, 5> kSymmetricKinds {"1f1b", "interleaved", "zb-h1", "zb-h2", "zbv"};
 
-/// How a plan's pipelines reduce: t ranks per tensor-parallel group, d pipelines, q of them simulated (q t devices
-/// of a stage fill whole nodes); `why` is non-empty where they may not be simulated apart.
+/// How a plan's pipelines reduce: t ranks per model-parallel group (tensor times context ranks), d pipelines, q of
+/// them simulated (q t devices of a stage fill whole nodes); `why` is non-empty where they may not be simulated apart.
 struct Layout
 {
     int t = 1;
+    int tp = 1; ///< of which tensor-parallel
     int d = 1;
     int q = 1;
     std::string why;
 };
 
-Layout layoutOf(const Plan& plan, const SimulationOptions& options)
+/// `costsOnly`: whether the pipelines cost alike (the cluster and the layout), leaving out what only their simulation
+/// needs (the schedule kind, its batches and microbatches, what is recorded).
+Layout layoutOf(const Plan& plan, const SimulationOptions& options, bool costsOnly = false)
 {
     Layout l;
     auto refuse = [&](std::string why) {
         l.why = std::move(why);
         return l;
     };
-    if (options.record_spans || options.record_memory)
+    if (!costsOnly && (options.record_spans || options.record_memory))
         return refuse("it records spans or memory counters");
-    if (std::find(kSymmetricKinds.begin(), kSymmetricKinds.end(), plan.schedule.kind) == kSymmetricKinds.end())
+    if (!costsOnly
+        && std::find(kSymmetricKinds.begin(), kSymmetricKinds.end(), plan.schedule.kind) == kSymmetricKinds.end())
         return refuse("schedule kind '" + plan.schedule.kind + "' is not known to run its replicas alike");
     if (plan.stages.empty() || plan.pipelineCount() != 1)
         return refuse("it has no stages or several independent pipelines");
@@ -51,7 +56,8 @@ Layout layoutOf(const Plan& plan, const SimulationOptions& options)
             || n.intra_latency_s != first.intra_latency_s || n.inter_node_links != first.inter_node_links)
             return refuse("its nodes' links differ");
     const int perNode = first.count;
-    l.t = std::max(1, plan.tensor_parallel);
+    l.t = plan.modelParallel();
+    l.tp = std::max(1, plan.tensor_parallel);
     const std::size_t replicas = plan.stages[0].devices.size();
     for (const auto& st : plan.stages)
         if (st.devices.size() != replicas)
@@ -65,10 +71,10 @@ Layout layoutOf(const Plan& plan, const SimulationOptions& options)
     // Transfers that share an uplink (tensor-parallel ranks, pipelines of a node) take turns in the order the dataflow
     // reaches them. That order is the same in every block of nodes and in the reduced run until the first all-reduce
     // ends, which releases the members of all blocks in turn: after it, with another batch to run, blocks may differ.
-    if (plan.schedule.iterations > 1)
+    if (!costsOnly && plan.schedule.iterations > 1)
         return refuse("it runs " + std::to_string(plan.schedule.iterations)
             + " batches, whose transfers after an all-reduce may take their turns differently in every pipeline");
-    if (plan.schedule.microbatches < l.d || plan.schedule.microbatches % l.d != 0)
+    if (!costsOnly && (plan.schedule.microbatches < l.d || plan.schedule.microbatches % l.d != 0))
         return refuse("its microbatches do not split evenly among its pipelines");
     // Each block of q pipelines of a stage: consecutive devices from a node's first on, so whole nodes that hold
     // nothing else (a device is in one physical stage), laid out like every other block. The physical stages in
@@ -123,7 +129,7 @@ Plan reducedPlan(const Plan& plan, const Layout& l, std::vector<int>& reducedOf)
 /// replicas,
 /// one group per (stage, tensor-parallel rank) and an all-reduce of the rank's share of the stage's gradients before
 /// each optimizer step (ScheduleBuilder::step, expandTensorParallel).
-void addAllReduces(Schedule& schedule, const Plan& reduced, int t)
+void addAllReduces(Schedule& schedule, const Plan& reduced, int t, int tp)
 {
     const double gradientScale = gradientBytesPerWeightByte(reduced.schedule, *reduced.model);
     std::vector<double> bytes;
@@ -132,10 +138,7 @@ void addAllReduces(Schedule& schedule, const Plan& reduced, int t)
         double weights = 0.0;
         for (int pos = st.first_layer; pos <= st.last_layer; ++pos)
             weights += reduced.model->layers.at(reduced.layerAt(pos)).weight_bytes;
-        double b = weights * gradientScale;
-        if (t > 1)
-            b /= t;
-        bytes.push_back(b);
+        bytes.push_back(weights * gradientScale / tp); // a tensor rank's share; context ranks hold it all
     }
     const int base = static_cast<int>(schedule.groups.size()); // the tied weights' groups, when there are some
     for (int s = 0; s < reduced.stageCount(); ++s)
@@ -163,11 +166,53 @@ void addAllReduces(Schedule& schedule, const Plan& reduced, int t)
     }
 }
 
+/// The optimizer state as the whole group keeps it: the distributed optimizer shards it over the plan's d
+/// replicas, not over the q of `reduced` (issue 31: the search's simulation ignored --distributed-optimizer). So do
+/// ZeRO's shards of gradients and weights, and FSDP's gathers over the whole group's d members and link.
+void wholeGroupShares(const Plan& plan, const Plan& reduced, CostModel& cost)
+{
+    if (!plan.schedule.distributed_optimizer)
+        return;
+    for (int s = 0; s < plan.stageCount(); ++s) {
+        const auto whole = stageTotals(plan, s, plan.cluster->typeOf(plan.stages[s].devices.at(0)));
+        const auto at = static_cast<std::size_t>(s);
+        cost.stage_optimizer_bytes[at] = whole.optimizer_bytes;
+        cost.stage_resident_weight_bytes[at] = whole.resident_weight_bytes;
+        cost.stage_gradient_bytes[at] = whole.gradient_bytes;
+        if (!plan.schedule.shard_weights)
+            continue;
+        const double forward
+            = pipelinedCommunicationSeconds(whole.weight_gather_forward_s, whole.forward_s, whole.weight_layers);
+        const double backward = pipelinedCommunicationSeconds(
+            whole.weight_gather_backward_s, whole.backward_s + whole.recompute_s, whole.weight_layers);
+        for (std::size_t r = 0; r < reduced.stages[s].devices.size(); ++r) {
+            const std::size_t i = static_cast<std::size_t>(cost.stage_offset[at]) + r;
+            cost.forward_s[i] += forward - cost.weight_gather_forward_s[i];
+            cost.backward_s[i] += backward - cost.weight_gather_backward_s[i];
+            cost.weight_gather_forward_s[i] = forward;
+            cost.weight_gather_backward_s[i] = backward;
+        }
+    }
+}
+
 } // namespace
 
 std::string dataParallelAsymmetry(const Plan& plan, const SimulationOptions& options)
 {
     return layoutOf(plan, options).why;
+}
+
+std::optional<CostModel> reducedCostModel(const Plan& plan, Plan& reduced)
+{
+    const Layout l = layoutOf(plan, {}, true);
+    if (!l.why.empty())
+        return std::nullopt;
+    std::vector<int> reducedOf;
+    reduced = reducedPlan(plan, l, reducedOf);
+    reduced.schedule.microbatches = std::max(1, reduced.schedule.microbatches);
+    CostModel cost = CostModel::fromPlan(reduced);
+    wholeGroupShares(plan, reduced, cost);
+    return cost;
 }
 
 SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions& options)
@@ -179,34 +224,12 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
     const Plan reduced = reducedPlan(plan, l, reducedOf);
     Schedule schedule = generateSchedule(reduced);
     if (l.q == 1)
-        addAllReduces(schedule, reduced, l.t);
+        addAllReduces(schedule, reduced, l.t, l.tp);
     CostModel cost = CostModel::fromPlan(reduced);
-    // The optimizer state as the whole group keeps it: the distributed optimizer shards it over the plan's d
-    // replicas, not over the q simulated ones (issue 31: the search's simulation ignored --distributed-optimizer).
-    // So do ZeRO's shards of gradients and weights, and FSDP's gathers over the whole group's d members and link.
-    if (plan.schedule.distributed_optimizer)
-        for (int s = 0; s < plan.stageCount(); ++s) {
-            const auto whole = stageTotals(plan, s, plan.cluster->typeOf(plan.stages[s].devices.at(0)));
-            const auto at = static_cast<std::size_t>(s);
-            cost.stage_optimizer_bytes[at] = whole.optimizer_bytes;
-            cost.stage_resident_weight_bytes[at] = whole.resident_weight_bytes;
-            cost.stage_gradient_bytes[at] = whole.gradient_bytes;
-            if (!plan.schedule.shard_weights)
-                continue;
-            const double forward
-                = pipelinedCommunicationSeconds(whole.weight_gather_forward_s, whole.forward_s, whole.weight_layers);
-            const double backward = pipelinedCommunicationSeconds(
-                whole.weight_gather_backward_s, whole.backward_s + whole.recompute_s, whole.weight_layers);
-            for (std::size_t r = 0; r < reduced.stages[s].devices.size(); ++r) {
-                const std::size_t i = static_cast<std::size_t>(cost.stage_offset[at]) + r;
-                cost.forward_s[i] += forward - cost.weight_gather_forward_s[i];
-                cost.backward_s[i] += backward - cost.weight_gather_backward_s[i];
-                cost.weight_gather_forward_s[i] = forward;
-                cost.weight_gather_backward_s[i] = backward;
-            }
-        }
-    // Each stage's all-reduces are charged as the whole group's ring: d members and the slowest link they cross
-    // (groupLink on the whole cluster's nodes; every tensor-parallel rank's group crosses alike).
+    wholeGroupShares(plan, reduced, cost);
+    // Each stage's all-reduces are charged as the whole group's ring: d c members (the replicas' context ranks) and
+    // the slowest link they cross (groupLink on the whole cluster's nodes; every tensor-parallel rank's group crosses
+    // alike).
     const auto& cluster = *plan.cluster;
     CostModel whole;
     for (const auto& ref : cluster.devices())
@@ -216,9 +239,10 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
     whole.inter_node = {cluster.inter_node_bandwidth_bytes_per_s, cluster.inter_node_latency_s};
     for (const auto& st : plan.stages) {
         std::vector<int> group;
-        for (int k = 0; k < l.d; ++k)
-            group.push_back(st.devices[static_cast<std::size_t>(k) * l.t]);
-        cost.stage_rings.push_back({l.d, whole.groupLink(group)});
+        const int members = l.d * (l.t / l.tp);
+        for (int k = 0; k < members; ++k)
+            group.push_back(st.devices[static_cast<std::size_t>(k) * l.tp]);
+        cost.stage_rings.push_back({members, whole.groupLink(group)});
     }
     SimulationResult part = simulate(reduced, schedule, cost, options);
 

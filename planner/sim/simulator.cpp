@@ -115,7 +115,7 @@ public:
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);
         m_tpRankOf.assign(D, 0);
-        const int tp = std::max(1, plan.tensor_parallel);
+        const int tp = plan.modelParallel(); // a group's ranks each have their own transfer lanes
         for (int s = 0; s < p; ++s)
             for (int r = 0; r < plan.stages[s].replicas(); ++r) {
                 m_replicaOf[plan.stages[s].devices[r]] = r;

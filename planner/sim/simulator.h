@@ -2,6 +2,7 @@
 // Discrete-event execution of a Schedule under a cost model: the predicted Timeline and its metrics.
 #pragma once
 
+#include <optional>
 #include <stop_token>
 #include <vector>
 
@@ -48,8 +49,14 @@ struct StageCharge
     /// ZeRO-3 / FSDP: what the weights' all-gathers and the gradients' reduce-scatter of these passes add where the
     /// compute does not cover them.
     double weight_gather_s = 0;
+    /// Context parallelism: what the ring attention's K and V exchanges of these passes (recomputed ones too) add where
+    /// the attention compute does not cover them.
+    double context_parallel_s = 0;
 
-    double total_s() const { return forward_s + backward_s + recompute_s + tensor_parallel_s + weight_gather_s; }
+    double total_s() const
+    {
+        return forward_s + backward_s + recompute_s + tensor_parallel_s + weight_gather_s + context_parallel_s;
+    }
     bool operator==(const StageCharge&) const = default;
 };
 
@@ -78,6 +85,11 @@ struct CostModel
     std::vector<double> stage_recompute_working_bytes;
     std::vector<double> recompute_s;
     std::vector<double> recompute_tp_s;
+    /// Context parallelism, indexed like forward_s (empty: none): the exposed ring exchanges included in forward_s and
+    /// backward_s, and those full recomputation runs again.
+    std::vector<double> cp_forward_s;
+    std::vector<double> cp_backward_s;
+    std::vector<double> recompute_cp_s;
     /// Per stage, what a microbatch's I keeps for its W (StageTotals::weight_gradient_bytes), held from the end of
     /// the I to the end of the W; a fused B frees it at once, so only split backwards count it. Empty: none.
     std::vector<double> stage_weight_gradient_bytes;
@@ -286,5 +298,11 @@ std::string dataParallelAsymmetry(const Plan& plan, const SimulationOptions& opt
 /// metrics of its counterpart there. simulated_actions counts the actions actually simulated.
 /// Otherwise simulate(plan, options).
 SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions& options = {});
+/// The costs of `plan` through q of its d data-parallel pipelines, where they cost alike (dataParallelAsymmetry's
+/// conditions on the cluster and the layout, not those on the schedule): the cost model of the reduced plan (written
+/// to `reduced`: q pipelines on as many nodes, simulateDataParallel's), with the optimizer state, ZeRO's shards and
+/// FSDP's gathers of the whole group. Every replica of a stage there costs what every replica of the whole plan
+/// does, at q/d of fromPlan's work. nullopt where they may not cost alike.
+std::optional<CostModel> reducedCostModel(const Plan& plan, Plan& reduced);
 
 } // namespace pw::planner

@@ -131,6 +131,10 @@ void clusterScale(const ModelProfile& gpt, const std::string& only)
             PartitionOptions o;
             o.params["global-batch"] = 2 * nodes * 8;
             print("megatron (<10s)", nodes * 8, planTime(model, cluster, "megatron", o, &objective), objective);
+            // The new dimensions (issue 31): context-parallel sizes beside t, p, d, b, v and recomputation.
+            o.params["context-sizes"] = {1, 2, 4, 8};
+            print(
+                "megatron, c in 1-8 (<10s)", nodes * 8, planTime(model, cluster, "megatron", o, &objective), objective);
         }
     }
 }

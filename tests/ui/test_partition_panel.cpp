@@ -137,8 +137,18 @@ TEST_CASE("partition panel: the Megatron settings of the schedule show and come 
     CHECK(back.sequence_parallel);
     CHECK(back.tp_comm_overlap);
     CHECK(back.distributed_optimizer);
+    CHECK_FALSE(back.shard_gradients);
     CHECK_FALSE(back.overlap_grad_reduce);
     CHECK(back.overlap_param_gather);
+    // The ZeRO stage: FSDP (3) shards the gradients and the weights too.
+    auto* zero = panel.findChild<QComboBox*>(QStringLiteral("zeroStage"));
+    REQUIRE(zero);
+    CHECK(zero->currentData().toInt() == 1);
+    zero->setCurrentIndex(zero->findData(3));
+    const auto fsdp = panel.settings().schedule;
+    CHECK(fsdp.distributed_optimizer);
+    CHECK(fsdp.shard_gradients);
+    CHECK(fsdp.shard_weights);
     auto* gather = panel.findChild<QCheckBox*>(QStringLiteral("overlapParamGather"));
     REQUIRE(gather);
     gather->setChecked(false);

@@ -75,6 +75,9 @@ QVariant StageModel::data(const QModelIndex& index, int role) const
             parts += tr("\ntensor-parallel all-reduces %1").arg(secondsText(charge.tensor_parallel_s));
         if (plan.schedule.shard_weights)
             parts += tr("\nZeRO-3 gathers not covered by the compute %1").arg(secondsText(charge.weight_gather_s));
+        if (plan.context_parallel > 1)
+            parts += tr("\nring-attention exchanges not covered by the attention %1")
+                         .arg(secondsText(charge.context_parallel_s));
         return parts;
     }
     if (role == ValueRole) {

@@ -263,6 +263,10 @@ void ModelView::rebuild()
         caption += tr(" Tensor parallel t=%1: the bars are whole layers; each of a stage's %1 tensor-parallel devices "
                       "computes 1/%1 of them (plus the all-reduces), as the stage table and the metrics count it.")
                        .arg(plan.tensor_parallel);
+    if (plan.context_parallel > 1)
+        caption += tr(" Context parallel c=%1: each replica's %1 groups compute the same layers on 1/%1 of every "
+                      "sequence each, passing keys and values round a ring inside every attention.")
+                       .arg(plan.context_parallel);
     const std::string why = planner::edit::whyNotEditable(plan);
     caption += why.empty()
         ? tr(" Drag a dark handle to move a boundary; right-click to split, merge or assign devices.")

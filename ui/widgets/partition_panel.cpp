@@ -122,9 +122,17 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     m_tpCommOverlap = check(tr("Overlap TP communication"), "tpCommOverlap",
         tr("With sequence parallelism: the group's all-gathers and reduce-scatters pipelined with the GEMMs beside "
            "them in t chunks (Megatron's --tp-comm-overlap)"));
-    m_distributedOptimizer = check(tr("Distributed optimizer"), "distributedOptimizer",
-        tr("Shard the fp32 master weights and moments over the data-parallel replicas (ZeRO stage 1, Megatron's "
-           "--use-distributed-optimizer)"));
+    m_zeroStage = new QComboBox(general);
+    m_zeroStage->setObjectName(QStringLiteral("zeroStage"));
+    m_zeroStage->addItem(tr("0: none"), 0);
+    m_zeroStage->addItem(tr("1: distributed optimizer"), 1);
+    m_zeroStage->addItem(tr("2: + gradients sharded"), 2);
+    m_zeroStage->addItem(tr("3: + weights sharded (FSDP)"), 3);
+    m_zeroStage->setToolTip(
+        tr("What the data-parallel replicas (and context ranks) of a stage shard among them: 1 the fp32 master "
+           "weights and moments (Megatron's --use-distributed-optimizer), 2 also the gradients, reduce-scattered, 3 "
+           "also the weights, gathered layer by layer every microbatch (FSDP)"));
+    form->addRow(tr("ZeRO stage"), m_zeroStage);
     m_overlapGradReduce = check(tr("Overlap gradient sum"), "overlapGradReduce",
         tr("Sum the data-parallel gradients bucket by bucket during the backward (Megatron's --overlap-grad-reduce, "
            "PyTorch DDP); off: after it"));
@@ -247,7 +255,7 @@ void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
     m_recompute->setCurrentIndex(m_recompute->findData(static_cast<int>(schedule.recompute)));
     m_sequenceParallel->setChecked(schedule.sequence_parallel);
     m_tpCommOverlap->setChecked(schedule.tp_comm_overlap);
-    m_distributedOptimizer->setChecked(schedule.distributed_optimizer);
+    m_zeroStage->setCurrentIndex(m_zeroStage->findData(planner::zeroStage(schedule)));
     m_overlapGradReduce->setChecked(schedule.overlap_grad_reduce);
     m_overlapParamGather->setChecked(schedule.overlap_param_gather);
 }
@@ -374,7 +382,7 @@ app::PartitionSettings PartitionPanel::settings() const
     s.schedule.recompute = static_cast<planner::Recompute>(m_recompute->currentData().toInt());
     s.schedule.sequence_parallel = m_sequenceParallel->isChecked();
     s.schedule.tp_comm_overlap = m_tpCommOverlap->isChecked();
-    s.schedule.distributed_optimizer = m_distributedOptimizer->isChecked();
+    planner::setZeroStage(s.schedule, m_zeroStage->currentData().toInt());
     s.schedule.overlap_grad_reduce = m_overlapGradReduce->isChecked();
     s.schedule.overlap_param_gather = m_overlapParamGather->isChecked();
     for (const auto& [spec, editor] : m_optionEditors) {

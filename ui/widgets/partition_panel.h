@@ -95,7 +95,7 @@ private:
     QComboBox* m_recompute = nullptr; ///< none | selective | full
     QCheckBox* m_sequenceParallel = nullptr;
     QCheckBox* m_tpCommOverlap = nullptr;
-    QCheckBox* m_distributedOptimizer = nullptr;
+    QComboBox* m_zeroStage = nullptr;
     QCheckBox* m_overlapGradReduce = nullptr;
     QCheckBox* m_overlapParamGather = nullptr;
     QCheckBox* m_memoryLimit = nullptr;

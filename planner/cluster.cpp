@@ -230,6 +230,22 @@ double Cluster::groupLatency(const std::vector<int>& group) const
     return lat;
 }
 
+Cluster Cluster::firstNodes(int count) const
+{
+    const auto n = static_cast<std::ptrdiff_t>(std::clamp<std::size_t>(count, 0, nodes.size()));
+    // Every field but the nodes, then those kept (a field added to Cluster must be added here: the size check below).
+    static_assert(sizeof(Cluster)
+            == sizeof(std::string) + sizeof(std::vector<DeviceType>) + sizeof(NodeList) + 2 * sizeof(double),
+        "Cluster::firstNodes copies every field of Cluster");
+    Cluster c;
+    c.name = name;
+    c.device_types = device_types;
+    c.nodes = std::vector<Node>(nodes.begin(), nodes.begin() + n);
+    c.inter_node_bandwidth_bytes_per_s = inter_node_bandwidth_bytes_per_s;
+    c.inter_node_latency_s = inter_node_latency_s;
+    return c;
+}
+
 bool Cluster::isHomogeneous() const
 {
     if (nodes.empty())

@@ -209,6 +209,8 @@ struct Cluster
     double groupBandwidth(const std::vector<int>& group) const;
     double groupLatency(const std::vector<int>& group) const;
     bool isHomogeneous() const; ///< one device type and equal node sizes
+    /// This cluster with its first `count` nodes only (without copying the rest: a search makes one per candidate).
+    Cluster firstNodes(int count) const;
 
     /// PipeDream levels, innermost first: (devices per node, intra bw), (nodes, inter bw). One level when
     /// there is one node. Throws InputError when nodes differ in size.

@@ -151,6 +151,11 @@ double microbatchScale(const Plan& plan)
 
 StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
 {
+    return stageTotals(plan, stage, type, deviceSpeed(type, plan.model, plan.cluster->device_types).factor);
+}
+
+StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, double speed)
+{
     const auto& st = plan.stages[stage];
     // A context rank holds 1/c of every sequence: every per-microbatch byte count below is of its share (scale), and
     // rankTimesOn gives the times of its share (at the profile's microbatch: timeScale).
@@ -159,7 +164,6 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type)
     const double scale = timeScale / cp;
     const double optFactor = optimizerStateFactor(plan.schedule, plan.model, plan.gradientReplicas(stage));
     StageTotals t;
-    const double speed = deviceSpeed(type, plan.model, plan.cluster->device_types).factor;
     const int tp = std::max(1, plan.tensor_parallel);
     const bool sp = plan.schedule.sequence_parallel && tp > 1;
     const double spSplit = sp ? tp : 1.0;

@@ -140,6 +140,8 @@ double contextParallelSeconds(const StageTotals& totals, int c, double bandwidth
 /// tensorParallelTraffic. Their time depends on the group's links: see tensorParallelTime (CostModel::fromPlan adds it
 /// to F and B).
 StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type);
+/// The same with `type`'s deviceSpeed factor given (a caller costing many stages finds it once: it reads every layer).
+StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, double speed);
 
 // ---- Tensor parallelism (Megatron-LM, digest megatron-gavel.md §2.2-2.3) --------------------------------
 

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "../costs.h"
 #include "../errors.h"
@@ -423,10 +425,17 @@ private:
         return e;
     }
 
-    /// The analytical model on one configuration; over memory makes it infeasible.
-    static void estimateEntry(const PartitionRequest& request, Entry& e)
+    /// What balanceWeights depends on.
+    using WeightKey = std::tuple<int, int, int, int, bool>;
+    static WeightKey weightKey(const Config& c)
     {
-        const Plan plan = megatron::configPlan(request, e.config);
+        return {c.t, c.c, c.b, static_cast<int>(c.recompute), c.sequence_parallel};
+    }
+
+    /// The analytical model on one configuration (`weights`: its balanceWeights); over memory makes it infeasible.
+    static void estimateEntry(const PartitionRequest& request, Entry& e, const std::vector<double>& weights)
+    {
+        const Plan plan = megatron::configPlan(request, e.config, weights);
         e.estimate = megatron::estimate(plan, e.config);
         auto& c = e.candidate;
         c.throughput_samples_per_s = e.estimate.throughput_samples_per_s;
@@ -454,6 +463,11 @@ private:
     static bool estimateAll(
         const PartitionRequest& request, std::vector<Entry>& entries, const ProgressFn& progress, std::stop_token stop)
     {
+        // The layers' balancing weights, once per (t, c, b, recompute, sp): thousands of configurations share them.
+        std::map<WeightKey, std::vector<double>> weights;
+        for (const auto& e : entries)
+            if (auto [it, added] = weights.try_emplace(weightKey(e.config)); added)
+                it->second = megatron::balanceWeights(request, e.config);
         std::atomic<std::size_t> next {0}, finished {0};
         std::atomic<bool> cancelled {false};
         auto work = [&](bool reporter) {
@@ -462,7 +476,7 @@ private:
                     cancelled = true;
                     return;
                 }
-                estimateEntry(request, entries[i]);
+                estimateEntry(request, entries[i], weights.at(weightKey(entries[i].config)));
                 ++finished;
                 if (reporter && progress)
                     progress(0.5 * static_cast<double>(finished) / entries.size());

@@ -107,6 +107,12 @@ struct Estimate
 /// by time per tensor-parallel rank (tensor all-reduces included); schedule config.scheduleKind(). zbv puts virtual
 /// stage s on rank s for s < p and on rank 2p - 1 - s after (the V).
 Plan configPlan(const PartitionRequest& request, const Config& config);
+/// The time per microbatch of every layer on one model-parallel rank that configPlan balances the stages by (its
+/// share of the compute, recomputation and tensor-parallel all-reduces): it depends on t, c, b, recompute and sequence
+/// parallelism only, so a search over many p, d and v computes it once for them all.
+std::vector<double> balanceWeights(const PartitionRequest& request, const Config& config);
+/// configPlan with `weights` from balanceWeights(request, config).
+Plan configPlan(const PartitionRequest& request, const Config& config, const std::vector<double>& weights);
 
 /// The closed-form estimate of a plan made by configPlan (costs from CostModel::fromPlan); bubble and stashes follow
 /// the plan's schedule kind.

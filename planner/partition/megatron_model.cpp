@@ -110,7 +110,47 @@ std::string Config::text() const
         + (kind.empty() ? "" : " " + kind);
 }
 
+std::vector<double> balanceWeights(const PartitionRequest& request, const Config& c)
+{
+    const auto& model = request.model;
+    const int profileSize = std::max(1, model->microbatch_size);
+    const bool sp = c.sequence_parallel;
+    const bool overlap = request.options.schedule.tp_comm_overlap && sp && c.t > 1;
+    // Balance the p v virtual stages by a tensor-parallel rank's time per microbatch (its share of the
+    // compute plus its all-reduces): the embedding and head stages get fewer transformer layers.
+    const double scale = static_cast<double>(c.b) / profileSize;
+    const auto& type = request.cluster->typeOf(0);
+    std::vector<int> group;
+    for (int i = 0; i < c.t; ++i)
+        group.push_back(i);
+    const double bw = request.cluster->groupBandwidth(group), lat = request.cluster->groupLatency(group);
+    const auto cut = model->cutBytes();
+    const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
+    std::vector<double> weights;
+    for (int l = 0; l < model->layerCount(); ++l) {
+        const auto& layer = model->layers[l];
+        const auto times = rankTimesOn(layer, type, speed, c.t, sp, c.recompute, c.c);
+        const bool full = c.recompute == Recompute::Full;
+        double w = (times.forward_ms + times.recompute_ms + times.backward_ms) * 1e-3 * scale;
+        const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale / c.c, c.t);
+        double tpF = tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat);
+        double tpB = tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
+        if (overlap) {
+            tpF = overlappedTensorParallelTime(tpF, times.forward_ms * 1e-3 * scale, c.t);
+            tpB = overlappedTensorParallelTime(tpB, times.backward_ms * 1e-3 * scale, c.t);
+        }
+        w += tpF * (full ? 2 : 1) + tpB;
+        weights.push_back(w);
+    }
+    return weights;
+}
+
 Plan configPlan(const PartitionRequest& request, const Config& c)
+{
+    return configPlan(request, c, balanceWeights(request, c));
+}
+
+Plan configPlan(const PartitionRequest& request, const Config& c, const std::vector<double>& weights)
 {
     const auto& model = request.model;
     Plan plan = detail::basePlan(request, "megatron");
@@ -136,33 +176,6 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
     const int profileSize = std::max(1, model->microbatch_size);
     plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
 
-    // Balance the p v virtual stages by a tensor-parallel rank's time per microbatch (its share of the
-    // compute plus its all-reduces): the embedding and head stages get fewer transformer layers.
-    const double scale = static_cast<double>(c.b) / profileSize;
-    const auto& type = request.cluster->typeOf(0);
-    std::vector<int> group;
-    for (int i = 0; i < c.t; ++i)
-        group.push_back(i);
-    const double bw = request.cluster->groupBandwidth(group), lat = request.cluster->groupLatency(group);
-    const auto cut = model->cutBytes();
-    const double speed = deviceSpeed(type, model, request.cluster->device_types).factor;
-    std::vector<double> weights;
-    for (int l = 0; l < model->layerCount(); ++l) {
-        const auto& layer = model->layers[l];
-        const auto times = rankTimesOn(layer, type, speed, c.t, plan.schedule.sequence_parallel, c.recompute, c.c);
-        const bool full = c.recompute == Recompute::Full;
-        const bool overlap = plan.schedule.tp_comm_overlap;
-        double w = (times.forward_ms + times.recompute_ms + times.backward_ms) * 1e-3 * scale;
-        const auto traffic = tensorParallelTraffic(layer, l > 0 ? cut[l - 1] : 0.0, scale / c.c, c.t);
-        double tpF = tensorParallelTime(traffic.forward_bytes, traffic.forward_allreduces, c.t, bw, lat);
-        double tpB = tensorParallelTime(traffic.backward_bytes, traffic.backward_allreduces, c.t, bw, lat);
-        if (overlap) {
-            tpF = overlappedTensorParallelTime(tpF, times.forward_ms * 1e-3 * scale, c.t);
-            tpB = overlappedTensorParallelTime(tpB, times.backward_ms * 1e-3 * scale, c.t);
-        }
-        w += tpF * (full ? 2 : 1) + tpB;
-        weights.push_back(w);
-    }
     const auto bounds = detail::balancedBoundaries(weights, c.p * c.v);
     const int perStage = c.d * c.c * c.t;
     int first = 0;

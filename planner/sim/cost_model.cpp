@@ -174,8 +174,10 @@ CostModel CostModel::fromPlan(const Plan& plan)
     auto cut = plan.model->cutBytes(plan.layer_order);
     const double scale = microbatchScale(plan);
     const int tp = std::max(1, plan.tensor_parallel), cp = std::max(1, plan.context_parallel), mp = tp * cp;
-    // Every device's node and type in one pass over the nodes (typeOf per device looks both up again).
+    // Every device's node and type in one pass over the nodes (typeOf per device looks both up again); each type's
+    // speed once (deviceSpeed reads every layer).
     const auto refs = plan.cluster->devices();
+    const auto speeds = deviceSpeeds(plan.model, plan.cluster);
     for (int s = 0; s < S; ++s) {
         c.stage_offset.push_back(static_cast<int>(c.forward_s.size()));
         StageTotals first;
@@ -190,9 +192,10 @@ CostModel CostModel::fromPlan(const Plan& plan)
             const int known = dev >= 0 && static_cast<std::size_t>(dev) < refs.size() ? refs[dev].type : -1;
             const DeviceType& type // typeOf throws for an unknown type or device
                 = known >= 0 ? plan.cluster->device_types[known] : plan.cluster->typeOf(dev);
-            auto& totals = byType[static_cast<std::size_t>(&type - plan.cluster->device_types.data())];
+            const auto typeIndex = static_cast<std::size_t>(&type - plan.cluster->device_types.data());
+            auto& totals = byType[typeIndex];
             if (!totals)
-                totals = stageTotals(plan, s, type);
+                totals = stageTotals(plan, s, type, speeds[typeIndex].factor);
             const StageTotals& t = *totals;
             double tpForward = 0, tpBackward = 0;
             if (tp > 1) {

@@ -102,10 +102,7 @@ Plan reducedPlan(const Plan& plan, const Layout& l, std::vector<int>& reducedOf)
     const auto& cluster = *plan.cluster;
     const int block = l.q * l.t, depth = plan.pipelineDepth();
     const int perNode = cluster.nodes[0].count;
-    Cluster small = cluster;
-    std::vector<Node> nodes(
-        cluster.nodes.begin(), cluster.nodes.begin() + static_cast<std::ptrdiff_t>(depth) * block / perNode);
-    small.nodes = std::move(nodes);
+    Cluster small = cluster.firstNodes(depth * block / perNode);
     // Every device of the whole plan to its counterpart: block b of physical stage r, offset i -> r q t + i.
     reducedOf.assign(cluster.deviceCount(), -1);
     for (int r = 0; r < depth; ++r) {
@@ -173,8 +170,10 @@ void wholeGroupShares(const Plan& plan, const Plan& reduced, CostModel& cost)
 {
     if (!plan.schedule.distributed_optimizer)
         return;
+    const auto speeds = deviceSpeeds(plan.model, plan.cluster); // once: each reads every layer
     for (int s = 0; s < plan.stageCount(); ++s) {
-        const auto whole = stageTotals(plan, s, plan.cluster->typeOf(plan.stages[s].devices.at(0)));
+        const auto& type = plan.cluster->typeOf(plan.stages[s].devices.at(0));
+        const auto whole = stageTotals(plan, s, type, speeds.at(plan.cluster->findType(type.name)).factor);
         const auto at = static_cast<std::size_t>(s);
         cost.stage_optimizer_bytes[at] = whole.optimizer_bytes;
         cost.stage_resident_weight_bytes[at] = whole.resident_weight_bytes;

@@ -78,9 +78,10 @@ public:
             {"tensor-sizes", T::IntegerList, json(),
                 "tensor-parallel sizes t to try; auto: every divisor of the devices (t = 1 without an architecture)", 1,
                 1'000'000, {}},
-            {"context-sizes", T::IntegerList, json::array({1}),
+            {"context-sizes", T::IntegerList, json(),
                 "context-parallel sizes c to try (ring attention: each sequence split over c ranks, K and V passed "
-                "round them under the attention compute; c must divide the devices and the sequence into 2c chunks)",
+                "round them under the attention compute; c must divide the devices and the sequence into 2c chunks); "
+                "auto: 1 and the powers of two that leave every rank at least 4,096 tokens of the sequence",
                 1, 1'000'000, {}},
             {"pipeline-sizes", T::IntegerList, json(),
                 "pipeline depths p to try; auto: every divisor (--stages fixes one)", 1, 1'000'000, {}},
@@ -223,7 +224,16 @@ private:
         if (space.batch > 1'000'000'000)
             return detail::failure("bad-option", "the global batch " + std::to_string(space.batch) + " is too large");
         space.tensor = values.has("tensor-sizes") ? values.integers("tensor-sizes") : divisors(N);
-        space.context = values.integers("context-sizes");
+        if (values.has("context-sizes")) {
+            space.context = values.integers("context-sizes");
+        } else {
+            // auto: shorter chunks a rank would rarely pay for its thinner products and the ring; the search space
+            // stays that of c = 1 below 8,192 tokens.
+            space.context = {1};
+            for (int c = 2; model->architecture && c <= N; c *= 2)
+                if (model->architecture->sequence % (2 * c) == 0 && model->architecture->sequence / c >= 4096)
+                    space.context.push_back(c);
+        }
         if (std::any_of(space.context.begin(), space.context.end(), [](int c) { return c > 1; })
             && !model->architecture)
             return detail::failure("bad-option",

@@ -289,3 +289,20 @@ TEST_CASE("the costs of one data-parallel pipeline stand for the whole plan's", 
     odd.stages[1].devices.pop_back();
     CHECK_FALSE(reducedCostModel(odd, reduced));
 }
+
+TEST_CASE(
+    "context parallelism: a few of the data-parallel pipelines simulate the whole plan exactly", "[context][simulator]")
+{
+    // p = 2, t = 2, c = 2, d = 4 on four nodes: a replica's t c = 4 devices fill half a node, so two of the four
+    // pipelines stand for all of them; each gradient all-reduce is charged as the whole group of d c = 8.
+    const auto model = llama8b(8192);
+    const Plan plan = megatron::configPlan(request(model, 4), config(2, 2, 2, 4));
+    REQUIRE(dataParallelAsymmetry(plan, SimulationOptions {false, false}).empty());
+    const auto whole = simulate(plan, SimulationOptions {false, false});
+    const auto reduced = simulateDataParallel(plan, SimulationOptions {false, false});
+    CHECK(reduced.simulated_actions < whole.simulated_actions);
+    CHECK(reduced.iteration_time_s == Approx(whole.iteration_time_s).epsilon(1e-12));
+    CHECK(reduced.throughput_samples_per_s == Approx(whole.throughput_samples_per_s).epsilon(1e-12));
+    for (std::size_t s = 0; s < whole.stages.size(); ++s)
+        CHECK(reduced.stages[s].peak_memory_bytes == Approx(whole.stages[s].peak_memory_bytes).epsilon(1e-12));
+}

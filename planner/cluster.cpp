@@ -349,17 +349,24 @@ void Cluster::validate() const
         throw InputError({}, 0, "/inter_node_bandwidth_bytes_per_s", "must be > 0 for a cluster of several nodes");
 }
 
+json toJson(const DeviceType& t)
+{
+    json jt = {{"name", t.name}, {"memory_bytes", t.memory_bytes}, {"peak_tflops", t.peak_tflops},
+        {"memory_bandwidth_bytes_per_s", t.memory_bandwidth_bytes_per_s}, {"price_per_hour", t.price_per_hour}};
+    if (t.peak_fp8_tflops > 0)
+        jt["peak_fp8_tflops"] = t.peak_fp8_tflops;
+    if (t.relative_speed)
+        jt["relative_speed"] = *t.relative_speed;
+    if (t.streaming_execution)
+        jt["streaming_execution"] = true;
+    return jt;
+}
+
 json toJson(const Cluster& c)
 {
     json types = json::array();
     for (const auto& t : c.device_types) {
-        json jt = {{"name", t.name}, {"memory_bytes", t.memory_bytes}, {"peak_tflops", t.peak_tflops},
-            {"memory_bandwidth_bytes_per_s", t.memory_bandwidth_bytes_per_s}, {"price_per_hour", t.price_per_hour}};
-        if (t.relative_speed)
-            jt["relative_speed"] = *t.relative_speed;
-        if (t.streaming_execution)
-            jt["streaming_execution"] = true;
-        types.push_back(std::move(jt));
+        types.push_back(toJson(t));
     }
     json nodes = json::array();
     for (const auto& n : c.nodes) {
@@ -413,6 +420,7 @@ Cluster clusterFromJson(const json& j)
         if (!(t.memory_bytes > 0)) // as the cluster editor says it
             f::fail(f::child(path, "memory_bytes"), "must be > 0 bytes, got " + jt.at("memory_bytes").dump());
         t.peak_tflops = f::nonNegativeOr(jt, "peak_tflops", path, 0);
+        t.peak_fp8_tflops = f::nonNegativeOr(jt, "peak_fp8_tflops", path, 0);
         t.memory_bandwidth_bytes_per_s = f::nonNegativeOr(jt, "memory_bandwidth_bytes_per_s", path, 0);
         t.relative_speed = f::optionalNumber(jt, "relative_speed", path);
         t.price_per_hour = f::nonNegativeOr(jt, "price_per_hour", path, 0);

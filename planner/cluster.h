@@ -36,6 +36,9 @@ struct DeviceType
     /// accelerators): schedules that overlap a transfer with the op producing it ("1f1b-as") may run on
     /// it. Written to JSON only when true.
     bool streaming_execution = false;
+    /// Dense FP8 tensor-core TFLOP/s (the vendor datasheet's, without sparsity); 0: no FP8 tensor cores (A100 and
+    /// older), and a profile with FP8 products (`profile transformer --precision fp8`) cannot be made for it.
+    double peak_fp8_tflops = 0;
 
     bool operator==(const DeviceType&) const = default;
 };
@@ -221,6 +224,9 @@ struct Cluster
     bool operator==(const Cluster&) const = default;
 };
 
+/// A device type as cluster and offer files write it (peak_fp8_tflops, relative_speed and streaming_execution only
+/// where set).
+nlohmann::json toJson(const DeviceType& type);
 nlohmann::json toJson(const Cluster& cluster);
 Cluster clusterFromJson(const nlohmann::json& j);
 

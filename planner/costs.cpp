@@ -186,6 +186,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, dou
         t.backward_weight_s += times.backward_weight_ms * 1e-3 * timeScale;
         t.recompute_s += times.recompute_ms * 1e-3 * timeScale;
         t.weight_bytes += layer.weight_bytes;
+        t.fp8_weight_bytes += layer.fp8_weight_bytes;
         largestWeights = std::max(largestWeights, layer.weight_bytes);
         if (layer.weight_bytes > 0)
             ++t.weight_layers;
@@ -226,6 +227,7 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, dou
     }
     if (tp > 1) {
         t.weight_bytes /= tp;
+        t.fp8_weight_bytes /= tp;
         t.optimizer_bytes /= tp;
         largestWeights /= tp;
     }
@@ -251,6 +253,8 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, dou
         t.weight_gather_forward_s = collective(t.weight_bytes);
         t.weight_gather_backward_s = collective(t.weight_bytes) + collective(gradientBytes);
     }
+    // FP8 weight copies: of the weights a rank holds (all of them, or with ZeRO-3 its share).
+    t.resident_weight_bytes += t.fp8_weight_bytes * shares.weights;
     if (st.first_layer > 0) {
         t.input_bytes = cutAt(st.first_layer - 1) * scale / spSplit;
     }

@@ -107,8 +107,11 @@ struct StageTotals
     double tp_backward_bytes = 0;
     // ZeRO (plan.schedule's distributed_optimizer, shard_gradients, shard_weights over the stage's d replicas):
     /// The weights a rank keeps: weight_bytes, or with shard_weights its 1/d plus the two layers that are whole at a
-    /// time (the one computing and the next, prefetched).
+    /// time (the one computing and the next, prefetched); with FP8 products, plus their copies (fp8_weight_bytes).
     double resident_weight_bytes = 0;
+    /// The layers' FP8 weight copies and scaling state (Layer::fp8_weight_bytes, divided by t), counted in
+    /// resident_weight_bytes at the weights' share.
+    double fp8_weight_bytes = 0;
     /// The weight-sized gradient a rank keeps: weight_bytes, or its 1/d with shard_gradients.
     double gradient_bytes = 0;
     /// With shard_weights, per microbatch on one rank: the all-gather of the stage's weights before the forward, and

@@ -14,12 +14,14 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kGBps = 1e9;
 
-DeviceType preset(const char* name, double memoryGiB, double peakTflops, double bandwidthGBps, double price)
+DeviceType preset(
+    const char* name, double memoryGiB, double peakTflops, double bandwidthGBps, double price, double peakFp8Tflops = 0)
 {
     DeviceType t;
     t.name = name;
     t.memory_bytes = memoryGiB * kGiB;
     t.peak_tflops = peakTflops;
+    t.peak_fp8_tflops = peakFp8Tflops;
     t.memory_bandwidth_bytes_per_s = bandwidthGBps * kGBps;
     t.price_per_hour = price;
     return t;
@@ -65,13 +67,17 @@ const std::vector<DeviceType>& devicePresets()
     // Gavel digest); 0 where no cloud rents the device. Prices move often: treat them as defaults to edit.
     static const std::vector<DeviceType> presets = {
         // Vendor datasheets, dense (no sparsity) BF16 tensor-core peaks at boost clock:
-        preset("H100", 80, 989, 3350, 3.00), // H100 SXM5 80 GB, HBM3, 132 SMs, 700 W
-        preset("H100 PCIe", 80, 756, 2000, 2.50), // 114 SMs at 350 W, HBM2e 2.0 TB/s
-        preset("H200", 141, 989, 4800, 3.80), // SXM5 141 GB, HBM3e; same compute as H100
-        preset("A100", 80, 312, 2039, 1.80), // SXM4 80 GB, HBM2e (312 TFLOPS is Megatron's peak)
+        // The last number is the dense FP8 peak (the datasheets quote twice it "with sparsity"); 0 where the device
+        // has no FP8 tensor cores.
+        preset("H100", 80, 989, 3350, 3.00, 1978.9), // H100 SXM5 80 GB, HBM3, 132 SMs, 700 W
+        preset("H100 PCIe", 80, 756, 2000, 2.50, 1513), // 114 SMs at 350 W, HBM2e 2.0 TB/s
+        preset("H200", 141, 989, 4800, 3.80, 1978.9), // SXM5 141 GB, HBM3e; same compute as H100
+        preset("A100", 80, 312, 2039, 1.80), // SXM4 80 GB, HBM2e (312 TFLOPS is Megatron's peak); no FP8
         preset("A100 40GB", 40, 312, 1555, 1.30), // SXM4 40 GB, HBM2
-        preset("B200", 180, 2250, 8000, 6.00), // HGX B200: 2.25 PFLOPS dense, 180 GB HBM3e (DGX B200: 1,440 GB / 8)
-        preset("MI300X", 192, 1307.4, 5300, 2.50), // AMD Instinct MI300X: 1307.4 TFLOPS dense BF16, 192 GB HBM3
+        // HGX B200: 2.25 PFLOPS dense BF16, 4.5 dense FP8, 180 GB HBM3e (DGX B200: 1,440 GB / 8)
+        preset("B200", 180, 2250, 8000, 6.00, 4500),
+        // AMD Instinct MI300X: 1307.4 TFLOPS dense BF16, 2614.9 dense FP8, 192 GB HBM3
+        preset("MI300X", 192, 1307.4, 5300, 2.50, 2614.9),
         preset("V100", 16, 125, 900, 2.48), // 16 GB as in the PipeDream papers
         preset("TITAN V", 12, fp32Peak(5120, 1455), 653, 0), // HetPipe Table 1: 2017, Volta -> 14.9 TFLOPS
         preset("TITAN RTX", 24, fp32Peak(4608, 1770), 672, 0), // 2018, Turing -> 16.3 TFLOPS
@@ -99,6 +105,14 @@ int defaultBytesPerElement(const DeviceType& device)
 {
     const auto preset = devicePreset(device.name);
     return preset && preset->name == "cpu" ? 4 : 2;
+}
+
+double peakFp8Tflops(const DeviceType& device)
+{
+    if (device.peak_fp8_tflops > 0)
+        return device.peak_fp8_tflops;
+    const auto preset = devicePreset(device.name);
+    return preset ? preset->peak_fp8_tflops : 0.0;
 }
 
 } // namespace pw::planner

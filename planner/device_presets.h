@@ -17,5 +17,8 @@ std::optional<DeviceType> devicePreset(std::string_view name);
 /// Bytes per element a profile for `device` takes by default: what the engine trains in there, 4 (fp32) on the
 /// "cpu" preset's type, whose engine trains fp32 only, and 2 (bf16 mixed precision) on every accelerator.
 int defaultBytesPerElement(const DeviceType& device);
+/// The dense FP8 peak of `device`: its own peak_fp8_tflops, else (0: not given, as in cluster files written before
+/// the field) the preset's of its name, else 0 (no FP8 tensor cores).
+double peakFp8Tflops(const DeviceType& device);
 
 } // namespace pw::planner

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "transformer_shape.h"
@@ -75,6 +76,14 @@ GpuCurve hopperCurve()
     // measurement of an SXM H100 under a long bf16 GEMM load is at hand (a GPU session measures it:
     // docs/planner.md), so none is applied.
     c.sustained_clock = 1;
+    // FP8 (E4M3 in, bf16 out) on the same tiles (CUTLASS 3's Hopper FP8 tile is 128 x 256 x 128). An SM does twice
+    // the FP8 work per clock, so a tile's fixed cost is worth twice the K: 2 x 288. cuBLASLt reached 1,599-1,630
+    // TFLOP/s at 8192^3 on each of 16 H100 SXM (mean 1,611: a published cross-check report of a cluster's GPUs,
+    // operand fill not stated); the ceiling and eff_max are taken from it as above. A GPU session measures our own
+    // (docs/planner.md, "FP8").
+    c.fp8_k0 = 2 * c.k0;
+    c.fp8_ceiling = 1611.0 / 1978.9;
+    c.fp8_eff_max = c.fp8_ceiling / (quantization(8192, 8192, 1, c) * 8192.0 / (8192.0 + c.fp8_k0));
     return c;
 }
 
@@ -159,6 +168,20 @@ double GpuCostModel::gemmSeconds(double m, double n, double k, double batch) con
     return std::max(flops / rate, bytesSeconds(bytes));
 }
 
+double GpuCostModel::fp8GemmSeconds(double m, double n, double k, double batch) const
+{
+    if (!(m_device.peak_fp8_tflops > 0) || !(m_curve.fp8_eff_max > 0))
+        throw std::logic_error("GpuCostModel: '" + m_device.name + "' has no FP8 products");
+    if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+        return 0.0;
+    const double flops = 2.0 * m * n * k * batch;
+    const double rate = m_device.peak_fp8_tflops * 1e12 * m_curve.sustained_clock
+        * std::min(
+            m_curve.fp8_ceiling, m_curve.fp8_eff_max * quantization(m, n, batch, m_curve) * k / (k + m_curve.fp8_k0));
+    const double bytes = (m * k + k * n + 2.0 * m * n) * batch; // 1-byte operands, a 16-bit output
+    return std::max(flops / rate, bytesSeconds(bytes));
+}
+
 double GpuCostModel::backwardGemmSeconds(double m, double n, double k, double batch) const
 {
     const double seconds = gemmSeconds(m, n, k, batch);
@@ -215,8 +238,17 @@ RankEstimate transformerBlockRankEstimate(const TransformerConfig& config, const
     double forward = 0, input = 0, weight = 0;
     // X (T x K) W (K x N): QKV, attention out-projection, MLP up (and gate), MLP down (transformer_shape.h). A rank
     // computes n / t of a column-parallel product's outputs and sums k / t of a row-parallel one's inputs.
+    // FP8 products (Transformer Engine): the forward casts the product's input to FP8 with a transposed copy for
+    // dW (read 16-bit, write 1 + 1 bytes per value), the backward the output gradient the same way (dX and dW read
+    // it); the weights' casts happen once per step (cached across microbatches: not charged per microbatch).
     for (const auto& p : blockProducts(config)) {
         const double n = p.column_parallel ? p.n / g : p.n, k = p.column_parallel ? p.k : p.k / g;
+        if (config.fp8) {
+            forward += model.fp8GemmSeconds(T, n, k) + model.bytesSeconds(T * k * (e + 2));
+            input += model.fp8GemmSeconds(T, k, n) + model.bytesSeconds(T * n * (e + 2));
+            weight += model.fp8GemmSeconds(k, n, T);
+            continue;
+        }
         forward += model.gemmSeconds(T, n, k);
         input += model.backwardGemmSeconds(T, k, n); // dX = dY W^T
         weight += model.backwardGemmSeconds(k, n, T); // dW = X^T dY

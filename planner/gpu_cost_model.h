@@ -35,6 +35,10 @@ struct GpuCurve
     double ceiling = 1;
     /// Share of the curve's rate a backward product (dX = dY W^T, dW = X^T dY: transposed operands) reaches.
     double backward_gemm_efficiency = 1;
+    // FP8 products (E4M3 operands, 16-bit output; DeviceType::peak_fp8_tflops), the same tiles and waves:
+    double fp8_eff_max = 0; ///< share of peak_fp8_tflops with whole waves and an endless K; 0: no FP8 products
+    double fp8_k0 = 0; ///< the K at which an FP8 product reaches half of fp8_eff_max
+    double fp8_ceiling = 1; ///< share of peak_fp8_tflops no FP8 product exceeds
 
     bool operator==(const GpuCurve&) const = default;
 };
@@ -56,6 +60,11 @@ public:
     /// The same product in a backward pass (its operands transposed): by the curve, at its backward_gemm_efficiency;
     /// a measured table times it as measured.
     double backwardGemmSeconds(double m, double n, double k, double batch = 1) const;
+    /// Seconds of the same product with FP8 operands (1 byte each) and a 16-bit output, at the device's
+    /// peak_fp8_tflops, forward or backward alike: Hopper's FP8 products take their operands in one layout only, and
+    /// the transposed copies a backward product reads are made (and charged) by the casts (Transformer Engine's
+    /// cast-transpose). Throws std::logic_error on a device or curve without FP8.
+    double fp8GemmSeconds(double m, double n, double k, double batch = 1) const;
     /// Seconds to stream `bytes` through device memory.
     double bytesSeconds(double bytes) const;
     /// Seconds of a causal flash attention over `batch` x `heads` sequences of `sequence` tokens with head dimension

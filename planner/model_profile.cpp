@@ -154,6 +154,7 @@ void ModelProfile::validate() const
         }
         check(l.weight_gradient_bytes, "weight_gradient_bytes");
         check(l.key_value_bytes, "key_value_bytes");
+        check(l.fp8_weight_bytes, "fp8_weight_bytes");
         check(l.selective_recompute_ms, "selective_recompute_ms");
         if (const auto& p = l.activation_parts) {
             for (auto [v, field] :
@@ -248,6 +249,10 @@ void TransformerConfig::validate(const std::string& path) const
         throw InputError({}, 0, field("kv_heads"),
             "must divide heads (" + std::to_string(heads) + " is not a multiple of " + std::to_string(kvHeads())
                 + "): each key and value head serves a whole group of query heads");
+    if (fp8 && bytes_per_element != 2)
+        throw InputError({}, 0, field("fp8"),
+            "FP8 products keep 16-bit weights and activations (bytes_per_element 2), got "
+                + std::to_string(bytes_per_element));
     if (positions == PositionKind::Learned && positionRows() < sequence)
         throw InputError({}, 0, field("max_positions"),
             "the learned position table has " + std::to_string(positionRows()) + " rows, fewer than the sequence ("
@@ -274,6 +279,8 @@ json toJson(const ModelProfile& model)
             jl["weight_gradient_bytes"] = l.weight_gradient_bytes;
         if (l.key_value_bytes > 0)
             jl["key_value_bytes"] = l.key_value_bytes;
+        if (l.fp8_weight_bytes > 0)
+            jl["fp8_weight_bytes"] = l.fp8_weight_bytes;
         if (l.activation_parts) {
             const auto& p = *l.activation_parts;
             jl["activation_parts"] = {{"replicated", p.replicated}, {"sharded", p.sharded},
@@ -334,6 +341,8 @@ json toJson(const ModelProfile& model)
             arch["flash_attention"] = false;
         if (!a.fp32_cross_entropy)
             arch["fp32_cross_entropy"] = false;
+        if (a.fp8)
+            arch["fp8"] = true;
     }
     return j;
 }
@@ -373,6 +382,7 @@ ModelProfile modelFromJson(const json& j)
             l.weight_gradient_bytes = f::nonNegative(jl, "weight_gradient_bytes", path);
         if (jl.contains("key_value_bytes"))
             l.key_value_bytes = f::nonNegative(jl, "key_value_bytes", path);
+        l.fp8_weight_bytes = f::nonNegativeOr(jl, "fp8_weight_bytes", path, 0.0);
         if (jl.contains("activation_parts")) {
             const auto pp = f::child(path, "activation_parts");
             const auto& jp = f::object(jl.at("activation_parts"), pp);
@@ -441,6 +451,7 @@ ModelProfile modelFromJson(const json& j)
         c.dropout = f::booleanOr(a, "dropout", at, true);
         c.flash_attention = f::booleanOr(a, "flash_attention", at, true);
         c.fp32_cross_entropy = f::booleanOr(a, "fp32_cross_entropy", at, true);
+        c.fp8 = f::booleanOr(a, "fp8", at, false);
         if (type == "transformer") {
             c.family = f::stringOr(a, "family", at, "gpt");
             c.ffn_hidden = f::integerOr(a, "ffn_hidden", at, 0);

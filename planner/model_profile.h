@@ -104,6 +104,11 @@ struct Layer
     /// parallelism's ring attention passes round its ranks (`profile transformer`: 2 b s kv_heads head_dim x bytes
     /// per element). 0: the layer has no attention, and context parallelism splits it with no communication.
     double key_value_bytes = 0;
+    /// Bytes the layer keeps through a step for FP8 products besides its weights (`profile transformer --precision
+    /// fp8`): its products' weights cast to FP8 and transposed (Transformer Engine caches both from a step's first
+    /// microbatch to its last: 2 bytes per weight) and their scaling state (amax histories, scales). Split over a
+    /// tensor-parallel group like the weights; 0 for a layer without FP8 products.
+    double fp8_weight_bytes = 0;
     /// The stash in its parts (a transformer block's, written by `profile transformer`); stashed_bytes is then their
     /// total. Absent: the stash is one part, kept whole per tensor-parallel rank up to the layer's output and split
     /// beyond it, and full recomputation keeps the stage's input only (tensorParallelStash, costs.h).
@@ -187,6 +192,11 @@ struct TransformerConfig
     /// torchtitan's): several passes over [tokens, vocab] 4-byte values. false: in the logits' own precision, one
     /// fused pass.
     bool fp32_cross_entropy = true;
+    /// The block's four products (QKV, attention projection, MLP up and down) run in FP8 as Transformer Engine runs
+    /// them (Megatron's --fp8-format hybrid, delayed scaling): inputs and weights cast to E4M3, output gradients to
+    /// E5M2, with a transposed copy of each for the backward's products; the weights stay 16-bit (bytes_per_element
+    /// 2), the attention core, the norms and the head stay 16-bit. Needs a device with FP8 tensor cores.
+    bool fp8 = false;
     std::string family = "gpt"; ///< what the model is called ("gpt", "llama", ...): its name, not its math
 
     int ffnHidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }

@@ -34,13 +34,19 @@ double precisionBytes(const std::string& precision, const std::string& path)
         return 4;
     if (precision == "bf16" || precision == "fp16")
         return 2;
-    throw InputError({}, 0, path, "unknown precision '" + precision + "' (fp32, bf16 or fp16)");
+    if (precision == "fp8" && path == "/schedule/precision") // FP8 products keep 16-bit weights
+        return 2;
+    throw InputError({}, 0, path,
+        "unknown precision '" + precision + "' ("
+            + (path == "/schedule/precision" ? "fp32, bf16, fp16 or fp8" : "fp32, bf16 or fp16") + ")");
 }
 
 std::string weightPrecision(const ScheduleOptions& options, const ModelProfile& model)
 {
     if (!options.precision.empty())
         return options.precision;
+    if (model.architecture && model.architecture->fp8)
+        return "fp8";
     if (model.architecture && model.architecture->bytes_per_element == 2)
         return "bf16";
     return "fp32";
@@ -369,6 +375,18 @@ void Plan::validateSchedule() const
             o.precision + " weights are " + std::to_string(static_cast<int>(precisionBytes(o.precision)))
                 + " bytes per value but the profile's are " + std::to_string(model->architecture->bytes_per_element)
                 + " (architecture.bytes_per_element): make the profile in that precision");
+    if (!o.precision.empty()) {
+        const bool fp8Profile = model->architecture && model->architecture->fp8;
+        if (o.precision == "fp8" && !fp8Profile)
+            throw InputError({}, 0, "/schedule/precision",
+                "fp8: the profile's products are timed in 16 bits; make it with `pipewright-cli profile transformer "
+                "--precision fp8` (its times and memory are FP8's)");
+        if (o.precision != "fp8" && fp8Profile)
+            throw InputError({}, 0, "/schedule/precision",
+                o.precision
+                    + ": the profile's block products are FP8 (architecture.fp8); give fp8, or make the profile in "
+                    + o.precision);
+    }
     if (o.concurrent_minibatches < 0)
         throw InputError(
             {}, 0, "/schedule/concurrent_minibatches", "must be >= 0 (0 = the deepest pipeline's stage count)");

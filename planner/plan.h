@@ -91,8 +91,9 @@ struct ScheduleOptions
     /// reduce-scatter (half of the all-reduce's traffic). false: the all-gather follows the reduce-scatter.
     bool overlap_param_gather = false;
     std::string optimizer = "adam"; ///< sgd | momentum | adam (moments kept: 0, 1, 2)
-    /// fp32 | bf16 | fp16: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training is
-    /// mixed precision: the optimizer keeps fp32 master weights.
+    /// fp32 | bf16 | fp16 | fp8: the weights' precision; "" = the profile's (weightPrecision). Below fp32 training
+    /// is mixed precision: the optimizer keeps fp32 master weights. fp8: 16-bit weights whose block products run in
+    /// FP8 (a profile made with `profile transformer --precision fp8`, whose times and memory are FP8's).
     std::string precision;
     std::string gradient_precision; ///< fp32 | bf16 | fp16; "" = the weights' (Megatron's bf16 default is fp32)
     /// Megatron's distributed optimizer (ZeRO stage 1): master weights and moments sharded over the
@@ -128,10 +129,11 @@ int zeroStage(const ScheduleOptions& options);
 /// Sets distributed_optimizer, shard_gradients and shard_weights to ZeRO stage `stage` (0-3; clamped).
 void setZeroStage(ScheduleOptions& options, int stage);
 
-/// Bytes per value of "fp32" (4), "bf16" or "fp16" (2); throws InputError at JSON path `path` for other names.
+/// Bytes per value of "fp32" (4), "bf16" or "fp16" (2), and at the weights' path "/schedule/precision" of "fp8"
+/// (2: FP8 products keep 16-bit weights); throws InputError at JSON path `path` for other names.
 double precisionBytes(const std::string& precision, const std::string& path = "/schedule/precision");
-/// The weights' precision: options.precision, else the profile's (architecture.bytes_per_element 2: "bf16",
-/// 4: "fp32"), else "fp32" (PipeDream's profiles were measured in fp32).
+/// The weights' precision: options.precision, else the profile's (architecture.fp8: "fp8"; bytes_per_element 2:
+/// "bf16", 4: "fp32"), else "fp32" (PipeDream's profiles were measured in fp32).
 std::string weightPrecision(const ScheduleOptions& options, const ModelProfile& model);
 /// @brief What share of a stage's weights and of its weight-sized gradient a data-parallel replica keeps between uses:
 /// 1, or 1/d where ZeRO shards them (shard_weights, shard_gradients).

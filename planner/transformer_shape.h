@@ -61,8 +61,13 @@ double headForwardFlops(const TransformerConfig& config, double microbatch);
 /// The activations one block keeps for its backward per microbatch (at config.microbatch), in the parts that tensor
 /// and sequence parallelism and each recomputation granularity treat differently (ActivationParts): Korthikanti et
 /// al. (2022, section 4) generalised to grouped-query attention, SwiGLU, flash attention and models without dropout.
-/// With 2-byte elements, dropout and materialized scores they add up to the paper's s b h (34 + 5 a s / h).
+/// With 2-byte elements, dropout and materialized scores they add up to the paper's s b h (34 + 5 a s / h). With
+/// FP8 products their four inputs are kept as 1-byte copies (GPT: s b h (27 + 5 a s / h) with materialized scores).
 ActivationParts blockActivations(const TransformerConfig& config);
+
+/// What one block keeps through a step for its FP8 products besides its weights (Layer::fp8_weight_bytes): each
+/// product's weight cast to FP8 and its transpose (2 bytes per weight) and its delayed-scaling state; 0 without fp8.
+double blockFp8WeightBytes(const TransformerConfig& config);
 
 /// Megatron's Eq. 4.3, 12 l h^2 (1 + 13 / (12 h) + (V + s) / (12 l h)): a GPT's parameters without its final norm.
 /// The exact count of any family is transformerParameters(config).total().

@@ -87,7 +87,8 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
         "under the next forward");
     cmd->add_option("--optimizer", p.schedule.optimizer, "sgd | momentum | adam")->capture_default_str();
     cmd->add_option("--precision", p.schedule.precision,
-        "weights: fp32 | bf16 | fp16 (default: the profile's; below fp32 the optimizer keeps fp32 master weights)");
+        "weights: fp32 | bf16 | fp16 | fp8 (default: the profile's; below fp32 the optimizer keeps fp32 master "
+        "weights; fp8 needs a profile made with `profile transformer --precision fp8`)");
     cmd->add_option(
         "--gradient-precision", p.schedule.gradient_precision, "gradients: fp32 | bf16 | fp16 (default: the weights')");
     cmd->add_flag("--distributed-optimizer", p.schedule.distributed_optimizer,
@@ -180,10 +181,15 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("--microbatch", tOpt.microbatch, "microbatch size")->required();
     tr->add_option("--device", tOpt.device, "device preset (H100, A100, V100, cpu, ...) or device-type JSON")
         ->required();
-    tr->add_option("--bytes-per-element", tOpt.bytes_per_element,
-          "2 for bf16/fp16, 4 for fp32 (default: what the engine trains in on --device: 4 on cpu, which trains fp32 "
-          "only, 2 on GPUs, bf16 mixed precision)")
-        ->check(CLI::IsMember(std::vector<int> {2, 4}));
+    auto* bytesOption = tr->add_option("--bytes-per-element", tOpt.bytes_per_element,
+                              "2 for bf16/fp16, 4 for fp32 (default: what the engine trains in on --device: 4 on "
+                              "cpu, which trains fp32 only, 2 on GPUs, bf16 mixed precision)")
+                            ->check(CLI::IsMember(std::vector<int> {2, 4}));
+    tr->add_option("--precision", tOpt.precision,
+          "fp32 | bf16 | fp16 | fp8: the weights' precision, or fp8: 16-bit weights whose block products (QKV, "
+          "projection, MLP) run in FP8 as Transformer Engine runs them (H100, H200, B200, MI300X)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
+        ->excludes(bytesOption);
     tr->add_option("--efficiency", tOpt.efficiency,
         "time every layer by one share of peak (default: by shapes on H100/H200 in bf16, else 0.5)");
     tr->add_option("--gemm-table", tOpt.gemm_table,

@@ -147,7 +147,9 @@ void importPipeDream(const ImportOptions& o, std::ostream& out)
 void transformer(const TransformerOptions& o, std::ostream& out)
 {
     const auto device = deviceFromArgument(o.device);
-    const int bytes = o.bytes_per_element > 0 ? o.bytes_per_element : defaultBytesPerElement(device);
+    const int bytes = !o.precision.empty() ? (o.precision == "fp32" ? 4 : 2)
+        : o.bytes_per_element > 0          ? o.bytes_per_element
+                                           : defaultBytesPerElement(device);
     TransformerConfig c;
     if (!o.hf_config.empty()) {
         c = loadHfConfig(o.hf_config, RunShape {o.seq, o.microbatch, bytes});
@@ -175,6 +177,7 @@ void transformer(const TransformerOptions& o, std::ostream& out)
     }
     c.flash_attention = o.attention != "materialized";
     c.fp32_cross_entropy = o.cross_entropy != "native";
+    c.fp8 = o.precision == "fp8";
     TransformerProfileOptions po;
     if (!std::isnan(o.efficiency))
         po.efficiency = o.efficiency;
@@ -196,6 +199,10 @@ void transformer(const TransformerOptions& o, std::ostream& out)
     if (o.json)
         out << json {{"model", model.name}, {"layers", model.layerCount()},
             {"parameters", transformerParameterCount(c)}, {"family", c.family}, {"output", o.output},
+            {"precision",
+                c.fp8                          ? "fp8"
+                    : c.bytes_per_element == 4 ? "fp32"
+                                               : "bf16"},
             {"time_model", shapes ? (po.gemm_table ? "shapes (GEMM table)" : "shapes (default curve)") : "flat"}}
                    .dump(2)
             << "\n";

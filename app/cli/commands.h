@@ -55,6 +55,7 @@ struct TransformerOptions
     std::string cross_entropy; ///< fp32 | native; empty: fp32
     std::string hf_config; ///< a Hugging Face config.json: the model's shape comes from it
     int bytes_per_element = 0; ///< 0: what the engine trains in on the device (defaultBytesPerElement)
+    std::string precision; ///< fp32 | bf16 | fp16 | fp8 (the block products in FP8); empty: by bytes_per_element
     double efficiency = std::numeric_limits<double>::quiet_NaN(); ///< NaN: not given (the device's time model)
     std::string gemm_table; ///< a GEMM table file: time the products by it
     std::string device;

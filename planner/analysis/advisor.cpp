@@ -55,6 +55,7 @@ DeviceType deviceTypeFrom(const json& v, const std::string& path)
     if (!(t.memory_bytes > 0))
         throw InputError({}, 0, path + "/memory_bytes", "must be > 0");
     t.peak_tflops = f::nonNegativeOr(o, "peak_tflops", path, t.peak_tflops);
+    t.peak_fp8_tflops = f::nonNegativeOr(o, "peak_fp8_tflops", path, t.peak_fp8_tflops);
     t.memory_bandwidth_bytes_per_s
         = f::nonNegativeOr(o, "memory_bandwidth_bytes_per_s", path, t.memory_bandwidth_bytes_per_s);
     if (auto speed = f::optionalNumber(o, "relative_speed", path)) {
@@ -265,15 +266,11 @@ json toJson(const Market& market)
 {
     json offers = json::array();
     for (const auto& o : market.offers) {
-        json t = {{"name", o.type.name}, {"memory_bytes", o.type.memory_bytes}, {"peak_tflops", o.type.peak_tflops},
-            {"memory_bandwidth_bytes_per_s", o.type.memory_bandwidth_bytes_per_s},
-            {"price_per_hour", o.type.price_per_hour}};
-        if (o.type.relative_speed)
-            t["relative_speed"] = *o.type.relative_speed;
-        offers.push_back({{"device_type", t}, {"count", o.max_count}, {"devices_per_node", o.devices_per_node},
-            {"intra_bandwidth_bytes_per_s", o.intra_bandwidth_bytes_per_s}, {"intra_latency_s", o.intra_latency_s},
-            {"inter_node_bandwidth_bytes_per_s", o.inter_node_bandwidth_bytes_per_s},
-            {"inter_node_latency_s", o.inter_node_latency_s}});
+        offers.push_back(
+            {{"device_type", toJson(o.type)}, {"count", o.max_count}, {"devices_per_node", o.devices_per_node},
+                {"intra_bandwidth_bytes_per_s", o.intra_bandwidth_bytes_per_s}, {"intra_latency_s", o.intra_latency_s},
+                {"inter_node_bandwidth_bytes_per_s", o.inter_node_bandwidth_bytes_per_s},
+                {"inter_node_latency_s", o.inter_node_latency_s}});
     }
     return {{"format_version", kOffersFormatVersion}, {"name", market.name}, {"offers", offers}};
 }

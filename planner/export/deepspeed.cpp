@@ -61,6 +61,10 @@ public:
         config["train_batch_size"] = shape.globalBatch();
         config["train_micro_batch_size_per_gpu"] = shape.microbatch_size;
         config["gradient_accumulation_steps"] = shape.microbatches;
+        if (shape.precision == "fp8")
+            throw InputError({}, 0, "/schedule/precision",
+                "deepspeed cannot express this plan: its config has no FP8 training (FP8 products come from "
+                "Transformer Engine's layers in the model's code); plan in bf16");
         if (shape.precision == "bf16")
             config["bf16"] = {{"enabled", true}};
         else if (shape.precision == "fp16")

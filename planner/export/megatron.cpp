@@ -125,7 +125,12 @@ public:
             arg("--overlap-param-gather");
         if (shape.precision == "bf16")
             arg("--bf16");
-        else if (shape.precision == "fp16")
+        else if (shape.precision == "fp8") { // bf16 weights, Transformer Engine's FP8 products (delayed scaling)
+            arg("--bf16");
+            arg("--fp8-format", "hybrid");
+            arg("--fp8-amax-history-len", "1024");
+            arg("--fp8-amax-compute-algo", "max");
+        } else if (shape.precision == "fp16")
             arg("--fp16");
 
         std::ostringstream sh;

@@ -139,6 +139,11 @@ public:
         if (plan.model->architecture)
             toml << "seq_len = " << plan.model->architecture->sequence << "\n";
         toml << "mixed_precision_param = \"" << (shape.precision == "fp32" ? "float32" : "bfloat16") << "\"\n\n";
+        if (shape.precision == "fp8") { // torchao's Float8Linear in place of every nn.Linear but the output's
+            toml << "[model]\nconverters = [\"float8\"]\n\n";
+            if (plan.schedule.shard_weights)
+                toml << "[float8]\nenable_fsdp_float8_all_gather = true\n\n";
+        }
         toml << "[activation_checkpoint]\n";
         toml << "mode = \"" << planner::name(plan.schedule.recompute) << "\"\n";
         if (plan.schedule.recompute == Recompute::Selective)
@@ -156,6 +161,9 @@ public:
                                 "gradient) and W (weight gradient) actions");
         if (shape.precision == "fp16")
             out.notes.push_back("torchtitan trains in bfloat16 or float32: the fp16 plan is exported as bfloat16");
+        if (shape.precision == "fp8")
+            out.notes.push_back("torchtitan's float8 converter scales tensor-wise and dynamically (torchao), not with "
+                                "Transformer Engine's delayed scaling the plan was timed with");
         return out;
     }
 };

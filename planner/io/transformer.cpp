@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "../device_presets.h"
 #include "../errors.h"
 #include "../gpu_cost_model.h"
 #include "../transformer_shape.h"
@@ -39,7 +40,8 @@ std::string modelName(const TransformerConfig& c)
         = "l=" + std::to_string(c.layers) + ", h=" + std::to_string(c.hidden) + ", a=" + std::to_string(c.heads);
     if (c.kvHeads() != c.heads)
         shape += ", kv=" + std::to_string(c.kvHeads());
-    return c.family + "-" + std::string(size) + " (" + shape + ", s=" + std::to_string(c.sequence) + ")";
+    return c.family + "-" + std::string(size) + " (" + shape + ", s=" + std::to_string(c.sequence)
+        + (c.fp8 ? ", fp8)" : ")");
 }
 
 } // namespace
@@ -64,9 +66,11 @@ TransformerTimeModel resolvedTimeModel(
 }
 
 ModelProfile transformerProfile(
-    const TransformerConfig& config, const DeviceType& device, const TransformerProfileOptions& options)
+    const TransformerConfig& config, const DeviceType& type, const TransformerProfileOptions& options)
 {
     validateConfig(config);
+    DeviceType device = type; // a cluster type that does not give its FP8 peak takes its preset's
+    device.peak_fp8_tflops = peakFp8Tflops(type);
     requirePositive(device.peak_tflops, "peak_tflops");
     const double efficiency = options.efficiency.value_or(0.5);
     if (!(efficiency > 0 && efficiency <= 1))
@@ -84,6 +88,19 @@ ModelProfile transformerProfile(
     if (byShapes && !options.gemm_table && !defaultGpuCurve(device))
         throw InputError({}, 0, "gemm_table",
             "'" + device.name + "' has no default GPU curve (H100, H200 and A100 SXM have): give its GEMM table");
+    if (config.fp8) {
+        if (!(device.peak_fp8_tflops > 0))
+            throw InputError({}, 0, "precision",
+                "fp8: '" + device.name
+                    + "' has no FP8 tensor cores (its peak_fp8_tflops is 0; H100, H200, B200 and MI300X have them)");
+        if (byShapes && options.gemm_table)
+            throw InputError({}, 0, "gemm_table",
+                "fp8: the table's products are " + options.gemm_table->dtype
+                    + "; FP8 products are timed by the device's curve (leave --gemm-table out) or by --efficiency");
+        if (byShapes && !(defaultGpuCurve(device)->fp8_eff_max > 0))
+            throw InputError({}, 0, "precision",
+                "fp8: '" + device.name + "' has no FP8 curve (H100 and H200 SXM have): give --efficiency");
+    }
     std::optional<GpuCostModel> gpu;
     if (byShapes)
         gpu.emplace(device, options.gemm_table, defaultGpuCurve(device));
@@ -91,6 +108,7 @@ ModelProfile transformerProfile(
     const double B = config.microbatch, s = config.sequence, h = config.hidden;
     const double bpe = config.bytes_per_element;
     const double flopsPerMs = device.peak_tflops * 1e12 * efficiency / 1e3;
+    const double fp8FlopsPerMs = device.peak_fp8_tflops * 1e12 * efficiency / 1e3;
     const auto params = transformerParameters(config);
     // The shape model's estimate replaces a layer's flat times (its FLOPs, bytes and parameters stay the same).
     auto applyEstimate = [](Layer& layer, const LayerEstimate& e) {
@@ -205,6 +223,11 @@ ModelProfile transformerProfile(
     for (int i = 0; i < config.layers; ++i) {
         auto layer = makeLayer(
             "transformer_" + std::to_string(i + 1), "transformer_layer", layerFlops, params.per_layer, hiddenBytes);
+        if (config.fp8) { // the flat model: the products at the FP8 peak, the attention core at the 16-bit one
+            layer.forward_ms = (layerFlops - coreFlops) / fp8FlopsPerMs + coreFlops / flopsPerMs;
+            layer.backward_ms = layer.forward_ms * options.backward_factor;
+        }
+        layer.fp8_weight_bytes = blockFp8WeightBytes(config);
         layer.stashed_bytes = parts.total();
         layer.activation_parts = parts;
         layer.selective_recompute_ms = coreMs;

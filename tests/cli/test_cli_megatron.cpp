@@ -307,6 +307,50 @@ TEST_CASE("profile transformer reads a Hugging Face config.json and counts its p
     fs::remove_all(dir);
 }
 
+TEST_CASE("profile transformer --precision fp8 writes an FP8 profile that plans in fp8, and refuses an A100",
+    "[cli][families][fp8]")
+{
+    // issue 31 item 3: FP8 products on H100; the plan's precision follows the profile.
+    const auto dir = fs::temp_directory_path() / ("pw-cli-fp8-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string hf = std::string(PW_TEST_DATA_DIR) + "/hf/llama-3-8b.config.json";
+    const auto profile = (dir / "fp8.json").string();
+    auto r = cli({"profile", "transformer", "--hf-config", hf, "--seq", "8192", "--microbatch", "1", "--device", "H100",
+        "--precision", "fp8", "-o", profile, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(json::parse(r.out).at("precision") == "fp8");
+    CHECK(json::parse(r.out).at("parameters") == 8'030'261'248.0);
+    const auto model = json::parse(std::ifstream(profile));
+    CHECK(model.at("architecture").at("fp8") == true);
+    CHECK(model.at("architecture").at("bytes_per_element") == 2);
+    CHECK(model.at("layers").at(1).at("fp8_weight_bytes").get<double>() > 4e8);
+
+    const auto planPath = (dir / "plan.json").string();
+    r = cli({"plan", "--model", profile, "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "megatron",
+        "--microbatches", "8", "--set", "pipeline-sizes=1,2", "--set", "tensor-sizes=1,2,4", "-o", planPath, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    r = cli({"export", planPath, "--format", "megatron", "-o", (dir / "megatron").string()});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    r = cli({"plan", "--model", profile, "--cluster", kDemo + "/dgx-h100.json", "--algorithm", "uniform", "--devices",
+        "8", "--stages", "2", "--precision", "bf16"});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("/schedule/precision: bf16: the profile's block products are FP8"));
+
+    r = cli({"profile", "transformer", "--hf-config", hf, "--seq", "8192", "--microbatch", "1", "--device", "A100",
+        "--precision", "fp8", "-o", (dir / "x.json").string()});
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains("precision: fp8: 'A100' has no FP8 tensor cores"));
+    r = cli({"profile", "transformer", "--hf-config", hf, "--seq", "8192", "--microbatch", "1", "--device", "H100",
+        "--precision", "fp8", "--bytes-per-element", "2", "-o", (dir / "x.json").string()});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--precision") && Catch::Contains("--bytes-per-element"));
+    CHECK_FALSE(fs::exists(dir / "x.json"));
+    fs::remove_all(dir);
+}
+
 TEST_CASE("plan --zero-stage shards gradients and weights, a stage above 3 is a usage error", "[cli][families]")
 {
     // issue 31 item 3: ZeRO 2 and 3 (FSDP) as plan settings, in the plan file.

@@ -81,8 +81,12 @@ TEST_CASE(
     CHECK(optimizerStateFactor(options("adam"), bf16) == 6); // was 2: half the real memory
     CHECK(optimizerStateFactor(options("adam", "", "fp32"), bf16) == 7);
 
-    CHECK_THROWS_WITH(trainingBytesPerParameter(options("adam", "fp8"), bf16),
-        Catch::Contains("/schedule/precision") && Catch::Contains("fp8"));
+    // FP8 products keep 16-bit weights (issue 31): Adam costs what it costs in bf16.
+    CHECK(trainingBytesPerParameter(options("adam", "fp8"), bf16) == 16);
+    CHECK_THROWS_WITH(trainingBytesPerParameter(options("adam", "int8"), bf16),
+        Catch::Contains("/schedule/precision") && Catch::Contains("int8") && Catch::Contains("fp16 or fp8"));
+    CHECK_THROWS_WITH(trainingBytesPerParameter(options("adam", "", "fp8"), bf16),
+        Catch::Contains("/schedule/gradient_precision") && Catch::Contains("(fp32, bf16 or fp16)"));
     CHECK_THROWS_WITH(
         trainingBytesPerParameter(options("adam", "", "int4"), bf16), Catch::Contains("/schedule/gradient_precision"));
     CHECK_THROWS_WITH(trainingBytesPerParameter(options("lion"), bf16), Catch::Contains("/schedule/optimizer"));

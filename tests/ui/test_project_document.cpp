@@ -565,13 +565,22 @@ TEST_CASE("project document: a Hugging Face config.json imports as its analytic 
     CHECK(planner::transformerParameterCount(*model.architecture) == 8'030'261'248.0);
     CHECK(doc.planDocument().hasPlan());
     CHECK(doc.isModified());
+    const double bf16Forward = model.layers[1].forward_ms;
     // What cannot be: a sequence past the model's positions, a device nobody knows; nothing changes.
     const auto before = planner::toJson(*doc.project().model).dump();
     CHECK_FALSE(doc.importHfConfig(config, ui::HfImport {9000, 1, "H100"}, &error));
     CHECK(error.contains(QStringLiteral("8192 positions")));
     CHECK_FALSE(doc.importHfConfig(config, ui::HfImport {1024, 1, "TPU v9"}, &error));
     CHECK(error.contains(QStringLiteral("TPU v9")));
+    CHECK_FALSE(doc.importHfConfig(config, ui::HfImport {4096, 2, "A100", true}, &error)); // no FP8 on Ampere
+    CHECK(error.contains(QStringLiteral("'A100' has no FP8 tensor cores")));
     CHECK(planner::toJson(*doc.project().model).dump() == before);
+    // FP8 products (issue 31 item 3) where the device has them: the plan's precision follows.
+    REQUIRE(doc.importHfConfig(config, ui::HfImport {4096, 2, "H100", true}, &error));
+    CHECK(doc.project().model->architecture->fp8);
+    CHECK(doc.project().model->layers[1].forward_ms < bf16Forward);
+    REQUIRE(doc.planDocument().hasPlan());
+    CHECK(planner::weightPrecision(doc.planDocument().plan().schedule, *doc.project().model) == "fp8");
     // As a profile it is refused saying what it is.
     CHECK_FALSE(doc.importProfile(config, &error));
     CHECK(error.contains(QStringLiteral("Hugging Face config.json")));

@@ -223,8 +223,9 @@ bool ProjectDocument::importHfConfig(const QString& path, const HfImport& run, Q
         if (!device)
             throw planner::InputError(
                 {}, 0, "device", "'" + run.device + "' is neither a device type of the cluster nor a preset");
-        const auto config = planner::loadHfConfig(path.toStdString(),
-            planner::RunShape {run.sequence, run.microbatch, planner::defaultBytesPerElement(*device)});
+        auto config = planner::loadHfConfig(path.toStdString(),
+            planner::RunShape {run.sequence, run.microbatch, run.fp8 ? 2 : planner::defaultBytesPerElement(*device)});
+        config.fp8 = run.fp8;
         model = planner::transformerProfile(config, *device);
     } catch (const planner::InputError& e) {
         if (error)

@@ -27,6 +27,8 @@ struct HfImport
     int sequence = 2048;
     int microbatch = 1;
     std::string device;
+    /// The blocks' products in FP8 (`profile transformer --precision fp8`): a device with FP8 tensor cores only.
+    bool fp8 = false;
 };
 
 class ProjectDocument : public QObject

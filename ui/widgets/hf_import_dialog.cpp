@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "hf_import_dialog.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QFormLayout>
@@ -43,6 +44,12 @@ HfImportDialog::HfImportDialog(
     m_device->addItems(devices);
     m_device->setToolTip(tr("The device type whose speed times the layers (a cluster type, else a preset)"));
     form->addRow(tr("Profile &on:"), m_device);
+    m_fp8 = new QCheckBox(tr("QKV, projection and MLP products in FP8"), this);
+    m_fp8->setObjectName(QStringLiteral("fp8"));
+    m_fp8->setToolTip(tr("As Transformer Engine runs them (Megatron's --fp8-format hybrid): 16-bit weights, FP8 "
+                         "products at the device's FP8 peak, their inputs kept in 1 byte. Needs FP8 tensor cores "
+                         "(H100, H200, B200, MI300X)"));
+    form->addRow(tr("&Precision:"), m_fp8);
     layout->addLayout(form);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
@@ -52,7 +59,7 @@ HfImportDialog::HfImportDialog(
 
 HfImport HfImportDialog::settings() const
 {
-    return {m_sequence->value(), m_microbatch->value(), m_device->currentText().toStdString()};
+    return {m_sequence->value(), m_microbatch->value(), m_device->currentText().toStdString(), m_fp8->isChecked()};
 }
 
 void HfImportDialog::setSettings(const HfImport& settings)
@@ -60,6 +67,7 @@ void HfImportDialog::setSettings(const HfImport& settings)
     m_sequence->setValue(settings.sequence);
     m_microbatch->setValue(settings.microbatch);
     m_device->setCurrentText(QString::fromStdString(settings.device));
+    m_fp8->setChecked(settings.fp8);
 }
 
 } // namespace pw::ui

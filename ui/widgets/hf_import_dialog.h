@@ -8,6 +8,7 @@
 
 #include "ui/document/project_document.h"
 
+class QCheckBox;
 class QComboBox;
 class QSpinBox;
 
@@ -30,6 +31,7 @@ private:
     QSpinBox* m_sequence = nullptr;
     QSpinBox* m_microbatch = nullptr;
     QComboBox* m_device = nullptr;
+    QCheckBox* m_fp8 = nullptr;
 };
 
 } // namespace pw::ui

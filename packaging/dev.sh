@@ -49,9 +49,14 @@ case "$job" in
     echo "Open the app on a desktop with: build/dev/app/pipewright   (or under Xvfb: xvfb-run build/dev/app/pipewright)"
     ;;
   test)
+    # Each step's wall time, so that a change to the build is measured on the machine it runs on (docs/build.md).
+    step_start=$SECONDS
+    step() { echo "dev.sh: $1 took $((SECONDS - step_start)) s"; step_start=$SECONDS; }
     configure dev
     cmake --build build/dev -j"$jobs"
+    step "the dev build"
     ctest --test-dir build/dev --output-on-failure --no-tests=error -j"$jobs"
+    step "the dev tests"
     # The agent preset has a build directory of its own, so the engine is compiled again (Release): only what dev
     # does not already cover is built and run, the agent and the tests of the engine and the agent.
     configure agent
@@ -61,6 +66,7 @@ case "$job" in
       exit 1
     fi
     ctest --preset agent -R '^(engine|agents):' -j"$jobs"
+    step "the agent preset's build and tests"
     ;;
   bench)
     # Idle OpenMP threads sleep instead of spinning (the agents' default too: see app/run/controller.cpp), so that

@@ -237,18 +237,20 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, dou
     const auto shares = residentShares(plan.schedule, d);
     t.gradient_bytes = t.weight_bytes * shares.gradients;
     t.resident_weight_bytes = t.weight_bytes * shares.weights;
-    if (plan.schedule.shard_weights && d > 1) {
+    // The gathers and reduce-scatters run inside a shard group: every replica, or with HSDP its group of s.
+    const int s = shardGroupSize(plan.schedule, d);
+    if (plan.schedule.shard_weights && s > 1) {
         t.resident_weight_bytes = std::min(t.weight_bytes, t.resident_weight_bytes + 2 * largestWeights);
-        // The data-parallel group of the stage's first rank: replica j's rank 0 (Megatron's order, costs.h).
+        // The shard group of the stage's first rank: replica j's rank 0 (Megatron's order, costs.h).
         std::vector<int> group;
-        for (int j = 0; j < d; ++j)
+        for (int j = 0; j < s; ++j)
             group.push_back(st.devices[static_cast<std::size_t>(j) * tp]);
         const double bw = plan.cluster->groupBandwidth(group), lat = plan.cluster->groupLatency(group);
-        const double share = (d - 1.0) / d;
+        const double share = (s - 1.0) / s;
         const double gradientBytes = t.weight_bytes * gradientBytesPerWeightByte(plan.schedule, *plan.model);
         auto collective = [&](double bytes) {
             return (bw > 0 ? share * bytes / bw : std::numeric_limits<double>::infinity())
-                + (d - 1.0) * lat * std::max(1, t.weight_layers);
+                + (s - 1.0) * lat * std::max(1, t.weight_layers);
         };
         t.weight_gather_forward_s = collective(t.weight_bytes);
         t.weight_gather_backward_s = collective(t.weight_bytes) + collective(gradientBytes);

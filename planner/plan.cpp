@@ -67,9 +67,15 @@ int moments(const std::string& optimizer)
 
 } // namespace
 
+int shardGroupSize(const ScheduleOptions& options, int replicas)
+{
+    const int all = std::max(1, replicas);
+    return options.shard_group > 0 ? std::min(options.shard_group, all) : all;
+}
+
 ResidentShares residentShares(const ScheduleOptions& options, int dataParallel)
 {
-    const double d = std::max(1, dataParallel);
+    const double d = shardGroupSize(options, dataParallel);
     return {options.shard_weights ? 1.0 / d : 1.0, options.shard_gradients ? 1.0 / d : 1.0};
 }
 
@@ -81,7 +87,7 @@ double trainingBytesPerParameter(const ScheduleOptions& options, const ModelProf
         : precisionBytes(options.gradient_precision, "/schedule/gradient_precision");
     double state = 4.0 * moments(options.optimizer) + (weights < 4 ? 4.0 : 0.0);
     if (options.distributed_optimizer)
-        state /= std::max(1, dataParallel);
+        state /= shardGroupSize(options, dataParallel);
     const auto shares = residentShares(options, dataParallel);
     return weights * shares.weights + gradients * shares.gradients + state;
 }
@@ -437,6 +443,19 @@ void Plan::validateParallelism() const
             "shards the gradients over the data-parallel replicas (ZeRO stage 2): it needs distributed_optimizer "
             "(stage "
             "1) too");
+    if (schedule.shard_group < 0)
+        throw InputError({}, 0, "/schedule/shard_group",
+            "must be >= 0 (0: ZeRO shards over every replica), got " + std::to_string(schedule.shard_group));
+    if (schedule.shard_group > 0 && !schedule.distributed_optimizer)
+        throw InputError({}, 0, "/schedule/shard_group",
+            "splits ZeRO's shards over groups of replicas (HSDP): it needs distributed_optimizer (ZeRO stage 1 or "
+            "more)");
+    if (schedule.shard_group > 1)
+        for (int s = 0; s < stageCount(); ++s)
+            if (const int g = gradientReplicas(s); g > schedule.shard_group && g % schedule.shard_group != 0)
+                throw InputError({}, 0, "/schedule/shard_group",
+                    std::to_string(schedule.shard_group) + " does not divide stage " + std::to_string(s) + "'s "
+                        + std::to_string(g) + " gradient replicas (data-parallel replicas x context ranks)");
     if (schedule.shard_weights && !schedule.shard_gradients)
         throw InputError({}, 0, "/schedule/shard_weights",
             "shards the weights over the data-parallel replicas (ZeRO stage 3, FSDP): it needs shard_gradients (stage "
@@ -665,6 +684,8 @@ json toJson(const ScheduleOptions& o)
         j["shard_gradients"] = true;
     if (o.shard_weights)
         j["shard_weights"] = true;
+    if (o.shard_group > 0)
+        j["shard_group"] = o.shard_group;
     return j;
 }
 
@@ -689,6 +710,7 @@ ScheduleOptions scheduleOptionsFromJson(const json& j, const std::string& path)
     o.overlap_param_gather = f::booleanOr(js, "overlap_param_gather", path, false);
     o.shard_gradients = f::booleanOr(js, "shard_gradients", path, false);
     o.shard_weights = f::booleanOr(js, "shard_weights", path, false);
+    o.shard_group = f::integerOr(js, "shard_group", path, 0);
     o.optimizer = f::stringOr(js, "optimizer", path, o.optimizer);
     o.overlap_communication = f::booleanOr(js, "overlap_communication", path, o.overlap_communication);
     o.concurrent_minibatches = f::integerOr(js, "concurrent_minibatches", path, 0);

@@ -106,6 +106,12 @@ struct ScheduleOptions
     /// layer's before its forward and again before its backward, prefetching the next under the current one's
     /// compute, and reduce-scatters the gradients every microbatch; two layers are whole at a time.
     bool shard_weights = false;
+    /// Hybrid sharding (PyTorch's HSDP, Megatron's --num-distributed-optimizer-instances d c / shard_group): ZeRO's
+    /// shards (optimizer state, and with shard_gradients and shard_weights the gradients and weights) are split over
+    /// groups of this many consecutive gradient replicas instead of all of them; each group keeps a whole copy, and
+    /// the groups all-reduce their shards' gradients once per step. 0: one group of every replica (plain ZeRO/FSDP).
+    /// Needs distributed_optimizer; must divide every stage's gradient replicas.
+    int shard_group = 0;
     bool overlap_communication = true; ///< false: sends and receives block the compute lane
     /// Per virtual stage: microbatches a replica keeps in flight in the 1F1B order (warm-up forwards + 1).
     /// Empty = the kind's default (ceil(W_s / r_s)); BaPipe's 1F1B-SO and MadPipe's 1F1B* set it.
@@ -135,6 +141,9 @@ double precisionBytes(const std::string& precision, const std::string& path = "/
 /// The weights' precision: options.precision, else the profile's (architecture.fp8: "fp8"; bytes_per_element 2:
 /// "bf16", 4: "fp32"), else "fp32" (PipeDream's profiles were measured in fp32).
 std::string weightPrecision(const ScheduleOptions& options, const ModelProfile& model);
+/// How many gradient replicas ZeRO shards over among `replicas`: options.shard_group (HSDP) when it is smaller, else
+/// all of them.
+int shardGroupSize(const ScheduleOptions& options, int replicas);
 /// @brief What share of a stage's weights and of its weight-sized gradient a data-parallel replica keeps between uses:
 /// 1, or 1/d where ZeRO shards them (shard_weights, shard_gradients).
 struct ResidentShares

@@ -82,6 +82,10 @@ void addSharedPartitionOptions(CLI::App* cmd, planner::PartitionOptions& p)
            "ZeRO stage: 1 the distributed optimizer (as --distributed-optimizer), 2 also the gradients sharded over "
            "the data-parallel replicas, 3 also the weights (FSDP: gathered layer by layer every microbatch)")
         ->check(CLI::Range(0, 3));
+    cmd->add_option("--shard-group", p.schedule.shard_group,
+           "hybrid sharding (HSDP): ZeRO shards over groups of N data-parallel replicas, each group a whole copy, the "
+           "groups summing their shards once per step (default 0: every replica)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--overlap-param-gather", p.schedule.overlap_param_gather,
         "Megatron's --overlap-param-gather (with --distributed-optimizer): the updated parameters' all-gather runs "
         "under the next forward");

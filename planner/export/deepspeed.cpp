@@ -76,6 +76,11 @@ public:
                 plan.schedule.shard_weights ? "/schedule/shard_weights" : "/schedule/shard_gradients",
                 "deepspeed cannot express this plan: DeepSpeed's pipeline engine supports ZeRO stage 1 only; the plan "
                 "shards its gradients (stage 2) or weights (stage 3)");
+        if (shardGroupSize(plan.schedule, shape.data) < shape.data)
+            throw InputError({}, 0, "/schedule/shard_group",
+                "deepspeed cannot express this plan: its ZeRO stage 1 shards the optimizer over every data-parallel "
+                "replica; the plan shards it over groups of "
+                    + std::to_string(plan.schedule.shard_group));
         config["zero_optimization"] = {{"stage", plan.schedule.distributed_optimizer ? 1 : 0}};
 
         std::ostringstream py;

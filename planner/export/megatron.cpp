@@ -119,6 +119,9 @@ public:
             arg("--tp-comm-overlap");
         if (plan.schedule.distributed_optimizer)
             arg("--use-distributed-optimizer");
+        if (const int g = shape.data * shape.context, s = shardGroupSize(plan.schedule, g);
+            plan.schedule.distributed_optimizer && s < g) // HSDP: copies of the sharded optimizer, one per group
+            arg("--num-distributed-optimizer-instances", std::to_string(g / s));
         if (plan.schedule.overlap_grad_reduce && shape.data > 1)
             arg("--overlap-grad-reduce");
         if (plan.schedule.overlap_param_gather)

@@ -130,8 +130,19 @@ public:
             throw InputError({}, 0, "/schedule/shard_gradients",
                 "torchtitan cannot express this plan: it shards weights, gradients and optimizer state together "
                 "(FSDP, ZeRO stage 3) or replicates them; the plan shards gradients without weights (stage 2)");
+        // HSDP: FSDP inside groups of s gradient replicas (torchtitan's shard mesh spans the context ranks too: its
+        // shard degree is s / c), replicated across the groups.
+        const int gradientReplicas = shape.data * shape.context;
+        const int shardGroup = shardGroupSize(plan.schedule, gradientReplicas);
+        if (plan.schedule.shard_weights && shardGroup % shape.context != 0)
+            throw InputError({}, 0, "/schedule/shard_group",
+                "torchtitan cannot express this plan: its FSDP groups span every context rank of a replica; the "
+                "plan's shard group of "
+                    + std::to_string(shardGroup) + " is not a multiple of context_parallel "
+                    + std::to_string(shape.context));
         if (plan.schedule.shard_weights)
-            toml << "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = " << shape.data << "\n\n";
+            toml << "data_parallel_replicate_degree = " << gradientReplicas / shardGroup
+                 << "\ndata_parallel_shard_degree = " << shardGroup / shape.context << "\n\n";
         else
             toml << "data_parallel_replicate_degree = " << shape.data << "\n\n";
         toml << "[training]\n";

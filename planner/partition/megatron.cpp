@@ -149,7 +149,7 @@ private:
     /// Configurations left out before estimation, for the diagnostics.
     struct Skipped
     {
-        int heads = 0, batch = 0, interleave = 0, sequence = 0;
+        int heads = 0, batch = 0, interleave = 0, sequence = 0, shard_group = 0;
     };
 
     PartitionResult search(const PartitionRequest& request, const detail::OptionValues& values, const int N,
@@ -168,6 +168,11 @@ private:
             diag.push_back({Severity::Info, "sequence",
                 std::to_string(skipped.sequence) + " context-parallel size(s) skipped: the sequence of "
                     + std::to_string(request.model->architecture->sequence) + " tokens must split into 2c chunks"});
+        if (skipped.shard_group > 0)
+            diag.push_back({Severity::Info, "shard-group",
+                std::to_string(skipped.shard_group) + " (p, t, c) shape(s) skipped: the shard group of "
+                    + std::to_string(request.options.schedule.shard_group)
+                    + " (--shard-group) must divide their d c gradient replicas"});
         if (entries.empty()) {
             std::string why = "no (p, t, c, d, b, v) configuration of " + std::to_string(N)
                 + " devices suits the global batch of " + std::to_string(space.batch) + " samples";
@@ -176,6 +181,9 @@ private:
             if (skipped.interleave > 0)
                 why += "; interleaving needs p > 1, m a multiple of p and p v <= " + std::to_string(space.layers)
                     + " layers";
+            if (skipped.shard_group > 0)
+                why += "; --shard-group " + std::to_string(request.options.schedule.shard_group)
+                    + " must divide d c where d c exceeds it";
             if (!space.fixed_kind.empty())
                 why += "; --schedule " + space.fixed_kind
                     + " searches that kind alone (zero-bubble kinds need p > 1, zb-h2 and zbv m >= 2p - 1, zbv 2p <= "
@@ -355,6 +363,11 @@ private:
                     || (space.distributed_optimizer == "auto" && d * cp > 1 && space.zero_stage != 0);
                 if (space.straight && d > 1)
                     continue;
+                // HSDP's groups (--shard-group s) must split the d c gradient replicas.
+                if (const int s = request.options.schedule.shard_group; s > 1 && d * cp > s && (d * cp) % s != 0) {
+                    ++skipped.shard_group;
+                    continue;
+                }
                 if (space.batch % d != 0) {
                     ++skipped.batch;
                     continue;

@@ -238,15 +238,23 @@ Estimate estimate(const Plan& plan, const Config& c)
         for (int j = 0; j < g; ++j)
             dpGroup.push_back(devices[static_cast<std::size_t>(j) * t]);
         const double bw = cluster->groupBandwidth(dpGroup), lat = cluster->groupLatency(dpGroup);
+        // HSDP: the sum inside shard groups of sg (their own link), then each member's 1/sg across the groups.
+        const int sg = shardGroupSize(plan.schedule, g), across = g / sg;
+        const std::vector<int> shardGroup(dpGroup.begin(), dpGroup.begin() + sg);
+        const double innerBw = cluster->groupBandwidth(shardGroup), innerLat = cluster->groupLatency(shardGroup);
+        const auto ring = [](int n, double bytes, double b, double l) {
+            return n < 2
+                ? 0.0
+                : 2.0 * (n - 1) / n * (b > 0 ? bytes / b : std::numeric_limits<double>::infinity()) + 2.0 * (n - 1) * l;
+        };
         const auto& type = cluster->typeOf(devices[0]);
         for (int s = 0; s < S; ++s) {
             if (!onRank(s, r))
                 continue;
             const double w = cost.stage_weight_bytes[s], o = cost.stage_optimizer_bytes[s];
             if (g > 1 && !plan.schedule.shard_weights) // FSDP sums microbatch by microbatch, inside B
-                dp += (plan.schedule.overlap_param_gather ? 0.5 : 1.0)
-                    * (2.0 * (g - 1) / g * (bw > 0 ? w / bw : std::numeric_limits<double>::infinity())
-                        + 2.0 * (g - 1) * lat);
+                dp += (plan.schedule.overlap_param_gather ? 0.5 : 1.0) * ring(sg, w, innerBw, innerLat);
+            dp += ring(across, w / sg, bw, lat);
             if (type.memory_bandwidth_bytes_per_s > 0)
                 opt += (3 * w + 2 * o) / type.memory_bandwidth_bytes_per_s;
             weights += cost.residentWeightBytes(s);

@@ -281,6 +281,7 @@ CostModel CostModel::fromPlan(const Plan& plan)
     c.overlap_gradient_allreduce = plan.schedule.overlap_grad_reduce;
     c.overlap_param_gather = plan.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
     c.zero_sum_after_microbatches = plan.schedule.shard_weights;
+    c.shard_group = plan.schedule.distributed_optimizer ? plan.schedule.shard_group : 0;
     for (int s = 0; s < S; ++s)
         c.stage_buckets.push_back(gradientBuckets(plan, s));
     c.samples_per_microbatch

@@ -119,6 +119,9 @@ Plan reducedPlan(const Plan& plan, const Layout& l, std::vector<int>& reducedOf)
         st.devices = std::move(devices);
     }
     reduced.schedule.microbatches = plan.schedule.microbatches / l.d * l.q;
+    // HSDP's groups are the whole plan's: q replicas need not split into them (wholeGroupShares and the stand-in rings
+    // charge the whole plan's shards and sums).
+    reduced.schedule.shard_group = 0;
     return reduced;
 }
 
@@ -170,6 +173,7 @@ void wholeGroupShares(const Plan& plan, const Plan& reduced, CostModel& cost)
 {
     if (!plan.schedule.distributed_optimizer)
         return;
+    cost.shard_group = plan.schedule.shard_group; // the reduced plan has none (reducedPlan)
     const auto speeds = deviceSpeeds(plan.model, plan.cluster); // once: each reads every layer
     for (int s = 0; s < plan.stageCount(); ++s) {
         const auto& type = plan.cluster->typeOf(plan.stages[s].devices.at(0));
@@ -241,7 +245,10 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
         const int members = l.d * (l.t / l.tp);
         for (int k = 0; k < members; ++k)
             group.push_back(st.devices[static_cast<std::size_t>(k) * l.tp]);
-        cost.stage_rings.push_back({members, whole.groupLink(group)});
+        // HSDP's groups: the first s members (consecutive replicas, as Megatron orders them).
+        const int s = shardGroupSize(plan.schedule, members);
+        cost.stage_rings.push_back(
+            {members, whole.groupLink(group), whole.groupLink({group.begin(), group.begin() + s})});
     }
     SimulationResult part = simulate(reduced, schedule, cost, options);
 

@@ -253,17 +253,28 @@ private:
         const double half = stage >= 0 && m_cost.zero_sum_after_microbatches ? 0.0
             : stage >= 0 && m_cost.overlap_param_gather                      ? 0.5
                                                                              : 1.0;
+        // HSDP: that sum inside each shard group of s (on its own link), then each member's 1/s shard all-reduced
+        // across the n / s groups (on the whole group's slowest link). Without it s = n: one ring.
+        const int s = stage >= 0 && m_cost.shard_group > 0 && m_cost.shard_group < n ? m_cost.shard_group : n;
+        const int across = n / s;
+        const LinkCost inner = s == n ? link
+            : standIn                 ? m_cost.stage_rings[stage].shard_link
+                                      : m_cost.groupLink({group.begin(), group.begin() + s});
+        const auto wire = [&](double b) {
+            return half * 2.0 * (s - 1) / s * inner.wireSeconds(b)
+                + (across > 1 ? 2.0 * (across - 1) / across * link.wireSeconds(b / s) : 0.0);
+        };
+        const double latency = half * 2.0 * (s - 1) * inner.latency_s + 2.0 * (across - 1) * link.latency_s;
         if (!overlapsAllReduce(stage) || n < 2) {
             c.start = c.ready;
-            c.end = c.ready + half * CostModel::ringAllReduceSeconds(n, link, bytes);
+            c.end = c.ready + (n < 2 ? 0.0 : latency + wire(bytes));
             return;
         }
         // Buckets follow each other on the ring; the latency steps are paid once, with the first bucket.
         const auto& buckets = m_cost.stage_buckets[stage];
-        const double share = half * 2.0 * (n - 1) / n;
-        double t = c.bucket_ready[0] + half * 2.0 * (n - 1) * link.latency_s;
+        double t = c.bucket_ready[0] + latency;
         for (std::size_t j = 0; j < buckets.size(); ++j)
-            t = std::max(t, c.bucket_ready[j]) + share * link.wireSeconds(bytes * buckets[j].bytes_fraction);
+            t = std::max(t, c.bucket_ready[j]) + wire(bytes * buckets[j].bytes_fraction);
         c.start = c.bucket_ready[0];
         c.end = t;
     }

@@ -130,6 +130,10 @@ struct CostModel
     std::vector<double> stage_resident_weight_bytes;
     std::vector<double> stage_gradient_bytes;
     bool zero_sum_after_microbatches = false;
+    /// Hybrid sharding (ScheduleOptions::shard_group, HSDP): a stage's gradient sum runs inside groups of this many
+    /// consecutive members (the distributed optimizer's reduce-scatter and all-gather; nothing with
+    /// zero_sum_after_microbatches) and then across the groups on each member's 1/s shard; 0: one group.
+    int shard_group = 0;
     /// Per (stage, replica): FSDP's exposed all-gathers and reduce-scatter in F and B (included in forward_s and
     /// backward_s, like tp_forward_s).
     std::vector<double> weight_gather_forward_s;
@@ -145,6 +149,7 @@ struct CostModel
     {
         int members = 0; ///< 0: the scheduled group is the real one
         LinkCost link;
+        LinkCost shard_link; ///< with shard_group: the slowest link inside the real group's first shard group
         bool operator==(const Ring&) const = default;
     };
     /// Per stage (empty: no stand-ins): the ring every data-parallel all-reduce of the stage is charged as.

@@ -149,6 +149,15 @@ TEST_CASE("partition panel: the Megatron settings of the schedule show and come 
     CHECK(fsdp.distributed_optimizer);
     CHECK(fsdp.shard_gradients);
     CHECK(fsdp.shard_weights);
+    CHECK(fsdp.shard_group == 0);
+    // HSDP: shards over groups of replicas; nothing without a ZeRO stage.
+    auto* group = panel.findChild<QSpinBox*>(QStringLiteral("shardGroup"));
+    REQUIRE(group);
+    group->setValue(8);
+    CHECK(panel.settings().schedule.shard_group == 8);
+    zero->setCurrentIndex(zero->findData(0));
+    CHECK(panel.settings().schedule.shard_group == 0);
+    zero->setCurrentIndex(zero->findData(3));
     auto* gather = panel.findChild<QCheckBox*>(QStringLiteral("overlapParamGather"));
     REQUIRE(gather);
     gather->setChecked(false);

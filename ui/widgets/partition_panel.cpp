@@ -133,6 +133,14 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
            "weights and moments (Megatron's --use-distributed-optimizer), 2 also the gradients, reduce-scattered, 3 "
            "also the weights, gathered layer by layer every microbatch (FSDP)"));
     form->addRow(tr("ZeRO stage"), m_zeroStage);
+    m_shardGroup = new QSpinBox(general);
+    m_shardGroup->setObjectName(QStringLiteral("shardGroup"));
+    m_shardGroup->setRange(0, planner::kMaxDevices);
+    m_shardGroup->setSpecialValueText(tr("all replicas"));
+    m_shardGroup->setToolTip(tr("Hybrid sharding (HSDP): ZeRO shards over groups of this many replicas, each group a "
+                                "whole copy, the groups summing their shards once per step (Megatron's "
+                                "--num-distributed-optimizer-instances); with ZeRO stage 1 or more"));
+    form->addRow(tr("ZeRO shard group"), m_shardGroup);
     m_overlapGradReduce = check(tr("Overlap gradient sum"), "overlapGradReduce",
         tr("Sum the data-parallel gradients bucket by bucket during the backward (Megatron's --overlap-grad-reduce, "
            "PyTorch DDP); off: after it"));
@@ -256,6 +264,7 @@ void PartitionPanel::showSchedule(const planner::ScheduleOptions& schedule)
     m_sequenceParallel->setChecked(schedule.sequence_parallel);
     m_tpCommOverlap->setChecked(schedule.tp_comm_overlap);
     m_zeroStage->setCurrentIndex(m_zeroStage->findData(planner::zeroStage(schedule)));
+    m_shardGroup->setValue(schedule.shard_group);
     m_overlapGradReduce->setChecked(schedule.overlap_grad_reduce);
     m_overlapParamGather->setChecked(schedule.overlap_param_gather);
 }
@@ -383,6 +392,7 @@ app::PartitionSettings PartitionPanel::settings() const
     s.schedule.sequence_parallel = m_sequenceParallel->isChecked();
     s.schedule.tp_comm_overlap = m_tpCommOverlap->isChecked();
     planner::setZeroStage(s.schedule, m_zeroStage->currentData().toInt());
+    s.schedule.shard_group = s.schedule.distributed_optimizer ? m_shardGroup->value() : 0;
     s.schedule.overlap_grad_reduce = m_overlapGradReduce->isChecked();
     s.schedule.overlap_param_gather = m_overlapParamGather->isChecked();
     for (const auto& [spec, editor] : m_optionEditors) {

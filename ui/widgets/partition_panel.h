@@ -96,6 +96,7 @@ private:
     QCheckBox* m_sequenceParallel = nullptr;
     QCheckBox* m_tpCommOverlap = nullptr;
     QComboBox* m_zeroStage = nullptr;
+    QSpinBox* m_shardGroup = nullptr;
     QCheckBox* m_overlapGradReduce = nullptr;
     QCheckBox* m_overlapParamGather = nullptr;
     QCheckBox* m_memoryLimit = nullptr;

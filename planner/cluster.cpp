@@ -179,25 +179,59 @@ double Cluster::latency(int a, int b) const
 }
 
 namespace {
-/// Members per node of a group of devices, by node. Sorted node numbers instead of a map: the planner asks
-/// about groups of thousands of devices (data-parallel groups at 16,384 GPUs) many times over.
-std::vector<std::pair<int, int>> membersPerNode(const Cluster& c, const std::vector<int>& group)
+/// The node of device d (the node alone: no device-type lookup by name; device() throws for an index outside).
+int nodeOf(const Cluster& c, int d)
 {
-    std::vector<int> nodeOf;
-    nodeOf.reserve(group.size());
+    const int node = c.nodes.locate(d).first;
+    return node >= 0 ? node : c.device(d).node;
+}
+
+/// @brief The links a ring among a group crosses: the slowest own link of a node holding two or more members and
+/// whether the group spans nodes.
+struct GroupLinks
+{
+    double intra_bandwidth = INFINITY; ///< INFINITY: no node holds two members
+    double intra_latency = 0;
+    bool spans_nodes = false;
+};
+
+/// One pass without allocating where the members come node by node (the planner asks about groups of thousands of
+/// devices, data-parallel groups at 16,384 GPUs, many times over); else sorted node numbers.
+GroupLinks groupLinks(const Cluster& c, const std::vector<int>& group)
+{
+    GroupLinks links;
+    const auto shared = [&](int node) {
+        links.intra_bandwidth = std::min(links.intra_bandwidth, c.nodes[node].intra_bandwidth_bytes_per_s);
+        links.intra_latency = std::max(links.intra_latency, c.nodes[node].intra_latency_s);
+    };
+    int previous = -1;
+    bool ordered = true;
     for (int d : group) {
-        const int node = c.nodes.locate(d).first; // the node alone: no device-type lookup by name
-        nodeOf.push_back(node >= 0 ? node : c.device(d).node); // device() throws for an index outside
+        const int node = nodeOf(c, d);
+        if (node < previous) {
+            ordered = false;
+            break;
+        }
+        if (node == previous)
+            shared(node);
+        else if (previous >= 0)
+            links.spans_nodes = true;
+        previous = node;
     }
-    if (!std::is_sorted(nodeOf.begin(), nodeOf.end()))
-        std::sort(nodeOf.begin(), nodeOf.end());
-    std::vector<std::pair<int, int>> perNode;
-    for (int n : nodeOf)
-        if (!perNode.empty() && perNode.back().first == n)
-            ++perNode.back().second;
+    if (ordered)
+        return links;
+    links = {};
+    std::vector<int> nodes;
+    nodes.reserve(group.size());
+    for (int d : group)
+        nodes.push_back(nodeOf(c, d));
+    std::sort(nodes.begin(), nodes.end());
+    for (std::size_t i = 1; i < nodes.size(); ++i)
+        if (nodes[i] == nodes[i - 1])
+            shared(nodes[i]);
         else
-            perNode.emplace_back(n, 1);
-    return perNode;
+            links.spans_nodes = true;
+    return links;
 }
 } // namespace
 
@@ -206,28 +240,17 @@ double Cluster::groupBandwidth(const std::vector<int>& group) const
     if (group.size() < 2)
         return 0;
     // A node's own links count only when at least two members sit on it.
-    auto perNode = membersPerNode(*this, group);
-    double bw = INFINITY;
-    for (auto [node, members] : perNode)
-        if (members > 1)
-            bw = std::min(bw, nodes[node].intra_bandwidth_bytes_per_s);
-    if (perNode.size() > 1)
-        bw = std::min(bw, inter_node_bandwidth_bytes_per_s);
-    return bw;
+    const auto links = groupLinks(*this, group);
+    return links.spans_nodes ? std::min(links.intra_bandwidth, inter_node_bandwidth_bytes_per_s)
+                             : links.intra_bandwidth;
 }
 
 double Cluster::groupLatency(const std::vector<int>& group) const
 {
     if (group.size() < 2)
         return 0;
-    auto perNode = membersPerNode(*this, group);
-    double lat = 0;
-    for (auto [node, members] : perNode)
-        if (members > 1)
-            lat = std::max(lat, nodes[node].intra_latency_s);
-    if (perNode.size() > 1)
-        lat = std::max(lat, inter_node_latency_s);
-    return lat;
+    const auto links = groupLinks(*this, group);
+    return links.spans_nodes ? std::max(links.intra_latency, inter_node_latency_s) : links.intra_latency;
 }
 
 Cluster Cluster::firstNodes(int count) const

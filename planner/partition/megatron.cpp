@@ -455,11 +455,24 @@ private:
         return {c.t, c.c, c.b, static_cast<int>(c.recompute), c.sequence_parallel};
     }
 
-    /// The analytical model on one configuration (`weights`: its balanceWeights); over memory makes it infeasible.
-    static void estimateEntry(const PartitionRequest& request, Entry& e, const std::vector<double>& weights)
+    /// What a configuration's costs depend on beyond the schedule kind (estimateCosts): the balance's key, p, the
+    /// stage count, the V of zbv and the sharding.
+    using CostKey = std::tuple<WeightKey, int, int, bool, bool, bool, bool>;
+    static CostKey costKey(const Config& c)
     {
-        const Plan plan = megatron::configPlan(request, e.config, weights);
-        e.estimate = megatron::estimate(plan, e.config);
+        return {
+            weightKey(c), c.p, c.p * c.v, c.kind == "zbv", c.distributed_optimizer, c.shard_gradients, c.shard_weights};
+    }
+
+    /// The analytical model on one configuration (`bounds`: its balanced layer boundaries, `costs` its plan's
+    /// estimateCosts, made when null and returned); over memory makes it infeasible.
+    static void estimateEntry(
+        const PartitionRequest& request, Entry& e, const std::vector<int>& bounds, std::optional<CostModel>& costs)
+    {
+        const Plan plan = megatron::configPlanCut(request, e.config, bounds);
+        if (!costs)
+            costs = megatron::estimateCosts(plan);
+        e.estimate = megatron::estimate(plan, e.config, *costs);
         auto& c = e.candidate;
         c.throughput_samples_per_s = e.estimate.throughput_samples_per_s;
         c.peak_memory_bytes = e.estimate.peak_memory_bytes;
@@ -480,33 +493,55 @@ private:
         }
     }
 
-    /// estimateEntry on every entry. The entries are independent and at thousands of devices each costs a plan
-    /// and a cost model of every device, so they are shared out among threads; the calling thread reports
-    /// progress. False when cancelled.
+    /// estimateEntry on every configuration not already turned away (rule of thumb 1, too many microbatches to
+    /// simulate: those keep their reason and no estimate). The configurations that cost alike (costKey: 1f1b, zb-h1
+    /// and zb-h2 of the same sizes, ...) share one cost model, and at thousands of devices each costs a plan and a cost
+    /// model, so the sets are shared out among threads; the calling thread reports progress. False when cancelled.
     static bool estimateAll(
         const PartitionRequest& request, std::vector<Entry>& entries, const ProgressFn& progress, std::stop_token stop)
     {
-        // The layers' balancing weights, once per (t, c, b, recompute, sp): thousands of configurations share them.
+        // The layers' balancing weights, once per (t, c, b, recompute, sp), and their boundaries once per stage count:
+        // thousands of configurations share them.
         std::map<WeightKey, std::vector<double>> weights;
-        for (const auto& e : entries)
-            if (auto [it, added] = weights.try_emplace(weightKey(e.config)); added)
-                it->second = megatron::balanceWeights(request, e.config);
+        std::map<std::pair<WeightKey, int>, std::vector<int>> bounds;
+        std::map<CostKey, std::vector<std::size_t>> alike;
+        std::size_t total = 0;
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            const auto& config = entries[i].config;
+            if (!entries[i].candidate.feasible)
+                continue;
+            auto [w, added] = weights.try_emplace(weightKey(config));
+            if (added)
+                w->second = megatron::balanceWeights(request, config);
+            auto [b, cut] = bounds.try_emplace({weightKey(config), config.p * config.v});
+            if (cut)
+                b->second = detail::balancedBoundaries(w->second, config.p * config.v);
+            alike[costKey(config)].push_back(i);
+            ++total;
+        }
+        std::vector<const std::vector<std::size_t>*> sets;
+        for (const auto& [key, members] : alike)
+            sets.push_back(&members);
         std::atomic<std::size_t> next {0}, finished {0};
         std::atomic<bool> cancelled {false};
         auto work = [&](bool reporter) {
-            for (std::size_t i = next++; i < entries.size() && !cancelled; i = next++) {
+            for (std::size_t k = next++; k < sets.size() && !cancelled; k = next++) {
                 if (stop.stop_requested()) {
                     cancelled = true;
                     return;
                 }
-                estimateEntry(request, entries[i], weights.at(weightKey(entries[i].config)));
-                ++finished;
+                std::optional<CostModel> costs;
+                for (std::size_t i : *sets[k]) {
+                    const auto& config = entries[i].config;
+                    estimateEntry(request, entries[i], bounds.at({weightKey(config), config.p * config.v}), costs);
+                }
+                finished += sets[k]->size();
                 if (reporter && progress)
-                    progress(0.5 * static_cast<double>(finished) / entries.size());
+                    progress(0.5 * static_cast<double>(finished) / std::max<std::size_t>(1, total));
             }
         };
         const auto threads = std::min<std::size_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u),
-            std::max<std::size_t>(1, entries.size() / 4)); // a few configurations are not worth a thread
+            std::max<std::size_t>(1, sets.size() / 4)); // a few configurations are not worth a thread
         std::vector<std::thread> pool;
         for (std::size_t t = 1; t < threads; ++t)
             pool.emplace_back(work, false);

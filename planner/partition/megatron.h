@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "../sim/simulator.h"
 #include "partitioner.h"
 
 namespace pw::planner::megatron {
@@ -114,8 +115,18 @@ std::vector<double> balanceWeights(const PartitionRequest& request, const Config
 /// configPlan with `weights` from balanceWeights(request, config).
 Plan configPlan(const PartitionRequest& request, const Config& config, const std::vector<double>& weights);
 
-/// The closed-form estimate of a plan made by configPlan (costs from CostModel::fromPlan); bubble and stashes follow
-/// the plan's schedule kind.
+/// configPlan with the layer boundaries `bounds` (detail::balancedBoundaries of the weights over p v stages).
+Plan configPlanCut(const PartitionRequest& request, const Config& config, const std::vector<int>& bounds);
+
+/// What estimate() reads of a configuration's plan: one data-parallel pipeline's costs with the whole group's shares
+/// where the pipelines cost alike (reducedCostModel), else the plan's, for each model-parallel group's first device
+/// (CostModel::groupLeaderCosts). Configurations that differ only in the schedule kind (1f1b, zb-h1, zb-h2) or in
+/// interleaving's order have the same.
+CostModel estimateCosts(const Plan& plan);
+/// The closed-form estimate of a plan made by configPlan (costs from estimateCosts); bubble and stashes follow the
+/// plan's schedule kind.
 Estimate estimate(const Plan& plan, const Config& config);
+/// The same with its estimateCosts (shared by configurations that cost alike).
+Estimate estimate(const Plan& plan, const Config& config, const CostModel& costs);
 
 } // namespace pw::planner::megatron

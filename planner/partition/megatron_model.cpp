@@ -152,6 +152,11 @@ Plan configPlan(const PartitionRequest& request, const Config& c)
 
 Plan configPlan(const PartitionRequest& request, const Config& c, const std::vector<double>& weights)
 {
+    return configPlanCut(request, c, detail::balancedBoundaries(weights, c.p * c.v));
+}
+
+Plan configPlanCut(const PartitionRequest& request, const Config& c, const std::vector<int>& bounds)
+{
     const auto& model = request.model;
     Plan plan = detail::basePlan(request, "megatron");
     plan.tensor_parallel = c.t;
@@ -176,7 +181,6 @@ Plan configPlan(const PartitionRequest& request, const Config& c, const std::vec
     const int profileSize = std::max(1, model->microbatch_size);
     plan.schedule.microbatch_size = request.options.schedule.microbatch_size == 0 && c.b == profileSize ? 0 : c.b;
 
-    const auto bounds = detail::balancedBoundaries(weights, c.p * c.v);
     const int perStage = c.d * c.c * c.t;
     int first = 0;
     for (int s = 0; s < c.p * c.v; ++s) {
@@ -192,14 +196,23 @@ Plan configPlan(const PartitionRequest& request, const Config& c, const std::vec
     return plan;
 }
 
-Estimate estimate(const Plan& plan, const Config& c)
+CostModel estimateCosts(const Plan& plan)
 {
     // The costs of one of the identical data-parallel pipelines stand for all of them where they cost alike (at 16,384
-    // GPUs the whole plan's cost model was most of the search's time); the data-parallel groups are the whole plan's.
+    // GPUs the whole plan's cost model was most of the search's time), and a model-parallel group's first device for
+    // the group; the data-parallel groups are the whole plan's.
     Plan reduced;
     std::optional<CostModel> fast = reducedCostModel(plan, reduced);
-    const Plan& costed = fast ? reduced : plan;
-    const CostModel cost = fast ? std::move(*fast) : CostModel::fromPlan(plan);
+    return fast ? std::move(*fast) : CostModel::groupLeaderCosts(plan);
+}
+
+Estimate estimate(const Plan& plan, const Config& c)
+{
+    return estimate(plan, c, estimateCosts(plan));
+}
+
+Estimate estimate(const Plan& plan, const Config& c, const CostModel& cost)
+{
     const int p = plan.pipelineDepth(), S = plan.stageCount(), t = c.t;
     const auto& cluster = plan.cluster;
     const std::string& kind = plan.schedule.kind;
@@ -210,7 +223,8 @@ Estimate estimate(const Plan& plan, const Config& c)
     double worstRatio = -1, slowestForward = 0, slowestWeight = 0;
     for (int r = 0; r < p; ++r) {
         const auto& devices = plan.stages[r].devices;
-        const std::size_t costedReplicas = costed.stages[r].devices.size();
+        const std::size_t costedReplicas = static_cast<std::size_t>(
+            (r + 1 < S ? cost.stage_offset[r + 1] : static_cast<int>(cost.forward_s.size())) - cost.stage_offset[r]);
         // The rank's v stages, found once: every device of the rank (d t of them) sums over these alone.
         std::vector<int> mine;
         for (int s = 0; s < S; ++s)

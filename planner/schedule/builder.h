@@ -90,6 +90,9 @@ namespace pw::planner {
 Plan tensorParallelRankPlan(const Plan& plan, int rank);
 /// Expands a schedule generated for tensorParallelRankPlan(plan, 0) to all ranks (see above).
 Schedule expandTensorParallel(const Schedule& logical, const Plan& plan);
+/// expandTensorParallel with the programs of every group's first device alone (the other members' lists empty, every
+/// group of collectives whole): what the simulator runs (simulateGroupLeaders), without t c copies of every program.
+Schedule groupLeaderSchedule(const Schedule& logical, const Plan& plan);
 
 /// @brief Per-plan facts the generators share, and the per-device action lists being built.
 class ScheduleBuilder

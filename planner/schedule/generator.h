@@ -28,6 +28,9 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators();
 const ScheduleGenerator* findScheduleGenerator(std::string_view name);
 /// Generates the plan's schedule (plan.schedule.kind); throws InputError for an unknown kind.
 Schedule generateSchedule(const Plan& plan);
+/// generateSchedule with only the programs of every model-parallel group's first device (groupLeaderSchedule in
+/// builder.h); generateSchedule itself without tensor or context parallelism.
+Schedule generateGroupLeaderSchedule(const Plan& plan);
 /// The plan's schedule.iterations raised to its kind's min_iterations (steadyIterations in plan.h); an unknown kind
 /// keeps its own.
 int simulatedIterations(const Plan& plan);

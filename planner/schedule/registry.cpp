@@ -78,4 +78,12 @@ Schedule generateSchedule(const Plan& plan)
     return g->generate(plan);
 }
 
+Schedule generateGroupLeaderSchedule(const Plan& plan)
+{
+    if (plan.modelParallel() == 1)
+        return generateSchedule(plan);
+    plan.validate();
+    return groupLeaderSchedule(generatorOrThrow(plan.schedule.kind).generate(tensorParallelRankPlan(plan, 0)), plan);
+}
+
 } // namespace pw::planner

@@ -26,7 +26,10 @@ Plan tensorParallelRankPlan(const Plan& plan, int rank)
     return logical;
 }
 
-Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
+namespace {
+
+/// expandTensorParallel giving the programs of the first `ranks` members of every group (all t, or 1).
+Schedule expand(const Schedule& logical, const Plan& plan, int ranks)
 {
     const int t = plan.modelParallel(); // group members: context rank k, tensor rank j at k tp + j
     const int tp = std::max(1, plan.tensor_parallel), cp = std::max(1, plan.context_parallel);
@@ -72,7 +75,7 @@ Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
         const auto& list = logical.devices[leader];
         if (list.empty())
             continue;
-        for (int j = 0; j < t; ++j) {
+        for (int j = 0; j < ranks; ++j) {
             auto& copy = out.devices[rankOf(leader, j)];
             copy = list;
             for (auto& a : copy) {
@@ -89,6 +92,18 @@ Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
         }
     }
     return out;
+}
+
+} // namespace
+
+Schedule expandTensorParallel(const Schedule& logical, const Plan& plan)
+{
+    return expand(logical, plan, plan.modelParallel());
+}
+
+Schedule groupLeaderSchedule(const Schedule& logical, const Plan& plan)
+{
+    return expand(logical, plan, 1);
 }
 
 } // namespace pw::planner

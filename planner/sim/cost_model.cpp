@@ -169,6 +169,16 @@ double CostModel::optimizerStepSeconds(int device, int stage) const
 
 CostModel CostModel::fromPlan(const Plan& plan)
 {
+    return build(plan, false);
+}
+
+CostModel CostModel::groupLeaderCosts(const Plan& plan)
+{
+    return build(plan, true);
+}
+
+CostModel CostModel::build(const Plan& plan, bool leadersOnly)
+{
     CostModel c;
     const int S = plan.stageCount();
     auto cut = plan.model->cutBytes(plan.layer_order);
@@ -187,7 +197,8 @@ CostModel CostModel::fromPlan(const Plan& plan)
         std::vector<std::optional<StageTotals>> byType(plan.cluster->device_types.size());
         double bw = 0, lat = 0;
         std::vector<std::pair<double, double>> ringLink(static_cast<std::size_t>(tp)); // per tensor rank j
-        for (std::size_t r = 0; r < devices.size(); ++r) {
+        const std::size_t step = leadersOnly ? static_cast<std::size_t>(mp) : 1;
+        for (std::size_t r = 0; r < devices.size(); r += step) {
             const int dev = devices[r];
             const int known = dev >= 0 && static_cast<std::size_t>(dev) < refs.size() ? refs[dev].type : -1;
             const DeviceType& type // typeOf throws for an unknown type or device
@@ -260,6 +271,17 @@ CostModel CostModel::fromPlan(const Plan& plan)
         // rank's 1/c of the sequence.
         c.boundary_bytes.push_back(!plan.lastInPipeline(s) ? cut[plan.stages[s].last_layer] * scale / mp : 0.0);
     }
+    const auto common = [&c, &plan] {
+        c.overlap_gradient_allreduce = plan.schedule.overlap_grad_reduce;
+        c.overlap_param_gather = plan.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
+        c.zero_sum_after_microbatches = plan.schedule.shard_weights;
+        c.shard_group = plan.schedule.distributed_optimizer ? plan.schedule.shard_group : 0;
+        c.samples_per_microbatch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size
+                                                                     : std::max(1, plan.model->microbatch_size);
+    };
+    common();
+    if (leadersOnly)
+        return c; // no per-device tables or buckets: what estimates read of a group
     // Each node's inter-node links, numbered over the cluster: device k of a node sends on its link k mod links.
     std::vector<int> firstUplink;
     int uplinks = 0;
@@ -278,14 +300,8 @@ CostModel CostModel::fromPlan(const Plan& plan)
     for (const auto& node : plan.cluster->nodes)
         c.node_links.push_back({node.intra_bandwidth_bytes_per_s, node.intra_latency_s});
     c.inter_node = {plan.cluster->inter_node_bandwidth_bytes_per_s, plan.cluster->inter_node_latency_s};
-    c.overlap_gradient_allreduce = plan.schedule.overlap_grad_reduce;
-    c.overlap_param_gather = plan.schedule.overlap_param_gather && plan.schedule.distributed_optimizer;
-    c.zero_sum_after_microbatches = plan.schedule.shard_weights;
-    c.shard_group = plan.schedule.distributed_optimizer ? plan.schedule.shard_group : 0;
     for (int s = 0; s < S; ++s)
         c.stage_buckets.push_back(gradientBuckets(plan, s));
-    c.samples_per_microbatch
-        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model->microbatch_size);
     return c;
 }
 

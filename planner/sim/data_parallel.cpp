@@ -169,7 +169,7 @@ void addAllReduces(Schedule& schedule, const Plan& reduced, int t, int tp)
 /// The optimizer state as the whole group keeps it: the distributed optimizer shards it over the plan's d
 /// replicas, not over the q of `reduced` (issue 31: the search's simulation ignored --distributed-optimizer). So do
 /// ZeRO's shards of gradients and weights, and FSDP's gathers over the whole group's d members and link.
-void wholeGroupShares(const Plan& plan, const Plan& reduced, CostModel& cost)
+void wholeGroupShares(const Plan& plan, CostModel& cost)
 {
     if (!plan.schedule.distributed_optimizer)
         return;
@@ -188,8 +188,10 @@ void wholeGroupShares(const Plan& plan, const Plan& reduced, CostModel& cost)
             = pipelinedCommunicationSeconds(whole.weight_gather_forward_s, whole.forward_s, whole.weight_layers);
         const double backward = pipelinedCommunicationSeconds(
             whole.weight_gather_backward_s, whole.backward_s + whole.recompute_s, whole.weight_layers);
-        for (std::size_t r = 0; r < reduced.stages[s].devices.size(); ++r) {
-            const std::size_t i = static_cast<std::size_t>(cost.stage_offset[at]) + r;
+        // Every replica's entry (one per group with groupLeaderCosts).
+        const std::size_t end = at + 1 < cost.stage_offset.size() ? static_cast<std::size_t>(cost.stage_offset[at + 1])
+                                                                  : cost.forward_s.size();
+        for (std::size_t i = static_cast<std::size_t>(cost.stage_offset[at]); i < end; ++i) {
             cost.forward_s[i] += forward - cost.weight_gather_forward_s[i];
             cost.backward_s[i] += backward - cost.weight_gather_backward_s[i];
             cost.weight_gather_forward_s[i] = forward;
@@ -213,8 +215,8 @@ std::optional<CostModel> reducedCostModel(const Plan& plan, Plan& reduced)
     std::vector<int> reducedOf;
     reduced = reducedPlan(plan, l, reducedOf);
     reduced.schedule.microbatches = std::max(1, reduced.schedule.microbatches);
-    CostModel cost = CostModel::fromPlan(reduced);
-    wholeGroupShares(plan, reduced, cost);
+    CostModel cost = CostModel::groupLeaderCosts(reduced);
+    wholeGroupShares(plan, cost);
     return cost;
 }
 
@@ -225,11 +227,11 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
         return simulate(plan, options);
     std::vector<int> reducedOf;
     const Plan reduced = reducedPlan(plan, l, reducedOf);
-    Schedule schedule = generateSchedule(reduced);
+    Schedule schedule = generateGroupLeaderSchedule(reduced); // each model-parallel group runs once
     if (l.q == 1)
         addAllReduces(schedule, reduced, l.t, l.tp);
     CostModel cost = CostModel::fromPlan(reduced);
-    wholeGroupShares(plan, reduced, cost);
+    wholeGroupShares(plan, cost);
     // Each stage's all-reduces are charged as the whole group's ring: d c members (the replicas' context ranks) and
     // the slowest link they cross (groupLink on the whole cluster's nodes; every tensor-parallel rank's group crosses
     // alike).
@@ -250,7 +252,7 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
         cost.stage_rings.push_back(
             {members, whole.groupLink(group), whole.groupLink({group.begin(), group.begin() + s})});
     }
-    SimulationResult part = simulate(reduced, schedule, cost, options);
+    SimulationResult part = simulateGroupLeaders(reduced, schedule, cost, options);
 
     // Every device gets its counterpart's metrics; the run's metrics are recomputed over all of them.
     const int D = cluster.deviceCount();
@@ -266,11 +268,17 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
     r.simulated_actions = part.simulated_actions;
     r.devices.resize(D);
     std::vector<bool> used(D, false);
+    std::vector<int> leaderOf(schedule.num_devices); // the reduced device whose program a device runs
+    for (int i = 0; i < schedule.num_devices; ++i)
+        leaderOf[i] = i;
+    for (const auto& st : reduced.stages)
+        for (std::size_t i = 0; i < st.devices.size(); ++i)
+            leaderOf[st.devices[i]] = st.devices[i - i % l.t];
     for (int dev = 0; dev < D; ++dev) {
         if (reducedOf[dev] >= 0) {
             r.devices[dev] = part.devices[reducedOf[dev]];
             r.devices[dev].bubble_fraction = 0;
-            used[dev] = !schedule.devices[reducedOf[dev]].empty();
+            used[dev] = !schedule.devices[leaderOf[reducedOf[dev]]].empty();
         } else {
             r.devices[dev].memory_capacity_bytes = cluster.typeOf(dev).memory_bytes;
         }

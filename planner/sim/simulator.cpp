@@ -92,10 +92,151 @@ ScheduleTraits traitsOf(const Schedule& schedule)
     return traits ? *traits : ScheduleTraits {};
 }
 
+/// @brief A plan's model-parallel groups (its t c consecutive devices of every stage) where the schedule gives every
+/// member the program of the group's first device, with its own peers and its own tensor rank's collectives (as
+/// expandTensorParallel makes it) and the cost model charges every member alike. The simulator then runs each group
+/// once, on its first device: the group's slices of a transfer are booked on each member's link and the group goes on
+/// when its last slice has arrived (Megatron gathers the slices before the next stage computes, §4.4.1), and every
+/// member gets its first device's timeline and metrics. Empty `members`: the schedule is simulated rank by rank.
+struct ModelParallelGroups
+{
+    int size = 1; ///< t c
+    std::vector<int> members; ///< [leader * size + j]: member j of the group led by `leader`; -1 elsewhere
+    std::vector<int> leader; ///< per device: the first device of its group, itself outside groups
+
+    bool active() const { return !members.empty(); }
+    int member(int lead, int j) const { return members[static_cast<std::size_t>(lead) * size + j]; }
+    bool runs(int d) const { return members.empty() || leader[d] == d; }
+};
+
+double perDevice(const std::vector<double>& values, int d)
+{
+    return static_cast<std::size_t>(d) < values.size() ? values[static_cast<std::size_t>(d)] : 0.0;
+}
+
+/// The model-parallel groups of `plan` (t c consecutive devices of every stage, the same in every stage that holds
+/// them), or none.
+ModelParallelGroups groupsOf(const Plan& plan, int D)
+{
+    ModelParallelGroups g;
+    const int t = plan.modelParallel();
+    if (t < 2 || D != plan.cluster->deviceCount())
+        return g;
+    std::vector<int> members(static_cast<std::size_t>(D) * t, -1), leader(D, -1);
+    for (const auto& st : plan.stages) {
+        if (st.devices.size() % t != 0)
+            return g;
+        for (std::size_t first = 0; first < st.devices.size(); first += t) {
+            const int lead = st.devices[first];
+            for (int j = 0; j < t; ++j) {
+                const int d = st.devices[first + j];
+                if (d < 0 || d >= D)
+                    return g;
+                auto& m = members[static_cast<std::size_t>(lead) * t + j];
+                if ((m >= 0 && m != d) || (leader[d] >= 0 && leader[d] != lead))
+                    return g; // a device in two groups, or a group that differs between stages
+                m = d;
+                leader[d] = lead;
+            }
+        }
+    }
+    for (int d = 0; d < D; ++d)
+        if (leader[d] < 0)
+            leader[d] = d;
+    g.size = t;
+    g.members = std::move(members);
+    g.leader = std::move(leader);
+    return g;
+}
+
+/// The groups of `plan` where `schedule` and `cost` treat every member as its leader, or none
+/// (ModelParallelGroups::members empty) where a member's program or costs differ from its leader's, or the schedule
+/// has parameter-server waves.
+ModelParallelGroups modelParallelGroups(const Plan& plan, const Schedule& s, const CostModel& cost)
+{
+    const int D = s.num_devices;
+    ModelParallelGroups g = groupsOf(plan, D);
+    if (!g.active())
+        return g;
+    const int t = g.size;
+    const auto& members = g.members;
+    const auto& leader = g.leader;
+    ModelParallelGroups none;
+    // Every member costs what its leader does (the same stage, replica offset j).
+    for (int st = 0; st < plan.stageCount(); ++st) {
+        const auto& devices = plan.stages[st].devices;
+        for (std::size_t r = 0; r < devices.size(); ++r) {
+            const int lead = static_cast<int>(r - r % t);
+            const auto& c = cost;
+            if (c.forward(st, static_cast<int>(r)) != c.forward(st, lead)
+                || c.backward(st, static_cast<int>(r)) != c.backward(st, lead)
+                || c.recompute(st, static_cast<int>(r)) != c.recompute(st, lead)
+                || c.backwardWeight(st, static_cast<int>(r)) != c.backwardWeight(st, lead)
+                || perDevice(c.device_memory_capacity, devices[r]) != perDevice(c.device_memory_capacity, devices[lead])
+                || perDevice(c.device_memory_bandwidth, devices[r])
+                    != perDevice(c.device_memory_bandwidth, devices[lead]))
+                return none;
+        }
+    }
+    // Collectives of a member and of its leader: the same size, purpose, stage and charge (memoised per pair).
+    std::map<std::pair<int, int>, bool> alikeGroups;
+    const auto alike = [&](int a, int b) {
+        if (a == b)
+            return true;
+        if (a < 0 || b < 0 || a >= static_cast<int>(s.groups.size()) || b >= static_cast<int>(s.groups.size()))
+            return false;
+        auto [it, added] = alikeGroups.try_emplace({a, b}, false);
+        if (added) {
+            const auto &x = s.groups[a], &y = s.groups[b];
+            const auto shard = [&](const CollectiveGroup& group) {
+                const std::size_t n = cost.shard_group > 0
+                    ? std::min<std::size_t>(group.devices.size(), static_cast<std::size_t>(cost.shard_group))
+                    : group.devices.size();
+                return cost.groupLink({group.devices.begin(), group.devices.begin() + n});
+            };
+            it->second = x.devices.size() == y.devices.size() && x.purpose == y.purpose && x.stage == y.stage
+                && cost.groupLink(x.devices) == cost.groupLink(y.devices) && shard(x) == shard(y);
+        }
+        return it->second;
+    };
+    for (int lead = 0; lead < D; ++lead) {
+        if (leader[lead] != lead)
+            continue; // a member: compared with its leader
+        if (g.member(lead, 0) != lead) {
+            if (!s.devices[lead].empty())
+                return none; // a device outside every group runs a program
+            continue;
+        }
+        const auto& mine = s.devices[lead];
+        for (int j = 1; j < t; ++j) {
+            const auto& theirs = s.devices[members[static_cast<std::size_t>(lead) * t + j]];
+            if (theirs.size() != mine.size())
+                return none;
+            for (std::size_t i = 0; i < mine.size(); ++i) {
+                const Action &x = mine[i], &y = theirs[i];
+                if (isWaveSync(x.kind) || x.kind != y.kind || x.stage != y.stage || x.microbatch != y.microbatch
+                    || x.weight_version != y.weight_version || x.bytes != y.bytes || x.wave != y.wave)
+                    return none;
+                if (isSend(x.kind) || isRecv(x.kind)) {
+                    if (x.peer < 0 || x.peer >= D || g.member(x.peer, 0) != x.peer
+                        || y.peer != members[static_cast<std::size_t>(x.peer) * t + j])
+                        return none;
+                } else if (x.kind == ActionKind::AllReduce && !alike(x.group, y.group)) {
+                    return none;
+                }
+            }
+        }
+    }
+    return g;
+}
+
 class Simulation
 {
 public:
-    Simulation(const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options)
+    /// `leaders`: `schedule` holds the programs of the model-parallel groups' first devices alone
+    /// (groupLeaderSchedule), every member running its leader's; else the groups run once where the schedule allows.
+    Simulation(const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options,
+        bool leaders = false)
         : m_plan(plan)
         , m_s(schedule)
         , m_o(options)
@@ -110,6 +251,7 @@ public:
             throw InputError("the schedule has " + std::to_string(schedule.num_stages) + " stages, the plan "
                 + std::to_string(plan.stageCount()));
         cost.check(plan, D);
+        m_groups = leaders ? groupsOf(plan, D) : modelParallelGroups(plan, schedule, cost);
         m_uplinks.resize(m_cost.uplinkCount());
         m_collectiveFree.assign(D, 0.0);
         const int p = plan.pipelineDepth();
@@ -126,6 +268,9 @@ public:
         m_waiter.assign(m_transfers.size(), -1);
         m_devices.assign(D, {});
         m_collectives.resize(schedule.groups.size());
+        for (const auto& group : schedule.groups) // who reaches each all-reduce: with groups run once, their leaders
+            m_collectiveMembers.push_back(static_cast<int>(
+                std::count_if(group.devices.begin(), group.devices.end(), [this](int d) { return m_groups.runs(d); })));
         // Per-(device, stage) books only for the pairs the plan has (a stage's replicas in order), not devices x
         // stages: at 16,384 devices and a hundred stages that table alone was a gigabyte.
         m_slotOffset.assign(plan.stageCount() + 1, 0);
@@ -171,10 +316,14 @@ public:
     SimulationResult run()
     {
         const int D = m_s.num_devices;
-        std::size_t total = m_s.actionCount();
+        std::size_t total = 0; // a group's first device runs for all its members
+        for (int d = 0; d < D; ++d)
+            if (m_groups.runs(d))
+                total += m_s.devices[d].size();
         initialMemory();
         for (int d = D - 1; d >= 0; --d)
-            push(d);
+            if (m_groups.runs(d))
+                push(d);
         while (!m_ready.empty()) {
             int d = m_ready.back();
             m_ready.pop_back();
@@ -185,10 +334,12 @@ public:
             throw Cancelled();
         std::size_t done = 0;
         for (int d = 0; d < D; ++d)
-            done += m_devices[d].pc;
+            if (m_groups.runs(d))
+                done += m_devices[d].pc;
         if (done != total)
             throw InputError(deadlockMessage());
         m_result.simulated_actions = total;
+        copyToMembers();
         if (m_o.record_memory) {
             auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
             std::stable_sort(mem.begin(), mem.end(),
@@ -312,6 +463,8 @@ private:
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             for (std::size_t r = 0; r < m_plan.stages[s].devices.size(); ++r) {
                 const int d = m_plan.stages[s].devices[r];
+                if (!m_groups.runs(d))
+                    continue; // copyToMembers
                 auto& book = m_books[m_slotOffset[s] + r];
                 book.alive.assign(1, true);
                 if (book.last_use.empty())
@@ -545,6 +698,10 @@ private:
         const double start
             = streamed ? std::max(dev.compute_start, dev.send_free) : std::max(dev.compute_free, dev.send_free);
         double arrival = transferArrival(d, a.peer, a.bytes, start);
+        if (m_groups.active()) // every member's slice on its own link; the group goes on with the last
+            for (int j = 1; j < m_groups.size; ++j)
+                arrival = std::max(
+                    arrival, transferArrival(m_groups.member(d, j), m_groups.member(a.peer, j), a.bytes, start));
         if (streamed)
             arrival = std::max(arrival, dev.compute_free + m_cost.transferSeconds(d, a.peer, 0));
         tr.start = start;
@@ -664,13 +821,13 @@ private:
                 + std::to_string(c.stage) + "'s gradients as stage " + std::to_string(stage));
         if (overlapsAllReduce(stage))
             noteBuckets(c, d, stage);
-        if (c.arrived < static_cast<int>(members.size()))
+        if (c.arrived < m_collectiveMembers[static_cast<std::size_t>(a.group)])
             return;
         const std::vector<int> group(members.begin(), members.end());
         scheduleAllReduce(c, group, stage, a.bytes);
         for (int member : members) {
             m_collectiveFree[member] = std::max(m_collectiveFree[member], c.end);
-            if (member != d)
+            if (member != d && m_groups.runs(member))
                 push(member);
         }
     }
@@ -694,11 +851,53 @@ private:
         span(d, Lane::Compute, a, dev.pc, t0, t1);
     }
 
+    /// Every member of a group run once gets its first device's state, spans and memory samples (its own peers).
+    void copyToMembers()
+    {
+        if (!m_groups.active())
+            return;
+        const int D = m_s.num_devices, t = m_groups.size;
+        for (int d = 0; d < D; ++d)
+            if (m_groups.leader[d] != d)
+                m_devices[d] = m_devices[m_groups.leader[d]];
+        const auto counterpart = [&](int peer, int j) {
+            return peer >= 0 && peer < D && m_groups.leader[peer] == peer && m_groups.member(peer, 0) == peer
+                ? m_groups.member(peer, j)
+                : peer;
+        };
+        auto& spans = m_result.timeline.spans;
+        const std::size_t simulated = spans.size();
+        spans.reserve(simulated * t);
+        for (int j = 1; j < t; ++j)
+            for (std::size_t i = 0; i < simulated; ++i) {
+                Span copy = spans[i];
+                if (m_groups.member(copy.device, 0) != copy.device)
+                    continue; // outside every group
+                copy.device = m_groups.member(copy.device, j);
+                copy.peer = counterpart(copy.peer, j);
+                spans.push_back(copy);
+            }
+        if (m_o.record_memory) {
+            auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
+            const std::size_t recorded = mem.size();
+            for (int j = 1; j < t; ++j)
+                for (std::size_t i = 0; i < recorded; ++i) {
+                    CounterSample copy = mem[i];
+                    if (m_groups.member(copy.device, 0) != copy.device)
+                        continue;
+                    copy.device = m_groups.member(copy.device, j);
+                    mem.push_back(copy);
+                }
+        }
+    }
+
     std::string deadlockMessage() const
     {
         std::string msg = "the schedule deadlocks:";
         int shown = 0;
         for (int d = 0; d < m_s.num_devices && shown < 6; ++d) {
+            if (!m_groups.runs(d))
+                continue;
             const auto& dev = m_devices[d];
             if (dev.pc < m_s.devices[d].size()) {
                 msg += " " + m_plan.cluster->deviceName(d) + " waits at action " + std::to_string(dev.pc) + " ("
@@ -728,7 +927,7 @@ private:
             m.memory_capacity_bytes = m_cost.device_memory_capacity[d];
             m.peak_stashed_microbatches = dev.peak_stashed;
             m.peak_weight_versions = dev.peak_versions;
-            used[d] = !m_s.devices[d].empty();
+            used[d] = !m_s.devices[m_groups.active() ? m_groups.leader[d] : d].empty();
         }
         bubbleMetrics(r, used);
         r.stages.resize(m_plan.stageCount());
@@ -787,6 +986,8 @@ private:
     const CostModel& m_cost;
     ScheduleTraits m_traits;
     std::vector<int> m_replicaOf, m_tpRankOf;
+    ModelParallelGroups m_groups; ///< run once each where the schedule and costs allow (modelParallelGroups)
+    std::vector<int> m_collectiveMembers; ///< per collective group: the members that reach it (run)
     std::vector<LinkCalendar> m_uplinks; ///< per node: its inter-node uplink
     std::vector<double> m_collectiveFree; ///< per device: when its latest all-reduce has left the link
     std::vector<std::size_t> m_slotOffset; ///< per stage: its first (device, stage) slot; one past the last at the end
@@ -873,10 +1074,18 @@ SimulationResult simulate(const Plan& plan, const Schedule& schedule, const Simu
     return simulate(plan, schedule, CostModel::fromPlan(plan), options);
 }
 
+SimulationResult simulateGroupLeaders(
+    const Plan& plan, const Schedule& leaders, const CostModel& cost, const SimulationOptions& options)
+{
+    Simulation sim(plan, leaders, cost, options, true);
+    return sim.run();
+}
+
 SimulationResult simulate(const Plan& plan, const SimulationOptions& options)
 {
-    auto schedule = generateSchedule(plan);
-    return simulate(plan, schedule, options);
+    if (plan.modelParallel() > 1)
+        return simulateGroupLeaders(plan, generateGroupLeaderSchedule(plan), CostModel::fromPlan(plan), options);
+    return simulate(plan, generateSchedule(plan), options);
 }
 
 PredictedMetrics predictedMetrics(const SimulationResult& result)

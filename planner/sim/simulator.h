@@ -156,6 +156,11 @@ struct CostModel
     std::vector<Ring> stage_rings;
 
     static CostModel fromPlan(const Plan& plan);
+    /// fromPlan's per-stage tables, and its per-replica ones for the first device of every model-parallel group alone
+    /// (replica index r / (t c) of fromPlan's r; every member of a group costs alike on a homogeneous cluster), without
+    /// the per-device tables, links and buckets: what a group costs, for closed-form estimates at a t c-th of the work.
+    /// Not a model simulate() accepts.
+    static CostModel groupLeaderCosts(const Plan& plan);
     /// Throws InputError when this model does not describe `plan` on `devices` devices (an injected model built for
     /// another plan): the sizes of its per-stage, per-replica and per-device tables, and its devices' nodes.
     void check(const Plan& plan, int devices) const;
@@ -208,6 +213,9 @@ struct CostModel
     double parameterServerSeconds(int device, double bytes, bool local) const;
     /// The optimizer step of `stage` on `device`: (3 W + 2 O) / memory bandwidth (0 when unknown).
     double optimizerStepSeconds(int device, int stage) const;
+
+private:
+    static CostModel build(const Plan& plan, bool leadersOnly);
 };
 
 struct DeviceMetrics
@@ -286,8 +294,16 @@ SimulationResult simulate(const Plan& plan, const Schedule& schedule, const Simu
 /// match the plan.
 SimulationResult simulate(
     const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options = {});
-/// Generates the plan's schedule and simulates it.
+/// Generates the plan's schedule and simulates it (with tensor or context parallelism, through simulateGroupLeaders).
 SimulationResult simulate(const Plan& plan, const SimulationOptions& options = {});
+/// simulate(plan, schedule, cost, options) where `leaders` holds only the programs of the first device of each
+/// model-parallel group (groupLeaderSchedule; the plan's t c consecutive devices of every stage): every member runs
+/// its group's program, once for all. A group's transfer is booked slice by slice on its members' links and arrives
+/// when the last slice does; every member gets its first device's spans, memory and metrics. simulate(plan, schedule,
+/// cost) runs a full schedule the same way where every member's program and costs are its leader's (as
+/// expandTensorParallel makes them), rank by rank otherwise.
+SimulationResult simulateGroupLeaders(
+    const Plan& plan, const Schedule& leaders, const CostModel& cost, const SimulationOptions& options = {});
 
 /// Why simulateDataParallel must simulate `plan` whole (empty: it may simulate q of its d pipelines): its d
 /// data-parallel pipelines (every stage's devices, t tensor-parallel ranks after another) are alike only when the
@@ -306,8 +322,9 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
 /// The costs of `plan` through q of its d data-parallel pipelines, where they cost alike (dataParallelAsymmetry's
 /// conditions on the cluster and the layout, not those on the schedule): the cost model of the reduced plan (written
 /// to `reduced`: q pipelines on as many nodes, simulateDataParallel's), with the optimizer state, ZeRO's shards and
-/// FSDP's gathers of the whole group. Every replica of a stage there costs what every replica of the whole plan
-/// does, at q/d of fromPlan's work. nullopt where they may not cost alike.
+/// FSDP's gathers of the whole group, for each model-parallel group's first device (CostModel::groupLeaderCosts). Every
+/// group of a stage there costs what every group of the whole plan does, at q/(d t c) of fromPlan's work. nullopt
+/// where they may not cost alike.
 std::optional<CostModel> reducedCostModel(const Plan& plan, Plan& reduced);
 
 } // namespace pw::planner

@@ -269,10 +269,12 @@ TEST_CASE("the costs of one data-parallel pipeline stand for the whole plan's", 
     const auto fast = reducedCostModel(plan, reduced);
     REQUIRE(fast);
     CHECK(reduced.stages[0].devices.size() == 8); // a replica of t c = 4 fills half a node: q = 2 of d = 4
+    // One entry per model-parallel group (its first device) of the two pipelines' stages.
+    CHECK(fast->forward_s.size() == static_cast<std::size_t>(plan.stageCount()) * 2);
     const auto whole = CostModel::fromPlan(plan);
     for (int s = 0; s < plan.stageCount(); ++s) {
         INFO("stage " << s);
-        for (auto [mine, theirs] : {std::pair {0, 0}, {3, 7}}) {
+        for (auto [mine, theirs] : {std::pair {0, 0}, {1, 7}, {1, 12}}) {
             const auto a = fast->charge(s, mine), b = whole.charge(s, theirs);
             CHECK(a.forward_s == Approx(b.forward_s));
             CHECK(a.backward_s == Approx(b.backward_s));

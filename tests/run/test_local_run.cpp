@@ -119,7 +119,7 @@ TEST_CASE(
     const auto shape = tinyGpt2(2);
     const int steps = 3;
     const auto reference = inProcessLosses(gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"), steps);
-    for (const std::vector<int> devices : {std::vector<int> {0, 1}, std::vector<int> {1, 3}}) {
+    for (const std::vector<int>& devices : {std::vector<int> {0, 1}, std::vector<int> {1, 3}}) {
         INFO("devices " << devices[0] << " and " << devices[1] << " of 4");
         planner::Plan plan = gpt2Plan(shape, {{0, 1, {devices[0]}}, {2, 3, {devices[1]}}}, "1f1b");
         planner::Cluster cluster = *plan.cluster;

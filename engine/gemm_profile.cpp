@@ -7,6 +7,19 @@
 
 namespace pw::engine {
 
+const char* name(GemmDtype dtype)
+{
+    switch (dtype) {
+    case GemmDtype::Fp32:
+        return "fp32";
+    case GemmDtype::Bf16:
+        return "bf16";
+    case GemmDtype::Fp8:
+        return "fp8";
+    }
+    return "?";
+}
+
 std::vector<long long> defaultGemmDims()
 {
     return {128, 256, 512, 1024, 2048, 3072, 4096, 8192, 12288, 16384};

@@ -12,11 +12,23 @@
 
 namespace pw::engine {
 
+/// The operands' type of a measured product.
+enum class GemmDtype {
+    Fp32, ///< fp32 throughout (no TF32)
+    Bf16, ///< bf16 operands and output, fp32 accumulation
+    /// E4M3 operands with per-tensor scales, bf16 output, fp32 accumulation with fast accumulation (Transformer
+    /// Engine's forward products on Hopper; the TN layout is the one cuBLASLt's FP8 kernels take)
+    Fp8,
+};
+
+/// "fp32", "bf16" or "fp8": the GEMM table's dtype.
+const char* name(GemmDtype dtype);
+
 /// @brief What to measure.
 struct GemmProfileOptions
 {
     int gpu = 0; ///< among the visible CUDA devices
-    bool bf16 = true; ///< bf16 matrices (fp32 accumulate); false: fp32 throughout (no TF32)
+    GemmDtype dtype = GemmDtype::Bf16;
     std::vector<long long> dims; ///< every m, n and k of the grid; empty: defaultGemmDims()
     int repeats = 5; ///< timed repeats per shape (the median is kept)
 

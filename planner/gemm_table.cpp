@@ -128,8 +128,8 @@ GemmTable gemmTableFromJson(const nlohmann::json& j)
     t.library = j.value("library", std::string());
     t.dtype = j.value("dtype", std::string("bf16"));
     t.layout = j.value("layout", std::string());
-    if (t.dtype != "bf16" && t.dtype != "fp32")
-        throw InputError({}, 0, "/dtype", "must be \"bf16\" or \"fp32\", not \"" + t.dtype + "\"");
+    if (t.dtype != "bf16" && t.dtype != "fp32" && t.dtype != "fp8")
+        throw InputError({}, 0, "/dtype", "must be \"bf16\", \"fp32\" or \"fp8\", not \"" + t.dtype + "\"");
     const auto& samples = j.contains("samples") ? j.at("samples") : nlohmann::json();
     if (!samples.is_array())
         throw InputError({}, 0, "/samples", "must be an array of {m, n, k, seconds}");

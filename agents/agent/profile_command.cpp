@@ -224,12 +224,14 @@ int runProfileCommand(const std::vector<std::string>& args, std::ostream& out, s
 }
 
 const char* const kGemmProfileUsage
-    = "usage: pipewright-agent --profile-gemm [--device cuda[:N]] [--precision bf16|fp32] [--dims N,N,...]\n"
+    = "usage: pipewright-agent --profile-gemm [--device cuda[:N]] [--precision bf16|fp32|fp8] [--dims N,N,...]\n"
       "                                        [--repeats N] [-o FILE]\n"
       "  Times cuBLASLt's products D = A^T B (the engine's forward layout) for every m, n and k of --dims (default\n"
       "  128,256,512,1024,2048,3072,4096,8192,12288,16384: 1,000 shapes, under a minute on an H100), each the median\n"
-      "  of --repeats (default 5) timings by CUDA events, in bf16 with fp32 accumulation (the default) or fp32, and\n"
-      "  writes the GEMM table (JSON, docs/formats.md) that the planner's cost model interpolates.\n";
+      "  of --repeats (default 5) timings by CUDA events, in bf16 with fp32 accumulation (the default), fp32, or fp8\n"
+      "  (E4M3 operands, bf16 result, fp32 fast accumulation: Transformer Engine's forward products; Hopper and\n"
+      "  later), on random operands, and writes the GEMM table (JSON, docs/formats.md) that the planner's cost model\n"
+      "  interpolates.\n";
 
 GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& args)
 {
@@ -240,9 +242,16 @@ GemmProfileArguments parseGemmProfileArguments(const std::vector<std::string>& a
             if (!device)
                 throw InputError({}, 0, arg, "GEMM throughput is measured on a GPU: give cuda or cuda:N");
             a.options.gpu = *device;
-        } else if (arg == "--precision")
-            a.options.bf16 = parsePrecision(arg, value) == engine::Precision::Bf16Mixed;
-        else if (arg == "--repeats") {
+        } else if (arg == "--precision") {
+            if (value == "bf16")
+                a.options.dtype = engine::GemmDtype::Bf16;
+            else if (value == "fp32")
+                a.options.dtype = engine::GemmDtype::Fp32;
+            else if (value == "fp8")
+                a.options.dtype = engine::GemmDtype::Fp8;
+            else
+                throw InputError({}, 0, arg, "'" + value + "' is not a precision: use bf16, fp32 or fp8");
+        } else if (arg == "--repeats") {
             a.options.repeats = parseNumber<int>(arg, value);
             if (a.options.repeats < 1)
                 throw InputError({}, 0, arg, "must be at least 1");

@@ -450,7 +450,8 @@ public:
         m_launch.act = act();
         m_launch.scratch = &m_scratch;
         m_workspace = m_arena.allocate(kWorkspaceBytes);
-        m_matmul = std::make_unique<cuda::Matmul>(m_stream.get(), m_workspace, kWorkspaceBytes, bf16());
+        m_matmul = std::make_unique<cuda::Matmul>(m_stream.get(), m_workspace, kWorkspaceBytes,
+            bf16() ? cuda::Matmul::Operands::Bf16 : cuda::Matmul::Operands::Fp32);
     }
 
     ~CudaBackend() override

@@ -21,8 +21,9 @@ namespace pw::engine {
 
 namespace {
 
-/// Fills `bytes` of device memory with values uniform in [-1, 1) (bf16 or fp32): a block of 8 MiB made on the host
-/// from `seed`, then copied over the rest.
+/// Fills `bytes` of device memory with values uniform in [-1, 1) (bf16 or fp32), or with random E4M3 bytes (every
+/// finite value of the format, as per-tensor scaling spreads a tensor over its range; the two NaN codes replaced): a
+/// block of 8 MiB made on the host from `seed`, then copied over the rest.
 void fillRandom(void* device, std::size_t bytes, std::size_t element, std::uint64_t seed, cudaStream_t stream)
 {
     const std::size_t block = std::min<std::size_t>(bytes, 8u << 20);
@@ -32,6 +33,13 @@ void fillRandom(void* device, std::size_t bytes, std::size_t element, std::uint6
         state ^= state << 13; // xorshift64
         state ^= state >> 7;
         state ^= state << 17;
+        if (element == 1) {
+            auto byte = static_cast<std::uint8_t>(state >> 56);
+            if ((byte & 0x7F) == 0x7F) // S.1111.111: NaN
+                byte ^= 0x01;
+            host[i] = byte;
+            continue;
+        }
         const float value = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);
         std::uint32_t bits = 0;
         std::memcpy(&bits, &value, sizeof bits);
@@ -67,14 +75,16 @@ planner::GemmTable measureGemmTable(
     PW_CUDA(cudaGetDeviceProperties(&prop, options.gpu));
 
     const long long top = *std::max_element(dims.begin(), dims.end());
-    const std::size_t element = options.bf16 ? 2 : 4;
+    const bool fp8 = options.dtype == GemmDtype::Fp8;
+    const std::size_t element = fp8 ? 1 : options.dtype == GemmDtype::Bf16 ? 2 : 4; // the operands'
     const std::size_t bytes = static_cast<std::size_t>(top) * static_cast<std::size_t>(top) * element;
+    const std::size_t outputBytes = static_cast<std::size_t>(top) * static_cast<std::size_t>(top) * (fp8 ? 2 : element);
     const std::size_t workspaceBytes = 32u << 20;
     cudaStream_t stream = nullptr;
-    void *a = nullptr, *b = nullptr, *d = nullptr, *workspace = nullptr;
+    void *a = nullptr, *b = nullptr, *d = nullptr, *workspace = nullptr, *scales = nullptr;
     cudaEvent_t start = nullptr, stop = nullptr;
     const auto release = [&] {
-        for (void* p : {a, b, d, workspace})
+        for (void* p : {a, b, d, workspace, scales})
             if (p)
                 cudaFree(p);
         if (start)
@@ -89,7 +99,7 @@ planner::GemmTable measureGemmTable(
         PW_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         PW_CUDA(cudaMalloc(&a, bytes));
         PW_CUDA(cudaMalloc(&b, bytes));
-        PW_CUDA(cudaMalloc(&d, bytes));
+        PW_CUDA(cudaMalloc(&d, outputBytes));
         PW_CUDA(cudaMalloc(&workspace, workspaceBytes));
         // Random values, as a model's weights and activations are: matrices of one repeated value draw less power
         // and run their products at higher clocks (on an H100, 10-15 % above PyTorch's products of random matrices
@@ -98,7 +108,16 @@ planner::GemmTable measureGemmTable(
         fillRandom(b, bytes, element, 2, stream);
         PW_CUDA(cudaEventCreate(&start));
         PW_CUDA(cudaEventCreate(&stop));
-        cuda::Matmul matmul(stream, workspace, workspaceBytes, options.bf16);
+        // FP8: per-tensor scales as Transformer Engine passes them (device pointers read by the kernel), here 1.
+        if (fp8) {
+            const float ones[2] = {1.0f, 1.0f};
+            PW_CUDA(cudaMalloc(&scales, sizeof ones));
+            PW_CUDA(cudaMemcpy(scales, ones, sizeof ones, cudaMemcpyHostToDevice));
+        }
+        cuda::Matmul matmul(stream, workspace, workspaceBytes,
+            fp8                                    ? cuda::Matmul::Operands::Fp8E4M3
+                : options.dtype == GemmDtype::Bf16 ? cuda::Matmul::Operands::Bf16
+                                                   : cuda::Matmul::Operands::Fp32);
 
         const std::size_t all = dims.size() * dims.size() * dims.size();
         std::size_t done = 0;
@@ -116,6 +135,8 @@ planner::GemmTable measureGemmTable(
                     p.ldb = static_cast<int>(k);
                     p.D = d;
                     p.ldd = static_cast<int>(m);
+                    p.scaleA = fp8 ? static_cast<const float*>(scales) : nullptr;
+                    p.scaleB = fp8 ? static_cast<const float*>(scales) + 1 : nullptr;
                     const auto timed = [&](int products) {
                         PW_CUDA(cudaEventRecord(start, stream));
                         for (int i = 0; i < products; ++i)
@@ -146,7 +167,7 @@ planner::GemmTable measureGemmTable(
     release();
     table.device = prop.name;
     table.library = "cuBLASLt " + cuda::cublasLtVersion();
-    table.dtype = options.bf16 ? "bf16" : "fp32";
+    table.dtype = name(options.dtype);
     table.layout = "TN";
     return table;
 }

@@ -38,11 +38,11 @@ cublasLtEpilogue_t epilogueOf(const Matmul::Product& p)
 
 } // namespace
 
-Matmul::Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, bool bf16)
+Matmul::Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, Operands operands)
     : m_stream(stream)
     , m_workspace(workspace)
     , m_workspaceBytes(workspaceBytes)
-    , m_bf16(bf16)
+    , m_operands(operands)
 {
     PW_CUBLAS(cublasLt().create(&m_handle));
 }
@@ -85,8 +85,17 @@ Matmul::Plan& Matmul::plan(const Product& p)
 
 void Matmul::build(Plan& plan, const Product& p)
 {
-    const cudaDataType_t type = m_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const bool fp8 = m_operands == Operands::Fp8E4M3;
+    if (fp8 && (!p.transA || p.transB))
+        throw std::runtime_error("cuBLASLt's FP8 products take A transposed and B not (TN)");
+    const cudaDataType_t type = m_operands == Operands::Fp32 ? CUDA_R_32F : CUDA_R_16BF; // D's
+    const cudaDataType_t operand = fp8 ? CUDA_R_8F_E4M3 : type;
     PW_CUBLAS(cublasLt().matmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    if (fp8) {
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<std::int8_t>(1));
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.scaleA);
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.scaleB);
+    }
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, p.transA ? CUBLAS_OP_T : CUBLAS_OP_N);
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.transB ? CUBLAS_OP_T : CUBLAS_OP_N);
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogueOf(p));
@@ -97,8 +106,8 @@ void Matmul::build(Plan& plan, const Product& p)
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
     }
-    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.a, type, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
-    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.b, type, p.transB ? p.n : p.k, p.transB ? p.k : p.n, p.ldb));
+    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.a, operand, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
+    PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.b, operand, p.transB ? p.n : p.k, p.transB ? p.k : p.n, p.ldb));
     PW_CUBLAS(cublasLt().matrixLayoutCreate(&plan.d, type, p.m, p.n, p.ldd));
 
     cublasLtMatmulPreference_t preference = nullptr;
@@ -136,11 +145,18 @@ bool Matmul::run(const Product& p)
     if (!pl.found) {
         if (p.geluInput || p.dgeluAux)
             return false;
-        throw std::runtime_error("cuBLASLt has no algorithm for a " + std::string(m_bf16 ? "bf16" : "fp32") + " "
-            + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " + std::to_string(p.k) + " product");
+        throw std::runtime_error("cuBLASLt has no algorithm for a "
+            + std::string(m_operands == Operands::Fp32 ? "fp32"
+                    : m_operands == Operands::Bf16     ? "bf16"
+                                                       : "fp8")
+            + " " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " + std::to_string(p.k) + " product");
     }
     if (p.bias)
         setDesc(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (m_operands == Operands::Fp8E4M3) {
+        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.scaleA);
+        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.scaleB);
+    }
     if (const void* aux = p.geluInput ? p.geluInput : p.dgeluAux)
         setDesc(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     const float alpha = 1.0f;

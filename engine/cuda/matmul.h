@@ -2,7 +2,8 @@
 // Internal to engine/: the CUDA backend's matrix products through cuBLASLt. One Matmul per backend: its handle, its
 // stream and workspace, and a plan per shape (descriptors and the heuristic's algorithm), made on the first call
 // of that shape and reused after. fp32 computes in fp32 (CUBLAS_COMPUTE_32F on fp32 matrices: no TF32), bf16 in
-// fp32 on bf16 matrices.
+// fp32 on bf16 matrices, fp8 in fp32 on E4M3 operands with a bf16 result (the GEMM profile's; training in FP8 is
+// issue 32's).
 #pragma once
 
 #include <cstddef>
@@ -35,9 +36,18 @@ public:
         void* geluInput = nullptr; ///< with GELU: D gets GELU(result) and this (ldd) the result before it
         /// GELU's backward: D gets result * GELU'(this), this (ldd) the forward's GELU input (its aux).
         const void* dgeluAux = nullptr;
+        /// Fp8E4M3 operands: device pointers to the fp32 factors that turn A's and B's stored values into the
+        /// values they stand for (per-tensor scaling's inverse scales); null: 1.
+        const float* scaleA = nullptr;
+        const float* scaleB = nullptr;
     };
 
-    Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, bool bf16);
+    /// The matrices' types: fp32 throughout; bf16; or E4M3 operands A and B with a bf16 D, which cuBLASLt's FP8 kernels
+    /// take in the TN layout alone (transA, not transB) and which accumulate in fp32 with fast accumulation
+    /// (Transformer Engine's forward products).
+    enum class Operands { Fp32, Bf16, Fp8E4M3 };
+
+    Matmul(cudaStream_t stream, void* workspace, std::size_t workspaceBytes, Operands operands);
     ~Matmul();
     Matmul(const Matmul&) = delete;
     Matmul& operator=(const Matmul&) = delete;
@@ -64,7 +74,7 @@ private:
     cudaStream_t m_stream;
     void* m_workspace;
     std::size_t m_workspaceBytes;
-    bool m_bf16;
+    Operands m_operands;
     std::map<Key, Plan> m_plans;
 };
 

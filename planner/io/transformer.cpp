@@ -79,6 +79,10 @@ ModelProfile transformerProfile(
         throw InputError({}, 0, "backward_factor", "must be a finite number >= 0");
     const bool byShapes = resolvedTimeModel(config, device, options) == TransformerTimeModel::Shapes;
     if (byShapes && options.gemm_table) {
+        if (options.gemm_table->dtype == "fp8")
+            throw InputError({}, 0, "gemm_table",
+                "the table's products are fp8, which check the device's FP8 curve; a profile's table is bf16 or fp32 "
+                "(its model's element size)");
         const bool bf16 = options.gemm_table->dtype == "bf16";
         if ((bf16 && config.bytes_per_element != 2) || (!bf16 && config.bytes_per_element != 4))
             throw InputError({}, 0, "gemm_table",

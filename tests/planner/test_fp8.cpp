@@ -195,6 +195,14 @@ TEST_CASE("fp8: a device, table or plan that cannot have FP8 products is refused
     table.gemm_table = std::make_shared<GemmTable>(
         gemmTableFromJson(readJsonFile(std::string(PW_TEST_DATA_DIR) + "/gemm/h100-constant-fill-bf16.json")));
     CHECK_THROWS_WITH(transformerProfile(c, *devicePreset("H100"), table), Catch::StartsWith("gemm_table: fp8:"));
+    // An fp8 table (`--profile-gemm --precision fp8`) checks the FP8 curve; a profile's table times 16-bit products.
+    auto fp8Table = std::make_shared<GemmTable>(*table.gemm_table);
+    fp8Table->dtype = "fp8";
+    CHECK(gemmTableFromJson(toJson(*fp8Table)).dtype == "fp8");
+    TransformerProfileOptions withFp8Table;
+    withFp8Table.gemm_table = fp8Table;
+    CHECK_THROWS_WITH(transformerProfile(llama8bConfig(false), *devicePreset("H100"), withFp8Table),
+        Catch::StartsWith("gemm_table: the table's products are fp8"));
     TransformerConfig fp32 = c;
     fp32.bytes_per_element = 4;
     CHECK_THROWS_WITH(fp32.validate(), Catch::StartsWith("fp8: FP8 products keep 16-bit weights"));

@@ -4,13 +4,18 @@
 // grid, the backward's input/weight split, and small microbatches slower per FLOP than big ones.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "planner/costs.h"
 #include "planner/device_presets.h"
 #include "planner/errors.h"
+#include "planner/gemm_table.h"
 #include "planner/gpu_cost_model.h"
 #include "planner/io/json_file.h"
 #include "planner/io/transformer.h"
@@ -18,6 +23,7 @@
 #include "planner/schedule/generator.h"
 #include "planner/sim/calibration.h"
 #include "planner/sim/simulator.h"
+#include "tests/skip.h"
 
 using namespace pw::planner;
 
@@ -363,5 +369,42 @@ TEST_CASE("no product is faster by the curves than cuBLAS's measured maximum on 
                 }
         WARN(dev.name << ": fastest product by the curve " << fastest << " TFLOP/s, measured maximum "
                       << dev.measured_max_tflops);
+    }
+}
+
+TEST_CASE("no product is faster by the curves than cuBLASLt measured on random operands of its shape", "[gpu-cost]")
+{
+    // issue 31's acceptance: predicted GEMM times are never faster than cuBLAS on random matrices of that shape. The
+    // tables come from `pipewright-agent --profile-gemm` (random operands) on the GPU machine, one per dtype.
+    namespace fs = std::filesystem;
+    std::vector<fs::path> tables;
+    for (const auto& entry : fs::directory_iterator(fs::path(PW_TEST_DATA_DIR) / "gemm"))
+        if (entry.path().filename().string().find("-random-fill-") != std::string::npos)
+            tables.push_back(entry.path());
+    if (tables.empty())
+        PW_SKIP("no random-fill GEMM table in tests/data/gemm yet: on an H100, `pipewright-agent --profile-gemm "
+                "--device cuda --precision bf16 -o tests/data/gemm/h100-random-fill-bf16.json` (and --precision fp8 "
+                "-o ...-fp8.json)");
+    for (const auto& path : tables) {
+        INFO(path.filename().string());
+        const auto table = gemmTableFromJson(readJsonFile(path.string()));
+        std::optional<DeviceType> type;
+        for (const char* preset : {"H200", "H100", "A100"})
+            if (table.device.find(preset) != std::string::npos)
+                type = devicePreset(preset);
+        REQUIRE(type);
+        const GpuCostModel m(*type, nullptr, defaultGpuCurve(*type));
+        int faster = 0;
+        double worst = 0;
+        for (const auto& s : table.samples) {
+            const double curve = table.dtype == "fp8"
+                ? m.fp8GemmSeconds(static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k))
+                : m.gemmSeconds(static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k));
+            worst = std::max(worst, s.seconds / curve);
+            faster += curve < s.seconds * (1 - 1e-9) ? 1 : 0;
+        }
+        WARN(path.filename().string() << ": the curve is faster than cuBLASLt on " << faster << " of "
+                                      << table.samples.size() << " shapes, by up to " << worst << "x");
+        CHECK(faster == 0);
     }
 }

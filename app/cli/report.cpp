@@ -174,7 +174,7 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         out << line;
     }
     std::snprintf(line, sizeof line,
-        "iteration %s   throughput %.1f samples/s   bubble %.1f %%   all-reduce wait %.1f %%   %zu actions\n",
+        "iteration %s   throughput %.1f samples/s   bubble %.1f %%   all-reduce wait %.1f %%   %zu actions simulated\n",
         formatSeconds(r.iteration_time_s).c_str(), r.throughput_samples_per_s, 100 * r.bubble_fraction,
         100 * r.data_parallel_wait_fraction, r.simulated_actions);
     out << line;

@@ -3,6 +3,7 @@
 // Fix with: clang-format -i $(git ls-files '*.cpp' '*.h')
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -59,9 +60,15 @@ TEST_CASE("every C++ file follows .clang-format", "[format]")
 {
     const auto files = cppFiles();
     REQUIRE(files.size() > 100);
-    for (const auto& file : files) {
+    // A hundred files per clang-format: one process per file spent a minute starting processes (67 s against 5 s for
+    // the same check); the output names each file that is not formatted.
+    constexpr std::size_t kBatch = 100;
+    for (std::size_t first = 0; first < files.size(); first += kBatch) {
+        std::string command = std::string(PW_CLANG_FORMAT) + " --dry-run -Werror";
+        for (std::size_t i = first; i < std::min(files.size(), first + kBatch); ++i)
+            command += " '" + files[i].string() + "'";
         std::string out;
-        const int status = run(std::string(PW_CLANG_FORMAT) + " --dry-run -Werror '" + file.string() + "'", out);
+        const int status = run(command, out);
         INFO(out);
         CHECK(status == 0);
     }

@@ -571,52 +571,95 @@ private:
     }
 
     /// Simulates the analytical leaders in `order` (`top` of them, and on until one fits the simulator's
-    /// memory); `best` is the fastest simulated one that fits, or -1. False when cancelled.
+    /// memory); `best` is the fastest simulated one that fits, or -1. False when cancelled. The simulations run a few
+    /// at a time on threads (at most 4: each holds its schedule); their results are taken in order, so the leaders
+    /// simulated and the choice are those of one after another.
     static bool simulateLeaders(const PartitionRequest& request, std::vector<Entry>& entries,
         const std::vector<int>& order, int top, const ProgressFn& progress, std::stop_token stop, int& best)
     {
+        const std::size_t width = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
         int simulated = 0, fits = 0;
-        for (int i : order) {
-            auto& e = entries[i];
-            if (!e.candidate.feasible || (simulated >= top && fits > 0))
+        std::size_t at = 0;
+        while (at < order.size()) {
+            // The next leaders the one-by-one loop would reach, were none of them to fit.
+            std::vector<int> batch;
+            for (std::size_t k = at; k < order.size() && batch.size() < width; ++k) {
+                if (!entries[order[k]].candidate.feasible
+                    || (simulated + static_cast<int>(batch.size()) >= top && fits > 0))
+                    break;
+                batch.push_back(order[k]);
+            }
+            if (batch.empty())
                 break;
-            if (stop.stop_requested())
-                return false;
-            ++simulated;
-            SimulationResult sim;
-            try {
-                sim = simulateDataParallel(megatron::configPlan(request, e.config), SimulationOptions {false, false});
-            } catch (const InputError& err) {
-                e.candidate.feasible = false;
-                e.candidate.reason = std::string("does not simulate: ") + err.what();
-                continue;
-            }
-            e.simulated = true;
-            auto& c = e.candidate;
-            c.config["simulated_batch_time_s"] = sim.iteration_time_s;
-            c.config["simulated_bubble_overhead"] = sim.bubble_overhead;
-            c.throughput_samples_per_s = sim.throughput_samples_per_s;
-            double worst = -1;
-            for (const auto& dm : sim.devices)
-                if (dm.memory_capacity_bytes > 0 && dm.peak_memory_bytes / dm.memory_capacity_bytes > worst) {
-                    worst = dm.peak_memory_bytes / dm.memory_capacity_bytes;
-                    c.peak_memory_bytes = dm.peak_memory_bytes;
-                    c.memory_capacity_bytes = dm.memory_capacity_bytes;
+            std::vector<SimulationResult> results(batch.size());
+            std::vector<std::string> errors(batch.size());
+            std::atomic<bool> cancelled {false};
+            std::atomic<std::size_t> next {0};
+            auto work = [&] {
+                for (std::size_t k = next++; k < batch.size(); k = next++) {
+                    try {
+                        results[k] = simulateDataParallel(megatron::configPlan(request, entries[batch[k]].config),
+                            SimulationOptions {false, false, stop});
+                    } catch (const InputError& err) {
+                        errors[k] = std::string("does not simulate: ") + err.what();
+                    } catch (const Cancelled&) {
+                        cancelled = true;
+                    }
                 }
-            if (!sim.fitsMemory()) {
-                c.feasible = false;
-                c.reason = "needs " + formatBytes(c.peak_memory_bytes) + " of " + formatBytes(c.memory_capacity_bytes)
-                    + " in simulation (by the memory formula " + formatBytes(e.estimate.peak_memory_bytes) + ": "
-                    + e.estimate.memoryPartsText() + ")";
-                continue;
+            };
+            std::vector<std::thread> pool;
+            for (std::size_t t = 1; t < std::min(width, batch.size()); ++t)
+                pool.emplace_back(work);
+            work();
+            for (auto& t : pool)
+                t.join();
+            if (cancelled || stop.stop_requested())
+                return false;
+            for (std::size_t k = 0; k < batch.size(); ++k) {
+                if (simulated >= top && fits > 0)
+                    return true; // a leader past where one by one would have stopped: left unsimulated
+                ++at;
+                ++simulated;
+                auto& e = entries[batch[k]];
+                if (!errors[k].empty()) {
+                    e.candidate.feasible = false;
+                    e.candidate.reason = errors[k];
+                    continue;
+                }
+                if (takeSimulation(e, results[k])) {
+                    ++fits;
+                    if (best < 0 || better(e, entries[best]))
+                        best = batch[k];
+                }
+                if (progress)
+                    progress(0.5 + 0.5 * std::min(1.0, static_cast<double>(simulated) / top));
             }
-            ++fits;
-            if (best < 0 || better(e, entries[best]))
-                best = i;
-            if (progress)
-                progress(0.5 + 0.5 * std::min(1.0, static_cast<double>(simulated) / top));
         }
         return true;
+    }
+
+    /// Records a leader's simulation in its candidate; false (and infeasible, saying why) when it is over memory.
+    static bool takeSimulation(Entry& e, const SimulationResult& sim)
+    {
+        e.simulated = true;
+        auto& c = e.candidate;
+        c.config["simulated_batch_time_s"] = sim.iteration_time_s;
+        c.config["simulated_bubble_overhead"] = sim.bubble_overhead;
+        c.throughput_samples_per_s = sim.throughput_samples_per_s;
+        double worst = -1;
+        for (const auto& dm : sim.devices)
+            if (dm.memory_capacity_bytes > 0 && dm.peak_memory_bytes / dm.memory_capacity_bytes > worst) {
+                worst = dm.peak_memory_bytes / dm.memory_capacity_bytes;
+                c.peak_memory_bytes = dm.peak_memory_bytes;
+                c.memory_capacity_bytes = dm.memory_capacity_bytes;
+            }
+        if (sim.fitsMemory())
+            return true;
+        c.feasible = false;
+        c.reason = "needs " + formatBytes(c.peak_memory_bytes) + " of " + formatBytes(c.memory_capacity_bytes)
+            + " in simulation (by the memory formula " + formatBytes(e.estimate.peak_memory_bytes) + ": "
+            + e.estimate.memoryPartsText() + ")";
+        return false;
     }
 
     /// "; " and why the chosen schedule kind won, for the note: how much faster it is than 1F1B with the same sizes

@@ -323,7 +323,7 @@ TEST_CASE("leftover run directories go at the next contact with their host and w
         auto agent = first.startAgent(0);
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
-    for (int i = 0; i < 100 && !net.processes(0).empty(); ++i) {
+    for (int i = 0; i < 300 && !net.processes(0).empty(); ++i) { // 30 s at most: a loaded machine's agent is slower
         bool agentLeft = false;
         for (pid_t p : net.processes(0)) {
             std::ifstream in("/proc/" + std::to_string(p) + "/cmdline");

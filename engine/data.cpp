@@ -53,7 +53,7 @@ MarkovSource::MarkovSource(int vocab, std::uint64_t seed, int branching)
         auto& edges = m_next[static_cast<std::size_t>(s)];
         double total = 0;
         for (int e = 0; e < branching; ++e) {
-            const auto to = static_cast<std::uint16_t>(e == 0 ? (s + 1) % vocab : rng.next() % vocab);
+            const auto to = static_cast<std::int32_t>(e == 0 ? (s + 1) % vocab : rng.next() % vocab);
             const double w = 0.05 + rng.uniform();
             bool merged = false;
             for (auto& existing : edges)
@@ -89,12 +89,12 @@ MarkovSource::MarkovSource(int vocab, std::uint64_t seed, int branching)
     }
 }
 
-std::vector<std::uint16_t> MarkovSource::generate(std::size_t count, std::uint64_t seed) const
+std::vector<std::int32_t> MarkovSource::generate(std::size_t count, std::uint64_t seed) const
 {
     Rng rng {seed ^ 0x5DEECE66Dull};
-    std::vector<std::uint16_t> out;
+    std::vector<std::int32_t> out;
     out.reserve(count);
-    auto s = static_cast<std::uint16_t>(draw(m_stationary, rng.uniform()));
+    auto s = static_cast<std::int32_t>(draw(m_stationary, rng.uniform()));
     std::vector<double> p;
     for (std::size_t i = 0; i < count; ++i) {
         out.push_back(s);
@@ -128,9 +128,9 @@ DataSpec::Kind dataKindFromString(const std::string& name)
     throw InputError("data kind '" + name + "': use synthetic, tokens or text");
 }
 
-std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab, std::size_t microbatch_tokens)
+std::vector<std::int32_t> loadTokens(const DataSpec& spec, int vocab, std::size_t microbatch_tokens)
 {
-    std::vector<std::uint16_t> tokens;
+    std::vector<std::int32_t> tokens;
     std::error_code ec;
     if (spec.kind != DataSpec::Kind::Synthetic && std::filesystem::is_directory(spec.path, ec))
         throw InputError(spec.path.string() + ": is a directory, not a token or text file");
@@ -172,7 +172,7 @@ double syntheticEntropy(const DataSpec& spec, int vocab)
     return MarkovSource(vocab, spec.seed).entropyRate();
 }
 
-DataOrder::DataOrder(std::vector<std::uint16_t> tokens, int microbatches, int batch, int seq)
+DataOrder::DataOrder(std::vector<std::int32_t> tokens, int microbatches, int batch, int seq)
     : m_tokens(std::move(tokens))
     , m_m(microbatches)
     , m_b(batch)

@@ -26,12 +26,12 @@ public:
     /// Entropy rate in nats per token: sum over tokens of stationary probability x entropy of its successors.
     double entropyRate() const { return m_entropy; }
     /// `count` tokens, starting from a draw of the stationary distribution.
-    std::vector<std::uint16_t> generate(std::size_t count, std::uint64_t seed) const;
+    std::vector<std::int32_t> generate(std::size_t count, std::uint64_t seed) const;
 
 private:
     struct Edge
     {
-        std::uint16_t to;
+        std::int32_t to;
         double p;
     };
     int m_vocab;
@@ -45,7 +45,7 @@ struct DataSpec
 {
     enum class Kind : std::uint8_t { Synthetic, Tokens, Text };
     Kind kind = Kind::Synthetic;
-    std::filesystem::path path; ///< Tokens: an llm.c token file; Text: bytes are tokens (vocabulary 256)
+    std::filesystem::path path; ///< Tokens: an llm.c token file (16- or 32-bit ids); Text: bytes are tokens (vocab 256)
     std::uint64_t seed = 1234; ///< Synthetic: the chain's and the stream's seed
     std::size_t synthetic_tokens = 1 << 20; ///< Synthetic: length of the generated stream
 
@@ -57,7 +57,7 @@ DataSpec::Kind dataKindFromString(const std::string& name);
 
 /// Loads (or generates) the stream; throws InputError naming the file: a directory, a token >= vocab with its
 /// position, or fewer tokens than one microbatch reads (`microbatch_tokens` = b x T inputs, and one more target).
-std::vector<std::uint16_t> loadTokens(const DataSpec& spec, int vocab, std::size_t microbatch_tokens = 1);
+std::vector<std::int32_t> loadTokens(const DataSpec& spec, int vocab, std::size_t microbatch_tokens = 1);
 /// The synthetic corpus' floor for a vocabulary (the chain loadTokens draws from).
 double syntheticEntropy(const DataSpec& spec, int vocab);
 
@@ -65,7 +65,7 @@ double syntheticEntropy(const DataSpec& spec, int vocab);
 class DataOrder
 {
 public:
-    DataOrder(std::vector<std::uint16_t> tokens, int microbatches, int batch, int seq);
+    DataOrder(std::vector<std::int32_t> tokens, int microbatches, int batch, int seq);
 
     int microbatches() const { return m_m; }
     /// Inputs and targets (b x T each, row-major) of microbatch i of step k; positions wrap to the stream's
@@ -74,7 +74,7 @@ public:
     std::size_t tokensPerStep() const { return static_cast<std::size_t>(m_m) * m_b * m_t; }
 
 private:
-    std::vector<std::uint16_t> m_tokens;
+    std::vector<std::int32_t> m_tokens;
     int m_m, m_b, m_t;
 };
 

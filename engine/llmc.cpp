@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "llmc.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -80,8 +81,8 @@ Gpt2Config checkpointConfig(std::ifstream& in, const std::filesystem::path& path
     if (h[0] != kCheckpointMagic)
         failField(path, "magic",
             "not an llm.c GPT-2 checkpoint (magic " + std::to_string(h[0]) + ", expected "
-                + std::to_string(kCheckpointMagic) + (h[0] == kTokensMagic ? ", which is a token file's: --data?" : "")
-                + ")");
+                + std::to_string(kCheckpointMagic)
+                + (h[0] == kTokensMagic || h[0] == kTokens32Magic ? ", which is a token file's: --data?" : "") + ")");
     if (h[1] != kCheckpointVersionFp32)
         failField(path, "version",
             "checkpoint version " + std::to_string(h[1]) + " is not supported: only version 3 (fp32)"
@@ -223,38 +224,72 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
         throw std::system_error(errno, std::generic_category(), path.string() + ": writing the checkpoint");
 }
 
-std::vector<std::uint16_t> readTokens(const std::filesystem::path& path)
+std::vector<std::int32_t> readTokens(const std::filesystem::path& path)
 {
     std::ifstream in(path, std::ios::binary);
     const Header h = readHeader(in, path);
-    if (h[0] != kTokensMagic)
+    if (h[0] != kTokensMagic && h[0] != kTokens32Magic)
         failField(path, "magic",
             "not an llm.c token file (magic " + std::to_string(h[0]) + ", expected " + std::to_string(kTokensMagic)
+                + " for 16-bit or " + std::to_string(kTokens32Magic) + " for 32-bit ids"
                 + (h[0] == kCheckpointMagic ? ", which is a checkpoint's: --init?" : "") + ")");
-    if (h[1] != kTokensVersion)
-        failField(path, "version", "token file version " + std::to_string(h[1]) + " is not supported (expected 1)");
+    const bool wide = h[0] == kTokens32Magic;
+    const std::int32_t version = wide ? kTokens32Version : kTokensVersion;
+    if (h[1] != version)
+        failField(path, "version",
+            "token file version " + std::to_string(h[1]) + " is not supported (expected " + std::to_string(version)
+                + (wide ? " for 32-bit ids)" : " for 16-bit ids)"));
     if (h[2] < 0)
         failField(path, "count", "negative token count " + std::to_string(h[2]));
     const auto count = static_cast<std::size_t>(h[2]);
-    const std::uintmax_t expected = sizeof(Header) + count * sizeof(std::uint16_t);
+    const std::size_t width = wide ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
+    const std::uintmax_t expected = sizeof(Header) + count * width;
     if (fileSize(path) != expected)
         fail(path,
             "holds " + std::to_string(fileSize(path)) + " bytes; its header says " + std::to_string(count) + " tokens, "
                 + std::to_string(expected) + " bytes");
-    std::vector<std::uint16_t> tokens(count);
-    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(count * sizeof(std::uint16_t)));
+    std::vector<std::int32_t> tokens(count);
+    if (wide) {
+        std::vector<std::uint32_t> ids(count);
+        in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(count * width));
+        for (std::size_t i = 0; i < count; ++i) {
+            if (ids[i] > 0x7fffffffu)
+                failField(path, "tokens",
+                    "token " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is past 2^31 - 1");
+            tokens[i] = static_cast<std::int32_t>(ids[i]);
+        }
+    } else {
+        std::vector<std::uint16_t> ids(count);
+        in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(count * width));
+        std::copy(ids.begin(), ids.end(), tokens.begin());
+    }
     return tokens;
 }
 
-void writeTokens(const std::filesystem::path& path, const std::vector<std::uint16_t>& tokens)
+void writeTokens(const std::filesystem::path& path, const std::vector<std::int32_t>& tokens, TokenWidth width)
 {
     if (tokens.size() > 0x7fffffffu)
         throw InputError(path.string() + ": more tokens than llm.c's int32 count holds");
+    const bool wide = width == TokenWidth::Bits32;
+    const std::int32_t top = wide ? 0x7fffffff : 0xffff;
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] < 0 || tokens[i] > top)
+            throw InputError(path.string(), 0, "tokens",
+                "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) + " does not fit "
+                    + (wide ? "a 32-bit id" : "the 16-bit format (ids 0..65,535): write the 32-bit one"));
     Header h {};
-    h[0] = kTokensMagic;
-    h[1] = kTokensVersion;
+    h[0] = wide ? kTokens32Magic : kTokensMagic;
+    h[1] = wide ? kTokens32Version : kTokensVersion;
     h[2] = static_cast<std::int32_t>(tokens.size());
-    writeAll(path, h, tokens.data(), tokens.size() * sizeof(std::uint16_t));
+    if (wide) {
+        const std::vector<std::uint32_t> ids(tokens.begin(), tokens.end());
+        writeAll(path, h, ids.data(), ids.size() * sizeof(std::uint32_t));
+    } else {
+        std::vector<std::uint16_t> ids(tokens.size());
+        std::transform(
+            tokens.begin(), tokens.end(), ids.begin(), [](std::int32_t t) { return static_cast<std::uint16_t>(t); });
+        writeAll(path, h, ids.data(), ids.size() * sizeof(std::uint16_t));
+    }
 }
 
 } // namespace pw::engine

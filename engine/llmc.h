@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // llm.c's file formats (karpathy/llm.c: train_gpt2.c, dev/data/data_common.py), which many users already have:
-// the GPT-2 checkpoint (magic 20240326, version 3 = fp32) and the token file (magic 20240520, version 1, uint16).
+// the GPT-2 checkpoint (magic 20240326, version 3 = fp32) and the token files: GPT-2's (magic 20240520, version 1,
+// uint16 ids) and Llama 3's (magic 20240801, version 7, uint32 ids, for vocabularies past 65,536), both after a
+// header of 256 int32.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,11 @@ inline constexpr std::int32_t kCheckpointMagic = 20240326;
 inline constexpr std::int32_t kCheckpointVersionFp32 = 3;
 inline constexpr std::int32_t kTokensMagic = 20240520;
 inline constexpr std::int32_t kTokensVersion = 1;
+inline constexpr std::int32_t kTokens32Magic = 20240801;
+inline constexpr std::int32_t kTokens32Version = 7;
+
+/// The width of a token file's ids: llm.c's "gpt-2" (16-bit) or "llama-3" (32-bit) format.
+enum class TokenWidth { Bits16, Bits32 };
 
 /// @brief A whole model's parameters in llm.c's order (checkpointOffset).
 struct Checkpoint
@@ -50,9 +57,12 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
 /// writable, an existing file that cannot be replaced.
 void checkCheckpointDestination(const std::filesystem::path& path);
 
-/// Reads a token file; throws InputError naming the file and the header field (magic, version, count against the
-/// file's size; a directory).
-std::vector<std::uint16_t> readTokens(const std::filesystem::path& path);
-void writeTokens(const std::filesystem::path& path, const std::vector<std::uint16_t>& tokens);
+/// Reads a token file of either width (told apart by its magic); throws InputError naming the file and the header field
+/// (magic, version, count against the file's size; a directory) or a 32-bit id past 2^31 - 1 with its position.
+std::vector<std::int32_t> readTokens(const std::filesystem::path& path);
+/// Writes `tokens` in the format of `width`; throws InputError for a negative id, or one past 65,535 in the 16-bit
+/// format, naming the file and the position.
+void writeTokens(
+    const std::filesystem::path& path, const std::vector<std::int32_t>& tokens, TokenWidth width = TokenWidth::Bits16);
 
 } // namespace pw::engine

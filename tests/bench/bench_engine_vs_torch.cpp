@@ -99,7 +99,7 @@ int main(int argc, char** argv)
     std::printf("engine vs PyTorch, GPT-2 %d x %d (%zu parameters), batch %d x %d tokens, %d threads, %d steps\n",
         shape.layers, shape.hidden, engine::parameterCount(setup.model), shape.microbatch, shape.sequence, threads,
         steps);
-    std::printf("  engine (%s):  %.0f tokens/s\n", engine::ops::blasName(), engineTps);
+    std::printf("  engine (%s):  %.0f tokens/s\n", engine::ops::blasName().c_str(), engineTps);
 
     if (!torchAvailable()) {
         std::printf("  PyTorch: skipped (%s has no torch; apt install python3-torch)\n", kPython);

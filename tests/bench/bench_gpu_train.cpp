@@ -116,13 +116,13 @@ struct Speed
     std::string error; ///< why the run failed (then nothing else is set)
 };
 
-std::vector<std::uint16_t> randomTokens(std::size_t count, int vocab)
+std::vector<std::int32_t> randomTokens(std::size_t count, int vocab)
 {
     std::mt19937_64 rng(1234);
     std::uniform_int_distribution<int> token(0, vocab - 1);
-    std::vector<std::uint16_t> tokens(count);
+    std::vector<std::int32_t> tokens(count);
     for (auto& t : tokens)
-        t = static_cast<std::uint16_t>(token(rng));
+        t = static_cast<std::int32_t>(token(rng));
     return tokens;
 }
 

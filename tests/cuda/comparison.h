@@ -26,7 +26,7 @@ struct Comparison
 {
     planner::TransformerConfig shape;
     std::shared_ptr<const std::vector<float>> checkpoint;
-    std::vector<std::uint16_t> tokens;
+    std::vector<std::int32_t> tokens;
     int microbatches = 4;
     int steps = 20;
 };

@@ -17,7 +17,7 @@ using namespace pw::engine;
 
 TEST_CASE("step k reads the k-th window of m b T + 1 tokens, rows of T, targets shifted", "[engine][data]")
 {
-    std::vector<std::uint16_t> tokens(100);
+    std::vector<std::int32_t> tokens(100);
     std::iota(tokens.begin(), tokens.end(), 0);
     DataOrder order(tokens, 2, 2, 3); // m = 2, b = 2, T = 3: 12 + 1 tokens per step
     std::vector<std::int32_t> in(6), tgt(6);
@@ -72,7 +72,7 @@ TEST_CASE(
     DataSpec spec;
     spec.kind = DataSpec::Kind::Tokens;
     spec.path = dir / "t.bin";
-    writeTokens(spec.path, std::vector<std::uint16_t>(17, 3));
+    writeTokens(spec.path, std::vector<std::int32_t>(17, 3));
     CHECK(loadTokens(spec, 32, 16).size() == 17); // 2 x 8 inputs and one more target
     CHECK_THROWS_WITH(loadTokens(spec, 32, 17),
         Catch::Contains("t.bin: tokens: holds 17 tokens; one microbatch reads 18 (its sequences' tokens and one more "

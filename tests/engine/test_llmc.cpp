@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "engine/data.h"
 #include "engine/llmc.h"
 #include "planner/errors.h"
 
@@ -67,13 +68,52 @@ TEST_CASE("malformed checkpoints name the file and the problem", "[engine][llmc]
 TEST_CASE("token files round-trip and are checked", "[engine][llmc]")
 {
     TempDir dir;
-    const std::vector<std::uint16_t> tokens = {0, 1, 65535, 50256, 7};
+    const std::vector<std::int32_t> tokens = {0, 1, 65535, 50256, 7};
     writeTokens(dir.path / "t.bin", tokens);
+    CHECK(std::filesystem::file_size(dir.path / "t.bin") == 1024 + 5 * 2);
     CHECK(readTokens(dir.path / "t.bin") == tokens);
     writeInts(dir.path / "bad.bin", {kTokensMagic, 1, 10}, 6);
     CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("its header says 10 tokens"));
     writeInts(dir.path / "bad.bin", {kTokensMagic, 2, 0}, 0);
     CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("token file version 2 is not supported"));
+    CHECK_THROWS_WITH(writeTokens(dir.path / "t.bin", {3, 128000}),
+        Catch::Contains("tokens: token 128000 at position 1 does not fit the 16-bit format"));
+}
+
+TEST_CASE("32-bit token files are llm.c's Llama 3 format and read beside the 16-bit ones", "[engine][llmc]")
+{
+    // llm.c's dev/data/data_common.py, "llama-3": magic 20240801, version 7, uint32 ids after 256 int32.
+    TempDir dir;
+    const std::vector<std::int32_t> tokens = {0, 128000, 128255, 65536, 9};
+    writeTokens(dir.path / "t32.bin", tokens, TokenWidth::Bits32);
+    CHECK(std::filesystem::file_size(dir.path / "t32.bin") == 1024 + 5 * 4);
+    std::ifstream in(dir.path / "t32.bin", std::ios::binary);
+    std::int32_t head[3] = {};
+    in.read(reinterpret_cast<char*>(head), sizeof head);
+    CHECK(head[0] == 20240801);
+    CHECK(head[1] == 7);
+    CHECK(head[2] == 5);
+    CHECK(readTokens(dir.path / "t32.bin") == tokens);
+    // A loaded stream checks every id against the plan's vocabulary, naming the position.
+    DataSpec spec;
+    spec.kind = DataSpec::Kind::Tokens;
+    spec.path = dir.path / "t32.bin";
+    CHECK(loadTokens(spec, 128256) == tokens);
+    CHECK_THROWS_WITH(loadTokens(spec, 50257),
+        Catch::Contains("t32.bin: tokens: token 128000 at position 1 is outside the plan's vocabulary of 50257"));
+    // Damaged: a wrong version, a short file, an id past 2^31 - 1.
+    writeInts(dir.path / "bad.bin", {kTokens32Magic, 1, 0}, 0);
+    CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"),
+        Catch::Contains("header version: token file version 1 is not supported (expected 7 for 32-bit ids)"));
+    writeInts(dir.path / "bad.bin", {kTokens32Magic, 7, 4}, 4); // four 16-bit-sized ids: half the bytes
+    CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("its header says 4 tokens, 1040 bytes"));
+    writeInts(dir.path / "bad.bin", {kTokens32Magic, 7, 1}, 0);
+    {
+        std::ofstream out(dir.path / "bad.bin", std::ios::binary | std::ios::app);
+        const std::uint32_t huge = 0x80000000u;
+        out.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+    }
+    CHECK_THROWS_WITH(readTokens(dir.path / "bad.bin"), Catch::Contains("token 2147483648 at position 0"));
 }
 
 TEST_CASE(

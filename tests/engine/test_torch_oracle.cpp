@@ -109,7 +109,7 @@ struct OracleRun
     pw::planner::TransformerConfig shape;
     Gpt2Config config;
     Checkpoint checkpoint;
-    std::vector<std::uint16_t> tokens;
+    std::vector<std::int32_t> tokens;
     std::vector<PlanCase> plans;
     int microbatches = 4;
     int steps = 20;
@@ -182,7 +182,9 @@ json inputsOf(const OracleRun& r)
         {"tokens",
             {{"generator", "MarkovSource(vocab, markov_seed).generate(count, stream_seed)"},
                 {"markov_seed", OracleRun::kMarkovSeed}, {"stream_seed", OracleRun::kStreamSeed},
-                {"count", r.tokens.size()}, {"fnv1a64", fnv1a64(r.tokens)}}},
+                // Of the ids as the 16-bit token file holds them (PyTorch reads that file).
+                {"count", r.tokens.size()},
+                {"fnv1a64", fnv1a64(std::vector<std::uint16_t>(r.tokens.begin(), r.tokens.end()))}}},
         {"microbatches", r.microbatches},
         {"batch", r.shape.microbatch},
         {"seq", r.shape.sequence},

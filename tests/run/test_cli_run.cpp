@@ -505,7 +505,7 @@ TEST_CASE("cli: --init and --data are checked against the plan before anything i
     auto shorter = config;
     shorter.max_seq = 4;
     engine::writeTokens(dir.path / "outside.bin", {1, 2, 3, 40, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
-    engine::writeTokens(dir.path / "few.bin", std::vector<std::uint16_t>(10, 1));
+    engine::writeTokens(dir.path / "few.bin", std::vector<std::int32_t>(10, 1));
     {
         std::vector<std::int32_t> header(256, 0);
         header[0] = engine::kTokensMagic;
@@ -540,9 +540,9 @@ TEST_CASE("cli: --init and --data are checked against the plan before anything i
     // What fits is trained: a checkpoint of the plan's shape (more positions than used), enough tokens.
     auto longer = config;
     longer.max_seq = 16;
-    std::vector<std::uint16_t> tokens(400);
+    std::vector<std::int32_t> tokens(400);
     for (std::size_t i = 0; i < tokens.size(); ++i)
-        tokens[i] = static_cast<std::uint16_t>(i * 7 % 32);
+        tokens[i] = static_cast<std::int32_t>(i * 7 % 32);
     engine::writeTokens(dir.path / "ok.bin", tokens);
     const auto ok = runCli(dir,
         {"run", plan.string(), "--local", "--steps", "2", "--threads", "1", "--history", history, "--init",

@@ -14,6 +14,7 @@
 #include "../errors.h"
 #include "../schedule/generator.h"
 #include "link_calendar.h"
+#include "model_parallel_groups.h"
 #include "simulation_metrics.h"
 
 namespace pw::planner {
@@ -90,144 +91,6 @@ ScheduleTraits traitsOf(const Schedule& schedule)
 {
     const auto* traits = findScheduleTraits(schedule.kind);
     return traits ? *traits : ScheduleTraits {};
-}
-
-/// @brief A plan's model-parallel groups (its t c consecutive devices of every stage) where the schedule gives every
-/// member the program of the group's first device, with its own peers and its own tensor rank's collectives (as
-/// expandTensorParallel makes it) and the cost model charges every member alike. The simulator then runs each group
-/// once, on its first device: the group's slices of a transfer are booked on each member's link and the group goes on
-/// when its last slice has arrived (Megatron gathers the slices before the next stage computes, §4.4.1), and every
-/// member gets its first device's timeline and metrics. Empty `members`: the schedule is simulated rank by rank.
-struct ModelParallelGroups
-{
-    int size = 1; ///< t c
-    std::vector<int> members; ///< [leader * size + j]: member j of the group led by `leader`; -1 elsewhere
-    std::vector<int> leader; ///< per device: the first device of its group, itself outside groups
-
-    bool active() const { return !members.empty(); }
-    int member(int lead, int j) const { return members[static_cast<std::size_t>(lead) * size + j]; }
-    bool runs(int d) const { return members.empty() || leader[d] == d; }
-};
-
-double perDevice(const std::vector<double>& values, int d)
-{
-    return static_cast<std::size_t>(d) < values.size() ? values[static_cast<std::size_t>(d)] : 0.0;
-}
-
-/// The model-parallel groups of `plan` (t c consecutive devices of every stage, the same in every stage that holds
-/// them), or none.
-ModelParallelGroups groupsOf(const Plan& plan, int D)
-{
-    ModelParallelGroups g;
-    const int t = plan.modelParallel();
-    if (t < 2 || D != plan.cluster->deviceCount())
-        return g;
-    std::vector<int> members(static_cast<std::size_t>(D) * t, -1), leader(D, -1);
-    for (const auto& st : plan.stages) {
-        if (st.devices.size() % t != 0)
-            return g;
-        for (std::size_t first = 0; first < st.devices.size(); first += t) {
-            const int lead = st.devices[first];
-            for (int j = 0; j < t; ++j) {
-                const int d = st.devices[first + j];
-                if (d < 0 || d >= D)
-                    return g;
-                auto& m = members[static_cast<std::size_t>(lead) * t + j];
-                if ((m >= 0 && m != d) || (leader[d] >= 0 && leader[d] != lead))
-                    return g; // a device in two groups, or a group that differs between stages
-                m = d;
-                leader[d] = lead;
-            }
-        }
-    }
-    for (int d = 0; d < D; ++d)
-        if (leader[d] < 0)
-            leader[d] = d;
-    g.size = t;
-    g.members = std::move(members);
-    g.leader = std::move(leader);
-    return g;
-}
-
-/// The groups of `plan` where `schedule` and `cost` treat every member as its leader, or none
-/// (ModelParallelGroups::members empty) where a member's program or costs differ from its leader's, or the schedule
-/// has parameter-server waves.
-ModelParallelGroups modelParallelGroups(const Plan& plan, const Schedule& s, const CostModel& cost)
-{
-    const int D = s.num_devices;
-    ModelParallelGroups g = groupsOf(plan, D);
-    if (!g.active())
-        return g;
-    const int t = g.size;
-    const auto& members = g.members;
-    const auto& leader = g.leader;
-    ModelParallelGroups none;
-    // Every member costs what its leader does (the same stage, replica offset j).
-    for (int st = 0; st < plan.stageCount(); ++st) {
-        const auto& devices = plan.stages[st].devices;
-        for (std::size_t r = 0; r < devices.size(); ++r) {
-            const int lead = static_cast<int>(r - r % t);
-            const auto& c = cost;
-            if (c.forward(st, static_cast<int>(r)) != c.forward(st, lead)
-                || c.backward(st, static_cast<int>(r)) != c.backward(st, lead)
-                || c.recompute(st, static_cast<int>(r)) != c.recompute(st, lead)
-                || c.backwardWeight(st, static_cast<int>(r)) != c.backwardWeight(st, lead)
-                || perDevice(c.device_memory_capacity, devices[r]) != perDevice(c.device_memory_capacity, devices[lead])
-                || perDevice(c.device_memory_bandwidth, devices[r])
-                    != perDevice(c.device_memory_bandwidth, devices[lead]))
-                return none;
-        }
-    }
-    // Collectives of a member and of its leader: the same size, purpose, stage and charge (memoised per pair).
-    std::map<std::pair<int, int>, bool> alikeGroups;
-    const auto alike = [&](int a, int b) {
-        if (a == b)
-            return true;
-        if (a < 0 || b < 0 || a >= static_cast<int>(s.groups.size()) || b >= static_cast<int>(s.groups.size()))
-            return false;
-        auto [it, added] = alikeGroups.try_emplace({a, b}, false);
-        if (added) {
-            const auto &x = s.groups[a], &y = s.groups[b];
-            const auto shard = [&](const CollectiveGroup& group) {
-                const std::size_t n = cost.shard_group > 0
-                    ? std::min<std::size_t>(group.devices.size(), static_cast<std::size_t>(cost.shard_group))
-                    : group.devices.size();
-                return cost.groupLink({group.devices.begin(), group.devices.begin() + n});
-            };
-            it->second = x.devices.size() == y.devices.size() && x.purpose == y.purpose && x.stage == y.stage
-                && cost.groupLink(x.devices) == cost.groupLink(y.devices) && shard(x) == shard(y);
-        }
-        return it->second;
-    };
-    for (int lead = 0; lead < D; ++lead) {
-        if (leader[lead] != lead)
-            continue; // a member: compared with its leader
-        if (g.member(lead, 0) != lead) {
-            if (!s.devices[lead].empty())
-                return none; // a device outside every group runs a program
-            continue;
-        }
-        const auto& mine = s.devices[lead];
-        for (int j = 1; j < t; ++j) {
-            const auto& theirs = s.devices[members[static_cast<std::size_t>(lead) * t + j]];
-            if (theirs.size() != mine.size())
-                return none;
-            for (std::size_t i = 0; i < mine.size(); ++i) {
-                const Action &x = mine[i], &y = theirs[i];
-                if (isWaveSync(x.kind) || x.kind != y.kind || x.stage != y.stage || x.microbatch != y.microbatch
-                    || x.weight_version != y.weight_version || x.bytes != y.bytes || x.wave != y.wave)
-                    return none;
-                if (isSend(x.kind) || isRecv(x.kind)) {
-                    if (x.peer < 0 || x.peer >= D || g.member(x.peer, 0) != x.peer
-                        || y.peer != members[static_cast<std::size_t>(x.peer) * t + j])
-                        return none;
-                } else if (x.kind == ActionKind::AllReduce && !alike(x.group, y.group)) {
-                    return none;
-                }
-            }
-        }
-    }
-    return g;
 }
 
 class Simulation
@@ -1007,61 +870,6 @@ private:
 
 } // namespace
 
-void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used)
-{
-    const double makespan = r.makespan_s;
-    double bubbleSum = 0, overheadSum = 0, waitSum = 0;
-    int count = 0;
-    for (std::size_t d = 0; d < r.devices.size(); ++d) {
-        auto& m = r.devices[d];
-        if (!used[d] || makespan <= 0)
-            continue;
-        // Idle time is the pipeline's bubble, except the wait for all-reduces (data parallelism), counted apart.
-        const double wait = std::min(m.collective_wait_s, std::max(0.0, makespan - m.busy_s));
-        m.data_parallel_wait_fraction = wait / makespan;
-        m.bubble_fraction = std::max(0.0, 1.0 - (m.busy_s + wait) / makespan);
-        bubbleSum += m.bubble_fraction;
-        waitSum += m.data_parallel_wait_fraction;
-        overheadSum += m.busy_s > 0 ? std::max(0.0, makespan - m.busy_s - wait) / m.busy_s : 0;
-        ++count;
-    }
-    if (count) {
-        r.bubble_fraction = bubbleSum / count;
-        r.bubble_overhead = overheadSum / count;
-        r.data_parallel_wait_fraction = waitSum / count;
-    }
-}
-
-double throughput(const Plan& plan, int perBatch, double iteration_time_s)
-{
-    const int mbSize
-        = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : std::max(1, plan.model->microbatch_size);
-    // Independent pipelines (wsp) each run a batch of perBatch microbatches per iteration.
-    const double samples = static_cast<double>(perBatch) * mbSize * plan.pipelineCount();
-    return iteration_time_s > 0 ? samples / iteration_time_s : 0;
-}
-
-MemoryPeak worstMemory(const SimulationResult& result)
-{
-    MemoryPeak worst;
-    for (const auto& d : result.devices) {
-        if (d.memory_capacity_bytes <= 0 || d.peak_memory_bytes <= 0)
-            continue;
-        const double ratio = d.peak_memory_bytes / d.memory_capacity_bytes;
-        if (ratio > worst.ratio)
-            worst = {d.peak_memory_bytes, d.memory_capacity_bytes, ratio};
-    }
-    return worst;
-}
-
-bool SimulationResult::fitsMemory() const
-{
-    for (const auto& d : devices)
-        if (d.peak_memory_bytes > d.memory_capacity_bytes)
-            return false;
-    return true;
-}
-
 SimulationResult simulate(
     const Plan& plan, const Schedule& schedule, const CostModel& cost, const SimulationOptions& options)
 {
@@ -1086,17 +894,6 @@ SimulationResult simulate(const Plan& plan, const SimulationOptions& options)
     if (plan.modelParallel() > 1)
         return simulateGroupLeaders(plan, generateGroupLeaderSchedule(plan), CostModel::fromPlan(plan), options);
     return simulate(plan, generateSchedule(plan), options);
-}
-
-PredictedMetrics predictedMetrics(const SimulationResult& result)
-{
-    PredictedMetrics p;
-    p.iteration_time_s = result.iteration_time_s;
-    p.throughput_samples_per_s = result.throughput_samples_per_s;
-    p.bubble_fraction = result.bubble_fraction;
-    for (const auto& s : result.stages)
-        p.stage_peak_memory_bytes.push_back(s.peak_memory_bytes);
-    return p;
 }
 
 } // namespace pw::planner

@@ -10,6 +10,7 @@
 
 #include "../costs.h"
 #include "../schedule/generator.h"
+#include "model_parallel_groups.h"
 #include "simulation_metrics.h"
 #include "simulator.h"
 
@@ -268,17 +269,14 @@ SimulationResult simulateDataParallel(const Plan& plan, const SimulationOptions&
     r.simulated_actions = part.simulated_actions;
     r.devices.resize(D);
     std::vector<bool> used(D, false);
-    std::vector<int> leaderOf(schedule.num_devices); // the reduced device whose program a device runs
-    for (int i = 0; i < schedule.num_devices; ++i)
-        leaderOf[i] = i;
-    for (const auto& st : reduced.stages)
-        for (std::size_t i = 0; i < st.devices.size(); ++i)
-            leaderOf[st.devices[i]] = st.devices[i - i % l.t];
+    // The reduced device whose program a device runs (its model-parallel group's first, as the simulation ran it).
+    const ModelParallelGroups groups = groupsOf(reduced, schedule.num_devices);
+    const auto leaderOf = [&groups](int d) { return groups.active() ? groups.leader[d] : d; };
     for (int dev = 0; dev < D; ++dev) {
         if (reducedOf[dev] >= 0) {
             r.devices[dev] = part.devices[reducedOf[dev]];
             r.devices[dev].bubble_fraction = 0;
-            used[dev] = !schedule.devices[leaderOf[reducedOf[dev]]].empty();
+            used[dev] = !schedule.devices[leaderOf(reducedOf[dev])].empty();
         } else {
             r.devices[dev].memory_capacity_bytes = cluster.typeOf(dev).memory_bytes;
         }

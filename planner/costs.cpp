@@ -214,11 +214,12 @@ StageTotals stageTotals(const Plan& plan, int stage, const DeviceType& type, dou
             t.cp_step_backward_s += core.recompute_ms * ratio * 1e-3 * timeScale / cp;
             ++t.cp_layers;
         }
-        if (tp == 1) {
-            t.weight_gradient_bytes += layer.weight_gradient_bytes * scale;
+        const double gradients
+            = tp == 1 ? layer.weight_gradient_bytes * scale : tensorParallelWeightGradient(layer, scale, tp);
+        t.weight_gradient_bytes += gradients;
+        t.backward_working_bytes = std::max(t.backward_working_bytes, gradients);
+        if (tp == 1)
             continue;
-        }
-        t.weight_gradient_bytes += tensorParallelWeightGradient(layer, scale, tp);
         const auto traffic = tensorParallelTraffic(layer, pos > 0 ? cutAt(pos - 1) : 0.0, scale, tp);
         t.tp_forward_allreduces += traffic.forward_allreduces;
         t.tp_forward_bytes += traffic.forward_bytes;
@@ -287,6 +288,7 @@ StageMemoryInput memoryInput(const StageTotals& totals, int in_flight, int micro
     in.microbatches = microbatches;
     in.weight_gradient_bytes = totals.weight_gradient_bytes;
     in.working_bytes = totals.recompute_working_bytes;
+    in.backward_working_bytes = totals.backward_working_bytes;
     in.resident_weight_bytes = totals.resident_weight_bytes;
     in.gradient_bytes = totals.gradient_bytes;
     return in;
@@ -391,6 +393,8 @@ double stageMemoryBytes(const ScheduleTraits& traits, const StageMemoryInput& in
     // A split backward keeps its output gradients from I to W: at most every stashed microbatch waits for its W.
     if (traits.splits_backward && in.weight_gradient_bytes > 0)
         working += std::clamp(in.awaiting_weight.value_or(stashes), 0, stashes) * in.weight_gradient_bytes;
+    if (!traits.splits_backward)
+        working += in.backward_working_bytes;
     return versions * in.resident_weight_bytes.value_or(in.weight_bytes) + in.gradient_bytes.value_or(in.weight_bytes)
         + in.optimizer_bytes + stashes * perStash + working;
 }

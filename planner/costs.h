@@ -128,6 +128,10 @@ struct StageTotals
     double cp_step_bytes = 0; ///< K and V of one step, all layers (the backward sends twice that: K, V and their grads)
     double cp_step_forward_s = 0; ///< the attention core's forward compute one step covers, all layers
     double cp_step_backward_s = 0; ///< and its backward's
+    /// What a fused backward holds on top of the stashes while it runs: one layer's activation gradients at a time
+    /// (the largest of the layers' weight_gradient_bytes, divided by t like the compute; a split backward keeps them
+    /// from I to W instead, weight_gradient_bytes).
+    double backward_working_bytes = 0;
     int cp_layers = 0; ///< layers that exchange (a latency each per step)
 };
 
@@ -211,6 +215,8 @@ struct StageMemoryInput
     /// ZeRO's shares (StageTotals::resident_weight_bytes, gradient_bytes); absent: weight_bytes each.
     std::optional<double> resident_weight_bytes;
     std::optional<double> gradient_bytes;
+    /// Kinds with a fused backward only: live during it (StageTotals::backward_working_bytes).
+    double backward_working_bytes = 0;
 };
 
 /// The memory input of a stage with `totals` (under its plan's recomputation: kept_bytes stashed per microbatch,

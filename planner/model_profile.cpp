@@ -249,6 +249,13 @@ void TransformerConfig::validate(const std::string& path) const
         throw InputError({}, 0, field("kv_heads"),
             "must divide heads (" + std::to_string(heads) + " is not a multiple of " + std::to_string(kvHeads())
                 + "): each key and value head serves a whole group of query heads");
+    if (!(norm_eps > 0))
+        throw InputError({}, 0, field("norm_eps"), "must be > 0, got " + std::to_string(norm_eps));
+    if (!(rotary.theta > 0) || (rotary.factor > 0 && !(rotary.high_freq_factor > rotary.low_freq_factor)))
+        throw InputError({}, 0, field("rotary"),
+            "theta must be > 0 and, with a scaling factor, high_freq_factor above low_freq_factor");
+    if (rotary.original_positions <= 0)
+        throw InputError({}, 0, field("rotary") + "/original_positions", "must be > 0");
     if (fp8 && bytes_per_element != 2)
         throw InputError({}, 0, field("fp8"),
             "FP8 products keep 16-bit weights and activations (bytes_per_element 2), got "
@@ -332,6 +339,15 @@ json toJson(const ModelProfile& model)
             arch["norm"] = name(a.norm);
             arch["positions"] = name(a.positions);
             arch["bias"] = name(a.bias);
+            arch["norm_eps"] = a.norm_eps;
+            if (a.positions == PositionKind::Rotary) {
+                json& r = arch["rotary"];
+                r = {{"theta", a.rotary.theta}};
+                if (a.rotary.factor > 0)
+                    r.update({{"factor", a.rotary.factor}, {"low_freq_factor", a.rotary.low_freq_factor},
+                        {"high_freq_factor", a.rotary.high_freq_factor},
+                        {"original_positions", a.rotary.original_positions}});
+            }
         }
         if (a.max_positions > 0)
             arch["max_positions"] = a.max_positions;
@@ -460,8 +476,19 @@ ModelProfile modelFromJson(const json& j)
             c.norm = normKindNamed(f::stringOr(a, "norm", at, "layernorm"), at + "/norm");
             c.positions = positionKindNamed(f::stringOr(a, "positions", at, "learned"), at + "/positions");
             c.bias = biasKindNamed(f::stringOr(a, "bias", at, "all"), at + "/bias");
+            c.norm_eps = f::nonNegativeOr(a, "norm_eps", at, 1e-5);
+            if (a.contains("rotary")) {
+                const std::string rat = at + "/rotary";
+                const auto& r = f::object(a.at("rotary"), rat);
+                c.rotary.theta = f::nonNegativeOr(r, "theta", rat, 10000.0);
+                c.rotary.factor = f::nonNegativeOr(r, "factor", rat, 0.0);
+                c.rotary.low_freq_factor = f::nonNegativeOr(r, "low_freq_factor", rat, 1.0);
+                c.rotary.high_freq_factor = f::nonNegativeOr(r, "high_freq_factor", rat, 4.0);
+                c.rotary.original_positions = f::integerOr(r, "original_positions", rat, 8192);
+            }
         } else {
-            for (const char* field : {"family", "ffn_hidden", "kv_heads", "mlp", "norm", "positions", "bias"})
+            for (const char* field :
+                {"family", "ffn_hidden", "kv_heads", "mlp", "norm", "positions", "bias", "norm_eps", "rotary"})
                 if (a.contains(field))
                     f::fail(at + "/" + field,
                         "describes a model family; type \"gpt\" is GPT-2's block: give type \"transformer\"");

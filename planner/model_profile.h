@@ -157,6 +157,21 @@ NormKind normKindNamed(const std::string& text, const std::string& field);
 PositionKind positionKindNamed(const std::string& text, const std::string& field);
 BiasKind biasKindNamed(const std::string& text, const std::string& field);
 
+/// @brief How rotary embeddings turn a position into angles: frequency i of a head of d dimensions is
+/// theta^(-2i/d), rescaled by Llama 3's scheme when factor > 0 (frequencies whose wavelength exceeds
+/// original_positions / low_freq_factor divided by factor, those below original_positions / high_freq_factor kept,
+/// those between interpolated), Hugging Face's rope_theta and rope_scaling {"rope_type": "llama3", ...}.
+struct RotaryConfig
+{
+    double theta = 10000.0;
+    double factor = 0.0; ///< 0: no scaling
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    int original_positions = 8192;
+
+    bool operator==(const RotaryConfig&) const = default;
+};
+
 /// @brief The shape of a decoder-only transformer (GPT-2, Llama, Mistral, Qwen2 and their relatives), kept so that
 /// a plan made from it can later be trained. Its defaults are GPT-2's block (4h GELU MLP, multi-head attention,
 /// LayerNorm, biases, learned positions, tied head, dropout).
@@ -198,6 +213,8 @@ struct TransformerConfig
     /// 2), the attention core, the norms and the head stay 16-bit. Needs a device with FP8 tensor cores.
     bool fp8 = false;
     std::string family = "gpt"; ///< what the model is called ("gpt", "llama", ...): its name, not its math
+    RotaryConfig rotary; ///< the rotary embedding's frequencies (positions "rotary")
+    double norm_eps = 1e-5; ///< the layer norms' epsilon (Hugging Face's rms_norm_eps, layer_norm_epsilon)
 
     int ffnHidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
     int kvHeads() const { return kv_heads > 0 ? kv_heads : heads; }

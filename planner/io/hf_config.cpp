@@ -65,6 +65,7 @@ TransformerConfig gpt2(const json& j)
             "/activation_function", "'" + act + "' is not GELU, the activation of GPT-2's MLP that Pipewright models");
     c.tied_embeddings = f::booleanOr(j, "tie_word_embeddings", "", true);
     c.dropout = nonZero(j, "resid_pdrop") || nonZero(j, "attn_pdrop");
+    c.norm_eps = f::nonNegativeOr(j, "layer_norm_epsilon", "", 1e-5);
     checkHeads(c, "n_embd", "n_head", "n_head");
     return c;
 }
@@ -89,6 +90,20 @@ TransformerConfig llamaLike(const json& j, const std::string& family)
     c.bias = family == "qwen2" ? BiasKind::Qkv : BiasKind::None;
     c.tied_embeddings = f::booleanOr(j, "tie_word_embeddings", "", false);
     c.dropout = nonZero(j, "attention_dropout");
+    c.norm_eps = f::nonNegativeOr(j, "rms_norm_eps", "", 1e-6); // transformers' LlamaConfig default
+    c.rotary.theta = f::nonNegativeOr(j, "rope_theta", "", 10000.0);
+    if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
+        const json& r = f::object(j.at("rope_scaling"), "/rope_scaling");
+        const std::string type = r.contains("rope_type") ? f::string(r, "rope_type", "/rope_scaling")
+                                                         : f::stringOr(r, "type", "/rope_scaling", "");
+        if (type != "llama3")
+            f::fail("/rope_scaling/rope_type",
+                "'" + type + "' is not a rotary scaling Pipewright models (llama3; none for plain rotary)");
+        c.rotary.factor = f::nonNegative(r, "factor", "/rope_scaling");
+        c.rotary.low_freq_factor = f::nonNegative(r, "low_freq_factor", "/rope_scaling");
+        c.rotary.high_freq_factor = f::nonNegative(r, "high_freq_factor", "/rope_scaling");
+        c.rotary.original_positions = f::integer(r, "original_max_position_embeddings", "/rope_scaling");
+    }
     const std::string act = f::stringOr(j, "hidden_act", "", "silu");
     if (act != "silu" && act != "swish")
         f::fail(

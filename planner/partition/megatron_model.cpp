@@ -275,7 +275,11 @@ Estimate estimate(const Plan& plan, const Config& c, const CostModel& cost)
             gradients += cost.gradientBytes(s);
             optimizer += o;
             stash = std::max(stash, cost.keptBytes(s));
-            working = std::max(working, cost.recomputeWorkingBytes(s));
+            // A fused backward holds one layer's activation gradients at a time besides what it recomputes.
+            const double gradients = !splitsBackward && !cost.stage_backward_working_bytes.empty()
+                ? cost.stage_backward_working_bytes[s]
+                : 0.0;
+            working = std::max(working, cost.recomputeWorkingBytes(s) + gradients);
             if (splitsBackward)
                 kept = std::max(
                     kept, cost.stage_weight_gradient_bytes.empty() ? 0.0 : cost.stage_weight_gradient_bytes[s]);

@@ -266,6 +266,7 @@ CostModel CostModel::build(const Plan& plan, bool leadersOnly)
         c.stage_kept_bytes.push_back(first.kept_bytes);
         c.stage_recompute_working_bytes.push_back(first.recompute_working_bytes);
         c.stage_weight_gradient_bytes.push_back(first.weight_gradient_bytes);
+        c.stage_backward_working_bytes.push_back(first.backward_working_bytes);
         c.stage_optimizer_bytes.push_back(first.optimizer_bytes);
         // With tensor parallelism each rank sends its 1/t slice (Megatron's scatter/gather, §4.4.1) of its context
         // rank's 1/c of the sequence.
@@ -340,6 +341,8 @@ void CostModel::check(const Plan& plan, int devices) const
             bad("per-stage byte counts", v->size(), S);
     if (!c.stage_weight_gradient_bytes.empty() && c.stage_weight_gradient_bytes.size() != S)
         bad("per-stage weight-gradient byte counts", c.stage_weight_gradient_bytes.size(), S);
+    if (!c.stage_backward_working_bytes.empty() && c.stage_backward_working_bytes.size() != S)
+        bad("per-stage backward working byte counts", c.stage_backward_working_bytes.size(), S);
     if (!c.stage_buckets.empty() && c.stage_buckets.size() != S)
         bad("stages of gradient buckets", c.stage_buckets.size(), S);
     if (!c.stage_rings.empty() && c.stage_rings.size() != S)

@@ -479,7 +479,11 @@ private:
         const int r = replica(d, a);
         const double t0 = dev.compute_free;
         const double t1 = t0 + m_cost.backward(a.stage, r) + m_cost.recompute(a.stage, r);
-        if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0) {
+        // Recomputation's rebuilt activations and one layer's activation gradients at a time live during it.
+        const auto& gradients = m_cost.stage_backward_working_bytes;
+        const double working = m_cost.recomputeWorkingBytes(a.stage)
+            + (gradients.empty() ? 0.0 : gradients[static_cast<std::size_t>(a.stage)]);
+        if (working > 0) {
             memoryChange(d, t0, working);
             memoryChange(d, t1, -working);
         }

@@ -93,6 +93,8 @@ struct CostModel
     /// Per stage, what a microbatch's I keeps for its W (StageTotals::weight_gradient_bytes), held from the end of
     /// the I to the end of the W; a fused B frees it at once, so only split backwards count it. Empty: none.
     std::vector<double> stage_weight_gradient_bytes;
+    /// Per stage, what a fused B holds while it runs (StageTotals::backward_working_bytes). Empty: none.
+    std::vector<double> stage_backward_working_bytes;
     std::vector<double> stage_optimizer_bytes;
     std::vector<double> boundary_bytes; ///< bytes sent from stage s to s+1 per microbatch
     std::vector<double> device_memory_capacity;

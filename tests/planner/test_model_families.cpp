@@ -214,3 +214,33 @@ TEST_CASE(
         CHECK(blockActivations(c).attention_core == Approx(4 * a * s * b));
     }
 }
+
+TEST_CASE("rotary frequencies and the norms' epsilon come from config.json and stay in the profile", "[families]")
+{
+    // Llama 3.1 8B's config.json: rope_theta 500000 and the llama3 rope_scaling; rms_norm_eps 1e-5.
+    auto j = llama8b();
+    j["rope_theta"] = 500000.0;
+    j["rms_norm_eps"] = 1e-5;
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings", 8192}};
+    const auto c = transformerFromHfConfig(j, RunShape {2048, 1, 2});
+    CHECK(c.rotary == RotaryConfig {500000.0, 8.0, 1.0, 4.0, 8192});
+    CHECK(c.norm_eps == 1e-5);
+    // Absent: transformers' defaults (theta 10000, no scaling, LlamaConfig's rms_norm_eps 1e-6).
+    const auto plain = transformerFromHfConfig(llama8b(), RunShape {2048, 1, 2});
+    CHECK(plain.rotary == RotaryConfig {});
+    CHECK(plain.norm_eps == 1e-6);
+    CHECK(hf("llama-3-8b").rotary.theta == 500000.0);
+    // The profile keeps them.
+    const auto m = transformerProfile(c, *devicePreset("H100"));
+    const json pj = toJson(m);
+    CHECK(pj["architecture"]["rotary"]["factor"] == 8.0);
+    CHECK(modelFromJson(pj) == m);
+    // A scaling Pipewright does not model is refused naming the field.
+    auto yarn = j;
+    yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    CHECK(refusal(yarn).rfind("/rope_scaling/rope_type: 'yarn' is not a rotary scaling", 0) == 0);
+    auto bad = pj;
+    bad["architecture"]["rotary"]["theta"] = 0;
+    CHECK_THROWS_WITH(modelFromJson(bad), Catch::StartsWith("/architecture/rotary: theta must be > 0"));
+}

@@ -40,7 +40,7 @@ void AdamW::step(StageModel& model, const AdamWOptions& o, double lr, int t)
     for (const auto& s : model.slots())
         be.adamw(params + s.offset * e, master ? master + s.offset : nullptr, grads + s.offset * e,
             m_m.as<float>() + s.offset, m_v.as<float>() + s.offset, s.size, rate, b1, b2, eps,
-            isDecayed(s.tensor) ? decayFactor : 1.0f, c1, c2);
+            s.decayed ? decayFactor : 1.0f, c1, c2);
 }
 
 } // namespace pw::engine

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "backend.h"
-#include "gpt2.h"
+#include "model.h"
 
 namespace pw::engine {
 
@@ -35,8 +35,8 @@ public:
     explicit AdamW(const StageModel& model);
 
     /// Update t (1-based; bias correction) with learning rate lr, of `model`'s parameters from its gradients: one
-    /// backend call per tensor, decayed or not (isDecayed). In mixed precision it updates the fp32 master weights
-    /// and rounds them into the bf16 parameters.
+    /// backend call per tensor, decayed or not (TensorSlot::decayed). In mixed precision it updates the fp32 master
+    /// weights and rounds them into the bf16 parameters.
     void step(StageModel& model, const AdamWOptions& options, double lr, int t);
 
 private:

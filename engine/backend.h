@@ -2,8 +2,9 @@
 // The engine's device seam. A Backend is one device (the host's CPU, or one CUDA GPU) with its memory (an arena:
 // freed blocks are kept for the next allocation of their size, so a run allocates during its first step only),
 // its stream (every call below is ordered on it; the host waits only in download() and synchronize()), its action
-// timer, and its kernel table: the GPT-2 operations of llm.c, forward and backward, plus the few vector operations
-// the model and the executor need (copies, zeroing, scaling, AdamW). ops.h is the CPU entry of the table and the
+// timer, and its kernel table: the operations of decoder-only transformers (llm.c's GPT-2 ones, RMSNorm, rotary
+// embeddings, SwiGLU, grouped-query attention), forward and backward, plus the few vector operations the model
+// and the executor need (copies, zeroing, scaling, AdamW). ops.h is the CPU entry of the table and the
 // oracle of every other one. StageModel and DeviceExecutor call only this interface: they run the same schedule
 // on either backend and never ask which one they have.
 //
@@ -24,6 +25,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "attention_shape.h"
 
 namespace pw::engine {
 
@@ -132,7 +135,8 @@ public:
     virtual void synchronize() = 0;
     virtual std::unique_ptr<ActionTimer> makeTimer() = 0;
 
-    // GPT-2 (shapes: B sequences of T positions, C channels, NH heads; BT = B T) -----------------------------
+    // Transformer layers (shapes: B sequences of T positions, C channels, NH heads; BT = B T) ----------------
+    /// wpe null (rotary positions): the token rows alone; in the backward, dwpe null likewise.
     virtual void encoderForward(
         void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C)
         = 0;
@@ -147,6 +151,18 @@ public:
     virtual void layernormBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
         const void* weight, const float* mean, const float* rstd, int BT, int C)
         = 0;
+    /// RMSNorm (ops::rmsnormForward): rstd per position, fp32.
+    virtual void rmsnormForward(void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps)
+        = 0;
+    /// dweight null: dinp alone; dinp null: dweight alone; both accumulated.
+    virtual void rmsnormBackward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+        const float* rstd, int BT, int C)
+        = 0;
+    /// Rotary position embedding in place over the first `heads` heads of each row (ops::rotary); table fp32.
+    virtual void rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse) = 0;
+    /// out (BT x F) = SiLU(inp[:, :F]) * inp[:, F:] (inp BT x 2F); the backward writes dinp (BT x 2F).
+    virtual void swigluForward(void* out, const void* inp, int BT, int F) = 0;
+    virtual void swigluBackward(void* dinp, const void* inp, const void* dout, int BT, int F) = 0;
     /// out (BT x OC) = inp (BT x C) . weight^T (OC x C) + bias (may be null); with gelu_out, also
     /// gelu_out = GELU(out) (fused into the matrix product's epilogue where the backend can).
     virtual void matmulForward(
@@ -166,11 +182,12 @@ public:
         = 0;
     /// fp32 elements the attention's forward keeps for its backward (the CPU: the softmax, B NH T T; a fused
     /// kernel: the log-sum-exp of each row, B NH T).
-    virtual std::size_t attentionStashCount(int B, int T, int NH) const = 0;
-    virtual void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) = 0;
-    /// dqkv written.
+    virtual std::size_t attentionStashCount(const AttentionShape& a) const = 0;
+    /// Causal attention, grouped-query when a.kv_heads < a.heads (ops::attentionForward's layout).
+    virtual void attentionForward(void* out, float* stash, const void* qkv, const AttentionShape& a) = 0;
+    /// dqkv written; a key or value head's gradient sums its query heads' in a fixed order (deterministic).
     virtual void attentionBackward(
-        void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B, int T, int C, int NH)
+        void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, const AttentionShape& a)
         = 0;
     virtual void geluForward(void* out, const void* inp, std::size_t n) = 0;
     /// dinp = GELU'(inp) * dout, written (dinp may be dout itself).

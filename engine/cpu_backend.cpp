@@ -187,19 +187,40 @@ public:
         ops::matmulBackward(f(dinp), nullptr, nullptr, f(dout), nullptr, f(weight), BT, C, OC);
         ops::geluBackward(f(dinp), f(pre_gelu), f(dinp), BT * C); // in place
     }
-    std::size_t attentionStashCount(int B, int T, int NH) const override
+    std::size_t attentionStashCount(const AttentionShape& a) const override
     {
-        return static_cast<std::size_t>(B) * NH * T * T; // the softmax itself
+        return static_cast<std::size_t>(a.batch) * a.heads * a.seq * a.seq; // the softmax itself
     }
-    void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) override
+    void attentionForward(void* out, float* stash, const void* qkv, const AttentionShape& a) override
     {
-        ops::attentionForward(f(out), stash, f(qkv), B, T, C, NH);
+        ops::attentionForward(f(out), stash, f(qkv), a);
     }
-    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void*, const float* stash, int B, int T,
-        int C, int NH) override
+    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void*, const float* stash,
+        const AttentionShape& a) override
     {
-        m_scratch.resize(static_cast<std::size_t>(T) * T);
-        ops::attentionBackward(f(dqkv), f(dout), f(qkv), stash, m_scratch.data(), B, T, C, NH);
+        m_scratch.resize(static_cast<std::size_t>(a.seq) * a.seq);
+        ops::attentionBackward(f(dqkv), f(dout), f(qkv), stash, m_scratch.data(), a);
+    }
+    void rmsnormForward(void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps) override
+    {
+        ops::rmsnormForward(f(out), rstd, f(inp), f(weight), BT, C, eps);
+    }
+    void rmsnormBackward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+        const float* rstd, int BT, int C) override
+    {
+        ops::rmsnormBackward(f(dinp), f(dweight), f(dout), f(inp), f(weight), rstd, BT, C);
+    }
+    void rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse) override
+    {
+        ops::rotary(f(x), table, B, T, heads, hs, stride, inverse);
+    }
+    void swigluForward(void* out, const void* inp, int BT, int F) override
+    {
+        ops::swigluForward(f(out), f(inp), BT, F);
+    }
+    void swigluBackward(void* dinp, const void* inp, const void* dout, int BT, int F) override
+    {
+        ops::swigluBackward(f(dinp), f(inp), f(dout), BT, F);
     }
     void geluForward(void* out, const void* inp, std::size_t n) override
     {

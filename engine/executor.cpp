@@ -177,6 +177,7 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
         if (ps.pipeline != m_pipeline || std::find(ps.devices.begin(), ps.devices.end(), device) == ps.devices.end())
             continue;
         auto model = std::make_unique<StageModel>(setup.model, setup.shape, ps.first_layer, ps.last_layer, *m_backend);
+        model->setRecompute(setup.recompute);
         if (setup.checkpoint)
             model->loadFrom(*setup.checkpoint);
         else
@@ -231,11 +232,11 @@ void DeviceExecutor::linkWaves(StageState& st, int stage)
         = [&](const std::vector<TensorSlot>& receiver, int first, int last, const std::vector<TensorSlot>& holder) {
               WaveLink link;
               for (const auto& r : receiver) {
-                  const int owner = ownerLayer(r);
+                  const int owner = r.owner;
                   if (owner < first || owner > last)
                       continue;
                   for (const auto& h : holder)
-                      if (h.tensor == r.tensor && h.block == r.block) {
+                      if (h.name == r.name) {
                           link.ranges.emplace_back(h.offset, h.size);
                           link.size += h.size;
                           break;

@@ -24,7 +24,7 @@
 #include "adamw.h"
 #include "backend.h"
 #include "data.h"
-#include "gpt2.h"
+#include "model.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
 #include "planner/timeline.h"
@@ -35,7 +35,7 @@ namespace pw::engine {
 /// @brief What a run trains, shared by every device of the run.
 struct TrainingSetup
 {
-    Gpt2Config model;
+    ModelConfig model;
     BatchShape shape;
     /// Microbatches per step over the whole plan: the schedule's m times the pipelines (HetPipe's virtual
     /// workers each take their own m); the data order cuts every step into this many.
@@ -50,6 +50,8 @@ struct TrainingSetup
     /// the stage's last microbatch before it, as each bucket's layers finish (the planner's cost model overlaps the
     /// all-reduce with that backward); the AllReduce action then waits for them.
     std::size_t bucket_bytes = std::size_t {25} << 20;
+    /// What the blocks recompute before their backward instead of keeping it (the plan's schedule.recompute).
+    planner::Recompute recompute = planner::Recompute::None;
 
     bool operator==(const TrainingSetup&) const = default;
 };
@@ -59,10 +61,10 @@ enum class TrainsOn : std::uint8_t { Cpu, Cuda };
 
 /// The one place that says which of a plan's settings the engine honours (the controller, pre-flight and the agent
 /// all ask it through trainingSetup): fp32 weights and gradients, or on CUDA bf16 weights with bf16 gradients (mixed
-/// precision, fp32 master weights), AdamW ("adam"), the full optimizer state on every replica, activations kept for
-/// the backward, the profile's layer order, no tensor parallelism. Anything else throws InputError naming the
-/// plan's field (e.g. "/schedule/precision"), its value and the fix, instead of being trained otherwise than the
-/// prediction assumed. Returns the precision the run trains in.
+/// precision, fp32 master weights), AdamW ("adam"), the full optimizer state on every replica, any recomputation
+/// (none, selective, full), GPT-2's or Llama's block, the profile's layer order, no tensor parallelism. Anything else
+/// throws InputError naming the plan's field (e.g. "/schedule/precision"), its value and the fix, instead of being
+/// trained otherwise than the prediction assumed. Returns the precision the run trains in.
 Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where = TrainsOn::Cpu);
 /// The run's model shape from a plan made with `profile transformer`; throws InputError with the reason when the
 /// plan carries none, its layers do not match, or it uses what the engine does not run (checkEngineHonours).

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "gpt2.h"
+#include "model.h"
 #include "ops.h"
 #include "planner/gpu_cost_model.h"
 
@@ -173,19 +173,55 @@ void TimingBackend::matmulBackwardGelu(
         [&] { m_inner.matmulBackwardGelu(dinp, dout, weight, pre_gelu, BT, C, OC); });
 }
 
-void TimingBackend::attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH)
+void TimingBackend::attentionForward(void* out, float* stash, const void* qkv, const AttentionShape& a)
 {
-    timed("attention forward", text("%d x %d x %d, %d heads", B, T, C, NH),
-        {.attention = KernelWork::Attention {d(B), d(NH), d(T), d(C) / NH, false}},
-        [&] { m_inner.attentionForward(out, stash, qkv, B, T, C, NH); });
+    timed("attention forward", text("%d x %d x %d, %d heads, %d kv", a.batch, a.seq, a.channels(), a.heads, a.kv_heads),
+        {.attention = KernelWork::Attention {d(a.batch), d(a.heads), d(a.seq), d(a.head_size), false}},
+        [&] { m_inner.attentionForward(out, stash, qkv, a); });
 }
 
 void TimingBackend::attentionBackward(
-    void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B, int T, int C, int NH)
+    void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, const AttentionShape& a)
 {
-    timed("attention backward", text("%d x %d x %d, %d heads", B, T, C, NH),
-        {.attention = KernelWork::Attention {d(B), d(NH), d(T), d(C) / NH, true}},
-        [&] { m_inner.attentionBackward(dqkv, dout, qkv, out, stash, B, T, C, NH); });
+    timed("attention backward",
+        text("%d x %d x %d, %d heads, %d kv", a.batch, a.seq, a.channels(), a.heads, a.kv_heads),
+        {.attention = KernelWork::Attention {d(a.batch), d(a.heads), d(a.seq), d(a.head_size), true}},
+        [&] { m_inner.attentionBackward(dqkv, dout, qkv, out, stash, a); });
+}
+
+void TimingBackend::rmsnormForward(
+    void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps)
+{
+    timed("rmsnorm forward", text("%d x %d", BT, C), {.bytes = 2 * d(BT) * C * element()},
+        [&] { m_inner.rmsnormForward(out, rstd, inp, weight, BT, C, eps); });
+}
+
+void TimingBackend::rmsnormBackward(
+    void* dinp, void* dweight, const void* dout, const void* inp, const void* weight, const float* rstd, int BT, int C)
+{
+    const double units = (dinp ? 3 : 0) + (dweight ? 2 : 0); // as the layer norm's
+    timed("rmsnorm backward", text("%d x %d%s%s", BT, C, dinp ? ", dx" : "", dweight ? ", dweight" : ""),
+        {.bytes = units * d(BT) * C * element()},
+        [&] { m_inner.rmsnormBackward(dinp, dweight, dout, inp, weight, rstd, BT, C); });
+}
+
+void TimingBackend::rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse)
+{
+    timed(inverse ? "rotary backward" : "rotary forward", text("%d x %d, %d heads of %d", B, T, heads, hs),
+        {.bytes = 2 * d(B) * T * heads * hs * element()},
+        [&] { m_inner.rotary(x, table, B, T, heads, hs, stride, inverse); });
+}
+
+void TimingBackend::swigluForward(void* out, const void* inp, int BT, int F)
+{
+    timed("swiglu forward", text("%d x %d", BT, F), {.bytes = 3 * d(BT) * F * element()},
+        [&] { m_inner.swigluForward(out, inp, BT, F); });
+}
+
+void TimingBackend::swigluBackward(void* dinp, const void* inp, const void* dout, int BT, int F)
+{
+    timed("swiglu backward", text("%d x %d", BT, F), {.bytes = 5 * d(BT) * F * element()},
+        [&] { m_inner.swigluBackward(dinp, inp, dout, BT, F); });
 }
 
 void TimingBackend::geluForward(void* out, const void* inp, std::size_t n)
@@ -252,7 +288,7 @@ void TimingBackend::adamw(void* params, float* master, const void* grads, float*
 std::vector<KernelCall> measureLayerKernels(const ProfileOptions& options, int layer)
 {
     options.validate();
-    Gpt2Config config = Gpt2Config::fromTransformer(options.shape);
+    ModelConfig config = ModelConfig::fromTransformer(options.shape);
     config.validate();
     if (layer < 0 || layer >= config.layerCount())
         throw std::invalid_argument("layer " + std::to_string(layer) + " is not one of the model's 0 ... "

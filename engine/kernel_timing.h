@@ -103,13 +103,16 @@ public:
         int BT, int C, int OC) override;
     void matmulBackwardGelu(
         void* dinp, const void* dout, const void* weight, const void* pre_gelu, int BT, int C, int OC) override;
-    std::size_t attentionStashCount(int B, int T, int NH) const override
-    {
-        return m_inner.attentionStashCount(B, T, NH);
-    }
-    void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) override;
-    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B,
-        int T, int C, int NH) override;
+    std::size_t attentionStashCount(const AttentionShape& a) const override { return m_inner.attentionStashCount(a); }
+    void attentionForward(void* out, float* stash, const void* qkv, const AttentionShape& a) override;
+    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash,
+        const AttentionShape& a) override;
+    void rmsnormForward(void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps) override;
+    void rmsnormBackward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+        const float* rstd, int BT, int C) override;
+    void rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse) override;
+    void swigluForward(void* out, const void* inp, int BT, int F) override;
+    void swigluBackward(void* dinp, const void* inp, const void* dout, int BT, int F) override;
     void geluForward(void* out, const void* inp, std::size_t n) override;
     void geluBackward(void* dinp, const void* inp, const void* dout, std::size_t n) override;
     void residualForward(void* out, const void* a, const void* b, std::size_t n) override;

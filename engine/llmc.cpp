@@ -12,7 +12,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "gpt2.h"
+#include "model.h"
 #include "planner/errors.h"
 
 namespace pw::engine {
@@ -75,7 +75,7 @@ void writeAll(const std::filesystem::path& path, const Header& header, const voi
 
 namespace {
 
-Gpt2Config checkpointConfig(std::ifstream& in, const std::filesystem::path& path)
+ModelConfig checkpointConfig(std::ifstream& in, const std::filesystem::path& path)
 {
     const Header h = readHeader(in, path);
     if (h[0] != kCheckpointMagic)
@@ -87,7 +87,7 @@ Gpt2Config checkpointConfig(std::ifstream& in, const std::filesystem::path& path
         failField(path, "version",
             "checkpoint version " + std::to_string(h[1]) + " is not supported: only version 3 (fp32)"
                 + (h[1] == 5 ? "; version 5 is bf16, convert it with llm.c's train_gpt2.py" : ""));
-    const Gpt2Config config = {h[2], h[3], h[7], h[4], h[5], h[6]};
+    const ModelConfig config = {h[2], h[3], h[7], h[4], h[5], h[6]};
     try {
         config.validate();
     } catch (const InputError& e) {
@@ -104,14 +104,14 @@ Gpt2Config checkpointConfig(std::ifstream& in, const std::filesystem::path& path
 
 } // namespace
 
-Gpt2Config readCheckpointConfig(const std::filesystem::path& path)
+ModelConfig readCheckpointConfig(const std::filesystem::path& path)
 {
     std::ifstream in(path, std::ios::binary);
     return checkpointConfig(in, path);
 }
 
 void checkCheckpointFits(
-    const std::filesystem::path& path, const Gpt2Config& checkpoint, const Gpt2Config& plan, int seq)
+    const std::filesystem::path& path, const ModelConfig& checkpoint, const ModelConfig& plan, int seq)
 {
     const auto same = [&](const char* field, int has, int wants) {
         if (has != wants)
@@ -119,6 +119,10 @@ void checkCheckpointFits(
                 "the checkpoint's model has " + std::string(field) + " " + std::to_string(has) + ", the plan's "
                     + std::to_string(wants));
     };
+    if (std::string(familyOf(plan).name()) != "gpt2")
+        failField(path, "magic",
+            "llm.c's checkpoint holds GPT-2's block, and the plan's model is another family (Llama's): give a "
+            "safetensors checkpoint");
     same("layers", checkpoint.layers, plan.layers);
     same("channels", checkpoint.channels, plan.channels);
     same("heads", checkpoint.heads, plan.heads);
@@ -203,7 +207,9 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
             bytes -= static_cast<std::size_t>(n);
         }
     };
-    const Gpt2Config& c = stage.config();
+    const ModelConfig& c = stage.config();
+    if (std::string(familyOf(c).name()) != "gpt2")
+        throw InputError(path.string(), 0, "", "llm.c's checkpoint holds GPT-2's block only");
     if (stage.hasEmbedding()) {
         Header h {};
         h[0] = kCheckpointMagic;
@@ -217,9 +223,10 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
         put(h.data(), sizeof(Header), 0);
     }
     const std::vector<float> params = stage.hostParams();
-    for (const auto& slot : stage.slots())
-        put(params.data() + slot.offset, slot.size * sizeof(float),
-            sizeof(Header) + checkpointOffset(c, slot.tensor, slot.block) * sizeof(float));
+    for (const auto& t : checkpointTensors(c))
+        for (const auto& slot : stage.slots())
+            if (slot.name == t.name)
+                put(params.data() + slot.offset, slot.size * sizeof(float), sizeof(Header) + t.offset * sizeof(float));
     if (::close(fd) != 0)
         throw std::system_error(errno, std::generic_category(), path.string() + ": writing the checkpoint");
 }

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "gpt2.h"
+#include "model.h"
 
 namespace pw::engine {
 
@@ -26,7 +26,7 @@ enum class TokenWidth { Bits16, Bits32 };
 /// @brief A whole model's parameters in llm.c's order (checkpointOffset).
 struct Checkpoint
 {
-    Gpt2Config config;
+    ModelConfig config;
     std::vector<float> params;
 
     bool operator==(const Checkpoint&) const = default;
@@ -35,12 +35,12 @@ struct Checkpoint
 /// The model shape in a checkpoint's header, checked against the file (magic, version, a directory, sizes, the
 /// parameter count the file's size holds) without reading its parameters. Throws InputError naming the file and
 /// the header field.
-Gpt2Config readCheckpointConfig(const std::filesystem::path& path);
+ModelConfig readCheckpointConfig(const std::filesystem::path& path);
 /// Throws InputError naming the file and the first field in which a checkpoint of `checkpoint`'s shape cannot
 /// start a run of `plan`'s model over sequences of `seq` tokens: layers, channels, heads and vocab must be equal,
 /// and maxT at least `seq` (its padded vocabulary and extra positions are taken as they are).
 void checkCheckpointFits(
-    const std::filesystem::path& path, const Gpt2Config& checkpoint, const Gpt2Config& plan, int seq);
+    const std::filesystem::path& path, const ModelConfig& checkpoint, const ModelConfig& plan, int seq);
 /// Throws InputError naming the file and what is wrong (magic, version, sizes, truncation).
 Checkpoint readCheckpoint(const std::filesystem::path& path);
 /// Writes version 3 (fp32); the header's maxT is config.max_seq.

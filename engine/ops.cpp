@@ -233,6 +233,10 @@ void encoderForward(float* out, const std::int32_t* tokens, const float* wte, co
         for (int t = 0; t < T; ++t) {
             float* o = out + (static_cast<long>(b) * T + t) * C;
             const float* e = wte + static_cast<long>(tokens[b * T + t]) * C;
+            if (!wpe) {
+                std::copy_n(e, C, o);
+                continue;
+            }
             const float* p = wpe + static_cast<long>(t) * C;
             for (int c = 0; c < C; ++c)
                 o[c] = e[c] + p[c];
@@ -246,11 +250,13 @@ void encoderBackward(float* dwte, float* dwpe, const float* dout, const std::int
         for (int t = 0; t < T; ++t) {
             const float* d = dout + (static_cast<long>(b) * T + t) * C;
             float* e = dwte + static_cast<long>(tokens[b * T + t]) * C;
-            float* p = dwpe + static_cast<long>(t) * C;
-            for (int c = 0; c < C; ++c) {
+            for (int c = 0; c < C; ++c)
                 e[c] += d[c];
+            if (!dwpe)
+                continue;
+            float* p = dwpe + static_cast<long>(t) * C;
+            for (int c = 0; c < C; ++c)
                 p[c] += d[c];
-            }
         }
 }
 
@@ -335,69 +341,179 @@ void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
     }
 }
 
-void attentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH)
+void attentionForward(float* out, float* att, const float* qkv, const AttentionShape& a)
 {
-    const int hs = C / NH;
+    const int B = a.batch, T = a.seq, NH = a.heads, hs = a.head_size;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const int C3 = 3 * C;
+    const int W = a.qkvColumns(), C = a.channels();
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < NH; ++h) {
-            const float* q = qkv + static_cast<long>(b) * T * C3 + h * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* a = att + (static_cast<long>(b) * NH + h) * T * T;
+            const float* rows = qkv + static_cast<long>(b) * T * W;
+            const float* q = rows + h * hs;
+            const float* k = rows + (NH + h / a.group()) * hs;
+            const float* v = k + a.kv_heads * hs;
+            float* p = att + (static_cast<long>(b) * NH + h) * T * T;
             // Scores for every pair; the causal mask and the softmax then keep j <= i only.
-            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f, p, T);
 #pragma omp parallel for
             for (int i = 0; i < T; ++i) {
-                float* row = a + static_cast<long>(i) * T;
+                float* row = p + static_cast<long>(i) * T;
                 const float sum = expShiftSum(row, i + 1, rowMax(row, i + 1));
                 scaleRow(row, i + 1, 1.0f / sum);
                 std::fill(row + i + 1, row + T, 0.0f);
             }
             float* o = out + static_cast<long>(b) * T * C + h * hs;
-            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o, C);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, W, 0.0f, o, C);
         }
 }
 
 void attentionBackward(
-    float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B, int T, int C, int NH)
+    float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, const AttentionShape& a)
 {
-    const int hs = C / NH;
+    const int B = a.batch, T = a.seq, NH = a.heads, hs = a.head_size;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const int C3 = 3 * C;
+    const int W = a.qkvColumns(), C = a.channels();
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < NH; ++h) {
-            const long base = static_cast<long>(b) * T * C3 + h * hs;
-            const float* q = qkv + base;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* dq = dqkv + base;
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
-            const float* a = att + (static_cast<long>(b) * NH + h) * T * T;
+            const long rows = static_cast<long>(b) * T * W;
+            const long kvOffset = (NH + h / a.group()) * hs;
+            const float* q = qkv + rows + h * hs;
+            const float* k = qkv + rows + kvOffset;
+            const float* v = k + a.kv_heads * hs;
+            float* dq = dqkv + rows + h * hs;
+            float* dk = dqkv + rows + kvOffset;
+            float* dv = dk + a.kv_heads * hs;
+            // The group's first query head writes its key and value heads' gradients, the others add to them.
+            const float beta = h % a.group() == 0 ? 0.0f : 1.0f;
+            const float* p = att + (static_cast<long>(b) * NH + h) * T * T;
             const float* dy = dout + static_cast<long>(b) * T * C + h * hs;
-            float* da = scratch;
-            // y = a . v  =>  da = dy . v^T,  dv = a^T . dy
-            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
-            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
-            // Softmax backward in place: ds[i,j] = a[i,j] (da[i,j] - sum_k a[i,k] da[i,k]); masked entries are 0.
+            float* dp = scratch;
+            // y = p . v  =>  dp = dy . v^T,  dv = p^T . dy
+            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, W, 0.0f, dp, T);
+            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, beta, dv, W);
+            // Softmax backward in place: ds[i,j] = p[i,j] (dp[i,j] - sum_k p[i,k] dp[i,k]); masked entries are 0.
 #pragma omp parallel for
             for (int i = 0; i < T; ++i) {
-                const float* ar = a + static_cast<long>(i) * T;
-                float* dr = da + static_cast<long>(i) * T;
+                const float* pr = p + static_cast<long>(i) * T;
+                float* dr = dp + static_cast<long>(i) * T;
                 float dot = 0;
                 for (int j = 0; j <= i; ++j)
-                    dot += ar[j] * dr[j];
+                    dot += pr[j] * dr[j];
                 for (int j = 0; j <= i; ++j)
-                    dr[j] = ar[j] * (dr[j] - dot);
+                    dr[j] = pr[j] * (dr[j] - dot);
                 for (int j = i + 1; j < T; ++j)
                     dr[j] = 0.0f;
             }
             // s = scale q . k^T  =>  dq = scale ds . k,  dk = scale ds^T . q
-            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, da, T, k, C3, 0.0f, dq, C3);
-            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, da, T, q, C3, 0.0f, dk, C3);
+            sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, k, W, 0.0f, dq, W);
+            sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, W, beta, dk, W);
         }
+}
+
+void rmsnormForward(float* out, float* rstd, const float* inp, const float* weight, int BT, int C, float eps)
+{
+#pragma omp parallel for
+    for (int i = 0; i < BT; ++i) {
+        const float* x = inp + static_cast<long>(i) * C;
+        float* o = out + static_cast<long>(i) * C;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; ++c)
+            ss += x[c] * x[c];
+        const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+#pragma omp simd
+        for (int c = 0; c < C; ++c)
+            o[c] = (x[c] * s) * weight[c];
+        rstd[i] = s;
+    }
+}
+
+void rmsnormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    const float* rstd, int BT, int C)
+{
+    // y = x s w, s = (mean(x^2) + eps)^(-1/2)  =>  dx = s (w dy) - x s^3 mean(w dy x),  dw = sum over rows x s dy
+    if (dinp) {
+#pragma omp parallel for
+        for (int i = 0; i < BT; ++i) {
+            const float* x = inp + static_cast<long>(i) * C;
+            const float* d = dout + static_cast<long>(i) * C;
+            float* dx = dinp + static_cast<long>(i) * C;
+            const float s = rstd[i];
+            float dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int c = 0; c < C; ++c)
+                dot += weight[c] * d[c] * x[c];
+            const float k = s * s * s * dot / static_cast<float>(C);
+#pragma omp simd
+            for (int c = 0; c < C; ++c)
+                dx[c] += s * weight[c] * d[c] - k * x[c];
+        }
+    }
+    if (!dweight)
+        return;
+    // Serial over rows, in order: the weight's gradient is the same sum whatever the threads.
+    for (int i = 0; i < BT; ++i) {
+        const float* x = inp + static_cast<long>(i) * C;
+        const float* d = dout + static_cast<long>(i) * C;
+        const float s = rstd[i];
+#pragma omp simd
+        for (int c = 0; c < C; ++c)
+            dweight[c] += x[c] * s * d[c];
+    }
+}
+
+void rotary(float* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse)
+{
+    const int half = hs / 2;
+    const float* cosines = table;
+    const float* sines = table + static_cast<long>(T) * half;
+    const float sign = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            float* row = x + (static_cast<long>(b) * T + t) * stride;
+            const float* cs = cosines + static_cast<long>(t) * half;
+            const float* sn = sines + static_cast<long>(t) * half;
+            for (int h = 0; h < heads; ++h) {
+                float* head = row + static_cast<long>(h) * hs;
+                for (int i = 0; i < half; ++i) {
+                    const float a = head[i], c = head[i + half];
+                    const float si = sign * sn[i];
+                    head[i] = a * cs[i] - c * si;
+                    head[i + half] = c * cs[i] + a * si;
+                }
+            }
+        }
+}
+
+void swigluForward(float* out, const float* inp, int BT, int F)
+{
+#pragma omp parallel for
+    for (int i = 0; i < BT; ++i) {
+        const float* g = inp + static_cast<long>(i) * 2 * F;
+        const float* u = g + F;
+        float* o = out + static_cast<long>(i) * F;
+        for (int j = 0; j < F; ++j)
+            o[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+    }
+}
+
+void swigluBackward(float* dinp, const float* inp, const float* dout, int BT, int F)
+{
+    // o = silu(g) u, silu(g) = g sig(g), silu'(g) = sig(g) (1 + g (1 - sig(g)))
+#pragma omp parallel for
+    for (int i = 0; i < BT; ++i) {
+        const float* g = inp + static_cast<long>(i) * 2 * F;
+        const float* u = g + F;
+        const float* d = dout + static_cast<long>(i) * F;
+        float* dg = dinp + static_cast<long>(i) * 2 * F;
+        float* du = dg + F;
+        for (int j = 0; j < F; ++j) {
+            const float sig = 1.0f / (1.0f + std::exp(-g[j]));
+            du[j] = d[j] * g[j] * sig;
+            dg[j] = d[j] * u[j] * sig * (1.0f + g[j] * (1.0f - sig));
+        }
+    }
 }
 
 void geluForward(float* out, const float* inp, int n)

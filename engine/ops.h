@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attention_shape.h"
+
 namespace pw::engine::ops {
 
 /// Threads BLAS may use (OpenBLAS's own pool); 0 keeps the library's default.
@@ -18,8 +20,9 @@ int threads();
 /// loaded (then the CPU engine cannot train, and the agent does not offer the cpu backend).
 std::string blasName();
 
-/// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]
+/// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]; wpe null (rotary positions): the token rows alone.
 void encoderForward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+/// dwpe null: the token rows' gradient alone.
 void encoderBackward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
 
 /// Layer norm over C with eps 1e-5; keeps mean and 1/std per position for the backward.
@@ -29,6 +32,23 @@ void layernormForward(
 void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
     const float* weight, const float* mean, const float* rstd, int BT, int C);
 
+/// RMSNorm over C: out = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps), kept per position.
+void rmsnormForward(float* out, float* rstd, const float* inp, const float* weight, int BT, int C, float eps);
+/// As layernormBackward: dweight null gives dinp alone (accumulated, +=), dinp null dweight alone (accumulated).
+void rmsnormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    const float* rstd, int BT, int C);
+
+/// Rotary position embedding in place (Hugging Face's Llama convention): in each of the first `heads` heads of hs
+/// dimensions of every row (B T rows of `stride` elements), the pair (x_i, x_{i+hs/2}) at position t turns by the
+/// angle of (t, i): x_i' = x_i cos - x_{i+hs/2} sin, x_{i+hs/2}' = x_{i+hs/2} cos + x_i sin. table: T x hs/2
+/// cosines, then T x hs/2 sines. inverse turns by minus the angle: the transpose, so the backward of the forward.
+void rotary(float* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse);
+
+/// SwiGLU: out (BT x F) = SiLU(inp[:, :F]) * inp[:, F:], inp (BT x 2F): the gate's product, then the up one's.
+void swigluForward(float* out, const float* inp, int BT, int F);
+/// dinp (BT x 2F) written: the gate's and the up product's gradients.
+void swigluBackward(float* dinp, const float* inp, const float* dout, int BT, int F);
+
 /// out (BT x OC) = inp (BT x C) . weight^T (weight is OC x C, PyTorch's Linear) + bias (may be null).
 void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC);
 /// Each of dinp, dweight and dbias may be null: its part is then skipped. dinp is written, dweight and dbias
@@ -36,12 +56,14 @@ void matmulForward(float* out, const float* inp, const float* weight, const floa
 void matmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
     int BT, int C, int OC);
 
-/// Causal multi-head self-attention. qkv is (B, T, 3C): all of q, then k, then v, heads consecutive blocks of
-/// C/NH. att (B, NH, T, T) keeps the softmax for the backward; out is (B, T, C). Scores scaled by 1/sqrt(C/NH).
-void attentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-/// scratch: T x T floats.
+/// Causal self-attention, grouped-query when a.kv_heads < a.heads. qkv is (B, T, (NH + 2 KV) hs): all the query
+/// heads, then the key heads, then the value heads, each a block of hs; query head h reads key and value head
+/// h / (NH / KV). att (B, NH, T, T) keeps the softmax for the backward; out is (B, T, NH hs). Scores scaled by
+/// 1/sqrt(hs).
+void attentionForward(float* out, float* att, const float* qkv, const AttentionShape& a);
+/// dqkv written; a key or value head's gradient sums its query heads' in head order. scratch: T x T floats.
 void attentionBackward(
-    float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B, int T, int C, int NH);
+    float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, const AttentionShape& a);
 
 /// GELU, tanh approximation.
 void geluForward(float* out, const float* inp, int n);

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "executor.h"
-#include "gpt2.h"
+#include "model.h"
 #include "ops.h"
 #include "planner/errors.h"
 
@@ -20,62 +20,44 @@ namespace {
 
 std::size_t stashBytes(const LayerStash& s)
 {
-    std::size_t bytes = 0;
-    for (const auto* v : {&s.out, &s.ln1, &s.ln1_mean, &s.ln1_rstd, &s.qkv, &s.att, &s.atty, &s.res2, &s.ln2,
-             &s.ln2_mean, &s.ln2_rstd, &s.fch, &s.fch_gelu, &s.logits, &s.losses, &s.tokens})
-        bytes += v->bytes();
+    std::size_t bytes = s.out.bytes();
+    for (const Buffer& v : s.saved)
+        bytes += v.bytes();
     return bytes;
+}
+
+/// A block's stash in the planner's parts, as the engine keeps it: the attention core is what selective recomputation
+/// returns (released from `s` here, after the measurement); the [tokens, channels] tensors (the output, the norms'
+/// inputs and outputs) and the per-token statistics are replicated on tensor-parallel ranks, the wider ones (q, k, v,
+/// the MLP's inner activations) sharded; full recomputation keeps the input, [tokens, channels].
+planner::ActivationParts activationParts(
+    const Layer& layer, LayerStash& s, std::size_t tokensTimesChannels, double element)
+{
+    planner::ActivationParts parts;
+    const std::size_t before = stashBytes(s);
+    layer.release(s, planner::Recompute::Selective);
+    parts.attention_core = static_cast<double>(before - stashBytes(s));
+    parts.replicated = static_cast<double>(s.out.bytes());
+    for (std::size_t i = 0; i < s.saved.size(); ++i) {
+        const Buffer& b = s.saved[i];
+        if (b.empty())
+            continue;
+        if (b.count() <= tokensTimesChannels)
+            parts.replicated += static_cast<double>(b.bytes());
+        else
+            parts.sharded += static_cast<double>(b.bytes());
+    }
+    parts.input = element * static_cast<double>(tokensTimesChannels);
+    return parts;
 }
 
 /// What a layer's backwardInput left in its stash for the backwardWeight (the output gradients W reads).
 std::size_t weightGradientBytes(const LayerStash& s)
 {
-    std::size_t bytes = 0;
-    for (const auto* v : {&s.g_out, &s.g_res2, &s.g_fch, &s.g_ln2, &s.g_qkv, &s.g_ln1})
-        bytes += v->bytes();
+    std::size_t bytes = s.g_out.bytes();
+    for (const Buffer& v : s.grads)
+        bytes += v.bytes();
     return bytes;
-}
-
-std::string layerName(const Gpt2Config& config, int layer)
-{
-    switch (layerKind(config, layer)) {
-    case LayerKind::Embedding:
-        return "embedding";
-    case LayerKind::Block:
-        return "transformer_" + std::to_string(layer);
-    case LayerKind::Head:
-        break;
-    }
-    return "head";
-}
-
-std::string layerKindName(const Gpt2Config& config, int layer)
-{
-    switch (layerKind(config, layer)) {
-    case LayerKind::Embedding:
-        return "embedding";
-    case LayerKind::Block:
-        return "transformer_layer";
-    case LayerKind::Head:
-        break;
-    }
-    return "head";
-}
-
-/// Forward FLOPs of a layer by Megatron's count (as planner/io/transformer.cpp): none for the lookup, 24BTC^2 +
-/// 4BT^2C per block, 2BTCV for the logits.
-double forwardFlops(const Gpt2Config& config, BatchShape shape, int layer)
-{
-    const double B = shape.batch, T = shape.seq, C = config.channels, V = config.vocab;
-    switch (layerKind(config, layer)) {
-    case LayerKind::Embedding:
-        return 0;
-    case LayerKind::Block:
-        return 24.0 * B * T * C * C + 4.0 * B * T * T * C;
-    case LayerKind::Head:
-        break;
-    }
-    return 2.0 * B * T * C * V;
 }
 
 } // namespace
@@ -93,9 +75,6 @@ void ProfileOptions::validate() const
         throw InputError({}, 0, "--heads",
             "must divide --hidden (" + std::to_string(shape.hidden) + " is not a multiple of "
                 + std::to_string(shape.heads) + ")");
-    if (shape.vocab > 65536)
-        throw InputError(
-            {}, 0, "--vocab", "the engine reads uint16 tokens: at most 65536, got " + std::to_string(shape.vocab));
 }
 
 double median(std::vector<double> values)
@@ -113,7 +92,7 @@ double median(std::vector<double> values)
 planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<LayerSamples>* samplesOut)
 {
     options.validate();
-    Gpt2Config config = Gpt2Config::fromTransformer(options.shape);
+    ModelConfig config = ModelConfig::fromTransformer(options.shape);
     config.validate();
     const BatchShape shape {options.shape.microbatch, options.shape.sequence};
     const int layers = config.layerCount();
@@ -218,8 +197,8 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
     const std::string where = cpu
         ? "cpu, " + std::to_string(options.threads) + (options.threads == 1 ? " thread" : " threads")
         : backend->name();
-    std::snprintf(name, sizeof name, "gpt2 (l=%d, h=%d, a=%d, s=%d, V=%d) measured on %s, b=%d", a.layers, a.hidden,
-        a.heads, a.sequence, a.vocab, where.c_str(), a.microbatch);
+    std::snprintf(name, sizeof name, "%s (l=%d, h=%d, a=%d, s=%d, V=%d) measured on %s, b=%d", familyOf(config).name(),
+        a.layers, a.hidden, a.heads, a.sequence, a.vocab, where.c_str(), a.microbatch);
     profile.name = name;
     profile.profiled_device = cpu ? "cpu" : backend->name();
     profile.microbatch_size = shape.batch;
@@ -230,8 +209,8 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
         const auto& m = *models[static_cast<std::size_t>(l)];
         const auto& s = samples[static_cast<std::size_t>(l)];
         planner::Layer layer;
-        layer.name = layerName(config, l);
-        layer.kind = layerKindName(config, l);
+        layer.name = m.layer(l).name();
+        layer.kind = m.layer(l).kind();
         layer.forward_ms = median(s.forward_s) * 1e3;
         layer.backward_ms = median(s.backward_s) * 1e3;
         layer.backward_input_ms = median(s.backward_input_s) * 1e3;
@@ -239,9 +218,12 @@ planner::ModelProfile measureProfile(const ProfileOptions& options, std::vector<
         layer.weight_bytes = element * static_cast<double>(m.parameterCount());
         layer.activation_bytes = m.hasHead() ? element * static_cast<double>(tokens) * config.vocab
                                              : element * static_cast<double>(m.activationCount());
-        layer.stashed_bytes = static_cast<double>(stashBytes(stashes[static_cast<std::size_t>(l)].layers.at(0)));
+        LayerStash& stash = stashes[static_cast<std::size_t>(l)].layers.at(0);
+        layer.stashed_bytes = static_cast<double>(stashBytes(stash));
+        if (m.layer(l).kind() == "transformer_layer")
+            layer.activation_parts = activationParts(m.layer(l), stash, m.activationCount(), element);
         layer.weight_gradient_bytes = static_cast<double>(keptForWeight[static_cast<std::size_t>(l)]);
-        layer.forward_flops = forwardFlops(config, shape, l);
+        layer.forward_flops = m.layer(l).forwardFlops(shape);
         profile.layers.push_back(std::move(layer));
     }
     profile.validate();

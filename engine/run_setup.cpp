@@ -6,11 +6,13 @@
 #include <ctime>
 #include <utility>
 
+#include "checkpoint.h"
 #include "executor.h"
 #include "llmc.h"
 #include "planner/errors.h"
 #include "planner/schedule/generator.h"
 #include "planner/schedule/traits.h"
+#include "planner/transformer_shape.h"
 
 namespace pw::engine {
 
@@ -59,23 +61,18 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
         refuse("/schedule/distributed_optimizer",
             "the engine keeps the whole optimizer state on every replica, not sharded over them: plan without "
             "--distributed-optimizer");
-    if (o.recompute != planner::Recompute::None)
-        refuse("/schedule/recompute",
-            "the engine keeps every activation for its backward, it does not recompute them: plan without "
-            "--recompute");
     for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
         if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
             refuse("/layer_order", "the engine runs GPT-2's layers in their order");
-    if (plan.model->architecture && !plan.model->architecture->tied_embeddings)
-        refuse("/model/architecture/tied_embeddings",
-            "false, and the engine trains GPT-2, whose head's output projection is its token embedding: plan with a "
-            "tied architecture (remove the field)");
-    // The first field in which the model's block differs from GPT-2's, the one block the engine builds today.
-    if (const auto& arch = plan.model->architecture; arch && !arch->isGpt2Block())
-        refuse("/model/architecture/" + arch->gpt2BlockDifference(),
-            "the model is a " + arch->family
-                + " transformer, and the engine trains GPT-2's block only (GELU MLP of 4 x hidden, multi-head "
-                  "attention, LayerNorm, biases, learned positions): plan a GPT-2-shaped profile to train it");
+    // The first field in which the model's block is neither GPT-2's nor Llama's, the blocks the engine builds.
+    if (const auto& arch = plan.model->architecture) {
+        try {
+            familyOf(ModelConfig::fromTransformer(*arch));
+        } catch (const InputError& e) {
+            refuse(
+                "/model/architecture/" + e.field(), "the model is a " + arch->family + " transformer: " + e.message());
+        }
+    }
     for (int p = 0; p < plan.pipelineCount(); ++p)
         if (plan.tiedWeightsStepApart(p))
             refuse("/stages",
@@ -112,7 +109,7 @@ void checkLayersFitArchitecture(const planner::ModelProfile& model)
     const double element = arch.bytes_per_element;
     const double h = arch.hidden;
     const double output = element * arch.microbatch * static_cast<double>(arch.sequence) * h;
-    const double weights = element * (12 * h * h + 13 * h); // QKV 3h^2+3h, projection h^2+h, MLP 8h^2+5h, 2 norms 4h
+    const double weights = element * planner::transformerParameters(arch).per_layer;
     const auto agrees = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
     const auto describe = [&](double want) {
         return std::string(" by the architecture (") + std::to_string(arch.microbatch) + " x "
@@ -131,9 +128,10 @@ void checkLayersFitArchitecture(const planner::ModelProfile& model)
         if (!agrees(layer.weight_bytes, weights))
             throw InputError({}, 0, path + "/weight_bytes",
                 "block " + std::to_string(l - 1) + " ('" + layer.name + "') has "
-                    + std::to_string(static_cast<long long>(layer.weight_bytes))
-                    + " bytes of weights, not GPT-2's 12h^2 + 13h parameters at hidden " + std::to_string(arch.hidden)
-                    + " (" + std::to_string(static_cast<long long>(weights))
+                    + std::to_string(static_cast<long long>(layer.weight_bytes)) + " bytes of weights, not the "
+                    + std::to_string(static_cast<long long>(weights / element)) + " parameters of a " + arch.family
+                    + " block at hidden " + std::to_string(arch.hidden) + " ("
+                    + std::to_string(static_cast<long long>(weights))
                     + " bytes): the profile's layers and /model/architecture describe different models");
     }
 }
@@ -150,11 +148,14 @@ TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
                   "can be trained, since the engine must know the layers' sizes");
     const auto& arch = *model.architecture;
     TrainingSetup s;
-    s.model = Gpt2Config::fromTransformer(arch);
+    s.model = ModelConfig::fromTransformer(arch);
     try {
         s.model.validate();
     } catch (const InputError& e) {
-        throw InputError({}, 0, "/model/architecture", e.message());
+        if (e.field().empty())
+            throw InputError({}, 0, "/model/architecture", e.message());
+        throw InputError({}, 0, "/model/architecture/" + e.field(),
+            "the model is a " + arch.family + " transformer: " + e.message());
     }
     if (model.layerCount() != s.model.layerCount())
         throw InputError({}, 0, "/model/layers",
@@ -168,13 +169,14 @@ TrainingSetup trainingSetup(const planner::Plan& plan, TrainsOn where)
     s.shape.batch = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : arch.microbatch;
     s.shape.seq = arch.sequence;
     s.microbatches = plan.microbatchesPerStep();
+    s.recompute = plan.schedule.recompute;
     return s;
 }
 
 void checkRunInputs(const TrainingSetup& setup, const DataSpec& data, const std::filesystem::path& init)
 {
     if (!init.empty())
-        checkCheckpointFits(init, readCheckpointConfig(init), setup.model, setup.shape.seq);
+        checkModelCheckpoint(init, setup.model, setup.shape.seq);
     if (data.kind != DataSpec::Kind::Synthetic)
         loadTokens(data, setup.model.vocab, static_cast<std::size_t>(setup.shape.batch) * setup.shape.seq);
 }

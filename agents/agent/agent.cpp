@@ -22,6 +22,7 @@
 #include "activity.h"
 #include "drop_send.h"
 #include "engine/backend.h"
+#include "engine/checkpoint.h"
 #include "engine/cuda/nccl_transport.h"
 #include "engine/data.h"
 #include "engine/devices.h"
@@ -489,13 +490,12 @@ void Session::train(const RunSpec& spec)
     setup.adam.total_steps = training.steps;
     setup.seed = training.seed;
     if (!training.init_checkpoint.empty()) {
-        auto ckpt = engine::readCheckpoint(training.init_checkpoint);
-        engine::checkCheckpointFits(training.init_checkpoint, ckpt.config, setup.model, setup.shape.seq);
-        setup.model = ckpt.config; // its padded vocabulary and positions
+        auto ckpt = engine::readModelCheckpoint(training.init_checkpoint, setup.model, setup.shape.seq);
+        setup.model = ckpt.config; // llm.c's: its padded vocabulary and positions
         setup.checkpoint = std::make_shared<const std::vector<float>>(std::move(ckpt.params));
     }
     if (!training.save_checkpoint.empty()) // on this host, before it trains (a local run's controller checked too)
-        engine::checkCheckpointDestination(training.save_checkpoint);
+        engine::checkSaveDestination(training.save_checkpoint, setup.model);
     engine::ops::setThreads(spec.threads);
     engine::DataSpec data;
     data.kind = engine::dataKindFromString(std::string(toString(training.data.kind)));
@@ -631,7 +631,7 @@ void Session::train(const RunSpec& spec)
             for (const auto& [stage, model] : executors[k]->stages()) {
                 const auto& replicas = plan.stages.at(static_cast<std::size_t>(stage)).devices;
                 if (spec.devices[k] == *std::min_element(replicas.begin(), replicas.end()))
-                    engine::writeCheckpointPart(spec.training.save_checkpoint, *model);
+                    engine::writeModelCheckpointPart(spec.training.save_checkpoint, *model);
             }
 }
 

@@ -201,8 +201,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_option("-o,--output", tOpt.output, "model JSON to write")->required();
     tr->add_flag("--json", tOpt.json, "print a JSON summary");
     MeasureOptions mOpt;
-    auto* measure = profile->add_subcommand(
-        "measure", "time every layer of a GPT-2 on this machine with the training engine (pipewright-agent --profile)");
+    auto* measure = profile->add_subcommand("measure",
+        "time every layer of a GPT-2 or, by --plan, a Llama on this machine with the training engine (pipewright-agent "
+        "--profile)");
     measure->add_option("--layers", mOpt.layers, "transformer blocks");
     measure->add_option("--hidden", mOpt.hidden, "hidden size");
     measure->add_option("--heads", mOpt.heads, "attention heads");

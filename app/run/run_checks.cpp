@@ -18,6 +18,7 @@
 #include "planner/units.h"
 #include "preflight.h"
 #ifdef PW_WITH_ENGINE
+#include "engine/checkpoint.h"
 #include "engine/data.h"
 #include "engine/devices.h"
 #include "engine/executor.h"
@@ -94,15 +95,15 @@ void checkRunFiles(const RunRequest& request)
 {
 #ifdef PW_WITH_ENGINE
     const auto& training = request.training;
+    const auto where = trainsOnGpus(request.plan) ? engine::TrainsOn::Cuda : engine::TrainsOn::Cpu;
     if (!training.save_checkpoint.empty()) // before it trains: a run whose model cannot be saved is lost work
-        engine::checkCheckpointDestination(training.save_checkpoint);
+        engine::checkSaveDestination(training.save_checkpoint, engine::trainingSetup(request.plan, where).model);
     if (training.init_checkpoint.empty() && training.data.kind == agents::DataKind::Synthetic)
         return;
     engine::DataSpec data;
     data.kind = engine::dataKindFromString(std::string(agents::toString(training.data.kind)));
     data.path = training.data.path;
     data.seed = training.data.seed;
-    const auto where = trainsOnGpus(request.plan) ? engine::TrainsOn::Cuda : engine::TrainsOn::Cpu;
     engine::checkRunInputs(engine::trainingSetup(request.plan, where), data, training.init_checkpoint);
 #else
     (void)request;

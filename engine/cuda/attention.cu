@@ -14,6 +14,9 @@
 // - everything else (fp32, the backend's testing mode, and any other head size): one warp per row on CUDA cores,
 //   fp32 throughout, the same online softmax and the same split of the backward.
 // Both write the log-sum-exp in natural-log units of the scaled scores, so either backward reads either forward's.
+// Grouped-query attention (fewer key and value heads than query heads) runs the multi-head kernels on a copy of qkv
+// whose key and value heads are repeated per query head (expandGroups), and sums the copy's key and value gradients
+// back over each group in head order (reduceGroups, llama.cu): deterministic, at the cost of the copy.
 #include <cmath>
 
 #include "common.cuh"
@@ -706,7 +709,9 @@ template <class Kernel> void allowGenericShared(Kernel kernel, std::size_t bytes
 
 } // namespace
 
-void attentionForward(const Launch& l, void* out, float* lse, const void* qkv, int B, int T, int C, int NH)
+namespace {
+
+void multiHeadForward(const Launch& l, void* out, float* lse, const void* qkv, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0)
         return;
@@ -738,7 +743,7 @@ void attentionForward(const Launch& l, void* out, float* lse, const void* qkv, i
         run(float {});
 }
 
-void attentionBackward(const Launch& l, void* dqkv, const void* dout, const void* qkv, const void* out,
+void multiHeadBackward(const Launch& l, void* dqkv, const void* dout, const void* qkv, const void* out,
     const float* lse, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0)
@@ -787,6 +792,35 @@ void attentionBackward(const Launch& l, void* dqkv, const void* dout, const void
         run(bf16 {});
     else
         run(float {});
+}
+
+} // namespace
+
+void attentionForward(const Launch& l, void* out, float* lse, const void* qkv, const AttentionShape& a)
+{
+    if (a.kv_heads == a.heads) {
+        multiHeadForward(l, out, lse, qkv, a.batch, a.seq, a.channels(), a.heads);
+        return;
+    }
+    const std::size_t wide = a.rows() * 3 * static_cast<std::size_t>(a.channels()) * byteSize(l.act);
+    void* expanded = l.scratch->get(Scratch::GroupedQkv, wide);
+    expandGroups(l, expanded, qkv, a);
+    multiHeadForward(l, out, lse, expanded, a.batch, a.seq, a.channels(), a.heads);
+}
+
+void attentionBackward(const Launch& l, void* dqkv, const void* dout, const void* qkv, const void* out,
+    const float* lse, const AttentionShape& a)
+{
+    if (a.kv_heads == a.heads) {
+        multiHeadBackward(l, dqkv, dout, qkv, out, lse, a.batch, a.seq, a.channels(), a.heads);
+        return;
+    }
+    const std::size_t wide = a.rows() * 3 * static_cast<std::size_t>(a.channels()) * byteSize(l.act);
+    void* expanded = l.scratch->get(Scratch::GroupedQkv, wide);
+    void* grad = l.scratch->get(Scratch::GroupedGrad, wide);
+    expandGroups(l, expanded, qkv, a);
+    multiHeadBackward(l, grad, dout, expanded, out, lse, a.batch, a.seq, a.channels(), a.heads);
+    reduceGroups(l, dqkv, grad, a);
 }
 
 } // namespace pw::engine::cuda

@@ -682,20 +682,46 @@ public:
         cuda::geluBackward(m_launch, dinp, pre_gelu, dinp, static_cast<std::size_t>(BT) * C);
     }
 
-    std::size_t attentionStashCount(int B, int T, int NH) const override
+    std::size_t attentionStashCount(const AttentionShape& a) const override
     {
-        return static_cast<std::size_t>(B) * NH * T; // the log-sum-exp of each row
+        return static_cast<std::size_t>(a.batch) * a.heads * a.seq; // the log-sum-exp of each row
     }
-    void attentionForward(void* out, float* stash, const void* qkv, int B, int T, int C, int NH) override
+    void attentionForward(void* out, float* stash, const void* qkv, const AttentionShape& a) override
     {
         activate();
-        cuda::attentionForward(m_launch, out, stash, qkv, B, T, C, NH);
+        cuda::attentionForward(m_launch, out, stash, qkv, a);
     }
-    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash, int B,
-        int T, int C, int NH) override
+    void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash,
+        const AttentionShape& a) override
     {
         activate();
-        cuda::attentionBackward(m_launch, dqkv, dout, qkv, out, stash, B, T, C, NH);
+        cuda::attentionBackward(m_launch, dqkv, dout, qkv, out, stash, a);
+    }
+    void rmsnormForward(void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps) override
+    {
+        activate();
+        cuda::rmsnormForward(m_launch, out, rstd, inp, weight, BT, C, eps);
+    }
+    void rmsnormBackward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+        const float* rstd, int BT, int C) override
+    {
+        activate();
+        cuda::rmsnormBackward(m_launch, dinp, dweight, dout, inp, weight, rstd, BT, C);
+    }
+    void rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse) override
+    {
+        activate();
+        cuda::rotary(m_launch, x, table, B, T, heads, hs, stride, inverse);
+    }
+    void swigluForward(void* out, const void* inp, int BT, int F) override
+    {
+        activate();
+        cuda::swigluForward(m_launch, out, inp, BT, F);
+    }
+    void swigluBackward(void* dinp, const void* inp, const void* dout, int BT, int F) override
+    {
+        activate();
+        cuda::swigluBackward(m_launch, dinp, inp, dout, BT, F);
     }
 
     void geluForward(void* out, const void* inp, std::size_t n) override

@@ -61,10 +61,12 @@ template <class T> struct EncoderForwardOp
         const std::size_t t = bt % static_cast<std::size_t>(T_);
         float e[N], p[N];
         load<N>(wte + static_cast<std::size_t>(tokens[bt]) * C + c, e);
-        load<N>(wpe + t * C + c, p);
+        if (wpe) { // null: rotary positions, the token rows alone
+            load<N>(wpe + t * C + c, p);
 #pragma unroll
-        for (int k = 0; k < N; ++k)
-            e[k] += p[k];
+            for (int k = 0; k < N; ++k)
+                e[k] += p[k];
+        }
         store<N>(out + i, e);
     }
 };

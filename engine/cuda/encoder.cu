@@ -66,7 +66,8 @@ void encoderBackward(
     const int BT = B * T;
     if (BT <= 0 || C <= 0)
         return;
-    positionBackward(l, dwpe, dout, B, T, C);
+    if (dwpe)
+        positionBackward(l, dwpe, dout, B, T, C);
 
     // Scratch: sorted tokens, positions in and out, then CUB's temporary storage.
     std::size_t sortBytes = 0;

@@ -19,7 +19,7 @@ namespace pw::engine::cuda {
 class Scratch
 {
 public:
-    enum Slot : int { Partials, Reduce, Sort, AttentionDelta, SlotCount };
+    enum Slot : int { Partials, Reduce, Sort, AttentionDelta, GroupedQkv, GroupedGrad, SlotCount };
     virtual ~Scratch() = default;
     /// At least `bytes` of device memory (256-byte aligned) for `slot`; valid until the next get() of that slot.
     virtual void* get(Slot slot, std::size_t bytes) = 0;
@@ -45,13 +45,29 @@ void layernormForward(const Launch& l, void* out, float* mean, float* rstd, cons
 /// dinp null: the weight and bias gradients alone; dweight and dbias null: dinp alone (the split backward).
 void layernormBackward(const Launch& l, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
     const void* weight, const float* mean, const float* rstd, int BT, int C);
+void rmsnormForward(
+    const Launch& l, void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps);
+/// dweight null: dinp alone; dinp null: dweight alone (both accumulated).
+void rmsnormBackward(const Launch& l, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+    const float* rstd, int BT, int C);
+/// Rotary embedding in place (ops::rotary).
+void rotary(const Launch& l, void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse);
+void swigluForward(const Launch& l, void* out, const void* inp, int BT, int F);
+void swigluBackward(const Launch& l, void* dinp, const void* inp, const void* dout, int BT, int F);
+/// Grouped-query attention through the multi-head kernels: qkv (B, T, (NH + 2 KV) hs) to (B, T, 3 NH hs), each
+/// key and value head repeated for its group's query heads; and back for the gradient, a key or value head's the
+/// sum of its group's in head order.
+void expandGroups(const Launch& l, void* wide, const void* grouped, const AttentionShape& a);
+void reduceGroups(const Launch& l, void* grouped, const void* wide, const AttentionShape& a);
+
 /// dbias (cols) += the column sums of dout (rows x cols): the bias gradient of a matrix product.
 void biasBackward(const Launch& l, void* dbias, const void* dout, int rows, int cols);
 
 /// The fused causal attention: out (B, T, C) and the log-sum-exp of each row of scaled scores, lse (B, NH, T).
-void attentionForward(const Launch& l, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
+/// Grouped-query shapes (a.kv_heads < a.heads) go through expandGroups / reduceGroups around the multi-head kernels.
+void attentionForward(const Launch& l, void* out, float* lse, const void* qkv, const AttentionShape& a);
 void attentionBackward(const Launch& l, void* dqkv, const void* dout, const void* qkv, const void* out,
-    const float* lse, int B, int T, int C, int NH);
+    const float* lse, const AttentionShape& a);
 
 void geluForward(const Launch& l, void* out, const void* inp, std::size_t n);
 void geluBackward(const Launch& l, void* dinp, const void* inp, const void* dout, std::size_t n);

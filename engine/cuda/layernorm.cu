@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Layer norm forward and backward, and the column sums that the backward's dweight and dbias and a matrix
-// product's dbias are. Rows are one warp each (fp32 mean and variance in two passes, as ops.cpp computes them).
+// Layer norm and RMSNorm forward and backward, and the column sums that the backward's dweight and dbias and a
+// matrix product's dbias are. Rows are one warp each (fp32 mean and variance in two passes, as ops.cpp computes them).
 // Column sums are deterministic in two kernels: blocks of 32 x 8 threads sum a tile of columns over a chunk of
 // rows into per-chunk partials, then one thread per column adds its chunks in order into the gradient (+=).
 #include "common.cuh"
@@ -97,8 +97,76 @@ __global__ void __launch_bounds__(kRowWarps * 32) layernormBackwardInput(
     }
 }
 
+/// RMSNorm forward, one warp per row: out = x s w with s = 1 / sqrt(mean(x^2) + eps).
+template <class T, int N>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    rmsnormForwardKernel(T* out, float* rstd, const T* inp, const T* weight, int BT, int C, float eps)
+{
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * kRowWarps + threadIdx.x / 32;
+    if (row >= BT)
+        return;
+    const T* x = inp + static_cast<std::size_t>(row) * C;
+    float sq = 0.0f;
+    for (int c = lane * N; c < C; c += 32 * N) {
+        float v[N];
+        load<N>(x + c, v);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            sq += v[k] * v[k];
+    }
+    const float s = 1.0f / sqrtf(warpSum(sq) / static_cast<float>(C) + eps);
+    T* o = out + static_cast<std::size_t>(row) * C;
+    for (int c = lane * N; c < C; c += 32 * N) {
+        float v[N], w[N];
+        load<N>(x + c, v);
+        load<N>(weight + c, w);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            v[k] = (v[k] * s) * w[k];
+        store<N>(o + c, v);
+    }
+    if (lane == 0)
+        rstd[row] = s;
+}
+
+/// dinp += RMSNorm's input gradient, one warp per row: s w d - x s^3 mean(w d x).
+template <class T, int N>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    rmsnormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weight, const float* rstd, int BT, int C)
+{
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * kRowWarps + threadIdx.x / 32;
+    if (row >= BT)
+        return;
+    const std::size_t offset = static_cast<std::size_t>(row) * C;
+    const float s = rstd[row];
+    float dot = 0.0f;
+    for (int c = lane * N; c < C; c += 32 * N) {
+        float d[N], x[N], w[N];
+        load<N>(dout + offset + c, d);
+        load<N>(inp + offset + c, x);
+        load<N>(weight + c, w);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            dot += w[k] * d[k] * x[k];
+    }
+    const float k3 = s * s * s * warpSum(dot) / static_cast<float>(C);
+    for (int c = lane * N; c < C; c += 32 * N) {
+        float d[N], x[N], w[N], g[N];
+        load<N>(dout + offset + c, d);
+        load<N>(inp + offset + c, x);
+        load<N>(weight + c, w);
+        load<N>(dinp + offset + c, g);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            g[k] += s * w[k] * d[k] - k3 * x[k];
+        store<N>(dinp + offset + c, g);
+    }
+}
+
 /// Column sums over one chunk of rows, into partials[chunk][output][cols]. Output 0 is the sum of dout; with the
-/// layer norm's statistics (LN), output 1 is the sum of dout x the normalised input (dweight's).
+/// norm's statistics (LN), output 1 is the sum of dout x the normalised input (dweight's; mean null: RMSNorm's).
 template <class T, int N, bool LN>
 __global__ void __launch_bounds__(256) columnPartials(float* partials, const T* dout, const T* inp, const float* mean,
     const float* rstd, int rows, int cols, int rowsPerChunk)
@@ -121,7 +189,7 @@ __global__ void __launch_bounds__(256) columnPartials(float* partials, const T* 
             if constexpr (LN) {
                 float x[N];
                 load<N>(inp + offset, x);
-                const float m = mean[r], s = rstd[r];
+                const float m = mean ? mean[r] : 0.0f, s = rstd[r]; // RMSNorm: no mean
 #pragma unroll
                 for (int k = 0; k < N; ++k)
                     sn[k] += ((x[k] - m) * s) * d[k];
@@ -187,7 +255,7 @@ void columnSums(const Launch& l, T* dsum, T* dnorm, const T* dout, const T* inp,
 {
     if (rows <= 0 || cols <= 0)
         return;
-    const bool ln = dnorm != nullptr;
+    const bool ln = dnorm != nullptr; // with mean null: RMSNorm's x s
     const int outputs = ln ? 2 : 1;
     const bool vector = cols % 8 == 0 && aligned16(dout, inp);
     const int n = vector ? 8 : 1;
@@ -271,6 +339,49 @@ void layernormBackward(const Launch& l, void* dinp, void* dweight, void* dbias, 
         }
         if (dweight || dbias)
             columnSums<E>(l, static_cast<E*>(dbias), static_cast<E*>(dweight), d, x, mean, rstd, BT, C);
+    });
+}
+
+void rmsnormForward(
+    const Launch& l, void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps)
+{
+    if (BT <= 0)
+        return;
+    dispatch(l.act, [&](auto type) {
+        using E = decltype(type);
+        auto* o = static_cast<E*>(out);
+        const auto* x = static_cast<const E*>(inp);
+        const auto* w = static_cast<const E*>(weight);
+        const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
+        if (C % 8 == 0 && aligned16(o, x, w))
+            rmsnormForwardKernel<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, rstd, x, w, BT, C, eps);
+        else
+            rmsnormForwardKernel<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, rstd, x, w, BT, C, eps);
+        PW_CUDA_LAUNCHED();
+    });
+}
+
+void rmsnormBackward(const Launch& l, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+    const float* rstd, int BT, int C)
+{
+    if (BT <= 0)
+        return;
+    dispatch(l.act, [&](auto type) {
+        using E = decltype(type);
+        auto* g = static_cast<E*>(dinp);
+        const auto* d = static_cast<const E*>(dout);
+        const auto* x = static_cast<const E*>(inp);
+        const auto* w = static_cast<const E*>(weight);
+        const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
+        if (g) {
+            if (C % 8 == 0 && aligned16(g, d, x, w))
+                rmsnormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, rstd, BT, C);
+            else
+                rmsnormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, rstd, BT, C);
+            PW_CUDA_LAUNCHED();
+        }
+        if (dweight)
+            columnSums<E>(l, nullptr, static_cast<E*>(dweight), d, x, nullptr, rstd, BT, C);
     });
 }
 

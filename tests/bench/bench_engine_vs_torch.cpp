@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-engine::Checkpoint randomCheckpoint(const engine::Gpt2Config& config)
+engine::Checkpoint randomCheckpoint(const engine::ModelConfig& config)
 {
     engine::Checkpoint c;
     c.config = config;
@@ -35,12 +35,9 @@ engine::Checkpoint randomCheckpoint(const engine::Gpt2Config& config)
     for (auto& p : c.params)
         p = normal(rng);
     // Layer-norm scales at 1 (as GPT-2 initialises them).
-    for (auto t : {engine::Tensor::Ln1w, engine::Tensor::Ln2w, engine::Tensor::Lnfw}) {
-        const int copies = engine::isPerBlock(t) ? config.layers : 1;
-        const std::size_t begin = engine::checkpointOffset(config, t, 0);
-        for (std::size_t i = 0; i < engine::tensorSize(config, t) * static_cast<std::size_t>(copies); ++i)
-            c.params[begin + i] = 1.0f;
-    }
+    for (const auto& t : engine::checkpointTensors(config))
+        if (t.init.kind == engine::TensorInit::Kind::Ones)
+            std::fill_n(c.params.begin() + static_cast<long>(t.offset), t.size, 1.0f);
     return c;
 }
 

@@ -73,6 +73,25 @@ planner::TransformerConfig gpt2Small(int microbatch)
     return c;
 }
 
+/// A Llama of GPT-2 small's size (about 125 M parameters): 12 blocks of 768 channels, 12 query heads sharing 4 key
+/// and value heads, SwiGLU of 2048, vocabulary 32000 (Llama 2's), untied head, rotary positions, 1024 positions.
+planner::TransformerConfig llamaSmall(int microbatch)
+{
+    planner::TransformerConfig c = gpt2Small(microbatch);
+    c.family = "llama";
+    c.kv_heads = 4;
+    c.ffn_hidden = 2048;
+    c.vocab = 32000;
+    c.mlp = planner::MlpKind::SwiGlu;
+    c.norm = planner::NormKind::RmsNorm;
+    c.positions = planner::PositionKind::Rotary;
+    c.bias = planner::BiasKind::None;
+    c.tied_embeddings = false;
+    c.dropout = false;
+    c.rotary.theta = 500000.0;
+    return c;
+}
+
 engine::BackendFactory onTheGpu()
 {
     return [](int) {
@@ -315,7 +334,7 @@ int main(int argc, char** argv)
         peak = o.peak_tflops * 1e12;
         peakSource = "--peak-tflops";
     }
-    const auto config = engine::Gpt2Config::fromTransformer(gpt2Small(1));
+    const auto config = engine::ModelConfig::fromTransformer(gpt2Small(1));
     const double N = static_cast<double>(engine::parameterCount(config));
     const double flopsPerToken = 6 * N + 6.0 * config.layers * config.channels * config.max_seq;
     std::printf("GPU training benchmark: GPT-2 124M (L %d, C %d, NH %d, V %d padded to %d, T %d), bf16 mixed, "
@@ -418,6 +437,25 @@ int main(int argc, char** argv)
             }
             results["pipelines"].push_back({{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s},
                 {"ms_per_kind", s.ms_per_kind}});
+        }
+
+        // 2b. The Llama family beside GPT-2 at the same size, 16 x 1024 tokens per step as 4 microbatches of 4.
+        std::printf("\nLlama beside GPT-2 on one stage, 16 x %d per step as 4 microbatches of 4:\n", config.max_seq);
+        for (const auto& [name, shape] : {std::pair {std::string("GPT-2 124M"), gpt2Small(4)},
+                 std::pair {std::string("Llama ~125M"), llamaSmall(4)}}) {
+            const auto model = engine::ModelConfig::fromTransformer(shape);
+            const Speed s = trainEngine(test::gpt2Plan(shape, {{0, 13, {0}}}, "gpipe", 4), o);
+            if (!s.error.empty()) {
+                failed = true;
+                std::printf("  %-12s failed: %s\n", name.c_str(), s.error.c_str());
+                continue;
+            }
+            std::printf("  %-12s %5.1f M parameters  %9.0f tok/s  %7.2f ms/step  loss %.3f -> %.3f  peak %.1f GiB\n",
+                name.c_str(), static_cast<double>(engine::parameterCount(model)) / 1e6, s.tokens_per_s, s.step_s * 1e3,
+                s.losses.empty() ? 0.0 : s.losses.front(), s.losses.empty() ? 0.0 : s.losses.back(),
+                s.peak_bytes / (1 << 30));
+            results["families"].push_back({{"name", name}, {"parameters", engine::parameterCount(model)},
+                {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s}, {"losses", s.losses}});
         }
 
         // 3. The planner's prediction from a profile measured on this GPU, against the one-stage batch-16 run.

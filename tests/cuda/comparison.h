@@ -40,7 +40,7 @@ inline Comparison comparison()
     r.shape.heads = 4;
     r.shape.sequence = 32;
     r.shape.vocab = 301;
-    const auto config = engine::Gpt2Config::fromTransformer(r.shape);
+    const auto config = engine::ModelConfig::fromTransformer(r.shape);
     const fs::path file = fs::temp_directory_path() / ("pw-cuda-compare-" + std::to_string(::getpid()) + ".bin");
     engine::writeCheckpoint(file, randomCheckpoint(config, 2024));
     engine::Checkpoint read = engine::readCheckpoint(file);

@@ -21,151 +21,12 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/executor.h"
+#include "tests/cuda/twins.h"
 #include "tests/skip.h"
 
 using namespace pw::engine;
 
-namespace {
-
-struct Mode
-{
-    Precision precision;
-    double tolerance;
-};
-
-const Mode kModes[] = {{Precision::Fp32, 1e-5}, {Precision::Bf16Mixed, 2e-2}};
-
-float roundBf16(float f)
-{
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    const auto rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-    return std::bit_cast<float>(rounded);
-}
-
-std::vector<float> randomValues(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f)
-{
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(n);
-    for (auto& x : v)
-        x = u(rng);
-    return v;
-}
-
-std::vector<std::int32_t> randomTokens(std::size_t n, int vocab, unsigned seed)
-{
-    std::mt19937 rng(seed);
-    std::vector<std::int32_t> v(n);
-    for (auto& x : v)
-        x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
-    return v;
-}
-
-/// |got - want|_2 / |want|_2 (want all zero: |got|_2); infinite when anything is not finite.
-double relativeError(const std::vector<float>& got, const std::vector<float>& want)
-{
-    REQUIRE(got.size() == want.size());
-    double diff = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        if (!std::isfinite(got[i]) || !std::isfinite(want[i]))
-            return INFINITY;
-        diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-        norm += static_cast<double>(want[i]) * want[i];
-    }
-    return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
-/// The CPU oracle and one CUDA backend.
-struct Backends
-{
-    std::unique_ptr<Backend> cpu;
-    std::unique_ptr<Backend> gpu;
-    Mode mode;
-
-    explicit Backends(Mode m)
-        : cpu(makeCpuBackend())
-        , gpu(makeCudaBackend(0, m.precision))
-        , mode(m)
-    {
-    }
-    DType act() const { return gpu->act(); }
-};
-
-/// The same values on both backends: fp32 on the CPU, `type` on the GPU (rounded to it first).
-struct Twin
-{
-    Backends* be = nullptr;
-    DType type = DType::F32;
-    std::size_t n = 0;
-    Buffer cpu, gpu;
-
-    Twin(Backends& backends, std::vector<float> values, DType t)
-        : be(&backends)
-        , type(t)
-        , n(values.size())
-        , cpu(*backends.cpu, values.size(), DType::F32)
-        , gpu(*backends.gpu, values.size(), t)
-    {
-        if (t == DType::BF16)
-            std::transform(values.begin(), values.end(), values.begin(), roundBf16);
-        backends.cpu->upload(cpu.data(), DType::F32, values.data(), n);
-        backends.gpu->upload(gpu.data(), t, values.data(), n);
-    }
-    /// Zeros of `count` elements.
-    Twin(Backends& backends, std::size_t count, DType t)
-        : Twin(backends, std::vector<float>(count, 0.0f), t)
-    {
-    }
-
-    std::vector<float> onCpu() const
-    {
-        std::vector<float> v(n);
-        be->cpu->download(v.data(), cpu.data(), DType::F32, n);
-        return v;
-    }
-    std::vector<float> onGpu() const
-    {
-        std::vector<float> v(n);
-        be->gpu->download(v.data(), gpu.data(), type, n);
-        return v;
-    }
-    float* c() { return cpu.as<float>(); }
-    void* g() { return gpu.data(); }
-    float* gf() { return gpu.as<float>(); }
-};
-
-/// Tokens (int32) on both backends.
-struct Tokens
-{
-    Buffer cpu, gpu;
-
-    Tokens(Backends& be, const std::vector<std::int32_t>& values)
-        : cpu(*be.cpu, values.size(), DType::I32)
-        , gpu(*be.gpu, values.size(), DType::I32)
-    {
-        be.cpu->uploadTokens(cpu.as<std::int32_t>(), values.data(), values.size());
-        be.gpu->uploadTokens(gpu.as<std::int32_t>(), values.data(), values.size());
-    }
-};
-
-void expectClose(const Twin& t, const Backends& be, const std::string& what, double tolerance)
-{
-    const double err = relativeError(t.onGpu(), t.onCpu());
-    INFO(what << " (" << toString(be.mode.precision) << "): relative error " << err << ", tolerance " << tolerance);
-    CHECK(err <= tolerance);
-}
-
-void expectClose(const Twin& t, const Backends& be, const std::string& what)
-{
-    expectClose(t, be, what, be.mode.tolerance);
-}
-
-bool noGpu()
-{
-    return cudaVisibleDeviceCount() == 0;
-}
-
-} // namespace
+using namespace pw::test::cuda;
 
 TEST_CASE("the CUDA backend describes itself and refuses a missing device", "[cuda]")
 {
@@ -179,7 +40,7 @@ TEST_CASE("the CUDA backend describes itself and refuses a missing device", "[cu
         CHECK(gpu->act() == (mode.precision == Precision::Fp32 ? DType::F32 : DType::BF16));
         CHECK_FALSE(gpu->hostAddressable());
         CHECK(gpu->padsLogits());
-        CHECK(gpu->attentionStashCount(3, 37, 3) == 3u * 3 * 37);
+        CHECK(gpu->attentionStashCount({3, 37, 3, 3, 16}) == 3u * 3 * 37);
     }
     CHECK_THROWS_AS(makeCudaBackend(cudaVisibleDeviceCount(), Precision::Fp32), std::runtime_error);
     CHECK_THROWS_AS(makeCudaBackend(-1, Precision::Fp32), std::runtime_error);
@@ -453,24 +314,23 @@ TEST_CASE("CUDA fused attention matches the CPU forward and backward", "[cuda]")
 {
     if (noGpu())
         PW_SKIP("no CUDA device");
-    struct Shape
-    {
-        int B, T, C, NH;
-    };
-    // Head sizes 16 (the generic kernel), 64 and 128 (tensor cores in bf16), with T off the 64-row tiles.
-    const Shape shapes[] = {{3, 37, 48, 3}, {2, 131, 128, 2}, {1, 70, 256, 2}, {2, 5, 40, 5}};
+    // Head sizes 16 (the generic kernel), 64 and 128 (tensor cores in bf16), with T off the 64-row tiles; grouped-query
+    // (2 key/value heads for 8 or 4 query heads) and multi-query (1) shapes through the expanded copy.
+    const AttentionShape shapes[] = {{3, 37, 3, 3, 16}, {2, 131, 2, 2, 64}, {1, 70, 2, 2, 128}, {2, 5, 5, 5, 8},
+        {2, 70, 8, 2, 16}, {2, 131, 4, 2, 64}, {1, 70, 4, 1, 128}};
     for (const Mode& mode : kModes)
-        for (const Shape& s : shapes) {
+        for (const AttentionShape& s : shapes) {
             Backends be(mode);
-            const std::string at = " B " + std::to_string(s.B) + " T " + std::to_string(s.T) + " C "
-                + std::to_string(s.C) + " NH " + std::to_string(s.NH);
-            const std::size_t bt = static_cast<std::size_t>(s.B) * s.T;
-            Twin qkv(be, randomValues(bt * 3 * s.C, 30, -1.5f, 1.5f), be.act());
-            Twin out(be, bt * s.C, be.act());
-            Twin cpuStash(be, be.cpu->attentionStashCount(s.B, s.T, s.NH), DType::F32);
-            Buffer gpuStash(*be.gpu, be.gpu->attentionStashCount(s.B, s.T, s.NH), DType::F32);
-            be.cpu->attentionForward(out.c(), cpuStash.c(), qkv.c(), s.B, s.T, s.C, s.NH);
-            be.gpu->attentionForward(out.g(), gpuStash.as<float>(), qkv.g(), s.B, s.T, s.C, s.NH);
+            const std::string at = " B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " NH "
+                + std::to_string(s.heads) + " KV " + std::to_string(s.kv_heads) + " hs " + std::to_string(s.head_size);
+            const std::size_t bt = s.rows();
+            const std::size_t W = static_cast<std::size_t>(s.qkvColumns()), C = static_cast<std::size_t>(s.channels());
+            Twin qkv(be, randomValues(bt * W, 30, -1.5f, 1.5f), be.act());
+            Twin out(be, bt * C, be.act());
+            Twin cpuStash(be, be.cpu->attentionStashCount(s), DType::F32);
+            Buffer gpuStash(*be.gpu, be.gpu->attentionStashCount(s), DType::F32);
+            be.cpu->attentionForward(out.c(), cpuStash.c(), qkv.c(), s);
+            be.gpu->attentionForward(out.g(), gpuStash.as<float>(), qkv.g(), s);
             expectClose(out, be, "attention out" + at);
 
             // The log-sum-exp stash, checked on the host from the same (rounded) q and k in double.
@@ -478,26 +338,26 @@ TEST_CASE("CUDA fused attention matches the CPU forward and backward", "[cuda]")
                 const std::vector<float> x = qkv.onGpu();
                 std::vector<float> lse(gpuStash.count());
                 be.gpu->download(lse.data(), gpuStash.data(), DType::F32, lse.size());
-                const int hs = s.C / s.NH;
+                const int hs = s.head_size;
                 std::vector<float> want(lse.size());
-                for (int b = 0; b < s.B; ++b)
-                    for (int h = 0; h < s.NH; ++h)
-                        for (int t = 0; t < s.T; ++t) {
+                for (int b = 0; b < s.batch; ++b)
+                    for (int h = 0; h < s.heads; ++h)
+                        for (int t = 0; t < s.seq; ++t) {
+                            const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
                             std::vector<double> scores;
                             for (int j = 0; j <= t; ++j) {
                                 double dot = 0;
                                 for (int d = 0; d < hs; ++d)
-                                    dot += static_cast<double>(x[(static_cast<std::size_t>(b) * s.T + t) * 3 * s.C
-                                               + static_cast<std::size_t>(h) * hs + d])
-                                        * x[(static_cast<std::size_t>(b) * s.T + j) * 3 * s.C + s.C
-                                            + static_cast<std::size_t>(h) * hs + d];
+                                    dot += static_cast<double>(
+                                               x[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
+                                        * x[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
                                 scores.push_back(dot / std::sqrt(static_cast<double>(hs)));
                             }
                             const double mx = *std::max_element(scores.begin(), scores.end());
                             double sum = 0;
                             for (double sc : scores)
                                 sum += std::exp(sc - mx);
-                            want[(static_cast<std::size_t>(b) * s.NH + h) * s.T + t]
+                            want[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t]
                                 = static_cast<float>(mx + std::log(sum));
                         }
                 const double err = relativeError(lse, want);
@@ -505,16 +365,16 @@ TEST_CASE("CUDA fused attention matches the CPU forward and backward", "[cuda]")
                 CHECK(err <= 1e-5);
             }
 
-            Twin dout(be, randomValues(bt * s.C, 31), be.act());
-            Twin dqkv(be, randomValues(bt * 3 * s.C, 32), be.act());
-            be.cpu->attentionBackward(dqkv.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s.B, s.T, s.C, s.NH);
-            be.gpu->attentionBackward(dqkv.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s.B, s.T, s.C, s.NH);
+            Twin dout(be, randomValues(bt * C, 31), be.act());
+            Twin dqkv(be, randomValues(bt * W, 32), be.act());
+            be.cpu->attentionBackward(dqkv.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s);
+            be.gpu->attentionBackward(dqkv.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s);
             expectClose(dqkv, be, "attention dqkv" + at);
 
             // The gradient alone (dqkv started at zero), so that a small error is not hidden by the start values.
-            Twin dqkv0(be, bt * 3 * s.C, be.act());
-            be.cpu->attentionBackward(dqkv0.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s.B, s.T, s.C, s.NH);
-            be.gpu->attentionBackward(dqkv0.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s.B, s.T, s.C, s.NH);
+            Twin dqkv0(be, bt * W, be.act());
+            be.cpu->attentionBackward(dqkv0.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s);
+            be.gpu->attentionBackward(dqkv0.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s);
             expectClose(dqkv0, be, "attention dqkv from zero" + at);
         }
 }

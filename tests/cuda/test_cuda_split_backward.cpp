@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/gpt2.h"
 #include "engine/local_run.h"
+#include "engine/model.h"
 #include "tests/cuda/comparison.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/skip.h"
@@ -70,7 +70,7 @@ void requireClose(const std::vector<float>& got, const std::vector<float>& want,
 void splitMatchesFused(Precision precision, double tolerance)
 {
     const Comparison r = comparison();
-    const Gpt2Config c = Gpt2Config::fromTransformer(r.shape);
+    const ModelConfig c = ModelConfig::fromTransformer(r.shape);
     const BatchShape shape {r.shape.microbatch, r.shape.sequence};
     const int last = c.layerCount() - 1;
     auto be = gpu(precision);

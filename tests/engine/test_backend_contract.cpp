@@ -55,14 +55,24 @@ TEST_CASE("backend: input gradients are written, whatever the output held", "[ke
         be->geluBackward(g0.data(), inp.data(), zeroed.data(), inp.size());
         CHECK(sameBits(g, g0));
 
-        const auto qkv = random(static_cast<std::size_t>(BT) * 3 * C, 4);
-        const auto dy = random(static_cast<std::size_t>(BT) * C, 5);
-        std::vector<float> out(static_cast<std::size_t>(BT) * C), stash(be->attentionStashCount(B, T, NH));
-        be->attentionForward(out.data(), stash.data(), qkv.data(), B, T, C, NH);
-        std::vector<float> dqkv(qkv.size(), start), dqkv0(qkv.size(), 0.0f);
-        be->attentionBackward(dqkv.data(), dy.data(), qkv.data(), out.data(), stash.data(), B, T, C, NH);
-        be->attentionBackward(dqkv0.data(), dy.data(), qkv.data(), out.data(), stash.data(), B, T, C, NH);
-        CHECK(sameBits(dqkv, dqkv0));
+        for (const int KV : {NH, 2}) { // multi-head, and grouped-query (a key head's gradient summed over its group)
+            const AttentionShape a {B, T, NH, KV, C / NH};
+            const auto qkv = random(a.rows() * static_cast<std::size_t>(a.qkvColumns()), 4);
+            const auto dy = random(static_cast<std::size_t>(BT) * C, 5);
+            std::vector<float> out(static_cast<std::size_t>(BT) * C), stash(be->attentionStashCount(a));
+            be->attentionForward(out.data(), stash.data(), qkv.data(), a);
+            std::vector<float> dqkv(qkv.size(), start), dqkv0(qkv.size(), 0.0f);
+            be->attentionBackward(dqkv.data(), dy.data(), qkv.data(), out.data(), stash.data(), a);
+            be->attentionBackward(dqkv0.data(), dy.data(), qkv.data(), out.data(), stash.data(), a);
+            CHECK(sameBits(dqkv, dqkv0));
+        }
+
+        const auto up = random(static_cast<std::size_t>(BT) * 2 * C, 6);
+        std::vector<float> dup(up.size(), start), dup0(up.size(), 0.0f);
+        const auto dact = random(static_cast<std::size_t>(BT) * C, 7);
+        be->swigluBackward(dup.data(), up.data(), dact.data(), BT, C);
+        be->swigluBackward(dup0.data(), up.data(), dact.data(), BT, C);
+        CHECK(sameBits(dup, dup0));
     }
 }
 

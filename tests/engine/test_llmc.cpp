@@ -127,7 +127,7 @@ TEST_CASE(
     CHECK(readCheckpointConfig(dir.path / "m.bin") == c.config);
     checkCheckpointFits(dir.path / "m.bin", c.config, {8, 11, 128, 2, 2, 8}, 8);
     checkCheckpointFits(dir.path / "m.bin", c.config, {16, 11, 128, 2, 2, 8}, 4); // more positions than used
-    const auto fits = [&](Gpt2Config plan, int seq) { checkCheckpointFits(dir.path / "m.bin", c.config, plan, seq); };
+    const auto fits = [&](ModelConfig plan, int seq) { checkCheckpointFits(dir.path / "m.bin", c.config, plan, seq); };
     CHECK_THROWS_WITH(fits({8, 12, 128, 2, 2, 8}, 8),
         Catch::Contains("m.bin: header vocab: the checkpoint's model has vocab 11, the plan's 12"));
     CHECK_THROWS_WITH(fits({8, 11, 128, 3, 2, 8}, 8),

@@ -8,10 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/executor.h"
-#include "engine/gpt2.h"
+#include "engine/model.h"
 #include "engine/profiler.h"
 #include "planner/device_presets.h"
 #include "planner/errors.h"
+#include "planner/transformer_shape.h"
 
 using namespace pw;
 using namespace pw::engine;
@@ -46,7 +47,7 @@ TEST_CASE(
     const auto o = smallModel();
     std::vector<LayerSamples> samples;
     const auto profile = measureProfile(o, &samples);
-    const Gpt2Config config = Gpt2Config::fromTransformer(o.shape);
+    const ModelConfig config = ModelConfig::fromTransformer(o.shape);
     const BatchShape shape {o.shape.microbatch, o.shape.sequence};
 
     REQUIRE(profile.layerCount() == o.shape.layers + 2);
@@ -159,9 +160,35 @@ TEST_CASE("profile: bad options name the option", "[engine][profiler]")
     o.repeats = 0;
     CHECK_THROWS_WITH(measureProfile(o), Contains("--repeats: must be positive"));
     o = smallModel();
-    o.shape.vocab = 70000;
-    CHECK_THROWS_WITH(measureProfile(o), Contains("--vocab"));
-    o = smallModel();
     o.warmup = -1;
     CHECK_THROWS_AS(measureProfile(o), planner::InputError);
+}
+
+TEST_CASE("profile: a Llama's blocks are measured with the family's layers and sizes", "[engine][profiler]")
+{
+    auto o = smallModel();
+    o.shape.family = "llama";
+    o.shape.kv_heads = 2;
+    o.shape.ffn_hidden = 40;
+    o.shape.mlp = planner::MlpKind::SwiGlu;
+    o.shape.norm = planner::NormKind::RmsNorm;
+    o.shape.positions = planner::PositionKind::Rotary;
+    o.shape.bias = planner::BiasKind::None;
+    o.shape.tied_embeddings = false;
+    const auto profile = measureProfile(o);
+    REQUIRE(profile.layerCount() == 5);
+    CHECK(profile.name.rfind("llama (", 0) == 0);
+    CHECK(profile.architecture->mlp == planner::MlpKind::SwiGlu);
+    // A block's weights are what the planner counts for the family (q 32 x 32, k and v 16 x 32, o 32 x 32, gate and
+    // up 40 x 32, down 32 x 40, two norms of 32), the head's its norm and its own output matrix.
+    const double C = 32, F = 40;
+    CHECK(profile.layers[1].weight_bytes == 4.0 * (2 * C * C + 2 * 16 * C + 3 * F * C + 2 * C));
+    CHECK(profile.layers[1].weight_bytes == 4.0 * planner::transformerParameters(o.shape).per_layer);
+    CHECK(profile.layers.back().weight_bytes == 4.0 * (C + 128 * C));
+    CHECK(
+        profile.layers[1].forward_flops == Approx(2.0 * 2 * 16 * (C * 64 + C * C + 3 * C * F) + 4.0 * 2 * 16 * 16 * C));
+    for (const auto& layer : profile.layers) {
+        CHECK(layer.forward_ms > 0);
+        CHECK(layer.backward_ms > 0);
+    }
 }

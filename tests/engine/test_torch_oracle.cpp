@@ -107,7 +107,7 @@ struct OracleRun
     static constexpr std::size_t kTokenCount = 20000;
 
     pw::planner::TransformerConfig shape;
-    Gpt2Config config;
+    ModelConfig config;
     Checkpoint checkpoint;
     std::vector<std::int32_t> tokens;
     std::vector<PlanCase> plans;

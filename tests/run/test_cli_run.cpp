@@ -26,8 +26,9 @@
 #include <unistd.h>
 
 #include "app/history/history.h"
-#include "engine/gpt2.h"
 #include "engine/llmc.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
 #include "planner/io/json_file.h"
 #include "tests/engine/engine_fixtures.h"
 #include "tests/run/process_helpers.h"
@@ -494,8 +495,8 @@ TEST_CASE("cli: --init and --data are checked against the plan before anything i
     const auto shape = tinyGpt2(2); // vocabulary 32, sequences of 8, microbatches of 2 sequences
     const auto plan = writePlan(dir, gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
     const auto history = dir.path / "history.sqlite";
-    auto config = engine::Gpt2Config::fromTransformer(shape);
-    const auto checkpoint = [&](const std::string& name, engine::Gpt2Config c) {
+    auto config = engine::ModelConfig::fromTransformer(shape);
+    const auto checkpoint = [&](const std::string& name, engine::ModelConfig c) {
         engine::Checkpoint ckpt {c, std::vector<float>(engine::parameterCount(c), 0.01f)};
         engine::writeCheckpoint(dir.path / name, ckpt);
         return (dir.path / name).string();
@@ -685,4 +686,51 @@ TEST_CASE("cli: --save is checked with the other inputs, before anything trains 
     INFO(good.err);
     CHECK(good.code == 0);
     CHECK(fs::file_size(dir.path / "m.bin") > 0);
+}
+
+TEST_CASE("cli: a Llama plan trains on two agents, saves safetensors, and a second run starts from them", "[run][cli]")
+{
+    test::TempDir dir;
+    auto shape = tinyGpt2(2);
+    shape.family = "llama";
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.ffn_hidden = 24;
+    shape.mlp = planner::MlpKind::SwiGlu;
+    shape.norm = planner::NormKind::RmsNorm;
+    shape.positions = planner::PositionKind::Rotary;
+    shape.bias = planner::BiasKind::None;
+    shape.tied_embeddings = false;
+    shape.dropout = false;
+    const auto plan = writePlan(dir, gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
+    const auto history = (dir.path / "h.sqlite").string();
+    // llm.c's format holds GPT-2's block only: refused before anything trains.
+    const auto bin = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "1", "--save", (dir.path / "m.bin").string(), "--history",
+            history});
+    CHECK(bin.code == 1);
+    CHECK_THAT(bin.err, Contains("give a name ending in .safetensors"));
+    CHECK_FALSE(fs::exists(history));
+    const auto saved = (dir.path / "m.safetensors").string();
+    const auto first = runCli(
+        dir, {"run", plan.string(), "--local", "--steps", "3", "--save", saved, "--history", history, "--json"});
+    INFO(first.err);
+    REQUIRE(first.code == 0);
+    const auto config = engine::ModelConfig::fromTransformer(shape);
+    const auto trained = engine::loadSafetensorsModel(saved, config);
+    CHECK(std::any_of(trained.begin(), trained.end(), [](float v) { return v != 0.0f; }));
+    const auto second = runCli(
+        dir, {"run", plan.string(), "--local", "--steps", "1", "--init", saved, "--history", history, "--json"});
+    INFO(second.err);
+    CHECK(second.code == 0);
+    // A checkpoint of another shape is refused naming the file and the tensor.
+    auto other = config;
+    other.ffn_hidden = 32;
+    engine::saveSafetensorsModel(
+        dir.path / "other.safetensors", other, std::vector<float>(engine::parameterCount(other)));
+    const auto wrong = runCli(dir,
+        {"run", plan.string(), "--local", "--steps", "1", "--init", (dir.path / "other.safetensors").string(),
+            "--history", history});
+    CHECK(wrong.code == 1);
+    CHECK_THAT(wrong.err, Contains("other.safetensors") && Contains("model.layers.0.mlp.gate_proj.weight/shape"));
 }

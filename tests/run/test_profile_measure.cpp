@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
-#include "engine/gpt2.h"
+#include "engine/model.h"
 #include "planner/device_presets.h"
 #include "planner/gemm_table.h"
 #include "planner/io/json_file.h"
@@ -124,7 +124,7 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
     REQUIRE(model.architecture.has_value());
     CHECK(model.architecture->hidden == 32);
     CHECK(model.profiled_device == "cpu");
-    const auto config = engine::Gpt2Config::fromTransformer(*model.architecture);
+    const auto config = engine::ModelConfig::fromTransformer(*model.architecture);
     for (int l = 0; l < model.layerCount(); ++l) {
         INFO("layer " << l);
         CHECK(model.layers[l].forward_ms > 0);

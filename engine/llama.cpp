@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: MIT
+// Llama (and Mistral, Qwen2: the same block) as Hugging Face's transformers defines it: no position table; pre-norm
+// blocks with RMSNorm, rotary embeddings on queries and keys (rotate_half convention, Llama 3's frequency scaling),
+// grouped-query attention and a SwiGLU MLP; no biases (Qwen2: on Q, K and V); an untied head unless the config ties
+// it. Tensors carry transformers' names, and the products' weights that one product reads are adjacent: q, k, v
+// (one (NH + 2 KV) hs x C product) and gate, up (one 2F x C product).
+#include <cmath>
+#include <numbers>
+
+#include "transformer.h"
+
+namespace pw::engine {
+
+namespace {
+
+using Kind = TensorInit::Kind;
+
+TensorSlot tensor(std::string name, std::size_t rows, std::size_t cols, Kind init, int layer, int index)
+{
+    TensorSlot s;
+    s.name = std::move(name);
+    s.shape = cols > 1 ? std::vector<std::size_t> {rows, cols} : std::vector<std::size_t> {rows};
+    s.size = rows * cols;
+    s.owner = layer;
+    s.decayed = cols > 1;
+    // transformers' _init_weights: every Linear and Embedding from N(0, initializer_range = 0.02), norms ones.
+    s.init = {init, init == Kind::Normal ? 0.02 : 0.0,
+        static_cast<std::uint64_t>(layer) * 0x10000ull + static_cast<std::uint64_t>(index)};
+    return s;
+}
+
+/// The angle frequencies of a head of hs dimensions: theta^(-2i/hs), rescaled as Llama 3's rope_scaling says
+/// (transformers' _compute_llama3_parameters).
+std::vector<double> rotaryFrequencies(const planner::RotaryConfig& r, int hs)
+{
+    std::vector<double> f(static_cast<std::size_t>(hs / 2));
+    for (std::size_t i = 0; i < f.size(); ++i) {
+        const double base = std::pow(r.theta, -2.0 * static_cast<double>(i) / hs);
+        f[i] = base;
+        if (r.factor <= 0)
+            continue;
+        const double wavelength = 2.0 * std::numbers::pi / base;
+        const double original = r.original_positions;
+        if (wavelength > original / r.low_freq_factor) {
+            f[i] = base / r.factor;
+        } else if (wavelength >= original / r.high_freq_factor) {
+            const double smooth
+                = (original / wavelength - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+            f[i] = (1.0 - smooth) * base / r.factor + smooth * base;
+        }
+    }
+    return f;
+}
+
+enum BlockSaved : std::uint8_t {
+    kLn1,
+    kRstd1,
+    kQkv,
+    kAtt,
+    kAtty,
+    kRes2,
+    kLn2,
+    kRstd2,
+    kUp,
+    kAct,
+    kUnused,
+    kBlockSaved
+};
+/// What the I keeps for the W: res2's gradient (o_proj's output's), the gate and up products' outputs', the norms'
+/// outputs' and qkv's.
+enum BlockGrads : std::uint8_t { kGRes2, kGUp, kGLn2, kGQkv, kGLn1, kBlockGrads };
+
+/// Where a block's tensors sit in its list (the biases, when there are, shift the ones after them).
+struct BlockLayout
+{
+    std::size_t norm1 = 0, qkv = 1, qkvBias = 0, o = 4, norm2 = 5, gateUp = 6, down = 8;
+
+    explicit BlockLayout(bool qkvBiases)
+    {
+        if (!qkvBiases)
+            return;
+        qkvBias = 4;
+        o = 7;
+        norm2 = 8;
+        gateUp = 9;
+        down = 11;
+    }
+};
+
+class LlamaBlock final : public Layer
+{
+public:
+    LlamaBlock(const ModelConfig& c, int block)
+        : m_block(block)
+        , m_channels(c.channels)
+        , m_ffn(c.ffnHidden())
+        , m_heads(c.heads)
+        , m_kvHeads(c.kvHeads())
+        , m_biases(c.bias == planner::BiasKind::Qkv)
+        , m_at(m_biases)
+        , m_norm(planner::NormKind::RmsNorm, c.channels, static_cast<float>(c.norm_eps))
+        , m_frequencies(rotaryFrequencies(c.rotary, c.headSize()))
+    {
+    }
+    std::string kind() const override { return "transformer_layer"; }
+    std::string name() const override { return "transformer_" + std::to_string(m_block + 1); }
+    double forwardFlops(BatchShape shape) const override
+    {
+        const double B = shape.batch, T = shape.seq, C = m_channels, F = m_ffn;
+        const double W = attentionShape(shape).qkvColumns();
+        return 2.0 * B * T * (C * W + C * C + 3.0 * C * F) + 4.0 * B * T * T * C;
+    }
+
+    void forward(const LayerPass& p, LayerStash& s, const void* x, const LayerFeed&) const override
+    {
+        Backend& be = p.be;
+        const AttentionShape a = attentionShape(p.shape);
+        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns();
+        const auto rows = static_cast<std::size_t>(BT);
+        const std::size_t n = rows * C;
+        const DType act = be.act();
+        reserveSlots(s.saved, kBlockSaved);
+        auto& v = s.saved;
+        ensure(p, v[kLn1], n, act);
+        ensure(p, v[kQkv], rows * W, act);
+        ensure(p, v[kAtt], be.attentionStashCount(a), DType::F32);
+        ensure(p, v[kAtty], n, act);
+        ensure(p, v[kRes2], n, act);
+        ensure(p, v[kLn2], n, act);
+        ensure(p, v[kUp], rows * 2 * F, act);
+        ensure(p, v[kAct], rows * F, act);
+        ensure(p, s.out, n, act);
+        const float* table = rotaryTable(p);
+        m_norm.forward(p, v[kLn1].data(), v[kUnused], v[kRstd1], x, m_at.norm1);
+        be.matmulForward(
+            v[kQkv].data(), v[kLn1].data(), p.w(m_at.qkv), m_biases ? p.w(m_at.qkvBias) : nullptr, BT, C, W, nullptr);
+        be.rotary(v[kQkv].data(), table, a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, false);
+        be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), a);
+        be.matmulForward(s.out.data(), v[kAtty].data(), p.w(m_at.o), nullptr, BT, C, C, nullptr);
+        be.residualForward(v[kRes2].data(), x, s.out.data(), n);
+        m_norm.forward(p, v[kLn2].data(), v[kUnused], v[kRstd2], v[kRes2].data(), m_at.norm2);
+        be.matmulForward(v[kUp].data(), v[kLn2].data(), p.w(m_at.gateUp), nullptr, BT, C, 2 * F, nullptr);
+        be.swigluForward(v[kAct].data(), v[kUp].data(), BT, F);
+        be.matmulForward(s.out.data(), v[kAct].data(), p.w(m_at.down), nullptr, BT, F, C, nullptr);
+        be.residualForward(s.out.data(), v[kRes2].data(), s.out.data(), n);
+    }
+
+    void backwardInput(const LayerPass& p, LayerStash& s, const void* x, void* dx) override
+    {
+        Backend& be = p.be;
+        const AttentionShape a = attentionShape(p.shape);
+        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns();
+        const auto rows = static_cast<std::size_t>(BT);
+        const std::size_t n = rows * C;
+        const DType act = be.act();
+        reserveSlots(s.grads, kBlockGrads);
+        auto& v = s.saved;
+        auto& g = s.grads;
+        ensure(p, g[kGRes2], n, act);
+        ensure(p, g[kGUp], rows * 2 * F, act);
+        ensure(p, g[kGLn2], n, act);
+        ensure(p, g[kGQkv], rows * W, act);
+        ensure(p, g[kGLn1], n, act);
+        ensure(p, m_dAct, rows * F, act);
+        ensure(p, m_dAtty, n, act);
+        const void* dout = s.g_out.data();
+        be.copy(g[kGRes2].data(), dout, n * byteSize(act)); // the residual passes dout through to res2
+        // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
+        be.matmulBackward(m_dAct.data(), nullptr, nullptr, dout, nullptr, p.w(m_at.down), BT, F, C);
+        be.swigluBackward(g[kGUp].data(), v[kUp].data(), m_dAct.data(), BT, F);
+        be.matmulBackward(g[kGLn2].data(), nullptr, nullptr, g[kGUp].data(), nullptr, p.w(m_at.gateUp), BT, C, 2 * F);
+        m_norm.backwardInput(p, g[kGRes2].data(), g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
+        // Attention: res2 = x + o(attention(rotary(qkv(norm1(x)))))
+        be.copy(dx, g[kGRes2].data(), n * byteSize(act)); // the residual passes dres2 through to x
+        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, g[kGRes2].data(), nullptr, p.w(m_at.o), BT, C, C);
+        be.attentionBackward(g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), a);
+        be.rotary(g[kGQkv].data(), rotaryTable(p), a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, true);
+        be.matmulBackward(g[kGLn1].data(), nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(m_at.qkv), BT, C, W);
+        m_norm.backwardInput(p, dx, g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
+    }
+
+    void backwardWeight(const LayerPass& p, LayerStash& s, const void* x) override
+    {
+        Backend& be = p.be;
+        const int BT = p.rows(), C = m_channels, F = m_ffn, W = attentionShape(p.shape).qkvColumns();
+        auto& v = s.saved;
+        auto& g = s.grads;
+        if (g.size() < kBlockGrads || g[kGQkv].empty())
+            throw std::logic_error("stage weight gradient before its input gradient");
+        be.matmulBackward(nullptr, p.g(m_at.down), nullptr, s.g_out.data(), v[kAct].data(), nullptr, BT, F, C);
+        be.matmulBackward(nullptr, p.g(m_at.gateUp), nullptr, g[kGUp].data(), v[kLn2].data(), nullptr, BT, C, 2 * F);
+        m_norm.backwardWeight(p, g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
+        be.matmulBackward(nullptr, p.g(m_at.o), nullptr, g[kGRes2].data(), v[kAtty].data(), nullptr, BT, C, C);
+        be.matmulBackward(nullptr, p.g(m_at.qkv), m_biases ? p.g(m_at.qkvBias) : nullptr, g[kGQkv].data(),
+            v[kLn1].data(), nullptr, BT, C, W);
+        m_norm.backwardWeight(p, g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
+    }
+
+    void release(LayerStash& s, planner::Recompute recompute) const override
+    {
+        releaseBlock(s, recompute, kAtt, kAtty);
+    }
+    void rebuild(const LayerPass& p, LayerStash& s, const void* x, planner::Recompute recompute) const override
+    {
+        if (recompute == planner::Recompute::Full)
+            forward(p, s, x, {});
+        else if (recompute == planner::Recompute::Selective)
+            rebuildAttention(p, s, kQkv, kAtt, kAtty, attentionShape(p.shape));
+    }
+
+private:
+    AttentionShape attentionShape(BatchShape shape) const
+    {
+        return {shape.batch, shape.seq, m_heads, m_kvHeads, m_channels / m_heads};
+    }
+    /// cos then sin of every (position, frequency) of the microbatch's T positions, on the device (made once).
+    const float* rotaryTable(const LayerPass& p) const
+    {
+        const int T = p.shape.seq;
+        if (m_tableSeq != T) {
+            const std::size_t half = m_frequencies.size();
+            std::vector<float> host(2 * static_cast<std::size_t>(T) * half);
+            for (int t = 0; t < T; ++t)
+                for (std::size_t i = 0; i < half; ++i) {
+                    const double angle = t * m_frequencies[i];
+                    host[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::cos(angle));
+                    host[(static_cast<std::size_t>(T) + t) * half + i] = static_cast<float>(std::sin(angle));
+                }
+            m_table.ensure(p.be, host.size(), DType::F32);
+            p.be.upload(m_table.data(), DType::F32, host.data(), host.size());
+            m_tableSeq = T;
+        }
+        return m_table.as<float>();
+    }
+
+    int m_block, m_channels, m_ffn, m_heads, m_kvHeads;
+    bool m_biases;
+    BlockLayout m_at;
+    Norm m_norm;
+    std::vector<double> m_frequencies;
+    mutable Buffer m_table; ///< constant per microbatch length: made by the first forward
+    mutable int m_tableSeq = 0;
+    Buffer m_dAct, m_dAtty; ///< workspaces: the SwiGLU output's and the attention output's gradients
+};
+
+class LlamaFamily final : public ModelFamily
+{
+public:
+    const char* name() const override { return "llama"; }
+
+    std::string cannotBuild(const ModelConfig& c) const override
+    {
+        const std::pair<bool, const char*> differences[] = {
+            {c.mlp != planner::MlpKind::SwiGlu, "mlp"}, {c.norm != planner::NormKind::RmsNorm, "norm"},
+            {c.positions != planner::PositionKind::Rotary, "positions"}, {c.bias == planner::BiasKind::All, "bias"},
+            {c.heads > 0 && (c.channels / c.heads) % 2 != 0, "heads"}, // rotary turns pairs of a head's dimensions
+        };
+        for (const auto& [differs, field] : differences)
+            if (differs)
+                return field;
+        return {};
+    }
+
+    std::vector<TensorSlot> tensors(const ModelConfig& c, int layer) const override
+    {
+        const std::size_t C = c.channels, F = static_cast<std::size_t>(c.ffnHidden());
+        const std::size_t q = static_cast<std::size_t>(c.heads) * c.headSize();
+        const std::size_t kv = static_cast<std::size_t>(c.kvHeads()) * c.headSize();
+        const auto Vp = static_cast<std::size_t>(c.padded_vocab);
+        if (layer == 0) {
+            TensorSlot e = tensor("model.embed_tokens.weight", Vp, C, Kind::Normal, 0, 0);
+            e.tied = c.tied_embeddings;
+            e.padded_rows = true;
+            return {e};
+        }
+        if (layer == c.layerCount() - 1) {
+            std::vector<TensorSlot> head = {tensor("model.norm.weight", C, 1, Kind::Ones, layer, 0)};
+            TensorSlot output = tensor("lm_head.weight", Vp, C, Kind::Normal, layer, 1);
+            output.padded_rows = true;
+            head.push_back(c.tied_embeddings ? tensors(c, 0).front() : output);
+            return head;
+        }
+        const std::string at = "model.layers." + std::to_string(layer - 1) + ".";
+        int index = 0;
+        std::vector<TensorSlot> t;
+        const auto add = [&](const std::string& name, std::size_t rows, std::size_t cols, Kind init) {
+            t.push_back(tensor(at + name, rows, cols, init, layer, index++));
+        };
+        add("input_layernorm.weight", C, 1, Kind::Ones);
+        add("self_attn.q_proj.weight", q, C, Kind::Normal);
+        add("self_attn.k_proj.weight", kv, C, Kind::Normal);
+        add("self_attn.v_proj.weight", kv, C, Kind::Normal);
+        if (c.bias == planner::BiasKind::Qkv) {
+            add("self_attn.q_proj.bias", q, 1, Kind::Zeros);
+            add("self_attn.k_proj.bias", kv, 1, Kind::Zeros);
+            add("self_attn.v_proj.bias", kv, 1, Kind::Zeros);
+        }
+        add("self_attn.o_proj.weight", C, q, Kind::Normal);
+        add("post_attention_layernorm.weight", C, 1, Kind::Ones);
+        add("mlp.gate_proj.weight", F, C, Kind::Normal);
+        add("mlp.up_proj.weight", F, C, Kind::Normal);
+        add("mlp.down_proj.weight", C, F, Kind::Normal);
+        return t;
+    }
+
+    std::unique_ptr<Layer> makeLayer(const ModelConfig& c, int layer, Backend& backend) const override
+    {
+        if (layer == 0)
+            return std::make_unique<EmbeddingLayer>(c, false);
+        if (layer == c.layerCount() - 1)
+            return std::make_unique<HeadLayer>(
+                c, Norm(planner::NormKind::RmsNorm, c.channels, static_cast<float>(c.norm_eps)), backend.padsLogits());
+        return std::make_unique<LlamaBlock>(c, layer - 1);
+    }
+};
+
+} // namespace
+
+const ModelFamily& llamaFamily()
+{
+    static const LlamaFamily family;
+    return family;
+}
+
+} // namespace pw::engine

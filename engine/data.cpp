@@ -46,8 +46,10 @@ MarkovSource::MarkovSource(int vocab, std::uint64_t seed, int branching)
     : m_vocab(vocab)
     , m_next(static_cast<std::size_t>(vocab))
 {
-    if (vocab < 2 || vocab > 65536)
-        throw InputError("synthetic data: vocabulary " + std::to_string(vocab) + " must be in 2..65536");
+    // Ids are 32-bit; the cap keeps the chain's set-up (its stationary distribution) to seconds: Llama 3's 128,256
+    // and Gemma's 256,000 are in.
+    if (vocab < 2 || vocab > (1 << 20))
+        throw InputError("synthetic data: vocabulary " + std::to_string(vocab) + " must be in 2..1048576");
     Rng rng {seed};
     for (int s = 0; s < vocab; ++s) {
         auto& edges = m_next[static_cast<std::size_t>(s)];

@@ -9,6 +9,7 @@
 
 #include "planner/errors.h"
 #include "planner/schedule/traits.h"
+#include "stage_features.h"
 
 namespace pw::engine {
 
@@ -18,48 +19,25 @@ using planner::InputError;
 
 // ---------------------------------------------------------------------------------------------------------------
 
-/// @brief Where a wave's update goes to or comes from: a device of another pipeline holding some of the same
-/// layers, and the ranges of this stage's parameters it covers, in the receiver's tensor order.
-struct DeviceExecutor::WaveLink
-{
-    int device = 0;
-    int stage = 0; ///< the peer's stage (the sender's stage names the transfer)
-    std::vector<std::pair<std::size_t, std::size_t>> ranges; ///< (offset, size) in this stage's parameters
-    std::size_t size = 0;
-};
-
-/// @brief One virtual stage on this device: its model, optimizer, and the weight versions still in use.
+/// @brief One virtual stage on this device: its model and optimizer, and the schedule's features it runs.
 struct DeviceExecutor::StageState
 {
     StageModel* model = nullptr;
     std::unique_ptr<AdamW> adam;
-    int version = 0; ///< the version the live parameters hold
-    int pulls = 0; ///< wave pulls applied to the live parameters
     int steps = 0; ///< optimizer steps taken (AdamW's t - 1)
-    std::int64_t liveKey() const { return (static_cast<std::int64_t>(pulls) << 32) | version; }
-    std::map<std::int64_t, Buffer> snapshots; ///< older weights (by key) that later actions still use
-    /// key -> index of the last action (forward or backward) that uses it: a step or a pull keeps a copy of the
-    /// weights it replaces while a later action needs them (PipeDream's stashed versions, 2BW's previous one).
-    std::map<std::int64_t, int> lastUse;
-    std::map<int, StageStash> stashes; ///< microbatch -> activations
-    std::vector<StageStash> spare; ///< stashes whose backward ran, reused (their buffers keep their size)
-    std::vector<int> replicas; ///< devices of the stage (all-reduce group)
-    std::vector<Handle> buckets; ///< the posted all-reduces of the gradients' buckets, until the AllReduce action
-    std::optional<std::uint64_t> bucketTicket; ///< the AllReduce's timer ticket, begun with its first bucket
-    /// The other stage of this device holding a copy of the tied wte (ZBV: the embedding's and the head's), or -1;
-    /// tiedSummed: both copies' gradients are summed for the coming step.
-    int tiedPartner = -1;
-    bool tiedSummed = false;
-    // wsp
-    int lastBackward = -1; ///< microbatch of the latest backward (its step's wave)
-    int pulledWave = -1; ///< every wave up to this one is in the live weights
-    std::map<int, Buffer> waveUpdates; ///< wave -> sum of this stage's own updates in it (fp32)
-    std::vector<WaveLink> pushTo, pullFrom;
+    WeightVersions versions;
+    Stashes stashes;
+    GradientBuckets buckets;
+    TiedCopies tied;
+    std::unique_ptr<Waves> waves; ///< HetPipe's (schedule "wsp"), or null
+
+    StageState(StageModel& m, std::vector<int> replicas)
+        : model(&m)
+        , adam(std::make_unique<AdamW>(m))
+        , buckets(std::move(replicas))
+    {
+    }
 };
-
-namespace {
-
-} // namespace
 
 std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
 {
@@ -112,27 +90,7 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
     if (waves && repeats != 1)
         throw std::logic_error("a schedule with wave pushes and pulls runs once, not as a repeated period");
     // Keys: forwards use the live weights (version, pulls so far); backwards the weights of their forward.
-    m_keys.assign(actions.size(), 0);
-    {
-        std::map<int, int> pulls;
-        std::map<std::pair<int, int>, std::int64_t> forwardKey;
-        for (std::size_t i = 0; i < actions.size(); ++i) {
-            const auto& a = actions[i];
-            const std::int64_t own = (static_cast<std::int64_t>(pulls[a.stage]) << 32) | a.weight_version;
-            if (a.kind == ActionKind::WavePull)
-                pulls[a.stage] += 1;
-            else if (a.kind == ActionKind::Forward)
-                m_keys[i] = forwardKey[{a.stage, a.microbatch}] = own;
-            else if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput
-                || a.kind == ActionKind::BackwardWeight) {
-                auto it = forwardKey.find({a.stage, a.microbatch});
-                // A backward whose forward ran before a pull uses the forward's weights; its version must match.
-                m_keys[i] = it != forwardKey.end() && static_cast<std::int32_t>(it->second) == a.weight_version
-                    ? it->second
-                    : own;
-            }
-        }
-    }
+    m_keys = WeightVersions::actionKeys(actions);
     // The backward before each AllReduce of its stage (none of the stage's between): its buckets go out early. With
     // the backward split, a layer's gradients are final after its W: the last W before the AllReduce posts them.
     m_bucketed.assign(actions.size(), 0);
@@ -182,21 +140,19 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             model->loadFrom(*setup.checkpoint);
         else
             model->initialise(setup.seed);
-        auto st = std::make_unique<StageState>();
-        st->model = model.get();
-        st->adam = std::make_unique<AdamW>(*model);
-        st->replicas = ps.devices;
-        std::sort(st->replicas.begin(), st->replicas.end());
+        auto st = std::make_unique<StageState>(*model, ps.devices);
         // The actions that read the weights (a W reads activations and gradients only).
         for (std::size_t i = 0; i < actions.size(); ++i)
             if (actions[i].stage == s
                 && (actions[i].kind == ActionKind::Forward || actions[i].kind == ActionKind::Backward
                     || actions[i].kind == ActionKind::BackwardInput))
-                st->lastUse[m_keys[i]] = static_cast<int>(i);
+                st->versions.readBy(m_keys[i], static_cast<int>(i));
+        if (waves) {
+            st->waves = std::make_unique<Waves>(m_concurrent, m_lastPull);
+            st->waves->link(plan, setup.model, s, *model);
+        }
         m_models[s] = std::move(model);
         m_states[s] = std::move(st);
-        if (waves)
-            linkWaves(*m_states[s], s);
     }
     // ZBV's V (and any placement giving one device both the embedding's and the head's stage): the two copies of
     // wte are on this device, summed here before the stages' all-reduces (tiedLocal) instead of over a group.
@@ -205,8 +161,8 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             continue;
         for (auto& [t, other] : m_states)
             if (t != s && other->model->tiedSlot())
-                st->tiedPartner = t;
-        if (st->tiedPartner >= 0) {
+                st->tied.partner = t;
+        if (st->tied.partner >= 0) {
             if (!m_tiedGroup.empty())
                 throw InputError({}, 0, "/stages",
                     "device " + std::to_string(device)
@@ -217,49 +173,6 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             for (std::size_t i = 0; i < actions.size(); ++i)
                 if (actions[i].stage == s)
                     m_bucketed[i] = 0;
-        }
-    }
-}
-
-void DeviceExecutor::linkWaves(StageState& st, int stage)
-{
-    // Each tensor is owned by one layer (the head's copy of wte by the embedding), and every pipeline holds each
-    // layer once: a stage sends the other pipelines' stages what they hold of its layers and receives from them
-    // what it holds of theirs, packed in the receiver's tensor order.
-    const auto& me = m_plan.stages[static_cast<std::size_t>(stage)];
-    const auto mine = st.model->slots();
-    const auto ranges
-        = [&](const std::vector<TensorSlot>& receiver, int first, int last, const std::vector<TensorSlot>& holder) {
-              WaveLink link;
-              for (const auto& r : receiver) {
-                  const int owner = r.owner;
-                  if (owner < first || owner > last)
-                      continue;
-                  for (const auto& h : holder)
-                      if (h.name == r.name) {
-                          link.ranges.emplace_back(h.offset, h.size);
-                          link.size += h.size;
-                          break;
-                      }
-              }
-              return link;
-          };
-    for (int s = 0; s < m_plan.stageCount(); ++s) {
-        const auto& other = m_plan.stages[static_cast<std::size_t>(s)];
-        if (other.pipeline == me.pipeline)
-            continue;
-        const auto theirs = stageSlots(m_setup.model, other.first_layer, other.last_layer);
-        for (int d : other.devices) {
-            WaveLink out = ranges(theirs, me.first_layer, me.last_layer, mine);
-            out.device = d;
-            out.stage = stage;
-            if (out.size > 0)
-                st.pushTo.push_back(std::move(out));
-            WaveLink in = ranges(mine, other.first_layer, other.last_layer, mine);
-            in.device = d;
-            in.stage = s;
-            if (in.size > 0)
-                st.pullFrom.push_back(std::move(in));
         }
     }
 }
@@ -456,7 +369,7 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     // An all-reduce whose buckets went out during the backward began with the first of them.
     std::optional<std::uint64_t> early;
     if (a.kind == ActionKind::AllReduce && !tiedAllReduce(a))
-        early = std::exchange(state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).bucketTicket, {});
+        early = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage).buckets.takeTicket();
     const std::uint64_t ticket = early ? *early : m_timer->begin();
     if (isTransfer(a.kind) && m_exchange.empty()) {
         // Posted within this action's span: its sends leave now, not before the span begins.
@@ -495,16 +408,14 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
     }
     case ActionKind::AllReduce: {
         if (tiedAllReduce(a)) {
-            tiedExchange(state(a.stage), m_schedule.groups.at(static_cast<std::size_t>(a.group)).devices);
+            StageState& st = state(a.stage);
+            TiedCopies::exchange(*m_backend, *m_transport, *st.model, st.buckets.replicas(),
+                m_schedule.groups.at(static_cast<std::size_t>(a.group)).devices);
             break;
         }
         auto& st = state(m_schedule.groups.at(static_cast<std::size_t>(a.group)).stage);
         tiedLocal(st);
-        if (st.buckets.empty())
-            m_transport->allReduceSum(st.replicas, region(st.model->grads())).wait();
-        for (auto& h : st.buckets)
-            h.wait();
-        st.buckets.clear();
+        st.buckets.allReduce(*st.model, *m_transport);
         break;
     }
     case ActionKind::OptimizerStep:
@@ -524,15 +435,8 @@ void DeviceExecutor::execute(const Action& a, std::int64_t runIndex, std::int64_
 
 const void* DeviceExecutor::weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch)
 {
-    if (key == st.liveKey())
-        return st.model->params().data();
-    auto it = st.snapshots.find(key);
-    if (it == st.snapshots.end())
-        throw std::runtime_error("device " + std::to_string(m_device) + ": " + what + " of microbatch "
-            + std::to_string(microbatch) + " asks for weight version " + std::to_string(static_cast<std::int32_t>(key))
-            + " (after " + std::to_string(key >> 32) + " wave pulls), but the stage holds version "
-            + std::to_string(st.version) + " (after " + std::to_string(st.pulls) + ") and no stashed copy of it");
-    return it->second.data();
+    return st.versions.weights(*st.model, key,
+        "device " + std::to_string(m_device) + ": " + what + " of microbatch " + std::to_string(microbatch));
 }
 
 void DeviceExecutor::forward(const Action& a, std::int64_t key)
@@ -554,12 +458,7 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
         m_activations.erase(it);
     }
     const void* weights = weightsFor(st, key, "forward", a.microbatch);
-    auto [slot, fresh] = st.stashes.try_emplace(a.microbatch);
-    if (fresh && !st.spare.empty()) { // no allocation for every microbatch's activations
-        slot->second = std::move(st.spare.back());
-        st.spare.pop_back();
-    }
-    StageStash& stash = slot->second;
+    StageStash& stash = st.stashes.begin(a.microbatch);
     float* loss = nullptr;
     if (st.model->hasHead()) {
         // The loss stays on the device until the next read-back.
@@ -581,36 +480,15 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
     }
 }
 
-StageModel::LayerDone DeviceExecutor::bucketing(StageState& st, std::pair<std::size_t, std::size_t>& pending)
-{
-    // Gradients are final layer by layer (last to first), so contiguous buckets of them are all-reduced while the
-    // earlier layers' backward runs. pending: the finished gradients [first, end) not posted yet.
-    return [this, &st, &pending](int, std::size_t from, std::size_t count) {
-        auto& [first, end] = pending;
-        if (end > first && from + count != first) { // not adjacent (never, with the stage's layout): apart
-            postBucket(st, first, end);
-            end = first;
-        }
-        if (end == first)
-            end = from + count;
-        first = from;
-        if ((end - first) * byteSize(m_backend->act()) >= m_setup.bucket_bytes) {
-            postBucket(st, first, end);
-            end = first;
-        }
-    };
-}
-
 void DeviceExecutor::backward(const Action& a, std::int64_t key)
 {
     // The fused backward (B), or its input half (I: zero-bubble schedules), which keeps the stash for its W.
     const bool split = a.kind == ActionKind::BackwardInput;
     const char* what = split ? "input gradient" : "backward";
     StageState& st = state(a.stage);
-    auto stash = st.stashes.find(a.microbatch);
-    if (stash == st.stashes.end())
-        throw std::runtime_error("device " + std::to_string(m_device) + ": " + what + " of stage "
-            + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch) + " before its forward");
+    StageStash& stash = st.stashes.at(a.microbatch,
+        "device " + std::to_string(m_device) + ": " + what + " of stage " + std::to_string(a.stage) + " microbatch "
+            + std::to_string(a.microbatch));
     Buffer dout;
     if (!st.model->hasHead()) {
         auto it = m_gradients.find({a.stage + 1, a.microbatch});
@@ -623,81 +501,49 @@ void DeviceExecutor::backward(const Action& a, std::int64_t key)
     const void* weights = weightsFor(st, key, what, a.microbatch);
     const Buffer* din = nullptr;
     if (split) {
-        din = st.model->backwardInput(stash->second, weights, st.model->hasHead() ? nullptr : &dout);
+        din = st.model->backwardInput(stash, weights, st.model->hasHead() ? nullptr : &dout);
     } else {
         // The last backward before the stage's all-reduce posts its buckets as its layers finish.
-        std::pair<std::size_t, std::size_t> pending {0, 0};
         StageModel::LayerDone done;
         if (m_bucketed[static_cast<std::size_t>(m_index)])
-            done = bucketing(st, pending);
-        din = st.model->backward(
-            stash->second, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout, done);
-        if (pending.second > pending.first)
-            postBucket(st, pending.first, pending.second);
-        st.spare.push_back(std::move(stash->second));
-        st.stashes.erase(stash);
+            done = st.buckets.collect(*st.model, *m_transport, *m_timer, m_setup.bucket_bytes);
+        din = st.model->backward(stash, weights, st.model->grads().data(), st.model->hasHead() ? nullptr : &dout, done);
+        st.buckets.finish(*st.model, *m_transport, *m_timer);
+        st.stashes.end(a.microbatch);
     }
-    st.lastBackward = a.microbatch;
+    if (st.waves)
+        st.waves->backwardDone(a.microbatch);
     if (din) {
         Buffer& sent = m_gradients[{a.stage, a.microbatch}];
         sent.ensure(*m_backend, din->count(), din->dtype());
         m_backend->copy(sent.data(), din->data(), din->bytes());
     }
-    // The last use of these weights (a repeated period's versions are past the table: used once, here).
-    if (auto last = st.lastUse.find(key); last == st.lastUse.end() || last->second <= m_index)
-        st.snapshots.erase(key);
+    st.versions.used(key, m_index);
 }
 
 void DeviceExecutor::weightGradient(const Action& a)
 {
     // W: the weight gradients from what the microbatch's I kept; the stash's activations are free after it.
     StageState& st = state(a.stage);
-    auto stash = st.stashes.find(a.microbatch);
-    if (stash == st.stashes.end())
-        throw std::runtime_error("device " + std::to_string(m_device) + ": weight gradient of stage "
-            + std::to_string(a.stage) + " microbatch " + std::to_string(a.microbatch) + " before its forward");
-    std::pair<std::size_t, std::size_t> pending {0, 0};
+    StageStash& stash = st.stashes.at(a.microbatch,
+        "device " + std::to_string(m_device) + ": weight gradient of stage " + std::to_string(a.stage) + " microbatch "
+            + std::to_string(a.microbatch));
     StageModel::LayerDone done;
     if (m_bucketed[static_cast<std::size_t>(m_index)])
-        done = bucketing(st, pending);
-    st.model->backwardWeight(stash->second, st.model->grads().data(), done);
-    if (pending.second > pending.first)
-        postBucket(st, pending.first, pending.second);
-    st.spare.push_back(std::move(stash->second));
-    st.stashes.erase(stash);
+        done = st.buckets.collect(*st.model, *m_transport, *m_timer, m_setup.bucket_bytes);
+    st.model->backwardWeight(stash, st.model->grads().data(), done);
+    st.buckets.finish(*st.model, *m_transport, *m_timer);
+    st.stashes.end(a.microbatch);
 }
 
 void DeviceExecutor::tiedLocal(StageState& st)
 {
-    // Both copies of wte are on this device (ZBV): each gets the sum of the two gradients, before the stages'
-    // all-reduces (which then sum the replicas' sums) and steps, once per step. The sum goes through fp32 (the
-    // backend's vector operations), as the group exchange's reduction does.
-    if (st.tiedPartner < 0 || st.tiedSummed)
-        return;
-    StageState& other = state(st.tiedPartner);
-    const DType act = m_backend->act();
-    const std::size_t e = byteSize(act);
-    const TensorSlot* mine = st.model->tiedSlot();
-    const TensorSlot* theirs = other.model->tiedSlot();
-    void* g = static_cast<std::byte*>(st.model->grads().data()) + mine->offset * e;
-    void* h = static_cast<std::byte*>(other.model->grads().data()) + theirs->offset * e;
-    Buffer zeros(*m_backend, mine->size, act);
-    Buffer wide(*m_backend, mine->size, DType::F32);
-    m_backend->zero(zeros.data(), zeros.bytes());
-    m_backend->zero(wide.data(), wide.bytes());
-    m_backend->addDifference(wide.as<float>(), h, zeros.data(), mine->size); // the partner's gradient in fp32
-    m_backend->addUpdate(g, nullptr, wide.as<float>(), mine->size);
-    m_backend->copy(h, g, mine->size * e);
-    st.tiedSummed = other.tiedSummed = true;
-}
-
-void DeviceExecutor::postBucket(StageState& st, std::size_t first, std::size_t end)
-{
-    if (!st.bucketTicket)
-        st.bucketTicket = m_timer->begin();
-    const DType act = m_backend->act();
-    void* g = static_cast<std::byte*>(st.model->grads().data()) + first * byteSize(act);
-    st.buckets.push_back(m_transport->allReduceSum(st.replicas, {g, act, end - first}));
+    // Both copies of wte are on this device (ZBV): summed before the stages' all-reduces (which then sum the
+    // replicas' sums) and steps, once per step.
+    if (st.tied.partner >= 0) {
+        StageState& other = state(st.tied.partner);
+        TiedCopies::sumLocal(*m_backend, st.tied, *st.model, other.tied, *other.model);
+    }
 }
 
 bool DeviceExecutor::tiedAllReduce(const Action& a) const
@@ -707,61 +553,20 @@ bool DeviceExecutor::tiedAllReduce(const Action& a) const
         && m_schedule.groups[static_cast<std::size_t>(a.group)].purpose == planner::CollectivePurpose::TiedWeights;
 }
 
-void DeviceExecutor::tiedExchange(StageState& st, const std::vector<std::int32_t>& members)
-{
-    // The embedding's and the head's copies of wte each got the gradient of their own use; both need the sum.
-    // After the replicas' all-reduce every replica of a stage holds the same sum: in a group of several replicas of
-    // a stage each contributes its share (a pair, replica j of each stage, contributes all of it).
-    const TensorSlot* slot = st.model->tiedSlot();
-    if (!slot)
-        throw std::logic_error("an all-reduce of the tied embedding on a stage without it");
-    const DType act = m_backend->act();
-    void* g = static_cast<std::byte*>(st.model->grads().data()) + slot->offset * byteSize(act);
-    const auto holders = std::count_if(members.begin(), members.end(),
-        [&](int d) { return std::binary_search(st.replicas.begin(), st.replicas.end(), d); });
-    if (holders > 1)
-        m_backend->scale(g, 1.0f / static_cast<float>(holders), slot->size);
-    const std::vector<int> group(members.begin(), members.end());
-    m_transport->allReduceSum(group, {g, act, slot->size}).wait();
-}
-
-void DeviceExecutor::keepLiveVersion(StageState& st)
-{
-    // A later forward or backward still uses the weights about to change: keep a copy of them.
-    if (auto it = st.lastUse.find(st.liveKey()); it != st.lastUse.end() && it->second > m_index) {
-        const Buffer& live = st.model->params();
-        Buffer& copy = st.snapshots[st.liveKey()];
-        copy.ensure(*m_backend, live.count(), live.dtype());
-        m_backend->copy(copy.data(), live.data(), live.bytes());
-    }
-}
-
 void DeviceExecutor::optimizerStep(const Action& a)
 {
     StageState& st = state(a.stage);
     tiedLocal(st); // the tied embedding's group exchange was its own AllReduce, before this step
-    keepLiveVersion(st);
-    const bool waves = !st.pushTo.empty() || !st.pullFrom.empty();
-    const Buffer& params = st.model->params();
-    Buffer before;
-    if (waves) {
-        before = Buffer(*m_backend, params.count(), params.dtype());
-        m_backend->copy(before.data(), params.data(), params.bytes());
-    }
+    st.versions.keepLive(*m_backend, *st.model, m_index);
+    if (st.waves)
+        st.waves->beforeStep(*m_backend, *st.model);
     const double lr = m_setup.adam.lrAt(st.steps);
     st.adam->step(*st.model, m_setup.adam, lr, ++st.steps);
     st.model->zeroGrads();
-    st.tiedSummed = false; // the partner's flag goes with its own step
-    st.version = a.weight_version;
-    if (waves) {
-        // HetPipe's local update u_p, summed per wave for the push.
-        Buffer& sum = st.waveUpdates[std::max(0, st.lastBackward) / m_concurrent];
-        if (sum.empty()) {
-            sum = Buffer(*m_backend, params.count(), DType::F32);
-            m_backend->zero(sum.data(), sum.bytes());
-        }
-        m_backend->addDifference(sum.as<float>(), params.data(), before.data(), params.count());
-    }
+    st.tied.summed = false; // the partner's flag goes with its own step
+    st.versions.stepped(a.weight_version);
+    if (st.waves)
+        st.waves->afterStep(*m_backend, *st.model);
     flushLosses(); // one read-back per step: the losses of the microbatches this step trained on
     if (m_sink.step)
         m_sink.step(a.stage, a.weight_version);
@@ -770,55 +575,20 @@ void DeviceExecutor::optimizerStep(const Action& a)
 double DeviceExecutor::wavePush(const Action& a)
 {
     StageState& st = state(a.stage);
-    auto node = st.waveUpdates.extract(a.wave);
-    Buffer update;
-    if (node.empty()) {
-        update = Buffer(*m_backend, st.model->parameterCount(), DType::F32);
-        m_backend->zero(update.data(), update.bytes());
-    } else {
-        update = std::move(node.mapped());
-    }
-    double bytes = 0;
-    Buffer packed;
-    for (const auto& link : st.pushTo) {
-        if (m_lastPull[static_cast<std::size_t>(link.device)] < a.wave)
-            continue; // that device never pulls this wave
-        packed.ensure(*m_backend, link.size, DType::F32);
-        std::size_t at = 0;
-        for (const auto& [offset, size] : link.ranges) {
-            m_backend->copy(packed.as<float>() + at, update.as<float>() + offset, size * sizeof(float));
-            at += size;
-        }
-        m_sends.push_back(m_transport->send(link.device, waveTag(a.stage, a.wave), region(packed)));
-        bytes += static_cast<double>(packed.bytes());
-    }
-    return bytes;
+    if (!st.waves)
+        throw std::logic_error("a wave push on a stage without waves");
+    return st.waves->push(*m_backend, *m_transport, m_sends, *st.model, a.stage, a.wave);
 }
 
 double DeviceExecutor::wavePull(const Action& a)
 {
     StageState& st = state(a.stage);
-    keepLiveVersion(st); // the forwards after the pull use new weights (a new key), even when no wave is new
-    st.pulls += 1;
-    double bytes = 0;
-    Buffer buffer;
-    auto* params = static_cast<std::byte*>(st.model->params().data());
-    float* master = st.model->master();
-    const std::size_t e = byteSize(m_backend->act());
-    for (int w = st.pulledWave + 1; w <= a.wave; ++w)
-        for (const auto& link : st.pullFrom) {
-            buffer.ensure(*m_backend, link.size, DType::F32);
-            m_transport->recv(link.device, waveTag(link.stage, w), region(buffer)).wait();
-            bytes += static_cast<double>(buffer.bytes());
-            std::size_t at = 0;
-            for (const auto& [offset, size] : link.ranges) {
-                m_backend->addUpdate(
-                    params + offset * e, master ? master + offset : nullptr, buffer.as<float>() + at, size);
-                at += size;
-            }
-        }
-    st.pulledWave = std::max(st.pulledWave, a.wave);
-    return bytes;
+    if (!st.waves)
+        throw std::logic_error("a wave pull on a stage without waves");
+    // The forwards after the pull use new weights (a new key), even when no wave is new.
+    st.versions.keepLive(*m_backend, *st.model, m_index);
+    st.versions.pulled();
+    return st.waves->pull(*m_backend, *m_transport, *st.model, a.wave);
 }
 
 } // namespace pw::engine

@@ -10,6 +10,8 @@
 // the global weights), and a WavePull blocks until every other pipeline's update of that wave (and of any earlier
 // wave not pulled yet) has arrived, then adds them to the local weights: w_local = w_0 + the pulled waves of every
 // pipeline + this pipeline's own updates not yet covered (digest §1.2.5).
+// Each of these features owns its state and its steps (stage_features.h: WeightVersions, Stashes, GradientBuckets,
+// TiedCopies, Waves); the executor composes them per stage and runs the actions in order.
 #pragma once
 
 #include <atomic>
@@ -145,7 +147,6 @@ public:
 
 private:
     struct StageState;
-    struct WaveLink;
     void execute(const planner::Action& a, std::int64_t runIndex, std::int64_t key);
     /// Posts the run of consecutive transfers from action `i` of the period (repeat `r`) as one grouped exchange.
     void postExchange(std::size_t i, int r);
@@ -157,21 +158,13 @@ private:
     /// B, or I (its input half: zero-bubble schedules), then W (weightGradient) from what the I kept.
     void backward(const planner::Action& a, std::int64_t key);
     void weightGradient(const planner::Action& a);
-    /// The LayerDone of the last backward (or W) before the stage's all-reduce: posts buckets as layers finish.
-    StageModel::LayerDone bucketing(StageState& st, std::pair<std::size_t, std::size_t>& pending);
     /// Sums the two copies of wte when this device holds both (ZBV's V), once per step.
     void tiedLocal(StageState& st);
-    /// Posts the replicas' all-reduce of gradient elements [first, end) of `st` (a bucket).
-    void postBucket(StageState& st, std::size_t first, std::size_t end);
     void optimizerStep(const planner::Action& a);
     double wavePush(const planner::Action& a);
     double wavePull(const planner::Action& a);
-    void keepLiveVersion(StageState& st);
-    /// Sums the tied embedding's gradient of `st` over `members` (an AllReduce of a TiedWeights group).
-    void tiedExchange(StageState& st, const std::vector<std::int32_t>& members);
     /// Whether `a` is the all-reduce of a TiedWeights group.
     bool tiedAllReduce(const planner::Action& a) const;
-    void linkWaves(StageState& st, int stage);
     const void* weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch);
     /// Hands the losses read back so far to the sink (one download), and the finished actions' spans.
     void flushLosses();

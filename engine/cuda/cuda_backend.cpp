@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_timer.h"
 #include "cuda_util.h"
 #include "kernels.h"
 #include "matmul.h"
@@ -30,13 +31,6 @@ constexpr std::size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's workspace (Hopp
 constexpr std::size_t kBlockRounding = 512; // the arena's size classes
 constexpr std::size_t kStageBytes = 4u << 20; // one pinned staging chunk
 constexpr std::size_t kMaxStages = 8;
-
-double monotonicNow()
-{
-    timespec ts {};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 /// fp32 to bf16, rounded to nearest even (as __float2bfloat16_rn and the CPU backend round).
 std::uint16_t toBf16(float f)
@@ -52,34 +46,12 @@ float fromBf16(std::uint16_t h)
     return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
 }
 
-/// Makes `device` current on the calling thread: the executor's, the telemetry thread that resolves spans, or
-/// whichever thread frees a buffer may each hold another device.
-void useDevice(int device)
-{
-    int current = -1;
-    PW_CUDA(cudaGetDevice(&current));
-    if (current != device)
-        PW_CUDA(cudaSetDevice(device));
-}
-
-/// Whether the event has completed; never blocks.
-bool eventDone(cudaEvent_t event)
-{
-    const cudaError_t status = cudaEventQuery(event);
-    if (status == cudaErrorNotReady) {
-        (void)cudaGetLastError(); // "not ready" is an answer, not an error for the next check to report
-        return false;
-    }
-    PW_CUDA(status);
-    return true;
-}
-
 class Stream
 {
 public:
     explicit Stream(int device)
     {
-        useDevice(device);
+        cuda::useDevice(device);
         PW_CUDA(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     }
     ~Stream() { cudaStreamDestroy(m_stream); }
@@ -121,7 +93,7 @@ public:
             p = it->second;
             m_free.erase(it);
         } else {
-            useDevice(m_device);
+            cuda::useDevice(m_device);
             cudaError_t status = cudaMalloc(&p, size);
             if (status == cudaErrorMemoryAllocation && !m_free.empty()) {
                 // Give the cached blocks of other sizes back and try once more. They may still be in use by
@@ -246,13 +218,13 @@ public:
         const std::size_t n = m_chunks.size();
         for (std::size_t i = 0; i < n; ++i) {
             Chunk& c = m_chunks[(m_next + i) % n];
-            if (!c.held && eventDone(c.copied)) {
+            if (!c.held && cuda::eventDone(c.copied)) {
                 m_next = (m_next + i + 1) % n;
                 return c;
             }
         }
         if (n < kMaxStages) {
-            useDevice(m_device);
+            cuda::useDevice(m_device);
             Chunk c;
             PW_CUDA(cudaMallocHost(&c.host, kStageBytes));
             const cudaError_t status = cudaEventCreateWithFlags(&c.copied, cudaEventDisableTiming);
@@ -278,152 +250,6 @@ private:
     int m_device;
     std::deque<Chunk> m_chunks; // a deque: references stay valid as it grows
     std::size_t m_next = 0;
-};
-
-/// Device spans from event pairs, on the host's monotonic clock.
-class CudaTimer final : public ActionTimer
-{
-public:
-    CudaTimer(int device, cudaStream_t stream)
-        : m_device(device)
-        , m_stream(stream)
-    {
-        useDevice(device);
-        PW_CUDA(cudaEventCreate(&m_anchor));
-        PW_CUDA(cudaEventCreate(&m_candidate));
-        PW_CUDA(cudaStreamSynchronize(stream));
-        for (int attempt = 0; attempt < 5 && !tryAnchor(); ++attempt) { }
-        if (m_anchorTime == 0.0)
-            forceAnchor();
-    }
-    ~CudaTimer() override
-    {
-        for (auto& a : m_pending) {
-            cudaEventDestroy(a.begin);
-            if (a.end)
-                cudaEventDestroy(a.end);
-        }
-        for (cudaEvent_t e : m_pool)
-            cudaEventDestroy(e);
-        cudaEventDestroy(m_anchor);
-        cudaEventDestroy(m_candidate);
-    }
-
-    std::uint64_t begin() override
-    {
-        std::lock_guard lock(m_mutex);
-        useDevice(m_device);
-        cudaEvent_t e = take();
-        PW_CUDA(cudaEventRecord(e, m_stream));
-        m_pending.push_back({m_next, e, nullptr});
-        return m_next++;
-    }
-
-    void end(std::uint64_t ticket) override
-    {
-        std::lock_guard lock(m_mutex);
-        for (auto& a : m_pending)
-            if (a.ticket == ticket && !a.end) {
-                useDevice(m_device);
-                a.end = take();
-                PW_CUDA(cudaEventRecord(a.end, m_stream));
-                return;
-            }
-    }
-
-    void resolve(const std::function<void(std::uint64_t, double, double)>& done, bool wait) override
-    {
-        std::vector<std::tuple<std::uint64_t, double, double>> finished;
-        {
-            std::lock_guard lock(m_mutex);
-            useDevice(m_device);
-            while (!m_pending.empty()) {
-                Action& a = m_pending.front();
-                if (!a.end)
-                    break; // begun, not ended: later actions wait for it (spans are reported in begin order)
-                if (wait)
-                    PW_CUDA(cudaEventSynchronize(a.end));
-                else if (!eventDone(a.end))
-                    break;
-                float ms0 = 0.0f, ms1 = 0.0f;
-                PW_CUDA(cudaEventElapsedTime(&ms0, m_anchor, a.begin));
-                PW_CUDA(cudaEventElapsedTime(&ms1, m_anchor, a.end));
-                finished.emplace_back(a.ticket, m_anchorTime + ms0 * 1e-3, m_anchorTime + ms1 * 1e-3);
-                m_pool.push_back(a.begin);
-                m_pool.push_back(a.end);
-                m_pending.pop_front();
-            }
-            // Elapsed times are floats of milliseconds since the anchor: anchor again now and then, when nothing
-            // is pending and the stream is idle, so that they stay small.
-            if (m_pending.empty() && monotonicNow() - m_anchorTime > 1.0 && streamIdle())
-                tryAnchor();
-        }
-        for (const auto& [ticket, t0, t1] : finished)
-            done(ticket, t0, t1);
-    }
-
-private:
-    struct Action
-    {
-        std::uint64_t ticket;
-        cudaEvent_t begin;
-        cudaEvent_t end;
-    };
-
-    cudaEvent_t take()
-    {
-        if (!m_pool.empty()) {
-            cudaEvent_t e = m_pool.back();
-            m_pool.pop_back();
-            return e;
-        }
-        cudaEvent_t e = nullptr;
-        PW_CUDA(cudaEventCreate(&e));
-        return e;
-    }
-
-    bool streamIdle()
-    {
-        const cudaError_t status = cudaStreamQuery(m_stream);
-        if (status == cudaErrorNotReady) {
-            (void)cudaGetLastError();
-            return false;
-        }
-        PW_CUDA(status);
-        return true;
-    }
-
-    /// Records an event on the idle stream and reads the clock around its completion: kept as the anchor only when
-    /// the two readings are close, i.e. no work slipped in before the event (its host time is then their middle).
-    bool tryAnchor()
-    {
-        const double before = monotonicNow();
-        PW_CUDA(cudaEventRecord(m_candidate, m_stream));
-        PW_CUDA(cudaEventSynchronize(m_candidate));
-        const double after = monotonicNow();
-        if (after - before > 200e-6)
-            return false;
-        std::swap(m_anchor, m_candidate);
-        m_anchorTime = 0.5 * (before + after);
-        return true;
-    }
-
-    /// The anchor when the stream never looked idle: the event completed at the latest when the wait returned.
-    void forceAnchor()
-    {
-        PW_CUDA(cudaEventRecord(m_anchor, m_stream));
-        PW_CUDA(cudaEventSynchronize(m_anchor));
-        m_anchorTime = monotonicNow();
-    }
-
-    int m_device;
-    cudaStream_t m_stream;
-    std::mutex m_mutex;
-    cudaEvent_t m_anchor = nullptr, m_candidate = nullptr;
-    double m_anchorTime = 0.0;
-    std::deque<Action> m_pending;
-    std::vector<cudaEvent_t> m_pool;
-    std::uint64_t m_next = 0;
 };
 
 class CudaBackend final : public Backend
@@ -579,7 +405,7 @@ public:
         PW_CUDA(cudaStreamSynchronize(m_stream.get()));
     }
 
-    std::unique_ptr<ActionTimer> makeTimer() override { return std::make_unique<CudaTimer>(m_device, m_stream.get()); }
+    std::unique_ptr<ActionTimer> makeTimer() override { return cuda::makeTimer(m_device, m_stream.get()); }
 
     void encoderForward(
         void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C) override
@@ -780,7 +606,7 @@ public:
 
 private:
     bool bf16() const { return m_precision == Precision::Bf16Mixed; }
-    void activate() const { useDevice(m_device); }
+    void activate() const { cuda::useDevice(m_device); }
     /// dinp (BT x C) = dout . weight, written (beta 0: nothing read or zeroed first): column-major dinp^T (C x BT)
     /// = weight (C x OC) . dout^T (OC x BT).
     static cuda::Matmul::Product inputGradient(void* dinp, const void* dout, const void* weight, int BT, int C, int OC)

@@ -36,4 +36,23 @@ void throwCublasError(cublasStatus_t status, const char* call, const char* file,
         + " (" + cublasLt().getStatusName(status) + ")");
 }
 
+void useDevice(int device)
+{
+    int current = -1;
+    PW_CUDA(cudaGetDevice(&current));
+    if (current != device)
+        PW_CUDA(cudaSetDevice(device));
+}
+
+bool eventDone(cudaEvent_t event)
+{
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) {
+        (void)cudaGetLastError(); // "not ready" is an answer, not an error for the next check to report
+        return false;
+    }
+    PW_CUDA(status);
+    return true;
+}
+
 } // namespace pw::engine::cuda

@@ -12,6 +12,11 @@ namespace pw::engine::cuda {
 
 [[noreturn]] void throwCudaError(cudaError_t error, const char* call, const char* file, int line);
 [[noreturn]] void throwCublasError(cublasStatus_t status, const char* call, const char* file, int line);
+/// Makes `device` current on the calling thread: the executor's, the telemetry thread that resolves spans, or
+/// whichever thread frees a buffer may each hold another device.
+void useDevice(int device);
+/// Whether the event has completed; never blocks.
+bool eventDone(cudaEvent_t event);
 
 } // namespace pw::engine::cuda
 

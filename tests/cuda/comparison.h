@@ -14,6 +14,7 @@
 
 #include "engine/executor.h"
 #include "engine/llmc.h"
+#include "engine/safetensors.h"
 #include "tests/engine/checkpoint_fixtures.h"
 #include "tests/engine/engine_fixtures.h"
 
@@ -47,6 +48,36 @@ inline Comparison comparison()
     fs::remove(file);
     REQUIRE(read.config == config);
     r.checkpoint = std::make_shared<const std::vector<float>>(std::move(read.params));
+    r.tokens = engine::MarkovSource(config.vocab, 7).generate(20000, 8);
+    return r;
+}
+
+/// The Llama family's comparison: the same sizes with 4 query heads of 16 sharing 2 key/value heads, SwiGLU of
+/// 96, rotary positions, an untied head; its random checkpoint through a safetensors file.
+inline Comparison llamaComparison()
+{
+    namespace fs = std::filesystem;
+    Comparison r;
+    r.shape = tinyGpt2(2, 3);
+    r.shape.family = "llama";
+    r.shape.hidden = 64;
+    r.shape.heads = 4;
+    r.shape.kv_heads = 2;
+    r.shape.ffn_hidden = 96;
+    r.shape.sequence = 32;
+    r.shape.vocab = 301;
+    r.shape.mlp = planner::MlpKind::SwiGlu;
+    r.shape.norm = planner::NormKind::RmsNorm;
+    r.shape.positions = planner::PositionKind::Rotary;
+    r.shape.bias = planner::BiasKind::None;
+    r.shape.tied_embeddings = false;
+    r.shape.dropout = false;
+    const auto config = engine::ModelConfig::fromTransformer(r.shape);
+    const fs::path file
+        = fs::temp_directory_path() / ("pw-cuda-compare-" + std::to_string(::getpid()) + ".safetensors");
+    engine::saveSafetensorsModel(file, config, randomCheckpoint(config, 2024).params);
+    r.checkpoint = std::make_shared<const std::vector<float>>(engine::loadSafetensorsModel(file, config));
+    fs::remove(file);
     r.tokens = engine::MarkovSource(config.vocab, 7).generate(20000, 8);
     return r;
 }

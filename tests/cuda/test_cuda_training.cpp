@@ -81,9 +81,8 @@ void requireClose(const std::vector<double>& got, const std::vector<double>& exp
 }
 
 /// fp32 on the GPU (TF32 off) gives the CPU engine's losses to 1e-4 for `stages` under `kind`.
-void fp32MatchesCpu(const std::vector<StageCut>& stages, const std::string& kind)
+void fp32MatchesCpu(const std::vector<StageCut>& stages, const std::string& kind, const Comparison& r = comparison())
 {
-    const Comparison r = comparison();
     const auto cpu = train(r, stages, kind, {});
     CHECK(cpu.losses.back() < cpu.losses.front());
     const auto gpu = train(r, stages, kind, onTheGpu(Precision::Fp32));
@@ -118,6 +117,28 @@ TEST_CASE("CUDA fp32 gives the CPU engine's losses: PipeDream weight stashing", 
     if (cudaDeviceCount() == 0)
         PW_SKIP("no CUDA device");
     fp32MatchesCpu({{0, 1, {0}}, {2, 3, {1}}}, "pipedream");
+}
+
+TEST_CASE("CUDA fp32 gives the CPU engine's Llama losses: one stage, 2-stage 1F1B and zb-h1", "[cuda]")
+{
+    if (cudaDeviceCount() == 0)
+        PW_SKIP("no CUDA device");
+    const Comparison r = pw::test::llamaComparison();
+    fp32MatchesCpu({{0, 3, {0}}}, "gpipe", r);
+    fp32MatchesCpu({{0, 1, {0}}, {2, 3, {1}}}, "1f1b", r);
+    fp32MatchesCpu({{0, 1, {0}}, {2, 3, {1}}}, "zb-h1", r);
+}
+
+TEST_CASE("CUDA bf16 mixed precision trains the Llama within 2e-2 of fp32, and it learns", "[cuda]")
+{
+    if (cudaDeviceCount() == 0)
+        PW_SKIP("no CUDA device");
+    const Comparison r = pw::test::llamaComparison();
+    const std::vector<StageCut> stages = {{0, 3, {0}}};
+    const auto fp32 = train(r, stages, "gpipe", onTheGpu(Precision::Fp32));
+    const auto bf16 = train(r, stages, "gpipe", onTheGpu(Precision::Bf16Mixed));
+    requireClose(bf16.losses, fp32.losses, 2e-2);
+    CHECK(bf16.losses.back() < bf16.losses.front());
 }
 
 TEST_CASE("CUDA bf16 mixed precision stays within 2e-2 of fp32 over 20 steps", "[cuda]")

@@ -2,6 +2,7 @@
 // The data contract (which tokens each microbatch of each step gets) and the synthetic corpus' entropy.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -86,4 +87,15 @@ TEST_CASE(
     spec.kind = DataSpec::Kind::Text;
     CHECK_THROWS_WITH(loadTokens(spec, 256), Catch::Contains("is a directory"));
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the synthetic corpus takes vocabularies past 16-bit ids", "[engine][data]")
+{
+    const MarkovSource source(70000, 3);
+    const auto tokens = source.generate(200000, 4);
+    const auto top = *std::max_element(tokens.begin(), tokens.end());
+    CHECK(top >= 65536); // ids a 16-bit token file could not hold
+    CHECK(top < 70000);
+    CHECK(source.entropyRate() > 0);
+    CHECK_THROWS_WITH(MarkovSource(2000000, 1), Catch::Contains("must be in 2..1048576"));
 }

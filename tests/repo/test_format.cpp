@@ -73,3 +73,30 @@ TEST_CASE("every C++ file follows .clang-format", "[format]")
         CHECK(status == 0);
     }
 }
+
+TEST_CASE("no source file of the engine is over 800 lines", "[repo]")
+{
+    // Issue 32: a model family, a schedule feature or a device's kernels each in a file one can read whole.
+    std::vector<std::string> over;
+    std::size_t files = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(kSource / "engine")) {
+        const auto ext = entry.path().extension().string();
+        if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".h" && ext != ".cu" && ext != ".cuh"))
+            continue;
+        ++files;
+        std::ifstream in(entry.path());
+        std::size_t lines = 0;
+        for (std::string line; std::getline(in, line);)
+            ++lines;
+        if (lines > 800)
+            over.push_back(fs::relative(entry.path(), kSource).string() + ": " + std::to_string(lines) + " lines");
+    }
+    CHECK(files > 40);
+    INFO([&] {
+        std::string s;
+        for (const auto& o : over)
+            s += "\n  " + o;
+        return s;
+    }());
+    CHECK(over.empty());
+}

@@ -211,7 +211,7 @@ public:
 
     std::string cannotBuild(const ModelConfig& c) const override
     {
-        const std::pair<bool, const char*> differences[] = {
+        return firstDifference({
             {c.mlp != planner::MlpKind::Gelu, "mlp"},
             {c.ffnHidden() != 4 * c.channels, "ffn_hidden"},
             {c.kvHeads() != c.heads, "kv_heads"},
@@ -220,11 +220,7 @@ public:
             {c.bias != planner::BiasKind::All, "bias"},
             {!c.tied_embeddings, "tied_embeddings"},
             {std::abs(c.norm_eps - 1e-5) > 1e-12, "norm_eps"},
-        };
-        for (const auto& [differs, field] : differences)
-            if (differs)
-                return field;
-        return {};
+        });
     }
 
     std::vector<TensorSlot> tensors(const ModelConfig& c, int layer) const override

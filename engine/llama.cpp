@@ -250,15 +250,11 @@ public:
 
     std::string cannotBuild(const ModelConfig& c) const override
     {
-        const std::pair<bool, const char*> differences[] = {
+        return firstDifference({
             {c.mlp != planner::MlpKind::SwiGlu, "mlp"}, {c.norm != planner::NormKind::RmsNorm, "norm"},
             {c.positions != planner::PositionKind::Rotary, "positions"}, {c.bias == planner::BiasKind::All, "bias"},
             {c.heads > 0 && (c.channels / c.heads) % 2 != 0, "heads"}, // rotary turns pairs of a head's dimensions
-        };
-        for (const auto& [differs, field] : differences)
-            if (differs)
-                return field;
-        return {};
+        });
     }
 
     std::vector<TensorSlot> tensors(const ModelConfig& c, int layer) const override

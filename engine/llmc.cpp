@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "part_file.h"
 #include "planner/errors.h"
 
 namespace pw::engine {
@@ -188,28 +189,10 @@ void checkCheckpointDestination(const std::filesystem::path& path)
 
 void writeCheckpointPart(const std::filesystem::path& path, const StageModel& stage)
 {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        throw std::system_error(errno, std::generic_category(), path.string() + ": cannot write the checkpoint");
-    const auto put = [&](const void* data, std::size_t bytes, std::size_t at) {
-        const auto* p = static_cast<const char*>(data);
-        while (bytes > 0) {
-            const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(at));
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                const int e = errno;
-                ::close(fd);
-                throw std::system_error(e, std::generic_category(), path.string() + ": writing the checkpoint");
-            }
-            p += n;
-            at += static_cast<std::size_t>(n);
-            bytes -= static_cast<std::size_t>(n);
-        }
-    };
     const ModelConfig& c = stage.config();
     if (std::string(familyOf(c).name()) != "gpt2")
         throw InputError(path.string(), 0, "", "llm.c's checkpoint holds GPT-2's block only");
+    PartFile file(path);
     if (stage.hasEmbedding()) {
         Header h {};
         h[0] = kCheckpointMagic;
@@ -220,15 +203,15 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
         h[5] = c.heads;
         h[6] = c.channels;
         h[7] = c.padded_vocab;
-        put(h.data(), sizeof(Header), 0);
+        file.put(h.data(), sizeof(Header), 0);
     }
     const std::vector<float> params = stage.hostParams();
     for (const auto& t : checkpointTensors(c))
         for (const auto& slot : stage.slots())
             if (slot.name == t.name)
-                put(params.data() + slot.offset, slot.size * sizeof(float), sizeof(Header) + t.offset * sizeof(float));
-    if (::close(fd) != 0)
-        throw std::system_error(errno, std::generic_category(), path.string() + ": writing the checkpoint");
+                file.put(
+                    params.data() + slot.offset, slot.size * sizeof(float), sizeof(Header) + t.offset * sizeof(float));
+    file.close();
 }
 
 std::vector<std::int32_t> readTokens(const std::filesystem::path& path)

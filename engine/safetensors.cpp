@@ -3,16 +3,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <system_error>
 
-#include <fcntl.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
+#include "part_file.h"
 #include "planner/errors.h"
 
 namespace pw::engine {
@@ -310,26 +307,8 @@ void saveSafetensorsModel(
 void writeSafetensorsPart(const std::filesystem::path& path, const StageModel& stage)
 {
     const SafetensorsLayout layout = safetensorsLayout(stage.config());
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        throw std::system_error(errno, std::generic_category(), path.string() + ": cannot write the checkpoint");
-    const auto put = [&](const std::string& bytes, std::size_t at) {
-        const char* p = bytes.data();
-        std::size_t left = bytes.size();
-        while (left > 0) {
-            const ssize_t n = ::pwrite(fd, p, left, static_cast<off_t>(at));
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                const int e = errno;
-                ::close(fd);
-                throw std::system_error(e, std::generic_category(), path.string() + ": writing the checkpoint");
-            }
-            p += n;
-            at += static_cast<std::size_t>(n);
-            left -= static_cast<std::size_t>(n);
-        }
-    };
+    PartFile file(path);
+    const auto put = [&](const std::string& bytes, std::size_t at) { file.put(bytes.data(), bytes.size(), at); };
     if (stage.hasEmbedding())
         put(headerBytes(layout), 0);
     const std::vector<float> params = stage.hostParams();
@@ -339,8 +318,7 @@ void writeSafetensorsPart(const std::filesystem::path& path, const StageModel& s
         const auto& e = layout.tensors.at(slot.name);
         put(tensorBytes(params.data() + slot.offset, elements(e.shape), false), layout.dataStart() + e.begin);
     }
-    if (::close(fd) != 0)
-        throw std::system_error(errno, std::generic_category(), path.string() + ": writing the checkpoint");
+    file.close();
 }
 
 } // namespace pw::engine

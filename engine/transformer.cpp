@@ -10,6 +10,14 @@ namespace pw::engine {
 
 using planner::InputError;
 
+std::string firstDifference(std::initializer_list<std::pair<bool, const char*>> differences)
+{
+    for (const auto& [differs, field] : differences)
+        if (differs)
+            return field;
+    return {};
+}
+
 void checkTokens(std::span<const std::int32_t> tokens, int vocab, const char* what)
 {
     for (std::int32_t t : tokens)

@@ -4,6 +4,7 @@
 // llama.cpp) names its tensors and writes its block.
 #pragma once
 
+#include <initializer_list>
 #include <span>
 #include <string>
 
@@ -32,6 +33,8 @@ void releaseBlock(LayerStash& s, planner::Recompute recompute, std::size_t core,
 /// Selective recomputation's rebuild: the attention core again from the stashed qkv.
 void rebuildAttention(
     const LayerPass& p, LayerStash& s, std::size_t qkv, std::size_t core, std::size_t output, const AttentionShape& a);
+/// A family's cannotBuild: the first field whose difference is true, empty when none is.
+std::string firstDifference(std::initializer_list<std::pair<bool, const char*>> differences);
 /// Throws InputError naming the first id outside [0, vocab).
 void checkTokens(std::span<const std::int32_t> tokens, int vocab, const char* what);
 

@@ -77,17 +77,8 @@ planner::TransformerConfig gpt2Small(int microbatch)
 /// and value heads, SwiGLU of 2048, vocabulary 32000 (Llama 2's), untied head, rotary positions, 1024 positions.
 planner::TransformerConfig llamaSmall(int microbatch)
 {
-    planner::TransformerConfig c = gpt2Small(microbatch);
-    c.family = "llama";
-    c.kv_heads = 4;
-    c.ffn_hidden = 2048;
+    planner::TransformerConfig c = test::asLlama(gpt2Small(microbatch), 4, 2048);
     c.vocab = 32000;
-    c.mlp = planner::MlpKind::SwiGlu;
-    c.norm = planner::NormKind::RmsNorm;
-    c.positions = planner::PositionKind::Rotary;
-    c.bias = planner::BiasKind::None;
-    c.tied_embeddings = false;
-    c.dropout = false;
     c.rotary.theta = 500000.0;
     return c;
 }

@@ -59,19 +59,11 @@ inline Comparison llamaComparison()
     namespace fs = std::filesystem;
     Comparison r;
     r.shape = tinyGpt2(2, 3);
-    r.shape.family = "llama";
     r.shape.hidden = 64;
     r.shape.heads = 4;
-    r.shape.kv_heads = 2;
-    r.shape.ffn_hidden = 96;
     r.shape.sequence = 32;
     r.shape.vocab = 301;
-    r.shape.mlp = planner::MlpKind::SwiGlu;
-    r.shape.norm = planner::NormKind::RmsNorm;
-    r.shape.positions = planner::PositionKind::Rotary;
-    r.shape.bias = planner::BiasKind::None;
-    r.shape.tied_embeddings = false;
-    r.shape.dropout = false;
+    r.shape = asLlama(r.shape, 2, 96);
     const auto config = engine::ModelConfig::fromTransformer(r.shape);
     const fs::path file
         = fs::temp_directory_path() / ("pw-cuda-compare-" + std::to_string(::getpid()) + ".safetensors");

@@ -26,6 +26,22 @@ inline planner::TransformerConfig tinyGpt2(int blocks = 2, int microbatch = 2)
     return c;
 }
 
+/// `shape` with Llama's block: `kv_heads` key/value heads, a SwiGLU MLP of `ffn`, RMSNorm, rotary positions, no
+/// biases, an untied head, no dropout.
+inline planner::TransformerConfig asLlama(planner::TransformerConfig shape, int kv_heads, int ffn)
+{
+    shape.family = "llama";
+    shape.kv_heads = kv_heads;
+    shape.ffn_hidden = ffn;
+    shape.mlp = planner::MlpKind::SwiGlu;
+    shape.norm = planner::NormKind::RmsNorm;
+    shape.positions = planner::PositionKind::Rotary;
+    shape.bias = planner::BiasKind::None;
+    shape.tied_embeddings = false;
+    shape.dropout = false;
+    return shape;
+}
+
 /// @brief One stage: its layers (embedding 0, blocks 1..L, head L+1) and the devices replicating it.
 struct StageCut
 {

@@ -24,11 +24,17 @@
 #include "engine/local_run.h"
 #include "engine/safetensors.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/engine/python_oracle.h"
 #include "tests/skip.h"
 
 using namespace pw::engine;
 using nlohmann::json;
 using pw::test::gpt2Plan;
+using pw::test::python;
+using pw::test::pythonHas;
+using pw::test::runCommand;
+using pw::test::ScratchDir;
+using pw::test::shellQuoted;
 using pw::test::StageCut;
 namespace fs = std::filesystem;
 
@@ -36,55 +42,16 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 
-std::string python()
-{
-    const char* p = std::getenv("PW_PYTHON");
-    return p && *p ? p : "/usr/bin/python3";
-}
-
-std::string shellQuoted(const fs::path& p)
-{
-    return "'" + p.string() + "'";
-}
-
-bool torchAvailable()
-{
-    return std::system((shellQuoted(python()) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
-}
-
-struct TempDir
-{
-    fs::path path;
-    TempDir()
-        : path(fs::temp_directory_path() / ("pw-llama-oracle-" + std::to_string(::getpid())))
-    {
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
-
 /// The issue's small Llama, microbatches of 2 x 32 tokens.
 pw::planner::TransformerConfig smallLlama()
 {
-    pw::planner::TransformerConfig c;
-    c.family = "llama";
-    c.layers = 4;
+    pw::planner::TransformerConfig c = pw::test::tinyGpt2(4);
     c.hidden = 256;
     c.heads = 8;
-    c.kv_heads = 2;
-    c.ffn_hidden = 688;
     c.vocab = 4096;
     c.sequence = 32;
-    c.microbatch = 2;
-    c.bytes_per_element = 4;
-    c.mlp = pw::planner::MlpKind::SwiGlu;
-    c.norm = pw::planner::NormKind::RmsNorm;
-    c.positions = pw::planner::PositionKind::Rotary;
-    c.bias = pw::planner::BiasKind::None;
-    c.tied_embeddings = false;
-    c.dropout = false;
+    c = pw::test::asLlama(c, 2, 688);
     c.rotary.theta = 500000.0; // Llama 3's
-    c.norm_eps = 1e-5;
     return c;
 }
 
@@ -98,18 +65,8 @@ json runTorch(const fs::path& dir, const pw::planner::TransformerConfig& s, int 
         << " --layers " << s.layers << " --hidden " << s.hidden << " --heads " << s.heads << " --kv-heads "
         << s.kvHeads() << " --microbatches " << microbatches << " --batch " << s.microbatch << " --seq " << s.sequence
         << " --steps " << steps << " --lr " << lr << " --weight-decay " << decay << " --eps " << s.norm_eps
-        << " --theta " << s.rotary.theta << (s.tied_embeddings ? " --tied" : "") << extra << " 2>"
-        << shellQuoted(dir / "stderr.txt");
-    std::FILE* pipe = ::popen(cmd.str().c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::string out;
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
-        out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    std::ifstream err(dir / "stderr.txt");
-    INFO(cmd.str() << "\nstdout: " << out << "\nstderr: " << err.rdbuf());
-    REQUIRE(status == 0);
+        << " --theta " << s.rotary.theta << (s.tied_embeddings ? " --tied" : "") << extra;
+    const std::string out = runCommand(cmd.str(), dir / "stderr.txt");
     return json::parse(out);
 }
 
@@ -117,7 +74,7 @@ json runTorch(const fs::path& dir, const pw::planner::TransformerConfig& s, int 
 
 TEST_CASE("a small Llama trains to PyTorch's losses on every plan", "[engine][llama][oracle]")
 {
-    if (!torchAvailable())
+    if (!pythonHas("torch"))
         PW_SKIP("no PyTorch for " + python() + " (Debian's python3-torch; PW_PYTHON picks another interpreter)");
     const auto shape = smallLlama();
     const int m = 4, steps = 20;
@@ -150,7 +107,7 @@ TEST_CASE("a small Llama trains to PyTorch's losses on every plan", "[engine][ll
                                                                          : (t.decayed ? 0.05f : 0.02f) * normal(rng);
     const auto tokens = MarkovSource(shape.vocab, 7).generate(20000, 8);
 
-    TempDir dir;
+    ScratchDir dir("llama-oracle");
     saveSafetensorsModel(dir.path / "model.safetensors", base.model, params);
     writeTokens(dir.path / "tokens.bin", tokens);
     const json report = runTorch(dir.path, shape, m, steps, lr, decay);

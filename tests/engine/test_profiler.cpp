@@ -13,6 +13,7 @@
 #include "planner/device_presets.h"
 #include "planner/errors.h"
 #include "planner/transformer_shape.h"
+#include "tests/engine/engine_fixtures.h"
 
 using namespace pw;
 using namespace pw::engine;
@@ -167,14 +168,7 @@ TEST_CASE("profile: bad options name the option", "[engine][profiler]")
 TEST_CASE("profile: a Llama's blocks are measured with the family's layers and sizes", "[engine][profiler]")
 {
     auto o = smallModel();
-    o.shape.family = "llama";
-    o.shape.kv_heads = 2;
-    o.shape.ffn_hidden = 40;
-    o.shape.mlp = planner::MlpKind::SwiGlu;
-    o.shape.norm = planner::NormKind::RmsNorm;
-    o.shape.positions = planner::PositionKind::Rotary;
-    o.shape.bias = planner::BiasKind::None;
-    o.shape.tied_embeddings = false;
+    o.shape = test::asLlama(o.shape, 2, 40);
     const auto profile = measureProfile(o);
     REQUIRE(profile.layerCount() == 5);
     CHECK(profile.name.rfind("llama (", 0) == 0);

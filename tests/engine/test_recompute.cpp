@@ -24,17 +24,8 @@ namespace {
 planner::TransformerConfig llama(int blocks)
 {
     planner::TransformerConfig c = pw::test::tinyGpt2(blocks);
-    c.family = "llama";
     c.heads = 4;
-    c.kv_heads = 2;
-    c.ffn_hidden = 24;
-    c.mlp = planner::MlpKind::SwiGlu;
-    c.norm = planner::NormKind::RmsNorm;
-    c.positions = planner::PositionKind::Rotary;
-    c.bias = planner::BiasKind::None;
-    c.tied_embeddings = false;
-    c.dropout = false;
-    return c;
+    return pw::test::asLlama(c, 2, 24);
 }
 
 std::vector<double> losses(planner::Plan plan, planner::Recompute recompute, int steps = 6)

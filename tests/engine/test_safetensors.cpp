@@ -24,47 +24,29 @@
 #include "engine/safetensors.h"
 #include "planner/errors.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/engine/python_oracle.h"
 #include "tests/skip.h"
 
 using namespace pw::engine;
 using nlohmann::json;
 namespace fs = std::filesystem;
 namespace planner = pw::planner;
+using pw::test::python;
+using pw::test::pythonHas;
+using pw::test::runCommand;
+using pw::test::ScratchDir;
+using pw::test::shellQuoted;
 
 namespace {
-
-struct TempDir
-{
-    fs::path path;
-    TempDir()
-        : path(fs::temp_directory_path() / ("pw-safetensors-" + std::to_string(::getpid())))
-    {
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
 
 /// A small Llama with a padded vocabulary (V 50, Vp 128: files hold 50 rows) and grouped-query attention.
 planner::TransformerConfig llama()
 {
-    planner::TransformerConfig c;
-    c.family = "llama";
-    c.layers = 2;
+    planner::TransformerConfig c = pw::test::tinyGpt2(2);
     c.hidden = 32;
     c.heads = 4;
-    c.kv_heads = 2;
-    c.ffn_hidden = 40;
     c.vocab = 50;
-    c.sequence = 8;
-    c.microbatch = 2;
-    c.bytes_per_element = 4;
-    c.mlp = planner::MlpKind::SwiGlu;
-    c.norm = planner::NormKind::RmsNorm;
-    c.positions = planner::PositionKind::Rotary;
-    c.bias = planner::BiasKind::None;
-    c.tied_embeddings = false;
-    c.dropout = false;
-    return c;
+    return pw::test::asLlama(c, 2, 40);
 }
 
 std::vector<float> randomParams(const ModelConfig& config, unsigned seed)
@@ -80,45 +62,13 @@ std::vector<float> randomParams(const ModelConfig& config, unsigned seed)
     return p;
 }
 
-std::string python()
-{
-    const char* p = std::getenv("PW_PYTHON");
-    return p && *p ? p : "/usr/bin/python3";
-}
-
-std::string shellQuoted(const fs::path& p)
-{
-    return "'" + p.string() + "'";
-}
-
-bool pythonHas(const std::string& module)
-{
-    return std::system((shellQuoted(python()) + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
-}
-
-/// Runs `command`; its standard output (REQUIREs exit status 0).
-std::string run(const std::string& command, const fs::path& errors)
-{
-    std::FILE* pipe = ::popen((command + " 2>" + shellQuoted(errors)).c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::string out;
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
-        out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    std::ifstream err(errors);
-    INFO(command << "\nstdout: " << out << "\nstderr: " << err.rdbuf());
-    REQUIRE(status == 0);
-    return out;
-}
-
 json readBack(const std::vector<fs::path>& files, const fs::path& dir)
 {
     std::string command = shellQuoted(python()) + " "
         + shellQuoted(fs::path(PW_SOURCE_DIR) / "tests" / "oracle" / "safetensors_read.py");
     for (const auto& f : files)
         command += " " + shellQuoted(f);
-    return json::parse(run(command, dir / "reader-stderr.txt"));
+    return json::parse(runCommand(command, dir / "reader-stderr.txt"));
 }
 
 /// Writes the model `params` as a two-stage run does: each stage its own part of one file, the head's first.
@@ -138,7 +88,7 @@ TEST_CASE("safetensors: a model written whole or by stages reads back equal", "[
     const ModelConfig config = ModelConfig::fromTransformer(llama());
     REQUIRE(config.padded_vocab == 128);
     const auto params = randomParams(config, 1);
-    TempDir dir;
+    ScratchDir dir("safetensors");
     saveSafetensorsModel(dir.path / "whole.safetensors", config, params);
     writeByStages(dir.path / "staged.safetensors", config, params);
     for (const char* name : {"whole.safetensors", "staged.safetensors"}) {
@@ -171,7 +121,7 @@ TEST_CASE(
 {
     const ModelConfig config = ModelConfig::fromTransformer(llama());
     const auto params = randomParams(config, 2);
-    TempDir dir;
+    ScratchDir dir("safetensors");
     const fs::path good = dir.path / "m.safetensors";
     saveSafetensorsModel(good, config, params);
     const auto refused
@@ -224,7 +174,7 @@ TEST_CASE("safetensors: an independent reader of the format sees the model's ten
         PW_SKIP("no Python at " + python() + " (PW_PYTHON picks another interpreter)");
     const ModelConfig config = ModelConfig::fromTransformer(llama());
     const auto params = randomParams(config, 3);
-    TempDir dir;
+    ScratchDir dir("safetensors");
     writeByStages(dir.path / "m.safetensors", config, params);
     const json report = readBack({dir.path / "m.safetensors"}, dir.path);
     const json& tensors = report.at("files").at(0).at("tensors");
@@ -254,7 +204,7 @@ TEST_CASE("safetensors: PyTorch's file loads, trains a step here, and is PyTorch
     const auto shape = llama();
     const auto plan = pw::test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b", 2);
     TrainingSetup setup = trainingSetup(plan);
-    TempDir dir;
+    ScratchDir dir("safetensors");
     const auto tokens = MarkovSource(shape.vocab, 3).generate(4000, 4);
     writeTokens(dir.path / "tokens.bin", tokens);
     saveSafetensorsModel(dir.path / "start.safetensors", setup.model, randomParams(setup.model, 4));
@@ -263,10 +213,10 @@ TEST_CASE("safetensors: PyTorch's file loads, trains a step here, and is PyTorch
         + shellQuoted(dir.path / "tokens.bin") + " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --microbatches 2 "
         + "--batch 2 --seq 8 --lr 0.001 --weight-decay 0.1 --eps 1e-05";
     // PyTorch writes the starting file again with its own writer (no step), then takes one step from it.
-    run(oracle + " --checkpoint " + shellQuoted(dir.path / "start.safetensors") + " --steps 0 --save "
+    runCommand(oracle + " --checkpoint " + shellQuoted(dir.path / "start.safetensors") + " --steps 0 --save "
             + shellQuoted(dir.path / "torch-start.safetensors"),
         dir.path / "oracle-stderr.txt");
-    run(oracle + " --checkpoint " + shellQuoted(dir.path / "torch-start.safetensors") + " --steps 1 --save "
+    runCommand(oracle + " --checkpoint " + shellQuoted(dir.path / "torch-start.safetensors") + " --steps 1 --save "
             + shellQuoted(dir.path / "torch-step.safetensors"),
         dir.path / "oracle-stderr.txt");
     // Here: the run's reader, one step of the two-stage plan, each stage writing its part.

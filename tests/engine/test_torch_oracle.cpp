@@ -27,12 +27,18 @@
 #include "engine/local_run.h"
 #include "tests/engine/checkpoint_fixtures.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/engine/python_oracle.h"
 #include "tests/skip.h"
 
 using namespace pw::engine;
 using nlohmann::json;
 using pw::test::gpt2Plan;
+using pw::test::python;
+using pw::test::pythonHas;
 using pw::test::randomCheckpoint;
+using pw::test::runCommand;
+using pw::test::ScratchDir;
+using pw::test::shellQuoted;
 using pw::test::StageCut;
 namespace fs = std::filesystem;
 
@@ -43,36 +49,6 @@ constexpr double kTolerance = 1e-4;
 
 const fs::path kGoldenFile = fs::path(PW_TEST_DATA_DIR) / "golden" / "gpt2-torch-losses.json";
 constexpr const char* kRegenerate = "tests/oracle/make_golden.sh";
-
-/// The interpreter that runs the oracle: $PW_PYTHON (a bogus path shows the skip), else Debian's python3, whose
-/// python3-torch is the one the project names (not whatever python3 comes first on PATH).
-std::string python()
-{
-    const char* p = std::getenv("PW_PYTHON");
-    return p && *p ? p : "/usr/bin/python3";
-}
-
-struct TempDir
-{
-    fs::path path;
-    explicit TempDir(const std::string& name)
-        : path(fs::temp_directory_path() / ("pw-oracle-" + name + "-" + std::to_string(::getpid())))
-    {
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
-
-std::string shellQuoted(const fs::path& p)
-{
-    return "'" + p.string() + "'";
-}
-
-bool torchAvailable()
-{
-    const std::string command = shellQuoted(python()) + " -c 'import torch' >/dev/null 2>&1";
-    return std::system(command.c_str()) == 0;
-}
 
 /// FNV-1a (64 bits) of the values' bytes as they lie in memory (little-endian on every machine the project
 /// builds for): a fingerprint of the checkpoint and the tokens, so that a standard library whose
@@ -203,20 +179,8 @@ json runTorch(const OracleRun& r, const fs::path& dir)
     const fs::path script = fs::path(PW_SOURCE_DIR) / "tests" / "oracle" / "gpt2_torch.py";
     const fs::path errors = dir / "oracle-stderr.txt";
     const std::string command = shellQuoted(python()) + " " + shellQuoted(script) + " --checkpoint "
-        + shellQuoted(dir / "model.bin") + " --tokens " + shellQuoted(dir / "tokens.bin") + oracleArguments(r) + " 2>"
-        + shellQuoted(errors);
-    std::FILE* pipe = ::popen(command.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::string out;
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
-        out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    std::ifstream errIn(errors);
-    const std::string stderrText((std::istreambuf_iterator<char>(errIn)), std::istreambuf_iterator<char>());
-    INFO("oracle: " << command << "\nstdout: " << out << "\nstderr: " << stderrText);
-    REQUIRE(status == 0);
-    auto report = json::parse(out);
+        + shellQuoted(dir / "model.bin") + " --tokens " + shellQuoted(dir / "tokens.bin") + oracleArguments(r);
+    auto report = json::parse(runCommand(command, errors));
     REQUIRE(report.at("losses").size() == static_cast<std::size_t>(r.steps));
     return report;
 }
@@ -274,11 +238,11 @@ json settingsOf(json inputs)
 
 TEST_CASE("every plan trains to PyTorch's losses", "[engine][oracle][torch]")
 {
-    if (!torchAvailable())
+    if (!pythonHas("torch"))
         PW_SKIP("PyTorch not installed: " << python() << " -c 'import torch' failed (Debian: apt install "
                                           << "python3-torch); the golden losses test still checks the engine");
     const OracleRun r = oracleRun();
-    TempDir dir("live");
+    ScratchDir dir("oracle-live");
     const json report = runTorch(r, dir.path);
     const auto losses = report.at("losses").get<std::vector<double>>();
 

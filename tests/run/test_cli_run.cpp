@@ -692,16 +692,8 @@ TEST_CASE("cli: a Llama plan trains on two agents, saves safetensors, and a seco
 {
     test::TempDir dir;
     auto shape = tinyGpt2(2);
-    shape.family = "llama";
     shape.heads = 4;
-    shape.kv_heads = 2;
-    shape.ffn_hidden = 24;
-    shape.mlp = planner::MlpKind::SwiGlu;
-    shape.norm = planner::NormKind::RmsNorm;
-    shape.positions = planner::PositionKind::Rotary;
-    shape.bias = planner::BiasKind::None;
-    shape.tied_embeddings = false;
-    shape.dropout = false;
+    shape = test::asLlama(shape, 2, 24);
     const auto plan = writePlan(dir, gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b"));
     const auto history = (dir.path / "h.sqlite").string();
     // llm.c's format holds GPT-2's block only: refused before anything trains.

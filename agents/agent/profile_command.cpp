@@ -10,6 +10,7 @@
 
 #include "engine/devices.h"
 #include "planner/errors.h"
+#include "planner/io/hf_config.h"
 #include "planner/io/json_file.h"
 
 namespace pw::agents {
@@ -18,9 +19,12 @@ using planner::InputError;
 
 const char* const kProfileUsage
     = "usage: pipewright-agent --profile (--layers N --hidden N --heads N --seq N --vocab N --microbatch N\n"
-      "                                   | --plan PLAN.json) [--threads N] [--repeats N] [--warmup N] [--seed N]\n"
+      "                                   | --plan PLAN.json | --hf-config config.json --seq N --microbatch N)\n"
+      "                                   [--threads N] [--repeats N] [--warmup N] [--seed N]\n"
       "                                   [--device cpu|cuda[:N]] [--precision fp32|bf16] [-o FILE]\n"
-      "  Times every layer of the GPT-2 (embedding, blocks, head) forward and backward with the engine on this\n"
+      "  Times every layer of the model (a GPT-2 of the shape given, the plan's model, or the Hugging Face\n"
+      "  config's GPT-2, Llama, Mistral or Qwen2: embedding, blocks, head) forward and backward with the engine on "
+      "this\n"
       "  machine (the median of --repeats passes after --warmup passes, default 10 and 1) with --threads BLAS\n"
       "  threads (default 1: give the threads each agent of the run gets), and writes a model profile (JSON) to\n"
       "  stdout or FILE. --plan takes the shape and microbatch size of a plan made with `profile transformer`.\n"
@@ -137,6 +141,8 @@ ProfileArguments parseProfileArguments(const std::vector<std::string>& args)
             o.device.precision = parsePrecision(arg, value);
         else if (arg == "--plan")
             a.plan = value;
+        else if (arg == "--hf-config")
+            a.hf_config = value;
         else if (arg == "-o" || arg == "--output")
             a.output = value;
         else
@@ -151,7 +157,18 @@ engine::ProfileOptions resolveProfileOptions(const ProfileArguments& args)
     const auto& s = o.shape;
     const bool shapeGiven
         = s.layers != 0 || s.hidden != 0 || s.heads != 0 || s.sequence != 0 || s.vocab != 0 || s.microbatch != 0;
-    if (!args.plan.empty()) {
+    if (!args.hf_config.empty()) {
+        if (!args.plan.empty())
+            throw InputError({}, 0, "--hf-config", "give the model's shape by --plan or by --hf-config, not both");
+        for (auto [name, value] :
+            {std::pair {"--layers", s.layers}, {"--hidden", s.hidden}, {"--heads", s.heads}, {"--vocab", s.vocab}})
+            if (value != 0)
+                throw InputError({}, 0, name, "the shape comes from --hf-config: give --seq and --microbatch only");
+        for (auto [name, value] : {std::pair {"--seq", s.sequence}, {"--microbatch", s.microbatch}})
+            if (value == 0)
+                throw InputError({}, 0, name, "missing: --hf-config needs the sequence and the microbatch");
+        o.shape = planner::loadHfConfig(args.hf_config, planner::RunShape {s.sequence, s.microbatch, 4});
+    } else if (!args.plan.empty()) {
         if (shapeGiven)
             throw InputError(
                 {}, 0, "--plan", "give the model's shape either by --plan or by the shape options, not both");

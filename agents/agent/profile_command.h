@@ -21,6 +21,7 @@ struct ProfileArguments
 {
     engine::ProfileOptions options; ///< the shape fields stay 0 when not given
     std::string plan; ///< --plan: take the shape and microbatch size from this plan's model
+    std::string hf_config; ///< --hf-config: the shape from a Hugging Face config.json (with --seq, --microbatch)
     std::string output; ///< -o: "" writes to stdout
     bool help = false;
 

@@ -202,7 +202,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     tr->add_flag("--json", tOpt.json, "print a JSON summary");
     MeasureOptions mOpt;
     auto* measure = profile->add_subcommand("measure",
-        "time every layer of a GPT-2 or, by --plan, a Llama on this machine with the training engine (pipewright-agent "
+        "time every layer of a GPT-2 or a Llama on this machine with the training engine (pipewright-agent "
         "--profile)");
     measure->add_option("--layers", mOpt.layers, "transformer blocks");
     measure->add_option("--hidden", mOpt.hidden, "hidden size");
@@ -211,6 +211,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     measure->add_option("--vocab", mOpt.vocab, "vocabulary size");
     measure->add_option("--microbatch", mOpt.microbatch, "sequences per microbatch");
     measure->add_option("--plan", mOpt.plan, "take the shape and microbatch size from this plan's model instead");
+    measure->add_option("--hf-config", mOpt.hf_config,
+        "take the shape from a Hugging Face config.json instead (GPT-2, Llama, Mistral, Qwen2; with --seq and "
+        "--microbatch)");
     measure->add_option("--threads", mOpt.threads, "BLAS threads (give what each agent of the run gets)")
         ->capture_default_str();
     measure->add_option("--repeats", mOpt.repeats, "timed passes (each layer's time is their median)")

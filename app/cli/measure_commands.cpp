@@ -153,6 +153,12 @@ void profileMeasure(const MeasureOptions& o, std::ostream& out)
         args.push_back("--plan");
         args.push_back(std::filesystem::absolute(o.plan).string());
     }
+    if (!o.hf_config.empty()) {
+        if (!std::filesystem::is_regular_file(o.hf_config))
+            throw InputError(o.hf_config, 0, "", "no such config.json file");
+        args.push_back("--hf-config");
+        args.push_back(std::filesystem::absolute(o.hf_config).string());
+    }
     for (auto [name, value] : {std::pair {"--threads", o.threads}, {"--repeats", o.repeats}, {"--warmup", o.warmup}}) {
         args.push_back(name);
         args.push_back(std::to_string(value));

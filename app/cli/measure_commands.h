@@ -14,6 +14,7 @@ struct MeasureOptions
 {
     int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, microbatch = 0; ///< 0: not given
     std::string plan; ///< instead of the shape: a plan whose model carries the architecture
+    std::string hf_config; ///< instead of the shape: a Hugging Face config.json (with --seq, --microbatch)
     int threads = 1;
     int repeats = 10;
     int warmup = 1;

@@ -308,3 +308,50 @@ TEST_CASE("pipewright-agent --profile-gemm checks its options and writes a GEMM 
     CHECK(table.samples.size() == 8);
     CHECK_THAT(r.err, Contains("8 of 8 shapes"));
 }
+
+TEST_CASE(
+    "cli: profile measure --hf-config times a Llama's layers, and a plan made from them trains", "[run][cli][profile]")
+{
+    test::TempDir dir;
+    // A small Llama's config.json as transformers writes it (grouped-query attention, untied head).
+    const auto config = dir.path / "config.json";
+    std::ofstream(config) << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
+        "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+        "vocab_size": 300, "max_position_embeddings": 64, "hidden_act": "silu", "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0, "tie_word_embeddings": false})";
+    const auto out = dir.path / "llama.json";
+    const auto measured = cli(dir,
+        {"profile", "measure", "--hf-config", config.string(), "--seq", "16", "--microbatch", "2", "--repeats", "2",
+            "-o", out.string()});
+    INFO(measured.err);
+    REQUIRE(measured.code == 0);
+    const auto profile = planner::loadModel(out.string());
+    REQUIRE(profile.architecture.has_value());
+    CHECK(profile.architecture->family == "llama");
+    CHECK(profile.architecture->kvHeads() == 2);
+    CHECK(profile.architecture->rotary.theta == 500000.0);
+    CHECK(profile.layerCount() == 4);
+    CHECK(profile.layers[1].activation_parts.has_value());
+    // The shape options and --hf-config exclude each other; --seq is needed.
+    const auto both = cli(dir,
+        {"profile", "measure", "--hf-config", config.string(), "--layers", "2", "--seq", "16", "--microbatch", "2",
+            "-o", out.string()});
+    CHECK(both.code == 1);
+    CHECK_THAT(both.err, Contains("--layers: the shape comes from --hf-config"));
+    const auto noSeq
+        = cli(dir, {"profile", "measure", "--hf-config", config.string(), "--microbatch", "2", "-o", out.string()});
+    CHECK(noSeq.code == 1);
+    CHECK_THAT(noSeq.err, Contains("--seq: missing"));
+    // A plan from the measured profile trains (the engine builds what the profile describes).
+    const auto planPath = dir.path / "plan.json";
+    const auto planned = cli(dir,
+        {"plan", "--model", out.string(), "--cluster", writeCpuCluster(dir, 2).string(), "--algorithm", "manual",
+            "--boundaries", "1", "--schedule", "1f1b", "--microbatches", "4", "-o", planPath.string()});
+    INFO(planned.err);
+    REQUIRE(planned.code == 0);
+    const auto trained = cli(dir,
+        {"run", planPath.string(), "--local", "--steps", "2", "--threads", "1", "--history",
+            (dir.path / "h.sqlite").string()});
+    INFO(trained.err);
+    CHECK(trained.code == 0);
+}

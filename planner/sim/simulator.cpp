@@ -13,6 +13,7 @@
 #include "../costs.h"
 #include "../errors.h"
 #include "../schedule/generator.h"
+#include "device_memory.h"
 #include "link_calendar.h"
 #include "model_parallel_groups.h"
 #include "simulation_metrics.h"
@@ -58,12 +59,6 @@ struct DeviceState
     std::vector<std::pair<int, int>> collective_seq;
     double busy = 0;
     double collective_wait = 0; ///< compute lane idle until an all-reduce it waits on ends
-    double memory = 0;
-    double peak_memory = 0;
-    int stashed = 0;
-    int peak_stashed = 0;
-    int versions = 0;
-    int peak_versions = 0;
 };
 
 /// HetPipe's wave synchronous parallel: how many pushes of a wave the schedule holds, how many have
@@ -306,20 +301,6 @@ private:
                 {d, lane, a.kind, a.stage, a.microbatch, static_cast<std::int32_t>(index), t0, t1, a.peer});
     }
 
-    void memoryChange(int d, double t, double delta)
-    {
-        auto& dev = m_devices[d];
-        dev.memory += delta;
-        dev.peak_memory = std::max(dev.peak_memory, dev.memory);
-        if (m_o.record_memory) {
-            auto& mem = m_result.timeline.counter(kMemoryCounter, "B").samples;
-            if (!mem.empty() && mem.back().device == d && mem.back().t == t)
-                mem.back().value = dev.memory;
-            else
-                mem.push_back({d, t, dev.memory});
-        }
-    }
-
     void initialMemory()
     {
         // Every stage a device holds: weights (version 0), gradients and optimizer state.
@@ -332,9 +313,8 @@ private:
                 book.alive.assign(1, true);
                 if (book.last_use.empty())
                     book.last_use.assign(1, -1);
-                m_devices[d].versions += 1;
-                m_devices[d].peak_versions = std::max(m_devices[d].peak_versions, m_devices[d].versions);
-                memoryChange(
+                m_memory.version(d, +1);
+                m_memory.change(
                     d, 0, m_cost.residentWeightBytes(s) + m_cost.gradientBytes(s) + m_cost.stage_optimizer_bytes[s]);
             }
         }
@@ -376,8 +356,8 @@ private:
     {
         auto& b = book(d, stage);
         b.alive[v] = false;
-        m_devices[d].versions -= 1;
-        memoryChange(d, t, -m_cost.stage_weight_bytes[stage]);
+        m_memory.version(d, -1);
+        m_memory.change(d, t, -m_cost.stage_weight_bytes[stage]);
     }
 
     void newVersion(int d, const Action& a, double t)
@@ -396,10 +376,8 @@ private:
             freeVersion(d, a.stage, old, t);
         b.alive[v] = true;
         b.latest = v;
-        auto& dev = m_devices[d];
-        dev.versions += 1;
-        dev.peak_versions = std::max(dev.peak_versions, dev.versions);
-        memoryChange(d, t, m_cost.stage_weight_bytes[a.stage]);
+        m_memory.version(d, +1);
+        m_memory.change(d, t, m_cost.stage_weight_bytes[a.stage]);
     }
 
     double weightGradientBytes(int stage) const
@@ -467,9 +445,8 @@ private:
         const int r = replica(d, a);
         const double t0 = dev.compute_free, t1 = t0 + m_cost.forward(a.stage, r);
         useVersion(d, a, t0, false);
-        memoryChange(d, t0, stash(a.stage));
-        dev.stashed += 1;
-        dev.peak_stashed = std::max(dev.peak_stashed, dev.stashed);
+        m_memory.change(d, t0, stash(a.stage));
+        m_memory.stash(d, +1);
         compute(d, a, t0, t1);
     }
 
@@ -484,13 +461,13 @@ private:
         const double working = m_cost.recomputeWorkingBytes(a.stage)
             + (gradients.empty() ? 0.0 : gradients[static_cast<std::size_t>(a.stage)]);
         if (working > 0) {
-            memoryChange(d, t0, working);
-            memoryChange(d, t1, -working);
+            m_memory.change(d, t0, working);
+            m_memory.change(d, t1, -working);
         }
         compute(d, a, t0, t1);
         m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backward(a.stage, r)};
-        memoryChange(d, t1, -stash(a.stage));
-        dev.stashed -= 1;
+        m_memory.change(d, t1, -stash(a.stage));
+        m_memory.stash(d, -1);
         useVersion(d, a, t1, true);
         lastStageDone(a, t1);
     }
@@ -506,10 +483,10 @@ private:
         const double t0 = m_devices[d].compute_free;
         const double t1 = t0 + m_cost.backwardInput(a.stage, r) + m_cost.recompute(a.stage, r);
         if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0)
-            memoryChange(d, t0, working);
+            m_memory.change(d, t0, working);
         compute(d, a, t0, t1);
         if (const double kept = weightGradientBytes(a.stage); kept > 0)
-            memoryChange(d, t1, kept);
+            m_memory.change(d, t1, kept);
         useVersion(d, a, t1, true);
         lastStageDone(a, t1);
     }
@@ -523,11 +500,11 @@ private:
         // The stage's gradients are final only after its last W: the all-reduce's buckets wait for it.
         m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backwardWeight(a.stage, r)};
         if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0)
-            memoryChange(d, t1, -working);
+            m_memory.change(d, t1, -working);
         if (const double kept = weightGradientBytes(a.stage); kept > 0)
-            memoryChange(d, t1, -kept);
-        memoryChange(d, t1, -stash(a.stage));
-        dev.stashed -= 1;
+            m_memory.change(d, t1, -kept);
+        m_memory.change(d, t1, -stash(a.stage));
+        m_memory.stash(d, -1);
         useVersion(d, a, t1, true);
     }
 
@@ -725,8 +702,10 @@ private:
             return;
         const int D = m_s.num_devices, t = m_groups.size;
         for (int d = 0; d < D; ++d)
-            if (m_groups.leader[d] != d)
+            if (m_groups.leader[d] != d) {
                 m_devices[d] = m_devices[m_groups.leader[d]];
+                m_memory.copy(d, m_groups.leader[d]);
+            }
         const auto counterpart = [&](int peer, int j) {
             return peer >= 0 && peer < D && m_groups.leader[peer] == peer && m_groups.member(peer, 0) == peer
                 ? m_groups.member(peer, j)
@@ -790,10 +769,11 @@ private:
             auto& m = r.devices[d];
             m.busy_s = dev.busy;
             m.collective_wait_s = dev.collective_wait;
-            m.peak_memory_bytes = dev.peak_memory;
+            const auto& usage = m_memory.usage(d);
+            m.peak_memory_bytes = usage.peak_memory;
             m.memory_capacity_bytes = m_cost.device_memory_capacity[d];
-            m.peak_stashed_microbatches = dev.peak_stashed;
-            m.peak_weight_versions = dev.peak_versions;
+            m.peak_stashed_microbatches = usage.peak_stashed;
+            m.peak_weight_versions = usage.peak_versions;
             used[d] = !m_s.devices[m_groups.active() ? m_groups.leader[d] : d].empty();
         }
         bubbleMetrics(r, used);
@@ -870,6 +850,7 @@ private:
     std::vector<double> m_batchStepEnds; ///< per batch: when its last optimizer step ended
     std::vector<int> m_ready;
     SimulationResult m_result;
+    DeviceMemory m_memory {m_s.num_devices, m_o.record_memory ? &m_result.timeline : nullptr};
 };
 
 } // namespace

@@ -8,6 +8,7 @@
 
 #include "llmc.h"
 #include "planner/errors.h"
+#include "splitmix.h"
 
 namespace pw::engine {
 
@@ -15,19 +16,7 @@ using planner::InputError;
 
 namespace {
 
-/// splitmix64 (the same generator as the initialisation's): reproducible on every platform.
-struct Rng
-{
-    std::uint64_t state;
-    std::uint64_t next()
-    {
-        std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; } // in [0, 1)
-};
+using Rng = SplitMix;
 
 template <class Weights> std::size_t draw(const Weights& items, double u)
 {

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "planner/errors.h"
+#include "splitmix.h"
 #include "transformer.h"
 
 namespace pw::engine {
@@ -15,27 +16,13 @@ using planner::InputError;
 
 namespace {
 
-/// splitmix64: a small, well-mixed generator whose output is the same on every platform.
-struct SplitMix
-{
-    std::uint64_t state;
-    std::uint64_t next()
-    {
-        std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; } // in (0, 1)
-};
-
 void fillNormal(float* out, std::size_t n, double stddev, std::uint64_t key)
 {
     SplitMix rng {key};
     for (std::size_t i = 0; i < n; i += 2) {
         // Box-Muller: two independent normals per pair of uniforms.
-        const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-        const double a = 2.0 * std::numbers::pi * rng.uniform();
+        const double r = std::sqrt(-2.0 * std::log(rng.uniformOpen()));
+        const double a = 2.0 * std::numbers::pi * rng.uniformOpen();
         out[i] = static_cast<float>(stddev * r * std::cos(a));
         if (i + 1 < n)
             out[i + 1] = static_cast<float>(stddev * r * std::sin(a));

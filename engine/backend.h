@@ -104,6 +104,15 @@ public:
     virtual void resolve(const std::function<void(std::uint64_t ticket, double t0, double t1)>& done, bool wait) = 0;
 };
 
+/// @brief A point on a backend's stream (Backend::record): the work enqueued there before it. Another backend whose
+/// memory it shares (Backend::sharesMemoryWith) can order its own stream after it (waitFor), the host can wait for
+/// it (hostWait). Shared, immutable once recorded; any thread may hold it.
+class DeviceEvent
+{
+public:
+    virtual ~DeviceEvent() = default;
+};
+
 /// @brief One device: memory, stream, timer and kernel table.
 class Backend
 {
@@ -134,6 +143,21 @@ public:
     virtual void download(float* host, const void* src, DType dtype, std::size_t count) = 0;
     virtual void synchronize() = 0;
     virtual std::unique_ptr<ActionTimer> makeTimer() = 0;
+
+    // Between backends that share memory (stages of one GPU: the device fabric, engine/device_fabric.h) --------
+    /// Whether `other`'s device pointers are valid in this backend's calls (the same GPU; the host for the CPU): its
+    /// buffers may then be copied (copy()) and summed (sum()) on this backend's stream, ordered by events.
+    virtual bool sharesMemoryWith(const Backend& other) const = 0;
+    /// Marks the stream here: the event completes when the work enqueued so far has (the CPU: at once).
+    virtual std::shared_ptr<const DeviceEvent> record() = 0;
+    /// Work enqueued on this stream after this call waits for `event` (recorded by this backend or one sharing its
+    /// memory); the host does not wait.
+    virtual void waitFor(const DeviceEvent& event) = 0;
+    /// Blocks the host until `event` has completed.
+    virtual void hostWait(const DeviceEvent& event) = 0;
+    /// out = parts[0] + parts[1] + ... (n act elements each, summed in fp32 in this order and rounded once): the
+    /// fabric's all-reduce, the same result on every member. out may be one of the parts.
+    virtual void sum(void* out, std::span<const void* const> parts, std::size_t n) = 0;
 
     // Transformer layers (shapes: B sequences of T positions, C channels, NH heads; BT = B T) ----------------
     /// wpe null (rotary positions): the token rows alone; in the backward, dwpe null likewise.

@@ -149,6 +149,24 @@ public:
     void synchronize() override { }
     std::unique_ptr<ActionTimer> makeTimer() override { return std::make_unique<HostTimer>(); }
 
+    // The CPU's "stream" is the calling thread: whatever was called before record() has happened when it returns.
+    bool sharesMemoryWith(const Backend& other) const override { return other.hostAddressable(); }
+    std::shared_ptr<const DeviceEvent> record() override
+    {
+        static const auto done = std::make_shared<const DeviceEvent>();
+        return done;
+    }
+    void waitFor(const DeviceEvent&) override { }
+    void hostWait(const DeviceEvent&) override { }
+    void sum(void* out, std::span<const void* const> parts, std::size_t n) override
+    {
+        std::vector<const float*> p;
+        p.reserve(parts.size());
+        for (const void* part : parts)
+            p.push_back(f(part));
+        ops::sumParts(f(out), p, n);
+    }
+
     void encoderForward(
         void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C) override
     {

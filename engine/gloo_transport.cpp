@@ -313,6 +313,7 @@ public:
             waitOldest();
     }
     bool reaches(const Backend&) const override { return false; }
+    Completion completion() const override { return Completion::Host; }
 
 private:
     std::span<float> host(Region r) const

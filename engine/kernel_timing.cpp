@@ -241,6 +241,12 @@ void TimingBackend::residualForward(void* out, const void* a, const void* b, std
         [&] { m_inner.residualForward(out, a, b, n); });
 }
 
+void TimingBackend::sum(void* out, std::span<const void* const> parts, std::size_t n)
+{
+    timed("sum", text("%zu x %zu", parts.size(), n),
+        {.bytes = static_cast<double>(parts.size() + 1) * d(n) * element()}, [&] { m_inner.sum(out, parts, n); });
+}
+
 void TimingBackend::classifier(
     float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale)
 {

@@ -88,6 +88,11 @@ public:
     }
     void synchronize() override { m_inner.synchronize(); }
     std::unique_ptr<ActionTimer> makeTimer() override { return m_inner.makeTimer(); }
+    bool sharesMemoryWith(const Backend& other) const override { return m_inner.sharesMemoryWith(other); }
+    std::shared_ptr<const DeviceEvent> record() override { return m_inner.record(); }
+    void waitFor(const DeviceEvent& event) override { m_inner.waitFor(event); }
+    void hostWait(const DeviceEvent& event) override { m_inner.hostWait(event); }
+    void sum(void* out, std::span<const void* const> parts, std::size_t n) override;
 
     void encoderForward(
         void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C) override;

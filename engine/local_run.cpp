@@ -1,19 +1,44 @@
 // SPDX-License-Identifier: MIT
-// runLocally: one thread per device of the plan, a LocalFabric between them.
+// runLocally: one thread per device of the plan, a LocalFabric or a DeviceFabric between them.
 #include "local_run.h"
 
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <thread>
 
+#include "device_fabric.h"
+
 namespace pw::engine {
 
 LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup, const DataOrder& data, int steps,
-    const BackendFactory& backends)
+    const BackendFactory& backends, LocalLinks links)
 {
     const RunSchedule program = runProgram(plan, steps);
     const planner::Schedule& schedule = program.period;
-    LocalFabric fabric(schedule.num_devices);
+    std::vector<std::shared_ptr<Backend>> devices(static_cast<std::size_t>(schedule.num_devices));
+    for (int d = 0; d < schedule.num_devices; ++d)
+        devices[static_cast<std::size_t>(d)] = backends ? backends(d) : makeCpuBackend();
+    if (links == LocalLinks::Auto)
+        links = std::all_of(devices.begin(), devices.end(),
+                    [&](const auto& b) { return !b->hostAddressable() && b->sharesMemoryWith(*devices.front()); })
+            ? LocalLinks::Device
+            : LocalLinks::Host;
+    // Declared before the executors, which use their endpoints until they are destroyed.
+    std::unique_ptr<LocalFabric> hostLinks;
+    std::unique_ptr<DeviceFabric> deviceLinks;
+    if (links == LocalLinks::Device)
+        deviceLinks = std::make_unique<DeviceFabric>(devices);
+    else
+        hostLinks = std::make_unique<LocalFabric>(schedule.num_devices);
+    const auto endpoint
+        = [&](int d) -> Transport& { return deviceLinks ? deviceLinks->endpoint(d) : hostLinks->endpoint(d); };
+    const auto abort = [&](const std::string& why) {
+        if (deviceLinks)
+            deviceLinks->abort(why);
+        else
+            hostLinks->abort(why);
+    };
     std::mutex mutex;
     LocalRunResult result;
     const auto stepCount = static_cast<std::size_t>(steps);
@@ -37,7 +62,7 @@ LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup,
                 result.step_ends[step] = now - t0;
         };
         executors[static_cast<std::size_t>(d)] = std::make_unique<DeviceExecutor>(plan, schedule, d, setup, data,
-            fabric.endpoint(d), std::move(sink), program.repeats, backends ? backends(d) : nullptr);
+            endpoint(d), std::move(sink), program.repeats, devices[static_cast<std::size_t>(d)]);
     }
     std::atomic<bool> stop {false};
     std::exception_ptr failure;
@@ -52,7 +77,7 @@ LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup,
                 if (!failure)
                     failure = std::current_exception();
                 stop = true;
-                fabric.abort(e.what());
+                abort(e.what());
             }
         });
     for (auto& t : threads)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// A whole run in one process: every device of the plan on its own thread, linked by a LocalFabric. The engine's
-// own reference (tests compare plans against it) and the baseline of the agent benchmark. Each device trains on
-// the backend a factory gives it (the CPU by default): CUDA tests and benchmarks put several of a plan's devices on
-// one GPU, each with a backend of its own (its own stream), exchanging through host memory.
+// A whole run in one process: every device of the plan on its own thread. The engine's own reference (tests compare
+// plans against it) and the baseline of the agent benchmark. Each device trains on the backend a factory gives it
+// (the CPU by default): CUDA tests and benchmarks put several of a plan's devices on one GPU, each with a backend of
+// its own (its own stream). The devices are linked by a LocalFabric (fp32 host memory, GPUs staged through it) or
+// by a DeviceFabric (device memory, ordered by events: every backend sharing one memory), as LocalLinks says.
 #pragma once
 
 #include <functional>
@@ -35,9 +36,16 @@ struct LocalRunResult
 /// executor uses it from its thread only.
 using BackendFactory = std::function<std::shared_ptr<Backend>(int device)>;
 
+/// How runLocally links its devices.
+enum class LocalLinks : std::uint8_t {
+    Auto, ///< the device fabric when the devices' backends are GPUs sharing one memory, else host memory
+    Host, ///< a LocalFabric: fp32 host memory (GPU memory staged through it)
+    Device, ///< a DeviceFabric (on CPU backends: the fake multi-device fabric of the tests)
+};
+
 /// Runs `steps` steps of the plan with `data`; throws the first device's error (and stops the others).
 /// `backends` empty: every device on a CPU backend of its own.
 LocalRunResult runLocally(const planner::Plan& plan, const TrainingSetup& setup, const DataOrder& data, int steps,
-    const BackendFactory& backends = {});
+    const BackendFactory& backends = {}, LocalLinks links = LocalLinks::Auto);
 
 } // namespace pw::engine

@@ -118,6 +118,7 @@ public:
 
     void flush() override { }
     bool reaches(const Backend&) const override { return false; }
+    Completion completion() const override { return Completion::Host; }
 
 private:
     std::span<float> host(Region r) const

@@ -543,6 +543,22 @@ void residualForward(float* out, const float* a, const float* b, int n)
     }
 }
 
+void sumParts(float* out, std::span<const float* const> parts, std::size_t n)
+{
+    if (parts.empty())
+        return;
+#pragma omp parallel
+    {
+        const auto [begin, end] = threadChunk(static_cast<long>(n));
+        for (long i = begin; i < end; ++i) {
+            float acc = parts[0][i];
+            for (std::size_t p = 1; p < parts.size(); ++p)
+                acc += parts[p][i];
+            out[i] = acc;
+        }
+    }
+}
+
 void crossEntropyForward(float* losses, float* probs, const float* logits, const std::int32_t* targets, int BT, int V)
 {
 #pragma omp parallel for

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "attention_shape.h"
@@ -72,6 +73,8 @@ void geluBackward(float* dinp, const float* inp, const float* dout, int n);
 
 /// out = a + b
 void residualForward(float* out, const float* a, const float* b, int n);
+/// out[i] = parts[0][i] + parts[1][i] + ... in this order (the device fabric's all-reduce); out may be a part.
+void sumParts(float* out, std::span<const float* const> parts, std::size_t n);
 
 /// Cross-entropy of logits (BT x V) against targets: writes each position's loss to losses and the softmax to
 /// probs (BT x V; may alias logits). The padded vocabulary rows of llm.c's checkpoints never reach here: the head

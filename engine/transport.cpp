@@ -125,6 +125,7 @@ public:
     }
     void flush() override { m_host.flush(); }
     bool reaches(const Backend& backend) const override { return &backend == &m_backend; }
+    Completion completion() const override { return Completion::Host; }
 
 private:
     bool direct(const Region& r) const { return m_backend.hostAddressable() && r.dtype == DType::F32; }

@@ -116,6 +116,18 @@ public:
     virtual void flush() = 0;
     /// Whether it moves `backend`'s memory itself; if not, the executor stages through the host (throughHost).
     virtual bool reaches(const Backend& backend) const = 0;
+
+    /// @brief What a handle's wait() promises.
+    enum class Completion : std::uint8_t {
+        /// The host blocked until the operation finished: a receive's data is in memory (host transports, and the
+        /// host staging of any backend's memory), a send's region is free.
+        Host,
+        /// The operation is ordered on the backend's stream: work enqueued after wait() sees a receive's data, and a
+        /// send's region may be reused by later stream work at once; the host blocks at most until the peers have
+        /// posted their parts (NCCL, the device fabric). The host reads the data only after synchronising.
+        Stream,
+    };
+    virtual Completion completion() const = 0;
 };
 
 /// A backend's memory through host memory over `host` (whose regions are fp32 host memory): downloaded (converted

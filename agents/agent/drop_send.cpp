@@ -58,6 +58,7 @@ public:
     }
     void flush() override { m_inner.flush(); }
     bool reaches(const engine::Backend& backend) const override { return m_inner.reaches(backend); }
+    Completion completion() const override { return m_inner.completion(); }
 
 private:
     bool drops(int peer, std::uint64_t tag)

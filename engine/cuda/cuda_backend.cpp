@@ -63,6 +63,20 @@ private:
     cudaStream_t m_stream = nullptr;
 };
 
+/// A recorded point of a stream (Backend::record): a timing-free event, destroyed with its last holder.
+class Event final : public DeviceEvent
+{
+public:
+    Event() { PW_CUDA(cudaEventCreateWithFlags(&m_event, cudaEventDisableTiming)); }
+    ~Event() override { cudaEventDestroy(m_event); }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    cudaEvent_t get() const { return m_event; }
+
+private:
+    cudaEvent_t m_event = nullptr;
+};
+
 /// Device memory with a cache of freed blocks per rounded size.
 class Arena
 {
@@ -406,6 +420,33 @@ public:
     }
 
     std::unique_ptr<ActionTimer> makeTimer() override { return cuda::makeTimer(m_device, m_stream.get()); }
+
+    bool sharesMemoryWith(const Backend& other) const override
+    {
+        const auto* cuda = dynamic_cast<const CudaBackend*>(&other);
+        return cuda && cuda->m_device == m_device;
+    }
+    std::shared_ptr<const DeviceEvent> record() override
+    {
+        activate();
+        auto event = std::make_shared<Event>();
+        PW_CUDA(cudaEventRecord(event->get(), m_stream.get()));
+        return event;
+    }
+    void waitFor(const DeviceEvent& event) override
+    {
+        activate();
+        PW_CUDA(cudaStreamWaitEvent(m_stream.get(), static_cast<const Event&>(event).get(), 0));
+    }
+    void hostWait(const DeviceEvent& event) override
+    {
+        PW_CUDA(cudaEventSynchronize(static_cast<const Event&>(event).get()));
+    }
+    void sum(void* out, std::span<const void* const> parts, std::size_t n) override
+    {
+        activate();
+        cuda::sum(m_launch, out, parts, n);
+    }
 
     void encoderForward(
         void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C) override

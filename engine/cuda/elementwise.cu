@@ -154,6 +154,28 @@ template <class T> struct ResidualOp
     }
 };
 
+/// out = parts[0] + ... + parts[count - 1], in this order, in fp32 (the device fabric's all-reduce).
+constexpr int kSumParts = 16;
+template <class T> struct SumOp
+{
+    T* out;
+    const T* parts[kSumParts];
+    int count;
+
+    template <int N> __device__ void apply(std::size_t i) const
+    {
+        float acc[N], x[N];
+        load<N>(parts[0] + i, acc);
+        for (int p = 1; p < count; ++p) {
+            load<N>(parts[p] + i, x);
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                acc[k] += x[k];
+        }
+        store<N>(out + i, acc);
+    }
+};
+
 template <class T> struct ScaleOp
 {
     T* x;
@@ -359,6 +381,25 @@ void residualForward(const Launch& l, void* out, const void* a, const void* b, s
         using E = decltype(type);
         runMap(l, n, aligned16(out, a, b),
             ResidualOp<E> {static_cast<E*>(out), static_cast<const E*>(a), static_cast<const E*>(b)});
+    });
+}
+
+void sum(const Launch& l, void* out, std::span<const void* const> parts, std::size_t n)
+{
+    if (parts.empty())
+        return;
+    if (parts.size() > static_cast<std::size_t>(kSumParts))
+        throw std::invalid_argument("cuda::sum: " + std::to_string(parts.size()) + " parts; at most "
+            + std::to_string(kSumParts) + " devices share one GPU's fabric");
+    dispatch(l.act, [&](auto type) {
+        using E = decltype(type);
+        SumOp<E> op {static_cast<E*>(out), {}, static_cast<int>(parts.size())};
+        bool vector = aligned16(out);
+        for (std::size_t p = 0; p < parts.size(); ++p) {
+            op.parts[p] = static_cast<const E*>(parts[p]);
+            vector = vector && aligned16(parts[p]);
+        }
+        runMap(l, n, vector, op);
     });
 }
 

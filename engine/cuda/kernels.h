@@ -72,6 +72,8 @@ void attentionBackward(const Launch& l, void* dqkv, const void* dout, const void
 void geluForward(const Launch& l, void* out, const void* inp, std::size_t n);
 void geluBackward(const Launch& l, void* dinp, const void* inp, const void* dout, std::size_t n);
 void residualForward(const Launch& l, void* out, const void* a, const void* b, std::size_t n);
+/// out = the parts summed in order in fp32 (at most 16 parts).
+void sum(const Launch& l, void* out, std::span<const void* const> parts, std::size_t n);
 void classifier(
     const Launch& l, float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale);
 void mean(const Launch& l, float* out, const float* x, std::size_t n);

@@ -308,6 +308,7 @@ public:
     }
 
     bool reaches(const Backend& backend) const override { return &backend == m_backend.get(); }
+    Completion completion() const override { return Completion::Stream; }
 
 private:
     /// A receive's or an all-reduce's handle: the backend's stream waits for the operation's event.

@@ -297,7 +297,7 @@ DeviceFabric::DeviceFabric(std::vector<std::shared_ptr<Backend>> backends)
             throw std::invalid_argument("device fabric: device " + std::to_string(d) + " (" + backends[d]->name()
                 + ") does not share memory with device " + std::to_string(firstDevice) + " (" + first->name() + ")");
     }
-    if (members > kMostMembers)
+    if (members > kMostMembers && !first->hostAddressable())
         throw std::invalid_argument("device fabric: " + std::to_string(members) + " devices share one GPU; at most "
             + std::to_string(kMostMembers) + " can");
     m_state->backends = std::move(backends);

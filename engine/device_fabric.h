@@ -26,8 +26,8 @@ class DeviceFabric
 {
 public:
     /// backends[d]: device d's backend, or null for a device of the run outside the fabric. Throws
-    /// std::invalid_argument when two members do not share memory, or when more than 16 devices share it (the sum
-    /// kernel's limit).
+    /// std::invalid_argument when two members do not share memory, or when more than 16 devices share a GPU (the
+    /// CUDA sum kernel's limit).
     explicit DeviceFabric(std::vector<std::shared_ptr<Backend>> backends);
     /// Waits for every member's stream, then gives the staging buffers still held back to their backends.
     ~DeviceFabric();

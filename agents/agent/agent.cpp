@@ -25,6 +25,7 @@
 #include "engine/checkpoint.h"
 #include "engine/cuda/nccl_transport.h"
 #include "engine/data.h"
+#include "engine/device_fabric.h"
 #include "engine/devices.h"
 #include "engine/executor.h"
 #include "engine/gloo_transport.h"
@@ -530,13 +531,44 @@ void Session::train(const RunSpec& spec)
     for (auto& b : backends)
         if (!b)
             b = engine::makeCpuBackend(); // a CPU device: its own backend, so its memory is counted too
+    // This agent's devices that share memory (one GPU: the controller gives all of its devices to one agent; or
+    // the host's, for CPU devices in one agent) exchange in it over a device fabric; the rest of the run, if any,
+    // is reached through the run's transport.
+    std::vector<std::vector<std::shared_ptr<engine::Backend>>> byMemory;
+    for (std::size_t k = 0; k < spec.devices.size(); ++k) {
+        auto group = std::find_if(byMemory.begin(), byMemory.end(), [&](const auto& members) {
+            const auto first = std::find_if(members.begin(), members.end(), [](const auto& b) { return b != nullptr; });
+            return (*first)->sharesMemoryWith(*backends[k]);
+        });
+        if (group == byMemory.end())
+            group = byMemory.emplace(byMemory.end(), static_cast<std::size_t>(schedule.num_devices));
+        (*group)[static_cast<std::size_t>(spec.devices[k])] = backends[k];
+    }
+    std::vector<std::unique_ptr<engine::DeviceFabric>> fabrics;
+    std::map<int, engine::DeviceFabric*> fabricOf; // device -> its fabric
+    for (auto& members : byMemory)
+        if (std::count_if(members.begin(), members.end(), [](const auto& b) { return b != nullptr; }) > 1) {
+            fabrics.push_back(std::make_unique<engine::DeviceFabric>(members));
+            for (int d : fabrics.back()->devices())
+                fabricOf[d] = fabrics.back().get();
+        }
+    const auto abortLinks = [&](const std::string& why) {
+        if (fabric)
+            fabric->abort(why);
+        for (auto& f : fabrics)
+            f->abort(why);
+    };
     const std::optional<DroppedSend> dropped = droppedSendFromEnv();
+    std::vector<std::unique_ptr<engine::Transport>> linked; // a fabric device's links, staging and routing
     std::vector<std::unique_ptr<engine::Transport>> hooked; // before the executors: they use it until they end
     std::vector<std::unique_ptr<engine::DeviceExecutor>> executors;
     for (std::size_t k = 0; k < spec.devices.size(); ++k) {
         const int d = spec.devices[k];
         engine::Transport* t = nullptr;
-        if (fabric)
+        engine::DeviceFabric* shared = fabricOf.count(d) ? fabricOf[d] : nullptr;
+        if (shared && shared->devices() == runDevices)
+            t = &shared->endpoint(d); // the whole run in this memory: nothing else to reach
+        else if (fabric)
             t = &fabric->endpoint(d);
         else if (spec.transport == Transport::Nccl) {
             engine::NcclOptions o;
@@ -554,6 +586,14 @@ void Session::train(const RunSpec& spec)
             o.warn = [this](const std::string& text) { log(LogLevel::Warning, text); };
             gloo.push_back(engine::makeGlooTransport(d, runDevices, store, o));
             t = gloo.back().get();
+        }
+        if (shared && t != &shared->endpoint(d)) { // the fabric within its memory, the run's transport beyond
+            if (!t->reaches(*backends[k])) {
+                linked.push_back(engine::throughHost(*t, *backends[k]));
+                t = linked.back().get();
+            }
+            linked.push_back(engine::linkTransports(shared->endpoint(d), shared->devices(), *t));
+            t = linked.back().get();
         }
         if (dropped && dropped->device == d) { // the stall tests' hook (drop_send.h)
             hooked.push_back(
@@ -607,8 +647,7 @@ void Session::train(const RunSpec& spec)
                 if (failure.empty())
                     failure = ex.what();
                 stop = true;
-                if (fabric)
-                    fabric->abort(ex.what());
+                abortLinks(ex.what());
             }
         });
     // Relay a stop request to the executors; they stop between actions.

@@ -172,7 +172,7 @@ void RunController::Impl::prepare(CheckedRun& checked, const RunObserver& o)
     const int b = request.plan.schedule.microbatch_size > 0 ? request.plan.schedule.microbatch_size : arch.microbatch;
     tokensPerStep = static_cast<double>(microbatches) * b * arch.sequence;
 
-    // One agent per device, in device order.
+    // One agent per device, or per GPU that several devices share (agentDevices), in device order.
     std::set<int> devices;
     for (const auto& st : request.plan.stages)
         devices.insert(st.devices.begin(), st.devices.end());
@@ -213,10 +213,10 @@ void RunController::Impl::prepare(CheckedRun& checked, const RunObserver& o)
         logBuffer.push_back({0, -1, -1, "warning", std::string("no prediction: ") + e.what()});
     }
 
-    for (int d : devices) {
+    for (auto& group : agentDevices(request.plan)) { // devices sharing a GPU: one agent, over its device fabric
         auto a = std::make_unique<AgentLink>();
-        a->name = "agent " + std::to_string(d);
-        a->devices = {d};
+        a->name = "agent " + std::to_string(group.front());
+        a->devices = std::move(group);
         agents.push_back(std::move(a));
     }
     if (o.created)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "gpu_devices.h"
 
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -49,6 +50,27 @@ agents::Transport runTransport(const planner::Plan& plan)
         if (!gpus.insert(*physicalGpu(*plan.cluster, d)).second)
             return agents::Transport::Gloo; // two devices on one GPU: NCCL cannot make them two ranks
     return agents::Transport::Nccl;
+}
+
+std::vector<std::vector<int>> agentDevices(const planner::Plan& plan)
+{
+    std::set<int> devices;
+    for (const auto& stage : plan.stages)
+        devices.insert(stage.devices.begin(), stage.devices.end());
+    std::vector<std::vector<int>> agents;
+    std::map<std::string, std::size_t> agentOfGpu;
+    for (int d : devices) {
+        const auto gpu = physicalGpu(*plan.cluster, d);
+        if (gpu) {
+            if (const auto it = agentOfGpu.find(*gpu); it != agentOfGpu.end()) {
+                agents[it->second].push_back(d);
+                continue;
+            }
+            agentOfGpu[*gpu] = agents.size();
+        }
+        agents.push_back({d});
+    }
+    return agents;
 }
 
 bool trainsOnGpus(const planner::Plan& plan)

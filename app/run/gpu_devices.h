@@ -31,9 +31,15 @@ agents::Precision gpuPrecision(const planner::Plan& plan);
 std::optional<std::string> physicalGpu(const planner::Cluster& cluster, int device);
 
 /// How the run's agents talk: NCCL when every device of the plan trains on a CUDA GPU and no two of them share a
-/// physical GPU (NCCL refuses two ranks on one GPU); else Gloo, through host memory for GPU devices (the same-GPU
-/// path, and any plan with a CPU device).
+/// physical GPU (NCCL refuses two ranks on one GPU); else Gloo, through host memory for GPU devices (between the
+/// agents of GPUs that several devices share, and in any plan with a CPU device). Devices sharing a GPU are one
+/// agent's (agentDevices) and talk among themselves over its device fabric, in GPU memory.
 agents::Transport runTransport(const planner::Plan& plan);
+
+/// The devices of each of a run's agents, in device order: every device that shares a physical GPU with others in
+/// one agent with them (one process drives them, each on its own stream, over a device fabric: engine/
+/// device_fabric.h), every other device (a GPU of its own, or the CPU) alone.
+std::vector<std::vector<int>> agentDevices(const planner::Plan& plan);
 
 /// Fills a run spec's `cuda_devices` and `precision` for its `devices`: left empty (every device on the CPU, fp32)
 /// when none of them is on a GPU, as before GPUs were known.

@@ -117,7 +117,7 @@ LocalRunLoad localRunLoad(
     std::set<int> devices;
     for (const auto& s : request.plan.stages)
         devices.insert(s.devices.begin(), s.devices.end());
-    load.agents = static_cast<int>(devices.size());
+    load.agents = static_cast<int>(agentDevices(request.plan).size());
     load.threads_given = request.threads.has_value();
     load.threads_per_agent = request.threads ? *request.threads : std::max(1, machine.cores / std::max(1, load.agents));
     if (predicted)

@@ -72,6 +72,27 @@ TEST_CASE("Gloo is the transport for a CPU device or two devices on one physical
     CHECK(app::runTransport(shared) == agents::Transport::Nccl);
 }
 
+TEST_CASE("devices sharing a physical GPU are one agent's, every other device an agent of its own", "[gpu-devices]")
+{
+    using Groups = std::vector<std::vector<int>>;
+    CHECK(app::agentDevices(twoNodes({0}, {0})) == Groups {{0}, {1}}); // two hosts
+    CHECK(app::agentDevices(twoNodes({}, {})) == Groups {{0}, {1}}); // CPUs
+    CHECK(app::agentDevices(twoNodes({0}, {0}, "gpubox", "gpubox")) == Groups {{0, 1}}); // one card, two nodes
+
+    // Four stages on one node: devices 0 and 2 on GPU 0, 1 and 3 on GPU 1, device 4 on the CPU node.
+    auto plan
+        = test::gpt2Plan(test::tinyGpt2(4), {{0, 1, {0}}, {2, 2, {1}}, {3, 3, {2}}, {4, 4, {3}}, {5, 5, {4}}}, "1f1b");
+    planner::Cluster cluster = *plan.cluster;
+    cluster.nodes = {{"gpu", "", 22, "", cluster.device_types[0].name, 4, 1e10, 1e-6},
+        {"cpu", "", 22, "", cluster.device_types[0].name, 1, 1e10, 1e-6}};
+    cluster.nodes[0].gpus = {0, 1, 0, 1};
+    cluster.inter_node_bandwidth_bytes_per_s = 1e9;
+    plan.cluster = cluster;
+    plan.validate();
+    CHECK(app::agentDevices(plan) == Groups {{0, 2}, {1, 3}, {4}});
+    CHECK(app::runTransport(plan) == agents::Transport::Gloo); // between the agents
+}
+
 TEST_CASE("pre-flight's NCCL check wants one NCCL version on every node of an NCCL run", "[gpu-devices]")
 {
     const auto nccl = twoNodes({0}, {0});

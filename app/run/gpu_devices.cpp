@@ -3,9 +3,9 @@
 
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "planner/errors.h"
+#include "planner/physical_gpu.h"
 
 namespace pw::app {
 
@@ -18,26 +18,6 @@ std::optional<int> cudaDeviceOf(const planner::Cluster& cluster, int device)
     return gpus.at(static_cast<std::size_t>(ref.local));
 }
 
-std::optional<std::string> physicalGpu(const planner::Cluster& cluster, int device)
-{
-    const auto gpu = cudaDeviceOf(cluster, device);
-    if (!gpu)
-        return std::nullopt;
-    const auto& node = cluster.nodes[static_cast<std::size_t>(cluster.device(device).node)];
-    std::string physical = std::to_string(*gpu);
-    // The mask renumbers the visible GPUs: index k of the agent's is the mask's k-th entry. A redacted mask is
-    // unknown; the index then stands for itself.
-    if (const auto mask = node.env.find("CUDA_VISIBLE_DEVICES");
-        mask != node.env.end() && mask->second != planner::kRedactedValue) {
-        std::istringstream entries(mask->second);
-        std::string entry;
-        for (int k = 0; std::getline(entries, entry, ','); ++k)
-            if (k == *gpu)
-                physical = entry;
-    }
-    return (node.host.empty() ? node.name : node.host) + "/" + physical;
-}
-
 agents::Transport runTransport(const planner::Plan& plan)
 {
     if (!trainsOnGpus(plan))
@@ -47,7 +27,7 @@ agents::Transport runTransport(const planner::Plan& plan)
         devices.insert(stage.devices.begin(), stage.devices.end());
     std::set<std::string> gpus;
     for (int d : devices)
-        if (!gpus.insert(*physicalGpu(*plan.cluster, d)).second)
+        if (!gpus.insert(*planner::physicalGpu(*plan.cluster, d)).second)
             return agents::Transport::Gloo; // two devices on one GPU: NCCL cannot make them two ranks
     return agents::Transport::Nccl;
 }
@@ -60,7 +40,7 @@ std::vector<std::vector<int>> agentDevices(const planner::Plan& plan)
     std::vector<std::vector<int>> agents;
     std::map<std::string, std::size_t> agentOfGpu;
     for (int d : devices) {
-        const auto gpu = physicalGpu(*plan.cluster, d);
+        const auto gpu = planner::physicalGpu(*plan.cluster, d);
         if (gpu) {
             if (const auto it = agentOfGpu.find(*gpu); it != agentOfGpu.end()) {
                 agents[it->second].push_back(d);

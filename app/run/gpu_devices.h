@@ -25,11 +25,6 @@ bool trainsOnGpus(const planner::Plan& plan);
 /// (/schedule/precision) for fp16, which the engine has no kernels for.
 agents::Precision gpuPrecision(const planner::Plan& plan);
 
-/// Which physical GPU global device `device` trains on, as a key equal for devices sharing one: its node's host
-/// (the name when the node has none) and the GPU after the node's CUDA_VISIBLE_DEVICES (an index or a UUID of the
-/// mask, or the index itself without one); nullopt for a CPU device.
-std::optional<std::string> physicalGpu(const planner::Cluster& cluster, int device);
-
 /// How the run's agents talk: NCCL when every device of the plan trains on a CUDA GPU and no two of them share a
 /// physical GPU (NCCL refuses two ranks on one GPU); else Gloo, through host memory for GPU devices (between the
 /// agents of GPUs that several devices share, and in any plan with a CPU device). Devices sharing a GPU are one

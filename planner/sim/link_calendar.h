@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// LinkCalendar: when a shared link is busy, for the simulator and for generators that time their own runs (wsp).
+// LinkCalendar: when a shared link is busy, for the simulator and for generators that time their own runs (wsp);
+// the simulator books a GPU that several devices share on one too.
 // Internal to planner/: the simulator and the schedule generators use it; other layers go through simulator.h.
 #pragma once
 
@@ -21,7 +22,11 @@ class LinkCalendar
 {
 public:
     /// Books `seconds` of wire time from `t` on; returns when the last byte leaves.
-    double book(double t, double seconds)
+    double book(double t, double seconds) { return reserve(t, seconds).second; }
+
+    /// Books `seconds` of busy time from `t` on, in the free time left (split around earlier bookings when a gap is
+    /// too short); returns when the first piece begins and the last ends.
+    std::pair<double, double> reserve(double t, double seconds)
     {
         std::vector<std::pair<double, double>> pieces;
         auto it = m_busy.upper_bound(t);
@@ -35,8 +40,9 @@ public:
         // Most transfers fit the first gap: booked at once, without splitting (the loop below does the rest).
         if (seconds > 0 && (it == m_busy.end() || seconds <= it->first - at)) {
             insert(at, at + seconds);
-            return at + seconds;
+            return {at, at + seconds};
         }
+        const double first = at;
         while (seconds > 0) {
             while (it != m_busy.end() && it->first <= at) {
                 at = std::max(at, it->second);
@@ -51,7 +57,23 @@ public:
         }
         for (auto [a, b] : pieces)
             insert(a, b);
-        return end;
+        return {pieces.empty() ? first : pieces.front().first, end};
+    }
+
+    /// Books `seconds` in one piece: the first gap from `t` on that holds it whole (a computation on a shared GPU:
+    /// its kernels run one after another); returns when it begins and ends.
+    std::pair<double, double> reserveWhole(double t, double seconds)
+    {
+        auto it = m_busy.upper_bound(t);
+        if (it != m_busy.begin())
+            t = std::max(t, std::prev(it)->second);
+        while (it != m_busy.end() && it->first < t + seconds) {
+            t = std::max(t, it->second);
+            ++it;
+        }
+        if (seconds > 0)
+            insert(t, t + seconds);
+        return {t, t + seconds};
     }
 
 private:

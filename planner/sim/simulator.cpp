@@ -12,6 +12,7 @@
 
 #include "../costs.h"
 #include "../errors.h"
+#include "../physical_gpu.h"
 #include "../schedule/generator.h"
 #include "device_memory.h"
 #include "link_calendar.h"
@@ -111,6 +112,9 @@ public:
         cost.check(plan, D);
         m_groups = leaders ? groupsOf(plan, D) : modelParallelGroups(plan, schedule, cost);
         m_uplinks.resize(m_cost.uplinkCount());
+        m_sharedGpu = sharedGpus(*plan.cluster, plan.devicesUsed());
+        for (int gpu : m_sharedGpu)
+            m_gpus.resize(std::max(m_gpus.size(), static_cast<std::size_t>(gpu + 1)));
         m_collectiveFree.assign(D, 0.0);
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);
@@ -443,7 +447,7 @@ private:
     {
         auto& dev = m_devices[d];
         const int r = replica(d, a);
-        const double t0 = dev.compute_free, t1 = t0 + m_cost.forward(a.stage, r);
+        const auto [t0, t1] = occupy(d, dev.compute_free, m_cost.forward(a.stage, r));
         useVersion(d, a, t0, false);
         m_memory.change(d, t0, stash(a.stage));
         m_memory.stash(d, +1);
@@ -454,8 +458,7 @@ private:
     {
         auto& dev = m_devices[d];
         const int r = replica(d, a);
-        const double t0 = dev.compute_free;
-        const double t1 = t0 + m_cost.backward(a.stage, r) + m_cost.recompute(a.stage, r);
+        const auto [t0, t1] = occupy(d, dev.compute_free, m_cost.backward(a.stage, r) + m_cost.recompute(a.stage, r));
         // Recomputation's rebuilt activations and one layer's activation gradients at a time live during it.
         const auto& gradients = m_cost.stage_backward_working_bytes;
         const double working = m_cost.recomputeWorkingBytes(a.stage)
@@ -480,8 +483,8 @@ private:
     void backwardInput(int d, const Action& a)
     {
         const int r = replica(d, a);
-        const double t0 = m_devices[d].compute_free;
-        const double t1 = t0 + m_cost.backwardInput(a.stage, r) + m_cost.recompute(a.stage, r);
+        const auto [t0, t1]
+            = occupy(d, m_devices[d].compute_free, m_cost.backwardInput(a.stage, r) + m_cost.recompute(a.stage, r));
         if (const double working = m_cost.recomputeWorkingBytes(a.stage); working > 0)
             m_memory.change(d, t0, working);
         compute(d, a, t0, t1);
@@ -495,7 +498,7 @@ private:
     {
         auto& dev = m_devices[d];
         const int r = replica(d, a);
-        const double t0 = dev.compute_free, t1 = t0 + m_cost.backwardWeight(a.stage, r);
+        const auto [t0, t1] = occupy(d, dev.compute_free, m_cost.backwardWeight(a.stage, r));
         compute(d, a, t0, t1);
         // The stage's gradients are final only after its last W: the all-reduce's buckets wait for it.
         m_lastBackward[heldSlot(d, a.stage)] = {t1, m_cost.backwardWeight(a.stage, r)};
@@ -518,7 +521,7 @@ private:
     void optimizerStep(int d, const Action& a)
     {
         replica(d, a);
-        const double t0 = m_devices[d].compute_free, t1 = t0 + m_cost.optimizerStepSeconds(d, a.stage);
+        const auto [t0, t1] = occupy(d, m_devices[d].compute_free, m_cost.optimizerStepSeconds(d, a.stage));
         compute(d, a, t0, t1);
         newVersion(d, a, t1);
         // The k-th optimizer step of a (device, stage) closes its batch k: a schedule that flushes every batch ends
@@ -686,6 +689,17 @@ private:
         return r;
     }
 
+    /// When `seconds` of computation that device d can begin at t run: at once on a GPU of its own; on a GPU that
+    /// other devices of the plan share, in the first time their computations leave it free for the whole of it (they
+    /// take turns: one stream's kernels fill the GPU), booked as the dataflow reaches them.
+    std::pair<double, double> occupy(int d, double t, double seconds)
+    {
+        const int gpu = m_sharedGpu[static_cast<std::size_t>(d)];
+        if (gpu < 0 || seconds <= 0)
+            return {t, t + seconds};
+        return m_gpus[static_cast<std::size_t>(gpu)].reserveWhole(t, seconds);
+    }
+
     void compute(int d, const Action& a, double t0, double t1)
     {
         auto& dev = m_devices[d];
@@ -836,6 +850,8 @@ private:
     ModelParallelGroups m_groups; ///< run once each where the schedule and costs allow (modelParallelGroups)
     std::vector<int> m_collectiveMembers; ///< per collective group: the members that reach it (run)
     std::vector<LinkCalendar> m_uplinks; ///< per node: its inter-node uplink
+    std::vector<int> m_sharedGpu; ///< per device: its GPU among those several devices share, or -1
+    std::vector<LinkCalendar> m_gpus; ///< per shared GPU: when its devices' computations keep it busy
     std::vector<double> m_collectiveFree; ///< per device: when its latest all-reduce has left the link
     std::vector<std::size_t> m_slotOffset; ///< per stage: its first (device, stage) slot; one past the last at the end
     std::vector<LastBackward> m_lastBackward; ///< per (device, stage) slot

@@ -8,6 +8,7 @@
 
 #include "app/run/gpu_devices.h"
 #include "app/run/preflight.h"
+#include "planner/physical_gpu.h"
 #include "tests/engine/engine_fixtures.h"
 
 using namespace pw;
@@ -37,8 +38,8 @@ TEST_CASE("NCCL is the transport when every device has a GPU of its own", "[gpu-
 {
     CHECK(app::runTransport(twoNodes({0}, {0})) == agents::Transport::Nccl); // two hosts
     CHECK(app::runTransport(twoNodes({0}, {1}, "gpubox", "gpubox")) == agents::Transport::Nccl);
-    CHECK(app::physicalGpu(*twoNodes({0}, {1}, "gpubox", "gpubox").cluster, 1) == "gpubox/1");
-    CHECK_FALSE(app::physicalGpu(*twoNodes({}, {0}).cluster, 0).has_value());
+    CHECK(planner::physicalGpu(*twoNodes({0}, {1}, "gpubox", "gpubox").cluster, 1) == "gpubox/1");
+    CHECK_FALSE(planner::physicalGpu(*twoNodes({}, {0}).cluster, 0).has_value());
 }
 
 TEST_CASE("Gloo is the transport for a CPU device or two devices on one physical GPU", "[gpu-devices]")
@@ -54,7 +55,7 @@ TEST_CASE("Gloo is the transport for a CPU device or two devices on one physical
     cluster.nodes[1].env["CUDA_VISIBLE_DEVICES"] = "3";
     plan.cluster = cluster;
     CHECK(app::runTransport(plan) == agents::Transport::Nccl);
-    CHECK(app::physicalGpu(*plan.cluster, 0) == "gpubox/2");
+    CHECK(planner::physicalGpu(*plan.cluster, 0) == "gpubox/2");
     cluster.nodes[1].env["CUDA_VISIBLE_DEVICES"] = "2";
     plan.cluster = cluster;
     CHECK(app::runTransport(plan) == agents::Transport::Gloo);

@@ -2,8 +2,10 @@
 // GPT-2 124M training on one GPU (issue 20, item 8): the engine's tokens/s and MFU in bf16 mixed precision at
 // batch 16, 32 and 64 x 1024 against PyTorch eager and torch.compile measured in the same run
 // (tests/oracle/gpt2_torch_gpu_bench.py: bf16 autocast, fused AdamW, flash attention, random tokens); a 2- and a
-// 4-stage 1F1B pipeline whose stages share the GPU (each its own stream, transfers through host memory) against the
-// one-stage run of the same microbatches; and the iteration time the planner predicts from a profile measured on
+// 4-stage pipeline (1F1B, zb-h1) whose stages share the GPU (each its own stream, transfers and the tied embedding's
+// all-reduce over the device fabric; and, for comparison, through host memory as before issue 33) against the
+// one-stage run of the same microbatches, with their losses; and the iteration time the planner predicts from a
+// profile measured on
 // the GPU (engine::measureProfile) against the measured one. Every run times the steps after its warm-up steps.
 // Prints a table; where no CUDA device is visible it says "skipped: no CUDA device" and exits 0.
 //
@@ -136,8 +138,9 @@ std::vector<std::int32_t> randomTokens(std::size_t count, int vocab)
     return tokens;
 }
 
-/// Trains `plan` for warm-up + timed steps on the GPU, random tokens, GPT-2's initialisation.
-Speed trainEngine(const planner::Plan& plan, const Options& o)
+/// Trains `plan` for warm-up + timed steps on the GPU, random tokens, GPT-2's initialisation; stages that share
+/// the GPU linked as `links` says (the device fabric by default).
+Speed trainEngine(const planner::Plan& plan, const Options& o, engine::LocalLinks links = engine::LocalLinks::Auto)
 {
     Speed s;
     try {
@@ -149,7 +152,7 @@ Speed trainEngine(const planner::Plan& plan, const Options& o)
         const std::size_t perStep = static_cast<std::size_t>(setup.microbatches) * setup.shape.batch * setup.shape.seq;
         const engine::DataOrder data(randomTokens(perStep * static_cast<std::size_t>(steps) + 1, setup.model.vocab),
             setup.microbatches, setup.shape.batch, setup.shape.seq);
-        const auto run = engine::runLocally(plan, setup, data, steps, onTheGpu());
+        const auto run = engine::runLocally(plan, setup, data, steps, onTheGpu(), links);
         const double start = o.warmup > 0 ? run.step_ends.at(static_cast<std::size_t>(o.warmup - 1)) : 0.0;
         const double seconds = run.step_ends.back() - start;
         s.step_s = seconds / o.steps;
@@ -225,6 +228,35 @@ TorchSpeed runTorch(int batch, const Options& o)
     if (report.contains("eager") && report["eager"].contains("losses") && !report["eager"]["losses"].empty())
         t.eager_first_loss = report["eager"]["losses"][0].get<double>();
     return t;
+}
+
+/// A profile of GPT-2 small at `microbatch` measured on this GPU (bf16 mixed, CUDA events).
+planner::ModelProfile measuredProfile(int microbatch)
+{
+    engine::ProfileOptions po;
+    po.shape = gpt2Small(microbatch);
+    po.device.cuda = 0;
+    po.device.precision = engine::Precision::Bf16Mixed;
+    po.warmup = 2;
+    po.repeats = 5;
+    return engine::measureProfile(po);
+}
+
+/// The iteration time the planner predicts for `plan` with `profile`, every device of the plan on this one GPU (the
+/// node's `gpus` all 0: the simulator lets stages that share it take turns). The GPU's own times as they are
+/// (relative speed 1); the preset gives its memory and bandwidth (the optimizer step's cost).
+double predictOnThisGpu(planner::Plan plan, const planner::ModelProfile& profile, const std::string& gpu)
+{
+    plan.model = profile;
+    auto type = *planner::devicePreset(gpu.find("H200") != std::string::npos ? "H200" : "H100");
+    type.relative_speed = 1.0;
+    auto cluster = *plan.cluster;
+    cluster.device_types = {type};
+    cluster.nodes.at(0).device_type = type.name;
+    cluster.nodes.at(0).gpus.assign(static_cast<std::size_t>(cluster.nodes.at(0).count), 0);
+    plan.cluster = cluster;
+    plan.validate();
+    return planner::simulate(plan).iteration_time_s;
 }
 
 std::string rate(const std::optional<double>& tokensPerS, double flopsPerToken, double peak)
@@ -398,27 +430,56 @@ int main(int argc, char** argv)
         // 2. Pipelines on one GPU: 16 sequences as 4 microbatches of 4, one stage (gradient accumulation) against 2 and
         // 4 stages under 1F1B. The layers: embedding 0, blocks 1..12, head 13 (the head's classifier over 50304
         // columns costs about five blocks, so the cuts give it fewer blocks).
-        std::printf("\n1F1B on one GPU, 16 x %d per step as 4 microbatches of 4 (stages share the GPU, each on its "
-                    "own stream; transfers through host memory):\n",
+        std::printf("\nPipelines on one GPU, 16 x %d per step as 4 microbatches of 4 (stages share the GPU, each on "
+                    "its own stream; links: the device fabric, or host memory as before issue 33):\n",
             config.max_seq);
-        const std::vector<std::pair<std::string, std::vector<test::StageCut>>> pipelines = {
-            {"one stage", {{0, 13, {0}}}},
-            {"2 stages", {{0, 8, {0}}, {9, 13, {1}}}},
-            {"4 stages", {{0, 4, {0}}, {5, 8, {1}}, {9, 12, {2}}, {13, 13, {3}}}},
+        const std::vector<test::StageCut> two {{0, 8, {0}}, {9, 13, {1}}};
+        const std::vector<test::StageCut> four {{0, 4, {0}}, {5, 8, {1}}, {9, 12, {2}}, {13, 13, {3}}};
+        struct Pipeline
+        {
+            std::string name;
+            std::vector<test::StageCut> cuts;
+            std::string kind;
+            engine::LocalLinks links = engine::LocalLinks::Auto;
+        };
+        const std::vector<Pipeline> pipelines = {
+            {"one stage", {{0, 13, {0}}}, "1f1b"},
+            {"2 stages 1F1B", two, "1f1b"},
+            {"4 stages 1F1B", four, "1f1b"},
+            {"4 stages zb-h1", four, "zb-h1"},
+            {"2 stages 1F1B, host links", two, "1f1b", engine::LocalLinks::Host},
+            {"4 stages 1F1B, host links", four, "1f1b", engine::LocalLinks::Host},
         };
         double oneStage = 0;
-        for (const auto& [name, cuts] : pipelines) {
-            const Speed s = trainEngine(test::gpt2Plan(gpt2Small(4), cuts, "1f1b", 4), o);
+        std::vector<double> oneStageLosses;
+        std::optional<planner::ModelProfile> profile4; // measured at microbatch 4, for the predictions
+        try {
+            profile4 = measuredProfile(4);
+        } catch (const std::exception& e) {
+            failed = true;
+            std::printf("  no profile for the predictions: %s\n", e.what());
+        }
+        for (const auto& [name, cuts, kind, links] : pipelines) {
+            const auto plan = test::gpt2Plan(gpt2Small(4), cuts, kind, 4);
+            const Speed s = trainEngine(plan, o, links);
             if (!s.error.empty()) {
                 failed = true;
-                std::printf("  %-10s failed: %s\n", name.c_str(), s.error.c_str());
+                std::printf("  %-26s failed: %s\n", name.c_str(), s.error.c_str());
                 continue;
             }
-            if (oneStage == 0)
+            if (oneStage == 0) {
                 oneStage = s.tokens_per_s;
-            std::printf("  %-10s %9.0f tok/s  %7.2f ms/step  %.2fx the one-stage run  peak %.1f GiB\n", name.c_str(),
-                s.tokens_per_s, s.step_s * 1e3, oneStage > 0 ? s.tokens_per_s / oneStage : 0.0,
-                s.peak_bytes / (1 << 30));
+                oneStageLosses = s.losses;
+            }
+            // The losses against the one-stage run's: the same microbatches, the same initialisation.
+            double worst = 0;
+            for (std::size_t k = 0; k < std::min(s.losses.size(), oneStageLosses.size()); ++k)
+                worst = std::max(worst, std::abs(s.losses[k] - oneStageLosses[k]) / std::abs(oneStageLosses[k]));
+            const double predicted = profile4 ? predictOnThisGpu(plan, *profile4, gpu) : 0.0;
+            std::printf("  %-26s %9.0f tok/s  %7.2f ms/step (predicted %.2f, %+.1f %%)  %.2fx the one-stage run  peak "
+                        "%.1f GiB  losses within %.1e of one stage's\n",
+                name.c_str(), s.tokens_per_s, s.step_s * 1e3, predicted * 1e3, (predicted / s.step_s - 1) * 100,
+                oneStage > 0 ? s.tokens_per_s / oneStage : 0.0, s.peak_bytes / (1 << 30), worst);
             // Where each device's step goes (span time per action kind; transfers include their waits).
             for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1; ++d) {
                 std::printf("    device %zu, ms per step:", d);
@@ -427,7 +488,7 @@ int main(int argc, char** argv)
                 std::printf("\n");
             }
             results["pipelines"].push_back({{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s},
-                {"ms_per_kind", s.ms_per_kind}});
+                {"ms_per_kind", s.ms_per_kind}, {"losses", s.losses}, {"predicted_s", predicted}});
         }
 
         // 2b. The Llama family beside GPT-2 at the same size, 16 x 1024 tokens per step as 4 microbatches of 4.
@@ -452,25 +513,9 @@ int main(int argc, char** argv)
         // 3. The planner's prediction from a profile measured on this GPU, against the one-stage batch-16 run.
         const int predictedBatch = 16;
         try {
-            engine::ProfileOptions po;
-            po.shape = gpt2Small(predictedBatch);
-            po.device.cuda = 0;
-            po.device.precision = engine::Precision::Bf16Mixed;
-            po.warmup = 2;
-            po.repeats = 5;
-            const planner::ModelProfile profile = engine::measureProfile(po);
-            auto plan = test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1);
-            plan.model = profile;
-            // The GPU's own times as they are (relative speed 1); the preset gives its memory and bandwidth (the
-            // optimizer step's cost).
-            auto type = *planner::devicePreset(gpu.find("H200") != std::string::npos ? "H200" : "H100");
-            type.relative_speed = 1.0;
-            auto cluster = *plan.cluster;
-            cluster.device_types = {type};
-            cluster.nodes.at(0).device_type = type.name;
-            plan.cluster = cluster;
-            plan.validate();
-            const double predicted = planner::simulate(plan).iteration_time_s;
+            const planner::ModelProfile profile = measuredProfile(predictedBatch);
+            const double predicted
+                = predictOnThisGpu(test::gpt2Plan(gpt2Small(predictedBatch), {{0, 13, {0}}}, "gpipe", 1), profile, gpu);
             // The one-stage run of that batch from the first table, or a run of its own when it was not measured.
             const auto same
                 = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.batch == predictedBatch; });

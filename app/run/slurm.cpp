@@ -178,12 +178,11 @@ bool SlurmNode::usable() const
 
 std::vector<SlurmNeed> slurmNeeds(const planner::Plan& plan, int cpus_per_task)
 {
-    std::set<int> devices;
-    for (const auto& st : plan.stages)
-        devices.insert(st.devices.begin(), st.devices.end());
+    // One task per agent (the devices sharing a GPU are one agent's), one GPU per physical GPU.
     std::vector<SlurmNeed> needs;
     std::vector<int> nodeOf; // needs' cluster node indices
-    for (int d : devices) {
+    for (const auto& agent : agentDevices(plan)) {
+        const int d = agent.front();
         const int node = plan.cluster->device(d).node;
         auto it = std::find(nodeOf.begin(), nodeOf.end(), node);
         if (it == nodeOf.end()) {

@@ -163,21 +163,22 @@ public:
         , m_threads(std::max(1, request.threads.value_or(1)))
         , m_job(std::make_shared<SlurmJob>())
     {
-        // The plan's devices in order (the controller's agents), and each one's plan node and GPU among its node's.
-        std::set<int> devices;
-        for (const auto& st : m_plan.stages)
-            devices.insert(st.devices.begin(), st.devices.end());
+        // The controller's agents in order (each named by its first device; the devices sharing a GPU are one
+        // agent's), each one's plan node, and each device's GPU among the physical GPUs its node's agents use.
         std::vector<int> nodes;
         std::map<int, int> gpusSoFar;
-        for (int d : devices) {
-            const int node = m_plan.cluster->device(d).node;
+        for (const auto& agent : agentDevices(m_plan)) {
+            const int node = m_plan.cluster->device(agent.front()).node;
             auto it = std::find(nodes.begin(), nodes.end(), node);
             if (it == nodes.end())
                 it = nodes.insert(nodes.end(), node);
-            m_devices.push_back(d);
+            m_devices.push_back(agent.front());
             m_planNodeOf.push_back(static_cast<int>(it - nodes.begin()));
-            if (cudaDeviceOf(*m_plan.cluster, d))
-                m_gpuOnNode[d] = gpusSoFar[node]++;
+            if (cudaDeviceOf(*m_plan.cluster, agent.front())) {
+                const int gpu = gpusSoFar[node]++;
+                for (int d : agent)
+                    m_gpuOnNode[d] = gpu;
+            }
         }
     }
     ~SlurmLauncher() override
@@ -258,7 +259,7 @@ private:
     std::filesystem::path m_agent;
     std::vector<SlurmNeed> m_needs;
     int m_threads; ///< per agent: its CPUs in the job
-    std::vector<int> m_devices; ///< task -> device
+    std::vector<int> m_devices; ///< task -> its agent's first device
     std::vector<int> m_planNodeOf; ///< task -> the plan node's place in m_needs
     std::map<int, int> m_gpuOnNode; ///< device -> its place among its node's GPU devices
     std::shared_ptr<SlurmJob> m_job;

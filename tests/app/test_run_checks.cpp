@@ -132,5 +132,8 @@ TEST_CASE("a local run on GPUs this machine lacks is refused before it starts, n
     // On the CPU (no "gpus") nothing is asked of CUDA.
     auto cpu = planner::loadPlan(PW_DEMO_DIR "/gpt2-tiny-local.plan.json");
     CHECK_NOTHROW(app::checkLocalGpus(cpu, nullptr));
-    CHECK(app::localRunLoad(request, &sim, app::MachineResources::thisMachine()).agents == 2);
+    // Its two devices share one GPU: one agent drives both (over its device fabric); on the CPU, an agent each.
+    CHECK(app::localRunLoad(request, &sim, app::MachineResources::thisMachine()).agents == 1);
+    request.plan = cpu;
+    CHECK(app::localRunLoad(request, nullptr, app::MachineResources::thisMachine()).agents == 2);
 }

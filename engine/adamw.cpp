@@ -23,6 +23,8 @@ AdamW::AdamW(const StageModel& model)
 {
     model.backend().zero(m_m.data(), m_m.bytes());
     model.backend().zero(m_v.data(), m_v.bytes());
+    for (const auto& s : model.slots())
+        m_tensors.push_back({s.offset, s.size, s.decayed});
 }
 
 void AdamW::step(StageModel& model, const AdamWOptions& o, double lr, int t)
@@ -33,14 +35,8 @@ void AdamW::step(StageModel& model, const AdamWOptions& o, double lr, int t)
     const float c2 = static_cast<float>(1.0 - std::pow(o.beta2, t));
     const float eps = static_cast<float>(o.eps), rate = static_cast<float>(lr);
     const float decayFactor = static_cast<float>(1.0 - lr * o.weight_decay);
-    const std::size_t e = byteSize(be.act());
-    auto* params = static_cast<std::byte*>(model.params().data());
-    const auto* grads = static_cast<const std::byte*>(model.grads().data());
-    float* master = model.master();
-    for (const auto& s : model.slots())
-        be.adamw(params + s.offset * e, master ? master + s.offset : nullptr, grads + s.offset * e,
-            m_m.as<float>() + s.offset, m_v.as<float>() + s.offset, s.size, rate, b1, b2, eps,
-            s.decayed ? decayFactor : 1.0f, c1, c2);
+    be.adamwTensors(model.params().data(), model.master(), model.grads().data(), m_m.as<float>(), m_v.as<float>(),
+        m_tensors, rate, b1, b2, eps, decayFactor, c1, c2);
 }
 
 } // namespace pw::engine

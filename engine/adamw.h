@@ -35,13 +35,14 @@ public:
     explicit AdamW(const StageModel& model);
 
     /// Update t (1-based; bias correction) with learning rate lr, of `model`'s parameters from its gradients: one
-    /// backend call per tensor, decayed or not (TensorSlot::decayed). In mixed precision it updates the fp32 master
-    /// weights and rounds them into the bf16 parameters.
+    /// backend call over all its tensors, decayed or not (TensorSlot::decayed). In mixed precision it updates the
+    /// fp32 master weights and rounds them into the bf16 parameters.
     void step(StageModel& model, const AdamWOptions& options, double lr, int t);
 
 private:
     Buffer m_m;
     Buffer m_v;
+    std::vector<AdamWTensor> m_tensors; ///< the model's slots as the backend's adamwTensors takes them
 };
 
 } // namespace pw::engine

@@ -113,6 +113,26 @@ public:
     virtual ~DeviceEvent() = default;
 };
 
+/// @brief A tensor of a stage's parameter vector as AdamW updates it: `size` elements from element `offset`, with
+/// the weight decay or without.
+struct AdamWTensor
+{
+    std::size_t offset = 0;
+    std::size_t size = 0;
+    bool decayed = false;
+
+    bool operator==(const AdamWTensor&) const = default;
+};
+
+/// @brief fp32 values on their way from a device to the host (Backend::readBack).
+class HostCopy
+{
+public:
+    virtual ~HostCopy() = default;
+    /// Waits for the copy (that is, for the work enqueued before it, not for the whole stream) and returns the values.
+    virtual std::vector<float> take() = 0;
+};
+
 /// @brief One device: memory, stream, timer and kernel table.
 class Backend
 {
@@ -142,6 +162,9 @@ public:
     /// Device elements of `dtype` to host fp32; waits for the stream up to here.
     virtual void download(float* host, const void* src, DType dtype, std::size_t count) = 0;
     virtual void synchronize() = 0;
+    /// Starts copying `count` fp32 elements at `src` to the host, ordered on the stream, without waiting: a read-back
+    /// taken a step later finds them landed and never drains the stream (the executor's losses, issue 33).
+    virtual std::unique_ptr<HostCopy> readBack(const float* src, std::size_t count) = 0;
     virtual std::unique_ptr<ActionTimer> makeTimer() = 0;
 
     // Between backends that share memory (stages of one GPU: the device fabric, engine/device_fabric.h) --------
@@ -181,6 +204,18 @@ public:
     /// dweight null: dinp alone; dinp null: dweight alone; both accumulated.
     virtual void rmsnormBackward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
         const float* rstd, int BT, int C)
+        = 0;
+    /// A residual branch joined with the norm that follows it, in one pass (issue 33 item 2): sum = a + b, then
+    /// out = the norm of sum (layernormForward's, or with rstd alone rmsnormForward's; mean null for RMSNorm, which
+    /// then uses eps). The same values as residualForward followed by the norm's forward.
+    virtual void residualNormForward(void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+        const void* weight, const void* bias, int BT, int C, float eps)
+        = 0;
+    /// dinp = dresidual + the norm's input gradient (LayerNorm's with mean, RMSNorm's with mean null), written:
+    /// the residual's gradient and its norm's joined in one pass (a copy and the norm's accumulating backward
+    /// before). dresidual may be dinp itself (then accumulated, as layernormBackward does).
+    virtual void normBackwardResidual(void* dinp, const void* dresidual, const void* dout, const void* inp,
+        const void* weight, const float* mean, const float* rstd, int BT, int C)
         = 0;
     /// Rotary position embedding in place over the first `heads` heads of each row (ops::rotary); table fp32.
     virtual void rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse) = 0;
@@ -238,6 +273,14 @@ public:
     /// master copy); in mixed precision params becomes bf16(master).
     virtual void adamw(void* params, float* master, const void* grads, float* m, float* v, std::size_t n, float lr,
         float beta1, float beta2, float eps, float decay_factor, float c1, float c2)
+        = 0;
+    /// adamw() over the `tensors` of one parameter vector (params, master, grads, m and v point at its element 0):
+    /// decay_factor on the decayed ones, none on the others, in as few launches as the backend can (CUDA: up to 64
+    /// contiguous tensors a launch; a GPT-2 block's 12 tensors were 12 launches). The same values as adamw() per
+    /// tensor.
+    virtual void adamwTensors(void* params, float* master, const void* grads, float* m, float* v,
+        std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor,
+        float c1, float c2)
         = 0;
 };
 

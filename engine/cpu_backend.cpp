@@ -147,6 +147,22 @@ public:
         }
     }
     void synchronize() override { }
+    std::unique_ptr<HostCopy> readBack(const float* src, std::size_t count) override
+    {
+        class Copied final : public HostCopy
+        {
+        public:
+            explicit Copied(std::vector<float> values)
+                : m_values(std::move(values))
+            {
+            }
+            std::vector<float> take() override { return std::move(m_values); }
+
+        private:
+            std::vector<float> m_values;
+        };
+        return std::make_unique<Copied>(std::vector<float>(src, src + count));
+    }
     std::unique_ptr<ActionTimer> makeTimer() override { return std::make_unique<HostTimer>(); }
 
     // The CPU's "stream" is the calling thread: whatever was called before record() has happened when it returns.
@@ -158,6 +174,25 @@ public:
     }
     void waitFor(const DeviceEvent&) override { }
     void hostWait(const DeviceEvent&) override { }
+    void residualNormForward(void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+        const void* weight, const void* bias, int BT, int C, float eps) override
+    {
+        const std::size_t n = static_cast<std::size_t>(BT) * static_cast<std::size_t>(C);
+        residualForward(sum, a, b, n);
+        if (mean)
+            layernormForward(out, mean, rstd, sum, weight, bias, BT, C);
+        else
+            rmsnormForward(out, rstd, sum, weight, BT, C, eps);
+    }
+    void normBackwardResidual(void* dinp, const void* dresidual, const void* dout, const void* inp, const void* weight,
+        const float* mean, const float* rstd, int BT, int C) override
+    {
+        copy(dinp, dresidual, static_cast<std::size_t>(BT) * static_cast<std::size_t>(C) * sizeof(float));
+        if (mean)
+            layernormBackward(dinp, nullptr, nullptr, dout, inp, weight, mean, rstd, BT, C);
+        else
+            rmsnormBackward(dinp, nullptr, dout, inp, weight, rstd, BT, C);
+    }
     void sum(void* out, std::span<const void* const> parts, std::size_t n) override
     {
         std::vector<const float*> p;
@@ -322,6 +357,14 @@ public:
         }
         if (master && master != params)
             std::copy(master, master + n, f(params));
+    }
+    void adamwTensors(void* params, float* master, const void* grads, float* m, float* v,
+        std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor,
+        float c1, float c2) override
+    {
+        for (const AdamWTensor& t : tensors) // no launches to save on the CPU: the oracle, a tensor at a time
+            adamw(f(params) + t.offset, master ? master + t.offset : nullptr, f(grads) + t.offset, m + t.offset,
+                v + t.offset, t.size, lr, beta1, beta2, eps, t.decayed ? decay_factor : 1.0f, c1, c2);
     }
 
 private:

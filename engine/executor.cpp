@@ -317,12 +317,34 @@ planner::Span DeviceExecutor::planned(const Action& a, std::int64_t runIndex, do
 
 void DeviceExecutor::flushLosses()
 {
+    deliverLosses();
     if (m_lossIds.empty())
         return;
     std::vector<float> host(m_lossIds.size());
     m_backend->download(host.data(), m_losses.data(), DType::F32, host.size());
     const auto ids = std::move(m_lossIds);
     m_lossIds.clear();
+    if (m_sink.loss)
+        for (std::size_t i = 0; i < ids.size(); ++i)
+            m_sink.loss(ids[i], host[i]);
+}
+
+void DeviceExecutor::readLossesLater()
+{
+    deliverLosses(); // the previous step's: landed while this step ran
+    if (m_lossIds.empty())
+        return;
+    m_pendingLosses = {m_backend->readBack(m_losses.as<float>(), m_lossIds.size()), std::move(m_lossIds)};
+    m_lossIds.clear();
+}
+
+void DeviceExecutor::deliverLosses()
+{
+    auto [copy, ids] = std::move(m_pendingLosses);
+    m_pendingLosses = {};
+    if (!copy)
+        return;
+    const std::vector<float> host = copy->take();
     if (m_sink.loss)
         for (std::size_t i = 0; i < ids.size(); ++i)
             m_sink.loss(ids[i], host[i]);
@@ -567,7 +589,9 @@ void DeviceExecutor::optimizerStep(const Action& a)
     st.versions.stepped(a.weight_version);
     if (st.waves)
         st.waves->afterStep(*m_backend, *st.model);
-    flushLosses(); // one read-back per step: the losses of the microbatches this step trained on
+    // One read-back per step, of the losses of the microbatches this step trained on, taken at the next step: the
+    // host never waits for the device here, so it enqueues the next step while this one's tail still runs.
+    readLossesLater();
     if (m_sink.step)
         m_sink.step(a.stage, a.weight_version);
 }

@@ -125,7 +125,8 @@ struct ExecutorSink
 /// @brief One device of a run, on one backend: its stages' weights, gradients, optimizer moments, stashed
 /// activations and weight versions live on the backend's device; the executor calls only the backend and a
 /// Transport, whichever they are. Spans are the device's times (the backend's ActionTimer); losses stay on
-/// the device until one read-back per optimizer step (and at the end), when the sink hears them in order.
+/// the device until one read-back per optimizer step, started at the step and taken at the next (and at the end),
+/// when the sink hears them in order: a step late, so that the host never waits for the device to learn them.
 class DeviceExecutor
 {
 public:
@@ -166,8 +167,12 @@ private:
     /// Whether `a` is the all-reduce of a TiedWeights group.
     bool tiedAllReduce(const planner::Action& a) const;
     const void* weightsFor(StageState& st, std::int64_t key, const char* what, int microbatch);
-    /// Hands the losses read back so far to the sink (one download), and the finished actions' spans.
+    /// Hands the losses read back so far to the sink (one download, which waits for the device), and the finished
+    /// actions' spans.
     void flushLosses();
+    /// Hands the previous step's losses to the sink (landed by now) and starts reading back this step's.
+    void readLossesLater();
+    void deliverLosses();
     void flushSpans(bool wait);
     StageState& state(int stage);
     /// The data's microbatch id of this device's pipeline's microbatch `local` (= local with one pipeline).
@@ -191,6 +196,8 @@ private:
     std::map<std::uint64_t, planner::Span> m_openSpans; ///< by timer ticket, until the device's times are known
     Buffer m_losses; ///< the head's microbatch losses since the last read-back (fp32, on the device)
     std::vector<int> m_lossIds; ///< their global microbatch ids
+    /// The last step's losses on their way to the host, and their ids (the sink hears them a step late).
+    std::pair<std::unique_ptr<HostCopy>, std::vector<int>> m_pendingLosses;
     std::vector<std::int32_t> m_tokens, m_targets; ///< host staging of one microbatch's data
     float m_lossScale = 1.0f;
     int m_index = 0; ///< the action running

@@ -247,6 +247,10 @@ public:
     {
         const std::span<const float> values = host(data);
         Pending p;
+        if (!m_spare.empty()) { // a finished send's copy: after the first step, sends allocate nothing
+            p.data = std::move(m_spare.back());
+            m_spare.pop_back();
+        }
         p.data.assign(values.begin(), values.end());
         p.buffer = m_mesh->createUnboundBuffer(p.data.data(), p.data.size() * sizeof(float));
         const int rank = meshRank(peer);
@@ -538,6 +542,8 @@ private:
             if (!p.buffer->waitSend(m_options.timeout))
                 throw TransportError("aborted");
         });
+        if (m_spare.size() < 64)
+            m_spare.push_back(std::move(p.data));
     }
 
     template <class F> void guard(const std::string& what, F&& f)
@@ -559,6 +565,7 @@ private:
     std::shared_ptr<gloo::Context> m_mesh;
     std::map<std::vector<int>, std::shared_ptr<gloo::Context>> m_groups;
     std::deque<Pending> m_pending;
+    std::vector<std::vector<float>> m_spare; ///< finished sends' copies, for the next sends
 };
 
 } // namespace

@@ -126,8 +126,7 @@ public:
         be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), attention(p));
         // The attention projection goes to out first, then res2 = x + it.
         be.matmulForward(s.out.data(), v[kAtty].data(), p.w(bProjw), p.w(bProjb), BT, C, C, nullptr);
-        be.residualForward(v[kRes2].data(), x, s.out.data(), n);
-        m_norm.forward(p, v[kLn2].data(), v[kLn2Mean], v[kLn2Rstd], v[kRes2].data(), bLn2w);
+        m_norm.residualForward(p, v[kRes2].data(), v[kLn2].data(), v[kLn2Mean], v[kLn2Rstd], x, s.out.data(), bLn2w);
         // fch keeps the pre-activation for GELU's backward; the backend may fuse GELU into the product.
         be.matmulForward(v[kFch].data(), v[kLn2].data(), p.w(bFcw), p.w(bFcb), BT, C, 4 * C, v[kFchGelu].data());
         be.matmulForward(s.out.data(), v[kFchGelu].data(), p.w(bFcprojw), p.w(bFcprojb), BT, 4 * C, C, nullptr);
@@ -150,18 +149,19 @@ public:
         ensure(p, g[kGLn1], n, act);
         ensure(p, m_dAtty, n, act);
         const void* dout = s.g_out.data();
-        be.copy(g[kGRes2].data(), dout, n * byteSize(act)); // the residual passes dout through to res2
         // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); input gradients written (nothing zeroed first)
         be.matmulBackwardGelu(g[kGFch].data(), dout, p.w(bFcprojw), v[kFch].data(), BT, 4 * C, C);
         be.matmulBackward(g[kGLn2].data(), nullptr, nullptr, g[kGFch].data(), nullptr, p.w(bFcw), BT, C, 4 * C);
-        m_norm.backwardInput(p, g[kGRes2].data(), g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
+        // dres2 = dout (the residual passes it through) + the norm's input gradient, in one pass
+        m_norm.backwardInputResidual(
+            p, g[kGRes2].data(), dout, g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
         // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
-        be.copy(dx, g[kGRes2].data(), n * byteSize(act)); // the residual passes dres2 through to x
         be.matmulBackward(m_dAtty.data(), nullptr, nullptr, g[kGRes2].data(), nullptr, p.w(bProjw), BT, C, C);
         be.attentionBackward(
             g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), attention(p));
         be.matmulBackward(g[kGLn1].data(), nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(bQkvw), BT, C, 3 * C);
-        m_norm.backwardInput(p, dx, g[kGLn1].data(), x, bLn1w, v[kLn1Mean], v[kLn1Rstd]);
+        // dx = dres2 (the residual passes it through) + the norm's input gradient, in one pass
+        m_norm.backwardInputResidual(p, dx, g[kGRes2].data(), g[kGLn1].data(), x, bLn1w, v[kLn1Mean], v[kLn1Rstd]);
     }
 
     void backwardWeight(const LayerPass& p, LayerStash& s, const void* x) override

@@ -196,6 +196,24 @@ void TimingBackend::rmsnormForward(
         [&] { m_inner.rmsnormForward(out, rstd, inp, weight, BT, C, eps); });
 }
 
+void TimingBackend::residualNormForward(void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+    const void* weight, const void* bias, int BT, int C, float eps)
+{
+    // Reads a and b, writes the sum and the norm's output.
+    timed(mean ? "residual + layernorm forward" : "residual + rmsnorm forward", text("%d x %d", BT, C),
+        {.bytes = 4 * d(BT) * C * element()},
+        [&] { m_inner.residualNormForward(sum, out, mean, rstd, a, b, weight, bias, BT, C, eps); });
+}
+
+void TimingBackend::normBackwardResidual(void* dinp, const void* dresidual, const void* dout, const void* inp,
+    const void* weight, const float* mean, const float* rstd, int BT, int C)
+{
+    // Reads dY, x and the residual's gradient, writes dX.
+    timed(mean ? "layernorm backward + residual" : "rmsnorm backward + residual", text("%d x %d", BT, C),
+        {.bytes = 4 * d(BT) * C * element()},
+        [&] { m_inner.normBackwardResidual(dinp, dresidual, dout, inp, weight, mean, rstd, BT, C); });
+}
+
 void TimingBackend::rmsnormBackward(
     void* dinp, void* dweight, const void* dout, const void* inp, const void* weight, const float* rstd, int BT, int C)
 {
@@ -289,6 +307,19 @@ void TimingBackend::adamw(void* params, float* master, const void* grads, float*
     const double perElement = element() + 16 + (master ? 8 + element() : 2 * element());
     timed("adamw", text("%zu", n), {.bytes = d(n) * perElement},
         [&] { m_inner.adamw(params, master, grads, m, v, n, lr, beta1, beta2, eps, decay_factor, c1, c2); });
+}
+
+void TimingBackend::adamwTensors(void* params, float* master, const void* grads, float* m, float* v,
+    std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor, float c1,
+    float c2)
+{
+    std::size_t n = 0;
+    for (const auto& t : tensors)
+        n += t.size;
+    const double perElement = element() + 16 + (master ? 8 + element() : 2 * element());
+    timed("adamw", text("%zu tensors, %zu", tensors.size(), n), {.bytes = d(n) * perElement}, [&] {
+        m_inner.adamwTensors(params, master, grads, m, v, tensors, lr, beta1, beta2, eps, decay_factor, c1, c2);
+    });
 }
 
 std::vector<KernelCall> measureLayerKernels(const ProfileOptions& options, int layer)

@@ -87,6 +87,10 @@ public:
         m_inner.download(host, src, dtype, count);
     }
     void synchronize() override { m_inner.synchronize(); }
+    std::unique_ptr<HostCopy> readBack(const float* src, std::size_t count) override
+    {
+        return m_inner.readBack(src, count);
+    }
     std::unique_ptr<ActionTimer> makeTimer() override { return m_inner.makeTimer(); }
     bool sharesMemoryWith(const Backend& other) const override { return m_inner.sharesMemoryWith(other); }
     std::shared_ptr<const DeviceEvent> record() override { return m_inner.record(); }
@@ -115,6 +119,10 @@ public:
     void rmsnormForward(void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps) override;
     void rmsnormBackward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
         const float* rstd, int BT, int C) override;
+    void residualNormForward(void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+        const void* weight, const void* bias, int BT, int C, float eps) override;
+    void normBackwardResidual(void* dinp, const void* dresidual, const void* dout, const void* inp, const void* weight,
+        const float* mean, const float* rstd, int BT, int C) override;
     void rotary(void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse) override;
     void swigluForward(void* out, const void* inp, int BT, int F) override;
     void swigluBackward(void* dinp, const void* inp, const void* dout, int BT, int F) override;
@@ -130,6 +138,9 @@ public:
     void addUpdate(void* params, float* master, const float* update, std::size_t n) override;
     void adamw(void* params, float* master, const void* grads, float* m, float* v, std::size_t n, float lr, float beta1,
         float beta2, float eps, float decay_factor, float c1, float c2) override;
+    void adamwTensors(void* params, float* master, const void* grads, float* m, float* v,
+        std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor,
+        float c1, float c2) override;
 
 private:
     /// Times `call` on the stream as one KernelCall described by kernel, shape and work.

@@ -137,8 +137,7 @@ public:
         be.rotary(v[kQkv].data(), table, a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, false);
         be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), a);
         be.matmulForward(s.out.data(), v[kAtty].data(), p.w(m_at.o), nullptr, BT, C, C, nullptr);
-        be.residualForward(v[kRes2].data(), x, s.out.data(), n);
-        m_norm.forward(p, v[kLn2].data(), v[kUnused], v[kRstd2], v[kRes2].data(), m_at.norm2);
+        m_norm.residualForward(p, v[kRes2].data(), v[kLn2].data(), v[kUnused], v[kRstd2], x, s.out.data(), m_at.norm2);
         be.matmulForward(v[kUp].data(), v[kLn2].data(), p.w(m_at.gateUp), nullptr, BT, C, 2 * F, nullptr);
         be.swigluForward(v[kAct].data(), v[kUp].data(), BT, F);
         be.matmulForward(s.out.data(), v[kAct].data(), p.w(m_at.down), nullptr, BT, F, C, nullptr);
@@ -164,19 +163,20 @@ public:
         ensure(p, m_dAct, rows * F, act);
         ensure(p, m_dAtty, n, act);
         const void* dout = s.g_out.data();
-        be.copy(g[kGRes2].data(), dout, n * byteSize(act)); // the residual passes dout through to res2
         // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
         be.matmulBackward(m_dAct.data(), nullptr, nullptr, dout, nullptr, p.w(m_at.down), BT, F, C);
         be.swigluBackward(g[kGUp].data(), v[kUp].data(), m_dAct.data(), BT, F);
         be.matmulBackward(g[kGLn2].data(), nullptr, nullptr, g[kGUp].data(), nullptr, p.w(m_at.gateUp), BT, C, 2 * F);
-        m_norm.backwardInput(p, g[kGRes2].data(), g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
+        // dres2 = dout (the residual passes it through) + the norm's input gradient, in one pass
+        m_norm.backwardInputResidual(
+            p, g[kGRes2].data(), dout, g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
         // Attention: res2 = x + o(attention(rotary(qkv(norm1(x)))))
-        be.copy(dx, g[kGRes2].data(), n * byteSize(act)); // the residual passes dres2 through to x
         be.matmulBackward(m_dAtty.data(), nullptr, nullptr, g[kGRes2].data(), nullptr, p.w(m_at.o), BT, C, C);
         be.attentionBackward(g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), a);
         be.rotary(g[kGQkv].data(), rotaryTable(p), a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, true);
         be.matmulBackward(g[kGLn1].data(), nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(m_at.qkv), BT, C, W);
-        m_norm.backwardInput(p, dx, g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
+        // dx = dres2 (the residual passes it through) + the norm's input gradient, in one pass
+        m_norm.backwardInputResidual(p, dx, g[kGRes2].data(), g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
     }
 
     void backwardWeight(const LayerPass& p, LayerStash& s, const void* x) override

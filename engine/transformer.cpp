@@ -71,6 +71,26 @@ void Norm::forward(const LayerPass& p, void* out, Buffer& mean, Buffer& rstd, co
     p.be.layernormForward(out, mean.as<float>(), rstd.as<float>(), x, p.w(w), p.w(w + 1), BT, m_channels);
 }
 
+void Norm::residualForward(const LayerPass& p, void* sum, void* out, Buffer& mean, Buffer& rstd, const void* a,
+    const void* b, std::size_t w) const
+{
+    const int BT = p.rows();
+    ensure(p, rstd, static_cast<std::size_t>(BT), DType::F32);
+    const bool ln = m_kind == planner::NormKind::LayerNorm;
+    if (ln)
+        ensure(p, mean, static_cast<std::size_t>(BT), DType::F32);
+    p.be.residualNormForward(sum, out, ln ? mean.as<float>() : nullptr, rstd.as<float>(), a, b, p.w(w),
+        ln ? p.w(w + 1) : nullptr, BT, m_channels, m_eps);
+}
+
+void Norm::backwardInputResidual(const LayerPass& p, void* dx, const void* dresidual, const void* dout, const void* x,
+    std::size_t w, const Buffer& mean, const Buffer& rstd) const
+{
+    const bool ln = m_kind == planner::NormKind::LayerNorm;
+    p.be.normBackwardResidual(
+        dx, dresidual, dout, x, p.w(w), ln ? mean.as<float>() : nullptr, rstd.as<float>(), p.rows(), m_channels);
+}
+
 void Norm::backwardInput(const LayerPass& p, void* dx, const void* dout, const void* x, std::size_t w,
     const Buffer& mean, const Buffer& rstd) const
 {

@@ -47,9 +47,16 @@ public:
     std::size_t tensorCount() const; ///< 2 (weight, bias) or 1 (weight)
     /// w points at the weight, the bias (LayerNorm) right after it in the same buffer: tensors w and w + 1.
     void forward(const LayerPass& p, void* out, Buffer& mean, Buffer& rstd, const void* x, std::size_t w) const;
+    /// sum = a + b, then out = the norm of sum: a residual branch joined with the norm after it, in one pass.
+    void residualForward(const LayerPass& p, void* sum, void* out, Buffer& mean, Buffer& rstd, const void* a,
+        const void* b, std::size_t w) const;
     /// The input gradient (accumulated into dx) through the weight at tensor w.
     void backwardInput(const LayerPass& p, void* dx, const void* dout, const void* x, std::size_t w, const Buffer& mean,
         const Buffer& rstd) const;
+    /// dx = dresidual + the input gradient through the weight at tensor w, written: the gradient of a residual's sum
+    /// that also feeds this norm, in one pass.
+    void backwardInputResidual(const LayerPass& p, void* dx, const void* dresidual, const void* dout, const void* x,
+        std::size_t w, const Buffer& mean, const Buffer& rstd) const;
     /// The weight's (and bias's) gradients, accumulated into tensors w (and w + 1).
     void backwardWeight(const LayerPass& p, const void* dout, const void* x, std::size_t w, const Buffer& mean,
         const Buffer& rstd) const;

@@ -3,6 +3,8 @@
 // for the transports that carry fp32 host memory (throughHost).
 #include "transport.h"
 
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace pw::engine {
@@ -34,13 +36,40 @@ std::vector<Handle> Transport::exchange(std::span<const Transfer> transfers)
 
 namespace {
 
+/// Host staging vectors, kept for reuse: a transfer takes one of its size and gives it back when its operation is
+/// done, so that after the first step the host staging allocates nothing.
+class StagingPool
+{
+public:
+    std::vector<float> take(std::size_t count)
+    {
+        std::lock_guard lock(m_mutex);
+        if (auto it = m_free.find(count); it != m_free.end()) {
+            std::vector<float> v = std::move(it->second);
+            m_free.erase(it);
+            return v;
+        }
+        return std::vector<float>(count);
+    }
+    void give(std::vector<float> v)
+    {
+        std::lock_guard lock(m_mutex);
+        m_free.emplace(v.size(), std::move(v));
+    }
+
+private:
+    std::mutex m_mutex;
+    std::multimap<std::size_t, std::vector<float>> m_free;
+};
+
 /// A receive or an all-reduce through host memory: the host operation's handle, then the upload of its result.
 class Upload final : public Handle::Work
 {
 public:
-    Upload(Backend& backend, Region target, std::vector<float> staging)
+    Upload(Backend& backend, Region target, StagingPool& pool, std::vector<float> staging)
         : m_backend(backend)
         , m_target(target)
+        , m_pool(pool)
         , m_staging(std::move(staging))
     {
     }
@@ -50,11 +79,13 @@ public:
     {
         m_host.wait();
         m_backend.upload(m_target.data, m_target.dtype, m_staging.data(), m_staging.size());
+        m_pool.give(std::move(m_staging));
     }
 
 private:
     Backend& m_backend;
     Region m_target;
+    StagingPool& m_pool;
     std::vector<float> m_staging; ///< where the host transport writes; lives as long as the operation
     Handle m_host;
 };
@@ -82,7 +113,7 @@ public:
     {
         if (direct(data))
             return m_host.recv(peer, tag, data);
-        auto work = std::make_unique<Upload>(m_backend, data, std::vector<float>(data.count));
+        auto work = std::make_unique<Upload>(m_backend, data, m_pool, m_pool.take(data.count));
         work->posted(m_host.recv(peer, tag, work->staged()));
         return Handle(std::move(work));
     }
@@ -97,15 +128,17 @@ public:
             if (direct(r))
                 continue;
             if (transfers[i].direction == Transfer::Direction::Recv) {
-                uploads[i] = std::make_unique<Upload>(m_backend, r, std::vector<float>(r.count));
+                uploads[i] = std::make_unique<Upload>(m_backend, r, m_pool, m_pool.take(r.count));
                 staged[i].region = uploads[i]->staged();
             } else {
-                auto& host = sends.emplace_back(r.count);
+                auto& host = sends.emplace_back(m_pool.take(r.count));
                 m_backend.download(host.data(), r.data, r.dtype, r.count);
                 staged[i].region = {host.data(), DType::F32, r.count};
             }
         }
         auto handles = m_host.exchange(staged);
+        for (auto& host : sends) // copied by the host transport when posted
+            m_pool.give(std::move(host));
         for (std::size_t i = 0; i < handles.size(); ++i)
             if (uploads[i]) {
                 uploads[i]->posted(std::move(handles[i]));
@@ -117,9 +150,9 @@ public:
     {
         if (direct(data))
             return m_host.allReduceSum(group, data);
-        std::vector<float> staging(data.count);
+        std::vector<float> staging = m_pool.take(data.count);
         m_backend.download(staging.data(), data.data, data.dtype, data.count);
-        auto work = std::make_unique<Upload>(m_backend, data, std::move(staging));
+        auto work = std::make_unique<Upload>(m_backend, data, m_pool, std::move(staging));
         work->posted(m_host.allReduceSum(group, work->staged()));
         return Handle(std::move(work));
     }
@@ -133,6 +166,7 @@ private:
     Transport& m_host;
     Backend& m_backend;
     std::vector<float> m_staging;
+    StagingPool m_pool; ///< outlives its operations: a handle is waited for (or flushed) before the transport ends
 };
 
 } // namespace

@@ -419,6 +419,41 @@ public:
         PW_CUDA(cudaStreamSynchronize(m_stream.get()));
     }
 
+    std::unique_ptr<HostCopy> readBack(const float* src, std::size_t count) override
+    {
+        /// A staging chunk held until the host takes its values.
+        class Landing final : public HostCopy
+        {
+        public:
+            Landing(Staging::Chunk& chunk, std::size_t count)
+                : m_chunk(chunk)
+                , m_count(count)
+            {
+            }
+            ~Landing() override { m_chunk.held = false; } // acquire() waits for its copy before reusing it
+            std::vector<float> take() override
+            {
+                PW_CUDA(cudaEventSynchronize(m_chunk.copied));
+                const auto* h = static_cast<const float*>(m_chunk.host);
+                return {h, h + m_count};
+            }
+
+        private:
+            Staging::Chunk& m_chunk;
+            std::size_t m_count;
+        };
+        if (count * sizeof(float) > kStageBytes)
+            throw std::invalid_argument("CudaBackend::readBack: " + std::to_string(count)
+                + " values; a read-back holds at most one staging chunk (" + std::to_string(kStageBytes / sizeof(float))
+                + ")");
+        activate();
+        Staging::Chunk& c = m_staging.acquire();
+        PW_CUDA(cudaMemcpyAsync(c.host, src, count * sizeof(float), cudaMemcpyDeviceToHost, m_stream.get()));
+        PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
+        c.held = true;
+        return std::make_unique<Landing>(c, count);
+    }
+
     std::unique_ptr<ActionTimer> makeTimer() override { return cuda::makeTimer(m_device, m_stream.get()); }
 
     bool sharesMemoryWith(const Backend& other) const override
@@ -441,6 +476,18 @@ public:
     void hostWait(const DeviceEvent& event) override
     {
         PW_CUDA(cudaEventSynchronize(static_cast<const Event&>(event).get()));
+    }
+    void residualNormForward(void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+        const void* weight, const void* bias, int BT, int C, float eps) override
+    {
+        activate();
+        cuda::residualNormForward(m_launch, sum, out, mean, rstd, a, b, weight, bias, BT, C, eps);
+    }
+    void normBackwardResidual(void* dinp, const void* dresidual, const void* dout, const void* inp, const void* weight,
+        const float* mean, const float* rstd, int BT, int C) override
+    {
+        activate();
+        cuda::normBackwardResidual(m_launch, dinp, dresidual, dout, inp, weight, mean, rstd, BT, C);
     }
     void sum(void* out, std::span<const void* const> parts, std::size_t n) override
     {
@@ -528,6 +575,18 @@ public:
             p.D = dweight;
             p.ldd = C;
             p.beta = 1.0f;
+            if (dbias) {
+                // The bias gradient from the same product (cuBLASLt's BGRADB epilogue: dout's column sums while it
+                // reads dout anyway), written to scratch and added: the contract accumulates. Without an algorithm
+                // for the epilogue, the product and then the column sums.
+                Buffer scratch(*this, static_cast<std::size_t>(OC), act());
+                p.biasGradient = scratch.data();
+                if (m_matmul->run(p)) {
+                    cuda::residualForward(m_launch, dbias, dbias, scratch.data(), static_cast<std::size_t>(OC));
+                    return;
+                }
+                p.biasGradient = nullptr;
+            }
             m_matmul->run(p);
         }
         if (dbias)
@@ -643,6 +702,13 @@ public:
     {
         activate();
         cuda::adamw(m_launch, params, master, grads, m, v, n, lr, beta1, beta2, eps, decay_factor, c1, c2);
+    }
+    void adamwTensors(void* params, float* master, const void* grads, float* m, float* v,
+        std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor,
+        float c1, float c2) override
+    {
+        activate();
+        cuda::adamwTensors(m_launch, params, master, grads, m, v, tensors, lr, beta1, beta2, eps, decay_factor, c1, c2);
     }
 
 private:

@@ -264,6 +264,16 @@ template <class T> struct AdamWOp
 
     template <int N> __device__ void apply(std::size_t i) const
     {
+        float d[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            d[k] = decay;
+        update<N>(i, d);
+    }
+
+    /// Element i + k with decay factor d[k] (1: none).
+    template <int N> __device__ void update(std::size_t i, const float (&d)[N]) const
+    {
         float g[N], mm[N], vv[N], p[N];
         load<N>(grads + i, g);
         load<N>(m + i, mm);
@@ -276,8 +286,8 @@ template <class T> struct AdamWOp
         for (int k = 0; k < N; ++k) {
             mm[k] = beta1 * mm[k] + (1.0f - beta1) * g[k];
             vv[k] = beta2 * vv[k] + (1.0f - beta2) * g[k] * g[k];
-            if (decay != 1.0f)
-                p[k] *= decay;
+            if (d[k] != 1.0f)
+                p[k] *= d[k];
             p[k] -= lr * (mm[k] / c1) / (sqrtf(vv[k] / c2) + eps);
         }
         store<N>(m + i, mm);
@@ -285,6 +295,37 @@ template <class T> struct AdamWOp
         if (master)
             store<N>(master + i, p);
         store<N>(params + i, p);
+    }
+};
+
+/// AdamW over up to kAdamWTensors contiguous tensors in one launch: op's pointers at the first tensor's element 0,
+/// ends[j] the end of tensor j from there, bit j of `decayed` whether it takes op.decay.
+constexpr int kAdamWTensors = 64;
+template <class T> struct AdamWTensorsOp
+{
+    AdamWOp<T> op;
+    std::uint64_t ends[kAdamWTensors];
+    std::uint64_t decayed;
+    int count;
+
+    template <int N> __device__ void apply(std::size_t i) const
+    {
+        int lo = 0, hi = count - 1; // the first tensor that ends after i
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (ends[mid] > i)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        float d[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            while (lo < count - 1 && i + k >= ends[lo])
+                ++lo;
+            d[k] = (decayed >> lo) & 1u ? op.decay : 1.0f;
+        }
+        op.template update<N>(i, d);
     }
 };
 
@@ -436,6 +477,35 @@ void adamw(const Launch& l, void* params, float* master, const void* grads, floa
         runMap(l, n, aligned16(params, master, grads, m, v),
             AdamWOp<E> {static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, lr, beta1, beta2, eps,
                 decay_factor, c1, c2});
+    });
+}
+
+void adamwTensors(const Launch& l, void* params, float* master, const void* grads, float* m, float* v,
+    std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor, float c1,
+    float c2)
+{
+    dispatch(l.act, [&](auto type) {
+        using E = decltype(type);
+        for (std::size_t first = 0; first < tensors.size();) {
+            // One launch: up to kAdamWTensors tensors that follow one another in the vector.
+            const std::size_t base = tensors[first].offset;
+            AdamWTensorsOp<E> op {};
+            std::size_t next = first;
+            while (next < tensors.size() && op.count < kAdamWTensors
+                && (next == first || tensors[next].offset == tensors[next - 1].offset + tensors[next - 1].size)) {
+                op.ends[op.count] = tensors[next].offset + tensors[next].size - base;
+                if (tensors[next].decayed)
+                    op.decayed |= std::uint64_t {1} << op.count;
+                ++op.count;
+                ++next;
+            }
+            E* p = static_cast<E*>(params) + base;
+            float* mp = master ? master + base : nullptr;
+            const E* g = static_cast<const E*>(grads) + base;
+            op.op = AdamWOp<E> {p, mp, g, m + base, v + base, lr, beta1, beta2, eps, decay_factor, c1, c2};
+            runMap(l, op.ends[op.count - 1], aligned16(p, mp, g, m + base, v + base), op);
+            first = next;
+        }
     });
 }
 

@@ -50,6 +50,11 @@ void rmsnormForward(
 /// dweight null: dinp alone; dinp null: dweight alone (both accumulated).
 void rmsnormBackward(const Launch& l, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
     const float* rstd, int BT, int C);
+/// Backend::residualNormForward and Backend::normBackwardResidual (mean null: RMSNorm).
+void residualNormForward(const Launch& l, void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+    const void* weight, const void* bias, int BT, int C, float eps);
+void normBackwardResidual(const Launch& l, void* dinp, const void* dresidual, const void* dout, const void* inp,
+    const void* weight, const float* mean, const float* rstd, int BT, int C);
 /// Rotary embedding in place (ops::rotary).
 void rotary(const Launch& l, void* x, const float* table, int B, int T, int heads, int hs, int stride, bool inverse);
 void swigluForward(const Launch& l, void* out, const void* inp, int BT, int F);
@@ -83,5 +88,9 @@ void addDifference(const Launch& l, float* sum, const void* a, const void* b, st
 void addUpdate(const Launch& l, void* params, float* master, const float* update, std::size_t n);
 void adamw(const Launch& l, void* params, float* master, const void* grads, float* m, float* v, std::size_t n, float lr,
     float beta1, float beta2, float eps, float decay_factor, float c1, float c2);
+/// adamw over contiguous runs of up to 64 tensors a launch (Backend::adamwTensors).
+void adamwTensors(const Launch& l, void* params, float* master, const void* grads, float* m, float* v,
+    std::span<const AdamWTensor> tensors, float lr, float beta1, float beta2, float eps, float decay_factor, float c1,
+    float c2);
 
 } // namespace pw::engine::cuda

@@ -12,23 +12,45 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowWarps = 8; // rows per block of the row kernels
 
+/// The sum of a row's elements. With a residual (resA not null): the row is resA + resB, stored to sumOut rounded to
+/// T (residualForward's values), and summed as stored; the row is the warp's own, so its later passes read back
+/// what it wrote (sumOut is then the norm's input).
+template <class T, int N> __device__ float rowSum(const T* x, T* sumOut, const T* resA, const T* resB, int lane, int C)
+{
+    float sum = 0.0f;
+    for (int c = lane * N; c < C; c += 32 * N) {
+        float v[N];
+        if (resA) {
+            float b[N];
+            load<N>(resA + c, v);
+            load<N>(resB + c, b);
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                v[k] += b[k];
+            store<N>(sumOut + c, v);
+            load<N>(sumOut + c, v); // the stored (rounded) values, as the unfused norm reads them
+        } else {
+            load<N>(x + c, v);
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            sum += v[k];
+    }
+    return sum;
+}
+
 template <class T, int N>
-__global__ void __launch_bounds__(kRowWarps * 32) layernormForwardKernel(
-    T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int BT, int C)
+__global__ void __launch_bounds__(kRowWarps * 32) layernormForwardKernel(T* out, float* mean, float* rstd, const T* inp,
+    const T* weight, const T* bias, int BT, int C, const T* resA, const T* resB, T* sumOut)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * kRowWarps + threadIdx.x / 32;
     if (row >= BT)
         return;
-    const T* x = inp + static_cast<std::size_t>(row) * C;
-    float sum = 0.0f;
-    for (int c = lane * N; c < C; c += 32 * N) {
-        float v[N];
-        load<N>(x + c, v);
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-            sum += v[k];
-    }
+    const std::size_t offset = static_cast<std::size_t>(row) * C;
+    const T* x = inp + offset;
+    const float sum = resA ? rowSum<T, N>(x, sumOut + offset, resA + offset, resB + offset, lane, C)
+                           : rowSum<T, N>(x, nullptr, nullptr, nullptr, lane, C);
     const float m = warpSum(sum) / static_cast<float>(C);
     float sq = 0.0f;
     for (int c = lane * N; c < C; c += 32 * N) {
@@ -56,10 +78,10 @@ __global__ void __launch_bounds__(kRowWarps * 32) layernormForwardKernel(
     }
 }
 
-/// dinp += the layer norm's input gradient, one warp per row.
+/// dinp = dres + the layer norm's input gradient, one warp per row (dres = dinp: accumulated).
 template <class T, int N>
-__global__ void __launch_bounds__(kRowWarps * 32) layernormBackwardInput(
-    T* dinp, const T* dout, const T* inp, const T* weight, const float* mean, const float* rstd, int BT, int C)
+__global__ void __launch_bounds__(kRowWarps * 32) layernormBackwardInput(T* dinp, const T* dres, const T* dout,
+    const T* inp, const T* weight, const float* mean, const float* rstd, int BT, int C)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * kRowWarps + threadIdx.x / 32;
@@ -87,7 +109,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) layernormBackwardInput(
         load<N>(dout + offset + c, d);
         load<N>(inp + offset + c, x);
         load<N>(weight + c, w);
-        load<N>(dinp + offset + c, g);
+        load<N>(dres + offset + c, g);
 #pragma unroll
         for (int k = 0; k < N; ++k) {
             const float norm = (x[k] - m) * s;
@@ -99,14 +121,17 @@ __global__ void __launch_bounds__(kRowWarps * 32) layernormBackwardInput(
 
 /// RMSNorm forward, one warp per row: out = x s w with s = 1 / sqrt(mean(x^2) + eps).
 template <class T, int N>
-__global__ void __launch_bounds__(kRowWarps * 32)
-    rmsnormForwardKernel(T* out, float* rstd, const T* inp, const T* weight, int BT, int C, float eps)
+__global__ void __launch_bounds__(kRowWarps * 32) rmsnormForwardKernel(T* out, float* rstd, const T* inp,
+    const T* weight, int BT, int C, float eps, const T* resA, const T* resB, T* sumOut)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * kRowWarps + threadIdx.x / 32;
     if (row >= BT)
         return;
-    const T* x = inp + static_cast<std::size_t>(row) * C;
+    const std::size_t offset = static_cast<std::size_t>(row) * C;
+    const T* x = inp + offset;
+    if (resA) // the sum first, as the unfused residualForward stores it
+        rowSum<T, N>(x, sumOut + offset, resA + offset, resB + offset, lane, C);
     float sq = 0.0f;
     for (int c = lane * N; c < C; c += 32 * N) {
         float v[N];
@@ -132,8 +157,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 
 /// dinp += RMSNorm's input gradient, one warp per row: s w d - x s^3 mean(w d x).
 template <class T, int N>
-__global__ void __launch_bounds__(kRowWarps * 32)
-    rmsnormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weight, const float* rstd, int BT, int C)
+__global__ void __launch_bounds__(kRowWarps * 32) rmsnormBackwardInput(
+    T* dinp, const T* dres, const T* dout, const T* inp, const T* weight, const float* rstd, int BT, int C)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * kRowWarps + threadIdx.x / 32;
@@ -157,7 +182,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
         load<N>(dout + offset + c, d);
         load<N>(inp + offset + c, x);
         load<N>(weight + c, w);
-        load<N>(dinp + offset + c, g);
+        load<N>(dres + offset + c, g);
 #pragma unroll
         for (int k = 0; k < N; ++k)
             g[k] += s * w[k] * d[k] - k3 * x[k];
@@ -297,6 +322,52 @@ template <class F> void dispatch(DType act, F&& f)
 
 } // namespace
 
+namespace {
+
+/// The norm's forward, with a residual sum first when resA is not null (then inp is `sum`, which it writes).
+template <class E>
+void normForward(const Launch& l, E* o, float* mean, float* rstd, E* sum, const E* x, const E* w, const E* b,
+    const E* resA, const E* resB, int BT, int C, float eps)
+{
+    const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
+    const bool vector = C % 8 == 0 && aligned16(o, x, w, b, sum, resA, resB);
+    if (mean) {
+        if (vector)
+            layernormForwardKernel<E, 8>
+                <<<blocks, kRowWarps * 32, 0, l.stream>>>(o, mean, rstd, x, w, b, BT, C, resA, resB, sum);
+        else
+            layernormForwardKernel<E, 1>
+                <<<blocks, kRowWarps * 32, 0, l.stream>>>(o, mean, rstd, x, w, b, BT, C, resA, resB, sum);
+    } else if (vector) {
+        rmsnormForwardKernel<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, rstd, x, w, BT, C, eps, resA, resB, sum);
+    } else {
+        rmsnormForwardKernel<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, rstd, x, w, BT, C, eps, resA, resB, sum);
+    }
+    PW_CUDA_LAUNCHED();
+}
+
+/// g = dres + the norm's input gradient (LayerNorm's with mean, RMSNorm's without).
+template <class E>
+void normBackwardInput(const Launch& l, E* g, const E* dres, const E* d, const E* x, const E* w, const float* mean,
+    const float* rstd, int BT, int C)
+{
+    const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
+    const bool vector = C % 8 == 0 && aligned16(g, dres, d, x, w);
+    if (mean) {
+        if (vector)
+            layernormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, dres, d, x, w, mean, rstd, BT, C);
+        else
+            layernormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, dres, d, x, w, mean, rstd, BT, C);
+    } else if (vector) {
+        rmsnormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, dres, d, x, w, rstd, BT, C);
+    } else {
+        rmsnormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, dres, d, x, w, rstd, BT, C);
+    }
+    PW_CUDA_LAUNCHED();
+}
+
+} // namespace
+
 void layernormForward(const Launch& l, void* out, float* mean, float* rstd, const void* inp, const void* weight,
     const void* bias, int BT, int C)
 {
@@ -304,16 +375,8 @@ void layernormForward(const Launch& l, void* out, float* mean, float* rstd, cons
         return;
     dispatch(l.act, [&](auto type) {
         using E = decltype(type);
-        auto* o = static_cast<E*>(out);
-        const auto* x = static_cast<const E*>(inp);
-        const auto* w = static_cast<const E*>(weight);
-        const auto* b = static_cast<const E*>(bias);
-        const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
-        if (C % 8 == 0 && aligned16(o, x, w, b))
-            layernormForwardKernel<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, mean, rstd, x, w, b, BT, C);
-        else
-            layernormForwardKernel<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, mean, rstd, x, w, b, BT, C);
-        PW_CUDA_LAUNCHED();
+        normForward<E>(l, static_cast<E*>(out), mean, rstd, nullptr, static_cast<const E*>(inp),
+            static_cast<const E*>(weight), static_cast<const E*>(bias), nullptr, nullptr, BT, C, kLayerNormEps);
     });
 }
 
@@ -327,16 +390,9 @@ void layernormBackward(const Launch& l, void* dinp, void* dweight, void* dbias, 
         auto* g = static_cast<E*>(dinp);
         const auto* d = static_cast<const E*>(dout);
         const auto* x = static_cast<const E*>(inp);
-        const auto* w = static_cast<const E*>(weight);
-        const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
         // The split backward asks for one part per call: dinp alone (I), or dweight and dbias alone (W).
-        if (g) {
-            if (C % 8 == 0 && aligned16(g, d, x, w))
-                layernormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, mean, rstd, BT, C);
-            else
-                layernormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, mean, rstd, BT, C);
-            PW_CUDA_LAUNCHED();
-        }
+        if (g)
+            normBackwardInput<E>(l, g, g, d, x, static_cast<const E*>(weight), mean, rstd, BT, C);
         if (dweight || dbias)
             columnSums<E>(l, static_cast<E*>(dbias), static_cast<E*>(dweight), d, x, mean, rstd, BT, C);
     });
@@ -349,15 +405,8 @@ void rmsnormForward(
         return;
     dispatch(l.act, [&](auto type) {
         using E = decltype(type);
-        auto* o = static_cast<E*>(out);
-        const auto* x = static_cast<const E*>(inp);
-        const auto* w = static_cast<const E*>(weight);
-        const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
-        if (C % 8 == 0 && aligned16(o, x, w))
-            rmsnormForwardKernel<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, rstd, x, w, BT, C, eps);
-        else
-            rmsnormForwardKernel<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(o, rstd, x, w, BT, C, eps);
-        PW_CUDA_LAUNCHED();
+        normForward<E>(l, static_cast<E*>(out), nullptr, rstd, nullptr, static_cast<const E*>(inp),
+            static_cast<const E*>(weight), nullptr, nullptr, nullptr, BT, C, eps);
     });
 }
 
@@ -371,17 +420,36 @@ void rmsnormBackward(const Launch& l, void* dinp, void* dweight, const void* dou
         auto* g = static_cast<E*>(dinp);
         const auto* d = static_cast<const E*>(dout);
         const auto* x = static_cast<const E*>(inp);
-        const auto* w = static_cast<const E*>(weight);
-        const unsigned blocks = static_cast<unsigned>(ceilDiv(BT, kRowWarps));
-        if (g) {
-            if (C % 8 == 0 && aligned16(g, d, x, w))
-                rmsnormBackwardInput<E, 8><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, rstd, BT, C);
-            else
-                rmsnormBackwardInput<E, 1><<<blocks, kRowWarps * 32, 0, l.stream>>>(g, d, x, w, rstd, BT, C);
-            PW_CUDA_LAUNCHED();
-        }
+        if (g)
+            normBackwardInput<E>(l, g, g, d, x, static_cast<const E*>(weight), nullptr, rstd, BT, C);
         if (dweight)
             columnSums<E>(l, nullptr, static_cast<E*>(dweight), d, x, nullptr, rstd, BT, C);
+    });
+}
+
+void residualNormForward(const Launch& l, void* sum, void* out, float* mean, float* rstd, const void* a, const void* b,
+    const void* weight, const void* bias, int BT, int C, float eps)
+{
+    if (BT <= 0)
+        return;
+    dispatch(l.act, [&](auto type) {
+        using E = decltype(type);
+        auto* s = static_cast<E*>(sum);
+        normForward<E>(l, static_cast<E*>(out), mean, rstd, s, s, static_cast<const E*>(weight),
+            static_cast<const E*>(bias), static_cast<const E*>(a), static_cast<const E*>(b), BT, C,
+            mean ? kLayerNormEps : eps);
+    });
+}
+
+void normBackwardResidual(const Launch& l, void* dinp, const void* dresidual, const void* dout, const void* inp,
+    const void* weight, const float* mean, const float* rstd, int BT, int C)
+{
+    if (BT <= 0)
+        return;
+    dispatch(l.act, [&](auto type) {
+        using E = decltype(type);
+        normBackwardInput<E>(l, static_cast<E*>(dinp), static_cast<const E*>(dresidual), static_cast<const E*>(dout),
+            static_cast<const E*>(inp), static_cast<const E*>(weight), mean, rstd, BT, C);
     });
 }
 

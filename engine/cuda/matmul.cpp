@@ -33,6 +33,8 @@ cublasLtEpilogue_t epilogueOf(const Matmul::Product& p)
         return p.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (p.dgeluAux)
         return CUBLASLT_EPILOGUE_DGELU;
+    if (p.biasGradient)
+        return CUBLASLT_EPILOGUE_BGRADB;
     return p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
@@ -68,8 +70,8 @@ Matmul::Plan& Matmul::plan(const Product& p)
 {
     // The algorithm depends on the shape, the epilogue, whether C is read, and every pointer's alignment.
     const Key key {p.transA, p.transB, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.beta != 0.0f,
-        static_cast<int>(epilogueOf(p)), alignmentOf(p.A), alignmentOf(p.B), alignmentOf(p.D), alignmentOf(p.bias),
-        alignmentOf(p.geluInput), alignmentOf(p.dgeluAux)};
+        static_cast<int>(epilogueOf(p)), alignmentOf(p.A), alignmentOf(p.B), alignmentOf(p.D),
+        alignmentOf(p.bias ? p.bias : p.biasGradient), alignmentOf(p.geluInput), alignmentOf(p.dgeluAux)};
     if (auto it = m_plans.find(key); it != m_plans.end())
         return it->second;
     // Built aside and cached only when complete: a failure leaves nothing half-made behind.
@@ -100,8 +102,8 @@ void Matmul::build(Plan& plan, const Product& p)
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.transB ? CUBLAS_OP_T : CUBLAS_OP_N);
     setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogueOf(p));
     // The heuristic reads the bias and aux pointers for their alignment: set this call's (run() sets them again).
-    if (p.bias)
-        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (const void* bias = p.bias ? p.bias : p.biasGradient)
+        setDesc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     if (const void* aux = p.geluInput ? p.geluInput : p.dgeluAux) {
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
         setDesc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
@@ -143,7 +145,7 @@ bool Matmul::run(const Product& p)
 {
     Plan& pl = plan(p);
     if (!pl.found) {
-        if (p.geluInput || p.dgeluAux)
+        if (p.geluInput || p.dgeluAux || p.biasGradient)
             return false;
         throw std::runtime_error("cuBLASLt has no algorithm for a "
             + std::string(m_operands == Operands::Fp32 ? "fp32"
@@ -151,8 +153,8 @@ bool Matmul::run(const Product& p)
                                                        : "fp8")
             + " " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " + std::to_string(p.k) + " product");
     }
-    if (p.bias)
-        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (const void* bias = p.bias ? p.bias : p.biasGradient)
+        setDesc(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     if (m_operands == Operands::Fp8E4M3) {
         setDesc(pl.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.scaleA);
         setDesc(pl.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.scaleB);

@@ -36,6 +36,9 @@ public:
         void* geluInput = nullptr; ///< with GELU: D gets GELU(result) and this (ldd) the result before it
         /// GELU's backward: D gets result * GELU'(this), this (ldd) the forward's GELU input (its aux).
         const void* dgeluAux = nullptr;
+        /// The bias gradient of a weight gradient's product: op(B)'s sums over k (n elements, D's type) written here
+        /// by the BGRADB epilogue, or null.
+        void* biasGradient = nullptr;
         /// Fp8E4M3 operands: device pointers to the fp32 factors that turn A's and B's stored values into the
         /// values they stand for (per-tensor scaling's inverse scales); null: 1.
         const float* scaleA = nullptr;
@@ -53,7 +56,8 @@ public:
     Matmul& operator=(const Matmul&) = delete;
 
     /// Enqueues the product; false (nothing enqueued) when cuBLASLt has no algorithm for it, which only a fused
-    /// GELU or GELU backward may meet (the caller then applies it itself). Throws on any other failure.
+    /// epilogue (GELU, GELU's backward, the bias gradient) may meet (the caller then does it itself). Throws on any
+    /// other failure.
     bool run(const Product& p);
 
 private:

@@ -2,7 +2,8 @@
 // The backend's gradient contract (engine/backend.h) on the CPU, the oracle of every other backend: the input
 // gradients of the products, GELU and attention are written, not accumulated (issue 33 item 2: nothing is zeroed to
 // be overwritten), so an output that starts as NaN ends as one that starts as zero; the product's input gradient
-// through GELU is the product's followed by GELU's backward, bit for bit.
+// through GELU is the product's followed by GELU's backward, bit for bit; a residual joined with its norm, forward and
+// backward, is the two calls it replaces, bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -90,4 +91,48 @@ TEST_CASE("backend: the input gradient through GELU is the product's then GELU's
     CHECK(sameBits(fused, expected));
     // GELU's slope is not 1: the GELU did something.
     CHECK_FALSE(sameBits(fused, product));
+}
+
+TEST_CASE("backend: a residual joined with its norm gives the sum and the norm of the sum, bit for bit", "[kernels]")
+{
+    auto be = makeCpuBackend();
+    const int BT = 12, C = 32;
+    const std::size_t n = static_cast<std::size_t>(BT) * C;
+    const auto a = random(n, 21), b = random(n, 22), weight = random(C, 23), bias = random(C, 24);
+    for (const bool layerNorm : {true, false}) {
+        INFO((layerNorm ? "LayerNorm" : "RMSNorm"));
+        std::vector<float> sum(n, kNaN), out(n, kNaN), mean(BT, kNaN), rstd(BT, kNaN);
+        be->residualNormForward(sum.data(), out.data(), layerNorm ? mean.data() : nullptr, rstd.data(), a.data(),
+            b.data(), weight.data(), bias.data(), BT, C, 1e-6f);
+        std::vector<float> sum2(n), out2(n), mean2(BT, kNaN), rstd2(BT);
+        be->residualForward(sum2.data(), a.data(), b.data(), n);
+        if (layerNorm)
+            be->layernormForward(
+                out2.data(), mean2.data(), rstd2.data(), sum2.data(), weight.data(), bias.data(), BT, C);
+        else
+            be->rmsnormForward(out2.data(), rstd2.data(), sum2.data(), weight.data(), BT, C, 1e-6f);
+        CHECK(sameBits(sum, sum2));
+        CHECK(sameBits(out, out2));
+        CHECK(sameBits(rstd, rstd2));
+        if (layerNorm)
+            CHECK(sameBits(mean, mean2));
+
+        // The backward: dx = dresidual + the norm's input gradient, written over whatever dx held, and in place.
+        const auto dout = random(n, 25), dres = random(n, 26);
+        std::vector<float> dx(n, kNaN);
+        be->normBackwardResidual(dx.data(), dres.data(), dout.data(), sum.data(), weight.data(),
+            layerNorm ? mean.data() : nullptr, rstd.data(), BT, C);
+        std::vector<float> expected = dres;
+        if (layerNorm)
+            be->layernormBackward(expected.data(), nullptr, nullptr, dout.data(), sum.data(), weight.data(),
+                mean.data(), rstd.data(), BT, C);
+        else
+            be->rmsnormBackward(expected.data(), nullptr, dout.data(), sum.data(), weight.data(), rstd.data(), BT, C);
+        CHECK(sameBits(dx, expected));
+        std::vector<float> inPlace = dres;
+        be->normBackwardResidual(inPlace.data(), inPlace.data(), dout.data(), sum.data(), weight.data(),
+            layerNorm ? mean.data() : nullptr, rstd.data(), BT, C);
+        CHECK(sameBits(inPlace, expected));
+        CHECK_FALSE(sameBits(dx, dres)); // the norm's gradient did something
+    }
 }

@@ -159,6 +159,11 @@ public:
     /// Host fp32 to device elements of `dtype` (converted); the host memory may be reused when this returns.
     virtual void upload(void* dst, DType dtype, const float* host, std::size_t count) = 0;
     virtual void uploadTokens(std::int32_t* dst, const std::int32_t* host, std::size_t count) = 0;
+    /// Raw bytes from the host, as they are (bf16 activations staged for a host transport travel as bf16); the host
+    /// memory may be reused when this returns.
+    virtual void uploadBytes(void* dst, const void* host, std::size_t bytes) = 0;
+    /// Raw bytes to the host; waits for the stream up to here.
+    virtual void downloadBytes(void* host, const void* src, std::size_t bytes) = 0;
     /// Device elements of `dtype` to host fp32; waits for the stream up to here.
     virtual void download(float* host, const void* src, DType dtype, std::size_t count) = 0;
     virtual void synchronize() = 0;

@@ -133,6 +133,8 @@ public:
         else
             copy(dst, host, count * sizeof(float));
     }
+    void uploadBytes(void* dst, const void* host, std::size_t bytes) override { copy(dst, host, bytes); }
+    void downloadBytes(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }
     void uploadTokens(std::int32_t* dst, const std::int32_t* host, std::size_t count) override
     {
         copy(dst, host, count * sizeof(std::int32_t));

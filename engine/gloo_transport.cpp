@@ -245,14 +245,15 @@ public:
 
     Handle send(int peer, std::uint64_t tag, Region data) override
     {
-        const std::span<const float> values = host(data);
+        // Any element type, byte for byte (bf16 activations staged from a GPU travel as bf16).
+        const auto* first = static_cast<const std::byte*>(data.data);
         Pending p;
         if (!m_spare.empty()) { // a finished send's copy: after the first step, sends allocate nothing
             p.data = std::move(m_spare.back());
             m_spare.pop_back();
         }
-        p.data.assign(values.begin(), values.end());
-        p.buffer = m_mesh->createUnboundBuffer(p.data.data(), p.data.size() * sizeof(float));
+        p.data.assign(first, first + data.bytes());
+        p.buffer = m_mesh->createUnboundBuffer(p.data.data(), p.data.size());
         const int rank = meshRank(peer);
         guard("send to device " + std::to_string(peer), [&] { p.buffer->send(rank, tag); });
         m_pending.push_back(std::move(p));
@@ -286,8 +287,7 @@ public:
             int m_peer;
             std::unique_ptr<gloo::transport::UnboundBuffer> m_buffer;
         };
-        const std::span<float> values = host(data);
-        auto buffer = m_mesh->createUnboundBuffer(values.data(), values.size() * sizeof(float));
+        auto buffer = m_mesh->createUnboundBuffer(data.data, data.bytes());
         const int rank = meshRank(peer);
         guard("receive from device " + std::to_string(peer), [&] { buffer->recv(rank, tag); });
         return Handle(std::make_unique<Receive>(*this, peer, std::move(buffer)));
@@ -324,7 +324,7 @@ private:
     {
         if (r.dtype != DType::F32)
             throw TransportError("device " + std::to_string(m_device)
-                + ": the Gloo transport carries fp32 host memory (stage other memory through throughHost)");
+                + ": the Gloo transport all-reduces fp32 host memory (stage other memory through throughHost)");
         return {static_cast<float*>(r.data), r.count};
     }
 
@@ -340,7 +340,7 @@ private:
 
     struct Pending
     {
-        std::vector<float> data;
+        std::vector<std::byte> data;
         std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
     };
 
@@ -565,7 +565,7 @@ private:
     std::shared_ptr<gloo::Context> m_mesh;
     std::map<std::vector<int>, std::shared_ptr<gloo::Context>> m_groups;
     std::deque<Pending> m_pending;
-    std::vector<std::vector<float>> m_spare; ///< finished sends' copies, for the next sends
+    std::vector<std::vector<std::byte>> m_spare; ///< finished sends' copies, for the next sends
 };
 
 } // namespace

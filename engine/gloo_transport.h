@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The Gloo transport (Debian's libgloo): processes over TCP, fp32 host memory (engine/transport.h). Its options and
-// its factory are the only place Gloo's types meet the engine's interface.
+// The Gloo transport (Debian's libgloo): processes over TCP, host memory (transfers of any element type, all-reduces
+// of fp32; engine/transport.h). Its options and its factory are the only place Gloo's types meet the engine's
+// interface.
 #pragma once
 
 #include <chrono>

@@ -82,6 +82,11 @@ public:
     void copy(void* dst, const void* src, std::size_t bytes) override;
     void upload(void* dst, DType dtype, const float* host, std::size_t count) override;
     void uploadTokens(std::int32_t* dst, const std::int32_t* host, std::size_t count) override;
+    void uploadBytes(void* dst, const void* host, std::size_t bytes) override { m_inner.uploadBytes(dst, host, bytes); }
+    void downloadBytes(void* host, const void* src, std::size_t bytes) override
+    {
+        m_inner.downloadBytes(host, src, bytes);
+    }
     void download(float* host, const void* src, DType dtype, std::size_t count) override
     {
         m_inner.download(host, src, dtype, count);

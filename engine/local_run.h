@@ -2,7 +2,7 @@
 // A whole run in one process: every device of the plan on its own thread. The engine's own reference (tests compare
 // plans against it) and the baseline of the agent benchmark. Each device trains on the backend a factory gives it
 // (the CPU by default): CUDA tests and benchmarks put several of a plan's devices on one GPU, each with a backend of
-// its own (its own stream). The devices are linked by a LocalFabric (fp32 host memory, GPUs staged through it) or
+// its own (its own stream). The devices are linked by a LocalFabric (host memory, GPUs staged through it) or
 // by a DeviceFabric (device memory, ordered by events: every backend sharing one memory), as LocalLinks says.
 #pragma once
 
@@ -39,7 +39,7 @@ using BackendFactory = std::function<std::shared_ptr<Backend>(int device)>;
 /// How runLocally links its devices.
 enum class LocalLinks : std::uint8_t {
     Auto, ///< the device fabric when the devices' backends are GPUs sharing one memory, else host memory
-    Host, ///< a LocalFabric: fp32 host memory (GPU memory staged through it)
+    Host, ///< a LocalFabric: host memory (GPU memory staged through it)
     Device, ///< a DeviceFabric (on CPU backends: the fake multi-device fabric of the tests)
 };
 

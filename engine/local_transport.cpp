@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// LocalFabric: devices as threads of one process, exchanging fp32 host memory through mailboxes.
+// LocalFabric: devices as threads of one process, exchanging host memory through mailboxes (transfers of any
+// element type, byte for byte; all-reduces of fp32).
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -16,8 +17,15 @@ struct LocalFabric::State
     std::mutex mutex;
     std::condition_variable changed;
     std::string aborted;
+    /// @brief A sent region's copy.
+    struct Payload
+    {
+        DType dtype = DType::F32;
+        std::size_t count = 0;
+        std::vector<std::byte> bytes;
+    };
     /// (from, to, tag) -> payloads in arrival order
-    std::map<std::tuple<int, int, std::uint64_t>, std::deque<std::vector<float>>> mail;
+    std::map<std::tuple<int, int, std::uint64_t>, std::deque<Payload>> mail;
     struct Reduction
     {
         std::vector<float> sum;
@@ -56,10 +64,11 @@ public:
 
     Handle send(int peer, std::uint64_t tag, Region data) override
     {
-        const std::span<const float> values = host(data);
+        const auto* first = static_cast<const std::byte*>(data.data);
+        State::Payload payload {data.dtype, data.count, std::vector<std::byte>(first, first + data.bytes())};
         std::lock_guard lock(m_state->mutex);
         m_state->check();
-        m_state->mail[{m_device, peer, tag}].emplace_back(values.begin(), values.end());
+        m_state->mail[{m_device, peer, tag}].push_back(std::move(payload));
         m_state->changed.notify_all();
         return {};
     }
@@ -70,7 +79,7 @@ public:
         class Receive final : public Handle::Work
         {
         public:
-            Receive(Endpoint& e, int peer, std::uint64_t tag, std::span<float> data)
+            Receive(Endpoint& e, int peer, std::uint64_t tag, Region data)
                 : m_endpoint(e)
                 , m_peer(peer)
                 , m_tag(tag)
@@ -83,9 +92,9 @@ public:
             Endpoint& m_endpoint;
             int m_peer;
             std::uint64_t m_tag;
-            std::span<float> m_data;
+            Region m_data;
         };
-        return Handle(std::make_unique<Receive>(*this, peer, tag, host(data)));
+        return Handle(std::make_unique<Receive>(*this, peer, tag, data));
     }
 
     Handle allReduceSum(const std::vector<int>& devices, Region region) override
@@ -125,11 +134,11 @@ private:
     {
         if (r.dtype != DType::F32)
             throw TransportError("device " + std::to_string(m_device)
-                + ": the in-process transport carries fp32 host memory (stage other memory through throughHost)");
+                + ": the in-process transport all-reduces fp32 host memory (stage other memory through throughHost)");
         return {static_cast<float*>(r.data), r.count};
     }
 
-    void receive(int peer, std::uint64_t tag, std::span<float> data)
+    void receive(int peer, std::uint64_t tag, Region data)
     {
         std::unique_lock lock(m_state->mutex);
         const auto key = std::make_tuple(peer, m_device, tag);
@@ -139,10 +148,12 @@ private:
         });
         m_state->check();
         auto& queue = m_state->mail[key];
-        if (queue.front().size() != data.size())
-            throw TransportError("device " + std::to_string(m_device) + " expected " + std::to_string(data.size())
-                + " floats from device " + std::to_string(peer) + ", got " + std::to_string(queue.front().size()));
-        std::copy(queue.front().begin(), queue.front().end(), data.begin());
+        const State::Payload& got = queue.front();
+        if (got.count != data.count || got.dtype != data.dtype)
+            throw TransportError("device " + std::to_string(m_device) + " expected " + std::to_string(data.count) + " "
+                + toString(data.dtype) + " elements from device " + std::to_string(peer) + ", got "
+                + std::to_string(got.count) + " " + toString(got.dtype) + " elements");
+        std::copy(got.bytes.begin(), got.bytes.end(), static_cast<std::byte*>(data.data));
         queue.pop_front();
     }
 

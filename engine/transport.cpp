@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // What every transport shares: the tags, the default grouped exchange, and the host staging of a backend's memory
-// for the transports that carry fp32 host memory (throughHost).
+// for the transports that carry host memory (throughHost).
 #include "transport.h"
 
 #include <map>
@@ -36,22 +36,22 @@ std::vector<Handle> Transport::exchange(std::span<const Transfer> transfers)
 
 namespace {
 
-/// Host staging vectors, kept for reuse: a transfer takes one of its size and gives it back when its operation is
+/// Host staging buffers, kept for reuse: a transfer takes one of its size and gives it back when its operation is
 /// done, so that after the first step the host staging allocates nothing.
 class StagingPool
 {
 public:
-    std::vector<float> take(std::size_t count)
+    std::vector<std::byte> take(std::size_t bytes)
     {
         std::lock_guard lock(m_mutex);
-        if (auto it = m_free.find(count); it != m_free.end()) {
-            std::vector<float> v = std::move(it->second);
+        if (auto it = m_free.find(bytes); it != m_free.end()) {
+            std::vector<std::byte> v = std::move(it->second);
             m_free.erase(it);
             return v;
         }
-        return std::vector<float>(count);
+        return std::vector<std::byte>(bytes);
     }
-    void give(std::vector<float> v)
+    void give(std::vector<std::byte> v)
     {
         std::lock_guard lock(m_mutex);
         m_free.emplace(v.size(), std::move(v));
@@ -59,26 +59,36 @@ public:
 
 private:
     std::mutex m_mutex;
-    std::multimap<std::size_t, std::vector<float>> m_free;
+    std::multimap<std::size_t, std::vector<std::byte>> m_free;
 };
 
-/// A receive or an all-reduce through host memory: the host operation's handle, then the upload of its result.
+/// A receive or an all-reduce through host memory: the host operation's handle, then the upload of its result (a
+/// transfer's bytes as they came; an all-reduce's fp32 sum converted to the region's type).
 class Upload final : public Handle::Work
 {
 public:
-    Upload(Backend& backend, Region target, StagingPool& pool, std::vector<float> staging)
+    Upload(Backend& backend, Region target, StagingPool& pool, std::vector<std::byte> staging, bool raw)
         : m_backend(backend)
         , m_target(target)
         , m_pool(pool)
         , m_staging(std::move(staging))
+        , m_raw(raw)
     {
     }
-    Region staged() { return {m_staging.data(), DType::F32, m_staging.size()}; }
+    Region staged()
+    {
+        return m_raw ? Region {m_staging.data(), m_target.dtype, m_target.count}
+                     : Region {m_staging.data(), DType::F32, m_target.count};
+    }
     void posted(Handle host) { m_host = std::move(host); }
     void wait() override
     {
         m_host.wait();
-        m_backend.upload(m_target.data, m_target.dtype, m_staging.data(), m_staging.size());
+        if (m_raw)
+            m_backend.uploadBytes(m_target.data, m_staging.data(), m_target.bytes());
+        else
+            m_backend.upload(
+                m_target.data, m_target.dtype, reinterpret_cast<const float*>(m_staging.data()), m_target.count);
         m_pool.give(std::move(m_staging));
     }
 
@@ -86,7 +96,8 @@ private:
     Backend& m_backend;
     Region m_target;
     StagingPool& m_pool;
-    std::vector<float> m_staging; ///< where the host transport writes; lives as long as the operation
+    std::vector<std::byte> m_staging; ///< where the host transport writes; lives as long as the operation
+    bool m_raw;
     Handle m_host;
 };
 
@@ -104,16 +115,18 @@ public:
     {
         if (direct(data))
             return m_host.send(peer, tag, data);
-        // The host transport copies what it posts, so one staging vector serves every send.
-        m_staging.resize(data.count);
-        m_backend.download(m_staging.data(), data.data, data.dtype, data.count);
-        return m_host.send(peer, tag, {m_staging.data(), DType::F32, data.count});
+        // The host transport copies what it posts, so the staging goes back to the pool at once.
+        std::vector<std::byte> staging = m_pool.take(data.bytes());
+        m_backend.downloadBytes(staging.data(), data.data, data.bytes());
+        Handle h = m_host.send(peer, tag, {staging.data(), data.dtype, data.count});
+        m_pool.give(std::move(staging));
+        return h;
     }
     Handle recv(int peer, std::uint64_t tag, Region data) override
     {
         if (direct(data))
             return m_host.recv(peer, tag, data);
-        auto work = std::make_unique<Upload>(m_backend, data, m_pool, m_pool.take(data.count));
+        auto work = std::make_unique<Upload>(m_backend, data, m_pool, m_pool.take(data.bytes()), true);
         work->posted(m_host.recv(peer, tag, work->staged()));
         return Handle(std::move(work));
     }
@@ -121,19 +134,19 @@ public:
     {
         std::vector<Transfer> staged(transfers.begin(), transfers.end());
         std::vector<std::unique_ptr<Upload>> uploads(transfers.size());
-        std::vector<std::vector<float>> sends;
+        std::vector<std::vector<std::byte>> sends;
         sends.reserve(transfers.size()); // the staged sends' addresses stay put until the host has copied them
         for (std::size_t i = 0; i < transfers.size(); ++i) {
             const Region r = transfers[i].region;
             if (direct(r))
                 continue;
             if (transfers[i].direction == Transfer::Direction::Recv) {
-                uploads[i] = std::make_unique<Upload>(m_backend, r, m_pool, m_pool.take(r.count));
+                uploads[i] = std::make_unique<Upload>(m_backend, r, m_pool, m_pool.take(r.bytes()), true);
                 staged[i].region = uploads[i]->staged();
             } else {
-                auto& host = sends.emplace_back(m_pool.take(r.count));
-                m_backend.download(host.data(), r.data, r.dtype, r.count);
-                staged[i].region = {host.data(), DType::F32, r.count};
+                auto& host = sends.emplace_back(m_pool.take(r.bytes()));
+                m_backend.downloadBytes(host.data(), r.data, r.bytes());
+                staged[i].region = {host.data(), r.dtype, r.count};
             }
         }
         auto handles = m_host.exchange(staged);
@@ -150,9 +163,10 @@ public:
     {
         if (direct(data))
             return m_host.allReduceSum(group, data);
-        std::vector<float> staging = m_pool.take(data.count);
-        m_backend.download(staging.data(), data.data, data.dtype, data.count);
-        auto work = std::make_unique<Upload>(m_backend, data, m_pool, std::move(staging));
+        // Summed in fp32 on the host (one rounding back to the region's type), as a GPU's all-reduce does.
+        std::vector<std::byte> staging = m_pool.take(data.count * sizeof(float));
+        m_backend.download(reinterpret_cast<float*>(staging.data()), data.data, data.dtype, data.count);
+        auto work = std::make_unique<Upload>(m_backend, data, m_pool, std::move(staging), false);
         work->posted(m_host.allReduceSum(group, work->staged()));
         return Handle(std::move(work));
     }
@@ -165,7 +179,6 @@ private:
 
     Transport& m_host;
     Backend& m_backend;
-    std::vector<float> m_staging;
     StagingPool m_pool; ///< outlives its operations: a handle is waited for (or flushed) before the transport ends
 };
 

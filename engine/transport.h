@@ -2,9 +2,10 @@
 // Transport: how a device's stages exchange activations and gradients with other devices and all-reduce with
 // their replicas. The executor speaks only this interface, in regions of its backend's memory, posting operations
 // that return handles. Implementations: LocalFabric (threads of one process: tests, in-process runs) and Gloo
-// (processes over TCP: engine/gloo_transport.h) carry fp32 host memory, and throughHost() stages any backend's
-// memory through the host for them (stages on the CPU, and stages that share one GPU); NCCL (engine/cuda/
-// nccl_transport.h) moves GPU memory itself, ordered on the backend's stream. No transport library's types here.
+// (processes over TCP: engine/gloo_transport.h) carry host memory, and throughHost() stages any backend's memory
+// through the host for them; NCCL (engine/cuda/nccl_transport.h) moves GPU memory itself, and the device fabric
+// (engine/device_fabric.h) the memory of the stages that share one GPU, both ordered on the backend's stream. No
+// transport library's types here.
 #pragma once
 
 #include <cstdint>
@@ -130,10 +131,11 @@ public:
     virtual Completion completion() const = 0;
 };
 
-/// A backend's memory through host memory over `host` (whose regions are fp32 host memory): downloaded (converted
-/// to fp32) before a send or an all-reduce, uploaded when a receive or an all-reduce is waited for. The wire
-/// carries fp32 whatever the backend's dtype (bf16 activations travel as fp32: twice the bytes, exact). Memory that
-/// is already fp32 on the host is passed through without a copy, so the CPU engine moves exactly what it did.
+/// A backend's memory through host memory over `host` (whose regions are host memory: transfers of any element type,
+/// byte for byte; all-reduces of fp32): a transfer's bytes are downloaded as they are before a send and uploaded when
+/// a receive is waited for (bf16 activations travel as bf16), an all-reduce's are converted to fp32, summed, and
+/// converted back. Staging buffers come from a pool (nothing allocated per transfer after the first step). Memory
+/// that is already fp32 on the host is passed through without a copy, so the CPU engine moves exactly what it did.
 std::unique_ptr<Transport> throughHost(Transport& host, Backend& backend);
 
 /// A transfer's tag: its kind (activation 0, gradient 1), the producing stage and the microbatch.
@@ -141,8 +143,8 @@ std::uint64_t transferTag(bool gradient, int stage, int microbatch);
 /// A wave push's tag (HetPipe's WSP): the sending stage and the wave; never equal to a transfer's.
 std::uint64_t waveTag(int stage, int wave);
 
-/// @brief In-process transport: one endpoint per device, threads as devices; fp32 host memory. abort() wakes every
-/// waiter with a TransportError (a failed device stops the others).
+/// @brief In-process transport: one endpoint per device, threads as devices; host memory (transfers of any element
+/// type, all-reduces of fp32). abort() wakes every waiter with a TransportError (a failed device stops the others).
 class LocalFabric
 {
 public:

@@ -2,8 +2,11 @@
 // Internal to engine/: the CUDA backend's entry points, called by backend.cpp when PW_HAVE_CUDA.
 //
 // How the backend is built (engine/cuda/):
-// - cuda_backend.cpp: CudaBackend, one per device and executor. One non-blocking stream: every kernel, copy and
-//   cuBLASLt call of the backend is enqueued on it and the host waits only in download() and synchronize().
+// - cuda_backend.cpp: CudaBackend, one per device and executor (its stream, events, arena, scratch and staging in
+//   cuda_memory.h). One non-blocking stream: every kernel, copy and cuBLASLt call of the backend is enqueued on it
+//   and the host waits only in download() and synchronize() (and for a read-back's copy when it takes it).
+//   Backends of one GPU share its memory: the device fabric copies between them on their streams, ordered by
+//   events (record, waitFor).
 //   The arena caches freed blocks by size (rounded up to 512 B): cudaMalloc runs only when no cached block of the
 //   size is free, so a run allocates during its first step only; MemoryStats count the rounded blocks, including
 //   the backend's own (the 32 MiB cuBLASLt workspace and the kernels' scratch). A block released while kernels

@@ -274,3 +274,21 @@ TEST_CASE("runs over the device fabric train to the host-linked runs' losses and
         }
     }
 }
+
+TEST_CASE(
+    "the in-process transport carries any element type byte for byte, and all-reduces fp32 only", "[engine][fabric]")
+{
+    LocalFabric fabric(2);
+    fabric.endpoint(0).makeGroups({{0, 1}});
+    const std::vector<std::uint16_t> bits {0x3f80, 0xbf00, 0x7f7f, 0x0001};
+    fabric.endpoint(0).send(1, 9, {const_cast<std::uint16_t*>(bits.data()), DType::BF16, bits.size()});
+    std::vector<std::uint16_t> got(bits.size());
+    fabric.endpoint(1).recv(0, 9, {got.data(), DType::BF16, got.size()}).wait();
+    CHECK(got == bits);
+    fabric.endpoint(0).send(1, 10, {const_cast<std::uint16_t*>(bits.data()), DType::BF16, bits.size()});
+    std::vector<float> wrong(bits.size());
+    CHECK_THROWS_WITH(fabric.endpoint(1).recv(0, 10, {wrong.data(), DType::F32, wrong.size()}).wait(),
+        Catch::Contains("expected 4 fp32 elements from device 0, got 4 bf16 elements"));
+    CHECK_THROWS_WITH(fabric.endpoint(0).allReduceSum({0, 1}, {got.data(), DType::BF16, got.size()}),
+        Catch::Contains("all-reduces fp32"));
+}

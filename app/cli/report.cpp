@@ -179,7 +179,12 @@ void printPlanSummary(std::ostream& out, const Plan& plan, const SimulationResul
         100 * r.data_parallel_wait_fraction, r.simulated_actions);
     out << line;
     if (auto flops = flopsReport(plan, r.throughput_samples_per_s)) {
-        out << "flops    " << formatFlopRate(flops->model_flops_per_s_per_gpu) << " per device of model FLOPs";
+        // Devices that share GPUs: the rate and the MFU are each card's.
+        std::string per = " per device";
+        if (flops->gpus < flops->devices)
+            per = " per GPU (" + std::to_string(flops->devices) + " devices on " + std::to_string(flops->gpus)
+                + (flops->gpus == 1 ? " GPU)" : " GPUs)");
+        out << "flops    " << formatFlopRate(flops->model_flops_per_s_per_gpu) << per << " of model FLOPs";
         if (recompute)
             out << ", " << formatFlopRate(flops->hardware_flops_per_s_per_gpu)
                 << " of hardware FLOPs (with the recomputed "

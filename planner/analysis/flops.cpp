@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 
+#include "../physical_gpu.h"
 #include "../transformer_shape.h"
 
 namespace pw::planner {
@@ -47,12 +49,20 @@ std::optional<FlopsReport> flopsReport(const Plan& plan, double throughput_sampl
     std::set<int> devices;
     for (const auto& st : plan.stages)
         devices.insert(st.devices.begin(), st.devices.end());
+    // Devices that share a GPU (several stages on one card) share its peak: the utilisation is the card's.
+    std::set<std::string> gpus;
     double peak = 0;
     for (int d : devices)
-        peak += plan.cluster->typeOf(d).peak_tflops * 1e12;
-    const double n = std::max<std::size_t>(1, devices.size());
+        if (const auto gpu = physicalGpu(*plan.cluster, d); !gpu || gpus.insert(*gpu).second)
+            peak += plan.cluster->typeOf(d).peak_tflops * 1e12;
+    const auto cpus
+        = std::count_if(devices.begin(), devices.end(), [&](int d) { return !physicalGpu(*plan.cluster, d); });
+    const int chips = static_cast<int>(cpus) + static_cast<int>(gpus.size());
+    const double n = std::max(1, chips);
     const int size = plan.schedule.microbatch_size > 0 ? plan.schedule.microbatch_size : plan.model->microbatch_size;
     FlopsReport r;
+    r.gpus = chips;
+    r.devices = static_cast<int>(devices.size());
     r.model_flops_per_sample = *model;
     r.hardware_flops_per_sample = *hardware;
     r.model_flops_per_iteration = *model * plan.schedule.microbatches * std::max(1, size);

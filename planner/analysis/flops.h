@@ -30,9 +30,13 @@ struct FlopsReport
     double model_flops_per_sample = 0; ///< useful FLOPs of one sample (no recomputation)
     double hardware_flops_per_sample = 0; ///< executed FLOPs of one sample (with the recomputed forward, if any)
     double model_flops_per_iteration = 0; ///< one batch: microbatches x microbatch size samples
-    double model_flops_per_s_per_gpu = 0; ///< achieved model FLOP/s of one device (the plan's devices on average)
-    double hardware_flops_per_s_per_gpu = 0; ///< achieved hardware FLOP/s of one device
-    double peak_flops_per_s_per_gpu = 0; ///< the devices' mean peak_tflops x 1e12; 0 when none is known
+    /// Achieved model FLOP/s of one GPU (the plan's GPUs on average: devices that share one count as one; a CPU
+    /// device counts as its own).
+    double model_flops_per_s_per_gpu = 0;
+    double hardware_flops_per_s_per_gpu = 0; ///< achieved hardware FLOP/s of one GPU
+    double peak_flops_per_s_per_gpu = 0; ///< the GPUs' mean peak_tflops x 1e12; 0 when none is known
+    int gpus = 0; ///< the plan's GPUs (physical: planner::physicalGpu), or devices where they have none
+    int devices = 0; ///< the plan's devices
     double mfu = 0; ///< model FLOPs utilisation: model FLOP/s / peak; 0 when the peak is unknown
     double hfu = 0; ///< hardware FLOPs utilisation: hardware FLOP/s / peak (= mfu without recomputation)
 

@@ -4,25 +4,32 @@
 #include "simulation_metrics.h"
 
 #include <algorithm>
+#include <map>
 
 namespace pw::planner {
 
-void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used)
+void bubbleMetrics(SimulationResult& r, const std::vector<bool>& used, const std::vector<int>& sharedGpu)
 {
     const double makespan = r.makespan_s;
+    const auto gpuOf = [&](std::size_t d) { return d < sharedGpu.size() ? sharedGpu[d] : -1; };
+    std::map<int, double> gpuBusy; // a shared GPU's busy time: its devices' computations, one after another
+    for (std::size_t d = 0; d < r.devices.size(); ++d)
+        if (used[d] && gpuOf(d) >= 0)
+            gpuBusy[gpuOf(d)] += r.devices[d].busy_s;
     double bubbleSum = 0, overheadSum = 0, waitSum = 0;
     int count = 0;
     for (std::size_t d = 0; d < r.devices.size(); ++d) {
         auto& m = r.devices[d];
         if (!used[d] || makespan <= 0)
             continue;
+        const double busy = gpuOf(d) >= 0 ? std::min(makespan, gpuBusy[gpuOf(d)]) : m.busy_s;
         // Idle time is the pipeline's bubble, except the wait for all-reduces (data parallelism), counted apart.
-        const double wait = std::min(m.collective_wait_s, std::max(0.0, makespan - m.busy_s));
+        const double wait = std::min(m.collective_wait_s, std::max(0.0, makespan - busy));
         m.data_parallel_wait_fraction = wait / makespan;
-        m.bubble_fraction = std::max(0.0, 1.0 - (m.busy_s + wait) / makespan);
+        m.bubble_fraction = std::max(0.0, 1.0 - (busy + wait) / makespan);
         bubbleSum += m.bubble_fraction;
         waitSum += m.data_parallel_wait_fraction;
-        overheadSum += m.busy_s > 0 ? std::max(0.0, makespan - m.busy_s - wait) / m.busy_s : 0;
+        overheadSum += busy > 0 ? std::max(0.0, makespan - busy - wait) / busy : 0;
         ++count;
     }
     if (count) {

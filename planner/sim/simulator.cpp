@@ -790,7 +790,14 @@ private:
             m.peak_weight_versions = usage.peak_versions;
             used[d] = !m_s.devices[m_groups.active() ? m_groups.leader[d] : d].empty();
         }
-        bubbleMetrics(r, used);
+        // Devices that share a GPU share its memory: each has what the others' peaks leave (their arenas keep
+        // what they reached), so a device fits exactly when their peaks together fit the GPU.
+        for (int d = 0; d < D; ++d)
+            if (const int gpu = m_sharedGpu[static_cast<std::size_t>(d)]; gpu >= 0)
+                for (int other = 0; other < D; ++other)
+                    if (other != d && m_sharedGpu[static_cast<std::size_t>(other)] == gpu)
+                        r.devices[d].memory_capacity_bytes -= r.devices[other].peak_memory_bytes;
+        bubbleMetrics(r, used, m_sharedGpu);
         r.stages.resize(m_plan.stageCount());
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             auto& sm = r.stages[s];

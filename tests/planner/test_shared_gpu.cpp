@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 // Devices that share one physical GPU (a node's `gpus` naming one card twice; issue 33): the simulator lets their
 // computations take turns on it, so a pipeline on one GPU takes about the time of all its stages' work one after
-// the other, not the time of a pipeline over as many GPUs.
+// the other, not the time of a pipeline over as many GPUs; its devices split its memory and its peak FLOP/s, and
+// waiting while it runs another device's work is no bubble.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <map>
 
+#include "planner/analysis/flops.h"
 #include "planner/physical_gpu.h"
 #include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
@@ -63,5 +65,39 @@ TEST_CASE("stages sharing one GPU take turns on it", "[simulator][shared-gpu]")
         CHECK(shared.makespan_s >= work - 1e-12);
         CHECK(shared.makespan_s < 1.1 * work);
         CHECK(shared.makespan_s > own.makespan_s); // on a GPU each, the stages overlap
+        // Waiting while the GPU runs another stage is no bubble: the GPU's idle time is what is left of the step
+        // (the bubble, and the wait for the tied embedding's all-reduce counted apart).
+        CHECK(shared.bubble_fraction + shared.data_parallel_wait_fraction
+            == Approx(1.0 - work / shared.makespan_s).margin(1e-9));
+        CHECK(shared.bubble_fraction < own.bubble_fraction);
     }
+}
+
+TEST_CASE("devices sharing a GPU share its memory and its peak FLOP/s", "[simulator][shared-gpu]")
+{
+    const auto plan = fourStages({0, 0, 0, 0});
+    const auto shared = planner::simulate(plan);
+    const auto own = planner::simulate(fourStages({0, 1, 2, 3}));
+    double peaks = 0;
+    for (const auto& d : shared.devices)
+        peaks += d.peak_memory_bytes;
+    const double card = plan.cluster->typeOf(0).memory_bytes;
+    for (std::size_t d = 0; d < shared.devices.size(); ++d) {
+        // Each device has what the others' peaks leave of the card; its own peak is the one it would have alone.
+        CHECK(shared.devices[d].memory_capacity_bytes
+            == Approx(card - (peaks - shared.devices[d].peak_memory_bytes)).epsilon(1e-12));
+        CHECK(own.devices[d].memory_capacity_bytes == card);
+    }
+    CHECK(shared.fitsMemory() == (peaks <= card));
+
+    const auto perGpu = planner::flopsReport(plan, shared.throughput_samples_per_s);
+    const auto perDevice = planner::flopsReport(fourStages({0, 1, 2, 3}), shared.throughput_samples_per_s);
+    REQUIRE(perGpu);
+    REQUIRE(perDevice);
+    CHECK(perGpu->gpus == 1);
+    CHECK(perGpu->devices == 4);
+    CHECK(perDevice->gpus == 4);
+    // The same throughput on one card is four times each card's rate on four.
+    CHECK(perGpu->model_flops_per_s_per_gpu == Approx(4 * perDevice->model_flops_per_s_per_gpu));
+    CHECK(perGpu->mfu == Approx(4 * perDevice->mfu));
 }

@@ -16,6 +16,7 @@
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <qcustomplot.h>
 
@@ -398,6 +399,7 @@ void GanttView::rebuildMemory()
     m_memoryTop = 0;
     m_memoryNoteLines = 0;
     m_aboveNote = nullptr;
+    m_capacityLabels.clear();
     m_hoverNote = nullptr; // clearItems deleted both notes
     m_memory->legend->setVisible(false);
     if (m_scene->empty()) {
@@ -454,6 +456,7 @@ void GanttView::rebuildMemory()
         label->setText(tr("capacity %1").arg(bytesText(c)));
         label->setColor(QColor(160, 30, 30));
         label->setClipToAxisRect(true);
+        m_capacityLabels.emplace_back(gib, label);
     }
     if (!above.isEmpty()) {
         auto* label = new QCPItemText(m_memory);
@@ -483,10 +486,28 @@ bool GanttView::fitMemoryHeadroom()
         share = std::clamp(double(m_memoryNoteLines * lineHeight + 8) / height, 0.25, 0.6);
     }
     const double upper = m_memoryTop / (1 - share);
-    if (std::abs(m_memory->yAxis->range().upper - upper) <= 1e-9 * upper && m_memory->yAxis->range().lower == 0)
-        return false;
-    m_memory->yAxis->setRange(0, upper);
-    return true;
+    const bool changed
+        = !(std::abs(m_memory->yAxis->range().upper - upper) <= 1e-9 * upper && m_memory->yAxis->range().lower == 0);
+    if (changed)
+        m_memory->yAxis->setRange(0, upper);
+    spaceCapacityLabels();
+    return changed;
+}
+
+void GanttView::spaceCapacityLabels()
+{
+    const double lineHeight = QFontMetrics(m_memory->font()).height();
+    double lastShown = std::numeric_limits<double>::infinity(); // pixel y of the last label shown (down is larger)
+    // The "above the scale" note at the top right, where the labels end too, is room taken.
+    const QRect rect = m_memory->axisRect()->rect();
+    const double noteBottom = m_aboveNote ? rect.top() + 0.02 * rect.height() + lineHeight : rect.top();
+    for (auto& [gib, label] : m_capacityLabels) {
+        const double y = m_memory->yAxis->coordToPixel(gib);
+        const bool room = lastShown - y >= lineHeight && y - lineHeight >= noteBottom;
+        label->setVisible(room);
+        if (room)
+            lastShown = y;
+    }
 }
 
 void GanttView::updateMemoryCurves()

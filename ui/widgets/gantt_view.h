@@ -118,6 +118,9 @@ private:
     /// Sets the memory axis' range: the top curve below the notes' lines (m_memoryNoteLines) at the plot's height;
     /// true when it changed.
     bool fitMemoryHeadroom();
+    /// Shows the capacity lines' labels that have room, lowest first: devices sharing a GPU each have their own
+    /// capacity (what the others leave), and close lines on a short plot would write over each other.
+    void spaceCapacityLabels();
     static constexpr int kExportLegendHeight = 24;
     /// The legend an exported picture carries on top (the window's legend is a widget, not part of the plots).
     void paintExportLegend(QPainter& painter, int width) const;
@@ -154,6 +157,7 @@ private:
     QCustomPlot* m_gantt = nullptr;
     QCustomPlot* m_memory = nullptr;
     QCPItemText* m_aboveNote = nullptr; ///< the memory plot's "capacity … (above the scale)", when shown
+    std::vector<std::pair<double, QCPItemText*>> m_capacityLabels; ///< each capacity line's label at its GiB, ascending
     QCPItemText* m_hoverNote = nullptr; ///< the memory plot's "N devices: hover a curve", when shown
     double m_memoryTop = 0; ///< GiB: the highest curve or capacity line the memory plot must show
     int m_memoryNoteLines = 0; ///< lines of notes at the top of the memory plot (0, 1 or 2)

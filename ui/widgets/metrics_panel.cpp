@@ -57,9 +57,10 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     reserve(m_memory, tr("999.99 of 999.99 GiB"));
     reserve(m_mfu, tr("99.9% (999.9 TFLOP/s)"));
     reserve(m_hfu, tr("99.9% (999.9 TFLOP/s)"));
-    m_mfu->setToolTip(tr("Model FLOPs utilisation: achieved useful model FLOP/s per device over its peak. Useful\n"
-                         "FLOPs are forward and backward once (Megatron's Eq. 4.2 without recomputation for a GPT\n"
-                         "profile, else the layers' forward FLOPs x 3): a recomputed forward does not count."));
+    m_mfu->setToolTip(tr("Model FLOPs utilisation: achieved useful model FLOP/s per device (per GPU where several\n"
+                         "devices share one) over its peak. Useful FLOPs are forward and backward once (Megatron's\n"
+                         "Eq. 4.2 without recomputation for a GPT profile, else the layers' forward FLOPs x 3): a\n"
+                         "recomputed forward does not count."));
     m_hfu->setToolTip(tr("Hardware FLOPs utilisation: the FLOP/s the devices execute over their peak, the\n"
                          "recomputed forward included (x 4 instead of x 3); the same as MFU without recomputation."));
     form->addRow(tr("Plan"), m_plan);
@@ -68,8 +69,10 @@ MetricsPanel::MetricsPanel(PlanDocument& document, QWidget* parent)
     form->addRow(tr("Bubble"), m_bubble);
     form->addRow(tr("All-reduce wait"), m_wait);
     form->addRow(tr("Peak memory"), m_memory);
-    form->addRow(tr("MFU, per device"), m_mfu);
-    form->addRow(tr("HFU, per device"), m_hfu);
+    m_mfuLabel = new QLabel(tr("MFU, per device"), this);
+    m_hfuLabel = new QLabel(tr("HFU, per device"), this);
+    form->addRow(m_mfuLabel, m_mfu);
+    form->addRow(m_hfuLabel, m_hfu);
     layout->addLayout(form);
     m_error = new QLabel(this);
     m_error->setWordWrap(true);
@@ -166,6 +169,10 @@ void MetricsPanel::refresh()
     m_memory->setStyleSheet(worst.over() ? QStringLiteral("color: #c62828") : QString());
     const auto flops = planner::flopsReport(*m_document.predictedPlan(), r->throughput_samples_per_s);
     const auto rate = [](double flops) { return QString::fromStdString(planner::formatFlopRate(flops)); };
+    // Devices that share GPUs: the rate and the utilisation are each card's.
+    const bool perGpu = flops && flops->gpus < flops->devices;
+    m_mfuLabel->setText(perGpu ? tr("MFU, per GPU") : tr("MFU, per device"));
+    m_hfuLabel->setText(perGpu ? tr("HFU, per GPU") : tr("HFU, per device"));
     if (!flops) {
         m_mfu->setText(tr("– (the profile gives no FLOPs)"));
         m_hfu->setText(QStringLiteral("–"));

@@ -35,6 +35,8 @@ private:
     QLabel* m_wait = nullptr; ///< waiting for all-reduces, apart from the bubble
     QLabel* m_memory = nullptr;
     QLabel* m_mfu = nullptr;
+    QLabel* m_mfuLabel = nullptr; ///< "per device", or "per GPU" where devices share GPUs
+    QLabel* m_hfuLabel = nullptr;
     QLabel* m_hfu = nullptr;
     QLabel* m_error = nullptr;
     StageModel* m_stages = nullptr;

@@ -105,25 +105,7 @@ public:
     Handle recv(int peer, std::uint64_t tag, Region data) override
     {
         checkPeer(peer);
-        class Receive final : public Handle::Work
-        {
-        public:
-            Receive(Endpoint& e, int peer, std::uint64_t tag, Region data)
-                : m_endpoint(e)
-                , m_peer(peer)
-                , m_tag(tag)
-                , m_data(data)
-            {
-            }
-            void wait() override { m_endpoint.receive(m_peer, m_tag, m_data); }
-
-        private:
-            Endpoint& m_endpoint;
-            int m_peer;
-            std::uint64_t m_tag;
-            Region m_data;
-        };
-        return Handle(std::make_unique<Receive>(*this, peer, tag, data));
+        return whenWaited([this, peer, tag, data] { receive(peer, tag, data); });
     }
 
     Handle allReduceSum(const std::vector<int>& group, Region data) override
@@ -153,23 +135,7 @@ public:
             ++r.posted;
             m_state->changed.notify_all();
         }
-        class Reduce final : public Handle::Work
-        {
-        public:
-            Reduce(Endpoint& e, std::pair<std::vector<int>, long> key, Region data)
-                : m_endpoint(e)
-                , m_key(std::move(key))
-                , m_data(data)
-            {
-            }
-            void wait() override { m_endpoint.reduce(m_key, m_data); }
-
-        private:
-            Endpoint& m_endpoint;
-            std::pair<std::vector<int>, long> m_key;
-            Region m_data;
-        };
-        return Handle(std::make_unique<Reduce>(*this, std::move(key), data));
+        return whenWaited([this, key = std::move(key), data] { reduce(key, data); });
     }
 
     void flush() override { reclaim(); }

@@ -76,25 +76,7 @@ public:
     /// The receive happens when it is waited for: a mailbox keeps what arrives until then.
     Handle recv(int peer, std::uint64_t tag, Region data) override
     {
-        class Receive final : public Handle::Work
-        {
-        public:
-            Receive(Endpoint& e, int peer, std::uint64_t tag, Region data)
-                : m_endpoint(e)
-                , m_peer(peer)
-                , m_tag(tag)
-                , m_data(data)
-            {
-            }
-            void wait() override { m_endpoint.receive(m_peer, m_tag, m_data); }
-
-        private:
-            Endpoint& m_endpoint;
-            int m_peer;
-            std::uint64_t m_tag;
-            Region m_data;
-        };
-        return Handle(std::make_unique<Receive>(*this, peer, tag, data));
+        return whenWaited([this, peer, tag, data] { receive(peer, tag, data); });
     }
 
     Handle allReduceSum(const std::vector<int>& devices, Region region) override

@@ -21,6 +21,23 @@ std::uint64_t waveTag(int stage, int wave)
         | (static_cast<std::uint64_t>(stage) << 1);
 }
 
+Handle whenWaited(std::function<void()> work)
+{
+    class Deferred final : public Handle::Work
+    {
+    public:
+        explicit Deferred(std::function<void()> work)
+            : m_work(std::move(work))
+        {
+        }
+        void wait() override { m_work(); }
+
+    private:
+        std::function<void()> m_work;
+    };
+    return Handle(std::make_unique<Deferred>(std::move(work)));
+}
+
 std::vector<Handle> Transport::exchange(std::span<const Transfer> transfers)
 {
     std::vector<Handle> handles(transfers.size());

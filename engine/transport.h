@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -77,6 +78,10 @@ public:
 private:
     std::unique_ptr<Work> m_work;
 };
+
+/// A handle whose wait() runs `work`: an operation a transport does when it is waited for (the in-process ones'
+/// receives and all-reduces).
+Handle whenWaited(std::function<void()> work);
 
 /// @brief One transfer of a grouped exchange.
 struct Transfer

@@ -40,7 +40,7 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Every device of a plan on CUDA device 0, each with a backend (a stream) of its own: stages that share the
-/// GPU exchange activations and gradients through host memory over the run's LocalFabric.
+/// GPU exchange activations and gradients in its memory over the run's device fabric.
 BackendFactory onTheGpu(Precision precision)
 {
     return [precision](int) {

@@ -331,9 +331,9 @@ void DeviceExecutor::flushLosses()
 
 void DeviceExecutor::readLossesLater()
 {
-    deliverLosses(); // the previous step's: landed while this step ran
     if (m_lossIds.empty())
-        return;
+        return; // (another stage's step on this device: the losses in flight stay so until the head's next one)
+    deliverLosses(); // the previous step's: landed while this step ran
     m_pendingLosses = {m_backend->readBack(m_losses.as<float>(), m_lossIds.size()), std::move(m_lossIds)};
     m_lossIds.clear();
 }

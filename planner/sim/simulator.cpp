@@ -12,11 +12,11 @@
 
 #include "../costs.h"
 #include "../errors.h"
-#include "../physical_gpu.h"
 #include "../schedule/generator.h"
 #include "device_memory.h"
 #include "link_calendar.h"
 #include "model_parallel_groups.h"
+#include "shared_gpus.h"
 #include "simulation_metrics.h"
 
 namespace pw::planner {
@@ -101,6 +101,7 @@ public:
         , m_o(options)
         , m_cost(cost)
         , m_traits(traitsOf(schedule))
+        , m_sharedGpus(plan)
     {
         const int D = schedule.num_devices;
         if (D != plan.cluster->deviceCount())
@@ -112,9 +113,6 @@ public:
         cost.check(plan, D);
         m_groups = leaders ? groupsOf(plan, D) : modelParallelGroups(plan, schedule, cost);
         m_uplinks.resize(m_cost.uplinkCount());
-        m_sharedGpu = sharedGpus(*plan.cluster, plan.devicesUsed());
-        for (int gpu : m_sharedGpu)
-            m_gpus.resize(std::max(m_gpus.size(), static_cast<std::size_t>(gpu + 1)));
         m_collectiveFree.assign(D, 0.0);
         const int p = plan.pipelineDepth();
         m_replicaOf.assign(D, -1);
@@ -689,16 +687,7 @@ private:
         return r;
     }
 
-    /// When `seconds` of computation that device d can begin at t run: at once on a GPU of its own; on a GPU that
-    /// other devices of the plan share, in the first time their computations leave it free for the whole of it (they
-    /// take turns: one stream's kernels fill the GPU), booked as the dataflow reaches them.
-    std::pair<double, double> occupy(int d, double t, double seconds)
-    {
-        const int gpu = m_sharedGpu[static_cast<std::size_t>(d)];
-        if (gpu < 0 || seconds <= 0)
-            return {t, t + seconds};
-        return m_gpus[static_cast<std::size_t>(gpu)].reserveWhole(t, seconds);
-    }
+    std::pair<double, double> occupy(int d, double t, double seconds) { return m_sharedGpus.occupy(d, t, seconds); }
 
     void compute(int d, const Action& a, double t0, double t1)
     {
@@ -790,14 +779,8 @@ private:
             m.peak_weight_versions = usage.peak_versions;
             used[d] = !m_s.devices[m_groups.active() ? m_groups.leader[d] : d].empty();
         }
-        // Devices that share a GPU share its memory: each has what the others' peaks leave (their arenas keep
-        // what they reached), so a device fits exactly when their peaks together fit the GPU.
-        for (int d = 0; d < D; ++d)
-            if (const int gpu = m_sharedGpu[static_cast<std::size_t>(d)]; gpu >= 0)
-                for (int other = 0; other < D; ++other)
-                    if (other != d && m_sharedGpu[static_cast<std::size_t>(other)] == gpu)
-                        r.devices[d].memory_capacity_bytes -= r.devices[other].peak_memory_bytes;
-        bubbleMetrics(r, used, m_sharedGpu);
+        m_sharedGpus.shareMemory(r.devices);
+        bubbleMetrics(r, used, m_sharedGpus.gpuOf());
         r.stages.resize(m_plan.stageCount());
         for (int s = 0; s < m_plan.stageCount(); ++s) {
             auto& sm = r.stages[s];
@@ -857,8 +840,7 @@ private:
     ModelParallelGroups m_groups; ///< run once each where the schedule and costs allow (modelParallelGroups)
     std::vector<int> m_collectiveMembers; ///< per collective group: the members that reach it (run)
     std::vector<LinkCalendar> m_uplinks; ///< per node: its inter-node uplink
-    std::vector<int> m_sharedGpu; ///< per device: its GPU among those several devices share, or -1
-    std::vector<LinkCalendar> m_gpus; ///< per shared GPU: when its devices' computations keep it busy
+    SharedGpus m_sharedGpus; ///< devices that take turns on one GPU and split its memory
     std::vector<double> m_collectiveFree; ///< per device: when its latest all-reduce has left the link
     std::vector<std::size_t> m_slotOffset; ///< per stage: its first (device, stage) slot; one past the last at the end
     std::vector<LastBackward> m_lastBackward; ///< per (device, stage) slot

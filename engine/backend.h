@@ -188,7 +188,8 @@ public:
     virtual void sum(void* out, std::span<const void* const> parts, std::size_t n) = 0;
 
     // Transformer layers (shapes: B sequences of T positions, C channels, NH heads; BT = B T) ----------------
-    /// wpe null (rotary positions): the token rows alone; in the backward, dwpe null likewise.
+    /// wpe null (rotary positions): the token rows alone; in the backward, dwpe null likewise. A negative token is
+    /// another rank's row of a vocabulary-parallel table: zeros (plus wpe) forward, nothing in dwte backward.
     virtual void encoderForward(
         void* out, const std::int32_t* tokens, const void* wte, const void* wpe, int B, int T, int C)
         = 0;
@@ -262,6 +263,16 @@ public:
     /// (softmax - onehot) x dscale (0 in the padded columns). fp32 logits of the whole batch are never kept.
     virtual void classifier(
         float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale)
+        = 0;
+    /// The vocabulary-parallel classifier (tensor parallelism: each rank holds V of the vocabulary's columns, and the
+    /// logits of no row are whole anywhere), ops::crossEntropyStats then ops::crossEntropyFinish: each rank's stats
+    /// (BT x 3 fp32), all-gathered by the group, then every rank's loss and its columns' gradient in place. targets
+    /// are the rank's own column indices (outside [0, V): not here).
+    virtual void classifierStats(
+        float* stats, const void* logits, const std::int32_t* targets, int BT, int V, int stride)
+        = 0;
+    virtual void classifierFinish(float* losses, void* logits, const float* stats, int ranks,
+        const std::int32_t* targets, int BT, int V, int stride, float dscale)
         = 0;
     /// *out = mean of x[0..n) (fp32, on the device).
     virtual void mean(float* out, const float* x, std::size_t n) = 0;

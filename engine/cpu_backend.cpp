@@ -305,6 +305,16 @@ public:
             std::fill(row + V, row + stride, 0.0f);
         }
     }
+    void classifierStats(
+        float* stats, const void* logits, const std::int32_t* targets, int BT, int V, int stride) override
+    {
+        ops::crossEntropyStats(stats, f(logits), targets, BT, V, stride);
+    }
+    void classifierFinish(float* losses, void* logits, const float* stats, int ranks, const std::int32_t* targets,
+        int BT, int V, int stride, float dscale) override
+    {
+        ops::crossEntropyFinish(losses, f(logits), stats, ranks, targets, BT, V, stride, dscale);
+    }
     void mean(float* out, const float* x, std::size_t n) override
     {
         float sum = 0; // in order, as the model summed its positions' losses before the seam

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "planner/errors.h"
+#include "planner/schedule/generator.h"
 #include "planner/schedule/traits.h"
 #include "stage_features.h"
 
@@ -30,6 +31,7 @@ struct DeviceExecutor::StageState
     GradientBuckets buckets;
     TiedCopies tied;
     std::unique_ptr<Waves> waves; ///< HetPipe's (schedule "wsp"), or null
+    std::unique_ptr<TensorGroup> tensors; ///< the stage's tensor-parallel group's collectives, or null
 
     StageState(StageModel& m, std::vector<int> replicas)
         : model(&m)
@@ -39,6 +41,38 @@ struct DeviceExecutor::StageState
     }
 };
 
+namespace {
+
+int tensorRanks(const planner::Plan& plan)
+{
+    return std::max(1, plan.tensor_parallel);
+}
+
+/// Where `device` is among a stage's devices (the plan's order: replica, then tensor rank), or -1.
+int placeIn(const planner::PlanStage& ps, int device)
+{
+    const auto at = std::find(ps.devices.begin(), ps.devices.end(), device);
+    return at == ps.devices.end() ? -1 : static_cast<int>(at - ps.devices.begin());
+}
+
+/// The stage's devices of tensor rank `rank` (every replica's): they hold the same share and sum its gradients.
+std::vector<int> sameShare(const planner::PlanStage& ps, int rank, int t)
+{
+    std::vector<int> out;
+    for (std::size_t i = static_cast<std::size_t>(rank); i < ps.devices.size(); i += static_cast<std::size_t>(t))
+        out.push_back(ps.devices[i]);
+    return out;
+}
+
+/// The tensor-parallel group of the stage's device at `place`: the t consecutive entries holding it.
+std::vector<int> tensorGroupOf(const planner::PlanStage& ps, int place, int t)
+{
+    const auto first = ps.devices.begin() + (place / t) * t;
+    return {first, first + t};
+}
+
+} // namespace
+
 std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
 {
     std::vector<std::vector<int>> groups;
@@ -47,11 +81,26 @@ std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
         if (g.size() >= 2 && std::find(groups.begin(), groups.end(), g) == groups.end())
             groups.push_back(std::move(g));
     };
+    const int t = tensorRanks(plan);
     for (const auto& ps : plan.stages)
-        add(ps.devices);
-    for (int p = 0; p < plan.pipelineCount(); ++p)
-        for (auto& g : plan.tiedWeightGroups(p))
-            add(std::move(g));
+        for (int rank = 0; rank < t; ++rank)
+            add(sameShare(ps, rank, t));
+    if (t == 1) {
+        for (int p = 0; p < plan.pipelineCount(); ++p)
+            for (auto& g : plan.tiedWeightGroups(p))
+                add(std::move(g));
+    } else { // each tensor rank's share of the tied embedding: the logical plan's groups, rank by rank
+        for (int rank = 0; rank < t; ++rank) {
+            const planner::Plan logical = planner::tensorParallelRankPlan(plan, rank);
+            for (int p = 0; p < logical.pipelineCount(); ++p)
+                for (auto& g : logical.tiedWeightGroups(p))
+                    add(std::move(g));
+        }
+        for (const auto& ps : plan.stages)
+            for (std::size_t g = 0; g + static_cast<std::size_t>(t) <= ps.devices.size();
+                 g += static_cast<std::size_t>(t))
+                add(tensorGroupOf(ps, static_cast<int>(g), t));
+    }
     return groups;
 }
 
@@ -117,8 +166,15 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
     }
     m_pipeline = std::max(0, myPipeline);
     // The tied embedding's group of this device, when it holds one copy and other devices the other: the schedule
-    // must sum it (an AllReduce of a TiedWeights group before the step), else the copies would drift apart.
-    for (const auto& g : plan.tiedWeightGroups(m_pipeline))
+    // must sum it (an AllReduce of a TiedWeights group before the step), else the copies would drift apart. With
+    // tensor parallelism, the groups of this device's tensor rank (each rank's share of the embedding).
+    const int t = tensorRanks(plan);
+    int rank = 0;
+    for (const auto& ps : plan.stages)
+        if (const int place = placeIn(ps, device); place >= 0)
+            rank = place % t;
+    const planner::Plan rankPlan = t > 1 ? planner::tensorParallelRankPlan(plan, rank) : planner::Plan {};
+    for (const auto& g : (t > 1 ? rankPlan : plan).tiedWeightGroups(m_pipeline))
         if (std::find(g.begin(), g.end(), device) != g.end())
             m_tiedGroup = g;
     if (!m_tiedGroup.empty()) {
@@ -134,13 +190,21 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
         const auto& ps = plan.stages[static_cast<std::size_t>(s)];
         if (ps.pipeline != m_pipeline || std::find(ps.devices.begin(), ps.devices.end(), device) == ps.devices.end())
             continue;
-        auto model = std::make_unique<StageModel>(setup.model, setup.shape, ps.first_layer, ps.last_layer, *m_backend);
+        const int place = placeIn(ps, device);
+        const TensorParallel tp {place % t, t, t > 1 && plan.schedule.sequence_parallel};
+        auto model
+            = std::make_unique<StageModel>(setup.model, setup.shape, ps.first_layer, ps.last_layer, *m_backend, tp);
         model->setRecompute(setup.recompute);
         if (setup.checkpoint)
             model->loadFrom(*setup.checkpoint);
         else
             model->initialise(setup.seed);
-        auto st = std::make_unique<StageState>(*model, ps.devices);
+        auto st = std::make_unique<StageState>(*model, sameShare(ps, tp.rank, t));
+        if (tp.on()) {
+            st->tensors = transportGroup(*m_transport, *m_backend, tensorGroupOf(ps, place, t), tp.rank);
+            model->setTensorGroup(st->tensors.get());
+        }
+        m_reportsLosses = m_reportsLosses && (!model->hasHead() || tp.rank == 0);
         // The actions that read the weights (a W reads activations and gradients only).
         for (std::size_t i = 0; i < actions.size(); ++i)
             if (actions[i].stage == s
@@ -258,9 +322,7 @@ void DeviceExecutor::postExchange(std::size_t first, int r)
             t.region = region(it->second);
         } else {
             Buffer& buffer = store[{a.stage, a.microbatch}];
-            buffer.ensure(*m_backend,
-                static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq * m_setup.model.channels,
-                m_backend->act());
+            buffer.ensure(*m_backend, boundaryCount(), m_backend->act());
             t.direction = Transfer::Direction::Recv;
             t.region = region(buffer);
         }
@@ -279,8 +341,15 @@ double DeviceExecutor::transferBytes(const Action& a) const
         const auto it = store.find({a.stage, a.microbatch});
         return it == store.end() ? 0.0 : static_cast<double>(it->second.bytes());
     }
-    return static_cast<double>(static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq
-        * m_setup.model.channels * byteSize(m_backend->act()));
+    return static_cast<double>(boundaryCount() * byteSize(m_backend->act()));
+}
+
+std::size_t DeviceExecutor::boundaryCount() const
+{
+    // With tensor parallelism each rank moves its 1/t of the rows (Megatron's scatter/gather; with sequence
+    // parallelism the rows it holds).
+    return static_cast<std::size_t>(m_setup.shape.batch) * m_setup.shape.seq * m_setup.model.channels
+        / static_cast<std::size_t>(tensorRanks(m_plan));
 }
 
 planner::Span DeviceExecutor::planned(const Action& a, std::int64_t runIndex, double bytes) const
@@ -482,7 +551,10 @@ void DeviceExecutor::forward(const Action& a, std::int64_t key)
     const void* weights = weightsFor(st, key, "forward", a.microbatch);
     StageStash& stash = st.stashes.begin(a.microbatch);
     float* loss = nullptr;
-    if (st.model->hasHead()) {
+    if (st.model->hasHead() && !m_reportsLosses) { // another tensor rank of the head reports them
+        m_otherLoss.ensure(*m_backend, 1, DType::F32);
+        loss = m_otherLoss.as<float>();
+    } else if (st.model->hasHead()) {
         // The loss stays on the device until the next read-back.
         const std::size_t capacity = std::max<std::size_t>(16, 2 * static_cast<std::size_t>(m));
         if (m_losses.count() < capacity) {
@@ -582,6 +654,7 @@ void DeviceExecutor::optimizerStep(const Action& a)
     st.versions.keepLive(*m_backend, *st.model, m_index);
     if (st.waves)
         st.waves->beforeStep(*m_backend, *st.model);
+    st.model->sumSequenceGradients(); // the norms' gradients of each rank's positions, with sequence parallelism
     const double lr = m_setup.adam.lrAt(st.steps);
     st.adam->step(*st.model, m_setup.adam, lr, ++st.steps);
     st.model->zeroGrads();

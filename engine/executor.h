@@ -64,9 +64,10 @@ enum class TrainsOn : std::uint8_t { Cpu, Cuda };
 /// The one place that says which of a plan's settings the engine honours (the controller, pre-flight and the agent
 /// all ask it through trainingSetup): fp32 weights and gradients, or on CUDA bf16 weights with bf16 gradients (mixed
 /// precision, fp32 master weights), AdamW ("adam"), the full optimizer state on every replica, any recomputation
-/// (none, selective, full), GPT-2's or Llama's block, the profile's layer order, no tensor parallelism. Anything else
-/// throws InputError naming the plan's field (e.g. "/schedule/precision"), its value and the fix, instead of being
-/// trained otherwise than the prediction assumed. Returns the precision the run trains in.
+/// (none, selective, full), GPT-2's or Llama's block, the profile's layer order, tensor parallelism whose t divides
+/// heads, key/value heads, MLP and vocabulary. Anything else throws InputError naming the plan's field (e.g.
+/// "/schedule/precision"), its value and the fix, instead of being trained otherwise than the prediction assumed.
+/// Returns the precision the run trains in.
 Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where = TrainsOn::Cpu);
 /// The run's model shape from a plan made with `profile transformer`; throws InputError with the reason when the
 /// plan carries none, its layers do not match, or it uses what the engine does not run (checkEngineHonours).
@@ -101,9 +102,10 @@ RunSchedule runProgram(const planner::Plan& plan, int steps);
 /// the spans an executor reports; whoever collects them subtracts the run's start.
 double monotonicSeconds();
 
-/// The collective groups of a plan, in one order every device agrees on: the devices of each replicated stage (its
-/// all-reduce), then per pipeline the groups that sum the tied embedding's gradient (Plan::tiedWeightGroups).
-/// Every device passes this list to Transport::makeGroups before its first step.
+/// The collective groups of a plan, in one order every device agrees on: the devices of each replicated stage that
+/// hold the same tensor share (its all-reduce), then per pipeline the groups that sum the tied embedding's gradient
+/// (Plan::tiedWeightGroups; with tensor parallelism each rank's), then each stage's tensor-parallel groups. Every
+/// device passes this list to Transport::makeGroups before its first step.
 std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan);
 
 /// @brief Where an executor reports what it did. Called on the executor's thread.
@@ -177,6 +179,8 @@ private:
     StageState& state(int stage);
     /// The data's microbatch id of this device's pipeline's microbatch `local` (= local with one pipeline).
     int globalMicrobatch(int local) const;
+    /// Elements of an activation or gradient between stages (a tensor rank's 1/t of B T C).
+    std::size_t boundaryCount() const;
 
     const planner::Plan& m_plan;
     const planner::Schedule& m_schedule;
@@ -199,6 +203,9 @@ private:
     /// The last step's losses on their way to the host, and their ids (the sink hears them a step late).
     std::pair<std::unique_ptr<HostCopy>, std::vector<int>> m_pendingLosses;
     std::vector<std::int32_t> m_tokens, m_targets; ///< host staging of one microbatch's data
+    /// Whether this device's head reports the losses: tensor rank 0 of its group (the others compute the same).
+    bool m_reportsLosses = true;
+    Buffer m_otherLoss; ///< where another tensor rank's head writes its copy of the loss
     float m_lossScale = 1.0f;
     int m_index = 0; ///< the action running
     int m_pipeline = 0; ///< this device's pipeline (virtual worker)

@@ -47,6 +47,34 @@ TensorSlot tensor(Gpt2Tensor t, int block, std::size_t rows, std::size_t cols, K
     s.padded_rows = t == kWte;
     s.init
         = {init, stddev, static_cast<std::uint64_t>(t) * 0x10000ull + static_cast<std::uint64_t>(std::max(block, 0))};
+    // Tensor parallelism (Megatron's): the vocabulary and the column-parallel products by rows (q, k and v each),
+    // the row-parallel products by columns; norms, positions and the row-parallel biases whole.
+    switch (t) {
+    case kWte:
+    case kFcw:
+    case kFcb:
+        s.split = TensorSplit::Rows;
+        break;
+    case kQkvw:
+    case kQkvb:
+        s.split = TensorSplit::Rows;
+        s.row_blocks = 3;
+        break;
+    case kAttprojw:
+    case kFcprojw:
+        s.split = TensorSplit::Columns;
+        break;
+    case kLn1w:
+    case kLn1b:
+    case kLn2w:
+    case kLn2b:
+    case kLnfw:
+    case kLnfb:
+        s.sequence_partial = true;
+        break;
+    default:
+        break;
+    }
     return s;
 }
 
@@ -66,8 +94,8 @@ enum BlockSaved : std::uint8_t {
     kBlockSaved
 };
 /// What the I keeps for the W: res2's gradient (attproj's output's), fc's output's (before GELU), the layer norms'
-/// outputs' and qkv's.
-enum BlockGrads : std::uint8_t { kGRes2, kGFch, kGLn2, kGQkv, kGLn1, kBlockGrads };
+/// outputs' and qkv's; with sequence parallelism also the output's and res2's gradients of every rank's rows.
+enum BlockGrads : std::uint8_t { kGRes2, kGFch, kGLn2, kGQkv, kGLn1, kGOutAll, kGRes2All, kBlockGrads };
 
 /// A block's tensors, in llm.c's per-block order (the indices below).
 enum BlockTensor : std::uint8_t {
@@ -85,81 +113,101 @@ enum BlockTensor : std::uint8_t {
     bFcprojb
 };
 
+/// A block as rank r of t: its heads' third of q, k and v and its columns of the MLP (the column-parallel products),
+/// the projections' matching input columns (row-parallel, summed over the group). At t = 1 the whole block.
 class Gpt2Block final : public Layer
 {
 public:
-    Gpt2Block(const ModelConfig& config, int block)
+    Gpt2Block(const ModelConfig& config, int block, const TensorParallel& tp)
         : m_block(block)
         , m_channels(config.channels)
-        , m_heads(config.heads)
+        , m_heads(config.heads / tp.ranks)
+        , m_local(config.channels / tp.ranks)
         , m_norm(planner::NormKind::LayerNorm, config.channels, static_cast<float>(config.norm_eps))
     {
     }
     std::string kind() const override { return "transformer_layer"; }
     std::string name() const override { return "transformer_" + std::to_string(m_block + 1); }
-    /// Megatron's count: 24 B T C^2 for the products, 4 B T^2 C for the attention's two.
+    /// Megatron's count: 24 B T C^2 for the products, 4 B T^2 C for the attention's two (a rank's share: C' = C/t
+    /// of the products' outer dimension).
     double forwardFlops(BatchShape shape) const override
     {
-        const double B = shape.batch, T = shape.seq, C = m_channels;
-        return 24.0 * B * T * C * C + 4.0 * B * T * T * C;
+        const double B = shape.batch, T = shape.seq, C = m_channels, Cl = m_local;
+        return 24.0 * B * T * C * Cl + 4.0 * B * T * T * Cl;
     }
 
     void forward(const LayerPass& p, LayerStash& s, const void* x, const LayerFeed&) const override
     {
         Backend& be = p.be;
-        const int BT = p.rows(), C = m_channels;
-        const std::size_t n = static_cast<std::size_t>(BT) * C;
+        const int BT = p.rows(), C = m_channels, Cl = m_local;
+        const auto rows = static_cast<std::size_t>(BT);
+        const std::size_t n = static_cast<std::size_t>(p.localRows()) * C; // the residual stream here
         const DType act = be.act();
         reserveSlots(s.saved, kBlockSaved);
         auto& v = s.saved;
         ensure(p, v[kLn1], n, act);
-        ensure(p, v[kQkv], 3 * n, act);
+        ensure(p, v[kQkv], 3 * rows * Cl, act);
         ensure(p, v[kAtt], be.attentionStashCount(attention(p)), DType::F32);
-        ensure(p, v[kAtty], n, act);
+        ensure(p, v[kAtty], rows * Cl, act);
         ensure(p, v[kRes2], n, act);
         ensure(p, v[kLn2], n, act);
-        ensure(p, v[kFch], 4 * n, act);
-        ensure(p, v[kFchGelu], 4 * n, act);
+        ensure(p, v[kFch], 4 * rows * Cl, act);
+        ensure(p, v[kFchGelu], 4 * rows * Cl, act);
         ensure(p, s.out, n, act);
+        const auto c = static_cast<std::size_t>(C);
         m_norm.forward(p, v[kLn1].data(), v[kLn1Mean], v[kLn1Rstd], x, bLn1w);
-        be.matmulForward(v[kQkv].data(), v[kLn1].data(), p.w(bQkvw), p.w(bQkvb), BT, C, 3 * C, nullptr);
+        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        be.matmulForward(v[kQkv].data(), ln1, p.w(bQkvw), p.w(bQkvb), BT, C, 3 * Cl, nullptr);
         be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), attention(p));
-        // The attention projection goes to out first, then res2 = x + it.
-        be.matmulForward(s.out.data(), v[kAtty].data(), p.w(bProjw), p.w(bProjb), BT, C, C, nullptr);
+        // The attention projection goes to out first (the group's sum of it), then res2 = x + it.
+        void* proj = partialRows(p, m_partial, s.out.data(), c);
+        be.matmulForward(proj, v[kAtty].data(), p.w(bProjw), rowParallelBias(p, p.w(bProjb)), BT, Cl, C, nullptr);
+        sumRows(p, s.out.data(), proj, c);
         m_norm.residualForward(p, v[kRes2].data(), v[kLn2].data(), v[kLn2Mean], v[kLn2Rstd], x, s.out.data(), bLn2w);
         // fch keeps the pre-activation for GELU's backward; the backend may fuse GELU into the product.
-        be.matmulForward(v[kFch].data(), v[kLn2].data(), p.w(bFcw), p.w(bFcb), BT, C, 4 * C, v[kFchGelu].data());
-        be.matmulForward(s.out.data(), v[kFchGelu].data(), p.w(bFcprojw), p.w(bFcprojb), BT, 4 * C, C, nullptr);
+        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        be.matmulForward(v[kFch].data(), ln2, p.w(bFcw), p.w(bFcb), BT, C, 4 * Cl, v[kFchGelu].data());
+        void* mlp = partialRows(p, m_partial, s.out.data(), c);
+        be.matmulForward(
+            mlp, v[kFchGelu].data(), p.w(bFcprojw), rowParallelBias(p, p.w(bFcprojb)), BT, 4 * Cl, C, nullptr);
+        sumRows(p, s.out.data(), mlp, c);
         be.residualForward(s.out.data(), v[kRes2].data(), s.out.data(), n);
     }
 
     void backwardInput(const LayerPass& p, LayerStash& s, const void* x, void* dx) override
     {
         Backend& be = p.be;
-        const int BT = p.rows(), C = m_channels;
-        const std::size_t n = static_cast<std::size_t>(BT) * C;
+        const int BT = p.rows(), C = m_channels, Cl = m_local;
+        const auto rows = static_cast<std::size_t>(BT);
+        const std::size_t n = static_cast<std::size_t>(p.localRows()) * C;
+        const auto c = static_cast<std::size_t>(C);
         const DType act = be.act();
         reserveSlots(s.grads, kBlockGrads);
         auto& v = s.saved;
         auto& g = s.grads;
         ensure(p, g[kGRes2], n, act);
-        ensure(p, g[kGFch], 4 * n, act);
+        ensure(p, g[kGFch], 4 * rows * Cl, act);
         ensure(p, g[kGLn2], n, act);
-        ensure(p, g[kGQkv], 3 * n, act);
+        ensure(p, g[kGQkv], 3 * rows * Cl, act);
         ensure(p, g[kGLn1], n, act);
-        ensure(p, m_dAtty, n, act);
-        const void* dout = s.g_out.data();
+        ensure(p, m_dAtty, rows * Cl, act);
+        const void* dout = gatherRows(p, g[kGOutAll], s.g_out.data(), c);
         // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); input gradients written (nothing zeroed first)
-        be.matmulBackwardGelu(g[kGFch].data(), dout, p.w(bFcprojw), v[kFch].data(), BT, 4 * C, C);
-        be.matmulBackward(g[kGLn2].data(), nullptr, nullptr, g[kGFch].data(), nullptr, p.w(bFcw), BT, C, 4 * C);
+        be.matmulBackwardGelu(g[kGFch].data(), dout, p.w(bFcprojw), v[kFch].data(), BT, 4 * Cl, C);
+        void* dln2 = partialRows(p, m_partial, g[kGLn2].data(), c);
+        be.matmulBackward(dln2, nullptr, nullptr, g[kGFch].data(), nullptr, p.w(bFcw), BT, C, 4 * Cl);
+        sumRows(p, g[kGLn2].data(), dln2, c);
         // dres2 = dout (the residual passes it through) + the norm's input gradient, in one pass
         m_norm.backwardInputResidual(
-            p, g[kGRes2].data(), dout, g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
+            p, g[kGRes2].data(), s.g_out.data(), g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
         // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
-        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, g[kGRes2].data(), nullptr, p.w(bProjw), BT, C, C);
+        const void* dres2 = gatherRows(p, g[kGRes2All], g[kGRes2].data(), c);
+        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(bProjw), BT, Cl, C);
         be.attentionBackward(
             g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), attention(p));
-        be.matmulBackward(g[kGLn1].data(), nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(bQkvw), BT, C, 3 * C);
+        void* dln1 = partialRows(p, m_partial, g[kGLn1].data(), c);
+        be.matmulBackward(dln1, nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(bQkvw), BT, C, 3 * Cl);
+        sumRows(p, g[kGLn1].data(), dln1, c);
         // dx = dres2 (the residual passes it through) + the norm's input gradient, in one pass
         m_norm.backwardInputResidual(p, dx, g[kGRes2].data(), g[kGLn1].data(), x, bLn1w, v[kLn1Mean], v[kLn1Rstd]);
     }
@@ -167,17 +215,21 @@ public:
     void backwardWeight(const LayerPass& p, LayerStash& s, const void* x) override
     {
         Backend& be = p.be;
-        const int BT = p.rows(), C = m_channels;
+        const int BT = p.rows(), C = m_channels, Cl = m_local;
+        const auto c = static_cast<std::size_t>(C);
         auto& v = s.saved;
         auto& g = s.grads;
         if (g.size() < kBlockGrads || g[kGQkv].empty())
             throw std::logic_error("stage weight gradient before its input gradient");
-        be.matmulBackward(
-            nullptr, p.g(bFcprojw), p.g(bFcprojb), s.g_out.data(), v[kFchGelu].data(), nullptr, BT, 4 * C, C);
-        be.matmulBackward(nullptr, p.g(bFcw), p.g(bFcb), g[kGFch].data(), v[kLn2].data(), nullptr, BT, C, 4 * C);
+        const void* dout = gatheredRows(p, g[kGOutAll], s.g_out.data());
+        const void* dres2 = gatheredRows(p, g[kGRes2All], g[kGRes2].data());
+        be.matmulBackward(nullptr, p.g(bFcprojw), p.g(bFcprojb), dout, v[kFchGelu].data(), nullptr, BT, 4 * Cl, C);
+        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        be.matmulBackward(nullptr, p.g(bFcw), p.g(bFcb), g[kGFch].data(), ln2, nullptr, BT, C, 4 * Cl);
         m_norm.backwardWeight(p, g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
-        be.matmulBackward(nullptr, p.g(bProjw), p.g(bProjb), g[kGRes2].data(), v[kAtty].data(), nullptr, BT, C, C);
-        be.matmulBackward(nullptr, p.g(bQkvw), p.g(bQkvb), g[kGQkv].data(), v[kLn1].data(), nullptr, BT, C, 3 * C);
+        be.matmulBackward(nullptr, p.g(bProjw), p.g(bProjb), dres2, v[kAtty].data(), nullptr, BT, Cl, C);
+        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        be.matmulBackward(nullptr, p.g(bQkvw), p.g(bQkvb), g[kGQkv].data(), ln1, nullptr, BT, C, 3 * Cl);
         m_norm.backwardWeight(p, g[kGLn1].data(), x, bLn1w, v[kLn1Mean], v[kLn1Rstd]);
     }
 
@@ -196,12 +248,16 @@ public:
 private:
     AttentionShape attention(const LayerPass& p) const
     {
-        return {p.shape.batch, p.shape.seq, m_heads, m_heads, m_channels / m_heads};
+        return {p.shape.batch, p.shape.seq, m_heads, m_heads, m_channels / (m_heads * p.tp.ranks)};
     }
 
-    int m_block, m_channels, m_heads;
+    int m_block, m_channels;
+    int m_heads; ///< this rank's heads: NH / t
+    int m_local; ///< C / t: this rank's channels of the attention's output
     Norm m_norm;
     Buffer m_dAtty; ///< workspace: the attention output's gradient
+    /// Workspaces of sequence parallelism: every rank's rows of a norm's output, a row-parallel product's partial sum.
+    mutable Buffer m_rows, m_partial;
 };
 
 class Gpt2Family final : public ModelFamily
@@ -244,14 +300,16 @@ public:
             tensor(kFcprojb, b, C, 1, Kind::Zeros, 0, layer)};
     }
 
-    std::unique_ptr<Layer> makeLayer(const ModelConfig& c, int layer, Backend& backend) const override
+    std::unique_ptr<Layer> makeLayer(
+        const ModelConfig& c, int layer, Backend& backend, const TensorParallel& tp) const override
     {
         if (layer == 0)
-            return std::make_unique<EmbeddingLayer>(c, true);
+            return std::make_unique<EmbeddingLayer>(c, true, tp);
         if (layer == c.layerCount() - 1)
             return std::make_unique<HeadLayer>(c,
-                Norm(planner::NormKind::LayerNorm, c.channels, static_cast<float>(c.norm_eps)), backend.padsLogits());
-        return std::make_unique<Gpt2Block>(c, layer - 1);
+                Norm(planner::NormKind::LayerNorm, c.channels, static_cast<float>(c.norm_eps)), backend.padsLogits(),
+                tp);
+        return std::make_unique<Gpt2Block>(c, layer - 1, tp);
     }
 };
 

@@ -273,6 +273,21 @@ void TimingBackend::classifier(
         [&] { m_inner.classifier(losses, logits, targets, BT, V, stride, dscale); });
 }
 
+void TimingBackend::classifierStats(
+    float* stats, const void* logits, const std::int32_t* targets, int BT, int V, int stride)
+{
+    timed("classifier stats", text("%d x %d (of %d)", BT, V, stride), {.bytes = d(BT) * stride * element()},
+        [&] { m_inner.classifierStats(stats, logits, targets, BT, V, stride); });
+}
+
+void TimingBackend::classifierFinish(float* losses, void* logits, const float* stats, int ranks,
+    const std::int32_t* targets, int BT, int V, int stride, float dscale)
+{
+    timed("classifier finish", text("%d x %d (of %d), %d ranks", BT, V, stride, ranks),
+        {.bytes = 2 * d(BT) * stride * element()},
+        [&] { m_inner.classifierFinish(losses, logits, stats, ranks, targets, BT, V, stride, dscale); });
+}
+
 void TimingBackend::mean(float* out, const float* x, std::size_t n)
 {
     timed("mean", text("%zu", n), {.bytes = 4 * d(n)}, [&] { m_inner.mean(out, x, n); });

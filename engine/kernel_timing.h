@@ -136,6 +136,10 @@ public:
     void residualForward(void* out, const void* a, const void* b, std::size_t n) override;
     void classifier(
         float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale) override;
+    void classifierStats(
+        float* stats, const void* logits, const std::int32_t* targets, int BT, int V, int stride) override;
+    void classifierFinish(float* losses, void* logits, const float* stats, int ranks, const std::int32_t* targets,
+        int BT, int V, int stride, float dscale) override;
     void mean(float* out, const float* x, std::size_t n) override;
     void scale(void* x, float factor, std::size_t n) override;
     void sumSquares(float* out, const void* x, std::size_t n) override;

@@ -68,7 +68,8 @@ enum BlockSaved : std::uint8_t {
 };
 /// What the I keeps for the W: res2's gradient (o_proj's output's), the gate and up products' outputs', the norms'
 /// outputs' and qkv's.
-enum BlockGrads : std::uint8_t { kGRes2, kGUp, kGLn2, kGQkv, kGLn1, kBlockGrads };
+/// With sequence parallelism also the output's and res2's gradients of every rank's rows.
+enum BlockGrads : std::uint8_t { kGRes2, kGUp, kGLn2, kGQkv, kGLn1, kGOutAll, kGRes2All, kBlockGrads };
 
 /// Where a block's tensors sit in its list (the biases, when there are, shift the ones after them).
 struct BlockLayout
@@ -87,15 +88,18 @@ struct BlockLayout
     }
 };
 
+/// A block as rank r of t: its heads of q, its key/value heads of k and v, its columns of gate and up (the
+/// column-parallel products), o and down's matching input columns (row-parallel, summed over the group).
 class LlamaBlock final : public Layer
 {
 public:
-    LlamaBlock(const ModelConfig& c, int block)
+    LlamaBlock(const ModelConfig& c, int block, const TensorParallel& tp)
         : m_block(block)
         , m_channels(c.channels)
-        , m_ffn(c.ffnHidden())
-        , m_heads(c.heads)
-        , m_kvHeads(c.kvHeads())
+        , m_ffn(c.ffnHidden() / tp.ranks)
+        , m_heads(c.heads / tp.ranks)
+        , m_kvHeads(c.kvHeads() / tp.ranks)
+        , m_headSize(c.headSize())
         , m_biases(c.bias == planner::BiasKind::Qkv)
         , m_at(m_biases)
         , m_norm(planner::NormKind::RmsNorm, c.channels, static_cast<float>(c.norm_eps))
@@ -107,24 +111,26 @@ public:
     double forwardFlops(BatchShape shape) const override
     {
         const double B = shape.batch, T = shape.seq, C = m_channels, F = m_ffn;
-        const double W = attentionShape(shape).qkvColumns();
-        return 2.0 * B * T * (C * W + C * C + 3.0 * C * F) + 4.0 * B * T * T * C;
+        const AttentionShape a = attentionShape(shape);
+        const double W = a.qkvColumns(), Q = a.channels(); // this rank's share
+        return 2.0 * B * T * (C * W + Q * C + 3.0 * C * F) + 4.0 * B * T * T * Q;
     }
 
     void forward(const LayerPass& p, LayerStash& s, const void* x, const LayerFeed&) const override
     {
         Backend& be = p.be;
         const AttentionShape a = attentionShape(p.shape);
-        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns();
+        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns(), Q = a.channels();
         const auto rows = static_cast<std::size_t>(BT);
-        const std::size_t n = rows * C;
+        const auto c = static_cast<std::size_t>(C);
+        const std::size_t n = static_cast<std::size_t>(p.localRows()) * C; // the residual stream here
         const DType act = be.act();
         reserveSlots(s.saved, kBlockSaved);
         auto& v = s.saved;
         ensure(p, v[kLn1], n, act);
         ensure(p, v[kQkv], rows * W, act);
         ensure(p, v[kAtt], be.attentionStashCount(a), DType::F32);
-        ensure(p, v[kAtty], n, act);
+        ensure(p, v[kAtty], rows * Q, act);
         ensure(p, v[kRes2], n, act);
         ensure(p, v[kLn2], n, act);
         ensure(p, v[kUp], rows * 2 * F, act);
@@ -132,15 +138,20 @@ public:
         ensure(p, s.out, n, act);
         const float* table = rotaryTable(p);
         m_norm.forward(p, v[kLn1].data(), v[kUnused], v[kRstd1], x, m_at.norm1);
-        be.matmulForward(
-            v[kQkv].data(), v[kLn1].data(), p.w(m_at.qkv), m_biases ? p.w(m_at.qkvBias) : nullptr, BT, C, W, nullptr);
+        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        be.matmulForward(v[kQkv].data(), ln1, p.w(m_at.qkv), m_biases ? p.w(m_at.qkvBias) : nullptr, BT, C, W, nullptr);
         be.rotary(v[kQkv].data(), table, a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, false);
         be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), a);
-        be.matmulForward(s.out.data(), v[kAtty].data(), p.w(m_at.o), nullptr, BT, C, C, nullptr);
+        void* o = partialRows(p, m_partial, s.out.data(), c);
+        be.matmulForward(o, v[kAtty].data(), p.w(m_at.o), nullptr, BT, Q, C, nullptr);
+        sumRows(p, s.out.data(), o, c);
         m_norm.residualForward(p, v[kRes2].data(), v[kLn2].data(), v[kUnused], v[kRstd2], x, s.out.data(), m_at.norm2);
-        be.matmulForward(v[kUp].data(), v[kLn2].data(), p.w(m_at.gateUp), nullptr, BT, C, 2 * F, nullptr);
+        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        be.matmulForward(v[kUp].data(), ln2, p.w(m_at.gateUp), nullptr, BT, C, 2 * F, nullptr);
         be.swigluForward(v[kAct].data(), v[kUp].data(), BT, F);
-        be.matmulForward(s.out.data(), v[kAct].data(), p.w(m_at.down), nullptr, BT, F, C, nullptr);
+        void* down = partialRows(p, m_partial, s.out.data(), c);
+        be.matmulForward(down, v[kAct].data(), p.w(m_at.down), nullptr, BT, F, C, nullptr);
+        sumRows(p, s.out.data(), down, c);
         be.residualForward(s.out.data(), v[kRes2].data(), s.out.data(), n);
     }
 
@@ -148,9 +159,10 @@ public:
     {
         Backend& be = p.be;
         const AttentionShape a = attentionShape(p.shape);
-        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns();
+        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns(), Q = a.channels();
         const auto rows = static_cast<std::size_t>(BT);
-        const std::size_t n = rows * C;
+        const auto c = static_cast<std::size_t>(C);
+        const std::size_t n = static_cast<std::size_t>(p.localRows()) * C;
         const DType act = be.act();
         reserveSlots(s.grads, kBlockGrads);
         auto& v = s.saved;
@@ -161,20 +173,25 @@ public:
         ensure(p, g[kGQkv], rows * W, act);
         ensure(p, g[kGLn1], n, act);
         ensure(p, m_dAct, rows * F, act);
-        ensure(p, m_dAtty, n, act);
-        const void* dout = s.g_out.data();
+        ensure(p, m_dAtty, rows * Q, act);
+        const void* dout = gatherRows(p, g[kGOutAll], s.g_out.data(), c);
         // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
         be.matmulBackward(m_dAct.data(), nullptr, nullptr, dout, nullptr, p.w(m_at.down), BT, F, C);
         be.swigluBackward(g[kGUp].data(), v[kUp].data(), m_dAct.data(), BT, F);
-        be.matmulBackward(g[kGLn2].data(), nullptr, nullptr, g[kGUp].data(), nullptr, p.w(m_at.gateUp), BT, C, 2 * F);
+        void* dln2 = partialRows(p, m_partial, g[kGLn2].data(), c);
+        be.matmulBackward(dln2, nullptr, nullptr, g[kGUp].data(), nullptr, p.w(m_at.gateUp), BT, C, 2 * F);
+        sumRows(p, g[kGLn2].data(), dln2, c);
         // dres2 = dout (the residual passes it through) + the norm's input gradient, in one pass
         m_norm.backwardInputResidual(
-            p, g[kGRes2].data(), dout, g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
+            p, g[kGRes2].data(), s.g_out.data(), g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
         // Attention: res2 = x + o(attention(rotary(qkv(norm1(x)))))
-        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, g[kGRes2].data(), nullptr, p.w(m_at.o), BT, C, C);
+        const void* dres2 = gatherRows(p, g[kGRes2All], g[kGRes2].data(), c);
+        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(m_at.o), BT, Q, C);
         be.attentionBackward(g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), a);
         be.rotary(g[kGQkv].data(), rotaryTable(p), a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, true);
-        be.matmulBackward(g[kGLn1].data(), nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(m_at.qkv), BT, C, W);
+        void* dln1 = partialRows(p, m_partial, g[kGLn1].data(), c);
+        be.matmulBackward(dln1, nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(m_at.qkv), BT, C, W);
+        sumRows(p, g[kGLn1].data(), dln1, c);
         // dx = dres2 (the residual passes it through) + the norm's input gradient, in one pass
         m_norm.backwardInputResidual(p, dx, g[kGRes2].data(), g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
     }
@@ -182,17 +199,23 @@ public:
     void backwardWeight(const LayerPass& p, LayerStash& s, const void* x) override
     {
         Backend& be = p.be;
-        const int BT = p.rows(), C = m_channels, F = m_ffn, W = attentionShape(p.shape).qkvColumns();
+        const AttentionShape a = attentionShape(p.shape);
+        const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns(), Q = a.channels();
+        const auto c = static_cast<std::size_t>(C);
         auto& v = s.saved;
         auto& g = s.grads;
         if (g.size() < kBlockGrads || g[kGQkv].empty())
             throw std::logic_error("stage weight gradient before its input gradient");
-        be.matmulBackward(nullptr, p.g(m_at.down), nullptr, s.g_out.data(), v[kAct].data(), nullptr, BT, F, C);
-        be.matmulBackward(nullptr, p.g(m_at.gateUp), nullptr, g[kGUp].data(), v[kLn2].data(), nullptr, BT, C, 2 * F);
+        const void* dout = gatheredRows(p, g[kGOutAll], s.g_out.data());
+        const void* dres2 = gatheredRows(p, g[kGRes2All], g[kGRes2].data());
+        be.matmulBackward(nullptr, p.g(m_at.down), nullptr, dout, v[kAct].data(), nullptr, BT, F, C);
+        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        be.matmulBackward(nullptr, p.g(m_at.gateUp), nullptr, g[kGUp].data(), ln2, nullptr, BT, C, 2 * F);
         m_norm.backwardWeight(p, g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
-        be.matmulBackward(nullptr, p.g(m_at.o), nullptr, g[kGRes2].data(), v[kAtty].data(), nullptr, BT, C, C);
-        be.matmulBackward(nullptr, p.g(m_at.qkv), m_biases ? p.g(m_at.qkvBias) : nullptr, g[kGQkv].data(),
-            v[kLn1].data(), nullptr, BT, C, W);
+        be.matmulBackward(nullptr, p.g(m_at.o), nullptr, dres2, v[kAtty].data(), nullptr, BT, Q, C);
+        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        be.matmulBackward(
+            nullptr, p.g(m_at.qkv), m_biases ? p.g(m_at.qkvBias) : nullptr, g[kGQkv].data(), ln1, nullptr, BT, C, W);
         m_norm.backwardWeight(p, g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
     }
 
@@ -211,7 +234,7 @@ public:
 private:
     AttentionShape attentionShape(BatchShape shape) const
     {
-        return {shape.batch, shape.seq, m_heads, m_kvHeads, m_channels / m_heads};
+        return {shape.batch, shape.seq, m_heads, m_kvHeads, m_headSize};
     }
     /// cos then sin of every (position, frequency) of the microbatch's T positions, on the device (made once).
     const float* rotaryTable(const LayerPass& p) const
@@ -233,7 +256,9 @@ private:
         return m_table.as<float>();
     }
 
-    int m_block, m_channels, m_ffn, m_heads, m_kvHeads;
+    int m_block, m_channels;
+    int m_ffn, m_heads, m_kvHeads; ///< this rank's share: F / t, NH / t, KV / t
+    int m_headSize;
     bool m_biases;
     BlockLayout m_at;
     Norm m_norm;
@@ -241,6 +266,8 @@ private:
     mutable Buffer m_table; ///< constant per microbatch length: made by the first forward
     mutable int m_tableSeq = 0;
     Buffer m_dAct, m_dAtty; ///< workspaces: the SwiGLU output's and the attention output's gradients
+    /// Workspaces of sequence parallelism: every rank's rows of a norm's output, a row-parallel product's partial sum.
+    mutable Buffer m_rows, m_partial;
 };
 
 class LlamaFamily final : public ModelFamily
@@ -267,46 +294,56 @@ public:
             TensorSlot e = tensor("model.embed_tokens.weight", Vp, C, Kind::Normal, 0, 0);
             e.tied = c.tied_embeddings;
             e.padded_rows = true;
+            e.split = TensorSplit::Rows; // vocabulary-parallel
             return {e};
         }
         if (layer == c.layerCount() - 1) {
             std::vector<TensorSlot> head = {tensor("model.norm.weight", C, 1, Kind::Ones, layer, 0)};
+            head.front().sequence_partial = true;
             TensorSlot output = tensor("lm_head.weight", Vp, C, Kind::Normal, layer, 1);
             output.padded_rows = true;
+            output.split = TensorSplit::Rows;
             head.push_back(c.tied_embeddings ? tensors(c, 0).front() : output);
             return head;
         }
         const std::string at = "model.layers." + std::to_string(layer - 1) + ".";
         int index = 0;
         std::vector<TensorSlot> t;
-        const auto add = [&](const std::string& name, std::size_t rows, std::size_t cols, Kind init) {
-            t.push_back(tensor(at + name, rows, cols, init, layer, index++));
-        };
-        add("input_layernorm.weight", C, 1, Kind::Ones);
-        add("self_attn.q_proj.weight", q, C, Kind::Normal);
-        add("self_attn.k_proj.weight", kv, C, Kind::Normal);
-        add("self_attn.v_proj.weight", kv, C, Kind::Normal);
+        // Tensor parallelism (Megatron's): q, k, v, gate and up by rows (heads, key/value heads, MLP columns), o and
+        // down by columns, the norms whole.
+        const auto add
+            = [&](const std::string& name, std::size_t rows, std::size_t cols, Kind init, TensorSplit split) {
+                  t.push_back(tensor(at + name, rows, cols, init, layer, index++));
+                  t.back().split = split;
+                  t.back().sequence_partial = cols == 1 && split == TensorSplit::Whole;
+              };
+        using enum TensorSplit;
+        add("input_layernorm.weight", C, 1, Kind::Ones, Whole);
+        add("self_attn.q_proj.weight", q, C, Kind::Normal, Rows);
+        add("self_attn.k_proj.weight", kv, C, Kind::Normal, Rows);
+        add("self_attn.v_proj.weight", kv, C, Kind::Normal, Rows);
         if (c.bias == planner::BiasKind::Qkv) {
-            add("self_attn.q_proj.bias", q, 1, Kind::Zeros);
-            add("self_attn.k_proj.bias", kv, 1, Kind::Zeros);
-            add("self_attn.v_proj.bias", kv, 1, Kind::Zeros);
+            add("self_attn.q_proj.bias", q, 1, Kind::Zeros, Rows);
+            add("self_attn.k_proj.bias", kv, 1, Kind::Zeros, Rows);
+            add("self_attn.v_proj.bias", kv, 1, Kind::Zeros, Rows);
         }
-        add("self_attn.o_proj.weight", C, q, Kind::Normal);
-        add("post_attention_layernorm.weight", C, 1, Kind::Ones);
-        add("mlp.gate_proj.weight", F, C, Kind::Normal);
-        add("mlp.up_proj.weight", F, C, Kind::Normal);
-        add("mlp.down_proj.weight", C, F, Kind::Normal);
+        add("self_attn.o_proj.weight", C, q, Kind::Normal, Columns);
+        add("post_attention_layernorm.weight", C, 1, Kind::Ones, Whole);
+        add("mlp.gate_proj.weight", F, C, Kind::Normal, Rows);
+        add("mlp.up_proj.weight", F, C, Kind::Normal, Rows);
+        add("mlp.down_proj.weight", C, F, Kind::Normal, Columns);
         return t;
     }
 
-    std::unique_ptr<Layer> makeLayer(const ModelConfig& c, int layer, Backend& backend) const override
+    std::unique_ptr<Layer> makeLayer(
+        const ModelConfig& c, int layer, Backend& backend, const TensorParallel& tp) const override
     {
         if (layer == 0)
-            return std::make_unique<EmbeddingLayer>(c, false);
+            return std::make_unique<EmbeddingLayer>(c, false, tp);
         if (layer == c.layerCount() - 1)
-            return std::make_unique<HeadLayer>(
-                c, Norm(planner::NormKind::RmsNorm, c.channels, static_cast<float>(c.norm_eps)), backend.padsLogits());
-        return std::make_unique<LlamaBlock>(c, layer - 1);
+            return std::make_unique<HeadLayer>(c,
+                Norm(planner::NormKind::RmsNorm, c.channels, static_cast<float>(c.norm_eps)), backend.padsLogits(), tp);
+        return std::make_unique<LlamaBlock>(c, layer - 1, tp);
     }
 };
 

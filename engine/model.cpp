@@ -29,8 +29,18 @@ void fillNormal(float* out, std::size_t n, double stddev, std::uint64_t key)
     }
 }
 
-/// Layers first..last's tensors, each name once, with their layer set and their offsets in that order.
-std::vector<TensorSlot> collectTensors(const ModelConfig& config, int first, int last)
+/// The elements of a whole tensor of `shape`.
+std::size_t wholeSize(const TensorSlot& t)
+{
+    std::size_t n = 1;
+    for (std::size_t d : t.shape)
+        n *= d;
+    return n;
+}
+
+/// Layers first..last's tensors, each name once, with their layer set and their offsets in that order; each tensor's
+/// share of rank `tp`.
+std::vector<TensorSlot> collectTensors(const ModelConfig& config, int first, int last, const TensorParallel& tp = {})
 {
     const ModelFamily& family = familyOf(config);
     std::vector<TensorSlot> slots;
@@ -38,6 +48,11 @@ std::vector<TensorSlot> collectTensors(const ModelConfig& config, int first, int
         for (TensorSlot& t : family.tensors(config, layer)) {
             if (std::any_of(slots.begin(), slots.end(), [&](const TensorSlot& s) { return s.name == t.name; }))
                 continue; // the tied head's embedding on the embedding's stage: one tensor
+            if (tp.on()) {
+                t.size = 0;
+                for (const auto& [b, e] : shardRanges(t.shape, t.split, t.row_blocks, tp))
+                    t.size += e - b;
+            }
             t.layer = layer;
             t.offset = slots.empty() ? 0 : slots.back().offset + slots.back().size;
             slots.push_back(std::move(t));
@@ -129,20 +144,37 @@ std::size_t parameterCount(const ModelConfig& config)
     return n;
 }
 
-std::vector<TensorSlot> stageSlots(const ModelConfig& config, int first_layer, int last_layer)
+std::vector<TensorSlot> stageSlots(const ModelConfig& config, int first_layer, int last_layer, const TensorParallel& tp)
 {
-    return collectTensors(config, first_layer, last_layer);
+    return collectTensors(config, first_layer, last_layer, tp);
+}
+
+std::string cannotSplit(const ModelConfig& c, BatchShape shape, const TensorParallel& tp)
+{
+    if (!tp.on())
+        return {};
+    const int t = tp.ranks;
+    const auto multiple = [t](int n) { return n % t == 0; };
+    return firstDifference({
+        {!multiple(c.heads), "heads"},
+        {!multiple(c.kvHeads()), "kv_heads"},
+        {!multiple(c.ffnHidden()), "ffn_hidden"},
+        {!multiple(c.padded_vocab), "vocab"},
+        {!multiple(shape.batch * shape.seq), "sequence"},
+    });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 
-StageModel::StageModel(const ModelConfig& config, BatchShape shape, int first_layer, int last_layer, Backend& backend)
+StageModel::StageModel(const ModelConfig& config, BatchShape shape, int first_layer, int last_layer, Backend& backend,
+    const TensorParallel& tp)
     : m_config(config)
     , m_shape(shape)
     , m_first(first_layer)
     , m_last(last_layer)
     , m_backend(&backend)
     , m_act(backend.act())
+    , m_tp(tp)
 {
     config.validate();
     if (shape.batch <= 0 || shape.seq <= 0 || shape.seq > config.max_seq)
@@ -151,11 +183,16 @@ StageModel::StageModel(const ModelConfig& config, BatchShape shape, int first_la
     if (first_layer < 0 || last_layer < first_layer || last_layer >= config.layerCount())
         throw InputError("stage layers " + std::to_string(first_layer) + ".." + std::to_string(last_layer)
             + " are outside the model's " + std::to_string(config.layerCount()) + " layers");
+    if (tp.rank < 0 || tp.rank >= std::max(1, tp.ranks))
+        throw InputError("tensor-parallel rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.ranks));
+    if (const std::string field = cannotSplit(config, shape, tp); !field.empty())
+        throw InputError({}, 0, field,
+            "the model's " + field + " is not a multiple of the tensor-parallel size " + std::to_string(tp.ranks));
     const ModelFamily& family = familyOf(config);
-    m_slots = stageSlots(config, first_layer, last_layer);
+    m_slots = stageSlots(config, first_layer, last_layer, tp);
     const std::size_t e = byteSize(m_act);
     for (int layer = first_layer; layer <= last_layer; ++layer) {
-        m_layers.push_back(family.makeLayer(config, layer, backend));
+        m_layers.push_back(family.makeLayer(config, layer, backend, tp));
         std::vector<std::size_t> at;
         for (const auto& t : family.tensors(config, layer))
             for (const auto& s : m_slots)
@@ -216,22 +253,41 @@ const TensorSlot* StageModel::tiedSlot() const
     return nullptr;
 }
 
+namespace {
+/// Copies rank `tp`'s share of the whole tensor `whole` (slot's shape) to `held` (slot.size elements), or back.
+void takeShard(const TensorSlot& slot, const TensorParallel& tp, const float* whole, float* held)
+{
+    for (const auto& [b, e] : shardRanges(slot.shape, slot.split, slot.row_blocks, tp))
+        held = std::copy(whole + b, whole + e, held);
+}
+void putShard(const TensorSlot& slot, const TensorParallel& tp, const float* held, float* whole)
+{
+    for (const auto& [b, e] : shardRanges(slot.shape, slot.split, slot.row_blocks, tp)) {
+        std::copy_n(held, e - b, whole + b);
+        held += e - b;
+    }
+}
+} // namespace
+
 void StageModel::initialise(std::uint64_t seed)
 {
+    // Each whole tensor is drawn, then this rank's share taken: a function of (seed, tensor) for every split.
     std::vector<float> host(m_params.count());
+    std::vector<float> whole;
     for (const auto& s : m_slots) {
-        float* p = host.data() + s.offset;
+        whole.resize(wholeSize(s));
         switch (s.init.kind) {
         case TensorInit::Kind::Ones:
-            std::fill_n(p, s.size, 1.0f);
+            std::fill(whole.begin(), whole.end(), 1.0f);
             break;
         case TensorInit::Kind::Normal:
-            fillNormal(p, s.size, s.init.stddev, seed * 0x100000001B3ull + s.init.key);
+            fillNormal(whole.data(), whole.size(), s.init.stddev, seed * 0x100000001B3ull + s.init.key);
             break;
         case TensorInit::Kind::Zeros:
-            std::fill_n(p, s.size, 0.0f);
+            std::fill(whole.begin(), whole.end(), 0.0f);
             break;
         }
+        takeShard(s, m_tp, whole.data(), host.data() + s.offset);
     }
     setHostParams(host);
 }
@@ -248,8 +304,7 @@ void StageModel::loadFrom(std::span<const float> checkpoint)
         offsets.emplace(t.name, t.offset);
     std::vector<float> host(m_params.count());
     for (const auto& s : m_slots)
-        std::copy_n(checkpoint.begin() + static_cast<long>(offsets.at(s.name)), s.size,
-            host.begin() + static_cast<long>(s.offset));
+        takeShard(s, m_tp, checkpoint.data() + offsets.at(s.name), host.data() + s.offset);
     setHostParams(host);
 }
 
@@ -259,13 +314,50 @@ void StageModel::storeTo(std::span<float> checkpoint) const
     for (const auto& t : checkpointTensors(m_config))
         for (const auto& s : m_slots)
             if (s.name == t.name)
-                std::copy_n(host.begin() + static_cast<long>(s.offset), s.size,
-                    checkpoint.begin() + static_cast<long>(t.offset));
+                putShard(s, m_tp, host.data() + s.offset, checkpoint.data() + t.offset);
+}
+
+void StageModel::sumSequenceGradients()
+{
+    if (!m_tp.on() || !m_tp.sequence)
+        return;
+    std::size_t n = 0;
+    for (const auto& s : m_slots)
+        n += s.sequence_partial ? s.size : 0;
+    if (n == 0)
+        return;
+    if (!m_group)
+        throw std::logic_error("a tensor-parallel stage without its group's collectives");
+    // Gathered into one buffer, summed in one collective, and put back.
+    const std::size_t e = byteSize(m_act);
+    m_partials.ensure(*m_backend, n, m_act);
+    for (int pass = 0; pass < 2; ++pass) {
+        std::size_t at = 0;
+        for (const auto& s : m_slots) {
+            if (!s.sequence_partial)
+                continue;
+            std::byte* grad = m_grads.as<std::byte>() + s.offset * e;
+            std::byte* part = m_partials.as<std::byte>() + at * e;
+            if (pass == 0)
+                m_backend->copy(part, grad, s.size * e);
+            else
+                m_backend->copy(grad, part, s.size * e);
+            at += s.size;
+        }
+        if (pass == 0)
+            m_group->allReduce(m_partials.data(), m_act, n);
+    }
 }
 
 std::size_t StageModel::activationCount() const
 {
-    return static_cast<std::size_t>(m_shape.batch) * m_shape.seq * m_config.channels;
+    return residualCount() / static_cast<std::size_t>(m_tp.on() && !m_tp.sequence ? m_tp.ranks : 1);
+}
+
+std::size_t StageModel::residualCount() const
+{
+    const std::size_t rows = static_cast<std::size_t>(m_shape.batch) * m_shape.seq;
+    return rows / static_cast<std::size_t>(m_tp.sequence ? m_tp.ranks : 1) * m_config.channels;
 }
 
 std::pair<std::size_t, std::size_t> StageModel::layerRange(int layer) const
@@ -284,7 +376,7 @@ std::pair<std::size_t, std::size_t> StageModel::layerRange(int layer) const
 LayerPass StageModel::pass(int layer, const void* params, void* grads) const
 {
     return {*m_backend, m_shape, static_cast<const std::byte*>(params), static_cast<std::byte*>(grads),
-        m_at[static_cast<std::size_t>(layer - m_first)]};
+        m_at[static_cast<std::size_t>(layer - m_first)], m_tp, m_group};
 }
 
 const void* StageModel::layerInput(const StageStash& stash, int layer) const
@@ -300,11 +392,18 @@ const Buffer* StageModel::forward(StageStash& stash, const void* params, std::sp
     Buffer* input, std::span<const std::int32_t> targets, float loss_scale, float* loss) const
 {
     const std::size_t n = activationCount();
+    if (m_tp.on() && !m_group)
+        throw std::logic_error("a tensor-parallel stage without its group's collectives");
     stash.layers.resize(static_cast<std::size_t>(m_last - m_first + 1));
     if (!hasEmbedding()) {
         if (!input || input->count() != n)
             throw std::logic_error("stage forward: the input activation is missing or of the wrong size");
-        std::swap(stash.input, *input);
+        if (gathersBoundary()) { // this rank's rows came: every rank's make the layers' input
+            stash.input.ensure(*m_backend, residualCount(), m_act);
+            m_group->allGather(stash.input.data(), input->data(), m_act, n);
+        } else {
+            std::swap(stash.input, *input);
+        }
     }
     const LayerFeed feed {tokens, targets, loss_scale, loss};
     for (int layer = m_first; layer <= m_last; ++layer) {
@@ -313,7 +412,24 @@ const Buffer* StageModel::forward(StageStash& stash, const void* params, std::sp
         l.forward(pass(layer, params, nullptr), s, layerInput(stash, layer), feed);
         l.release(s, m_recompute);
     }
-    return hasHead() ? nullptr : &stash.layers.back().out;
+    if (hasHead())
+        return nullptr;
+    return gathersBoundary() ? &rowsOf(stash.layers.back().out, m_outSlice) : &stash.layers.back().out;
+}
+
+bool StageModel::gathersBoundary() const
+{
+    return m_tp.on() && !m_tp.sequence;
+}
+
+const Buffer& StageModel::rowsOf(const Buffer& whole, Buffer& slice) const
+{
+    const std::size_t n = activationCount();
+    slice.ensure(*m_backend, n, m_act);
+    m_backend->copy(slice.data(),
+        static_cast<const std::byte*>(whole.data()) + static_cast<std::size_t>(m_tp.rank) * n * byteSize(m_act),
+        n * byteSize(m_act));
+    return slice;
 }
 
 void StageModel::beginBackward(StageStash& stash, const Buffer* dout)
@@ -326,8 +442,11 @@ void StageModel::beginBackward(StageStash& stash, const Buffer* dout)
     if (!dout || dout->count() != n)
         throw std::logic_error("stage backward: the output gradient is missing or of the wrong size");
     Buffer& top = stash.layers.back().g_out;
-    top.ensure(*m_backend, n, m_act);
-    m_backend->copy(top.data(), dout->data(), top.bytes());
+    top.ensure(*m_backend, residualCount(), m_act);
+    if (gathersBoundary())
+        m_group->allGather(top.data(), dout->data(), m_act, n);
+    else
+        m_backend->copy(top.data(), dout->data(), top.bytes());
 }
 
 void StageModel::layerBackwardInput(StageStash& stash, const void* params, int layer)
@@ -336,7 +455,7 @@ void StageModel::layerBackwardInput(StageStash& stash, const void* params, int l
     void* dx = nullptr;
     if (layer > 0) { // the embedding has no input gradient
         Buffer& d = layer == m_first ? m_dInput : stash.layers[i - 1].g_out;
-        d.ensure(*m_backend, activationCount(), m_act);
+        d.ensure(*m_backend, residualCount(), m_act);
         dx = d.data();
     }
     const LayerPass p = pass(layer, params, nullptr);
@@ -374,7 +493,14 @@ const Buffer* StageModel::backward(
         layerBackwardWeight(stash, grads, layer, done);
         releaseGradients(stash.layers[static_cast<std::size_t>(layer - m_first)]);
     }
-    return hasEmbedding() ? nullptr : &m_dInput;
+    return inputGradient();
+}
+
+const Buffer* StageModel::inputGradient()
+{
+    if (hasEmbedding())
+        return nullptr;
+    return gathersBoundary() ? &rowsOf(m_dInput, m_dInputSlice) : &m_dInput;
 }
 
 const Buffer* StageModel::backwardInput(StageStash& stash, const void* params, const Buffer* dout)
@@ -383,7 +509,7 @@ const Buffer* StageModel::backwardInput(StageStash& stash, const void* params, c
     for (int layer = m_last; layer >= m_first; --layer)
         layerBackwardInput(stash, params, layer);
     stash.input_done = true;
-    return hasEmbedding() ? nullptr : &m_dInput;
+    return inputGradient();
 }
 
 void StageModel::backwardWeight(StageStash& stash, void* grads, const LayerDone& done)

@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "planner/model_profile.h"
 #include "planner/plan.h"
+#include "tensor_parallel.h"
 
 namespace pw::engine {
 
@@ -94,6 +95,13 @@ struct TensorSlot
     TensorInit init;
     /// Its rows are the padded vocabulary (Vp): checkpoint files hold the first V, the padding rows stay zero.
     bool padded_rows = false;
+    /// How a tensor-parallel group divides it: `shape` stays the whole tensor's, `size` (and `offset`) are what a
+    /// stage of one rank holds (shardRanges).
+    TensorSplit split = TensorSplit::Whole;
+    int row_blocks = 1; ///< Rows: the rows are this many equal blocks, each split on its own (GPT-2's q, k, v)
+    /// A whole tensor whose gradient each rank computes from its own positions under sequence parallelism (the
+    /// norms' weights): the group sums it before the step.
+    bool sequence_partial = false;
 
     bool operator==(const TensorSlot&) const = default;
 };
@@ -126,10 +134,15 @@ struct LayerPass
     const std::byte* params = nullptr;
     std::byte* grads = nullptr; ///< null in the forward
     std::span<const std::size_t> at;
+    TensorParallel tp; ///< the stage's rank of its tensor-parallel group
+    TensorGroup* group = nullptr; ///< its collectives (null at t = 1)
 
     const void* w(std::size_t i) const { return params + at[i]; }
     void* g(std::size_t i) const { return grads + at[i]; }
-    int rows() const { return shape.batch * shape.seq; } ///< BT
+    int rows() const { return shape.batch * shape.seq; } ///< BT: the rows of the products
+    /// The rows of the residual stream on this rank (a block's input and output, the norms): BT, or its 1/t with
+    /// sequence parallelism.
+    int localRows() const { return tp.sequence ? rows() / tp.ranks : rows(); }
 };
 
 /// @brief The microbatch's inputs of the first and the last layer.
@@ -184,11 +197,13 @@ public:
     virtual const char* name() const = 0;
     /// Empty when the family builds `config`'s block; else the first field in which it cannot.
     virtual std::string cannotBuild(const ModelConfig& config) const = 0;
-    /// Layer `layer`'s tensors in its buffer order: name, shape, size, traits, init and owner (layer and offset are
-    /// the stage's to set).
+    /// Layer `layer`'s whole tensors in its buffer order: name, shape, size, traits, split, init and owner (layer and
+    /// offset are the stage's to set, and a tensor-parallel rank's size).
     virtual std::vector<TensorSlot> tensors(const ModelConfig& config, int layer) const = 0;
-    /// Layer `layer` of the whole model, on `backend` (constant tables it needs live there).
-    virtual std::unique_ptr<Layer> makeLayer(const ModelConfig& config, int layer, Backend& backend) const = 0;
+    /// Layer `layer` of the whole model, on `backend` (constant tables it needs live there), as rank `tp` of its
+    /// tensor-parallel group.
+    virtual std::unique_ptr<Layer> makeLayer(
+        const ModelConfig& config, int layer, Backend& backend, const TensorParallel& tp) const = 0;
 };
 
 /// The family that builds `config` (GPT-2's block, else Llama's); throws InputError naming the field none builds.
@@ -198,8 +213,13 @@ const ModelFamily& familyOf(const ModelConfig& config);
 std::vector<TensorSlot> checkpointTensors(const ModelConfig& config);
 std::size_t parameterCount(const ModelConfig& config);
 /// The tensors of a stage holding layers first..last, in the order and at the offsets of its flat buffer: each
-/// layer's in turn, a name met twice (the head's tied embedding on the embedding's stage) kept once.
-std::vector<TensorSlot> stageSlots(const ModelConfig& config, int first_layer, int last_layer);
+/// layer's in turn, a name met twice (the head's tied embedding on the embedding's stage) kept once; as rank `tp`
+/// of a tensor-parallel group, each tensor's share (TensorSlot::split).
+std::vector<TensorSlot> stageSlots(
+    const ModelConfig& config, int first_layer, int last_layer, const TensorParallel& tp = {});
+/// Why `config` cannot be split over `tp.ranks` tensor-parallel ranks (heads, key/value heads, MLP, vocabulary, and
+/// with sequence parallelism the microbatch's positions, each not a multiple of t), or empty; the first field.
+std::string cannotSplit(const ModelConfig& config, BatchShape shape, const TensorParallel& tp);
 
 /// @brief A contiguous range of the planner's layers with one flat parameter buffer (and its gradient), on one
 /// backend's device.
@@ -211,8 +231,10 @@ std::vector<TensorSlot> stageSlots(const ModelConfig& config, int first_layer, i
 class StageModel
 {
 public:
-    StageModel(
-        const ModelConfig& config, BatchShape shape, int first_layer, int last_layer, Backend& backend = cpuBackend());
+    /// `tp`: the stage's rank of its tensor-parallel group (its collectives set by setTensorGroup before the first
+    /// forward).
+    StageModel(const ModelConfig& config, BatchShape shape, int first_layer, int last_layer,
+        Backend& backend = cpuBackend(), const TensorParallel& tp = {});
     ~StageModel();
     StageModel(const StageModel&) = delete;
     StageModel& operator=(const StageModel&) = delete;
@@ -227,6 +249,12 @@ public:
     const std::vector<TensorSlot>& slots() const { return m_slots; }
     Backend& backend() const { return *m_backend; }
     const Layer& layer(int layer) const { return *m_layers[static_cast<std::size_t>(layer - m_first)]; }
+    const TensorParallel& tensorParallel() const { return m_tp; }
+    /// The tensor-parallel group's collectives (kept by the caller; needed when tensorParallel().on()).
+    void setTensorGroup(TensorGroup* group) { m_group = group; }
+    /// With sequence parallelism, sums over the group the gradients each rank computed from its own positions
+    /// (TensorSlot::sequence_partial), once before each step; nothing otherwise.
+    void sumSequenceGradients();
 
     Buffer& params() { return m_params; }
     const Buffer& params() const { return m_params; }
@@ -280,7 +308,9 @@ public:
     /// Elements [first, first + count) of the parameters (and gradients) that hold `layer`'s tensors.
     std::pair<std::size_t, std::size_t> layerRange(int layer) const;
 
-    std::size_t activationCount() const; ///< elements of a stage boundary's activation: B T C
+    /// Elements of a stage boundary's activation: B T C, or with tensor parallelism this rank's 1/t of its rows
+    /// (Megatron's scatter/gather between stages; with sequence parallelism what the rank holds anyway).
+    std::size_t activationCount() const;
 
 private:
     LayerPass pass(int layer, const void* params, void* grads) const;
@@ -290,6 +320,15 @@ private:
     void layerBackwardInput(StageStash& stash, const void* params, int layer);
     void layerBackwardWeight(StageStash& stash, void* grads, int layer, const LayerDone& done);
     void beginBackward(StageStash& stash, const Buffer* dout);
+    /// Elements of the residual stream on this rank: B T C, or its 1/t with sequence parallelism.
+    std::size_t residualCount() const;
+    /// Tensor parallelism without the sequence split: a boundary carries this rank's rows of a tensor every rank
+    /// holds whole, all-gathered on arrival.
+    bool gathersBoundary() const;
+    /// This rank's rows of `whole` (residualCount() elements), copied into `slice`.
+    const Buffer& rowsOf(const Buffer& whole, Buffer& slice) const;
+    /// The stage's input gradient as the boundary carries it (null with the embedding).
+    const Buffer* inputGradient();
 
     ModelConfig m_config;
     BatchShape m_shape;
@@ -305,6 +344,13 @@ private:
     Buffer m_master;
     Buffer m_dInput; ///< the stage's input gradient
     planner::Recompute m_recompute = planner::Recompute::None;
+    TensorParallel m_tp;
+    TensorGroup* m_group = nullptr;
+    /// Tensor parallelism without the sequence split: the rank's rows of the stage's output and input gradient
+    /// (what goes to the next rank), and the sequence-partial gradients gathered for their sum.
+    mutable Buffer m_outSlice;
+    Buffer m_dInputSlice;
+    Buffer m_partials;
 };
 
 } // namespace pw::engine

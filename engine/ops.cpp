@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -232,12 +233,18 @@ void encoderForward(float* out, const std::int32_t* tokens, const float* wte, co
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
             float* o = out + (static_cast<long>(b) * T + t) * C;
-            const float* e = wte + static_cast<long>(tokens[b * T + t]) * C;
-            if (!wpe) {
+            const std::int32_t token = tokens[b * T + t];
+            const float* p = wpe ? wpe + static_cast<long>(t) * C : nullptr;
+            if (token < 0) { // another rank's row of a vocabulary-parallel table
+                for (int c = 0; c < C; ++c)
+                    o[c] = p ? p[c] : 0.0f;
+                continue;
+            }
+            const float* e = wte + static_cast<long>(token) * C;
+            if (!p) {
                 std::copy_n(e, C, o);
                 continue;
             }
-            const float* p = wpe + static_cast<long>(t) * C;
             for (int c = 0; c < C; ++c)
                 o[c] = e[c] + p[c];
         }
@@ -249,9 +256,11 @@ void encoderBackward(float* dwte, float* dwpe, const float* dout, const std::int
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
             const float* d = dout + (static_cast<long>(b) * T + t) * C;
-            float* e = dwte + static_cast<long>(tokens[b * T + t]) * C;
-            for (int c = 0; c < C; ++c)
-                e[c] += d[c];
+            if (const std::int32_t token = tokens[b * T + t]; token >= 0) {
+                float* e = dwte + static_cast<long>(token) * C;
+                for (int c = 0; c < C; ++c)
+                    e[c] += d[c];
+            }
             if (!dwpe)
                 continue;
             float* p = dwpe + static_cast<long>(t) * C;
@@ -572,6 +581,49 @@ void crossEntropyForward(float* losses, float* probs, const float* logits, const
         const float sum = expShiftSum(p, V, maxv);
         scaleRow(p, V, 1.0f / sum);
         losses[i] = std::log(sum) + maxv - target;
+    }
+}
+
+void crossEntropyStats(float* stats, const float* logits, const std::int32_t* targets, int BT, int V, int stride)
+{
+#pragma omp parallel for
+    for (int i = 0; i < BT; ++i) {
+        const float* l = logits + static_cast<long>(i) * stride;
+        float* s = stats + 3L * i;
+        const float maxv = V > 0 ? rowMax(l, V) : -std::numeric_limits<float>::infinity();
+        float sum = 0;
+        for (int j = 0; j < V; ++j)
+            sum += std::exp(l[j] - maxv);
+        s[0] = maxv;
+        s[1] = sum;
+        s[2] = targets[i] >= 0 && targets[i] < V ? l[targets[i]] : 0.0f;
+    }
+}
+
+void crossEntropyFinish(float* losses, float* logits, const float* stats, int ranks, const std::int32_t* targets,
+    int BT, int V, int stride, float scale)
+{
+    const long part = 3L * BT; // one rank's stats
+#pragma omp parallel for
+    for (int i = 0; i < BT; ++i) {
+        float maxv = -std::numeric_limits<float>::infinity();
+        for (int r = 0; r < ranks; ++r)
+            maxv = std::max(maxv, stats[r * part + 3L * i]);
+        float sum = 0, target = 0;
+        for (int r = 0; r < ranks; ++r) {
+            const float* s = stats + r * part + 3L * i;
+            if (s[1] > 0)
+                sum += s[1] * std::exp(s[0] - maxv);
+            target += s[2];
+        }
+        losses[i] = std::log(sum) + maxv - target;
+        float* row = logits + static_cast<long>(i) * stride;
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < V; ++j)
+            row[j] = std::exp(row[j] - maxv) * inv * scale;
+        if (targets[i] >= 0 && targets[i] < V)
+            row[targets[i]] -= scale;
+        std::fill(row + V, row + stride, 0.0f);
     }
 }
 

@@ -21,7 +21,9 @@ int threads();
 /// loaded (then the CPU engine cannot train, and the agent does not offer the cpu backend).
 std::string blasName();
 
-/// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]; wpe null (rotary positions): the token rows alone.
+/// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]; wpe null (rotary positions): the token rows alone. A negative token
+/// has no row here (another rank's, of a vocabulary-parallel table): its rows take wpe alone (or zeros), and the
+/// backward adds nothing to dwte for it (dwpe still).
 void encoderForward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
 /// dwpe null: the token rows' gradient alone.
 void encoderBackward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
@@ -83,5 +85,13 @@ void crossEntropyForward(float* losses, float* probs, const float* logits, const
 /// Turns the softmax (BT x V) into the logits' gradient in place: (probs - onehot(target)) * scale, where scale
 /// is d(loss)/d(each position's loss).
 void crossEntropyBackward(float* probs, const std::int32_t* targets, float scale, int BT, int V);
+/// A vocabulary-parallel rank's share of the cross-entropy (Megatron's): per row of `stride` logits whose first V are
+/// this rank's real columns, stats[3 i ..] = (the row's max, the sum of exp(logit - max), the target's logit when
+/// 0 <= targets[i] < V here, else 0). V may be 0 (a rank holding padding only: max -inf, sum 0).
+void crossEntropyStats(float* stats, const float* logits, const std::int32_t* targets, int BT, int V, int stride);
+/// From every rank's stats (ranks x BT x 3, in rank order): losses[i] = log(sum) + max - target logit over the
+/// whole vocabulary, and this rank's row becomes, in place, (softmax - onehot) x scale (0 in its padded columns).
+void crossEntropyFinish(float* losses, float* logits, const float* stats, int ranks, const std::int32_t* targets,
+    int BT, int V, int stride, float scale);
 
 } // namespace pw::engine::ops

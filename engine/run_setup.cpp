@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <map>
 #include <utility>
 
 #include "checkpoint.h"
@@ -81,10 +82,32 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
                       "and the head (whose weights are tied) have different replica counts: their copies would step "
                       "different numbers of times, and no all-reduce can keep them equal; give both stages the same "
                       "replicas, or use another schedule");
-    if (plan.tensor_parallel > 1)
-        refuse("/tensor_parallel",
-            "tensor parallelism (t = " + std::to_string(plan.tensor_parallel)
-                + ") is not run by the engine yet; plan with t = 1");
+    if (plan.tensor_parallel > 1 && plan.model->architecture) {
+        // Megatron's split: heads, key/value heads, the MLP and the vocabulary by t, and with sequence parallelism
+        // the microbatch's positions.
+        const auto& arch = *plan.model->architecture;
+        const ModelConfig config = ModelConfig::fromTransformer(arch);
+        const int t = plan.tensor_parallel;
+        const BatchShape shape {arch.microbatch, arch.sequence};
+        const std::string field = cannotSplit(config, shape, {0, t, o.sequence_parallel});
+        const std::map<std::string, std::string> values {{"heads", std::to_string(config.heads) + " heads"},
+            {"kv_heads", std::to_string(config.kvHeads()) + " key/value heads"},
+            {"ffn_hidden", "an MLP of " + std::to_string(config.ffnHidden())},
+            {"vocab", "a padded vocabulary of " + std::to_string(config.padded_vocab)},
+            {"sequence",
+                std::to_string(shape.batch * shape.seq)
+                    + " positions per microbatch (sequence parallelism splits them)"}};
+        if (!field.empty())
+            refuse("/tensor_parallel",
+                "tensor parallelism splits the model over t = " + std::to_string(t) + " ranks, and it has "
+                    + values.at(field) + ", not a multiple of " + std::to_string(t)
+                    + (field == "kv_heads" ? " (the engine does not yet replicate key/value heads over ranks)" : "")
+                    + ": plan with a t that divides it");
+    }
+    if (o.tp_comm_overlap)
+        refuse("/schedule/tp_comm_overlap",
+            "the engine runs the tensor-parallel collectives between the products, not overlapped with them "
+            "(Transformer Engine's userbuffers): plan without --tp-comm-overlap");
     if (plan.context_parallel > 1)
         refuse("/context_parallel",
             "context parallelism (c = " + std::to_string(plan.context_parallel)

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "model.h"
 
@@ -33,6 +34,25 @@ void releaseBlock(LayerStash& s, planner::Recompute recompute, std::size_t core,
 /// Selective recomputation's rebuild: the attention core again from the stashed qkv.
 void rebuildAttention(
     const LayerPass& p, LayerStash& s, std::size_t qkv, std::size_t core, std::size_t output, const AttentionShape& a);
+// Tensor parallelism inside a layer (tensor_parallel.h). At t = 1 each of these is nothing (or its argument), so a
+// layer's math is written once for every t.
+/// The rows a product needs (all BT) from the residual stream's (localRows x columns at x): x itself, or with
+/// sequence parallelism every rank's rows all-gathered into `whole`.
+const void* gatherRows(const LayerPass& p, Buffer& whole, const void* x, std::size_t columns);
+/// What gatherRows gave, for a later pass that kept it: `whole` with sequence parallelism, else x.
+const void* gatheredRows(const LayerPass& p, const Buffer& whole, const void* x);
+/// Where a row-parallel product (or a vocabulary-parallel lookup) writes its partial sum of BT x columns before
+/// sumRows: `out` itself, or with sequence parallelism the workspace `partial`.
+void* partialRows(const LayerPass& p, Buffer& partial, void* out, std::size_t columns);
+/// The group's sum of every rank's partial (BT x columns) into out (localRows x columns): in place over the group,
+/// or reduce-scattered with sequence parallelism; nothing at t = 1.
+void sumRows(const LayerPass& p, void* out, void* partial, std::size_t columns);
+/// A row-parallel product's bias: added by rank 0 only, so that the group's sum holds it once.
+inline const void* rowParallelBias(const LayerPass& p, const void* bias)
+{
+    return p.tp.rank == 0 ? bias : nullptr;
+}
+
 /// A family's cannotBuild: the first field whose difference is true, empty when none is.
 std::string firstDifference(std::initializer_list<std::pair<bool, const char*>> differences);
 /// Throws InputError naming the first id outside [0, vocab).
@@ -72,7 +92,7 @@ private:
 class EmbeddingLayer final : public Layer
 {
 public:
-    EmbeddingLayer(const ModelConfig& config, bool learned_positions);
+    EmbeddingLayer(const ModelConfig& config, bool learned_positions, const TensorParallel& tp);
     std::string kind() const override { return "embedding"; }
     std::string name() const override { return "embedding"; }
     double forwardFlops(BatchShape) const override { return 0; }
@@ -83,14 +103,18 @@ public:
 private:
     int m_vocab, m_channels;
     bool m_positions;
+    int m_first = 0, m_rows = 0; ///< this rank's rows of the (padded) vocabulary
+    mutable std::vector<std::int32_t> m_local; ///< the microbatch's tokens as this rank's rows (-1: another's)
+    mutable Buffer m_partial, m_gathered; ///< workspaces of the group's sum and of the gathered output gradient
 };
 
 /// @brief The last layer: the final norm (tensors 0.. of Norm), logits through the output matrix (the last
-/// tensor: Vp x C, the token embedding's copy when tied), the mean cross-entropy fused with its gradient.
+/// tensor: Vp x C, the token embedding's copy when tied), the mean cross-entropy fused with its gradient. With tensor
+/// parallelism each rank's logits are its rows of the vocabulary, and the cross-entropy combines the ranks' shares.
 class HeadLayer final : public Layer
 {
 public:
-    HeadLayer(const ModelConfig& config, Norm norm, bool pads_logits);
+    HeadLayer(const ModelConfig& config, Norm norm, bool pads_logits, const TensorParallel& tp);
     std::string kind() const override { return "head"; }
     std::string name() const override { return "head"; }
     double forwardFlops(BatchShape shape) const override;
@@ -101,6 +125,11 @@ public:
 private:
     int m_vocab, m_channels, m_columns;
     Norm m_norm;
+    int m_first = 0; ///< this rank's first vocabulary row
+    int m_real = 0; ///< its real (unpadded) columns of the logits
+    mutable std::vector<std::int32_t> m_local; ///< the targets as this rank's columns (-1: another's)
+    mutable Buffer m_stats, m_allStats; ///< the cross-entropy's stats, this rank's and every rank's
+    mutable Buffer m_partial, m_gathered; ///< workspaces of the group's sum and gathered rows
 };
 
 } // namespace pw::engine

@@ -463,6 +463,18 @@ public:
         activate();
         cuda::classifier(m_launch, losses, logits, targets, BT, V, stride, dscale);
     }
+    void classifierStats(
+        float* stats, const void* logits, const std::int32_t* targets, int BT, int V, int stride) override
+    {
+        activate();
+        cuda::classifierStats(m_launch, stats, logits, targets, BT, V, stride);
+    }
+    void classifierFinish(float* losses, void* logits, const float* stats, int ranks, const std::int32_t* targets,
+        int BT, int V, int stride, float dscale) override
+    {
+        activate();
+        cuda::classifierFinish(m_launch, losses, logits, stats, ranks, targets, BT, V, stride, dscale);
+    }
     void mean(float* out, const float* x, std::size_t n) override
     {
         activate();

@@ -59,8 +59,9 @@ template <class T> struct EncoderForwardOp
         const std::size_t bt = i / static_cast<std::size_t>(C);
         const std::size_t c = i - bt * static_cast<std::size_t>(C);
         const std::size_t t = bt % static_cast<std::size_t>(T_);
-        float e[N], p[N];
-        load<N>(wte + static_cast<std::size_t>(tokens[bt]) * C + c, e);
+        float e[N] = {}, p[N];
+        if (const std::int32_t token = tokens[bt]; token >= 0) // negative: another rank's row (vocabulary-parallel)
+            load<N>(wte + static_cast<std::size_t>(token) * C + c, e);
         if (wpe) { // null: rotary positions, the token rows alone
             load<N>(wpe + t * C + c, p);
 #pragma unroll

@@ -3,7 +3,8 @@
 // positions that share a token add into one row, which atomics would do in a different order every run (and in
 // bf16 with a rounding per add). Instead the positions are sorted by token (CUB's stable radix sort, positions as
 // values, so each token's positions stay in order), and one block per distinct token sums its positions' rows in
-// fp32 and adds the sum to the row once: deterministic, and one rounding per row.
+// fp32 and adds the sum to the row once: deterministic, and one rounding per row. Negative tokens (another rank's
+// rows of a vocabulary-parallel table) add nothing.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
@@ -29,8 +30,8 @@ __global__ void __launch_bounds__(kThreads)
 {
     const int s = blockIdx.x;
     const int token = tokens[s];
-    if (s > 0 && tokens[s - 1] == token)
-        return; // not the first of its run: the run's first block adds it
+    if (token < 0 || (s > 0 && tokens[s - 1] == token))
+        return; // another rank's row (vocabulary-parallel), or not the first of its run: the run's first block adds it
     int end = s + 1;
     while (end < BT && tokens[end] == token)
         ++end;

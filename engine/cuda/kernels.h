@@ -81,6 +81,10 @@ void residualForward(const Launch& l, void* out, const void* a, const void* b, s
 void sum(const Launch& l, void* out, std::span<const void* const> parts, std::size_t n);
 void classifier(
     const Launch& l, float* losses, void* logits, const std::int32_t* targets, int BT, int V, int stride, float dscale);
+void classifierStats(
+    const Launch& l, float* stats, const void* logits, const std::int32_t* targets, int BT, int V, int stride);
+void classifierFinish(const Launch& l, float* losses, void* logits, const float* stats, int ranks,
+    const std::int32_t* targets, int BT, int V, int stride, float dscale);
 void mean(const Launch& l, float* out, const float* x, std::size_t n);
 void scale(const Launch& l, void* x, float factor, std::size_t n);
 void sumSquares(const Launch& l, float* out, const void* x, std::size_t n);

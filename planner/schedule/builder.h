@@ -85,9 +85,6 @@ namespace pw::planner {
 // - validate() checks each rank's view (tensorParallelRankPlan(plan, j) with the other ranks' lists
 //   emptied) and that the ranks of a group run the same F/B sequence (they meet in every all-reduce).
 
-/// The plan seen by tensor-parallel rank `rank`: each stage keeps the rank-th device of every group of t,
-/// tensor_parallel = 1. Throws InputError for a rank outside [0, t).
-Plan tensorParallelRankPlan(const Plan& plan, int rank);
 /// Expands a schedule generated for tensorParallelRankPlan(plan, 0) to all ranks (see above).
 Schedule expandTensorParallel(const Schedule& logical, const Plan& plan);
 /// expandTensorParallel with the programs of every group's first device alone (the other members' lists empty, every

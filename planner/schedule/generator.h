@@ -31,6 +31,10 @@ Schedule generateSchedule(const Plan& plan);
 /// generateSchedule with only the programs of every model-parallel group's first device (groupLeaderSchedule in
 /// builder.h); generateSchedule itself without tensor or context parallelism.
 Schedule generateGroupLeaderSchedule(const Plan& plan);
+/// The plan seen by tensor-parallel rank `rank`: each stage keeps the rank-th device of every group of t c,
+/// tensor_parallel = context_parallel = 1 (builder.h, "Tensor parallelism"): its groups (the tied embedding's) are
+/// that rank's. Throws InputError for a rank outside [0, t c).
+Plan tensorParallelRankPlan(const Plan& plan, int rank);
 /// The plan's schedule.iterations raised to its kind's min_iterations (steadyIterations in plan.h); an unknown kind
 /// keeps its own.
 int simulatedIterations(const Plan& plan);

@@ -268,9 +268,15 @@ TEST_CASE("plans the engine cannot train are refused with the reason", "[engine]
 {
     auto plan = pw::test::chainPlan(2, 4);
     CHECK_THROWS_WITH(trainingSetup(plan), Catch::Contains("has no transformer shape"));
-    auto tp = gpt2Plan(tinyGpt2(), {{0, 3, {0, 1}}}, "1f1b");
+    auto tp = gpt2Plan(tinyGpt2(), {{0, 3, {0, 1, 2, 3}}}, "1f1b");
     tp.tensor_parallel = 2;
-    CHECK_THROWS_WITH(trainingSetup(tp), Catch::Contains("tensor parallelism (t = 2) is not run by the engine yet"));
+    CHECK_NOTHROW(trainingSetup(tp)); // the engine splits 2 heads over 2 ranks
+    tp.tensor_parallel = 4;
+    CHECK_THROWS_WITH(trainingSetup(tp), Catch::Contains("t = 4 ranks, and it has 2 heads, not a multiple of 4"));
+    tp.tensor_parallel = 2;
+    tp.schedule.sequence_parallel = true;
+    tp.schedule.tp_comm_overlap = true;
+    CHECK_THROWS_WITH(trainingSetup(tp), Catch::Contains("not overlapped with them"));
 }
 
 TEST_CASE("settings the engine does not honour are refused, naming the plan's field, never trained otherwise",

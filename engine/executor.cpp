@@ -33,12 +33,15 @@ struct DeviceExecutor::StageState
     std::unique_ptr<Waves> waves; ///< HetPipe's (schedule "wsp"), or null
     std::unique_ptr<TensorGroup> tensors; ///< the stage's tensor-parallel group's collectives, or null
 
-    StageState(StageModel& m, std::vector<int> replicas)
+    StageState(StageModel& m, std::vector<int> replicas, OptimizerShard shard)
         : model(&m)
-        , adam(std::make_unique<AdamW>(m))
+        , adam(std::make_unique<AdamW>(m, shard))
         , buckets(std::move(replicas))
+        , sharded(shard.count > 1)
     {
     }
+
+    bool sharded = false; ///< the distributed optimizer: this replica steps its shard, the replicas all-gather
 };
 
 namespace {
@@ -199,7 +202,13 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
             model->loadFrom(*setup.checkpoint);
         else
             model->initialise(setup.seed);
-        auto st = std::make_unique<StageState>(*model, sameShare(ps, tp.rank, t));
+        // Megatron's distributed optimizer: each replica of the same share steps its shard of the parameters.
+        const std::vector<int> replicas = sameShare(ps, tp.rank, t);
+        OptimizerShard shard;
+        if (plan.schedule.distributed_optimizer)
+            shard = {static_cast<int>(std::find(replicas.begin(), replicas.end(), device) - replicas.begin()),
+                static_cast<int>(replicas.size())};
+        auto st = std::make_unique<StageState>(*model, replicas, shard);
         if (tp.on()) {
             st->tensors = transportGroup(*m_transport, *m_backend, tensorGroupOf(ps, place, t), tp.rank);
             model->setTensorGroup(st->tensors.get());
@@ -657,6 +666,8 @@ void DeviceExecutor::optimizerStep(const Action& a)
     st.model->sumSequenceGradients(); // the norms' gradients of each rank's positions, with sequence parallelism
     const double lr = m_setup.adam.lrAt(st.steps);
     st.adam->step(*st.model, m_setup.adam, lr, ++st.steps);
+    if (st.sharded)
+        gatherShards(st);
     st.model->zeroGrads();
     st.tied.summed = false; // the partner's flag goes with its own step
     st.versions.stepped(a.weight_version);
@@ -667,6 +678,25 @@ void DeviceExecutor::optimizerStep(const Action& a)
     readLossesLater();
     if (m_sink.step)
         m_sink.step(a.stage, a.weight_version);
+}
+
+void DeviceExecutor::gatherShards(StageState& st)
+{
+    // The replicas' shards, all-gathered: each keeps its own updated part and zeros elsewhere, and the sum over the
+    // replicas is every part (x + 0 is exact in any precision). In mixed precision the fp32 master weights too, so
+    // that every replica's copy stays whole.
+    StageModel& model = *st.model;
+    const auto [first, end] = st.adam->range();
+    const auto zeroOutside = [&](void* data, DType dtype, std::size_t n) {
+        const std::size_t e = byteSize(dtype);
+        auto* bytes = static_cast<std::byte*>(data);
+        m_backend->zero(bytes, first * e);
+        m_backend->zero(bytes + end * e, (n - end) * e);
+        m_transport->allReduceSum(st.buckets.replicas(), {data, dtype, n}).wait();
+    };
+    zeroOutside(model.params().data(), model.params().dtype(), model.parameterCount());
+    if (float* master = model.master())
+        zeroOutside(master, DType::F32, model.parameterCount());
 }
 
 double DeviceExecutor::wavePush(const Action& a)

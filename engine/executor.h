@@ -164,6 +164,8 @@ private:
     /// Sums the two copies of wte when this device holds both (ZBV's V), once per step.
     void tiedLocal(StageState& st);
     void optimizerStep(const planner::Action& a);
+    /// The distributed optimizer: the stage's replicas all-gather the shards each stepped.
+    void gatherShards(StageState& st);
     double wavePush(const planner::Action& a);
     double wavePull(const planner::Action& a);
     /// Whether `a` is the all-reduce of a TiedWeights group.

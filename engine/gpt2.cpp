@@ -155,19 +155,20 @@ public:
         ensure(p, v[kFchGelu], 4 * rows * Cl, act);
         ensure(p, s.out, n, act);
         const auto c = static_cast<std::size_t>(C);
+        Buffer whole, sum; // sequence parallelism's workspaces, back to the arena at the end
         m_norm.forward(p, v[kLn1].data(), v[kLn1Mean], v[kLn1Rstd], x, bLn1w);
-        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        const void* ln1 = gatherRows(p, whole, v[kLn1].data(), c);
         be.matmulForward(v[kQkv].data(), ln1, p.w(bQkvw), p.w(bQkvb), BT, C, 3 * Cl, nullptr);
         be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), attention(p));
         // The attention projection goes to out first (the group's sum of it), then res2 = x + it.
-        void* proj = partialRows(p, m_partial, s.out.data(), c);
+        void* proj = partialRows(p, sum, s.out.data(), c);
         be.matmulForward(proj, v[kAtty].data(), p.w(bProjw), rowParallelBias(p, p.w(bProjb)), BT, Cl, C, nullptr);
         sumRows(p, s.out.data(), proj, c);
         m_norm.residualForward(p, v[kRes2].data(), v[kLn2].data(), v[kLn2Mean], v[kLn2Rstd], x, s.out.data(), bLn2w);
         // fch keeps the pre-activation for GELU's backward; the backend may fuse GELU into the product.
-        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        const void* ln2 = gatherRows(p, whole, v[kLn2].data(), c);
         be.matmulForward(v[kFch].data(), ln2, p.w(bFcw), p.w(bFcb), BT, C, 4 * Cl, v[kFchGelu].data());
-        void* mlp = partialRows(p, m_partial, s.out.data(), c);
+        void* mlp = partialRows(p, sum, s.out.data(), c);
         be.matmulForward(
             mlp, v[kFchGelu].data(), p.w(bFcprojw), rowParallelBias(p, p.w(bFcprojb)), BT, 4 * Cl, C, nullptr);
         sumRows(p, s.out.data(), mlp, c);
@@ -181,6 +182,7 @@ public:
         const auto rows = static_cast<std::size_t>(BT);
         const std::size_t n = static_cast<std::size_t>(p.localRows()) * C;
         const auto c = static_cast<std::size_t>(C);
+        Buffer whole, sum; // sequence parallelism's workspaces, back to the arena at the end
         const DType act = be.act();
         reserveSlots(s.grads, kBlockGrads);
         auto& v = s.saved;
@@ -194,7 +196,7 @@ public:
         const void* dout = gatherRows(p, g[kGOutAll], s.g_out.data(), c);
         // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); input gradients written (nothing zeroed first)
         be.matmulBackwardGelu(g[kGFch].data(), dout, p.w(bFcprojw), v[kFch].data(), BT, 4 * Cl, C);
-        void* dln2 = partialRows(p, m_partial, g[kGLn2].data(), c);
+        void* dln2 = partialRows(p, sum, g[kGLn2].data(), c);
         be.matmulBackward(dln2, nullptr, nullptr, g[kGFch].data(), nullptr, p.w(bFcw), BT, C, 4 * Cl);
         sumRows(p, g[kGLn2].data(), dln2, c);
         // dres2 = dout (the residual passes it through) + the norm's input gradient, in one pass
@@ -205,7 +207,7 @@ public:
         be.matmulBackward(m_dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(bProjw), BT, Cl, C);
         be.attentionBackward(
             g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), attention(p));
-        void* dln1 = partialRows(p, m_partial, g[kGLn1].data(), c);
+        void* dln1 = partialRows(p, sum, g[kGLn1].data(), c);
         be.matmulBackward(dln1, nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(bQkvw), BT, C, 3 * Cl);
         sumRows(p, g[kGLn1].data(), dln1, c);
         // dx = dres2 (the residual passes it through) + the norm's input gradient, in one pass
@@ -217,6 +219,7 @@ public:
         Backend& be = p.be;
         const int BT = p.rows(), C = m_channels, Cl = m_local;
         const auto c = static_cast<std::size_t>(C);
+        Buffer whole, sum; // sequence parallelism's workspaces, back to the arena at the end
         auto& v = s.saved;
         auto& g = s.grads;
         if (g.size() < kBlockGrads || g[kGQkv].empty())
@@ -224,11 +227,11 @@ public:
         const void* dout = gatheredRows(p, g[kGOutAll], s.g_out.data());
         const void* dres2 = gatheredRows(p, g[kGRes2All], g[kGRes2].data());
         be.matmulBackward(nullptr, p.g(bFcprojw), p.g(bFcprojb), dout, v[kFchGelu].data(), nullptr, BT, 4 * Cl, C);
-        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        const void* ln2 = gatherRows(p, whole, v[kLn2].data(), c);
         be.matmulBackward(nullptr, p.g(bFcw), p.g(bFcb), g[kGFch].data(), ln2, nullptr, BT, C, 4 * Cl);
         m_norm.backwardWeight(p, g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
         be.matmulBackward(nullptr, p.g(bProjw), p.g(bProjb), dres2, v[kAtty].data(), nullptr, BT, Cl, C);
-        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        const void* ln1 = gatherRows(p, whole, v[kLn1].data(), c);
         be.matmulBackward(nullptr, p.g(bQkvw), p.g(bQkvb), g[kGQkv].data(), ln1, nullptr, BT, C, 3 * Cl);
         m_norm.backwardWeight(p, g[kGLn1].data(), x, bLn1w, v[kLn1Mean], v[kLn1Rstd]);
     }
@@ -256,8 +259,6 @@ private:
     int m_local; ///< C / t: this rank's channels of the attention's output
     Norm m_norm;
     Buffer m_dAtty; ///< workspace: the attention output's gradient
-    /// Workspaces of sequence parallelism: every rank's rows of a norm's output, a row-parallel product's partial sum.
-    mutable Buffer m_rows, m_partial;
 };
 
 class Gpt2Family final : public ModelFamily

@@ -123,6 +123,7 @@ public:
         const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns(), Q = a.channels();
         const auto rows = static_cast<std::size_t>(BT);
         const auto c = static_cast<std::size_t>(C);
+        Buffer whole, sum; // sequence parallelism's workspaces, back to the arena at the end
         const std::size_t n = static_cast<std::size_t>(p.localRows()) * C; // the residual stream here
         const DType act = be.act();
         reserveSlots(s.saved, kBlockSaved);
@@ -138,18 +139,18 @@ public:
         ensure(p, s.out, n, act);
         const float* table = rotaryTable(p);
         m_norm.forward(p, v[kLn1].data(), v[kUnused], v[kRstd1], x, m_at.norm1);
-        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        const void* ln1 = gatherRows(p, whole, v[kLn1].data(), c);
         be.matmulForward(v[kQkv].data(), ln1, p.w(m_at.qkv), m_biases ? p.w(m_at.qkvBias) : nullptr, BT, C, W, nullptr);
         be.rotary(v[kQkv].data(), table, a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, false);
         be.attentionForward(v[kAtty].data(), v[kAtt].as<float>(), v[kQkv].data(), a);
-        void* o = partialRows(p, m_partial, s.out.data(), c);
+        void* o = partialRows(p, sum, s.out.data(), c);
         be.matmulForward(o, v[kAtty].data(), p.w(m_at.o), nullptr, BT, Q, C, nullptr);
         sumRows(p, s.out.data(), o, c);
         m_norm.residualForward(p, v[kRes2].data(), v[kLn2].data(), v[kUnused], v[kRstd2], x, s.out.data(), m_at.norm2);
-        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        const void* ln2 = gatherRows(p, whole, v[kLn2].data(), c);
         be.matmulForward(v[kUp].data(), ln2, p.w(m_at.gateUp), nullptr, BT, C, 2 * F, nullptr);
         be.swigluForward(v[kAct].data(), v[kUp].data(), BT, F);
-        void* down = partialRows(p, m_partial, s.out.data(), c);
+        void* down = partialRows(p, sum, s.out.data(), c);
         be.matmulForward(down, v[kAct].data(), p.w(m_at.down), nullptr, BT, F, C, nullptr);
         sumRows(p, s.out.data(), down, c);
         be.residualForward(s.out.data(), v[kRes2].data(), s.out.data(), n);
@@ -162,6 +163,7 @@ public:
         const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns(), Q = a.channels();
         const auto rows = static_cast<std::size_t>(BT);
         const auto c = static_cast<std::size_t>(C);
+        Buffer whole, sum; // sequence parallelism's workspaces, back to the arena at the end
         const std::size_t n = static_cast<std::size_t>(p.localRows()) * C;
         const DType act = be.act();
         reserveSlots(s.grads, kBlockGrads);
@@ -178,7 +180,7 @@ public:
         // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
         be.matmulBackward(m_dAct.data(), nullptr, nullptr, dout, nullptr, p.w(m_at.down), BT, F, C);
         be.swigluBackward(g[kGUp].data(), v[kUp].data(), m_dAct.data(), BT, F);
-        void* dln2 = partialRows(p, m_partial, g[kGLn2].data(), c);
+        void* dln2 = partialRows(p, sum, g[kGLn2].data(), c);
         be.matmulBackward(dln2, nullptr, nullptr, g[kGUp].data(), nullptr, p.w(m_at.gateUp), BT, C, 2 * F);
         sumRows(p, g[kGLn2].data(), dln2, c);
         // dres2 = dout (the residual passes it through) + the norm's input gradient, in one pass
@@ -189,7 +191,7 @@ public:
         be.matmulBackward(m_dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(m_at.o), BT, Q, C);
         be.attentionBackward(g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), a);
         be.rotary(g[kGQkv].data(), rotaryTable(p), a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, true);
-        void* dln1 = partialRows(p, m_partial, g[kGLn1].data(), c);
+        void* dln1 = partialRows(p, sum, g[kGLn1].data(), c);
         be.matmulBackward(dln1, nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(m_at.qkv), BT, C, W);
         sumRows(p, g[kGLn1].data(), dln1, c);
         // dx = dres2 (the residual passes it through) + the norm's input gradient, in one pass
@@ -202,6 +204,7 @@ public:
         const AttentionShape a = attentionShape(p.shape);
         const int BT = p.rows(), C = m_channels, F = m_ffn, W = a.qkvColumns(), Q = a.channels();
         const auto c = static_cast<std::size_t>(C);
+        Buffer whole, sum; // sequence parallelism's workspaces, back to the arena at the end
         auto& v = s.saved;
         auto& g = s.grads;
         if (g.size() < kBlockGrads || g[kGQkv].empty())
@@ -209,11 +212,11 @@ public:
         const void* dout = gatheredRows(p, g[kGOutAll], s.g_out.data());
         const void* dres2 = gatheredRows(p, g[kGRes2All], g[kGRes2].data());
         be.matmulBackward(nullptr, p.g(m_at.down), nullptr, dout, v[kAct].data(), nullptr, BT, F, C);
-        const void* ln2 = gatherRows(p, m_rows, v[kLn2].data(), c);
+        const void* ln2 = gatherRows(p, whole, v[kLn2].data(), c);
         be.matmulBackward(nullptr, p.g(m_at.gateUp), nullptr, g[kGUp].data(), ln2, nullptr, BT, C, 2 * F);
         m_norm.backwardWeight(p, g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
         be.matmulBackward(nullptr, p.g(m_at.o), nullptr, dres2, v[kAtty].data(), nullptr, BT, Q, C);
-        const void* ln1 = gatherRows(p, m_rows, v[kLn1].data(), c);
+        const void* ln1 = gatherRows(p, whole, v[kLn1].data(), c);
         be.matmulBackward(
             nullptr, p.g(m_at.qkv), m_biases ? p.g(m_at.qkvBias) : nullptr, g[kGQkv].data(), ln1, nullptr, BT, C, W);
         m_norm.backwardWeight(p, g[kGLn1].data(), x, m_at.norm1, v[kUnused], v[kRstd1]);
@@ -266,8 +269,6 @@ private:
     mutable Buffer m_table; ///< constant per microbatch length: made by the first forward
     mutable int m_tableSeq = 0;
     Buffer m_dAct, m_dAtty; ///< workspaces: the SwiGLU output's and the attention output's gradients
-    /// Workspaces of sequence parallelism: every rank's rows of a norm's output, a row-parallel product's partial sum.
-    mutable Buffer m_rows, m_partial;
 };
 
 class LlamaFamily final : public ModelFamily

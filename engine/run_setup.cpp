@@ -58,10 +58,24 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
         refuse("/schedule/optimizer",
             "the plan's optimizer is '" + o.optimizer
                 + "', and the engine trains with AdamW only (memory as \"adam\"): plan with `--optimizer adam`");
-    if (o.distributed_optimizer)
+    // Megatron's distributed optimizer (ZeRO stage 1) it runs; the gradients and weights stay whole on every replica.
+    if (o.shard_weights)
+        refuse("/schedule/shard_weights",
+            "the engine keeps every replica's weights whole (ZeRO stage 1, Megatron's distributed optimizer), not "
+            "sharded as ZeRO stage 3 / FSDP does: plan with --zero 1 or without sharding");
+    if (o.shard_gradients)
+        refuse("/schedule/shard_gradients",
+            "the engine keeps every replica's gradients whole (ZeRO stage 1, Megatron's distributed optimizer), not "
+            "sharded as ZeRO stage 2 does: plan with --zero 1 or without sharding");
+    if (o.distributed_optimizer && o.shard_group > 0)
+        refuse("/schedule/shard_group",
+            "the engine shards the optimizer over all of a stage's replicas, not over groups of them (HSDP): plan "
+            "without --shard-group");
+    if (o.distributed_optimizer && (planner::scheduleTraits(o.kind).update_per_backward || o.kind == "wsp"))
         refuse("/schedule/distributed_optimizer",
-            "the engine keeps the whole optimizer state on every replica, not sharded over them: plan without "
-            "--distributed-optimizer");
+            "schedule '" + o.kind
+                + "' updates each replica (or pipeline) on its own, so no replica can step another's shard of the "
+                  "optimizer: plan without --distributed-optimizer, or with a flushing schedule");
     for (int pos = 0; pos < static_cast<int>(plan.layer_order.size()); ++pos)
         if (plan.layer_order[static_cast<std::size_t>(pos)] != pos)
             refuse("/layer_order", "the engine runs GPT-2's layers in their order");

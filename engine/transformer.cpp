@@ -177,7 +177,8 @@ void EmbeddingLayer::forward(const LayerPass& p, LayerStash& s, const void*, con
     p.be.uploadTokens(tokens.as<std::int32_t>(), host, BT);
     ensure(p, s.out, static_cast<std::size_t>(p.localRows()) * C, p.be.act());
     // Each rank looks up its rows (rank 0 adds the positions), and the group's sum makes the whole embedding.
-    void* partial = partialRows(p, m_partial, s.out.data(), static_cast<std::size_t>(C));
+    Buffer workspace; // back to the arena at the end
+    void* partial = partialRows(p, workspace, s.out.data(), static_cast<std::size_t>(C));
     p.be.encoderForward(
         partial, tokens.as<std::int32_t>(), p.w(0), m_positions ? rowParallelBias(p, p.w(1)) : nullptr, B, T, C);
     sumRows(p, s.out.data(), partial, static_cast<std::size_t>(C));
@@ -187,7 +188,8 @@ void EmbeddingLayer::backwardWeight(const LayerPass& p, LayerStash& s, const voi
 {
     // Every rank's position table sees every position's gradient (so its copies stay equal); its rows of the token
     // table see their tokens'.
-    const void* dout = gatherRows(p, m_gathered, s.g_out.data(), static_cast<std::size_t>(m_channels));
+    Buffer workspace;
+    const void* dout = gatherRows(p, workspace, s.g_out.data(), static_cast<std::size_t>(m_channels));
     p.be.encoderBackward(p.g(0), m_positions ? p.g(1) : nullptr, dout, s.saved[kTokens].as<std::int32_t>(),
         p.shape.batch, p.shape.seq, m_channels);
 }
@@ -242,7 +244,8 @@ void HeadLayer::forward(const LayerPass& p, LayerStash& s, const void* x, const 
     ensure(p, v[kLosses], rows, DType::F32);
     s.out.reset();
     m_norm.forward(p, v[kNormed].data(), v[kMean], v[kRstd], x, 0);
-    const void* normed = gatherRows(p, m_gathered, v[kNormed].data(), static_cast<std::size_t>(C));
+    Buffer workspace, stats, allStats; // back to the arena at the end
+    const void* normed = gatherRows(p, workspace, v[kNormed].data(), static_cast<std::size_t>(C));
     // Logits through the output matrix's first V rows (or all Vp, the padded rows' logits ignored); with tensor
     // parallelism through this rank's rows.
     be.matmulForward(v[kLogits].data(), normed, p.w(output), nullptr, BT, C, m_columns, nullptr);
@@ -252,11 +255,11 @@ void HeadLayer::forward(const LayerPass& p, LayerStash& s, const void* x, const 
     if (!p.tp.on()) {
         be.classifier(v[kLosses].as<float>(), v[kLogits].data(), targetsHere, BT, V, m_columns, dscale);
     } else {
-        m_stats.ensure(be, 3 * rows, DType::F32);
-        m_allStats.ensure(be, 3 * rows * static_cast<std::size_t>(p.tp.ranks), DType::F32);
-        be.classifierStats(m_stats.as<float>(), v[kLogits].data(), targetsHere, BT, m_real, m_columns);
-        p.group->allGather(m_allStats.data(), m_stats.data(), DType::F32, 3 * rows);
-        be.classifierFinish(v[kLosses].as<float>(), v[kLogits].data(), m_allStats.as<float>(), p.tp.ranks, targetsHere,
+        stats.ensure(be, 3 * rows, DType::F32);
+        allStats.ensure(be, 3 * rows * static_cast<std::size_t>(p.tp.ranks), DType::F32);
+        be.classifierStats(stats.as<float>(), v[kLogits].data(), targetsHere, BT, m_real, m_columns);
+        p.group->allGather(allStats.data(), stats.data(), DType::F32, 3 * rows);
+        be.classifierFinish(v[kLosses].as<float>(), v[kLogits].data(), allStats.as<float>(), p.tp.ranks, targetsHere,
             BT, m_real, m_columns, dscale);
     }
     be.mean(feed.loss, v[kLosses].as<float>(), rows);
@@ -273,7 +276,8 @@ void HeadLayer::backwardInput(const LayerPass& p, LayerStash& s, const void* x, 
     ensure(p, gNormed, n, be.act());
     // The forward's classifier already turned the logits into their gradient (kept for the W); each rank's rows of
     // the vocabulary give a share of the normed rows' gradient, summed over the group.
-    void* partial = partialRows(p, m_partial, gNormed.data(), static_cast<std::size_t>(C));
+    Buffer workspace;
+    void* partial = partialRows(p, workspace, gNormed.data(), static_cast<std::size_t>(C));
     be.matmulBackward(
         partial, nullptr, nullptr, v[kLogits].data(), nullptr, p.w(m_norm.tensorCount()), BT, C, m_columns);
     sumRows(p, gNormed.data(), partial, static_cast<std::size_t>(C));
@@ -288,7 +292,8 @@ void HeadLayer::backwardWeight(const LayerPass& p, LayerStash& s, const void* x)
         throw std::logic_error("stage weight gradient before its input gradient");
     // A tied output matrix's gradient is a weight gradient: the head's copy of the embedding (or the stage's one,
     // the embedding's share following in its W).
-    const void* normed = gatherRows(p, m_gathered, v[kNormed].data(), static_cast<std::size_t>(m_channels));
+    Buffer workspace;
+    const void* normed = gatherRows(p, workspace, v[kNormed].data(), static_cast<std::size_t>(m_channels));
     p.be.matmulBackward(nullptr, p.g(m_norm.tensorCount()), nullptr, v[kLogits].data(), normed, nullptr, p.rows(),
         m_channels, m_columns);
     m_norm.backwardWeight(p, s.grads[kGNormed].data(), x, 0, v[kMean], v[kRstd]);

@@ -105,7 +105,6 @@ private:
     bool m_positions;
     int m_first = 0, m_rows = 0; ///< this rank's rows of the (padded) vocabulary
     mutable std::vector<std::int32_t> m_local; ///< the microbatch's tokens as this rank's rows (-1: another's)
-    mutable Buffer m_partial, m_gathered; ///< workspaces of the group's sum and of the gathered output gradient
 };
 
 /// @brief The last layer: the final norm (tensors 0.. of Norm), logits through the output matrix (the last
@@ -128,8 +127,6 @@ private:
     int m_first = 0; ///< this rank's first vocabulary row
     int m_real = 0; ///< its real (unpadded) columns of the logits
     mutable std::vector<std::int32_t> m_local; ///< the targets as this rank's columns (-1: another's)
-    mutable Buffer m_stats, m_allStats; ///< the cross-entropy's stats, this rank's and every rank's
-    mutable Buffer m_partial, m_gathered; ///< workspaces of the group's sum and gathered rows
 };
 
 } // namespace pw::engine

@@ -5,8 +5,11 @@
 
 #include <cmath>
 
+#include "engine/adamw.h"
 #include "engine/local_run.h"
+#include "engine/profiler.h"
 #include "planner/errors.h"
+#include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
 
 using namespace pw::engine;
@@ -60,7 +63,7 @@ Trained train(const pw::planner::Plan& plan, int steps, LocalLinks links = Local
 
 /// `stages` devices of d replicas of t ranks each, in the plan's order (replica, then tensor rank).
 pw::planner::Plan tensorPlan(const pw::planner::TransformerConfig& shape, const std::vector<std::pair<int, int>>& cuts,
-    int d, int t, bool sequence, const std::string& kind)
+    int d, int t, bool sequence, const std::string& kind, bool distributed = false)
 {
     std::vector<pw::test::StageCut> stages;
     int next = 0;
@@ -73,6 +76,7 @@ pw::planner::Plan tensorPlan(const pw::planner::TransformerConfig& shape, const 
     auto plan = gpt2Plan(shape, stages, kind, 4);
     plan.tensor_parallel = t;
     plan.schedule.sequence_parallel = sequence;
+    plan.schedule.distributed_optimizer = distributed;
     plan.validate();
     return plan;
 }
@@ -130,6 +134,7 @@ TEST_CASE("tensor parallelism trains to one device's losses and weights", "[engi
             int d, t;
             bool sequence;
             std::string kind;
+            bool distributed = false; ///< Megatron's distributed optimizer over the d replicas
         };
         const std::vector<Case> cases {
             {"t 2", {{0, head}}, 1, 2, false, "1f1b"},
@@ -140,12 +145,107 @@ TEST_CASE("tensor parallelism trains to one device's losses and weights", "[engi
             {"t 2 x p 2 x d 2, zb-h1, sequence parallel", {{0, 1}, {2, head}}, 2, 2, true, "zb-h1"},
             {"t 4 x p 2, zb-h1", {{0, 1}, {2, head}}, 1, 4, false, "zb-h1"},
             {"t 4 x p 2 x d 2, 1F1B, sequence parallel", {{0, 1}, {2, head}}, 2, 4, true, "1f1b"},
+            {"t 2 x p 2 x d 2, 1F1B, distributed optimizer", {{0, 1}, {2, head}}, 2, 2, false, "1f1b", true},
+            {"t 2 x p 2 x d 2, zb-h1, sequence parallel, distributed optimizer", {{0, 1}, {2, head}}, 2, 2, true,
+                "zb-h1", true},
+            {"p 2 x d 3, 1F1B, distributed optimizer", {{0, 1}, {2, head}}, 3, 1, false, "1f1b", true},
         };
         for (const auto& c : cases)
             SECTION(std::string(llama ? "Llama, " : "GPT-2, ") + c.name)
             {
-                checkSame(train(tensorPlan(shape, c.cuts, c.d, c.t, c.sequence, c.kind), kSteps), one,
+                checkSame(train(tensorPlan(shape, c.cuts, c.d, c.t, c.sequence, c.kind, c.distributed), kSteps), one,
                     ModelConfig::fromTransformer(shape));
             }
     }
+}
+
+TEST_CASE("the distributed optimizer keeps each replica's shard of the moments, covering the parameters once",
+    "[engine][tensor-parallel]")
+{
+    const auto shape = smallGpt2();
+    const ModelConfig config = ModelConfig::fromTransformer(shape);
+    StageModel model(config, {2, 8}, 0, config.layerCount() - 1);
+    const std::size_t n = model.parameterCount();
+    std::size_t covered = 0, previous = 0;
+    for (int i = 0; i < 3; ++i) {
+        const AdamW adam(model, {i, 3});
+        const auto [first, end] = adam.range();
+        CHECK(first == previous);
+        CHECK(first % 64 == 0);
+        CHECK(end - first <= n / 3 + 64);
+        covered += end - first;
+        previous = end;
+    }
+    CHECK(covered == n);
+    CHECK(previous == n);
+    // A whole-model step and three shards' steps from the same gradients give the same parameters.
+    model.initialise(7);
+    std::vector<float> grads(n);
+    for (std::size_t i = 0; i < n; ++i)
+        grads[i] = std::sin(0.37 * static_cast<double>(i));
+    const auto start = model.hostParams();
+    const auto stepWith = [&](std::vector<AdamW>& optimizers) {
+        model.setHostParams(start);
+        std::copy(grads.begin(), grads.end(), model.grads().host<float>().begin());
+        AdamWOptions o;
+        o.weight_decay = 0.1;
+        for (auto& adam : optimizers)
+            adam.step(model, o, 1e-2, 1);
+        return model.hostParams();
+    };
+    std::vector<AdamW> whole;
+    whole.emplace_back(model);
+    std::vector<AdamW> shards;
+    for (int i = 0; i < 3; ++i)
+        shards.emplace_back(model, OptimizerShard {i, 3});
+    CHECK(stepWith(whole) == stepWith(shards));
+}
+
+TEST_CASE("tensor parallelism and the distributed optimizer: each rank's measured peak memory is the planner's, within "
+          "10 %",
+    "[engine][tensor-parallel]")
+{
+    // A profile the engine measured (its stashes in the planner's parts), plans of two stages over it.
+    ProfileOptions o;
+    o.shape = pw::test::tinyGpt2(6);
+    o.shape.hidden = 64;
+    o.shape.heads = 4;
+    o.shape.sequence = 64;
+    o.shape.vocab = 64;
+    o.repeats = 1;
+    o.warmup = 0;
+    const auto profile = measureProfile(o);
+    struct Case
+    {
+        const char* name;
+        int d, t;
+        bool sequence, distributed;
+    };
+    for (const Case c : {Case {"t 2", 1, 2, false, false}, Case {"t 2, sequence parallel", 1, 2, true, false},
+             Case {"t 4, sequence parallel", 1, 4, true, false}, Case {"d 2, distributed optimizer", 2, 1, false, true},
+             Case {"t 2 x d 2, sequence parallel, distributed optimizer", 2, 2, true, true}})
+        SECTION(c.name)
+        {
+            auto plan = tensorPlan(o.shape, {{0, 3}, {4, 7}}, c.d, c.t, c.sequence, "1f1b", c.distributed);
+            plan.model = profile;
+            plan.validate();
+            const TrainingSetup setup = trainingSetup(plan);
+            DataSpec spec;
+            spec.synthetic_tokens = 5000;
+            const auto result = runLocally(plan, setup,
+                DataOrder(loadTokens(spec, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq),
+                2);
+            const auto sim = pw::planner::simulate(plan);
+            std::string table;
+            for (std::size_t d = 0; d < result.memory.size(); ++d)
+                table += " " + std::to_string(result.memory[d].peak / 1000) + "/"
+                    + std::to_string(static_cast<long>(sim.devices.at(d).peak_memory_bytes / 1000));
+            WARN(c.name << ": peak kB per device, measured/predicted:" << table);
+            for (std::size_t d = 0; d < result.memory.size(); ++d) {
+                const double measured = static_cast<double>(result.memory[d].peak);
+                const double predicted = sim.devices.at(d).peak_memory_bytes;
+                INFO(c.name << ", device " << d << ": measured " << measured << " B, predicted " << predicted << " B");
+                CHECK(measured == Approx(predicted).epsilon(0.10));
+            }
+        }
 }

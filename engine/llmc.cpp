@@ -193,7 +193,7 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
     if (std::string(familyOf(c).name()) != "gpt2")
         throw InputError(path.string(), 0, "", "llm.c's checkpoint holds GPT-2's block only");
     PartFile file(path);
-    if (stage.hasEmbedding()) {
+    if (stage.hasEmbedding() && stage.tensorParallel().rank == 0) {
         Header h {};
         h[0] = kCheckpointMagic;
         h[1] = kCheckpointVersionFp32;
@@ -208,9 +208,10 @@ void writeCheckpointPart(const std::filesystem::path& path, const StageModel& st
     const std::vector<float> params = stage.hostParams();
     for (const auto& t : checkpointTensors(c))
         for (const auto& slot : stage.slots())
-            if (slot.name == t.name)
-                file.put(
-                    params.data() + slot.offset, slot.size * sizeof(float), sizeof(Header) + t.offset * sizeof(float));
+            if (slot.name == t.name && stage.writes(slot))
+                for (const auto& piece : stage.pieces(slot))
+                    file.put(params.data() + piece.held, piece.count * sizeof(float),
+                        sizeof(Header) + (t.offset + piece.whole) * sizeof(float));
     file.close();
 }
 

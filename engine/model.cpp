@@ -317,6 +317,24 @@ void StageModel::storeTo(std::span<float> checkpoint) const
                 putShard(s, m_tp, host.data() + s.offset, checkpoint.data() + t.offset);
 }
 
+std::vector<TensorPiece> StageModel::pieces(const TensorSlot& slot) const
+{
+    std::vector<TensorPiece> out;
+    std::size_t held = slot.offset;
+    for (const auto& [b, e] : shardRanges(slot.shape, slot.split, slot.row_blocks, m_tp)) {
+        out.push_back({b, held, e - b});
+        held += e - b;
+    }
+    return out;
+}
+
+bool StageModel::writes(const TensorSlot& slot) const
+{
+    if (slot.tied && slot.layer != slot.owner)
+        return false;
+    return slot.split != TensorSplit::Whole || m_tp.rank == 0;
+}
+
 void StageModel::sumSequenceGradients()
 {
     if (!m_tp.on() || !m_tp.sequence)

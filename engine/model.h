@@ -106,6 +106,17 @@ struct TensorSlot
     bool operator==(const TensorSlot&) const = default;
 };
 
+/// @brief A contiguous piece of a tensor a stage holds: `count` elements from element `whole` of the whole tensor, at
+/// element `held` of the stage's buffer.
+struct TensorPiece
+{
+    std::size_t whole = 0;
+    std::size_t held = 0;
+    std::size_t count = 0;
+
+    bool operator==(const TensorPiece&) const = default;
+};
+
 /// @brief What a layer's forward keeps for its backward (one microbatch), on the stage's device, and what its I
 /// keeps for its W. Activations are in the backend's act() dtype, statistics and losses fp32. The forward's buffers
 /// are reused across microbatches; the gradients go back to the arena after the W.
@@ -272,9 +283,15 @@ public:
 
     /// Each tensor drawn from its TensorInit with `seed`: a function of (seed, tensor) only.
     void initialise(std::uint64_t seed);
-    /// Copies this stage's tensors from / to the family's flat checkpoint of the whole model (checkpointTensors).
+    /// Copies this stage's tensors from / to the family's flat checkpoint of the whole model (checkpointTensors): with
+    /// tensor parallelism its rank's share of each, split on load and put in place on store.
     void loadFrom(std::span<const float> checkpoint);
     void storeTo(std::span<float> checkpoint) const;
+    /// The pieces of `slot` (one of slots()) this stage holds, in its buffer's order.
+    std::vector<TensorPiece> pieces(const TensorSlot& slot) const;
+    /// Whether this stage writes `slot` into a checkpoint file its group's ranks write together: not the head's copy
+    /// of the tied embedding (the embedding's stage writes it), and a whole (unsplit) tensor from rank 0 only.
+    bool writes(const TensorSlot& slot) const;
 
     /// One microbatch forward with parameters `params` (this stage's layout, on the device). tokens (B T, host)
     /// feed the embedding; *input (B T C, on the device) feeds any other first layer and is taken into the stash

@@ -309,14 +309,20 @@ void writeSafetensorsPart(const std::filesystem::path& path, const StageModel& s
     const SafetensorsLayout layout = safetensorsLayout(stage.config());
     PartFile file(path);
     const auto put = [&](const std::string& bytes, std::size_t at) { file.put(bytes.data(), bytes.size(), at); };
-    if (stage.hasEmbedding())
+    if (stage.hasEmbedding() && stage.tensorParallel().rank == 0)
         put(headerBytes(layout), 0);
     const std::vector<float> params = stage.hostParams();
     for (const auto& slot : stage.slots()) {
-        if (slot.layer != slot.owner && slot.tied)
-            continue; // the head's copy of the embedding: the embedding's stage writes it
+        if (!stage.writes(slot))
+            continue; // the head's copy of the embedding (the embedding's stage writes it), or another rank's
         const auto& e = layout.tensors.at(slot.name);
-        put(tensorBytes(params.data() + slot.offset, elements(e.shape), false), layout.dataStart() + e.begin);
+        const std::size_t stored = elements(e.shape); // a padded vocabulary's first V rows
+        for (const auto& piece : stage.pieces(slot)) {
+            const std::size_t count = std::min(piece.count, stored - std::min(stored, piece.whole));
+            if (count > 0)
+                put(tensorBytes(params.data() + piece.held, count, false),
+                    layout.dataStart() + e.begin + 4 * piece.whole);
+        }
     }
     file.close();
 }

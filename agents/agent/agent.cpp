@@ -664,12 +664,16 @@ void Session::train(const RunSpec& spec)
     watcher.join();
     if (!failure.empty())
         throw std::runtime_error(failure);
-    // The trained model: each stage written once (by its lowest replica) into the one checkpoint file.
+    // The trained model: each stage written once (by its first replica: with tensor parallelism its t ranks, each
+    // its share) into the one checkpoint file.
     if (!spec.training.save_checkpoint.empty() && !stopping())
         for (std::size_t k = 0; k < executors.size(); ++k)
             for (const auto& [stage, model] : executors[k]->stages()) {
-                const auto& replicas = plan.stages.at(static_cast<std::size_t>(stage)).devices;
-                if (spec.devices[k] == *std::min_element(replicas.begin(), replicas.end()))
+                const auto& devices = plan.stages.at(static_cast<std::size_t>(stage)).devices;
+                const auto first = devices.begin()
+                    + std::min<std::ptrdiff_t>(
+                        std::max(1, plan.tensor_parallel), static_cast<std::ptrdiff_t>(devices.size()));
+                if (std::find(devices.begin(), first, spec.devices[k]) != first)
                     engine::writeModelCheckpointPart(spec.training.save_checkpoint, *model);
             }
 }

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+// Tensor parallelism, sequence parallelism and the distributed optimizer through real agent processes over Gloo
+// (issue 34): every rank an agent, the group's collectives inside each layer over TCP, and the run gives the losses
+// of one device training the same model in this process.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "app/history/history.h"
+#include "app/run/controller.h"
+#include "engine/checkpoint.h"
+#include "tests/engine/engine_fixtures.h"
+#include "tests/run/local_run_fixtures.h"
+#include "tests/run/process_helpers.h"
+
+using namespace pw;
+using pw::test::gpt2Plan;
+using pw::test::StageCut;
+using pw::test::tinyGpt2;
+
+namespace {
+
+constexpr int kSteps = 20;
+
+/// Two stages of d replicas of t ranks each.
+planner::Plan tensorPlan(
+    const planner::TransformerConfig& shape, int d, int t, bool sequence, bool distributed, const std::string& kind)
+{
+    const int head = shape.layers + 1;
+    std::vector<StageCut> stages {{0, head / 2, {}}, {head / 2 + 1, head, {}}};
+    int next = 0;
+    for (auto& s : stages)
+        for (int i = 0; i < d * t; ++i)
+            s.devices.push_back(next++);
+    auto plan = gpt2Plan(shape, stages, kind, 4);
+    plan.tensor_parallel = t;
+    plan.schedule.sequence_parallel = sequence;
+    plan.schedule.distributed_optimizer = distributed;
+    plan.validate();
+    return plan;
+}
+
+} // namespace
+
+TEST_CASE("tensor parallelism through agents over Gloo gives one device's losses", "[run][local][tensor-parallel]")
+{
+    struct Case
+    {
+        const char* name;
+        planner::TransformerConfig shape;
+        int d, t;
+        bool sequence, distributed;
+        const char* kind;
+    };
+    const auto gpt2 = tinyGpt2(2);
+    const auto llama = test::asLlama(gpt2, 2, 32);
+    for (const Case& c : {Case {"GPT-2, t 2 x p 2 x d 2, sequence parallel, distributed optimizer, 1F1B", gpt2, 2, 2,
+                              true, true, "1f1b"},
+             Case {"Llama, t 2 x p 2, zb-h1", llama, 1, 2, false, false, "zb-h1"}})
+        SECTION(c.name)
+        {
+            const auto plan = tensorPlan(c.shape, c.d, c.t, c.sequence, c.distributed, c.kind);
+            const auto want
+                = test::inProcessLosses(gpt2Plan(c.shape, {{0, c.shape.layers + 1, {0}}}, "1f1b", 4), kSteps);
+            test::TempDir dir;
+            auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+            app::RunController controller(test::localRunRequest(plan, kSteps, c.name), history);
+            const auto outcome = controller.run();
+            INFO(outcome.message);
+            REQUIRE(outcome.status == app::RunStatus::Succeeded);
+            REQUIRE(outcome.losses.size() == want.size());
+            for (std::size_t i = 0; i < want.size(); ++i) {
+                INFO("step " << i);
+                CHECK(outcome.losses[i] == Approx(want[i]).epsilon(1e-5));
+            }
+            // Every action of every rank once.
+            const auto measured = history.measuredTimeline(outcome.run_id);
+            CHECK(measured.spans.size() == engine::runSchedule(plan, kSteps).actionCount());
+        }
+}
+
+TEST_CASE("checkpoints are whole tensors: a run at t = 1 continues at t = 2 and back with the losses of t = 1",
+    "[run][local][tensor-parallel]")
+{
+    const auto gpt2 = tinyGpt2(2);
+    for (const bool llama : {false, true})
+        SECTION(llama ? "Llama, safetensors" : "GPT-2, llm.c's checkpoint")
+        {
+            const auto shape = llama ? test::asLlama(gpt2, 2, 32) : gpt2;
+            const std::string ext = llama ? ".safetensors" : ".bin";
+            const auto one = tensorPlan(shape, 1, 1, false, false, "1f1b");
+            const auto two = tensorPlan(shape, 1, 2, true, false, "1f1b");
+            test::TempDir dir;
+            auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+            const auto run
+                = [&](const planner::Plan& plan, int steps, const std::string& init, const std::string& save) {
+                      auto req = test::localRunRequest(plan, steps);
+                      if (!init.empty())
+                          req.training.init_checkpoint = (dir.path / (init + ext)).string();
+                      req.training.save_checkpoint = (dir.path / (save + ext)).string();
+                      app::RunController controller(req, history);
+                      const auto outcome = controller.run();
+                      INFO(outcome.message);
+                      REQUIRE(outcome.status == app::RunStatus::Succeeded);
+                      return outcome.losses;
+                  };
+            run(one, 3, "", "a");
+            const auto atTwo = run(two, 4, "a", "b"); // t = 1's checkpoint split over two ranks
+            const auto atOne = run(one, 4, "a", "c");
+            REQUIRE(atTwo.size() == atOne.size());
+            for (std::size_t i = 0; i < atOne.size(); ++i)
+                CHECK(atTwo[i] == Approx(atOne[i]).epsilon(1e-5));
+            // And back: t = 2's checkpoint, gathered by its ranks, continues at t = 1 as t = 1's does.
+            const auto fromTwo = run(one, 2, "b", "d");
+            const auto fromOne = run(one, 2, "c", "e");
+            for (std::size_t i = 0; i < fromOne.size(); ++i)
+                CHECK(fromTwo[i] == Approx(fromOne[i]).epsilon(1e-5));
+            const auto config = engine::trainingSetup(one).model;
+            const auto b = engine::readModelCheckpoint(dir.path / ("b" + ext), config, shape.sequence).params;
+            const auto c = engine::readModelCheckpoint(dir.path / ("c" + ext), config, shape.sequence).params;
+            REQUIRE(b.size() == c.size());
+            double diff = 0, norm = 0;
+            for (std::size_t i = 0; i < c.size(); ++i) {
+                diff += (static_cast<double>(b[i]) - c[i]) * (static_cast<double>(b[i]) - c[i]);
+                norm += static_cast<double>(c[i]) * c[i];
+            }
+            CHECK(std::sqrt(diff / norm) < 1e-4); // the key biases' noise included (test_tensor_parallel.cpp)
+        }
+}

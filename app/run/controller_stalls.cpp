@@ -35,6 +35,12 @@ std::vector<DeviceWait> RunController::Impl::deviceWaits() const
             const auto gpu = cudaDeviceOf(*request.plan.cluster, d);
             w.where = gpu ? "cuda:" + std::to_string(*gpu) : "cpu";
             w.tied = tiedWith(d);
+            if (const int t = std::max(1, request.plan.tensor_parallel); t > 1 && !w.stages.empty()) {
+                const auto& devs = request.plan.stages[static_cast<std::size_t>(w.stages.front())].devices;
+                const auto place = std::find(devs.begin(), devs.end(), d) - devs.begin();
+                const auto first = devs.begin() + place / t * t;
+                w.tensor_group.assign(first, first + t);
+            }
             w.silent = !a->done && (a->exited || a->lost || silent > kSilentAfter);
             w.silent_s = silent;
             for (const auto& p : a->progress)

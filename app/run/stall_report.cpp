@@ -244,11 +244,27 @@ StallReport explainStall(
         case ActionKind::WavePull:
             text += "is blocked " + waited + " in " + doing(a);
             break;
-        default:
+        default: {
+            // Tensor parallelism: the group's collectives inside the computation wait for every member to reach it.
+            next = d.tensor_group.empty() ? -1 : missingMember(d, d.tensor_group, byDevice, [&](const DeviceWait& o) {
+                return o.action.kind == a.kind && o.action.stage == a.stage && o.action.microbatch == a.microbatch;
+            });
+            if (next >= 0) {
+                const auto rank
+                    = std::find(d.tensor_group.begin(), d.tensor_group.end(), next) - d.tensor_group.begin();
+                std::string group;
+                for (int m : d.tensor_group)
+                    group += (group.empty() ? "" : ", ") + std::to_string(m);
+                text += "is blocked " + waited + " " + doing(a)
+                    + " in a collective of its tensor-parallel group (devices " + group + ") with tensor rank "
+                    + std::to_string(rank) + ", " + names.brief(next);
+                break;
+            }
             text += "has been " + doing(a) + " for " + waited;
             if (d.predicted_s > 0)
                 text += " (the plan predicts " + seconds(d.predicted_s) + ")";
             break;
+        }
         }
         if (next >= 0 && seen.count(next)) {
             out.cycle = true;

@@ -30,6 +30,9 @@ struct DeviceWait
     /// The devices it all-reduces the tied embedding's gradient with before its step (its TiedWeights group of
     /// Plan::tiedWeightGroups, less itself)
     std::vector<int> tied;
+    /// Its stage's tensor-parallel group in rank order, itself included (empty without tensor parallelism): the
+    /// devices whose collectives inside every forward and backward it meets.
+    std::vector<int> tensor_group;
 
     bool operator==(const DeviceWait&) const = default;
 };
@@ -47,8 +50,10 @@ struct StallReport
 
 /// The chain of waits at time `now` (seconds from the run's start, the clock of the actions' t0), starting at
 /// device `start`, or when it is -1 at the device that has waited longest. `stageDevices[s]`: the devices of stage
-/// s (its replicas), for an all-reduce. E.g. "stage 1 (device 1, host b, cpu) waits 62 s for F mb 12 from stage 0;
-/// stage 0 (device 0, host a, cpu) has sent nothing for 61 s (stopped or hung; it last reported computing F mb 13)".
+/// s (its replicas), for an all-reduce. A device computing in a tensor-parallel group waits in the group's collectives
+/// on a member that is not in the same computation. E.g. "stage 1 (device 1, host b, cpu) waits 62 s for F mb 12 from
+/// stage 0; stage 0 (device 0, host a, cpu) has sent nothing for 61 s (stopped or hung; it last reported computing F mb
+/// 13)".
 StallReport explainStall(const std::vector<DeviceWait>& devices, const std::vector<std::vector<int>>& stageDevices,
     double now, int start = -1);
 

@@ -129,6 +129,32 @@ TEST_CASE("an all-reduce waiting on the tied embedding names the other holder", 
             "stage 1 (device 1, host b, cpu) is blocked 10 s in its all-reduce of stage 1 with stage 1 (device 2)"));
 }
 
+TEST_CASE("a computation in a tensor-parallel group names the rank not in it", "[stall]")
+{
+    // Stage 0 is one group of ranks on devices 0-3; ranks 0, 1 and 3 compute F mb 6 (inside it they meet in the
+    // group's collectives), rank 2 computes B mb 5: the ranks disagree (a schedule bug), and wait on each other.
+    std::vector<DeviceWait> ranks;
+    for (int d = 0; d < 4; ++d) {
+        auto w = busy(device(d, {0}, "a"), ActionKind::Forward, 0, 6, -1, 10);
+        w.tensor_group = {0, 1, 2, 3};
+        ranks.push_back(w);
+    }
+    ranks[2] = busy(ranks[2], ActionKind::Backward, 0, 5, -1, 9);
+    ranks[2].predicted_s = 0.5;
+    const auto r = explainStall(ranks, {{0, 1, 2, 3}}, 40, 0);
+    CHECK(r.text
+        == "stage 0 (device 0, host a, cpu) is blocked 30 s computing F mb 6 in a collective of its tensor-parallel "
+           "group (devices 0, 1, 2, 3) with tensor rank 2, stage 0 (device 2); stage 0 (device 2, host a, cpu) is "
+           "blocked 31 s computing B mb 5 in a collective of its tensor-parallel group (devices 0, 1, 2, 3) with "
+           "tensor rank 0, stage 0 (device 0): a cycle of waits back to stage 0 (device 0) that none of them can end "
+           "(a deadlock)");
+    CHECK(r.cycle);
+    // Every rank in the same computation: no one to wait on, it computes (or a link between them is stalled).
+    ranks[2] = busy(ranks[2], ActionKind::Forward, 0, 6, -1, 10);
+    const auto all = explainStall(ranks, {{0, 1, 2, 3}}, 40, 0);
+    CHECK(all.text == "stage 0 (device 0, host a, cpu) has been computing F mb 6 for 30 s");
+}
+
 TEST_CASE("stall reports and flight recorders are stored and a schema 4 history migrates to them", "[stall][history]")
 {
     TempFile file;

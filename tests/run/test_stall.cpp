@@ -351,3 +351,41 @@ TEST_CASE("cli: run --stall-timeout fails a stalled run and history show prints 
     CHECK(cli("run " + plan.string() + " --local --stall-timeout 0.5 --history " + history).first != 0);
     CHECK(cli("run " + plan.string() + " --local --on-stall never --history " + history).first != 0);
 }
+
+TEST_CASE("a stopped rank of a tensor-parallel group is named by the stall report with its group and rank",
+    "[run][faults][stall][tensor-parallel]")
+{
+    test::TempDir dir;
+    auto history = app::HistoryStore::open(dir.path / "history.sqlite");
+    auto request = stallRequest();
+    request.plan = gpt2Plan(tinyGpt2(2), {{0, 3, {0, 1}}}, "1f1b");
+    request.plan.tensor_parallel = 2; // one stage, its two devices one group of two ranks
+    request.plan.validate();
+    app::RunController controller(request, history);
+    Watch watch;
+    app::RunObserver observer;
+    watch.observe(observer);
+    pid_t frozen = 0;
+    std::optional<Clock::time_point> firstStep;
+    observer.progress = [&](const app::RunProgress&) {
+        if (!firstStep)
+            firstStep = Clock::now();
+        if (frozen != 0 || Clock::now() - *firstStep < 2500ms)
+            return;
+        frozen = watch.pidOf(1);
+        REQUIRE(frozen > 0);
+        ::kill(frozen, SIGSTOP);
+    };
+    const auto outcome = controller.run(observer);
+    REQUIRE(frozen != 0);
+    CHECK(outcome.status == app::RunStatus::Failed);
+    // Rank 0 waits inside a forward or backward for rank 1, whose agent went silent.
+    CHECK_THAT(outcome.message, StartsWith("stalled: no device finished an action for 3 s: stage 0 (device 0, host "));
+    CHECK_THAT(outcome.message,
+        Contains("in a collective of its tensor-parallel group (devices 0, 1) with tensor rank 1, "
+                 "stage 0 (device 1); stage 0 (device 1, host "));
+    CHECK_THAT(outcome.message, Contains("has sent nothing for"));
+    const auto stalls = history.stalls(outcome.run_id);
+    REQUIRE(stalls.size() == 1);
+    CHECK(stalls[0].chain == std::vector<int> {0, 1});
+}

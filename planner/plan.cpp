@@ -242,6 +242,29 @@ int Plan::effectiveConcurrentMinibatches() const
     return deepest;
 }
 
+std::string Plan::deviceRole(int device) const
+{
+    const int t = std::max(1, tensor_parallel) * std::max(1, context_parallel);
+    std::string out;
+    int count = 0;
+    std::string where;
+    for (int s = 0; s < stageCount(); ++s) {
+        const auto& devs = stages[static_cast<std::size_t>(s)].devices;
+        const auto at = std::find(devs.begin(), devs.end(), device);
+        if (at == devs.end())
+            continue;
+        out += (count++ ? "+" : "") + std::to_string(s);
+        if (!where.empty())
+            continue;
+        const auto place = static_cast<int>(at - devs.begin());
+        if (static_cast<int>(devs.size()) > t)
+            where += ", replica " + std::to_string(place / t);
+        if (t > 1)
+            where += ", tensor rank " + std::to_string(place % t) + "/" + std::to_string(t);
+    }
+    return count == 0 ? std::string() : (count > 1 ? "stages " : "stage ") + out + where;
+}
+
 std::string Plan::configString() const
 {
     std::string s;

@@ -248,6 +248,10 @@ struct Plan
     /// "15-1"; several pipelines are joined by '|' ("1-1-1-1|1-1-1-1"); tensor parallelism is appended
     /// ("1-1 t=8": two stages, each one tensor-parallel group of 8 devices).
     std::string configString() const;
+    /// What `device` does in the plan, for people: its stages, and where the plan replicates or splits them its data-
+    /// parallel replica and tensor rank ("stage 1", "stage 0, replica 1", "stage 2, tensor rank 1/4", "stages 0+3");
+    /// empty when it runs no stage.
+    std::string deviceRole(int device) const;
 
     /// Throws InputError when stages are not contiguous, leave layers out, use unknown devices, or the
     /// schedule options are inconsistent with the stages. Each pipeline is checked on its own; pipelines

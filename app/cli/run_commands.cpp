@@ -578,8 +578,8 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                     m.device < static_cast<int>(measured.device_names.size())
                         ? measured.device_names[static_cast<std::size_t>(m.device)]
                         : std::string()},
-                {"predicted_peak_bytes", m.predicted_peak_bytes}, {"measured_peak_bytes", m.measured_peak_bytes},
-                {"error", m.error}});
+                {"role", plan.deviceRole(m.device)}, {"predicted_peak_bytes", m.predicted_peak_bytes},
+                {"measured_peak_bytes", m.measured_peak_bytes}, {"error", m.error}});
         nlohmann::json j({{"run_id", r.id}, {"label", r.label}, {"status", std::string(app::toString(r.status))},
             {"message", r.status_message}, {"losses", ls}, {"spans", measured.spans.size()},
             {"predicted_iteration_s", cmp.predicted_iteration_s}, {"measured_iteration_s", cmp.measured_iteration_s},
@@ -686,7 +686,11 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             out << "    device " << std::left << std::setw(4) << m.device << std::setw(28) << name.substr(0, 27)
                 << std::right << " predicted " << std::setw(10) << planner::formatBytes(m.predicted_peak_bytes)
                 << "  measured " << std::setw(10) << planner::formatBytes(m.measured_peak_bytes) << "  "
-                << (m.predicted_peak_bytes > 0 ? percent(m.error) : std::string("(no prediction)")) << "\n";
+                << (m.predicted_peak_bytes > 0 ? percent(m.error) : std::string("(no prediction)"));
+            // Which replica and tensor rank of its stage (a tensor-parallel group's devices read as one).
+            if (const std::string role = plan.deviceRole(m.device); role.find(',') != std::string::npos)
+                out << "   " << role;
+            out << "\n";
         }
     }
     if (!clocks.empty()) {

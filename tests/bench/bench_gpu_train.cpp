@@ -4,7 +4,8 @@
 // (tests/oracle/gpt2_torch_gpu_bench.py: bf16 autocast, fused AdamW, flash attention, random tokens); a 2- and a
 // 4-stage pipeline (1F1B, zb-h1) whose stages share the GPU (each its own stream, transfers and the tied embedding's
 // all-reduce over the device fabric; and, for comparison, through host memory as before issue 33) against the
-// one-stage run of the same microbatches, with their losses; and the iteration time the planner predicts from a
+// one-stage run of the same microbatches, with their losses; tensor parallelism (t = 2, 4, issue 34) with its ranks on
+// the GPU beside them; and the iteration time the planner predicts from a
 // profile measured on
 // the GPU (engine::measureProfile) against the measured one. Every run times the steps after its warm-up steps.
 // Prints a table; where no CUDA device is visible it says "skipped: no CUDA device" and exits 0.
@@ -441,6 +442,8 @@ int main(int argc, char** argv)
             std::vector<test::StageCut> cuts;
             std::string kind;
             engine::LocalLinks links = engine::LocalLinks::Auto;
+            int t = 1; ///< tensor-parallel ranks of each stage (issue 34: their collectives over the fabric)
+            bool sequence = false;
         };
         const std::vector<Pipeline> pipelines = {
             {"one stage", {{0, 13, {0}}}, "1f1b"},
@@ -449,6 +452,9 @@ int main(int argc, char** argv)
             {"4 stages zb-h1", four, "zb-h1"},
             {"2 stages 1F1B, host links", two, "1f1b", engine::LocalLinks::Host},
             {"4 stages 1F1B, host links", four, "1f1b", engine::LocalLinks::Host},
+            {"t 2 (2 ranks, one stage)", {{0, 13, {0, 1}}}, "1f1b", engine::LocalLinks::Auto, 2},
+            {"t 2, sequence parallel", {{0, 13, {0, 1}}}, "1f1b", engine::LocalLinks::Auto, 2, true},
+            {"t 4, sequence parallel", {{0, 13, {0, 1, 2, 3}}}, "1f1b", engine::LocalLinks::Auto, 4, true},
         };
         double oneStage = 0;
         std::vector<double> oneStageLosses;
@@ -459,8 +465,11 @@ int main(int argc, char** argv)
             failed = true;
             std::printf("  no profile for the predictions: %s\n", e.what());
         }
-        for (const auto& [name, cuts, kind, links] : pipelines) {
-            const auto plan = test::gpt2Plan(gpt2Small(4), cuts, kind, 4);
+        for (const auto& [name, cuts, kind, links, t, sequence] : pipelines) {
+            auto plan = test::gpt2Plan(gpt2Small(4), cuts, kind, 4);
+            plan.tensor_parallel = t;
+            plan.schedule.sequence_parallel = sequence;
+            plan.validate();
             const Speed s = trainEngine(plan, o, links);
             if (!s.error.empty()) {
                 failed = true;
@@ -481,14 +490,15 @@ int main(int argc, char** argv)
                 name.c_str(), s.tokens_per_s, s.step_s * 1e3, predicted * 1e3, (predicted / s.step_s - 1) * 100,
                 oneStage > 0 ? s.tokens_per_s / oneStage : 0.0, s.peak_bytes / (1 << 30), worst);
             // Where each device's step goes (span time per action kind; transfers include their waits).
-            for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1; ++d) {
+            for (std::size_t d = 0; d < s.ms_per_kind.size() && cuts.size() > 1 && t == 1; ++d) {
                 std::printf("    device %zu, ms per step:", d);
                 for (const auto& [kind, ms] : s.ms_per_kind[d])
                     std::printf("  %s %.1f", kind.c_str(), ms);
                 std::printf("\n");
             }
-            results["pipelines"].push_back({{"name", name}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s},
-                {"ms_per_kind", s.ms_per_kind}, {"losses", s.losses}, {"predicted_s", predicted}});
+            results["pipelines"].push_back(
+                {{"name", name}, {"tensor_parallel", t}, {"tokens_per_s", s.tokens_per_s}, {"step_s", s.step_s},
+                    {"ms_per_kind", s.ms_per_kind}, {"losses", s.losses}, {"predicted_s", predicted}});
         }
 
         // 2b. The Llama family beside GPT-2 at the same size, 16 x 1024 tokens per step as 4 microbatches of 4.

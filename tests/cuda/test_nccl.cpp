@@ -89,10 +89,14 @@ struct NcclRun
 };
 
 /// Every device of the plan on a GPU of its own (device d on cuda:d), one thread each, over NCCL transports.
+/// With t > 1 each stage's devices are groups of t tensor-parallel ranks (sequence parallel with `sequence`).
 NcclRun trainOverNccl(const Comparison& r, const std::vector<StageCut>& stages, const std::string& kind,
-    std::size_t bucketBytes = std::size_t {25} << 20)
+    std::size_t bucketBytes = std::size_t {25} << 20, int t = 1, bool sequence = false)
 {
-    const auto plan = gpt2Plan(r.shape, stages, kind, r.microbatches);
+    auto plan = gpt2Plan(r.shape, stages, kind, r.microbatches);
+    plan.tensor_parallel = t;
+    plan.schedule.sequence_parallel = sequence;
+    plan.validate();
     TrainingSetup setup = setupOf(r, plan);
     setup.bucket_bytes = bucketBytes;
     const DataOrder order(r.tokens, setup.microbatches, setup.shape.batch, setup.shape.seq);
@@ -266,4 +270,20 @@ TEST_CASE("replicas over NCCL give the one-stage losses and all-reduce during th
     const auto grid = trainOverNccl(r, {{0, 1, {0, 1}}, {2, 3, {2, 3}}}, "1f1b", 1);
     requireClose(grid.losses, oneStage, 1e-4);
     requireOverlap(grid);
+}
+
+TEST_CASE("tensor parallelism over NCCL gives the one-stage losses", "[cuda][nccl][tensor-parallel]")
+{
+    if (const auto why = ncclMissing(2); !why.empty())
+        PW_SKIP(why);
+    const Comparison r = comparison();
+    const auto oneStage = cpuLosses(r, {{0, 3, {0}}}, "1f1b");
+    requireClose(trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", std::size_t {25} << 20, 2).losses, oneStage, 1e-4);
+    requireClose(trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", std::size_t {25} << 20, 2, true).losses, oneStage, 1e-4);
+    if (cudaDeviceCount() < 4) {
+        WARN("t = 2 x p = 2 needs 4 GPUs, " << cudaDeviceCount() << " visible: not run");
+        return;
+    }
+    requireClose(trainOverNccl(r, {{0, 1, {0, 1}}, {2, 3, {2, 3}}}, "zb-h1", std::size_t {25} << 20, 2, true).losses,
+        oneStage, 1e-4);
 }

@@ -102,3 +102,19 @@ TEST_CASE("a graph plan's layer order must stay topological", "[plan]")
     p.layer_order = {0, 1, 2};
     CHECK_NOTHROW(p.validate());
 }
+
+TEST_CASE("a device's role names its stages, replica and tensor rank", "[plan]")
+{
+    Plan p = threeLayerPlan(false);
+    CHECK(p.deviceRole(0) == "stage 0");
+    CHECK(p.deviceRole(1) == "stage 1");
+    CHECK(p.deviceRole(5).empty());
+    p.stages = {{0, 1, {0, 1, 2, 3}}, {2, 2, {4, 5}}};
+    CHECK(p.deviceRole(3) == "stage 0, replica 3");
+    p.tensor_parallel = 2;
+    CHECK(p.deviceRole(3) == "stage 0, replica 1, tensor rank 1/2");
+    CHECK(p.deviceRole(4) == "stage 1, tensor rank 0/2");
+    p.tensor_parallel = 1;
+    p.stages = {{0, 0, {0}}, {1, 1, {1}}, {2, 2, {0}}};
+    CHECK(p.deviceRole(0) == "stages 0+2");
+}

@@ -425,12 +425,15 @@ void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
     html += QStringLiteral("</table>");
     if (!c.memory.empty()) {
         html += tr("<p>Memory per device: peak of the engine's buffers against the planner's</p>"
-                   "<table cellspacing='0' cellpadding='3' border='1'><tr><th>device</th><th>peak<br>predicted</th>"
-                   "<th>peak<br>measured</th><th>error</th></tr>");
+                   "<table cellspacing='0' cellpadding='3' border='1'><tr><th>device</th><th>in the plan</th>"
+                   "<th>peak<br>predicted</th><th>peak<br>measured</th><th>error</th></tr>");
+        // Each device's stage, replica and tensor rank: a tensor-parallel group's devices read as one.
+        const auto& plan = m_session->request().plan;
         for (const auto& m : c.memory)
-            html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
+            html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5</td></tr>")
                         .arg(m.device)
-                        .arg(QString::fromStdString(planner::formatBytes(m.predicted_peak_bytes)),
+                        .arg(QString::fromStdString(plan.deviceRole(m.device)),
+                            QString::fromStdString(planner::formatBytes(m.predicted_peak_bytes)),
                             QString::fromStdString(planner::formatBytes(m.measured_peak_bytes)),
                             m.predicted_peak_bytes > 0 ? signedPercentText(m.error) : tr("no prediction"));
         html += QStringLiteral("</table>");

@@ -32,6 +32,7 @@ struct DeviceExecutor::StageState
     TiedCopies tied;
     std::unique_ptr<Waves> waves; ///< HetPipe's (schedule "wsp"), or null
     std::unique_ptr<TensorGroup> tensors; ///< the stage's tensor-parallel group's collectives, or null
+    std::unique_ptr<TensorGroup> holders; ///< its ranks holding the same key/value heads, when they are several
 
     StageState(StageModel& m, std::vector<int> replicas, OptimizerShard shard)
         : model(&m)
@@ -99,10 +100,20 @@ std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
                 for (auto& g : logical.tiedWeightGroups(p))
                     add(std::move(g));
         }
+        // The groups, then within each the ranks sharing key/value heads (fewer heads than ranks).
+        int holders = 1;
+        if (const auto& arch = plan.model->architecture) {
+            const int kv = ModelConfig::fromTransformer(*arch).kvHeads();
+            holders = kv > 0 && kv < t && t % kv == 0 ? t / kv : 1;
+        }
         for (const auto& ps : plan.stages)
             for (std::size_t g = 0; g + static_cast<std::size_t>(t) <= ps.devices.size();
                  g += static_cast<std::size_t>(t))
                 add(tensorGroupOf(ps, static_cast<int>(g), t));
+        for (const auto& ps : plan.stages)
+            for (std::size_t g = 0; holders > 1 && g + static_cast<std::size_t>(holders) <= ps.devices.size();
+                 g += static_cast<std::size_t>(holders))
+                add({ps.devices.begin() + static_cast<long>(g), ps.devices.begin() + static_cast<long>(g + holders)});
     }
     return groups;
 }
@@ -210,8 +221,14 @@ DeviceExecutor::DeviceExecutor(const planner::Plan& plan, const planner::Schedul
                 static_cast<int>(replicas.size())};
         auto st = std::make_unique<StageState>(*model, replicas, shard);
         if (tp.on()) {
-            st->tensors = transportGroup(*m_transport, *m_backend, tensorGroupOf(ps, place, t), tp.rank);
-            model->setTensorGroup(st->tensors.get());
+            const std::vector<int> group = tensorGroupOf(ps, place, t);
+            st->tensors = transportGroup(*m_transport, *m_backend, group, tp.rank);
+            // The ranks holding the same key/value heads (fewer than t): h in a row of the group.
+            if (const int h = model->sharedHolders(); h > 1) {
+                const auto first = group.begin() + tp.rank / h * h;
+                st->holders = transportGroup(*m_transport, *m_backend, {first, first + h}, tp.rank % h);
+            }
+            model->setTensorGroups(st->tensors.get(), st->holders.get());
         }
         m_reportsLosses = m_reportsLosses && (!model->hasHead() || tp.rank == 0);
         // The actions that read the weights (a W reads activations and gradients only).
@@ -663,7 +680,7 @@ void DeviceExecutor::optimizerStep(const Action& a)
     st.versions.keepLive(*m_backend, *st.model, m_index);
     if (st.waves)
         st.waves->beforeStep(*m_backend, *st.model);
-    st.model->sumSequenceGradients(); // the norms' gradients of each rank's positions, with sequence parallelism
+    st.model->sumSharedGradients(); // sequence parallelism's norms, shared key/value heads
     const double lr = m_setup.adam.lrAt(st.steps);
     st.adam->step(*st.model, m_setup.adam, lr, ++st.steps);
     if (st.sharded)

@@ -53,16 +53,15 @@ TensorSlot tensor(Gpt2Tensor t, int block, std::size_t rows, std::size_t cols, K
     case kWte:
     case kFcw:
     case kFcb:
-        s.split = TensorSplit::Rows;
+        s.share.split = TensorSplit::Rows;
         break;
     case kQkvw:
     case kQkvb:
-        s.split = TensorSplit::Rows;
-        s.row_blocks = 3;
+        s.share = {TensorSplit::Rows, 3};
         break;
     case kAttprojw:
     case kFcprojw:
-        s.split = TensorSplit::Columns;
+        s.share.split = TensorSplit::Columns;
         break;
     case kLn1w:
     case kLn1b:

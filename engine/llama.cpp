@@ -98,7 +98,7 @@ public:
         , m_channels(c.channels)
         , m_ffn(c.ffnHidden() / tp.ranks)
         , m_heads(c.heads / tp.ranks)
-        , m_kvHeads(c.kvHeads() / tp.ranks)
+        , m_kvHeads(std::max(1, c.kvHeads() / tp.ranks)) // fewer than t: the one its query heads read
         , m_headSize(c.headSize())
         , m_biases(c.bias == planner::BiasKind::Qkv)
         , m_at(m_biases)
@@ -260,7 +260,7 @@ private:
     }
 
     int m_block, m_channels;
-    int m_ffn, m_heads, m_kvHeads; ///< this rank's share: F / t, NH / t, KV / t
+    int m_ffn, m_heads, m_kvHeads; ///< this rank's share: F / t, NH / t, KV / t (at least 1)
     int m_headSize;
     bool m_biases;
     BlockLayout m_at;
@@ -295,7 +295,7 @@ public:
             TensorSlot e = tensor("model.embed_tokens.weight", Vp, C, Kind::Normal, 0, 0);
             e.tied = c.tied_embeddings;
             e.padded_rows = true;
-            e.split = TensorSplit::Rows; // vocabulary-parallel
+            e.share.split = TensorSplit::Rows; // vocabulary-parallel
             return {e};
         }
         if (layer == c.layerCount() - 1) {
@@ -303,7 +303,7 @@ public:
             head.front().sequence_partial = true;
             TensorSlot output = tensor("lm_head.weight", Vp, C, Kind::Normal, layer, 1);
             output.padded_rows = true;
-            output.split = TensorSplit::Rows;
+            output.share.split = TensorSplit::Rows;
             head.push_back(c.tied_embeddings ? tensors(c, 0).front() : output);
             return head;
         }
@@ -311,28 +311,31 @@ public:
         int index = 0;
         std::vector<TensorSlot> t;
         // Tensor parallelism (Megatron's): q, k, v, gate and up by rows (heads, key/value heads, MLP columns), o and
-        // down by columns, the norms whole.
+        // down by columns, the norms whole. Fewer key/value heads than ranks: each rank holds the one its query heads
+        // read, as the other ranks of those heads do.
+        const int kvHeads = c.kvHeads();
         const auto add
-            = [&](const std::string& name, std::size_t rows, std::size_t cols, Kind init, TensorSplit split) {
+            = [&](const std::string& name, std::size_t rows, std::size_t cols, Kind init, TensorShare share) {
                   t.push_back(tensor(at + name, rows, cols, init, layer, index++));
-                  t.back().split = split;
-                  t.back().sequence_partial = cols == 1 && split == TensorSplit::Whole;
+                  t.back().share = share;
+                  t.back().sequence_partial = cols == 1 && share.split == TensorSplit::Whole;
               };
-        using enum TensorSplit;
-        add("input_layernorm.weight", C, 1, Kind::Ones, Whole);
-        add("self_attn.q_proj.weight", q, C, Kind::Normal, Rows);
-        add("self_attn.k_proj.weight", kv, C, Kind::Normal, Rows);
-        add("self_attn.v_proj.weight", kv, C, Kind::Normal, Rows);
+        const TensorShare whole {}, rows {TensorSplit::Rows}, columns {TensorSplit::Columns},
+            heads {TensorSplit::Rows, 1, kvHeads};
+        add("input_layernorm.weight", C, 1, Kind::Ones, whole);
+        add("self_attn.q_proj.weight", q, C, Kind::Normal, rows);
+        add("self_attn.k_proj.weight", kv, C, Kind::Normal, heads);
+        add("self_attn.v_proj.weight", kv, C, Kind::Normal, heads);
         if (c.bias == planner::BiasKind::Qkv) {
-            add("self_attn.q_proj.bias", q, 1, Kind::Zeros, Rows);
-            add("self_attn.k_proj.bias", kv, 1, Kind::Zeros, Rows);
-            add("self_attn.v_proj.bias", kv, 1, Kind::Zeros, Rows);
+            add("self_attn.q_proj.bias", q, 1, Kind::Zeros, rows);
+            add("self_attn.k_proj.bias", kv, 1, Kind::Zeros, heads);
+            add("self_attn.v_proj.bias", kv, 1, Kind::Zeros, heads);
         }
-        add("self_attn.o_proj.weight", C, q, Kind::Normal, Columns);
-        add("post_attention_layernorm.weight", C, 1, Kind::Ones, Whole);
-        add("mlp.gate_proj.weight", F, C, Kind::Normal, Rows);
-        add("mlp.up_proj.weight", F, C, Kind::Normal, Rows);
-        add("mlp.down_proj.weight", C, F, Kind::Normal, Columns);
+        add("self_attn.o_proj.weight", C, q, Kind::Normal, columns);
+        add("post_attention_layernorm.weight", C, 1, Kind::Ones, whole);
+        add("mlp.gate_proj.weight", F, C, Kind::Normal, rows);
+        add("mlp.up_proj.weight", F, C, Kind::Normal, rows);
+        add("mlp.down_proj.weight", C, F, Kind::Normal, columns);
         return t;
     }
 

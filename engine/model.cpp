@@ -50,7 +50,7 @@ std::vector<TensorSlot> collectTensors(const ModelConfig& config, int first, int
                 continue; // the tied head's embedding on the embedding's stage: one tensor
             if (tp.on()) {
                 t.size = 0;
-                for (const auto& [b, e] : shardRanges(t.shape, t.split, t.row_blocks, tp))
+                for (const auto& [b, e] : shardRanges(t.shape, t.share, tp))
                     t.size += e - b;
             }
             t.layer = layer;
@@ -157,7 +157,7 @@ std::string cannotSplit(const ModelConfig& c, BatchShape shape, const TensorPara
     const auto multiple = [t](int n) { return n % t == 0; };
     return firstDifference({
         {!multiple(c.heads), "heads"},
-        {!multiple(c.kvHeads()), "kv_heads"},
+        {!multiple(c.kvHeads()) && t % c.kvHeads() != 0, "kv_heads"}, // fewer than t: shared by t / KV ranks
         {!multiple(c.ffnHidden()), "ffn_hidden"},
         {!multiple(c.padded_vocab), "vocab"},
         {!multiple(shape.batch * shape.seq), "sequence"},
@@ -257,12 +257,12 @@ namespace {
 /// Copies rank `tp`'s share of the whole tensor `whole` (slot's shape) to `held` (slot.size elements), or back.
 void takeShard(const TensorSlot& slot, const TensorParallel& tp, const float* whole, float* held)
 {
-    for (const auto& [b, e] : shardRanges(slot.shape, slot.split, slot.row_blocks, tp))
+    for (const auto& [b, e] : shardRanges(slot.shape, slot.share, tp))
         held = std::copy(whole + b, whole + e, held);
 }
 void putShard(const TensorSlot& slot, const TensorParallel& tp, const float* held, float* whole)
 {
-    for (const auto& [b, e] : shardRanges(slot.shape, slot.split, slot.row_blocks, tp)) {
+    for (const auto& [b, e] : shardRanges(slot.shape, slot.share, tp)) {
         std::copy_n(held, e - b, whole + b);
         held += e - b;
     }
@@ -321,7 +321,7 @@ std::vector<TensorPiece> StageModel::pieces(const TensorSlot& slot) const
 {
     std::vector<TensorPiece> out;
     std::size_t held = slot.offset;
-    for (const auto& [b, e] : shardRanges(slot.shape, slot.split, slot.row_blocks, m_tp)) {
+    for (const auto& [b, e] : shardRanges(slot.shape, slot.share, m_tp)) {
         out.push_back({b, held, e - b});
         held += e - b;
     }
@@ -332,27 +332,48 @@ bool StageModel::writes(const TensorSlot& slot) const
 {
     if (slot.tied && slot.layer != slot.owner)
         return false;
-    return slot.split != TensorSplit::Whole || m_tp.rank == 0;
+    // The first of the ranks holding the same part (all of them for a whole tensor).
+    return m_tp.rank % slot.share.holders(std::max(1, m_tp.ranks)) == 0;
 }
 
-void StageModel::sumSequenceGradients()
+int StageModel::sharedHolders() const
 {
-    if (!m_tp.on() || !m_tp.sequence)
+    const int t = std::max(1, m_tp.ranks);
+    int holders = 1;
+    for (const auto& s : m_slots)
+        if (s.share.split != TensorSplit::Whole)
+            holders = std::max(holders, s.share.holders(t));
+    return holders;
+}
+
+void StageModel::sumSharedGradients()
+{
+    if (!m_tp.on())
         return;
+    const int t = m_tp.ranks;
+    if (m_tp.sequence)
+        sumGradients(m_group, [](const TensorSlot& s) { return s.sequence_partial; });
+    if (sharedHolders() > 1)
+        sumGradients(m_holders,
+            [t](const TensorSlot& s) { return s.share.split != TensorSplit::Whole && s.share.holders(t) > 1; });
+}
+
+void StageModel::sumGradients(TensorGroup* group, const std::function<bool(const TensorSlot&)>& which)
+{
     std::size_t n = 0;
     for (const auto& s : m_slots)
-        n += s.sequence_partial ? s.size : 0;
+        n += which(s) ? s.size : 0;
     if (n == 0)
         return;
-    if (!m_group)
-        throw std::logic_error("a tensor-parallel stage without its group's collectives");
+    if (!group)
+        throw std::logic_error("a tensor-parallel stage without the collectives of its group or holders");
     // Gathered into one buffer, summed in one collective, and put back.
     const std::size_t e = byteSize(m_act);
     m_partials.ensure(*m_backend, n, m_act);
     for (int pass = 0; pass < 2; ++pass) {
         std::size_t at = 0;
         for (const auto& s : m_slots) {
-            if (!s.sequence_partial)
+            if (!which(s))
                 continue;
             std::byte* grad = m_grads.as<std::byte>() + s.offset * e;
             std::byte* part = m_partials.as<std::byte>() + at * e;
@@ -363,7 +384,7 @@ void StageModel::sumSequenceGradients()
             at += s.size;
         }
         if (pass == 0)
-            m_group->allReduce(m_partials.data(), m_act, n);
+            group->allReduce(m_partials.data(), m_act, n);
     }
 }
 

@@ -97,8 +97,7 @@ struct TensorSlot
     bool padded_rows = false;
     /// How a tensor-parallel group divides it: `shape` stays the whole tensor's, `size` (and `offset`) are what a
     /// stage of one rank holds (shardRanges).
-    TensorSplit split = TensorSplit::Whole;
-    int row_blocks = 1; ///< Rows: the rows are this many equal blocks, each split on its own (GPT-2's q, k, v)
+    TensorShare share;
     /// A whole tensor whose gradient each rank computes from its own positions under sequence parallelism (the
     /// norms' weights): the group sums it before the step.
     bool sequence_partial = false;
@@ -261,11 +260,21 @@ public:
     Backend& backend() const { return *m_backend; }
     const Layer& layer(int layer) const { return *m_layers[static_cast<std::size_t>(layer - m_first)]; }
     const TensorParallel& tensorParallel() const { return m_tp; }
-    /// The tensor-parallel group's collectives (kept by the caller; needed when tensorParallel().on()).
-    void setTensorGroup(TensorGroup* group) { m_group = group; }
-    /// With sequence parallelism, sums over the group the gradients each rank computed from its own positions
-    /// (TensorSlot::sequence_partial), once before each step; nothing otherwise.
-    void sumSequenceGradients();
+    /// The tensor-parallel group's collectives (kept by the caller; needed when tensorParallel().on()), and those of
+    /// this rank's holders (sharedHolders() ranks in a row of the group holding the same key/value heads), when more
+    /// than one.
+    void setTensorGroups(TensorGroup* group, TensorGroup* holders = nullptr)
+    {
+        m_group = group;
+        m_holders = holders;
+    }
+    /// How many ranks of the group hold the same part of a split tensor (TensorShare::holders: Llama's key/value
+    /// heads when there are fewer than t), 1 when none is shared.
+    int sharedHolders() const;
+    /// Sums, once before each step, the gradients of tensors several ranks hold and each computes a share of: with
+    /// sequence parallelism the norms' (each rank's positions; TensorSlot::sequence_partial) over the group, and shared
+    /// key/value heads' (each rank's query heads) over their holders. Nothing without tensor parallelism.
+    void sumSharedGradients();
 
     Buffer& params() { return m_params; }
     const Buffer& params() const { return m_params; }
@@ -363,6 +372,9 @@ private:
     planner::Recompute m_recompute = planner::Recompute::None;
     TensorParallel m_tp;
     TensorGroup* m_group = nullptr;
+    TensorGroup* m_holders = nullptr;
+    /// Sums over `group` the gradients of the slots `which` picks (gathered into m_partials: one collective).
+    void sumGradients(TensorGroup* group, const std::function<bool(const TensorSlot&)>& which);
     /// Tensor parallelism without the sequence split: the rank's rows of the stage's output and input gradient
     /// (what goes to the next rank), and the sequence-partial gradients gathered for their sum.
     mutable Buffer m_outSlice;

@@ -115,7 +115,9 @@ Precision checkEngineHonours(const planner::Plan& plan, TrainsOn where)
             refuse("/tensor_parallel",
                 "tensor parallelism splits the model over t = " + std::to_string(t) + " ranks, and it has "
                     + values.at(field) + ", not a multiple of " + std::to_string(t)
-                    + (field == "kv_heads" ? " (the engine does not yet replicate key/value heads over ranks)" : "")
+                    + (field == "kv_heads"
+                            ? " nor a divisor of it (fewer key/value heads than ranks are shared by t / KV ranks each)"
+                            : "")
                     + ": plan with a t that divides it");
     }
     if (o.tp_comm_overlap)

@@ -9,29 +9,38 @@
 
 namespace pw::engine {
 
+int TensorShare::holders(int t) const
+{
+    if (split == TensorSplit::Whole)
+        return t;
+    return split == TensorSplit::Rows && row_units > 0 && row_units < t ? t / row_units : 1;
+}
+
 std::vector<std::pair<std::size_t, std::size_t>> shardRanges(
-    std::span<const std::size_t> shape, TensorSplit split, int row_blocks, const TensorParallel& tp)
+    std::span<const std::size_t> shape, const TensorShare& share, const TensorParallel& tp)
 {
     const std::size_t rows = shape.empty() ? 0 : shape[0];
     const std::size_t cols = shape.size() > 1 ? shape[1] : 1;
     const auto t = static_cast<std::size_t>(std::max(1, tp.ranks));
     const auto r = static_cast<std::size_t>(tp.rank);
     std::vector<std::pair<std::size_t, std::size_t>> out;
-    if (split == TensorSplit::Whole || t == 1) {
+    if (share.split == TensorSplit::Whole || t == 1) {
         out.emplace_back(0, rows * cols);
         return out;
     }
-    if (split == TensorSplit::Rows) {
-        const auto blocks = static_cast<std::size_t>(std::max(1, row_blocks));
+    if (share.split == TensorSplit::Rows) {
+        const auto blocks = static_cast<std::size_t>(std::max(1, share.row_blocks));
         const std::size_t block = rows / blocks;
-        if (block * blocks != rows || block % t != 0)
+        const std::size_t units = share.row_units > 0 ? static_cast<std::size_t>(share.row_units) : block;
+        const bool divides = units >= t ? units % t == 0 : t % units == 0;
+        if (block * blocks != rows || block % units != 0 || !divides)
             throw std::invalid_argument("a tensor of " + std::to_string(rows) + " rows in " + std::to_string(blocks)
-                + " blocks does not split over " + std::to_string(t) + " ranks");
-        const std::size_t part = block / t;
-        for (std::size_t k = 0; k < blocks; ++k) {
-            const std::size_t first = k * block + r * part;
-            out.emplace_back(first * cols, (first + part) * cols);
-        }
+                + " blocks of " + std::to_string(units) + " units does not split over " + std::to_string(t) + " ranks");
+        // Each rank's rows of a block: its 1/t of the units, or the one unit it shares with t / units - 1 others.
+        const std::size_t part = units >= t ? block / t : block / units;
+        const std::size_t at = units >= t ? r * part : r * units / t * part;
+        for (std::size_t k = 0; k < blocks; ++k)
+            out.emplace_back((k * block + at) * cols, (k * block + at + part) * cols);
         return out;
     }
     if (cols % t != 0)

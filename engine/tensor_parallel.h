@@ -37,8 +37,24 @@ struct TensorParallel
 /// @brief How a tensor of the model is divided over a tensor-parallel group.
 enum class TensorSplit : std::uint8_t {
     Whole, ///< every rank holds all of it (norms, position table, the row-parallel products' biases)
-    Rows, ///< rank r holds rows [r R/t, (r+1) R/t) of each of its row blocks (TensorSlot::row_blocks)
+    Rows, ///< rank r holds its share of the rows of each of the tensor's row blocks (TensorShare)
     Columns, ///< rank r holds columns [r K/t, (r+1) K/t) of every row
+};
+
+/// @brief A tensor's split over a tensor-parallel group of t ranks, and what each rank holds of it.
+struct TensorShare
+{
+    TensorSplit split = TensorSplit::Whole;
+    /// Rows: the rows are this many equal blocks, each split on its own (GPT-2's fused q, k, v: 3).
+    int row_blocks = 1;
+    /// Rows: the units (heads) a block's rows are made of, 0 = its rows. At least t units: rank r holds units
+    /// [r U/t, (r+1) U/t); fewer (Megatron's key/value heads when there are fewer than t): rank r holds unit r U / t,
+    /// as t / U ranks in a row do.
+    int row_units = 0;
+
+    /// How many ranks hold each part of it: t / U for units fewer than t, else 1 (Whole: t).
+    int holders(int t) const;
+    bool operator==(const TensorShare&) const = default;
 };
 
 /// @brief The collectives of one stage's tensor-parallel group, on its backend's memory and stream: every rank calls
@@ -57,9 +73,9 @@ public:
 
 /// Elements [begin, end) of the whole tensor (as the family's flat checkpoint holds it: row-major rows x columns)
 /// that rank `tp.rank` holds, in the order its buffer keeps them. `shape` is the whole tensor's (rows, columns) or
-/// (n); `row_blocks` divides the rows into equal blocks split each on its own (GPT-2's fused q, k, v: 3).
+/// (n). Throws std::invalid_argument when the share does not divide over t.
 std::vector<std::pair<std::size_t, std::size_t>> shardRanges(
-    std::span<const std::size_t> shape, TensorSplit split, int row_blocks, const TensorParallel& tp);
+    std::span<const std::size_t> shape, const TensorShare& share, const TensorParallel& tp);
 
 /// The collectives of the group of `devices` (one of the transport's groups, made by makeGroups) as its rank `rank`
 /// (the place in the plan's stage, Megatron's order) posts them over `transport` in `backend`'s memory.

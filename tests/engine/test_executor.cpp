@@ -311,7 +311,27 @@ TEST_CASE("settings the engine does not honour are refused, naming the plan's fi
     refused([](auto& p) { p.schedule.gradient_precision = "bf16"; }, "/schedule/gradient_precision",
         "its weights' precision (fp32)");
     refused([](auto& p) { p.schedule.optimizer = "sgd"; }, "/schedule/optimizer", "AdamW only");
-    refused([](auto& p) { p.schedule.distributed_optimizer = true; }, "/schedule/distributed_optimizer", "sharded");
+    // The distributed optimizer (ZeRO 1) trains; ZeRO 2 and 3, hybrid sharding, and a schedule updating each replica
+    // on its own are refused.
+    {
+        auto zero1 = base;
+        zero1.schedule.distributed_optimizer = true;
+        CHECK_NOTHROW(trainingSetup(zero1));
+    }
+    refused([](auto& p) { pw::planner::setZeroStage(p.schedule, 2); }, "/schedule/shard_gradients", "ZeRO stage 2");
+    refused([](auto& p) { pw::planner::setZeroStage(p.schedule, 3); }, "/schedule/shard_weights", "ZeRO stage 3");
+    refused(
+        [](auto& p) {
+            p.schedule.distributed_optimizer = true;
+            p.schedule.shard_group = 1;
+        },
+        "/schedule/shard_group", "(HSDP)");
+    refused(
+        [](auto& p) {
+            p.schedule.distributed_optimizer = true;
+            p.schedule.kind = "pipedream";
+        },
+        "/schedule/distributed_optimizer", "updates each replica (or pipeline) on its own");
     // A block no family builds (GPT-2's with one Llama field): refused at the first field in which it differs from
     // GPT-2's, the family whose learned positions it has.
     refused(architecture([](auto& a) {

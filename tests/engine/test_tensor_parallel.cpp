@@ -159,6 +159,37 @@ TEST_CASE("tensor parallelism trains to one device's losses and weights", "[engi
     }
 }
 
+TEST_CASE("fewer key/value heads than ranks: each is shared by its query heads' ranks, and training is one device's",
+    "[engine][tensor-parallel]")
+{
+    constexpr int kSteps = 20;
+    auto shape = asLlama(smallGpt2(), 2, 96); // 4 query heads over 2 key/value heads
+    shape.bias = pw::planner::BiasKind::Qkv; // Qwen2's biases: the shared k and v biases too
+    const int head = shape.layers + 1;
+    const Trained one = train(gpt2Plan(shape, {{0, head, {0}}}, "1f1b", 4), kSteps);
+    const auto model = ModelConfig::fromTransformer(shape);
+    SECTION("t 4: ranks 0, 1 hold key/value head 0, ranks 2, 3 head 1")
+    {
+        checkSame(train(tensorPlan(shape, {{0, head}}, 1, 4, false, "1f1b"), kSteps), one, model);
+    }
+    SECTION("t 4 x p 2 x d 2, zb-h1, sequence parallel, distributed optimizer")
+    {
+        checkSame(train(tensorPlan(shape, {{0, 1}, {2, head}}, 2, 4, true, "zb-h1", true), kSteps), one, model);
+    }
+    SECTION("what each rank holds")
+    {
+        const TensorShare heads {TensorSplit::Rows, 1, 2};
+        const std::vector<std::size_t> shape2 {16, 3}; // 2 heads of 8 rows
+        CHECK(heads.holders(4) == 2);
+        CHECK(heads.holders(2) == 1);
+        using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+        CHECK(shardRanges(shape2, heads, {1, 4}) == Ranges {{0, 24}});
+        CHECK(shardRanges(shape2, heads, {2, 4}) == Ranges {{24, 48}});
+        CHECK(shardRanges(shape2, heads, {1, 2}) == Ranges {{24, 48}});
+        CHECK_THROWS_AS(shardRanges(shape2, heads, {0, 3}), std::invalid_argument);
+    }
+}
+
 TEST_CASE("the distributed optimizer keeps each replica's shard of the moments, covering the parameters once",
     "[engine][tensor-parallel]")
 {

@@ -264,7 +264,7 @@ void RunMonitor::onFinished()
             = app::compareRun(m_session->request().plan, *m_session->predictedTimeline(), m_session->predictedSteps(),
                 *m_session->measured(), static_cast<int>(o.losses.size()), m_session->planIterationTime());
         comparison.memory = m_session->memory();
-        setComparison(comparison, m_session->predictedSteps());
+        setComparison(comparison, m_session->predictedSteps(), m_session->request().plan);
     }
 }
 
@@ -327,7 +327,7 @@ void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)
             QString::fromStdString(l.text));
     setStalls(s->stalls, s->flight_recorder);
     if (s->plan)
-        setComparison(s->comparison, static_cast<int>(r.predicted_steps));
+        setComparison(s->comparison, static_cast<int>(r.predicted_steps), *s->plan);
     else
         m_comparison->setText(tr("The stored plan cannot be read: %1").arg(QString::fromStdString(s->plan_error)));
 }
@@ -406,7 +406,7 @@ int RunMonitor::lossPoints() const
     return m_curves->graph(0)->dataCount();
 }
 
-void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
+void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps, const planner::Plan& plan)
 {
     QString html = tr("<p>Iteration time per step: predicted <b>%1</b> (the plan's), measured <b>%3</b>, error "
                       "<b>%4</b>; per stage the first %2 steps simulated, errors = measured / predicted - 1</p>")
@@ -428,7 +428,6 @@ void RunMonitor::setComparison(const app::RunComparison& c, int predictedSteps)
                    "<table cellspacing='0' cellpadding='3' border='1'><tr><th>device</th><th>in the plan</th>"
                    "<th>peak<br>predicted</th><th>peak<br>measured</th><th>error</th></tr>");
         // Each device's stage, replica and tensor rank: a tensor-parallel group's devices read as one.
-        const auto& plan = m_session->request().plan;
         for (const auto& m : c.memory)
             html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5</td></tr>")
                         .arg(m.device)

@@ -60,7 +60,8 @@ private:
     void onFinished();
     void setCurves(
         const std::vector<double>& steps, const std::vector<double>& losses, const std::vector<double>& tokensPerS);
-    void setComparison(const app::RunComparison& c, int predictedSteps);
+    /// `plan`: the run's (each device's role in it).
+    void setComparison(const app::RunComparison& c, int predictedSteps, const planner::Plan& plan);
     void setKinds(const std::vector<app::KindComparison>& kinds);
     void appendLog(const QString& agent, const QString& level, const QString& text);
     void setStalls(const std::vector<app::StallRecord>& stalls, const std::vector<app::RecordedAction>& recorder);

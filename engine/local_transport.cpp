@@ -26,8 +26,11 @@ struct LocalFabric::State
     };
     /// (from, to, tag) -> payloads in arrival order
     std::map<std::tuple<int, int, std::uint64_t>, std::deque<Payload>> mail;
+    /// The members' parts, summed in member order once all arrived (the same bits whatever order the threads come
+    /// in, as a ring all-reduce's are).
     struct Reduction
     {
+        std::vector<std::vector<float>> parts; ///< by the member's place in the group
         std::vector<float> sum;
         int arrived = 0;
         int collected = 0;
@@ -90,15 +93,23 @@ public:
                 + ": an all-reduce in a group it did not make before the first step (makeGroups)");
         const long call = m_state->calls[{m_device, devices}]++;
         auto& r = m_state->reductions[{devices, call}];
-        if (r.sum.empty())
-            r.sum.assign(data.size(), 0.0f);
-        if (r.sum.size() != data.size())
-            throw TransportError("all-reduce of different sizes in one group");
-        for (std::size_t i = 0; i < data.size(); ++i)
-            r.sum[i] += data[i];
-        ++r.arrived;
-        m_state->changed.notify_all();
         const auto size = static_cast<int>(devices.size());
+        if (r.parts.empty())
+            r.parts.resize(devices.size());
+        const auto place
+            = static_cast<std::size_t>(std::find(devices.begin(), devices.end(), m_device) - devices.begin());
+        for (const auto& part : r.parts)
+            if (!part.empty() && part.size() != data.size())
+                throw TransportError("all-reduce of different sizes in one group");
+        r.parts[place].assign(data.begin(), data.end());
+        if (++r.arrived == size) {
+            r.sum.assign(data.size(), 0.0f);
+            for (const auto& part : r.parts)
+                for (std::size_t i = 0; i < part.size(); ++i)
+                    r.sum[i] += part[i];
+            r.parts.clear();
+        }
+        m_state->changed.notify_all();
         m_state->changed.wait(lock, [&] { return !m_state->aborted.empty() || r.arrived == size; });
         m_state->check();
         std::copy(r.sum.begin(), r.sum.end(), data.begin());

@@ -101,11 +101,9 @@ std::vector<std::vector<int>> collectiveGroups(const planner::Plan& plan)
                     add(std::move(g));
         }
         // The groups, then within each the ranks sharing key/value heads (fewer heads than ranks).
-        int holders = 1;
-        if (const auto& arch = plan.model->architecture) {
-            const int kv = ModelConfig::fromTransformer(*arch).kvHeads();
-            holders = kv > 0 && kv < t && t % kv == 0 ? t / kv : 1;
-        }
+        int holders = 1; // the ranks holding one key/value head (TensorShare's rule, as the families split k, v)
+        if (const auto& arch = plan.model->architecture)
+            holders = TensorShare {TensorSplit::Rows, 1, ModelConfig::fromTransformer(*arch).kvHeads()}.holders(t);
         for (const auto& ps : plan.stages)
             for (std::size_t g = 0; g + static_cast<std::size_t>(t) <= ps.devices.size();
                  g += static_cast<std::size_t>(t))

@@ -42,9 +42,51 @@ planner::Plan tensorPlan(
     return plan;
 }
 
+/// One device training `shape` in this process as the agents do at lr 1e-3 (localRunRequest's data, seed and decay):
+/// the losses and final weights the tensor-parallel runs must give.
+engine::LocalRunResult oneDevice(const planner::TransformerConfig& shape)
+{
+    const auto plan = gpt2Plan(shape, {{0, shape.layers + 1, {0}}}, "1f1b", 4);
+    engine::TrainingSetup setup = engine::trainingSetup(plan);
+    setup.adam.lr = 1e-3;
+    setup.adam.weight_decay = 0.1;
+    setup.adam.total_steps = kSteps;
+    setup.seed = 1234;
+    engine::DataSpec data;
+    data.seed = 1234;
+    const engine::DataOrder order(
+        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
+    return engine::runLocally(plan, setup, order, kSteps);
+}
+
+/// Norm-wise distance of the weights without GPT-2's key biases (their gradient is rounding noise: softmax ignores
+/// them; tests/engine/test_tensor_parallel.cpp) and the vocabulary's padding rows (safetensors holds V rows).
+double distance(std::vector<float> a, std::vector<float> b, const engine::ModelConfig& model)
+{
+    const auto C = static_cast<std::size_t>(model.channels);
+    const auto blank = [&](std::size_t first, std::size_t count) {
+        std::fill_n(a.begin() + static_cast<long>(first), count, 0.0f);
+        std::fill_n(b.begin() + static_cast<long>(first), count, 0.0f);
+    };
+    for (const auto& t : engine::checkpointTensors(model)) {
+        if (t.name.ends_with(".qkvb"))
+            blank(t.offset + C, C);
+        if (t.padded_rows)
+            blank(t.offset + static_cast<std::size_t>(model.vocab) * C,
+                static_cast<std::size_t>(model.padded_vocab - model.vocab) * C);
+    }
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+        norm += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(diff / norm);
+}
+
 } // namespace
 
-TEST_CASE("tensor parallelism through agents over Gloo gives one device's losses", "[run][local][tensor-parallel]")
+TEST_CASE("tensor parallelism through agents over Gloo gives one device's losses and weights",
+    "[run][local][tensor-parallel]")
 {
     struct Case
     {
@@ -56,17 +98,24 @@ TEST_CASE("tensor parallelism through agents over Gloo gives one device's losses
     };
     const auto gpt2 = tinyGpt2(2);
     const auto llama = test::asLlama(gpt2, 2, 32);
+    auto fourHeads = gpt2;
+    fourHeads.heads = 4;
     for (const Case& c : {Case {"GPT-2, t 2 x p 2 x d 2, sequence parallel, distributed optimizer, 1F1B", gpt2, 2, 2,
                               true, true, "1f1b"},
-             Case {"Llama, t 2 x p 2, zb-h1", llama, 1, 2, false, false, "zb-h1"}})
+             Case {"Llama, t 2 x p 2, zb-h1", llama, 1, 2, false, false, "zb-h1"},
+             Case {"GPT-2, t 4 x p 2, sequence parallel, zb-h1", fourHeads, 1, 4, true, false, "zb-h1"}})
         SECTION(c.name)
         {
             const auto plan = tensorPlan(c.shape, c.d, c.t, c.sequence, c.distributed, c.kind);
-            const auto want
-                = test::inProcessLosses(gpt2Plan(c.shape, {{0, c.shape.layers + 1, {0}}}, "1f1b", 4), kSteps);
+            const auto one = oneDevice(c.shape);
+            const auto& want = one.losses;
             test::TempDir dir;
             auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-            app::RunController controller(test::localRunRequest(plan, kSteps, c.name), history);
+            auto request = test::localRunRequest(plan, kSteps, c.name);
+            request.training.lr = 1e-3;
+            const bool llamaFamily = c.shape.family == "llama";
+            request.training.save_checkpoint = (dir.path / (llamaFamily ? "m.safetensors" : "m.bin")).string();
+            app::RunController controller(request, history);
             const auto outcome = controller.run();
             INFO(outcome.message);
             REQUIRE(outcome.status == app::RunStatus::Succeeded);
@@ -78,6 +127,14 @@ TEST_CASE("tensor parallelism through agents over Gloo gives one device's losses
             // Every action of every rank once.
             const auto measured = history.measuredTimeline(outcome.run_id);
             CHECK(measured.spans.size() == engine::runSchedule(plan, kSteps).actionCount());
+            // The weights the ranks wrote together, against one device's.
+            const auto model = engine::trainingSetup(plan).model;
+            const auto saved
+                = engine::readModelCheckpoint(request.training.save_checkpoint, model, c.shape.sequence).params;
+            REQUIRE(saved.size() == one.final_parameters.size());
+            const double d = distance(saved, one.final_parameters, model);
+            WARN(c.name << ": the saved weights' distance to one device's " << d);
+            CHECK(d < 1e-5);
         }
 }
 

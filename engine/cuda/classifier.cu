@@ -27,11 +27,37 @@ __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2)
     m = mx;
 }
 
+/// Every thread's (m, s) combined over the block (kThreads threads): each thread ends with the block's, in the same
+/// order in every thread.
+__device__ __forceinline__ void blockCombine(float& m, float& s)
+{
+    __shared__ float sharedMax[kThreads / 32], sharedSum[kThreads / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        combine(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) {
+        sharedMax[warp] = m;
+        sharedSum[warp] = s;
+    }
+    __syncthreads();
+    m = lane < kThreads / 32 ? sharedMax[lane] : -INFINITY;
+    s = lane < kThreads / 32 ? sharedSum[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        combine(m, s, m2, s2);
+    }
+}
+
 template <class T, int N>
 __global__ void __launch_bounds__(kThreads)
     classifierKernel(float* losses, T* logits, const std::int32_t* targets, int V, int stride, float dscale)
 {
-    __shared__ float sharedMax[kThreads / 32], sharedSum[kThreads / 32];
     const std::size_t row = blockIdx.x;
     T* x = logits + row * static_cast<std::size_t>(stride);
     const int target = targets[row];
@@ -56,26 +82,7 @@ __global__ void __launch_bounds__(kThreads)
             if (c + k < V)
                 s += expf(v[k] - m);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        combine(m, s, m2, s2);
-    }
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) {
-        sharedMax[warp] = m;
-        sharedSum[warp] = s;
-    }
-    __syncthreads();
-    m = lane < kThreads / 32 ? sharedMax[lane] : -INFINITY;
-    s = lane < kThreads / 32 ? sharedSum[lane] : 0.0f;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        combine(m, s, m2, s2);
-    }
+    blockCombine(m, s);
     // Every warp reduced the same values in the same order: m and s are the row's in every thread.
     const float inv = 1.0f / s;
     for (int c = threadIdx.x * N; c < stride; c += kThreads * N) {
@@ -103,26 +110,12 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     statsKernel(float* stats, const T* logits, const std::int32_t* targets, int V, int stride)
 {
-    __shared__ float sharedMax[kThreads / 32], sharedSum[kThreads / 32];
     const std::size_t row = blockIdx.x;
     const T* x = logits + row * static_cast<std::size_t>(stride);
     float m = -INFINITY, s = 0.0f;
     for (int c = threadIdx.x; c < V; c += kThreads)
         combine(m, s, toFloat(x[c]), 1.0f);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) {
-        sharedMax[warp] = m;
-        sharedSum[warp] = s;
-    }
-    __syncthreads();
-    m = lane < kThreads / 32 ? sharedMax[lane] : -INFINITY;
-    s = lane < kThreads / 32 ? sharedSum[lane] : 0.0f;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    blockCombine(m, s);
     if (threadIdx.x == 0) {
         const int target = targets[row];
         stats[3 * row] = m;

@@ -13,6 +13,7 @@
 #include "engine/profiler.h"
 #include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/engine/profile_fixtures.h"
 
 using namespace pw::engine;
 namespace planner = pw::planner;
@@ -66,14 +67,7 @@ TEST_CASE("recomputation: each device's measured peak memory drops as the planne
     "[engine][recompute]")
 {
     // A profile the engine measured (its stashes in the planner's parts), a plan of two stages over it.
-    ProfileOptions o;
-    o.shape = pw::test::tinyGpt2(6);
-    o.shape.hidden = 64;
-    o.shape.heads = 4;
-    o.shape.sequence = 64;
-    o.shape.vocab = 64;
-    o.repeats = 1;
-    o.warmup = 0;
+    const ProfileOptions o = pw::test::smallProfileOptions();
     const auto profile = measureProfile(o);
     auto plan = gpt2Plan(o.shape, {{0, 3, {0}}, {4, 7, {1}}}, "1f1b", 4);
     plan.model = profile;

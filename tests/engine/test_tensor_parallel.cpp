@@ -11,6 +11,7 @@
 #include "planner/errors.h"
 #include "planner/sim/simulator.h"
 #include "tests/engine/engine_fixtures.h"
+#include "tests/engine/profile_fixtures.h"
 
 using namespace pw::engine;
 using pw::test::asLlama;
@@ -239,14 +240,7 @@ TEST_CASE("tensor parallelism and the distributed optimizer: each rank's measure
     "[engine][tensor-parallel]")
 {
     // A profile the engine measured (its stashes in the planner's parts), plans of two stages over it.
-    ProfileOptions o;
-    o.shape = pw::test::tinyGpt2(6);
-    o.shape.hidden = 64;
-    o.shape.heads = 4;
-    o.shape.sequence = 64;
-    o.shape.vocab = 64;
-    o.repeats = 1;
-    o.warmup = 0;
+    const ProfileOptions o = pw::test::smallProfileOptions();
     const auto profile = measureProfile(o);
     struct Case
     {

@@ -28,11 +28,12 @@ inline app::RunRequest localRunRequest(const planner::Plan& plan, int steps, std
     return r;
 }
 
-/// The same training in this process (engine::runLocally): what the agents must reproduce.
-inline engine::LocalRunResult inProcessRun(const planner::Plan& plan, int steps)
+/// The same training in this process (engine::runLocally): what the agents must reproduce (at lr `lr`: give the
+/// request the same).
+inline engine::LocalRunResult inProcessRun(const planner::Plan& plan, int steps, double lr = 1e-2)
 {
     engine::TrainingSetup setup = engine::trainingSetup(plan);
-    setup.adam.lr = 1e-2;
+    setup.adam.lr = lr;
     setup.adam.weight_decay = 0.1;
     setup.adam.total_steps = steps;
     setup.seed = 1234;

@@ -42,21 +42,11 @@ planner::Plan tensorPlan(
     return plan;
 }
 
-/// One device training `shape` in this process as the agents do at lr 1e-3 (localRunRequest's data, seed and decay):
-/// the losses and final weights the tensor-parallel runs must give.
+/// One device training `shape` in this process as the agents do at lr 1e-3: the losses and final weights the
+/// tensor-parallel runs must give.
 engine::LocalRunResult oneDevice(const planner::TransformerConfig& shape)
 {
-    const auto plan = gpt2Plan(shape, {{0, shape.layers + 1, {0}}}, "1f1b", 4);
-    engine::TrainingSetup setup = engine::trainingSetup(plan);
-    setup.adam.lr = 1e-3;
-    setup.adam.weight_decay = 0.1;
-    setup.adam.total_steps = kSteps;
-    setup.seed = 1234;
-    engine::DataSpec data;
-    data.seed = 1234;
-    const engine::DataOrder order(
-        engine::loadTokens(data, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
-    return engine::runLocally(plan, setup, order, kSteps);
+    return test::inProcessRun(gpt2Plan(shape, {{0, shape.layers + 1, {0}}}, "1f1b", 4), kSteps, 1e-3);
 }
 
 /// Norm-wise distance of the weights without GPT-2's key biases (their gradient is rounding noise: softmax ignores

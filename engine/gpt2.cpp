@@ -191,7 +191,8 @@ public:
         ensure(p, g[kGLn2], n, act);
         ensure(p, g[kGQkv], 3 * rows * Cl, act);
         ensure(p, g[kGLn1], n, act);
-        ensure(p, m_dAtty, rows * Cl, act);
+        Buffer dAtty; // the attention output's gradient: a workspace, back to the arena at the end
+        ensure(p, dAtty, rows * Cl, act);
         const void* dout = gatherRows(p, g[kGOutAll], s.g_out.data(), c);
         // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))); input gradients written (nothing zeroed first)
         be.matmulBackwardGelu(g[kGFch].data(), dout, p.w(bFcprojw), v[kFch].data(), BT, 4 * Cl, C);
@@ -203,9 +204,9 @@ public:
             p, g[kGRes2].data(), s.g_out.data(), g[kGLn2].data(), v[kRes2].data(), bLn2w, v[kLn2Mean], v[kLn2Rstd]);
         // Attention: res2 = x + attproj(attention(qkv(ln1(x))))
         const void* dres2 = gatherRows(p, g[kGRes2All], g[kGRes2].data(), c);
-        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(bProjw), BT, Cl, C);
+        be.matmulBackward(dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(bProjw), BT, Cl, C);
         be.attentionBackward(
-            g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), attention(p));
+            g[kGQkv].data(), dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), attention(p));
         void* dln1 = partialRows(p, sum, g[kGLn1].data(), c);
         be.matmulBackward(dln1, nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(bQkvw), BT, C, 3 * Cl);
         sumRows(p, g[kGLn1].data(), dln1, c);
@@ -257,7 +258,6 @@ private:
     int m_heads; ///< this rank's heads: NH / t
     int m_local; ///< C / t: this rank's channels of the attention's output
     Norm m_norm;
-    Buffer m_dAtty; ///< workspace: the attention output's gradient
 };
 
 class Gpt2Family final : public ModelFamily

@@ -174,12 +174,13 @@ public:
         ensure(p, g[kGLn2], n, act);
         ensure(p, g[kGQkv], rows * W, act);
         ensure(p, g[kGLn1], n, act);
-        ensure(p, m_dAct, rows * F, act);
-        ensure(p, m_dAtty, rows * Q, act);
+        Buffer dAct, dAtty; // the SwiGLU output's and the attention output's gradients: workspaces of this pass
+        ensure(p, dAct, rows * F, act);
+        ensure(p, dAtty, rows * Q, act);
         const void* dout = gatherRows(p, g[kGOutAll], s.g_out.data(), c);
         // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
-        be.matmulBackward(m_dAct.data(), nullptr, nullptr, dout, nullptr, p.w(m_at.down), BT, F, C);
-        be.swigluBackward(g[kGUp].data(), v[kUp].data(), m_dAct.data(), BT, F);
+        be.matmulBackward(dAct.data(), nullptr, nullptr, dout, nullptr, p.w(m_at.down), BT, F, C);
+        be.swigluBackward(g[kGUp].data(), v[kUp].data(), dAct.data(), BT, F);
         void* dln2 = partialRows(p, sum, g[kGLn2].data(), c);
         be.matmulBackward(dln2, nullptr, nullptr, g[kGUp].data(), nullptr, p.w(m_at.gateUp), BT, C, 2 * F);
         sumRows(p, g[kGLn2].data(), dln2, c);
@@ -188,8 +189,8 @@ public:
             p, g[kGRes2].data(), s.g_out.data(), g[kGLn2].data(), v[kRes2].data(), m_at.norm2, v[kUnused], v[kRstd2]);
         // Attention: res2 = x + o(attention(rotary(qkv(norm1(x)))))
         const void* dres2 = gatherRows(p, g[kGRes2All], g[kGRes2].data(), c);
-        be.matmulBackward(m_dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(m_at.o), BT, Q, C);
-        be.attentionBackward(g[kGQkv].data(), m_dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), a);
+        be.matmulBackward(dAtty.data(), nullptr, nullptr, dres2, nullptr, p.w(m_at.o), BT, Q, C);
+        be.attentionBackward(g[kGQkv].data(), dAtty.data(), v[kQkv].data(), v[kAtty].data(), v[kAtt].as<float>(), a);
         be.rotary(g[kGQkv].data(), rotaryTable(p), a.batch, a.seq, a.heads + a.kv_heads, a.head_size, W, true);
         void* dln1 = partialRows(p, sum, g[kGLn1].data(), c);
         be.matmulBackward(dln1, nullptr, nullptr, g[kGQkv].data(), nullptr, p.w(m_at.qkv), BT, C, W);
@@ -268,7 +269,6 @@ private:
     std::vector<double> m_frequencies;
     mutable Buffer m_table; ///< constant per microbatch length: made by the first forward
     mutable int m_tableSeq = 0;
-    Buffer m_dAct, m_dAtty; ///< workspaces: the SwiGLU output's and the attention output's gradients
 };
 
 class LlamaFamily final : public ModelFamily

@@ -239,40 +239,49 @@ TEST_CASE("tensor parallelism and the distributed optimizer: each rank's measure
           "10 %",
     "[engine][tensor-parallel]")
 {
-    // A profile the engine measured (its stashes in the planner's parts), plans of two stages over it.
-    const ProfileOptions o = pw::test::smallProfileOptions();
-    const auto profile = measureProfile(o);
+    // A profile the engine measured (its stashes in the planner's parts), plans of two stages over it: GPT-2's, and
+    // Llama's of the same size (8 query heads over 4 key/value heads, SwiGLU of 172).
+    ProfileOptions o = pw::test::smallProfileOptions();
     struct Case
     {
         const char* name;
         int d, t;
         bool sequence, distributed;
     };
-    for (const Case c : {Case {"t 2", 1, 2, false, false}, Case {"t 2, sequence parallel", 1, 2, true, false},
-             Case {"t 4, sequence parallel", 1, 4, true, false}, Case {"d 2, distributed optimizer", 2, 1, false, true},
-             Case {"t 2 x d 2, sequence parallel, distributed optimizer", 2, 2, true, true}})
-        SECTION(c.name)
-        {
-            auto plan = tensorPlan(o.shape, {{0, 3}, {4, 7}}, c.d, c.t, c.sequence, "1f1b", c.distributed);
-            plan.model = profile;
-            plan.validate();
-            const TrainingSetup setup = trainingSetup(plan);
-            DataSpec spec;
-            spec.synthetic_tokens = 5000;
-            const auto result = runLocally(plan, setup,
-                DataOrder(loadTokens(spec, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq),
-                2);
-            const auto sim = pw::planner::simulate(plan);
-            std::string table;
-            for (std::size_t d = 0; d < result.memory.size(); ++d)
-                table += " " + std::to_string(result.memory[d].peak / 1000) + "/"
-                    + std::to_string(static_cast<long>(sim.devices.at(d).peak_memory_bytes / 1000));
-            WARN(c.name << ": peak kB per device, measured/predicted:" << table);
-            for (std::size_t d = 0; d < result.memory.size(); ++d) {
-                const double measured = static_cast<double>(result.memory[d].peak);
-                const double predicted = sim.devices.at(d).peak_memory_bytes;
-                INFO(c.name << ", device " << d << ": measured " << measured << " B, predicted " << predicted << " B");
-                CHECK(measured == Approx(predicted).epsilon(0.10));
+    for (const bool llama : {false, true})
+        for (const Case c : {Case {"one device per stage", 1, 1, false, false}, Case {"t 2", 1, 2, false, false},
+                 Case {"t 2, sequence parallel", 1, 2, true, false}, Case {"t 4, sequence parallel", 1, 4, true, false},
+                 Case {"d 2, distributed optimizer", 2, 1, false, true},
+                 Case {"t 2 x d 2, sequence parallel, distributed optimizer", 2, 2, true, true}})
+            SECTION(std::string(llama ? "Llama, " : "GPT-2, ") + c.name)
+            {
+                if (llama) { // GQA 8/4: at least t key/value heads (fewer are shared, the planner divides them by t)
+                    o.shape.heads = 8;
+                    o.shape = asLlama(o.shape, 4, 172);
+                }
+                const auto profile = measureProfile(o);
+                auto plan = tensorPlan(o.shape, {{0, 3}, {4, 7}}, c.d, c.t, c.sequence, "1f1b", c.distributed);
+                plan.model = profile;
+                plan.validate();
+                const TrainingSetup setup = trainingSetup(plan);
+                DataSpec spec;
+                spec.synthetic_tokens = 5000;
+                const auto result = runLocally(plan, setup,
+                    DataOrder(
+                        loadTokens(spec, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq),
+                    2);
+                const auto sim = pw::planner::simulate(plan);
+                std::string table;
+                for (std::size_t d = 0; d < result.memory.size(); ++d)
+                    table += " " + std::to_string(result.memory[d].peak / 1000) + "/"
+                        + std::to_string(static_cast<long>(sim.devices.at(d).peak_memory_bytes / 1000));
+                WARN((llama ? "Llama, " : "GPT-2, ") << c.name << ": peak kB per device, measured/predicted:" << table);
+                for (std::size_t d = 0; d < result.memory.size(); ++d) {
+                    const double measured = static_cast<double>(result.memory[d].peak);
+                    const double predicted = sim.devices.at(d).peak_memory_bytes;
+                    INFO(c.name << ", device " << d << ": measured " << measured << " B, predicted " << predicted
+                                << " B");
+                    CHECK(measured == Approx(predicted).epsilon(0.10));
+                }
             }
-        }
 }

@@ -16,18 +16,8 @@ using namespace pw::engine;
 using pw::test::Comparison;
 using pw::test::gpt2Plan;
 using pw::test::setupOf;
-using pw::test::StageCut;
 
 namespace {
-
-pw::planner::Plan tensorPlan(const Comparison& r, const std::vector<StageCut>& stages, int t, bool sequence)
-{
-    auto plan = gpt2Plan(r.shape, stages, "1f1b", r.microbatches);
-    plan.tensor_parallel = t;
-    plan.schedule.sequence_parallel = sequence;
-    plan.validate();
-    return plan;
-}
 
 std::vector<double> train(const Comparison& r, const pw::planner::Plan& plan, Precision precision, bool gpu)
 {
@@ -54,15 +44,14 @@ TEST_CASE("tensor-parallel ranks sharing one GPU over the device fabric give the
         struct Case
         {
             const char* name;
-            std::vector<StageCut> stages;
+            std::vector<std::pair<int, int>> cuts;
             int t;
             bool sequence;
         };
-        for (const Case& c :
-            {Case {"t 2", {{0, 3, {0, 1}}}, 2, false}, Case {"t 2, sequence parallel", {{0, 3, {0, 1}}}, 2, true},
-                Case {"t 2 x p 2, sequence parallel", {{0, 1, {0, 1}}, {2, 3, {2, 3}}}, 2, true}}) {
+        for (const Case& c : {Case {"t 2", {{0, 3}}, 2, false}, Case {"t 2, sequence parallel", {{0, 3}}, 2, true},
+                 Case {"t 2 x p 2, sequence parallel", {{0, 1}, {2, 3}}, 2, true}}) {
             INFO((llama ? "Llama, " : "GPT-2, ") << c.name);
-            const auto plan = tensorPlan(r, c.stages, c.t, c.sequence);
+            const auto plan = pw::test::tensorPlan(r.shape, c.cuts, 1, c.t, c.sequence, "1f1b", false, r.microbatches);
             const auto fp32 = train(r, plan, Precision::Fp32, true);
             REQUIRE(fp32.size() == one.size());
             for (std::size_t k = 0; k < one.size(); ++k)

@@ -2,6 +2,7 @@
 // Small GPT-2 plans for the engine's tests: a transformer profile on the "cpu" preset, cut into given stages.
 #pragma once
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,28 @@ inline planner::Plan gpt2Plan(const planner::TransformerConfig& shape, const std
     plan.schedule.kind = kind;
     plan.schedule.microbatches = microbatches;
     plan.schedule.chunks = chunks;
+    plan.validate();
+    return plan;
+}
+
+/// The model cut at `cuts` (first, last layer), each stage d data-parallel replicas of t tensor-parallel ranks on
+/// devices counted up in the plan's order (replica, then rank), with or without sequence parallelism and the
+/// distributed optimizer.
+inline planner::Plan tensorPlan(const planner::TransformerConfig& shape, const std::vector<std::pair<int, int>>& cuts,
+    int d, int t, bool sequence, const std::string& kind, bool distributed = false, int microbatches = 4)
+{
+    std::vector<StageCut> stages;
+    int next = 0;
+    for (const auto& [first, last] : cuts) {
+        StageCut cut {first, last, {}};
+        for (int i = 0; i < d * t; ++i)
+            cut.devices.push_back(next++);
+        stages.push_back(cut);
+    }
+    auto plan = gpt2Plan(shape, stages, kind, microbatches);
+    plan.tensor_parallel = t;
+    plan.schedule.sequence_parallel = sequence;
+    plan.schedule.distributed_optimizer = distributed;
     plan.validate();
     return plan;
 }

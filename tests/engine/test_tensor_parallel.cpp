@@ -16,6 +16,7 @@
 using namespace pw::engine;
 using pw::test::asLlama;
 using pw::test::gpt2Plan;
+using pw::test::tensorPlan;
 
 namespace {
 
@@ -62,26 +63,6 @@ Trained train(const pw::planner::Plan& plan, int steps, LocalLinks links = Local
     const DataOrder data(loadTokens(spec, setup.model.vocab), setup.microbatches, setup.shape.batch, setup.shape.seq);
     auto run = runLocally(plan, setup, data, steps, {}, links);
     return {run.losses, run.final_parameters};
-}
-
-/// `stages` devices of d replicas of t ranks each, in the plan's order (replica, then tensor rank).
-pw::planner::Plan tensorPlan(const pw::planner::TransformerConfig& shape, const std::vector<std::pair<int, int>>& cuts,
-    int d, int t, bool sequence, const std::string& kind, bool distributed = false)
-{
-    std::vector<pw::test::StageCut> stages;
-    int next = 0;
-    for (const auto& [first, last] : cuts) {
-        pw::test::StageCut cut {first, last, {}};
-        for (int i = 0; i < d * t; ++i)
-            cut.devices.push_back(next++);
-        stages.push_back(cut);
-    }
-    auto plan = gpt2Plan(shape, stages, kind, 4);
-    plan.tensor_parallel = t;
-    plan.schedule.sequence_parallel = sequence;
-    plan.schedule.distributed_optimizer = distributed;
-    plan.validate();
-    return plan;
 }
 
 double relativeDistance(const std::vector<float>& a, const std::vector<float>& b)

@@ -24,22 +24,12 @@ namespace {
 
 constexpr int kSteps = 20;
 
-/// Two stages of d replicas of t ranks each.
+/// Two stages of d replicas of t ranks each (the blocks halved between them).
 planner::Plan tensorPlan(
     const planner::TransformerConfig& shape, int d, int t, bool sequence, bool distributed, const std::string& kind)
 {
     const int head = shape.layers + 1;
-    std::vector<StageCut> stages {{0, head / 2, {}}, {head / 2 + 1, head, {}}};
-    int next = 0;
-    for (auto& s : stages)
-        for (int i = 0; i < d * t; ++i)
-            s.devices.push_back(next++);
-    auto plan = gpt2Plan(shape, stages, kind, 4);
-    plan.tensor_parallel = t;
-    plan.schedule.sequence_parallel = sequence;
-    plan.schedule.distributed_optimizer = distributed;
-    plan.validate();
-    return plan;
+    return test::tensorPlan(shape, {{0, head / 2}, {head / 2 + 1, head}}, d, t, sequence, kind, distributed);
 }
 
 /// One device training `shape` in this process as the agents do at lr 1e-3: the losses and final weights the

@@ -108,6 +108,8 @@ json toJson(const Schedule& s)
                 ja["bytes"] = a.bytes;
             if (a.wave >= 0)
                 ja["wave"] = a.wave;
+            if (a.overlaps_next)
+                ja["overlaps_next"] = true;
             actions.push_back(std::move(ja));
         }
         devices.push_back(std::move(actions));
@@ -174,6 +176,7 @@ Schedule scheduleFromJson(const json& j)
             a.weight_version = f::integerOr(ja, "weight_version", path, 0);
             a.bytes = f::nonNegativeOr(ja, "bytes", path, 0);
             a.wave = f::integerOr(ja, "wave", path, -1);
+            a.overlaps_next = f::booleanOr(ja, "overlaps_next", path, false);
             list.push_back(a);
         }
         s.devices.push_back(std::move(list));

@@ -64,6 +64,11 @@ struct Action
     std::int32_t group = -1; ///< all-reduce: index into Schedule::groups
     double bytes = 0; ///< payload of a transfer or collective
     std::int32_t wave = -1; ///< WavePush / WavePull: the wave (0-based); -1 otherwise
+    /// A Forward paired with the next compute action on its device, a backward of another stage (DualPipeV's F&B,
+    /// torch's OVERLAP_F_B): the two are one unit of the schedule. Pipewright runs them one after the other (so does
+    /// torch's runtime without an overlap callback: the overlap DualPipe gains hides expert-parallel all-to-alls);
+    /// exports write the pair as one action.
+    bool overlaps_next = false;
 
     bool operator==(const Action&) const = default;
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // torchtitan: the schedule as torch.distributed.pipelining's CSV (the compute_only form that
-// _PipelineScheduleRuntime._load_csv reads: one row per pipeline rank, actions {stage}{F|B|W}{microbatch}) and the
+// _PipelineScheduleRuntime._load_csv reads: one row per pipeline rank, actions {stage}{F|I|B|W}{microbatch}, an F&B
+// pair of DualPipeV as ({stage}F{microbatch};{stage}B{microbatch})OVERLAP_F_B) and the
 // TOML fragment that points torchtitan at it and cuts the model by module names.
 #include <algorithm>
 #include <set>
@@ -51,6 +52,8 @@ std::string scheduleName(const Plan& plan, int chunks)
 {
     if (plan.schedule.kind == "zbv")
         return "ZBVZeroBubble";
+    if (plan.schedule.kind == "dualpipev")
+        return "DualPipeV";
     if (plan.schedule.kind == "gpipe" && chunks == 1)
         return "GPipe";
     return chunks == 1 ? "1F1B" : "Interleaved1F1B";
@@ -86,11 +89,18 @@ public:
                 return std::lower_bound(ordered.begin(), ordered.end(), microbatch) - ordered.begin();
             };
             bool first = true;
+            bool inPair = false; // an F&B pair's forward is written, its backward comes next
             for (const Action& a : actions) {
                 const char letter = actionLetter(a.kind);
                 if (!letter)
                     continue;
-                csv << (first ? "" : ",") << a.stage << letter << local(a.microbatch);
+                if (inPair) {
+                    csv << ';' << a.stage << letter << local(a.microbatch) << ")OVERLAP_F_B";
+                    inPair = false;
+                    continue;
+                }
+                csv << (first ? "" : ",") << (a.overlaps_next ? "(" : "") << a.stage << letter << local(a.microbatch);
+                inPair = a.overlaps_next;
                 first = false;
             }
             csv << "\n";

@@ -105,8 +105,10 @@ public:
                 "distributed-optimizer's rule, the request's --zero-stage kept",
                 std::nullopt, std::nullopt, {"auto", "0", "1", "2", "3"}},
             {"zero-bubble", T::Boolean, true,
-                "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) where the request leaves the "
-                "kind to the search; --schedule zb-h1, zb-h2, zbv or interleaved searches that kind alone",
+                "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) and DeepSeek's dualpipev "
+                "where "
+                "the request leaves the kind to the search; --schedule zb-h1, zb-h2, zbv, dualpipev or interleaved "
+                "searches that kind alone",
                 std::nullopt, std::nullopt, {}},
             {"tensor-within-node", T::Boolean, true,
                 "rule of thumb 1 (Takeaway #1) as a constraint: every tensor-parallel group inside one node",
@@ -134,7 +136,7 @@ private:
         bool within_node = true;
         bool straight = false;
         int iterations = 1;
-        bool zero_bubble = true; ///< try zb-h1, zb-h2 and zbv beside 1f1b and interleaved
+        bool zero_bubble = true; ///< try zb-h1, zb-h2, zbv and dualpipev beside 1f1b and interleaved
         std::string fixed_kind; ///< the request's kind when it is one this search makes: only that one
 
         /// Whether configurations of `kind` are searched.
@@ -186,8 +188,8 @@ private:
                     + " must divide d c where d c exceeds it";
             if (!space.fixed_kind.empty())
                 why += "; --schedule " + space.fixed_kind
-                    + " searches that kind alone (zero-bubble kinds need p > 1, zb-h2 and zbv m >= 2p - 1, zbv 2p <= "
-                      "the layers)";
+                    + " searches that kind alone (zero-bubble kinds need p > 1, zb-h2 and zbv m >= 2p - 1, dualpipev "
+                      "m >= 2p, zbv and dualpipev 2p <= the layers)";
             diag.push_back({Severity::Error, "bad-option", why});
             return {std::nullopt, std::move(diag)};
         }
@@ -279,7 +281,7 @@ private:
                 "--distributed-optimizer and --set distributed-optimizer=false contradict each other; give one");
         space.within_node = values.boolean("tensor-within-node");
         space.zero_bubble = values.boolean("zero-bubble");
-        for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv"})
+        for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev"})
             if (opt.schedule.kind == kind)
                 space.fixed_kind = kind;
         space.straight = opt.straight;
@@ -392,15 +394,16 @@ private:
                                 entry(zero({p, t, d, b, v, r, mi, {}, sp, dist, false, false, cp}), space, rule));
                     }
                     // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
-                    // (fewer run, with a bubble the estimate does not model); zbv two chunks of layers per device.
-                    for (const std::string kind : {"zb-h1", "zb-h2", "zbv"}) {
+                    // (fewer run, with a bubble the estimate does not model); dualpipev m >= 2p (it refuses fewer);
+                    // the V kinds two chunks of layers per device.
+                    for (const std::string kind : {"zb-h1", "zb-h2", "zbv", "dualpipev"}) {
+                        const bool v = megatron::vShaped(kind);
                         if (!space.allows(kind) || p == 1 || (kind != "zb-h1" && m < 2LL * p - 1)
-                            || (kind == "zbv" && 2 * p > space.layers))
+                            || (kind == "dualpipev" && m < 2LL * p) || (v && 2 * p > space.layers))
                             continue;
                         for (Recompute r : space.recompute)
                             entries.push_back(entry(
-                                zero({p, t, d, b, kind == "zbv" ? 2 : 1, r, mi, kind, sp, dist, false, false, cp}),
-                                space, rule));
+                                zero({p, t, d, b, v ? 2 : 1, r, mi, kind, sp, dist, false, false, cp}), space, rule));
                     }
                 }
             }
@@ -460,8 +463,8 @@ private:
     using CostKey = std::tuple<WeightKey, int, int, bool, bool, bool, bool>;
     static CostKey costKey(const Config& c)
     {
-        return {
-            weightKey(c), c.p, c.p * c.v, c.kind == "zbv", c.distributed_optimizer, c.shard_gradients, c.shard_weights};
+        return {weightKey(c), c.p, c.p * c.v, megatron::vShaped(c.kind), c.distributed_optimizer, c.shard_gradients,
+            c.shard_weights};
     }
 
     /// The analytical model on one configuration (`bounds`: its balanced layer boundaries, `costs` its plan's
@@ -790,8 +793,8 @@ private:
         const auto& kind = request.options.schedule.kind;
         if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
-                "megatron chooses between 1f1b, interleaved, zb-h1, zb-h2 and zbv; the requested kind '" + kind
-                    + "' was replaced by '" + plan.schedule.kind + "'"});
+                "megatron chooses between 1f1b, interleaved, zb-h1, zb-h2, zbv and dualpipev; the requested kind '"
+                    + kind + "' was replaced by '" + plan.schedule.kind + "'"});
         auto result = detail::validated(std::move(plan), std::move(diag));
         result.candidates = std::move(candidates);
         return result;

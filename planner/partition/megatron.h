@@ -32,11 +32,17 @@ int peakStashes(int p, int v, int m, int rank);
 /// form (docs/algorithms/zero-bubble.md): 1f1b (p-1)(F+B+W); interleaved that over v; zb-h1 (p-1)(F+B-min(W,F));
 /// zb-h2 and zbv (p-1) max(0, F+B-2W) (their domain m >= 2p - 1; zbv's from the paper's Table 8, where its
 /// bubble is ZB-H2's within a few per cent).
+/// dualpipev, per chunk (half the device's times): (p-1)(2F + I - min(W, F)) + max(0, p-2) max(0, I - F), which is
+/// DeepSeek's (p-1)(F&B + B - 3W) with F&B = F + B (its pairs run one after the other), B = I + W, when F = I
+/// (tests/planner/test_dualpipev.cpp checks both exactly in the simulator for W <= F).
 double pipelineBubble(std::string_view kind, int p, int v, double forward_s, double input_s, double weight_s);
+/// The kind places its two chunks per device in a V (ChunkRule::V: zbv, dualpipev).
+bool vShaped(std::string_view kind);
 
 /// Chunk activations device `rank` stashes at its peak under `kind` (zero-bubble traits: every stage holds the
 /// first stage's count): zb-h1 min(p, m), zb-h2 min(2p - 1, m), zbv 2p chunk stashes (two chunks in a V, about 1F1B's
 /// p stages' worth); else peakStashes.
+/// dualpipev: 2p + 1 (an F&B pair's forward runs before its backward frees one).
 int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank);
 
 /// Activation bytes device `rank` holds at its peak under `kind`: kindPeakStashes x `stash` (the largest chunk stash

@@ -42,6 +42,12 @@ int peakStashes(int p, int v, int m, int rank)
     return std::min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
 }
 
+bool vShaped(std::string_view kind)
+{
+    const auto* traits = findScheduleTraits(kind);
+    return traits && traits->chunks == ChunkRule::V;
+}
+
 double pipelineBubble(std::string_view kind, int p, int v, double forward_s, double input_s, double weight_s)
 {
     const double steps = p - 1.0;
@@ -49,6 +55,10 @@ double pipelineBubble(std::string_view kind, int p, int v, double forward_s, dou
         return steps * (forward_s + input_s - std::min(weight_s, forward_s));
     if (kind == "zb-h2" || kind == "zbv")
         return steps * std::max(0.0, forward_s + input_s - 2 * weight_s);
+    if (kind == "dualpipev") // per chunk, half the device's times (megatron.h)
+        return (steps * (2 * forward_s + input_s - std::min(weight_s, forward_s))
+                   + std::max(0, p - 2) * std::max(0.0, input_s - forward_s))
+            / 2;
     return steps * (forward_s + input_s + weight_s) / std::max(1, v);
 }
 
@@ -60,6 +70,8 @@ int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank)
         return std::max(1, std::min(2 * p - 1, m));
     if (kind == "zbv")
         return 2 * p;
+    if (kind == "dualpipev")
+        return 2 * p + 1;
     return peakStashes(p, v, m, rank);
 }
 
@@ -79,6 +91,8 @@ double kindPeakActivationBytes(std::string_view kind, int p, int v, int m, int r
         const double steady = stashes + kept;
         return m >= 2 * p - 1 ? std::max(steady, (p + rank) * stash + (2 * rank + 1) * kept) : steady;
     }
+    if (kind == "dualpipev") // an F&B pair's forward before its backward frees; the warm-up's I beside 2p stashes
+        return std::max(stashes, (2 * p) * stash + kept);
     return stashes;
 }
 
@@ -186,7 +200,7 @@ Plan configPlanCut(const PartitionRequest& request, const Config& c, const std::
     for (int s = 0; s < c.p * c.v; ++s) {
         const int last = s < static_cast<int>(bounds.size()) ? bounds[s] : model->layerCount() - 1;
         PlanStage st {first, last, {}};
-        const int r = c.kind == "zbv" && s >= c.p ? 2 * c.p - 1 - s : s % c.p; // zbv: the V
+        const int r = vShaped(c.kind) && s >= c.p ? 2 * c.p - 1 - s : s % c.p; // zbv, dualpipev: the V
         for (int i = 0; i < perStage; ++i)
             st.devices.push_back(r * perStage + i);
         plan.stages.push_back(std::move(st));
@@ -217,8 +231,9 @@ Estimate estimate(const Plan& plan, const Config& c, const CostModel& cost)
     const auto& cluster = plan.cluster;
     const std::string& kind = plan.schedule.kind;
     const bool splitsBackward = scheduleTraits(kind).splits_backward;
-    // The stages of rank r: every p-th (Megatron's loop), or s and 2p - 1 - s (zbv's V).
-    const auto onRank = [&](int s, int r) { return kind == "zbv" && s >= p ? 2 * p - 1 - s == r : s % p == r; };
+    // The stages of rank r: every p-th (Megatron's loop), or s and 2p - 1 - s (the V of zbv and dualpipev).
+    const bool v = vShaped(kind);
+    const auto onRank = [&](int s, int r) { return v && s >= p ? 2 * p - 1 - s == r : s % p == r; };
     Estimate e;
     double worstRatio = -1, slowestForward = 0, slowestWeight = 0;
     for (int r = 0; r < p; ++r) {

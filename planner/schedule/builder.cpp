@@ -201,6 +201,31 @@ void ScheduleBuilder::backwardInput(int stage, int microbatch, int version)
     }
 }
 
+void ScheduleBuilder::forwardBackward(int fstage, int fmb, int bstage, int bmb, int version, bool input)
+{
+    const int d = deviceOf(fstage, fmb);
+    if (deviceOf(bstage, bmb) != d)
+        throw InputError({}, 0, "/stages", "an F&B pair runs on one device");
+    const auto other = [&](int stage, int mb) {
+        const int o = deviceOf(stage, mb);
+        return o != d ? o : -1;
+    };
+    const int fromF = m_first[fstage] ? -1 : other(fstage - 1, fmb);
+    const int fromB = m_last[bstage] ? -1 : other(bstage + 1, bmb);
+    const int toF = m_last[fstage] ? -1 : other(fstage + 1, fmb);
+    const int toB = m_first[bstage] ? -1 : other(bstage - 1, bmb);
+    if (fromF >= 0)
+        push(d, {ActionKind::RecvActivation, fstage - 1, fmb, fromF, 0, -1, m_cutBytes[fstage - 1]});
+    if (fromB >= 0)
+        push(d, {ActionKind::RecvGradient, bstage + 1, bmb, fromB, 0, -1, m_cutBytes[bstage]});
+    push(d, {ActionKind::Forward, fstage, fmb, -1, version, -1, 0.0, -1, true});
+    push(d, {input ? ActionKind::BackwardInput : ActionKind::Backward, bstage, bmb, -1, version, -1, 0.0});
+    if (toF >= 0)
+        push(d, {ActionKind::SendActivation, fstage, fmb, toF, 0, -1, m_cutBytes[fstage]});
+    if (toB >= 0)
+        push(d, {ActionKind::SendGradient, bstage, bmb, toB, 0, -1, m_cutBytes[bstage - 1]});
+}
+
 void ScheduleBuilder::backwardWeight(int stage, int microbatch, int version)
 {
     push(deviceOf(stage, microbatch), {ActionKind::BackwardWeight, stage, microbatch, -1, version, -1, 0.0});

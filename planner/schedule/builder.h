@@ -66,6 +66,10 @@ namespace pw::planner {
 //   2p - 1 - s instead of s mod p (Plan::validate accepts either placement with two chunks; the builder requires
 //   the one its kind runs). torch.distributed.pipelining's ZBV order per device and copy of the V, then both
 //   chunks' steps; every stage on the same number of replicas, which divides the microbatches.
+// - dualpipev (dualpipev.cpp): the V of zbv, in torch.distributed.pipelining's ScheduleDualPipeV order per device
+//   and copy of the V (at least 2p microbatches per copy): its steady state pairs a forward of one chunk with a full
+//   backward of the other (F&B, Action::overlaps_next on the forward), the warm-up and the tail split some
+//   backwards into I and W.
 //
 // Validation (validator.cpp): every (s,k) has one F and one B on device of (s,k), F first, same version;
 // every F/B input arrives through a receive placed before it (or an earlier compute on the same device);
@@ -117,6 +121,10 @@ public:
 
     /// Appends F(stage, microbatch) to its device with the receive before and the send after it.
     void forward(int stage, int microbatch, int version);
+    /// Appends an F&B pair (DualPipeV, torch's OVERLAP_F_B): F(fstage, fmb) marked Action::overlaps_next, then the
+    /// backward of (bstage, bmb), fused or its I (`input`), as one unit: both receives before F, both sends after the
+    /// backward (the pair starts once both inputs are there, as torch's runtime posts them).
+    void forwardBackward(int fstage, int fmb, int bstage, int bmb, int version, bool input = false);
     /// Appends B(stage, microbatch) to its device with the receive before and the send after it.
     void backward(int stage, int microbatch, int version);
     /// Appends I(stage, microbatch), the input-gradient half of a split backward, with the gradient's receive
@@ -220,5 +228,6 @@ const ScheduleGenerator& wspGenerator(); ///< HetPipe's FIFO pipelines under wav
 const ScheduleGenerator& zbH1Generator(); ///< zero bubble at 1F1B's memory (Qi et al. 2024)
 const ScheduleGenerator& zbH2Generator(); ///< zero bubble at about twice 1F1B's activations
 const ScheduleGenerator& zbvGenerator(); ///< two chunks per device in a V: zero bubble at 1F1B's memory
+const ScheduleGenerator& dualPipeVGenerator(); ///< DualPipeV: a V whose steady state pairs F of one chunk with B
 
 } // namespace pw::planner

@@ -22,6 +22,7 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators()
         &zbH1Generator(),
         &zbH2Generator(),
         &zbvGenerator(),
+        &dualPipeVGenerator(),
     };
     return generators;
 }

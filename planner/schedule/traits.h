@@ -74,6 +74,9 @@ struct ScheduleTraits
     bool replicas_divide_inputs = false;
     /// Microbatches per batch >= the pipeline depth and >= every stage's replica count.
     bool batch_covers_pipeline = false;
+    /// Microbatches per copy of the pipeline (per batch, over the replicas) >= its virtual stages (DualPipeV: 2p, as
+    /// torch's ScheduleDualPipeV requires).
+    bool batch_covers_virtual_stages = false;
     ChunkRule chunks = ChunkRule::None;
     /// Stages may have several data-parallel replicas (false: one device per stage, HetPipe's virtual workers).
     bool replicated_stages = true;

@@ -174,6 +174,16 @@ private:
         return true;
     }
 
+    /// An F&B pair (Action::overlaps_next): the forward's next compute action is a backward of another stage.
+    void checkOverlapPair(int d, int i)
+    {
+        const auto& list = m_s.devices[d];
+        auto next = std::find_if(list.begin() + i + 1, list.end(), [](const Action& a) { return isCompute(a.kind); });
+        if (next == list.end() || !(next->kind == ActionKind::Backward || next->kind == ActionKind::BackwardInput)
+            || next->stage == list[i].stage)
+            error(where(d, i) + " overlaps the next compute action, which must be a backward of another stage");
+    }
+
     void collect()
     {
         m_compute.assign(static_cast<std::size_t>(m_stages) * m_microbatches, {});
@@ -199,6 +209,8 @@ private:
                     if (a.weight_version < 0 || a.weight_version > latest[a.stage])
                         error(where(d, i) + " uses weight version " + std::to_string(a.weight_version)
                             + ", which does not exist yet (latest is " + std::to_string(latest[a.stage]) + ")");
+                    if (a.overlaps_next)
+                        checkOverlapPair(d, i);
                     break;
                 }
                 case ActionKind::OptimizerStep:

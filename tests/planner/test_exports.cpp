@@ -101,10 +101,12 @@ struct CsvAction
     int microbatch = 0;
 };
 
-/// Parses the compute_only CSV by its grammar ({stage}{F|I|B|W}{microbatch}, comma-separated, a row per rank).
+/// Parses the compute_only CSV by its grammar ({stage}{F|I|B|W}{microbatch}, comma-separated, a row per rank; an
+/// overlapped pair ({action};{action})OVERLAP_F_B, a forward and a backward, as its two actions in order).
 std::vector<std::vector<CsvAction>> parseCsv(const std::string& text)
 {
     static const std::regex cell(R"(^(\d+)([FIBW])(\d+)$)");
+    static const std::regex pair(R"(^\((\d+)F(\d+);(\d+)([BI])(\d+)\)OVERLAP_F_B$)");
     std::vector<std::vector<CsvAction>> rows;
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {
@@ -113,6 +115,12 @@ std::vector<std::vector<CsvAction>> parseCsv(const std::string& text)
         for (std::string c; std::getline(cells, c, ',');) {
             std::smatch m;
             INFO("cell '" << c << "' of row " << rows.size() - 1);
+            if (std::regex_match(c, m, pair)) {
+                CHECK(m[1] != m[3]); // two stages: one chunk's forward with the other's backward
+                row.push_back({std::stoi(m[1]), 'F', std::stoi(m[2])});
+                row.push_back({std::stoi(m[3]), m[4].str()[0], std::stoi(m[5])});
+                continue;
+            }
             REQUIRE(std::regex_match(c, m, cell));
             row.push_back({std::stoi(m[1]), m[2].str()[0], std::stoi(m[3])});
         }
@@ -263,6 +271,9 @@ std::vector<Case> zeroBubbleCases()
     v.schedule.chunks = 2;
     v.validate();
     out.push_back({"gpt2-tiny-zbv", v});
+    v.schedule.kind = "dualpipev"; // the same V, its 4 microbatches the 2p DualPipeV needs
+    v.validate();
+    out.push_back({"gpt2-tiny-dualpipev", v});
     return out;
 }
 

@@ -269,10 +269,13 @@ TEST_CASE("every generator accepts and rejects the plans its traits say", "[sche
         const auto& t = g->traits();
         INFO("kind " << g->name());
         if (t.chunks == ChunkRule::V) {
-            // Two chunks in a V, any microbatch count, equal replicas per stage; not one chunk, not the loop.
+            // Two chunks in a V, any microbatch count (from 2p per copy of the V where the traits say), equal replicas
+            // per stage; not one chunk, not the loop.
             CHECK(generates(makePlan(*g, {1, 1}, 4, 2)));
-            CHECK(generates(makePlan(*g, {1, 1, 1}, 2, 2)));
-            CHECK(generates(makePlan(*g, {2, 2}, 6, 2)));
+            CHECK(generates(makePlan(*g, {1, 1, 1}, 2, 2)) == !t.batch_covers_virtual_stages);
+            CHECK(generates(makePlan(*g, {2, 2}, 6, 2)) == !t.batch_covers_virtual_stages);
+            CHECK(generates(makePlan(*g, {1, 1, 1}, 6, 2)));
+            CHECK(generates(makePlan(*g, {2, 2}, 8, 2)));
             CHECK_FALSE(generates(makePlan(*g, {2, 2}, 5, 2)));
             CHECK_FALSE(generates(makePlan(*g, {2, 1}, 4, 2)));
             CHECK_FALSE(generates(makePlan(*g, {1, 1}, 4, 1)));

@@ -80,6 +80,8 @@ bool accepts(const ScheduleTraits& t, const std::vector<int>& replicas, int m, i
         return false;
     if (t.batch_covers_pipeline && (m < p || m < maxReplicas))
         return false;
+    if (t.batch_covers_virtual_stages && m / maxReplicas < p * chunks)
+        return false;
     return true;
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Zero-bubble schedules (zb-h1, zb-h2, zbv) through real agent processes: the engine computes each backward as an
-// I and a later W, and the run gives the losses of the in-process 1F1B plan of the same stages (the same math in
-// another order); every action, I and W included, lands once as a span of its own kind.
+// Zero-bubble schedules (zb-h1, zb-h2, zbv) and dualpipev through real agent processes: the engine computes each
+// backward as an I and a later W, and the run gives the losses of the in-process 1F1B plan of the same stages (the same
+// math in another order); every action, I and W included, lands once as a span of its own kind.
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -41,12 +41,13 @@ void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
         INFO("step " << i);
         CHECK(outcome.losses[i] == Approx(want[i]).epsilon(1e-6));
     }
-    // Every action once, as a span of its kind: the I and W spans too, and no fused backward.
+    // Every action once, as a span of its kind: the I and W spans too, and a fused backward only where the schedule
+    // has one (dualpipev).
     const auto schedule = engine::runSchedule(zb, kSteps);
     const auto measured = history.measuredTimeline(outcome.run_id);
     CHECK(measured.spans.size() == schedule.actionCount());
     std::set<std::pair<int, int>> seen;
-    std::size_t inputs = 0, weights = 0;
+    std::size_t inputs = 0, weights = 0, fused = 0;
     for (const auto& s : measured.spans) {
         INFO("device " << s.device << " action " << s.action);
         CHECK(seen.insert({s.device, s.action}).second);
@@ -55,13 +56,15 @@ void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
         CHECK(s.stage == a.stage);
         CHECK(s.microbatch == a.microbatch);
         CHECK(s.t1 >= s.t0);
-        CHECK(s.kind != ActionKind::Backward);
+        fused += s.kind == ActionKind::Backward ? 1 : 0;
         inputs += s.kind == ActionKind::BackwardInput ? 1 : 0;
         weights += s.kind == ActionKind::BackwardWeight ? 1 : 0;
     }
     const auto each = static_cast<std::size_t>(kSteps * kMicrobatches * zb.stageCount());
-    CHECK(inputs == each);
-    CHECK(weights == each);
+    CHECK(inputs + fused == each);
+    CHECK(weights == inputs);
+    CHECK(inputs > 0);
+    CHECK((fused > 0) == (zb.schedule.kind == "dualpipev"));
 }
 
 const std::vector<StageCut> kTwo = {{0, 3, {0}}, {4, 7, {1}}};
@@ -105,4 +108,12 @@ TEST_CASE("zbv through agents gives 1F1B's losses on 2 and 4 devices", "[run][lo
         }
         runAndCompare(gpt2Plan(shape, v, "zbv", kMicrobatches, 2), gpt2Plan(shape, straight, "1f1b", kMicrobatches));
     }
+}
+
+TEST_CASE("dualpipev through agents gives 1F1B's losses on 2 devices", "[run][local]")
+{
+    // DualPipeV's V on 2 devices, its F&B pairs received and sent as units; 8 microbatches (it needs 2p = 4).
+    const auto shape = tinyGpt2(6);
+    const std::vector<StageCut> v = {{0, 1, {0}}, {2, 3, {1}}, {4, 5, {1}}, {6, 7, {0}}};
+    runAndCompare(gpt2Plan(shape, v, "dualpipev", kMicrobatches, 2), gpt2Plan(shape, kFour, "1f1b", kMicrobatches));
 }

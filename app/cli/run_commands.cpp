@@ -19,6 +19,7 @@
 #include "app/run/compare_runs.h"
 #include "app/run/comparison.h"
 #include "app/run/controller.h"
+#include "app/run/diagnosis.h"
 #include "app/run/preflight.h"
 #include "app/run/run_checks.h"
 #include "app/run/snapshot.h"
@@ -536,6 +537,39 @@ std::string recordedAction(const app::RecordedAction& r)
     return line.str();
 }
 
+/// The time by cause of history show --json: per device the causes summed over its complete steps (seconds), the
+/// peers it waited on beyond the plan, the overlap per communication kind, the stragglers.
+static nlohmann::json timeByCauseJson(const app::RunDiagnosis& d)
+{
+    const auto& t = d.causes;
+    nlohmann::json devices = nlohmann::json::array();
+    for (int device = 0; device < t.deviceCount(); ++device) {
+        const auto c = t.device(device);
+        std::map<int, double> late;
+        for (const auto& s : t.steps)
+            if (s.device == device)
+                for (const auto& l : s.late_by)
+                    late[l.peer] += l.seconds;
+        nlohmann::json lateJson = nlohmann::json::array();
+        for (const auto& [peer, seconds] : late)
+            lateJson.push_back({{"peer", peer}, {"seconds", seconds}});
+        devices.push_back({{"device", device}, {"time_s", c.total()}, {"compute_s", c.compute_s},
+            {"p2p_exposed_s", c.p2p_exposed_s}, {"collective_exposed_s", c.collective_exposed_s},
+            {"bubble_s", c.bubble_s}, {"late_s", c.late_s}, {"host_gap_s", c.host_gap_s}, {"late_by", lateJson}});
+    }
+    nlohmann::json overlap = nlohmann::json::array();
+    for (const auto& o : t.overlap)
+        overlap.push_back({{"kind", std::string(planner::toString(o.kind))}, {"exposed_s", o.exposed_s},
+            {"overlapped_s", o.overlapped_s}, {"overlap_percent", o.percent()}});
+    nlohmann::json stragglers = nlohmann::json::array();
+    for (const auto& s : d.stragglers)
+        stragglers.push_back({{"device", s.device}, {"peer", s.peer}, {"kind", std::string(planner::toString(s.kind))},
+            {"slowdown", s.slowdown}, {"extra_s_per_step", s.extra_s}, {"since_step", s.since_step},
+            {"last_step", s.last_step}, {"text", s.text()}});
+    return {{"steps", t.stepCount()}, {"scale", t.scale}, {"devices", devices}, {"overlap", overlap},
+        {"stragglers", stragglers}};
+}
+
 void historyShow(const HistoryOptions& o, std::ostream& out)
 {
     auto h = readHistory(o.history);
@@ -549,6 +583,8 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     const auto memory = app::compareMemory(plan, app::measuredPeakMemory(measured));
     const auto stalls = h.stalls(r.id);
     const auto recorder = h.flightRecorder(r.id);
+    // Why slow: every complete step of every device by cause, and the stragglers of the last complete step.
+    const auto diagnosis = app::diagnoseRun(plan, std::max(1, static_cast<int>(r.steps_planned)), measured, predicted);
     const auto clocks = h.agentClocks(r.id); // what every measured span was moved by onto the controller's clock
     // The calibrated costs' prediction of the same steps as the stored one (of the run's steps when none is stored).
     std::optional<app::RunComparison> calibrated;
@@ -610,6 +646,7 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             kinds.push_back({{"kind", std::string(app::toString(k.kind))}, {"predicted", kindTimes(k.predicted)},
                 {"measured", kindTimes(k.measured)}, {"error", k.error}, {"counts_match", k.counts_match}});
         j["kinds"] = kinds;
+        j["time_by_cause"] = timeByCauseJson(diagnosis);
         if (calibrated) {
             j["costs"] = o.costs;
             j["calibrated_iteration_s"] = calibrated->predicted_iteration_s;
@@ -701,6 +738,11 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             out << "    agent " << std::left << std::setw(4) << c.agent << std::setw(24) << c.host.substr(0, 23)
                 << std::right << " offset " << planner::formatSeconds(c.offset_s) << " ± "
                 << planner::formatSeconds(c.uncertainty_s) << " (" << c.samples << " round trips)\n";
+    }
+    {
+        std::istringstream lines(planner::timeByCauseText(diagnosis.causes, diagnosis.stragglers));
+        for (std::string line; std::getline(lines, line);)
+            out << "  " << line << "\n";
     }
     for (const auto& s : stalls)
         out << "  stall at " << fixed(s.t_s, 1) << " s: " << s.report << "\n";

@@ -199,6 +199,10 @@ void RunController::Impl::prepare(CheckedRun& checked, const RunObserver& o)
             throw std::runtime_error(checked.no_prediction);
         sim->timeline.run_id = runId;
         history.savePredicted(runId, sim->timeline, checked.predicted_steps);
+        if (request.training.steps <= kLiveDiagnosisSteps) {
+            liveProgram = runProgramSchedule(request.plan, request.training.steps);
+            livePredicted = sim->timeline;
+        }
         // What each kind of action takes on each device, as predicted: an action far beyond it is a stall too.
         std::map<std::pair<int, int>, std::pair<double, int>> sums;
         for (const auto& sp : sim->timeline.spans) {

@@ -224,6 +224,8 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
         s.t0 = a.clock.toController(s.t0) - t0;
         s.t1 = a.clock.toController(s.t1) - t0;
         spanBuffer.push_back({s, agent, t.first_span + static_cast<std::int64_t>(i)});
+        if (liveProgram && liveMeasured.spans.size() <= kLiveDiagnosisSpans)
+            liveMeasured.spans.push_back(s);
         auto& recent = a.recent[s.device];
         recent.push_back(s);
         if (recent.size() > agents::kFlightRecorderActions)
@@ -253,6 +255,7 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
                 metricBuffer.push_back({step, "tokens_per_s", tps, elapsed, -1});
                 if (o.progress)
                     o.progress({runId, step + 1, request.training.steps, loss, tps, elapsed});
+                diagnoseLive(o);
                 if (!std::isfinite(loss) && request.stop_on_nonfinite)
                     fail("the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step "
                         + std::to_string(step + 1) + " of " + std::to_string(request.training.steps)

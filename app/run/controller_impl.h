@@ -12,6 +12,7 @@
 #include <ctime>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -23,6 +24,7 @@
 
 #include "agents/protocol/crypto.h"
 #include "app/run/agent_connection.h"
+#include "app/run/diagnosis.h"
 #include "app/run/remote.h"
 #include "app/run/run_checks.h"
 #include "clock_offset.h"
@@ -145,6 +147,15 @@ struct RunController::Impl
     Clock::time_point lastProgress; ///< when a device last finished an action (as heartbeats tell)
     bool stallReported = false; ///< this stall was reported (until progress resumes)
     std::map<std::pair<int, int>, double> predictedAction; ///< (device, kind) -> mean predicted seconds
+    // Stragglers named live (app/run/diagnosis.h): the spans measured so far against the prediction, over the
+    // program the devices run (made for runs of up to kLiveDiagnosisSteps steps).
+    static constexpr int kLiveDiagnosisSteps = 5000;
+    static constexpr std::size_t kLiveDiagnosisSpans = 4'000'000;
+    std::optional<planner::Schedule> liveProgram;
+    planner::Timeline liveMeasured;
+    planner::Timeline livePredicted;
+    std::set<std::tuple<int, int, int>> namedStragglers; ///< (device, kind, peer) named in their current run
+    double lastDiagnosis = 0;
 
     Impl(RunRequest r, HistoryStore& h)
         : request(std::move(r))
@@ -201,6 +212,25 @@ struct RunController::Impl
         logBuffer.push_back({monotonicNow() - t0, agent, -1, level, text});
         if (o.log)
             o.log(agent < 0 ? "controller" : agents[static_cast<std::size_t>(agent)]->name, level, text);
+    }
+
+    /// After a step: names (in the log, stored with the run) each straggler not named since it last was one.
+    void diagnoseLive(const RunObserver& o)
+    {
+        if (!liveProgram || liveMeasured.spans.size() > kLiveDiagnosisSpans)
+            return;
+        const double now = monotonicNow();
+        if (now - lastDiagnosis < 0.25) // at most four times a second (a step of a tiny model takes milliseconds)
+            return;
+        lastDiagnosis = now;
+        std::set<std::tuple<int, int, int>> current;
+        for (const auto& s : planner::findStragglers(liveMeasured, livePredicted, *liveProgram)) {
+            const std::tuple<int, int, int> key {s.device, static_cast<int>(s.kind), s.peer};
+            current.insert(key);
+            if (!namedStragglers.count(key))
+                logLine(-1, "warning", "straggler: " + s.text(), o);
+        }
+        namedStragglers = std::move(current);
     }
 
     void handle(AgentLink& a, agents::Message&& m, const RunObserver& o);

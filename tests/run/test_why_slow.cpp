@@ -139,7 +139,7 @@ TEST_CASE("a healthy run's idle time is the planned bubble and its causes sum to
         CHECK_THAT(n, !Catch::Contains(" 3.") && !Catch::Contains(" 4.") && !Catch::Contains(" 5."));
 }
 
-TEST_CASE("a throttled agent is named as the straggler within 2 steps, live and in history show", "[run][why-slow]")
+TEST_CASE("a throttled agent is named as the straggler within 3 steps, live and in history show", "[run][why-slow]")
 {
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");

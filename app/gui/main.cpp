@@ -12,6 +12,7 @@
 #include "ui/models/run_list_model.h"
 #include "ui/widgets/history_view.h"
 #include "ui/widgets/main_window.h"
+#include "ui/widgets/run_monitor.h"
 #include "ui/widgets/partition_panel.h"
 
 namespace {
@@ -91,7 +92,9 @@ int main(int argc, char** argv)
         QStringLiteral("STEPS"));
     const QCommandLineOption openRun(QStringLiteral("open-run"),
         QStringLiteral("Show run ID of the history in the run view ('latest': the newest run)."), QStringLiteral("ID"));
-    parser.addOptions({project, demo, view, shot, size, history, runLocal, openRun});
+    const QCommandLineOption runTab(QStringLiteral("run-tab"),
+        QStringLiteral("The run view's tab to show, by its title (e.g. \"Why slow\")."), QStringLiteral("TITLE"));
+    parser.addOptions({project, demo, view, shot, size, history, runLocal, openRun, runTab});
     parser.addPositionalArgument(
         QStringLiteral("project"), QStringLiteral("Project file to open."), QStringLiteral("[project]"));
     parser.process(app);
@@ -159,6 +162,8 @@ int main(int argc, char** argv)
         if (!window.waitForOpenedRun() || !window.lastError().isEmpty())
             return fail(window.lastError());
     }
+    if (parser.isSet(runTab) && !window.runMonitor()->showTab(parser.value(runTab)))
+        return fail(QStringLiteral("the run view has no tab '%1'").arg(parser.value(runTab)), 2);
     if (name == QLatin1String("partition")) { // show what the panel is for: every algorithm's plan
         QEventLoop loop;
         QObject::connect(window.partitionPanel(), &pw::ui::PartitionPanel::finished, &loop, &QEventLoop::quit);

@@ -16,6 +16,7 @@
 
 #include "agents/protocol/messages.h"
 #include "app/history/history.h"
+#include "app/run/diagnosis.h"
 #include "app/run/remote.h"
 #include "app/run/slurm.h"
 #include "planner/plan.h"
@@ -112,6 +113,8 @@ struct RunObserver
     std::function<void(const RunProgress&)> progress;
     std::function<void(std::span<const planner::Span>)> spans; ///< measured, t from the run's start
     std::function<void(const std::string& agent, const std::string& level, const std::string& text)> log;
+    /// The run's time by cause and stragglers so far (app/run/diagnosis.h), at most once a second while it runs.
+    std::function<void(const RunDiagnosis&)> diagnosis;
 };
 
 /// @brief What checkRun() found: the prediction of the run's first steps (simulated for the memory check and

@@ -156,6 +156,7 @@ struct RunController::Impl
     planner::Timeline livePredicted;
     std::set<std::tuple<int, int, int>> namedStragglers; ///< (device, kind, peer) named in their current run
     double lastDiagnosis = 0;
+    double lastCauses = 0; ///< when the observer last got the time by cause
 
     Impl(RunRequest r, HistoryStore& h)
         : request(std::move(r))
@@ -224,7 +225,12 @@ struct RunController::Impl
             return;
         lastDiagnosis = now;
         std::set<std::tuple<int, int, int>> current;
-        for (const auto& s : planner::findStragglers(liveMeasured, livePredicted, *liveProgram)) {
+        const auto stragglers = planner::findStragglers(liveMeasured, livePredicted, *liveProgram);
+        if (o.diagnosis && now - lastCauses >= 1.0) {
+            lastCauses = now;
+            o.diagnosis({planner::timeByCause(liveMeasured, livePredicted, *liveProgram), stragglers});
+        }
+        for (const auto& s : stragglers) {
             const std::tuple<int, int, int> key {s.device, static_cast<int>(s.kind), s.peer};
             current.insert(key);
             if (!namedStragglers.count(key))

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "snapshot.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace pw::app {
@@ -28,6 +30,9 @@ RunSnapshot loadRunSnapshot(HistoryStore& history, const std::string& id)
         s.comparison = compareRun(*s.plan, *s.predicted, static_cast<int>(s.record.predicted_steps), *s.measured,
             static_cast<int>(s.losses.size()));
         s.comparison.memory = compareMemory(*s.plan, measuredPeakMemory(*s.measured));
+        if (!s.measured->spans.empty())
+            s.diagnosis = diagnoseRun(
+                *s.plan, std::max<int>(1, static_cast<int>(s.record.steps_planned)), *s.measured, *s.predicted);
     }
     return s;
 }

@@ -10,6 +10,7 @@
 
 #include "app/history/history.h"
 #include "app/run/comparison.h"
+#include "app/run/diagnosis.h"
 #include "planner/plan.h"
 #include "planner/timeline.h"
 
@@ -29,6 +30,7 @@ struct RunSnapshot
     std::vector<StallRecord> stalls; ///< the stall reports of a run that stalled
     std::vector<RecordedAction> flight_recorder; ///< its devices' last actions before the stall
     RunComparison comparison; ///< empty stages without a plan
+    RunDiagnosis diagnosis; ///< time by cause and stragglers (empty without a plan)
 };
 
 /// Reads the run `id` (HistoryError for an unknown one).

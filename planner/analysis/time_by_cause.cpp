@@ -523,20 +523,21 @@ std::vector<Straggler> findStragglers(
                 ratios.push_back(v[b].first / v[b].second);
         return lowerMedian(ratios);
     };
-    const auto slow = [&](const Key& key, std::size_t b, double& ratio, double& extra) {
+    // Slow by `factor` x the rule (1: the rule; 2: twice its threshold and share, what one step alone must show).
+    const auto slow = [&](const Key& key, std::size_t b, double& ratio, double& extra, double factor = 1) {
         const auto& v = sums.at(key)[b];
         const double p = pace(std::get<2>(key) >= 0, std::get<1>(key), b);
         if (v.second <= 0 || p <= 0)
             return false;
         ratio = v.first / (v.second * p);
         extra = v.first - v.second * p;
-        return ratio > rule.threshold && extra >= rule.min_share * stepTime[b];
+        return ratio > factor * rule.threshold && extra >= factor * rule.min_share * stepTime[b];
     };
     const std::size_t last = steps - 1;
     for (const auto& [key, v] : sums) {
         double ratio = 0, extra = 0, r = 0, e = 0;
-        // Slow in the latest step, and in the one before or by twice the threshold (one slow step alone is noise).
-        if (!slow(key, last, ratio, extra) || !(ratio > 2 * rule.threshold || (last > 0 && slow(key, last - 1, r, e))))
+        // Slow in the latest step, and in the one before or by twice the rule (one slow step alone is noise).
+        if (!slow(key, last, ratio, extra) || !(slow(key, last, r, e, 2) || (last > 0 && slow(key, last - 1, r, e))))
             continue;
         Straggler s;
         s.device = std::get<0>(key);

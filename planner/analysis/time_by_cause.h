@@ -127,8 +127,8 @@ struct StragglerRule
 };
 
 /// The devices (per compute kind) and links whose latest two complete steps are slow by `rule` (or the latest by
-/// twice the threshold), with since when they have been: slowest first. Needs the prediction (`predicted` empty: none
-/// found).
+/// twice its threshold and share), with since when they have been: slowest first. Needs the prediction (`predicted`
+/// empty: none found).
 std::vector<Straggler> findStragglers(
     const Timeline& measured, const Timeline& predicted, const Schedule& schedule, StragglerRule rule = {});
 

@@ -27,6 +27,7 @@
 #include "planner/schedule/generator.h"
 #include "ui/document/run_session.h"
 #include "ui/models/run_list_model.h"
+#include "ui/widgets/causes_view.h"
 #include "ui/widgets/gantt_view.h"
 #include "ui/widgets/history_view.h"
 #include "ui/widgets/main_window.h"
@@ -194,6 +195,10 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
     CHECK_THAT(monitor->kindsText().toStdString(),
         Contains("<tr><td>F</td>") && Contains("<tr><td>B</td>") && !Contains("did not follow the plan"));
     CHECK_THAT(monitor->logView()->toPlainText().toStdString(), Contains("run succeeded"));
+    // Why slow (issue 35): every step of both devices by cause, as stacked bars (one per cause) and a table.
+    REQUIRE(session->diagnosis().causes.stepCount() == steps);
+    CHECK(monitor->causes()->plot()->plottableCount() == 6);
+    CHECK_THAT(monitor->causes()->tableText().toStdString(), Contains("Time by cause per step") && Contains("bubble"));
 
     // The history lists it, selected.
     HistoryView* history = w.window.historyView();
@@ -220,6 +225,7 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
         monitor->comparisonText().toStdString(), Contains("Iteration time per step") && Contains("Memory per device"));
     CHECK_THAT(monitor->kindsText().toStdString(),
         Contains("<tr><td>F</td>") && Contains("<tr><td>B</td>") && !Contains("did not follow the plan"));
+    CHECK_THAT(monitor->causes()->tableText().toStdString(), Contains("the mean of 6 complete steps"));
     CHECK(w.window.lastError().isEmpty());
 }
 

@@ -15,6 +15,7 @@
 #include "planner/sim/simulator.h"
 #include "tests/app/measured_fixture.h"
 #include "tests/planner/fixtures.h"
+#include "ui/widgets/causes_view.h"
 #include "ui/widgets/run_monitor.h"
 
 using namespace pw;
@@ -127,4 +128,37 @@ TEST_CASE("run monitor: the loss plot's legend sits above the plot, clear of the
     CHECK(legend.height() > 0);
     CHECK_FALSE(legend.intersects(axes));
     CHECK(legend.bottom() <= axes.top());
+}
+
+TEST_CASE("run monitor: why slow stacks each device's causes and names the straggler", "[ui][run][why-slow]")
+{
+    // Issue 35: a past run whose stage 1 computed 3x slower than planned: its bars add up to each device's step, and
+    // device 1 is named above them.
+    planner::Plan plan = test::chainPlan(2, 4, "1f1b");
+    plan.schedule.iterations = 3;
+    const auto predicted = planner::simulate(plan).timeline;
+    planner::Plan slow = plan;
+    auto& layer = slow.model.edit().layers[1];
+    layer.forward_ms *= 3;
+    layer.backward_ms *= 3;
+    const auto measured = test::asMeasured(planner::simulate(slow).timeline);
+    auto run = snapshot(plan, predicted, measured);
+    run->record.steps_planned = 3;
+    run->diagnosis = app::diagnoseRun(plan, 3, measured, predicted);
+    REQUIRE(run->diagnosis.causes.stepCount() == 3);
+
+    ui::RunMonitor monitor;
+    monitor.resize(1024, 700);
+    monitor.showSnapshot(run);
+    auto* plot = monitor.causes()->plot();
+    REQUIRE(plot->plottableCount() == 6);
+    for (int device = 0; device < 2; ++device) {
+        double stacked = 0;
+        for (int i = 0; i < plot->plottableCount(); ++i)
+            stacked += static_cast<QCPBars*>(plot->plottable(i))->data()->at(device)->value;
+        CHECK(stacked == Approx(run->diagnosis.causes.device(device).total() * 1e3 / 3));
+    }
+    CHECK_THAT(monitor.causes()->stragglerText().toStdString(), Contains("Straggler: device 1 runs"));
+    CHECK_THAT(
+        monitor.causes()->tableText().toStdString(), Contains("waited") && Contains("beyond the plan on device 1"));
 }

@@ -83,6 +83,7 @@ void RunSession::work()
     // Everything the controller reports arrives on this thread and is posted to the GUI thread as values.
     app::RunOutcome outcome;
     std::vector<app::DeviceMemory> memory;
+    app::RunDiagnosis diagnosis;
     try {
         auto history = app::HistoryStore::open(m_historyPath);
         history.markInterrupted();
@@ -149,6 +150,15 @@ void RunSession::work()
                     t = QString::fromStdString(text)] { emit logLine(a, l, t); },
                 Qt::QueuedConnection);
         };
+        o.diagnosis = [this](const app::RunDiagnosis& d) {
+            QMetaObject::invokeMethod(
+                this,
+                [this, d] {
+                    m_diagnosis = d;
+                    emit diagnosed();
+                },
+                Qt::QueuedConnection);
+        };
         outcome = controller.run(o);
         // Each device's measured peak memory beside the planner's (a simulation: here, not on the GUI thread).
         if (!outcome.run_id.empty()) {
@@ -157,6 +167,9 @@ void RunSession::work()
                 if (m.device >= 0 && std::isfinite(m.value))
                     peaks[m.device] = std::max(peaks[m.device], m.value);
             memory = app::compareMemory(m_request.plan, peaks);
+            // The whole run's time by cause (a sweep of every span: here, not on the GUI thread).
+            diagnosis = app::diagnoseRun(m_request.plan, m_request.training.steps,
+                history.measuredTimeline(outcome.run_id), history.predictedTimeline(outcome.run_id));
         }
         std::lock_guard lock(m_mutex);
         m_controller = nullptr;
@@ -170,10 +183,14 @@ void RunSession::work()
     }
     QMetaObject::invokeMethod(
         this,
-        [this, outcome, memory] {
+        [this, outcome, memory, diagnosis] {
             takeSpans();
             m_outcome = outcome;
             m_memory = memory;
+            if (!diagnosis.causes.steps.empty()) {
+                m_diagnosis = diagnosis;
+                emit diagnosed();
+            }
             if (m_runId.isEmpty())
                 m_runId = QString::fromStdString(outcome.run_id);
             m_running = false;

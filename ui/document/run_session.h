@@ -53,6 +53,8 @@ public:
     const std::vector<app::RunProgress>& progressHistory() const { return m_progress; }
     const std::vector<app::AgentStatus>& agents() const { return m_agents; }
     const app::RunOutcome& outcome() const { return m_outcome; }
+    /// The run's time by cause and stragglers so far (once a second while it runs; from the history at its end).
+    const app::RunDiagnosis& diagnosis() const { return m_diagnosis; }
 
 signals:
     /// The run is in the history; its prediction is predictedTimeline().
@@ -64,6 +66,7 @@ signals:
     void agentsChanged();
     void logLine(const QString& agent, const QString& level, const QString& text);
     void finished();
+    void diagnosed();
 
 private:
     void work();
@@ -80,6 +83,7 @@ private:
     std::vector<app::DeviceMemory> m_memory;
     std::vector<app::RunProgress> m_progress;
     std::vector<app::AgentStatus> m_agents;
+    app::RunDiagnosis m_diagnosis;
     app::RunOutcome m_outcome;
     bool m_running = false;
     bool m_finished = false;

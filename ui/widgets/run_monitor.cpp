@@ -24,6 +24,7 @@
 #include "planner/units.h"
 #include "ui/document/run_session.h"
 #include "ui/models/format.h"
+#include "ui/widgets/causes_view.h"
 #include "ui/widgets/gantt_view.h"
 
 namespace pw::ui {
@@ -112,6 +113,8 @@ RunMonitor::RunMonitor(QWidget* parent)
     m_tabs->addTab(scrolled(m_comparison), tr("Predicted vs measured"));
     // Its own tab: in a small window the per-stage and memory tables fill the first one.
     m_tabs->addTab(scrolled(m_kinds), tr("Per action kind"));
+    m_causes = new CausesView(this);
+    m_tabs->addTab(m_causes, tr("Why slow"));
     // A stalled run: the report (the chain of waits) over each device's last actions.
     // A splitter, so that a long report scrolls in a small window rather than pushing the table out.
     auto* stallPage = new QSplitter(Qt::Vertical, this);
@@ -150,6 +153,16 @@ RunMonitor::RunMonitor(QWidget* parent)
 
 RunMonitor::~RunMonitor() = default;
 
+bool RunMonitor::showTab(const QString& title)
+{
+    for (int i = 0; i < m_tabs->count(); ++i)
+        if (m_tabs->tabText(i) == title) {
+            m_tabs->setCurrentIndex(i);
+            return true;
+        }
+    return false;
+}
+
 void RunMonitor::clear()
 {
     for (auto& c : m_connections)
@@ -160,6 +173,7 @@ void RunMonitor::clear()
     m_log->clear();
     m_comparison->clear();
     m_kinds->clear();
+    m_causes->clear();
     setStalls({}, {});
     setCurves({}, {}, {});
     m_stop->setEnabled(false);
@@ -187,6 +201,8 @@ void RunMonitor::attach(RunSession* session)
     m_connections.push_back(connect(session, &RunSession::agentsChanged, this, &RunMonitor::onAgents));
     m_connections.push_back(connect(session, &RunSession::logLine, this, &RunMonitor::appendLog));
     m_connections.push_back(connect(session, &RunSession::finished, this, &RunMonitor::onFinished));
+    m_connections.push_back(
+        connect(session, &RunSession::diagnosed, this, [this] { m_causes->setDiagnosis(m_session->diagnosis()); }));
     m_connections.push_back(connect(session, &QObject::destroyed, this, [this] { m_session = nullptr; }));
 }
 
@@ -326,6 +342,7 @@ void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)
         appendLog(l.agent < 0 ? tr("controller") : tr("agent %1").arg(l.agent), QString::fromStdString(l.level),
             QString::fromStdString(l.text));
     setStalls(s->stalls, s->flight_recorder);
+    m_causes->setDiagnosis(s->diagnosis);
     if (s->plan)
         setComparison(s->comparison, static_cast<int>(r.predicted_steps), *s->plan);
     else

@@ -2,7 +2,7 @@
 // The run monitor: a training run live (a RunSession) or a past one from the history (app::RunSnapshot). The
 // measured Gantt under the predicted one on one time axis, loss and throughput per step, each agent's status,
 // the run's log, the prediction's error per stage and per action kind, and for a run that stalled its stall report and
-// each device's flight recorder (its last actions).
+// each device's flight recorder (its last actions); why it is slow (time by cause per device, stragglers).
 #pragma once
 
 #include <QWidget>
@@ -20,6 +20,7 @@ class QTabWidget;
 
 namespace pw::ui {
 
+class CausesView;
 class GanttView;
 class RunSession;
 
@@ -50,6 +51,10 @@ public:
     /// The stall reports (empty text: none) and the flight recorders' actions, a row each.
     QString stallText() const;
     QTableWidget* flightRecorderTable() const { return m_recorder; }
+    /// Shows the tab titled `title`; false when there is none.
+    bool showTab(const QString& title);
+    /// The "Why slow" tab: time by cause per device and the stragglers.
+    CausesView* causes() const { return m_causes; }
     /// Points on the loss curve (tests).
     int lossPoints() const;
 
@@ -79,6 +84,7 @@ private:
     QLabel* m_kinds = nullptr;
     QPlainTextEdit* m_stallReport = nullptr;
     QTableWidget* m_recorder = nullptr;
+    CausesView* m_causes = nullptr;
     int m_stallTab = -1; ///< the Stall tab's index in m_tabs
 };
 

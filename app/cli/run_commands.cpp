@@ -403,6 +403,11 @@ void historyCompare(const HistoryOptions& o, std::ostream& out)
                 {"tokens_per_s", r.tokens_per_s}, {"iteration_s", r.iteration_s},
                 {"predicted_iteration_s", r.predicted_iteration_s}, {"prediction_error", r.prediction_error},
                 {"stages", stages}});
+            nlohmann::json causes;
+            for (const auto& field : planner::causeFields())
+                causes[std::string(field.name)] = r.causes.*field.seconds;
+            runs.back()["time_by_cause_per_step_s"] = causes;
+            runs.back()["grew"] = c.grew[runs.size() - 1];
         }
         nlohmann::json diffs = nlohmann::json::array();
         for (const auto& d : c.differences)
@@ -453,6 +458,15 @@ void historyCompare(const HistoryOptions& o, std::ostream& out)
                 out << " (" << (c.compute_delta_s[s][r] >= 0 ? "+" : "") << milliseconds(c.compute_delta_s[s][r])
                     << " / " << (c.idle_delta_s[s][r] >= 0 ? "+" : "") << milliseconds(c.idle_delta_s[s][r]) << ")";
         }
+        out << "\n";
+    }
+    out << "time by cause per step, the mean over each run's devices:\n";
+    for (std::size_t r = 0; r < c.runs.size(); ++r) {
+        out << "  run " << r + 1 << ":";
+        for (const auto& field : planner::causeFields())
+            out << "  " << field.name << " " << milliseconds(c.runs[r].causes.*field.seconds);
+        if (!c.grew[r].empty())
+            out << "  (grew most: " << c.grew[r] << ")";
         out << "\n";
     }
 }

@@ -2,6 +2,7 @@
 #include "compare_runs.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -77,6 +78,13 @@ RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
         f.prediction_error = s.comparison.iteration_error;
         for (const auto& st : s.comparison.stages)
             f.stages.push_back(st.measured);
+        const auto& t = s.diagnosis.causes;
+        if (const int n = t.stepCount() * t.deviceCount(); n > 0) {
+            for (int d = 0; d < t.deviceCount(); ++d)
+                f.causes += t.device(d);
+            for (const auto& field : planner::causeFields())
+                f.causes.*field.seconds /= n;
+        }
         out.runs.push_back(std::move(f));
     }
     // The configuration fields that differ.
@@ -113,6 +121,21 @@ RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
         }
         out.compute_delta_s.push_back(std::move(compute));
         out.idle_delta_s.push_back(std::move(idle));
+    }
+    // Which cause grew most against the first run.
+    for (const auto& f : out.runs) {
+        std::string text;
+        double most = 0;
+        for (const auto& field : planner::causeFields()) {
+            const double delta = f.causes.*field.seconds - out.runs.front().causes.*field.seconds;
+            if (delta > most && &f != &out.runs.front()) {
+                most = delta;
+                char buf[96];
+                std::snprintf(buf, sizeof buf, "%s +%.2f ms per step", std::string(field.name).c_str(), delta * 1e3);
+                text = buf;
+            }
+        }
+        out.grew.push_back(text);
     }
     return out;
 }

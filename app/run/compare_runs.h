@@ -38,6 +38,8 @@ struct RunFigures
     double predicted_iteration_s = 0; ///< the planner's prediction stored with the run (0: none)
     double prediction_error = 0; ///< measured / predicted - 1
     std::vector<StageTimes> stages; ///< measured, per stage of its plan
+    /// Time by cause per step, the mean over its devices (app/run/diagnosis.h; zero without spans or a plan).
+    planner::TimeCauses causes;
 
     bool operator==(const RunFigures&) const = default;
 };
@@ -48,6 +50,9 @@ struct RunsComparison
     std::vector<ConfigDifference> differences;
     /// [stage][run]: run's compute and idle per step minus the first run's (stages both have; NaN beyond)
     std::vector<std::vector<double>> compute_delta_s, idle_delta_s;
+    /// [run]: the cause that grew most per step against the first run, and by how much ("late peer +12.40 ms per
+    /// step"); empty for the first run and where none grew.
+    std::vector<std::string> grew;
 };
 
 /// Compares the runs (at least two); the first is the reference of the deltas.

@@ -23,6 +23,19 @@ TimeCauses& TimeCauses::operator+=(const TimeCauses& o)
     return *this;
 }
 
+std::span<const CauseField> causeFields()
+{
+    static const CauseField fields[] = {
+        {"compute", &TimeCauses::compute_s},
+        {"p2p exposed", &TimeCauses::p2p_exposed_s},
+        {"all-reduce exposed", &TimeCauses::collective_exposed_s},
+        {"bubble (planned)", &TimeCauses::bubble_s},
+        {"late peer", &TimeCauses::late_s},
+        {"host gap", &TimeCauses::host_gap_s},
+    };
+    return fields;
+}
+
 double CommOverlap::percent() const
 {
     const double total = exposed_s + overlapped_s;

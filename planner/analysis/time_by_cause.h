@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../schedule.h"
@@ -35,6 +37,15 @@ struct TimeCauses
     TimeCauses& operator+=(const TimeCauses& o);
     bool operator==(const TimeCauses&) const = default;
 };
+
+/// @brief One of TimeCauses' parts by name, for tables and charts: compute, "p2p exposed", "all-reduce exposed",
+/// "bubble (planned)", "late peer", "host gap", in this order.
+struct CauseField
+{
+    std::string_view name;
+    double TimeCauses::*seconds;
+};
+std::span<const CauseField> causeFields();
 
 /// @brief How long a device waited beyond the plan on one peer.
 struct LatePeer

@@ -95,6 +95,14 @@ TEST_CASE("comparing runs lists only what differs and the stages' time deltas ag
             CHECK(c.idle_delta_s[s][1] == Approx(stagesB[s].idle_s - stagesA[s].idle_s));
             CHECK(c.compute_delta_s[s][1] > 0); // twice the microbatches: about twice the compute per step
         }
+        // Time by cause (issue 35): per step, the mean over the devices, summing to about the step; twice the
+        // microbatches grow the compute most.
+        for (const auto& r : c.runs)
+            CHECK(r.causes.total() == Approx(r.iteration_s).epsilon(0.1));
+        REQUIRE(c.grew.size() == 2);
+        CHECK(c.grew[0].empty());
+        CHECK_THAT(c.grew[1], Catch::StartsWith("compute +") && Catch::EndsWith(" ms per step"));
+        CHECK(c.runs[1].causes.compute_s > 1.5 * c.runs[0].causes.compute_s);
         CHECK_THROWS(app::compareRuns({app::loadRunSnapshot(h, idA)}));
     }
     std::filesystem::remove_all(dir);

@@ -15,23 +15,32 @@ namespace pw::ui {
 
 namespace {
 
-/// @brief One cause as drawn: its name and colour, and its seconds in a TimeCauses.
+/// @brief One cause as drawn: its name and seconds (planner::causeFields), and its colour.
 struct CauseStyle
 {
-    const char* name;
+    QString name;
     QColor color;
     double planner::TimeCauses::*seconds;
 };
 
-// Compute first (the bottom of each bar), then what a user can act on, the plan's own idle last but one.
-const std::array<CauseStyle, 6> kCauses {{
-    {"compute", QColor(31, 119, 180), &planner::TimeCauses::compute_s},
-    {"p2p exposed", QColor(255, 127, 14), &planner::TimeCauses::p2p_exposed_s},
-    {"all-reduce exposed", QColor(148, 103, 189), &planner::TimeCauses::collective_exposed_s},
-    {"bubble (planned)", QColor(199, 199, 199), &planner::TimeCauses::bubble_s},
-    {"late peer", QColor(214, 39, 40), &planner::TimeCauses::late_s},
-    {"host gap", QColor(140, 86, 75), &planner::TimeCauses::host_gap_s},
-}};
+/// planner::causeFields() in their order (compute at the bottom of each bar), each with its colour.
+std::vector<CauseStyle> causeStyles()
+{
+    static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(148, 103, 189),
+        QColor(199, 199, 199), QColor(214, 39, 40), QColor(140, 86, 75)};
+    std::vector<CauseStyle> out;
+    const auto fields = planner::causeFields();
+    for (std::size_t i = 0; i < fields.size(); ++i)
+        out.push_back({QString::fromUtf8(fields[i].name.data(), static_cast<int>(fields[i].name.size())),
+            colors[i % std::size(colors)], fields[i].seconds});
+    return out;
+}
+
+const std::vector<CauseStyle>& causes()
+{
+    static const std::vector<CauseStyle> styles = causeStyles();
+    return styles;
+}
 
 } // namespace
 
@@ -50,10 +59,9 @@ CausesView::CausesView(QWidget* parent)
     auto* legend = new QLabel(this);
     legend->setWordWrap(true);
     QStringList keys;
-    for (const auto& c : kCauses)
+    for (const auto& c : causes())
         keys << QStringLiteral("<span style='color:%1'>&#9632;</span>&nbsp;%2")
-                    .arg(
-                        c.color.name(), tr(c.name).toHtmlEscaped().replace(QLatin1Char(' '), QStringLiteral("&nbsp;")));
+                    .arg(c.color.name(), c.name.toHtmlEscaped().replace(QLatin1Char(' '), QStringLiteral("&nbsp;")));
     legend->setText(keys.join(QStringLiteral(" &nbsp; ")));
     m_table = new QLabel(this);
     m_table->setAlignment(Qt::AlignTop | Qt::AlignLeft);
@@ -110,9 +118,9 @@ void CausesView::setDiagnosis(const app::RunDiagnosis& d)
         perDevice.push_back(t.device(device));
         top = std::max(top, perDevice.back().total() * 1e3 / std::max(1, steps));
     }
-    for (const auto& c : kCauses) {
+    for (const auto& c : causes()) {
         auto* bars = new QCPBars(m_plot->xAxis, m_plot->yAxis);
-        bars->setName(tr(c.name));
+        bars->setName(c.name);
         bars->setBrush(c.color);
         bars->setPen(QPen(c.color.darker(130)));
         bars->setWidth(0.6);
@@ -138,8 +146,8 @@ void CausesView::setDiagnosis(const app::RunDiagnosis& d)
                   "<th align='right'>Step</th>")
                    .arg(steps)
                    .arg(t.scale, 0, 'f', 2);
-        for (const auto& c : kCauses)
-            html += QStringLiteral("<th align='right'>%1</th>").arg(tr(c.name).toHtmlEscaped());
+        for (const auto& c : causes())
+            html += QStringLiteral("<th align='right'>%1</th>").arg(c.name.toHtmlEscaped());
         html += QStringLiteral("</tr>");
         for (int device = 0; device < devices; ++device) {
             const auto& c = perDevice[static_cast<std::size_t>(device)];
@@ -147,7 +155,7 @@ void CausesView::setDiagnosis(const app::RunDiagnosis& d)
             html += QStringLiteral("<tr><td>%1</td><td align='right'>%2 ms</td>")
                         .arg(device)
                         .arg(step * 1e3 / steps, 0, 'f', 2);
-            for (const auto& k : kCauses)
+            for (const auto& k : causes())
                 html += QStringLiteral("<td align='right'>%1 ms (%2 %)</td>")
                             .arg(c.*k.seconds * 1e3 / steps, 0, 'f', 2)
                             .arg(step > 0 ? 100 * c.*k.seconds / step : 0.0, 0, 'f', 1);

@@ -173,11 +173,12 @@ void RunCompareView::setComparison(const app::RunsComparison& c)
             QString::number(r.tokens_per_s, 'f', 0), ms(r.iteration_s),
             r.predicted_iteration_s > 0 ? ms(r.predicted_iteration_s) : QStringLiteral("-"),
             r.predicted_iteration_s > 0 ? QString::asprintf("%+.1f %%", 100.0 * r.prediction_error)
-                                        : QStringLiteral("-")});
+                                        : QStringLiteral("-"),
+            QString::fromStdString(c.grew[static_cast<std::size_t>(i)])});
     }
     fill(m_runs,
         {tr("#"), tr("run"), tr("status"), tr("steps"), tr("final loss"), tr("tokens/s"), tr("iteration"),
-            tr("predicted"), tr("iteration error")},
+            tr("predicted"), tr("iteration error"), tr("cause that grew most")},
         runs);
     QStringList headers {tr("field")};
     for (int i = 0; i < n; ++i)

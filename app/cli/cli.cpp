@@ -402,10 +402,18 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         "several runs side by side: configuration differences, per-stage time and bubble deltas, metric summaries");
     histCompare->add_option("runs", histOpt.runs, "run ids (unique prefixes, or latest), two or more")->required();
     histCompare->add_flag("--json", histOpt.json, "print JSON");
+    auto* histImport = hist->add_subcommand("import-trace",
+        "record a torch.distributed.pipelining run of an exported plan from its ranks' PyTorch profiler traces");
+    histImport->add_option("plan", histOpt.plan, "the plan the traces ran (exported with export --format torchtitan)")
+        ->required();
+    histImport->add_option("traces", histOpt.traces, "one Kineto JSON trace per pipeline rank, in rank order")
+        ->required();
+    histImport->add_option("--label", histOpt.label, "the run's label (default: the traces' names)");
+    histImport->add_flag("--json", histOpt.json, "print the recorded run as JSON");
     auto* histDelete = hist->add_subcommand("delete", "delete a run and everything recorded about it");
     histDelete->add_option("run", histOpt.run, "run id, a unique prefix of one, or latest")->required();
     histDelete->add_flag("--json", histOpt.json, "print the deleted run's id as JSON");
-    for (auto* sub : {histList, histShow, histExport, histDelete, histCompare})
+    for (auto* sub : {histList, histShow, histExport, histDelete, histCompare, histImport})
         sub->add_option("--history", histOpt.history, "history SQLite file (default: the user's data directory)");
 
     CalibrateOptions calOpt;
@@ -481,6 +489,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             historyDelete(histOpt, out);
         else if (histCompare->parsed())
             historyCompare(histOpt, out);
+        else if (histImport->parsed())
+            historyImportTrace(histOpt, out);
     } catch (const DoesNotFit& e) {
         err << "pipewright-cli: " << planner::formatInputError(e) << "\n";
         return kExitDoesNotFit;

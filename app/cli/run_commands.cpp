@@ -592,13 +592,14 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     const auto measured = h.measuredTimeline(r.id);
     const auto predicted = h.predictedTimeline(r.id);
     const auto losses = h.metrics(r.id, "loss");
-    const int steps = static_cast<int>(losses.size());
+    // Why slow: every complete step of every device by cause, and the stragglers of the last complete step.
+    const auto diagnosis = app::diagnoseRun(plan, std::max(1, static_cast<int>(r.steps_planned)), measured, predicted);
+    // Steps: those with a loss, or the complete steps measured (a run imported from traces has no loss).
+    const int steps = !losses.empty() ? static_cast<int>(losses.size()) : diagnosis.causes.stepCount();
     const auto cmp = app::compareRun(plan, predicted, static_cast<int>(r.predicted_steps), measured, steps);
     const auto memory = app::compareMemory(plan, app::measuredPeakMemory(measured));
     const auto stalls = h.stalls(r.id);
     const auto recorder = h.flightRecorder(r.id);
-    // Why slow: every complete step of every device by cause, and the stragglers of the last complete step.
-    const auto diagnosis = app::diagnoseRun(plan, std::max(1, static_cast<int>(r.steps_planned)), measured, predicted);
     const auto clocks = h.agentClocks(r.id); // what every measured span was moved by onto the controller's clock
     // The calibrated costs' prediction of the same steps as the stored one (of the run's steps when none is stored).
     std::optional<app::RunComparison> calibrated;
@@ -672,7 +673,10 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     out << "run " << r.id << " (" << r.label << "): " << app::toString(r.status)
         << (r.status_message.empty() ? "" : " - " + r.status_message) << "\n";
     if (!r.launcher.empty())
-        out << "  launched " << (r.launcher == "local" ? "on this machine" : "by " + r.launcher)
+        out << "  "
+            << (r.launcher == "import"         ? "imported from PyTorch profiler traces"
+                       : r.launcher == "local" ? "launched on this machine"
+                                               : "launched by " + r.launcher)
             << (r.job_id.empty() ? "" : " as job " + r.job_id) << "\n";
     out << "  plan " << plan.configString() << ", schedule " << plan.schedule.kind << ", " << steps << " of "
         << r.steps_planned << " steps, " << measured.spans.size() << " measured spans\n";

@@ -85,8 +85,15 @@ struct HistoryOptions
     std::string output; ///< export: file
     std::string status; ///< list: only runs of this status
     std::string costs; ///< show: calibrated costs whose prediction to compare with the run too
+    std::string plan; ///< import-trace: the plan the traces ran
+    std::vector<std::string> traces; ///< import-trace: one PyTorch profiler trace per pipeline rank
+    std::string label; ///< import-trace: the run's label
     bool json = false;
 };
+
+/// pipewright-cli history import-trace: a torch.distributed.pipelining run of an exported plan, from its ranks'
+/// PyTorch profiler traces, recorded as a measured run of the plan (app/run/trace_import.h) with its prediction.
+void historyImportTrace(const HistoryOptions& o, std::ostream& out);
 
 /// pipewright-cli history compare: configuration differences, per-stage time and bubble deltas, metric summaries.
 void historyCompare(const HistoryOptions& o, std::ostream& out);

@@ -27,12 +27,14 @@ RunSnapshot loadRunSnapshot(HistoryStore& history, const std::string& id)
     s.stalls = history.stalls(id);
     s.flight_recorder = history.flightRecorder(id);
     if (s.plan) {
-        s.comparison = compareRun(*s.plan, *s.predicted, static_cast<int>(s.record.predicted_steps), *s.measured,
-            static_cast<int>(s.losses.size()));
-        s.comparison.memory = compareMemory(*s.plan, measuredPeakMemory(*s.measured));
         if (!s.measured->spans.empty())
             s.diagnosis = diagnoseRun(
                 *s.plan, std::max<int>(1, static_cast<int>(s.record.steps_planned)), *s.measured, *s.predicted);
+        // Steps: those with a loss, or the complete steps measured (a run imported from traces has no loss).
+        const int steps = !s.losses.empty() ? static_cast<int>(s.losses.size()) : s.diagnosis.causes.stepCount();
+        s.comparison
+            = compareRun(*s.plan, *s.predicted, static_cast<int>(s.record.predicted_steps), *s.measured, steps);
+        s.comparison.memory = compareMemory(*s.plan, measuredPeakMemory(*s.measured));
     }
     return s;
 }

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+// pipewright-cli history import-trace (run_commands.h).
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "app/run/controller.h"
+#include "app/run/diagnosis.h"
+#include "app/run/trace_import.h"
+#include "planner/io/json_file.h"
+#include "planner/sim/simulator.h"
+#include "run_commands.h"
+
+namespace pw::cli {
+
+void historyImportTrace(const HistoryOptions& o, std::ostream& out)
+{
+    const planner::Plan plan = planner::loadPlan(o.plan);
+    std::vector<std::filesystem::path> traces(o.traces.begin(), o.traces.end());
+    // Everything read and matched before the history is opened: a refused trace records nothing.
+    const auto imported = app::importPipeliningTraces(plan, traces);
+    planner::Plan predictedPlan = plan;
+    const int predictedSteps = std::min(imported.steps, app::kPredictedSteps);
+    predictedPlan.schedule.iterations = predictedSteps;
+    auto prediction = planner::simulate(predictedPlan);
+
+    auto history = openHistory(o.history);
+    app::NewRun nr;
+    nr.plan_json = planner::toJson(plan).dump();
+    nr.cluster_json = planner::toJson(*plan.cluster).dump();
+    nlohmann::json hosts = nlohmann::json::array();
+    for (std::size_t r = 0; r < o.traces.size(); ++r)
+        hosts.push_back({{"device", plan.stages[r].devices.front()}, {"host", o.traces[r]}});
+    nr.hosts_json = hosts.dump();
+    std::string label = o.label;
+    if (label.empty()) {
+        label = "torch.distributed.pipelining:";
+        for (const auto& t : traces)
+            label += " " + t.filename().string();
+    }
+    nr.label = label;
+    nr.steps_planned = imported.steps;
+    nr.launcher = "import";
+    const std::string id = history.createRun(nr);
+    prediction.timeline.run_id = id;
+    history.savePredicted(id, prediction.timeline, predictedSteps);
+    std::vector<app::MeasuredSpan> spans;
+    std::map<int, std::int64_t> seq;
+    for (const auto& s : imported.measured.spans)
+        spans.push_back({s, s.device, ++seq[s.device]});
+    history.appendSpans(id, spans);
+    history.finishRun(id, app::RunStatus::Succeeded,
+        "imported: " + std::to_string(imported.matched) + " actions of " + std::to_string(imported.steps)
+            + " steps matched from " + std::to_string(traces.size()) + " PyTorch profiler traces (" + imported.source
+            + ")");
+    if (o.json) {
+        out << nlohmann::json(
+            {{"run_id", id}, {"steps", imported.steps}, {"matched_actions", imported.matched}, {"spans", spans.size()},
+                {"clock_offsets_s", imported.clock_offsets_s}, {"times", imported.source}})
+                   .dump(2)
+            << "\n";
+        return;
+    }
+    out << "recorded run " << id << ": " << imported.steps << " steps, " << imported.matched
+        << " actions matched, times from " << imported.source << "\n";
+    for (std::size_t r = 0; r < imported.clock_offsets_s.size(); ++r)
+        out << "  rank " << r << " (" << o.traces[r] << "): clock moved by " << imported.clock_offsets_s[r] * 1e3
+            << " ms\n";
+    out << "  pipewright-cli history show " << id << "\n";
+}
+
+} // namespace pw::cli

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: MIT
+// Runs from another runtime (issue 35 item 3): PyTorch profiler traces of a torch.distributed.pipelining run of an
+// exported plan, one per rank, land in the history as a measured run of the plan with every action matched, its
+// ranks' clocks aligned, its per-kind error table and time by cause; a trace of another plan is refused naming the
+// first mismatch, and nothing is recorded. The traces here are made from a simulated run, in the Kineto JSON form
+// torch's runtime writes ("PP:{action}" user annotations, "Optimizer.step#AdamW.step", distributedInfo).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "app/run/trace_import.h"
+#include "cli_harness.h"
+#include "planner/errors.h"
+#include "planner/io/json_file.h"
+#include "planner/schedule/generator.h"
+#include "planner/sim/simulator.h"
+
+using namespace pw;
+using Catch::Contains;
+using nlohmann::json;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir
+{
+    fs::path path = fs::temp_directory_path() / ("pw-import-trace-" + std::to_string(::getpid()));
+    TempDir() { fs::create_directories(path); }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+/// torch's name of a schedule action of `plan` ({stage}{F|B|I|W}{local mb}, {stage}SEND_F{mb}, ...), or "".
+std::string torchName(const planner::Action& a, int microbatches)
+{
+    const int mb = a.microbatch % microbatches; // each step numbers its microbatches from 0
+    switch (a.kind) {
+    case planner::ActionKind::Forward:
+        return std::to_string(a.stage) + "F" + std::to_string(mb);
+    case planner::ActionKind::Backward:
+        return std::to_string(a.stage) + "B" + std::to_string(mb);
+    case planner::ActionKind::BackwardInput:
+        return std::to_string(a.stage) + "I" + std::to_string(mb);
+    case planner::ActionKind::BackwardWeight:
+        return std::to_string(a.stage) + "W" + std::to_string(mb);
+    case planner::ActionKind::SendActivation:
+        return std::to_string(a.stage) + "SEND_F" + std::to_string(mb);
+    case planner::ActionKind::SendGradient:
+        return std::to_string(a.stage) + "SEND_B" + std::to_string(mb);
+    case planner::ActionKind::RecvActivation: // torch names a receive by its receiving stage
+        return std::to_string(a.stage + 1) + "RECV_F" + std::to_string(mb);
+    case planner::ActionKind::RecvGradient:
+        return std::to_string(a.stage - 1) + "RECV_B" + std::to_string(mb);
+    default:
+        return "";
+    }
+}
+
+/// The traces a torch.distributed.pipelining run of `ran` over `steps` steps would write, one per rank (the device of
+/// stage r), its times from the simulator; rank r's clock `skew_s` x r ahead.
+std::vector<fs::path> writeTraces(const fs::path& dir, const planner::Plan& ran, int steps, double skew_s)
+{
+    planner::Plan p = ran;
+    p.schedule.iterations = steps;
+    const auto schedule = planner::generateSchedule(p);
+    const auto sim = planner::simulate(p, schedule);
+    std::map<std::pair<int, int>, const planner::Span*> spans;
+    for (const auto& s : sim.timeline.spans)
+        spans[{s.device, s.action}] = &s;
+    std::vector<fs::path> files;
+    for (int rank = 0; rank < ran.pipelineDepth(); ++rank) {
+        const int device = ran.stages[static_cast<std::size_t>(rank)].devices.front();
+        const auto& list = schedule.devices[static_cast<std::size_t>(device)];
+        json events = json::array();
+        const auto event = [&](const std::string& name, const std::string& cat, double t0, double t1) {
+            events.push_back({{"ph", "X"}, {"cat", cat}, {"name", name}, {"pid", rank}, {"tid", 1},
+                {"ts", (t0 + skew_s * rank) * 1e6}, {"dur", (t1 - t0) * 1e6}});
+        };
+        // Some noise a real trace has: an aten op and a kernel.
+        event("aten::mm", "cpu_op", 0, 1e-6);
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const auto& a = list[i];
+            const auto it = spans.find({device, static_cast<int>(i)});
+            if (a.kind == planner::ActionKind::OptimizerStep) {
+                if (it != spans.end())
+                    event("Optimizer.step#AdamW.step", "user_annotation", it->second->t0, it->second->t1);
+                continue;
+            }
+            const std::string name = torchName(a, ran.schedule.microbatches);
+            if (name.empty())
+                continue;
+            double t0 = 0, t1 = 0;
+            if (it != spans.end()) {
+                t0 = it->second->t0;
+                t1 = it->second->t1;
+            } else { // a receive the simulator did not wait for: posted just before the next compute
+                for (std::size_t j = i + 1; j < list.size(); ++j)
+                    if (const auto c = spans.find({device, static_cast<int>(j)}); c != spans.end()) {
+                        t0 = t1 = c->second->t0;
+                        break;
+                    }
+            }
+            event("PP:" + name, "user_annotation", t0, t1);
+        }
+        json trace {
+            {"schemaVersion", 1}, {"distributedInfo", {{"backend", "nccl"}, {"rank", rank}}}, {"traceEvents", events}};
+        files.push_back(dir / ("rank" + std::to_string(rank) + ".json"));
+        std::ofstream(files.back()) << trace.dump();
+    }
+    return files;
+}
+
+planner::Plan demoPlan()
+{
+    return planner::loadPlan(cli::test::kDemo + "/gpt2-tiny-local.plan.json");
+}
+
+} // namespace
+
+TEST_CASE("import-trace: every action of an exported plan's traces is matched, the clocks aligned", "[cli][import]")
+{
+    TempDir dir;
+    const auto plan = demoPlan();
+    const auto traces = writeTraces(dir.path, plan, 3, 5.0); // rank 1's clock 5 s ahead
+    const auto run = app::importPipeliningTraces(plan, traces);
+    CHECK(run.steps == 3);
+    CHECK(run.source == "user_annotation");
+    // Every compute and transfer action of the program, and an optimizer step per rank and step.
+    planner::Plan p = plan;
+    p.schedule.iterations = 3;
+    const auto schedule = planner::generateSchedule(p);
+    int named = 0;
+    for (const auto& list : schedule.devices)
+        for (const auto& a : list)
+            named += a.kind != planner::ActionKind::AllReduce && a.kind != planner::ActionKind::OptimizerStep;
+    CHECK(run.matched == named);
+    CHECK(run.measured.spans.size() == static_cast<std::size_t>(named + 2 * 3));
+    // Rank 1 moved back onto rank 0's clock (to within the slack its dependencies leave).
+    REQUIRE(run.clock_offsets_s.size() == 2);
+    CHECK(run.clock_offsets_s[0] == 0);
+    CHECK(run.clock_offsets_s[1] == Approx(-5.0).margin(0.01));
+    // The compute spans keep the simulator's durations.
+    const auto sim = planner::simulate(p, schedule);
+    std::map<std::pair<int, int>, double> durations;
+    for (const auto& s : sim.timeline.spans)
+        durations[{s.device, s.action}] = s.t1 - s.t0;
+    for (const auto& s : run.measured.spans)
+        if (s.kind == planner::ActionKind::Forward || s.kind == planner::ActionKind::Backward)
+            CHECK(s.t1 - s.t0 == Approx(durations.at({s.device, s.action})).margin(1e-9));
+}
+
+TEST_CASE("import-trace: a trace of another plan is refused naming the first mismatch", "[cli][import]")
+{
+    TempDir dir;
+    const auto plan = demoPlan();
+    auto gpipe = plan;
+    gpipe.schedule.kind = "gpipe";
+    const auto other = writeTraces(dir.path, gpipe, 2, 0);
+    try {
+        app::importPipeliningTraces(plan, other);
+        FAIL("accepted a trace of another schedule");
+    } catch (const planner::InputError& e) {
+        // 1F1B on rank 0 runs 0F0 0F1 0B0 (warm-up of 2: the pipeline is 2 deep); GPipe all four forwards first.
+        CHECK_THAT(e.message(), Contains("rank 0, step 0, action 2: the plan runs 0B0 here, the trace 0F2"));
+        CHECK(e.source() == other[0].string());
+    }
+    // A trace cut short, one trace missing, a file that is not a trace.
+    auto traces = writeTraces(dir.path, plan, 2, 0);
+    CHECK_THROWS_WITH(app::importPipeliningTraces(plan, {traces[0]}), Contains("give one trace per rank, not 1"));
+    {
+        auto j = json::parse(std::ifstream(traces[1]));
+        auto& events = j["traceEvents"];
+        for (auto it = events.end(); it != events.begin();) {
+            --it;
+            if ((*it)["name"].get<std::string>().rfind("PP:1B", 0) == 0) {
+                events.erase(it);
+                break;
+            }
+        }
+        std::ofstream(traces[1]) << j.dump();
+    }
+    CHECK_THROWS_WITH(app::importPipeliningTraces(plan, traces), Contains("rank 1 stops within step 1"));
+    std::ofstream(traces[1]) << "{\"traceEvents\": 3}";
+    CHECK_THROWS_WITH(app::importPipeliningTraces(plan, traces), Contains("not a PyTorch profiler (Kineto) trace"));
+}
+
+TEST_CASE("history import-trace records the run: show gives its per-kind errors and time by cause", "[cli][import]")
+{
+    TempDir dir;
+    const auto history = (dir.path / "history.sqlite").string();
+    const auto planFile = cli::test::kDemo + "/gpt2-tiny-local.plan.json";
+    const auto traces = writeTraces(dir.path, demoPlan(), 4, 0.25);
+    std::vector<std::string> args {"history", "import-trace", planFile};
+    for (const auto& t : traces)
+        args.push_back(t.string());
+    for (const char* a : {"--history", "--json"})
+        args.push_back(a);
+    args.insert(args.end() - 1, history);
+    const auto imported = cli::test::cli(args);
+    INFO(imported.err);
+    REQUIRE(imported.code == 0);
+    const auto j = json::parse(imported.out);
+    CHECK(j.at("steps") == 4);
+    const std::string id = j.at("run_id");
+
+    const auto shown = cli::test::cli({"history", "show", id, "--history", history, "--json"});
+    INFO(shown.err);
+    REQUIRE(shown.code == 0);
+    const auto s = json::parse(shown.out);
+    CHECK(s.at("status") == "succeeded");
+    // The prediction is the same simulator: every kind's error is 0 and the actions per step match, but for the
+    // tied embedding's all-reduce, which the runtime's trace does not name (nor does torchtitan tie them).
+    REQUIRE_FALSE(s.at("kinds").empty());
+    for (const auto& k : s.at("kinds")) {
+        INFO(k.dump());
+        CHECK(k.at("counts_match") == (k.at("kind") != "all-reduce"));
+        if (k.at("kind") == "F" || k.at("kind") == "B")
+            CHECK(k.at("error").get<double>() == Approx(0).margin(1e-6));
+    }
+    const auto& t = s.at("time_by_cause");
+    CHECK(t.at("steps") == 4);
+    REQUIRE(t.at("devices").size() == 2);
+    for (const auto& d : t.at("devices"))
+        CHECK(d.at("compute_s").get<double>() > 0);
+    CHECK(t.at("stragglers").empty());
+
+    // A trace of another plan records nothing.
+    auto gpipe = demoPlan();
+    gpipe.schedule.kind = "gpipe";
+    const auto other = writeTraces(dir.path, gpipe, 2, 0);
+    const auto refused = cli::test::cli(
+        {"history", "import-trace", planFile, other[0].string(), other[1].string(), "--history", history});
+    CHECK(refused.code != 0);
+    CHECK_THAT(refused.err, Contains("the plan runs 0B0 here, the trace 0F2"));
+    const auto list = cli::test::cli({"history", "list", "--history", history, "--json"});
+    CHECK(json::parse(list.out).size() == 1);
+}

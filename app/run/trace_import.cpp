@@ -97,6 +97,10 @@ RankTrace readTrace(const std::filesystem::path& path, int& rank)
     } catch (const nlohmann::json::exception& e) {
         throw InputError(t.file, 0, "", std::string("not a JSON trace: ") + e.what());
     }
+    // Kineto's trace: an object with traceEvents; the legacy profiler's export_chrome_trace (PyTorch without Kineto):
+    // the array of events itself, without categories.
+    if (j.is_array())
+        j = nlohmann::json {{"traceEvents", std::move(j)}};
     if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
         throw InputError(t.file, 0, "/traceEvents", "not a PyTorch profiler (Kineto) trace: no traceEvents array");
     if (j.contains("distributedInfo") && j["distributedInfo"].is_object() && j["distributedInfo"].contains("rank")
@@ -116,7 +120,7 @@ RankTrace readTrace(const std::filesystem::path& path, int& rank)
         if (!e.is_object() || e.value("ph", "") != "X")
             continue;
         const std::string name = e.value("name", "");
-        const std::string cat = e.value("cat", "");
+        const std::string cat = e.value("cat", "user_annotation"); // the legacy profiler's events have none
         const bool pp = name.rfind("PP:", 0) == 0 && cat == t.source;
         const bool optimizer = name.rfind("Optimizer.step#", 0) == 0 && cat == "user_annotation";
         if (!pp && !optimizer)

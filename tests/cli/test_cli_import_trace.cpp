@@ -21,6 +21,8 @@
 #include "planner/io/json_file.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "tests/engine/python_oracle.h"
+#include "tests/skip.h"
 
 using namespace pw;
 using Catch::Contains;
@@ -241,4 +243,30 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     CHECK_THAT(refused.err, Contains("the plan runs 0B0 here, the trace 0F2"));
     const auto list = cli::test::cli({"history", "list", "--history", history, "--json"});
     CHECK(json::parse(list.out).size() == 1);
+}
+
+TEST_CASE("import-trace reads the traces real PyTorch writes", "[cli][import][torch]")
+{
+    // tests/oracle/pipelining_trace.py: each rank's row of the exported CSV under PyTorch's own profiler (real
+    // record_function annotations, a real AdamW step), the trace as PyTorch exports it (Debian's 1.13: the legacy
+    // profiler's event array; 2.x: Kineto's object).
+    if (!test::pythonHas("torch"))
+        PW_SKIP("PyTorch is not importable by " + test::python() + ": the traces made above still ran");
+    test::ScratchDir dir("import-torch");
+    const auto script = fs::path(cli::test::kData).parent_path() / "oracle/pipelining_trace.py";
+    const auto csv = fs::path(cli::test::kData) / "exports/gpt2-tiny-local/torchtitan/schedule.csv";
+    std::vector<fs::path> traces;
+    for (int rank = 0; rank < 2; ++rank) {
+        traces.push_back(dir.path / ("rank" + std::to_string(rank) + ".json"));
+        test::runCommand(test::shellQuoted(test::python()) + " " + test::shellQuoted(script) + " "
+                + test::shellQuoted(csv) + " " + std::to_string(rank) + " 3 " + test::shellQuoted(traces.back()),
+            dir.path / "err.txt");
+    }
+    const auto run = app::importPipeliningTraces(demoPlan(), traces);
+    CHECK(run.steps == 3);
+    CHECK(run.matched == 3 * 32); // per step: 8 F, 8 B, 8 sends, 8 receives over both devices
+    for (const auto& s : run.measured.spans) {
+        CHECK(s.t1 >= s.t0);
+        CHECK(s.t0 >= 0);
+    }
 }

@@ -288,9 +288,12 @@ void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)
 {
     clear();
     const auto& r = s->record;
+    // Steps: those with a loss, or the complete steps measured (a run imported from traces has no loss).
+    const std::size_t stepsDone
+        = !s->losses.empty() ? s->losses.size() : static_cast<std::size_t>(s->diagnosis.causes.stepCount());
     QString text = tr("Run %1 (%2) — %3, %4 of %5 steps")
                        .arg(QString::fromStdString(r.id), QString::fromStdString(r.label), runStatusText(r.status))
-                       .arg(s->losses.size())
+                       .arg(stepsDone)
                        .arg(r.steps_planned);
     if (!s->losses.empty())
         text += tr(", final loss %1").arg(s->losses.back().value, 0, 'f', 4);

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Why a run is slow, end to end (issue 35): a local 2-agent Gloo run whose first agent is throttled from a step on
 // (stopped 60 ms in every 80 ms with SIGSTOP and SIGCONT, as a CPU-bound neighbour on its core would slow it) names
-// device 0 as the straggler in its log within 3 steps and in `history show`; a healthy run puts most of each device's
-// waits for a peer into the planned bubble, names no device 3x slower, and its causes sum to its step time.
+// device 0 as the straggler in its log within 2 steps (of the run's own) and in `history show`; a healthy run puts most
+// of each device's waits for a peer into the planned bubble, names no device 3x slower, and its causes sum to its step
+// time.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -139,7 +141,7 @@ TEST_CASE("a healthy run's idle time is the planned bubble and its causes sum to
         CHECK_THAT(n, !Catch::Contains(" 3.") && !Catch::Contains(" 4.") && !Catch::Contains(" 5."));
 }
 
-TEST_CASE("a throttled agent is named as the straggler within 3 steps, live and in history show", "[run][why-slow]")
+TEST_CASE("a throttled agent is named as the straggler within 2 steps, live and in history show", "[run][why-slow]")
 {
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
@@ -163,7 +165,8 @@ TEST_CASE("a throttled agent is named as the straggler within 3 steps, live and 
         }
     };
     observer.log = [&](const std::string&, const std::string& level, const std::string& text) {
-        if (!namedAt && text.rfind("straggler: ", 0) == 0) {
+        // Device 0 by name (its links may be named too: a stopped sender stretches its transfers).
+        if (!namedAt && text.rfind("straggler: device 0 runs ", 0) == 0) {
             namedAt = step;
             named = text;
             CHECK(level == "warning");
@@ -175,15 +178,43 @@ TEST_CASE("a throttled agent is named as the straggler within 3 steps, live and 
     REQUIRE(namedAt);
     INFO(named);
     CHECK_THAT(named, Catch::StartsWith("straggler: device 0 runs "));
-    // Issue 35 asks within 2 steps; here it is named 3 steps after the throttle began (counted in steps whose loss
-    // was known: a straggler must be slow in two complete steps of every device, or 3x in one, and the stopped
-    // agent's spans arrive late).
-    CHECK(*namedAt - *throttledAt <= 3);
     // Stored: in the run's log, and named again by history show from the stored spans.
-    bool stored = false;
+    std::optional<double> namedAtS;
     for (const auto& l : history.logs(outcome.run_id))
-        stored = stored || l.text == named;
-    CHECK(stored);
+        if (l.text == named)
+            namedAtS = l.t_s;
+    REQUIRE(namedAtS);
+    // Within 2 steps, in the run's own steps (the losses the controller hears lag the devices by a few steps): the
+    // first step in which device 0 was throttled (a compute action over 5x its median before the throttle, as a
+    // 60 ms stop inside a millisecond action makes it) against the last step every device had completed when it was
+    // named (each device's last optimizer step of a step, on the run's clock, as the log's time).
+    const auto measured = history.measuredTimeline(outcome.run_id);
+    std::vector<std::vector<double>> stepEnds(2);
+    std::vector<std::vector<std::pair<int, double>>> compute(2); // (step, duration) of device 0's F and B
+    for (const auto& s : measured.spans) {
+        if (s.kind == planner::ActionKind::OptimizerStep)
+            stepEnds[static_cast<std::size_t>(s.device)].push_back(s.t1);
+        else if (s.device == 0 && (s.kind == planner::ActionKind::Forward || s.kind == planner::ActionKind::Backward))
+            compute[0].push_back({s.weight_version, s.t1 - s.t0});
+    }
+    for (auto& e : stepEnds)
+        std::sort(e.begin(), e.end());
+    std::vector<double> early;
+    for (const auto& [step, d] : compute[0])
+        if (step < 4)
+            early.push_back(d);
+    std::nth_element(early.begin(), early.begin() + static_cast<std::ptrdiff_t>(early.size() / 2), early.end());
+    const double median = early[early.size() / 2];
+    int firstSlow = kSteps;
+    for (const auto& [step, d] : compute[0])
+        if (step >= 4 && d > 5 * median)
+            firstSlow = std::min(firstSlow, step);
+    int complete = kSteps;
+    for (const auto& e : stepEnds)
+        complete = std::min(complete, static_cast<int>(std::upper_bound(e.begin(), e.end(), *namedAtS) - e.begin()));
+    INFO("throttled from step " << firstSlow << ", named after " << complete << " complete steps");
+    CHECK(firstSlow >= 4);
+    CHECK(complete - 1 - firstSlow <= 2);
     const std::string command = std::string(PW_CLI_EXE) + " history --history " + (dir.path / "history.sqlite").string()
         + " show " + outcome.run_id;
     const std::string textOut = shellOutput(command);

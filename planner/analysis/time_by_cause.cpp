@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace pw::planner {
@@ -328,6 +330,113 @@ std::vector<DeviceSpans> byDevice(const Timeline& t, std::size_t devices)
     return out;
 }
 
+/// @brief The plan as this run's ordinary variation runs it: the schedule replayed in program order on every device,
+/// each compute action as long as it measured but at most `cap` x its prediction at the run's pace (beyond that it is
+/// late), each transfer and all-reduce as long as it measured once its data was sent / its members arrived, no host
+/// gaps. The waits of the replay for peers are the plan's bubble: jitter the schedule absorbs is planned, a straggler's
+/// excess is not.
+class Replay
+{
+public:
+    Replay(const Analysis& a, double scale, double cap)
+        : m_a(a)
+        , m_scale(scale)
+        , m_cap(cap)
+    {
+        const auto& s = a.m_schedule;
+        const std::size_t n = s.devices.size();
+        m_wait.resize(n);
+        for (std::size_t d = 0; d < n; ++d)
+            m_wait[d].assign(s.devices[d].size(), 0.0);
+        double start = std::numeric_limits<double>::infinity();
+        for (std::size_t d = 0; d < n; ++d)
+            for (const Span* sp : a.m_measured.byAction[d])
+                if (sp)
+                    start = std::min(start, sp->t0);
+        m_cursor.assign(n, std::isfinite(start) ? start : 0.0);
+        // How far each device ran: an action before its last measured one that has no span took no time (the
+        // simulator records no receive that did not wait).
+        m_end.assign(n, 0);
+        for (std::size_t d = 0; d < n; ++d)
+            for (std::size_t i = 0; i < a.m_measured.byAction[d].size(); ++i)
+                if (a.m_measured.byAction[d][i])
+                    m_end[d] = i + 1;
+        m_pc.assign(n, 0);
+        run();
+    }
+
+    /// The replay's wait for its peer at action `action` of `device` (0 when it did not reach it).
+    double wait(int device, int action) const
+    {
+        return m_wait[static_cast<std::size_t>(device)][static_cast<std::size_t>(action)];
+    }
+
+private:
+    void run()
+    {
+        const auto& s = m_a.m_schedule;
+        for (bool progress = true; progress;) {
+            progress = false;
+            for (std::size_t d = 0; d < s.devices.size(); ++d)
+                while (step(static_cast<int>(d)))
+                    progress = true;
+        }
+    }
+
+    /// Runs device `d`'s next action; false when it must wait (or has nothing measured left).
+    bool step(int d)
+    {
+        const auto& list = m_a.m_schedule.devices[static_cast<std::size_t>(d)];
+        auto& pc = m_pc[static_cast<std::size_t>(d)];
+        auto& cursor = m_cursor[static_cast<std::size_t>(d)];
+        if (pc >= m_end[static_cast<std::size_t>(d)])
+            return false;
+        const Span* sp = m_a.m_measured.at(d, pc);
+        const Action& a = list[pc];
+        if (isSend(a.kind)) {
+            m_sent[{a.kind == ActionKind::SendGradient, a.stage, a.microbatch}] = cursor;
+        } else if (isRecv(a.kind)) {
+            const auto it = m_sent.find({a.kind == ActionKind::RecvGradient, a.stage, a.microbatch});
+            if (it == m_sent.end())
+                return false;
+            m_wait[static_cast<std::size_t>(d)][pc] = std::max(0.0, it->second - cursor);
+            cursor = std::max(cursor, it->second) + (sp ? sp->t1 - m_a.ready(m_a.m_measured, *sp).t : 0.0);
+        } else if (a.kind == ActionKind::AllReduce) {
+            // Every member's arrival at this occurrence of the group's all-reduce; it ends after the last.
+            const int n = m_a.m_collectives.occurrence[static_cast<std::size_t>(d)][pc];
+            auto& arrivals = m_arrivals[{a.group, n}];
+            arrivals.try_emplace(d, cursor);
+            const auto& members = a.group >= 0 ? m_a.m_schedule.groups[static_cast<std::size_t>(a.group)].devices
+                                               : std::vector<std::int32_t> {};
+            double last = arrivals.at(d);
+            for (int member : members) {
+                const auto it = arrivals.find(member);
+                if (it == arrivals.end())
+                    return false;
+                last = std::max(last, it->second);
+            }
+            m_wait[static_cast<std::size_t>(d)][pc] = last - arrivals.at(d);
+            cursor = last + (sp ? sp->t1 - m_a.ready(m_a.m_measured, *sp).t : 0.0);
+        } else if (sp && sp->lane == Lane::Compute) {
+            double duration = sp->t1 - sp->t0;
+            if (const double p = m_a.predictedDuration(*sp); p > 0)
+                duration = std::min(duration, m_cap * m_scale * p);
+            cursor += duration;
+        }
+        ++pc;
+        return true;
+    }
+
+    const Analysis& m_a;
+    double m_scale = 1, m_cap = 1.5;
+    std::vector<std::vector<double>> m_wait;
+    std::vector<double> m_cursor;
+    std::vector<std::size_t> m_pc;
+    std::vector<std::size_t> m_end; ///< per device: one past its last measured action
+    std::map<std::pair<int, int>, std::map<int, double>> m_arrivals; ///< (group, occurrence) -> device -> arrival
+    std::map<std::tuple<bool, int, int>, double> m_sent;
+};
+
 } // namespace
 
 TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, const Schedule& schedule)
@@ -337,6 +446,9 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
         return out;
     const Analysis a(measured, predicted, schedule);
     out.scale = a.m_hasPrediction ? speedScale(a, measured) : 1.0;
+    std::optional<Replay> replay;
+    if (a.m_hasPrediction)
+        replay.emplace(a, out.scale, StragglerRule {}.threshold);
     const auto ends = a.stepEnds();
     const auto spans = byDevice(measured, schedule.devices.size());
     double runStart = measured.spans.front().t0;
@@ -415,7 +527,7 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
             double waited = 0, planned = 0, beyond = 0;
             std::vector<double> excess(blocked.size(), 0.0);
             for (std::size_t j = 0; j < blocked.size(); ++j) {
-                const double plan = out.scale * a.predictedWait(*blocked[j]);
+                const double plan = replay ? replay->wait(blocked[j]->device, blocked[j]->action) : 0.0;
                 waited += wait[j];
                 planned += plan;
                 excess[j] = std::max(0.0, wait[j] - plan);

@@ -156,3 +156,28 @@ TEST_CASE("a slow link is named as a link", "[time-by-cause]")
     CHECK(s.slowdown > 5);
     CHECK_THAT(s.text(), Catch::StartsWith("link "));
 }
+
+TEST_CASE("data-parallel replicas: the all-reduce's wait is planned and its time exposed", "[time-by-cause]")
+{
+    // Stage 0 on devices 0 and 1 (their gradients all-reduced every step), stage 1 on device 2.
+    Plan plan = pw::test::chainPlan(2, 8, "1f1b", {1, 2, 1e6, 1e8, {}}, {80e9, 100, 1e10, 1e-5, 0, 0});
+    plan.cluster.edit().nodes[0].count = 3;
+    plan.stages[0].devices = {0, 1};
+    plan.stages[1].devices = {2};
+    plan.schedule.iterations = 3;
+    const auto schedule = generateSchedule(plan);
+    const auto predicted = simulated(plan);
+    const auto t = timeByCause(predicted, predicted, schedule);
+    REQUIRE(t.stepCount() == 3);
+    checkSums(t);
+    for (int d = 0; d < 3; ++d) {
+        INFO("device " << d);
+        CHECK(t.device(d).late_s == Approx(0).margin(1e-9));
+    }
+    CHECK(t.device(0).collective_exposed_s > 0);
+    CHECK(t.device(1).collective_exposed_s > 0);
+    bool collective = false;
+    for (const auto& o : t.overlap)
+        collective = collective || o.kind == CommOverlap::Kind::Collective;
+    CHECK(collective);
+}

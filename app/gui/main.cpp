@@ -12,8 +12,8 @@
 #include "ui/models/run_list_model.h"
 #include "ui/widgets/history_view.h"
 #include "ui/widgets/main_window.h"
-#include "ui/widgets/run_monitor.h"
 #include "ui/widgets/partition_panel.h"
+#include "ui/widgets/run_monitor.h"
 
 namespace {
 

@@ -157,6 +157,7 @@ struct RunController::Impl
     std::set<std::tuple<int, int, int>> namedStragglers; ///< (device, kind, peer) named in their current run
     double lastDiagnosis = 0;
     double lastCauses = 0; ///< when the observer last got the time by cause
+    double diagnosisCost = 0; ///< seconds the last live diagnosis took
 
     Impl(RunRequest r, HistoryStore& h)
         : request(std::move(r))
@@ -221,7 +222,9 @@ struct RunController::Impl
         if (!liveProgram || liveMeasured.spans.size() > kLiveDiagnosisSpans)
             return;
         const double now = monotonicNow();
-        if (now - lastDiagnosis < 0.25) // at most four times a second (a step of a tiny model takes milliseconds)
+        // At most four times a second (a step of a tiny model takes milliseconds), and at most a tenth of the
+        // controller's time (it sweeps every span so far).
+        if (now - lastDiagnosis < std::max(0.25, 10 * diagnosisCost))
             return;
         lastDiagnosis = now;
         std::set<std::tuple<int, int, int>> current;
@@ -237,6 +240,7 @@ struct RunController::Impl
                 logLine(-1, "warning", "straggler: " + s.text(), o);
         }
         namedStragglers = std::move(current);
+        diagnosisCost = monotonicNow() - now;
     }
 
     void handle(AgentLink& a, agents::Message&& m, const RunObserver& o);

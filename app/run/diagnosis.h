@@ -24,7 +24,12 @@ struct RunDiagnosis
 /// engine numbers them: engine::runSchedule).
 planner::Schedule runProgramSchedule(const planner::Plan& plan, int steps);
 
-/// The diagnosis of a run of `plan` over `steps` planned steps from what it measured so far and its prediction.
+/// The steps of a run of `plan` over `steps` planned steps whose actions `measured` reaches: the program the diagnosis
+/// needs (a run of a million steps stopped after ten needs eleven, not a million).
+int coveredSteps(const planner::Plan& plan, int steps, const planner::Timeline& measured);
+
+/// The diagnosis of a run of `plan` over `steps` planned steps from what it measured so far and its prediction (over
+/// coveredSteps of the program).
 RunDiagnosis diagnoseRun(const planner::Plan& plan, int steps, const planner::Timeline& measured,
     const planner::Timeline& predicted, const planner::StragglerRule& rule = {});
 /// The same with the program already made (runProgramSchedule): what a live monitor asks every step.

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/errors.h"
+
 namespace pw::app {
 
 RunSnapshot loadRunSnapshot(HistoryStore& history, const std::string& id)
@@ -27,9 +29,14 @@ RunSnapshot loadRunSnapshot(HistoryStore& history, const std::string& id)
     s.stalls = history.stalls(id);
     s.flight_recorder = history.flightRecorder(id);
     if (s.plan) {
-        if (!s.measured->spans.empty())
-            s.diagnosis = diagnoseRun(
-                *s.plan, std::max<int>(1, static_cast<int>(s.record.steps_planned)), *s.measured, *s.predicted);
+        if (!s.measured->spans.empty()) {
+            try {
+                s.diagnosis = diagnoseRun(
+                    *s.plan, std::max<int>(1, static_cast<int>(s.record.steps_planned)), *s.measured, *s.predicted);
+            } catch (const planner::InputError&) {
+                s.diagnosis = {}; // a stored plan the generators no longer take: shown without its time by cause
+            }
+        }
         // Steps: those with a loss, or the complete steps measured (a run imported from traces has no loss).
         const int steps = !s.losses.empty() ? static_cast<int>(s.losses.size()) : s.diagnosis.causes.stepCount();
         s.comparison

@@ -167,9 +167,14 @@ void RunSession::work()
                 if (m.device >= 0 && std::isfinite(m.value))
                     peaks[m.device] = std::max(peaks[m.device], m.value);
             memory = app::compareMemory(m_request.plan, peaks);
-            // The whole run's time by cause (a sweep of every span: here, not on the GUI thread).
-            diagnosis = app::diagnoseRun(m_request.plan, m_request.training.steps,
-                history.measuredTimeline(outcome.run_id), history.predictedTimeline(outcome.run_id));
+            // The whole run's time by cause (a sweep of every span: here, not on the GUI thread); a run it cannot
+            // diagnose keeps its outcome.
+            try {
+                diagnosis = app::diagnoseRun(m_request.plan, m_request.training.steps,
+                    history.measuredTimeline(outcome.run_id), history.predictedTimeline(outcome.run_id));
+            } catch (const std::exception&) {
+                diagnosis = {};
+            }
         }
         std::lock_guard lock(m_mutex);
         m_controller = nullptr;

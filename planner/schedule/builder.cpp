@@ -253,6 +253,29 @@ Schedule ScheduleBuilder::finish()
     return std::move(m_schedule);
 }
 
+VCopies vCopies(const ScheduleBuilder& b, std::string_view kind)
+{
+    const std::string k(kind);
+    if (b.chunks() != 2)
+        throw InputError({}, 0, "/schedule/chunks",
+            "'" + k + "' runs two chunks per device in a V (chunks 2), not " + std::to_string(b.chunks()));
+    const int d = b.replicas(0);
+    for (int s = 0; s < b.stageCount(); ++s)
+        if (b.replicas(s) != d)
+            throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
+                "'" + k
+                    + "' runs replicated stages as equal copies of the V, so every stage needs the same number of "
+                      "replicas (stage 0 has "
+                    + std::to_string(d) + ", stage " + std::to_string(s) + " has " + std::to_string(b.replicas(s))
+                    + ")");
+    const int m = b.microbatchesPerBatch();
+    if (m % d != 0)
+        throw InputError({}, 0, "/schedule/microbatches",
+            "'" + k + "' needs the microbatches per batch (" + std::to_string(m) + ") to be a multiple of the replicas "
+                + std::to_string(d));
+    return {d, m / d};
+}
+
 std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas)
 {
     std::vector<int> ids;

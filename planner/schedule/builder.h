@@ -167,6 +167,17 @@ private:
     std::vector<bool> m_first, m_last; ///< per stage: first / last of its pipeline (several only with "wsp")
 };
 
+/// @brief The copies of a V (ChunkRule::V: zbv, dualpipev) a plan runs: replicated stages are `copies` equal copies of
+/// the V, copy j running the microbatches k with k mod copies == j (the builder's deviceOf), `local` of them per batch.
+struct VCopies
+{
+    int copies = 1;
+    int local = 0;
+};
+/// Checks that `b`'s plan runs two chunks per device with the same replica count on every stage, which divides the
+/// microbatches; throws InputError naming the field and `kind`.
+VCopies vCopies(const ScheduleBuilder& b, std::string_view kind);
+
 /// Global ids k in [begin, end) with k mod replicas == replica, in increasing order.
 std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas);
 

@@ -124,24 +124,9 @@ public:
     Schedule generate(const Plan& plan) const override
     {
         ScheduleBuilder b(plan, name());
-        if (b.chunks() != 2)
-            throw InputError({}, 0, "/schedule/chunks",
-                "'dualpipev' runs two chunks per device in a V (chunks 2), not " + std::to_string(b.chunks()));
         const int p = b.depth();
         const int m = b.microbatchesPerBatch();
-        const int d = b.replicas(0);
-        for (int s = 0; s < b.stageCount(); ++s)
-            if (b.replicas(s) != d)
-                throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
-                    "'dualpipev' runs replicated stages as equal copies of the V, so every stage needs the same "
-                    "number of replicas (stage 0 has "
-                        + std::to_string(d) + ", stage " + std::to_string(s) + " has " + std::to_string(b.replicas(s))
-                        + ")");
-        if (m % d != 0)
-            throw InputError({}, 0, "/schedule/microbatches",
-                "'dualpipev' needs the microbatches per batch (" + std::to_string(m)
-                    + ") to be a multiple of the replicas " + std::to_string(d));
-        const int local = m / d;
+        const auto [d, local] = vCopies(b, name());
         if (local < 2 * p)
             throw InputError({}, 0, "/schedule/microbatches",
                 "'dualpipev' needs at least as many microbatches per copy of the V as virtual stages (2p = "

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 
-#include "../errors.h"
 #include "builder.h"
 
 namespace pw::planner {
@@ -83,26 +82,9 @@ public:
     Schedule generate(const Plan& plan) const override
     {
         ScheduleBuilder b(plan, name());
-        if (b.chunks() != 2)
-            throw InputError({}, 0, "/schedule/chunks",
-                "'zbv' runs two chunks per device in a V (chunks 2), not " + std::to_string(b.chunks()));
         const int p = b.depth();
         const int m = b.microbatchesPerBatch();
-        // Replicated stages: d copies of the V, every stage on d devices; copy j runs the ids k with k mod d == j
-        // (the builder's deviceOf), m / d of them per batch.
-        const int d = b.replicas(0);
-        for (int s = 0; s < b.stageCount(); ++s)
-            if (b.replicas(s) != d)
-                throw InputError({}, 0, "/stages/" + std::to_string(s) + "/devices",
-                    "'zbv' runs replicated stages as equal copies of the V, so every stage needs the same number of "
-                    "replicas (stage 0 has "
-                        + std::to_string(d) + ", stage " + std::to_string(s) + " has " + std::to_string(b.replicas(s))
-                        + ")");
-        if (m % d != 0)
-            throw InputError({}, 0, "/schedule/microbatches",
-                "'zbv' needs the microbatches per batch (" + std::to_string(m) + ") to be a multiple of the replicas "
-                    + std::to_string(d));
-        const int local = m / d;
+        const auto [d, local] = vCopies(b, name());
         for (int j = 0; j < d; ++j)
             for (int rank = 0; rank < p; ++rank) {
                 const int device = b.device(rank, j);

@@ -143,29 +143,31 @@ struct SpanIndex
     }
 };
 
-/// The all-reduces' occurrences: per device and action, the n-th action of its group on that device.
+/// The all-reduces' occurrences: per device and action, the n-th action of its group on that device, and back.
 struct Collectives
 {
     std::vector<std::vector<int>> occurrence; ///< per device and action: n, or -1
+    std::vector<std::map<std::pair<int, int>, int>> action; ///< per device: (group, n) -> action
     explicit Collectives(const Schedule& s)
     {
         occurrence.resize(s.devices.size());
+        action.resize(s.devices.size());
         for (std::size_t d = 0; d < s.devices.size(); ++d) {
             std::map<int, int> seen;
             occurrence[d].assign(s.devices[d].size(), -1);
             for (std::size_t i = 0; i < s.devices[d].size(); ++i)
-                if (s.devices[d][i].kind == ActionKind::AllReduce)
-                    occurrence[d][i] = seen[s.devices[d][i].group]++;
+                if (const auto& a = s.devices[d][i]; a.kind == ActionKind::AllReduce) {
+                    occurrence[d][i] = seen[a.group]++;
+                    action[d][{a.group, occurrence[d][i]}] = static_cast<int>(i);
+                }
         }
     }
     /// The action index of the `n`-th action of `group` on `device`, or -1.
-    static int find(const Schedule& s, int device, int group, int n)
+    int find(int device, int group, int n) const
     {
-        const auto& list = s.devices[static_cast<std::size_t>(device)];
-        for (std::size_t i = 0; i < list.size(); ++i)
-            if (list[i].kind == ActionKind::AllReduce && list[i].group == group && n-- == 0)
-                return static_cast<int>(i);
-        return -1;
+        const auto& m = action[static_cast<std::size_t>(device)];
+        const auto it = m.find({group, n});
+        return it == m.end() ? -1 : it->second;
     }
 };
 
@@ -209,7 +211,7 @@ public:
                 for (int member : m_schedule.groups[static_cast<std::size_t>(a.group)].devices) {
                     if (member == s.device)
                         continue;
-                    const int i = Collectives::find(m_schedule, member, a.group, n);
+                    const int i = m_collectives.find(member, a.group, n);
                     const Span* other = i >= 0 ? index.at(member, static_cast<std::size_t>(i)) : nullptr;
                     if (other && other->t0 > r.t)
                         r = {other->t0, member};
@@ -600,13 +602,15 @@ std::vector<Straggler> findStragglers(
             steps = std::min(steps, ends[d].size());
     if (steps == SIZE_MAX || steps == 0)
         return out;
-    // The step each span ends in, on its own device (a transfer: its receiver's).
+    // The step each span ends in, on its own device (a transfer: its receiver's): the first step ending after it.
+    std::vector<std::vector<double>> endTimes(ends.size());
+    for (std::size_t d = 0; d < ends.size(); ++d)
+        for (std::size_t b = 0; b < steps && b < ends[d].size(); ++b)
+            endTimes[d].push_back(ends[d][b]->t1);
     const auto stepOf = [&](const Span& s) -> int {
-        const auto& e = ends[static_cast<std::size_t>(s.device)];
-        for (std::size_t b = 0; b < steps && b < e.size(); ++b)
-            if (s.t1 <= e[b]->t1)
-                return static_cast<int>(b);
-        return -1;
+        const auto& e = endTimes[static_cast<std::size_t>(s.device)];
+        const auto it = std::lower_bound(e.begin(), e.end(), s.t1);
+        return it == e.end() ? -1 : static_cast<int>(it - e.begin());
     };
     // (key, step) -> measured, predicted; keys: (device, kind, -1) for compute, (sender, SendActivation, receiver).
     using Key = std::tuple<int, ActionKind, int>;

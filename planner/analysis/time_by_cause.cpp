@@ -665,8 +665,11 @@ std::vector<Straggler> findStragglers(
     const std::size_t last = steps - 1;
     for (const auto& [key, v] : sums) {
         double ratio = 0, extra = 0, r = 0, e = 0;
-        // Slow in the latest step, and in the one before or by twice the rule (one slow step alone is noise).
-        if (!slow(key, last, ratio, extra) || !(slow(key, last, r, e, 2) || (last > 0 && slow(key, last - 1, r, e))))
+        // Slow in the latest step, and in the one before or (a device) by twice the rule: one slow step alone is
+        // noise, and a link's transfers, short and at the mercy of both hosts' schedulers, always need two.
+        const bool link = std::get<2>(key) >= 0;
+        if (!slow(key, last, ratio, extra)
+            || !((!link && slow(key, last, r, e, 2)) || (last > 0 && slow(key, last - 1, r, e))))
             continue;
         Straggler s;
         s.device = std::get<0>(key);

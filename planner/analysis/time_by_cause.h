@@ -137,9 +137,9 @@ struct StragglerRule
     bool operator==(const StragglerRule&) const = default;
 };
 
-/// The devices (per compute kind) and links whose latest two complete steps are slow by `rule` (or the latest by
-/// twice its threshold and share), with since when they have been: slowest first. Needs the prediction (`predicted`
-/// empty: none found).
+/// The devices (per compute kind) and links whose latest two complete steps are slow by `rule` (a device: or the
+/// latest by twice its threshold and share), with since when they have been: slowest first. Needs the prediction
+/// (`predicted` empty: none found).
 std::vector<Straggler> findStragglers(
     const Timeline& measured, const Timeline& predicted, const Schedule& schedule, StragglerRule rule = {});
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "../errors.h"
+#include "../schedule/traits.h"
 #include "export.h"
 #include "export_common.h"
 
@@ -47,13 +48,14 @@ std::vector<std::string> moduleNames(LayerRole role, int block)
 }
 
 /// torchtitan's name of a schedule with the plan's stages per rank and their placement: it derives the virtual
-/// stage count and which rank holds which stage from it (a loop, or ZBV's V); the CSV then gives the order.
+/// stage count and which rank holds which stage from it (a loop, or ZBV's V); the CSV then gives the order. V-Half
+/// and V-Min have no class in torch: ZBVZeroBubble names their V, the CSV their order.
 std::string scheduleName(const Plan& plan, int chunks)
 {
-    if (plan.schedule.kind == "zbv")
-        return "ZBVZeroBubble";
     if (plan.schedule.kind == "dualpipev")
         return "DualPipeV";
+    if (const auto* traits = findScheduleTraits(plan.schedule.kind); traits && traits->chunks == ChunkRule::V)
+        return "ZBVZeroBubble";
     if (plan.schedule.kind == "gpipe" && chunks == 1)
         return "GPipe";
     return chunks == 1 ? "1F1B" : "Interleaved1F1B";

@@ -105,10 +105,9 @@ public:
                 "distributed-optimizer's rule, the request's --zero-stage kept",
                 std::nullopt, std::nullopt, {"auto", "0", "1", "2", "3"}},
             {"zero-bubble", T::Boolean, true,
-                "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024) and DeepSeek's dualpipev "
-                "where "
-                "the request leaves the kind to the search; --schedule zb-h1, zb-h2, zbv, dualpipev or interleaved "
-                "searches that kind alone",
+                "also try the zero-bubble schedules zb-h1, zb-h2 and zbv (Qi et al. 2024), their controllable-memory "
+                "v-half and v-min and DeepSeek's dualpipev where the request leaves the kind to the search; "
+                "--schedule zb-h1, zb-h2, zbv, dualpipev, v-half, v-min or interleaved searches that kind alone",
                 std::nullopt, std::nullopt, {}},
             {"tensor-within-node", T::Boolean, true,
                 "rule of thumb 1 (Takeaway #1) as a constraint: every tensor-parallel group inside one node",
@@ -136,7 +135,7 @@ private:
         bool within_node = true;
         bool straight = false;
         int iterations = 1;
-        bool zero_bubble = true; ///< try zb-h1, zb-h2, zbv and dualpipev beside 1f1b and interleaved
+        bool zero_bubble = true; ///< try zb-h1, zb-h2, zbv, dualpipev, v-half and v-min beside 1f1b and interleaved
         std::string fixed_kind; ///< the request's kind when it is one this search makes: only that one
 
         /// Whether configurations of `kind` are searched.
@@ -189,7 +188,7 @@ private:
             if (!space.fixed_kind.empty())
                 why += "; --schedule " + space.fixed_kind
                     + " searches that kind alone (zero-bubble kinds need p > 1, zb-h2 and zbv m >= 2p - 1, dualpipev "
-                      "m >= 2p, zbv and dualpipev 2p <= the layers)";
+                      "m >= 2p, the V kinds (zbv, dualpipev, v-half, v-min) 2p <= the layers)";
             diag.push_back({Severity::Error, "bad-option", why});
             return {std::nullopt, std::move(diag)};
         }
@@ -281,7 +280,7 @@ private:
                 "--distributed-optimizer and --set distributed-optimizer=false contradict each other; give one");
         space.within_node = values.boolean("tensor-within-node");
         space.zero_bubble = values.boolean("zero-bubble");
-        for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev"})
+        for (const char* kind : {"interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev", "v-half", "v-min"})
             if (opt.schedule.kind == kind)
                 space.fixed_kind = kind;
         space.straight = opt.straight;
@@ -395,10 +394,12 @@ private:
                     }
                     // Zero-bubble kinds need a pipeline; zb-h2 and zbv m >= 2p - 1, where their closed forms hold
                     // (fewer run, with a bubble the estimate does not model); dualpipev m >= 2p (it refuses fewer);
-                    // the V kinds two chunks of layers per device.
-                    for (const std::string kind : {"zb-h1", "zb-h2", "zbv", "dualpipev"}) {
+                    // v-half and v-min any m (their estimate replays their order); the V kinds two chunks of
+                    // layers per device.
+                    for (const std::string kind : {"zb-h1", "zb-h2", "zbv", "dualpipev", "v-half", "v-min"}) {
                         const bool v = megatron::vShaped(kind);
-                        if (!space.allows(kind) || p == 1 || (kind != "zb-h1" && m < 2LL * p - 1)
+                        const bool closedForm = kind == "zb-h2" || kind == "zbv" || kind == "dualpipev";
+                        if (!space.allows(kind) || p == 1 || (closedForm && m < 2LL * p - 1)
                             || (kind == "dualpipev" && m < 2LL * p) || (v && 2 * p > space.layers))
                             continue;
                         for (Recompute r : space.recompute)
@@ -793,7 +794,9 @@ private:
         const auto& kind = request.options.schedule.kind;
         if (detail::replacesRequestedKind(request, plan.schedule.kind))
             diag.push_back({Severity::Info, "schedule-kind",
-                "megatron chooses between 1f1b, interleaved, zb-h1, zb-h2, zbv and dualpipev; the requested kind '"
+                "megatron chooses between 1f1b, interleaved, zb-h1, zb-h2, zbv, dualpipev, v-half and v-min; the "
+                "requested "
+                "kind '"
                     + kind + "' was replaced by '" + plan.schedule.kind + "'"});
         auto result = detail::validated(std::move(plan), std::move(diag));
         result.candidates = std::move(candidates);

@@ -35,14 +35,18 @@ int peakStashes(int p, int v, int m, int rank);
 /// dualpipev, per chunk (half the device's times): (p-1)(2F + I - min(W, F)) + max(0, p-2) max(0, I - F), which is
 /// DeepSeek's (p-1)(F&B + B - 3W) with F&B = F + B (its pairs run one after the other), B = I + W, when F = I
 /// (tests/planner/test_dualpipev.cpp checks both exactly in the simulator for W <= F).
-double pipelineBubble(std::string_view kind, int p, int v, double forward_s, double input_s, double weight_s);
-/// The kind places its two chunks per device in a V (ChunkRule::V: zbv, dualpipev).
+/// A kind whose generator replays its own order (ScheduleGenerator::uniformBubble: v-half and v-min, whose bubble
+/// depends on m when F, I and W differ) answers for itself over its m microbatches.
+double pipelineBubble(std::string_view kind, int p, int v, int m, double forward_s, double input_s, double weight_s);
+/// The kind places its two chunks per device in a V (ChunkRule::V: zbv, dualpipev, v-half, v-min).
 bool vShaped(std::string_view kind);
 
 /// Chunk activations device `rank` stashes at its peak under `kind` (zero-bubble traits: every stage holds the
 /// first stage's count): zb-h1 min(p, m), zb-h2 min(2p - 1, m), zbv 2p chunk stashes (two chunks in a V, about 1F1B's
 /// p stages' worth); else peakStashes.
-/// dualpipev: 2p + 1 (an F&B pair's forward runs before its backward frees one).
+/// dualpipev: 2p + 1 (an F&B pair's forward runs before its backward frees one). v-half and v-min: their generators'
+/// orders counted (ScheduleGenerator::uniformPeakActivationBytes): 2 floor((p + 2) / 2) and 2 floor((p + 4) / 3)
+/// once m is large enough (at most 2m), the authors' (p + 2) // 2 and (p + 4) // 3 microbatches of 1F1B's p.
 int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank);
 
 /// Activation bytes device `rank` holds at its peak under `kind`: kindPeakStashes x `stash` (the largest chunk stash

@@ -48,8 +48,11 @@ bool vShaped(std::string_view kind)
     return traits && traits->chunks == ChunkRule::V;
 }
 
-double pipelineBubble(std::string_view kind, int p, int v, double forward_s, double input_s, double weight_s)
+double pipelineBubble(std::string_view kind, int p, int v, int m, double forward_s, double input_s, double weight_s)
 {
+    if (const auto* g = findScheduleGenerator(kind))
+        if (const auto bubble = g->uniformBubble(p, m, {forward_s, input_s, weight_s}))
+            return *bubble;
     const double steps = p - 1.0;
     if (kind == "zb-h1")
         return steps * (forward_s + input_s - std::min(weight_s, forward_s));
@@ -64,6 +67,9 @@ double pipelineBubble(std::string_view kind, int p, int v, double forward_s, dou
 
 int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank)
 {
+    if (const auto* g = findScheduleGenerator(kind))
+        if (const auto peak = g->uniformPeakActivationBytes(p, m, rank, 1, 0))
+            return static_cast<int>(*peak);
     if (kind == "zb-h1")
         return std::max(1, std::min(p, m));
     if (kind == "zb-h2")
@@ -77,6 +83,9 @@ int kindPeakStashes(std::string_view kind, int p, int v, int m, int rank)
 
 double kindPeakActivationBytes(std::string_view kind, int p, int v, int m, int rank, double stash, double kept)
 {
+    if (const auto* g = findScheduleGenerator(kind))
+        if (const auto peak = g->uniformPeakActivationBytes(p, m, rank, stash, kept))
+            return *peak;
     const double stashes = kindPeakStashes(kind, p, v, m, rank) * stash;
     if (kind == "zb-h1" || kind == "zb-h2") {
         // zeroBubbleOrder(m, warm, defer) on a straight pipeline (n_s = p - rank): the peak follows an I, when the
@@ -332,8 +341,8 @@ Estimate estimate(const Plan& plan, const Config& c, const CostModel& cost)
                                  : std::numeric_limits<double>::infinity()));
     }
     // The recomputed forward runs before the input gradient: it counts with I.
-    e.bubble_s
-        = pipelineBubble(kind, p, c.v, slowestForward, e.stage_time_s - slowestForward - slowestWeight, slowestWeight);
+    e.bubble_s = pipelineBubble(
+        kind, p, c.v, c.m, slowestForward, e.stage_time_s - slowestForward - slowestWeight, slowestWeight);
     e.pipeline_s = c.m * e.stage_time_s + e.bubble_s + 2.0 * (c.v * p - 1) * e.p2p_s;
     if (!plan.schedule.overlap_communication)
         e.pipeline_s += 2.0 * c.v * c.m * e.p2p_s; // blocking sends: every chunk sends both ways per microbatch

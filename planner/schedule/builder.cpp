@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <stdexcept>
 #include <string>
 
 #include "../costs.h"
@@ -274,6 +275,126 @@ VCopies vCopies(const ScheduleBuilder& b, std::string_view kind)
             "'" + k + "' needs the microbatches per batch (" + std::to_string(m) + ") to be a multiple of the replicas "
                 + std::to_string(d));
     return {d, m / d};
+}
+
+Schedule buildV(const Plan& plan, std::string_view kind, const std::function<VPrograms(int p, int count)>& programs)
+{
+    ScheduleBuilder b(plan, kind);
+    const int p = b.depth();
+    const int m = b.microbatchesPerBatch();
+    const auto [d, local] = vCopies(b, kind);
+    const VPrograms ranks = programs(p, local);
+    for (int j = 0; j < d; ++j)
+        for (int rank = 0; rank < p; ++rank) {
+            const int device = b.device(rank, j);
+            const int stages[2] = {rank, 2 * p - 1 - rank};
+            for (int batch = 0; batch < b.batches(); ++batch) {
+                const auto global = [&](int i) { return batch * m + j + d * i; };
+                for (const VAction& a : ranks[rank]) {
+                    const int s = stages[a.chunk], k = global(a.microbatch);
+                    if (a.paired >= 0) {
+                        b.forwardBackward(s, k, stages[1 - a.chunk], global(a.paired), batch);
+                        continue;
+                    }
+                    switch (a.kind) {
+                    case ActionKind::Forward:
+                        b.forward(s, k, batch);
+                        break;
+                    case ActionKind::Backward:
+                        b.backward(s, k, batch);
+                        break;
+                    case ActionKind::BackwardInput:
+                        b.backwardInput(s, k, batch);
+                        break;
+                    default:
+                        b.backwardWeight(s, k, batch);
+                        break;
+                    }
+                }
+                for (int s : stages)
+                    b.step(device, s, batch + 1);
+            }
+        }
+    return b.finish();
+}
+
+double vProgramBubble(const VPrograms& ranks, const UniformStageTimes& times)
+{
+    const int p = static_cast<int>(ranks.size());
+    if (p == 0)
+        return 0;
+    const int m = static_cast<int>(std::count_if(ranks[0].begin(), ranks[0].end(),
+        [](const VAction& a) { return a.kind == ActionKind::Forward && a.chunk == 0; }));
+    const double f = times.forward_s / 2, in = times.input_s / 2, w = times.weight_s / 2;
+    // end[kind][virtual stage][microbatch] of forwards (0) and input gradients or fused backwards (1); < 0: not yet.
+    std::vector<std::vector<std::vector<double>>> end(
+        2, std::vector<std::vector<double>>(2 * p, std::vector<double>(m, -1)));
+    const auto stage = [p](int rank, int chunk) { return chunk == 0 ? rank : 2 * p - 1 - rank; };
+    // The pass a forward of virtual stage s waits for: the forward of s - 1; a backward: that of s + 1 (the loss's
+    // backward, at the last virtual stage, waits for its own forward).
+    const auto ready = [&](bool backward, int s, int k) {
+        if (!backward)
+            return s == 0 ? 0.0 : end[0][s - 1][k];
+        return s == 2 * p - 1 ? end[0][s][k] : end[1][s + 1][k];
+    };
+    std::vector<std::size_t> pc(p, 0);
+    std::vector<double> clock(p, 0);
+    double work = 0;
+    for (const auto& a : ranks[0])
+        work += a.kind == ActionKind::Forward     ? f + (a.paired >= 0 ? in + w : 0)
+            : a.kind == ActionKind::Backward      ? in + w
+            : a.kind == ActionKind::BackwardInput ? in
+                                                  : w;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int r = 0; r < p; ++r)
+            for (; pc[r] < ranks[r].size(); ++pc[r]) {
+                const VAction& a = ranks[r][pc[r]];
+                const int s = stage(r, a.chunk);
+                double start = clock[r];
+                if (a.kind == ActionKind::BackwardWeight) {
+                    clock[r] = start + w;
+                    progress = true;
+                    continue;
+                }
+                const bool backward = a.kind != ActionKind::Forward;
+                const double in0 = ready(backward, s, a.microbatch);
+                const int other = stage(r, 1 - a.chunk);
+                const double in1 = a.paired >= 0 ? ready(true, other, a.paired) : 0.0;
+                if (in0 < 0 || in1 < 0)
+                    break; // blocked: another rank first
+                start = std::max({start, in0, in1});
+                if (!backward) {
+                    end[0][s][a.microbatch] = clock[r] = start + f;
+                    if (a.paired >= 0)
+                        end[1][other][a.paired] = clock[r] += in + w;
+                } else {
+                    end[1][s][a.microbatch] = clock[r] = start + in + (a.kind == ActionKind::Backward ? w : 0);
+                }
+                progress = true;
+            }
+    }
+    for (int r = 0; r < p; ++r)
+        if (pc[r] < ranks[r].size())
+            throw std::logic_error("vProgramBubble: the programs deadlock");
+    return *std::max_element(clock.begin(), clock.end()) - work;
+}
+
+double vProgramPeakActivationBytes(const std::vector<VAction>& program, double stash, double kept)
+{
+    double current = 0, peak = 0;
+    for (const auto& a : program) {
+        if (a.kind == ActionKind::Forward)
+            current += stash;
+        else if (a.kind == ActionKind::BackwardInput)
+            current += kept;
+        else if (a.kind == ActionKind::BackwardWeight)
+            current -= stash + kept;
+        peak = std::max(peak, current);
+        if (a.kind == ActionKind::Backward || a.paired >= 0)
+            current -= stash;
+    }
+    return peak;
 }
 
 std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -178,6 +179,34 @@ struct VCopies
 /// microbatches; throws InputError naming the field and `kind`.
 VCopies vCopies(const ScheduleBuilder& b, std::string_view kind);
 
+/// @brief One compute action of a device's program in a V (ChunkRule::V): chunk 0 is virtual stage `rank`, chunk 1
+/// virtual stage 2p - 1 - rank; `microbatch` counts within the copy of the V. A Forward with `paired` >= 0 is an
+/// F&B pair (DualPipeV): the forward with the other chunk's fused backward of microbatch `paired`.
+struct VAction
+{
+    int chunk = 0;
+    ActionKind kind = ActionKind::Forward;
+    int microbatch = 0;
+    int paired = -1;
+
+    bool operator==(const VAction&) const = default;
+};
+/// One program per rank of the V, in order.
+using VPrograms = std::vector<std::vector<VAction>>;
+
+/// Builds a V kind's schedule (zbv, dualpipev, v-half, v-min): `programs(p, count)` orders every rank's actions
+/// over `count` microbatches per copy of the V; they run for every copy (vCopies) and batch, each batch followed by
+/// both chunks' steps.
+Schedule buildV(const Plan& plan, std::string_view kind, const std::function<VPrograms(int p, int count)>& programs);
+
+/// Idle time per device and batch when `ranks` run with every chunk's passes at half `times` (two chunks per
+/// device), nothing transferred: the makespan less a device's work. Every pass waits for its input (the previous
+/// virtual stage's forward or input gradient of its microbatch) and its rank's previous pass.
+double vProgramBubble(const VPrograms& ranks, const UniformStageTimes& times);
+/// Activation bytes `program` holds at its peak: `stash` from each forward to its W (or fused backward), `kept`
+/// from each input gradient to its W (the simulator's accounting).
+double vProgramPeakActivationBytes(const std::vector<VAction>& program, double stash, double kept);
+
 /// Global ids k in [begin, end) with k mod replicas == replica, in increasing order.
 std::vector<int> replicaMicrobatches(int begin, int end, int replica, int replicas);
 
@@ -240,5 +269,7 @@ const ScheduleGenerator& zbH1Generator(); ///< zero bubble at 1F1B's memory (Qi 
 const ScheduleGenerator& zbH2Generator(); ///< zero bubble at about twice 1F1B's activations
 const ScheduleGenerator& zbvGenerator(); ///< two chunks per device in a V: zero bubble at 1F1B's memory
 const ScheduleGenerator& dualPipeVGenerator(); ///< DualPipeV: a V whose steady state pairs F of one chunk with B
+const ScheduleGenerator& vHalfGenerator(); ///< V-Half: a V at half of 1F1B's activations
+const ScheduleGenerator& vMinGenerator(); ///< V-Min: a V at a third of 1F1B's activations
 
 } // namespace pw::planner

@@ -123,49 +123,25 @@ public:
 
     Schedule generate(const Plan& plan) const override
     {
-        ScheduleBuilder b(plan, name());
-        const int p = b.depth();
-        const int m = b.microbatchesPerBatch();
-        const auto [d, local] = vCopies(b, name());
-        if (local < 2 * p)
-            throw InputError({}, 0, "/schedule/microbatches",
-                "'dualpipev' needs at least as many microbatches per copy of the V as virtual stages (2p = "
-                    + std::to_string(2 * p) + "), not " + std::to_string(local)
-                    + " (torch's ScheduleDualPipeV refuses fewer as well)");
-        for (int j = 0; j < d; ++j)
-            for (int rank = 0; rank < p; ++rank) {
-                const int device = b.device(rank, j);
-                const int stages[2] = {rank, 2 * p - 1 - rank};
-                for (int batch = 0; batch < b.batches(); ++batch) {
-                    const int base = batch * m + j;
-                    const auto pair = [&](int chunk, int fi, int bi) {
-                        b.forwardBackward(stages[chunk], base + d * fi, stages[1 - chunk], base + d * bi, batch);
-                    };
-                    DualPipeVOrder::run(
-                        p, rank, local,
-                        [&](int chunk, ActionKind kind, int i) {
-                            const int s = stages[chunk], k = base + d * i;
-                            switch (kind) {
-                            case ActionKind::Forward:
-                                b.forward(s, k, batch);
-                                break;
-                            case ActionKind::Backward:
-                                b.backward(s, k, batch);
-                                break;
-                            case ActionKind::BackwardInput:
-                                b.backwardInput(s, k, batch);
-                                break;
-                            default:
-                                b.backwardWeight(s, k, batch);
-                                break;
-                            }
-                        },
-                        pair);
-                    for (int s : stages)
-                        b.step(device, s, batch + 1);
-                }
-            }
-        return b.finish();
+        return buildV(plan, name(), [this](int p, int count) {
+            if (count < 2 * p)
+                throw InputError({}, 0, "/schedule/microbatches",
+                    "'" + std::string(name())
+                        + "' needs at least as many microbatches per copy of the V as virtual stages (2p = "
+                        + std::to_string(2 * p) + "), not " + std::to_string(count)
+                        + " (torch's ScheduleDualPipeV refuses fewer as well)");
+            VPrograms ranks(p);
+            for (int rank = 0; rank < p; ++rank)
+                DualPipeVOrder::run(
+                    p, rank, count,
+                    [&](int chunk, ActionKind kind, int i) {
+                        ranks[rank].push_back({chunk, kind, i});
+                    },
+                    [&](int chunk, int fi, int bi) {
+                        ranks[rank].push_back({chunk, ActionKind::Forward, fi, bi});
+                    });
+            return ranks;
+        });
     }
 };
 

@@ -2,6 +2,7 @@
 // Schedule generators: one per file, all listed in one registry; plus the validator.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,17 @@
 #include "traits.h"
 
 namespace pw::planner {
+
+/// @brief A device's times per microbatch (all its chunks together) in a pipeline whose devices all run alike: what
+/// the Megatron search estimates a kind with.
+struct UniformStageTimes
+{
+    double forward_s = 0;
+    double input_s = 0; ///< the input gradient (the fused backward is input + weight)
+    double weight_s = 0;
+
+    bool operator==(const UniformStageTimes&) const = default;
+};
 
 class ScheduleGenerator
 {
@@ -22,6 +34,20 @@ public:
     virtual const ScheduleTraits& traits() const = 0;
     /// Throws InputError when the plan's options do not suit this schedule.
     virtual Schedule generate(const Plan& plan) const = 0;
+    /// Idle time per device and batch of this kind's order on p devices running m microbatches at `times`, nothing
+    /// transferred; nullopt where the kind leaves it to the caller's closed form (megatron::pipelineBubble).
+    virtual std::optional<double> uniformBubble(int p, int m, const UniformStageTimes& times) const
+    {
+        (void)p, (void)m, (void)times;
+        return std::nullopt;
+    }
+    /// Activation bytes device `rank` of p holds at its peak over m microbatches: `stash` per chunk forward until its
+    /// W (or fused B), `kept` per input gradient until its W; nullopt as above (megatron::kindPeakActivationBytes).
+    virtual std::optional<double> uniformPeakActivationBytes(int p, int m, int rank, double stash, double kept) const
+    {
+        (void)p, (void)m, (void)rank, (void)stash, (void)kept;
+        return std::nullopt;
+    }
 };
 
 const std::vector<const ScheduleGenerator*>& scheduleGenerators();

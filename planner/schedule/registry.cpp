@@ -23,6 +23,8 @@ const std::vector<const ScheduleGenerator*>& scheduleGenerators()
         &zbH2Generator(),
         &zbvGenerator(),
         &dualPipeVGenerator(),
+        &vHalfGenerator(),
+        &vMinGenerator(),
     };
     return generators;
 }

@@ -81,30 +81,14 @@ public:
 
     Schedule generate(const Plan& plan) const override
     {
-        ScheduleBuilder b(plan, name());
-        const int p = b.depth();
-        const int m = b.microbatchesPerBatch();
-        const auto [d, local] = vCopies(b, name());
-        for (int j = 0; j < d; ++j)
-            for (int rank = 0; rank < p; ++rank) {
-                const int device = b.device(rank, j);
-                const int stages[2] = {rank, 2 * p - 1 - rank};
-                for (int batch = 0; batch < b.batches(); ++batch) {
-                    const int base = batch * m + j;
-                    zbvOrder(p, rank, local, [&](int chunk, ActionKind kind, int i) {
-                        const int s = stages[chunk], k = base + d * i;
-                        if (kind == ActionKind::Forward)
-                            b.forward(s, k, batch);
-                        else if (kind == ActionKind::BackwardInput)
-                            b.backwardInput(s, k, batch);
-                        else
-                            b.backwardWeight(s, k, batch);
-                    });
-                    for (int s : stages)
-                        b.step(device, s, batch + 1);
-                }
-            }
-        return b.finish();
+        return buildV(plan, name(), [](int p, int count) {
+            VPrograms ranks(p);
+            for (int rank = 0; rank < p; ++rank)
+                zbvOrder(p, rank, count, [&](int chunk, ActionKind kind, int i) {
+                    ranks[rank].push_back({chunk, kind, i});
+                });
+            return ranks;
+        });
     }
 };
 

@@ -126,7 +126,7 @@ TEST_CASE("an unknown --schedule is a usage error naming the option and the know
         INFO(command << ": " << r.err);
         CHECK(r.code == 2);
         CHECK(r.err.find("--schedule: unknown schedule kind 'zigzag' (known: gpipe, 1f1b, pipedream, 2bw, "
-                         "interleaved, 1f1b-so, 1f1b-as, wsp, zb-h1, zb-h2, zbv, dualpipev)")
+                         "interleaved, 1f1b-so, 1f1b-as, wsp, zb-h1, zb-h2, zbv, dualpipev, v-half, v-min)")
             != std::string::npos);
     }
 }

@@ -175,6 +175,19 @@ TEST_CASE("zero-bubble plans train to 1F1B's losses and weights with 2 and 4 sta
         }
         compare(gpt2Plan(shape, v, "dualpipev", m, 2), gpt2Plan(shape, straight, "1f1b", m));
     }
+    SECTION("v-half and v-min 4 devices: 8 virtual stages in a V, the authors' greedy order")
+    {
+        std::vector<StageCut> v, straight;
+        const int devices[8] = {0, 1, 2, 3, 3, 2, 1, 0};
+        for (int s = 0; s < 8; ++s) {
+            v.push_back({s, s, {devices[s]}});
+            straight.push_back({s, s, {s}});
+        }
+        for (const char* kind : {"v-half", "v-min"}) {
+            INFO(kind);
+            compare(gpt2Plan(shape, v, kind, m, 2), gpt2Plan(shape, straight, "1f1b", m));
+        }
+    }
 }
 
 TEST_CASE("every action of the schedule runs once and is reported as a span", "[engine][executor]")

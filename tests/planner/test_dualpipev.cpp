@@ -161,7 +161,7 @@ TEST_CASE("DualPipeV's bubble is DeepSeek's closed form (PP/2 - 1)(F&B + B - 3W)
                         CHECK(r.makespan_s - r.devices[d].busy_s == Approx(closed).margin(1e-12));
                         CHECK(r.devices[d].busy_s == Approx(work));
                     }
-                    CHECK(megatron::pipelineBubble("dualpipev", p, 2, 2e-3 * t.f, 2e-3 * t.i, 2e-3 * t.w)
+                    CHECK(megatron::pipelineBubble("dualpipev", p, 2, m, 2e-3 * t.f, 2e-3 * t.i, 2e-3 * t.w)
                         == Approx(closed).margin(1e-12));
                 }
 }
@@ -186,7 +186,7 @@ TEST_CASE("DualPipeV's bubble when a chunk's forward and input gradient differ",
                     CHECK(r.makespan_s - r.devices[d].busy_s == Approx(closed).margin(1e-12));
                     CHECK(r.devices[d].busy_s == Approx(work));
                 }
-                CHECK(megatron::pipelineBubble("dualpipev", p, 2, 2e-3 * t.f, 2e-3 * t.i, 2e-3 * t.w)
+                CHECK(megatron::pipelineBubble("dualpipev", p, 2, m, 2e-3 * t.f, 2e-3 * t.i, 2e-3 * t.w)
                     == Approx(closed).margin(1e-12));
             }
 }

@@ -255,7 +255,8 @@ struct Case
 };
 
 /// The tiny demo under the zero-bubble schedules (input and weight gradients apart): one stage per device for
-/// zb-h1 and zb-h2, two chunks in a V for zbv. torchtitan's CSV carries them; Megatron and DeepSpeed refuse them.
+/// zb-h1 and zb-h2, two chunks in a V for zbv, dualpipev, v-half and v-min. torchtitan's CSV carries them; Megatron and
+/// DeepSpeed refuse them.
 std::vector<Case> zeroBubbleCases()
 {
     std::vector<Case> out;
@@ -274,6 +275,11 @@ std::vector<Case> zeroBubbleCases()
     v.schedule.kind = "dualpipev"; // the same V, its 4 microbatches the 2p DualPipeV needs
     v.validate();
     out.push_back({"gpt2-tiny-dualpipev", v});
+    for (const std::string kind : {"v-half", "v-min"}) { // the same V: torch runs them from the CSV alone
+        v.schedule.kind = kind;
+        v.validate();
+        out.push_back({"gpt2-tiny-" + kind, v});
+    }
     return out;
 }
 

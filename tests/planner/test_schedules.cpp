@@ -231,7 +231,7 @@ TEST_CASE("schedule fields describe the run", "[schedule]")
         names.insert(std::string(g->name()));
     CHECK(names
         == std::set<std::string> {"gpipe", "1f1b", "pipedream", "2bw", "interleaved", "1f1b-so", "1f1b-as", "wsp",
-            "zb-h1", "zb-h2", "zbv", "dualpipev"});
+            "zb-h1", "zb-h2", "zbv", "dualpipev", "v-half", "v-min"});
 }
 
 TEST_CASE("replicated stages take microbatches round robin (1F1B-RR)", "[schedule]")

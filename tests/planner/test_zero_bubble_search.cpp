@@ -204,7 +204,8 @@ TEST_CASE("the request's schedule kind and the zero-bubble option narrow megatro
         auto r = search(other, json::object(), 16);
         REQUIRE(r.ok());
         CHECK(std::any_of(r.diagnostics.begin(), r.diagnostics.end(), [](const Diagnostic& d) {
-            return d.code == "schedule-kind" && d.message.find("zb-h1, zb-h2, zbv and dualpipev") != std::string::npos;
+            return d.code == "schedule-kind"
+                && d.message.find("zb-h1, zb-h2, zbv, dualpipev, v-half and v-min") != std::string::npos;
         }));
     }
     SECTION("--schedule zb-h2 with too few microbatches says why nothing was searched")

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Zero-bubble schedules (zb-h1, zb-h2, zbv) and dualpipev through real agent processes: the engine computes each
-// backward as an I and a later W, and the run gives the losses of the in-process 1F1B plan of the same stages (the same
-// math in another order); every action, I and W included, lands once as a span of its own kind.
+// Zero-bubble schedules (zb-h1, zb-h2, zbv), dualpipev, v-half and v-min through real agent processes: the engine
+// computes each backward as an I and a later W, and the run gives the losses of the in-process 1F1B plan of the same
+// stages (the same math in another order); every action, I and W included, lands once as a span of its own kind.
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -116,4 +116,15 @@ TEST_CASE("dualpipev through agents gives 1F1B's losses on 2 devices", "[run][lo
     const auto shape = tinyGpt2(6);
     const std::vector<StageCut> v = {{0, 1, {0}}, {2, 3, {1}}, {4, 5, {1}}, {6, 7, {0}}};
     runAndCompare(gpt2Plan(shape, v, "dualpipev", kMicrobatches, 2), gpt2Plan(shape, kFour, "1f1b", kMicrobatches));
+}
+
+TEST_CASE("v-half and v-min through agents give 1F1B's losses on 2 devices", "[run][local]")
+{
+    // The controllable-memory V schedules: the authors' greedy order on 2 devices, 8 microbatches.
+    const auto shape = tinyGpt2(6);
+    const std::vector<StageCut> v = {{0, 1, {0}}, {2, 3, {1}}, {4, 5, {1}}, {6, 7, {0}}};
+    for (const char* kind : {"v-half", "v-min"}) {
+        INFO(kind);
+        runAndCompare(gpt2Plan(shape, v, kind, kMicrobatches, 2), gpt2Plan(shape, kFour, "1f1b", kMicrobatches));
+    }
 }

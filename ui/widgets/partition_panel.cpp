@@ -96,7 +96,7 @@ PartitionPanel::PartitionPanel(ProjectDocument& project, QWidget* parent)
     m_chunks->setRange(1, 64);
     form->addRow(tr("Chunks per device"), m_chunks);
     m_chunks->setToolTip(tr("Model chunks (virtual stages) per device: any count for interleaved and GPipe, 2 for "
-                            "zbv and dualpipev (their two chunks in a V), 1 for the other schedules"));
+                            "zbv, dualpipev, v-half and v-min (their two chunks in a V), 1 for the other schedules"));
     m_devices = new QSpinBox(general);
     m_devices->setRange(0, planner::kMaxDevices);
     m_devices->setSpecialValueText(tr("all"));

@@ -58,7 +58,7 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     if (o.json) {
         out << nlohmann::json(
             {{"run_id", id}, {"steps", imported.steps}, {"matched_actions", imported.matched}, {"spans", spans.size()},
-                {"clock_offsets_s", imported.clock_offsets_s}, {"times", imported.source}})
+                {"clock_offsets_s", imported.clock_offsets_s}, {"files", imported.files}, {"times", imported.source}})
                    .dump(2)
             << "\n";
         return;
@@ -66,7 +66,7 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     out << "recorded run " << id << ": " << imported.steps << " steps, " << imported.matched
         << " actions matched, times from " << imported.source << "\n";
     for (std::size_t r = 0; r < imported.clock_offsets_s.size(); ++r)
-        out << "  rank " << r << " (" << o.traces[r] << "): clock moved by " << imported.clock_offsets_s[r] * 1e3
+        out << "  rank " << r << " (" << imported.files[r] << "): clock moved by " << imported.clock_offsets_s[r] * 1e3
             << " ms\n";
     out << "  pipewright-cli history show " << id << "\n";
 }

@@ -443,6 +443,8 @@ ImportedRun importPipeliningTraces(const planner::Plan& plan, const std::vector<
         out.measured.device_names.push_back(plan.cluster->deviceName(d));
     out.measured.spans = std::move(spans);
     out.source = byRank.front()->source;
+    for (const auto& t : byRank)
+        out.files.push_back(t->file);
     return out;
 }
 

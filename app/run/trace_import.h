@@ -23,6 +23,7 @@ struct ImportedRun
     int steps = 0;
     int matched = 0; ///< compute and transfer actions matched (every one of the program's)
     std::vector<double> clock_offsets_s; ///< per rank: added to its trace's times (rank 0: 0)
+    std::vector<std::string> files; ///< per rank: the trace read as that rank (its distributedInfo's, else by order)
     std::string source; ///< "gpu_user_annotation" (device time) or "user_annotation" (host time)
 
     bool operator==(const ImportedRun&) const = default;

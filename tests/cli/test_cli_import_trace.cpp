@@ -148,6 +148,12 @@ TEST_CASE("import-trace: every action of an exported plan's traces is matched, t
     REQUIRE(run.clock_offsets_s.size() == 2);
     CHECK(run.clock_offsets_s[0] == 0);
     CHECK(run.clock_offsets_s[1] == Approx(-5.0).margin(0.01));
+    CHECK(run.files == std::vector<std::string> {traces[0].string(), traces[1].string()});
+    // The traces name their ranks: given in another order (as a shell's glob sorts rank10 before rank2), each is still
+    // read as its own rank, and said to be.
+    const auto reversed = app::importPipeliningTraces(plan, {traces[1], traces[0]});
+    CHECK(reversed.files == run.files);
+    CHECK(reversed.measured == run.measured);
     // The compute spans keep the simulator's durations.
     const auto sim = planner::simulate(p, schedule);
     std::map<std::pair<int, int>, double> durations;
@@ -210,6 +216,7 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     REQUIRE(imported.code == 0);
     const auto j = json::parse(imported.out);
     CHECK(j.at("steps") == 4);
+    CHECK(j.at("files") == json::array({traces[0].string(), traces[1].string()}));
     const std::string id = j.at("run_id");
 
     const auto shown = cli::test::cli({"history", "show", id, "--history", history, "--json"});

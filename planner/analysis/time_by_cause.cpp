@@ -453,6 +453,48 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
         replay.emplace(a, out.scale, StragglerRule {}.threshold);
     const auto ends = a.stepEnds();
     const auto spans = byDevice(measured, schedule.devices.size());
+    // How far a blocking span waited beyond the plan (0 without a prediction: nothing to follow).
+    const auto excessOf = [&](const Span& s) {
+        if (!replay)
+            return 0.0;
+        const double waited = a.ready(a.m_measured, s).t - a.m_measured.reachedAt(s);
+        return std::max(0.0, waited - replay->wait(s.device, s.action));
+    };
+    // Of the device's last few blocking spans that ended by `t`, the one that waited furthest beyond the plan, and by
+    // how much (1F1B's forward follows a receive on time, after a backward whose gradient came late).
+    const auto lateBefore = [&](int device, double t) -> std::pair<const Span*, double> {
+        const auto& ds = spans[static_cast<std::size_t>(device)].spans;
+        auto it = std::upper_bound(ds.begin(), ds.end(), t, [](double x, const Span* s) { return x < s->t0; });
+        std::pair<const Span*, double> most {nullptr, 0.0};
+        for (int looked = 0, found = 0; it != ds.begin() && looked < 64 && found < 4; ++looked) {
+            const Span* s = *--it;
+            if (!blocking(*s) || s->t1 > t)
+                continue;
+            ++found;
+            if (const double e = excessOf(*s); e > most.second)
+                most = {s, e};
+        }
+        return most;
+    };
+    // `amount` of waiting beyond the plan on `peer`, ready at `t`, goes to the device that made it late: the peer,
+    // unless the peer was itself waiting beyond the plan just before; then as much as that wait's excess goes on to
+    // whom it waited for, and so on (a chain of stages behind a straggler names the straggler).
+    const auto blame = [&](int peer, double t, double amount, std::map<int, double>& late) {
+        for (std::size_t hops = 0; amount > 0 && hops < schedule.devices.size(); ++hops) {
+            const auto [before, excess] = peer >= 0 ? lateBefore(peer, t) : std::pair<const Span*, double> {};
+            const double passed = std::min(amount, excess);
+            const Ready r = passed > 0 ? a.ready(a.m_measured, *before) : Ready {};
+            if (passed <= 0 || r.peer < 0 || r.peer == peer) {
+                late[peer] += amount;
+                return;
+            }
+            late[peer] += amount - passed;
+            peer = r.peer;
+            t = r.t;
+            amount = passed;
+        }
+        late[peer] += amount;
+    };
     double runStart = measured.spans.front().t0;
     for (const auto& s : measured.spans)
         runStart = std::min(runStart, s.t0);
@@ -539,9 +581,10 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
             step.causes.late_s = waited - step.causes.bubble_s;
             for (std::size_t j = 0; j < blocked.size() && step.causes.late_s > 0 && beyond > 0; ++j)
                 if (excess[j] > 0)
-                    late[ready[j].peer] += step.causes.late_s * excess[j] / beyond;
+                    blame(ready[j].peer, ready[j].t, step.causes.late_s * excess[j] / beyond, late);
             for (const auto& [peer, seconds] : late)
-                step.late_by.push_back({peer, seconds});
+                if (seconds > 1e-9) // what a chain passes on whole leaves rounding behind (clocks tick in us)
+                    step.late_by.push_back({peer, seconds});
             std::sort(step.late_by.begin(), step.late_by.end(),
                 [](const LatePeer& x, const LatePeer& y) { return x.seconds > y.seconds; });
             // Overlap per kind: the exposed parts swept in this step, the hidden parts of the actions ending in it.

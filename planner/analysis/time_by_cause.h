@@ -47,7 +47,9 @@ struct CauseField
 };
 std::span<const CauseField> causeFields();
 
-/// @brief How long a device waited beyond the plan on one peer.
+/// @brief How long a device waited beyond the plan on one peer: the one that made it late, followed through peers that
+/// were themselves waiting beyond the plan just before they sent or arrived (a chain of stages behind a straggler names
+/// the straggler).
 struct LatePeer
 {
     int peer = -1;
@@ -64,7 +66,7 @@ struct DeviceStep
     double t0 = 0;
     double t1 = 0;
     TimeCauses causes;
-    std::vector<LatePeer> late_by; ///< the peers it waited on beyond the plan, longest first
+    std::vector<LatePeer> late_by; ///< the peers that made it wait beyond the plan, longest first
 
     bool operator==(const DeviceStep&) const = default;
 };

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "causes_view.h"
 
+#include <QEvent>
 #include <QFontDatabase>
+#include <QFontMetrics>
 #include <QLabel>
 #include <QScrollArea>
 #include <QSplitter>
@@ -82,12 +84,43 @@ CausesView::CausesView(QWidget* parent)
     layout->addWidget(m_stragglers);
     layout->addWidget(legend);
     layout->addWidget(split, 1);
+    m_plot->installEventFilter(this);
     clear();
 }
 
 void CausesView::clear()
 {
     setDiagnosis({});
+}
+
+bool CausesView::eventFilter(QObject* watched, QEvent* event)
+{
+    if (watched == m_plot && event->type() == QEvent::Resize && m_devices > 0)
+        labelDevices(); // QCustomPlot replots on its resize
+    return QWidget::eventFilter(watched, event);
+}
+
+void CausesView::labelDevices()
+{
+    // The widest label with some room around it, against the plot's width less its axis labels and margins.
+    const int labelPx = m_plot->xAxis->tickLabelFont().pointSize() > 0
+        ? QFontMetrics(m_plot->xAxis->tickLabelFont()).horizontalAdvance(QString::number(std::max(0, m_devices - 1)))
+            + 8
+        : 24;
+    const int widthPx = std::max(1, m_plot->width() - 80); // less the value axis and the margins
+    int stride = 1;
+    for (const int s : {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000})
+        if ((stride = s) * widthPx >= m_devices * labelPx)
+            break;
+    QVector<double> x;
+    QVector<QString> labels;
+    for (int device = 0; device < m_devices; device += stride) {
+        x << device;
+        labels << QString::number(device);
+    }
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    ticker->addTicks(x, labels);
+    m_plot->xAxis->setTicker(ticker);
 }
 
 void CausesView::setDiagnosis(const app::RunDiagnosis& d)
@@ -106,11 +139,8 @@ void CausesView::setDiagnosis(const app::RunDiagnosis& d)
     }
     m_plot->clearPlottables();
     QVector<double> x;
-    QVector<QString> labels;
-    for (int device = 0; device < devices; ++device) {
+    for (int device = 0; device < devices; ++device)
         x << device;
-        labels << QString::number(device);
-    }
     QCPBars* below = nullptr;
     double top = 0;
     std::vector<planner::TimeCauses> perDevice;
@@ -132,9 +162,8 @@ void CausesView::setDiagnosis(const app::RunDiagnosis& d)
             bars->moveAbove(below);
         below = bars;
     }
-    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-    ticker->addTicks(x, labels);
-    m_plot->xAxis->setTicker(ticker);
+    m_devices = devices;
+    labelDevices();
     m_plot->xAxis->setRange(-0.6, std::max(0, devices - 1) + 0.6);
     m_plot->yAxis->setRange(0, top > 0 ? top * 1.08 : 1);
     m_plot->replot();

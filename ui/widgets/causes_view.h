@@ -29,10 +29,18 @@ public:
     QString tableText() const;
     QCustomPlot* plot() const { return m_plot; }
 
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override; ///< the plot resized: its device labels again
+
 private:
+    /// Device labels under the bars: every device while they fit, else every 2nd, 5th, 10th, ... (64 devices at
+    /// 1024 pixels).
+    void labelDevices();
+
     QLabel* m_stragglers = nullptr;
     QCustomPlot* m_plot = nullptr;
     QLabel* m_table = nullptr;
+    int m_devices = 0;
 };
 
 } // namespace pw::ui

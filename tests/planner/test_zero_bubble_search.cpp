@@ -311,3 +311,38 @@ TEST_CASE("PipeDream's DP counts what a zero-bubble I keeps for its W", "[zero-b
     CHECK(r.plan->stages.back().layerCount() == 1);
     CHECK(simulate(*r.plan).fitsMemory());
 }
+
+TEST_CASE("under memory only V-Min's activations fit, megatron picks v-min and the simulator agrees",
+    "[zero-bubble][megatron][controllable-memory]")
+{
+    // 24 layers on p = 6 devices, m = 12: 1F1B and the zero-bubble kinds stash about p stage activations, V-Half
+    // (p + 2) // 2 = 4 and V-Min (p + 4) // 3 = 3 microbatches' worth. A capacity between V-Min's estimate and
+    // V-Half's leaves V-Min alone.
+    const int p = 6, m = 12;
+    const auto roomy = chain(24, p, 1, 1, 1);
+    const auto memoryOf = [&](const std::string& kind) {
+        const megatron::Config c {p, 1, 1, 1, megatron::vShaped(kind) ? 2 : 1, Recompute::None, m, kind};
+        return megatron::estimate(megatron::configPlan(roomy, c), c).peak_memory_bytes;
+    };
+    const double vMin = memoryOf("v-min"), vHalf = memoryOf("v-half");
+    REQUIRE(vMin < vHalf);
+    for (const std::string kind : {"zb-h1", "zb-h2", "zbv", "dualpipev"}) {
+        INFO(kind);
+        REQUIRE(memoryOf(kind) > vHalf);
+    }
+    const auto tight = chain(24, p, 1, 1, 1, (vMin + vHalf) / 2);
+    const json params = {{"pipeline-sizes", {p}}, {"microbatch-sizes", {1}}, {"recompute", "off"}};
+    auto r = search(tight, params, m);
+    INFO(r.errorText());
+    REQUIRE(r.ok());
+    INFO(note(r));
+    CHECK(chosen(*r.plan).kind == "v-min");
+    const auto sim = simulate(*r.plan);
+    CHECK(sim.fitsMemory());
+    // The estimate's activations are the simulator's: the order replayed, not a bound.
+    const auto minConfig = megatron::Config {p, 1, 1, 1, 2, Recompute::None, m, "v-min"};
+    CHECK(megatron::estimate(*r.plan, minConfig).peak_memory_bytes == Approx(peak(sim)).epsilon(0.01));
+    for (const std::string kind : {"v-half", "v-min"})
+        CHECK(std::any_of(r.candidates.begin(), r.candidates.end(),
+            [&](const Candidate& c) { return c.config.at("schedule") == kind; }));
+}

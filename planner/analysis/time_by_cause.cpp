@@ -287,12 +287,13 @@ public:
     std::vector<std::size_t> m_period; ///< per device: actions per step (0: the steps differ)
 };
 
-/// Measured over predicted compute per device over the spans that have both; the median device's.
-double speedScale(const Analysis& a, const Timeline& measured)
+/// Measured over predicted compute per device over the spans that have both (of kind `kind` only, where given); the
+/// median device's.
+double speedScale(const Analysis& a, const Timeline& measured, std::optional<ActionKind> kind = std::nullopt)
 {
     std::map<int, std::pair<double, double>> perDevice;
     for (const auto& s : measured.spans)
-        if (s.lane == Lane::Compute && isCompute(s.kind)) {
+        if (s.lane == Lane::Compute && isCompute(s.kind) && (!kind || s.kind == *kind)) {
             const double p = a.predictedDuration(s);
             if (p > 0) {
                 perDevice[s.device].first += s.t1 - s.t0;
@@ -340,11 +341,16 @@ std::vector<DeviceSpans> byDevice(const Timeline& t, std::size_t devices)
 class Replay
 {
 public:
-    Replay(const Analysis& a, double scale, double cap)
+    Replay(const Analysis& a, const Timeline& measured, double cap)
         : m_a(a)
-        , m_scale(scale)
         , m_cap(cap)
     {
+        // The run's pace per kind of compute (the median device's measured over predicted): a forward, a backward and
+        // an optimizer step can each be off the prediction by their own factor on every device alike, which is the
+        // model's error, not a late device.
+        for (const auto& s : measured.spans)
+            if (s.lane == Lane::Compute && isCompute(s.kind) && !m_pace.count(s.kind))
+                m_pace[s.kind] = speedScale(a, measured, s.kind);
         const auto& s = a.m_schedule;
         const std::size_t n = s.devices.size();
         m_wait.resize(n);
@@ -422,7 +428,8 @@ private:
         } else if (sp && sp->lane == Lane::Compute) {
             double duration = sp->t1 - sp->t0;
             if (const double p = m_a.predictedDuration(*sp); p > 0)
-                duration = std::min(duration, m_cap * m_scale * p);
+                if (const auto pace = m_pace.find(sp->kind); pace != m_pace.end())
+                    duration = std::min(duration, m_cap * pace->second * p);
             cursor += duration;
         }
         ++pc;
@@ -430,7 +437,8 @@ private:
     }
 
     const Analysis& m_a;
-    double m_scale = 1, m_cap = 1.5;
+    double m_cap = 1.5;
+    std::map<ActionKind, double> m_pace; ///< per compute kind: the run's measured over predicted
     std::vector<std::vector<double>> m_wait;
     std::vector<double> m_cursor;
     std::vector<std::size_t> m_pc;
@@ -450,7 +458,7 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
     out.scale = a.m_hasPrediction ? speedScale(a, measured) : 1.0;
     std::optional<Replay> replay;
     if (a.m_hasPrediction)
-        replay.emplace(a, out.scale, StragglerRule {}.threshold);
+        replay.emplace(a, measured, StragglerRule {}.threshold);
     const auto ends = a.stepEnds();
     const auto spans = byDevice(measured, schedule.devices.size());
     // How far a blocking span waited beyond the plan (0 without a prediction: nothing to follow).
@@ -476,15 +484,16 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
         }
         return most;
     };
-    // `amount` of waiting beyond the plan on `peer`, ready at `t`, goes to the device that made it late: the peer,
-    // unless the peer was itself waiting beyond the plan just before; then as much as that wait's excess goes on to
-    // whom it waited for, and so on (a chain of stages behind a straggler names the straggler).
-    const auto blame = [&](int peer, double t, double amount, std::map<int, double>& late) {
+    // `amount` of device `origin`'s waiting beyond the plan on `peer`, ready at `t`, goes to the device that made it
+    // late: the peer, unless the peer was itself waiting beyond the plan just before; then as much as that wait's
+    // excess goes on to whom it waited for, and so on (a chain of stages behind a straggler names the straggler),
+    // short of `origin` itself (a wait that went round comes back to the peer that passed it on).
+    const auto blame = [&](int origin, int peer, double t, double amount, std::map<int, double>& late) {
         for (std::size_t hops = 0; amount > 0 && hops < schedule.devices.size(); ++hops) {
             const auto [before, excess] = peer >= 0 ? lateBefore(peer, t) : std::pair<const Span*, double> {};
             const double passed = std::min(amount, excess);
             const Ready r = passed > 0 ? a.ready(a.m_measured, *before) : Ready {};
-            if (passed <= 0 || r.peer < 0 || r.peer == peer) {
+            if (passed <= 0 || r.peer < 0 || r.peer == peer || r.peer == origin) {
                 late[peer] += amount;
                 return;
             }
@@ -581,7 +590,8 @@ TimeByCause timeByCause(const Timeline& measured, const Timeline& predicted, con
             step.causes.late_s = waited - step.causes.bubble_s;
             for (std::size_t j = 0; j < blocked.size() && step.causes.late_s > 0 && beyond > 0; ++j)
                 if (excess[j] > 0)
-                    blame(ready[j].peer, ready[j].t, step.causes.late_s * excess[j] / beyond, late);
+                    blame(
+                        static_cast<int>(d), ready[j].peer, ready[j].t, step.causes.late_s * excess[j] / beyond, late);
             for (const auto& [peer, seconds] : late)
                 if (seconds > 1e-9) // what a chain passes on whole leaves rounding behind (clocks tick in us)
                     step.late_by.push_back({peer, seconds});
@@ -738,7 +748,8 @@ std::string timeByCauseText(const TimeByCause& t, const std::vector<Straggler>& 
     if (steps == 0)
         return "time by cause: no complete step measured\n";
     std::snprintf(buf, sizeof buf,
-        "time by cause, per step (mean of %d complete steps; the plan's waits scaled by %.2f, the measured pace):\n",
+        "time by cause, per step (mean of %d complete steps; the plan replayed at the run's pace, %.2fx the "
+        "prediction):\n",
         steps, t.scale);
     out += buf;
     std::snprintf(buf, sizeof buf, "  %-7s %10s %14s %14s %14s %14s %14s %14s\n", "device", "step (ms)", "compute",

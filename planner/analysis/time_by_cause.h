@@ -89,10 +89,10 @@ std::string_view toString(CommOverlap::Kind kind); ///< "p2p", "all-reduce"
 /// @brief The time by cause of a run so far.
 struct TimeByCause
 {
-    /// Measured over predicted compute of the median device (of an even count, the mean of the middle two; per
-    /// device: its measured actions' durations over the
-    /// prediction's of the same actions): what the prediction's waits are scaled by to give the plan's bubble at the
-    /// run's speed. 1 without a prediction.
+    /// The run's pace: measured over predicted compute of the median device (of an even count, the mean of the middle
+    /// two; per device: its measured actions' durations over the prediction's of the same actions). The plan's bubble
+    /// is a replay at the run's pace per kind of action (timeByCause); this is what the text and the app show. 1
+    /// without a prediction.
     double scale = 1;
     std::vector<DeviceStep> steps; ///< complete steps only, by step then device
     std::vector<CommOverlap> overlap; ///< one per kind that ran

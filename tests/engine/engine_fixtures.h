@@ -52,6 +52,22 @@ struct StageCut
     int pipeline = 0; ///< HetPipe's virtual worker (schedule "wsp"); 0 for one pipeline
 };
 
+/// One-layer stages of layers 0..7: `v` in a V on 4 devices (stage s on device s, then 7 - s), `straight` one per
+/// device on 8: a V plan and the 1F1B plan it must train like.
+struct VCuts
+{
+    std::vector<StageCut> v, straight;
+};
+inline VCuts vOnFourDevices()
+{
+    VCuts c;
+    for (int s = 0; s < 8; ++s) {
+        c.v.push_back({s, s, {s < 4 ? s : 7 - s}});
+        c.straight.push_back({s, s, {s}});
+    }
+    return c;
+}
+
 /// The model cut into `stages` on one node of enough "cpu" devices, under `kind` with `microbatches` per step.
 inline planner::Plan gpt2Plan(const planner::TransformerConfig& shape, const std::vector<StageCut>& stages,
     const std::string& kind = "1f1b", int microbatches = 4, int chunks = 1)

@@ -17,6 +17,7 @@ using pw::planner::ActionKind;
 using pw::test::gpt2Plan;
 using pw::test::StageCut;
 using pw::test::tinyGpt2;
+using pw::test::vOnFourDevices;
 
 namespace {
 
@@ -152,12 +153,7 @@ TEST_CASE("zero-bubble plans train to 1F1B's losses and weights with 2 and 4 sta
     }
     SECTION("zbv 4 devices: 8 virtual stages in a V")
     {
-        std::vector<StageCut> v, straight;
-        const int devices[8] = {0, 1, 2, 3, 3, 2, 1, 0};
-        for (int s = 0; s < 8; ++s) {
-            v.push_back({s, s, {devices[s]}});
-            straight.push_back({s, s, {s}});
-        }
+        const auto [v, straight] = vOnFourDevices();
         compare(gpt2Plan(shape, v, "zbv", m, 2), gpt2Plan(shape, straight, "1f1b", m));
     }
     SECTION("dualpipev 2 devices: 4 virtual stages in a V, F&B pairs")
@@ -167,22 +163,12 @@ TEST_CASE("zero-bubble plans train to 1F1B's losses and weights with 2 and 4 sta
     }
     SECTION("dualpipev 4 devices: 8 virtual stages in a V, the 8 microbatches it needs")
     {
-        std::vector<StageCut> v, straight;
-        const int devices[8] = {0, 1, 2, 3, 3, 2, 1, 0};
-        for (int s = 0; s < 8; ++s) {
-            v.push_back({s, s, {devices[s]}});
-            straight.push_back({s, s, {s}});
-        }
+        const auto [v, straight] = vOnFourDevices();
         compare(gpt2Plan(shape, v, "dualpipev", m, 2), gpt2Plan(shape, straight, "1f1b", m));
     }
     SECTION("v-half and v-min 4 devices: 8 virtual stages in a V, the authors' greedy order")
     {
-        std::vector<StageCut> v, straight;
-        const int devices[8] = {0, 1, 2, 3, 3, 2, 1, 0};
-        for (int s = 0; s < 8; ++s) {
-            v.push_back({s, s, {devices[s]}});
-            straight.push_back({s, s, {s}});
-        }
+        const auto [v, straight] = vOnFourDevices();
         for (const char* kind : {"v-half", "v-min"}) {
             INFO(kind);
             compare(gpt2Plan(shape, v, kind, m, 2), gpt2Plan(shape, straight, "1f1b", m));

@@ -12,42 +12,15 @@
 #include "planner/partition/megatron.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "zero_bubble_fixtures.h"
 
 using namespace pw::planner;
 
 namespace {
 
-struct ChunkTimes
-{
-    double f = 1, i = 1, w = 1; ///< per virtual stage (one chunk), ms
-};
-
-/// 2p virtual stages of one layer in a V on p devices, nothing transferred, no latency, a free optimizer step; each
-/// layer stashes 1 MB (and keeps `kept` bytes from its I to its W) and has no weights.
-Plan vPlan(int p, int m, const std::string& kind, ChunkTimes t = {}, double kept = 0)
-{
-    Plan plan = pw::test::chainPlan(2 * p, m, kind, {t.f, t.i + t.w, 0, 0, 1e6}, {80e9, 100, 1e11, 0, 0, 0});
-    for (auto& layer : plan.model.edit().layers) {
-        layer.backward_input_ms = t.i;
-        layer.backward_weight_ms = t.w;
-        layer.weight_gradient_bytes = kept;
-    }
-    plan.cluster.edit().nodes[0].count = p;
-    for (int s = p; s < 2 * p; ++s)
-        plan.stages[s].devices = {2 * p - 1 - s};
-    plan.schedule.chunks = 2;
-    plan.schedule.iterations = 1;
-    return plan;
-}
-
-SimulationResult run(const Plan& plan)
-{
-    const auto schedule = generateSchedule(plan);
-    const auto report = validate(schedule, plan);
-    INFO((report.errors.empty() ? std::string() : report.errors.front()));
-    REQUIRE(report.ok);
-    return simulate(plan, schedule);
-}
+using pw::test::ChunkTimes;
+using pw::test::validatedRun;
+using pw::test::vPlan;
 
 /// The bubble at equal pass times T (per chunk), in T: derived from the construction (the warm-up's and cool-down's
 /// passes that the squeeze cannot fill) and the paper's rates, about p / 2m (V-Half) and 2p / 3m (V-Min) of the
@@ -93,7 +66,7 @@ TEST_CASE("V-Half and V-Min hold the authors' fraction of 1F1B's activations", "
         for (int p = 1; p <= 12; ++p)
             for (int m : {1, 2, p, 2 * p, 3 * p + 1}) {
                 INFO(kind << " p = " << p << " m = " << m);
-                const auto r = run(vPlan(p, m, kind));
+                const auto r = validatedRun(vPlan(p, m, kind));
                 int peak = 0;
                 for (int rank = 0; rank < p; ++rank) {
                     const double bytes = r.devices[rank].peak_memory_bytes;
@@ -102,7 +75,7 @@ TEST_CASE("V-Half and V-Min hold the authors' fraction of 1F1B's activations", "
                 }
                 CHECK(peak == peakChunkStashes(kind, p, m));
                 CHECK(megatron::kindPeakStashes(kind, p, 2, m, 0) <= peak);
-                const auto kept = run(vPlan(p, m, kind, {}, 0.25e6));
+                const auto kept = validatedRun(vPlan(p, m, kind, {}, 1, 0.25e6));
                 for (int rank = 0; rank < p; ++rank)
                     CHECK(megatron::kindPeakActivationBytes(kind, p, 2, m, rank, 1e6, 0.25e6)
                         == Approx(kept.devices[rank].peak_memory_bytes));
@@ -118,7 +91,7 @@ TEST_CASE("V-Half's and V-Min's bubble at equal pass times is their closed form"
             for (int p = 1; p <= 10; ++p)
                 for (int m : {2 * p, 2 * p + 1, 3 * p + 2}) {
                     INFO(kind << " p = " << p << " m = " << m << " T = " << unit);
-                    const auto r = run(vPlan(p, m, kind, {unit, unit, unit}));
+                    const auto r = validatedRun(vPlan(p, m, kind, {unit, unit, unit}));
                     const double closed = equalTimesBubble(kind, p) * unit * 1e-3;
                     for (std::size_t d = 0; d < r.devices.size(); ++d) {
                         INFO("device " << d);
@@ -140,7 +113,7 @@ TEST_CASE("The Megatron estimate replays V-Half's and V-Min's order when F, I an
             for (int p : {2, 3, 4, 6})
                 for (int m : {p, 2 * p, 4 * p}) {
                     INFO(kind << " F " << t.f << " I " << t.i << " W " << t.w << " p = " << p << " m = " << m);
-                    const auto r = run(vPlan(p, m, kind, t));
+                    const auto r = validatedRun(vPlan(p, m, kind, t));
                     const double bubble = r.makespan_s - r.devices[0].busy_s;
                     CHECK(megatron::pipelineBubble(kind, p, 2, m, 2e-3 * t.f, 2e-3 * t.i, 2e-3 * t.w)
                         == Approx(bubble).margin(1e-12));

@@ -12,42 +12,15 @@
 #include "planner/partition/megatron.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "zero_bubble_fixtures.h"
 
 using namespace pw::planner;
 
 namespace {
 
-/// @brief Per virtual stage (one chunk) times in ms: forward, input gradient, weight gradient.
-struct ChunkTimes
-{
-    double f = 1, i = 1, w = 1;
-};
-
-/// 2p virtual stages of one layer in a V on p devices (virtual stage s on device s for s < p, on 2p - 1 - s after),
-/// nothing transferred, no latency, a free optimizer step; each layer stashes 1 MB and has no weights.
-Plan vPlan(int p, int m, const std::string& kind, ChunkTimes t = {}, int iterations = 1)
-{
-    Plan plan = pw::test::chainPlan(2 * p, m, kind, {t.f, t.i + t.w, 0, 0, 1e6}, {80e9, 100, 1e11, 0, 0, 0});
-    for (auto& layer : plan.model.edit().layers) {
-        layer.backward_input_ms = t.i;
-        layer.backward_weight_ms = t.w;
-    }
-    plan.cluster.edit().nodes[0].count = p;
-    for (int s = p; s < 2 * p; ++s)
-        plan.stages[s].devices = {2 * p - 1 - s};
-    plan.schedule.chunks = 2;
-    plan.schedule.iterations = iterations;
-    return plan;
-}
-
-SimulationResult run(const Plan& plan)
-{
-    const auto schedule = generateSchedule(plan);
-    const auto report = validate(schedule, plan);
-    INFO((report.errors.empty() ? std::string() : report.errors.front()));
-    REQUIRE(report.ok);
-    return simulate(plan, schedule);
-}
+using pw::test::ChunkTimes;
+using pw::test::validatedRun;
+using pw::test::vPlan;
 
 /// One device's compute actions as torch prints them ({stage}{F|B|I|W}{microbatch}, an F&B pair in parentheses).
 std::string order(const Schedule& schedule, int device)
@@ -152,7 +125,7 @@ TEST_CASE("DualPipeV's bubble is DeepSeek's closed form (PP/2 - 1)(F&B + B - 3W)
                 for (int m : {2 * p, 2 * p + 1, 3 * p + 2}) {
                     const ChunkTimes t {f, f, w * f};
                     INFO("F " << t.f << " I " << t.i << " W " << t.w << " p = " << p << " m = " << m);
-                    const auto r = run(vPlan(p, m, "dualpipev", t));
+                    const auto r = validatedRun(vPlan(p, m, "dualpipev", t));
                     const double b = t.i + t.w, fb = t.f + b;
                     const double closed = (p - 1) * (fb + b - 3 * t.w) * 1e-3;
                     const double work = 2 * m * (t.f + b) * 1e-3; // two chunks per device
@@ -176,7 +149,7 @@ TEST_CASE("DualPipeV's bubble when a chunk's forward and input gradient differ",
         for (int p : {1, 2, 3, 4, 7})
             for (int m : {2 * p, 2 * p + 1, 3 * p + 2}) {
                 INFO("F " << t.f << " I " << t.i << " W " << t.w << " p = " << p << " m = " << m);
-                const auto r = run(vPlan(p, m, "dualpipev", t));
+                const auto r = validatedRun(vPlan(p, m, "dualpipev", t));
                 const double b = t.i + t.w;
                 const double closed
                     = ((p - 1) * (2 * t.f + t.i - t.w) + std::max(0, p - 2) * std::max(0.0, t.i - t.f)) * 1e-3;
@@ -198,7 +171,7 @@ TEST_CASE("DualPipeV stashes 2p + 1 chunk activations at its peak", "[dualpipev]
     for (int p = 2; p <= 6; ++p)
         for (int m : {2 * p, 4 * p}) {
             INFO("p = " << p << " m = " << m);
-            const auto r = run(vPlan(p, m, "dualpipev"));
+            const auto r = validatedRun(vPlan(p, m, "dualpipev"));
             for (int rank = 0; rank < p; ++rank) {
                 INFO("rank " << rank);
                 // Per device: the sum over its two chunks of the stashed microbatches at the device's peak, which

@@ -20,6 +20,7 @@
 #include "planner/partition/partitioner.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "zero_bubble_fixtures.h"
 
 using namespace pw::planner;
 
@@ -47,11 +48,7 @@ Plan zbPlan(int p, int m, const std::string& kind, Times t = {}, int iterations 
 
 SimulationResult run(const Plan& plan)
 {
-    const auto schedule = generateSchedule(plan);
-    const auto report = validate(schedule, plan);
-    INFO((report.errors.empty() ? std::string() : report.errors.front()));
-    REQUIRE(report.ok);
-    return simulate(plan, schedule);
+    return pw::test::validatedRun(plan);
 }
 
 int peakStashed(const SimulationResult& r)
@@ -271,18 +268,7 @@ namespace {
 /// layer (half a 1F1B stage each), virtual stage s on device s for s < p and on device 2p - 1 - s after.
 Plan zbvPlan(int p, int m, Times t = {}, int iterations = 1)
 {
-    Plan plan
-        = pw::test::chainPlan(2 * p, m, "zbv", {t.f / 2, (t.b + t.w) / 2, 0, 0, 0.5e6}, {80e9, 100, 1e11, 0, 0, 0});
-    for (auto& layer : plan.model.edit().layers) {
-        layer.backward_input_ms = t.b / 2;
-        layer.backward_weight_ms = t.w / 2;
-    }
-    plan.cluster.edit().nodes[0].count = p;
-    for (int s = p; s < 2 * p; ++s)
-        plan.stages[s].devices = {2 * p - 1 - s};
-    plan.schedule.chunks = 2;
-    plan.schedule.iterations = iterations;
-    return plan;
+    return pw::test::vPlan(p, m, "zbv", {t.f / 2, t.b / 2, t.w / 2}, iterations, 0, 0.5e6);
 }
 
 /// 1F1B over the same layers: p stages of two layers.

@@ -18,6 +18,7 @@
 #include "planner/partition/megatron.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
+#include "zero_bubble_fixtures.h"
 
 using namespace pw::planner;
 
@@ -39,11 +40,7 @@ Plan keptPlan(int p, int m, const std::string& kind, double kept, bool recompute
 
 SimulationResult run(const Plan& plan)
 {
-    const auto schedule = generateSchedule(plan);
-    const auto report = validate(schedule, plan);
-    INFO((report.errors.empty() ? std::string() : report.errors.front()));
-    REQUIRE(report.ok);
-    return simulate(plan, schedule);
+    return pw::test::validatedRun(plan);
 }
 
 /// `layers` equal layers (F = I = W = 1 ms, 1 MB stashed, 1 MB of weights, `kept` bytes from I to W) for Megatron's

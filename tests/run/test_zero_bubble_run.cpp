@@ -20,6 +20,7 @@ using planner::ActionKind;
 using pw::test::gpt2Plan;
 using pw::test::StageCut;
 using pw::test::tinyGpt2;
+using pw::test::vOnFourDevices;
 
 namespace {
 
@@ -100,12 +101,7 @@ TEST_CASE("zbv through agents gives 1F1B's losses on 2 and 4 devices", "[run][lo
     }
     SECTION("4 devices")
     {
-        std::vector<StageCut> v, straight;
-        const int devices[8] = {0, 1, 2, 3, 3, 2, 1, 0};
-        for (int s = 0; s < 8; ++s) {
-            v.push_back({s, s, {devices[s]}});
-            straight.push_back({s, s, {s}});
-        }
+        const auto [v, straight] = vOnFourDevices();
         runAndCompare(gpt2Plan(shape, v, "zbv", kMicrobatches, 2), gpt2Plan(shape, straight, "1f1b", kMicrobatches));
     }
 }

@@ -108,10 +108,34 @@ public:
         auto sol = solvePipeDream(problem, solveOptions, &cancelled);
         if (!cancelled && problem.first_stage_in_flight > 0 && sol.feasible)
             sol = lowerFirstStageBound(problem, solveOptions, *traits, std::move(sol), cancelled);
+        // Chunks over replicated stages run as equal copies of the pipeline (interleaving's rounds, a V): an answer
+        // with unequal replicas cannot be re-cut into chunks, so the DP plans a straight pipeline instead.
+        const bool equalCopies = plan.schedule.chunks > 1 && traits
+            && (traits->chunks == ChunkRule::WholeRounds || traits->chunks == ChunkRule::V);
+        if (!cancelled && sol.feasible && equalCopies && !problem.straight) {
+            std::string config;
+            bool unequal = false;
+            for (const auto& s : sol.stages) {
+                config += (config.empty() ? "" : "-") + std::to_string(s.replicas());
+                unequal = unequal || s.replicas() != sol.stages.front().replicas();
+            }
+            if (unequal) {
+                problem.straight = true;
+                if (problem.first_stage_in_flight > 0)
+                    problem.first_stage_in_flight = firstStageInFlight(*traits, *devices, 1);
+                sol = solvePipeDream(problem, solveOptions, &cancelled);
+                if (!cancelled && problem.first_stage_in_flight > 0 && sol.feasible)
+                    sol = lowerFirstStageBound(problem, solveOptions, *traits, std::move(sol), cancelled);
+                diag.push_back({Severity::Info, "straight",
+                    "'" + plan.schedule.kind + "' runs its " + std::to_string(plan.schedule.chunks)
+                        + " chunks per device over equal replicas of every stage; the DP's answer (" + config
+                        + ") has unequal ones, so it planned a straight pipeline (one device per stage)"});
+            }
+        }
         if (cancelled)
             return detail::failure("cancelled", "partitioning was cancelled");
         if (!sol.feasible) {
-            std::string why = opt.straight && model->layerCount() < *devices
+            std::string why = problem.straight && model->layerCount() < *devices
                 ? "a straight pipeline needs at least one layer per device"
                 : opt.memory_limit ? "no partition fits device memory"
                                    : "no finite-cost partition exists";
@@ -121,7 +145,7 @@ public:
         plan.stages = std::move(sol.stages);
         plan.objective_s = sol.objective_s;
         plan.algorithm_options
-            = {{"variant", "paper"}, {"levels", detail::levelsText(problem.levels)}, {"straight", opt.straight},
+            = {{"variant", "paper"}, {"levels", detail::levelsText(problem.levels)}, {"straight", problem.straight},
                 {"per_worker_allreduce", opt.per_worker_allreduce}, {"memory_limit", opt.memory_limit}};
         interleave(plan, diag);
         finish(plan, opt, false, diag);

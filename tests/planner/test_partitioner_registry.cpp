@@ -3,7 +3,9 @@
 // every layer placed once (per pipeline), devices from the cluster, memory respected where the algorithm promises it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
+#include <string>
 
 #include "planner/device_presets.h"
 #include "planner/io/graph_txt.h"
@@ -166,4 +168,36 @@ TEST_CASE("a partitioner can be cancelled", "[registry]")
     auto result = findPartitioner("pipedream")->partition({gpt, c, {}}, {}, stop.get_token());
     CHECK_FALSE(result.ok());
     CHECK(result.diagnostics.at(0).code == "cancelled");
+}
+
+TEST_CASE("PipeDream with a chunked kind plans equal copies of the pipeline, straight when the DP replicated unevenly",
+    "[registry]")
+{
+    // The demo GPT on 8 H100s: the DP's answer is 6-2, which no chunked schedule can run (interleaving's rounds and a
+    // V run every stage on as many replicas); the plan is a straight pipeline, re-cut into chunks, and says why.
+    const auto model = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
+    const auto cluster = loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    for (const std::string kind : {"interleaved", "zbv", "dualpipev", "v-half", "v-min"}) {
+        INFO(kind);
+        PartitionOptions o;
+        o.schedule.kind = kind;
+        o.schedule.chunks = 2;
+        o.schedule.microbatches = 16;
+        const auto r = findPartitioner("pipedream")->partition({model, cluster, o}, {}, {});
+        INFO(r.errorText());
+        REQUIRE(r.ok());
+        CHECK(r.plan->stageCount() == 16);
+        for (const auto& s : r.plan->stages)
+            CHECK(s.replicas() == 1);
+        CHECK(validate(generateSchedule(*r.plan), *r.plan).ok);
+        CHECK(std::any_of(r.diagnostics.begin(), r.diagnostics.end(), [&](const Diagnostic& d) {
+            return d.code == "straight" && d.message.find("(6-2) has unequal ones") != std::string::npos;
+        }));
+    }
+    // One chunk: the DP's own answer stands.
+    PartitionOptions one;
+    one.schedule.microbatches = 16;
+    const auto r = findPartitioner("pipedream")->partition({model, cluster, one}, {}, {});
+    REQUIRE(r.ok());
+    CHECK(r.plan->stageCount() == 2);
 }

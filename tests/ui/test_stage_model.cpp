@@ -222,3 +222,17 @@ TEST_CASE("the metrics panel's plan line wraps in a narrow dock, never cut", "[w
     REQUIRE(shown != labels.end());
     CHECK((*shown)->wordWrap());
 }
+
+TEST_CASE("the metrics panel counts a plan's pipeline stages, and its chunks apart", "[widgets]")
+{
+    // A V on 2 devices (4 virtual stages) read "4 stages (1-1)" while a long configuration counted its pipeline
+    // stages ("32 stages × 1"): both count pipeline stages now, and say the chunks.
+    const auto shape = pw::test::tinyGpt2(2);
+    planner::Plan plan
+        = pw::test::gpt2Plan(shape, {{0, 0, {0}}, {1, 1, {1}}, {2, 2, {1}}, {3, 3, {0}}}, "v-half", 4, 2);
+    ui::PlanDocument doc;
+    ui::MetricsPanel panel(doc);
+    doc.reset(plan);
+    REQUIRE(doc.waitForPrediction());
+    CHECK(panel.value(QStringLiteral("plan")).startsWith(QStringLiteral("2 stages (1-1), 2 chunks each, 4 × ")));
+}

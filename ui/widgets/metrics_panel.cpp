@@ -128,8 +128,11 @@ void MetricsPanel::refresh()
     }
     const auto& plan = m_document.plan();
     const QString config = QString::fromStdString(plan.configString());
-    const QString stages
-        = configText(config) != config ? configText(config) : tr("%1 stages (%2)").arg(plan.stageCount()).arg(config);
+    // Pipeline stages as the configuration counts them (a device's chunks are one stage of it), then the chunks.
+    QString stages = configText(config) != config ? configText(config)
+                                                  : tr("%1 stages (%2)").arg(plan.pipelineDepth()).arg(config);
+    if (plan.schedule.chunks > 1)
+        stages += tr(", %1 chunks each").arg(plan.schedule.chunks);
     // A plan cut by hand (or loaded without one) names no algorithm.
     const QString by
         = plan.algorithm.empty() ? tr("cut by hand") : tr("by %1").arg(QString::fromStdString(plan.algorithm));

@@ -87,12 +87,17 @@ Slots putWeights(Slots s, bool split)
     return s;
 }
 
-/// Peak chunk activations of a rank in the authors' count: +1 at a forward, -1 at a weight gradient; without the
-/// weight gradients placed (`weights` false) every free slot runs one that is waiting.
-int peakActivations(const std::vector<int>& at, bool weights)
+/// A rank's chunk activations in the authors' count, slot by slot: +1 at a forward, -1 at a weight gradient; without
+/// the weight gradients placed (`weights` false) every free slot runs one that is waiting.
+struct Activations
 {
-    int current = 0, peak = 0, waiting = 0;
-    for (int type : at) {
+    int current = 0;
+    int waiting = 0; ///< input gradients whose W has not run
+
+    bool operator==(const Activations&) const = default;
+
+    void step(int type, bool weights)
+    {
         if (type == kF || type == kFUp)
             ++current;
         else if (type == kB || type == kBUp)
@@ -103,23 +108,69 @@ int peakActivations(const std::vector<int>& at, bool weights)
             --current;
             --waiting;
         }
-        peak = std::max(peak, current);
     }
-    return peak;
+};
+
+/// The activations after each slot of a rank.
+std::vector<Activations> activationsBySlot(const std::vector<int>& at, bool weights)
+{
+    std::vector<Activations> out(at.size());
+    Activations a;
+    for (std::size_t t = 0; t < at.size(); ++t) {
+        a.step(at[t], weights);
+        out[t] = a;
+    }
+    return out;
+}
+
+/// Whether a rank whose slots `at` changed at `from` and `to` only (from < to) stays within `bound` activations, given
+/// `before`, its activations by slot before the change (all within `bound`): replayed from `from` until they meet the
+/// old ones again past `to` (the same state and slots from there on). On true, `before` becomes the new ones.
+bool staysWithin(
+    const std::vector<int>& at, bool weights, int from, int to, int bound, std::vector<Activations>& before)
+{
+    Activations a = from > 0 ? before[static_cast<std::size_t>(from - 1)] : Activations {};
+    std::vector<Activations> changed;
+    for (auto t = static_cast<std::size_t>(from); t < at.size(); ++t) {
+        a.step(at[t], weights);
+        if (a.current > bound)
+            return false;
+        if (static_cast<int>(t) >= to && a == before[t])
+            break;
+        changed.push_back(a);
+    }
+    std::copy(changed.begin(), changed.end(), before.begin() + from);
+    return true;
 }
 
 /// One pass of the pipeline: (slot, rank, type, microbatch).
 using Item = std::tuple<int, int, int, int>;
 
-/// Every pass in slot order (ties by rank, type, microbatch, as the authors' scan).
+/// Every pass in slot order (ties by rank, type, microbatch, as the authors' scan): a counting sort by slot of the
+/// passes listed in (rank, type, microbatch) order, which keeps that order within a slot.
 std::vector<Item> slotOrder(const Pipeline& pipe)
 {
-    std::vector<Item> items;
+    int last = -1;
+    std::size_t n = 0;
+    for (const auto& s : pipe) {
+        last = std::max(last, lastSlot(s));
+        for (const auto& type : s)
+            n += type.size();
+    }
+    std::vector<std::size_t> first(static_cast<std::size_t>(last) + 2, 0);
+    for (const auto& s : pipe)
+        for (const auto& type : s)
+            for (int slot : type)
+                ++first[static_cast<std::size_t>(slot) + 1];
+    for (std::size_t i = 1; i < first.size(); ++i)
+        first[i] += first[i - 1];
+    std::vector<Item> items(n);
     for (int r = 0; r < static_cast<int>(pipe.size()); ++r)
         for (int t = 0; t < static_cast<int>(pipe[r].size()); ++t)
-            for (int k = 0; k < static_cast<int>(pipe[r][t].size()); ++k)
-                items.emplace_back(pipe[r][t][k], r, t, k);
-    std::sort(items.begin(), items.end());
+            for (int k = 0; k < static_cast<int>(pipe[r][t].size()); ++k) {
+                const int slot = pipe[r][t][k];
+                items[first[static_cast<std::size_t>(slot)]++] = {slot, r, t, k};
+            }
     return items;
 }
 
@@ -158,11 +209,14 @@ Pipeline squeeze(Pipeline pipe, bool weights)
         for (auto& s : pipe)
             s = putWeights(std::move(s), false);
     std::vector<std::vector<int>> at(p), taken(p);
+    std::vector<std::vector<Activations>> held(p);
     int bound = 0;
     for (int r = 0; r < p; ++r) {
         at[r] = occupancy(pipe[r], lastSlot(pipe[r]) + 1);
         taken[r].assign(at[r].size(), 0);
-        bound = std::max(bound, peakActivations(at[r], weights));
+        held[r] = activationsBySlot(at[r], weights);
+        for (const auto& a : held[r])
+            bound = std::max(bound, a.current);
     }
     int phase = 0;
     for (const auto& [next, r, t, k] : slotOrder(pipe)) {
@@ -191,15 +245,13 @@ Pipeline squeeze(Pipeline pipe, bool weights)
         if (k > 0)
             ready = std::max(ready, s[t][k - 1]);
         assert(ready < next);
-        // With the W placed, only a forward moved earlier can raise the rank's activations.
-        const bool check = !weights || t == kF || t == kFUp;
         int chosen = next;
         for (int slot = ready + 1; slot < next; ++slot) {
             if (taken[r][slot])
                 continue;
             at[r][next] = -1;
             at[r][slot] = t;
-            if (!check || peakActivations(at[r], weights) <= bound) {
+            if (staysWithin(at[r], weights, slot, next, bound, held[r])) {
                 chosen = slot;
                 break;
             }

@@ -187,3 +187,18 @@ TEST_CASE("why slow labels every device while the labels fit, every 5th or 10th 
     CHECK(thinned >= 4);
     CHECK(thinned <= 16);
 }
+
+TEST_CASE("run monitor: a run without losses says so over its empty curves", "[ui][run]")
+{
+    // A run imported from PyTorch profiler traces has spans but no loss or throughput: the plot says why it is empty.
+    planner::Plan plan = test::chainPlan(2, 4, "1f1b");
+    const auto predicted = planner::simulate(plan).timeline;
+    auto run = snapshot(plan, predicted, test::asMeasured(predicted));
+    ui::RunMonitor monitor;
+    monitor.showSnapshot(run);
+    CHECK_FALSE(monitor.curvesSayNone());
+    run->losses.clear();
+    monitor.showSnapshot(run);
+    CHECK(monitor.lossPoints() == 0);
+    CHECK(monitor.curvesSayNone());
+}

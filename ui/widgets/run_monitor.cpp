@@ -72,6 +72,14 @@ RunMonitor::RunMonitor(QWidget* parent)
     auto* tps = m_curves->addGraph(m_curves->xAxis, m_curves->yAxis2);
     tps->setName(tr("throughput"));
     tps->setPen(QPen(QColor(255, 127, 14), 1.5));
+    m_noCurves = new QCPItemText(m_curves);
+    m_noCurves->position->setType(QCPItemPosition::ptAxisRectRatio);
+    m_noCurves->position->setCoords(0.5, 0.5);
+    // Short lines: the plot may be a hundred pixels wide at 1024x700. (A run imported from profiler traces has none.)
+    m_noCurves->setText(tr("no loss or\nthroughput\nrecorded"));
+    m_noCurves->setClipToAxisRect(false);
+    m_noCurves->setColor(palette().color(QPalette::PlaceholderText));
+    m_noCurves->setVisible(false);
     m_curves->legend->setVisible(true);
     m_curves->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
     m_curves->legend->setIconSize(16, 8);
@@ -341,6 +349,7 @@ void RunMonitor::showSnapshot(std::shared_ptr<const app::RunSnapshot> s)
         tps.push_back(t.value);
     tps.resize(losses.size(), std::nan(""));
     setCurves(steps, losses, tps);
+    m_noCurves->setVisible(s->losses.empty() && s->tokens_per_s.empty());
     for (const auto& l : s->logs)
         appendLog(l.agent < 0 ? tr("controller") : tr("agent %1").arg(l.agent), QString::fromStdString(l.level),
             QString::fromStdString(l.text));
@@ -356,6 +365,7 @@ void RunMonitor::setCurves(
     const std::vector<double>& steps, const std::vector<double>& losses, const std::vector<double>& tokensPerS)
 {
     const QVector<double> x(steps.begin(), steps.end());
+    m_noCurves->setVisible(false);
     m_curves->graph(0)->setData(x, QVector<double>(losses.begin(), losses.end()), true);
     m_curves->graph(1)->setData(x, QVector<double>(tokensPerS.begin(), tokensPerS.end()), true);
     if (!steps.empty()) {
@@ -419,6 +429,11 @@ void RunMonitor::setStalls(
             table->scrollToItem(table->item(row, 0), QAbstractItemView::PositionAtBottom);
         });
     }
+}
+
+bool RunMonitor::curvesSayNone() const
+{
+    return m_noCurves->visible();
 }
 
 int RunMonitor::lossPoints() const

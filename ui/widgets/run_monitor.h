@@ -11,6 +11,7 @@
 
 #include "app/run/snapshot.h"
 
+class QCPItemText;
 class QCustomPlot;
 class QLabel;
 class QPlainTextEdit;
@@ -57,6 +58,8 @@ public:
     CausesView* causes() const { return m_causes; }
     /// Points on the loss curve (tests).
     int lossPoints() const;
+    /// Whether the curves say that the run recorded none (a finished run without losses: imported from traces).
+    bool curvesSayNone() const;
 
 private:
     void clear();
@@ -77,6 +80,7 @@ private:
     QPushButton* m_stop = nullptr;
     GanttView* m_gantt = nullptr;
     QCustomPlot* m_curves = nullptr;
+    QCPItemText* m_noCurves = nullptr; ///< over the curves of a finished run that recorded none (an imported trace)
     QTabWidget* m_tabs = nullptr;
     QTableWidget* m_agents = nullptr;
     QPlainTextEdit* m_log = nullptr;

@@ -117,7 +117,8 @@ public:
             .min_iterations = 3,
             .batch_covers_virtual_stages = true,
             .chunks = ChunkRule::V,
-            .splits_backward = true};
+            .splits_backward = true,
+            .replicas_alike = true};
         return traits;
     }
 

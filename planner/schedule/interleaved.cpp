@@ -25,7 +25,7 @@ public:
     }
     const ScheduleTraits& traits() const override
     {
-        static const ScheduleTraits traits {.chunks = ChunkRule::WholeRounds};
+        static const ScheduleTraits traits {.chunks = ChunkRule::WholeRounds, .replicas_alike = true};
         return traits;
     }
 

@@ -45,7 +45,7 @@ public:
     }
     const ScheduleTraits& traits() const override
     {
-        static const ScheduleTraits traits {};
+        static const ScheduleTraits traits {.replicas_alike = true};
         return traits;
     }
     Schedule generate(const Plan& plan) const override { return generateFlushedOneFOneB(plan, name()); }

@@ -89,6 +89,10 @@ struct ScheduleTraits
     /// Splits every backward into BackwardInput (I) and a later BackwardWeight (W) (the zero-bubble schedules of
     /// Qi et al. 2024); false: one fused Backward (B) per stage and microbatch.
     bool splits_backward = false;
+    /// With every stage on the same number d of replicas, each replica of a stage runs the same program on its own
+    /// microbatches (k, k + d, ...): the simulator may simulate a few of the d pipelines for all
+    /// (simulateDataParallel; tests/planner/test_data_parallel_simulation.cpp compares it with the whole simulation).
+    bool replicas_alike = false;
 
     bool operator==(const ScheduleTraits&) const = default;
 };

@@ -58,7 +58,8 @@ public:
     }
     const ScheduleTraits& traits() const override
     {
-        static const ScheduleTraits traits {.in_flight_limit = InFlightLimit::FirstStage, .splits_backward = true};
+        static const ScheduleTraits traits {
+            .in_flight_limit = InFlightLimit::FirstStage, .splits_backward = true, .replicas_alike = true};
         return traits;
     }
     Schedule generate(const Plan& plan) const override { return generateZeroBubble(plan, name(), false); }

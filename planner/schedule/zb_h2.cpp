@@ -24,7 +24,8 @@ public:
             .in_flight_factor = 2,
             .steady_state = SteadyState::BatchToBatch,
             .min_iterations = 3,
-            .splits_backward = true};
+            .splits_backward = true,
+            .replicas_alike = true};
         return traits;
     }
     Schedule generate(const Plan& plan) const override { return generateZeroBubble(plan, name(), true); }

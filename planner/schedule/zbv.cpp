@@ -75,7 +75,8 @@ public:
             .steady_state = SteadyState::BatchToBatch,
             .min_iterations = 3,
             .chunks = ChunkRule::V,
-            .splits_backward = true};
+            .splits_backward = true,
+            .replicas_alike = true};
         return traits;
     }
 

@@ -17,10 +17,6 @@
 namespace pw::planner {
 namespace {
 
-/// Kinds whose generators give every replica of a stage the same program on its own microbatches (k, k + d, ...):
-/// the ones tests/planner/test_data_parallel_simulation.cpp compares with the whole simulation.
-constexpr std::array<std::string_view, 5> kSymmetricKinds {"1f1b", "interleaved", "zb-h1", "zb-h2", "zbv"};
-
 /// How a plan's pipelines reduce: t ranks per model-parallel group (tensor times context ranks), d pipelines, q of
 /// them simulated (q t devices of a stage fill whole nodes); `why` is non-empty where they may not be simulated apart.
 struct Layout
@@ -43,8 +39,7 @@ Layout layoutOf(const Plan& plan, const SimulationOptions& options, bool costsOn
     };
     if (!costsOnly && (options.record_spans || options.record_memory))
         return refuse("it records spans or memory counters");
-    if (!costsOnly
-        && std::find(kSymmetricKinds.begin(), kSymmetricKinds.end(), plan.schedule.kind) == kSymmetricKinds.end())
+    if (const auto* traits = findScheduleTraits(plan.schedule.kind); !costsOnly && !(traits && traits->replicas_alike))
         return refuse("schedule kind '" + plan.schedule.kind + "' is not known to run its replicas alike");
     if (plan.stages.empty() || plan.pipelineCount() != 1)
         return refuse("it has no stages or several independent pipelines");

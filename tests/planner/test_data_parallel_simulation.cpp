@@ -89,18 +89,19 @@ TEST_CASE("simulating a few data-parallel pipelines gives the whole simulation's
 {
     std::mt19937 rng(23);
     auto pick = [&](std::vector<int> v) { return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)]; };
-    const std::vector<std::string> kinds {"", "zb-h1", "zb-h2", "zbv"};
+    const std::vector<std::string> kinds {"", "zb-h1", "zb-h2", "zbv", "dualpipev", "v-half", "v-min"};
     int reducedToOne = 0, reducedToSeveral = 0, whole = 0;
-    for (int trial = 0; trial < 80; ++trial) {
+    for (int trial = 0; trial < 112; ++trial) { // 16 of each kind
         megatron::Config c;
         c.kind = kinds[trial % kinds.size()];
         c.p = pick({1, 2, 3, 4});
         c.t = pick({1, 2, 4});
         c.d = pick({2, 4, 8});
-        c.v = c.kind == "zbv" ? 2 : c.kind.empty() ? pick({1, 2}) : 1;
-        if (c.kind == "zbv" && c.p == 1)
+        const bool v = megatron::vShaped(c.kind);
+        c.v = v ? 2 : c.kind.empty() ? pick({1, 2}) : 1;
+        if (v && c.p == 1)
             c.p = 2;
-        c.m = c.p * pick({1, 2, 3});
+        c.m = c.p * (c.kind == "dualpipev" ? pick({2, 3}) : pick({1, 2, 3}));
         c.recompute = trial % 3 == 0 ? Recompute::Full : Recompute::None;
         const int perNode = pick({1, 2, 4, 8});
         const int devices = c.p * c.t * c.d;

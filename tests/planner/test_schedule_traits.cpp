@@ -332,7 +332,8 @@ TEST_CASE("streamed kinds start a transfer with the op producing it", "[schedule
 
 TEST_CASE("schedule traits compare by value and unknown kinds are named", "[schedule-traits]")
 {
-    CHECK(scheduleTraits("1f1b") == ScheduleTraits {});
+    CHECK(scheduleTraits("1f1b") == ScheduleTraits {.replicas_alike = true});
+    CHECK_FALSE(scheduleTraits("gpipe") == scheduleTraits("1f1b"));
     CHECK_FALSE(scheduleTraits("2bw") == scheduleTraits("pipedream"));
     CHECK(findScheduleTraits("zigzag") == nullptr);
     CHECK_THROWS_WITH(scheduleTraits("zigzag"), Catch::Contains("unknown schedule kind 'zigzag'"));

@@ -2,7 +2,6 @@
 // simulateDataParallel: a plan's d identical data-parallel pipelines simulated through the fewest of them that fill
 // whole nodes, each all-reduce charged as the whole group; the metrics are those of simulating the whole plan.
 #include <algorithm>
-#include <array>
 #include <numeric>
 #include <optional>
 #include <string>

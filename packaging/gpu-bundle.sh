@@ -11,7 +11,7 @@
 #          cuBLAS, NCCL, cuDNN: there they are PyTorch's wheels). The programs find lib/ through their RPATH
 #          ($ORIGIN/../lib, DT_RPATH so that it also serves the libraries' own dependencies).
 #   run.sh (packaging/gpu-run.sh), gpu-check.sh (packaging/gpu-check.sh), src/ (the Python scripts the tests and
-#          benchmarks start), MANIFEST (what was built from which commit, and each program's libraries)
+#          benchmarks start, the exported torchtitan CSVs and the demo plan gpu-check.sh hands PyTorch), MANIFEST (what was built from which commit, and each program's libraries)
 # and beside it OUT_DIR.tar.xz, the same folder compressed: the device tool carries at most 64 MiB, which the
 # folder (OpenBLAS alone is 35 MiB) can exceed.
 #   packaging/gpu-bundle.sh [OUT_DIR]    (default build/gpu-bundle; the build itself is in build/gpu-bundle-build)
@@ -140,6 +140,12 @@ cp packaging/gpu-run.sh "$out/run.sh"
 cp packaging/gpu-check.sh "$out/gpu-check.sh"
 chmod 0755 "$out/run.sh" "$out/gpu-check.sh"
 cp -r tests/oracle "$out/src/tests/oracle"
+# gpu-check.sh's torch.distributed.pipelining part: the exported schedule CSVs, and the demo plan whose CSV it runs
+# and whose traces it imports.
+for csv in tests/data/exports/*/torchtitan/schedule.csv; do
+  mkdir -p "$out/src/$(dirname "$csv")" && cp "$csv" "$out/src/$csv"
+done
+mkdir -p "$out/src/resources/demo" && cp resources/demo/gpt2-tiny-local.plan.json "$out/src/resources/demo/"
 if compgen -G "tests/bench/*.py" >/dev/null; then
   mkdir -p "$out/src/tests/bench" && cp tests/bench/*.py "$out/src/tests/bench/"
 fi

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The one command for a GPU machine: runs what packaging/gpu-bundle.sh built here, on the GPU there, and prints a
-# short summary table last. Parts, each under `timeout`, all in under 8 minutes:
+# short summary table last. Parts, each under `timeout`, all in under 9 minutes:
 #   1. the GPU (nvidia-smi's line for each device);
 #   2. the CUDA tests (bin/pw_cuda_tests, Catch2's XML report: passed, failed, and skipped where a test printed
 #      "[pw-skip] why", tests/skip.h);
-#   3. the NCCL transport's bandwidth (bin/bench_transport --nccl), then each GPU benchmark of the bundle
+#   3. torch.distributed.pipelining: the exported CSVs through PyTorch's own validator, the demo plan run by its
+#      runtime on the GPU with the profiler on, and those traces imported (LOG_DIR/traces);
+#   4. the NCCL transport's bandwidth (bin/bench_transport --nccl), then each GPU benchmark of the bundle
 #      (bin/bench_gpu_*), whose key lines the summary repeats.
 # Exit status: 0 when every test passed or was skipped and every benchmark ended well, 1 otherwise (a failed test,
 # a crash, a timeout, a missing test program). Without a GPU (this works on the CPU build machine too) the tests
@@ -13,7 +15,7 @@
 #   gpu-check.sh [LOG_DIR]     (default: gpu-check-logs beside the bundle, build/gpu-check-logs in a checkout)
 # Run it from the unpacked bundle (BUNDLE/gpu-check.sh) or from a repository checkout (packaging/gpu-check.sh),
 # which uses $PW_BUNDLE, else build/gpu-bundle (unpacking build/gpu-bundle.tar.xz first when only that is there).
-# Budgets in seconds (environment): PW_GPU_CHECK_BUDGET (total, default 450), PW_GPU_TEST_TIMEOUT (default 240).
+# Budgets in seconds (environment): PW_GPU_CHECK_BUDGET (total, default 510), PW_GPU_TEST_TIMEOUT (default 240).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,7 +36,7 @@ bundle=$(cd "$bundle" && pwd)
 logs=$(realpath -m "${1:-$(dirname "$bundle")/gpu-check-logs}")
 mkdir -p "$logs" || exit 2
 
-budget=${PW_GPU_CHECK_BUDGET:-450}
+budget=${PW_GPU_CHECK_BUDGET:-510}
 test_timeout=${PW_GPU_TEST_TIMEOUT:-240}
 started=$(date +%s)
 elapsed() { echo $(($(date +%s) - started)); }
@@ -118,6 +120,61 @@ else
   echo "== CUDA tests: $tests_exe is missing (the bundle was built from a tree without pw_cuda_tests)"
   rows+=("CUDA tests|missing: no bin/pw_cuda_tests in the bundle")
   status=1
+fi
+
+# 2b. torch.distributed.pipelining (PyTorch there, 2.4 or later), at most 150 s: every exported torchtitan CSV of the
+# golden files through PyTorch's own parser, validator and dry run (tests/oracle/check_pipelining_csv.py); the demo
+# plan's CSV run by PyTorch's own runtime with its profiler on, on the GPU (tests/oracle/pipelining_run.py: 3 steps,
+# 4 microbatches, LOG_DIR/traces/rank*.json); those traces imported by pipewright-cli history import-trace into
+# LOG_DIR/traces/history.sqlite, every action matched or the import refused. Copy LOG_DIR/traces back to commit them.
+src=$bundle/src
+if [ -f "$src/tests/oracle/check_pipelining_csv.py" ] \
+  && python3 -c 'import torch.distributed.pipelining' >"$logs/pipelining-import.log" 2>&1; then
+  t=$(($(left) - 60 < 150 ? $(left) - 60 : 150))
+  echo "== torch.distributed.pipelining (timeout ${t} s; logs $logs/pipelining-*.log)"
+  t0=$(date +%s)
+  csvs=("$src"/tests/data/exports/*/torchtitan/schedule.csv)
+  timeout --kill-after=5 "$t" python3 "$src/tests/oracle/check_pipelining_csv.py" "${csvs[@]}" \
+    >"$logs/pipelining-csv.log" 2>&1
+  rc=$?
+  ok=$(grep -c '^ok: ' "$logs/pipelining-csv.log")
+  grep -E '^(ok: |PyTorch refused)' "$logs/pipelining-csv.log" | sed "s|$src/||" \
+    | sed -E 's|^ok: ([^;]*);.*\(([^()]*)\)$|ok: \2: \1|' | cut -c1-160
+  result="$ok of ${#csvs[@]} CSVs accepted by PyTorch's validator and dry run"
+  if [ "$rc" -ne 0 ] || [ "$ok" -ne ${#csvs[@]} ]; then result="$result (exit status $rc)"; status=1; fi
+  rows+=("pipelining CSVs|$result")
+  cuda=""
+  if [ -n "$gpu_line" ]; then cuda="--cuda"; fi
+  rm -rf "$logs/traces"
+  t=$((t - ($(date +%s) - t0)))
+  timeout --kill-after=5 "$t" python3 "$src/tests/oracle/pipelining_run.py" \
+    "$src/tests/data/exports/gpt2-tiny-local/torchtitan/schedule.csv" 4 3 "$logs/traces" $cuda \
+    >"$logs/pipelining-run.log" 2>&1
+  rc=$?
+  tail -n 3 "$logs/pipelining-run.log"
+  if [ "$rc" -eq 0 ] && [ -f "$logs/traces/rank0.json" ] && [ -f "$logs/traces/rank1.json" ]; then
+    "$bundle/run.sh" pipewright-cli history import-trace "$src/resources/demo/gpt2-tiny-local.plan.json" \
+      "$logs/traces/rank0.json" "$logs/traces/rank1.json" --history "$logs/traces/history.sqlite" \
+      >"$logs/pipelining-import.log" 2>&1
+    rc=$?
+    head -n 20 "$logs/pipelining-import.log"
+    if [ "$rc" -eq 0 ]; then
+      "$bundle/run.sh" pipewright-cli history show latest --history "$logs/traces/history.sqlite" \
+        >"$logs/pipelining-show.log" 2>&1
+      result="traces ${cuda:+on the GPU }imported: $(grep -m 1 -o '[0-9]* steps, [0-9]* actions matched' "$logs/pipelining-import.log")"
+    else
+      result="import-trace refused the traces (exit status $rc, see pipelining-import.log)"
+      status=1
+    fi
+  else
+    result="pipelining_run.py failed (exit status $rc, see pipelining-run.log)"
+    status=1
+  fi
+  echo "$result ($(($(date +%s) - t0)) s)"
+  rows+=("pipelining run|$result")
+else
+  echo "== torch.distributed.pipelining: not importable by python3 here (see $logs/pipelining-import.log)"
+  rows+=("pipelining|not run: python3 has no torch.distributed.pipelining (PyTorch 2.4 or later)")
 fi
 
 # 2b. The NCCL transport's bandwidth (bench_transport --nccl: nccl-tests' columns; between GPUs only where there are

@@ -5,10 +5,13 @@ stage's F, B or I + W of every microbatch, in order, each stage on one rank), an
 (_add_send_recv) followed by its dry run (_simulate_comms_compute), which raises on a deadlock.
 
 usage: check_pipelining_csv.py CSV RANKS STAGES MICROBATCHES
-Exit status 0 and, last, one line "ok: ..." when PyTorch accepts the schedule; 3 when torch.distributed.pipelining cannot
-be imported (PyTorch older than 2.4); 1 with PyTorch's error otherwise.
+       check_pipelining_csv.py CSV...      (each CSV's ranks, stages and microbatches read from its cells: its rows,
+                                            and the distinct stage and microbatch numbers; one verdict line per CSV)
+Exit status 0 and, last, one line "ok: ..." per schedule when PyTorch accepts it; 3 when torch.distributed.pipelining
+cannot be imported (PyTorch older than 2.4); 1 with PyTorch's error otherwise (after every CSV was tried).
 """
 import csv
+import re
 import sys
 
 try:
@@ -18,8 +21,23 @@ except ImportError as e:
     sys.exit(3)
 
 
-def main():
-    path, ranks, stages, microbatches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+CELL = re.compile(r"(\d+)[FIBW](\d+)")
+
+
+def shape(path):
+    """(ranks, stages, microbatches) as the CSV's cells say: one row per rank, every stage and microbatch named."""
+    stages, microbatches, ranks = set(), set(), 0
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            ranks += 1
+            for cell in row:
+                for stage, mb in CELL.findall(cell):
+                    stages.add(int(stage))
+                    microbatches.add(int(mb))
+    return ranks, len(stages), len(microbatches)
+
+
+def check(path, ranks, stages, microbatches):
     actions = {}
     with open(path, newline="") as f:
         for rank, row in enumerate(csv.reader(f)):
@@ -30,12 +48,28 @@ def main():
     simulated = schedules._simulate_comms_compute(lowered, lambda s: stage_to_rank[s], stages)
     steps = max(len(v) for v in simulated.values())
     print(f"ok: {count} compute actions on {ranks} ranks, {stages} stages, {microbatches} microbatches; "
-          f"stage->rank {dict(sorted(stage_to_rank.items()))}; lowered with sends and receives, dry run in {steps} steps")
+          f"stage->rank {dict(sorted(stage_to_rank.items()))}; lowered with sends and receives, dry run in {steps} steps"
+          f" ({path})")
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) == 4 and all(a.isdigit() for a in args[1:]):
+        jobs = [(args[0], int(args[1]), int(args[2]), int(args[3]))]
+    elif args and not any(a.isdigit() for a in args):
+        jobs = [(path, *shape(path)) for path in args]
+    else:
+        print(__doc__)
+        return 2
+    status = 0
+    for job in jobs:
+        try:
+            check(*job)
+        except Exception as e:  # PyTorch's own message is the finding
+            print(f"PyTorch refused the schedule {job[0]}: {type(e).__name__}: {e}")
+            status = 1
+    return status
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # PyTorch's own message is the finding
-        print(f"PyTorch refused the schedule: {type(e).__name__}: {e}")
-        sys.exit(1)
+    sys.exit(main())

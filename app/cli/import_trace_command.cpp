@@ -21,14 +21,15 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     std::vector<std::filesystem::path> traces(o.traces.begin(), o.traces.end());
     // Everything read and matched before the history is opened: a refused trace records nothing.
     const auto imported = app::importPipeliningTraces(plan, traces);
-    planner::Plan predictedPlan = plan;
+    // Predicted and recorded as torch ran it: the plan's tie of embedding and head across stages is not kept there.
+    planner::Plan predictedPlan = imported.plan;
     const int predictedSteps = std::min(imported.steps, app::kPredictedSteps);
     predictedPlan.schedule.iterations = predictedSteps;
     auto prediction = planner::simulate(predictedPlan);
 
     auto history = openHistory(o.history);
     app::NewRun nr;
-    nr.plan_json = planner::toJson(plan).dump();
+    nr.plan_json = planner::toJson(imported.plan).dump();
     nr.cluster_json = planner::toJson(*plan.cluster).dump();
     nlohmann::json hosts = nlohmann::json::array();
     for (std::size_t r = 0; r < o.traces.size(); ++r)
@@ -51,14 +52,19 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     for (const auto& s : imported.measured.spans)
         spans.push_back({s, s.device, ++seq[s.device]});
     history.appendSpans(id, spans);
+    const std::string untied = imported.untied
+        ? "the plan's tied embedding and head ran untied (torch.distributed.pipelining's stages share no weights): "
+          "recorded against the plan without their all-reduce"
+        : std::string();
     history.finishRun(id, app::RunStatus::Succeeded,
         "imported: " + std::to_string(imported.matched) + " actions of " + std::to_string(imported.steps)
             + " steps matched from " + std::to_string(traces.size()) + " PyTorch profiler traces (" + imported.source
-            + ")");
+            + ")" + (untied.empty() ? "" : "; " + untied));
     if (o.json) {
         out << nlohmann::json(
             {{"run_id", id}, {"steps", imported.steps}, {"matched_actions", imported.matched}, {"spans", spans.size()},
-                {"clock_offsets_s", imported.clock_offsets_s}, {"files", imported.files}, {"times", imported.source}})
+                {"clock_offsets_s", imported.clock_offsets_s}, {"files", imported.files}, {"times", imported.source},
+                {"untied_embeddings", imported.untied}})
                    .dump(2)
             << "\n";
         return;
@@ -68,6 +74,8 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     for (std::size_t r = 0; r < imported.clock_offsets_s.size(); ++r)
         out << "  rank " << r << " (" << imported.files[r] << "): clock moved by " << imported.clock_offsets_s[r] * 1e3
             << " ms\n";
+    if (!untied.empty())
+        out << "  " << untied << "\n";
     out << "  pipewright-cli history show " << id << "\n";
 }
 

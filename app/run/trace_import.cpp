@@ -257,8 +257,11 @@ ImportedRun importPipeliningTraces(const planner::Plan& plan, const std::vector<
     }
     out.steps = steps;
 
-    // The plan's program over those steps: each matched action's index on its device.
-    const auto program = runProgramSchedule(plan, steps);
+    // The program of the plan as torch.distributed.pipelining ran it (no all-reduce of weights tied across stages)
+    // over those steps: each matched action's index on its device.
+    out.plan = planner::findPlanExporter("torchtitan")->runsAs(plan);
+    out.untied = out.plan != plan;
+    const auto program = runProgramSchedule(out.plan, steps);
     std::map<std::tuple<int, int, int, int>, int> index; // (device, kind, stage, microbatch) -> action
     for (std::size_t d = 0; d < program.devices.size(); ++d)
         for (std::size_t i = 0; i < program.devices[d].size(); ++i) {

@@ -19,6 +19,10 @@ namespace pw::app {
 /// @brief What importPipeliningTraces read.
 struct ImportedRun
 {
+    /// The plan as torch.distributed.pipelining ran it (PlanExporter::runsAs): the plan given, but with weights tied
+    /// across stages untied; the measured timeline's action indices are its program's.
+    planner::Plan plan;
+    bool untied = false; ///< the plan given ties its embedding and head across stages, which the run did not
     planner::Timeline measured; ///< on the plan's devices, action indices of the plan's program over `steps` steps
     int steps = 0;
     int matched = 0; ///< compute and transfer actions matched (every one of the program's)
@@ -29,7 +33,8 @@ struct ImportedRun
     bool operator==(const ImportedRun&) const = default;
 };
 
-/// Reads `traces` (trace i is pipeline rank i unless it names its rank in distributedInfo) as a run of `plan`.
+/// Reads `traces` (trace i is pipeline rank i unless it names its rank in distributedInfo) as a run of `plan` as torch
+/// ran it (ImportedRun::plan).
 /// Throws planner::InputError naming the file and what does not match: an unreadable trace, a rank missing or twice,
 /// a plan the torchtitan export refuses or with data-parallel or tensor-parallel groups (one pipeline is read), an
 /// action the plan does not have or in another order (the first mismatch: rank, step, position, both actions), an

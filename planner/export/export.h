@@ -42,6 +42,10 @@ public:
     /// runtime cannot express (devices of several types, an asynchronous schedule, stages replicated unequally,
     /// a profile that is not a transformer where the runtime needs one), with the runtime named in the message.
     virtual PlanExport write(const Plan& plan) const = 0;
+    /// The plan as the runtime trains it from the files `write` gives, where that differs from the plan in what the
+    /// runtime cannot keep (torchtitan: weights tied across pipeline stages train as two copies): what its runs are
+    /// predicted and recorded against (history import-trace). The plan itself by default.
+    virtual Plan runsAs(const Plan& plan) const { return plan; }
 };
 
 const std::vector<const PlanExporter*>& planExporters();

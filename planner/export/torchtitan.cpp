@@ -61,6 +61,12 @@ std::string scheduleName(const Plan& plan, int chunks)
     return chunks == 1 ? "1F1B" : "Interleaved1F1B";
 }
 
+/// The model ties its head to its token embedding and the two are on different stages.
+bool tiedAcrossStages(const Plan& plan)
+{
+    return plan.model->tiedWeightBytes() > 0 && plan.stageCount() > 1;
+}
+
 class Torchtitan final : public PlanExporter
 {
 public:
@@ -68,6 +74,22 @@ public:
     std::string_view description() const override
     {
         return "torch.distributed.pipelining schedule CSV (compute_only) and torchtitan's [parallelism] TOML";
+    }
+
+    /// torch.distributed.pipelining's stages are modules that share no parameters, and torchtitan refuses weight
+    /// tying with pipeline parallelism ("Weight tying is not supported with Pipeline Parallel"): a model whose head
+    /// is tied to its token embedding trains them as two copies when they are on different stages, each updated
+    /// from its own gradient, with no all-reduce between their stages. Each stage already holds its copy in the
+    /// profile (the head layer's weights count the projection), so only the tie goes.
+    Plan runsAs(const Plan& plan) const override
+    {
+        if (!tiedAcrossStages(plan))
+            return plan;
+        ModelProfile model = *plan.model;
+        model.architecture->tied_embeddings = false;
+        Plan out = plan;
+        out.model = std::move(model);
+        return out;
     }
 
     PlanExport write(const Plan& plan) const override
@@ -182,6 +204,12 @@ public:
             out.notes.push_back("torch.distributed.pipelining names no zero-bubble schedule with one stage per rank: "
                                 "\"1F1B\" gives torchtitan the stage count, the CSV the order with its I (input "
                                 "gradient) and W (weight gradient) actions");
+        if (tiedAcrossStages(plan))
+            out.notes.push_back("torchtitan refuses weight tying with pipeline parallelism: the token embedding and "
+                                "the head's output projection, tied in the plan, train there as two copies (stage 0 "
+                                "and stage "
+                + std::to_string(plan.stageCount() - 1)
+                + " each update their own; no all-reduce between them), as history import-trace records its runs");
         if (shape.precision == "fp16")
             out.notes.push_back("torchtitan trains in bfloat16 or float32: the fp16 plan is exported as bfloat16");
         if (shape.precision == "fp8")

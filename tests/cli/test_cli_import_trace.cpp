@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "app/run/trace_import.h"
 #include "cli_harness.h"
 #include "planner/errors.h"
+#include "planner/export/export.h"
 #include "planner/io/json_file.h"
 #include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
@@ -134,6 +136,11 @@ TEST_CASE("import-trace: every action of an exported plan's traces is matched, t
     const auto run = app::importPipeliningTraces(plan, traces);
     CHECK(run.steps == 3);
     CHECK(run.source == "user_annotation");
+    // Matched to the plan as torch.distributed.pipelining runs it: the demo's GPT-2 ties its head to its embedding
+    // across the two stages, torch's stages share no weights, so the run has no all-reduce between them.
+    CHECK(run.untied);
+    CHECK(run.plan == planner::findPlanExporter("torchtitan")->runsAs(plan));
+    CHECK(run.plan.tiedWeightGroups(0).empty());
     // Every compute and transfer action of the program, and an optimizer step per rank and step.
     planner::Plan p = plan;
     p.schedule.iterations = 3;
@@ -154,14 +161,15 @@ TEST_CASE("import-trace: every action of an exported plan's traces is matched, t
     const auto reversed = app::importPipeliningTraces(plan, {traces[1], traces[0]});
     CHECK(reversed.files == run.files);
     CHECK(reversed.measured == run.measured);
-    // The compute spans keep the simulator's durations.
+    // The compute spans keep the simulator's durations (by what they are: the action indices are the untied
+    // program's, without the all-reduces).
     const auto sim = planner::simulate(p, schedule);
-    std::map<std::pair<int, int>, double> durations;
+    std::map<std::tuple<int, planner::ActionKind, int, int>, double> durations;
     for (const auto& s : sim.timeline.spans)
-        durations[{s.device, s.action}] = s.t1 - s.t0;
+        durations[{s.device, s.kind, s.stage, s.microbatch}] = s.t1 - s.t0;
     for (const auto& s : run.measured.spans)
         if (s.kind == planner::ActionKind::Forward || s.kind == planner::ActionKind::Backward)
-            CHECK(s.t1 - s.t0 == Approx(durations.at({s.device, s.action})).margin(1e-9));
+            CHECK(s.t1 - s.t0 == Approx(durations.at({s.device, s.kind, s.stage, s.microbatch})).margin(1e-9));
 }
 
 TEST_CASE("import-trace: a trace of another plan is refused naming the first mismatch", "[cli][import]")
@@ -224,15 +232,20 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     REQUIRE(shown.code == 0);
     const auto s = json::parse(shown.out);
     CHECK(s.at("status") == "succeeded");
-    // The prediction is the same simulator: every kind's error is 0 and the actions per step match, but for the
-    // tied embedding's all-reduce, which the runtime's trace does not name (nor does torchtitan tie them).
+    // The prediction is the same simulator's, of the plan as torch ran it (its tied embedding and head untied, no
+    // all-reduce between their stages): every kind's error is 0 and the actions per step match.
+    CHECK(j.at("untied_embeddings") == true);
     REQUIRE_FALSE(s.at("kinds").empty());
     for (const auto& k : s.at("kinds")) {
         INFO(k.dump());
-        CHECK(k.at("counts_match") == (k.at("kind") != "all-reduce"));
+        CHECK(k.at("counts_match") == true);
+        CHECK(k.at("kind") != "all-reduce");
         if (k.at("kind") == "F" || k.at("kind") == "B")
             CHECK(k.at("error").get<double>() == Approx(0).margin(1e-6));
     }
+    const auto text = cli::test::cli({"history", "show", id, "--history", history});
+    CHECK_THAT(text.out, Contains("tied embedding and head ran untied"));
+    CHECK_THAT(text.out, !Contains("did not follow the plan"));
     const auto& t = s.at("time_by_cause");
     CHECK(t.at("steps") == 4);
     REQUIRE(t.at("devices").size() == 2);

@@ -28,6 +28,7 @@
 #include "planner/io/json_file.h"
 #include "planner/partition/partitioner.h"
 #include "planner/plan.h"
+#include "planner/schedule/generator.h"
 #include "tests/skip.h"
 
 using namespace pw::planner;
@@ -351,6 +352,48 @@ TEST_CASE("torchtitan exports match their golden files and the CSV runs as PyTor
         REQUIRE(toml);
         CHECK_THAT(toml->text, Catch::Contains("pipeline_parallel_degree = " + std::to_string(depth) + "\n"));
         CHECK_THAT(toml->text, Catch::Contains("pipeline_parallel_schedule_csv = \"schedule.csv\""));
+    }
+}
+
+TEST_CASE("torchtitan trains an embedding and head tied across stages as two copies, and says so", "[exports]")
+{
+    // torchtitan refuses weight tying with pipeline parallelism, and torch.distributed.pipelining's stages share no
+    // parameters: the plan as it runs there has no all-reduce between the embedding's and the head's stages.
+    const PlanExporter& torchtitan = *findPlanExporter("torchtitan");
+    const Plan tied = demoPlan("gpt2-tiny-local.plan.json");
+    REQUIRE(tied.model->tiedWeightBytes() > 0);
+    REQUIRE_FALSE(tied.tiedWeightGroups(0).empty());
+    const Plan ran = torchtitan.runsAs(tied);
+    CHECK(ran != tied);
+    CHECK_FALSE(ran.model->architecture->tied_embeddings);
+    CHECK(ran.model->tiedWeightBytes() == 0);
+    CHECK(ran.tiedWeightGroups(0).empty());
+    // Each stage held its copy already: the layers, the stages and the schedule options are the plan's.
+    CHECK(ran.model->layers == tied.model->layers);
+    CHECK(ran.stages == tied.stages);
+    CHECK(ran.schedule == tied.schedule);
+    const auto allReduces = [](const Plan& p) {
+        long n = 0;
+        for (const auto& list : generateSchedule(p).devices)
+            n += std::count_if(
+                list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::AllReduce; });
+        return n;
+    };
+    CHECK(allReduces(tied) == 2); // one per device and step
+    CHECK(allReduces(ran) == 0);
+    const auto notes = torchtitan.write(tied).notes;
+    CHECK(std::count_if(notes.begin(), notes.end(), [](const std::string& n) {
+        return n.find("refuses weight tying with pipeline parallelism") != std::string::npos
+            && n.find("stage 0 and stage 1") != std::string::npos;
+    }) == 1);
+    // Megatron and DeepSpeed tie across stages (Megatron's embedding group, DeepSpeed's TiedLayerSpec).
+    CHECK(findPlanExporter("megatron")->runsAs(tied) == tied);
+    CHECK(findPlanExporter("deepspeed")->runsAs(tied) == tied);
+    // One stage holds both, or nothing is tied: the plan runs as it is, and no note.
+    for (const Plan& same : {demoPlan("gpt2-124m-h100.plan.json"), torchtitan.runsAs(ran)}) {
+        CHECK(torchtitan.runsAs(same) == same);
+        for (const auto& n : torchtitan.write(same).notes)
+            CHECK_THAT(n, !Catch::Contains("weight tying"));
     }
 }
 

@@ -106,14 +106,20 @@ RankTrace readTrace(const std::filesystem::path& path, int& rank)
     if (j.contains("distributedInfo") && j["distributedInfo"].is_object() && j["distributedInfo"].contains("rank")
         && j["distributedInfo"]["rank"].is_number_integer())
         rank = j["distributedInfo"]["rank"].get<int>();
-    // Device time where the trace has it (the annotations Kineto puts on the GPU's stream), else the host's.
-    bool gpu = false;
+    // Device time where the trace has it (the annotations Kineto puts on the GPU's stream around an action's
+    // kernels), else the host's: for the compute actions and for the transfers each, as an action of either kind that
+    // ran no kernel has no device annotation (transfers over Gloo from host memory).
+    const auto isTransfer = [](const std::string& name) {
+        return name.find("SEND_") != std::string::npos || name.find("RECV_") != std::string::npos;
+    };
+    bool gpuCompute = false, gpuTransfers = false;
     for (const auto& e : j["traceEvents"])
-        if (e.is_object() && e.value("cat", "") == "gpu_user_annotation" && e.value("name", "").rfind("PP:", 0) == 0) {
-            gpu = true;
-            break;
-        }
-    t.source = gpu ? "gpu_user_annotation" : "user_annotation";
+        if (e.is_object() && e.value("cat", "") == "gpu_user_annotation" && e.value("name", "").rfind("PP:", 0) == 0)
+            (isTransfer(e.value("name", "")) ? gpuTransfers : gpuCompute) = true;
+    const std::string computeSource = gpuCompute ? "gpu_user_annotation" : "user_annotation";
+    const std::string transferSource = gpuTransfers ? "gpu_user_annotation" : "user_annotation";
+    t.source = computeSource == transferSource ? computeSource
+                                               : computeSource + " (compute), " + transferSource + " (transfers)";
     std::size_t index = 0;
     for (const auto& e : j["traceEvents"]) {
         const std::string where = "/traceEvents/" + std::to_string(index++);
@@ -121,7 +127,7 @@ RankTrace readTrace(const std::filesystem::path& path, int& rank)
             continue;
         const std::string name = e.value("name", "");
         const std::string cat = e.value("cat", "user_annotation"); // the legacy profiler's events have none
-        const bool pp = name.rfind("PP:", 0) == 0 && cat == t.source;
+        const bool pp = name.rfind("PP:", 0) == 0 && cat == (isTransfer(name) ? transferSource : computeSource);
         const bool optimizer = name.rfind("Optimizer.step#", 0) == 0 && cat == "user_annotation";
         if (!pp && !optimizer)
             continue;
@@ -132,9 +138,7 @@ RankTrace readTrace(const std::filesystem::path& path, int& rank)
             t.optimizer.push_back({name, t0, t1});
             continue;
         }
-        Event ev {name.substr(3), t0, t1};
-        const bool transfer = ev.name.find("SEND_") != std::string::npos || ev.name.find("RECV_") != std::string::npos;
-        (transfer ? t.transfers : t.compute).push_back(std::move(ev));
+        (isTransfer(name) ? t.transfers : t.compute).push_back({name.substr(3), t0, t1});
     }
     const auto byStart = [](const Event& a, const Event& b) { return a.t0 < b.t0 || (a.t0 == b.t0 && a.t1 > b.t1); };
     std::sort(t.compute.begin(), t.compute.end(), byStart);

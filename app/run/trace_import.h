@@ -28,7 +28,9 @@ struct ImportedRun
     int matched = 0; ///< compute and transfer actions matched (every one of the program's)
     std::vector<double> clock_offsets_s; ///< per rank: added to its trace's times (rank 0: 0)
     std::vector<std::string> files; ///< per rank: the trace read as that rank (its distributedInfo's, else by order)
-    std::string source; ///< "gpu_user_annotation" (device time) or "user_annotation" (host time)
+    /// Where the times are from: "gpu_user_annotation" (device time), "user_annotation" (host time), or
+    /// "gpu_user_annotation (compute), user_annotation (transfers)" (transfers that ran no kernel: Gloo's)
+    std::string source;
 
     bool operator==(const ImportedRun&) const = default;
 };

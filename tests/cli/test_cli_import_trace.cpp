@@ -67,9 +67,19 @@ std::string torchName(const planner::Action& a, int microbatches)
     }
 }
 
+/// Kineto's device annotations: a GPU run's trace has, beside each action's host annotation, one on the GPU's stream
+/// around its kernels (later than the host's, by `lag_s` here), for every action that ran a kernel.
+struct DeviceAnnotations
+{
+    double lag_s = 0;
+    bool compute = false; ///< the compute actions ran kernels
+    bool transfers = false; ///< the transfers did (NCCL's); Gloo's from host memory do not
+};
+
 /// The traces a torch.distributed.pipelining run of `ran` over `steps` steps would write, one per rank (the device of
 /// stage r), its times from the simulator; rank r's clock `skew_s` x r ahead.
-std::vector<fs::path> writeTraces(const fs::path& dir, const planner::Plan& ran, int steps, double skew_s)
+std::vector<fs::path> writeTraces(
+    const fs::path& dir, const planner::Plan& ran, int steps, double skew_s, const DeviceAnnotations& gpu = {})
 {
     planner::Plan p = ran;
     p.schedule.iterations = steps;
@@ -112,6 +122,8 @@ std::vector<fs::path> writeTraces(const fs::path& dir, const planner::Plan& ran,
                     }
             }
             event("PP:" + name, "user_annotation", t0, t1);
+            if (planner::isCompute(a.kind) ? gpu.compute : gpu.transfers)
+                event("PP:" + name, "gpu_user_annotation", t0 + gpu.lag_s, t1 + gpu.lag_s);
         }
         json trace {
             {"schemaVersion", 1}, {"distributedInfo", {{"backend", "nccl"}, {"rank", rank}}}, {"traceEvents", events}};
@@ -170,6 +182,51 @@ TEST_CASE("import-trace: every action of an exported plan's traces is matched, t
     for (const auto& s : run.measured.spans)
         if (s.kind == planner::ActionKind::Forward || s.kind == planner::ActionKind::Backward)
             CHECK(s.t1 - s.t0 == Approx(durations.at({s.device, s.kind, s.stage, s.microbatch})).margin(1e-9));
+}
+
+TEST_CASE("import-trace takes device times where the trace has them, per compute and transfer", "[cli][import]")
+{
+    TempDir dir;
+    const auto plan = demoPlan();
+    const auto host = app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0));
+    CHECK(host.source == "user_annotation");
+    // A GPU run over Gloo (pipelining_run.py --cuda: both ranks on one GPU, which NCCL refuses): the compute actions
+    // on the GPU's stream, the transfers on the host only. Every action still matched; compute from device times.
+    constexpr double lag = 40e-6;
+    const auto mixed = app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0, {lag, true, false}));
+    CHECK(mixed.source == "gpu_user_annotation (compute), user_annotation (transfers)");
+    CHECK(mixed.matched == host.matched);
+    // Over NCCL both on the GPU.
+    const auto nccl = app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0, {lag, true, true}));
+    CHECK(nccl.source == "gpu_user_annotation");
+    CHECK(nccl.matched == host.matched);
+    REQUIRE(mixed.measured.spans.size() == host.measured.spans.size());
+    REQUIRE(nccl.measured.spans.size() == host.measured.spans.size());
+    // The timelines start at their first action: against the host's, the device-timed compute keeps its place, and
+    // the mixed run's host-timed transfers come the lag earlier.
+    const auto firstForward = [](const app::ImportedRun& r) {
+        const auto f = std::find_if(r.measured.spans.begin(), r.measured.spans.end(),
+            [](const planner::Span& s) { return s.kind == planner::ActionKind::Forward; });
+        REQUIRE(f != r.measured.spans.end());
+        return f->t0;
+    };
+    const double mixedShift = firstForward(mixed) - firstForward(host);
+    const double ncclShift = firstForward(nccl) - firstForward(host);
+    for (std::size_t i = 0; i < host.measured.spans.size(); ++i) {
+        const auto& h = host.measured.spans[i];
+        const auto& m = mixed.measured.spans[i];
+        const auto& n = nccl.measured.spans[i];
+        INFO(planner::toString(h.kind) << " device " << h.device << " action " << h.action);
+        REQUIRE((m.device == h.device && m.action == h.action && n.device == h.device && n.action == h.action));
+        if (h.kind == planner::ActionKind::Forward || h.kind == planner::ActionKind::Backward) {
+            CHECK(m.t0 - h.t0 == Approx(mixedShift).margin(1e-9));
+            CHECK(n.t0 - h.t0 == Approx(ncclShift).margin(1e-9));
+        }
+        if (h.kind == planner::ActionKind::SendActivation || h.kind == planner::ActionKind::SendGradient) {
+            CHECK(m.t0 - h.t0 == Approx(mixedShift - lag).margin(1e-9)); // the host's time
+            CHECK(n.t0 - h.t0 == Approx(ncclShift).margin(1e-9));
+        }
+    }
 }
 
 TEST_CASE("import-trace: a trace of another plan is refused naming the first mismatch", "[cli][import]")

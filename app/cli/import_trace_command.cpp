@@ -10,6 +10,7 @@
 #include "app/run/diagnosis.h"
 #include "app/run/trace_import.h"
 #include "planner/io/json_file.h"
+#include "planner/schedule/generator.h"
 #include "planner/sim/simulator.h"
 #include "run_commands.h"
 
@@ -29,7 +30,14 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
 
     auto history = openHistory(o.history);
     app::NewRun nr;
-    nr.plan_json = planner::toJson(imported.plan).dump();
+    // The plan as it ran, with its own predicted metrics where it differs from the plan given (as `plan` simulates).
+    planner::Plan recorded = imported.plan;
+    if (imported.untied && recorded.predicted) {
+        planner::Plan simulated = recorded;
+        simulated.schedule.iterations = planner::simulatedIterations(recorded);
+        recorded.predicted = planner::predictedMetrics(planner::simulate(simulated));
+    }
+    nr.plan_json = planner::toJson(recorded).dump();
     nr.cluster_json = planner::toJson(*plan.cluster).dump();
     nlohmann::json hosts = nlohmann::json::array();
     for (std::size_t r = 0; r < o.traces.size(); ++r)

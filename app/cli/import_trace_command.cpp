@@ -67,7 +67,7 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     history.finishRun(id, app::RunStatus::Succeeded,
         "imported: " + std::to_string(imported.matched) + " actions of " + std::to_string(imported.steps)
             + " steps matched from " + std::to_string(traces.size()) + " PyTorch profiler traces (" + imported.source
-            + ")" + (untied.empty() ? "" : "; " + untied));
+            + ")" + (imported.untied ? "; its tied embedding and head ran untied" : ""));
     if (o.json) {
         out << nlohmann::json(
             {{"run_id", id}, {"steps", imported.steps}, {"matched_actions", imported.matched}, {"spans", spans.size()},

@@ -301,7 +301,7 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
             CHECK(k.at("error").get<double>() == Approx(0).margin(1e-6));
     }
     const auto text = cli::test::cli({"history", "show", id, "--history", history});
-    CHECK_THAT(text.out, Contains("tied embedding and head ran untied"));
+    CHECK_THAT(text.out, Contains("its tied embedding and head ran untied"));
     CHECK_THAT(text.out, !Contains("did not follow the plan"));
     const auto& t = s.at("time_by_cause");
     CHECK(t.at("steps") == 4);

@@ -266,6 +266,46 @@ void TransformerConfig::validate(const std::string& path) const
                 + std::to_string(sequence) + ")");
 }
 
+json architectureJson(const TransformerConfig& a, bool everyField)
+{
+    // GPT-2's block keeps the first format's fields alone ("gpt"); any other family writes every one of its own.
+    const bool gpt2 = a.isGpt2Block() && !everyField;
+    json arch = {{"type", gpt2 ? "gpt" : "transformer"}, {"layers", a.layers}, {"hidden", a.hidden}, {"heads", a.heads},
+        {"sequence", a.sequence}, {"vocab", a.vocab}, {"microbatch", a.microbatch},
+        {"bytes_per_element", a.bytes_per_element}};
+    if (!a.tied_embeddings || everyField)
+        arch["tied_embeddings"] = a.tied_embeddings; // written only when not GPT-2's tying
+    if (!gpt2) {
+        arch["family"] = a.family;
+        arch["ffn_hidden"] = a.ffnHidden();
+        arch["kv_heads"] = a.kvHeads();
+        arch["mlp"] = name(a.mlp);
+        arch["norm"] = name(a.norm);
+        arch["positions"] = name(a.positions);
+        arch["bias"] = name(a.bias);
+        arch["norm_eps"] = a.norm_eps;
+        if (a.positions == PositionKind::Rotary) {
+            json& r = arch["rotary"];
+            r = {{"theta", a.rotary.theta}};
+            if (a.rotary.factor > 0)
+                r.update({{"factor", a.rotary.factor}, {"low_freq_factor", a.rotary.low_freq_factor},
+                    {"high_freq_factor", a.rotary.high_freq_factor},
+                    {"original_positions", a.rotary.original_positions}});
+        }
+    }
+    if (a.max_positions > 0 || everyField)
+        arch["max_positions"] = a.positionRows();
+    if (!a.dropout || everyField)
+        arch["dropout"] = a.dropout;
+    if (!a.flash_attention || everyField)
+        arch["flash_attention"] = a.flash_attention;
+    if (!a.fp32_cross_entropy || everyField)
+        arch["fp32_cross_entropy"] = a.fp32_cross_entropy;
+    if (a.fp8 || everyField)
+        arch["fp8"] = a.fp8;
+    return arch;
+}
+
 json toJson(const ModelProfile& model)
 {
     json layers = json::array();
@@ -322,44 +362,8 @@ json toJson(const ModelProfile& model)
     }
     json j = {{"format_version", kModelFormatVersion}, {"name", model.name}, {"profiled_device", model.profiled_device},
         {"microbatch_size", model.microbatch_size}, {"is_graph", model.is_graph}, {"layers", std::move(layers)}};
-    if (model.architecture) {
-        const auto& a = *model.architecture;
-        json& arch = j["architecture"];
-        // GPT-2's block keeps the first format's fields alone ("gpt"); any other family writes every one of its own.
-        arch = {{"type", a.isGpt2Block() ? "gpt" : "transformer"}, {"layers", a.layers}, {"hidden", a.hidden},
-            {"heads", a.heads}, {"sequence", a.sequence}, {"vocab", a.vocab}, {"microbatch", a.microbatch},
-            {"bytes_per_element", a.bytes_per_element}};
-        if (!a.tied_embeddings)
-            arch["tied_embeddings"] = false; // written only when not GPT-2's tying
-        if (!a.isGpt2Block()) {
-            arch["family"] = a.family;
-            arch["ffn_hidden"] = a.ffnHidden();
-            arch["kv_heads"] = a.kvHeads();
-            arch["mlp"] = name(a.mlp);
-            arch["norm"] = name(a.norm);
-            arch["positions"] = name(a.positions);
-            arch["bias"] = name(a.bias);
-            arch["norm_eps"] = a.norm_eps;
-            if (a.positions == PositionKind::Rotary) {
-                json& r = arch["rotary"];
-                r = {{"theta", a.rotary.theta}};
-                if (a.rotary.factor > 0)
-                    r.update({{"factor", a.rotary.factor}, {"low_freq_factor", a.rotary.low_freq_factor},
-                        {"high_freq_factor", a.rotary.high_freq_factor},
-                        {"original_positions", a.rotary.original_positions}});
-            }
-        }
-        if (a.max_positions > 0)
-            arch["max_positions"] = a.max_positions;
-        if (!a.dropout)
-            arch["dropout"] = false;
-        if (!a.flash_attention)
-            arch["flash_attention"] = false;
-        if (!a.fp32_cross_entropy)
-            arch["fp32_cross_entropy"] = false;
-        if (a.fp8)
-            arch["fp8"] = true;
-    }
+    if (model.architecture)
+        j["architecture"] = architectureJson(*model.architecture);
     return j;
 }
 

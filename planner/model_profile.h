@@ -279,6 +279,10 @@ struct ModelProfile
 bool isDataSource(const Layer& layer);
 
 nlohmann::json toJson(const ModelProfile& model);
+/// A profile's "architecture" as toJson writes it: GPT-2's block in the first format's fields alone ("type": "gpt"),
+/// any other family with every field of its own. `everyField`: every field, defaults included, whatever the family
+/// ("type": "transformer"), so that two architectures compare field by field (history compare).
+nlohmann::json architectureJson(const TransformerConfig& config, bool everyField = false);
 /// Parses and validates; errors carry the JSON path of the bad field.
 ModelProfile modelFromJson(const nlohmann::json& j);
 

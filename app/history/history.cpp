@@ -201,6 +201,8 @@ RunRecord HistoryStore::Impl::readRun(const Statement& s)
     r.predicted_steps = s.integer(12);
     r.steps_done = s.integer(13);
     r.launcher = s.text(15);
+    if (r.launcher == "import") // importPipeliningTraces refuses a rank that stops within a step
+        r.steps_done = r.steps_planned;
     r.job_id = s.text(16);
     r.tags = tags(r.id);
     // A reader that may not write shows what markInterrupted() would write.
@@ -388,7 +390,8 @@ std::string HistoryStore::createRun(const NewRun& run, std::int64_t controllerPi
     return id;
 }
 
-void HistoryStore::finishRun(const std::string& id, RunStatus status, const std::string& message)
+void HistoryStore::finishRun(
+    const std::string& id, RunStatus status, const std::string& message, std::optional<double> ended_unix_s)
 {
     auto& m = impl();
     if (status == RunStatus::Running)
@@ -396,7 +399,7 @@ void HistoryStore::finishRun(const std::string& id, RunStatus status, const std:
     Transaction tx(m.db, Transaction::Access::Write);
     m.requireRun(id);
     Statement update(m.db, "UPDATE runs SET status = ?2, status_message = ?3, ended_unix_s = ?4 WHERE id = ?1");
-    update.text(1, id).text(2, toString(status)).text(3, message).real(4, unixNow()).run();
+    update.text(1, id).text(2, toString(status)).text(3, message).real(4, ended_unix_s.value_or(unixNow())).run();
     tx.commit();
 }
 

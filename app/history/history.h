@@ -55,7 +55,9 @@ struct RunRecord
     std::int64_t controller_pid = 0;
     std::int64_t steps_planned = 0;
     std::int64_t predicted_steps = 0; ///< the steps the stored prediction covers (0: none stored)
-    std::int64_t steps_done = 0; ///< steps whose loss is recorded (steps_planned is what was asked for)
+    /// Steps whose loss is recorded (steps_planned is what was asked for); a run imported from traces (launcher
+    /// "import") holds complete steps only, and no losses: all of its steps_planned.
+    std::int64_t steps_done = 0;
     std::vector<std::string> tags; ///< sorted, no duplicates
     std::string launcher; ///< how its agents were started: "local", "ssh" or "slurm" (empty: not known)
     std::string job_id; ///< the scheduler's job of the run (Slurm's job id); empty: none
@@ -207,8 +209,10 @@ public:
     std::string createRun(const NewRun& run);
     /// The same, recording `controllerPid` as the controller (tests of markInterrupted(), tools that import).
     std::string createRun(const NewRun& run, std::int64_t controllerPid);
-    /// Sets the final status (not Running: HistoryError), its message and the end time (now).
-    void finishRun(const std::string& id, RunStatus status, const std::string& message = {});
+    /// Sets the final status (not Running: HistoryError), its message and the end time: now, or `ended_unix_s` (a run
+    /// imported from another runtime's traces ends its measured duration after it started).
+    void finishRun(const std::string& id, RunStatus status, const std::string& message = {},
+        std::optional<double> ended_unix_s = std::nullopt);
     /// Every run still running whose controller ran on this host and no longer exists (kill(pid, 0) fails with
     /// ESRCH) becomes interrupted, ending at its last recorded event; runs of live controllers and of other hosts
     /// are left alone. A controller calls this after open(). Returns how many runs it marked.

@@ -43,6 +43,10 @@ json configuration(const RunSnapshot& s)
     if (c.is_object()) {
         c.erase("predicted");
         c.erase("config"); // derived from the stages
+        // The architecture field by field, defaults included: a GPT-2 block's short form against another's full one
+        // differs in the fields that do.
+        if (s.plan && s.plan->model->architecture && c.contains("model") && c["model"].is_object())
+            c["model"]["architecture"] = planner::architectureJson(*s.plan->model->architecture, true);
     }
     c["run"] = {{"steps_planned", s.record.steps_planned}};
     try {
@@ -64,7 +68,7 @@ RunsComparison compareRuns(const std::vector<RunSnapshot>& runs)
         f.run_id = s.record.id;
         f.label = s.record.label;
         f.status = std::string(toString(s.record.status));
-        f.steps = static_cast<int>(s.losses.size());
+        f.steps = static_cast<int>(s.record.steps_done);
         f.first_loss = s.losses.empty() ? NAN : s.losses.front().value;
         f.final_loss = s.losses.empty() ? NAN : s.losses.back().value;
         f.iteration_s = s.comparison.measured_iteration_s;

@@ -28,7 +28,7 @@ struct RunFigures
     std::string run_id;
     std::string label;
     std::string status;
-    int steps = 0; ///< with a loss
+    int steps = 0; ///< done (RunRecord::steps_done: with a loss; an imported run's, all of its complete steps)
     double first_loss = 0, final_loss = 0; ///< NaN without steps
     /// The plan's tokens per step / iteration_s: the same measurement as iteration_s, so the two agree on the screen
     /// (the last "tokens_per_s" sample, an average since the start, where the plan or the steps are unknown); 0

@@ -4,6 +4,7 @@
 // summarised. Runs are recorded into a real history file with simulated timelines as their measured spans.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -104,6 +105,61 @@ TEST_CASE("comparing runs lists only what differs and the stages' time deltas ag
         CHECK_THAT(c.grew[1], Catch::StartsWith("compute +") && Catch::EndsWith(" ms per step"));
         CHECK(c.runs[1].causes.compute_s > 1.5 * c.runs[0].causes.compute_s);
         CHECK_THROWS(app::compareRuns({app::loadRunSnapshot(h, idA)}));
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("an imported run is compared by its steps, and a GPT-2 block against another by the fields that differ",
+    "[history]")
+{
+    const auto dir = std::filesystem::temp_directory_path() / ("pw-compare-import-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    {
+        auto h = app::HistoryStore::open(dir / "history.sqlite");
+        const auto shape = test::tinyGpt2(2);
+        const auto tied = test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b", 4);
+        REQUIRE(tied.model->architecture->isGpt2Block());
+        // As history import-trace records a torch.distributed.pipelining run: the plan untied (torch's stages share
+        // no weights), its spans, no losses, launcher "import".
+        auto untied = tied;
+        auto model = *tied.model;
+        model.architecture->tied_embeddings = false;
+        untied.model = std::move(model);
+        const auto engine = record(h, tied, 3, 1.0);
+        app::NewRun nr;
+        nr.plan_json = planner::toJson(untied).dump();
+        nr.cluster_json = planner::toJson(*untied.cluster).dump();
+        nr.label = "imported";
+        nr.steps_planned = 3;
+        nr.launcher = "import";
+        const auto imported = h.createRun(nr);
+        planner::Plan p = untied;
+        p.schedule.iterations = 3;
+        std::vector<app::MeasuredSpan> spans;
+        std::map<int, std::int64_t> seq;
+        for (const auto& s : planner::simulate(p).timeline.spans)
+            spans.push_back({s, s.device, ++seq[s.device]});
+        h.appendSpans(imported, spans);
+        h.finishRun(imported, app::RunStatus::Succeeded, "imported");
+        CHECK(h.run(imported)->steps_done == 3); // complete steps only: all of them
+
+        const auto c = app::compareRuns({app::loadRunSnapshot(h, engine), app::loadRunSnapshot(h, imported)});
+        REQUIRE(c.runs.size() == 2);
+        CHECK(c.runs[1].steps == 3);
+        CHECK(std::isnan(c.runs[1].final_loss));
+        // Its throughput is the plan's tokens per step over its measured iteration, as an engine run's.
+        const auto& arch = *untied.model->architecture;
+        REQUIRE(c.runs[1].iteration_s > 0);
+        CHECK(c.runs[1].tokens_per_s
+            == Approx(static_cast<double>(untied.microbatchesPerStep()) * arch.microbatch * arch.sequence
+                / c.runs[1].iteration_s));
+        // GPT-2's block is written in its short form, the untied one in full: compared field by field, only the tie
+        // (and the model's digest) differ, not the fields the short form leaves to their defaults.
+        std::vector<std::string> fields;
+        for (const auto& d : c.differences)
+            if (d.field.rfind("/model/", 0) == 0)
+                fields.push_back(d.field);
+        CHECK(fields == std::vector<std::string> {"/model/architecture/tied_embeddings"});
     }
     std::filesystem::remove_all(dir);
 }

@@ -319,7 +319,17 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     CHECK(refused.code != 0);
     CHECK_THAT(refused.err, Contains("the plan runs 0B0 here, the trace 0F2"));
     const auto list = cli::test::cli({"history", "list", "--history", history, "--json"});
-    CHECK(json::parse(list.out).size() == 1);
+    const auto runs = json::parse(list.out);
+    REQUIRE(runs.size() == 1);
+    // Listed with its steps, all complete, and the traces' duration (not the import's).
+    CHECK(runs[0].at("steps") == 4);
+    CHECK(runs[0].at("steps_planned") == 4);
+    CHECK(runs[0].at("launcher") == "import");
+    auto stored = planner::loadPlan(planFile);
+    stored.schedule.iterations = 4;
+    const double simulated = planner::simulate(stored).makespan_s;
+    const double listed = runs[0].at("ended_unix_s").get<double>() - runs[0].at("started_unix_s").get<double>();
+    CHECK(listed == Approx(simulated).epsilon(0.05)); // the traces are the simulator's run, rank 1 skewed 0.25 s
 }
 
 TEST_CASE("import-trace reads the traces real PyTorch writes", "[cli][import][torch]")

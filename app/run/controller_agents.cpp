@@ -255,7 +255,6 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
                 metricBuffer.push_back({step, "tokens_per_s", tps, elapsed, -1});
                 if (o.progress)
                     o.progress({runId, step + 1, request.training.steps, loss, tps, elapsed});
-                diagnoseLive(o);
                 if (!std::isfinite(loss) && request.stop_on_nonfinite)
                     fail("the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step "
                         + std::to_string(step + 1) + " of " + std::to_string(request.training.steps)
@@ -266,6 +265,10 @@ void RunController::Impl::onTelemetry(AgentLink& a, agents::Telemetry& t, const 
                 {static_cast<int>(m.step), m.name, m.value, a.clock.toController(m.t_s) - t0, m.device});
         }
     }
+    // As spans arrive, not only when a loss completes a step: the losses come from the last stage, and a straggling
+    // earlier stage's spans reach the controller in bursts between its stops, after the losses of the steps it slowed.
+    if (!t.spans.empty())
+        diagnoseLive(o);
     if (spanBuffer.size() >= 20000)
         flush();
 }

@@ -216,7 +216,8 @@ struct RunController::Impl
             o.log(agent < 0 ? "controller" : agents[static_cast<std::size_t>(agent)]->name, level, text);
     }
 
-    /// After a step: names (in the log, stored with the run) each straggler not named since it last was one.
+    /// As telemetry with spans arrives: names (in the log, stored with the run) each straggler not named since it
+    /// last was one.
     void diagnoseLive(const RunObserver& o)
     {
         if (!liveProgram || liveMeasured.spans.size() > kLiveDiagnosisSpans)

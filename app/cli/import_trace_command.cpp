@@ -60,24 +60,12 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     for (const auto& s : imported.measured.spans)
         spans.push_back({s, s.device, ++seq[s.device]});
     history.appendSpans(id, spans);
-    const std::string untied = imported.untied
-        ? "the plan's tied embedding and head ran untied (torch.distributed.pipelining's stages share no weights): "
-          "recorded against the plan without their all-reduce"
-        : std::string();
-    // Its duration is the traces' (from the first action's start to the last's end), not the import's.
-    double first = 0, last = 0;
-    if (!imported.measured.spans.empty()) {
-        first = imported.measured.spans.front().t0;
-        for (const auto& s : imported.measured.spans) {
-            first = std::min(first, s.t0);
-            last = std::max(last, s.t1);
-        }
-    }
     history.finishRun(id, app::RunStatus::Succeeded,
         "imported: " + std::to_string(imported.matched) + " actions of " + std::to_string(imported.steps)
             + " steps matched from " + std::to_string(traces.size()) + " PyTorch profiler traces (" + imported.source
             + ")" + (imported.untied ? "; its tied embedding and head ran untied" : ""),
-        history.run(id)->started_unix_s + (last - first));
+        // Its duration is the traces' (the imported timeline starts at its first action), not the import's.
+        history.run(id)->started_unix_s + imported.measured.endTime());
     if (o.json) {
         out << nlohmann::json(
             {{"run_id", id}, {"steps", imported.steps}, {"matched_actions", imported.matched}, {"spans", spans.size()},
@@ -92,8 +80,9 @@ void historyImportTrace(const HistoryOptions& o, std::ostream& out)
     for (std::size_t r = 0; r < imported.clock_offsets_s.size(); ++r)
         out << "  rank " << r << " (" << imported.files[r] << "): clock moved by " << imported.clock_offsets_s[r] * 1e3
             << " ms\n";
-    if (!untied.empty())
-        out << "  " << untied << "\n";
+    if (imported.untied)
+        out << "  the plan's tied embedding and head ran untied (torch.distributed.pipelining's stages share no "
+               "weights): recorded against the plan without their all-reduce\n";
     out << "  pipewright-cli history show " << id << "\n";
 }
 

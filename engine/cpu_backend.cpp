@@ -15,25 +15,13 @@
 #include <vector>
 
 #include "backend.h"
+#include "bf16.h"
 #include "executor.h"
 #include "ops.h"
 
 namespace pw::engine {
 
 namespace {
-
-float bf16ToFloat(std::uint16_t h)
-{
-    return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-}
-
-std::uint16_t floatToBf16(float f)
-{
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN stays a (quiet) NaN
-        return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
-    return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16); // round to nearest even
-}
 
 /// The host clock: a span is the time the call took, which on the CPU is the time the work took.
 class HostTimer final : public ActionTimer
@@ -129,7 +117,7 @@ public:
     void upload(void* dst, DType dtype, const float* host, std::size_t count) override
     {
         if (dtype == DType::BF16)
-            std::transform(host, host + count, static_cast<std::uint16_t*>(dst), floatToBf16);
+            std::transform(host, host + count, static_cast<std::uint16_t*>(dst), toBf16);
         else
             copy(dst, host, count * sizeof(float));
     }
@@ -143,7 +131,7 @@ public:
     {
         if (dtype == DType::BF16) {
             const auto* s = static_cast<const std::uint16_t*>(src);
-            std::transform(s, s + count, host, bf16ToFloat);
+            std::transform(s, s + count, host, fromBf16);
         } else {
             copy(host, src, count * sizeof(float));
         }

@@ -11,6 +11,7 @@
 
 namespace pw::engine {
 
+namespace llama { // this file's own names: a unity build compiles it beside the other families
 namespace {
 
 using Kind = TensorInit::Kind;
@@ -352,10 +353,11 @@ public:
 };
 
 } // namespace
+} // namespace llama
 
 const ModelFamily& llamaFamily()
 {
-    static const LlamaFamily family;
+    static const llama::LlamaFamily family;
     return family;
 }
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bf16.h"
 #include "part_file.h"
 #include "planner/errors.h"
 
@@ -48,14 +49,6 @@ float fromHalf(std::uint16_t h)
     if (exponent == 31)
         return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
     return std::bit_cast<float>(sign | static_cast<std::uint32_t>(exponent + 112) << 23 | (mantissa << 13));
-}
-
-std::uint16_t toBf16(float f)
-{
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
-        return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
-    return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16); // round to nearest even
 }
 
 /// The shape a file holds for `t`: V rows for the padded vocabulary's matrices.
@@ -229,7 +222,7 @@ std::vector<float> loadSafetensorsModel(const std::filesystem::path& path, const
             } else {
                 std::uint16_t h;
                 std::memcpy(&h, bytes.data() + 2 * i, 2);
-                out[i] = e.dtype == "BF16" ? std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16) : fromHalf(h);
+                out[i] = e.dtype == "BF16" ? fromBf16(h) : fromHalf(h);
             }
         }
     }

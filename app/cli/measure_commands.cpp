@@ -20,6 +20,7 @@
 #include "planner/errors.h"
 #include "planner/io/json_file.h"
 #include "planner/sim/calibration.h"
+#include "report.h"
 #include "run_commands.h"
 
 extern char** environ;
@@ -86,27 +87,15 @@ std::string firstLine(const std::string& text)
     return {};
 }
 
-std::string fixed(double v, int digits)
-{
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(digits) << v;
-    return s.str();
-}
-
 std::string ms(double seconds)
 {
-    return fixed(seconds * 1e3, 3) + " ms";
-}
-
-std::string percent(double relative)
-{
-    return (relative >= 0 ? "+" : "") + fixed(relative * 100, 1) + " %";
+    return fixedText(seconds * 1e3, 3) + " ms";
 }
 
 std::string describeLink(const planner::LinkFit& l)
 {
-    std::string s
-        = fixed(l.link.bandwidth_bytes_per_s / 1e9, 3) + " GB/s, " + fixed(l.link.latency_s * 1e6, 1) + " us latency";
+    std::string s = fixedText(l.link.bandwidth_bytes_per_s / 1e9, 3) + " GB/s, " + fixedText(l.link.latency_s * 1e6, 1)
+        + " us latency";
     if (l.fitted)
         return "fitted " + s + " to " + std::to_string(l.transfers) + " transfers of " + std::to_string(l.sizes)
             + " sizes (rms residual " + ms(l.rms_residual_s) + ")";
@@ -197,10 +186,10 @@ void profileMeasure(const MeasureOptions& o, std::ostream& out)
             << "\n";
         return;
     }
-    out << "measured " << model.layerCount() << " layers of " << model.name << ": " << fixed(forward, 3)
-        << " ms forward, " << fixed(backward, 3) << " ms backward (split: " << fixed(input, 3) << " ms input + "
-        << fixed(weight, 3) << " ms weight gradients) per microbatch of " << model.microbatch_size << " -> " << o.output
-        << "\n";
+    out << "measured " << model.layerCount() << " layers of " << model.name << ": " << fixedText(forward, 3)
+        << " ms forward, " << fixedText(backward, 3) << " ms backward (split: " << fixedText(input, 3) << " ms input + "
+        << fixedText(weight, 3) << " ms weight gradients) per microbatch of " << model.microbatch_size << " -> "
+        << o.output << "\n";
 }
 
 void calibrate(const CalibrateOptions& o, std::ostream& out)
@@ -257,8 +246,8 @@ void calibrate(const CalibrateOptions& o, std::ostream& out)
         out << "  link between nodes: " << describeLink(costs.inter_node) << "\n";
     out << "  iteration time of this run: measured " << ms(profile.measured_iteration_s)
         << "; predicted from the profile " << ms(profile.predicted_iteration_s) << " (measured "
-        << percent(profile.iteration_error) << "), calibrated " << ms(calibrated.predicted_iteration_s) << " (measured "
-        << percent(calibrated.iteration_error) << ")\n";
+        << signedPercent(profile.iteration_error) << "), calibrated " << ms(calibrated.predicted_iteration_s)
+        << " (measured " << signedPercent(calibrated.iteration_error) << ")\n";
     out << "  use: pipewright-cli simulate PLAN --costs " << o.output << "; pipewright-cli history show RUN --costs "
         << o.output << "\n";
 }

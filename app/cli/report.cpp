@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
 
 #include "planner/analysis/flops.h"
 
@@ -10,6 +12,18 @@ namespace pw::cli {
 
 using nlohmann::json;
 using namespace pw::planner;
+
+std::string fixedText(double v, int digits)
+{
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(digits) << v;
+    return s.str();
+}
+
+std::string signedPercent(double relative)
+{
+    return (relative >= 0 ? "+" : "") + fixedText(relative * 100, 1) + " %";
+}
 
 namespace {
 

@@ -19,6 +19,11 @@ namespace pw::cli {
 using planner::formatBytes; // memory in GiB & co. (planner/units.h), the one memory unit everywhere
 using planner::formatSeconds;
 
+/// `v` with `digits` digits after the point: "12.345".
+std::string fixedText(double v, int digits);
+/// A relative change as a signed percentage with one decimal: "+3.2 %", "-0.5 %".
+std::string signedPercent(double relative);
+
 /// Metrics of a simulated plan as the `simulate --json` contract writes them.
 nlohmann::json metricsJson(const planner::Plan& plan, const planner::SimulationResult& result);
 void printPlanSummary(std::ostream& out, const planner::Plan& plan, const planner::SimulationResult& result);

@@ -29,6 +29,7 @@
 #include "planner/schedule.h"
 #include "planner/sim/calibration.h"
 #include "planner/units.h"
+#include "report.h"
 
 namespace pw::cli {
 
@@ -60,21 +61,9 @@ agents::DataSpec dataSpec(const RunOptions& o, std::uint64_t seed)
     return d;
 }
 
-std::string fixed(double v, int digits)
-{
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(digits) << v;
-    return s.str();
-}
-
 std::string milliseconds(double seconds)
 {
-    return fixed(seconds * 1e3, 2) + " ms";
-}
-
-std::string percent(double relative)
-{
-    return (relative >= 0 ? "+" : "") + fixed(relative * 100, 1) + " %";
+    return fixedText(seconds * 1e3, 2) + " ms";
 }
 
 } // namespace
@@ -195,9 +184,9 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
     const bool tty = isatty(STDERR_FILENO);
     app::RunObserver observer;
     observer.progress = [&](const app::RunProgress& p) {
-        err << (tty ? "\r" : "") << "step " << p.step << "/" << p.steps << "  loss " << fixed(p.loss, 4) << "  "
-            << fixed(p.tokens_per_s, 0) << " tokens/s  " << fixed(p.elapsed_s, 1) << " s" << (tty ? "   " : "\n")
-            << std::flush;
+        err << (tty ? "\r" : "") << "step " << p.step << "/" << p.steps << "  loss " << fixedText(p.loss, 4) << "  "
+            << fixedText(p.tokens_per_s, 0) << " tokens/s  " << fixedText(p.elapsed_s, 1) << " s"
+            << (tty ? "   " : "\n") << std::flush;
     };
     observer.log = [&](const std::string& agent, const std::string& level, const std::string& text) {
         // A remote run's deployment (uploads, teardown), where each agent landed and each reconnect and resume of a
@@ -239,8 +228,9 @@ int runPlan(const RunOptions& o, std::ostream& out, std::ostream& err)
         out << "run " << r.run_id << ": " << app::toString(r.status)
             << (r.message.empty() ? "" : " (" + r.message + ")") << "\n";
         if (!r.losses.empty())
-            out << "  " << r.losses.size() << " steps, final loss " << fixed(finalLoss, 4) << ", "
-                << fixed(r.tokens_per_s, 0) << " tokens/s, " << fixed(r.seconds, 1) << " s, " << r.spans << " spans\n";
+            out << "  " << r.losses.size() << " steps, final loss " << fixedText(finalLoss, 4) << ", "
+                << fixedText(r.tokens_per_s, 0) << " tokens/s, " << fixedText(r.seconds, 1) << " s, " << r.spans
+                << " spans\n";
         out << "  history: " << history.path().string() << " (pipewright-cli history show " << r.run_id << ")\n";
     }
     return r.status == app::RunStatus::Succeeded ? 0 : kExitRunFailed;
@@ -429,9 +419,9 @@ void historyCompare(const HistoryOptions& o, std::ostream& out)
     for (const auto& r : c.runs) {
         out << "  " << std::left << std::setw(26) << r.run_id << " " << std::setw(11) << r.status << std::right
             << std::setw(5) << r.steps << "  " << std::setw(10)
-            << (std::isnan(r.first_loss) ? "-" : fixed(r.first_loss, 4)) << "  " << std::setw(10)
-            << (std::isnan(r.final_loss) ? "-" : fixed(r.final_loss, 4)) << "  " << std::setw(8)
-            << fixed(r.tokens_per_s, 0) << "  " << milliseconds(r.iteration_s) << "\n";
+            << (std::isnan(r.first_loss) ? "-" : fixedText(r.first_loss, 4)) << "  " << std::setw(10)
+            << (std::isnan(r.final_loss) ? "-" : fixedText(r.final_loss, 4)) << "  " << std::setw(8)
+            << fixedText(r.tokens_per_s, 0) << "  " << milliseconds(r.iteration_s) << "\n";
     }
     if (c.differences.empty())
         out << "configuration: the same\n";
@@ -507,7 +497,7 @@ void historyList(const HistoryOptions& o, std::ostream& out)
         << "plan\n";
     for (const auto& r : runs) {
         const std::string duration
-            = r.ended_unix_s > 0 ? fixed(std::max(0.0, r.ended_unix_s - r.started_unix_s), 1) + " s" : "-";
+            = r.ended_unix_s > 0 ? fixedText(std::max(0.0, r.ended_unix_s - r.started_unix_s), 1) + " s" : "-";
         out << std::left << std::setw(26) << r.id << std::setw(12) << app::toString(r.status) << std::setw(16)
             << (std::to_string(r.steps_done) + "/" + std::to_string(r.steps_planned) + " ") << std::setw(10)
             << (duration + " ") << r.label << "\n";
@@ -543,11 +533,11 @@ std::string recordedAction(const app::RecordedAction& r)
              << s.peer;
     if (s.bytes > 0)
         line << ", " << planner::formatBytes(s.bytes);
-    line << ", " << fixed(s.t0, 3) << " s -> ";
+    line << ", " << fixedText(s.t0, 3) << " s -> ";
     if (r.in_progress)
         line << "in progress";
     else
-        line << fixed(s.t1, 3) << " s";
+        line << fixedText(s.t1, 3) << " s";
     return line.str();
 }
 
@@ -681,14 +671,15 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
     out << "  plan " << plan.configString() << ", schedule " << plan.schedule.kind << ", " << steps << " of "
         << r.steps_planned << " steps, " << measured.spans.size() << " measured spans\n";
     if (!losses.empty())
-        out << "  loss " << fixed(losses.front().value, 4) << " -> " << fixed(losses.back().value, 4) << "\n";
+        out << "  loss " << fixedText(losses.front().value, 4) << " -> " << fixedText(losses.back().value, 4) << "\n";
     out << "  iteration time: predicted " << milliseconds(cmp.predicted_iteration_s)
         << " (the plan's, as `plan` prints it), measured " << milliseconds(cmp.measured_iteration_s) << " per step ("
-        << percent(cmp.iteration_error) << "); per stage: the first " << r.predicted_steps << " steps simulated\n";
+        << signedPercent(cmp.iteration_error) << "); per stage: the first " << r.predicted_steps
+        << " steps simulated\n";
     if (calibrated)
         out << "  calibrated (" << o.costs << "): predicted " << milliseconds(calibrated->predicted_iteration_s)
             << ", measured " << milliseconds(calibrated->measured_iteration_s) << " ("
-            << percent(calibrated->iteration_error) << ")\n";
+            << signedPercent(calibrated->iteration_error) << ")\n";
     out << "  per " << (plan.schedule.chunks > 1 ? "virtual stage" : "stage")
         << " and step; error = measured / predicted - 1 of the compute, and of the device's window (compute + idle)\n";
     out << std::string(24, ' ') << std::setw(19) << "compute: predicted" << std::setw(10) << "measured" << std::setw(10)
@@ -697,12 +688,13 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
         << "\n";
     for (const auto& s : cmp.stages)
         out << "    stage " << std::left << std::setw(14) << s.stage << cell(milliseconds(s.predicted.compute_s), 19)
-            << cell(milliseconds(s.measured.compute_s), 10) << cell(percent(s.compute_error), 10)
+            << cell(milliseconds(s.measured.compute_s), 10) << cell(signedPercent(s.compute_error), 10)
             << cell(milliseconds(s.predicted.idle_s), 19) << cell(milliseconds(s.measured.idle_s), 10)
-            << cell(percent(s.iteration_error), 14) << "\n";
+            << cell(signedPercent(s.iteration_error), 14) << "\n";
     if (!cmp.kinds.empty()) {
         // Actions per step: whole numbers where the steps ran whole.
-        const auto count = [](double n) { return std::abs(n - std::round(n)) < 1e-9 ? fixed(n, 0) : fixed(n, 2); };
+        const auto count
+            = [](double n) { return std::abs(n - std::round(n)) < 1e-9 ? fixedText(n, 0) : fixedText(n, 2); };
         out << "  per action kind and step: time = its spans summed over every device, mean = per action, error = "
                "measured / predicted - 1;\n  send: the simulator's transfer against the sender's posting of it; "
                "receive: the wait for the data, on both sides\n";
@@ -717,8 +709,8 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
                 : count(k.predicted.actions) + " / " + count(k.measured.actions) + " !";
             out << "    " << std::left << std::setw(12) << app::toString(k.kind)
                 << cell(milliseconds(k.predicted.time_s), 19) << cell(milliseconds(k.measured.time_s), 10)
-                << cell(percent(k.error), 12) << cell(fixed(k.predicted.mean_s * 1e3, 3) + " ms", 19)
-                << cell(fixed(k.measured.mean_s * 1e3, 3) + " ms", 10) << cell(actions, 10) << "\n";
+                << cell(signedPercent(k.error), 12) << cell(fixedText(k.predicted.mean_s * 1e3, 3) + " ms", 19)
+                << cell(fixedText(k.measured.mean_s * 1e3, 3) + " ms", 10) << cell(actions, 10) << "\n";
             if (!k.counts_match)
                 differ.push_back(std::string(app::toString(k.kind)) + " " + count(k.predicted.actions) + " predicted, "
                     + count(k.measured.actions) + " measured");
@@ -741,7 +733,7 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             out << "    device " << std::left << std::setw(4) << m.device << std::setw(28) << name.substr(0, 27)
                 << std::right << " predicted " << std::setw(10) << planner::formatBytes(m.predicted_peak_bytes)
                 << "  measured " << std::setw(10) << planner::formatBytes(m.measured_peak_bytes) << "  "
-                << (m.predicted_peak_bytes > 0 ? percent(m.error) : std::string("(no prediction)"));
+                << (m.predicted_peak_bytes > 0 ? signedPercent(m.error) : std::string("(no prediction)"));
             // Which replica and tensor rank of its stage (a tensor-parallel group's devices read as one).
             if (const std::string role = plan.deviceRole(m.device); role.find(',') != std::string::npos)
                 out << "   " << role;
@@ -763,7 +755,7 @@ void historyShow(const HistoryOptions& o, std::ostream& out)
             out << "  " << line << "\n";
     }
     for (const auto& s : stalls)
-        out << "  stall at " << fixed(s.t_s, 1) << " s: " << s.report << "\n";
+        out << "  stall at " << fixedText(s.t_s, 1) << " s: " << s.report << "\n";
     if (!recorder.empty()) {
         // The last few actions of each device (--json has every one the recorder kept).
         constexpr std::size_t kShown = 8;

@@ -31,13 +31,11 @@ namespace {
 using cuda::Arena;
 using cuda::convert;
 using cuda::Event;
-using cuda::fromBf16;
 using cuda::kMaxStages;
 using cuda::kStageBytes;
 using cuda::ScratchSpace;
 using cuda::Staging;
 using cuda::Stream;
-using cuda::toBf16;
 
 constexpr std::size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's workspace (Hopper's kernels want up to 32 MiB)
 class CudaBackend final : public Backend

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../backend.h"
+#include "../bf16.h"
 #include "cuda_util.h"
 #include "kernels.h"
 
@@ -26,20 +27,6 @@ namespace pw::engine::cuda {
 constexpr std::size_t kBlockRounding = 512; // the arena's size classes
 constexpr std::size_t kStageBytes = 4u << 20; // one pinned staging chunk
 constexpr std::size_t kMaxStages = 8;
-
-/// fp32 to bf16, rounded to nearest even (as __float2bfloat16_rn and the CPU backend round).
-inline std::uint16_t toBf16(float f)
-{
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN stays a (quiet) NaN
-        return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
-    return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-inline float fromBf16(std::uint16_t h)
-{
-    return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-}
 
 class Stream
 {

@@ -23,7 +23,6 @@ using madpipe::Chain;
 using madpipe::Cuts;
 using nlohmann::json;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kMaxGpus = 255; ///< the DP packs p into 8 bits
 
 std::string num(double x)
@@ -197,7 +196,7 @@ private:
 
         // MadPipe assumes P identical GPUs linked all-to-all at one bandwidth [M:88].
         std::vector<int> group;
-        double capacity = kInf;
+        double capacity = madpipe::kInf;
         bool mixed = false;
         for (int d = 0; d < P; ++d) {
             group.push_back(d);
@@ -217,7 +216,7 @@ private:
         const auto starts = blockStarts(layers, values.integer("max-blocks"));
         Chain chain = blockChain(layers, starts);
         chain.capacity = capacity;
-        chain.bandwidth = P > 1 ? request.cluster->groupBandwidth(group) : kInf;
+        chain.bandwidth = P > 1 ? request.cluster->groupBandwidth(group) : madpipe::kInf;
         chain.latency = P > 1 ? request.cluster->groupLatency(group) : 0.0;
         chain.recompute = opt.schedule.recompute == Recompute::Full;
         chain.comm_buffers = values.boolean("comm-buffers");

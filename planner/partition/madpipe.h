@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -14,6 +15,16 @@
 #include "partitioner.h"
 
 namespace pw::planner::madpipe {
+
+/// A time or a size no plan reaches.
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Whether `need` bytes fit in `capacity`: with a relative slack of 1e-12 and 1e-9 bytes, since sizes are sums of
+/// prefix differences that round.
+inline bool fitsIn(double need, double capacity)
+{
+    return need <= capacity * (1 + 1e-12) + 1e-9;
+}
 
 /// @brief The chain MadPipe plans: per-layer costs as prefix sums, so that any range [first, end) costs O(1).
 /// Times in seconds, sizes in bytes, all per microbatch. Layers are 0-based; the paper's layer l is index l-1.

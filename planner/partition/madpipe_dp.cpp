@@ -11,13 +11,6 @@
 namespace pw::planner::madpipe {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-bool fitsIn(double need, double capacity)
-{
-    return need <= capacity * (1 + 1e-12) + 1e-9;
-}
-
 /// Open-addressing memo: per state either its exact value or a lower bound on it.
 class Memo
 {

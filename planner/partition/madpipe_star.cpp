@@ -8,18 +8,6 @@
 #include "madpipe.h"
 
 namespace pw::planner::madpipe {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kRel = 1e-12; ///< relative slack for "fits" comparisons
-
-bool fitsIn(double need, double capacity)
-{
-    return need <= capacity * (1 + kRel) + 1e-9;
-}
-
-} // namespace
-
 double Chain::transfer(int first) const
 {
     const double bytes = cut_bytes[first - 1];

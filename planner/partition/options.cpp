@@ -29,7 +29,7 @@ std::string numberText(double v)
     return std::to_string(v);
 }
 
-std::string rangeText(const OptionSpec& spec)
+std::string boundsText(const OptionSpec& spec)
 {
     if (spec.min && spec.max)
         return " in [" + numberText(*spec.min) + ", " + numberText(*spec.max) + "]";
@@ -81,10 +81,10 @@ std::string problem(const OptionSpec& spec, const json& v)
         return "must be " + want + ", got " + v.dump();
     case OptionSpec::Type::IntegerList:
         if (!v.is_array() || v.empty())
-            return "must be a non-empty list of integers" + rangeText(spec) + ", got " + v.dump();
+            return "must be a non-empty list of integers" + boundsText(spec) + ", got " + v.dump();
         for (const auto& e : v)
             if (!isInteger(e) || !inRange(spec, e.get<double>()))
-                return "must be a list of integers" + rangeText(spec) + ", got " + v.dump();
+                return "must be a list of integers" + boundsText(spec) + ", got " + v.dump();
         return {};
     }
     return "has an unknown type";
@@ -96,9 +96,9 @@ std::string describeType(const OptionSpec& spec)
 {
     switch (spec.type) {
     case OptionSpec::Type::Integer:
-        return "integer" + rangeText(spec);
+        return "integer" + boundsText(spec);
     case OptionSpec::Type::Number:
-        return "number" + rangeText(spec);
+        return "number" + boundsText(spec);
     case OptionSpec::Type::Boolean:
         return "true|false";
     case OptionSpec::Type::Choice: {
@@ -108,7 +108,7 @@ std::string describeType(const OptionSpec& spec)
         return s;
     }
     case OptionSpec::Type::IntegerList:
-        return "comma-separated integers" + rangeText(spec);
+        return "comma-separated integers" + boundsText(spec);
     }
     return "value";
 }

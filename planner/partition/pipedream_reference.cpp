@@ -169,7 +169,8 @@ bool assignLayers(const AntichainDag& dag, const ReducedGraph& g, const std::vec
     return consistent;
 }
 
-std::string formatSeconds(double s)
+/// Seconds with nine significant digits and no unit, as the reference prints them.
+std::string referenceSeconds(double s)
 {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.9g", s);
@@ -320,7 +321,7 @@ PartitionResult partitionPipeDreamReference(
             "as in the reference's default, stage-to-stage transfers are ignored (set an activation "
             "compression ratio, e.g. 1, to count them)"});
     diag.push_back({Severity::Info, "objective",
-        "time per stage in pipeline (reference objective): " + formatSeconds(*objective) + " s over "
+        "time per stage in pipeline (reference objective): " + referenceSeconds(*objective) + " s over "
             + std::to_string(dag.stateCount()) + " antichain states"});
     return detail::validated(std::move(plan), std::move(diag));
 }

@@ -44,7 +44,7 @@ double statisticOf(SpanStatistic statistic, const std::vector<double>& v)
 }
 
 /// @brief One measured transfer: payload and seconds from the send's start to the data's arrival.
-struct Transfer
+struct MeasuredTransfer
 {
     double bytes = 0;
     double seconds = 0;
@@ -52,7 +52,7 @@ struct Transfer
 
 /// Least squares of t = latency + bytes / bandwidth over transfers of at least two sizes; `fallback` (the
 /// cluster's link) otherwise, or when the fit has no positive slope.
-LinkFit fitLink(const std::vector<Transfer>& transfers, const LinkCost& fallback)
+LinkFit fitLink(const std::vector<MeasuredTransfer>& transfers, const LinkCost& fallback)
 {
     LinkFit fit;
     fit.link = fallback;
@@ -264,8 +264,8 @@ CalibratedCosts calibrate(const Plan& plan, const Timeline& measured, SpanStatis
     // A transfer's own time is known when its receiver was already waiting as the send began: from the send's
     // start to the receive's end. Otherwise the data may have waited for the receiver, and the pair says nothing.
     const auto refs = plan.cluster->devices();
-    std::vector<std::vector<Transfer>> perNode(plan.cluster->nodes.size());
-    std::vector<Transfer> interNode;
+    std::vector<std::vector<MeasuredTransfer>> perNode(plan.cluster->nodes.size());
+    std::vector<MeasuredTransfer> interNode;
     for (const auto& [key, recv] : receives) {
         const auto it = sends.find(key);
         const int a = std::get<0>(key), b = std::get<1>(key);
@@ -275,7 +275,7 @@ CalibratedCosts calibrate(const Plan& plan, const Timeline& measured, SpanStatis
         const double bytes = recv->bytes > 0 ? recv->bytes : send.bytes;
         if (recv->t0 > send.t0 || bytes <= 0)
             continue;
-        const Transfer t {bytes, recv->t1 - send.t0};
+        const MeasuredTransfer t {bytes, recv->t1 - send.t0};
         if (refs[static_cast<std::size_t>(a)].node == refs[static_cast<std::size_t>(b)].node)
             perNode[static_cast<std::size_t>(refs[static_cast<std::size_t>(a)].node)].push_back(t);
         else

@@ -48,7 +48,7 @@ Project demoProject()
     return p;
 }
 
-std::string text(const fs::path& path)
+std::string fileText(const fs::path& path)
 {
     std::ifstream in(path);
     std::stringstream s;
@@ -89,12 +89,12 @@ TEST_CASE("a save that fails leaves the old file as it was", "[project]")
     const auto path = (dir / "keep.pwproj").string();
     auto p = demoProject();
     saveProject(path, p);
-    const auto before = text(path);
+    const auto before = fileText(path);
     p.scenarios.push_back({"uniform", "", p.scenarios[0].plan}); // a duplicate name: invalid
     CHECK_THROWS_WITH(saveProject(path, p), Catch::Contains("two scenarios are named 'uniform'"));
-    CHECK(text(path) == before);
+    CHECK(fileText(path) == before);
     CHECK_THROWS_AS(saveProject((dir / "no-such-dir" / "x.pwproj").string(), demoProject()), InputError);
-    CHECK(text(path) == before);
+    CHECK(fileText(path) == before);
     fs::remove_all(dir);
 }
 
@@ -183,10 +183,10 @@ TEST_CASE("a project file keeps node env names, not their values, unless marked 
     const auto path = (tempDir() / "secrets.pwproj").string();
     saveProject(path, p);
     std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    CHECK(text.str().find("wandb-0123456789abcdef") == std::string::npos);
-    CHECK(text.str().find("WANDB_API_KEY") != std::string::npos);
+    std::stringstream fileText;
+    fileText << in.rdbuf();
+    CHECK(fileText.str().find("wandb-0123456789abcdef") == std::string::npos);
+    CHECK(fileText.str().find("WANDB_API_KEY") != std::string::npos);
     const auto back = loadProject(path);
     CHECK(back.cluster->nodes[0].env.at("WANDB_API_KEY") == pw::planner::kRedactedValue);
     CHECK(back.cluster->nodes[0].env.at("GLOO_SOCKET_IFNAME") == "eth1");

@@ -31,7 +31,7 @@ planner::Plan demoPlan()
 }
 
 /// The demo plan with its devices on GPUs 0 and 1 of its node.
-planner::Plan gpuPlan()
+planner::Plan slurmFitGpuPlan()
 {
     auto plan = demoPlan();
     planner::Cluster cluster = *plan.cluster;
@@ -91,7 +91,7 @@ TEST_CASE("a partition is checked against the plan's nodes tasks and GPUs", "[sl
     fit = fitSlurmNodes(plan, "debug", true, {elsewhere});
     CHECK_THAT(fit.refusal, Contains("it needs 1 node (localhost: 2 tasks) and the partition has 0 usable nodes"));
 
-    const auto gpus = gpuPlan();
+    const auto gpus = slurmFitGpuPlan();
     CHECK(slurmNeeds(gpus) == std::vector<SlurmNeed> {{"localhost", 2, 2, 2}});
     fit = fitSlurmNodes(gpus, "debug", true, {node("c1", 64, 0), node("g1", 8, 1)});
     CHECK_THAT(fit.refusal, Contains("no node left for plan node localhost: 2 tasks, 2 GPUs"));

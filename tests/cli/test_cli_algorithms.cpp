@@ -22,7 +22,7 @@ namespace {
 const std::vector<std::string> kAlgorithms {
     "pipedream", "pipedream-2bw", "megatron", "hetpipe", "bapipe", "madpipe", "uniform", "parameters"};
 
-fs::path tempDir()
+fs::path cliAlgorithmsTempDir()
 {
     auto dir = fs::temp_directory_path() / ("pw-cli-alg-test-" + std::to_string(::getpid()));
     fs::create_directories(dir);
@@ -35,7 +35,7 @@ TEST_CASE("every algorithm of the papers plans, validates and simulates the demo
 {
     for (const auto& name : kAlgorithms)
         CHECK(pw::planner::findPartitioner(name) != nullptr);
-    const auto dir = tempDir();
+    const auto dir = cliAlgorithmsTempDir();
     for (const std::string cluster : {"dgx-h100.json", "hetpipe-cluster.json"})
         for (const auto& algorithm : kAlgorithms) {
             INFO(algorithm << " on " << cluster);

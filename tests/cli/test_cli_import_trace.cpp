@@ -26,7 +26,6 @@
 #include "tests/engine/python_oracle.h"
 #include "tests/skip.h"
 
-using namespace pw;
 using Catch::Contains;
 using nlohmann::json;
 
@@ -42,25 +41,25 @@ struct TempDir
 };
 
 /// torch's name of a schedule action of `plan` ({stage}{F|B|I|W}{local mb}, {stage}SEND_F{mb}, ...), or "".
-std::string torchName(const planner::Action& a, int microbatches)
+std::string torchName(const pw::planner::Action& a, int microbatches)
 {
     const int mb = a.microbatch % microbatches; // each step numbers its microbatches from 0
     switch (a.kind) {
-    case planner::ActionKind::Forward:
+    case pw::planner::ActionKind::Forward:
         return std::to_string(a.stage) + "F" + std::to_string(mb);
-    case planner::ActionKind::Backward:
+    case pw::planner::ActionKind::Backward:
         return std::to_string(a.stage) + "B" + std::to_string(mb);
-    case planner::ActionKind::BackwardInput:
+    case pw::planner::ActionKind::BackwardInput:
         return std::to_string(a.stage) + "I" + std::to_string(mb);
-    case planner::ActionKind::BackwardWeight:
+    case pw::planner::ActionKind::BackwardWeight:
         return std::to_string(a.stage) + "W" + std::to_string(mb);
-    case planner::ActionKind::SendActivation:
+    case pw::planner::ActionKind::SendActivation:
         return std::to_string(a.stage) + "SEND_F" + std::to_string(mb);
-    case planner::ActionKind::SendGradient:
+    case pw::planner::ActionKind::SendGradient:
         return std::to_string(a.stage) + "SEND_B" + std::to_string(mb);
-    case planner::ActionKind::RecvActivation: // torch names a receive by its receiving stage
+    case pw::planner::ActionKind::RecvActivation: // torch names a receive by its receiving stage
         return std::to_string(a.stage + 1) + "RECV_F" + std::to_string(mb);
-    case planner::ActionKind::RecvGradient:
+    case pw::planner::ActionKind::RecvGradient:
         return std::to_string(a.stage - 1) + "RECV_B" + std::to_string(mb);
     default:
         return "";
@@ -79,13 +78,13 @@ struct DeviceAnnotations
 /// The traces a torch.distributed.pipelining run of `ran` over `steps` steps would write, one per rank (the device of
 /// stage r), its times from the simulator; rank r's clock `skew_s` x r ahead.
 std::vector<fs::path> writeTraces(
-    const fs::path& dir, const planner::Plan& ran, int steps, double skew_s, const DeviceAnnotations& gpu = {})
+    const fs::path& dir, const pw::planner::Plan& ran, int steps, double skew_s, const DeviceAnnotations& gpu = {})
 {
-    planner::Plan p = ran;
+    pw::planner::Plan p = ran;
     p.schedule.iterations = steps;
-    const auto schedule = planner::generateSchedule(p);
-    const auto sim = planner::simulate(p, schedule);
-    std::map<std::pair<int, int>, const planner::Span*> spans;
+    const auto schedule = pw::planner::generateSchedule(p);
+    const auto sim = pw::planner::simulate(p, schedule);
+    std::map<std::pair<int, int>, const pw::planner::Span*> spans;
     for (const auto& s : sim.timeline.spans)
         spans[{s.device, s.action}] = &s;
     std::vector<fs::path> files;
@@ -102,7 +101,7 @@ std::vector<fs::path> writeTraces(
         for (std::size_t i = 0; i < list.size(); ++i) {
             const auto& a = list[i];
             const auto it = spans.find({device, static_cast<int>(i)});
-            if (a.kind == planner::ActionKind::OptimizerStep) {
+            if (a.kind == pw::planner::ActionKind::OptimizerStep) {
                 if (it != spans.end())
                     event("Optimizer.step#AdamW.step", "user_annotation", it->second->t0, it->second->t1);
                 continue;
@@ -122,7 +121,7 @@ std::vector<fs::path> writeTraces(
                     }
             }
             event("PP:" + name, "user_annotation", t0, t1);
-            if (planner::isCompute(a.kind) ? gpu.compute : gpu.transfers)
+            if (pw::planner::isCompute(a.kind) ? gpu.compute : gpu.transfers)
                 event("PP:" + name, "gpu_user_annotation", t0 + gpu.lag_s, t1 + gpu.lag_s);
         }
         json trace {
@@ -133,9 +132,9 @@ std::vector<fs::path> writeTraces(
     return files;
 }
 
-planner::Plan demoPlan()
+pw::planner::Plan demoPlan()
 {
-    return planner::loadPlan(cli::test::kDemo + "/gpt2-tiny-local.plan.json");
+    return pw::planner::loadPlan(pw::cli::test::kDemo + "/gpt2-tiny-local.plan.json");
 }
 
 } // namespace
@@ -145,22 +144,22 @@ TEST_CASE("import-trace: every action of an exported plan's traces is matched, t
     TempDir dir;
     const auto plan = demoPlan();
     const auto traces = writeTraces(dir.path, plan, 3, 5.0); // rank 1's clock 5 s ahead
-    const auto run = app::importPipeliningTraces(plan, traces);
+    const auto run = pw::app::importPipeliningTraces(plan, traces);
     CHECK(run.steps == 3);
     CHECK(run.source == "user_annotation");
     // Matched to the plan as torch.distributed.pipelining runs it: the demo's GPT-2 ties its head to its embedding
     // across the two stages, torch's stages share no weights, so the run has no all-reduce between them.
     CHECK(run.untied);
-    CHECK(run.plan == planner::findPlanExporter("torchtitan")->runsAs(plan));
+    CHECK(run.plan == pw::planner::findPlanExporter("torchtitan")->runsAs(plan));
     CHECK(run.plan.tiedWeightGroups(0).empty());
     // Every compute and transfer action of the program, and an optimizer step per rank and step.
-    planner::Plan p = plan;
+    pw::planner::Plan p = plan;
     p.schedule.iterations = 3;
-    const auto schedule = planner::generateSchedule(p);
+    const auto schedule = pw::planner::generateSchedule(p);
     int named = 0;
     for (const auto& list : schedule.devices)
         for (const auto& a : list)
-            named += a.kind != planner::ActionKind::AllReduce && a.kind != planner::ActionKind::OptimizerStep;
+            named += a.kind != pw::planner::ActionKind::AllReduce && a.kind != pw::planner::ActionKind::OptimizerStep;
     CHECK(run.matched == named);
     CHECK(run.measured.spans.size() == static_cast<std::size_t>(named + 2 * 3));
     // Rank 1 moved back onto rank 0's clock (to within the slack its dependencies leave).
@@ -170,17 +169,17 @@ TEST_CASE("import-trace: every action of an exported plan's traces is matched, t
     CHECK(run.files == std::vector<std::string> {traces[0].string(), traces[1].string()});
     // The traces name their ranks: given in another order (as a shell's glob sorts rank10 before rank2), each is still
     // read as its own rank, and said to be.
-    const auto reversed = app::importPipeliningTraces(plan, {traces[1], traces[0]});
+    const auto reversed = pw::app::importPipeliningTraces(plan, {traces[1], traces[0]});
     CHECK(reversed.files == run.files);
     CHECK(reversed.measured == run.measured);
     // The compute spans keep the simulator's durations (by what they are: the action indices are the untied
     // program's, without the all-reduces).
-    const auto sim = planner::simulate(p, schedule);
-    std::map<std::tuple<int, planner::ActionKind, int, int>, double> durations;
+    const auto sim = pw::planner::simulate(p, schedule);
+    std::map<std::tuple<int, pw::planner::ActionKind, int, int>, double> durations;
     for (const auto& s : sim.timeline.spans)
         durations[{s.device, s.kind, s.stage, s.microbatch}] = s.t1 - s.t0;
     for (const auto& s : run.measured.spans)
-        if (s.kind == planner::ActionKind::Forward || s.kind == planner::ActionKind::Backward)
+        if (s.kind == pw::planner::ActionKind::Forward || s.kind == pw::planner::ActionKind::Backward)
             CHECK(s.t1 - s.t0 == Approx(durations.at({s.device, s.kind, s.stage, s.microbatch})).margin(1e-9));
 }
 
@@ -188,25 +187,25 @@ TEST_CASE("import-trace takes device times where the trace has them, per compute
 {
     TempDir dir;
     const auto plan = demoPlan();
-    const auto host = app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0));
+    const auto host = pw::app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0));
     CHECK(host.source == "user_annotation");
     // A GPU run over Gloo (pipelining_run.py --cuda: both ranks on one GPU, which NCCL refuses): the compute actions
     // on the GPU's stream, the transfers on the host only. Every action still matched; compute from device times.
     constexpr double lag = 40e-6;
-    const auto mixed = app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0, {lag, true, false}));
+    const auto mixed = pw::app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0, {lag, true, false}));
     CHECK(mixed.source == "gpu_user_annotation (compute), user_annotation (transfers)");
     CHECK(mixed.matched == host.matched);
     // Over NCCL both on the GPU.
-    const auto nccl = app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0, {lag, true, true}));
+    const auto nccl = pw::app::importPipeliningTraces(plan, writeTraces(dir.path, plan, 2, 0, {lag, true, true}));
     CHECK(nccl.source == "gpu_user_annotation");
     CHECK(nccl.matched == host.matched);
     REQUIRE(mixed.measured.spans.size() == host.measured.spans.size());
     REQUIRE(nccl.measured.spans.size() == host.measured.spans.size());
     // The timelines start at their first action: against the host's, the device-timed compute keeps its place, and
     // the mixed run's host-timed transfers come the lag earlier.
-    const auto firstForward = [](const app::ImportedRun& r) {
+    const auto firstForward = [](const pw::app::ImportedRun& r) {
         const auto f = std::find_if(r.measured.spans.begin(), r.measured.spans.end(),
-            [](const planner::Span& s) { return s.kind == planner::ActionKind::Forward; });
+            [](const pw::planner::Span& s) { return s.kind == pw::planner::ActionKind::Forward; });
         REQUIRE(f != r.measured.spans.end());
         return f->t0;
     };
@@ -216,13 +215,13 @@ TEST_CASE("import-trace takes device times where the trace has them, per compute
         const auto& h = host.measured.spans[i];
         const auto& m = mixed.measured.spans[i];
         const auto& n = nccl.measured.spans[i];
-        INFO(planner::toString(h.kind) << " device " << h.device << " action " << h.action);
+        INFO(pw::planner::toString(h.kind) << " device " << h.device << " action " << h.action);
         REQUIRE((m.device == h.device && m.action == h.action && n.device == h.device && n.action == h.action));
-        if (h.kind == planner::ActionKind::Forward || h.kind == planner::ActionKind::Backward) {
+        if (h.kind == pw::planner::ActionKind::Forward || h.kind == pw::planner::ActionKind::Backward) {
             CHECK(m.t0 - h.t0 == Approx(mixedShift).margin(1e-9));
             CHECK(n.t0 - h.t0 == Approx(ncclShift).margin(1e-9));
         }
-        if (h.kind == planner::ActionKind::SendActivation || h.kind == planner::ActionKind::SendGradient) {
+        if (h.kind == pw::planner::ActionKind::SendActivation || h.kind == pw::planner::ActionKind::SendGradient) {
             CHECK(m.t0 - h.t0 == Approx(mixedShift - lag).margin(1e-9)); // the host's time
             CHECK(n.t0 - h.t0 == Approx(ncclShift).margin(1e-9));
         }
@@ -237,16 +236,16 @@ TEST_CASE("import-trace: a trace of another plan is refused naming the first mis
     gpipe.schedule.kind = "gpipe";
     const auto other = writeTraces(dir.path, gpipe, 2, 0);
     try {
-        app::importPipeliningTraces(plan, other);
+        pw::app::importPipeliningTraces(plan, other);
         FAIL("accepted a trace of another schedule");
-    } catch (const planner::InputError& e) {
+    } catch (const pw::planner::InputError& e) {
         // 1F1B on rank 0 runs 0F0 0F1 0B0 (warm-up of 2: the pipeline is 2 deep); GPipe all four forwards first.
         CHECK_THAT(e.message(), Contains("rank 0, step 0, action 2: the plan runs 0B0 here, the trace 0F2"));
         CHECK(e.source() == other[0].string());
     }
     // A trace cut short, one trace missing, a file that is not a trace.
     auto traces = writeTraces(dir.path, plan, 2, 0);
-    CHECK_THROWS_WITH(app::importPipeliningTraces(plan, {traces[0]}), Contains("give one trace per rank, not 1"));
+    CHECK_THROWS_WITH(pw::app::importPipeliningTraces(plan, {traces[0]}), Contains("give one trace per rank, not 1"));
     {
         auto j = json::parse(std::ifstream(traces[1]));
         auto& events = j["traceEvents"];
@@ -259,16 +258,16 @@ TEST_CASE("import-trace: a trace of another plan is refused naming the first mis
         }
         std::ofstream(traces[1]) << j.dump();
     }
-    CHECK_THROWS_WITH(app::importPipeliningTraces(plan, traces), Contains("rank 1 stops within step 1"));
+    CHECK_THROWS_WITH(pw::app::importPipeliningTraces(plan, traces), Contains("rank 1 stops within step 1"));
     std::ofstream(traces[1]) << "{\"traceEvents\": 3}";
-    CHECK_THROWS_WITH(app::importPipeliningTraces(plan, traces), Contains("not a PyTorch profiler (Kineto) trace"));
+    CHECK_THROWS_WITH(pw::app::importPipeliningTraces(plan, traces), Contains("not a PyTorch profiler (Kineto) trace"));
 }
 
 TEST_CASE("history import-trace records the run: show gives its per-kind errors and time by cause", "[cli][import]")
 {
     TempDir dir;
     const auto history = (dir.path / "history.sqlite").string();
-    const auto planFile = cli::test::kDemo + "/gpt2-tiny-local.plan.json";
+    const auto planFile = pw::cli::test::kDemo + "/gpt2-tiny-local.plan.json";
     const auto traces = writeTraces(dir.path, demoPlan(), 4, 0.25);
     std::vector<std::string> args {"history", "import-trace", planFile};
     for (const auto& t : traces)
@@ -276,7 +275,7 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     for (const char* a : {"--history", "--json"})
         args.push_back(a);
     args.insert(args.end() - 1, history);
-    const auto imported = cli::test::cli(args);
+    const auto imported = pw::cli::test::cli(args);
     INFO(imported.err);
     REQUIRE(imported.code == 0);
     const auto j = json::parse(imported.out);
@@ -284,7 +283,7 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     CHECK(j.at("files") == json::array({traces[0].string(), traces[1].string()}));
     const std::string id = j.at("run_id");
 
-    const auto shown = cli::test::cli({"history", "show", id, "--history", history, "--json"});
+    const auto shown = pw::cli::test::cli({"history", "show", id, "--history", history, "--json"});
     INFO(shown.err);
     REQUIRE(shown.code == 0);
     const auto s = json::parse(shown.out);
@@ -300,7 +299,7 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
         if (k.at("kind") == "F" || k.at("kind") == "B")
             CHECK(k.at("error").get<double>() == Approx(0).margin(1e-6));
     }
-    const auto text = cli::test::cli({"history", "show", id, "--history", history});
+    const auto text = pw::cli::test::cli({"history", "show", id, "--history", history});
     CHECK_THAT(text.out, Contains("its tied embedding and head ran untied"));
     CHECK_THAT(text.out, !Contains("did not follow the plan"));
     const auto& t = s.at("time_by_cause");
@@ -314,20 +313,20 @@ TEST_CASE("history import-trace records the run: show gives its per-kind errors 
     auto gpipe = demoPlan();
     gpipe.schedule.kind = "gpipe";
     const auto other = writeTraces(dir.path, gpipe, 2, 0);
-    const auto refused = cli::test::cli(
+    const auto refused = pw::cli::test::cli(
         {"history", "import-trace", planFile, other[0].string(), other[1].string(), "--history", history});
     CHECK(refused.code != 0);
     CHECK_THAT(refused.err, Contains("the plan runs 0B0 here, the trace 0F2"));
-    const auto list = cli::test::cli({"history", "list", "--history", history, "--json"});
+    const auto list = pw::cli::test::cli({"history", "list", "--history", history, "--json"});
     const auto runs = json::parse(list.out);
     REQUIRE(runs.size() == 1);
     // Listed with its steps, all complete, and the traces' duration (not the import's).
     CHECK(runs[0].at("steps") == 4);
     CHECK(runs[0].at("steps_planned") == 4);
     CHECK(runs[0].at("launcher") == "import");
-    auto stored = planner::loadPlan(planFile);
+    auto stored = pw::planner::loadPlan(planFile);
     stored.schedule.iterations = 4;
-    const double simulated = planner::simulate(stored).makespan_s;
+    const double simulated = pw::planner::simulate(stored).makespan_s;
     const double listed = runs[0].at("ended_unix_s").get<double>() - runs[0].at("started_unix_s").get<double>();
     CHECK(listed == Approx(simulated).epsilon(0.05)); // the traces are the simulator's run, rank 1 skewed 0.25 s
 }
@@ -337,19 +336,20 @@ TEST_CASE("import-trace reads the traces real PyTorch writes", "[cli][import][to
     // tests/oracle/pipelining_trace.py: each rank's row of the exported CSV under PyTorch's own profiler (real
     // record_function annotations, a real AdamW step), the trace as PyTorch exports it (Debian's 1.13: the legacy
     // profiler's event array; 2.x: Kineto's object).
-    if (!test::pythonHas("torch"))
-        PW_SKIP("PyTorch is not importable by " + test::python() + ": the traces made above still ran");
-    test::ScratchDir dir("import-torch");
-    const auto script = fs::path(cli::test::kData).parent_path() / "oracle/pipelining_trace.py";
-    const auto csv = fs::path(cli::test::kData) / "exports/gpt2-tiny-local/torchtitan/schedule.csv";
+    if (!pw::test::pythonHas("torch"))
+        PW_SKIP("PyTorch is not importable by " + pw::test::python() + ": the traces made above still ran");
+    pw::test::ScratchDir dir("import-torch");
+    const auto script = fs::path(pw::cli::test::kData).parent_path() / "oracle/pipelining_trace.py";
+    const auto csv = fs::path(pw::cli::test::kData) / "exports/gpt2-tiny-local/torchtitan/schedule.csv";
     std::vector<fs::path> traces;
     for (int rank = 0; rank < 2; ++rank) {
         traces.push_back(dir.path / ("rank" + std::to_string(rank) + ".json"));
-        test::runCommand(test::shellQuoted(test::python()) + " " + test::shellQuoted(script) + " "
-                + test::shellQuoted(csv) + " " + std::to_string(rank) + " 3 " + test::shellQuoted(traces.back()),
+        pw::test::runCommand(pw::test::shellQuoted(pw::test::python()) + " " + pw::test::shellQuoted(script) + " "
+                + pw::test::shellQuoted(csv) + " " + std::to_string(rank) + " 3 "
+                + pw::test::shellQuoted(traces.back()),
             dir.path / "err.txt");
     }
-    const auto run = app::importPipeliningTraces(demoPlan(), traces);
+    const auto run = pw::app::importPipeliningTraces(demoPlan(), traces);
     CHECK(run.steps == 3);
     CHECK(run.matched == 3 * 32); // per step: 8 F, 8 B, 8 sends, 8 receives over both devices
     for (const auto& s : run.measured.spans) {

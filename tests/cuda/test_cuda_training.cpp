@@ -52,7 +52,7 @@ BackendFactory onTheGpu(Precision precision)
 }
 
 /// The plan's losses over r.steps, on the CPU (`backends` empty) or on the GPU.
-LocalRunResult train(
+LocalRunResult cudaTrainingTrain(
     const Comparison& r, const std::vector<StageCut>& stages, const std::string& kind, const BackendFactory& backends)
 {
     const auto plan = gpt2Plan(r.shape, stages, kind, r.microbatches);
@@ -66,7 +66,7 @@ LocalRunResult train(
 }
 
 /// Per step, relative: the GPU's losses against the CPU's (or bf16's against fp32's).
-void requireClose(const std::vector<double>& got, const std::vector<double>& expected, double tolerance)
+void cudaTrainingRequireClose(const std::vector<double>& got, const std::vector<double>& expected, double tolerance)
 {
     REQUIRE(got.size() == expected.size());
     double worst = 0;
@@ -83,10 +83,10 @@ void requireClose(const std::vector<double>& got, const std::vector<double>& exp
 /// fp32 on the GPU (TF32 off) gives the CPU engine's losses to 1e-4 for `stages` under `kind`.
 void fp32MatchesCpu(const std::vector<StageCut>& stages, const std::string& kind, const Comparison& r = comparison())
 {
-    const auto cpu = train(r, stages, kind, {});
+    const auto cpu = cudaTrainingTrain(r, stages, kind, {});
     CHECK(cpu.losses.back() < cpu.losses.front());
-    const auto gpu = train(r, stages, kind, onTheGpu(Precision::Fp32));
-    requireClose(gpu.losses, cpu.losses, 1e-4);
+    const auto gpu = cudaTrainingTrain(r, stages, kind, onTheGpu(Precision::Fp32));
+    cudaTrainingRequireClose(gpu.losses, cpu.losses, 1e-4);
 }
 
 } // namespace
@@ -135,9 +135,9 @@ TEST_CASE("CUDA bf16 mixed precision trains the Llama within 2e-2 of fp32, and i
         PW_SKIP("no CUDA device");
     const Comparison r = pw::test::llamaComparison();
     const std::vector<StageCut> stages = {{0, 3, {0}}};
-    const auto fp32 = train(r, stages, "gpipe", onTheGpu(Precision::Fp32));
-    const auto bf16 = train(r, stages, "gpipe", onTheGpu(Precision::Bf16Mixed));
-    requireClose(bf16.losses, fp32.losses, 2e-2);
+    const auto fp32 = cudaTrainingTrain(r, stages, "gpipe", onTheGpu(Precision::Fp32));
+    const auto bf16 = cudaTrainingTrain(r, stages, "gpipe", onTheGpu(Precision::Bf16Mixed));
+    cudaTrainingRequireClose(bf16.losses, fp32.losses, 2e-2);
     CHECK(bf16.losses.back() < bf16.losses.front());
 }
 
@@ -147,9 +147,9 @@ TEST_CASE("CUDA bf16 mixed precision stays within 2e-2 of fp32 over 20 steps", "
         PW_SKIP("no CUDA device");
     const Comparison r = comparison();
     const std::vector<StageCut> stages = {{0, 3, {0}}};
-    const auto fp32 = train(r, stages, "gpipe", onTheGpu(Precision::Fp32));
-    const auto bf16 = train(r, stages, "gpipe", onTheGpu(Precision::Bf16Mixed));
-    requireClose(bf16.losses, fp32.losses, 2e-2);
+    const auto fp32 = cudaTrainingTrain(r, stages, "gpipe", onTheGpu(Precision::Fp32));
+    const auto bf16 = cudaTrainingTrain(r, stages, "gpipe", onTheGpu(Precision::Bf16Mixed));
+    cudaTrainingRequireClose(bf16.losses, fp32.losses, 2e-2);
 }
 
 TEST_CASE("CUDA bf16 mixed precision learns the Markov corpus down to its entropy rate", "[cuda]")

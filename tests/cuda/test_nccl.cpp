@@ -50,7 +50,7 @@ std::string ncclMissing(int gpus)
     return {};
 }
 
-std::shared_ptr<Backend> gpu(int index, Precision precision)
+std::shared_ptr<Backend> ncclGpu(int index, Precision precision)
 {
     DeviceChoice choice;
     choice.cuda = index;
@@ -112,7 +112,7 @@ NcclRun trainOverNccl(const Comparison& r, const std::vector<StageCut>& stages, 
     for (int d = 0; d < devices; ++d)
         threads.emplace_back([&, d] {
             try {
-                auto backend = gpu(d, Precision::Fp32);
+                auto backend = ncclGpu(d, Precision::Fp32);
                 NcclOptions options;
                 options.prefix = "test";
                 options.timeout = std::chrono::seconds(60);
@@ -149,7 +149,7 @@ NcclRun trainOverNccl(const Comparison& r, const std::vector<StageCut>& stages, 
     return out;
 }
 
-void requireClose(const std::vector<double>& got, const std::vector<double>& expected, double tolerance)
+void ncclRequireClose(const std::vector<double>& got, const std::vector<double>& expected, double tolerance)
 {
     REQUIRE(got.size() == expected.size());
     for (std::size_t k = 0; k < expected.size(); ++k) {
@@ -194,7 +194,7 @@ TEST_CASE("NCCL one-rank all-reduce in fp32 and bf16 through the transport", "[c
         PW_SKIP(why);
     for (const Precision precision : {Precision::Fp32, Precision::Bf16Mixed}) {
         INFO(toString(precision));
-        auto backend = gpu(0, precision);
+        auto backend = ncclGpu(0, precision);
         MemoryRendezvous store;
         auto transport = makeNcclTransport(0, 1, store, backend);
         CHECK(transport->reaches(*backend));
@@ -216,7 +216,7 @@ TEST_CASE("NCCL send and receive to self in one group - the sent region is free 
 {
     if (const auto why = ncclMissing(1); !why.empty())
         PW_SKIP(why);
-    auto backend = gpu(0, Precision::Fp32);
+    auto backend = ncclGpu(0, Precision::Fp32);
     MemoryRendezvous store;
     auto transport = makeNcclTransport(0, 1, store, backend);
     transport->makeGroups({});
@@ -241,7 +241,7 @@ TEST_CASE("a 1-stage run over an NCCL transport gives the CPU engine's losses", 
         PW_SKIP(why);
     const Comparison r = comparison();
     const std::vector<StageCut> one {{0, 3, {0}}};
-    requireClose(trainOverNccl(r, one, "1f1b").losses, cpuLosses(r, one, "1f1b"), 1e-4);
+    ncclRequireClose(trainOverNccl(r, one, "1f1b").losses, cpuLosses(r, one, "1f1b"), 1e-4);
 }
 
 TEST_CASE("2-stage 1F1B over NCCL on two GPUs gives the one-stage losses", "[cuda][nccl]")
@@ -249,7 +249,7 @@ TEST_CASE("2-stage 1F1B over NCCL on two GPUs gives the one-stage losses", "[cud
     if (const auto why = ncclMissing(2); !why.empty())
         PW_SKIP(why);
     const Comparison r = comparison();
-    requireClose(
+    ncclRequireClose(
         trainOverNccl(r, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b").losses, cpuLosses(r, {{0, 3, {0}}}, "1f1b"), 1e-4);
 }
 
@@ -261,14 +261,14 @@ TEST_CASE("replicas over NCCL give the one-stage losses and all-reduce during th
     const auto oneStage = cpuLosses(r, {{0, 3, {0}}}, "1f1b");
     // One bucket per layer: the head's gradients go out while the blocks' backward still runs.
     const auto replicas = trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", 1);
-    requireClose(replicas.losses, oneStage, 1e-4);
+    ncclRequireClose(replicas.losses, oneStage, 1e-4);
     requireOverlap(replicas);
     if (cudaDeviceCount() < 4) {
         WARN("the 2-stage x 2-replica plan needs 4 GPUs, " << cudaDeviceCount() << " visible: not run");
         return;
     }
     const auto grid = trainOverNccl(r, {{0, 1, {0, 1}}, {2, 3, {2, 3}}}, "1f1b", 1);
-    requireClose(grid.losses, oneStage, 1e-4);
+    ncclRequireClose(grid.losses, oneStage, 1e-4);
     requireOverlap(grid);
 }
 
@@ -278,12 +278,14 @@ TEST_CASE("tensor parallelism over NCCL gives the one-stage losses", "[cuda][ncc
         PW_SKIP(why);
     const Comparison r = comparison();
     const auto oneStage = cpuLosses(r, {{0, 3, {0}}}, "1f1b");
-    requireClose(trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", std::size_t {25} << 20, 2).losses, oneStage, 1e-4);
-    requireClose(trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", std::size_t {25} << 20, 2, true).losses, oneStage, 1e-4);
+    ncclRequireClose(trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", std::size_t {25} << 20, 2).losses, oneStage, 1e-4);
+    ncclRequireClose(
+        trainOverNccl(r, {{0, 3, {0, 1}}}, "1f1b", std::size_t {25} << 20, 2, true).losses, oneStage, 1e-4);
     if (cudaDeviceCount() < 4) {
         WARN("t = 2 x p = 2 needs 4 GPUs, " << cudaDeviceCount() << " visible: not run");
         return;
     }
-    requireClose(trainOverNccl(r, {{0, 1, {0, 1}}, {2, 3, {2, 3}}}, "zb-h1", std::size_t {25} << 20, 2, true).losses,
-        oneStage, 1e-4);
+    ncclRequireClose(
+        trainOverNccl(r, {{0, 1, {0, 1}}, {2, 3, {2, 3}}}, "zb-h1", std::size_t {25} << 20, 2, true).losses, oneStage,
+        1e-4);
 }

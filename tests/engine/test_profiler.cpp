@@ -21,7 +21,7 @@ using Catch::Contains;
 
 namespace {
 
-ProfileOptions smallModel(int hidden = 32)
+ProfileOptions profilerSmallModel(int hidden = 32)
 {
     ProfileOptions o;
     o.shape = {3, hidden, 4, 16, 100, 2, 4}; // blocks, hidden, heads, sequence, vocab, microbatch, bytes
@@ -45,7 +45,7 @@ TEST_CASE("profile: median of odd and even counts", "[engine][profiler]")
 TEST_CASE(
     "profile: a measured profile is the planner's format with the engine's layers and sizes", "[engine][profiler]")
 {
-    const auto o = smallModel();
+    const auto o = profilerSmallModel();
     std::vector<LayerSamples> samples;
     const auto profile = measureProfile(o, &samples);
     const ModelConfig config = ModelConfig::fromTransformer(o.shape);
@@ -106,8 +106,8 @@ TEST_CASE(
 
 TEST_CASE("profile: times are measurements: a block 8x as wide costs more", "[engine][profiler]")
 {
-    const auto narrow = measureProfile(smallModel(32));
-    const auto wide = measureProfile(smallModel(256)); // ~64x the block's GEMM work
+    const auto narrow = measureProfile(profilerSmallModel(32));
+    const auto wide = measureProfile(profilerSmallModel(256)); // ~64x the block's GEMM work
     CHECK(wide.layers[1].forward_ms > 4 * narrow.layers[1].forward_ms);
     CHECK(wide.layers[1].backward_ms > 4 * narrow.layers[1].backward_ms);
 }
@@ -117,7 +117,7 @@ TEST_CASE("profile: the split backward's I + W is about the fused backward", "[e
     // The same kernels in two calls instead of one: a block's I + W within a sane margin of B, measured on a block
     // big enough to time. Each compared by its fastest pass: on a machine shared with other work a pass may lose
     // its core for milliseconds, which the fastest of several passes does not see.
-    auto o = smallModel(256);
+    auto o = profilerSmallModel(256);
     o.repeats = 7;
     std::vector<LayerSamples> samples;
     const auto profile = measureProfile(o, &samples);
@@ -136,7 +136,7 @@ TEST_CASE("profile: the split backward's I + W is about the fused backward", "[e
 TEST_CASE("profile: a plan made from a measured profile can be trained", "[engine][profiler]")
 {
     planner::Plan plan;
-    plan.model = measureProfile(smallModel());
+    plan.model = measureProfile(profilerSmallModel());
     planner::Cluster cluster;
     const auto cpu = *planner::devicePreset("cpu");
     cluster.device_types = {cpu};
@@ -154,20 +154,20 @@ TEST_CASE("profile: a plan made from a measured profile can be trained", "[engin
 
 TEST_CASE("profile: bad options name the option", "[engine][profiler]")
 {
-    auto o = smallModel();
+    auto o = profilerSmallModel();
     o.shape.heads = 5;
     CHECK_THROWS_WITH(measureProfile(o), Contains("--heads") && Contains("must divide --hidden"));
-    o = smallModel();
+    o = profilerSmallModel();
     o.repeats = 0;
     CHECK_THROWS_WITH(measureProfile(o), Contains("--repeats: must be positive"));
-    o = smallModel();
+    o = profilerSmallModel();
     o.warmup = -1;
     CHECK_THROWS_AS(measureProfile(o), planner::InputError);
 }
 
 TEST_CASE("profile: a Llama's blocks are measured with the family's layers and sizes", "[engine][profiler]")
 {
-    auto o = smallModel();
+    auto o = profilerSmallModel();
     o.shape = test::asLlama(o.shape, 2, 40);
     const auto profile = measureProfile(o);
     REQUIRE(profile.layerCount() == 5);

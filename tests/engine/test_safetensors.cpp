@@ -40,7 +40,7 @@ using pw::test::shellQuoted;
 namespace {
 
 /// A small Llama with a padded vocabulary (V 50, Vp 128: files hold 50 rows) and grouped-query attention.
-planner::TransformerConfig llama()
+planner::TransformerConfig safetensorsLlama()
 {
     planner::TransformerConfig c = pw::test::tinyGpt2(2);
     c.hidden = 32;
@@ -85,7 +85,7 @@ void writeByStages(const fs::path& path, const ModelConfig& config, const std::v
 
 TEST_CASE("safetensors: a model written whole or by stages reads back equal", "[engine][safetensors]")
 {
-    const ModelConfig config = ModelConfig::fromTransformer(llama());
+    const ModelConfig config = ModelConfig::fromTransformer(safetensorsLlama());
     REQUIRE(config.padded_vocab == 128);
     const auto params = randomParams(config, 1);
     ScratchDir dir("safetensors");
@@ -119,7 +119,7 @@ TEST_CASE("safetensors: a model written whole or by stages reads back equal", "[
 TEST_CASE(
     "safetensors: files that are not the model's are refused naming the file and the field", "[engine][safetensors]")
 {
-    const ModelConfig config = ModelConfig::fromTransformer(llama());
+    const ModelConfig config = ModelConfig::fromTransformer(safetensorsLlama());
     const auto params = randomParams(config, 2);
     ScratchDir dir("safetensors");
     const fs::path good = dir.path / "m.safetensors";
@@ -172,7 +172,7 @@ TEST_CASE("safetensors: an independent reader of the format sees the model's ten
 {
     if (!pythonHas("json"))
         PW_SKIP("no Python at " + python() + " (PW_PYTHON picks another interpreter)");
-    const ModelConfig config = ModelConfig::fromTransformer(llama());
+    const ModelConfig config = ModelConfig::fromTransformer(safetensorsLlama());
     const auto params = randomParams(config, 3);
     ScratchDir dir("safetensors");
     writeByStages(dir.path / "m.safetensors", config, params);
@@ -201,7 +201,7 @@ TEST_CASE("safetensors: PyTorch's file loads, trains a step here, and is PyTorch
 {
     if (!pythonHas("torch"))
         PW_SKIP("no PyTorch for " + python() + " (Debian's python3-torch; PW_PYTHON picks another interpreter)");
-    const auto shape = llama();
+    const auto shape = safetensorsLlama();
     const auto plan = pw::test::gpt2Plan(shape, {{0, 1, {0}}, {2, 3, {1}}}, "1f1b", 2);
     TrainingSetup setup = trainingSetup(plan);
     ScratchDir dir("safetensors");

@@ -36,7 +36,7 @@ pw::planner::TransformerConfig smallGpt2()
 }
 
 /// The same with Llama's block: 8 query heads over 4 key/value heads of 8 dimensions (64 channels), MLP 96.
-pw::planner::TransformerConfig smallLlama()
+pw::planner::TransformerConfig tensorParallelSmallLlama()
 {
     auto c = smallGpt2();
     c.hidden = 64;
@@ -50,7 +50,7 @@ struct Trained
     std::vector<float> weights;
 };
 
-Trained train(const pw::planner::Plan& plan, int steps, LocalLinks links = LocalLinks::Host)
+Trained tensorParallelTrain(const pw::planner::Plan& plan, int steps, LocalLinks links = LocalLinks::Host)
 {
     TrainingSetup setup = trainingSetup(plan);
     // At lr 1e-2 AdamW's normalised steps amplify the rounding of sums split otherwise (over ranks, over OpenMP's
@@ -108,9 +108,9 @@ TEST_CASE("tensor parallelism trains to one device's losses and weights", "[engi
 {
     constexpr int kSteps = 20;
     for (const bool llama : {false, true}) {
-        const auto shape = llama ? smallLlama() : smallGpt2();
+        const auto shape = llama ? tensorParallelSmallLlama() : smallGpt2();
         const int head = shape.layers + 1;
-        const Trained one = train(gpt2Plan(shape, {{0, head, {0}}}, "1f1b", 4), kSteps);
+        const Trained one = tensorParallelTrain(gpt2Plan(shape, {{0, head, {0}}}, "1f1b", 4), kSteps);
         struct Case
         {
             std::string name;
@@ -137,8 +137,9 @@ TEST_CASE("tensor parallelism trains to one device's losses and weights", "[engi
         for (const auto& c : cases)
             SECTION(std::string(llama ? "Llama, " : "GPT-2, ") + c.name)
             {
-                checkSame(train(tensorPlan(shape, c.cuts, c.d, c.t, c.sequence, c.kind, c.distributed), kSteps), one,
-                    ModelConfig::fromTransformer(shape));
+                checkSame(
+                    tensorParallelTrain(tensorPlan(shape, c.cuts, c.d, c.t, c.sequence, c.kind, c.distributed), kSteps),
+                    one, ModelConfig::fromTransformer(shape));
             }
     }
 }
@@ -150,15 +151,16 @@ TEST_CASE("fewer key/value heads than ranks: each is shared by its query heads' 
     auto shape = asLlama(smallGpt2(), 2, 96); // 4 query heads over 2 key/value heads
     shape.bias = pw::planner::BiasKind::Qkv; // Qwen2's biases: the shared k and v biases too
     const int head = shape.layers + 1;
-    const Trained one = train(gpt2Plan(shape, {{0, head, {0}}}, "1f1b", 4), kSteps);
+    const Trained one = tensorParallelTrain(gpt2Plan(shape, {{0, head, {0}}}, "1f1b", 4), kSteps);
     const auto model = ModelConfig::fromTransformer(shape);
     SECTION("t 4: ranks 0, 1 hold key/value head 0, ranks 2, 3 head 1")
     {
-        checkSame(train(tensorPlan(shape, {{0, head}}, 1, 4, false, "1f1b"), kSteps), one, model);
+        checkSame(tensorParallelTrain(tensorPlan(shape, {{0, head}}, 1, 4, false, "1f1b"), kSteps), one, model);
     }
     SECTION("t 4 x p 2 x d 2, zb-h1, sequence parallel, distributed optimizer")
     {
-        checkSame(train(tensorPlan(shape, {{0, 1}, {2, head}}, 2, 4, true, "zb-h1", true), kSteps), one, model);
+        checkSame(
+            tensorParallelTrain(tensorPlan(shape, {{0, 1}, {2, head}}, 2, 4, true, "zb-h1", true), kSteps), one, model);
     }
     SECTION("what each rank holds")
     {

@@ -45,7 +45,7 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Per step, relative: what the engine may differ from PyTorch by, live or recorded.
-constexpr double kTolerance = 1e-4;
+constexpr double kTorchOracleTolerance = 1e-4;
 
 const fs::path kGoldenFile = fs::path(PW_TEST_DATA_DIR) / "golden" / "gpt2-torch-losses.json";
 constexpr const char* kRegenerate = "tests/oracle/make_golden.sh";
@@ -172,7 +172,7 @@ json inputsOf(const OracleRun& r)
 }
 
 /// Runs tests/oracle/gpt2_torch.py on the run's checkpoint and tokens, written into `dir`; its report.
-json runTorch(const OracleRun& r, const fs::path& dir)
+json torchOracleRunTorch(const OracleRun& r, const fs::path& dir)
 {
     writeCheckpoint(dir / "model.bin", r.checkpoint);
     writeTokens(dir / "tokens.bin", r.tokens);
@@ -205,7 +205,7 @@ void checkPlans(const OracleRun& r, const std::vector<double>& expected, const s
         double worst = 0;
         for (std::size_t k = 0; k < expected.size(); ++k) {
             INFO("step " << k);
-            CHECK(result.losses[k] == Approx(expected[k]).epsilon(kTolerance));
+            CHECK(result.losses[k] == Approx(expected[k]).epsilon(kTorchOracleTolerance));
             worst = std::max(worst, std::abs(result.losses[k] - expected[k]) / std::abs(expected[k]));
         }
         summary << "\n  " << p.name << ": " << worst;
@@ -243,7 +243,7 @@ TEST_CASE("every plan trains to PyTorch's losses", "[engine][oracle][torch]")
                                           << "python3-torch); the golden losses test still checks the engine");
     const OracleRun r = oracleRun();
     ScratchDir dir("oracle-live");
-    const json report = runTorch(r, dir.path);
+    const json report = torchOracleRunTorch(r, dir.path);
     const auto losses = report.at("losses").get<std::vector<double>>();
 
     if (std::getenv("PW_UPDATE_GOLDEN")) {
@@ -275,7 +275,7 @@ TEST_CASE("every plan trains to PyTorch's losses", "[engine][oracle][torch]")
                 INFO("step " << k << ": " << kGoldenFile.string() << " (torch " << golden.value("torch", "?")
                              << ") against torch " << report.at("torch").get<std::string>() << " now; " << kRegenerate
                              << " regenerates it");
-                CHECK(recorded[k] == Approx(losses[k]).epsilon(kTolerance));
+                CHECK(recorded[k] == Approx(losses[k]).epsilon(kTorchOracleTolerance));
             }
         }
     }

@@ -24,7 +24,7 @@ namespace {
 
 /// `nodes` nodes of 8 H100s (the preset, named "gpu"), NVLink 450 GB/s inside, 50 GB/s and 10 us between them on a NIC
 /// per GPU.
-Cluster h100Nodes(int nodes)
+Cluster contextParallelH100Nodes(int nodes)
 {
     Cluster cluster = pw::test::uniformCluster(nodes, 8, {80e9, 100, 4.5e11, 5e-6, 5e10, 1e-5});
     cluster.device_types[0] = *devicePreset("H100");
@@ -49,7 +49,7 @@ PartitionRequest request(const ModelProfile& model, int nodes, int microbatches 
     PartitionOptions o;
     o.schedule.microbatches = microbatches;
     o.schedule.distributed_optimizer = true;
-    return {model, h100Nodes(nodes), o};
+    return {model, contextParallelH100Nodes(nodes), o};
 }
 
 megatron::Config config(int p, int t, int c, int d, int m = 8)

@@ -44,7 +44,7 @@ Cluster clusterOf(const std::vector<DeviceType>& types, int perType)
     return c;
 }
 
-ModelProfile gpt()
+ModelProfile deviceSpeedGpt()
 {
     return transformerProfile({12, 1024, 16, 1024, 51200, 4, 2}, *devicePreset("H100")); // profiled on H100
 }
@@ -68,7 +68,7 @@ std::vector<int> layersOn(const Plan& plan, const std::string& type)
 
 TEST_CASE("deviceSpeed: relative_speed, measured times, the profiled device, peak ratio, unknown", "[device-speed]")
 {
-    auto model = gpt();
+    auto model = deviceSpeedGpt();
     const auto h100 = *devicePreset("H100");
     using Source = DeviceSpeed::Source;
 
@@ -121,7 +121,7 @@ TEST_CASE("the simulator runs a device known by its peak at its peak ratio", "[d
     PartitionOptions o;
     o.boundaries = {6};
     o.schedule.microbatches = 4;
-    const auto model = gpt();
+    const auto model = deviceSpeedGpt();
     const auto cluster = clusterOf({*devicePreset("H100"), slowType()}, 1);
     auto r = findPartitioner("manual")->partition({model, cluster, o}, {}, {});
     INFO(r.errorText());
@@ -140,7 +140,7 @@ TEST_CASE("the simulator runs a device known by its peak at its peak ratio", "[d
 TEST_CASE(
     "BaPipe and HetPipe give a slower device fewer layers, Megatron's search plans at its speed", "[device-speed]")
 {
-    const auto model = gpt();
+    const auto model = deviceSpeedGpt();
     const auto mixed = clusterOf({*devicePreset("H100"), slowType()}, 2);
 
     SECTION("bapipe")

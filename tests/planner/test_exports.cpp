@@ -38,7 +38,7 @@ namespace {
 
 const fs::path kGolden = fs::path(PW_TEST_DATA_DIR) / "exports";
 
-Plan demoPlan(const std::string& file)
+Plan exportsDemoPlan(const std::string& file)
 {
     return loadPlan(std::string(PW_DEMO_DIR) + "/" + file);
 }
@@ -58,7 +58,7 @@ Plan gpt3Plan()
 /// transformer layers, 1, 1, the head alone).
 Plan interleavedPlan()
 {
-    Plan plan = demoPlan("gpt2-tiny-local.plan.json");
+    Plan plan = exportsDemoPlan("gpt2-tiny-local.plan.json");
     plan.stages = {{0, 2, {0}}, {3, 3, {1}}, {4, 4, {0}}, {5, 5, {1}}};
     plan.schedule.kind = "interleaved";
     plan.schedule.chunks = 2;
@@ -262,12 +262,12 @@ std::vector<Case> zeroBubbleCases()
 {
     std::vector<Case> out;
     for (const std::string kind : {"zb-h1", "zb-h2"}) {
-        Plan plan = demoPlan("gpt2-tiny-local.plan.json");
+        Plan plan = exportsDemoPlan("gpt2-tiny-local.plan.json");
         plan.schedule.kind = kind;
         plan.validate();
         out.push_back({"gpt2-tiny-" + kind, plan});
     }
-    Plan v = demoPlan("gpt2-tiny-local.plan.json");
+    Plan v = exportsDemoPlan("gpt2-tiny-local.plan.json");
     v.stages = {{0, 1, {0}}, {2, 2, {1}}, {3, 3, {1}}, {4, 5, {0}}};
     v.schedule.kind = "zbv";
     v.schedule.chunks = 2;
@@ -287,7 +287,7 @@ std::vector<Case> zeroBubbleCases()
 /// The demo's GPT on its 8 H100s as `plan --algorithm uniform --stages 4 --microbatches 8` makes it: 4 stages, each
 /// on 2 devices (data parallel 2), 8 microbatches of 4 samples per step dealt round-robin (replica 0 runs 0, 2, 4,
 /// 6): 32 samples per step, 4 microbatches per replica.
-Plan replicatedPlan()
+Plan exportsReplicatedPlan()
 {
     PartitionOptions o;
     o.stages = 4;
@@ -313,9 +313,9 @@ int replicaMicrobatches(const Plan& plan)
 
 std::vector<Case> cases()
 {
-    return {{"gpt2-tiny-local", demoPlan("gpt2-tiny-local.plan.json")},
-        {"gpt2-124m-h100", demoPlan("gpt2-124m-h100.plan.json")}, {"gpt2-tiny-interleaved", interleavedPlan()},
-        {"gpt3-175b-64xh100", gpt3Plan()}, {"gpt-demo-replicated", replicatedPlan()}};
+    return {{"gpt2-tiny-local", exportsDemoPlan("gpt2-tiny-local.plan.json")},
+        {"gpt2-124m-h100", exportsDemoPlan("gpt2-124m-h100.plan.json")}, {"gpt2-tiny-interleaved", interleavedPlan()},
+        {"gpt3-175b-64xh100", gpt3Plan()}, {"gpt-demo-replicated", exportsReplicatedPlan()}};
 }
 
 } // namespace
@@ -360,7 +360,7 @@ TEST_CASE("torchtitan trains an embedding and head tied across stages as two cop
     // torchtitan refuses weight tying with pipeline parallelism, and torch.distributed.pipelining's stages share no
     // parameters: the plan as it runs there has no all-reduce between the embedding's and the head's stages.
     const PlanExporter& torchtitan = *findPlanExporter("torchtitan");
-    const Plan tied = demoPlan("gpt2-tiny-local.plan.json");
+    const Plan tied = exportsDemoPlan("gpt2-tiny-local.plan.json");
     REQUIRE(tied.model->tiedWeightBytes() > 0);
     REQUIRE_FALSE(tied.tiedWeightGroups(0).empty());
     const Plan ran = torchtitan.runsAs(tied);
@@ -390,7 +390,7 @@ TEST_CASE("torchtitan trains an embedding and head tied across stages as two cop
     CHECK(findPlanExporter("megatron")->runsAs(tied) == tied);
     CHECK(findPlanExporter("deepspeed")->runsAs(tied) == tied);
     // One stage holds both, or nothing is tied: the plan runs as it is, and no note.
-    for (const Plan& same : {demoPlan("gpt2-124m-h100.plan.json"), torchtitan.runsAs(ran)}) {
+    for (const Plan& same : {exportsDemoPlan("gpt2-124m-h100.plan.json"), torchtitan.runsAs(ran)}) {
         CHECK(torchtitan.runsAs(same) == same);
         for (const auto& n : torchtitan.write(same).notes)
             CHECK_THAT(n, !Catch::Contains("weight tying"));
@@ -500,7 +500,7 @@ TEST_CASE("Megatron arguments match their golden files and the layout follows Me
     CHECK(megatronArg(gpt3.files.front().text, "--recompute-granularity") == "full");
     CHECK(megatronArg(gpt3.files.front().text, "--bf16") == "(set)");
     // An even split is Megatron's default: no layout, and the interleaved one gives the layers per virtual stage.
-    Plan even = demoPlan("gpt2-tiny-local.plan.json");
+    Plan even = exportsDemoPlan("gpt2-tiny-local.plan.json");
     even.stages = {{0, 1, {0}}, {2, 2, {1}}, {3, 3, {0}}, {4, 5, {1}}};
     even.schedule.kind = "interleaved";
     even.schedule.chunks = 2;
@@ -548,7 +548,7 @@ TEST_CASE("exports of a replicated plan number each replica's microbatches and t
 {
     // 4 stages x 2 replicas, 8 microbatches of 4: replica 0 runs the plan's 0, 2, 4, 6, replica 1 runs 1, 3, 5, 7;
     // each runtime sees 4 microbatches per replica, numbered 0-3 on every rank, and a global batch of 32 samples.
-    const Plan plan = replicatedPlan();
+    const Plan plan = exportsReplicatedPlan();
     REQUIRE(plan.schedule.microbatches == 8);
     REQUIRE(plan.model->microbatch_size == 4);
     const PlanExport tt = findPlanExporter("torchtitan")->write(plan);
@@ -584,7 +584,7 @@ TEST_CASE("exports of a replicated plan number each replica's microbatches and t
 
 TEST_CASE("every exporter refuses what its runtime cannot express and names the field", "[exports]")
 {
-    const Plan tiny = demoPlan("gpt2-tiny-local.plan.json");
+    const Plan tiny = exportsDemoPlan("gpt2-tiny-local.plan.json");
     const auto refusal = [](const std::string& format, const Plan& plan) -> std::string {
         try {
             findPlanExporter(format)->write(plan);
@@ -623,7 +623,7 @@ TEST_CASE("every exporter refuses what its runtime cannot express and names the 
                 + " cannot express this plan: "
                   "schedule 'pipedream' is asynchronous"));
         // Stage 0 replicated, stage 1 not.
-        Plan replicated = demoPlan("gpt2-tiny-local.plan.json");
+        Plan replicated = exportsDemoPlan("gpt2-tiny-local.plan.json");
         Cluster three = *replicated.cluster;
         three.nodes.front().count = 3;
         replicated.cluster = three;

@@ -31,7 +31,7 @@ TransformerConfig llama8bConfig(bool fp8)
     return c;
 }
 
-ModelProfile llama8b(bool fp8)
+ModelProfile fp8Llama8b(bool fp8)
 {
     return transformerProfile(llama8bConfig(fp8), *devicePreset("H100"));
 }
@@ -44,7 +44,7 @@ Cluster h100Node()
     return cluster;
 }
 
-Plan plan(const ModelProfile& model, int p, int t, int d)
+Plan fp8Plan(const ModelProfile& model, int p, int t, int d)
 {
     PartitionOptions o;
     o.schedule.microbatches = 8;
@@ -55,10 +55,10 @@ Plan plan(const ModelProfile& model, int p, int t, int d)
     return megatron::configPlan(PartitionRequest {model, h100Node(), o}, k);
 }
 
-std::string exported(const char* format, const Plan& plan)
+std::string exported(const char* format, const Plan& fp8Plan)
 {
     std::string text;
-    for (const auto& f : findPlanExporter(format)->write(plan).files)
+    for (const auto& f : findPlanExporter(format)->write(fp8Plan).files)
         text += f.text;
     return text;
 }
@@ -113,7 +113,7 @@ TEST_CASE("fp8: a product is never timed faster than cuBLASLt's FP8 rate, and th
 TEST_CASE("fp8: Llama 3 8B's blocks run faster, keep 1-byte product inputs and FP8 copies of their weights",
     "[fp8][transformer]")
 {
-    const auto bf16 = llama8b(false), fp8 = llama8b(true);
+    const auto bf16 = fp8Llama8b(false), fp8 = fp8Llama8b(true);
     REQUIRE(fp8.architecture->fp8);
     CHECK(fp8.name == bf16.name.substr(0, bf16.name.size() - 1) + ", fp8)");
     const Layer &a = bf16.layers[1], &b = fp8.layers[1];
@@ -208,8 +208,8 @@ TEST_CASE("fp8: a device, table or plan that cannot have FP8 products is refused
     CHECK_THROWS_WITH(fp32.validate(), Catch::StartsWith("fp8: FP8 products keep 16-bit weights"));
 
     // Plans: fp8 is the profile's, and a 16-bit precision on an FP8 profile (or fp8 on a 16-bit one) is refused.
-    const auto fp8 = llama8b(true), bf16 = llama8b(false);
-    Plan p = plan(fp8, 1, 8, 1);
+    const auto fp8 = fp8Llama8b(true), bf16 = fp8Llama8b(false);
+    Plan p = fp8Plan(fp8, 1, 8, 1);
     CHECK(weightPrecision(p.schedule, *p.model) == "fp8");
     CHECK(precisionBytes("fp8") == 2);
     CHECK_THROWS_WITH(precisionBytes("fp8", "/schedule/gradient_precision"),
@@ -219,15 +219,15 @@ TEST_CASE("fp8: a device, table or plan that cannot have FP8 products is refused
     p.schedule.precision = "bf16";
     CHECK_THROWS_WITH(
         p.validate(), Catch::StartsWith("/schedule/precision: bf16: the profile's block products are FP8"));
-    Plan q = plan(bf16, 1, 8, 1);
+    Plan q = fp8Plan(bf16, 1, 8, 1);
     q.schedule.precision = "fp8";
     CHECK_THROWS_WITH(q.validate(), Catch::StartsWith("/schedule/precision: fp8: the profile's products are timed"));
 }
 
 TEST_CASE("fp8: a rank's memory counts its share of the FP8 weight copies with its weights", "[fp8][memory]")
 {
-    const auto bf16 = llama8b(false), fp8 = llama8b(true);
-    const Plan a = plan(bf16, 2, 4, 1), b = plan(fp8, 2, 4, 1);
+    const auto bf16 = fp8Llama8b(false), fp8 = fp8Llama8b(true);
+    const Plan a = fp8Plan(bf16, 2, 4, 1), b = fp8Plan(fp8, 2, 4, 1);
     const auto& type = a.cluster->typeOf(0);
     const auto ta = stageTotals(a, 0, type), tb = stageTotals(b, 0, type);
     double copies = 0;
@@ -247,7 +247,7 @@ TEST_CASE("fp8: a rank's memory counts its share of the FP8 weight copies with i
 TEST_CASE("fp8: the Megatron search plans FP8 profiles, and the exports carry FP8 where the runtime has it",
     "[fp8][megatron][exports]")
 {
-    const auto model = llama8b(true);
+    const auto model = fp8Llama8b(true);
     PartitionOptions o;
     o.schedule.microbatches = 8;
     o.schedule.precision = "fp8";
@@ -258,7 +258,7 @@ TEST_CASE("fp8: the Megatron search plans FP8 profiles, and the exports carry FP
     CHECK(r.plan->schedule.precision == "fp8");
     CHECK(simulate(*r.plan).fitsMemory());
 
-    const Plan p = plan(model, 2, 2, 2);
+    const Plan p = fp8Plan(model, 2, 2, 2);
     CHECK_THAT(exported("megatron", p),
         Catch::Contains("--bf16") && Catch::Contains("--fp8-format hybrid")
             && Catch::Contains("--fp8-amax-history-len 1024"));
@@ -266,7 +266,7 @@ TEST_CASE("fp8: the Megatron search plans FP8 profiles, and the exports carry FP
     Plan fsdp = p;
     setZeroStage(fsdp.schedule, 3);
     CHECK_THAT(exported("torchtitan", fsdp), Catch::Contains("enable_fsdp_float8_all_gather = true"));
-    Plan one = plan(model, 2, 1, 4);
+    Plan one = fp8Plan(model, 2, 1, 4);
     one.schedule.sequence_parallel = false;
     CHECK_THROWS_WITH(findPlanExporter("deepspeed")->write(one), Catch::StartsWith("/schedule/precision:"));
 }

@@ -64,7 +64,7 @@ Plan toyPlan(const std::vector<double>& slowdown, int k, int nm, int staleness, 
     return plan;
 }
 
-SimulationResult run(const Plan& plan)
+SimulationResult hetpipeRun(const Plan& plan)
 {
     plan.validate();
     auto schedule = generateSchedule(plan);
@@ -88,7 +88,7 @@ std::vector<double> times(const SimulationResult& sim, int device, ActionKind ki
 }
 
 /// "F0 F1 B0 ..." of a device's first `n` compute actions in the schedule.
-std::string order(const Schedule& schedule, int device, std::size_t n)
+std::string hetpipeOrder(const Schedule& schedule, int device, std::size_t n)
 {
     std::string s;
     std::size_t shown = 0;
@@ -103,7 +103,7 @@ std::string order(const Schedule& schedule, int device, std::size_t n)
     return s;
 }
 
-ModelProfile gpt()
+ModelProfile hetpipeGpt()
 {
     return loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
 }
@@ -131,11 +131,11 @@ TEST_CASE("the toy pipeline runs FIFO as in digest §1.3", "[hetpipe]")
     auto plan = toyPlan({1.0}, 4, 4, 0, 40);
     auto schedule = generateSchedule(plan);
     // digest §1.3 "Operation order" (1-based minibatches).
-    CHECK(order(schedule, 0, 10) == "F1 F2 F3 F4 B1 F5 B2 F6 B3 F7");
-    CHECK(order(schedule, 1, 9) == "F1 F2 F3 F4 B1 B2 F5 B3 F6");
-    CHECK(order(schedule, 2, 9) == "F1 F2 F3 F4 B1 B2 B3 F5 B4");
-    CHECK(order(schedule, 3, 6) == "F1 B1 F2 B2 F3 B3");
-    auto sim = run(plan);
+    CHECK(hetpipeOrder(schedule, 0, 10) == "F1 F2 F3 F4 B1 F5 B2 F6 B3 F7");
+    CHECK(hetpipeOrder(schedule, 1, 9) == "F1 F2 F3 F4 B1 B2 F5 B3 F6");
+    CHECK(hetpipeOrder(schedule, 2, 9) == "F1 F2 F3 F4 B1 B2 B3 F5 B4");
+    CHECK(hetpipeOrder(schedule, 3, 6) == "F1 B1 F2 B2 F3 B3");
+    auto sim = hetpipeRun(plan);
     // The chart of digest §1.3: GPU1 runs B1 at 10-12, F5 at 12, B2 at 13, F6 at 15.
     auto f0 = times(sim, 0, ActionKind::Forward);
     auto b0 = times(sim, 0, ActionKind::Backward);
@@ -155,7 +155,7 @@ TEST_CASE("the toy pipeline runs FIFO as in digest §1.3", "[hetpipe]")
 
     // N_m = 1: naive model parallelism, 12 units per minibatch; N_m = 2: 6 units.
     for (auto [nm, per] : std::vector<std::pair<int, double>> {{1, 12.0}, {2, 6.0}}) {
-        auto s = run(toyPlan({1.0}, 4, nm, 0, 12));
+        auto s = hetpipeRun(toyPlan({1.0}, 4, nm, 0, 12));
         auto end = times(s, 0, ActionKind::Backward, true);
         INFO("N_m = " << nm);
         // Minibatches complete in groups of N_m: nm minibatches per nm x per units.
@@ -193,9 +193,9 @@ TEST_CASE("WSP start times of two virtual workers match the worked example", "[h
 
     // D = 1 moves VW1's first stall to minibatch 16; D = 2 has none within 16 minibatches. A stall is a start
     // later than without any gate (D large).
-    auto free = times(run(toyPlan({1.0, 1.5}, 4, 4, 100, 20)), 0, ActionKind::Forward);
+    auto free = times(hetpipeRun(toyPlan({1.0, 1.5}, 4, 4, 100, 20)), 0, ActionKind::Forward);
     auto firstStall = [&](int D) {
-        auto g = times(run(toyPlan({1.0, 1.5}, 4, 4, D, 20)), 0, ActionKind::Forward);
+        auto g = times(hetpipeRun(toyPlan({1.0, 1.5}, 4, 4, D, 20)), 0, ActionKind::Forward);
         for (std::size_t k = 0; k < g.size(); ++k)
             if (g[k] > free[k] + 1e-9)
                 return static_cast<int>(k) + 1;
@@ -212,7 +212,7 @@ TEST_CASE("the simulator replays wsp's order as FIFO with real link costs", "[he
     // digest §1.2.4 rule 3: on a middle stage, whenever a device starts F or B, the other one next in order
     // did not have its input earlier (backward first on ties). Inputs arrive by the senders' spans.
     auto fifo = [](const Plan& plan, int M) {
-        auto sim = run(plan);
+        auto sim = hetpipeRun(plan);
         std::map<std::tuple<int, int, int>, double> arrival; // (gradient, producer stage, minibatch)
         std::map<int, std::vector<const Span*>> compute;
         for (const auto& s : sim.timeline.spans) {
@@ -274,7 +274,7 @@ TEST_CASE("the simulator replays wsp's order as FIFO with real link costs", "[he
 TEST_CASE("NP, ED and HD group the 4x4 cluster as Table 3", "[hetpipe]")
 {
     // digest §1.2.1 Table 3: NP VVVV RRRR GGGG QQQQ; ED VRGQ x 4; HD VVQQ VVQQ RRGG RRGG.
-    auto model = gpt();
+    auto model = hetpipeGpt();
     auto c = hetCluster();
     auto np = hetpipe::allocateVirtualWorkers(model, c, 16, "np", 0, {});
     CHECK(np == std::vector<std::vector<int>> {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
@@ -407,7 +407,7 @@ TEST_CASE("the per-VW DP equals brute force on small instances", "[hetpipe]")
 
 TEST_CASE("HetPipe gives faster GPUs more work and beats uniform on the 4x4 cluster", "[hetpipe]")
 {
-    auto model = gpt();
+    auto model = hetpipeGpt();
     auto c = hetCluster();
     auto het = planHetPipe(model, c, nlohmann::json::object());
     INFO(het.errorText());
@@ -415,7 +415,7 @@ TEST_CASE("HetPipe gives faster GPUs more work and beats uniform on the 4x4 clus
     const Plan& plan = *het.plan;
     CHECK(plan.pipelineCount() == 4);
     CHECK(plan.schedule.kind == "wsp");
-    auto sim = run(plan);
+    auto sim = hetpipeRun(plan);
     CHECK(sim.fitsMemory());
     // Every ED virtual worker holds one GPU of each type; the TITAN V gets more layers than the Quadro P4000.
     for (int first = 0; first < plan.stageCount(); first = plan.pipelineEnd(first)) {
@@ -430,7 +430,7 @@ TEST_CASE("HetPipe gives faster GPUs more work and beats uniform on the 4x4 clus
     o.schedule.microbatches = 8;
     auto uni = findPartitioner("uniform")->partition({model, c, o}, {}, {});
     REQUIRE(uni.ok());
-    auto uniSim = run(*uni.plan);
+    auto uniSim = hetpipeRun(*uni.plan);
     INFO("hetpipe " << sim.throughput_samples_per_s << " uniform " << uniSim.throughput_samples_per_s);
     CHECK(sim.throughput_samples_per_s > uniSim.throughput_samples_per_s);
     // HD and NP plan and simulate as well. digest §1.4 (Fig. 5, the robust check): ED > HD > NP, NP being
@@ -440,7 +440,7 @@ TEST_CASE("HetPipe gives faster GPUs more work and beats uniform on the 4x4 clus
         auto r = planHetPipe(model, c, {{"policy", policy}});
         INFO(policy << ": " << r.errorText());
         REQUIRE(r.ok());
-        auto s = run(*r.plan);
+        auto s = hetpipeRun(*r.plan);
         CHECK(s.fitsMemory());
         throughput[policy] = s.throughput_samples_per_s;
     }
@@ -453,12 +453,12 @@ TEST_CASE("the N_m memory limit holds in simulation", "[hetpipe]")
     // digest §1.2.2 memory model and §1.2.3: N_m up to the largest value every VW fits (Max_m), the best by
     // simulated throughput. A transformer layer of the demo GPT stashes 478 MB per minibatch, so the 6-24 GB
     // GPUs of the 4x4 cluster bound N_m.
-    auto model = gpt();
+    auto model = hetpipeGpt();
     auto c = hetCluster();
     auto r = planHetPipe(model, c, {{"policy", "ed"}, {"max-in-flight", 32}}, 32);
     INFO(r.errorText());
     REQUIRE(r.ok());
-    CHECK(run(*r.plan).fitsMemory());
+    CHECK(hetpipeRun(*r.plan).fitsMemory());
     int maxM = 0, firstRejected = 0;
     for (const auto& cand : r.candidates) {
         const int n = cand.config.value("concurrent_minibatches", 0);
@@ -474,7 +474,7 @@ TEST_CASE("the N_m memory limit holds in simulation", "[hetpipe]")
     // At Max_m itself every device stays within its memory in simulation, and the limit is tight somewhere.
     auto atMax = planHetPipe(model, c, {{"policy", "ed"}, {"in-flight", maxM}}, 32);
     REQUIRE(atMax.ok());
-    auto sim = run(*atMax.plan);
+    auto sim = hetpipeRun(*atMax.plan);
     double fullest = 0;
     for (std::size_t d = 0; d < sim.devices.size(); ++d) {
         INFO("device " << d);
@@ -490,7 +490,7 @@ TEST_CASE("the N_m memory limit holds in simulation", "[hetpipe]")
 
 TEST_CASE("bad HetPipe options and plans give clear errors", "[hetpipe]")
 {
-    auto model = gpt();
+    auto model = hetpipeGpt();
     auto c = hetCluster();
     auto error = [&](nlohmann::json params) {
         auto r = planHetPipe(model, c, std::move(params));
@@ -587,13 +587,14 @@ TEST_CASE("ED-local parameter servers keep pushes and pulls inside nodes", "[het
     // digest §1.2.6: ED-local exists only for ED, where stage q of every VW sits on the same node, so its
     // parameters are served by that node's PS; Table 4's HetPipe runs use it [H:270, 301].
     const auto c = hetCluster();
-    auto local = planHetPipe(gpt(), c, {{"policy", "ed"}, {"in-flight", 4}}, 16);
+    auto local = planHetPipe(hetpipeGpt(), c, {{"policy", "ed"}, {"in-flight", 4}}, 16);
     INFO(local.errorText());
     REQUIRE(local.ok());
     const auto& plan = *local.plan;
     CHECK(plan.schedule.local_parameter_servers); // auto chose it
     CHECK(local.candidates.front().config["parameter_servers"] == "local");
-    auto robin = planHetPipe(gpt(), c, {{"policy", "ed"}, {"in-flight", 4}, {"parameter-servers", "round-robin"}}, 16);
+    auto robin
+        = planHetPipe(hetpipeGpt(), c, {{"policy", "ed"}, {"in-flight", 4}, {"parameter-servers", "round-robin"}}, 16);
     REQUIRE(robin.ok());
     CHECK_FALSE(robin.plan->schedule.local_parameter_servers);
     // A push of B bytes takes latency + B / PCIe instead of latency + max(B / PCIe, 3/4 B / InfiniBand).
@@ -621,7 +622,8 @@ TEST_CASE("ED-local parameter servers keep pushes and pulls inside nodes", "[het
     // The flag round-trips, and a plan whose VWs differ cannot claim it.
     CHECK(planFromJson(toJson(plan)).schedule.local_parameter_servers);
     // SGD (8 bytes per bf16 parameter): with Adam's 16 the RTX 2060 VW of NP does not fit memory at all.
-    auto np = planHetPipe(gpt(), c, {{"policy", "np"}, {"in-flight", 2}, {"parameter-servers", "local"}}, 16, "sgd");
+    auto np
+        = planHetPipe(hetpipeGpt(), c, {{"policy", "np"}, {"in-flight", 2}, {"parameter-servers", "local"}}, 16, "sgd");
     CHECK_FALSE(np.ok());
     bool named = false;
     for (const auto& cand : np.candidates)

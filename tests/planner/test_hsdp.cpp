@@ -22,7 +22,7 @@ namespace {
 
 /// A 1.3 B GPT in bf16 (its head untied) on two nodes of 8 H100s: NVLink 450 GB/s and 5 us inside, 50 GB/s and 10 us
 /// per GPU (one NIC each) between them.
-PartitionRequest request()
+PartitionRequest hsdpRequest()
 {
     TransformerConfig c {24, 2048, 16, 2048, 51200, 1, 2};
     c.tied_embeddings = false;
@@ -38,13 +38,13 @@ PartitionRequest request()
 
 /// One stage, d = 16 over both nodes, ZeRO stage `stage`, shard groups of `group` replicas (0: all 16), the gradient
 /// sum after the backward (so that its span is the whole collective).
-Plan plan(int stage, int group)
+Plan hsdpPlan(int stage, int group)
 {
     megatron::Config c {1, 1, 16, 1, 1, Recompute::None, 8};
     c.distributed_optimizer = stage >= 1;
     c.shard_gradients = stage >= 2;
     c.shard_weights = stage >= 3;
-    Plan p = megatron::configPlan(request(), c);
+    Plan p = megatron::configPlan(hsdpRequest(), c);
     p.schedule.shard_group = group;
     p.schedule.overlap_grad_reduce = false;
     p.validate();
@@ -52,10 +52,10 @@ Plan plan(int stage, int group)
 }
 
 /// The stage's gradient all-reduce span on device 0, its bytes the schedule's.
-Span allReduce(const Plan& plan, const SimulationResult& r)
+Span allReduce(const Plan& hsdpPlan, const SimulationResult& r)
 {
     double bytes = 0;
-    const Schedule schedule = generateSchedule(plan);
+    const Schedule schedule = generateSchedule(hsdpPlan);
     for (const auto& a : schedule.devices[0])
         if (a.kind == ActionKind::AllReduce)
             bytes = a.bytes;
@@ -75,7 +75,7 @@ TEST_CASE("HSDP: each group of s replicas keeps 1/s of what ZeRO shards", "[zero
     ScheduleOptions o;
     o.gradient_precision = "fp32";
     setZeroStage(o, 3);
-    const auto req = request();
+    const auto req = hsdpRequest();
     const auto& model = *req.model;
     CHECK(trainingBytesPerParameter(o, model, 16) == Approx(18.0 / 16));
     o.shard_group = 8;
@@ -83,7 +83,7 @@ TEST_CASE("HSDP: each group of s replicas keeps 1/s of what ZeRO shards", "[zero
     CHECK(shardGroupSize(o, 4) == 4); // a group larger than the replicas is all of them
     CHECK(trainingBytesPerParameter(o, model, 16) == Approx(18.0 / 8));
 
-    const Plan whole = plan(3, 0), hybrid = plan(3, 8);
+    const Plan whole = hsdpPlan(3, 0), hybrid = hsdpPlan(3, 8);
     const auto& type = whole.cluster->typeOf(0);
     const auto a = stageTotals(whole, 0, type), b = stageTotals(hybrid, 0, type);
     CHECK(b.optimizer_bytes == Approx(2 * a.optimizer_bytes));
@@ -98,23 +98,23 @@ TEST_CASE("HSDP: each group of s replicas keeps 1/s of what ZeRO shards", "[zero
 TEST_CASE("HSDP: the step sums each member's 1/s shard across the groups", "[zero][hsdp]")
 {
     // FSDP over all 16: the gradients were reduce-scattered in every backward, the step moves nothing.
-    const auto fsdp = simulate(plan(3, 0));
-    CHECK(allReduce(plan(3, 0), fsdp).t1 - allReduce(plan(3, 0), fsdp).t0 == Approx(0).margin(1e-12));
+    const auto fsdp = simulate(hsdpPlan(3, 0));
+    CHECK(allReduce(hsdpPlan(3, 0), fsdp).t1 - allReduce(hsdpPlan(3, 0), fsdp).t0 == Approx(0).margin(1e-12));
     // HSDP, groups of 8: the two groups' ranks all-reduce their 1/8 over the NICs (a ring of 2).
-    const auto hsdp = simulate(plan(3, 8));
-    const Span h = allReduce(plan(3, 8), hsdp);
+    const auto hsdp = simulate(hsdpPlan(3, 8));
+    const Span h = allReduce(hsdpPlan(3, 8), hsdp);
     REQUIRE(h.bytes > 0);
     CHECK(h.t1 - h.t0 == Approx(2.0 * 1 / 2 * h.bytes / 8 / 5e10 + 2 * 1e-5).epsilon(1e-9));
     // ZeRO-1 in groups of 8: reduce-scatter and all-gather inside the node, then the shard across the groups.
-    const auto one = simulate(plan(1, 8));
-    const Span z = allReduce(plan(1, 8), one);
+    const auto one = simulate(hsdpPlan(1, 8));
+    const Span z = allReduce(hsdpPlan(1, 8), one);
     CHECK(z.t1 - z.t0
         == Approx(2.0 * 7 / 8 * z.bytes / 4.5e11 + 2 * 7 * 5e-6 + z.bytes / 8 / 5e10 + 2 * 1e-5).epsilon(1e-9));
     // ... faster than one ring of 16 over the NICs.
-    const Span r = allReduce(plan(1, 0), simulate(plan(1, 0)));
+    const Span r = allReduce(hsdpPlan(1, 0), simulate(hsdpPlan(1, 0)));
     CHECK(z.t1 - z.t0 < r.t1 - r.t0);
     // A few of the 16 replicas simulated stand for all of them.
-    for (const Plan& p : {plan(3, 8), plan(1, 8)}) {
+    for (const Plan& p : {hsdpPlan(3, 8), hsdpPlan(1, 8)}) {
         const auto reduced = simulateDataParallel(p, SimulationOptions {false, false});
         const auto all = simulate(p, SimulationOptions {false, false});
         CHECK(reduced.iteration_time_s == Approx(all.iteration_time_s).epsilon(1e-9));
@@ -125,11 +125,11 @@ TEST_CASE("HSDP: the step sums each member's 1/s shard across the groups", "[zer
 TEST_CASE(
     "HSDP: plan files carry the group, bad ones are refused naming the field, exports say it", "[zero][hsdp][exports]")
 {
-    const Plan p = plan(3, 8);
+    const Plan p = hsdpPlan(3, 8);
     const auto j = toJson(p);
     CHECK(j.at("schedule").at("shard_group") == 8);
     CHECK(toJson(planFromJson(j)) == j);
-    CHECK_FALSE(toJson(plan(3, 0)).at("schedule").contains("shard_group"));
+    CHECK_FALSE(toJson(hsdpPlan(3, 0)).at("schedule").contains("shard_group"));
 
     Plan bad = p;
     bad.schedule.shard_group = 3;
@@ -137,7 +137,7 @@ TEST_CASE(
         bad.validate(), Catch::StartsWith("/schedule/shard_group: 3 does not divide stage 0's 16 gradient replicas"));
     bad.schedule.shard_group = -1;
     CHECK_THROWS_WITH(bad.validate(), Catch::StartsWith("/schedule/shard_group: must be >= 0"));
-    Plan plain = plan(0, 0);
+    Plan plain = hsdpPlan(0, 0);
     plain.schedule.shard_group = 8;
     CHECK_THROWS_WITH(plain.validate(), Catch::Contains("needs distributed_optimizer"));
 
@@ -146,15 +146,16 @@ TEST_CASE(
         toml += f.text;
     CHECK_THAT(toml, Catch::Contains("data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 8"));
     std::string args;
-    for (const auto& f : findPlanExporter("megatron")->write(plan(1, 8)).files)
+    for (const auto& f : findPlanExporter("megatron")->write(hsdpPlan(1, 8)).files)
         args += f.text;
     CHECK_THAT(args, Catch::Contains("--num-distributed-optimizer-instances 2"));
-    CHECK_THROWS_WITH(findPlanExporter("deepspeed")->write(plan(1, 8)), Catch::StartsWith("/schedule/shard_group:"));
+    CHECK_THROWS_WITH(
+        findPlanExporter("deepspeed")->write(hsdpPlan(1, 8)), Catch::StartsWith("/schedule/shard_group:"));
 }
 
 TEST_CASE("HSDP: the Megatron search keeps the group and skips shapes it does not divide", "[zero][hsdp][megatron]")
 {
-    auto req = request();
+    auto req = hsdpRequest();
     req.options.schedule.microbatches = 8;
     setZeroStage(req.options.schedule, 3);
     req.options.schedule.shard_group = 8;

@@ -16,16 +16,16 @@ namespace fs = std::filesystem;
 namespace {
 
 /// A scratch folder removed at the end of the test.
-class TempDir
+class JsonFileTempDir
 {
 public:
-    TempDir()
+    JsonFileTempDir()
     {
         std::random_device rd;
         m_path = fs::temp_directory_path() / ("pw_json_file_" + std::to_string(rd()) + std::to_string(rd()));
         fs::create_directories(m_path);
     }
-    ~TempDir()
+    ~JsonFileTempDir()
     {
         std::error_code ec;
         fs::remove_all(m_path, ec);
@@ -74,7 +74,7 @@ const char* kModel = R"({
 
 TEST_CASE("readJsonFile reports the line of a syntax error", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     auto p = dir.write("bad.json", "{\n  \"a\": 1,\n  \"b\": [1, 2,, 3]\n}\n");
     auto e = errorOf([&] { readJsonFile(p); });
     CHECK(e.source() == p);
@@ -94,7 +94,7 @@ TEST_CASE("readJsonFile reports the line of a syntax error", "[json_file]")
 
 TEST_CASE("readJsonFile reports a missing file and reads a good one", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     auto missing = dir.path("absent.json");
     auto e = errorOf([&] { readJsonFile(missing); });
     CHECK(e.source() == missing);
@@ -108,7 +108,7 @@ TEST_CASE("readJsonFile reports a missing file and reads a good one", "[json_fil
 
 TEST_CASE("writeJsonFile round-trips and reports unwritable paths", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     nlohmann::json j = {{"name", "m"}, {"values", {1, 2.5, "three"}}, {"nested", {{"k", nullptr}}}};
     auto p = dir.path("out.json");
     writeJsonFile(p, j);
@@ -186,7 +186,7 @@ TEST_CASE("lineOfJsonPointer decodes keys and follows nlohmann on duplicates", "
 
 TEST_CASE("loadModel names the file, line and field of a bad value", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     auto p = dir.write("model.json", kModel);
     auto e = errorOf([&] { loadModel(p); });
     CHECK(e.source() == p);
@@ -228,7 +228,7 @@ TEST_CASE("loadModel names the file, line and field of a bad value", "[json_file
 
 TEST_CASE("loadCluster and loadPlan locate errors too", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     auto cluster = dir.write("cluster.json",
         "{\n  \"device_types\": [\n    {\"name\": \"A100\"}\n  ],\n"
         "  \"nodes\": []\n}\n");
@@ -249,7 +249,7 @@ TEST_CASE("loadCluster and loadPlan locate errors too", "[json_file]")
 // #10 item 4: nlohmann keeps the last of two equal keys without a word, so a typo'd copy silently won.
 TEST_CASE("a key given twice in one object is an error naming the file, line and key", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     const auto path = dir.write("dup.json",
         "{\n  \"name\": \"c\",\n  \"nodes\": [\n    {\"name\": \"n0\", \"count\": 4},\n"
         "    {\"name\": \"n1\",\n     \"count\": 4,\n     \"count\": 8}\n  ]\n}\n");
@@ -276,7 +276,7 @@ TEST_CASE("a key given twice in one object is an error naming the file, line and
 
 TEST_CASE("a directory given as a file says so instead of a JSON syntax error", "[json_file]")
 {
-    TempDir dir;
+    JsonFileTempDir dir;
     const auto folder = dir.path("folder.json");
     fs::create_directories(folder);
     CHECK_THROWS_WITH(readJsonFile(folder), Catch::Contains("is a directory, not a file"));

@@ -24,8 +24,6 @@ using namespace pw::planner::madpipe;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 /// One layer per stage with F, B in seconds, nothing to transfer (zero bytes, zero latency), free optimizer
 /// steps, and the given in-flight counts under the "2bw" kind: 1F1B* without communication.
 Plan starPlan(const std::vector<double>& F, const std::vector<double>& B, const std::vector<int>& inFlight, int m)

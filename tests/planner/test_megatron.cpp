@@ -27,7 +27,7 @@ using nlohmann::json;
 namespace {
 
 /// One node type: `nodes` x `perNode` devices of `memory` bytes, free optimizer steps (no memory bandwidth).
-Cluster cluster(int nodes, int perNode, double memory, double latency = 5e-6)
+Cluster megatronCluster(int nodes, int perNode, double memory, double latency = 5e-6)
 {
     Cluster c;
     auto h100 = *devicePreset("H100");
@@ -41,7 +41,7 @@ Cluster cluster(int nodes, int perNode, double memory, double latency = 5e-6)
     return c;
 }
 
-ModelProfile gpt(int layers, int hidden, int heads, int seq, int microbatch = 1)
+ModelProfile megatronGpt(int layers, int hidden, int heads, int seq, int microbatch = 1)
 {
     TransformerConfig c {layers, hidden, heads, seq, 51200, microbatch, 2};
     return transformerProfile(c, *devicePreset("H100"));
@@ -62,7 +62,7 @@ megatron::Config chosen(const Plan& plan)
         j.at("v").get<int>(), recomputeNamed(j.at("recompute").get<std::string>(), "recompute"), j.at("m").get<int>()};
 }
 
-bool hasCode(const PartitionResult& r, const std::string& code)
+bool megatronHasCode(const PartitionResult& r, const std::string& code)
 {
     return std::any_of(r.diagnostics.begin(), r.diagnostics.end(), [&](const auto& d) { return d.code == code; });
 }
@@ -78,7 +78,7 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
             for (int k : {1, 2, 4}) {
                 const int m = k * p;
                 const auto model = pw::test::uniformChain(p * v * 2);
-                const auto c = cluster(1, p, 1e15, 0.0);
+                const auto c = megatronCluster(1, p, 1e15, 0.0);
                 PartitionRequest request {model, c, {}};
                 const megatron::Config config {p, 1, 1, 1, v, Recompute::None, m};
                 const Plan plan = megatron::configPlan(request, config);
@@ -100,7 +100,7 @@ TEST_CASE("bubble (p-1)/(v m) and Eq. 4.1 hold on the simulator", "[megatron]")
     CHECK(megatron::batchTime(4, 2, 8, 2, 4) == Approx(57));
     CHECK(megatron::batchTime(4, 1, 8, 2, 4) == Approx(66));
     const auto model = pw::test::uniformChain(8);
-    const auto c = cluster(1, 4, 1e15, 0.0);
+    const auto c = megatronCluster(1, 4, 1e15, 0.0);
     PartitionRequest request {model, c, {}};
     const auto sim = simulate(megatron::configPlan(request, {4, 1, 1, 1, 2, Recompute::None, 8}));
     CHECK(sim.makespan_s == Approx(57e-3));
@@ -122,7 +122,7 @@ TEST_CASE("interleaving with data parallelism: every pipeline copy keeps (p-1)/(
             for (int v : {2, 3}) {
                 const int m = 2 * p; // per copy
                 const auto model = pw::test::uniformChain(p * v * 2);
-                const auto c = cluster(1, p * d, 1e15, 0.0);
+                const auto c = megatronCluster(1, p * d, 1e15, 0.0);
                 PartitionRequest request {model, c, {}};
                 const megatron::Config config {p, 1, d, 1, v, Recompute::None, m};
                 const Plan plan = megatron::configPlan(request, config);
@@ -147,7 +147,7 @@ TEST_CASE("the chosen plan's simulated bubble is (p-1)/(v m)", "[megatron]")
     // digest §1.4 L1460-1462 on the partitioner's own choice: 16 equal layers on 4 devices, p fixed to 4; Megatron's
     // own kinds (the zero-bubble ones would win: tests/planner/test_zero_bubble_search.cpp).
     const auto model = pw::test::uniformChain(16);
-    const auto c = cluster(1, 4, 1e15, 0.0);
+    const auto c = megatronCluster(1, 4, 1e15, 0.0);
     for (int v : {1, 2}) {
         auto r = runMegatron(
             model, c, {{"pipeline-sizes", {4}}, {"chunks", {v}}, {"recompute", "off"}, {"zero-bubble", false}}, 16);
@@ -194,7 +194,7 @@ TEST_CASE("Eq. 4.3 gives Table 4.1's parameter counts, the profile's weights agr
 TEST_CASE("tensor-parallel traffic is 8bsh(t-1)/t per layer and microbatch", "[megatron]")
 {
     // digest §2.3: "8 b s h (t-1)/t per layer per device per microbatch" (2 all-reduces in F, 2 in B, ring).
-    const auto model = gpt(4, 1024, 16, 512, 2);
+    const auto model = megatronGpt(4, 1024, 16, 512, 2);
     const auto& layer = model.layers[1];
     REQUIRE(layer.kind == "transformer_layer");
     const double b = 2, s = 512, h = 1024, bpe = 2;
@@ -215,10 +215,10 @@ TEST_CASE("a t=2 plan validates, simulates and halves the compute plus the TP al
 {
     // digest §2.2-2.3 (Megatron's split: compute / t, 4 all-reduces of b s h per layer) and §5.1 (scatter/gather).
     // The digest's compute / t: the profile's per-rank times (timed by the rank's shapes) are left out here.
-    auto model = gpt(8, 1024, 16, 1024, 1);
+    auto model = megatronGpt(8, 1024, 16, 1024, 1);
     for (auto& layer : model.layers)
         layer.tensor_parallel_times.clear();
-    const auto c = cluster(1, 4, 80e9);
+    const auto c = megatronCluster(1, 4, 80e9);
     PartitionRequest request {model, c, {}};
     const megatron::Config one {2, 1, 1, 1, 1, Recompute::None, 4};
     const megatron::Config two {2, 2, 1, 1, 1, Recompute::None, 4};
@@ -279,8 +279,8 @@ TEST_CASE("a t=2 plan validates, simulates and halves the compute plus the TP al
 
 TEST_CASE("tensor_parallel round-trips through plan JSON and is validated", "[megatron]")
 {
-    const auto model = gpt(4, 512, 8, 256, 1);
-    const auto c = cluster(1, 4, 80e9);
+    const auto model = megatronGpt(4, 512, 8, 256, 1);
+    const auto c = megatronCluster(1, 4, 80e9);
     PartitionRequest request {model, c, {}};
     const Plan plan = megatron::configPlan(request, {1, 2, 2, 1, 1, Recompute::None, 2});
     const auto j = toJson(plan);
@@ -306,9 +306,9 @@ TEST_CASE("tensor_parallel round-trips through plan JSON and is validated", "[me
 TEST_CASE("a model that does not fit one device gets model parallelism that fits", "[megatron]")
 {
     // digest §2.4 Takeaway #2: the model-parallel size t p just large enough for memory, data parallelism after.
-    const auto model = gpt(24, 2048, 16, 1024, 1); // about 1.3 B parameters: 4 x 2.6 GB of weight state
+    const auto model = megatronGpt(24, 2048, 16, 1024, 1); // about 1.3 B parameters: 4 x 2.6 GB of weight state
     const double capacity = 8e9;
-    const auto c = cluster(1, 8, capacity);
+    const auto c = megatronCluster(1, 8, capacity);
     auto r = runMegatron(model, c, {{"global-batch", 16}});
     INFO(r.errorText());
     REQUIRE(r.ok());
@@ -339,7 +339,7 @@ TEST_CASE("a model that does not fit one device gets model parallelism that fits
     // With unlimited memory Megatron's own search (1F1B and interleaving, whose bubbles grow with p) prefers more
     // data parallelism (smaller t p). The zero-bubble kinds are left out: without a memory limit they make a deep
     // pipeline nearly free of bubbles, and the fp32 cross-entropy's head then favours one.
-    auto roomy = runMegatron(model, cluster(1, 8, 1e15), {{"global-batch", 16}, {"zero-bubble", false}});
+    auto roomy = runMegatron(model, megatronCluster(1, 8, 1e15), {{"global-batch", 16}, {"zero-bubble", false}});
     REQUIRE(roomy.ok());
     const auto free = chosen(*roomy.plan);
     INFO("memory-bound " << config.text() << ", free " << free.text());
@@ -349,9 +349,9 @@ TEST_CASE("a model that does not fit one device gets model parallelism that fits
 TEST_CASE("only t > 1 fits: the plan uses tensor parallelism", "[megatron]")
 {
     // One deep stage's weights exceed a device; splitting layers across p would not help with p fixed to 1.
-    const auto model = gpt(4, 4096, 32, 512, 1); // ~1.0 B params: weights + grads + Adam = 8 bytes/param
+    const auto model = megatronGpt(4, 4096, 32, 512, 1); // ~1.0 B params: weights + grads + Adam = 8 bytes/param
     const double capacity = 6e9;
-    const auto c = cluster(1, 4, capacity);
+    const auto c = megatronCluster(1, 4, capacity);
     auto r = runMegatron(model, c, {{"global-batch", 4}, {"pipeline-sizes", {1}}});
     INFO(r.errorText());
     REQUIRE(r.ok());
@@ -364,8 +364,8 @@ TEST_CASE("only t > 1 fits: the plan uses tensor parallelism", "[megatron]")
 TEST_CASE("rules of thumb: t within a node and t divides the heads", "[megatron]")
 {
     // digest §2.7 rule 1 (Takeaway #1, L1535) and §2.2 [EXT]: heads must divide by t.
-    const auto model = gpt(16, 2048, 16, 1024, 1);
-    const auto c = cluster(2, 4, 6e9); // tight: some model parallelism is needed
+    const auto model = megatronGpt(16, 2048, 16, 1024, 1);
+    const auto c = megatronCluster(2, 4, 6e9); // tight: some model parallelism is needed
     auto r = runMegatron(model, c, {{"global-batch", 16}});
     INFO(r.errorText());
     REQUIRE(r.ok());
@@ -390,9 +390,9 @@ TEST_CASE("rules of thumb: t within a node and t divides the heads", "[megatron]
         return x.config.at("t") == 8 && x.reason.find("rule of thumb") == std::string::npos;
     }));
     // 12 heads: t = 8 cannot split them, so it is not searched at all.
-    auto odd = runMegatron(gpt(8, 768, 12, 512, 1), cluster(1, 8, 80e9), {{"global-batch", 16}});
+    auto odd = runMegatron(megatronGpt(8, 768, 12, 512, 1), megatronCluster(1, 8, 80e9), {{"global-batch", 16}});
     REQUIRE(odd.ok());
-    CHECK(hasCode(odd, "heads"));
+    CHECK(megatronHasCode(odd, "heads"));
     for (const auto& cand : odd.candidates)
         CHECK(12 % cand.config.at("t").get<int>() == 0);
 }
@@ -400,9 +400,9 @@ TEST_CASE("rules of thumb: t within a node and t divides the heads", "[megatron]
 TEST_CASE("profiles without an architecture are searched with t = 1", "[megatron]")
 {
     const auto model = pw::test::uniformChain(12);
-    auto r = runMegatron(model, cluster(1, 4, 1e15), json::object());
+    auto r = runMegatron(model, megatronCluster(1, 4, 1e15), json::object());
     REQUIRE(r.ok());
-    CHECK(hasCode(r, "no-architecture"));
+    CHECK(megatronHasCode(r, "no-architecture"));
     CHECK(r.plan->tensor_parallel == 1);
     for (const auto& cand : r.candidates)
         CHECK(cand.config.at("t") == 1);
@@ -410,8 +410,8 @@ TEST_CASE("profiles without an architecture are searched with t = 1", "[megatron
 
 TEST_CASE("bad megatron options give clear errors", "[megatron]")
 {
-    const auto model = gpt(8, 1024, 16, 512, 1);
-    const auto c = cluster(1, 8, 80e9);
+    const auto model = megatronGpt(8, 1024, 16, 512, 1);
+    const auto c = megatronCluster(1, 8, 80e9);
     auto negative = runMegatron(model, c, {{"global-batch", -4}});
     CHECK_FALSE(negative.ok());
     CHECK(negative.errorText().find("global-batch") != std::string::npos);
@@ -425,15 +425,15 @@ TEST_CASE("bad megatron options give clear errors", "[megatron]")
     empty.nodes.clear();
     auto none = runMegatron(model, empty, json::object());
     CHECK_FALSE(none.ok());
-    CHECK(hasCode(none, "no-devices"));
+    CHECK(megatronHasCode(none, "no-devices"));
     PartitionOptions o;
     o.devices = -2;
     auto negativeDevices = findPartitioner("megatron")->partition({model, c, o}, {}, {});
     CHECK_FALSE(negativeDevices.ok());
     CHECK(negativeDevices.errorText().find("-2") != std::string::npos);
-    auto tooSmall = runMegatron(model, cluster(1, 8, 1e6), {{"global-batch", 8}});
+    auto tooSmall = runMegatron(model, megatronCluster(1, 8, 1e6), {{"global-batch", 8}});
     CHECK_FALSE(tooSmall.ok());
-    CHECK(hasCode(tooSmall, "over-memory"));
+    CHECK(megatronHasCode(tooSmall, "over-memory"));
     CHECK_FALSE(tooSmall.candidates.empty());
 }
 
@@ -462,8 +462,8 @@ TEST_CASE("a stage's time per microbatch is what the simulation charges: compute
     // issue 19 item 9: the stage table showed F + B of the profile alone. With t = 2 and recomputation the
     // simulator charges F + B + F again + the group's all-reduces (twice in the forward, once more for the
     // recomputed one, and in the backward); the parts must add up to the spans it puts on the compute lane.
-    const auto model = gpt(8, 1024, 16, 1024, 1);
-    const auto c = cluster(1, 4, 80e9);
+    const auto model = megatronGpt(8, 1024, 16, 1024, 1);
+    const auto c = megatronCluster(1, 4, 80e9);
     PartitionRequest request {model, c, {}};
     const Plan plan = megatron::configPlan(request, {2, 2, 1, 1, 1, Recompute::Full, 4});
     REQUIRE(plan.tensor_parallel == 2);

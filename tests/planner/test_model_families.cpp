@@ -30,7 +30,7 @@ TransformerConfig hf(const std::string& name, int sequence = 2048)
     return loadHfConfig(hfFile(name), RunShape {sequence, 1, 2});
 }
 
-json llama8b()
+json modelFamiliesLlama8b()
 {
     return json {{"model_type", "llama"}, {"num_hidden_layers", 32}, {"hidden_size", 4096}, {"num_attention_heads", 32},
         {"num_key_value_heads", 8}, {"intermediate_size", 14336}, {"vocab_size", 128256},
@@ -111,23 +111,23 @@ TEST_CASE("command-line family flags describe the same model as its config.json"
 
 TEST_CASE("bad config.json files are refused in one line naming the field", "[families]")
 {
-    auto unknown = llama8b();
+    auto unknown = modelFamiliesLlama8b();
     unknown["model_type"] = "falcon";
     CHECK(refusal(unknown)
         == "/model_type: 'falcon' is not an architecture Pipewright reads (gpt2, llama, mistral, qwen2)");
-    auto missing = llama8b();
+    auto missing = modelFamiliesLlama8b();
     missing.erase("intermediate_size");
     CHECK(refusal(missing) == "/intermediate_size: missing required field");
-    auto heads = llama8b();
+    auto heads = modelFamiliesLlama8b();
     heads["num_attention_heads"] = 30;
     CHECK(refusal(heads).rfind("/num_attention_heads: 30 does not divide hidden_size (4096)", 0) == 0);
-    auto kv = llama8b();
+    auto kv = modelFamiliesLlama8b();
     kv["num_key_value_heads"] = 5;
     CHECK(refusal(kv).rfind("/num_key_value_heads: 5 does not divide num_attention_heads (32)", 0) == 0);
-    auto bias = llama8b();
+    auto bias = modelFamiliesLlama8b();
     bias["attention_bias"] = true;
     CHECK(refusal(bias).rfind("/attention_bias: true: ", 0) == 0);
-    auto act = llama8b();
+    auto act = modelFamiliesLlama8b();
     act["hidden_act"] = "gelu";
     CHECK(refusal(act).rfind("/hidden_act: 'gelu' is not SiLU", 0) == 0);
     auto cls = json {{"architectures", {"FalconForCausalLM"}}};
@@ -218,7 +218,7 @@ TEST_CASE(
 TEST_CASE("rotary frequencies and the norms' epsilon come from config.json and stay in the profile", "[families]")
 {
     // Llama 3.1 8B's config.json: rope_theta 500000 and the llama3 rope_scaling; rms_norm_eps 1e-5.
-    auto j = llama8b();
+    auto j = modelFamiliesLlama8b();
     j["rope_theta"] = 500000.0;
     j["rms_norm_eps"] = 1e-5;
     j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
@@ -227,7 +227,7 @@ TEST_CASE("rotary frequencies and the norms' epsilon come from config.json and s
     CHECK(c.rotary == RotaryConfig {500000.0, 8.0, 1.0, 4.0, 8192});
     CHECK(c.norm_eps == 1e-5);
     // Absent: transformers' defaults (theta 10000, no scaling, LlamaConfig's rms_norm_eps 1e-6).
-    const auto plain = transformerFromHfConfig(llama8b(), RunShape {2048, 1, 2});
+    const auto plain = transformerFromHfConfig(modelFamiliesLlama8b(), RunShape {2048, 1, 2});
     CHECK(plain.rotary == RotaryConfig {});
     CHECK(plain.norm_eps == 1e-6);
     CHECK(hf("llama-3-8b").rotary.theta == 500000.0);

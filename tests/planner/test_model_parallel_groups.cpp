@@ -21,7 +21,7 @@ constexpr double kInterBandwidth = 1e9, kInterLatency = 1e-5;
 
 /// Two stages of two layers, tensor-parallel groups of 2: stage 0 on node 0's devices 0 and 1, stage 1 on node 1's
 /// devices 2 and 3, so every activation and gradient crosses the nodes' uplinks (`links` each).
-Plan twoNodePlan(int links, int microbatches = 1)
+Plan modelParallelGroupsTwoNodePlan(int links, int microbatches = 1)
 {
     Plan plan;
     plan.model = pw::test::uniformChain(4, ChainLayer {1, 2, 2e6, 1e6, {}});
@@ -63,7 +63,7 @@ TEST_CASE("a tensor-parallel group goes on when the last slice of its input has 
 {
     for (int links : {1, 2}) {
         INFO(links << " uplink(s) per node");
-        const Plan plan = twoNodePlan(links);
+        const Plan plan = modelParallelGroupsTwoNodePlan(links);
         const auto cost = CostModel::fromPlan(plan);
         const double slice = cost.boundary_bytes[0]; // each rank's 1/t of the activation
         REQUIRE(slice == Approx(1e6));
@@ -79,7 +79,7 @@ TEST_CASE("a tensor-parallel group goes on when the last slice of its input has 
 
 TEST_CASE("a group's members get its first device's spans and metrics, simulated once", "[simulator][tensor]")
 {
-    const Plan plan = twoNodePlan(1, 6);
+    const Plan plan = modelParallelGroupsTwoNodePlan(1, 6);
     const Schedule full = generateSchedule(plan);
     const auto once = simulate(plan); // the group leaders' schedule
     CHECK(once.simulated_actions * 2 == full.actionCount());
@@ -110,7 +110,7 @@ TEST_CASE("a group's members get its first device's spans and metrics, simulated
 
 TEST_CASE("a schedule whose ranks differ is simulated rank by rank", "[simulator][tensor]")
 {
-    const Plan plan = twoNodePlan(1, 2);
+    const Plan plan = modelParallelGroupsTwoNodePlan(1, 2);
     Schedule full = generateSchedule(plan);
     // Rank 1 of stage 0 sends twice its slice: its group no longer runs alike.
     for (auto& a : full.devices[1])

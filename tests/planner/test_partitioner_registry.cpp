@@ -19,7 +19,7 @@ using namespace pw::planner;
 
 namespace {
 
-Cluster cluster(int nodes, int perNode, double memory)
+Cluster partitionerRegistryCluster(int nodes, int perNode, double memory)
 {
     Cluster c;
     auto h100 = *devicePreset("H100");
@@ -89,7 +89,7 @@ TEST_CASE("every partitioner keeps the shared invariants", "[registry]")
         CHECK(!p->description().empty());
         for (const ModelProfile* model : {&gpt, &vgg})
             for (auto [nodes, perNode] : std::vector<std::pair<int, int>> {{1, 1}, {1, 4}, {1, 8}, {2, 4}}) {
-                auto c = cluster(nodes, perNode, 1e15);
+                auto c = partitionerRegistryCluster(nodes, perNode, 1e15);
                 PartitionRequest request {*model, c, optionsFor(p->name(), *model, nodes * perNode)};
                 double last = -1;
                 auto result = p->partition(request,
@@ -112,7 +112,7 @@ TEST_CASE("every partitioner keeps the shared invariants", "[registry]")
 TEST_CASE("partitioners report bad requests as diagnostics", "[registry]")
 {
     auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
-    auto c = cluster(1, 4, 1e15);
+    auto c = partitionerRegistryCluster(1, 4, 1e15);
     for (const auto* p : partitioners()) {
         PartitionOptions o;
         o.devices = 64; // more than the cluster has
@@ -134,7 +134,7 @@ TEST_CASE("PipeDream's memory limit gives plans that fit in simulation", "[regis
     auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
     for (const char* kind : {"1f1b", "pipedream", "gpipe"}) {
         // Tight: the whole model's state does not fit one device.
-        auto c = cluster(1, 8, 10e9);
+        auto c = partitionerRegistryCluster(1, 8, 10e9);
         PartitionOptions o;
         o.schedule.kind = kind;
         // A multiple of every replica count PipeDream's async schedule may meet; GPipe stashes them all.
@@ -162,7 +162,7 @@ TEST_CASE("PipeDream's memory limit gives plans that fit in simulation", "[regis
 TEST_CASE("a partitioner can be cancelled", "[registry]")
 {
     auto gpt = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
-    auto c = cluster(2, 8, 1e15);
+    auto c = partitionerRegistryCluster(2, 8, 1e15);
     std::stop_source stop;
     stop.request_stop();
     auto result = findPartitioner("pipedream")->partition({gpt, c, {}}, {}, stop.get_token());
@@ -176,14 +176,14 @@ TEST_CASE("PipeDream with a chunked kind plans equal copies of the pipeline, str
     // The demo GPT on 8 H100s: the DP's answer is 6-2, which no chunked schedule can run (interleaving's rounds and a
     // V run every stage on as many replicas); the plan is a straight pipeline, re-cut into chunks, and says why.
     const auto model = loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
-    const auto cluster = loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
+    const auto partitionerRegistryCluster = loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
     for (const std::string kind : {"interleaved", "zbv", "dualpipev", "v-half", "v-min"}) {
         INFO(kind);
         PartitionOptions o;
         o.schedule.kind = kind;
         o.schedule.chunks = 2;
         o.schedule.microbatches = 16;
-        const auto r = findPartitioner("pipedream")->partition({model, cluster, o}, {}, {});
+        const auto r = findPartitioner("pipedream")->partition({model, partitionerRegistryCluster, o}, {}, {});
         INFO(r.errorText());
         REQUIRE(r.ok());
         CHECK(r.plan->stageCount() == 16);
@@ -197,7 +197,7 @@ TEST_CASE("PipeDream with a chunked kind plans equal copies of the pipeline, str
     // One chunk: the DP's own answer stands.
     PartitionOptions one;
     one.schedule.microbatches = 16;
-    const auto r = findPartitioner("pipedream")->partition({model, cluster, one}, {}, {});
+    const auto r = findPartitioner("pipedream")->partition({model, partitionerRegistryCluster, one}, {}, {});
     REQUIRE(r.ok());
     CHECK(r.plan->stageCount() == 2);
 }

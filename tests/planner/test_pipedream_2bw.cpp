@@ -49,7 +49,7 @@ Plan chainPlan(const std::string& kind, int L, int p, int m, double F, double B,
     return plan;
 }
 
-SimulationResult run(const Plan& plan)
+SimulationResult pipedream2bwRun(const Plan& plan)
 {
     auto schedule = generateSchedule(plan);
     REQUIRE(validate(schedule, plan).ok);
@@ -96,7 +96,7 @@ TEST_CASE("D:1235 / D:1239: 2BW memory per stage equals the simulator's peak", "
         auto plan = chainPlan("2bw", L, p, m, 1, 2, w, stash, out);
         plan.schedule.recompute = recompute ? Recompute::Full : Recompute::None;
         plan.schedule.iterations = 3;
-        auto sim = run(plan);
+        auto sim = pipedream2bwRun(plan);
         const double paper = twobw::paperMemoryBytes(W, A, out, p, recompute, /*input_term=*/false);
         if (recompute)
             CHECK(paper == Approx(2 * W / p + A / p + p * out)); // D:1239 as printed
@@ -134,11 +134,11 @@ TEST_CASE("D:1197-1205: the pipelined time per microbatch is the simulator's 2BW
             std::vector<twobw::StageCost> costs(p, {2 * (F + B), 0, 0});
             const double t = twobw::pipelinedTime(costs, m);
             CHECK(t == Approx(2 * (F + B)));
-            auto sim = run(plan);
+            auto sim = pipedream2bwRun(plan);
             CHECK(sim.throughput_samples_per_s == Approx(1.0 / t)); // b = 1 sample per microbatch
             plan.schedule.kind = "1f1b";
             plan.schedule.iterations = 1;
-            auto flush = run(plan);
+            auto flush = pipedream2bwRun(plan);
             CHECK(flush.iteration_time_s == Approx(t * m * (1 + twobw::flushBubble(p, m))));
             CHECK(flush.bubble_overhead == Approx(twobw::flushBubble(p, m)));
         }
@@ -174,7 +174,7 @@ TEST_CASE("the planner's closed-form time is the simulated 2BW steady state with
             const double t = chosen.config["time_per_microbatch_s"];
             CHECK(t == Approx(b * 3.0 * 8 / stages)); // (F + B) x b x layers per stage, F = 1 s, B = 2 s
             CHECK(r.plan->schedule.iterations == scheduleTraits("2bw").min_iterations);
-            const auto sim = run(*r.plan);
+            const auto sim = pipedream2bwRun(*r.plan);
             const int m = chosen.config["microbatches_per_pipeline"];
             CHECK(sim.iteration_time_s == Approx(m * t));
             CHECK(sim.throughput_samples_per_s == Approx(chosen.throughput_samples_per_s));

@@ -17,9 +17,9 @@ using namespace pw::planner;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kPipedreamDpInf = std::numeric_limits<double>::infinity();
 
-std::string config(const PipeDreamSolution& s)
+std::string pipedreamDpConfig(const PipeDreamSolution& s)
 {
     std::string out;
     for (const auto& st : s.stages)
@@ -53,7 +53,7 @@ double exhaustive(const PipeDreamProblem& p, int level, int i, int j, int worker
     const std::function<double(int, int)>& inner)
 {
     const auto& lv = p.levels[level - 1];
-    double best = kInf;
+    double best = kPipedreamDpInf;
     for (int end = i; end <= j; ++end) {
         for (int r = 1; r <= remaining; ++r) {
             if (p.straight && r != 1)
@@ -113,7 +113,7 @@ TEST_CASE("digest 2.8: two layers of Figure 2.7 give 2-1", "[pipedream_dp]")
     auto s = solve(p);
     REQUIRE(s.feasible);
     CHECK(s.objective_s == Approx(3.0));
-    CHECK(config(s) == "2-1");
+    CHECK(pipedreamDpConfig(s) == "2-1");
     CHECK(s.stages[0].last_layer == 0);
 }
 
@@ -124,14 +124,14 @@ TEST_CASE("digest 2.8: VGG-like toy replicates conv layers, not FC", "[pipedream
     };
     auto s2 = solve(make(2));
     CHECK(s2.objective_s == Approx(8.0));
-    CHECK(config(s2) == "2");
+    CHECK(pipedreamDpConfig(s2) == "2");
     auto s4 = solve(make(4));
     CHECK(s4.objective_s == Approx(4.0));
-    CHECK(config(s4) == "3-1");
+    CHECK(pipedreamDpConfig(s4) == "3-1");
     CHECK(s4.stages[0].last_layer == 3);
     auto s16 = solve(make(16));
     CHECK(s16.objective_s == Approx(1.0));
-    CHECK(config(s16) == "15-1");
+    CHECK(pipedreamDpConfig(s16) == "15-1");
     CHECK(s16.stages[0].last_layer == 4);
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("digest 2.8: two-level toy is bound by the slow level", "[pipedream_dp
     CHECK(devices == 16);
     auto flat = solve(chain({3, 3, 3, 3, 3, 1}, {1, 1, 1, 1, 1, 400}, {50, 50, 50, 50, 50, 1}, {{16, 10}}));
     CHECK(flat.objective_s == Approx(10.0));
-    CHECK(config(flat) == "15-1");
+    CHECK(pipedreamDpConfig(flat) == "15-1");
 }
 
 TEST_CASE("the DP equals exhaustive search on 1,200 random small instances", "[pipedream_dp]")

@@ -31,7 +31,7 @@ Cluster dgx(int nodes)
     return c;
 }
 
-ModelProfile gpt()
+ModelProfile pipedreamFewerGpt()
 {
     return loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
 }
@@ -56,7 +56,7 @@ int devicesUsed(const Plan& plan)
 
 TEST_CASE("PipeDream warns about replicas that add nothing and leaves them out on request", "[pipedream][fewer]")
 {
-    const auto model = gpt();
+    const auto model = pipedreamFewerGpt();
     const auto cluster = dgx(16); // 128 GPUs for a 26-layer model
     for (const std::string variant : {"paper", "reference"}) {
         INFO(variant);
@@ -96,7 +96,7 @@ TEST_CASE("PipeDream on a small cluster keeps every replica and says nothing", "
 {
     PartitionOptions o;
     o.use_fewer_machines = true;
-    auto r = findPartitioner("pipedream")->partition({gpt(), dgx(1), o}, {}, {});
+    auto r = findPartitioner("pipedream")->partition({pipedreamFewerGpt(), dgx(1), o}, {}, {});
     REQUIRE(r.ok());
     CHECK(r.plan->configString() == "6-2"); // the README's demo plan
     CHECK(find(r, "fewer-machines") == nullptr);
@@ -109,7 +109,7 @@ TEST_CASE("schedule pipedream: the planner picks a microbatch count the replicas
     PartitionOptions o;
     o.schedule.kind = "pipedream";
     o.schedule.microbatches = 8;
-    auto r = findPartitioner("pipedream")->partition({gpt(), dgx(1), o}, {}, {});
+    auto r = findPartitioner("pipedream")->partition({pipedreamFewerGpt(), dgx(1), o}, {}, {});
     INFO(r.errorText());
     REQUIRE(r.ok()); // 6-2: 8 inputs cannot be dealt over 6 replicas
     CHECK(r.plan->schedule.microbatches == 12);

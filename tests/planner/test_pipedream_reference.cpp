@@ -23,7 +23,7 @@ ModelProfile profile(const std::string& name)
 }
 
 /// `nodes` nodes of `perNode` devices: intra-node links at `intra`, inter-node at `inter` (bytes/s).
-Cluster cluster(int perNode, int nodes, double intra, double inter = 0, double memory = 16e9)
+Cluster pipedreamReferenceCluster(int perNode, int nodes, double intra, double inter = 0, double memory = 16e9)
 {
     Cluster c;
     c.name = "test";
@@ -47,7 +47,7 @@ struct Settings
     bool memory = false; ///< --use_memory_constraint with -s = the device type's memory
 };
 
-PartitionResult run(const ModelProfile& model, const Cluster& c, Settings s = {})
+PartitionResult pipedreamReferenceRun(const ModelProfile& model, const Cluster& c, Settings s = {})
 {
     PartitionRequest request {model, c, {}};
     request.options.pipedream_variant = "reference";
@@ -59,7 +59,7 @@ PartitionResult run(const ModelProfile& model, const Cluster& c, Settings s = {}
 
 /// Invariants every reference plan keeps: all devices used once, a topological layer order in which
 /// each stage is a range, data sources in the first stage.
-void checkPlan(const Plan& plan)
+void pipedreamReferenceCheckPlan(const Plan& plan)
 {
     REQUIRE_NOTHROW(plan.validate());
     CHECK(plan.algorithm == "pipedream");
@@ -88,7 +88,7 @@ double objective(const PartitionResult& r)
 {
     INFO(r.errorText());
     REQUIRE(r.ok());
-    checkPlan(*r.plan);
+    pipedreamReferenceCheckPlan(*r.plan);
     return r.plan->objective_s;
 }
 
@@ -101,18 +101,22 @@ TEST_CASE("reference objectives: VGG-16", "[pipedream_reference]")
 {
     const auto vgg = profile("vgg16");
     // -n 4 -b 1e9 --activation_compression_ratio 1 (with ratio None: 0.175732624).
-    CHECK(objective(run(vgg, cluster(4, 1, 1e9), {.ratio = 1.0})) == Approx(0.205520896).epsilon(1e-6));
-    CHECK(objective(run(vgg, cluster(4, 1, 1e9))) == Approx(0.175732624).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(vgg, pipedreamReferenceCluster(4, 1, 1e9), {.ratio = 1.0}))
+        == Approx(0.205520896).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(vgg, pipedreamReferenceCluster(4, 1, 1e9)))
+        == Approx(0.175732624).epsilon(1e-6));
     // -n 16 -b 1e10 (ratio None and 1 agree).
-    CHECK(objective(run(vgg, cluster(16, 1, 1e10))) == Approx(0.0432270743).epsilon(1e-6));
-    CHECK(objective(run(vgg, cluster(16, 1, 1e10), {.ratio = 1.0})) == Approx(0.0432270743).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(vgg, pipedreamReferenceCluster(16, 1, 1e10)))
+        == Approx(0.0432270743).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(vgg, pipedreamReferenceCluster(16, 1, 1e10), {.ratio = 1.0}))
+        == Approx(0.0432270743).epsilon(1e-6));
     // -n 4 4 -b 1e10 1.25e9 --activation_compression_ratio 1: 3 servers x 4 GPUs of data parallelism first.
-    auto twoLevel = run(vgg, cluster(4, 4, 1e10, 1.25e9), {.ratio = 1.0});
+    auto twoLevel = pipedreamReferenceRun(vgg, pipedreamReferenceCluster(4, 4, 1e10, 1.25e9), {.ratio = 1.0});
     CHECK(objective(twoLevel) == Approx(0.0671339969).epsilon(1e-6));
     CHECK(twoLevel.plan->stages[0].devices == std::vector<int> {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
     CHECK(twoLevel.plan->algorithm_options.at("levels") == "4 x 4");
     // -n 4 -b 1e10 --straight_pipeline --activation_compression_ratio 1 (also on 8 or 16 GPUs).
-    auto straight = run(vgg, cluster(4, 1, 1e10), {.ratio = 1.0, .straight = true});
+    auto straight = pipedreamReferenceRun(vgg, pipedreamReferenceCluster(4, 1, 1e10), {.ratio = 1.0, .straight = true});
     CHECK(objective(straight) == Approx(0.23559).epsilon(1e-6));
     CHECK(straight.plan->configString() == "1-1-1-1");
 }
@@ -120,18 +124,23 @@ TEST_CASE("reference objectives: VGG-16", "[pipedream_reference]")
 TEST_CASE("reference objectives: AlexNet, ResNet-18, ResNet-50, GNMT", "[pipedream_reference]")
 {
     // -n 4 4 -b 1e10 1.25e9 --activation_compression_ratio 1 (any intra bandwidth from 1e9 to 2.5e10).
-    CHECK(objective(run(profile("alexnet"), cluster(4, 4, 1e10, 1.25e9), {.ratio = 1.0}))
+    CHECK(objective(
+              pipedreamReferenceRun(profile("alexnet"), pipedreamReferenceCluster(4, 4, 1e10, 1.25e9), {.ratio = 1.0}))
         == Approx(0.0150994944).epsilon(1e-6));
     // -n 8 -b 1e10 --use_memory_constraint (-s 16e9, the default; ratio None and 1 agree).
-    CHECK(objective(run(profile("resnet18"), cluster(8, 1, 1e10, 0, 16e9), {.memory = true}))
+    CHECK(objective(pipedreamReferenceRun(
+              profile("resnet18"), pipedreamReferenceCluster(8, 1, 1e10, 0, 16e9), {.memory = true}))
         == Approx(0.0332803489).epsilon(1e-6));
     // -n 4, ratio None ("without comm"); the bandwidth does not matter.
-    CHECK(objective(run(profile("resnet50"), cluster(4, 1, 1e10))) == Approx(0.111497).epsilon(1e-6));
-    CHECK(objective(run(profile("resnet50"), cluster(4, 1, 1e9))) == Approx(0.111497).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(profile("resnet50"), pipedreamReferenceCluster(4, 1, 1e10)))
+        == Approx(0.111497).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(profile("resnet50"), pipedreamReferenceCluster(4, 1, 1e9)))
+        == Approx(0.111497).epsilon(1e-6));
     // -n 16 -b 1e10 (ratio None and 1 agree).
-    auto gnmt = run(profile("gnmt"), cluster(16, 1, 1e10), {.ratio = 1.0});
+    auto gnmt = pipedreamReferenceRun(profile("gnmt"), pipedreamReferenceCluster(16, 1, 1e10), {.ratio = 1.0});
     CHECK(objective(gnmt) == Approx(0.011081).epsilon(1e-6));
-    CHECK(objective(run(profile("gnmt"), cluster(16, 1, 1e10))) == Approx(0.011081).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(profile("gnmt"), pipedreamReferenceCluster(16, 1, 1e10)))
+        == Approx(0.011081).epsilon(1e-6));
     // Removed __getitem__ sinks are placed in the last stage.
     const auto& plan = *gnmt.plan;
     const auto& last = plan.stages.back();
@@ -146,15 +155,17 @@ TEST_CASE("reference quirks: memory model and straight pipelines", "[pipedream_r
 {
     const auto vgg = profile("vgg16");
     // §2.5 item 4: a stage on all M workers stashes nothing, so 4e9 bytes silently give pure data parallelism.
-    auto dp = run(vgg, cluster(8, 1, 1e10, 0, 4e9), {.memory = true});
+    auto dp = pipedreamReferenceRun(vgg, pipedreamReferenceCluster(8, 1, 1e10, 0, 4e9), {.memory = true});
     REQUIRE(dp.ok());
     CHECK(dp.plan->configString() == "8");
     CHECK(dp.plan->algorithm_options.at("memory_bytes") == 4e9);
     // Without replication nothing fits 1 kB, and a straight pipeline needs a state per device.
-    auto tiny = run(vgg, cluster(4, 1, 1e10, 0, 1e3), {.straight = true, .memory = true});
+    auto tiny
+        = pipedreamReferenceRun(vgg, pipedreamReferenceCluster(4, 1, 1e10, 0, 1e3), {.straight = true, .memory = true});
     CHECK_FALSE(tiny.ok());
     CHECK(tiny.diagnostics.back().code == "infeasible");
-    auto tooMany = run(profile("alexnet"), cluster(32, 1, 1e10), {.straight = true});
+    auto tooMany
+        = pipedreamReferenceRun(profile("alexnet"), pipedreamReferenceCluster(32, 1, 1e10), {.straight = true});
     CHECK_FALSE(tooMany.ok());
     CHECK(tooMany.errorText().find("22 states") != std::string::npos);
 }
@@ -165,10 +176,11 @@ TEST_CASE("reference variant on chains, device subsets and flat levels", "[piped
     chain.is_graph = false;
     for (auto& l : chain.layers)
         l.inputs.clear();
-    CHECK(objective(run(chain, cluster(4, 1, 1e9), {.ratio = 1.0})) == Approx(0.205520896).epsilon(1e-6));
+    CHECK(objective(pipedreamReferenceRun(chain, pipedreamReferenceCluster(4, 1, 1e9), {.ratio = 1.0}))
+        == Approx(0.205520896).epsilon(1e-6));
 
     const auto vgg = profile("vgg16");
-    const auto c = cluster(4, 4, 1e10, 1.25e9);
+    const auto c = pipedreamReferenceCluster(4, 4, 1e10, 1.25e9);
     PartitionRequest request {vgg, c, {}};
     request.options.pipedream_variant = "reference";
     request.options.devices = 8;
@@ -195,7 +207,7 @@ TEST_CASE("reference variant through the pipedream partitioner", "[pipedream_ref
     const auto* p = findPartitioner("pipedream");
     REQUIRE(p != nullptr);
     const auto vgg = profile("vgg16");
-    const auto c = cluster(4, 1, 1e9);
+    const auto c = pipedreamReferenceCluster(4, 1, 1e9);
     PartitionRequest request {vgg, c, {}};
     request.options.pipedream_variant = "reference";
     request.options.activation_compression_ratio = 1.0;
@@ -210,7 +222,7 @@ TEST_CASE("reference variant through the pipedream partitioner", "[pipedream_ref
 TEST_CASE("reference variant on large graphs: fast, bounded, cancellable", "[pipedream_reference]")
 {
     // Raw inception_v3 has more than 200,000 antichain states: refused quickly, pointing at the compressed one.
-    auto huge = run(profile("inception_v3"), cluster(16, 1, 1e10));
+    auto huge = pipedreamReferenceRun(profile("inception_v3"), pipedreamReferenceCluster(16, 1, 1e10));
     CHECK_FALSE(huge.ok());
     REQUIRE_FALSE(huge.diagnostics.empty());
     CHECK(huge.diagnostics.back().code == "too-many-states");
@@ -218,13 +230,13 @@ TEST_CASE("reference variant on large graphs: fast, bounded, cancellable", "[pip
     CHECK(huge.errorText().find("inception_v3_compressed") != std::string::npos);
 
     const auto densenet = profile("densenet121");
-    auto r = run(densenet, cluster(16, 1, 1e10), {.ratio = 1.0});
+    auto r = pipedreamReferenceRun(densenet, pipedreamReferenceCluster(16, 1, 1e10), {.ratio = 1.0});
     CHECK(objective(r) > 0);
     CHECK(r.plan->algorithm_options.at("states") == 430);
 
     std::stop_source stop;
     stop.request_stop();
-    const auto twoLevel = cluster(8, 2, 1e10, 1e9);
+    const auto twoLevel = pipedreamReferenceCluster(8, 2, 1e10, 1e9);
     PartitionRequest request {densenet, twoLevel, {}};
     request.options.pipedream_variant = "reference";
     auto cancelled = partitionPipeDreamReference(request, {}, stop.get_token());
@@ -244,27 +256,28 @@ TEST_CASE("reference variant on tiny and odd graphs", "[pipedream_reference]")
     };
     // One layer besides the input: a single state, so one stage on the single device.
     auto single = parse(node(1, "Input", 5) + node(2, "Linear", 3) + "\tnode1 -- node2\n");
-    auto one = run(single, cluster(1, 1, 0));
+    auto one = pipedreamReferenceRun(single, pipedreamReferenceCluster(1, 1, 0));
     CHECK(objective(one) == Approx(0.004));
     CHECK(one.plan->stageCount() == 1);
     CHECK(one.plan->algorithm_options.at("states") == 1);
 
     // Only inputs: nothing to plan.
-    auto inputs = run(parse(node(1, "Input0", 1) + node(2, "Input1", 1)), cluster(2, 1, 1e9));
+    auto inputs = pipedreamReferenceRun(
+        parse(node(1, "Input0", 1) + node(2, "Input1", 1)), pipedreamReferenceCluster(2, 1, 1e9));
     CHECK_FALSE(inputs.ok());
     CHECK(inputs.diagnostics.back().code == "empty-model");
 
     // Two unconnected chains: the antichain DAG starts at the first source and never reaches the other.
     auto split = parse(node(1, "A", 1) + node(2, "B", 1) + node(3, "C", 1) + node(4, "D", 1) + "\tnode1 -- node2\n"
         + "\tnode3 -- node4\n");
-    auto r = run(split, cluster(2, 1, 1e9));
+    auto r = pipedreamReferenceRun(split, pipedreamReferenceCluster(2, 1, 1e9));
     REQUIRE(r.ok());
-    checkPlan(*r.plan);
+    pipedreamReferenceCheckPlan(*r.plan);
     CHECK(std::any_of(
         r.diagnostics.begin(), r.diagnostics.end(), [](const Diagnostic& d) { return d.code == "unreached-layers"; }));
 
     // A level without a bandwidth cannot replicate.
-    auto noLink = run(profile("alexnet"), cluster(4, 1, 0));
+    auto noLink = pipedreamReferenceRun(profile("alexnet"), pipedreamReferenceCluster(4, 1, 0));
     CHECK_FALSE(noLink.ok());
     CHECK(noLink.diagnostics.back().code == "bad-cluster");
 }

@@ -42,7 +42,7 @@ PipeDreamProblem randomProblem(std::mt19937& rng, int maxLayers, int maxWorkers,
 }
 
 /// The plan covers every layer once and uses every device of the hierarchy.
-void checkPlan(const PipeDreamProblem& p, const PipeDreamSolution& s)
+void planningScaleCheckPlan(const PipeDreamProblem& p, const PipeDreamSolution& s)
 {
     int devices = 0, next = 0;
     for (const auto& st : s.stages) {
@@ -86,7 +86,7 @@ TEST_CASE("PipeDream's threshold search equals the textbook recurrence on 3000 r
             continue;
         }
         CHECK(threshold.objective_s == textbook.objective_s);
-        checkPlan(p, threshold);
+        planningScaleCheckPlan(p, threshold);
         ++feasible;
     }
     CHECK(feasible > 2000);
@@ -111,7 +111,7 @@ TEST_CASE("PipeDream's threshold search equals the pruned table on larger instan
         REQUIRE(threshold.feasible == table.feasible);
         if (table.feasible) {
             CHECK(threshold.objective_s == table.objective_s);
-            checkPlan(p, threshold);
+            planningScaleCheckPlan(p, threshold);
         }
     }
 }

@@ -20,7 +20,7 @@ namespace {
 
 /// Uniform model (2 layers per virtual stage), one node of devices; physical stage j gets replicas[j]
 /// consecutive devices, virtual stage c*p+j reuses them.
-Plan makePlan(const std::string& kind, const std::vector<int>& replicas, int microbatches, int chunks = 1,
+Plan schedulesMakePlan(const std::string& kind, const std::vector<int>& replicas, int microbatches, int chunks = 1,
     int iterations = 1, int extraDevices = 0)
 {
     Plan plan;
@@ -57,7 +57,7 @@ Plan makePlan(const std::string& kind, const std::vector<int>& replicas, int mic
 }
 
 /// "F1 F2 B1 ... U": compute actions with 1-based microbatches (chunk letters when `chunks` > 1).
-std::string order(const Schedule& s, int device, int chunks = 1, int depth = 1)
+std::string schedulesOrder(const Schedule& s, int device, int chunks = 1, int depth = 1)
 {
     std::string out;
     for (const auto& a : s.devices[device]) {
@@ -136,22 +136,22 @@ TEST_CASE("1F1B orders equal the worked example for 4 stages x 8 microbatches", 
     // pipedream-2bw.md 3.2 (W1..W4) and megatron-gavel.md 1.3 (D1..D4) give the same orders.
     for (const char* kind : {"1f1b", "pipedream", "2bw"}) {
         INFO(kind);
-        auto s = generateSchedule(makePlan(kind, {1, 1, 1, 1}, 8));
+        auto s = generateSchedule(schedulesMakePlan(kind, {1, 1, 1, 1}, 8));
         for (int d = 0; d < 4; ++d)
-            CHECK(withoutSteps(order(s, d)) == kStraight[d]);
+            CHECK(withoutSteps(schedulesOrder(s, d)) == kStraight[d]);
     }
-    auto flush = generateSchedule(makePlan("1f1b", {1, 1, 1, 1}, 8));
-    CHECK(order(flush, 0) == std::string(kStraight[0]) + " U");
+    auto flush = generateSchedule(schedulesMakePlan("1f1b", {1, 1, 1, 1}, 8));
+    CHECK(schedulesOrder(flush, 0) == std::string(kStraight[0]) + " U");
 }
 
 TEST_CASE("PipeDream-Flush runs two batches with a flush and a step after each", "[schedule]")
 {
     // pipedream-2bw.md 3.6: m = 4, two batches on 4 stages.
-    auto s = generateSchedule(makePlan("1f1b", {1, 1, 1, 1}, 4, 1, 2));
-    CHECK(order(s, 0) == "F1 F2 F3 F4 B1 B2 B3 B4 U F5 F6 F7 F8 B5 B6 B7 B8 U");
-    CHECK(order(s, 1) == "F1 F2 F3 B1 F4 B2 B3 B4 U F5 F6 F7 B5 F8 B6 B7 B8 U");
-    CHECK(order(s, 2) == "F1 F2 B1 F3 B2 F4 B3 B4 U F5 F6 B5 F7 B6 F8 B7 B8 U");
-    CHECK(order(s, 3) == "F1 B1 F2 B2 F3 B3 F4 B4 U F5 B5 F6 B6 F7 B7 F8 B8 U");
+    auto s = generateSchedule(schedulesMakePlan("1f1b", {1, 1, 1, 1}, 4, 1, 2));
+    CHECK(schedulesOrder(s, 0) == "F1 F2 F3 F4 B1 B2 B3 B4 U F5 F6 F7 F8 B5 B6 B7 B8 U");
+    CHECK(schedulesOrder(s, 1) == "F1 F2 F3 B1 F4 B2 B3 B4 U F5 F6 F7 B5 F8 B6 B7 B8 U");
+    CHECK(schedulesOrder(s, 2) == "F1 F2 B1 F3 B2 F4 B3 B4 U F5 F6 B5 F7 B6 F8 B7 B8 U");
+    CHECK(schedulesOrder(s, 3) == "F1 B1 F2 B2 F3 B3 F4 B4 U F5 B5 F6 B6 F7 B7 F8 B8 U");
     for (const auto& a : s.devices[2])
         if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward)
             CHECK(a.weight_version == a.microbatch / 4);
@@ -161,11 +161,11 @@ TEST_CASE("PipeDream-Flush runs two batches with a flush and a step after each",
 
 TEST_CASE("GPipe runs all forwards, then all backwards in order", "[schedule]")
 {
-    auto s = generateSchedule(makePlan("gpipe", {1, 1, 1, 1}, 8));
+    auto s = generateSchedule(schedulesMakePlan("gpipe", {1, 1, 1, 1}, 8));
     for (int d = 0; d < 4; ++d)
-        CHECK(order(s, d) == "F1 F2 F3 F4 F5 F6 F7 F8 B1 B2 B3 B4 B5 B6 B7 B8 U");
-    auto v2 = generateSchedule(makePlan("gpipe", {1, 1}, 2, 2));
-    CHECK(order(v2, 0, 2, 2) == "F1a F2a F1b F2b B1b B2b B1a B2a U U");
+        CHECK(schedulesOrder(s, d) == "F1 F2 F3 F4 F5 F6 F7 F8 B1 B2 B3 B4 B5 B6 B7 B8 U");
+    auto v2 = generateSchedule(schedulesMakePlan("gpipe", {1, 1}, 2, 2));
+    CHECK(schedulesOrder(v2, 0, 2, 2) == "F1a F2a F1b F2b B1b B2b B1a B2a U U");
 }
 
 TEST_CASE("interleaved 1F1B equals Megatron's order for p=4, v=2, m=8", "[schedule]")
@@ -181,11 +181,11 @@ TEST_CASE("interleaved 1F1B equals Megatron's order for p=4, v=2, m=8", "[schedu
         "F1a F2a F3a F4a F1b B1b F2b B2b F3b B3b F4b B4b F5a B1a F6a B2a F7a B3a F8a B4a F5b B5b F6b B6b F7b B7b "
         "F8b B8b B5a B6a B7a B8a",
     };
-    auto s = generateSchedule(makePlan("interleaved", {1, 1, 1, 1}, 8, 2));
+    auto s = generateSchedule(schedulesMakePlan("interleaved", {1, 1, 1, 1}, 8, 2));
     CHECK(s.chunks == 2);
     CHECK(s.num_stages == 8);
     for (int d = 0; d < 4; ++d)
-        CHECK(withoutSteps(order(s, d, 2, 4)) == expected[d]);
+        CHECK(withoutSteps(schedulesOrder(s, d, 2, 4)) == expected[d]);
     // The chunk wrap-around goes from the last device back to the first.
     bool wraps = false;
     for (const auto& a : s.devices[0])
@@ -195,7 +195,7 @@ TEST_CASE("interleaved 1F1B equals Megatron's order for p=4, v=2, m=8", "[schedu
 
 TEST_CASE("transfers surround compute actions with peers and cut bytes", "[schedule]")
 {
-    auto plan = makePlan("1f1b", {1, 1}, 2);
+    auto plan = schedulesMakePlan("1f1b", {1, 1}, 2);
     auto s = generateSchedule(plan);
     CHECK(labels(s, 0) == "0F0 0SEND_F0 0F1 0SEND_F1 1RECV_B0 0B0 1RECV_B1 0B1 0OPTIMIZER_STEP");
     CHECK(labels(s, 1) == "0RECV_F0 1F0 1B0 1SEND_B0 0RECV_F1 1F1 1B1 1SEND_B1 1OPTIMIZER_STEP");
@@ -213,7 +213,7 @@ TEST_CASE("transfers surround compute actions with peers and cut bytes", "[sched
 
 TEST_CASE("schedule fields describe the run", "[schedule]")
 {
-    auto s = generateSchedule(makePlan("2bw", {1, 1, 1}, 4, 1, 3, 2));
+    auto s = generateSchedule(schedulesMakePlan("2bw", {1, 1, 1}, 4, 1, 3, 2));
     CHECK(s.kind == "2bw");
     CHECK(s.num_devices == 5);
     CHECK(s.devices.size() == 5);
@@ -237,13 +237,13 @@ TEST_CASE("schedule fields describe the run", "[schedule]")
 TEST_CASE("replicated stages take microbatches round robin (1F1B-RR)", "[schedule]")
 {
     // 2-1 on 3 devices: worker 1 takes even ids, worker 2 odd ids, worker 3 all; NOAM = ceil(3/2) = 2.
-    auto s = generateSchedule(makePlan("pipedream", {2, 1}, 4, 1, 2));
+    auto s = generateSchedule(schedulesMakePlan("pipedream", {2, 1}, 4, 1, 2));
     REQUIRE(s.groups.size() == 1);
     CHECK(s.groups[0].stage == 0);
     CHECK(s.groups[0].devices == std::vector<std::int32_t> {0, 1});
-    CHECK(withoutSteps(order(s, 0)) == "F1 F3 B1 F5 B3 F7 B5 B7");
-    CHECK(withoutSteps(order(s, 1)) == "F2 F4 B2 F6 B4 F8 B6 B8");
-    CHECK(withoutSteps(order(s, 2)) == "F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 F8 B8");
+    CHECK(withoutSteps(schedulesOrder(s, 0)) == "F1 F3 B1 F5 B3 F7 B5 B7");
+    CHECK(withoutSteps(schedulesOrder(s, 1)) == "F2 F4 B2 F6 B4 F8 B6 B8");
+    CHECK(withoutSteps(schedulesOrder(s, 2)) == "F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 F8 B8");
     // Every backward of a replica is followed by the all-reduce and the step.
     const auto& d0 = s.devices[0];
     for (std::size_t i = 0; i < d0.size(); ++i)
@@ -259,31 +259,33 @@ TEST_CASE("replicated stages take microbatches round robin (1F1B-RR)", "[schedul
         if (a.kind == ActionKind::SendGradient)
             CHECK(a.peer == a.microbatch % 2);
     // Flush: each replica steps once per batch after an all-reduce.
-    auto flush = generateSchedule(makePlan("1f1b", {2, 1}, 4, 1, 2));
-    CHECK(order(flush, 0) == "F1 F3 B1 B3 U F5 F7 B5 B7 U");
-    CHECK(order(flush, 2) == "F1 B1 F2 B2 F3 B3 F4 B4 U F5 B5 F6 B6 F7 B7 F8 B8 U");
+    auto flush = generateSchedule(schedulesMakePlan("1f1b", {2, 1}, 4, 1, 2));
+    CHECK(schedulesOrder(flush, 0) == "F1 F3 B1 B3 U F5 F7 B5 B7 U");
+    CHECK(schedulesOrder(flush, 2) == "F1 B1 F2 B2 F3 B3 F4 B4 U F5 B5 F6 B6 F7 B7 F8 B8 U");
 }
 
 TEST_CASE("generators reject options they cannot run", "[schedule]")
 {
-    CHECK_THROWS_WITH(generateSchedule(makePlan("zigzag", {1, 1}, 4)), Catch::Contains("unknown schedule kind"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("interleaved", {1, 1, 1, 1}, 6, 2)), Catch::Contains("multiple"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("interleaved", {2, 1}, 4, 2)), Catch::Contains("replicated"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("2bw", {1, 1, 1, 1}, 3)), Catch::Contains("at least as many"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("pipedream", {2, 1}, 3)), Catch::Contains("multiple"));
-    CHECK_THROWS_WITH(generateSchedule(makePlan("1f1b", {1, 1}, 4, 2)), Catch::Contains("interleaved"));
-    CHECK_THROWS_AS(generateSchedule(makePlan("pipedream", {1, 1}, 4, 2)), InputError);
-    auto shared = makePlan("1f1b", {1, 1}, 4);
+    CHECK_THROWS_WITH(
+        generateSchedule(schedulesMakePlan("zigzag", {1, 1}, 4)), Catch::Contains("unknown schedule kind"));
+    CHECK_THROWS_WITH(
+        generateSchedule(schedulesMakePlan("interleaved", {1, 1, 1, 1}, 6, 2)), Catch::Contains("multiple"));
+    CHECK_THROWS_WITH(generateSchedule(schedulesMakePlan("interleaved", {2, 1}, 4, 2)), Catch::Contains("replicated"));
+    CHECK_THROWS_WITH(generateSchedule(schedulesMakePlan("2bw", {1, 1, 1, 1}, 3)), Catch::Contains("at least as many"));
+    CHECK_THROWS_WITH(generateSchedule(schedulesMakePlan("pipedream", {2, 1}, 3)), Catch::Contains("multiple"));
+    CHECK_THROWS_WITH(generateSchedule(schedulesMakePlan("1f1b", {1, 1}, 4, 2)), Catch::Contains("interleaved"));
+    CHECK_THROWS_AS(generateSchedule(schedulesMakePlan("pipedream", {1, 1}, 4, 2)), InputError);
+    auto shared = schedulesMakePlan("1f1b", {1, 1}, 4);
     shared.stages[1].devices = {0};
     CHECK_THROWS_AS(generateSchedule(shared), InputError);
-    auto wrongVirtual = makePlan("interleaved", {1, 1}, 4, 2);
+    auto wrongVirtual = schedulesMakePlan("interleaved", {1, 1}, 4, 2);
     wrongVirtual.stages[2].devices = {1};
     CHECK_THROWS_AS(generateSchedule(wrongVirtual), InputError);
 }
 
 TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one", "[schedule]")
 {
-    auto async = generateSchedule(makePlan("pipedream", {1, 1, 1, 1}, 8, 1, 2));
+    auto async = generateSchedule(schedulesMakePlan("pipedream", {1, 1, 1, 1}, 8, 1, 2));
     for (int s = 0; s < 4; ++s)
         CHECK(peakLiveVersions(async, s, s) == 4 - s);
     // A forward uses the latest version: k - (p - s) updates, clamped at 0 (pipedream-2bw.md 3.4).
@@ -291,7 +293,7 @@ TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one",
         if (a.kind == ActionKind::Forward)
             CHECK(a.weight_version == std::max(0, a.microbatch - 3));
 
-    auto tbw = generateSchedule(makePlan("2bw", {1, 1, 1, 1}, 4, 1, 4));
+    auto tbw = generateSchedule(schedulesMakePlan("2bw", {1, 1, 1, 1}, 4, 1, 4));
     for (int s = 0; s < 4; ++s)
         CHECK(peakLiveVersions(tbw, s, s) == 2);
     for (const auto& a : tbw.devices[1])
@@ -303,12 +305,12 @@ TEST_CASE("weight versions: PipeDream stashes p-s versions, 2BW two, flush one",
         if (w1[i].kind == ActionKind::OptimizerStep && w1[i].weight_version == 1)
             CHECK(actionLabel(w1[i - 1]) == "0B3");
 
-    auto replicated = generateSchedule(makePlan("2bw", {2, 2, 1}, 6, 1, 4));
+    auto replicated = generateSchedule(schedulesMakePlan("2bw", {2, 2, 1}, 6, 1, 4));
     for (int d = 0; d < 5; ++d)
         CHECK(peakLiveVersions(replicated, d, d < 2 ? 0 : d < 4 ? 1 : 2) <= 2);
 
     for (const char* kind : {"gpipe", "1f1b"}) {
-        auto flush = generateSchedule(makePlan(kind, {1, 1, 1}, 4, 1, 3));
+        auto flush = generateSchedule(schedulesMakePlan(kind, {1, 1, 1}, 4, 1, 3));
         for (int s = 0; s < 3; ++s)
             CHECK(peakLiveVersions(flush, s, s) == 1);
     }
@@ -322,7 +324,7 @@ TEST_CASE("sends between two devices are received in the order they were posted"
             for (int v : {1, 2, 3}) {
                 if (v > 1 && std::string(kind) != "gpipe" && std::string(kind) != "interleaved")
                     continue;
-                auto s = generateSchedule(makePlan(kind, std::vector<int>(p, 1), 2 * p, v, 2));
+                auto s = generateSchedule(schedulesMakePlan(kind, std::vector<int>(p, 1), 2 * p, v, 2));
                 std::map<std::pair<int, int>, std::vector<std::string>> sent, received;
                 for (int d = 0; d < s.num_devices; ++d)
                     for (const auto& a : s.devices[d]) {
@@ -342,7 +344,8 @@ TEST_CASE("sends between two devices are received in the order they were posted"
 TEST_CASE("generators produce millions of actions per second", "[.][schedule-perf]")
 {
     for (const char* kind : {"gpipe", "1f1b", "pipedream", "2bw", "interleaved"}) {
-        auto plan = makePlan(kind, std::vector<int>(8, 1), 512, std::string(kind) == "interleaved" ? 2 : 1, 64);
+        auto plan
+            = schedulesMakePlan(kind, std::vector<int>(8, 1), 512, std::string(kind) == "interleaved" ? 2 : 1, 64);
         auto t0 = std::chrono::steady_clock::now();
         auto s = generateSchedule(plan);
         auto t1 = std::chrono::steady_clock::now();
@@ -360,8 +363,9 @@ TEST_CASE("2bw rejects replicated plans whose batches are too small for the next
 {
     // 2-2-1: stage 0 keeps ceil(5/2) = 3 microbatches in flight, so microbatch 6 (batch 2) would need
     // version 1 before its replica has finished batch 0.
-    CHECK_THROWS_WITH(generateSchedule(makePlan("2bw", {2, 2, 1}, 3, 1, 3)), Catch::Contains("5 pipeline devices"));
-    auto ok = makePlan("2bw", {2, 2, 1}, 5, 1, 3);
+    CHECK_THROWS_WITH(
+        generateSchedule(schedulesMakePlan("2bw", {2, 2, 1}, 3, 1, 3)), Catch::Contains("5 pipeline devices"));
+    auto ok = schedulesMakePlan("2bw", {2, 2, 1}, 5, 1, 3);
     CHECK(validate(generateSchedule(ok), ok).ok);
 }
 

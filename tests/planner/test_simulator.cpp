@@ -35,7 +35,7 @@ Plan uniformPlan(int p, int m, std::string kind, double f = 1.0, double b = 2.0,
     return plan;
 }
 
-SimulationResult run(const Plan& plan)
+SimulationResult simulatorRun(const Plan& plan)
 {
     auto schedule = generateSchedule(plan);
     REQUIRE(validate(schedule, plan).ok);
@@ -50,7 +50,7 @@ TEST_CASE("GPipe and 1F1B take (m + p - 1)(F + B) on uniform stages", "[simulato
         for (int p : {1, 2, 3, 4, 8})
             for (int m : {1, 2, 4, 7, 8, 16, 32})
                 for (double ratio : {1.0, 2.0, 3.0}) {
-                    auto r = run(uniformPlan(p, m, kind, 1.0, ratio));
+                    auto r = simulatorRun(uniformPlan(p, m, kind, 1.0, ratio));
                     INFO(kind << " p=" << p << " m=" << m << " B/F=" << ratio);
                     CHECK(r.makespan_s * 1e3 == Approx((m + p - 1) * (1 + ratio)));
                     CHECK(r.iteration_time_s == Approx(r.makespan_s));
@@ -62,20 +62,20 @@ TEST_CASE("GPipe and 1F1B take (m + p - 1)(F + B) on uniform stages", "[simulato
 
 TEST_CASE("worked example: 4 stages x 8 microbatches, F=1 B=2 takes 33 with stashes 4,3,2,1", "[simulator]")
 {
-    auto r = run(uniformPlan(4, 8, "1f1b"));
+    auto r = simulatorRun(uniformPlan(4, 8, "1f1b"));
     CHECK(r.makespan_s * 1e3 == Approx(33));
     CHECK(r.stages[0].peak_stashed_microbatches == 4);
     CHECK(r.stages[1].peak_stashed_microbatches == 3);
     CHECK(r.stages[2].peak_stashed_microbatches == 2);
     CHECK(r.stages[3].peak_stashed_microbatches == 1);
-    auto g = run(uniformPlan(4, 8, "gpipe"));
+    auto g = simulatorRun(uniformPlan(4, 8, "gpipe"));
     CHECK(g.makespan_s * 1e3 == Approx(33));
     for (const auto& s : g.stages)
         CHECK(s.peak_stashed_microbatches == 8);
     // Two flushed batches of 4 take 2 x 21 (digest §3.6).
     auto plan = uniformPlan(4, 4, "1f1b");
     plan.schedule.iterations = 2;
-    auto two = run(plan);
+    auto two = simulatorRun(plan);
     CHECK(two.makespan_s * 1e3 == Approx(42));
     CHECK(two.iteration_time_s * 1e3 == Approx(21));
 }
@@ -87,13 +87,13 @@ TEST_CASE("interleaved 1F1B: the bubble shrinks by v", "[simulator]")
             for (int mult : {1, 2, 3, 4, 8})
                 for (double ratio : {1.0, 2.0, 3.0}) {
                     const int m = mult * p;
-                    auto r = run(uniformPlan(p, m, "interleaved", 1.0, ratio, v));
+                    auto r = simulatorRun(uniformPlan(p, m, "interleaved", 1.0, ratio, v));
                     INFO("p=" << p << " v=" << v << " m=" << m << " B/F=" << ratio);
                     CHECK(r.makespan_s * 1e3 == Approx(m * (1 + ratio) + (p - 1) * (1 + ratio) / v));
                 }
     // Megatron digest §1.4: p=4, v=2, m=8 with chunk F=1, B=2 ends at 57, each device idle 9; chunk stashes
     // peak at 11, 9, 7, 5.
-    auto r = run(uniformPlan(4, 8, "interleaved", 2.0, 4.0, 2));
+    auto r = simulatorRun(uniformPlan(4, 8, "interleaved", 2.0, 4.0, 2));
     CHECK(r.makespan_s * 1e3 == Approx(57));
     for (int d = 0; d < 4; ++d) {
         CHECK((r.makespan_s - r.devices[d].busy_s) * 1e3 == Approx(9));
@@ -103,7 +103,7 @@ TEST_CASE("interleaved 1F1B: the bubble shrinks by v", "[simulator]")
 
 TEST_CASE("weight versions: PipeDream keeps p-s, 2BW two, flush one", "[simulator]")
 {
-    auto pd = run(uniformPlan(4, 16, "pipedream"));
+    auto pd = simulatorRun(uniformPlan(4, 16, "pipedream"));
     for (int s = 0; s < 4; ++s) {
         CHECK(pd.stages[s].peak_weight_versions == 4 - s);
         CHECK(pd.stages[s].peak_stashed_microbatches == 4 - s);
@@ -112,11 +112,11 @@ TEST_CASE("weight versions: PipeDream keeps p-s, 2BW two, flush one", "[simulato
     CHECK(pd.iteration_time_s * 1e3 / 16 == Approx(3.0));
     auto twobwPlan = uniformPlan(4, 4, "2bw");
     twobwPlan.schedule.iterations = 3;
-    auto twobw = run(twobwPlan);
+    auto twobw = simulatorRun(twobwPlan);
     for (const auto& s : twobw.stages)
         CHECK(s.peak_weight_versions <= 2);
     CHECK(twobw.stages[0].peak_weight_versions == 2);
-    auto flush = run(uniformPlan(4, 8, "1f1b"));
+    auto flush = simulatorRun(uniformPlan(4, 8, "1f1b"));
     for (const auto& s : flush.stages)
         CHECK(s.peak_weight_versions == 1);
 }
@@ -129,7 +129,7 @@ TEST_CASE("simulated peak memory matches the analytic stage memory", "[simulator
             l.weight_bytes = 1000;
             l.activation_bytes = 100;
         }
-        auto r = run(plan);
+        auto r = simulatorRun(plan);
         for (int s = 0; s < 4; ++s) {
             auto totals = stageTotals(plan, s, plan.cluster->device_types[0]);
             StageMemoryInput in {totals.weight_bytes, totals.activation_bytes, totals.input_bytes,
@@ -146,18 +146,18 @@ TEST_CASE("transfers cost latency plus bytes over the link", "[simulator]")
     plan.model.edit().layers[0].activation_bytes = 1e9;
     plan.cluster.edit().nodes[0].intra_bandwidth_bytes_per_s = 1e12; // 1 ms for 1 GB
     plan.cluster.edit().nodes[0].intra_latency_s = 1e-4;
-    auto r = run(plan);
+    auto r = simulatorRun(plan);
     // F0, send, F1, B1, send back, B0.
     CHECK(r.makespan_s * 1e3 == Approx(1 + 1.1 + 1 + 2 + 1.1 + 2));
     // Across nodes the slower inter-node link is used.
     plan.cluster.edit().nodes = {{"a", "", 22, "", "gpu", 1, 0, 0}, {"b", "", 22, "", "gpu", 1, 0, 0}};
     plan.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e11; // 10 ms
     plan.stages[1].devices = {1};
-    auto inter = run(plan);
+    auto inter = simulatorRun(plan);
     CHECK(inter.makespan_s * 1e3 == Approx(1 + 10 + 1 + 2 + 10 + 2));
     // Without overlap a send also blocks its device's compute; with one microbatch nothing changes.
     plan.schedule.overlap_communication = false;
-    CHECK(run(plan).makespan_s == Approx(inter.makespan_s));
+    CHECK(simulatorRun(plan).makespan_s == Approx(inter.makespan_s));
 }
 
 TEST_CASE("replicas all-reduce their gradients before the step", "[simulator]")
@@ -167,7 +167,7 @@ TEST_CASE("replicas all-reduce their gradients before the step", "[simulator]")
     plan.cluster.edit().nodes[0].intra_bandwidth_bytes_per_s = 1e9;
     plan.model.edit().layers[0].weight_bytes = 1e6; // ring: 2 (n-1)/n x 1 MB / 1 GB/s = 1 ms
     plan.stages[0].devices = {0, 1};
-    auto r = run(plan);
+    auto r = simulatorRun(plan);
     CHECK(r.makespan_s * 1e3 == Approx(3 + 1));
     CHECK(r.throughput_samples_per_s == Approx(2 / 4e-3));
 }
@@ -179,7 +179,7 @@ TEST_CASE("slower device types take proportionally longer", "[simulator]")
     plan.cluster.edit().nodes = {{"fast", "", 22, "", "gpu", 1, 0, 0}, {"slow", "", 22, "", "slow", 1, 0, 0}};
     plan.cluster.edit().inter_node_bandwidth_bytes_per_s = 1e12;
     plan.stages[1].devices = {1};
-    auto r = run(plan);
+    auto r = simulatorRun(plan);
     CHECK(r.makespan_s * 1e3 == Approx(1 + 2 + 4 + 2));
 }
 
@@ -226,7 +226,7 @@ TEST_CASE("multi-batch simulations report where each batch ends, one batch repor
 {
     auto plan = uniformPlan(4, 4, "2bw");
     plan.schedule.iterations = 3;
-    const auto r = run(plan);
+    const auto r = simulatorRun(plan);
     REQUIRE(r.batch_ends_s.size() == 3);
     CHECK(std::is_sorted(r.batch_ends_s.begin(), r.batch_ends_s.end()));
     // The last batch's last backward on the last stage ends the run up to stage 0's drain and the updates.
@@ -234,7 +234,7 @@ TEST_CASE("multi-batch simulations report where each batch ends, one batch repor
     CHECK(r.batch_ends_s.back() > 0.75 * r.makespan_s);
     // The steady-state iteration time is the distance between batch ends (2BW's BatchToBatch window).
     CHECK((r.batch_ends_s[2] - r.batch_ends_s[0]) / 2 == Approx(r.iteration_time_s));
-    CHECK(run(uniformPlan(4, 8, "1f1b")).batch_ends_s.empty());
+    CHECK(simulatorRun(uniformPlan(4, 8, "1f1b")).batch_ends_s.empty());
 }
 
 TEST_CASE(

@@ -19,7 +19,7 @@ namespace {
 /// 4 stages of one layer on 4 devices, 1F1B, 8 microbatches, 3 steps; 1 ms forward, 2 ms backward, 1 MB crossing
 /// every cut over 10 GB/s links of 10 us latency; no data parallelism. Two nodes of two devices, whose link (between
 /// devices 1 and 2) is `interBandwidth`.
-Plan fourStages(const std::string& kind = "1f1b", double interBandwidth = 1e10)
+Plan timeByCauseFourStages(const std::string& kind = "1f1b", double interBandwidth = 1e10)
 {
     Plan plan = pw::test::chainPlan(4, 8, kind, {1, 2, 1e6, 1e6, {}}, {80e9, 100, 1e10, 1e-5, 0, 0});
     plan.cluster = pw::test::uniformCluster(2, 2, {80e9, 100, 1e10, 1e-5, interBandwidth, 1e-5});
@@ -59,7 +59,7 @@ TEST_CASE("the prediction read as a measurement: every wait is the plan's bubble
 {
     for (const std::string kind : {"1f1b", "zb-h1", "gpipe"}) {
         INFO(kind);
-        const Plan plan = fourStages(kind);
+        const Plan plan = timeByCauseFourStages(kind);
         const auto schedule = generateSchedule(plan);
         const auto predicted = simulated(plan);
         const auto t = timeByCause(predicted, predicted, schedule);
@@ -83,7 +83,7 @@ TEST_CASE("the prediction read as a measurement: every wait is the plan's bubble
 
 TEST_CASE("a stage slower than its plan is named, and its neighbours wait on it beyond the plan", "[time-by-cause]")
 {
-    const Plan plan = fourStages();
+    const Plan plan = timeByCauseFourStages();
     const auto schedule = generateSchedule(plan);
     const auto predicted = simulated(plan);
     const auto measured = simulated(slowed(plan, 1, 3.0));
@@ -121,7 +121,7 @@ TEST_CASE("a stage slower than its plan is named, and its neighbours wait on it 
 
 TEST_CASE("a run uniformly slower than its plan has no straggler and keeps its bubble", "[time-by-cause]")
 {
-    const Plan plan = fourStages();
+    const Plan plan = timeByCauseFourStages();
     const auto schedule = generateSchedule(plan);
     const auto predicted = simulated(plan);
     Plan slow = plan;
@@ -144,10 +144,10 @@ TEST_CASE("a run uniformly slower than its plan has no straggler and keeps its b
 
 TEST_CASE("a slow link is named as a link", "[time-by-cause]")
 {
-    const Plan plan = fourStages();
+    const Plan plan = timeByCauseFourStages();
     const auto schedule = generateSchedule(plan);
     const auto predicted = simulated(plan);
-    const auto measured = simulated(fourStages("1f1b", 5e8)); // 0.5 GB/s between the nodes: devices 1 and 2
+    const auto measured = simulated(timeByCauseFourStages("1f1b", 5e8)); // 0.5 GB/s between the nodes: devices 1 and 2
     const auto stragglers = findStragglers(measured, predicted, schedule);
     REQUIRE_FALSE(stragglers.empty());
     const auto& s = stragglers.front();

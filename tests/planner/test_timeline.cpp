@@ -16,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-Span span(int device, double t0, double t1, int microbatch = 0)
+Span timelineSpan(int device, double t0, double t1, int microbatch = 0)
 {
     Span s;
     s.device = device;
@@ -42,14 +42,14 @@ TEST_CASE("a Timeline grows by appending spans from devices in any order", "[tim
 {
     Timeline t;
     t.device_names = {"a"};
-    const std::vector<Span> first = {span(0, 0, 1), span(2, 0.5, 1.5)};
+    const std::vector<Span> first = {timelineSpan(0, 0, 1), timelineSpan(2, 0.5, 1.5)};
     t.append(first);
     CHECK(t.spans.size() == 2);
     // Devices beyond the names get placeholders until named.
     REQUIRE(t.device_names.size() == 3);
     CHECK(t.device_names[0] == "a");
     CHECK(t.device_names[2] == "device 2");
-    const std::vector<Span> second = {span(1, 0.2, 3.0), span(0, 1, 2)};
+    const std::vector<Span> second = {timelineSpan(1, 0.2, 3.0), timelineSpan(0, 1, 2)};
     t.append(second);
     CHECK(t.spans.size() == 4);
     CHECK(t.spans[2] == second[0]); // arrival order kept
@@ -80,7 +80,7 @@ TEST_CASE("a Timeline round-trips through JSON with its run id, clock and counte
     t.clock = ClockDomain::Aligned;
     t.epoch_unix_s = 1795543400.25;
     t.device_names = {"h0/gpu0", "h1/gpu0"};
-    t.spans = {span(0, 0, 0.001, 3), span(1, 0.0005, 0.002, 3)};
+    t.spans = {timelineSpan(0, 0, 0.001, 3), timelineSpan(1, 0.0005, 0.002, 3)};
     t.spans[1].lane = Lane::Send;
     t.spans[1].kind = ActionKind::SendActivation;
     t.spans[1].peer = 0;

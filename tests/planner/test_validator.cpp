@@ -15,7 +15,7 @@ using namespace pw::planner;
 namespace {
 
 /// Uniform model (one layer per virtual stage), one node; physical stage j gets replicas[j] devices.
-Plan makePlan(
+Plan validatorMakePlan(
     const std::string& kind, const std::vector<int>& replicas, int microbatches, int chunks = 1, int iterations = 1)
 {
     Plan plan;
@@ -101,7 +101,7 @@ void checkGrid(const std::vector<int>& replicas, const std::vector<int>& chunkVa
         for (int m : {1, 2, 3, 4, 8, 16})
             for (int v : chunkValues)
                 for (int iterations : {1, 2}) {
-                    auto plan = makePlan(kind, replicas, m, v, iterations);
+                    auto plan = validatorMakePlan(kind, replicas, m, v, iterations);
                     plan.cluster.edit().device_types[0].streaming_execution = traits.streams_transfers;
                     INFO(kind << " config " << plan.configString() << " m=" << m << " v=" << v
                               << " iterations=" << iterations);
@@ -118,7 +118,7 @@ void checkGrid(const std::vector<int>& replicas, const std::vector<int>& chunkVa
     }
 }
 
-std::size_t find(const std::vector<Action>& list, ActionKind kind, int microbatch)
+std::size_t validatorFind(const std::vector<Action>& list, ActionKind kind, int microbatch)
 {
     for (std::size_t i = 0; i < list.size(); ++i)
         if (list[i].kind == kind && list[i].microbatch == microbatch)
@@ -145,7 +145,7 @@ TEST_CASE("validator accepts every generated replicated schedule", "[validator]"
 
 TEST_CASE("validator measures the sends a device must buffer", "[validator]")
 {
-    auto plan = makePlan("1f1b", {1, 1, 1, 1}, 8);
+    auto plan = validatorMakePlan("1f1b", {1, 1, 1, 1}, 8);
     CHECK(validate(generateSchedule(plan), plan).max_outstanding_sends == 4);
     plan.schedule.kind = "gpipe";
     CHECK(validate(generateSchedule(plan), plan).max_outstanding_sends == 8);
@@ -153,7 +153,7 @@ TEST_CASE("validator measures the sends a device must buffer", "[validator]")
 
 TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
 {
-    auto plan = makePlan("1f1b", {1, 1}, 2);
+    auto plan = validatorMakePlan("1f1b", {1, 1}, 2);
     const auto good = generateSchedule(plan);
     REQUIRE(validate(good, plan).ok);
 
@@ -161,7 +161,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     {
         auto s = good;
         auto& d1 = s.devices[1];
-        d1.erase(d1.begin() + static_cast<long>(find(d1, ActionKind::RecvActivation, 1)));
+        d1.erase(d1.begin() + static_cast<long>(validatorFind(d1, ActionKind::RecvActivation, 1)));
         auto r = validate(s, plan);
         CHECK_FALSE(r.ok);
         CHECK_THAT(joined(r.errors), Catch::Contains("no matching receive"));
@@ -171,8 +171,8 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     {
         auto s = good;
         auto& d0 = s.devices[0];
-        auto recv = d0[find(d0, ActionKind::RecvGradient, 0)];
-        d0.erase(d0.begin() + static_cast<long>(find(d0, ActionKind::RecvGradient, 0)));
+        auto recv = d0[validatorFind(d0, ActionKind::RecvGradient, 0)];
+        d0.erase(d0.begin() + static_cast<long>(validatorFind(d0, ActionKind::RecvGradient, 0)));
         d0.insert(d0.begin() + 1, recv); // F0, RECV_B0, SEND_F0, ...
         auto r = validate(s, plan);
         CHECK_FALSE(r.ok);
@@ -182,10 +182,11 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("two swapped receives on one device: deadlock")
     {
-        auto s = makePlan("1f1b", {1, 1, 1}, 3);
+        auto s = validatorMakePlan("1f1b", {1, 1, 1}, 3);
         auto sch = generateSchedule(s);
         auto& d1 = sch.devices[1];
-        std::swap(d1[find(d1, ActionKind::RecvActivation, 0)], d1[find(d1, ActionKind::RecvGradient, 0)]);
+        std::swap(
+            d1[validatorFind(d1, ActionKind::RecvActivation, 0)], d1[validatorFind(d1, ActionKind::RecvGradient, 0)]);
         auto r = validate(sch, s);
         CHECK_FALSE(r.ok);
         CHECK_THAT(joined(r.errors), Catch::Contains("deadlock"));
@@ -203,13 +204,13 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     {
         auto s = good;
         auto& d1 = s.devices[1];
-        d1.erase(d1.begin() + static_cast<long>(find(d1, ActionKind::Backward, 1)));
+        d1.erase(d1.begin() + static_cast<long>(validatorFind(d1, ActionKind::Backward, 1)));
         CHECK_THAT(joined(validate(s, plan).errors), Catch::Contains("B(stage 1, microbatch 1) is missing"));
     }
     SECTION("a backward with another version than its forward")
     {
         auto s = good;
-        s.devices[1][find(s.devices[1], ActionKind::Backward, 0)].weight_version = 1;
+        s.devices[1][validatorFind(s.devices[1], ActionKind::Backward, 0)].weight_version = 1;
         auto r = validate(s, plan);
         CHECK_FALSE(r.ok);
         CHECK_THAT(joined(r.errors), Catch::Contains("uses weight version 1 but its forward used 0"));
@@ -218,12 +219,12 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     {
         auto s = good;
         s.devices[0][0].weight_version = 3;
-        s.devices[0][find(s.devices[0], ActionKind::Backward, 0)].weight_version = 3;
+        s.devices[0][validatorFind(s.devices[0], ActionKind::Backward, 0)].weight_version = 3;
         CHECK_THAT(joined(validate(s, plan).errors), Catch::Contains("does not exist yet"));
     }
     SECTION("a forward on the wrong replica")
     {
-        auto rplan = makePlan("1f1b", {2, 1}, 2);
+        auto rplan = validatorMakePlan("1f1b", {2, 1}, 2);
         auto s = generateSchedule(rplan);
         std::swap(s.devices[0], s.devices[1]);
         CHECK_THAT(joined(validate(s, rplan).errors),
@@ -231,7 +232,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("an all-reduce one replica never reaches")
     {
-        auto rplan = makePlan("pipedream", {2, 1}, 4);
+        auto rplan = validatorMakePlan("pipedream", {2, 1}, 4);
         auto s = generateSchedule(rplan);
         auto& d1 = s.devices[1];
         for (std::size_t i = d1.size(); i-- > 0;)
@@ -246,7 +247,7 @@ TEST_CASE("validator rejects broken schedules with a reason", "[validator]")
     }
     SECTION("a schedule for another plan")
     {
-        auto other = makePlan("1f1b", {1, 1, 1}, 2);
+        auto other = validatorMakePlan("1f1b", {1, 1, 1}, 2);
         CHECK_FALSE(validate(good, other).ok);
     }
 }

@@ -17,11 +17,11 @@ using namespace pw::planner;
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kZeroGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// A 1.3 B GPT in bf16 (its head untied, so that no tied weights are summed between the stages) on `nodes` nodes of 8
 /// H100s with `intraNode` bytes/s in a node, 50 GB/s per GPU (one NIC each) between them.
-PartitionRequest request(int nodes, double intraNode, ScheduleOptions schedule = {})
+PartitionRequest zeroRequest(int nodes, double intraNode, ScheduleOptions schedule = {})
 {
     TransformerConfig c {24, 2048, 16, 2048, 51200, 1, 2};
     c.tied_embeddings = false;
@@ -45,7 +45,7 @@ Plan zeroPlan(int stage, double intraNode = 4.5e11)
     c.distributed_optimizer = stage >= 1;
     c.shard_gradients = stage >= 2;
     c.shard_weights = stage >= 3;
-    return megatron::configPlan(request(2, intraNode), c);
+    return megatron::configPlan(zeroRequest(2, intraNode), c);
 }
 
 } // namespace
@@ -54,7 +54,7 @@ TEST_CASE("ZeRO: a parameter costs 2 + 16/d bytes at stage 2 and 18/d at stage 3
 {
     // bf16 weights with fp32 gradients and Adam: 2 + 4 + 12 = 18 bytes whole (Megatron's default); the distributed
     // optimizer 6 + 12/d (stage 1); gradients sharded too 2 + 16/d (stage 2); everything 18/d (stage 3).
-    const auto model = request(1, 4.5e11).model;
+    const auto model = zeroRequest(1, 4.5e11).model;
     ScheduleOptions o;
     o.gradient_precision = "fp32";
     const int d = 8;
@@ -162,7 +162,7 @@ TEST_CASE("ZeRO: plan files, checks and exports", "[zero]")
 
 TEST_CASE("ZeRO: the Megatron search takes a stage for every configuration with replicas", "[zero][megatron]")
 {
-    auto r = request(2, 4.5e11);
+    auto r = zeroRequest(2, 4.5e11);
     r.options.schedule.microbatches = 16;
     r.options.params = {{"zero-stage", "3"}, {"pipeline-sizes", {2}}, {"tensor-sizes", {1}}, {"simulate-top", 2}};
     const auto result = findPartitioner("megatron")->partition(r, {}, {});

@@ -46,7 +46,7 @@ Plan zbPlan(int p, int m, const std::string& kind, Times t = {}, int iterations 
     return plan;
 }
 
-SimulationResult run(const Plan& plan)
+SimulationResult zeroBubbleRun(const Plan& plan)
 {
     return pw::test::validatedRun(plan);
 }
@@ -105,8 +105,8 @@ TEST_CASE("ZB-H1 has a third of 1F1B's bubble when T_F = T_B = T_W", "[zero-bubb
             INFO("p = " << p << " m = " << m);
             const double work = 3.0 * m * 1e-3;
             // 1F1B's backward is the fused B = T_B + T_W.
-            const double oneF = run(zbPlan(p, m, "1f1b")).iteration_time_s - work;
-            const double h1 = run(zbPlan(p, m, "zb-h1")).iteration_time_s - work;
+            const double oneF = zeroBubbleRun(zbPlan(p, m, "1f1b")).iteration_time_s - work;
+            const double h1 = zeroBubbleRun(zbPlan(p, m, "zb-h1")).iteration_time_s - work;
             CHECK(oneF == Approx((p - 1) * 3e-3));
             CHECK(h1 == Approx((p - 1) * 1e-3));
             CHECK(h1 == Approx(oneF / 3));
@@ -120,7 +120,7 @@ TEST_CASE("ZB-H2 has no bubble when T_F = T_B = T_W", "[zero-bubble]")
             INFO("p = " << p << " m = " << m);
             // Batch to batch: a batch's fill overlaps the previous batch's drain (no stage waits for another's
             // step), which is where the parallelogram has no bubble.
-            const auto r = run(zbPlan(p, m, "zb-h2", {}, 3));
+            const auto r = zeroBubbleRun(zbPlan(p, m, "zb-h2", {}, 3));
             CHECK(r.iteration_time_s == Approx(3.0 * m * 1e-3));
         }
 }
@@ -136,10 +136,10 @@ TEST_CASE("the zero-bubble closed forms hold in the general case", "[zero-bubble
                 INFO("T = " << t.f << ", " << t.b << ", " << t.w << " p = " << p << " m = " << m);
                 const double work = m * (t.f + t.b + t.w) * 1e-3;
                 if (t.w <= t.f) {
-                    const double h1 = run(zbPlan(p, m, "zb-h1", t)).iteration_time_s - work;
+                    const double h1 = zeroBubbleRun(zbPlan(p, m, "zb-h1", t)).iteration_time_s - work;
                     CHECK(h1 == Approx((p - 1) * (t.f + t.b - t.w) * 1e-3));
                 }
-                const double h2 = run(zbPlan(p, m, "zb-h2", t, 3)).iteration_time_s - work;
+                const double h2 = zeroBubbleRun(zbPlan(p, m, "zb-h2", t, 3)).iteration_time_s - work;
                 CHECK(h2 == Approx((p - 1) * std::max(0.0, t.f + t.b - 2 * t.w) * 1e-3).margin(1e-12));
             }
 }
@@ -149,9 +149,9 @@ TEST_CASE("zero-bubble schedules keep the paper's activation memory", "[zero-bub
     for (int p = 2; p <= 8; ++p) {
         INFO("p = " << p);
         const int m = 3 * p;
-        const auto oneF = run(zbPlan(p, m, "1f1b"));
-        const auto h1 = run(zbPlan(p, m, "zb-h1"));
-        const auto h2 = run(zbPlan(p, m, "zb-h2", {}, 3));
+        const auto oneF = zeroBubbleRun(zbPlan(p, m, "1f1b"));
+        const auto h1 = zeroBubbleRun(zbPlan(p, m, "zb-h1"));
+        const auto h2 = zeroBubbleRun(zbPlan(p, m, "zb-h2", {}, 3));
         // The first stage stashes the most: p microbatches under 1F1B and ZB-H1, 2p - 1 under ZB-H2.
         CHECK(peakStashed(oneF) == p);
         CHECK(peakStashed(h1) == p);
@@ -309,10 +309,10 @@ TEST_CASE("ZBV has no bubble at 1F1B's memory when T_F = T_B = T_W", "[zero-bubb
     for (int p = 2; p <= 8; ++p)
         for (int m : {2 * p - 1, 2 * p, 4 * p}) {
             INFO("p = " << p << " m = " << m);
-            const auto zbv = run(zbvPlan(p, m, {}, 3));
+            const auto zbv = zeroBubbleRun(zbvPlan(p, m, {}, 3));
             CHECK(zbv.iteration_time_s == Approx(3.0 * m * 1e-3));
             // Each device stashes 2p chunk-microbatches of half a stage: 1F1B's p on its first stage.
-            const auto oneF = run(oneFOneBPlan(p, m));
+            const auto oneF = zeroBubbleRun(oneFOneBPlan(p, m));
             double zbvPeak = 0, oneFPeak = 0;
             for (const auto& d : zbv.devices)
                 zbvPeak = std::max(zbvPeak, d.peak_memory_bytes);

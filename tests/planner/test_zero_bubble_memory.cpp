@@ -38,7 +38,7 @@ Plan keptPlan(int p, int m, const std::string& kind, double kept, bool recompute
     return plan;
 }
 
-SimulationResult run(const Plan& plan)
+SimulationResult zeroBubbleMemoryRun(const Plan& plan)
 {
     return pw::test::validatedRun(plan);
 }
@@ -127,8 +127,8 @@ TEST_CASE("zb-h1's simulated peak rises by the weight-gradient bytes of the micr
     for (const Case& c : {Case {"zb-h1", 4, 8}, Case {"zb-h1", 4, 3}, Case {"zb-h1", 6, 12}, Case {"zb-h2", 4, 8},
              Case {"zb-h2", 3, 12}, Case {"1f1b", 4, 8}}) {
         INFO(c.kind << " p = " << c.p << " m = " << c.m);
-        const auto with = run(keptPlan(c.p, c.m, c.kind, kept));
-        const auto without = run(keptPlan(c.p, c.m, c.kind, 0));
+        const auto with = zeroBubbleMemoryRun(keptPlan(c.p, c.m, c.kind, kept));
+        const auto without = zeroBubbleMemoryRun(keptPlan(c.p, c.m, c.kind, 0));
         REQUIRE(with.devices.size() == static_cast<std::size_t>(c.p));
         const int factor = c.kind == "zb-h2" ? 2 : 1;
         for (int s = 0; s < c.p; ++s) {
@@ -142,8 +142,8 @@ TEST_CASE("zb-h1's simulated peak rises by the weight-gradient bytes of the micr
         }
     }
     // The straight-pipeline case the brief spells out: ZB-H1's stage s holds s + 1 outputs' gradients at its peak.
-    const auto with = run(keptPlan(4, 8, "zb-h1", kept));
-    const auto without = run(keptPlan(4, 8, "zb-h1", 0));
+    const auto with = zeroBubbleMemoryRun(keptPlan(4, 8, "zb-h1", kept));
+    const auto without = zeroBubbleMemoryRun(keptPlan(4, 8, "zb-h1", 0));
     for (int s = 0; s < 4; ++s)
         CHECK(with.devices[s].peak_memory_bytes == Approx(without.devices[s].peak_memory_bytes + (s + 1) * kept));
 }
@@ -155,7 +155,7 @@ TEST_CASE("stageMemoryBytes counts the microbatches waiting for their W", "[zero
     for (const std::string kind : {"zb-h1", "zb-h2"}) {
         INFO(kind);
         const auto plan = keptPlan(p, m, kind, kept);
-        const auto sim = run(plan);
+        const auto sim = zeroBubbleMemoryRun(plan);
         const int factor = kind == "zb-h2" ? 2 : 1;
         for (int s = 0; s < p; ++s) {
             INFO("stage " << s);
@@ -196,7 +196,7 @@ TEST_CASE("megatron's zero-bubble memory estimate counts what W keeps and meets 
                         const megatron::Config config {
                             p, 1, 1, 1, kind == "zbv" ? 2 : 1, recompute ? Recompute::Full : Recompute::None, m, kind};
                         const Plan plan = megatron::configPlan(request, config);
-                        const auto sim = run(plan);
+                        const auto sim = zeroBubbleMemoryRun(plan);
                         const auto est = megatron::estimate(plan, config);
                         if (kind == "zbv" && recompute) // the first chunk's input (none) is under the largest
                             CHECK(est.peak_memory_bytes >= peak(sim));
@@ -206,7 +206,7 @@ TEST_CASE("megatron's zero-bubble memory estimate counts what W keeps and meets 
                             continue;
                         // Per device too: what the kept bytes add to each device's peak is the estimate's formula
                         // on that rank (4 layers a stage, 2 a chunk of the V).
-                        const auto without = run(megatron::configPlan(keptChain(4 * p, p, 0), config));
+                        const auto without = zeroBubbleMemoryRun(megatron::configPlan(keptChain(4 * p, p, 0), config));
                         const double chunks = kind == "zbv" ? 2 : 1;
                         const double stash = 4e6 / chunks, keptStage = 4 * kept / chunks;
                         for (int r = 0; r < p; ++r) {

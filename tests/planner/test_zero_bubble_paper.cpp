@@ -112,7 +112,7 @@ struct Outcome
     int stashed = 0;
 };
 
-Outcome run(const ModelProfile& model, int p, int m, const std::string& kind)
+Outcome zeroBubblePaperRun(const ModelProfile& model, int p, int m, const std::string& kind)
 {
     const Plan plan = paperPlan(model, a100s(p), p, m, kind);
     const auto schedule = generateSchedule(plan);
@@ -138,7 +138,7 @@ Outcome run(const ModelProfile& model, int p, int m, const std::string& kind)
     return o;
 }
 
-ModelProfile gpt(int layers, int hidden, int heads, int b)
+ModelProfile zeroBubblePaperGpt(int layers, int hidden, int heads, int b)
 {
     // GPT-3's vocabulary padded as Megatron-LM pads it (50257 to a multiple of 128), 2-byte values; the embedding
     // and the output projection untied, as the paper's runs train (the zero-bubble repository's
@@ -147,7 +147,7 @@ ModelProfile gpt(int layers, int hidden, int heads, int b)
     return transformerProfile({layers, hidden, heads, 1024, 50304, b, 2, false}, *devicePreset("A100"));
 }
 
-std::string percent(double gain)
+std::string zeroBubblePaperPercent(double gain)
 {
     char text[16];
     std::snprintf(text, sizeof text, "%+.0f %%", gain * 100);
@@ -163,10 +163,10 @@ TEST_CASE("zero-bubble gains on the paper's configurations: Tables 4 and 5", "[z
         "paper | ZB-H1 ours | ZB-2p over 1F1B paper | ZB-H2 ours |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& row : kTable) {
         INFO(row.model << " m = " << row.m);
-        const auto model = gpt(row.layers, row.hidden, row.heads, row.b);
-        const auto oneF = run(model, row.p, row.m, "1f1b");
-        const auto h1 = run(model, row.p, row.m, "zb-h1");
-        const auto h2 = run(model, row.p, row.m, "zb-h2");
+        const auto model = zeroBubblePaperGpt(row.layers, row.hidden, row.heads, row.b);
+        const auto oneF = zeroBubblePaperRun(model, row.p, row.m, "1f1b");
+        const auto h1 = zeroBubblePaperRun(model, row.p, row.m, "zb-h1");
+        const auto h2 = zeroBubblePaperRun(model, row.p, row.m, "zb-h2");
         // The paper's order: ZB-2p >= ZB-1p >= 1F1B; here with the handcrafted schedules, both faster than 1F1B.
         CHECK(h1.samples_per_gpu > oneF.samples_per_gpu);
         CHECK(h2.samples_per_gpu >= h1.samples_per_gpu);
@@ -184,10 +184,10 @@ TEST_CASE("zero-bubble gains on the paper's configurations: Tables 4 and 5", "[z
         CHECK((h2.activations - h2.kept) / stashes1F1B == Approx((2.0 * row.p - 1) / row.p).epsilon(1e-9));
         std::printf("| %s | %d | %d | %d | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %s | %s | %s | %s |\n", row.model,
             row.p, row.b, row.m, row.bubble1f1b, oneF.bubble, row.bubbleH1, h1.bubble, row.bubbleH2, h2.bubble,
-            percent(row.samples1p / row.samples1f1b - 1).c_str(),
-            percent(h1.samples_per_gpu / oneF.samples_per_gpu - 1).c_str(),
-            percent(row.samples2p / row.samples1f1b - 1).c_str(),
-            percent(h2.samples_per_gpu / oneF.samples_per_gpu - 1).c_str());
+            zeroBubblePaperPercent(row.samples1p / row.samples1f1b - 1).c_str(),
+            zeroBubblePaperPercent(h1.samples_per_gpu / oneF.samples_per_gpu - 1).c_str(),
+            zeroBubblePaperPercent(row.samples2p / row.samples1f1b - 1).c_str(),
+            zeroBubblePaperPercent(h2.samples_per_gpu / oneF.samples_per_gpu - 1).c_str());
     }
 }
 
@@ -198,11 +198,11 @@ TEST_CASE("ZBV on the paper's configurations: Tables 6 and 8", "[zero-bubble][ze
         "ours | ZB-V over 1F1B paper / ours |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& row : kVTable) {
         INFO(row.model << " p = " << row.p << " m = " << row.m);
-        const auto model = gpt(row.layers, row.hidden, row.heads, row.b);
-        const auto oneF = run(model, row.p, row.m, "1f1b");
-        const auto h1 = run(model, row.p, row.m, "zb-h1");
-        const auto h2 = run(model, row.p, row.m, "zb-h2");
-        const auto v = run(model, row.p, row.m, "zbv");
+        const auto model = zeroBubblePaperGpt(row.layers, row.hidden, row.heads, row.b);
+        const auto oneF = zeroBubblePaperRun(model, row.p, row.m, "1f1b");
+        const auto h1 = zeroBubblePaperRun(model, row.p, row.m, "zb-h1");
+        const auto h2 = zeroBubblePaperRun(model, row.p, row.m, "zb-h2");
+        const auto v = zeroBubblePaperRun(model, row.p, row.m, "zbv");
         CHECK(v.samples_per_gpu > h1.samples_per_gpu);
         CHECK(h1.samples_per_gpu > oneF.samples_per_gpu);
         CHECK(v.bubble < h1.bubble);
@@ -211,7 +211,7 @@ TEST_CASE("ZBV on the paper's configurations: Tables 6 and 8", "[zero-bubble][ze
         CHECK(v.activations <= 1.25 * oneF.activations);
         std::printf("| %s | %d | %d | %d | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %s / %s |\n",
             row.model, row.p, row.b, row.m, row.bubble1f1b, oneF.bubble, row.bubbleH1, h1.bubble, row.bubbleH2,
-            h2.bubble, row.bubbleV, v.bubble, percent(row.samplesV / row.samples1f1b - 1).c_str(),
-            percent(v.samples_per_gpu / oneF.samples_per_gpu - 1).c_str());
+            h2.bubble, row.bubbleV, v.bubble, zeroBubblePaperPercent(row.samplesV / row.samples1f1b - 1).c_str(),
+            zeroBubblePaperPercent(v.samples_per_gpu / oneF.samples_per_gpu - 1).c_str());
     }
 }

@@ -23,7 +23,8 @@ namespace {
 
 /// `layers` equal layers of F = f, I = b, W = w ms on p devices with free optimizer steps and links of `latency`
 /// (else free); each stashes 1 MB and holds 1 MB of weights.
-PartitionRequest chain(int layers, int p, double f, double b, double w, double memory = 80e9, double latency = 0)
+PartitionRequest zeroBubbleSearchChain(
+    int layers, int p, double f, double b, double w, double memory = 80e9, double latency = 0)
 {
     PartitionRequest request;
     auto model = pw::test::uniformChain(layers, {f, b + w, 1e6, 1e6, {}});
@@ -51,7 +52,7 @@ PartitionResult search(PartitionRequest request, json params, int microbatches =
     return findPartitioner("megatron")->partition(request, {}, {});
 }
 
-megatron::Config chosen(const Plan& plan)
+megatron::Config zeroBubbleSearchChosen(const Plan& plan)
 {
     const auto& j = plan.algorithm_options.at("chosen");
     const std::string kind = j.at("schedule");
@@ -60,7 +61,7 @@ megatron::Config chosen(const Plan& plan)
         kind == "1f1b" || kind == "interleaved" ? std::string() : kind};
 }
 
-double peak(const SimulationResult& sim)
+double zeroBubbleSearchPeak(const SimulationResult& sim)
 {
     double most = 0;
     for (const auto& d : sim.devices)
@@ -83,7 +84,7 @@ TEST_CASE("the estimate's zero-bubble bubbles are the simulator's", "[zero-bubbl
             for (int m : {2 * p - 1, 3 * p})
                 for (const std::string kind : {"zb-h1", "zb-h2", "zbv"}) {
                     INFO(kind << " p = " << p << " m = " << m << " T = " << t.f << ", " << t.b << ", " << t.w);
-                    const auto request = chain(4 * p, p, t.f, t.b, t.w);
+                    const auto request = zeroBubbleSearchChain(4 * p, p, t.f, t.b, t.w);
                     const megatron::Config config {p, 1, 1, 1, kind == "zbv" ? 2 : 1, Recompute::None, m, kind};
                     const Plan plan = megatron::configPlan(request, config);
                     REQUIRE(plan.schedule.kind == kind);
@@ -98,7 +99,7 @@ TEST_CASE("the estimate's zero-bubble bubbles are the simulator's", "[zero-bubbl
                     else
                         CHECK(est.pipeline_s == Approx(sim.iteration_time_s).epsilon(1e-6)); // 1 ns transfers
                     // Stashes: zb-h1 holds p on every stage, zb-h2 2p - 1, zbv 2p chunk stashes of half a stage.
-                    const double simPeak = peak(sim);
+                    const double simPeak = zeroBubbleSearchPeak(sim);
                     if (kind == "zbv")
                         CHECK(est.peak_memory_bytes >= simPeak);
                     else
@@ -117,7 +118,7 @@ TEST_CASE("megatron picks a zero-bubble schedule for the demo GPT on 4 H100s and
     auto r = search(request, {{"pipeline-sizes", {4}}, {"tensor-sizes", {1}}});
     INFO(r.errorText());
     REQUIRE(r.ok());
-    const auto config = chosen(*r.plan);
+    const auto config = zeroBubbleSearchChosen(*r.plan);
     INFO(note(r));
     CHECK_FALSE(config.kind.empty());
     CHECK(note(r).find("faster than 1f1b") != std::string::npos);
@@ -144,18 +145,18 @@ TEST_CASE(
     // ZB-H2 stashes 2p - 1 microbatches where ZB-H1 and ZBV stash 1F1B's p: a capacity between the two leaves
     // zb-h2 out. Links of 50 us latency make zbv's twice as many transfers cost something.
     const int p = 4, m = 12;
-    const auto roomy = chain(16, p, 1, 1, 1, 80e9, 5e-5);
+    const auto roomy = zeroBubbleSearchChain(16, p, 1, 1, 1, 80e9, 5e-5);
     const megatron::Config h1 {p, 1, 1, 1, 1, Recompute::None, m, "zb-h1"},
         h2 {p, 1, 1, 1, 1, Recompute::None, m, "zb-h2"};
     const double fits = megatron::estimate(megatron::configPlan(roomy, h1), h1).peak_memory_bytes;
     const double over = megatron::estimate(megatron::configPlan(roomy, h2), h2).peak_memory_bytes;
     REQUIRE(over > fits);
-    const auto tight = chain(16, p, 1, 1, 1, (fits + over) / 2, 5e-5);
+    const auto tight = zeroBubbleSearchChain(16, p, 1, 1, 1, (fits + over) / 2, 5e-5);
     const json params = {{"pipeline-sizes", {p}}, {"microbatch-sizes", {1}}, {"recompute", "off"}, {"chunks", {1}}};
     auto r = search(tight, params, m);
     INFO(r.errorText());
     REQUIRE(r.ok());
-    const auto config = chosen(*r.plan);
+    const auto config = zeroBubbleSearchChosen(*r.plan);
     INFO(note(r));
     CHECK((config.kind == "zb-h1" || config.kind == "zbv"));
     CHECK(simulate(*r.plan).fitsMemory());
@@ -168,12 +169,12 @@ TEST_CASE(
     // With room for it, zb-h2 wins: no bubble with T_F = T_B = T_W and fewer transfers than zbv.
     auto free = search(roomy, params, m);
     REQUIRE(free.ok());
-    CHECK(chosen(*free.plan).kind == "zb-h2");
+    CHECK(zeroBubbleSearchChosen(*free.plan).kind == "zb-h2");
 }
 
 TEST_CASE("the request's schedule kind and the zero-bubble option narrow megatron's search", "[zero-bubble][megatron]")
 {
-    const auto request = chain(16, 4, 1, 1, 1);
+    const auto request = zeroBubbleSearchChain(16, 4, 1, 1, 1);
     SECTION("--schedule zbv searches zbv alone and places its chunks in a V")
     {
         auto fixed = request;
@@ -319,7 +320,7 @@ TEST_CASE("under memory only V-Min's activations fit, megatron picks v-min and t
     // (p + 2) // 2 = 4 and V-Min (p + 4) // 3 = 3 microbatches' worth. A capacity between V-Min's estimate and
     // V-Half's leaves V-Min alone.
     const int p = 6, m = 12;
-    const auto roomy = chain(24, p, 1, 1, 1);
+    const auto roomy = zeroBubbleSearchChain(24, p, 1, 1, 1);
     const auto memoryOf = [&](const std::string& kind) {
         const megatron::Config c {p, 1, 1, 1, megatron::vShaped(kind) ? 2 : 1, Recompute::None, m, kind};
         return megatron::estimate(megatron::configPlan(roomy, c), c).peak_memory_bytes;
@@ -330,18 +331,18 @@ TEST_CASE("under memory only V-Min's activations fit, megatron picks v-min and t
         INFO(kind);
         REQUIRE(memoryOf(kind) > vHalf);
     }
-    const auto tight = chain(24, p, 1, 1, 1, (vMin + vHalf) / 2);
+    const auto tight = zeroBubbleSearchChain(24, p, 1, 1, 1, (vMin + vHalf) / 2);
     const json params = {{"pipeline-sizes", {p}}, {"microbatch-sizes", {1}}, {"recompute", "off"}};
     auto r = search(tight, params, m);
     INFO(r.errorText());
     REQUIRE(r.ok());
     INFO(note(r));
-    CHECK(chosen(*r.plan).kind == "v-min");
+    CHECK(zeroBubbleSearchChosen(*r.plan).kind == "v-min");
     const auto sim = simulate(*r.plan);
     CHECK(sim.fitsMemory());
     // The estimate's activations are the simulator's: the order replayed, not a bound.
     const auto minConfig = megatron::Config {p, 1, 1, 1, 2, Recompute::None, m, "v-min"};
-    CHECK(megatron::estimate(*r.plan, minConfig).peak_memory_bytes == Approx(peak(sim)).epsilon(0.01));
+    CHECK(megatron::estimate(*r.plan, minConfig).peak_memory_bytes == Approx(zeroBubbleSearchPeak(sim)).epsilon(0.01));
     for (const std::string kind : {"v-half", "v-min"})
         CHECK(std::any_of(r.candidates.begin(), r.candidates.end(),
             [&](const Candidate& c) { return c.config.at("schedule") == kind; }));

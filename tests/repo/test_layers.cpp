@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSource = PW_SOURCE_DIR;
+const fs::path kLayersSource = PW_SOURCE_DIR;
 
 struct Include
 {
@@ -76,10 +76,10 @@ fs::path resolve(const fs::path& from, const Include& inc)
 {
     if (inc.angled)
         return {};
-    for (const fs::path& base : {from.parent_path(), kSource}) {
+    for (const fs::path& base : {from.parent_path(), kLayersSource}) {
         const fs::path p = (base / inc.target).lexically_normal();
         if (fs::exists(p))
-            return fs::relative(p, kSource);
+            return fs::relative(p, kLayersSource);
     }
     return {};
 }
@@ -101,7 +101,7 @@ std::string layerOf(const fs::path& rel)
 
 bool isInternal(const fs::path& file)
 {
-    std::ifstream in(kSource / file);
+    std::ifstream in(kLayersSource / file);
     std::string line;
     for (int n = 0; n < 5 && std::getline(in, line); ++n)
         if (line.find("Internal to " + topFolder(file) + "/") != std::string::npos)
@@ -112,9 +112,9 @@ bool isInternal(const fs::path& file)
 std::vector<fs::path> sources(const std::string& folder)
 {
     std::vector<fs::path> out;
-    for (const auto& e : fs::recursive_directory_iterator(kSource / folder)) {
+    for (const auto& e : fs::recursive_directory_iterator(kLayersSource / folder)) {
         const auto ext = e.path().extension();
-        const auto rel = fs::relative(e.path(), kSource);
+        const auto rel = fs::relative(e.path(), kLayersSource);
         if (e.is_regular_file() && (ext == ".h" || ext == ".cpp" || ext == ".cu" || ext == ".cuh")
             && layerOf(rel) == folder)
             out.push_back(rel);
@@ -152,7 +152,7 @@ TEST_CASE("the include scanner finds forbidden and cross-layer includes", "[laye
     CHECK(forbiddenInAgent(incs[5]));
     CHECK_FALSE(forbiddenInAgent({"gloo/context.h", true, 1}));
     CHECK(incs[1].line == 2);
-    CHECK(topFolder(resolve(kSource / "planner/plan.h", {"../app/project/project.h", false, 1})) == "app");
+    CHECK(topFolder(resolve(kLayersSource / "planner/plan.h", {"../app/project/project.h", false, 1})) == "app");
     CHECK(layerOf("app/gui/main.cpp") == "app/gui");
     CHECK(layerOf("app/cli/commands.cpp") == "app");
     CHECK(layerOf("app/launch/ssh.h") == "app");
@@ -165,7 +165,7 @@ TEST_CASE("planner/ includes no Qt, CUDA, SQLite or libssh header", "[layers]")
     const auto files = sources("planner");
     REQUIRE(files.size() > 50);
     for (const auto& file : files)
-        for (const auto& inc : includesOf(readFile(kSource / file))) {
+        for (const auto& inc : includesOf(readFile(kLayersSource / file))) {
             INFO(file.string() << ":" << inc.line << ": #include <" << inc.target << ">");
             CHECK_FALSE(forbiddenInPlanner(inc));
         }
@@ -174,13 +174,13 @@ TEST_CASE("planner/ includes no Qt, CUDA, SQLite or libssh header", "[layers]")
 TEST_CASE("engine/ and agents/ include no Qt, SQLite or libssh header", "[layers]")
 {
     // The SSH launcher is the controller's (app/launch/): the agent needs no libssh, so it builds alone.
-    CHECK_FALSE(fs::exists(kSource / "agents/launch"));
-    CHECK(fs::exists(kSource / "app/launch/ssh.h"));
+    CHECK_FALSE(fs::exists(kLayersSource / "agents/launch"));
+    CHECK(fs::exists(kLayersSource / "app/launch/ssh.h"));
     for (const std::string folder : {"engine", "agents"}) {
         const auto files = sources(folder);
         REQUIRE(files.size() > 5);
         for (const auto& file : files)
-            for (const auto& inc : includesOf(readFile(kSource / file))) {
+            for (const auto& inc : includesOf(readFile(kLayersSource / file))) {
                 INFO(file.string() << ":" << inc.line << ": #include <" << inc.target << ">");
                 CHECK_FALSE(forbiddenInAgent(inc));
             }
@@ -191,8 +191,8 @@ TEST_CASE("each layer includes only itself and the layers below it", "[layers]")
 {
     for (const auto& [folder, allowed] : kMayInclude)
         for (const auto& file : sources(folder))
-            for (const auto& inc : includesOf(readFile(kSource / file))) {
-                const auto target = resolve(kSource / file, inc);
+            for (const auto& inc : includesOf(readFile(kLayersSource / file))) {
+                const auto target = resolve(kLayersSource / file, inc);
                 if (target.empty())
                     continue;
                 INFO(file.string() << ":" << inc.line << " includes " << target.string());
@@ -205,8 +205,8 @@ TEST_CASE("internal headers are included only from their own folder", "[layers]"
     int internal = 0;
     for (const auto& [folder, allowed] : kMayInclude)
         for (const auto& file : sources(folder))
-            for (const auto& inc : includesOf(readFile(kSource / file))) {
-                const auto target = resolve(kSource / file, inc);
+            for (const auto& inc : includesOf(readFile(kLayersSource / file))) {
+                const auto target = resolve(kLayersSource / file, inc);
                 if (target.empty() || !isInternal(target))
                     continue;
                 ++internal;

@@ -66,14 +66,14 @@ pid_t startCli(const std::vector<std::string>& args, const fs::path& out, const 
     return pid;
 }
 
-struct Result
+struct CliRunResult
 {
     int code = -1;
     std::string out;
     std::string err;
 };
 
-std::string slurp(const fs::path& p)
+std::string cliRunSlurp(const fs::path& p)
 {
     std::ifstream in(p);
     std::ostringstream s;
@@ -81,12 +81,13 @@ std::string slurp(const fs::path& p)
     return s.str();
 }
 
-Result runCli(const test::TempDir& dir, const std::vector<std::string>& args)
+CliRunResult runCli(const test::TempDir& dir, const std::vector<std::string>& args)
 {
     const pid_t pid = startCli(args, dir.path / "out.txt", dir.path / "err.txt");
     int status = 0;
     waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir.path / "out.txt"), slurp(dir.path / "err.txt")};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, cliRunSlurp(dir.path / "out.txt"),
+        cliRunSlurp(dir.path / "err.txt")};
 }
 
 /// Waits (30 s at most) until the CLI `cli` has its two agents and reported `step` steps on `err`; returns the agents.
@@ -96,7 +97,7 @@ std::vector<pid_t> waitUntilTraining(pid_t cli, const fs::path& err, int step)
     for (;;) {
         REQUIRE(Clock::now() < deadline);
         auto agents = test::childAgents(cli);
-        if (agents.size() == 2 && slurp(err).find("step " + std::to_string(step) + "/") != std::string::npos)
+        if (agents.size() == 2 && cliRunSlurp(err).find("step " + std::to_string(step) + "/") != std::string::npos)
             return agents;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -179,13 +180,13 @@ TEST_CASE("cli: run --local --json trains and reports: history lists, shows, exp
 
     const auto csv = dir.path / "spans.csv";
     REQUIRE(runCli(dir, {"history", "export", id, "--history", history, "-o", csv.string()}).code == 0);
-    CHECK_THAT(slurp(csv), Contains("device,lane,kind"));
+    CHECK_THAT(cliRunSlurp(csv), Contains("device,lane,kind"));
     const auto trace = dir.path / "trace.json";
     REQUIRE(
         runCli(dir, {"history", "export", id, "--history", history, "--format", "chrome-trace", "-o", trace.string()})
             .code
         == 0);
-    CHECK(json::parse(slurp(trace)).at("traceEvents").size() > 0);
+    CHECK(json::parse(cliRunSlurp(trace)).at("traceEvents").size() > 0);
 
     // A second, shorter run, compared with the first: only what differs, and both runs' figures.
     const auto second = runCli(dir,
@@ -325,7 +326,7 @@ TEST_CASE("cli: SIGHUP (the terminal closed) stops the run like Ctrl+C: recorded
     REQUIRE(::kill(cli, SIGHUP) == 0);
     int status = 0;
     waitpid(cli, &status, 0);
-    INFO(slurp(dir.path / "err.txt"));
+    INFO(cliRunSlurp(dir.path / "err.txt"));
     REQUIRE(WIFEXITED(status)); // not killed by the signal (129)
     CHECK(WEXITSTATUS(status) == 4);
     CHECK(std::none_of(agents.begin(), agents.end(), test::alive));
@@ -394,7 +395,7 @@ TEST_CASE("cli: a history one may read but not write is listed, shown, exported 
         posix_spawn_file_actions_destroy(&actions);
         int status = 0;
         waitpid(pid, &status, 0);
-        return Result {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(o), slurp(e)};
+        return CliRunResult {WIFEXITED(status) ? WEXITSTATUS(status) : -1, cliRunSlurp(o), cliRunSlurp(e)};
     };
     // The owner reads it first: a read-only reader leaves a -shm file behind, private to the owner.
     REQUIRE(runCli(dir, {"history", "list", "--history", history}).code == 0);
@@ -410,7 +411,7 @@ TEST_CASE("cli: a history one may read but not write is listed, shown, exported 
     const auto exported = asReader({"history", "export", ids[1], "--history", history, "-o", csv});
     INFO(exported.err);
     CHECK(exported.code == 0);
-    CHECK_THAT(slurp(csv), Contains("device,lane,kind"));
+    CHECK_THAT(cliRunSlurp(csv), Contains("device,lane,kind"));
     const auto compare = asReader({"history", "compare", ids[0], ids[1], "--history", history});
     INFO(compare.err);
     CHECK(compare.code == 0);

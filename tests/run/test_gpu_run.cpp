@@ -23,7 +23,7 @@ using Catch::Contains;
 
 namespace {
 
-app::RunRequest request(const planner::Plan& plan, int steps)
+app::RunRequest gpuRunRequest(const planner::Plan& plan, int steps)
 {
     app::RunRequest r;
     r.plan = plan;
@@ -85,12 +85,12 @@ TEST_CASE("a device on a GPU its agent does not see fails the run at once naming
     const ScopedEnv hidden("CUDA_VISIBLE_DEVICES", "-1"); // no GPU, on any machine
     // The controller's own check refuses it before anything is recorded or started (a local run).
     {
-        app::RunController controller(request(twoStages(true), 3), history);
+        app::RunController controller(gpuRunRequest(twoStages(true), 3), history);
         CHECK_THROWS_WITH(controller.run(), Contains("/cluster/nodes/0/gpus") && Contains("cuda:0"));
         CHECK(history.listRuns().empty());
     }
     // Past that check (as a remote run's agents meet it), the agent refuses at once, naming the device and the fix.
-    app::RunController controller(request(twoStages(true), 3), history);
+    app::RunController controller(gpuRunRequest(twoStages(true), 3), history);
     const auto outcome = controller.run({}, app::CheckedRun {});
     CHECK(outcome.status == app::RunStatus::Failed);
     CHECK_THAT(outcome.message, Contains("(cuda:0)"));
@@ -108,10 +108,10 @@ TEST_CASE("two stages sharing one GPU train as on the CPU in fp32", "[run][gpu][
         PW_SKIP("no CUDA device here (or this build has no CUDA kernels)");
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    app::RunController cpuRun(request(twoStages(false), 5), history);
+    app::RunController cpuRun(gpuRunRequest(twoStages(false), 5), history);
     const auto cpu = cpuRun.run();
     REQUIRE(cpu.status == app::RunStatus::Succeeded);
-    app::RunController gpuRun(request(twoStages(true), 5), history);
+    app::RunController gpuRun(gpuRunRequest(twoStages(true), 5), history);
     const auto gpu = gpuRun.run();
     INFO(gpu.message);
     REQUIRE(gpu.status == app::RunStatus::Succeeded);

@@ -33,14 +33,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result
+struct ProfileMeasureResult
 {
     int code = -1;
     std::string out;
     std::string err;
 };
 
-std::string slurp(const fs::path& p)
+std::string profileMeasureSlurp(const fs::path& p)
 {
     std::ifstream in(p);
     std::ostringstream s;
@@ -49,7 +49,8 @@ std::string slurp(const fs::path& p)
 }
 
 /// Runs pipewright-cli with `args` and the environment plus `env` ("NAME=value" entries).
-Result cli(const test::TempDir& dir, const std::vector<std::string>& args, const std::vector<std::string>& env = {})
+ProfileMeasureResult profileMeasureCli(
+    const test::TempDir& dir, const std::vector<std::string>& args, const std::vector<std::string>& env = {})
 {
     std::vector<std::string> all = {PW_CLI_EXE};
     all.insert(all.end(), args.begin(), args.end());
@@ -76,7 +77,7 @@ Result cli(const test::TempDir& dir, const std::vector<std::string>& args, const
     REQUIRE(rc == 0);
     int status = 0;
     waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, profileMeasureSlurp(out), profileMeasureSlurp(err)};
 }
 
 const std::vector<std::string> kShape
@@ -110,7 +111,7 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
 {
     test::TempDir dir;
     const auto profilePath = dir.path / "measured.json";
-    const auto r = cli(dir, measureArgs(profilePath, {"--json"}));
+    const auto r = profileMeasureCli(dir, measureArgs(profilePath, {"--json"}));
     INFO(r.err);
     REQUIRE(r.code == 0);
     const auto summary = json::parse(r.out);
@@ -139,12 +140,12 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
 
     const auto cluster = writeCpuCluster(dir, 2);
     const auto planPath = dir.path / "plan.json";
-    const auto planned = cli(dir,
+    const auto planned = profileMeasureCli(dir,
         {"plan", "--model", profilePath.string(), "--cluster", cluster.string(), "--algorithm", "manual",
             "--boundaries", "1", "--schedule", "1f1b", "--microbatches", "4", "-o", planPath.string()});
     INFO(planned.err);
     REQUIRE(planned.code == 0);
-    const auto run = cli(dir,
+    const auto run = profileMeasureCli(dir,
         {"run", planPath.string(), "--local", "--steps", "3", "--threads", "1", "--history",
             (dir.path / "history.sqlite").string(), "--json"});
     INFO(run.err);
@@ -155,12 +156,12 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
 
     // A zero-bubble plan from the same measured profile trains too, to the 1F1B plan's losses.
     const auto zbPath = dir.path / "zb.json";
-    const auto zbPlanned = cli(dir,
+    const auto zbPlanned = profileMeasureCli(dir,
         {"plan", "--model", profilePath.string(), "--cluster", cluster.string(), "--algorithm", "manual",
             "--boundaries", "1", "--schedule", "zb-h1", "--microbatches", "4", "-o", zbPath.string()});
     INFO(zbPlanned.err);
     REQUIRE(zbPlanned.code == 0);
-    const auto zbRun = cli(dir,
+    const auto zbRun = profileMeasureCli(dir,
         {"run", zbPath.string(), "--local", "--steps", "3", "--threads", "1", "--history",
             (dir.path / "history.sqlite").string(), "--json"});
     INFO(zbRun.err);
@@ -173,8 +174,8 @@ TEST_CASE("cli: profile measure writes a measured profile, a plan made from it t
 
     // --plan takes the plan's shape and microbatch size.
     const auto again = dir.path / "again.json";
-    const auto fromPlan
-        = cli(dir, {"profile", "measure", "--plan", planPath.string(), "--repeats", "2", "-o", again.string()});
+    const auto fromPlan = profileMeasureCli(
+        dir, {"profile", "measure", "--plan", planPath.string(), "--repeats", "2", "-o", again.string()});
     INFO(fromPlan.err);
     REQUIRE(fromPlan.code == 0);
     CHECK_THAT(fromPlan.out, Contains("measured 4 layers"));
@@ -187,12 +188,12 @@ TEST_CASE("cli: profile measure names what is wrong", "[run][cli][profile]")
     const auto out = dir.path / "p.json";
     auto bad = measureArgs(out);
     bad[5] = "3"; // --heads 3 does not divide --hidden 32
-    const auto heads = cli(dir, bad);
+    const auto heads = profileMeasureCli(dir, bad);
     CHECK(heads.code == 1);
     CHECK_THAT(heads.err, Contains("--heads") && Contains("must divide --hidden"));
     CHECK(!fs::exists(out));
 
-    const auto missing = cli(dir, {"profile", "measure", "--layers", "2", "-o", out.string()});
+    const auto missing = profileMeasureCli(dir, {"profile", "measure", "--layers", "2", "-o", out.string()});
     CHECK(missing.code == 1);
     CHECK_THAT(missing.err, Contains("--hidden: missing"));
 
@@ -202,11 +203,12 @@ TEST_CASE("cli: profile measure names what is wrong", "[run][cli][profile]")
     noShape.model = model;
     const auto planPath = dir.path / "plan.json";
     std::ofstream(planPath) << planner::toJson(noShape).dump(2);
-    const auto plan = cli(dir, {"profile", "measure", "--plan", planPath.string(), "-o", out.string()});
+    const auto plan = profileMeasureCli(dir, {"profile", "measure", "--plan", planPath.string(), "-o", out.string()});
     CHECK(plan.code == 1);
     CHECK_THAT(plan.err, Contains("plan.json") && Contains("/model/architecture"));
 
-    const auto agent = cli(dir, measureArgs(out), {"PIPEWRIGHT_AGENT=" + (dir.path / "no-such-agent").string()});
+    const auto agent
+        = profileMeasureCli(dir, measureArgs(out), {"PIPEWRIGHT_AGENT=" + (dir.path / "no-such-agent").string()});
     CHECK(agent.code == 1);
     CHECK_THAT(agent.err, Contains("cannot start the agent") && Contains("no-such-agent"));
 }
@@ -217,20 +219,20 @@ TEST_CASE(
     test::TempDir dir;
     const auto out = dir.path / "p.json";
     // Spelling: refused by the CLI itself.
-    const auto gpu = cli(dir, measureArgs(out, {"--device", "gpu0"}));
+    const auto gpu = profileMeasureCli(dir, measureArgs(out, {"--device", "gpu0"}));
     CHECK(gpu.code != 0);
     CHECK_THAT(gpu.err, Contains("--device") && Contains("'gpu0' is not cpu, cuda or cuda:N"));
-    const auto fp16 = cli(dir, measureArgs(out, {"--device", "cuda", "--precision", "fp16"}));
+    const auto fp16 = profileMeasureCli(dir, measureArgs(out, {"--device", "cuda", "--precision", "fp16"}));
     CHECK(fp16.code != 0);
     CHECK_THAT(fp16.err, Contains("--precision") && Contains("fp16"));
     // bf16 needs a GPU: refused before the agent starts.
-    const auto bf16 = cli(dir, measureArgs(out, {"--device", "cpu", "--precision", "bf16"}),
+    const auto bf16 = profileMeasureCli(dir, measureArgs(out, {"--device", "cpu", "--precision", "bf16"}),
         {"PIPEWRIGHT_AGENT=" + (dir.path / "no-such-agent").string()});
     CHECK(bf16.code == 1);
     CHECK_THAT(bf16.err, Contains("--precision: the CPU trains in fp32 only"));
     // A CUDA device this agent cannot use: the agent says why (its build, or the devices it sees) before it
     // measures anything, and the CLI passes that on.
-    const auto missing = cli(dir, measureArgs(out, {"--device", "cuda:7"}));
+    const auto missing = profileMeasureCli(dir, measureArgs(out, {"--device", "cuda:7"}));
     CHECK(missing.code == 1);
     CHECK(!fs::exists(out));
     if (!engine::cudaCompiledIn())
@@ -240,13 +242,13 @@ TEST_CASE(
             Contains("--device: cuda:7: " + std::to_string(engine::cudaDeviceCount()) + " CUDA device")
                 && Contains("visible here (CUDA_VISIBLE_DEVICES"));
     // Hidden devices are not there: CUDA_VISIBLE_DEVICES is what the agent sees.
-    const auto hidden = cli(dir, measureArgs(out, {"--device", "cuda"}), {"CUDA_VISIBLE_DEVICES="});
+    const auto hidden = profileMeasureCli(dir, measureArgs(out, {"--device", "cuda"}), {"CUDA_VISIBLE_DEVICES="});
     CHECK(hidden.code == 1);
     CHECK_THAT(hidden.err,
         Contains("--device: cuda:0: ")
             && (Contains("built without CUDA kernels") || Contains("0 CUDA devices are visible here")));
     // The CPU, named explicitly, measures as before.
-    const auto cpu = cli(dir, measureArgs(out, {"--device", "cpu", "--precision", "fp32", "--json"}));
+    const auto cpu = profileMeasureCli(dir, measureArgs(out, {"--device", "cpu", "--precision", "fp32", "--json"}));
     REQUIRE(cpu.code == 0);
     CHECK(json::parse(cpu.out)["device"] == "cpu");
 }
@@ -258,7 +260,8 @@ TEST_CASE("cli: profile measure --device cuda times the layers on the GPU", "[ru
     test::TempDir dir;
     const auto out = dir.path / "p.json";
     for (const std::string precision : {"fp32", "bf16"}) {
-        const auto r = cli(dir, measureArgs(out, {"--device", "cuda:0", "--precision", precision, "--json"}));
+        const auto r
+            = profileMeasureCli(dir, measureArgs(out, {"--device", "cuda:0", "--precision", precision, "--json"}));
         INFO(r.err);
         REQUIRE(r.code == 0);
         const auto model = planner::loadModel(out);
@@ -282,7 +285,8 @@ TEST_CASE("pipewright-agent --profile-gemm checks its options and writes a GEMM 
         for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
             out.append(buffer, n);
         const int status = ::pclose(pipe);
-        return Result {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, slurp(dir.path / "err")};
+        return ProfileMeasureResult {
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, profileMeasureSlurp(dir.path / "err")};
     };
     auto r = agent("--dims 128,x");
     CHECK(r.code == 2);
@@ -320,7 +324,7 @@ TEST_CASE(
         "vocab_size": 300, "max_position_embeddings": 64, "hidden_act": "silu", "rms_norm_eps": 1e-05,
         "rope_theta": 500000.0, "tie_word_embeddings": false})";
     const auto out = dir.path / "llama.json";
-    const auto measured = cli(dir,
+    const auto measured = profileMeasureCli(dir,
         {"profile", "measure", "--hf-config", config.string(), "--seq", "16", "--microbatch", "2", "--repeats", "2",
             "-o", out.string()});
     INFO(measured.err);
@@ -333,23 +337,23 @@ TEST_CASE(
     CHECK(profile.layerCount() == 4);
     CHECK(profile.layers[1].activation_parts.has_value());
     // The shape options and --hf-config exclude each other; --seq is needed.
-    const auto both = cli(dir,
+    const auto both = profileMeasureCli(dir,
         {"profile", "measure", "--hf-config", config.string(), "--layers", "2", "--seq", "16", "--microbatch", "2",
             "-o", out.string()});
     CHECK(both.code == 1);
     CHECK_THAT(both.err, Contains("--layers: the shape comes from --hf-config"));
-    const auto noSeq
-        = cli(dir, {"profile", "measure", "--hf-config", config.string(), "--microbatch", "2", "-o", out.string()});
+    const auto noSeq = profileMeasureCli(
+        dir, {"profile", "measure", "--hf-config", config.string(), "--microbatch", "2", "-o", out.string()});
     CHECK(noSeq.code == 1);
     CHECK_THAT(noSeq.err, Contains("--seq: missing"));
     // A plan from the measured profile trains (the engine builds what the profile describes).
     const auto planPath = dir.path / "plan.json";
-    const auto planned = cli(dir,
+    const auto planned = profileMeasureCli(dir,
         {"plan", "--model", out.string(), "--cluster", writeCpuCluster(dir, 2).string(), "--algorithm", "manual",
             "--boundaries", "1", "--schedule", "1f1b", "--microbatches", "4", "-o", planPath.string()});
     INFO(planned.err);
     REQUIRE(planned.code == 0);
-    const auto trained = cli(dir,
+    const auto trained = profileMeasureCli(dir,
         {"run", planPath.string(), "--local", "--steps", "2", "--threads", "1", "--history",
             (dir.path / "h.sqlite").string()});
     INFO(trained.err);

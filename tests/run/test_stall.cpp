@@ -52,15 +52,15 @@ app::RunRequest stallRequest()
 }
 
 /// @brief Sets an environment variable for the agents this test starts, and removes it after.
-struct ScopedEnv
+struct StallScopedEnv
 {
     std::string name;
-    ScopedEnv(std::string n, const std::string& value)
+    StallScopedEnv(std::string n, const std::string& value)
         : name(std::move(n))
     {
         ::setenv(name.c_str(), value.c_str(), 1);
     }
-    ~ScopedEnv() { ::unsetenv(name.c_str()); }
+    ~StallScopedEnv() { ::unsetenv(name.c_str()); }
 };
 
 /// @brief What the observer saw: the agents' pids (from their hellos) and when the stall report came.
@@ -232,7 +232,7 @@ TEST_CASE("a stopped local agent that misses its heartbeats before the stall tim
 TEST_CASE("a dropped send is named: its receiver waits for that microbatch from its peer", "[run][faults][stall]")
 {
     // Device 0 skips F mb 41 (step 11: after a few heartbeats) to stage 1.
-    const ScopedEnv drop("PIPEWRIGHT_TEST_DROP_SEND", "0:F:0:41");
+    const StallScopedEnv drop("PIPEWRIGHT_TEST_DROP_SEND", "0:F:0:41");
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     app::RunController controller(stallRequest(), history);
@@ -281,7 +281,7 @@ TEST_CASE("a dropped send is named: its receiver waits for that microbatch from 
 
 TEST_CASE("with on-stall wait a stall is reported and the run waits on until it is stopped", "[run][faults][stall]")
 {
-    const ScopedEnv drop("PIPEWRIGHT_TEST_DROP_SEND", "0:F:0:41");
+    const StallScopedEnv drop("PIPEWRIGHT_TEST_DROP_SEND", "0:F:0:41");
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
     auto req = stallRequest();
@@ -311,7 +311,7 @@ TEST_CASE("with on-stall wait a stall is reported and the run waits on until it 
 TEST_CASE("cli: run --stall-timeout fails a stalled run and history show prints the report and flight recorder",
     "[run][cli][stall]")
 {
-    const ScopedEnv drop("PIPEWRIGHT_TEST_DROP_SEND", "0:F:0:41");
+    const StallScopedEnv drop("PIPEWRIGHT_TEST_DROP_SEND", "0:F:0:41");
     test::TempDir dir;
     const auto plan = dir.path / "plan.json";
     std::ofstream(plan) << planner::toJson(stallRequest().plan).dump();

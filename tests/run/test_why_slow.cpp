@@ -36,12 +36,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int kSteps = 24;
+constexpr int kWhySlowSteps = 24;
 
 /// A GPT-2 of 6 blocks (64 channels, 4 heads, 64 positions, vocabulary 64) in two stages of 4 layers, 8 microbatches
 /// per step, its profile measured on this machine by the engine (one thread, as each agent runs): the prediction the
 /// causes are scaled from is this machine's balance of the stages, as a user's calibrated plan would be.
-planner::Plan twoStages()
+planner::Plan whySlowTwoStages()
 {
     static const planner::ModelProfile profile = [] {
         engine::ProfileOptions o = test::smallProfileOptions();
@@ -57,7 +57,7 @@ planner::Plan twoStages()
 
 app::RunDiagnosis diagnosis(app::HistoryStore& history, const std::string& run, const planner::Plan& plan)
 {
-    return app::diagnoseRun(plan, kSteps, history.measuredTimeline(run), history.predictedTimeline(run));
+    return app::diagnoseRun(plan, kWhySlowSteps, history.measuredTimeline(run), history.predictedTimeline(run));
 }
 
 /// What a shell command prints on its standard output.
@@ -106,8 +106,8 @@ TEST_CASE("a healthy run's idle time is the planned bubble and its causes sum to
 {
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    const auto plan = twoStages();
-    app::RunController controller(test::localRunRequest(plan, kSteps, "healthy"), history);
+    const auto plan = whySlowTwoStages();
+    app::RunController controller(test::localRunRequest(plan, kWhySlowSteps, "healthy"), history);
     std::vector<std::string> named;
     app::RunObserver observer;
     observer.log = [&](const std::string&, const std::string&, const std::string& text) {
@@ -117,7 +117,7 @@ TEST_CASE("a healthy run's idle time is the planned bubble and its causes sum to
     const auto outcome = controller.run(observer);
     REQUIRE(outcome.status == app::RunStatus::Succeeded);
     const auto d = diagnosis(history, outcome.run_id, plan);
-    REQUIRE(d.causes.stepCount() == kSteps);
+    REQUIRE(d.causes.stepCount() == kWhySlowSteps);
     REQUIRE(d.causes.deviceCount() == 2);
     for (const auto& s : d.causes.steps) {
         INFO("device " << s.device << " step " << s.step);
@@ -148,8 +148,8 @@ TEST_CASE("a throttled agent is named as the straggler within 2 steps, live and 
 {
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    const auto plan = twoStages();
-    app::RunController controller(test::localRunRequest(plan, kSteps, "throttled"), history);
+    const auto plan = whySlowTwoStages();
+    app::RunController controller(test::localRunRequest(plan, kWhySlowSteps, "throttled"), history);
     std::vector<app::AgentStatus> agents;
     std::optional<int> throttledAt, namedAt;
     std::string named;
@@ -214,18 +214,18 @@ TEST_CASE("a throttled agent is named as the straggler within 2 steps, live and 
     for (const auto& [step, d] : compute[0])
         if (step >= 4 && d > 5 * median)
             slow.insert(step);
-    int firstSlow = kSteps;
+    int firstSlow = kWhySlowSteps;
     for (int step : slow)
         if (slow.count(step + 1)) {
             firstSlow = step;
             break;
         }
-    int complete = kSteps;
+    int complete = kWhySlowSteps;
     for (const auto& e : stepEnds)
         complete = std::min(complete, static_cast<int>(std::upper_bound(e.begin(), e.end(), *namedAtS) - e.begin()));
     INFO("throttled from step " << firstSlow << ", named after " << complete << " complete steps");
     CHECK(firstSlow >= 4);
-    CHECK(firstSlow < kSteps);
+    CHECK(firstSlow < kWhySlowSteps);
     CHECK(complete - 1 - firstSlow <= 2);
     const std::string command = std::string(PW_CLI_EXE) + " history --history " + (dir.path / "history.sqlite").string()
         + " show " + outcome.run_id;

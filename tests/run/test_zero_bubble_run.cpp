@@ -24,16 +24,16 @@ using pw::test::vOnFourDevices;
 
 namespace {
 
-constexpr int kSteps = 3;
+constexpr int kZeroBubbleRunSteps = 3;
 constexpr int kMicrobatches = 8;
 
 void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
 {
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    const auto want = test::inProcessLosses(reference, kSteps); // 1F1B, in this process
-    REQUIRE(want.size() == kSteps);
-    app::RunController controller(test::localRunRequest(zb, kSteps, "zero-bubble test plan"), history);
+    const auto want = test::inProcessLosses(reference, kZeroBubbleRunSteps); // 1F1B, in this process
+    REQUIRE(want.size() == kZeroBubbleRunSteps);
+    app::RunController controller(test::localRunRequest(zb, kZeroBubbleRunSteps, "zero-bubble test plan"), history);
     const auto outcome = controller.run();
     INFO(outcome.message);
     REQUIRE(outcome.status == app::RunStatus::Succeeded);
@@ -44,7 +44,7 @@ void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
     }
     // Every action once, as a span of its kind: the I and W spans too, and a fused backward only where the schedule
     // has one (dualpipev).
-    const auto schedule = engine::runSchedule(zb, kSteps);
+    const auto schedule = engine::runSchedule(zb, kZeroBubbleRunSteps);
     const auto measured = history.measuredTimeline(outcome.run_id);
     CHECK(measured.spans.size() == schedule.actionCount());
     std::set<std::pair<int, int>> seen;
@@ -61,7 +61,7 @@ void runAndCompare(const planner::Plan& zb, const planner::Plan& reference)
         inputs += s.kind == ActionKind::BackwardInput ? 1 : 0;
         weights += s.kind == ActionKind::BackwardWeight ? 1 : 0;
     }
-    const auto each = static_cast<std::size_t>(kSteps * kMicrobatches * zb.stageCount());
+    const auto each = static_cast<std::size_t>(kZeroBubbleRunSteps * kMicrobatches * zb.stageCount());
     CHECK(inputs + fused == each);
     CHECK(weights == inputs);
     CHECK(inputs > 0);

@@ -83,7 +83,7 @@ planner::Plan threeStagePlan(const planner::Cluster& cluster, const std::string&
     return plan;
 }
 
-app::RunRequest request(const planner::Plan& plan, int steps)
+app::RunRequest sshRunRequest(const planner::Plan& plan, int steps)
 {
     app::RunRequest r;
     r.plan = plan;
@@ -163,11 +163,11 @@ TEST_CASE(
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
 
-    auto local = request(plan, steps);
+    auto local = sshRunRequest(plan, steps);
     const auto reference = app::RunController(local, history).run();
     REQUIRE(reference.status == app::RunStatus::Succeeded);
 
-    auto remote = request(plan, steps);
+    auto remote = sshRunRequest(plan, steps);
     remote.remote = hosts.remote();
     remote.remote->keep_run_dir = true; // to look for secrets in it below
     std::vector<std::string> logs;
@@ -235,7 +235,7 @@ TEST_CASE("a dropped SSH connection is resumed: no span lost, none stored twice"
     const int steps = 40;
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    auto req = request(plan, steps);
+    auto req = sshRunRequest(plan, steps);
     req.remote = hosts.remote();
     std::atomic<bool> dropped {false};
     std::vector<std::string> logs;
@@ -274,7 +274,7 @@ TEST_CASE("a killed remote agent fails the run within 5 s and leaves no agent pr
     const auto plan = threeStagePlan(hosts.cluster());
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    auto req = request(plan, 100000);
+    auto req = sshRunRequest(plan, 100000);
     req.remote = hosts.remote();
     std::string runId;
     std::atomic<bool> killed {false};
@@ -319,7 +319,7 @@ TEST_CASE("an unreachable node stops a remote run before anything starts, naming
     const auto plan = threeStagePlan(cluster);
     test::TempDir dir;
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    auto req = request(plan, 5);
+    auto req = sshRunRequest(plan, 5);
     req.remote = hosts.remote();
     std::string runId;
     app::RunObserver o;
@@ -345,7 +345,7 @@ TEST_CASE("two runs started at once on the same hosts both finish, each with all
     for (int i = 0; i < 2; ++i)
         threads.emplace_back([&, i] {
             auto history = app::HistoryStore::open(file);
-            auto req = request(plan, steps);
+            auto req = sshRunRequest(plan, steps);
             req.remote = hosts.remote();
             outcomes[static_cast<std::size_t>(i)] = app::RunController(req, history).run();
         });
@@ -417,7 +417,7 @@ TEST_CASE("a host whose clock is 1000 s ahead lands on the controller's clock, w
     plan.cluster = cluster;
     plan.validate();
     auto history = app::HistoryStore::open(dir.path / "history.sqlite");
-    auto remote = request(plan, 5);
+    auto remote = sshRunRequest(plan, 5);
     app::RemoteOptions r;
     r.ssh.known_hosts = dir.path / "known_hosts";
     r.ssh.config = dir.path / "ssh_config";

@@ -31,7 +31,6 @@ using ui::NodeModel;
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr auto kFatal = QAbstractItemModelTester::FailureReportingMode::Fatal;
 
 planner::Cluster demo(const std::string& file)
@@ -80,7 +79,7 @@ TEST_CASE("cluster editor: both models pass the model tester through loads, edit
 
     // Cells in GiB, GB/s and us; ValueRole in bytes, bytes/s and seconds.
     CHECK(types->index(0, DeviceTypeModel::Memory).data().toString() == "12");
-    CHECK(types->index(0, DeviceTypeModel::Memory).data(DeviceTypeModel::ValueRole).toDouble() == 12 * kGiB);
+    CHECK(types->index(0, DeviceTypeModel::Memory).data(DeviceTypeModel::ValueRole).toDouble() == 12 * ui::kGiB);
     CHECK(types->index(0, DeviceTypeModel::MemoryBandwidth).data().toString() == "653");
     CHECK(types->index(0, DeviceTypeModel::RelativeSpeed).data().toString() == "0.111");
     CHECK(nodes->index(0, NodeModel::IntraBandwidth).data().toString() == "15.75");
@@ -100,7 +99,7 @@ TEST_CASE("cluster editor: both models pass the model tester through loads, edit
 
     // Edits in the shown units land in SI units.
     REQUIRE(types->setData(types->index(1, DeviceTypeModel::Memory), 48));
-    CHECK(editor.cluster().device_types[1].memory_bytes == 48 * kGiB);
+    CHECK(editor.cluster().device_types[1].memory_bytes == 48 * ui::kGiB);
     REQUIRE(nodes->setData(nodes->index(0, NodeModel::IntraLatency), QStringLiteral("2.5")));
     CHECK(editor.cluster().nodes[0].intra_latency_s == 2.5e-6);
     REQUIRE(nodes->setData(nodes->index(0, NodeModel::IntraBandwidth), 25));
@@ -190,7 +189,7 @@ TEST_CASE("cluster editor: a preset adds its device type with its numbers", "[ui
     REQUIRE(types->rowCount() == 5);
     CHECK(types->index(4, DeviceTypeModel::Name).data().toString() == "H100");
     CHECK(types->index(4, DeviceTypeModel::Memory).data().toString() == "80");
-    CHECK(types->index(4, DeviceTypeModel::Memory).data(DeviceTypeModel::ValueRole).toDouble() == 80 * kGiB);
+    CHECK(types->index(4, DeviceTypeModel::Memory).data(DeviceTypeModel::ValueRole).toDouble() == 80 * ui::kGiB);
     CHECK(types->index(4, DeviceTypeModel::PeakTflops).data().toString() == "989");
     CHECK(editor.isModified());
     CHECK(editor.validationError().isEmpty());
@@ -313,7 +312,7 @@ TEST_CASE("cluster editor: Apply emits the edited cluster and makes it the unmod
 
     auto expected = original;
     REQUIRE(types->setData(types->index(1, DeviceTypeModel::Memory), 32));
-    expected.device_types[1].memory_bytes = 32 * kGiB;
+    expected.device_types[1].memory_bytes = 32 * ui::kGiB;
     REQUIRE(types->setData(types->index(2, DeviceTypeModel::Name), QStringLiteral("RTX 2060")));
     expected.device_types[2].name = "RTX 2060";
     expected.nodes[2].device_type = "RTX 2060";

@@ -26,7 +26,7 @@ using namespace pw;
 
 namespace {
 
-const app::Project& demo()
+const app::Project& ganttViewDemo()
 {
     static const app::Project project = app::demoProject();
     return project;
@@ -34,7 +34,7 @@ const app::Project& demo()
 
 const planner::Timeline& demoTimeline()
 {
-    static const planner::Timeline timeline = planner::simulate(*demo().plan).timeline;
+    static const planner::Timeline timeline = planner::simulate(*ganttViewDemo().plan).timeline;
     return timeline;
 }
 
@@ -450,7 +450,7 @@ TEST_CASE("gantt view: paints folded spans, an empty message, stacked blocks", "
     QTest::keyClick(view.ganttPlot(), Qt::Key_Plus);
 
     // Two timelines on one axis: the longer one sets the window.
-    const auto& scenarios = demo().scenarios;
+    const auto& scenarios = ganttViewDemo().scenarios;
     const auto gpipe = planner::simulate(scenarios[1].plan).timeline;
     view.setBlocks({ui::GanttBlock {QStringLiteral("PipeDream"), shared(timeline)},
         ui::GanttBlock {QStringLiteral("GPipe"), shared(gpipe)}});

@@ -28,7 +28,7 @@ using namespace pw;
 
 namespace {
 
-const app::Project& demo()
+const app::Project& partitionPanelDemo()
 {
     static const app::Project project = app::demoProject();
     return project;
@@ -48,7 +48,7 @@ bool waitFinished(QSignalSpy& spy, int count = 1)
     return waitFor([&] { return spy.count() >= count; });
 }
 
-std::string planJson(ui::ProjectDocument& doc)
+std::string partitionPanelPlanJson(ui::ProjectDocument& doc)
 {
     return planner::toJson(doc.planDocument().plan()).dump();
 }
@@ -86,7 +86,7 @@ int megatronRow(ui::PartitionPanel& panel)
 TEST_CASE("partition panel: the form shows the project's partition settings", "[ui]")
 {
     ui::ProjectDocument doc;
-    auto project = demo();
+    auto project = partitionPanelDemo();
     project.partition.algorithm = "pipedream-2bw";
     project.partition.schedule.microbatches = 24;
     project.partition.params = {{"recompute", "on"}};
@@ -122,7 +122,7 @@ TEST_CASE("partition panel: the Megatron settings of the schedule show and come 
     // issue 31: recomputation, sequence parallelism, TP overlap, the distributed optimizer and the two data-parallel
     // overlaps are plan settings the panel shows and returns unchanged.
     ui::ProjectDocument doc;
-    auto project = demo();
+    auto project = partitionPanelDemo();
     auto& s = project.partition.schedule;
     s.recompute = planner::Recompute::Selective;
     s.sequence_parallel = true;
@@ -172,12 +172,12 @@ TEST_CASE("partition panel: a PipeDream run lists its plan, applying it is one u
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
-    doc.setProject(demo());
+    doc.setProject(partitionPanelDemo());
     auto* undo = doc.planDocument().undoStack();
     // Start from another plan than PipeDream's, so that applying its plan changes something.
     REQUIRE(doc.restoreScenario(QStringLiteral("8 stages, 1F1B")));
     REQUIRE(undo->count() == 1);
-    const std::string before = planJson(doc);
+    const std::string before = partitionPanelPlanJson(doc);
     REQUIRE(panel.results()->rowCount() == 1);
     CHECK(panel.results()->row(0).current);
 
@@ -200,7 +200,7 @@ TEST_CASE("partition panel: a PipeDream run lists its plan, applying it is one u
     CHECK(results->row(1).plan->algorithm == "pipedream");
     CHECK(results->row(1).throughput > 0);
     CHECK(undo->count() == 1); // a run alone changes no plan
-    CHECK(planJson(doc) == before);
+    CHECK(partitionPanelPlanJson(doc) == before);
 
     // A row without a plan, the current row and rows out of range are not applied.
     CHECK_FALSE(panel.applyRow(0));
@@ -213,8 +213,8 @@ TEST_CASE("partition panel: a PipeDream run lists its plan, applying it is one u
     REQUIRE(panel.applyRow(1));
     CHECK(message.count() == 1);
     CHECK(undo->count() == 2);
-    CHECK(planJson(doc) == pipedream);
-    CHECK(planJson(doc) != before);
+    CHECK(partitionPanelPlanJson(doc) == pipedream);
+    CHECK(partitionPanelPlanJson(doc) != before);
     CHECK(doc.isModified());
     // The table now shows the applied plan as the current one, the run's rows below it.
     CHECK(results->row(0).current);
@@ -224,11 +224,11 @@ TEST_CASE("partition panel: a PipeDream run lists its plan, applying it is one u
     // Row 0 follows the document (undo, redo) and keeps the run's rows.
     const int rows = results->rowCount();
     undo->undo();
-    CHECK(planJson(doc) == before);
+    CHECK(partitionPanelPlanJson(doc) == before);
     CHECK(planner::toJson(*results->row(0).plan).dump() == before);
     CHECK(results->rowCount() == rows);
     undo->redo();
-    CHECK(planJson(doc) == pipedream);
+    CHECK(partitionPanelPlanJson(doc) == pipedream);
     CHECK(planner::toJson(*results->row(0).plan).dump() == pipedream);
 }
 
@@ -236,8 +236,8 @@ TEST_CASE("partition panel: compare all lists a row per algorithm", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
-    doc.setProject(demo());
-    const std::string before = planJson(doc);
+    doc.setProject(partitionPanelDemo());
+    const std::string before = partitionPanelPlanJson(doc);
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.compareAll();
     REQUIRE(waitFinished(finished));
@@ -259,7 +259,7 @@ TEST_CASE("partition panel: compare all lists a row per algorithm", "[ui]")
     CHECK(labels == expected);
     CHECK(withPlan >= 3);
     CHECK(panel.status().contains(QStringLiteral("%1 of %2").arg(withPlan).arg(expected.size())));
-    CHECK(planJson(doc) == before);
+    CHECK(partitionPanelPlanJson(doc) == before);
     CHECK(doc.planDocument().undoStack()->count() == 0);
 }
 
@@ -269,7 +269,7 @@ TEST_CASE("partition panel: cancel stops a long MadPipe search and leaves the pl
     ui::PartitionPanel panel(doc);
     doc.setProject(bigProject());
     REQUIRE(doc.planDocument().hasPlan());
-    const std::string before = planJson(doc);
+    const std::string before = partitionPanelPlanJson(doc);
     auto* undo = doc.planDocument().undoStack();
     const int steps = undo->count();
     panel.setAlgorithm(QStringLiteral("madpipe"));
@@ -284,7 +284,7 @@ TEST_CASE("partition panel: cancel stops a long MadPipe search and leaves the pl
     CHECK_FALSE(panel.isRunning());
     CHECK(panel.lastOutcome() == QStringLiteral("cancelled")); // MadPipe itself saw the stop token
     CHECK(panel.status().contains(QStringLiteral("Cancelled")));
-    CHECK(planJson(doc) == before);
+    CHECK(partitionPanelPlanJson(doc) == before);
     CHECK(undo->count() == steps);
     REQUIRE(panel.results()->rowCount() == 1);
     CHECK(panel.results()->row(0).current);
@@ -296,15 +296,15 @@ TEST_CASE("partition panel: cancel stops a long MadPipe search and leaves the pl
     panel.run();
     REQUIRE(waitFinished(finished, 2));
     CHECK(panel.lastOutcome() == QStringLiteral("done"));
-    CHECK(planJson(doc) == before);
+    CHECK(partitionPanelPlanJson(doc) == before);
 }
 
 TEST_CASE("partition panel: a bad option value fails the run and names the option", "[ui]")
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
-    doc.setProject(demo());
-    const std::string before = planJson(doc);
+    doc.setProject(partitionPanelDemo());
+    const std::string before = partitionPanelPlanJson(doc);
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
 
     SECTION("a number editor cannot hold a negative batch: it clamps to auto")
@@ -343,7 +343,7 @@ TEST_CASE("partition panel: a bad option value fails the run and names the optio
         INFO(panel.status().toStdString());
         CHECK(panel.status().contains(QStringLiteral("microbatch-sizes")));
     }
-    CHECK(planJson(doc) == before);
+    CHECK(partitionPanelPlanJson(doc) == before);
     CHECK(doc.planDocument().undoStack()->count() == 0);
 }
 
@@ -365,7 +365,7 @@ TEST_CASE("partition panel: after a run the best plan that fits is selected, sor
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
-    auto project = demo();
+    auto project = partitionPanelDemo();
     project.cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
     project.plan.reset();
     project.scenarios.clear();
@@ -410,7 +410,7 @@ TEST_CASE("partition panel: after a run the best plan that fits is selected, sor
     const std::string chosen = planner::toJson(*results->row(source).plan).dump();
     panel.table()->selectRow(firstApplicable);
     REQUIRE(panel.applyRow(ui::selectedSourceRow(panel.table())));
-    CHECK(planJson(doc) == chosen);
+    CHECK(partitionPanelPlanJson(doc) == chosen);
 }
 
 TEST_CASE(
@@ -419,7 +419,7 @@ TEST_CASE(
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
     panel.show();
-    doc.setProject(demo());
+    doc.setProject(partitionPanelDemo());
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.compareAll();
     REQUIRE(waitFinished(finished));
@@ -439,7 +439,7 @@ TEST_CASE("partition panel: undo of an Apply brings back the form as well as the
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
     panel.show();
-    doc.setProject(demo());
+    doc.setProject(partitionPanelDemo());
     // A form that differs from what Megatron's plan will set: another algorithm, an option, a schedule.
     panel.setAlgorithm(QStringLiteral("pipedream-2bw"));
     panel.setOption(QStringLiteral("recompute"), "on");
@@ -453,7 +453,7 @@ TEST_CASE("partition panel: undo of an Apply brings back the form as well as the
     REQUIRE(before.algorithm == "pipedream-2bw");
     REQUIRE(before.params.value("recompute", "") == "on");
     REQUIRE(before.schedule.kind != kind);
-    const std::string planBefore = planJson(doc);
+    const std::string planBefore = partitionPanelPlanJson(doc);
     auto* undo = doc.planDocument().undoStack();
     const int steps = undo->count();
 
@@ -466,7 +466,7 @@ TEST_CASE("partition panel: undo of an Apply brings back the form as well as the
     CHECK(applied.algorithm == "megatron");
 
     undo->undo();
-    CHECK(planJson(doc) == planBefore);
+    CHECK(partitionPanelPlanJson(doc) == planBefore);
     CHECK(panel.settings() == before); // the form as it was before Apply: algorithm, option and schedule
     undo->redo();
     CHECK(panel.settings() == applied);
@@ -477,7 +477,7 @@ TEST_CASE("partition panel: a DP run does not count candidates it never had, a n
 {
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
-    doc.setProject(demo());
+    doc.setProject(partitionPanelDemo());
     panel.setAlgorithm(QStringLiteral("pipedream"));
     QSignalSpy finished(&panel, &ui::PartitionPanel::finished);
     panel.run();
@@ -497,7 +497,7 @@ TEST_CASE("partition panel: a DP run does not count candidates it never had, a n
         "Move", [](const planner::Plan& p) { return planner::edit::moveBoundary(p, 0, p.stages[0].last_layer + 1); }));
     REQUIRE(doc.planDocument().waitForPrediction());
     REQUIRE(panel.results()->rowCount() == 1);
-    CHECK(planner::toJson(*panel.results()->row(0).plan).dump() == planJson(doc));
+    CHECK(planner::toJson(*panel.results()->row(0).plan).dump() == partitionPanelPlanJson(doc));
 }
 
 TEST_CASE("partition panel: choosing a schedule sets the chunks it runs", "[ui]")
@@ -505,7 +505,7 @@ TEST_CASE("partition panel: choosing a schedule sets the chunks it runs", "[ui]"
     // issue 30 item 18: zbv kept 1 chunk per device, and every plan made with it was invalid.
     ui::ProjectDocument doc;
     ui::PartitionPanel panel(doc);
-    doc.setProject(demo());
+    doc.setProject(partitionPanelDemo());
     QComboBox* schedule = nullptr;
     for (auto* box : panel.findChildren<QComboBox*>())
         if (box->findText(QStringLiteral("zbv")) >= 0)

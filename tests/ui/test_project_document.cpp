@@ -23,7 +23,7 @@ using namespace pw;
 namespace {
 
 /// The demo project, planned once for every test of this file.
-const app::Project& demo()
+const app::Project& projectDocumentDemo()
 {
     static const app::Project project = app::demoProject();
     return project;
@@ -58,7 +58,7 @@ std::string difference(const ui::ProjectDocument& a, const ui::ProjectDocument& 
     return nlohmann::json::diff(app::toJson(a.snapshot()), app::toJson(b.snapshot())).dump();
 }
 
-std::string planJson(const planner::Plan& plan)
+std::string projectDocumentPlanJson(const planner::Plan& plan)
 {
     return planner::toJson(plan).dump();
 }
@@ -101,7 +101,7 @@ struct State
 /// A document showing the demo with one edit on its undo stack (so that "unchanged" covers the history).
 void openDemoWithAnEdit(ui::ProjectDocument& doc)
 {
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     REQUIRE(doc.planDocument().hasPlan());
     REQUIRE_FALSE(doc.isModified());
     const int restore = doc.project().findScenario("8 stages, 1F1B");
@@ -113,7 +113,7 @@ void openDemoWithAnEdit(ui::ProjectDocument& doc)
 /// The demo's model cut to its first `layers` layers (a smaller profile to import).
 planner::ModelProfile truncatedModel(int layers)
 {
-    auto j = planner::toJson(demo().model);
+    auto j = planner::toJson(projectDocumentDemo().model);
     auto& list = j.at("layers");
     REQUIRE(static_cast<int>(list.size()) > layers);
     list.erase(list.begin() + layers, list.end());
@@ -143,7 +143,7 @@ TEST_CASE("project document: a malformed project file is refused with its file a
     }
     SECTION("a field of the wrong type")
     {
-        auto j = app::toJson(demo());
+        auto j = app::toJson(projectDocumentDemo());
         j["name"] = 42;
         const QString path = dir.filePath(QStringLiteral("wrong-type.pwproj"));
         writeFile(path, QByteArray::fromStdString(j.dump(1)));
@@ -195,8 +195,8 @@ TEST_CASE("project document: a malformed profile is refused with its file name, 
 TEST_CASE("project document: importing a profile keeps the old plan as a scenario and plans the new model", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
-    const std::string oldPlan = planJson(doc.planDocument().plan());
+    doc.setProject(projectDocumentDemo());
+    const std::string oldPlan = projectDocumentPlanJson(doc.planDocument().plan());
     const auto scenariosBefore = doc.project().scenarios.size();
     QSignalSpy changed(&doc, &ui::ProjectDocument::projectChanged);
     QSignalSpy modified(&doc, &ui::ProjectDocument::modifiedChanged);
@@ -221,7 +221,7 @@ TEST_CASE("project document: importing a profile keeps the old plan as a scenari
     REQUIRE(doc.project().scenarios.size() == scenariosBefore + 1);
     const auto& kept = doc.project().scenarios.back();
     CHECK(QString::fromStdString(kept.name).contains(QStringLiteral("gpt-12.json")));
-    CHECK(planJson(kept.plan) == oldPlan);
+    CHECK(projectDocumentPlanJson(kept.plan) == oldPlan);
 
     // The new plan covers the new model on the same cluster.
     REQUIRE(doc.planDocument().hasPlan());
@@ -232,7 +232,7 @@ TEST_CASE("project document: importing a profile keeps the old plan as a scenari
     CHECK(plan.stages.back().last_layer == 11);
     for (std::size_t s = 1; s < plan.stages.size(); ++s)
         CHECK(plan.stages[s].first_layer == plan.stages[s - 1].last_layer + 1);
-    CHECK(planner::toJson(plan.cluster) == planner::toJson(demo().cluster));
+    CHECK(planner::toJson(plan.cluster) == planner::toJson(projectDocumentDemo().cluster));
     REQUIRE(doc.planDocument().waitForPrediction());
     CHECK(doc.planDocument().isPredictionCurrent());
     CHECK(doc.planDocument().prediction() != nullptr);
@@ -247,7 +247,7 @@ TEST_CASE("project document: importing a model with fewer layers than devices st
 {
     // pipewright's golden tiny model: 5 layers, fewer than the demo's 8 GPUs.
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     QString error;
     REQUIRE(doc.importProfile(testData("golden/tiny-model.json"), &error));
     CHECK(doc.project().model->layerCount() == 5);
@@ -263,7 +263,7 @@ TEST_CASE("project document: an invalid cluster is refused and nothing changes",
     openDemoWithAnEdit(doc);
     const State before(doc);
     QSignalSpy changed(&doc, &ui::ProjectDocument::projectChanged);
-    auto cluster = demo().cluster;
+    auto cluster = projectDocumentDemo().cluster;
     REQUIRE_FALSE(cluster->nodes.empty());
     cluster.edit().nodes[0].count = 0;
     QString error;
@@ -276,10 +276,10 @@ TEST_CASE("project document: an invalid cluster is refused and nothing changes",
 TEST_CASE("project document: a compatible cluster change keeps the stages", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     const auto stagesBefore = planner::toJson(doc.planDocument().plan()).at("stages");
     const auto scenariosBefore = doc.project().scenarios.size();
-    auto cluster = demo().cluster;
+    auto cluster = projectDocumentDemo().cluster;
     cluster.edit().name = "dgx-renamed";
     cluster.edit().nodes[0].intra_bandwidth_bytes_per_s *= 0.5;
     QString error;
@@ -301,29 +301,29 @@ TEST_CASE("project document: a compatible cluster change keeps the stages", "[ui
 TEST_CASE("project document: a cluster too small for the plan keeps it as a scenario and re-plans", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
-    const std::string oldPlan = planJson(doc.planDocument().plan());
+    doc.setProject(projectDocumentDemo());
+    const std::string oldPlan = projectDocumentPlanJson(doc.planDocument().plan());
     int used = 0;
     for (const auto& s : doc.planDocument().plan().stages)
         for (int d : s.devices)
             used = std::max(used, d + 1);
     REQUIRE(used > 4);
     const auto scenariosBefore = doc.project().scenarios.size();
-    auto cluster = demo().cluster;
+    auto cluster = projectDocumentDemo().cluster;
     cluster.edit().nodes[0].count = 4;
     QString error;
     REQUIRE(doc.setCluster(cluster, &error));
     CHECK(doc.isModified());
     CHECK(doc.project().cluster->deviceCount() == 4);
     REQUIRE(doc.project().scenarios.size() == scenariosBefore + 1);
-    CHECK(planJson(doc.project().scenarios.back().plan) == oldPlan);
+    CHECK(projectDocumentPlanJson(doc.project().scenarios.back().plan) == oldPlan);
     REQUIRE(doc.planDocument().hasPlan());
     const auto& plan = doc.planDocument().plan();
     CHECK(plan.cluster->deviceCount() == 4);
     for (const auto& s : plan.stages)
         for (int d : s.devices)
             CHECK(d < 4);
-    CHECK(plan.stages.back().last_layer == demo().model->layerCount() - 1);
+    CHECK(plan.stages.back().last_layer == projectDocumentDemo().model->layerCount() - 1);
     CHECK_NOTHROW(doc.snapshot().validate());
     // The kept plan needs the old cluster: not restorable here.
     CHECK_FALSE(doc.restoreScenario(QString::fromStdString(doc.project().scenarios.back().name), &error));
@@ -335,13 +335,13 @@ TEST_CASE("project document: a cluster change is one undo step that brings the o
     for (const int devices : {0, 4}) { // 0: the cluster renamed (the stages fit), 4: too small (re-planned)
         INFO("devices " << devices);
         ui::ProjectDocument doc;
-        doc.setProject(demo());
+        doc.setProject(projectDocumentDemo());
         openDemoWithAnEdit(doc); // an edit before: Apply must not clear the history
         const int stepsBefore = doc.planDocument().undoStack()->count();
         REQUIRE(stepsBefore > 0);
-        const std::string planBefore = planJson(doc.planDocument().plan());
+        const std::string planBefore = projectDocumentPlanJson(doc.planDocument().plan());
         const auto clusterBefore = planner::toJson(doc.project().cluster);
-        auto cluster = demo().cluster;
+        auto cluster = projectDocumentDemo().cluster;
         cluster.edit().name = "dgx-renamed";
         if (devices > 0)
             cluster.edit().nodes[0].count = devices;
@@ -355,12 +355,13 @@ TEST_CASE("project document: a cluster change is one undo step that brings the o
         CHECK(clusterChanged.count() == 1);
         doc.planDocument().undoStack()->undo();
         CHECK(planner::toJson(doc.project().cluster) == clusterBefore);
-        CHECK(planJson(doc.planDocument().plan()) == planBefore);
+        CHECK(projectDocumentPlanJson(doc.planDocument().plan()) == planBefore);
         CHECK(clusterChanged.count() == 2);
         CHECK_NOTHROW(doc.snapshot().validate());
         doc.planDocument().undoStack()->redo();
         CHECK(doc.project().cluster->name == "dgx-renamed");
-        CHECK(doc.project().cluster->deviceCount() == (devices > 0 ? devices : demo().cluster->deviceCount()));
+        CHECK(doc.project().cluster->deviceCount()
+            == (devices > 0 ? devices : projectDocumentDemo().cluster->deviceCount()));
         CHECK_NOTHROW(doc.snapshot().validate());
         // Applying the same cluster again is no step.
         REQUIRE(doc.setCluster(cluster, &error));
@@ -418,7 +419,7 @@ TEST_CASE("project document: save then open keeps the plans' predicted metrics",
     REQUIRE(dir.isValid());
     const QString path = dir.filePath(QStringLiteral("demo.pwproj"));
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     REQUIRE(doc.snapshot().plan->predicted.has_value());
     REQUIRE(doc.save(path));
     ui::ProjectDocument other;
@@ -462,11 +463,11 @@ TEST_CASE("project document: a failed save keeps the document modified and the o
 TEST_CASE("project document: scenarios are saved, removed and restored as one undo step", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     REQUIRE_FALSE(doc.isModified());
     QSignalSpy scenarios(&doc, &ui::ProjectDocument::scenariosChanged);
     auto* undo = doc.planDocument().undoStack();
-    const std::string current = planJson(doc.planDocument().plan());
+    const std::string current = projectDocumentPlanJson(doc.planDocument().plan());
     const auto count = doc.project().scenarios.size();
     REQUIRE(count == 4);
 
@@ -493,16 +494,16 @@ TEST_CASE("project document: scenarios are saved, removed and restored as one un
 
     // Restore: one undo step that brings the exact plan; undo gives the previous one back.
     const auto& target = doc.project().scenarios[doc.project().findScenario("8 stages, GPipe")];
-    const std::string targetPlan = planJson(target.plan);
+    const std::string targetPlan = projectDocumentPlanJson(target.plan);
     REQUIRE(targetPlan != current);
     REQUIRE(doc.restoreScenario(QStringLiteral("8 stages, GPipe"), &error));
     CHECK(undo->count() == 1);
-    CHECK(planJson(doc.planDocument().plan()) == targetPlan);
+    CHECK(projectDocumentPlanJson(doc.planDocument().plan()) == targetPlan);
     CHECK(doc.planDocument().plan().schedule.kind == "gpipe");
     undo->undo();
-    CHECK(planJson(doc.planDocument().plan()) == current);
+    CHECK(projectDocumentPlanJson(doc.planDocument().plan()) == current);
     undo->redo();
-    CHECK(planJson(doc.planDocument().plan()) == targetPlan);
+    CHECK(projectDocumentPlanJson(doc.planDocument().plan()) == targetPlan);
 
     CHECK_FALSE(doc.restoreScenario(QStringLiteral("no such"), &error));
     CHECK(error.contains(QStringLiteral("no such")));
@@ -518,22 +519,22 @@ TEST_CASE("project document: scenarios are saved, removed and restored as one un
     CHECK(scenarios.count() == 1);
 
     // A scenario made for another cluster is refused, with a message; the plan stays.
-    auto other = demo().cluster;
+    auto other = projectDocumentDemo().cluster;
     other.edit().nodes[0].intra_bandwidth_bytes_per_s *= 2;
     REQUIRE(doc.setCluster(other));
-    const std::string afterCluster = planJson(doc.planDocument().plan());
+    const std::string afterCluster = projectDocumentPlanJson(doc.planDocument().plan());
     const int steps = undo->count();
     CHECK_FALSE(doc.restoreScenario(QStringLiteral("8 stages, 1F1B"), &error));
     CHECK(error.contains(QStringLiteral("8 stages, 1F1B")));
     CHECK(error.contains(QStringLiteral("cluster")));
-    CHECK(planJson(doc.planDocument().plan()) == afterCluster);
+    CHECK(projectDocumentPlanJson(doc.planDocument().plan()) == afterCluster);
     CHECK(undo->count() == steps);
 }
 
 TEST_CASE("project document: a graph.txt import takes the batch size and profiled device it was asked", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     const QString graph = QStringLiteral(PW_DEMO_DIR "/../profiles/pipedream/vgg16/graph.txt");
     QString error;
     REQUIRE(doc.importProfile(graph, &error, ui::GraphImport {64, "V100"}));
@@ -552,7 +553,7 @@ TEST_CASE("project document: a Hugging Face config.json imports as its analytic 
 {
     // issue 31 item 1: File > Import profile accepts a config.json, at the sequence, microbatch and device asked.
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     const QString config = testData("hf/llama-3-8b.config.json");
     QString error;
     REQUIRE(doc.importHfConfig(config, ui::HfImport {4096, 2, "H100"}, &error));
@@ -589,7 +590,7 @@ TEST_CASE("project document: a Hugging Face config.json imports as its analytic 
 TEST_CASE("project document: a cluster file is imported, a malformed one refused naming it", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(projectDocumentDemo());
     const auto before = planner::toJson(doc.project().cluster).dump();
     QString error;
     CHECK_FALSE(doc.importCluster(testData("bad/zero-devices-cluster.json"), &error));

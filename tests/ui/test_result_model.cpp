@@ -20,7 +20,7 @@ using ui::ResultRow;
 
 namespace {
 
-constexpr auto kFatal = QAbstractItemModelTester::FailureReportingMode::Fatal;
+constexpr auto kResultModelFatal = QAbstractItemModelTester::FailureReportingMode::Fatal;
 
 planner::ModelProfile demoModel()
 {
@@ -89,7 +89,7 @@ TEST_CASE("result model: a search's run lists its plan first, then its candidate
     }
 
     ResultModel m;
-    QAbstractItemModelTester tester(&m, kFatal);
+    QAbstractItemModelTester tester(&m, kResultModelFatal);
     CHECK(m.rowCount() == 0);
     m.setRows(rows);
     REQUIRE(m.rowCount() == static_cast<int>(rows.size()));
@@ -128,7 +128,7 @@ TEST_CASE("result model: a failed run is one red row without a plan", "[ui]")
     CHECK_FALSE(rows[0].feasible);
     CHECK(rows[0].note == QString::fromStdString(result.errorText()));
     ResultModel m;
-    QAbstractItemModelTester tester(&m, kFatal);
+    QAbstractItemModelTester tester(&m, kResultModelFatal);
     m.setRows(rows);
     CHECK(isRed(cell(m, 0, ResultModel::Note, Qt::ForegroundRole)));
     CHECK(cell(m, 0, ResultModel::Note, Qt::ToolTipRole).toString() == rows[0].note);
@@ -175,7 +175,7 @@ TEST_CASE("result model: comparison rows carry their plans and numbers", "[ui]")
     CHECK_FALSE(rows.back().plan.has_value()); // the unknown algorithm
 
     ResultModel m;
-    QAbstractItemModelTester tester(&m, kFatal);
+    QAbstractItemModelTester tester(&m, kResultModelFatal);
     m.setRows(rows);
     REQUIRE(m.rowCount() == static_cast<int>(rows.size()));
     for (int r = 0; r < m.rowCount(); ++r) {
@@ -205,7 +205,7 @@ TEST_CASE("result model: a plan over its devices' memory paints red", "[ui]")
     CHECK(current.note.isEmpty());
 
     ResultModel m;
-    QAbstractItemModelTester tester(&m, kFatal);
+    QAbstractItemModelTester tester(&m, kResultModelFatal);
     m.setRows({current, over});
     CHECK_FALSE(isRed(cell(m, 0, ResultModel::Memory, Qt::ForegroundRole)));
     CHECK(isRed(cell(m, 1, ResultModel::Memory, Qt::ForegroundRole)));

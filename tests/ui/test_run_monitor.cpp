@@ -51,11 +51,11 @@ app::RunRequest settings(int steps)
     return r;
 }
 
-struct Window
+struct RunMonitorWindow
 {
     QTemporaryDir dir;
     MainWindow window;
-    Window()
+    RunMonitorWindow()
     {
         REQUIRE(window.openProject(kTinyProject));
         window.setHistoryPath((dir.path() + QStringLiteral("/history.sqlite")).toStdString());
@@ -110,7 +110,7 @@ app::RunStatus recordedStatus(const std::filesystem::path& history, const std::s
 
 TEST_CASE("run monitor: quitting during a run asks first, Stop the run and quit records it stopped", "[ui][run]")
 {
-    Window w;
+    RunMonitorWindow w;
     REQUIRE(w.window.runLocally(settings(1'000'000)));
     RunSession* session = w.window.runSession();
     REQUIRE(waitForSteps(session, 2));
@@ -158,7 +158,7 @@ TEST_CASE("run monitor: an app that quits during a run without asking still reco
 
 TEST_CASE("run monitor: a local run started from the app fills the monitor and the history list", "[ui][run]")
 {
-    Window w;
+    RunMonitorWindow w;
     const int steps = 6;
     REQUIRE(w.window.runLocally(settings(steps)));
     RunSession* session = w.window.runSession();
@@ -231,7 +231,7 @@ TEST_CASE("run monitor: a local run started from the app fills the monitor and t
 
 TEST_CASE("run monitor: Stop ends a live run as stopped and leaves the app usable", "[ui][run]")
 {
-    Window w;
+    RunMonitorWindow w;
     REQUIRE(w.window.runLocally(settings(1'000'000)));
     RunSession* session = w.window.runSession();
     QElapsedTimer t;
@@ -313,7 +313,7 @@ TEST_CASE("run locally: the form's settings are checked as the CLI checks them, 
           "asked about with its numbers",
     "[ui][run]")
 {
-    Window w;
+    RunMonitorWindow w;
     auto bad = settings(3);
     bad.training.lr = -0.5;
     CHECK_FALSE(w.window.runLocally(bad));

@@ -21,9 +21,9 @@ using ui::ScenarioModel;
 
 namespace {
 
-constexpr auto kFatal = QAbstractItemModelTester::FailureReportingMode::Fatal;
+constexpr auto kScenarioModelFatal = QAbstractItemModelTester::FailureReportingMode::Fatal;
 
-const app::Project& demo()
+const app::Project& scenarioModelDemo()
 {
     static const app::Project project = app::demoProject();
     return project;
@@ -37,7 +37,7 @@ QStringList names(const app::Project& p, std::initializer_list<int> rows)
     return out;
 }
 
-bool isRed(const QVariant& v)
+bool scenarioModelIsRed(const QVariant& v)
 {
     return v.isValid() && v.value<QBrush>().color().red() > 150 && v.value<QBrush>().color().green() < 100;
 }
@@ -47,9 +47,9 @@ bool isRed(const QVariant& v)
 TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(scenarioModelDemo());
     ScenarioModel model(doc);
-    QAbstractItemModelTester tester(&model, kFatal);
+    QAbstractItemModelTester tester(&model, kScenarioModelFatal);
     const auto& scenarios = doc.project().scenarios;
     REQUIRE(model.rowCount() == 4);
     // The rows are there at once; the numbers land from the project document's background simulation.
@@ -82,7 +82,7 @@ TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "
         CHECK(model.data(model.index(r, ScenarioModel::Note)).toString() == QString::fromStdString(s.note));
         CHECK(model.data(model.index(r, ScenarioModel::Throughput)).toString()
             == QString::number(sim.throughput_samples_per_s, 'f', 1));
-        CHECK_FALSE(isRed(model.data(model.index(r, ScenarioModel::Memory), Qt::ForegroundRole)));
+        CHECK_FALSE(scenarioModelIsRed(model.data(model.index(r, ScenarioModel::Memory), Qt::ForegroundRole)));
         CHECK(model.flags(model.index(r, ScenarioModel::Name)).testFlag(Qt::ItemIsUserCheckable));
         CHECK_FALSE(model.flags(model.index(r, ScenarioModel::Throughput)).testFlag(Qt::ItemIsUserCheckable));
     }
@@ -94,9 +94,9 @@ TEST_CASE("scenario model: the demo's scenarios with the simulator's numbers", "
 TEST_CASE("scenario model: the first two are checked, setData and the project's scenarios move the checks", "[ui]")
 {
     ui::ProjectDocument doc;
-    doc.setProject(demo());
+    doc.setProject(scenarioModelDemo());
     ScenarioModel model(doc);
-    QAbstractItemModelTester tester(&model, kFatal);
+    QAbstractItemModelTester tester(&model, kScenarioModelFatal);
     const auto& p = doc.project();
     REQUIRE(model.rowCount() == 4);
     auto state = [&](int r) {
@@ -152,7 +152,7 @@ TEST_CASE("scenario model: the first two are checked, setData and the project's 
     CHECK(model.checkedNames() == QStringList({second, third}));
 
     // A whole new project: rows rebuilt; checked names it still has stay checked.
-    doc.setProject(demo());
+    doc.setProject(scenarioModelDemo());
     CHECK(model.rowCount() == 4);
     CHECK(model.checkedNames() == QStringList({second, third}));
     while (doc.project().scenarios.size() > 0)
@@ -163,7 +163,7 @@ TEST_CASE("scenario model: the first two are checked, setData and the project's 
 
 TEST_CASE("scenario model: a scenario over its devices' memory paints red", "[ui]")
 {
-    auto project = demo();
+    auto project = scenarioModelDemo();
     const auto model = planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
     const auto cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/hetpipe-cluster.json");
     planner::PartitionOptions o;
@@ -174,17 +174,17 @@ TEST_CASE("scenario model: a scenario over its devices' memory paints red", "[ui
     ui::ProjectDocument doc;
     doc.setProject(project);
     ScenarioModel m(doc);
-    QAbstractItemModelTester tester(&m, kFatal);
+    QAbstractItemModelTester tester(&m, kScenarioModelFatal);
     REQUIRE(doc.waitForScenarios());
     REQUIRE(m.rowCount() == 5);
-    CHECK(isRed(m.data(m.index(4, ScenarioModel::Memory), Qt::ForegroundRole)));
-    CHECK_FALSE(isRed(m.data(m.index(0, ScenarioModel::Memory), Qt::ForegroundRole)));
+    CHECK(scenarioModelIsRed(m.data(m.index(4, ScenarioModel::Memory), Qt::ForegroundRole)));
+    CHECK_FALSE(scenarioModelIsRed(m.data(m.index(0, ScenarioModel::Memory), Qt::ForegroundRole)));
     CHECK(m.data(m.index(4, ScenarioModel::Memory), ScenarioModel::ValueRole).toDouble() > 6.0 * (1ull << 30));
 }
 
 TEST_CASE("scenario model: a scenario of another model is marked, and the view does not stack it", "[ui]")
 {
-    auto project = demo();
+    auto project = scenarioModelDemo();
     auto tiny = planner::loadModel(std::string(PW_DEMO_DIR) + "/../../tests/data/golden/tiny-model.json");
     planner::PartitionOptions o;
     o.schedule.microbatches = 4;

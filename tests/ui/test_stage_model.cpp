@@ -25,7 +25,7 @@ using namespace pw;
 
 namespace {
 
-planner::Plan demoPlan(double memory = 0)
+planner::Plan stageModelDemoPlan(double memory = 0)
 {
     auto model = planner::loadModel(std::string(PW_DEMO_DIR) + "/gpt-demo.json");
     auto cluster = planner::loadCluster(std::string(PW_DEMO_DIR) + "/dgx-h100.json");
@@ -47,7 +47,7 @@ TEST_CASE("the stage model follows the document and passes the model tester", "[
     ui::StageModel model(doc);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
     CHECK(model.rowCount() == 0);
-    doc.reset(demoPlan());
+    doc.reset(stageModelDemoPlan());
     REQUIRE(model.rowCount() == 4);
     // The rows follow the plan at once; memory follows when the background simulation lands.
     CHECK(model.data(model.index(0, ui::StageModel::Memory)).toString() == "simulating…");
@@ -83,7 +83,7 @@ TEST_CASE("a stage over its devices' memory is shown in red with the numbers", "
 {
     ui::PlanDocument doc;
     ui::StageModel model(doc);
-    doc.reset(demoPlan(4e9)); // 4 GB devices: the uniform stages of the 355M GPT do not fit
+    doc.reset(stageModelDemoPlan(4e9)); // 4 GB devices: the uniform stages of the 355M GPT do not fit
     REQUIRE(doc.waitForPrediction());
     int over = 0;
     for (int s = 0; s < model.rowCount(); ++s) {
@@ -104,7 +104,7 @@ TEST_CASE("the stage table's time per microbatch is what the simulation charges,
 {
     // issue 19 item 9: the "F+B" column left out the recomputed forward (large demo: 92.55 ms shown, 123.4 ms
     // simulated).
-    planner::Plan plan = demoPlan();
+    planner::Plan plan = stageModelDemoPlan();
     plan.schedule.recompute = planner::Recompute::Full;
     ui::PlanDocument doc;
     ui::StageModel model(doc);

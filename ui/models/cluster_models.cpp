@@ -10,10 +10,6 @@
 namespace pw::ui {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kGBps = 1e9;
-constexpr double kUsPerS = 1e6;
-
 /// The unit a cell shows its SI number in.
 enum class Unit { Plain, GiB, GBps, Us };
 

@@ -11,6 +11,11 @@
 
 namespace pw::ui {
 
+/// The units the cluster's tables and editor show: memory in GiB, bandwidth in GB/s, latency in microseconds.
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline constexpr double kGBps = 1e9;
+inline constexpr double kUsPerS = 1e6;
+
 /// @brief The device types of a cluster, one row each, editable. The cluster is not owned: it belongs to the
 /// editor, which shares it with a NodeModel. Cells show human units (GiB = 2^30 bytes, GB/s = 1e9 bytes/s);
 /// ValueRole gives the raw SI number and setData accepts either (Qt::EditRole in the shown unit, as a number or

@@ -28,10 +28,6 @@
 namespace pw::ui {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kGBps = 1e9;
-constexpr double kUsPerS = 1e6;
-
 /// The Device type column: a combo box of the cluster's types.
 class DeviceTypeDelegate : public QStyledItemDelegate
 {

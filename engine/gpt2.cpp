@@ -8,7 +8,6 @@
 
 namespace pw::engine {
 
-namespace gpt2 { // this file's own names: a unity build compiles it beside the other families
 namespace {
 
 using Kind = TensorInit::Kind;
@@ -315,11 +314,10 @@ public:
 };
 
 } // namespace
-} // namespace gpt2
 
 const ModelFamily& gpt2Family()
 {
-    static const gpt2::Gpt2Family family;
+    static const Gpt2Family family;
     return family;
 }
 

@@ -11,7 +11,6 @@
 
 namespace pw::engine {
 
-namespace llama { // this file's own names: a unity build compiles it beside the other families
 namespace {
 
 using Kind = TensorInit::Kind;
@@ -353,11 +352,10 @@ public:
 };
 
 } // namespace
-} // namespace llama
 
 const ModelFamily& llamaFamily()
 {
-    static const llama::LlamaFamily family;
+    static const LlamaFamily family;
     return family;
 }
 

@@ -14,22 +14,22 @@ namespace pw::engine::openblas {
 
 namespace {
 
-constexpr const char* kOpenBlasLibrary = "libopenblas.so.0";
+constexpr const char* kLibrary = "libopenblas.so.0";
 
-std::atomic<bool> g_openBlasLoaded {false};
+std::atomic<bool> g_loaded {false};
 
 /// The API and, when it could not be loaded, why (empty when it was).
 const std::pair<Api, std::string>& loadedApi()
 {
     static const std::pair<Api, std::string> api = [] {
-        planner::RuntimeLibrary lib(kOpenBlasLibrary,
+        planner::RuntimeLibrary lib(kLibrary,
             "the CPU engine's matrix products need OpenBLAS (Debian: apt install libopenblas0)", "it is not OpenBLAS");
         Api a;
         lib.find(a.sgemm, "cblas_sgemm");
         lib.find(a.setNumThreads, "openblas_set_num_threads");
         lib.find(a.getNumThreads, "openblas_get_num_threads");
         lib.find(a.getConfig, "openblas_get_config");
-        g_openBlasLoaded = lib.ok();
+        g_loaded = lib.ok();
         return std::pair {a, lib.error()};
     }();
     return api;
@@ -39,7 +39,7 @@ const std::pair<Api, std::string>& loadedApi()
 
 const char* library()
 {
-    return kOpenBlasLibrary;
+    return kLibrary;
 }
 
 const Api& api()
@@ -52,7 +52,7 @@ const Api& api()
 
 bool loaded()
 {
-    return g_openBlasLoaded;
+    return g_loaded;
 }
 
 } // namespace pw::engine::openblas

@@ -17,16 +17,16 @@ namespace {
 
 #define PW_STRINGIFY2(x) #x
 #define PW_STRINGIFY(x) PW_STRINGIFY2(x)
-constexpr const char* kCublasLtLibrary = "libcublasLt.so." PW_STRINGIFY(CUBLAS_VER_MAJOR);
+constexpr const char* kLibrary = "libcublasLt.so." PW_STRINGIFY(CUBLAS_VER_MAJOR);
 
-std::atomic<bool> g_cublasLtLoaded {false};
+std::atomic<bool> g_loaded {false};
 
 /// The API and, when it could not be loaded, why (empty when it was).
 const std::pair<CublasLtApi, std::string>& loaded()
 {
     static const std::pair<CublasLtApi, std::string> api = [] {
-        planner::RuntimeLibrary lib(kCublasLtLibrary,
-            "install the CUDA toolkit's cuBLAS on this machine, or put its lib folder in LD_LIBRARY_PATH");
+        planner::RuntimeLibrary lib(
+            kLibrary, "install the CUDA toolkit's cuBLAS on this machine, or put its lib folder in LD_LIBRARY_PATH");
         CublasLtApi a;
         const auto find = [&](auto& fn, const char* name) { lib.find(fn, name); };
         find(a.getVersion, "cublasLtGetVersion");
@@ -44,7 +44,7 @@ const std::pair<CublasLtApi, std::string>& loaded()
         find(a.matmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
         find(a.matmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
         find(a.matmul, "cublasLtMatmul");
-        g_cublasLtLoaded = lib.ok();
+        g_loaded = lib.ok();
         return std::pair {a, lib.error()};
     }();
     return api;
@@ -54,7 +54,7 @@ const std::pair<CublasLtApi, std::string>& loaded()
 
 const char* cublasLtLibrary()
 {
-    return kCublasLtLibrary;
+    return kLibrary;
 }
 
 const CublasLtApi& cublasLt()
@@ -67,7 +67,7 @@ const CublasLtApi& cublasLt()
 
 bool cublasLtLoaded()
 {
-    return g_cublasLtLoaded;
+    return g_loaded;
 }
 
 std::string cublasLtVersion()

@@ -51,12 +51,14 @@ inline int selectedSourceRow(const QTableView* table)
     return rows.isEmpty() ? -1 : sourceRow(table, rows.front());
 }
 
-/// Selects source row `row` of a rowPickingTable() and scrolls it into view.
+/// Selects source row `row` of a rowPickingTable(), and only it, and scrolls it into view. Through the selection
+/// model, not QTableView::selectRow: that one reads the keyboard's modifiers as a click would, so with Ctrl or Shift
+/// held (or left held by a key event the window never saw released) it toggled or extended the selection instead.
 inline void selectSourceRow(QTableView* table, QAbstractItemModel* source, int row)
 {
     const auto* proxy = qobject_cast<const QSortFilterProxyModel*>(table->model());
     const QModelIndex index = proxy ? proxy->mapFromSource(source->index(row, 0)) : source->index(row, 0);
-    table->selectRow(index.row());
+    table->selectionModel()->setCurrentIndex(index, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     table->scrollTo(index);
 }
 

@@ -6,10 +6,12 @@
 // in the same process: the run monitor's test then found its run unselected).
 #include <catch2/catch.hpp>
 
+#include <QGuiApplication>
 #include <QStandardItemModel>
 #include <QTableView>
 #include <QTest>
 #include <QWidget>
+#include <utility>
 
 #include "ui/widgets/tables.h"
 
@@ -27,7 +29,7 @@ TEST_CASE("tables: a row selected by the program is selected alone, with Ctrl or
 
     ui::selectSourceRow(table, &model, 1);
     REQUIRE(ui::selectedSourceRow(table) == 1);
-    for (const auto [key, modifier] :
+    for (const auto& [key, modifier] :
         {std::pair {Qt::Key_Control, Qt::ControlModifier}, std::pair {Qt::Key_Shift, Qt::ShiftModifier}}) {
         QTest::keyPress(table, key, modifier); // held while the program selects
         REQUIRE(QGuiApplication::keyboardModifiers() == modifier);

@@ -204,8 +204,8 @@ if [ -x "$bundle/bin/bench_transport" ]; then
   done < <(grep -E '^(# NCCL|\[pw-skip\]|256 MiB|64 MiB)' "$logs/bench_transport_nccl.log" | cut -c1-110)
 fi
 
-# 3. The GPU benchmarks, in what is left of the budget. Their key lines: throughput, MFU, the ratios against
-# PyTorch, and their own skip notes.
+# 3. The GPU benchmarks, in what is left of the budget. Their key lines: which kernels ran attention (cuDNN's or
+# the engine's own) and their times side by side, throughput, MFU, the ratios against PyTorch, their skip notes.
 benches=()
 for b in "$bundle"/bin/bench_gpu*; do [ -x "$b" ] && benches+=("$(basename "$b")"); done
 if [ ${#benches[@]} -eq 0 ]; then
@@ -237,7 +237,7 @@ for i in "${!benches[@]}"; do
   rows+=("$b|$result")
   while IFS= read -r line; do
     rows+=("  |$line")
-  done < <(grep -E 'tok(ens)?/s|MFU|TFLOP|[0-9.]+ ?x |vs\.? |pw-skip|skipped|no GPU|no CUDA|peak|predicted' "$logs/$b.log" | tail -n 12 | cut -c1-110)
+  done < <(grep -E '^  attention: |cuDNN .*faster|tok(ens)?/s|MFU|TFLOP|[0-9.]+ ?x |vs\.? |pw-skip|skipped|no GPU|no CUDA|peak|predicted' "$logs/$b.log" | tail -n 16 | cut -c1-110)
 done
 
 # The summary, last.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -21,6 +22,7 @@
 #include "cuda_memory.h"
 #include "cuda_timer.h"
 #include "cuda_util.h"
+#include "cudnn_runner.h"
 #include "kernels.h"
 #include "matmul.h"
 
@@ -41,13 +43,14 @@ constexpr std::size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's workspace (Hopp
 class CudaBackend final : public Backend
 {
 public:
-    CudaBackend(int device, Precision precision)
+    CudaBackend(int device, Precision precision, CudaAttention attention)
         : m_device(device)
         , m_precision(precision)
         , m_stream(device)
         , m_arena(device, m_stream.get())
         , m_scratch(m_arena)
         , m_staging(device)
+        , m_cudnn(device, m_stream.get(), attention == CudaAttention::Cudnn)
     {
         cudaDeviceProp prop {};
         PW_CUDA(cudaGetDeviceProperties(&prop, device));
@@ -405,14 +408,24 @@ public:
     void attentionForward(void* out, float* stash, const void* qkv, const AttentionShape& a) override
     {
         activate();
+        if (!bf16())
+            m_cudnn.noteOwn("fp32");
+        else if (m_cudnn.forward(m_scratch, out, stash, qkv, a))
+            return;
         cuda::attentionForward(m_launch, out, stash, qkv, a);
     }
     void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stash,
         const AttentionShape& a) override
     {
         activate();
+        if (!bf16())
+            m_cudnn.noteOwn("fp32");
+        else if (m_cudnn.backward(m_scratch, dqkv, dout, qkv, out, stash, a))
+            return;
         cuda::attentionBackward(m_launch, dqkv, dout, qkv, out, stash, a);
     }
+    /// What ran the last attention call (cudaAttentionKernels).
+    std::string attentionKernels() const { return m_cudnn.kernels(); }
     void rmsnormForward(void* out, float* rstd, const void* inp, const void* weight, int BT, int C, float eps) override
     {
         activate();
@@ -542,6 +555,7 @@ private:
     Arena m_arena;
     ScratchSpace m_scratch;
     Staging m_staging;
+    cuda::CudnnRunner m_cudnn; ///< cuDNN's attention in bf16 (its handle on m_stream: destroyed before it)
     void* m_workspace = nullptr;
     std::unique_ptr<cuda::Matmul> m_matmul;
     cuda::Launch m_launch;
@@ -565,7 +579,19 @@ CudaPlace cudaPlace(const Backend& backend)
     return cuda ? cuda->place() : CudaPlace {};
 }
 
-std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision)
+CudaAttention cudaAttentionFromEnvironment()
+{
+    const char* v = std::getenv("PW_CUDA_ATTENTION");
+    return v != nullptr && std::string(v) == "own" ? CudaAttention::Own : CudaAttention::Cudnn;
+}
+
+std::string cudaAttentionKernels(const Backend& backend)
+{
+    const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+    return cuda ? cuda->attentionKernels() : std::string();
+}
+
+std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision, CudaAttention attention)
 {
     const int count = cudaVisibleDeviceCount();
     if (device < 0 || device >= count)
@@ -573,7 +599,7 @@ std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision)
             + (count == 0 ? std::string("no CUDA device is visible to this process (no GPU, no driver, or "
                                         "CUDA_VISIBLE_DEVICES hides them)")
                           : std::to_string(count) + " CUDA device(s) visible"));
-    return std::make_unique<CudaBackend>(device, precision);
+    return std::make_unique<CudaBackend>(device, precision, attention);
 }
 
 } // namespace pw::engine

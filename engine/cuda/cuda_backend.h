@@ -26,6 +26,8 @@
 //   16-byte aligned and the row length allows it; otherwise the scalar path of the same kernel runs. Reductions
 //   are deterministic (fixed grids, fixed orders, no atomics): column sums (dweight, dbias) through per-chunk
 //   partials, dwte through a token sort, the gradient norm in two levels.
+// - cudnn_attention.cpp: in bf16, attention through cuDNN's fused flash attention (graph API, dlopen'ed like
+//   cuBLASLt), plans shared per GPU and shape; shapes cuDNN refuses, fp32, and PW_CUDA_ATTENTION=own run attention.cu.
 // - attention.cu: a flash-style fused attention. bf16 with head size 64 or 128 runs on tensor cores (mma.sync,
 //   online softmax, the log-sum-exp per row kept as the stash: B NH T floats); other head sizes and fp32 run a
 //   warp-per-row kernel on CUDA cores, fp32 throughout. The backward recomputes the probabilities, in two kernels
@@ -35,14 +37,26 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "../backend.h"
 
 namespace pw::engine {
 
+/// Which attention kernels a CUDA backend runs in bf16: cuDNN's fused flash attention where cuDNN is installed and
+/// takes the shape (multi-head, head size a multiple of 8 up to 128), else the engine's own; or the engine's own
+/// always. fp32 runs the engine's own.
+enum class CudaAttention { Cudnn, Own };
+/// `Own` when the environment has PW_CUDA_ATTENTION=own, else `Cudnn`.
+CudaAttention cudaAttentionFromEnvironment();
+
 /// The backend of CUDA device `device` (an index among the visible ones) in `precision`; throws
 /// std::runtime_error naming the device and the CUDA error when it does not exist or cannot be used.
-std::unique_ptr<Backend> makeCudaBackend(int device, Precision precision);
+std::unique_ptr<Backend> makeCudaBackend(
+    int device, Precision precision, CudaAttention attention = cudaAttentionFromEnvironment());
+/// What ran `backend`'s last attention call: "cuDNN 9.19.0", or "own kernels" with the reason cuDNN did not
+/// ("" before its first call, or when it is not a CUDA backend).
+std::string cudaAttentionKernels(const Backend& backend);
 /// CUDA devices visible to this process; 0 when there is no driver or no device (never throws).
 int cudaVisibleDeviceCount();
 

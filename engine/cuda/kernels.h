@@ -19,7 +19,7 @@ namespace pw::engine::cuda {
 class Scratch
 {
 public:
-    enum Slot : int { Partials, Reduce, Sort, AttentionDelta, GroupedQkv, GroupedGrad, SlotCount };
+    enum Slot : int { Partials, Reduce, Sort, AttentionDelta, GroupedQkv, GroupedGrad, CudnnWorkspace, SlotCount };
     virtual ~Scratch() = default;
     /// At least `bytes` of device memory (256-byte aligned) for `slot`; valid until the next get() of that slot.
     virtual void* get(Slot slot, std::size_t bytes) = 0;

@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/kernel_timing.h"
 #include "engine/local_run.h"
 #include "engine/profiler.h"
@@ -352,6 +353,21 @@ int main(int argc, char** argv)
         choice.precision = engine::Precision::Bf16Mixed;
         gpu = engine::makeBackend(choice)->name();
     }
+    // Which kernels run attention in bf16 (cuDNN's where it loads and takes GPT-2's shape): one call decides.
+    std::string attentionKernels;
+    try {
+        const auto probe = engine::makeCudaBackend(0, engine::Precision::Bf16Mixed);
+        const engine::AttentionShape a {1, 64, 12, 12, 64};
+        engine::Buffer qkv(*probe, a.rows() * a.qkvColumns(), engine::DType::BF16);
+        engine::Buffer out(*probe, a.rows() * a.channels(), engine::DType::BF16);
+        engine::Buffer lse(*probe, probe->attentionStashCount(a), engine::DType::F32);
+        probe->zero(qkv.data(), a.rows() * a.qkvColumns() * 2);
+        probe->attentionForward(out.data(), lse.as<float>(), qkv.data(), a);
+        probe->synchronize();
+        attentionKernels = engine::cudaAttentionKernels(*probe);
+    } catch (const std::exception& e) {
+        attentionKernels = std::string("unknown (") + e.what() + ")";
+    }
     std::string peakSource;
     double peak = peakFlops(gpu, peakSource);
     if (o.peak_tflops > 0) {
@@ -365,11 +381,13 @@ int main(int argc, char** argv)
                 "%d timed steps after %d warm-up\n",
         config.layers, config.channels, config.heads, config.vocab, config.padded_vocab, config.max_seq, o.steps,
         o.warmup);
-    std::printf("  device: %s\n  N = %.0f parameters, %.3g FLOP/token (6N + 6 L C T); peak %.0f TFLOP/s (%s)\n\n",
-        gpu.c_str(), N, flopsPerToken, peak / 1e12, peakSource.c_str());
+    std::printf("  device: %s\n  N = %.0f parameters, %.3g FLOP/token (6N + 6 L C T); peak %.0f TFLOP/s (%s)\n"
+                "  attention: %s\n\n",
+        gpu.c_str(), N, flopsPerToken, peak / 1e12, peakSource.c_str(), attentionKernels.c_str());
     std::fflush(stdout);
 
-    json results = {{"gpu", gpu}, {"peak_flops", peak}, {"flops_per_token", flopsPerToken}};
+    json results = {{"gpu", gpu}, {"peak_flops", peak}, {"flops_per_token", flopsPerToken},
+        {"attention_kernels", attentionKernels}};
     bool failed = false;
 
     if (!o.kernels_only) {
@@ -592,6 +610,23 @@ int main(int argc, char** argv)
             estimate.backward_weight_ms);
         results["block_kernels"] = {{"batch", batch}, {"calls", rowsJson}, {"estimate_forward_ms", estimate.forward_ms},
             {"estimate_backward_ms", estimate.backwardMs()}};
+
+        // The same block's attention through the engine's own kernels (PW_CUDA_ATTENTION=own), beside the above.
+        if (attentionKernels.rfind("cuDNN", 0) == 0) {
+            setenv("PW_CUDA_ATTENTION", "own", 1);
+            const std::vector<engine::KernelCall> own = engine::measureLayerKernels(po, 1);
+            unsetenv("PW_CUDA_ATTENTION");
+            std::printf("  attention through the engine's own kernels instead of cuDNN:\n");
+            json ownJson = json::array();
+            for (std::size_t i = 0; i < own.size() && i < calls.size(); ++i)
+                if (own[i].kernel.rfind("attention", 0) == 0) {
+                    std::printf("  %-20s own %7.1f us, cuDNN %7.1f us (cuDNN %.2fx faster)\n", own[i].kernel.c_str(),
+                        own[i].seconds * 1e6, calls[i].seconds * 1e6, own[i].seconds / calls[i].seconds);
+                    ownJson.push_back(
+                        {{"kernel", own[i].kernel}, {"own_s", own[i].seconds}, {"cudnn_s", calls[i].seconds}});
+                }
+            results["block_kernels"]["attention_own_vs_cudnn"] = ownJson;
+        }
     } catch (const std::exception& e) {
         failed = true;
         std::printf("\nBlock kernels: failed: %s\n", e.what());

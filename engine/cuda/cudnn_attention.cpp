@@ -1,0 +1,720 @@
+// SPDX-License-Identifier: MIT
+// Causal attention through cuDNN's graph API (cudnn_attention.h).
+#include "cudnn_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <variant>
+
+#include "cudnn_runner.h"
+
+namespace pw::engine::cuda {
+
+// ---- Descriptors ---------------------------------------------------------------------------------------------------
+
+void checkCudnn(const CudnnApi& api, cudnnStatus_t status, const std::string& what)
+{
+    if (status == CUDNN_STATUS_SUCCESS)
+        return;
+    char reason[1024] = {};
+    api.getLastErrorString(reason, sizeof reason);
+    std::string message = "cuDNN: " + what + ": " + api.getErrorString(status);
+    if (reason[0] != '\0')
+        message += std::string(" (") + reason + ")";
+    throw CudnnError(message, status);
+}
+
+CudnnDescriptor::CudnnDescriptor(const CudnnApi& api, cudnnBackendDescriptorType_t type)
+    : m_api(api)
+{
+    checkCudnn(api, api.createDescriptor(type, &m_desc), "creating descriptor type " + std::to_string(type));
+}
+
+CudnnDescriptor::~CudnnDescriptor()
+{
+    if (m_desc != nullptr)
+        m_api.destroyDescriptor(m_desc);
+}
+
+CudnnDescriptor& CudnnDescriptor::set(
+    cudnnBackendAttributeName_t attribute, cudnnBackendAttributeType_t type, std::int64_t count, const void* values)
+{
+    checkCudnn(m_api, m_api.setAttribute(m_desc, attribute, type, count, values),
+        "setting attribute " + std::to_string(attribute));
+    return *this;
+}
+
+CudnnDescriptor& CudnnDescriptor::setInt(cudnnBackendAttributeName_t attribute, std::int64_t value)
+{
+    return set(attribute, CUDNN_TYPE_INT64, 1, &value);
+}
+
+CudnnDescriptor& CudnnDescriptor::setInts(
+    cudnnBackendAttributeName_t attribute, const std::vector<std::int64_t>& values)
+{
+    return set(attribute, CUDNN_TYPE_INT64, static_cast<std::int64_t>(values.size()), values.data());
+}
+
+CudnnDescriptor& CudnnDescriptor::setDesc(cudnnBackendAttributeName_t attribute, const CudnnDescriptor& value)
+{
+    const cudnnBackendDescriptor_t d = value.get();
+    return set(attribute, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d);
+}
+
+void CudnnDescriptor::finalize(const std::string& what)
+{
+    checkCudnn(m_api, m_api.finalize(m_desc), "finalising " + what);
+}
+
+// ---- Devices -------------------------------------------------------------------------------------------------------
+
+std::string h100DeviceJson()
+{
+    // CUDA C++ Programming Guide, "Features and Technical Specifications" for compute capability 9.0: grid and
+    // block limits, 64 K registers per block and per SM, 32 resident blocks and 2048 threads per SM, 48 KiB of
+    // static shared memory per block, 227 KiB opt-in with 1 KiB reserved per block. H100 SXM5 80 GB (datasheet):
+    // 132 SMs, 1980 MHz boost clock, 50 MiB L2, 80 GB HBM3 (79.1 GiB usable) at 2619 MHz.
+    return R"({"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],"regsPerBlock":65536,)"
+           R"("multiProcessorCount":132,"warpSize":32,"maxSharedMemoryPerBlock":49152,)"
+           R"("maxSharedMemoryPerBlockOptin":232448,"reservedSharedMemoryPerBlock":1024,"maxRegistersPerSM":65536,)"
+           R"("maxCtasPerSM":32,"maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,"pciDeviceId":0,"isTccDriver":0,)"
+           R"("supportCoopLaunch":1,"totalGlobalMem":85029158912,"smClockRateKHz":1980000,"memClockRateKHz":2619000,)"
+           R"("l2CacheSize":52428800,"cudaDeviceId":0,"deviceVer":900,"driverVer":13000,)"
+           R"("deviceName":"NVIDIA H100 80GB HBM3"})";
+}
+
+CudnnDevice::CudnnDevice(const CudnnApi& api, cudnnHandle_t handle)
+    : m_api(api)
+    , m_properties(std::make_unique<CudnnDescriptor>(api, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR))
+{
+    m_properties->set(CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    m_properties->finalize("the device's properties");
+}
+
+CudnnDevice::CudnnDevice(const CudnnApi& api, const std::string& json)
+    : m_api(api)
+    , m_properties(std::make_unique<CudnnDescriptor>(api, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR))
+{
+    m_properties->set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+        static_cast<std::int64_t>(json.size()), json.data());
+    m_properties->finalize("the device's properties (JSON)");
+}
+
+// ---- Graphs --------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// The tensors the caller's memory backs (their unique ids in the variant pack); virtual tensors number from 100.
+enum Uid : std::int64_t {
+    kQ = 1,
+    kKt, ///< K as (B, NH, hs, T): the first product's right operand
+    kV, ///< forward: V (B, NH, T, hs); backward: V as (B, NH, hs, T)
+    kO,
+    kStats,
+    kScale,
+    kNegInf,
+    kOne,
+    kDO,
+    kDQ,
+    kDK,
+    kDV,
+    kRowSums, ///< backward: the rows' sums of dO . O (fp32, in the workspace)
+    kDQAccum, ///< backward: dQ in fp32 (in the workspace)
+    kFirstVirtual = 100,
+};
+
+using Dims = std::vector<std::int64_t>;
+
+constexpr std::size_t kAlign = 256;
+
+std::size_t alignUp(std::size_t n)
+{
+    return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+/// Builds the operation graph's tensors and operations, keeping every descriptor alive as long as the plan.
+class Builder
+{
+public:
+    explicit Builder(const CudnnApi& api)
+        : m_api(api)
+    {
+    }
+
+    struct TensorSpec
+    {
+        Dims dims;
+        Dims strides;
+        cudnnDataType_t type = CUDNN_DATA_FLOAT;
+        std::int64_t uid = 0; ///< 0: a virtual tensor with the next free id
+        bool byValue = false;
+    };
+
+    const CudnnDescriptor& tensor(const TensorSpec& spec)
+    {
+        auto& t = keep(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+        const bool isVirtual = spec.uid == 0;
+        const std::int64_t uid = isVirtual ? m_nextVirtual++ : spec.uid;
+        const std::int64_t alignment = 16;
+        t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &spec.type)
+            .setInts(CUDNN_ATTR_TENSOR_DIMENSIONS, spec.dims)
+            .setInts(CUDNN_ATTR_TENSOR_STRIDES, spec.strides)
+            .setInt(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)
+            .setInt(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, alignment);
+        if (isVirtual) {
+            const bool yes = true;
+            t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
+        }
+        if (spec.byValue) {
+            const bool yes = true;
+            t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
+        }
+        t.finalize("tensor " + std::to_string(uid));
+        return t;
+    }
+
+    /// A scalar passed by value at execution (fp32).
+    const CudnnDescriptor& scalar(std::int64_t uid)
+    {
+        return tensor({{1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, uid, true});
+    }
+
+    /// A virtual tensor like `dims` with packed strides.
+    const CudnnDescriptor& temp(const Dims& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT)
+    {
+        Dims strides(dims.size(), 1);
+        for (std::size_t i = dims.size() - 1; i-- > 0;)
+            strides[i] = strides[i + 1] * dims[i + 1];
+        return tensor({dims, strides, type});
+    }
+
+    /// y = mode(x[, b[, t]]) computed in `math`.
+    void pointwise(cudnnPointwiseMode_t mode, const CudnnDescriptor& x, const CudnnDescriptor* b,
+        const CudnnDescriptor& y, const CudnnDescriptor* t = nullptr, cudnnDataType_t math = CUDNN_DATA_FLOAT,
+        std::int64_t axis = -1)
+    {
+        auto& pw = keep(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+        pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+            .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
+        if (axis >= 0)
+            pw.setInt(CUDNN_ATTR_POINTWISE_AXIS, axis);
+        pw.finalize("pointwise mode " + std::to_string(mode));
+        auto& op = keep(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+        op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw).setDesc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+        if (b != nullptr)
+            op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+        if (t != nullptr)
+            op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
+        op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+        op.finalize("pointwise operation mode " + std::to_string(mode));
+        m_ops.push_back(op.get());
+    }
+
+    void reduction(cudnnReduceTensorOp_t mode, const CudnnDescriptor& x, const CudnnDescriptor& y)
+    {
+        auto& r = keep(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+        const cudnnDataType_t math = CUDNN_DATA_FLOAT;
+        r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
+            .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math);
+        r.finalize("reduction");
+        auto& op = keep(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+        op.setDesc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r)
+            .setDesc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
+            .setDesc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
+        op.finalize("reduction operation");
+        m_ops.push_back(op.get());
+    }
+
+    /// c = a b over the last two dimensions, batched over the first two, accumulated in fp32.
+    void matmul(const CudnnDescriptor& a, const CudnnDescriptor& b, const CudnnDescriptor& c)
+    {
+        auto& mm = keep(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+        const cudnnDataType_t math = CUDNN_DATA_FLOAT;
+        mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math);
+        mm.finalize("matmul");
+        auto& op = keep(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+        op.setDesc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm)
+            .setDesc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
+            .setDesc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
+            .setDesc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+        op.finalize("matmul operation");
+        m_ops.push_back(op.get());
+    }
+
+    /// y: x's elements seen through y's dimensions and strides (a transpose, here).
+    void reshape(const CudnnDescriptor& x, const CudnnDescriptor& y)
+    {
+        auto& op = keep(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+        op.setDesc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).setDesc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+        op.finalize("reshape operation");
+        m_ops.push_back(op.get());
+    }
+
+    /// The causal mask of the frontend's sliding-window mask with a right bound of 0: scores above the diagonal
+    /// (column > row) become -inf.
+    const CudnnDescriptor& causalMask(const CudnnDescriptor& scores, const Dims& dims, const CudnnDescriptor& negInf)
+    {
+        auto& row = temp(dims, CUDNN_DATA_INT32);
+        auto& col = temp(dims, CUDNN_DATA_INT32);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, row, nullptr, CUDNN_DATA_FLOAT, 2);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, col, nullptr, CUDNN_DATA_FLOAT, 3);
+        auto& keepIt = temp(dims, CUDNN_DATA_BOOLEAN);
+        pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, keepIt, nullptr, CUDNN_DATA_BOOLEAN);
+        auto& masked = temp(dims);
+        pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &negInf, masked, &keepIt);
+        return masked;
+    }
+
+    std::vector<std::unique_ptr<CudnnDescriptor>> takeDescriptors() { return std::move(m_keep); }
+    const std::vector<cudnnBackendDescriptor_t>& ops() const { return m_ops; }
+
+private:
+    CudnnDescriptor& keep(cudnnBackendDescriptorType_t type)
+    {
+        m_keep.push_back(std::make_unique<CudnnDescriptor>(m_api, type));
+        return *m_keep.back();
+    }
+
+    const CudnnApi& m_api;
+    std::vector<std::unique_ptr<CudnnDescriptor>> m_keep;
+    std::vector<cudnnBackendDescriptor_t> m_ops;
+    std::int64_t m_nextVirtual = kFirstVirtual;
+};
+
+/// The layouts of the backend's buffers as (B, NH, T, hs) tensors.
+struct Layouts
+{
+    std::int64_t B, H, T, D, C;
+
+    Dims bhtd() const { return {B, H, T, D}; }
+    Dims bhdt() const { return {B, H, D, T}; }
+    Dims bhtt() const { return {B, H, T, T}; }
+    Dims bht1() const { return {B, H, T, 1}; }
+    /// A head of q, k or v in qkv (B, T, 3C), or of its gradient.
+    Dims qkvStrides() const { return {T * 3 * C, D, 3 * C, 1}; }
+    /// The same seen transposed, (B, NH, hs, T).
+    Dims qkvStridesT() const { return {T * 3 * C, D, 1, 3 * C}; }
+    /// A head of out (B, T, C) or dout.
+    Dims outStrides() const { return {T * C, D, C, 1}; }
+    Dims statsStrides() const { return {H * T, T, 1, 1}; }
+};
+
+Layouts layoutsOf(const AttentionShape& a)
+{
+    return {a.batch, a.heads, a.seq, a.head_size, static_cast<std::int64_t>(a.channels())};
+}
+
+void buildForward(Builder& g, const Layouts& l)
+{
+    const auto bf16 = CUDNN_DATA_BFLOAT16;
+    auto& q = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kQ});
+    auto& kt = g.tensor({l.bhdt(), l.qkvStridesT(), bf16, kKt});
+    auto& v = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kV});
+    auto& o = g.tensor({l.bhtd(), l.outStrides(), bf16, kO});
+    auto& stats = g.tensor({l.bht1(), l.statsStrides(), CUDNN_DATA_FLOAT, kStats});
+    auto& scale = g.scalar(kScale);
+    auto& negInf = g.scalar(kNegInf);
+
+    auto& s = g.temp(l.bhtt());
+    g.matmul(q, kt, s);
+    auto& scaled = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, scaled);
+    auto& masked = g.causalMask(scaled, l.bhtt(), negInf);
+    // Softmax with its statistics: max, exp(x - max), their sum; stats = max + log(sum); p = exp / sum.
+    auto& max = g.temp(l.bht1());
+    g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
+    auto& shifted = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_SUB, masked, &max, shifted);
+    auto& e = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, e);
+    auto& sum = g.temp(l.bht1());
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
+    auto& logSum = g.temp(l.bht1());
+    g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, logSum);
+    g.pointwise(CUDNN_POINTWISE_ADD, max, &logSum, stats);
+    auto& p = g.temp(l.bhtt(), bf16); // the second product's operands share a type
+    g.pointwise(CUDNN_POINTWISE_DIV, e, &sum, p);
+    g.matmul(p, v, o);
+}
+
+void buildBackward(Builder& g, const Layouts& l)
+{
+    const auto bf16 = CUDNN_DATA_BFLOAT16;
+    auto& q = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kQ});
+    auto& kt = g.tensor({l.bhdt(), l.qkvStridesT(), bf16, kKt});
+    auto& vt = g.tensor({l.bhdt(), l.qkvStridesT(), bf16, kV});
+    auto& o = g.tensor({l.bhtd(), l.outStrides(), bf16, kO});
+    auto& dO = g.tensor({l.bhtd(), l.outStrides(), bf16, kDO});
+    auto& stats = g.tensor({l.bht1(), l.statsStrides(), CUDNN_DATA_FLOAT, kStats});
+    auto& dQ = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kDQ});
+    auto& dK = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kDK});
+    auto& dV = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kDV});
+    auto& scale = g.scalar(kScale);
+    auto& negInf = g.scalar(kNegInf);
+    auto& one = g.scalar(kOne);
+
+    // Each row's sum of dO . O (softmax's backward subtracts it), kept in the workspace.
+    auto& dOO = g.tensor({l.bhtd(), {l.H * l.T * l.D, l.T * l.D, l.H * l.D, 1}, CUDNN_DATA_FLOAT});
+    g.pointwise(CUDNN_POINTWISE_MUL, dO, &o, dOO);
+    auto& rowSum = g.temp(l.bht1());
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, rowSum);
+    auto& rowSums = g.tensor({l.bht1(), l.statsStrides(), CUDNN_DATA_FLOAT, kRowSums});
+    g.pointwise(CUDNN_POINTWISE_MUL, rowSum, &one, rowSums);
+
+    // The probabilities again: p = exp(mask(scale q k^T) - stats).
+    auto& s = g.temp(l.bhtt());
+    g.matmul(q, kt, s);
+    auto& scaled = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, scaled);
+    auto& shifted = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_SUB, scaled, &stats, shifted);
+    auto& masked = g.causalMask(shifted, l.bhtt(), negInf);
+    auto& p = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
+
+    // dV = p^T dO.
+    const Dims transposed {l.H * l.T * l.T, l.T * l.T, 1, l.T};
+    auto& pT = g.tensor({l.bhtt(), transposed, bf16});
+    g.reshape(p, pT);
+    g.matmul(pT, dO, dV);
+
+    // dS = p (dO V^T - rowSums) scale; dK = dS^T q; dQ = dS k (accumulated in fp32).
+    auto& dP = g.temp(l.bhtt());
+    g.matmul(dO, vt, dP);
+    auto& centred = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_SUB, dP, &rowSums, centred);
+    auto& dSraw = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_MUL, centred, &p, dSraw);
+    auto& dS = g.temp(l.bhtt());
+    g.pointwise(CUDNN_POINTWISE_MUL, dSraw, &scale, dS);
+    auto& dST = g.tensor({l.bhtt(), transposed, bf16});
+    g.reshape(dS, dST);
+    g.matmul(dST, q, dK);
+    auto& k = g.tensor({l.bhtd(), l.qkvStrides(), bf16});
+    g.reshape(kt, k);
+    auto& dQAccum = g.tensor({l.bhtd(), {l.H * l.T * l.D, l.T * l.D, l.D, 1}, CUDNN_DATA_FLOAT, kDQAccum});
+    g.matmul(dS, k, dQAccum);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQAccum, nullptr, dQ);
+}
+
+} // namespace
+
+struct CudnnAttentionPlan::Graph
+{
+    std::vector<std::unique_ptr<CudnnDescriptor>> descriptors;
+    std::unique_ptr<CudnnDescriptor> operations;
+    std::unique_ptr<CudnnDescriptor> plan;
+    float scale = 1.0f;
+    float negInf = -std::numeric_limits<float>::infinity();
+    float one = 1.0f;
+};
+
+std::string CudnnAttentionPlan::unsupported(const AttentionShape& a)
+{
+    if (a.kv_heads != a.heads)
+        return "grouped-query shapes run the engine's own kernels";
+    if (a.head_size % 8 != 0 || a.head_size > 128)
+        return "head size " + std::to_string(a.head_size) + " (cuDNN's attention takes multiples of 8 up to 128)";
+    return {};
+}
+
+CudnnAttentionPlan::CudnnAttentionPlan(const CudnnDevice& device, const AttentionShape& shape, AttentionPass pass)
+    : m_api(device.api())
+    , m_shape(shape)
+    , m_pass(pass)
+    , m_graph(std::make_unique<Graph>())
+{
+    if (const std::string why = unsupported(shape); !why.empty())
+        throw CudnnError("cuDNN attention: " + why);
+    const char* passName = pass == AttentionPass::Forward ? "forward" : "backward";
+    m_graph->scale = 1.0f / std::sqrt(static_cast<float>(shape.head_size));
+
+    Builder g(m_api);
+    const Layouts l = layoutsOf(shape);
+    if (pass == AttentionPass::Forward)
+        buildForward(g, l);
+    else
+        buildBackward(g, l);
+
+    auto& graph = m_graph->operations
+        = std::make_unique<CudnnDescriptor>(m_api, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(g.ops().size()),
+        g.ops().data());
+    graph->finalize(std::string("the attention ") + passName + " graph");
+    m_graph->descriptors = g.takeDescriptors();
+
+    CudnnDescriptor heuristics(m_api, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    heuristics.setDesc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph)
+        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)
+        .setDesc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, device.properties());
+    heuristics.finalize(std::string("the heuristics of the attention ") + passName + " graph");
+    std::int64_t count = 0;
+    checkCudnn(m_api,
+        m_api.getAttribute(
+            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "counting the heuristics' engine configurations");
+    std::vector<std::unique_ptr<CudnnDescriptor>> configs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (std::int64_t i = 0; i < count; ++i) {
+        configs.push_back(std::make_unique<CudnnDescriptor>(m_api, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+        raw.push_back(configs.back()->get());
+    }
+    std::int64_t returned = 0;
+    if (count > 0)
+        checkCudnn(m_api,
+            m_api.getAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                &returned, raw.data()),
+            "reading the heuristics' engine configurations");
+    m_offered = static_cast<int>(returned);
+    std::string reasons;
+    cudnnStatus_t lastStatus = CUDNN_STATUS_NOT_SUPPORTED;
+    for (std::int64_t i = 0; i < returned && !m_graph->plan; ++i) {
+        auto plan = std::make_unique<CudnnDescriptor>(m_api, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        try {
+            plan->setDesc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *configs[static_cast<std::size_t>(i)])
+                .setDesc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, device.properties());
+            plan->finalize("an execution plan");
+        } catch (const CudnnError& e) {
+            reasons += std::string(reasons.empty() ? "" : "; ") + e.what();
+            lastStatus = e.status();
+            continue;
+        }
+        std::int64_t got = 0;
+        checkCudnn(m_api,
+            m_api.getAttribute(
+                plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &m_cudnnWorkspace),
+            "reading the plan's workspace size");
+        // The engine's global index, for the record.
+        CudnnDescriptor engine(m_api, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        cudnnBackendDescriptor_t e = engine.get();
+        if (m_api.getAttribute(configs[static_cast<std::size_t>(i)]->get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &e)
+            == CUDNN_STATUS_SUCCESS)
+            m_api.getAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &m_engine);
+        m_graph->plan = std::move(plan);
+    }
+    if (!m_graph->plan)
+        throw CudnnError(std::string("cuDNN attention ") + passName + ": none of the " + std::to_string(returned)
+                + " engines offered builds a plan" + (reasons.empty() ? std::string() : " (" + reasons + ")"),
+            lastStatus, static_cast<int>(returned));
+}
+
+CudnnAttentionPlan::~CudnnAttentionPlan() = default;
+
+std::size_t CudnnAttentionPlan::workspaceBytes() const
+{
+    std::size_t bytes = alignUp(static_cast<std::size_t>(m_cudnnWorkspace));
+    if (m_pass == AttentionPass::Backward) {
+        const std::size_t rows = m_shape.rows() * static_cast<std::size_t>(m_shape.heads);
+        bytes += alignUp(rows * sizeof(float)) + rows * static_cast<std::size_t>(m_shape.head_size) * sizeof(float);
+    }
+    return bytes;
+}
+
+std::string CudnnAttentionPlan::engineDescription() const
+{
+    return "engine " + std::to_string(m_engine) + " (the first of " + std::to_string(m_offered)
+        + " offered that builds), workspace " + std::to_string(workspaceBytes()) + " bytes";
+}
+
+void CudnnAttentionPlan::execute(cudnnHandle_t handle, const std::vector<std::int64_t>& uids,
+    const std::vector<void*>& pointers, void* workspace) const
+{
+    CudnnDescriptor pack(m_api, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(uids.size()), uids.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<std::int64_t>(pointers.size()),
+            pointers.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    pack.finalize("the attention's variant pack");
+    const std::lock_guard lock(m_executing);
+    checkCudnn(m_api, m_api.execute(handle, m_graph->plan->get(), pack.get()), "running the attention plan");
+}
+
+void CudnnAttentionPlan::forward(cudnnHandle_t handle, void* out, float* lse, const void* qkv, void* workspace) const
+{
+    if (m_pass != AttentionPass::Forward)
+        throw std::logic_error("CudnnAttentionPlan::forward on a backward plan");
+    const std::size_t C = static_cast<std::size_t>(m_shape.channels()), element = 2;
+    auto* base = static_cast<char*>(const_cast<void*>(qkv));
+    execute(handle, {kQ, kKt, kV, kO, kStats, kScale, kNegInf},
+        {base, base + C * element, base + 2 * C * element, out, lse, &m_graph->scale, &m_graph->negInf}, workspace);
+}
+
+void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, void* dqkv, const void* dout,
+    const void* qkv, const void* out, const float* lse, void* workspace) const
+{
+    if (m_pass != AttentionPass::Backward)
+        throw std::logic_error("CudnnAttentionPlan::backward on a forward plan");
+    const std::size_t C = static_cast<std::size_t>(m_shape.channels()), element = 2;
+    auto* base = static_cast<char*>(const_cast<void*>(qkv));
+    auto* grad = static_cast<char*>(dqkv);
+    auto* ws = static_cast<char*>(workspace);
+    const std::size_t rows = m_shape.rows() * static_cast<std::size_t>(m_shape.heads);
+    char* rowSums = ws + alignUp(static_cast<std::size_t>(m_cudnnWorkspace));
+    char* accum = rowSums + alignUp(rows * sizeof(float));
+    if (m_api.getVersion() < 90600) {
+        // The frontend zeroes the accumulator for these versions; later ones initialise it themselves.
+        const cudaError_t e
+            = cudaMemsetAsync(accum, 0, rows * static_cast<std::size_t>(m_shape.head_size) * sizeof(float), stream);
+        if (e != cudaSuccess)
+            throw CudnnError(std::string("cuDNN attention: zeroing dQ's accumulator: ") + cudaGetErrorString(e));
+    }
+    execute(handle, {kQ, kKt, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSums, kDQAccum},
+        {base, base + C * element, base + 2 * C * element, const_cast<void*>(out), const_cast<void*>(dout),
+            const_cast<float*>(lse), grad, grad + C * element, grad + 2 * C * element, &m_graph->scale,
+            &m_graph->negInf, &m_graph->one, rowSums, accum},
+        workspace);
+}
+
+// ---- A backend's cuDNN attention ----------------------------------------------------------------------------------
+
+namespace {
+
+using PlanKey = std::tuple<int, int, int, int, int, int, int>; // device, B, T, NH, KV, hs, pass
+using PlanOrRefusal = std::variant<std::shared_ptr<CudnnAttentionPlan>, std::string>;
+
+/// The process's plans, by device, shape and pass (never freed: a handful per process).
+std::map<PlanKey, PlanOrRefusal>& planCache()
+{
+    static std::map<PlanKey, PlanOrRefusal> cache;
+    return cache;
+}
+std::mutex g_planCacheMutex;
+
+} // namespace
+
+CudnnAttention::CudnnAttention(int device, cudaStream_t stream)
+    : m_api(cudnn())
+    , m_device(device)
+{
+    checkCudnn(m_api, m_api.create(&m_handle), "creating a handle on cuda:" + std::to_string(device));
+    try {
+        checkCudnn(m_api, m_api.setStream(m_handle, stream), "setting the handle's stream");
+        m_properties = std::make_unique<CudnnDevice>(m_api, m_handle);
+    } catch (...) {
+        m_api.destroy(m_handle);
+        throw;
+    }
+}
+
+CudnnAttention::~CudnnAttention()
+{
+    m_properties.reset();
+    if (m_handle != nullptr)
+        m_api.destroy(m_handle);
+}
+
+const CudnnAttentionPlan* CudnnAttention::plan(const AttentionShape& a, AttentionPass pass)
+{
+    if (std::string why = CudnnAttentionPlan::unsupported(a); !why.empty()) {
+        m_refusal = std::move(why);
+        return nullptr;
+    }
+    const PlanKey key {m_device, a.batch, a.seq, a.heads, a.kv_heads, a.head_size, static_cast<int>(pass)};
+    const std::lock_guard lock(g_planCacheMutex);
+    auto it = planCache().find(key);
+    if (it == planCache().end()) {
+        PlanOrRefusal built;
+        try {
+            built = std::make_shared<CudnnAttentionPlan>(*m_properties, a, pass);
+        } catch (const CudnnError& e) {
+            built = std::string(e.what());
+        }
+        it = planCache().emplace(key, std::move(built)).first;
+    }
+    if (const auto* refused = std::get_if<std::string>(&it->second)) {
+        m_refusal = *refused;
+        return nullptr;
+    }
+    m_refusal.clear();
+    return std::get<std::shared_ptr<CudnnAttentionPlan>>(it->second).get();
+}
+
+// ---- The backend's runner (cudnn_runner.h) ----------------------------------------------------------------------
+
+struct CudnnRunner::Impl
+{
+    int device = 0;
+    cudaStream_t stream = nullptr;
+    bool enabled = true;
+    std::unique_ptr<CudnnAttention> cudnn; ///< created at the first call
+    std::string absent; ///< why cuDNN cannot be used on this device (empty: it can, or not tried yet)
+    bool called = false;
+    std::string ownReason; ///< why the last call ran the engine's own kernels (empty: cuDNN ran it)
+
+    /// cuDNN's plan for the call, or null with ownReason saying why not.
+    const CudnnAttentionPlan* plan(const AttentionShape& a, AttentionPass pass)
+    {
+        called = true;
+        if (!enabled) {
+            ownReason = "PW_CUDA_ATTENTION=own";
+            return nullptr;
+        }
+        if (!cudnn && absent.empty()) {
+            try {
+                cudnn = std::make_unique<CudnnAttention>(device, stream);
+            } catch (const std::exception& e) {
+                absent = e.what();
+            }
+        }
+        if (!cudnn) {
+            ownReason = absent;
+            return nullptr;
+        }
+        const CudnnAttentionPlan* p = cudnn->plan(a, pass);
+        if (p)
+            ownReason.clear();
+        else if (ownReason != cudnn->refusal())
+            ownReason = cudnn->refusal();
+        return p;
+    }
+};
+
+CudnnRunner::CudnnRunner(int device, cudaStream_t stream, bool enabled)
+    : m_impl(std::make_unique<Impl>())
+{
+    m_impl->device = device;
+    m_impl->stream = stream;
+    m_impl->enabled = enabled;
+}
+
+CudnnRunner::~CudnnRunner() = default;
+
+bool CudnnRunner::forward(Scratch& scratch, void* out, float* lse, const void* qkv, const AttentionShape& a)
+{
+    const CudnnAttentionPlan* p = m_impl->plan(a, AttentionPass::Forward);
+    if (p == nullptr)
+        return false;
+    p->forward(m_impl->cudnn->handle(), out, lse, qkv, scratch.get(Scratch::CudnnWorkspace, p->workspaceBytes()));
+    return true;
+}
+
+bool CudnnRunner::backward(Scratch& scratch, void* dqkv, const void* dout, const void* qkv, const void* out,
+    const float* lse, const AttentionShape& a)
+{
+    const CudnnAttentionPlan* p = m_impl->plan(a, AttentionPass::Backward);
+    if (p == nullptr)
+        return false;
+    p->backward(m_impl->cudnn->handle(), m_impl->stream, dqkv, dout, qkv, out, lse,
+        scratch.get(Scratch::CudnnWorkspace, p->workspaceBytes()));
+    return true;
+}
+
+void CudnnRunner::noteOwn(const char* why)
+{
+    m_impl->called = true;
+    m_impl->ownReason = why;
+}
+
+std::string CudnnRunner::kernels() const
+{
+    if (!m_impl->called)
+        return {};
+    return m_impl->ownReason.empty() ? "cuDNN " + cudnnVersion() : "own kernels (" + m_impl->ownReason + ")";
+}
+
+} // namespace pw::engine::cuda

@@ -44,7 +44,8 @@
 namespace pw::engine {
 
 /// Which attention kernels a CUDA backend runs in bf16: cuDNN's fused flash attention where cuDNN is installed and
-/// takes the shape (multi-head, head size a multiple of 8 up to 128), else the engine's own; or the engine's own
+/// takes the shape (query heads in whole groups per key/value head, head size a multiple of 8 up to 128), else the
+/// engine's own; or the engine's own
 /// always. fp32 runs the engine's own.
 enum class CudaAttention { Cudnn, Own };
 /// `Own` when the environment has PW_CUDA_ATTENTION=own, else `Cudnn`.

@@ -284,118 +284,142 @@ private:
     std::int64_t m_nextVirtual = kFirstVirtual;
 };
 
-/// The layouts of the backend's buffers as (B, NH, T, hs) tensors.
+/// The layouts of the backend's buffers as (B, heads, T, hs) tensors. qkv's row is W = (NH + 2 KV) hs wide: the
+/// query heads, then the key heads, then the value heads; a grouped-query key or value head serves NH / KV query
+/// heads, which cuDNN's products broadcast over (no expanded copy).
 struct Layouts
 {
-    std::int64_t B, H, T, D, C;
+    std::int64_t B, H, KV, T, D;
 
-    Dims bhtd() const { return {B, H, T, D}; }
-    Dims bhdt() const { return {B, H, D, T}; }
-    Dims bhtt() const { return {B, H, T, T}; }
-    Dims bht1() const { return {B, H, T, 1}; }
-    /// A head of q, k or v in qkv (B, T, 3C), or of its gradient.
-    Dims qkvStrides() const { return {T * 3 * C, D, 3 * C, 1}; }
-    /// The same seen transposed, (B, NH, hs, T).
-    Dims qkvStridesT() const { return {T * 3 * C, D, 1, 3 * C}; }
+    std::int64_t C() const { return H * D; }
+    std::int64_t W() const { return (H + 2 * KV) * D; }
+    Dims q() const { return {B, H, T, D}; }
+    Dims kv() const { return {B, KV, T, D}; }
+    Dims kvT() const { return {B, KV, D, T}; }
+    Dims scores() const { return {B, H, T, T}; }
+    Dims rows() const { return {B, H, T, 1}; }
+    /// A head of qkv (B, T, W), or of its gradient.
+    Dims qkvStrides() const { return {T * W(), D, W(), 1}; }
+    /// The same seen transposed, (B, heads, hs, T).
+    Dims qkvStridesT() const { return {T * W(), D, 1, W()}; }
     /// A head of out (B, T, C) or dout.
-    Dims outStrides() const { return {T * C, D, C, 1}; }
-    Dims statsStrides() const { return {H * T, T, 1, 1}; }
+    Dims outStrides() const { return {T * C(), D, C(), 1}; }
+    Dims rowStrides() const { return {H * T, T, 1, 1}; }
+    /// A packed (B, H, T, hs) tensor.
+    Dims packed() const { return {H * T * D, T * D, D, 1}; }
+    /// Element offsets of the key and value heads in a row of qkv.
+    std::size_t kOffset() const { return static_cast<std::size_t>(H * D); }
+    std::size_t vOffset() const { return static_cast<std::size_t>((H + KV) * D); }
 };
 
 Layouts layoutsOf(const AttentionShape& a)
 {
-    return {a.batch, a.heads, a.seq, a.head_size, static_cast<std::int64_t>(a.channels())};
+    return {a.batch, a.heads, a.kv_heads, a.seq, a.head_size};
 }
 
 void buildForward(Builder& g, const Layouts& l)
 {
     const auto bf16 = CUDNN_DATA_BFLOAT16;
-    auto& q = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kQ});
-    auto& kt = g.tensor({l.bhdt(), l.qkvStridesT(), bf16, kKt});
-    auto& v = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kV});
-    auto& o = g.tensor({l.bhtd(), l.outStrides(), bf16, kO});
-    auto& stats = g.tensor({l.bht1(), l.statsStrides(), CUDNN_DATA_FLOAT, kStats});
+    auto& q = g.tensor({l.q(), l.qkvStrides(), bf16, kQ});
+    auto& kt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kKt});
+    auto& v = g.tensor({l.kv(), l.qkvStrides(), bf16, kV});
+    auto& o = g.tensor({l.q(), l.outStrides(), bf16, kO});
+    auto& stats = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kStats});
     auto& scale = g.scalar(kScale);
     auto& negInf = g.scalar(kNegInf);
 
-    auto& s = g.temp(l.bhtt());
+    auto& s = g.temp(l.scores());
     g.matmul(q, kt, s);
-    auto& scaled = g.temp(l.bhtt());
+    auto& scaled = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, scaled);
-    auto& masked = g.causalMask(scaled, l.bhtt(), negInf);
+    auto& masked = g.causalMask(scaled, l.scores(), negInf);
     // Softmax with its statistics: max, exp(x - max), their sum; stats = max + log(sum); p = exp / sum.
-    auto& max = g.temp(l.bht1());
+    auto& max = g.temp(l.rows());
     g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
-    auto& shifted = g.temp(l.bhtt());
+    auto& shifted = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_SUB, masked, &max, shifted);
-    auto& e = g.temp(l.bhtt());
+    auto& e = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, e);
-    auto& sum = g.temp(l.bht1());
+    auto& sum = g.temp(l.rows());
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
-    auto& logSum = g.temp(l.bht1());
+    auto& logSum = g.temp(l.rows());
     g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, logSum);
     g.pointwise(CUDNN_POINTWISE_ADD, max, &logSum, stats);
-    auto& p = g.temp(l.bhtt(), bf16); // the second product's operands share a type
+    auto& p = g.temp(l.scores(), bf16); // the second product's operands share a type
     g.pointwise(CUDNN_POINTWISE_DIV, e, &sum, p);
     g.matmul(p, v, o);
+}
+
+/// out (B, KV, T, hs) = a b, the product per query head summed over each key/value head's group (the frontend's
+/// GQA gradient: the full-head product, then a reduction over the group); a plain product when KV = NH.
+void productOverGroups(
+    Builder& g, const Layouts& l, const CudnnDescriptor& a, const CudnnDescriptor& b, const CudnnDescriptor& out)
+{
+    if (l.KV == l.H) {
+        g.matmul(a, b, out);
+        return;
+    }
+    auto& full = g.tensor({l.q(), l.packed(), CUDNN_DATA_BFLOAT16});
+    g.matmul(a, b, full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
 void buildBackward(Builder& g, const Layouts& l)
 {
     const auto bf16 = CUDNN_DATA_BFLOAT16;
-    auto& q = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kQ});
-    auto& kt = g.tensor({l.bhdt(), l.qkvStridesT(), bf16, kKt});
-    auto& vt = g.tensor({l.bhdt(), l.qkvStridesT(), bf16, kV});
-    auto& o = g.tensor({l.bhtd(), l.outStrides(), bf16, kO});
-    auto& dO = g.tensor({l.bhtd(), l.outStrides(), bf16, kDO});
-    auto& stats = g.tensor({l.bht1(), l.statsStrides(), CUDNN_DATA_FLOAT, kStats});
-    auto& dQ = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kDQ});
-    auto& dK = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kDK});
-    auto& dV = g.tensor({l.bhtd(), l.qkvStrides(), bf16, kDV});
+    auto& q = g.tensor({l.q(), l.qkvStrides(), bf16, kQ});
+    auto& kt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kKt});
+    auto& vt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kV});
+    auto& o = g.tensor({l.q(), l.outStrides(), bf16, kO});
+    auto& dO = g.tensor({l.q(), l.outStrides(), bf16, kDO});
+    auto& stats = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kStats});
+    auto& dQ = g.tensor({l.q(), l.qkvStrides(), bf16, kDQ});
+    auto& dK = g.tensor({l.kv(), l.qkvStrides(), bf16, kDK});
+    auto& dV = g.tensor({l.kv(), l.qkvStrides(), bf16, kDV});
     auto& scale = g.scalar(kScale);
     auto& negInf = g.scalar(kNegInf);
     auto& one = g.scalar(kOne);
 
     // Each row's sum of dO . O (softmax's backward subtracts it), kept in the workspace.
-    auto& dOO = g.tensor({l.bhtd(), {l.H * l.T * l.D, l.T * l.D, l.H * l.D, 1}, CUDNN_DATA_FLOAT});
+    auto& dOO = g.tensor({l.q(), {l.H * l.T * l.D, l.T * l.D, l.H * l.D, 1}, CUDNN_DATA_FLOAT});
     g.pointwise(CUDNN_POINTWISE_MUL, dO, &o, dOO);
-    auto& rowSum = g.temp(l.bht1());
+    auto& rowSum = g.temp(l.rows());
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, rowSum);
-    auto& rowSums = g.tensor({l.bht1(), l.statsStrides(), CUDNN_DATA_FLOAT, kRowSums});
+    auto& rowSums = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kRowSums});
     g.pointwise(CUDNN_POINTWISE_MUL, rowSum, &one, rowSums);
 
     // The probabilities again: p = exp(mask(scale q k^T) - stats).
-    auto& s = g.temp(l.bhtt());
+    auto& s = g.temp(l.scores());
     g.matmul(q, kt, s);
-    auto& scaled = g.temp(l.bhtt());
+    auto& scaled = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, scaled);
-    auto& shifted = g.temp(l.bhtt());
+    auto& shifted = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_SUB, scaled, &stats, shifted);
-    auto& masked = g.causalMask(shifted, l.bhtt(), negInf);
-    auto& p = g.temp(l.bhtt());
+    auto& masked = g.causalMask(shifted, l.scores(), negInf);
+    auto& p = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
 
     // dV = p^T dO.
     const Dims transposed {l.H * l.T * l.T, l.T * l.T, 1, l.T};
-    auto& pT = g.tensor({l.bhtt(), transposed, bf16});
+    auto& pT = g.tensor({l.scores(), transposed, bf16});
     g.reshape(p, pT);
-    g.matmul(pT, dO, dV);
+    productOverGroups(g, l, pT, dO, dV);
 
     // dS = p (dO V^T - rowSums) scale; dK = dS^T q; dQ = dS k (accumulated in fp32).
-    auto& dP = g.temp(l.bhtt());
+    auto& dP = g.temp(l.scores());
     g.matmul(dO, vt, dP);
-    auto& centred = g.temp(l.bhtt());
+    auto& centred = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_SUB, dP, &rowSums, centred);
-    auto& dSraw = g.temp(l.bhtt());
+    auto& dSraw = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_MUL, centred, &p, dSraw);
-    auto& dS = g.temp(l.bhtt());
+    auto& dS = g.temp(l.scores());
     g.pointwise(CUDNN_POINTWISE_MUL, dSraw, &scale, dS);
-    auto& dST = g.tensor({l.bhtt(), transposed, bf16});
+    auto& dST = g.tensor({l.scores(), transposed, bf16});
     g.reshape(dS, dST);
-    g.matmul(dST, q, dK);
-    auto& k = g.tensor({l.bhtd(), l.qkvStrides(), bf16});
+    productOverGroups(g, l, dST, q, dK);
+    auto& k = g.tensor({l.kv(), l.qkvStrides(), bf16});
     g.reshape(kt, k);
-    auto& dQAccum = g.tensor({l.bhtd(), {l.H * l.T * l.D, l.T * l.D, l.D, 1}, CUDNN_DATA_FLOAT, kDQAccum});
+    auto& dQAccum = g.tensor({l.q(), l.packed(), CUDNN_DATA_FLOAT, kDQAccum});
     g.matmul(dS, k, dQAccum);
     g.pointwise(CUDNN_POINTWISE_IDENTITY, dQAccum, nullptr, dQ);
 }
@@ -414,8 +438,9 @@ struct CudnnAttentionPlan::Graph
 
 std::string CudnnAttentionPlan::unsupported(const AttentionShape& a)
 {
-    if (a.kv_heads != a.heads)
-        return "grouped-query shapes run the engine's own kernels";
+    if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0)
+        return std::to_string(a.heads) + " query heads are not groups of " + std::to_string(a.kv_heads)
+            + " key/value heads";
     if (a.head_size % 8 != 0 || a.head_size > 128)
         return "head size " + std::to_string(a.head_size) + " (cuDNN's attention takes multiples of 8 up to 128)";
     return {};
@@ -538,10 +563,12 @@ void CudnnAttentionPlan::forward(cudnnHandle_t handle, void* out, float* lse, co
 {
     if (m_pass != AttentionPass::Forward)
         throw std::logic_error("CudnnAttentionPlan::forward on a backward plan");
-    const std::size_t C = static_cast<std::size_t>(m_shape.channels()), element = 2;
+    const Layouts l = layoutsOf(m_shape);
+    constexpr std::size_t element = 2; // bf16
     auto* base = static_cast<char*>(const_cast<void*>(qkv));
     execute(handle, {kQ, kKt, kV, kO, kStats, kScale, kNegInf},
-        {base, base + C * element, base + 2 * C * element, out, lse, &m_graph->scale, &m_graph->negInf}, workspace);
+        {base, base + l.kOffset() * element, base + l.vOffset() * element, out, lse, &m_graph->scale, &m_graph->negInf},
+        workspace);
 }
 
 void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, void* dqkv, const void* dout,
@@ -549,7 +576,8 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, voi
 {
     if (m_pass != AttentionPass::Backward)
         throw std::logic_error("CudnnAttentionPlan::backward on a forward plan");
-    const std::size_t C = static_cast<std::size_t>(m_shape.channels()), element = 2;
+    const Layouts l = layoutsOf(m_shape);
+    constexpr std::size_t element = 2; // bf16
     auto* base = static_cast<char*>(const_cast<void*>(qkv));
     auto* grad = static_cast<char*>(dqkv);
     auto* ws = static_cast<char*>(workspace);
@@ -564,9 +592,9 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, voi
             throw CudnnError(std::string("cuDNN attention: zeroing dQ's accumulator: ") + cudaGetErrorString(e));
     }
     execute(handle, {kQ, kKt, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSums, kDQAccum},
-        {base, base + C * element, base + 2 * C * element, const_cast<void*>(out), const_cast<void*>(dout),
-            const_cast<float*>(lse), grad, grad + C * element, grad + 2 * C * element, &m_graph->scale,
-            &m_graph->negInf, &m_graph->one, rowSums, accum},
+        {base, base + l.kOffset() * element, base + l.vOffset() * element, const_cast<void*>(out),
+            const_cast<void*>(dout), const_cast<float*>(lse), grad, grad + l.kOffset() * element,
+            grad + l.vOffset() * element, &m_graph->scale, &m_graph->negInf, &m_graph->one, rowSums, accum},
         workspace);
 }
 

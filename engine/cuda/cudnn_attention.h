@@ -4,12 +4,14 @@
 // per shape and pass, for a device (a handle) or for a device's properties as cuDNN serialises them, which lets the
 // graphs be built and an engine found for an H100 on a machine without a GPU (a test does).
 //
-// The graphs read and write the backend's layouts in place: qkv (B, T, 3C) as Q, K and V of (B, NH, T, hs) through
-// strides, out and dout (B, T, C), the log-sum-exp (B, NH, T) in fp32 (cuDNN's "stats": the row's max plus the log of
-// its sum of exponentials of the scaled scores, which is what the engine's own kernels keep, so either backward reads
-// either forward's). Causal masking is the frontend's: a score is kept where its row index >= its column index.
-// The backward accumulates dQ in fp32 in the workspace (cuDNN's default algorithm on Hopper, not deterministic run to
-// run in its last bits, as FlashAttention-2's); dK and dV are written.
+// The graphs read and write the backend's layouts in place: qkv (B, T, (NH + 2 KV) hs) as Q (B, NH, T, hs), K and V
+// (B, KV, T, hs) through strides (a grouped-query key or value head is broadcast over its group by cuDNN's products,
+// and its gradient summed over the group in the graph: no expanded copy), out and dout (B, T, C), the log-sum-exp (B,
+// NH, T) in fp32 (cuDNN's "stats": the row's max plus the log of its sum of exponentials of the scaled scores, which is
+// what the engine's own kernels keep, so either backward reads either forward's). Causal masking is the frontend's: a
+// score is kept where its row index >= its column index. The backward accumulates dQ in fp32 in the workspace (cuDNN's
+// default algorithm on Hopper, not deterministic run to run in its last bits, as FlashAttention-2's); dK and dV are
+// written.
 #pragma once
 
 #include <cstddef>
@@ -97,7 +99,8 @@ private:
     std::unique_ptr<CudnnDescriptor> m_properties;
 };
 
-/// @brief One execution plan of bf16 causal multi-head attention (kv_heads == heads) for one shape and pass.
+/// @brief One execution plan of bf16 causal attention (multi-head, grouped-query or multi-query) for one shape and
+/// pass.
 class CudnnAttentionPlan
 {
 public:
@@ -121,8 +124,9 @@ public:
     void backward(cudnnHandle_t handle, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv,
         const void* out, const float* lse, void* workspace) const;
 
-    /// Whether cuDNN's attention takes this shape at all (bf16 is the caller's to check): equal heads, a head size
-    /// that is a multiple of 8 and at most 128; empty when it does, else why not.
+    /// Whether cuDNN's attention takes this shape at all (bf16 is the caller's to check): query heads in whole
+    /// groups per key/value head, a head size that is a multiple of 8 and at most 128; empty when it does, else
+    /// why not.
     static std::string unsupported(const AttentionShape& shape);
 
 private:

@@ -24,15 +24,16 @@ using engine::cuda::CudnnAttentionPlan;
 using engine::cuda::CudnnDevice;
 using engine::cuda::CudnnError;
 
-/// The shapes the engine's tests and benchmarks send cuDNN: GPT-2 124M's, a Llama-size head of 128 at T 4096,
-/// and the kernel tests' odd ones (T off the 64-row tiles, head sizes 8 and 16).
-const AttentionShape kCudnnShapes[] = {{16, 1024, 12, 12, 64}, {1, 4096, 32, 32, 128}, {2, 131, 2, 2, 64},
-    {1, 70, 2, 2, 128}, {3, 37, 3, 3, 16}, {2, 5, 5, 5, 8}};
+/// The shapes the engine's tests and benchmarks send cuDNN: GPT-2 124M's, Llama 3 8B's (32 query heads in groups
+/// of 4 per key/value head, hs 128, T 4096), and the kernel tests' odd ones (T off the 64-row tiles, head sizes 8
+/// and 16, grouped-query and multi-query).
+const AttentionShape kCudnnShapes[] = {{16, 1024, 12, 12, 64}, {1, 4096, 32, 8, 128}, {2, 131, 2, 2, 64},
+    {3, 37, 3, 3, 16}, {2, 5, 5, 5, 8}, {2, 131, 4, 2, 64}, {1, 70, 4, 1, 128}};
 
 std::string cudnnShapeText(const AttentionShape& s)
 {
-    return "B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " NH " + std::to_string(s.heads) + " hs "
-        + std::to_string(s.head_size);
+    return "B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " NH " + std::to_string(s.heads) + " KV "
+        + std::to_string(s.kv_heads) + " hs " + std::to_string(s.head_size);
 }
 
 /// Loads the CUDA driver's stub in place of the driver (its soname is libcuda.so.1, so cuDNN's own dlopen finds
@@ -75,7 +76,8 @@ TEST_CASE("cuDNN takes the engine's attention graphs for an H100, forward and ba
 
 TEST_CASE("cuDNN refuses what its attention does not take, before building anything", "[cudnn]")
 {
-    CHECK_THAT(CudnnAttentionPlan::unsupported({2, 64, 8, 2, 64}), Catch::Contains("grouped-query"));
+    CHECK_THAT(CudnnAttentionPlan::unsupported({2, 64, 6, 4, 64}), Catch::Contains("not groups of 4"));
+    CHECK(CudnnAttentionPlan::unsupported({2, 64, 8, 2, 64}).empty());
     CHECK_THAT(CudnnAttentionPlan::unsupported({2, 64, 4, 4, 20}), Catch::Contains("head size 20"));
     CHECK_THAT(CudnnAttentionPlan::unsupported({2, 64, 4, 4, 256}), Catch::Contains("head size 256"));
     CHECK(CudnnAttentionPlan::unsupported({2, 64, 4, 4, 64}).empty());

@@ -315,68 +315,77 @@ TEST_CASE("CUDA fused attention matches the CPU forward and backward", "[cuda]")
     if (noGpu())
         PW_SKIP("no CUDA device");
     // Head sizes 16 (the generic kernel), 64 and 128 (tensor cores in bf16), with T off the 64-row tiles; grouped-query
-    // (2 key/value heads for 8 or 4 query heads) and multi-query (1) shapes through the expanded copy.
+    // (2 key/value heads for 8 or 4 query heads) and multi-query (1) shapes (the own kernels through the expanded
+    // copy). In bf16 both the engine's own kernels and cuDNN's (test_cudnn_attention.cpp) are checked: the own ones
+    // stay the fallback and cuDNN's oracle.
     const AttentionShape shapes[] = {{3, 37, 3, 3, 16}, {2, 131, 2, 2, 64}, {1, 70, 2, 2, 128}, {2, 5, 5, 5, 8},
         {2, 70, 8, 2, 16}, {2, 131, 4, 2, 64}, {1, 70, 4, 1, 128}};
     for (const Mode& mode : kModes)
-        for (const AttentionShape& s : shapes) {
-            Backends be(mode);
-            const std::string at = " B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " NH "
-                + std::to_string(s.heads) + " KV " + std::to_string(s.kv_heads) + " hs " + std::to_string(s.head_size);
-            const std::size_t bt = s.rows();
-            const std::size_t W = static_cast<std::size_t>(s.qkvColumns()), C = static_cast<std::size_t>(s.channels());
-            Twin qkv(be, randomValues(bt * W, 30, -1.5f, 1.5f), be.act());
-            Twin out(be, bt * C, be.act());
-            Twin cpuStash(be, be.cpu->attentionStashCount(s), DType::F32);
-            Buffer gpuStash(*be.gpu, be.gpu->attentionStashCount(s), DType::F32);
-            be.cpu->attentionForward(out.c(), cpuStash.c(), qkv.c(), s);
-            be.gpu->attentionForward(out.g(), gpuStash.as<float>(), qkv.g(), s);
-            expectClose(out, be, "attention out" + at);
+        for (const CudaAttention kernels : {CudaAttention::Own, CudaAttention::Cudnn})
+            for (const AttentionShape& s : shapes) {
+                if (mode.precision == Precision::Fp32 && kernels == CudaAttention::Cudnn)
+                    continue; // fp32 runs the own kernels either way
+                Backends be(mode, kernels);
+                const std::string at = " B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " NH "
+                    + std::to_string(s.heads) + " KV " + std::to_string(s.kv_heads) + " hs "
+                    + std::to_string(s.head_size) + (kernels == CudaAttention::Own ? " (own kernels)" : " (cuDNN)");
+                const std::size_t bt = s.rows();
+                const std::size_t W = static_cast<std::size_t>(s.qkvColumns()),
+                                  C = static_cast<std::size_t>(s.channels());
+                Twin qkv(be, randomValues(bt * W, 30, -1.5f, 1.5f), be.act());
+                Twin out(be, bt * C, be.act());
+                Twin cpuStash(be, be.cpu->attentionStashCount(s), DType::F32);
+                Buffer gpuStash(*be.gpu, be.gpu->attentionStashCount(s), DType::F32);
+                be.cpu->attentionForward(out.c(), cpuStash.c(), qkv.c(), s);
+                be.gpu->attentionForward(out.g(), gpuStash.as<float>(), qkv.g(), s);
+                if (kernels == CudaAttention::Cudnn) // cuDNN ran it, not the fallback
+                    CHECK_THAT(cudaAttentionKernels(*be.gpu), Catch::StartsWith("cuDNN"));
+                expectClose(out, be, "attention out" + at);
 
-            // The log-sum-exp stash, checked on the host from the same (rounded) q and k in double.
-            {
-                const std::vector<float> x = qkv.onGpu();
-                std::vector<float> lse(gpuStash.count());
-                be.gpu->download(lse.data(), gpuStash.data(), DType::F32, lse.size());
-                const int hs = s.head_size;
-                std::vector<float> want(lse.size());
-                for (int b = 0; b < s.batch; ++b)
-                    for (int h = 0; h < s.heads; ++h)
-                        for (int t = 0; t < s.seq; ++t) {
-                            const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
-                            std::vector<double> scores;
-                            for (int j = 0; j <= t; ++j) {
-                                double dot = 0;
-                                for (int d = 0; d < hs; ++d)
-                                    dot += static_cast<double>(
-                                               x[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
-                                        * x[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
-                                scores.push_back(dot / std::sqrt(static_cast<double>(hs)));
+                // The log-sum-exp stash, checked on the host from the same (rounded) q and k in double.
+                {
+                    const std::vector<float> x = qkv.onGpu();
+                    std::vector<float> lse(gpuStash.count());
+                    be.gpu->download(lse.data(), gpuStash.data(), DType::F32, lse.size());
+                    const int hs = s.head_size;
+                    std::vector<float> want(lse.size());
+                    for (int b = 0; b < s.batch; ++b)
+                        for (int h = 0; h < s.heads; ++h)
+                            for (int t = 0; t < s.seq; ++t) {
+                                const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
+                                std::vector<double> scores;
+                                for (int j = 0; j <= t; ++j) {
+                                    double dot = 0;
+                                    for (int d = 0; d < hs; ++d)
+                                        dot += static_cast<double>(
+                                                   x[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
+                                            * x[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
+                                    scores.push_back(dot / std::sqrt(static_cast<double>(hs)));
+                                }
+                                const double mx = *std::max_element(scores.begin(), scores.end());
+                                double sum = 0;
+                                for (double sc : scores)
+                                    sum += std::exp(sc - mx);
+                                want[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t]
+                                    = static_cast<float>(mx + std::log(sum));
                             }
-                            const double mx = *std::max_element(scores.begin(), scores.end());
-                            double sum = 0;
-                            for (double sc : scores)
-                                sum += std::exp(sc - mx);
-                            want[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t]
-                                = static_cast<float>(mx + std::log(sum));
-                        }
-                const double err = relativeError(lse, want);
-                INFO("attention log-sum-exp" << at << ": relative error " << err);
-                CHECK(err <= 1e-5);
+                    const double err = relativeError(lse, want);
+                    INFO("attention log-sum-exp" << at << ": relative error " << err);
+                    CHECK(err <= 1e-5);
+                }
+
+                Twin dout(be, randomValues(bt * C, 31), be.act());
+                Twin dqkv(be, randomValues(bt * W, 32), be.act());
+                be.cpu->attentionBackward(dqkv.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s);
+                be.gpu->attentionBackward(dqkv.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s);
+                expectClose(dqkv, be, "attention dqkv" + at);
+
+                // The gradient alone (dqkv started at zero), so that a small error is not hidden by the start values.
+                Twin dqkv0(be, bt * W, be.act());
+                be.cpu->attentionBackward(dqkv0.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s);
+                be.gpu->attentionBackward(dqkv0.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s);
+                expectClose(dqkv0, be, "attention dqkv from zero" + at);
             }
-
-            Twin dout(be, randomValues(bt * C, 31), be.act());
-            Twin dqkv(be, randomValues(bt * W, 32), be.act());
-            be.cpu->attentionBackward(dqkv.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s);
-            be.gpu->attentionBackward(dqkv.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s);
-            expectClose(dqkv, be, "attention dqkv" + at);
-
-            // The gradient alone (dqkv started at zero), so that a small error is not hidden by the start values.
-            Twin dqkv0(be, bt * W, be.act());
-            be.cpu->attentionBackward(dqkv0.c(), dout.c(), qkv.c(), out.c(), cpuStash.c(), s);
-            be.gpu->attentionBackward(dqkv0.g(), dout.g(), qkv.g(), out.g(), gpuStash.as<float>(), s);
-            expectClose(dqkv0, be, "attention dqkv from zero" + at);
-        }
 }
 
 TEST_CASE("CUDA GELU and residual match the CPU aligned or not", "[cuda]")

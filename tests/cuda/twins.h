@@ -76,9 +76,9 @@ struct Backends
     std::unique_ptr<Backend> gpu;
     Mode mode;
 
-    explicit Backends(Mode m)
+    explicit Backends(Mode m, CudaAttention attention = cudaAttentionFromEnvironment())
         : cpu(makeCpuBackend())
-        , gpu(makeCudaBackend(0, m.precision))
+        , gpu(makeCudaBackend(0, m.precision, attention))
         , mode(m)
     {
     }

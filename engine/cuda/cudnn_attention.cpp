@@ -3,6 +3,8 @@
 #include "cudnn_attention.h"
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -712,8 +714,25 @@ CudnnRunner::CudnnRunner(int device, cudaStream_t stream, bool enabled)
 
 CudnnRunner::~CudnnRunner() = default;
 
+namespace {
+
+/// The plans promise cuDNN 16-byte aligned tensors; a buffer inside a larger one may not be.
+bool aligned16(std::initializer_list<const void*> pointers)
+{
+    for (const void* p : pointers)
+        if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+            return false;
+    return true;
+}
+
+} // namespace
+
 bool CudnnRunner::forward(Scratch& scratch, void* out, float* lse, const void* qkv, const AttentionShape& a)
 {
+    if (!aligned16({out, lse, qkv})) {
+        noteOwn("a buffer not 16-byte aligned");
+        return false;
+    }
     const CudnnAttentionPlan* p = m_impl->plan(a, AttentionPass::Forward);
     if (p == nullptr)
         return false;
@@ -724,6 +743,10 @@ bool CudnnRunner::forward(Scratch& scratch, void* out, float* lse, const void* q
 bool CudnnRunner::backward(Scratch& scratch, void* dqkv, const void* dout, const void* qkv, const void* out,
     const float* lse, const AttentionShape& a)
 {
+    if (!aligned16({dqkv, dout, qkv, out, lse})) {
+        noteOwn("a buffer not 16-byte aligned");
+        return false;
+    }
     const CudnnAttentionPlan* p = m_impl->plan(a, AttentionPass::Backward);
     if (p == nullptr)
         return false;

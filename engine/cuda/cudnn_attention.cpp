@@ -432,6 +432,8 @@ struct CudnnAttentionPlan::Graph
 {
     std::vector<std::unique_ptr<CudnnDescriptor>> descriptors;
     std::unique_ptr<CudnnDescriptor> operations;
+    /// The heuristics' engine configurations, kept as long as the plan made of one (as the frontend does).
+    std::vector<std::unique_ptr<CudnnDescriptor>> configs;
     std::unique_ptr<CudnnDescriptor> plan;
     float scale = 1.0f;
     float negInf = -std::numeric_limits<float>::infinity();
@@ -524,6 +526,7 @@ CudnnAttentionPlan::CudnnAttentionPlan(const CudnnDevice& device, const Attentio
             m_api.getAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &m_engine);
         m_graph->plan = std::move(plan);
     }
+    m_graph->configs = std::move(configs);
     if (!m_graph->plan)
         throw CudnnError(std::string("cuDNN attention ") + passName + ": none of the " + std::to_string(returned)
                 + " engines offered builds a plan" + (reasons.empty() ? std::string() : " (" + reasons + ")"),

@@ -89,7 +89,7 @@ rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin" "$out/lib" "$out/src/tests"
 : >"$out/MANIFEST" # marks the folder as a bundle from now on, even if a step below fails
 for t in "${targets[@]}"; do
-  exe=$(find "$build" -type f -name "$t" -perm -u+x -not -path "*/CMakeFiles/*" | head -n 1)
+  exe=$(find "$build" -type f -name "$t" -perm -u+x -not -path "*/CMakeFiles/*" -print -quit)
   [ -n "$exe" ] || { echo "gpu-bundle: $t was built but not found under $build" >&2; exit 1; }
   cp "$exe" "$out/bin/$t"
   strip --strip-all "$out/bin/$t"
@@ -112,7 +112,8 @@ done
 # engine, engine/openblas.cpp) and libssh (app/launch/libssh.cpp), with what they link. The programs' DT_RPATH
 # finds them in lib/ there too.
 for soname in libopenblas.so.0 libssh.so.4; do
-  path=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ { print $NF; exit }')
+  # awk reads all of ldconfig's list: leaving early would end ldconfig with SIGPIPE, a failure under pipefail.
+  path=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ && p == "" { p = $NF } END { if (p != "") print p }')
   [ -n "$path" ] || { echo "gpu-bundle: $soname is not installed here (packaging/setup-deps.sh)" >&2; exit 1; }
   [ -e "$out/lib/$soname" ] || cp -L "$path" "$out/lib/$soname"
   while read -r name arrow dep _; do
@@ -153,7 +154,7 @@ fi
 {
   echo "pipewright GPU bundle"
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(c++ --version | head -n 1)"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(c++ --version | sed -n 1p)"
   echo "cuda: $("$cuda/bin/nvcc" --version | tail -n 1), architectures sm_80 sm_90"
   echo
   for exe in "$out"/bin/*; do

@@ -145,63 +145,24 @@ public:
     void downloadBytes(void* host, const void* src, std::size_t bytes) override
     {
         activate();
-        for (std::size_t first = 0; first < bytes; first += kStageBytes) {
-            const std::size_t n = std::min(kStageBytes, bytes - first);
-            Staging::Chunk& c = m_staging.acquire();
-            PW_CUDA(cudaMemcpyAsync(
-                c.host, static_cast<const std::byte*>(src) + first, n, cudaMemcpyDeviceToHost, m_stream.get()));
-            PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
-            PW_CUDA(cudaEventSynchronize(c.copied));
-            std::memcpy(static_cast<std::byte*>(host) + first, c.host, n);
-        }
+        downloadStaged(src, 1, bytes, [&](const void* chunk, std::size_t first, std::size_t n) {
+            std::memcpy(static_cast<std::byte*>(host) + first, chunk, n);
+        });
     }
 
     void download(float* host, const void* src, DType dtype, std::size_t count) override
     {
         activate();
-        const std::size_t size = byteSize(dtype), per = kStageBytes / size;
-        struct Pending
-        {
-            Staging::Chunk* chunk;
-            std::size_t first, n;
-        };
-        std::deque<Pending> pending;
-        const auto finish = [&] {
-            const Pending p = pending.front();
-            pending.pop_front();
-            PW_CUDA(cudaEventSynchronize(p.chunk->copied));
-            p.chunk->held = false;
-            float* out = host + p.first;
-            if (dtype == DType::BF16) {
-                const auto* h = static_cast<const std::uint16_t*>(p.chunk->host);
-                convert(h, out, p.n, fromBf16);
-            } else if (dtype == DType::I32) {
-                const auto* h = static_cast<const std::int32_t*>(p.chunk->host);
-                std::transform(h, h + p.n, out, [](std::int32_t v) { return static_cast<float>(v); });
-            } else {
-                std::memcpy(out, p.chunk->host, p.n * sizeof(float));
-            }
-        };
-        try {
-            for (std::size_t first = 0; first < count; first += per) {
-                // At most half the chunks hold unread data, so acquire() always finds one it may reuse.
-                if (pending.size() == kMaxStages / 2)
-                    finish();
-                const std::size_t n = std::min(per, count - first);
-                Staging::Chunk& c = m_staging.acquire();
-                PW_CUDA(cudaMemcpyAsync(c.host, static_cast<const char*>(src) + first * size, n * size,
-                    cudaMemcpyDeviceToHost, m_stream.get()));
-                PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
-                c.held = true;
-                pending.push_back({&c, first, n});
-            }
-            while (!pending.empty())
-                finish();
-        } catch (...) {
-            for (auto& p : pending)
-                p.chunk->held = false;
-            throw;
-        }
+        downloadStaged(src, byteSize(dtype), count, [&](const void* chunk, std::size_t first, std::size_t n) {
+            float* out = host + first;
+            if (dtype == DType::BF16)
+                convert(static_cast<const std::uint16_t*>(chunk), out, n, fromBf16);
+            else if (dtype == DType::I32) {
+                const auto* h = static_cast<const std::int32_t*>(chunk);
+                std::transform(h, h + n, out, [](std::int32_t v) { return static_cast<float>(v); });
+            } else
+                std::memcpy(out, chunk, n * sizeof(float));
+        });
         if (count == 0)
             synchronize();
     }
@@ -527,6 +488,46 @@ public:
     }
 
 private:
+    /// Copies `count` elements of `size` bytes from the device through the staging chunks, with up to half the
+    /// chunks in flight, and hands each chunk's elements to `land(chunk, first, n)` in order once its copy is done
+    /// (so the host reads one chunk while the next ones copy); returns when all have landed.
+    template <class Land> void downloadStaged(const void* src, std::size_t size, std::size_t count, Land land)
+    {
+        const std::size_t per = kStageBytes / size;
+        struct Pending
+        {
+            Staging::Chunk* chunk;
+            std::size_t first, n;
+        };
+        std::deque<Pending> pending;
+        const auto finish = [&] {
+            const Pending p = pending.front();
+            pending.pop_front();
+            PW_CUDA(cudaEventSynchronize(p.chunk->copied));
+            p.chunk->held = false;
+            land(static_cast<const void*>(p.chunk->host), p.first, p.n); // in elements
+        };
+        try {
+            for (std::size_t first = 0; first < count; first += per) {
+                // At most half the chunks hold unread data, so acquire() always finds one it may reuse.
+                if (pending.size() == kMaxStages / 2)
+                    finish();
+                const std::size_t n = std::min(per, count - first);
+                Staging::Chunk& c = m_staging.acquire();
+                PW_CUDA(cudaMemcpyAsync(c.host, static_cast<const char*>(src) + first * size, n * size,
+                    cudaMemcpyDeviceToHost, m_stream.get()));
+                PW_CUDA(cudaEventRecord(c.copied, m_stream.get()));
+                c.held = true;
+                pending.push_back({&c, first, n});
+            }
+            while (!pending.empty())
+                finish();
+        } catch (...) {
+            for (auto& p : pending)
+                p.chunk->held = false;
+            throw;
+        }
+    }
     bool bf16() const { return m_precision == Precision::Bf16Mixed; }
     void activate() const { cuda::useDevice(m_device); }
     /// dinp (BT x C) = dout . weight, written (beta 0: nothing read or zeroed first): column-major dinp^T (C x BT)

@@ -26,8 +26,9 @@
 //   16-byte aligned and the row length allows it; otherwise the scalar path of the same kernel runs. Reductions
 //   are deterministic (fixed grids, fixed orders, no atomics): column sums (dweight, dbias) through per-chunk
 //   partials, dwte through a token sort, the gradient norm in two levels.
-// - cudnn_attention.cpp: in bf16, attention through cuDNN's fused flash attention (graph API, dlopen'ed like
-//   cuBLASLt), plans shared per GPU and shape; shapes cuDNN refuses, fp32, and PW_CUDA_ATTENTION=own run attention.cu.
+// - cudnn_attention.cpp, cudnn_runner.cpp: in bf16, attention through cuDNN's fused flash attention (graph API,
+//   dlopen'ed like cuBLASLt), plans shared per GPU and shape; shapes cuDNN refuses, fp32 and PW_CUDA_ATTENTION=own
+//   run attention.cu.
 // - attention.cu: a flash-style fused attention. bf16 with head size 64 or 128 runs on tensor cores (mma.sync,
 //   online softmax, the log-sum-exp per row kept as the stash: B NH T floats); other head sizes and fp32 run a
 //   warp-per-row kernel on CUDA cores, fp32 throughout. The backward recomputes the probabilities, in two kernels

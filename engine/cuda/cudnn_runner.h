@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Internal to engine/: a CUDA backend's way to cuDNN's attention, without cuDNN's types, so that the backend is the
-// same code with or without cuDNN's headers (cudnn_attention.cpp implements it; no_cudnn.cpp where the headers were
+// same code with or without cuDNN's headers (cudnn_runner.cpp implements it; no_cudnn.cpp where the headers were
 // missing at build time, as nccl_absent.cpp does for NCCL).
 #pragma once
 

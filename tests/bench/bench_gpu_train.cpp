@@ -431,6 +431,21 @@ int main(int argc, char** argv)
                 j["compile_tokens_per_s"] = *r.torch.compiled;
             results["batches"].push_back(j);
         }
+        // What cuDNN's attention buys over the engine's own kernels, at the first batch.
+        if (!rows.empty() && rows.front().engine.error.empty() && attentionKernels.rfind("cuDNN", 0) == 0) {
+            const int batch = rows.front().batch;
+            setenv("PW_CUDA_ATTENTION", "own", 1);
+            const Speed own = trainEngine(test::gpt2Plan(gpt2Small(batch), {{0, 13, {0}}}, "gpipe", 1), o);
+            unsetenv("PW_CUDA_ATTENTION");
+            if (own.error.empty()) {
+                std::printf("  engine at %d x %d with its own attention kernels: %.0f tok/s; with cuDNN's %.0f tok/s "
+                            "(cuDNN %.2fx)\n",
+                    batch, config.max_seq, own.tokens_per_s, rows.front().engine.tokens_per_s,
+                    rows.front().engine.tokens_per_s / own.tokens_per_s);
+                results["own_attention"] = {{"batch", batch}, {"engine_tokens_per_s", own.tokens_per_s}};
+            } else
+                std::printf("  engine with its own attention kernels: failed: %s\n", own.error.c_str());
+        }
         for (const auto& r : rows)
             if (r.batch == 16 && r.engine.error.empty() && r.torch.eager)
                 std::printf("  target (issue 20): engine >= 1.00x PyTorch eager at 16 x %d: %s (%.2fx)\n",

@@ -237,7 +237,7 @@ for i in "${!benches[@]}"; do
   rows+=("$b|$result")
   while IFS= read -r line; do
     rows+=("  |$line")
-  done < <(grep -E '^  attention: |cuDNN .*faster|tok(ens)?/s|MFU|TFLOP|[0-9.]+ ?x |vs\.? |pw-skip|skipped|no GPU|no CUDA|peak|predicted' "$logs/$b.log" | tail -n 16 | cut -c1-110)
+  done < <(grep -E '^  attention: |own / cuDNN|tok(ens)?/s|MFU|TFLOP|[0-9.]+ ?x |vs\.? |pw-skip|skipped|no GPU|no CUDA|peak|predicted' "$logs/$b.log" | tail -n 16 | cut -c1-110)
 done
 
 # The summary, last.

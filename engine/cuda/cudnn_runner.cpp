@@ -22,11 +22,12 @@ namespace {
 using PlanKey = std::tuple<int, int, int, int, int, int, int>; // device, B, T, NH, KV, hs, pass
 using PlanOrRefusal = std::variant<std::shared_ptr<CudnnAttentionPlan>, std::string>;
 
-/// The process's plans, by device, shape and pass (never freed: a handful per process).
+/// The process's plans, by device, shape and pass: a handful per process, never freed (not even at exit, where
+/// destroying them could follow the CUDA runtime's teardown).
 std::map<PlanKey, PlanOrRefusal>& planCache()
 {
-    static std::map<PlanKey, PlanOrRefusal> cache;
-    return cache;
+    static auto* cache = new std::map<PlanKey, PlanOrRefusal>;
+    return *cache;
 }
 std::mutex g_planCacheMutex;
 

@@ -439,7 +439,7 @@ int main(int argc, char** argv)
             unsetenv("PW_CUDA_ATTENTION");
             if (own.error.empty()) {
                 std::printf("  engine at %d x %d with its own attention kernels: %.0f tok/s; with cuDNN's %.0f tok/s "
-                            "(cuDNN %.2fx)\n",
+                            "(cuDNN / own %.2f)\n",
                     batch, config.max_seq, own.tokens_per_s, rows.front().engine.tokens_per_s,
                     rows.front().engine.tokens_per_s / own.tokens_per_s);
                 results["own_attention"] = {{"batch", batch}, {"engine_tokens_per_s", own.tokens_per_s}};
@@ -635,7 +635,7 @@ int main(int argc, char** argv)
             json ownJson = json::array();
             for (std::size_t i = 0; i < own.size() && i < calls.size(); ++i)
                 if (own[i].kernel.rfind("attention", 0) == 0) {
-                    std::printf("  %-20s own %7.1f us, cuDNN %7.1f us (cuDNN %.2fx faster)\n", own[i].kernel.c_str(),
+                    std::printf("  %-20s own %7.1f us, cuDNN %7.1f us (own / cuDNN %.2f)\n", own[i].kernel.c_str(),
                         own[i].seconds * 1e6, calls[i].seconds * 1e6, own[i].seconds / calls[i].seconds);
                     ownJson.push_back(
                         {{"kernel", own[i].kernel}, {"own_s", own[i].seconds}, {"cudnn_s", calls[i].seconds}});

@@ -97,8 +97,10 @@ TEST_CASE("CUDA stages sharing one GPU over the device fabric give the host-stag
                 return s;
             }();
             const DataOrder data(r.tokens, setup.microbatches, setup.shape.batch, setup.shape.seq);
+            // The engine's own attention kernels: cuDNN's backward accumulates dQ with atomics (not bit-reproducible
+            // run to run), and this test checks that the fabric changes no bit.
             const BackendFactory gpu
-                = [&](int) { return std::shared_ptr<Backend>(makeCudaBackend(0, mode.precision)); };
+                = [&](int) { return std::shared_ptr<Backend>(makeCudaBackend(0, mode.precision, CudaAttention::Own)); };
             const auto host = runLocally(plan, setup, data, r.steps, gpu, LocalLinks::Host);
             const auto device = runLocally(plan, setup, data, r.steps, gpu, LocalLinks::Auto);
             REQUIRE(device.losses.size() == host.losses.size());

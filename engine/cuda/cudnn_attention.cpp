@@ -131,14 +131,12 @@ std::size_t alignUp(std::size_t n)
     return (n + kAlign - 1) / kAlign * kAlign;
 }
 
-/// Builds the operation graph's tensors and operations, keeping every descriptor alive as long as the plan.
+/// Writes the graph's tensors and operations down as data (AttentionGraph).
 class Builder
 {
 public:
-    explicit Builder(const CudnnApi& api)
-        : m_api(api)
-    {
-    }
+    using Ref = int; ///< a tensor: its index in AttentionGraph::tensors; kNone for none
+    static constexpr Ref kNone = -1;
 
     struct TensorSpec
     {
@@ -149,37 +147,24 @@ public:
         bool byValue = false;
     };
 
-    const CudnnDescriptor& tensor(const TensorSpec& spec)
+    Ref tensor(const TensorSpec& spec)
     {
-        auto& t = keep(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-        const bool isVirtual = spec.uid == 0;
-        const std::int64_t uid = isVirtual ? m_nextVirtual++ : spec.uid;
-        const std::int64_t alignment = 16;
-        t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &spec.type)
-            .setInts(CUDNN_ATTR_TENSOR_DIMENSIONS, spec.dims)
-            .setInts(CUDNN_ATTR_TENSOR_STRIDES, spec.strides)
-            .setInt(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)
-            .setInt(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, alignment);
-        if (isVirtual) {
-            const bool yes = true;
-            t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
-        }
-        if (spec.byValue) {
-            const bool yes = true;
-            t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
-        }
-        t.finalize("tensor " + std::to_string(uid));
-        return t;
+        GraphTensor t;
+        t.dims = spec.dims;
+        t.strides = spec.strides;
+        t.type = spec.type;
+        t.isVirtual = spec.uid == 0;
+        t.uid = t.isVirtual ? m_nextVirtual++ : spec.uid;
+        t.byValue = spec.byValue;
+        m_graph.tensors.push_back(std::move(t));
+        return static_cast<Ref>(m_graph.tensors.size() - 1);
     }
 
     /// A scalar passed by value at execution (fp32).
-    const CudnnDescriptor& scalar(std::int64_t uid)
-    {
-        return tensor({{1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, uid, true});
-    }
+    Ref scalar(std::int64_t uid) { return tensor({{1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, uid, true}); }
 
     /// A virtual tensor like `dims` with packed strides.
-    const CudnnDescriptor& temp(const Dims& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT)
+    Ref temp(const Dims& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT)
     {
         Dims strides(dims.size(), 1);
         for (std::size_t i = dims.size() - 1; i-- > 0;)
@@ -188,95 +173,71 @@ public:
     }
 
     /// y = mode(x[, b[, t]]) computed in `math`.
-    void pointwise(cudnnPointwiseMode_t mode, const CudnnDescriptor& x, const CudnnDescriptor* b,
-        const CudnnDescriptor& y, const CudnnDescriptor* t = nullptr, cudnnDataType_t math = CUDNN_DATA_FLOAT,
-        std::int64_t axis = -1)
+    void pointwise(cudnnPointwiseMode_t mode, Ref x, Ref b, Ref y, Ref t = kNone,
+        cudnnDataType_t math = CUDNN_DATA_FLOAT, std::int64_t axis = -1)
     {
-        auto& pw = keep(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-        pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
-            .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
-        if (axis >= 0)
-            pw.setInt(CUDNN_ATTR_POINTWISE_AXIS, axis);
-        pw.finalize("pointwise mode " + std::to_string(mode));
-        auto& op = keep(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-        op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw).setDesc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-        if (b != nullptr)
-            op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
-        if (t != nullptr)
-            op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
-        op.setDesc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-        op.finalize("pointwise operation mode " + std::to_string(mode));
-        m_ops.push_back(op.get());
+        GraphOp op;
+        op.kind = GraphOp::Kind::Pointwise;
+        op.pointwise = mode;
+        op.math = math;
+        op.axis = axis;
+        op.x = x;
+        op.b = b;
+        op.t = t;
+        op.y = y;
+        m_graph.ops.push_back(op);
     }
 
-    void reduction(cudnnReduceTensorOp_t mode, const CudnnDescriptor& x, const CudnnDescriptor& y)
+    void reduction(cudnnReduceTensorOp_t mode, Ref x, Ref y)
     {
-        auto& r = keep(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-        const cudnnDataType_t math = CUDNN_DATA_FLOAT;
-        r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
-            .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math);
-        r.finalize("reduction");
-        auto& op = keep(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-        op.setDesc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r)
-            .setDesc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
-            .setDesc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-        op.finalize("reduction operation");
-        m_ops.push_back(op.get());
+        GraphOp op;
+        op.kind = GraphOp::Kind::Reduction;
+        op.reduction = mode;
+        op.x = x;
+        op.y = y;
+        m_graph.ops.push_back(op);
     }
 
     /// c = a b over the last two dimensions, batched over the first two, accumulated in fp32.
-    void matmul(const CudnnDescriptor& a, const CudnnDescriptor& b, const CudnnDescriptor& c)
+    void matmul(Ref a, Ref b, Ref c)
     {
-        auto& mm = keep(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-        const cudnnDataType_t math = CUDNN_DATA_FLOAT;
-        mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math);
-        mm.finalize("matmul");
-        auto& op = keep(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-        op.setDesc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm)
-            .setDesc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
-            .setDesc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
-            .setDesc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-        op.finalize("matmul operation");
-        m_ops.push_back(op.get());
+        GraphOp op;
+        op.kind = GraphOp::Kind::Matmul;
+        op.x = a;
+        op.b = b;
+        op.y = c;
+        m_graph.ops.push_back(op);
     }
 
     /// y: x's elements seen through y's dimensions and strides (a transpose, here).
-    void reshape(const CudnnDescriptor& x, const CudnnDescriptor& y)
+    void reshape(Ref x, Ref y)
     {
-        auto& op = keep(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-        op.setDesc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).setDesc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-        op.finalize("reshape operation");
-        m_ops.push_back(op.get());
+        GraphOp op;
+        op.kind = GraphOp::Kind::Reshape;
+        op.x = x;
+        op.y = y;
+        m_graph.ops.push_back(op);
     }
 
     /// The causal mask of the frontend's sliding-window mask with a right bound of 0: scores above the diagonal
     /// (column > row) become -inf.
-    const CudnnDescriptor& causalMask(const CudnnDescriptor& scores, const Dims& dims, const CudnnDescriptor& negInf)
+    Ref causalMask(Ref scores, const Dims& dims, Ref negInf)
     {
-        auto& row = temp(dims, CUDNN_DATA_INT32);
-        auto& col = temp(dims, CUDNN_DATA_INT32);
-        pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, row, nullptr, CUDNN_DATA_FLOAT, 2);
-        pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, col, nullptr, CUDNN_DATA_FLOAT, 3);
-        auto& keepIt = temp(dims, CUDNN_DATA_BOOLEAN);
-        pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, keepIt, nullptr, CUDNN_DATA_BOOLEAN);
-        auto& masked = temp(dims);
-        pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &negInf, masked, &keepIt);
+        const Ref row = temp(dims, CUDNN_DATA_INT32);
+        const Ref col = temp(dims, CUDNN_DATA_INT32);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, kNone, row, kNone, CUDNN_DATA_FLOAT, 2);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, kNone, col, kNone, CUDNN_DATA_FLOAT, 3);
+        const Ref keepIt = temp(dims, CUDNN_DATA_BOOLEAN);
+        pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keepIt, kNone, CUDNN_DATA_BOOLEAN);
+        const Ref masked = temp(dims);
+        pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, negInf, masked, keepIt);
         return masked;
     }
 
-    std::vector<std::unique_ptr<CudnnDescriptor>> takeDescriptors() { return std::move(m_keep); }
-    const std::vector<cudnnBackendDescriptor_t>& ops() const { return m_ops; }
+    AttentionGraph take() { return std::move(m_graph); }
 
 private:
-    CudnnDescriptor& keep(cudnnBackendDescriptorType_t type)
-    {
-        m_keep.push_back(std::make_unique<CudnnDescriptor>(m_api, type));
-        return *m_keep.back();
-    }
-
-    const CudnnApi& m_api;
-    std::vector<std::unique_ptr<CudnnDescriptor>> m_keep;
-    std::vector<cudnnBackendDescriptor_t> m_ops;
+    AttentionGraph m_graph;
     std::int64_t m_nextVirtual = kFirstVirtual;
 };
 
@@ -316,46 +277,45 @@ Layouts layoutsOf(const AttentionShape& a)
 void buildForward(Builder& g, const Layouts& l)
 {
     const auto bf16 = CUDNN_DATA_BFLOAT16;
-    auto& q = g.tensor({l.q(), l.qkvStrides(), bf16, kQ});
-    auto& kt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kKt});
-    auto& v = g.tensor({l.kv(), l.qkvStrides(), bf16, kV});
-    auto& o = g.tensor({l.q(), l.outStrides(), bf16, kO});
-    auto& stats = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kStats});
-    auto& scale = g.scalar(kScale);
-    auto& negInf = g.scalar(kNegInf);
+    const auto q = g.tensor({l.q(), l.qkvStrides(), bf16, kQ});
+    const auto kt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kKt});
+    const auto v = g.tensor({l.kv(), l.qkvStrides(), bf16, kV});
+    const auto o = g.tensor({l.q(), l.outStrides(), bf16, kO});
+    const auto stats = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kStats});
+    const auto scale = g.scalar(kScale);
+    const auto negInf = g.scalar(kNegInf);
 
-    auto& s = g.temp(l.scores());
+    const auto s = g.temp(l.scores());
     g.matmul(q, kt, s);
-    auto& scaled = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, scaled);
-    auto& masked = g.causalMask(scaled, l.scores(), negInf);
+    const auto scaled = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_MUL, s, scale, scaled);
+    const auto masked = g.causalMask(scaled, l.scores(), negInf);
     // Softmax with its statistics: max, exp(x - max), their sum; stats = max + log(sum); p = exp / sum.
-    auto& max = g.temp(l.rows());
+    const auto max = g.temp(l.rows());
     g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
-    auto& shifted = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_SUB, masked, &max, shifted);
-    auto& e = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, e);
-    auto& sum = g.temp(l.rows());
+    const auto shifted = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_SUB, masked, max, shifted);
+    const auto e = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_EXP, shifted, Builder::kNone, e);
+    const auto sum = g.temp(l.rows());
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
-    auto& logSum = g.temp(l.rows());
-    g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, logSum);
-    g.pointwise(CUDNN_POINTWISE_ADD, max, &logSum, stats);
-    auto& p = g.temp(l.scores(), bf16); // the second product's operands share a type
-    g.pointwise(CUDNN_POINTWISE_DIV, e, &sum, p);
+    const auto logSum = g.temp(l.rows());
+    g.pointwise(CUDNN_POINTWISE_LOG, sum, Builder::kNone, logSum);
+    g.pointwise(CUDNN_POINTWISE_ADD, max, logSum, stats);
+    const auto p = g.temp(l.scores(), bf16); // the second product's operands share a type
+    g.pointwise(CUDNN_POINTWISE_DIV, e, sum, p);
     g.matmul(p, v, o);
 }
 
 /// out (B, KV, T, hs) = a b, the product per query head summed over each key/value head's group (the frontend's
 /// GQA gradient: the full-head product, then a reduction over the group); a plain product when KV = NH.
-void productOverGroups(
-    Builder& g, const Layouts& l, const CudnnDescriptor& a, const CudnnDescriptor& b, const CudnnDescriptor& out)
+void productOverGroups(Builder& g, const Layouts& l, Builder::Ref a, Builder::Ref b, Builder::Ref out)
 {
     if (l.KV == l.H) {
         g.matmul(a, b, out);
         return;
     }
-    auto& full = g.tensor({l.q(), l.packed(), CUDNN_DATA_BFLOAT16});
+    const auto full = g.tensor({l.q(), l.packed(), CUDNN_DATA_BFLOAT16});
     g.matmul(a, b, full);
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
@@ -363,64 +323,180 @@ void productOverGroups(
 void buildBackward(Builder& g, const Layouts& l)
 {
     const auto bf16 = CUDNN_DATA_BFLOAT16;
-    auto& q = g.tensor({l.q(), l.qkvStrides(), bf16, kQ});
-    auto& kt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kKt});
-    auto& vt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kV});
-    auto& o = g.tensor({l.q(), l.outStrides(), bf16, kO});
-    auto& dO = g.tensor({l.q(), l.outStrides(), bf16, kDO});
-    auto& stats = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kStats});
-    auto& dQ = g.tensor({l.q(), l.qkvStrides(), bf16, kDQ});
-    auto& dK = g.tensor({l.kv(), l.qkvStrides(), bf16, kDK});
-    auto& dV = g.tensor({l.kv(), l.qkvStrides(), bf16, kDV});
-    auto& scale = g.scalar(kScale);
-    auto& negInf = g.scalar(kNegInf);
-    auto& one = g.scalar(kOne);
+    const auto q = g.tensor({l.q(), l.qkvStrides(), bf16, kQ});
+    const auto kt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kKt});
+    const auto vt = g.tensor({l.kvT(), l.qkvStridesT(), bf16, kV});
+    const auto o = g.tensor({l.q(), l.outStrides(), bf16, kO});
+    const auto dO = g.tensor({l.q(), l.outStrides(), bf16, kDO});
+    const auto stats = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kStats});
+    const auto dQ = g.tensor({l.q(), l.qkvStrides(), bf16, kDQ});
+    const auto dK = g.tensor({l.kv(), l.qkvStrides(), bf16, kDK});
+    const auto dV = g.tensor({l.kv(), l.qkvStrides(), bf16, kDV});
+    const auto scale = g.scalar(kScale);
+    const auto negInf = g.scalar(kNegInf);
+    const auto one = g.scalar(kOne);
 
     // Each row's sum of dO . O (softmax's backward subtracts it), kept in the workspace.
-    auto& dOO = g.tensor({l.q(), {l.H * l.T * l.D, l.T * l.D, l.H * l.D, 1}, CUDNN_DATA_FLOAT});
-    g.pointwise(CUDNN_POINTWISE_MUL, dO, &o, dOO);
-    auto& rowSum = g.temp(l.rows());
+    const auto dOO = g.tensor({l.q(), {l.H * l.T * l.D, l.T * l.D, l.H * l.D, 1}, CUDNN_DATA_FLOAT});
+    g.pointwise(CUDNN_POINTWISE_MUL, dO, o, dOO);
+    const auto rowSum = g.temp(l.rows());
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, rowSum);
-    auto& rowSums = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kRowSums});
-    g.pointwise(CUDNN_POINTWISE_MUL, rowSum, &one, rowSums);
+    const auto rowSums = g.tensor({l.rows(), l.rowStrides(), CUDNN_DATA_FLOAT, kRowSums});
+    g.pointwise(CUDNN_POINTWISE_MUL, rowSum, one, rowSums);
 
     // The probabilities again: p = exp(mask(scale q k^T) - stats).
-    auto& s = g.temp(l.scores());
+    const auto s = g.temp(l.scores());
     g.matmul(q, kt, s);
-    auto& scaled = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, scaled);
-    auto& shifted = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_SUB, scaled, &stats, shifted);
-    auto& masked = g.causalMask(shifted, l.scores(), negInf);
-    auto& p = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
+    const auto scaled = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_MUL, s, scale, scaled);
+    const auto shifted = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_SUB, scaled, stats, shifted);
+    const auto masked = g.causalMask(shifted, l.scores(), negInf);
+    const auto p = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_EXP, masked, Builder::kNone, p);
 
     // dV = p^T dO.
     const Dims transposed {l.H * l.T * l.T, l.T * l.T, 1, l.T};
-    auto& pT = g.tensor({l.scores(), transposed, bf16});
+    const auto pT = g.tensor({l.scores(), transposed, bf16});
     g.reshape(p, pT);
     productOverGroups(g, l, pT, dO, dV);
 
     // dS = p (dO V^T - rowSums) scale; dK = dS^T q; dQ = dS k (accumulated in fp32).
-    auto& dP = g.temp(l.scores());
+    const auto dP = g.temp(l.scores());
     g.matmul(dO, vt, dP);
-    auto& centred = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_SUB, dP, &rowSums, centred);
-    auto& dSraw = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_MUL, centred, &p, dSraw);
-    auto& dS = g.temp(l.scores());
-    g.pointwise(CUDNN_POINTWISE_MUL, dSraw, &scale, dS);
-    auto& dST = g.tensor({l.scores(), transposed, bf16});
+    const auto centred = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_SUB, dP, rowSums, centred);
+    const auto dSraw = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_MUL, centred, p, dSraw);
+    const auto dS = g.temp(l.scores());
+    g.pointwise(CUDNN_POINTWISE_MUL, dSraw, scale, dS);
+    const auto dST = g.tensor({l.scores(), transposed, bf16});
     g.reshape(dS, dST);
     productOverGroups(g, l, dST, q, dK);
-    auto& k = g.tensor({l.kv(), l.qkvStrides(), bf16});
+    const auto k = g.tensor({l.kv(), l.qkvStrides(), bf16});
     g.reshape(kt, k);
-    auto& dQAccum = g.tensor({l.q(), l.packed(), CUDNN_DATA_FLOAT, kDQAccum});
+    const auto dQAccum = g.tensor({l.q(), l.packed(), CUDNN_DATA_FLOAT, kDQAccum});
     g.matmul(dS, k, dQAccum);
-    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQAccum, nullptr, dQ);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQAccum, Builder::kNone, dQ);
+}
+
+/// The graph's descriptors, kept in `keep`; returns its operations in order.
+std::vector<cudnnBackendDescriptor_t> lower(
+    const CudnnApi& api, const AttentionGraph& graph, std::vector<std::unique_ptr<CudnnDescriptor>>& keep)
+{
+    const auto make = [&](cudnnBackendDescriptorType_t type) -> CudnnDescriptor& {
+        keep.push_back(std::make_unique<CudnnDescriptor>(api, type));
+        return *keep.back();
+    };
+    std::vector<const CudnnDescriptor*> tensors;
+    for (const GraphTensor& spec : graph.tensors) {
+        auto& t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+        const std::int64_t alignment = 16;
+        const bool yes = true;
+        t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &spec.type)
+            .setInts(CUDNN_ATTR_TENSOR_DIMENSIONS, spec.dims)
+            .setInts(CUDNN_ATTR_TENSOR_STRIDES, spec.strides)
+            .setInt(CUDNN_ATTR_TENSOR_UNIQUE_ID, spec.uid)
+            .setInt(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, alignment);
+        if (spec.isVirtual)
+            t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
+        if (spec.byValue)
+            t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
+        t.finalize("tensor " + std::to_string(spec.uid));
+        tensors.push_back(&t);
+    }
+    const auto at = [&](int i) -> const CudnnDescriptor& { return *tensors.at(static_cast<std::size_t>(i)); };
+    std::vector<cudnnBackendDescriptor_t> ops;
+    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+    for (const GraphOp& o : graph.ops) {
+        CudnnDescriptor* op = nullptr;
+        switch (o.kind) {
+        case GraphOp::Kind::Pointwise: {
+            auto& pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+            pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &o.pointwise)
+                .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &o.math);
+            if (o.axis >= 0)
+                pw.setInt(CUDNN_ATTR_POINTWISE_AXIS, o.axis);
+            pw.finalize("pointwise mode " + std::to_string(o.pointwise));
+            op = &make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+            op->setDesc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+                .setDesc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, at(o.x));
+            if (o.b >= 0)
+                op->setDesc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, at(o.b));
+            if (o.t >= 0)
+                op->setDesc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, at(o.t));
+            op->setDesc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, at(o.y));
+            op->finalize("pointwise operation mode " + std::to_string(o.pointwise));
+            break;
+        }
+        case GraphOp::Kind::Reduction: {
+            auto& r = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+            r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &o.reduction)
+                .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
+            r.finalize("reduction");
+            op = &make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+            op->setDesc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r)
+                .setDesc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, at(o.x))
+                .setDesc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, at(o.y));
+            op->finalize("reduction operation");
+            break;
+        }
+        case GraphOp::Kind::Matmul: {
+            auto& mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+            mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
+            mm.finalize("matmul");
+            op = &make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+            op->setDesc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm)
+                .setDesc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, at(o.x))
+                .setDesc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, at(o.b))
+                .setDesc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, at(o.y));
+            op->finalize("matmul operation");
+            break;
+        }
+        case GraphOp::Kind::Reshape:
+            op = &make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+            op->setDesc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, at(o.x))
+                .setDesc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, at(o.y));
+            op->finalize("reshape operation");
+            break;
+        }
+        ops.push_back(op->get());
+    }
+    return ops;
 }
 
 } // namespace
+
+AttentionGraph attentionGraph(const AttentionShape& shape, AttentionPass pass)
+{
+    Builder g;
+    if (pass == AttentionPass::Forward)
+        buildForward(g, layoutsOf(shape));
+    else
+        buildBackward(g, layoutsOf(shape));
+    return g.take();
+}
+
+std::vector<std::pair<std::int64_t, void*>> attentionBindings(
+    const AttentionShape& shape, AttentionPass pass, const AttentionBuffers& m, std::size_t elementBytes)
+{
+    const Layouts l = layoutsOf(shape);
+    const auto at = [&](const void* base, std::size_t elements) {
+        return static_cast<void*>(static_cast<char*>(const_cast<void*>(base)) + elements * elementBytes);
+    };
+    const auto value = [](const float* v) { return static_cast<void*>(const_cast<float*>(v)); };
+    std::vector<std::pair<std::int64_t, void*>> b {{kQ, at(m.qkv, 0)}, {kKt, at(m.qkv, l.kOffset())},
+        {kV, at(m.qkv, l.vOffset())}, {kStats, m.lse}, {kScale, value(m.scale)}, {kNegInf, value(m.negInf)}};
+    if (pass == AttentionPass::Forward) {
+        b.emplace_back(kO, m.out);
+        return b;
+    }
+    b.insert(b.end(),
+        {{kO, const_cast<void*>(m.outIn)}, {kDO, const_cast<void*>(m.dout)}, {kDQ, at(m.dqkv, 0)},
+            {kDK, at(m.dqkv, l.kOffset())}, {kDV, at(m.dqkv, l.vOffset())}, {kOne, value(m.one)}, {kRowSums, m.rowSums},
+            {kDQAccum, m.dqAccum}});
+    return b;
+}
 
 struct CudnnAttentionPlan::Graph
 {
@@ -455,19 +531,12 @@ CudnnAttentionPlan::CudnnAttentionPlan(const CudnnDevice& device, const Attentio
     const char* passName = pass == AttentionPass::Forward ? "forward" : "backward";
     m_graph->scale = 1.0f / std::sqrt(static_cast<float>(shape.head_size));
 
-    Builder g(m_api);
-    const Layouts l = layoutsOf(shape);
-    if (pass == AttentionPass::Forward)
-        buildForward(g, l);
-    else
-        buildBackward(g, l);
-
+    const std::vector<cudnnBackendDescriptor_t> ops = lower(m_api, attentionGraph(shape, pass), m_graph->descriptors);
     auto& graph = m_graph->operations
         = std::make_unique<CudnnDescriptor>(m_api, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(g.ops().size()),
-        g.ops().data());
+    graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(ops.size()),
+        ops.data());
     graph->finalize(std::string("the attention ") + passName + " graph");
-    m_graph->descriptors = g.takeDescriptors();
 
     CudnnDescriptor heuristics(m_api, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -545,9 +614,15 @@ std::string CudnnAttentionPlan::engineDescription() const
         + " offered that builds), workspace " + std::to_string(workspaceBytes()) + " bytes";
 }
 
-void CudnnAttentionPlan::execute(cudnnHandle_t handle, const std::vector<std::int64_t>& uids,
-    const std::vector<void*>& pointers, void* workspace) const
+void CudnnAttentionPlan::execute(
+    cudnnHandle_t handle, const std::vector<std::pair<std::int64_t, void*>>& bindings, void* workspace) const
 {
+    std::vector<std::int64_t> uids;
+    std::vector<void*> pointers;
+    for (const auto& [uid, pointer] : bindings) {
+        uids.push_back(uid);
+        pointers.push_back(pointer);
+    }
     CudnnDescriptor pack(m_api, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(uids.size()), uids.data())
         .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<std::int64_t>(pointers.size()),
@@ -562,12 +637,14 @@ void CudnnAttentionPlan::forward(cudnnHandle_t handle, void* out, float* lse, co
 {
     if (m_pass != AttentionPass::Forward)
         throw std::logic_error("CudnnAttentionPlan::forward on a backward plan");
-    const Layouts l = layoutsOf(m_shape);
-    constexpr std::size_t element = 2; // bf16
-    auto* base = static_cast<char*>(const_cast<void*>(qkv));
-    execute(handle, {kQ, kKt, kV, kO, kStats, kScale, kNegInf},
-        {base, base + l.kOffset() * element, base + l.vOffset() * element, out, lse, &m_graph->scale, &m_graph->negInf},
-        workspace);
+    AttentionBuffers m;
+    m.qkv = qkv;
+    m.out = out;
+    m.lse = lse;
+    m.scale = &m_graph->scale;
+    m.negInf = &m_graph->negInf;
+    m.one = &m_graph->one;
+    execute(handle, attentionBindings(m_shape, m_pass, m, 2), workspace);
 }
 
 void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, void* dqkv, const void* dout,
@@ -575,13 +652,8 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, voi
 {
     if (m_pass != AttentionPass::Backward)
         throw std::logic_error("CudnnAttentionPlan::backward on a forward plan");
-    const Layouts l = layoutsOf(m_shape);
-    constexpr std::size_t element = 2; // bf16
-    auto* base = static_cast<char*>(const_cast<void*>(qkv));
-    auto* grad = static_cast<char*>(dqkv);
-    auto* ws = static_cast<char*>(workspace);
     const std::size_t rows = m_shape.rows() * static_cast<std::size_t>(m_shape.heads);
-    char* rowSums = ws + alignUp(static_cast<std::size_t>(m_cudnnWorkspace));
+    char* rowSums = static_cast<char*>(workspace) + alignUp(static_cast<std::size_t>(m_cudnnWorkspace));
     char* accum = rowSums + alignUp(rows * sizeof(float));
     if (m_api.getVersion() < 90600) {
         // The frontend zeroes the accumulator for these versions; later ones initialise it themselves.
@@ -590,11 +662,18 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, cudaStream_t stream, voi
         if (e != cudaSuccess)
             throw CudnnError(std::string("cuDNN attention: zeroing dQ's accumulator: ") + cudaGetErrorString(e));
     }
-    execute(handle, {kQ, kKt, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSums, kDQAccum},
-        {base, base + l.kOffset() * element, base + l.vOffset() * element, const_cast<void*>(out),
-            const_cast<void*>(dout), const_cast<float*>(lse), grad, grad + l.kOffset() * element,
-            grad + l.vOffset() * element, &m_graph->scale, &m_graph->negInf, &m_graph->one, rowSums, accum},
-        workspace);
+    AttentionBuffers m;
+    m.qkv = qkv;
+    m.outIn = out;
+    m.lse = const_cast<float*>(lse);
+    m.dout = dout;
+    m.dqkv = dqkv;
+    m.rowSums = rowSums;
+    m.dqAccum = accum;
+    m.scale = &m_graph->scale;
+    m.negInf = &m_graph->negInf;
+    m.one = &m_graph->one;
+    execute(handle, attentionBindings(m_shape, m_pass, m, 2), workspace);
 }
 
 } // namespace pw::engine::cuda

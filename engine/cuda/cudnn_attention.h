@@ -20,6 +20,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -82,6 +83,68 @@ std::string h100DeviceJson();
 
 enum class AttentionPass { Forward, Backward };
 
+/// @brief A tensor of an attention graph: its shape and layout (elements), type, unique id (the variant pack's key),
+/// and whether it is virtual (inside the fused kernel) or a scalar passed by value.
+struct GraphTensor
+{
+    std::vector<std::int64_t> dims;
+    std::vector<std::int64_t> strides;
+    cudnnDataType_t type = CUDNN_DATA_FLOAT;
+    std::int64_t uid = 0;
+    bool isVirtual = false;
+    bool byValue = false;
+
+    bool operator==(const GraphTensor&) const = default;
+};
+
+/// @brief An operation of an attention graph, on tensors given by their index in AttentionGraph::tensors (-1: none).
+/// Pointwise: y = mode(x[, b][, t]) (binary select: t ? x : b; gen index: the index along `axis`); reduction: y = x
+/// summed or maxed over the dimensions where y is 1, and over groups where y's dimension divides x's; matmul:
+/// y = x b over the last two dimensions, batched over the first two (broadcast where one has fewer heads); reshape:
+/// y = x's elements seen through y's dimensions and strides.
+struct GraphOp
+{
+    enum class Kind { Pointwise, Reduction, Matmul, Reshape };
+    Kind kind = Kind::Pointwise;
+    cudnnPointwiseMode_t pointwise = CUDNN_POINTWISE_IDENTITY;
+    cudnnReduceTensorOp_t reduction = CUDNN_REDUCE_TENSOR_ADD;
+    cudnnDataType_t math = CUDNN_DATA_FLOAT;
+    std::int64_t axis = -1;
+    int x = -1, b = -1, t = -1, y = -1;
+
+    bool operator==(const GraphOp&) const = default;
+};
+
+/// @brief The graph of one attention pass as data: cuDNN builds it (CudnnAttentionPlan); a test runs it on the CPU.
+struct AttentionGraph
+{
+    std::vector<GraphTensor> tensors;
+    std::vector<GraphOp> ops;
+};
+
+/// The forward or backward graph of causal attention of `shape` (the frontend's composition).
+AttentionGraph attentionGraph(const AttentionShape& shape, AttentionPass pass);
+
+/// @brief The memory an attention call binds to its graph's tensors.
+struct AttentionBuffers
+{
+    const void* qkv = nullptr; ///< (B, T, (NH + 2 KV) hs)
+    void* out = nullptr; ///< forward: written (B, T, C)
+    const void* outIn = nullptr; ///< backward: the forward's out
+    float* lse = nullptr; ///< (B, NH, T): forward written, backward read
+    const void* dout = nullptr; ///< backward
+    void* dqkv = nullptr; ///< backward: written
+    void* rowSums = nullptr; ///< backward: B NH T fp32 of workspace
+    void* dqAccum = nullptr; ///< backward: B NH T hs fp32 of workspace
+    const float* scale = nullptr; ///< the by-value scalars: 1 / sqrt(hs), -inf, 1
+    const float* negInf = nullptr;
+    const float* one = nullptr;
+};
+
+/// (unique id, address) of every non-virtual tensor of the pass's graph, for elements of `elementBytes` (2: bf16).
+std::vector<std::pair<std::int64_t, void*>> attentionBindings(
+    const AttentionShape& shape, AttentionPass pass, const AttentionBuffers& buffers, std::size_t elementBytes);
+
 /// @brief A device as cuDNN builds plans for it: a live device's handle, or a device-property JSON.
 class CudnnDevice
 {
@@ -131,8 +194,8 @@ public:
 
 private:
     struct Graph;
-    void execute(cudnnHandle_t handle, const std::vector<std::int64_t>& uids, const std::vector<void*>& pointers,
-        void* workspace) const;
+    void execute(
+        cudnnHandle_t handle, const std::vector<std::pair<std::int64_t, void*>>& bindings, void* workspace) const;
 
     const CudnnApi& m_api;
     AttentionShape m_shape;

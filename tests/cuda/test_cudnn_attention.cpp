@@ -6,7 +6,13 @@
 // it, and cuDNN's results are checked against the engine's own kernels and the CPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dlfcn.h>
@@ -19,10 +25,14 @@ namespace pw::test::cuda {
 
 namespace {
 
+using engine::cuda::AttentionBuffers;
+using engine::cuda::AttentionGraph;
 using engine::cuda::AttentionPass;
 using engine::cuda::CudnnAttentionPlan;
 using engine::cuda::CudnnDevice;
 using engine::cuda::CudnnError;
+using engine::cuda::GraphOp;
+using engine::cuda::GraphTensor;
 
 /// The shapes the engine's tests and benchmarks send cuDNN: GPT-2 124M's, Llama 3 8B's (32 query heads in groups
 /// of 4 per key/value head, hs 128, T 4096), and the kernel tests' odd ones (T off the 64-row tiles, head sizes 8
@@ -43,7 +53,255 @@ bool loadDriverStub()
     return dlopen(PW_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL) != nullptr;
 }
 
+/// @brief Runs an attention graph on the CPU (fp32 storage, double sums), as the graph's operations define it
+/// (GraphOp): the oracle of what cuDNN is asked to compute, independent of cuDNN. A virtual tensor is never in
+/// memory, so its strides say nothing (the frontend's dO . O has overlapping ones): it gets packed storage of its own,
+/// and a reshape's output sees its input's storage through the output's strides.
+class GraphOnCpu
+{
+public:
+    GraphOnCpu(const AttentionGraph& graph, const std::vector<std::pair<std::int64_t, void*>>& bindings)
+        : m_graph(graph)
+        , m_data(graph.tensors.size(), nullptr)
+        , m_strides(graph.tensors.size())
+    {
+        std::map<std::int64_t, void*> bound(bindings.begin(), bindings.end());
+        for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+            const GraphTensor& t = graph.tensors[i];
+            if (!t.isVirtual) {
+                REQUIRE(bound.count(t.uid) == 1);
+                m_data[i] = static_cast<float*>(bound[t.uid]);
+            }
+        }
+        for (const GraphOp& op : graph.ops) // a reshape's output aliases its input
+            if (op.kind == GraphOp::Kind::Reshape)
+                m_alias[op.y] = op.x;
+        for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+            const GraphTensor& t = graph.tensors[i];
+            m_strides[i] = t.strides;
+            if (!t.isVirtual || m_alias.count(static_cast<int>(i)))
+                continue;
+            std::int64_t extent = 1;
+            for (std::size_t d = t.dims.size(); d-- > 0;) {
+                m_strides[i][d] = extent;
+                extent *= t.dims[d];
+            }
+            m_owned.emplace_back(static_cast<std::size_t>(extent), 0.0f);
+            m_data[i] = m_owned.back().data();
+        }
+        for (const auto& [y, x] : m_alias)
+            m_data[static_cast<std::size_t>(y)] = m_data[static_cast<std::size_t>(x)];
+    }
+
+    void run()
+    {
+        for (const GraphOp& op : m_graph.ops)
+            switch (op.kind) {
+            case GraphOp::Kind::Pointwise:
+                pointwise(op);
+                break;
+            case GraphOp::Kind::Reduction:
+                reduction(op);
+                break;
+            case GraphOp::Kind::Matmul:
+                matmul(op);
+                break;
+            case GraphOp::Kind::Reshape:
+                break; // the output already sees the input's storage
+            }
+    }
+
+private:
+    using Index = std::array<std::int64_t, 4>;
+
+    const GraphTensor& tensor(int i) const { return m_graph.tensors.at(static_cast<std::size_t>(i)); }
+    /// The element of tensor `i` at `idx` given in the coordinates of a tensor of dims `outer`: a dimension of 1 is
+    /// broadcast, a smaller one that divides it maps groups (a key/value head serves its group of query heads).
+    float& at(int i, const Index& idx, const std::vector<std::int64_t>& outer)
+    {
+        const GraphTensor& t = tensor(i);
+        std::int64_t offset = 0;
+        for (std::size_t d = 0; d < 4; ++d) {
+            std::int64_t k = idx[d];
+            if (t.dims[d] == 1)
+                k = 0;
+            else if (t.dims[d] != outer[d])
+                k = idx[d] / (outer[d] / t.dims[d]);
+            offset += k * m_strides[static_cast<std::size_t>(i)][d];
+        }
+        return m_data[static_cast<std::size_t>(i)][offset];
+    }
+    template <class F> static void each(const std::vector<std::int64_t>& dims, F f)
+    {
+        Index idx {};
+        for (idx[0] = 0; idx[0] < dims[0]; ++idx[0])
+            for (idx[1] = 0; idx[1] < dims[1]; ++idx[1])
+                for (idx[2] = 0; idx[2] < dims[2]; ++idx[2])
+                    for (idx[3] = 0; idx[3] < dims[3]; ++idx[3])
+                        f(idx);
+    }
+
+    void pointwise(const GraphOp& op)
+    {
+        const auto& dims = tensor(op.y).dims;
+        each(dims, [&](const Index& i) {
+            const float x = at(op.x, i, dims);
+            const float b = op.b >= 0 ? at(op.b, i, dims) : 0.0f;
+            float y = 0;
+            switch (op.pointwise) {
+            case CUDNN_POINTWISE_ADD:
+                y = x + b;
+                break;
+            case CUDNN_POINTWISE_SUB:
+                y = x - b;
+                break;
+            case CUDNN_POINTWISE_MUL:
+                y = x * b;
+                break;
+            case CUDNN_POINTWISE_DIV:
+                y = x / b;
+                break;
+            case CUDNN_POINTWISE_EXP:
+                y = std::exp(x);
+                break;
+            case CUDNN_POINTWISE_LOG:
+                y = std::log(x);
+                break;
+            case CUDNN_POINTWISE_IDENTITY:
+                y = x;
+                break;
+            case CUDNN_POINTWISE_GEN_INDEX:
+                y = static_cast<float>(i[static_cast<std::size_t>(op.axis)]);
+                break;
+            case CUDNN_POINTWISE_CMP_GE:
+                y = x >= b ? 1.0f : 0.0f;
+                break;
+            case CUDNN_POINTWISE_BINARY_SELECT:
+                y = at(op.t, i, dims) != 0.0f ? x : b;
+                break;
+            default:
+                FAIL("the CPU runner has no pointwise mode " << op.pointwise);
+            }
+            at(op.y, i, dims) = y;
+        });
+    }
+
+    void reduction(const GraphOp& op)
+    {
+        const auto& xd = tensor(op.x).dims;
+        const bool max = op.reduction == CUDNN_REDUCE_TENSOR_MAX;
+        REQUIRE((max || op.reduction == CUDNN_REDUCE_TENSOR_ADD));
+        std::map<std::int64_t, double> acc; // by the output element's address
+        std::map<std::int64_t, float*> where;
+        each(xd, [&](const Index& i) {
+            float& y = at(op.y, i, xd);
+            const std::int64_t key = &y - m_data[static_cast<std::size_t>(op.y)];
+            const double v = at(op.x, i, xd);
+            auto [it, fresh] = acc.emplace(key, v);
+            if (!fresh)
+                it->second = max ? std::max(it->second, v) : it->second + v;
+            where[key] = &y;
+        });
+        for (const auto& [key, v] : acc)
+            *where[key] = static_cast<float>(v);
+    }
+
+    void matmul(const GraphOp& op)
+    {
+        const auto& yd = tensor(op.y).dims;
+        const std::int64_t K = tensor(op.x).dims[3];
+        REQUIRE(tensor(op.b).dims[2] == K);
+        each(yd, [&](const Index& i) {
+            double sum = 0;
+            for (std::int64_t k = 0; k < K; ++k) {
+                const Index ai {i[0], i[1], i[2], k}, bi {i[0], i[1], k, i[3]};
+                const std::vector<std::int64_t> ad {yd[0], yd[1], yd[2], K}, bd {yd[0], yd[1], K, yd[3]};
+                sum += static_cast<double>(at(op.x, ai, ad)) * at(op.b, bi, bd);
+            }
+            at(op.y, i, yd) = static_cast<float>(sum);
+        });
+    }
+
+    const AttentionGraph& m_graph;
+    std::vector<float*> m_data;
+    std::vector<std::vector<std::int64_t>> m_strides; ///< the addressing strides (packed for virtual tensors)
+    std::map<int, int> m_alias;
+    std::vector<std::vector<float>> m_owned;
+};
+
 } // namespace
+
+TEST_CASE("the attention graphs given to cuDNN compute the CPU engine's attention, forward and backward", "[cudnn]")
+{
+    // The graphs' own math and layouts (strides into qkv and out, head offsets, scale, causal mask, statistics,
+    // grouped-query broadcast and sums), run on the CPU in fp32 against the CPU backend: no cuDNN and no GPU needed.
+    const AttentionShape shapes[] = {{2, 37, 3, 3, 16}, {2, 19, 4, 2, 8}, {1, 21, 4, 1, 8}, {2, 5, 5, 5, 8}};
+    for (const AttentionShape& s : shapes) {
+        INFO(cudnnShapeText(s));
+        const std::size_t bt = s.rows(), W = static_cast<std::size_t>(s.qkvColumns());
+        const std::size_t C = static_cast<std::size_t>(s.channels());
+        const std::vector<float> qkv = randomValues(bt * W, 70, -1.5f, 1.5f), dout = randomValues(bt * C, 71);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size)), negInf = -INFINITY, one = 1.0f;
+
+        // The CPU engine (its stash is the softmax itself).
+        const auto cpu = makeCpuBackend();
+        std::vector<float> out(bt * C), stash(cpu->attentionStashCount(s)), dqkv(bt * W, 9.0f);
+        cpu->attentionForward(out.data(), stash.data(), qkv.data(), s);
+        cpu->attentionBackward(dqkv.data(), dout.data(), qkv.data(), out.data(), stash.data(), s);
+
+        // The forward graph.
+        std::vector<float> gOut(bt * C, 7.0f), lse(bt * static_cast<std::size_t>(s.heads), 7.0f);
+        AttentionBuffers f;
+        f.qkv = qkv.data();
+        f.out = gOut.data();
+        f.lse = lse.data();
+        f.scale = &scale;
+        f.negInf = &negInf;
+        f.one = &one;
+        const AttentionGraph forward = attentionGraph(s, AttentionPass::Forward);
+        GraphOnCpu(forward, attentionBindings(s, AttentionPass::Forward, f, sizeof(float))).run();
+        CHECK(relativeError(gOut, out) <= 1e-6);
+        // The statistics: each row's log-sum-exp of its scaled scores (in double here).
+        std::vector<float> want(lse.size());
+        const int hs = s.head_size;
+        for (int b = 0; b < s.batch; ++b)
+            for (int h = 0; h < s.heads; ++h)
+                for (int t = 0; t < s.seq; ++t) {
+                    const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
+                    double mx = -INFINITY;
+                    std::vector<double> scores;
+                    for (int j = 0; j <= t; ++j) {
+                        double dot = 0;
+                        for (int d = 0; d < hs; ++d)
+                            dot += static_cast<double>(qkv[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
+                                * qkv[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
+                        scores.push_back(dot * scale);
+                        mx = std::max(mx, scores.back());
+                    }
+                    double sum = 0;
+                    for (double x : scores)
+                        sum += std::exp(x - mx);
+                    want[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t]
+                        = static_cast<float>(mx + std::log(sum));
+                }
+        CHECK(relativeError(lse, want) <= 1e-6);
+
+        // The backward graph, from the forward's statistics; it writes dqkv whole.
+        std::vector<float> gDqkv(bt * W, 5.0f), rowSums(bt * static_cast<std::size_t>(s.heads)), accum(bt * C);
+        AttentionBuffers g = f;
+        g.out = nullptr;
+        g.outIn = out.data();
+        g.dout = dout.data();
+        g.dqkv = gDqkv.data();
+        g.rowSums = rowSums.data();
+        g.dqAccum = accum.data();
+        const AttentionGraph backward = attentionGraph(s, AttentionPass::Backward);
+        GraphOnCpu(backward, attentionBindings(s, AttentionPass::Backward, g, sizeof(float))).run();
+        const double err = relativeError(gDqkv, dqkv);
+        INFO("dqkv: relative error " << err);
+        CHECK(err <= 1e-5);
+    }
+}
 
 TEST_CASE("cuDNN takes the engine's attention graphs for an H100, forward and backward", "[cudnn]")
 {

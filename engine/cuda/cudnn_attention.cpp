@@ -176,48 +176,23 @@ public:
     void pointwise(cudnnPointwiseMode_t mode, Ref x, Ref b, Ref y, Ref t = kNone,
         cudnnDataType_t math = CUDNN_DATA_FLOAT, std::int64_t axis = -1)
     {
-        GraphOp op;
-        op.kind = GraphOp::Kind::Pointwise;
+        GraphOp& op = add(GraphOp::Kind::Pointwise, x, b, y);
         op.pointwise = mode;
         op.math = math;
         op.axis = axis;
-        op.x = x;
-        op.b = b;
         op.t = t;
-        op.y = y;
-        m_graph.ops.push_back(op);
     }
 
     void reduction(cudnnReduceTensorOp_t mode, Ref x, Ref y)
     {
-        GraphOp op;
-        op.kind = GraphOp::Kind::Reduction;
-        op.reduction = mode;
-        op.x = x;
-        op.y = y;
-        m_graph.ops.push_back(op);
+        add(GraphOp::Kind::Reduction, x, kNone, y).reduction = mode;
     }
 
     /// c = a b over the last two dimensions, batched over the first two, accumulated in fp32.
-    void matmul(Ref a, Ref b, Ref c)
-    {
-        GraphOp op;
-        op.kind = GraphOp::Kind::Matmul;
-        op.x = a;
-        op.b = b;
-        op.y = c;
-        m_graph.ops.push_back(op);
-    }
+    void matmul(Ref a, Ref b, Ref c) { add(GraphOp::Kind::Matmul, a, b, c); }
 
     /// y: x's elements seen through y's dimensions and strides (a transpose, here).
-    void reshape(Ref x, Ref y)
-    {
-        GraphOp op;
-        op.kind = GraphOp::Kind::Reshape;
-        op.x = x;
-        op.y = y;
-        m_graph.ops.push_back(op);
-    }
+    void reshape(Ref x, Ref y) { add(GraphOp::Kind::Reshape, x, kNone, y); }
 
     /// The causal mask of the frontend's sliding-window mask with a right bound of 0: scores above the diagonal
     /// (column > row) become -inf.
@@ -237,6 +212,16 @@ public:
     AttentionGraph take() { return std::move(m_graph); }
 
 private:
+    GraphOp& add(GraphOp::Kind kind, Ref x, Ref b, Ref y)
+    {
+        GraphOp& op = m_graph.ops.emplace_back();
+        op.kind = kind;
+        op.x = x;
+        op.b = b;
+        op.y = y;
+        return op;
+    }
+
     AttentionGraph m_graph;
     std::int64_t m_nextVirtual = kFirstVirtual;
 };

@@ -15,6 +15,8 @@
 // - everything else (fp32, the backend's testing mode, and any other head size): one warp per row on CUDA cores,
 //   fp32 throughout, the same online softmax and the same split of the backward.
 // Both write the log-sum-exp in natural-log units of the scaled scores, so either backward reads either forward's.
+// (In bf16 the backend runs cuDNN's fused attention first, cudnn_attention.cpp, which reads grouped shapes directly;
+// these kernels are its fallback and oracle.)
 // Grouped-query attention (fewer key and value heads than query heads) runs the multi-head kernels on a copy of qkv
 // whose key and value heads are repeated per query head (expandGroups), and sums the copy's key and value gradients
 // back over each group in head order (reduceGroups, llama.cu): deterministic, at the cost of the copy.

@@ -202,19 +202,22 @@ private:
         const auto& xd = tensor(op.x).dims;
         const bool max = op.reduction == CUDNN_REDUCE_TENSOR_MAX;
         REQUIRE((max || op.reduction == CUDNN_REDUCE_TENSOR_ADD));
-        std::map<std::int64_t, double> acc; // by the output element's address
-        std::map<std::int64_t, float*> where;
+        float* y0 = m_data[static_cast<std::size_t>(op.y)];
+        std::vector<double> acc; // by the output element's offset
+        std::vector<char> seen;
         each(xd, [&](const Index& i) {
-            float& y = at(op.y, i, xd);
-            const std::int64_t key = &y - m_data[static_cast<std::size_t>(op.y)];
+            const auto k = static_cast<std::size_t>(&at(op.y, i, xd) - y0);
+            if (k >= acc.size()) {
+                acc.resize(k + 1);
+                seen.resize(k + 1);
+            }
             const double v = read(op.x, i, xd);
-            auto [it, fresh] = acc.emplace(key, v);
-            if (!fresh)
-                it->second = max ? std::max(it->second, v) : it->second + v;
-            where[key] = &y;
+            acc[k] = !seen[k] ? v : max ? std::max(acc[k], v) : acc[k] + v;
+            seen[k] = 1;
         });
-        for (const auto& [key, v] : acc)
-            *where[key] = stored(op.y, static_cast<float>(v));
+        for (std::size_t k = 0; k < acc.size(); ++k)
+            if (seen[k])
+                y0[k] = stored(op.y, static_cast<float>(acc[k]));
     }
 
     void matmul(const GraphOp& op)
@@ -222,13 +225,12 @@ private:
         const auto& yd = tensor(op.y).dims;
         const std::int64_t K = tensor(op.x).dims[3];
         REQUIRE(tensor(op.b).dims[2] == K);
+        const std::vector<std::int64_t> ad {yd[0], yd[1], yd[2], K}, bd {yd[0], yd[1], K, yd[3]};
         each(yd, [&](const Index& i) {
             double sum = 0;
-            for (std::int64_t k = 0; k < K; ++k) {
-                const Index ai {i[0], i[1], i[2], k}, bi {i[0], i[1], k, i[3]};
-                const std::vector<std::int64_t> ad {yd[0], yd[1], yd[2], K}, bd {yd[0], yd[1], K, yd[3]};
-                sum += static_cast<double>(read(op.x, ai, ad)) * read(op.b, bi, bd);
-            }
+            for (std::int64_t k = 0; k < K; ++k)
+                sum += static_cast<double>(read(op.x, {i[0], i[1], i[2], k}, ad))
+                    * read(op.b, {i[0], i[1], k, i[3]}, bd);
             write(op.y, i, yd, static_cast<float>(sum));
         });
     }

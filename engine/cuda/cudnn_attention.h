@@ -222,6 +222,8 @@ public:
     cudnnHandle_t handle() const { return m_handle; }
     /// The plan of `shape` and `pass`, built on first use; null when cuDNN does not run it (refusal() says why).
     const CudnnAttentionPlan* plan(const AttentionShape& shape, AttentionPass pass);
+    /// From now on `shape` and `pass` run the engine's own kernels on this GPU, for `why`.
+    void refuse(const AttentionShape& shape, AttentionPass pass, const std::string& why);
     /// Why the last shape asked for runs the engine's own kernels (empty when cuDNN runs it).
     const std::string& refusal() const { return m_refusal; }
 

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <tuple>
 #include <utility>
-#include <variant>
 
 #include "cudnn_attention.h"
 
@@ -20,16 +19,27 @@ namespace pw::engine::cuda {
 namespace {
 
 using PlanKey = std::tuple<int, int, int, int, int, int, int>; // device, B, T, NH, KV, hs, pass
-using PlanOrRefusal = std::variant<std::shared_ptr<CudnnAttentionPlan>, std::string>;
+/// A plan, or why there is none: cuDNN refused to build it, or failed to run it (the plan is then kept: a backend
+/// may still hold it).
+struct CachedPlan
+{
+    std::shared_ptr<CudnnAttentionPlan> plan;
+    std::string refusal;
+};
 
 /// The process's plans, by device, shape and pass: a handful per process, never freed (not even at exit, where
 /// destroying them could follow the CUDA runtime's teardown).
-std::map<PlanKey, PlanOrRefusal>& planCache()
+std::map<PlanKey, CachedPlan>& planCache()
 {
-    static auto* cache = new std::map<PlanKey, PlanOrRefusal>;
+    static auto* cache = new std::map<PlanKey, CachedPlan>;
     return *cache;
 }
 std::mutex g_planCacheMutex;
+
+PlanKey planKey(int device, const AttentionShape& a, AttentionPass pass)
+{
+    return {device, a.batch, a.seq, a.heads, a.kv_heads, a.head_size, static_cast<int>(pass)};
+}
 
 } // namespace
 
@@ -60,24 +70,29 @@ const CudnnAttentionPlan* CudnnAttention::plan(const AttentionShape& a, Attentio
         m_refusal = std::move(why);
         return nullptr;
     }
-    const PlanKey key {m_device, a.batch, a.seq, a.heads, a.kv_heads, a.head_size, static_cast<int>(pass)};
     const std::lock_guard lock(g_planCacheMutex);
-    auto it = planCache().find(key);
+    auto it = planCache().find(planKey(m_device, a, pass));
     if (it == planCache().end()) {
-        PlanOrRefusal built;
+        CachedPlan built;
         try {
-            built = std::make_shared<CudnnAttentionPlan>(*m_properties, a, pass);
+            built.plan = std::make_shared<CudnnAttentionPlan>(*m_properties, a, pass);
         } catch (const CudnnError& e) {
-            built = std::string(e.what());
+            built.refusal = e.what();
         }
-        it = planCache().emplace(key, std::move(built)).first;
+        it = planCache().emplace(planKey(m_device, a, pass), std::move(built)).first;
     }
-    if (const auto* refused = std::get_if<std::string>(&it->second)) {
-        m_refusal = *refused;
+    if (!it->second.refusal.empty()) {
+        m_refusal = it->second.refusal;
         return nullptr;
     }
     m_refusal.clear();
-    return std::get<std::shared_ptr<CudnnAttentionPlan>>(it->second).get();
+    return it->second.plan.get();
+}
+
+void CudnnAttention::refuse(const AttentionShape& a, AttentionPass pass, const std::string& why)
+{
+    const std::lock_guard lock(g_planCacheMutex);
+    planCache()[planKey(m_device, a, pass)].refusal = why;
 }
 
 // ---- The backend's runner (cudnn_runner.h) ----------------------------------------------------------------------
@@ -118,6 +133,15 @@ struct CudnnRunner::Impl
             ownReason = cudnn->refusal();
         return p;
     }
+
+    /// cuDNN refused to run a plan it built (its status came back at once: nothing was enqueued): this shape and
+    /// pass run the engine's own kernels from now on, in every backend of the GPU, and the reason is kept.
+    bool failed(const AttentionShape& a, AttentionPass pass, const CudnnError& e)
+    {
+        cudnn->refuse(a, pass, std::string("cuDNN failed to run its plan: ") + e.what());
+        ownReason = std::string("cuDNN failed to run its plan: ") + e.what();
+        return false;
+    }
 };
 
 CudnnRunner::CudnnRunner(int device, cudaStream_t stream, bool enabled)
@@ -152,7 +176,11 @@ bool CudnnRunner::forward(Scratch& scratch, void* out, float* lse, const void* q
     const CudnnAttentionPlan* p = m_impl->plan(a, AttentionPass::Forward);
     if (p == nullptr)
         return false;
-    p->forward(m_impl->cudnn->handle(), out, lse, qkv, scratch.get(Scratch::CudnnWorkspace, p->workspaceBytes()));
+    try {
+        p->forward(m_impl->cudnn->handle(), out, lse, qkv, scratch.get(Scratch::CudnnWorkspace, p->workspaceBytes()));
+    } catch (const CudnnError& e) {
+        return m_impl->failed(a, AttentionPass::Forward, e);
+    }
     return true;
 }
 
@@ -166,8 +194,12 @@ bool CudnnRunner::backward(Scratch& scratch, void* dqkv, const void* dout, const
     const CudnnAttentionPlan* p = m_impl->plan(a, AttentionPass::Backward);
     if (p == nullptr)
         return false;
-    p->backward(m_impl->cudnn->handle(), m_impl->stream, dqkv, dout, qkv, out, lse,
-        scratch.get(Scratch::CudnnWorkspace, p->workspaceBytes()));
+    try {
+        p->backward(m_impl->cudnn->handle(), m_impl->stream, dqkv, dout, qkv, out, lse,
+            scratch.get(Scratch::CudnnWorkspace, p->workspaceBytes()));
+    } catch (const CudnnError& e) {
+        return m_impl->failed(a, AttentionPass::Backward, e);
+    }
     return true;
 }
 

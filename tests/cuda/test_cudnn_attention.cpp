@@ -245,6 +245,87 @@ private:
 
 } // namespace
 
+namespace {
+
+/// What an attention call gives: out (B, T, C), the statistics (B, NH, T; the graphs only) and dqkv.
+struct AttentionResults
+{
+    std::vector<float> out, lse, dqkv;
+};
+
+/// The CPU engine's attention, forward then backward (written over dqkv).
+AttentionResults cpuAttention(const AttentionShape& s, const std::vector<float>& qkv, const std::vector<float>& dout)
+{
+    const auto cpu = makeCpuBackend();
+    AttentionResults r {std::vector<float>(s.rows() * static_cast<std::size_t>(s.channels())), {},
+        std::vector<float>(qkv.size(), 9.0f)};
+    std::vector<float> stash(cpu->attentionStashCount(s)); // the softmax itself
+    cpu->attentionForward(r.out.data(), stash.data(), qkv.data(), s);
+    cpu->attentionBackward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), stash.data(), s);
+    return r;
+}
+
+/// Both graphs run on the CPU (GraphOnCpu); the backward reads `backwardOut` (null: the forward graph's out).
+AttentionResults graphAttentionOnCpu(const AttentionShape& s, const std::vector<float>& qkv,
+    const std::vector<float>& dout, const std::vector<float>* backwardOut, bool bf16)
+{
+    const std::size_t rows = s.rows() * static_cast<std::size_t>(s.heads);
+    AttentionResults r {std::vector<float>(s.rows() * static_cast<std::size_t>(s.channels()), 7.0f),
+        std::vector<float>(rows, 7.0f), std::vector<float>(qkv.size(), 5.0f)};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size)), negInf = -INFINITY, one = 1.0f;
+    AttentionBuffers f;
+    f.qkv = qkv.data();
+    f.out = r.out.data();
+    f.lse = r.lse.data();
+    f.scale = &scale;
+    f.negInf = &negInf;
+    f.one = &one;
+    const AttentionGraph forward = attentionGraph(s, AttentionPass::Forward);
+    GraphOnCpu(forward, attentionBindings(s, AttentionPass::Forward, f, sizeof(float)), bf16).run();
+
+    std::vector<float> rowSums(rows), accum(rows * static_cast<std::size_t>(s.head_size));
+    AttentionBuffers g = f;
+    g.out = nullptr;
+    g.outIn = backwardOut ? backwardOut->data() : r.out.data();
+    g.dout = dout.data();
+    g.dqkv = r.dqkv.data();
+    g.rowSums = rowSums.data();
+    g.dqAccum = accum.data();
+    const AttentionGraph backward = attentionGraph(s, AttentionPass::Backward);
+    GraphOnCpu(backward, attentionBindings(s, AttentionPass::Backward, g, sizeof(float)), bf16).run();
+    return r;
+}
+
+/// Each row's log-sum-exp of its scaled causal scores, in double.
+std::vector<float> logSumExp(const AttentionShape& s, const std::vector<float>& qkv)
+{
+    const std::size_t W = static_cast<std::size_t>(s.qkvColumns());
+    const int hs = s.head_size;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    std::vector<float> lse(s.rows() * static_cast<std::size_t>(s.heads));
+    for (int b = 0; b < s.batch; ++b)
+        for (int h = 0; h < s.heads; ++h)
+            for (int t = 0; t < s.seq; ++t) {
+                const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
+                std::vector<double> scores;
+                for (int j = 0; j <= t; ++j) {
+                    double dot = 0;
+                    for (int d = 0; d < hs; ++d)
+                        dot += static_cast<double>(qkv[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
+                            * qkv[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
+                    scores.push_back(dot * scale);
+                }
+                const double mx = *std::max_element(scores.begin(), scores.end());
+                double sum = 0;
+                for (double x : scores)
+                    sum += std::exp(x - mx);
+                lse[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t] = static_cast<float>(mx + std::log(sum));
+            }
+    return lse;
+}
+
+} // namespace
+
 TEST_CASE("the attention graphs given to cuDNN compute the CPU engine's attention, forward and backward", "[cudnn]")
 {
     // The graphs' own math and layouts (strides into qkv and out, head offsets, scale, causal mask, statistics,
@@ -252,66 +333,15 @@ TEST_CASE("the attention graphs given to cuDNN compute the CPU engine's attentio
     const AttentionShape shapes[] = {{2, 37, 3, 3, 16}, {2, 19, 4, 2, 8}, {1, 21, 4, 1, 8}, {2, 5, 5, 5, 8}};
     for (const AttentionShape& s : shapes) {
         INFO(cudnnShapeText(s));
-        const std::size_t bt = s.rows(), W = static_cast<std::size_t>(s.qkvColumns());
-        const std::size_t C = static_cast<std::size_t>(s.channels());
-        const std::vector<float> qkv = randomValues(bt * W, 70, -1.5f, 1.5f), dout = randomValues(bt * C, 71);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size)), negInf = -INFINITY, one = 1.0f;
-
-        // The CPU engine (its stash is the softmax itself).
-        const auto cpu = makeCpuBackend();
-        std::vector<float> out(bt * C), stash(cpu->attentionStashCount(s)), dqkv(bt * W, 9.0f);
-        cpu->attentionForward(out.data(), stash.data(), qkv.data(), s);
-        cpu->attentionBackward(dqkv.data(), dout.data(), qkv.data(), out.data(), stash.data(), s);
-
-        // The forward graph.
-        std::vector<float> gOut(bt * C, 7.0f), lse(bt * static_cast<std::size_t>(s.heads), 7.0f);
-        AttentionBuffers f;
-        f.qkv = qkv.data();
-        f.out = gOut.data();
-        f.lse = lse.data();
-        f.scale = &scale;
-        f.negInf = &negInf;
-        f.one = &one;
-        const AttentionGraph forward = attentionGraph(s, AttentionPass::Forward);
-        GraphOnCpu(forward, attentionBindings(s, AttentionPass::Forward, f, sizeof(float))).run();
-        CHECK(relativeError(gOut, out) <= 1e-6);
-        // The statistics: each row's log-sum-exp of its scaled scores (in double here).
-        std::vector<float> want(lse.size());
-        const int hs = s.head_size;
-        for (int b = 0; b < s.batch; ++b)
-            for (int h = 0; h < s.heads; ++h)
-                for (int t = 0; t < s.seq; ++t) {
-                    const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
-                    double mx = -INFINITY;
-                    std::vector<double> scores;
-                    for (int j = 0; j <= t; ++j) {
-                        double dot = 0;
-                        for (int d = 0; d < hs; ++d)
-                            dot += static_cast<double>(qkv[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
-                                * qkv[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
-                        scores.push_back(dot * scale);
-                        mx = std::max(mx, scores.back());
-                    }
-                    double sum = 0;
-                    for (double x : scores)
-                        sum += std::exp(x - mx);
-                    want[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t]
-                        = static_cast<float>(mx + std::log(sum));
-                }
-        CHECK(relativeError(lse, want) <= 1e-6);
-
-        // The backward graph, from the forward's statistics; it writes dqkv whole.
-        std::vector<float> gDqkv(bt * W, 5.0f), rowSums(bt * static_cast<std::size_t>(s.heads)), accum(bt * C);
-        AttentionBuffers g = f;
-        g.out = nullptr;
-        g.outIn = out.data();
-        g.dout = dout.data();
-        g.dqkv = gDqkv.data();
-        g.rowSums = rowSums.data();
-        g.dqAccum = accum.data();
-        const AttentionGraph backward = attentionGraph(s, AttentionPass::Backward);
-        GraphOnCpu(backward, attentionBindings(s, AttentionPass::Backward, g, sizeof(float))).run();
-        const double err = relativeError(gDqkv, dqkv);
+        const std::vector<float> qkv
+            = randomValues(s.rows() * static_cast<std::size_t>(s.qkvColumns()), 70, -1.5f, 1.5f);
+        const std::vector<float> dout = randomValues(s.rows() * static_cast<std::size_t>(s.channels()), 71);
+        const AttentionResults want = cpuAttention(s, qkv, dout);
+        // The backward reads the CPU engine's out, so that only the graph's backward is compared.
+        const AttentionResults got = graphAttentionOnCpu(s, qkv, dout, &want.out, false);
+        CHECK(relativeError(got.out, want.out) <= 1e-6);
+        CHECK(relativeError(got.lse, logSumExp(s, qkv)) <= 1e-6);
+        const double err = relativeError(got.dqkv, want.dqkv); // written whole: it started at 5
         INFO("dqkv: relative error " << err);
         CHECK(err <= 1e-5);
     }
@@ -326,38 +356,14 @@ TEST_CASE("in bf16 the attention graphs stay within the GPU tests' tolerance of 
         {2, 70, 8, 2, 16}, {2, 131, 4, 2, 64}, {1, 70, 4, 1, 128}};
     for (const AttentionShape& s : shapes) {
         INFO(cudnnShapeText(s));
-        const std::size_t bt = s.rows(), W = static_cast<std::size_t>(s.qkvColumns());
-        const std::size_t C = static_cast<std::size_t>(s.channels());
-        std::vector<float> qkv = randomValues(bt * W, 30, -1.5f, 1.5f), dout = randomValues(bt * C, 31);
+        std::vector<float> qkv = randomValues(s.rows() * static_cast<std::size_t>(s.qkvColumns()), 30, -1.5f, 1.5f);
+        std::vector<float> dout = randomValues(s.rows() * static_cast<std::size_t>(s.channels()), 31);
         std::transform(qkv.begin(), qkv.end(), qkv.begin(), roundBf16);
         std::transform(dout.begin(), dout.end(), dout.begin(), roundBf16);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size)), negInf = -INFINITY, one = 1.0f;
-        const auto cpu = makeCpuBackend();
-        std::vector<float> out(bt * C), stash(cpu->attentionStashCount(s)), dqkv(bt * W);
-        cpu->attentionForward(out.data(), stash.data(), qkv.data(), s);
-        cpu->attentionBackward(dqkv.data(), dout.data(), qkv.data(), out.data(), stash.data(), s);
-
-        std::vector<float> gOut(bt * C), lse(bt * static_cast<std::size_t>(s.heads));
-        AttentionBuffers f;
-        f.qkv = qkv.data();
-        f.out = gOut.data();
-        f.lse = lse.data();
-        f.scale = &scale;
-        f.negInf = &negInf;
-        f.one = &one;
-        const AttentionGraph forward = attentionGraph(s, AttentionPass::Forward);
-        GraphOnCpu(forward, attentionBindings(s, AttentionPass::Forward, f, sizeof(float)), true).run();
-        std::vector<float> gDqkv(bt * W), rowSums(bt * static_cast<std::size_t>(s.heads)), accum(bt * C);
-        AttentionBuffers g = f;
-        g.out = nullptr;
-        g.outIn = gOut.data(); // the backward reads the forward's bf16 out, as on the GPU
-        g.dout = dout.data();
-        g.dqkv = gDqkv.data();
-        g.rowSums = rowSums.data();
-        g.dqAccum = accum.data();
-        const AttentionGraph backward = attentionGraph(s, AttentionPass::Backward);
-        GraphOnCpu(backward, attentionBindings(s, AttentionPass::Backward, g, sizeof(float)), true).run();
-        const double outErr = relativeError(gOut, out), dqkvErr = relativeError(gDqkv, dqkv);
+        const AttentionResults want = cpuAttention(s, qkv, dout);
+        // The backward reads the forward's bf16 out, as on the GPU.
+        const AttentionResults got = graphAttentionOnCpu(s, qkv, dout, nullptr, true);
+        const double outErr = relativeError(got.out, want.out), dqkvErr = relativeError(got.dqkv, want.dqkv);
         INFO("out: relative error " << outErr << "; dqkv: " << dqkvErr);
         CHECK(outErr <= 1e-2);
         CHECK(dqkvErr <= 1e-2);

@@ -296,34 +296,6 @@ AttentionResults graphAttentionOnCpu(const AttentionShape& s, const std::vector<
     return r;
 }
 
-/// Each row's log-sum-exp of its scaled causal scores, in double.
-std::vector<float> logSumExp(const AttentionShape& s, const std::vector<float>& qkv)
-{
-    const std::size_t W = static_cast<std::size_t>(s.qkvColumns());
-    const int hs = s.head_size;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-    std::vector<float> lse(s.rows() * static_cast<std::size_t>(s.heads));
-    for (int b = 0; b < s.batch; ++b)
-        for (int h = 0; h < s.heads; ++h)
-            for (int t = 0; t < s.seq; ++t) {
-                const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
-                std::vector<double> scores;
-                for (int j = 0; j <= t; ++j) {
-                    double dot = 0;
-                    for (int d = 0; d < hs; ++d)
-                        dot += static_cast<double>(qkv[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
-                            * qkv[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
-                    scores.push_back(dot * scale);
-                }
-                const double mx = *std::max_element(scores.begin(), scores.end());
-                double sum = 0;
-                for (double x : scores)
-                    sum += std::exp(x - mx);
-                lse[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t] = static_cast<float>(mx + std::log(sum));
-            }
-    return lse;
-}
-
 } // namespace
 
 TEST_CASE("the attention graphs given to cuDNN compute the CPU engine's attention, forward and backward", "[cudnn]")
@@ -340,7 +312,7 @@ TEST_CASE("the attention graphs given to cuDNN compute the CPU engine's attentio
         // The backward reads the CPU engine's out, so that only the graph's backward is compared.
         const AttentionResults got = graphAttentionOnCpu(s, qkv, dout, &want.out, false);
         CHECK(relativeError(got.out, want.out) <= 1e-6);
-        CHECK(relativeError(got.lse, logSumExp(s, qkv)) <= 1e-6);
+        CHECK(relativeError(got.lse, attentionLogSumExp(s, qkv)) <= 1e-6);
         const double err = relativeError(got.dqkv, want.dqkv); // written whole: it started at 5
         INFO("dqkv: relative error " << err);
         CHECK(err <= 1e-5);

@@ -154,6 +154,35 @@ inline void expectClose(const Twin& t, const Backends& be, const std::string& wh
     expectClose(t, be, what, be.mode.tolerance);
 }
 
+/// Each row's log-sum-exp of its scaled causal scores (1 / sqrt(hs)), from qkv (B, T, (NH + 2 KV) hs) in double:
+/// the attention's statistics (B, NH, T).
+inline std::vector<float> attentionLogSumExp(const AttentionShape& s, const std::vector<float>& qkv)
+{
+    const std::size_t W = static_cast<std::size_t>(s.qkvColumns());
+    const int hs = s.head_size;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    std::vector<float> lse(s.rows() * static_cast<std::size_t>(s.heads));
+    for (int b = 0; b < s.batch; ++b)
+        for (int h = 0; h < s.heads; ++h)
+            for (int t = 0; t < s.seq; ++t) {
+                const std::size_t key = static_cast<std::size_t>(s.heads + h / s.group()) * hs;
+                std::vector<double> scores;
+                for (int j = 0; j <= t; ++j) {
+                    double dot = 0;
+                    for (int d = 0; d < hs; ++d)
+                        dot += static_cast<double>(qkv[(static_cast<std::size_t>(b) * s.seq + t) * W + h * hs + d])
+                            * qkv[(static_cast<std::size_t>(b) * s.seq + j) * W + key + d];
+                    scores.push_back(dot * scale);
+                }
+                const double mx = *std::max_element(scores.begin(), scores.end());
+                double sum = 0;
+                for (double x : scores)
+                    sum += std::exp(x - mx);
+                lse[(static_cast<std::size_t>(b) * s.heads + h) * s.seq + t] = static_cast<float>(mx + std::log(sum));
+            }
+    return lse;
+}
+
 inline bool noGpu()
 {
     return cudaVisibleDeviceCount() == 0;
